@@ -1,0 +1,38 @@
+# Groundskeeper: two commands on a fresh machine.
+#   make dev   local AWS (moto) from infra/template.yaml, demo data, Dagster UI on 127.0.0.1:3000
+#   make test  create .venv if missing, install the project with its dev extra, ruff, pytest
+
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PYTEST_WORKERS ?= 2
+
+.PHONY: dev test lint install bench clean
+
+$(PY):
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11+)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): $(PY) pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: lint
+	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+
+dev: $(STAMP)
+	$(PY) -m infra.local
+
+bench: $(STAMP)
+	$(PY) benchmarks/definitions_load.py
+
+clean:
+	rm -rf .groundskeeper .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Infrastructure as code: the CloudFormation template and the code that deploys it."""

@@ -1,0 +1,133 @@
+"""``make dev``: local AWS from the infra template, demo data, and the Dagster UI.
+
+1. start a moto server on 127.0.0.1 (``MOTO_PORT``, default 5055);
+2. deploy ``infra/template.yaml`` into it through CloudFormation (the production template);
+3. write the stack outputs to ``.groundskeeper/local.env`` (``source`` it for the dagster CLI);
+4. seed demo data;
+5. run ``dagster dev -w workspace.yaml`` on 127.0.0.1:3000 (``DAGSTER_PORT``).
+
+Ctrl-C (or SIGTERM) stops everything it started.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import boto3
+
+from infra.deploy import DeployError, deploy, wait_for_endpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+STATE = ROOT / ".groundskeeper"
+
+
+def local_aws_env(endpoint: str) -> dict[str, str]:
+    """Variables that point boto3 (in this process and in every run subprocess) at the local AWS."""
+    return {
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ACCESS_KEY_ID": "local",
+        "AWS_SECRET_ACCESS_KEY": "local",
+        "DAGSTER_DEPLOYMENT": "local",
+    }
+
+
+def start_moto(port: int, log_path: Path) -> subprocess.Popen:
+    log = open(log_path, "ab")
+    return subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def seed(env: dict[str, str]) -> dict[str, int]:
+    from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+
+    clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
+    cfg = DemoConfig(new_agendas=30, stuck_agendas=5, jobs_started=12, jobs_finished=0, records=200, seed=7)
+    return run_demo_traffic(env=env, cfg=cfg, **clients)
+
+
+def _stop(proc: subprocess.Popen | None, name: str) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=15)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    print(f"stopped {name}", file=sys.stderr)
+
+
+def main() -> int:
+    moto_port = int(os.environ.get("MOTO_PORT", "5055"))
+    dagster_port = os.environ.get("DAGSTER_PORT", "3000")
+    endpoint = f"http://127.0.0.1:{moto_port}"
+    STATE.mkdir(exist_ok=True)
+    dagster_home = STATE / "dagster_home"
+    dagster_home.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+
+    moto = dagster = None
+
+    def on_signal(_signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)  # also when started from a shell that ignores SIGINT
+    try:
+        moto = start_moto(moto_port, STATE / "moto.log")
+        wait_for_endpoint(endpoint)
+        os.environ.update(local_aws_env(endpoint))
+        print(f"local AWS (moto) on {endpoint}; deploying infra/template.yaml ...", file=sys.stderr)
+        stack_env = deploy(boto3.client("cloudformation"))
+        env = {**local_aws_env(endpoint), **stack_env, "DAGSTER_HOME": str(dagster_home)}
+        (STATE / "local.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
+        os.environ.update(env)
+        counts = seed(env)
+        print("seeded demo data: " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
+        print(
+            f"environment written to {STATE / 'local.env'} (set -a; . {STATE / 'local.env'}; set +a)", file=sys.stderr
+        )
+        dagster = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dagster",
+                "dev",
+                "-w",
+                str(ROOT / "workspace.yaml"),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                dagster_port,
+            ],
+            cwd=ROOT,
+            env=os.environ.copy(),
+            start_new_session=True,
+        )
+        print(f"Dagster UI on http://127.0.0.1:{dagster_port} (Ctrl-C stops everything)", file=sys.stderr)
+        return dagster.wait()
+    except DeployError as exc:
+        print(f"make dev: the infra template failed to deploy: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop(dagster, "dagster dev")
+        _stop(moto, "moto server")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

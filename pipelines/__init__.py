@@ -1,0 +1,1 @@
+"""Groundskeeper's Dagster code: one subpackage per capability, assembled in ``definitions.py``."""

@@ -1,0 +1,42 @@
+"""Small helpers shared by the capabilities. No Dagster imports."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+_serializer = TypeSerializer()
+_deserializer = TypeDeserializer()
+
+
+def to_item(values: dict[str, Any]) -> dict[str, Any]:
+    """Plain Python values -> a DynamoDB low-level item (floats become Decimals, None is left out)."""
+    return {
+        key: _serializer.serialize(Decimal(str(value)) if isinstance(value, float) else value)
+        for key, value in values.items()
+        if value is not None
+    }
+
+
+def from_item(item: dict[str, Any]) -> dict[str, Any]:
+    """A DynamoDB low-level item -> plain Python values (integral Decimals become ints)."""
+    out = {}
+    for key, value in item.items():
+        plain = _deserializer.deserialize(value)
+        if isinstance(plain, Decimal):
+            plain = int(plain) if plain == plain.to_integral_value() else float(plain)
+        out[key] = plain
+    return out
+
+
+def now_ms(now: dt.datetime | None = None) -> int:
+    """Epoch milliseconds (the contract's time unit)."""
+    return int((now or dt.datetime.now(dt.UTC)).timestamp() * 1000)
+
+
+def iso(moment: dt.datetime) -> str:
+    """ISO-8601 UTC with milliseconds and a Z, e.g. ``2026-11-22T01:02:03.456Z`` (sorts as text)."""
+    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"

@@ -1,0 +1,88 @@
+"""Dagster wiring for the local demo traffic: the ``demo_traffic`` job and its schedule."""
+
+import dataclasses
+
+import dagster as dg
+
+from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+from resources import (
+    AgendaSettings,
+    BatchingSettings,
+    DynamoDBResource,
+    EC2Resource,
+    FleetSettings,
+    SQSResource,
+    SSMResource,
+    clear_aws_errors,
+)
+
+
+class DemoTrafficConfig(dg.Config):
+    """How much traffic one step makes. ``seed`` makes it repeatable (tests)."""
+
+    new_agendas: int = 10
+    stuck_agendas: int = 1
+    jobs_started: int = 4
+    jobs_finished: int = 4
+    malformed_messages: int = 1
+    housekeeping_messages: int = 1
+    records: int = 40
+    max_instances: int = 24
+    seed: int | None = None
+
+
+@dg.op(description="One step of demo traffic across agendas, the fleet and receivers (local only).")
+def demo_traffic_step(
+    context: dg.OpExecutionContext,
+    config: DemoTrafficConfig,
+    dynamodb: DynamoDBResource,
+    ec2: EC2Resource,
+    ssm: SSMResource,
+    sqs: SQSResource,
+    agenda: AgendaSettings,
+    fleet: FleetSettings,
+    batching: BatchingSettings,
+) -> dg.Output[dict]:
+    env = {
+        "AGENDA_PROGRESS_TABLE": agenda.progress_table,
+        "RUNS_FLEET_JOBS_TABLE": fleet.jobs_table,
+        "RUNS_FLEET_POOLS_TABLE": fleet.pools_table,
+        "RUNS_FLEET_TERMINATION_QUEUE_URL": fleet.termination_queue_url,
+        "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL": fleet.housekeeping_queue_url,
+        "RECEIVERS_TABLE": batching.receivers_table,
+        "BATCH_RECORDS_TABLE": batching.records_table,
+    }
+    cfg = DemoConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(DemoConfig)})
+    with clear_aws_errors():
+        counts = run_demo_traffic(
+            dynamodb=dynamodb.get_client(),
+            ec2=ec2.get_client(),
+            ssm=ssm.get_client(),
+            sqs=sqs.get_client(),
+            env=env,
+            cfg=cfg,
+        )
+    context.log.info("demo traffic: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return dg.Output(counts, metadata={k: dg.MetadataValue.int(v) for k, v in counts.items()})
+
+
+@dg.job(
+    description="Local only: keeps the demo platform alive (agendas, fleet jobs, queue messages, records).",
+    tags={"groundskeeper/capability": "demo"},
+)
+def demo_traffic():
+    demo_traffic_step()
+
+
+def build_defs(deployment: str) -> dg.Definitions:
+    """Demo traffic exists only in the local deployment, where its schedule is on by default."""
+    if deployment != "local":
+        return dg.Definitions()
+    schedule = dg.ScheduleDefinition(
+        name="demo_traffic_schedule",
+        job=demo_traffic,
+        cron_schedule="*/2 * * * *",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Every 2 minutes: one step of demo traffic on the local moto platform.",
+    )
+    return dg.Definitions(jobs=[demo_traffic], schedules=[schedule])

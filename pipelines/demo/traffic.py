@@ -1,0 +1,389 @@
+"""Demo traffic for the local platform, as plain functions over boto3 clients (no Dagster).
+
+Each ``*_traffic`` function moves one part of the platform one step forward and returns counts:
+
+- agendas move WAITING -> EXECUTING -> COMPLETE, and a few get stuck in EXECUTING (seed 000);
+- pools of tagged fleet instances run jobs; finished jobs send termination messages, a few of
+  them malformed, and now and then a housekeeping message arrives (seed 002);
+- receivers' records accumulate (seed 004).
+
+Later capabilities extend this module with what they need to show.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import random
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from pipelines.common import iso, now_ms, to_item
+
+DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod
+MANAGED_TAG = "runs-fleet:managed"
+POOL_TAG = "runs-fleet:pool"
+JOB_TAG = "groundskeeper-demo:job"
+
+DEMO_POOLS = [
+    {"pool_name": "linux-small", "instance_type": "t3.small", "desired_idle": 1, "spot": False},
+    {"pool_name": "linux-large", "instance_type": "c5.xlarge", "desired_idle": 0, "spot": True},
+    {"pool_name": "gpu", "instance_type": "g4dn.xlarge", "desired_idle": 0, "spot": False, "hourly_price_usd": 0.526},
+]
+
+DEMO_RECEIVERS = [
+    {
+        "receiver": "acme-hourly",
+        "number_per_day": 24,
+        "initial_time": "00:00",
+        "time_zone": "UTC",
+        "max_batch_size": 50,
+        "send_if_empty_batch": False,
+        "batching_enabled": True,
+    },
+    {
+        "receiver": "globex-15min",
+        "number_per_day": 96,
+        "initial_time": "00:05",
+        "time_zone": "America/New_York",
+        "max_batch_size": 20,
+        "send_if_empty_batch": True,
+        "batching_enabled": True,
+    },
+    {
+        "receiver": "initech-daily",
+        "number_per_day": 1,
+        "initial_time": "06:00",
+        "time_zone": "Europe/Berlin",
+        "max_batch_size": 500,
+        "send_if_empty_batch": False,
+        "batching_enabled": True,
+    },
+]
+
+# Termination messages that a real agent could send by mistake: the processors must dead-letter them.
+MALFORMED_TERMINATION_BODIES = [
+    "this is not json",
+    json.dumps({"job_id": "missing-the-rest"}),
+    json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "j-x", "status": "exploded"}),
+    json.dumps({"instance_id": "i-1234/../../other", "job_id": "j-y", "status": "success"}),
+    json.dumps(["a", "list"]),
+]
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    new_agendas: int = 10
+    stuck_agendas: int = 1
+    jobs_started: int = 4
+    jobs_finished: int = 4
+    malformed_messages: int = 1
+    housekeeping_messages: int = 1
+    records: int = 40
+    max_instances: int = 24
+    seed: int | None = None
+
+
+def agenda_traffic(dynamodb, table: str, cfg: DemoConfig, rng: random.Random, now: dt.datetime) -> dict[str, int]:
+    """New WAITING agendas; WAITING -> EXECUTING; fresh EXECUTING -> COMPLETE; a few stuck ones."""
+    t = now_ms(now)
+    counts = {"agendas_added": 0, "agendas_started": 0, "agendas_completed": 0, "agendas_stuck": 0}
+    customer = f"cust-{rng.randint(1, 5)}"
+    for _ in range(cfg.new_agendas):
+        dynamodb.put_item(TableName=table, Item=to_item(_agenda(rng, t, "WAITING", "pending", customer)))
+        counts["agendas_added"] += 1
+    for _ in range(cfg.stuck_agendas):
+        stale = t - rng.randint(10, 180) * 60_000
+        dynamodb.put_item(TableName=table, Item=to_item(_agenda(rng, stale, "EXECUTING", None, customer)))
+        counts["agendas_stuck"] += 1
+
+    index = "processingState-updatedTime-index"
+    # Fresh EXECUTING work completes (stuck items are older than two minutes and stay stuck).
+    fresh = dynamodb.query(
+        TableName=table,
+        IndexName=index,
+        Limit=cfg.new_agendas,
+        KeyConditionExpression="processingState = :s AND updatedTime > :t",
+        ExpressionAttributeValues={":s": {"S": "EXECUTING"}, ":t": {"N": str(t - 120_000)}},
+    )["Items"]
+    for item in fresh:
+        if _transition(
+            dynamodb,
+            table,
+            item["id"]["S"],
+            "EXECUTING",
+            "COMPLETE",
+            "succeeded",
+            t,
+            extra="completedTime = :now, attemptsCompleted = if_not_exists(attemptsCompleted, :zero) + :one",
+        ):
+            counts["agendas_completed"] += 1
+    waiting = dynamodb.query(
+        TableName=table,
+        IndexName=index,
+        Limit=cfg.new_agendas,
+        KeyConditionExpression="processingState = :s",
+        ExpressionAttributeValues={":s": {"S": "WAITING"}},
+    )["Items"]
+    for item in waiting:
+        if _transition(dynamodb, table, item["id"]["S"], "WAITING", "EXECUTING", None, t, extra="startedTime = :now"):
+            counts["agendas_started"] += 1
+    return counts
+
+
+def _agenda(rng: random.Random, t: int, state: str, message: str | None, customer: str) -> dict[str, Any]:
+    agenda_id = str(uuid.UUID(int=rng.getrandbits(128)))
+    return {
+        "id": agenda_id,
+        "updatedTime": t,
+        "addedTime": t,
+        "startedTime": t if state == "EXECUTING" else None,
+        "processingState": state,
+        "processingStateMessage": message,
+        "attemptsCompleted": 0,
+        "maximumAttempts": 3,
+        "agendaId": f"agenda-{rng.randint(1, 50)}",
+        "customerId": customer,
+        "cid": customer,
+        "linkId": f"link-{rng.randint(1, 1000)}",
+        "agendaInsight": json.dumps({"resourcePoolId": "pool-1", "insightId": f"insight-{rng.randint(1, 9)}"}),
+        "diagnosticEvents": "[]",
+        "params": "{}",
+    }
+
+
+def _transition(dynamodb, table, item_id, from_state, to_state, message, t, extra="") -> bool:
+    names = {"#s": "processingState", "#m": "processingStateMessage"}
+    values = {":from": {"S": from_state}, ":to": {"S": to_state}, ":now": {"N": str(t)}}
+    if "attemptsCompleted" in extra:
+        values.update({":zero": {"N": "0"}, ":one": {"N": "1"}})
+    sets = ["#s = :to", "updatedTime = :now"] + ([extra] if extra else [])
+    if message:
+        sets.append("#m = :m")
+        values[":m"] = {"S": message}
+    update = "SET " + ", ".join(sets) + ("" if message else " REMOVE #m")
+    try:
+        dynamodb.update_item(
+            TableName=table,
+            Key={"id": {"S": item_id}},
+            UpdateExpression=update,
+            ConditionExpression="#s = :from",
+            ExpressionAttributeNames=names,
+            ExpressionAttributeValues=values,
+        )
+        return True
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return False  # someone else moved it already
+        raise
+
+
+def fleet_traffic(
+    ec2,
+    ssm,
+    dynamodb,
+    sqs,
+    *,
+    jobs_table: str,
+    pools_table: str,
+    termination_queue_url: str,
+    housekeeping_queue_url: str,
+    cfg: DemoConfig,
+    rng: random.Random,
+    now: dt.datetime,
+) -> dict[str, int]:
+    """Pools, instances running jobs, termination messages (some malformed) and housekeeping messages."""
+    counts = {
+        "pools_created": 0,
+        "jobs_started": 0,
+        "jobs_finished": 0,
+        "termination_messages": 0,
+        "malformed_messages": 0,
+        "housekeeping_messages": 0,
+    }
+    for pool in DEMO_POOLS:
+        try:
+            dynamodb.put_item(
+                TableName=pools_table, Item=to_item(pool), ConditionExpression="attribute_not_exists(pool_name)"
+            )
+            counts["pools_created"] += 1
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+
+    running = _demo_instances(ec2)
+    busy = [i for i in running if JOB_TAG in i["tags"]]
+    to_finish = rng.sample(busy, k=min(len(busy), cfg.jobs_finished + max(0, len(running) - cfg.max_instances)))
+    messages = []
+    for inst in to_finish:
+        job_id = inst["tags"][JOB_TAG]
+        status = rng.choices(["success", "failure", "timeout", "interrupted"], weights=[80, 12, 5, 3])[0]
+        started = inst["launch_time"]
+        messages.append(
+            json.dumps(
+                {
+                    "instance_id": inst["id"],
+                    "job_id": job_id,
+                    "status": status,
+                    "exit_code": 0 if status == "success" else rng.choice([1, 2, 137]),
+                    "duration_seconds": max(1, int((now - started).total_seconds())),
+                    "started_at": iso(started),
+                    "completed_at": iso(now),
+                    "error": "" if status == "success" else rng.choice(["OOMKilled", "exit code 1", "step timed out"]),
+                }
+            )
+        )
+    if to_finish:  # ephemeral runners go away when their job ends; their SSM parameter stays behind
+        ec2.terminate_instances(InstanceIds=[i["id"] for i in to_finish])
+    counts["jobs_finished"] = len(to_finish)
+    for _ in range(cfg.malformed_messages):
+        messages.append(rng.choice(MALFORMED_TERMINATION_BODIES))
+        counts["malformed_messages"] += 1
+    for start in range(0, len(messages), 10):
+        sqs.send_message_batch(
+            QueueUrl=termination_queue_url,
+            Entries=[{"Id": str(n), "MessageBody": body} for n, body in enumerate(messages[start : start + 10])],
+        )
+    counts["termination_messages"] = len(messages) - counts["malformed_messages"]
+
+    capacity = max(0, cfg.max_instances - (len(running) - len(to_finish)))
+    for _ in range(min(cfg.jobs_started, capacity)):
+        pool = rng.choice(DEMO_POOLS)
+        job_id = f"job-{rng.getrandbits(40):010x}"
+        tags = [
+            {"Key": MANAGED_TAG, "Value": "true"},
+            {"Key": POOL_TAG, "Value": pool["pool_name"]},
+            {"Key": JOB_TAG, "Value": job_id},
+        ]
+        instance = ec2.run_instances(
+            ImageId=DEMO_AMI,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=pool["instance_type"],
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"][0]
+        instance_id = instance["InstanceId"]
+        dynamodb.put_item(
+            TableName=jobs_table,
+            Item=to_item(
+                {
+                    "job_id": job_id,
+                    "instance_id": instance_id,
+                    "pool": pool["pool_name"],
+                    "status": "running",
+                    "started_at": iso(now),
+                }
+            ),
+        )
+        ssm.put_parameter(
+            Name=f"/runs-fleet/runners/{instance_id}/config",
+            Type="String",
+            Overwrite=True,
+            Value=json.dumps({"job_id": job_id, "pool": pool["pool_name"]}),
+        )
+        counts["jobs_started"] += 1
+
+    for _ in range(cfg.housekeeping_messages):
+        task = rng.choice(["orphaned_instances", "stale_ssm", "old_jobs"])
+        sqs.send_message(
+            QueueUrl=housekeeping_queue_url,
+            MessageBody=json.dumps({"task_type": task, "timestamp": iso(now), "params": {}}),
+        )
+        counts["housekeeping_messages"] += 1
+    return counts
+
+
+def _demo_instances(ec2) -> list[dict[str, Any]]:
+    out = []
+    paginator = ec2.get_paginator("describe_instances")
+    for page in paginator.paginate(
+        Filters=[
+            {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    ):
+        for reservation in page["Reservations"]:
+            for inst in reservation["Instances"]:
+                out.append(
+                    {
+                        "id": inst["InstanceId"],
+                        "launch_time": inst["LaunchTime"],
+                        "tags": {t["Key"]: t["Value"] for t in inst.get("Tags", [])},
+                    }
+                )
+    return out
+
+
+def receiver_traffic(
+    dynamodb, *, receivers_table: str, records_table: str, cfg: DemoConfig, rng: random.Random, now: dt.datetime
+) -> dict[str, int]:
+    """Demo receivers (created once) and new pending records for them."""
+    counts = {"receivers_created": 0, "records_added": 0}
+    for receiver in DEMO_RECEIVERS:
+        try:
+            dynamodb.put_item(
+                TableName=receivers_table, Item=to_item(receiver), ConditionExpression="attribute_not_exists(receiver)"
+            )
+            counts["receivers_created"] += 1
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+    items = []
+    for n in range(cfg.records):
+        receiver = rng.choice(DEMO_RECEIVERS)["receiver"]
+        created = now - dt.timedelta(milliseconds=rng.randint(0, 60_000))
+        items.append(
+            {
+                "record_id": str(uuid.UUID(int=rng.getrandbits(128))),
+                "receiver": receiver,
+                "created_at": iso(created),
+                "payload": json.dumps({"seq": n, "value": rng.randint(0, 10_000)}),
+                "next_action": "BATCH",
+                "pending_receiver": receiver,
+            }
+        )
+    for start in range(0, len(items), 25):
+        request = {records_table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
+        while request:
+            request = dynamodb.batch_write_item(RequestItems=request).get("UnprocessedItems") or None
+    counts["records_added"] = len(items)
+    return counts
+
+
+def run_demo_traffic(
+    *, dynamodb, ec2, ssm, sqs, env: dict[str, str], cfg: DemoConfig, now: dt.datetime | None = None
+) -> dict[str, int]:
+    """One step of all demo traffic. ``env`` maps the contract's variable names to deployed names."""
+    rng = random.Random(cfg.seed)
+    now = now or dt.datetime.now(dt.UTC)
+    counts: dict[str, int] = {}
+    counts.update(agenda_traffic(dynamodb, env["AGENDA_PROGRESS_TABLE"], cfg, rng, now))
+    counts.update(
+        fleet_traffic(
+            ec2,
+            ssm,
+            dynamodb,
+            sqs,
+            jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
+            pools_table=env["RUNS_FLEET_POOLS_TABLE"],
+            termination_queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+            housekeeping_queue_url=env["RUNS_FLEET_HOUSEKEEPING_QUEUE_URL"],
+            cfg=cfg,
+            rng=rng,
+            now=now,
+        )
+    )
+    counts.update(
+        receiver_traffic(
+            dynamodb,
+            receivers_table=env["RECEIVERS_TABLE"],
+            records_table=env["BATCH_RECORDS_TABLE"],
+            cfg=cfg,
+            rng=rng,
+            now=now,
+        )
+    )
+    return counts

@@ -1,0 +1,94 @@
+"""Resources for every deployment, chosen from one dict keyed by ``DAGSTER_DEPLOYMENT``.
+
+``local`` talks to the moto server that ``make dev`` starts (boto3 reads ``AWS_ENDPOINT_URL``
+itself); ``prod`` talks to real AWS with the ambient credentials. Table names, queue URLs and
+buckets come from the environment variables of ``shared/contracts.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from resources.aws import (
+    CloudWatchResource,
+    DynamoDBResource,
+    EC2Resource,
+    KMSResource,
+    S3Resource,
+    SQSResource,
+    SSMResource,
+)
+from resources.errors import clear_aws_errors, explain_aws_error
+from resources.settings import (
+    AgendaSettings,
+    BatchingSettings,
+    FleetSettings,
+    agenda_settings_from_env,
+    batching_settings_from_env,
+    fleet_settings_from_env,
+)
+
+DEPLOYMENTS = ("local", "prod")
+
+
+def deployment_name() -> str:
+    """The current deployment (``DAGSTER_DEPLOYMENT``, default ``local``); anything else is an error."""
+    name = os.environ.get("DAGSTER_DEPLOYMENT", "local")
+    if name not in DEPLOYMENTS:
+        raise ValueError(f"DAGSTER_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
+    return name
+
+
+def _aws_resources(**boto3_config: Any) -> dict[str, Any]:
+    return {
+        "dynamodb": DynamoDBResource(**boto3_config),
+        "sqs": SQSResource(**boto3_config),
+        "ec2": EC2Resource(**boto3_config),
+        "ssm": SSMResource(**boto3_config),
+        "cloudwatch": CloudWatchResource(**boto3_config),
+        "s3": S3Resource(**boto3_config),
+        "kms": KMSResource(**boto3_config),
+    }
+
+
+def _settings() -> dict[str, Any]:
+    return {
+        "fleet": fleet_settings_from_env(),
+        "agenda": agenda_settings_from_env(),
+        "batching": batching_settings_from_env(),
+    }
+
+
+def resources_by_deployment() -> dict[str, dict[str, Any]]:
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return {
+        # Local: the moto server. A few fast retries: a local endpoint either answers or is down.
+        "local": {**_aws_resources(region_name=region, max_attempts=2), **_settings()},
+        # Production: real AWS, standard retry mode with more attempts for throttling.
+        "prod": {**_aws_resources(region_name=region, max_attempts=8), **_settings()},
+    }
+
+
+def resources_for(deployment: str | None = None) -> dict[str, Any]:
+    return resources_by_deployment()[deployment or deployment_name()]
+
+
+__all__ = [
+    "DEPLOYMENTS",
+    "AgendaSettings",
+    "BatchingSettings",
+    "CloudWatchResource",
+    "DynamoDBResource",
+    "EC2Resource",
+    "FleetSettings",
+    "KMSResource",
+    "S3Resource",
+    "SQSResource",
+    "SSMResource",
+    "clear_aws_errors",
+    "deployment_name",
+    "explain_aws_error",
+    "resources_by_deployment",
+    "resources_for",
+]

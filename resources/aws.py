@@ -1,0 +1,75 @@
+"""Small boto3-backed resources, one per AWS service Groundskeeper calls.
+
+Each is a ``ResourceWithBoto3Configuration`` (region, profile, endpoint, retries...) whose
+``get_client()`` returns a plain boto3 client. The capability logic takes those clients as
+arguments and never imports Dagster. SSM and S3 come straight from dagster-aws.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import boto3
+from dagster_aws.s3 import S3Resource
+from dagster_aws.ssm import SSMResource
+from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
+
+__all__ = [
+    "CloudWatchResource",
+    "DynamoDBResource",
+    "EC2Resource",
+    "KMSResource",
+    "S3Resource",
+    "SQSResource",
+    "SSMResource",
+]
+
+
+class _Boto3ClientResource(ResourceWithBoto3Configuration):
+    """Builds one boto3 client for ``service_name`` from the shared boto3 configuration."""
+
+    service_name: ClassVar[str]
+
+    def get_client(self) -> Any:
+        session = boto3.session.Session(profile_name=self.profile_name)
+        return session.client(
+            self.service_name,
+            region_name=self.region_name,
+            endpoint_url=self.endpoint_url,
+            use_ssl=self.use_ssl,
+            verify=self.verify,
+            aws_access_key_id=self.aws_access_key_id,
+            aws_secret_access_key=self.aws_secret_access_key,
+            aws_session_token=self.aws_session_token,
+            config=construct_boto_client_retry_config(self.max_attempts),
+        )
+
+
+class DynamoDBResource(_Boto3ClientResource):
+    """A DynamoDB client (tables of seeds 000, 002 and 004)."""
+
+    service_name: ClassVar[str] = "dynamodb"
+
+
+class SQSResource(_Boto3ClientResource):
+    """An SQS client (termination and housekeeping queues and their dead-letter queues)."""
+
+    service_name: ClassVar[str] = "sqs"
+
+
+class EC2Resource(_Boto3ClientResource):
+    """An EC2 client (fleet instances)."""
+
+    service_name: ClassVar[str] = "ec2"
+
+
+class CloudWatchResource(_Boto3ClientResource):
+    """A CloudWatch client (``PutMetricData``)."""
+
+    service_name: ClassVar[str] = "cloudwatch"
+
+
+class KMSResource(_Boto3ClientResource):
+    """A KMS client (decrypting ``IDM_ENCRYPTED_PASS``)."""
+
+    service_name: ClassVar[str] = "kms"

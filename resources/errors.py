@@ -1,0 +1,69 @@
+"""Turn AWS connection and configuration failures into one clear line.
+
+An operator who forgot ``make dev`` or an environment variable should read
+"cannot reach the AWS endpoint http://127.0.0.1:5000 (sqs)", not a botocore stack trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+import dagster as dg
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+)
+
+
+def explain_aws_error(exc: BaseException) -> str | None:
+    """A one-line explanation for environment-level AWS failures, or None for anything else."""
+    if isinstance(exc, EndpointConnectionError):
+        return (
+            f"cannot reach the AWS endpoint {exc.kwargs.get('endpoint_url')}: is the local AWS "
+            "running (`make dev`), or is AWS_ENDPOINT_URL / the network wrong?"
+        )
+    if isinstance(exc, NoCredentialsError):
+        return "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    if isinstance(exc, NoRegionError):
+        return "no AWS region configured: set AWS_REGION"
+    if isinstance(exc, ParamValidationError):
+        return f"invalid AWS request parameters: {exc}"
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {})
+        code = error.get("Code", "")
+        if code in {
+            "ResourceNotFoundException",
+            "AWS.SimpleQueueService.NonExistentQueue",
+            "NoSuchBucket",
+            "QueueDoesNotExist",
+        }:
+            return (
+                f"{exc.operation_name}: {code}: {error.get('Message', '')} (check the table, queue "
+                "and bucket environment variables, and that infra/template.yaml is deployed)"
+            )
+        if code in {
+            "AccessDenied",
+            "AccessDeniedException",
+            "UnrecognizedClientException",
+            "InvalidClientTokenId",
+            "ExpiredToken",
+            "ExpiredTokenException",
+        }:
+            return f"{exc.operation_name}: {code}: {error.get('Message', '')} (check credentials and the IAM policy)"
+    return None
+
+
+@contextlib.contextmanager
+def clear_aws_errors() -> Iterator[None]:
+    """Inside an op or sensor: re-raise environment-level AWS failures as a one-line ``dg.Failure``."""
+    try:
+        yield
+    except Exception as exc:
+        message = explain_aws_error(exc)
+        if message is None:
+            raise
+        raise dg.Failure(description=message, allow_retries=False) from None

@@ -1,0 +1,67 @@
+"""Names of the deployed tables, queues and buckets, read from the contract's environment variables.
+
+Each capability gets one small settings resource, so that a job needs only the variables it uses.
+Values come through ``dg.EnvVar``: a missing variable fails the run with one line that names it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import dagster as dg
+
+
+class FleetSettings(dg.ConfigurableResource):
+    """Seed 002: the runs-fleet queues, tables, archive bucket and metric namespace."""
+
+    jobs_table: str
+    pools_table: str
+    termination_queue_url: str
+    termination_dlq_url: str
+    housekeeping_queue_url: str
+    housekeeping_dlq_url: str
+    archive_bucket: str
+    metrics_namespace: str = "RunsFleet"
+
+
+class AgendaSettings(dg.ConfigurableResource):
+    """Seed 000: the AgendaProgress and ReadyAgenda tables."""
+
+    progress_table: str
+    ready_table: str
+
+
+class BatchingSettings(dg.ConfigurableResource):
+    """Seed 004: receivers, records and the outbox bucket."""
+
+    receivers_table: str
+    records_table: str
+    outbox_bucket: str
+
+
+def fleet_settings_from_env() -> FleetSettings:
+    return FleetSettings(
+        jobs_table=dg.EnvVar("RUNS_FLEET_JOBS_TABLE"),
+        pools_table=dg.EnvVar("RUNS_FLEET_POOLS_TABLE"),
+        termination_queue_url=dg.EnvVar("RUNS_FLEET_TERMINATION_QUEUE_URL"),
+        termination_dlq_url=dg.EnvVar("RUNS_FLEET_TERMINATION_DLQ_URL"),
+        housekeeping_queue_url=dg.EnvVar("RUNS_FLEET_HOUSEKEEPING_QUEUE_URL"),
+        housekeeping_dlq_url=dg.EnvVar("RUNS_FLEET_HOUSEKEEPING_DLQ_URL"),
+        archive_bucket=dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET"),
+        metrics_namespace=os.environ.get("RUNS_FLEET_METRICS_NAMESPACE") or "RunsFleet",
+    )
+
+
+def agenda_settings_from_env() -> AgendaSettings:
+    return AgendaSettings(
+        progress_table=dg.EnvVar("AGENDA_PROGRESS_TABLE"),
+        ready_table=dg.EnvVar("AGENDA_READY_TABLE"),
+    )
+
+
+def batching_settings_from_env() -> BatchingSettings:
+    return BatchingSettings(
+        receivers_table=dg.EnvVar("RECEIVERS_TABLE"),
+        records_table=dg.EnvVar("BATCH_RECORDS_TABLE"),
+        outbox_bucket=dg.EnvVar("BATCH_OUTBOX_BUCKET"),
+    )

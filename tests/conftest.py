@@ -1,0 +1,121 @@
+"""Test harness: one moto server per test process (xdist worker), reset and redeployed per test.
+
+- ``moto_endpoint`` (session): a real moto server over HTTP on 127.0.0.1 and a free port, so that
+  runs executing in subprocesses (``dagster job execute``, the multiprocess executor) reach it too.
+- ``aws`` (function): resets moto (``POST /moto-api/reset``), deploys ``infra/template.yaml`` and
+  exports the contract's environment variables; ``aws.client("sqs")`` builds clients.
+- A guard fails any AWS call whose endpoint is not on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+import boto3
+import botocore.client
+import pytest
+
+from infra.deploy import deploy, wait_for_endpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# Never let a test find real credentials or a real default endpoint.
+for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_DEFAULT_PROFILE"):
+    os.environ.pop(_name, None)
+os.environ.update(
+    {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_REGION": "us-east-1",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "DAGSTER_DEPLOYMENT": "local",
+        # Until a test asks for `aws`, calls go to a closed loopback port and fail fast.
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+    }
+)
+
+
+class NonLocalAWSEndpoint(AssertionError):
+    """A test tried to call AWS somewhere other than 127.0.0.1."""
+
+
+_original_make_api_call = botocore.client.BaseClient._make_api_call
+
+
+def _guarded_make_api_call(self, operation_name, api_params):
+    host = urlparse(self.meta.endpoint_url).hostname
+    if host != "127.0.0.1":
+        raise NonLocalAWSEndpoint(
+            f"{self.meta.service_model.service_name}.{operation_name} would call {self.meta.endpoint_url}: "
+            "tests may only call the moto server on 127.0.0.1"
+        )
+    return _original_make_api_call(self, operation_name, api_params)
+
+
+botocore.client.BaseClient._make_api_call = _guarded_make_api_call
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint(tmp_path_factory):
+    port = _free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=60)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@dataclass
+class LocalAWS:
+    endpoint: str
+    env: dict[str, str]
+    _clients: dict = field(default_factory=dict)
+
+    def client(self, service: str):
+        if service not in self._clients:
+            self._clients[service] = boto3.client(service, endpoint_url=self.endpoint, region_name="us-east-1")
+        return self._clients[service]
+
+    def subprocess_env(self) -> dict[str, str]:
+        """The environment for a CLI subprocess (``dagster job execute``...) that must reach moto."""
+        return {**os.environ, **self.env}
+
+
+def reset_moto(endpoint: str) -> None:
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).read()
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch) -> LocalAWS:
+    reset_moto(moto_endpoint)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
+    stack_env = deploy(boto3.client("cloudformation", endpoint_url=moto_endpoint, region_name="us-east-1"))
+    env = {"AWS_ENDPOINT_URL": moto_endpoint, **stack_env}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return LocalAWS(endpoint=moto_endpoint, env=env)

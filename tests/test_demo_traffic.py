@@ -1,0 +1,118 @@
+"""Demo traffic: the pure step, the job in process, and the job through the dagster CLI."""
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import dagster as dg
+
+from pipelines.definitions import ROOT_DIR, build_definitions
+from pipelines.demo.traffic import DEMO_POOLS, DEMO_RECEIVERS, DemoConfig, run_demo_traffic
+
+
+def _clients(aws):
+    return {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
+
+
+def _count(aws, table_env):
+    return aws.client("dynamodb").scan(TableName=aws.env[table_env], Select="COUNT")["Count"]
+
+
+def _queue_depth(aws, queue_env):
+    attrs = aws.client("sqs").get_queue_attributes(
+        QueueUrl=aws.env[queue_env], AttributeNames=["ApproximateNumberOfMessages"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"])
+
+
+def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
+    now = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
+    cfg = DemoConfig(
+        new_agendas=6, stuck_agendas=2, jobs_started=5, jobs_finished=3, malformed_messages=2, records=30, seed=1
+    )
+    first = run_demo_traffic(env=aws.env, cfg=cfg, now=now, **_clients(aws))
+    assert first["agendas_added"] == 6 and first["agendas_stuck"] == 2
+    assert first["agendas_started"] == 6  # every WAITING agenda was picked up
+    assert first["jobs_started"] == 5 and first["records_added"] == 30
+    assert first["pools_created"] == len(DEMO_POOLS) and first["receivers_created"] == len(DEMO_RECEIVERS)
+
+    cfg = DemoConfig(**{**cfg.__dict__, "seed": 2})  # a new seed: new ids
+    second = run_demo_traffic(env=aws.env, cfg=cfg, now=now + dt.timedelta(seconds=30), **_clients(aws))
+    assert second["pools_created"] == 0 and second["receivers_created"] == 0  # idempotent set-up
+    assert second["agendas_completed"] >= 6  # the ones started in step one completed
+    assert second["jobs_finished"] == 3
+
+    ddb = aws.client("dynamodb")
+    items = ddb.scan(TableName=aws.env["AGENDA_PROGRESS_TABLE"])["Items"]
+    states = {}
+    for item in items:
+        states[item["processingState"]["S"]] = states.get(item["processingState"]["S"], 0) + 1
+    assert states.get("COMPLETE", 0) >= 6 and states.get("EXECUTING", 0) >= 4  # 4 stuck + newly started
+    stuck = [
+        i
+        for i in items
+        if i["processingState"]["S"] == "EXECUTING"
+        and int(i["updatedTime"]["N"]) < int(now.timestamp() * 1000) - 5 * 60_000
+    ]
+    assert len(stuck) == 4
+
+    assert _count(aws, "RUNS_FLEET_JOBS_TABLE") == 10
+    assert _count(aws, "BATCH_RECORDS_TABLE") == 60
+    # 3 finished jobs plus 2 + 2 malformed messages wait on the termination queue.
+    assert _queue_depth(aws, "RUNS_FLEET_TERMINATION_QUEUE_URL") == 7
+    bodies = []
+    sqs = aws.client("sqs")
+    while True:
+        got = sqs.receive_message(
+            QueueUrl=aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"], MaxNumberOfMessages=10, VisibilityTimeout=60
+        ).get("Messages", [])
+        if not got:
+            break
+        bodies += [m["Body"] for m in got]
+    valid = []
+    for body in bodies:
+        try:
+            parsed = json.loads(body)
+        except ValueError:
+            continue
+        if (
+            isinstance(parsed, dict)
+            and parsed.get("status") in {"success", "failure", "timeout", "interrupted"}
+            and str(parsed.get("instance_id", "")).startswith("i-")
+            and "/" not in parsed["instance_id"]
+        ):
+            valid.append(parsed)
+    assert len(valid) == 3
+    params = aws.client("ssm").get_parameters_by_path(Path="/runs-fleet/runners/", Recursive=True)["Parameters"]
+    assert len(params) == 10
+
+
+def test_demo_traffic_job_in_process(aws):
+    defs = build_definitions("local")
+    result = defs.resolve_job_def("demo_traffic").execute_in_process(
+        run_config={"ops": {"demo_traffic_step": {"config": {"seed": 3, "records": 12}}}},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    counts = result.output_for_node("demo_traffic_step")
+    assert counts["records_added"] == 12
+    mat = result.get_step_success_events()[0]
+    assert mat is not None
+    assert _count(aws, "BATCH_RECORDS_TABLE") == 12
+
+
+def test_demo_traffic_job_through_the_dagster_cli(aws):
+    before = _count(aws, "AGENDA_PROGRESS_TABLE")
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions", "-j", "demo_traffic"],
+        cwd=ROOT_DIR,
+        env=aws.subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "RUN_SUCCESS" in result.stdout + result.stderr
+    assert _count(aws, "AGENDA_PROGRESS_TABLE") == before + 11  # 10 new + 1 stuck by default
+    assert _count(aws, "BATCH_RECORDS_TABLE") == 40

@@ -1,0 +1,65 @@
+"""Bad environment: one clear line that names the problem, not a botocore stack trace."""
+
+import dagster as dg
+import pytest
+from botocore.exceptions import ClientError
+
+from pipelines.definitions import build_definitions
+from resources import clear_aws_errors, explain_aws_error
+
+
+def _run_demo(instance):
+    return (
+        build_definitions("local")
+        .resolve_job_def("demo_traffic")
+        .execute_in_process(instance=instance, raise_on_error=False)
+    )
+
+
+def test_missing_environment_variable_names_it(aws, monkeypatch):
+    monkeypatch.delenv("BATCH_RECORDS_TABLE")
+    with pytest.raises(Exception) as info:
+        _run_demo(dg.DagsterInstance.ephemeral())
+    assert "BATCH_RECORDS_TABLE" in str(info.value)
+
+
+def test_unreachable_endpoint_is_one_clear_line(monkeypatch):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    for name, value in {
+        "AGENDA_PROGRESS_TABLE": "t",
+        "AGENDA_READY_TABLE": "t",
+        "RUNS_FLEET_JOBS_TABLE": "t",
+        "RUNS_FLEET_POOLS_TABLE": "t",
+        "RUNS_FLEET_TERMINATION_QUEUE_URL": "q",
+        "RUNS_FLEET_TERMINATION_DLQ_URL": "q",
+        "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL": "q",
+        "RUNS_FLEET_HOUSEKEEPING_DLQ_URL": "q",
+        "RUNS_FLEET_ARCHIVE_BUCKET": "b",
+        "RECEIVERS_TABLE": "t",
+        "BATCH_RECORDS_TABLE": "t",
+        "BATCH_OUTBOX_BUCKET": "b",
+    }.items():
+        monkeypatch.setenv(name, value)
+    result = _run_demo(dg.DagsterInstance.ephemeral())
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    error = failure.step_failure_data.error
+    assert error.message.strip().splitlines() == [error.message.strip().splitlines()[0]]
+    assert "cannot reach the AWS endpoint http://127.0.0.1:9" in error.message
+    assert "EndpointConnectionError" not in error.message
+
+
+def test_missing_table_is_explained():
+    exc = ClientError(
+        {"Error": {"Code": "ResourceNotFoundException", "Message": "Requested resource not found"}}, "PutItem"
+    )
+    assert "check the table, queue and bucket environment variables" in explain_aws_error(exc)
+    with pytest.raises(dg.Failure, match="PutItem: ResourceNotFoundException"):
+        with clear_aws_errors():
+            raise exc
+
+
+def test_other_errors_pass_through_untouched():
+    with pytest.raises(KeyError):
+        with clear_aws_errors():
+            raise KeyError("x")

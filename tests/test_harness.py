@@ -1,0 +1,29 @@
+"""The harness itself: the loopback guard and the per-test reset."""
+
+import boto3
+import pytest
+
+from tests.conftest import NonLocalAWSEndpoint
+
+
+def test_guard_refuses_a_non_loopback_endpoint():
+    client = boto3.client("sqs", endpoint_url="https://sqs.us-east-1.amazonaws.com", region_name="us-east-1")
+    with pytest.raises(NonLocalAWSEndpoint, match="127.0.0.1"):
+        client.list_queues()
+
+
+def test_guard_refuses_the_default_aws_endpoint(monkeypatch):
+    monkeypatch.delenv("AWS_ENDPOINT_URL")
+    with pytest.raises(NonLocalAWSEndpoint):
+        boto3.client("dynamodb", region_name="us-east-1").list_tables()
+
+
+def test_each_test_starts_from_the_template_alone(aws):
+    ddb = aws.client("dynamodb")
+    ddb.put_item(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"], Item={"pool_name": {"S": "leftover"}})
+    from infra.deploy import deploy
+    from tests.conftest import reset_moto
+
+    reset_moto(aws.endpoint)
+    deploy(aws.client("cloudformation"))
+    assert ddb.scan(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"])["Count"] == 0

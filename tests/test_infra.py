@@ -1,0 +1,86 @@
+"""infra/template.yaml: it lints, and deploying it into moto creates every contract resource."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from infra.deploy import OUTPUT_ENV, TEMPLATE_PATH, DeployError, deploy
+
+CONTRACTS = Path(__file__).resolve().parents[2] / "shared" / "contracts.md"
+
+# What shared/contracts.md fixes: table -> (hash key, {GSI name: (hash, range or None)}).
+TABLES = {
+    "AGENDA_PROGRESS_TABLE": ("id", {"processingState-updatedTime-index": ("processingState", "updatedTime")}),
+    "AGENDA_READY_TABLE": ("id", {}),
+    "RUNS_FLEET_JOBS_TABLE": (
+        "job_id",
+        {"completed_at-index": ("status", "completed_at"), "instance_id-index": ("instance_id", None)},
+    ),
+    "RUNS_FLEET_POOLS_TABLE": ("pool_name", {}),
+    "RECEIVERS_TABLE": ("receiver", {}),
+    "BATCH_RECORDS_TABLE": ("record_id", {"pending-index": ("pending_receiver", "created_at")}),
+}
+QUEUES = {
+    "RUNS_FLEET_TERMINATION_QUEUE_URL": "RUNS_FLEET_TERMINATION_DLQ_URL",
+    "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL": "RUNS_FLEET_HOUSEKEEPING_DLQ_URL",
+}
+BUCKETS = ["RUNS_FLEET_ARCHIVE_BUCKET", "BATCH_OUTBOX_BUCKET"]
+
+
+def test_template_passes_cfn_lint():
+    from cfnlint.api import ManualArgs, lint_file
+
+    matches = lint_file(TEMPLATE_PATH, config=ManualArgs(regions=["us-east-1"]))
+    assert not matches, "\n".join(str(m) for m in matches)
+
+
+def test_every_provisioned_variable_of_the_contract_is_an_output():
+    assert CONTRACTS.exists(), f"{CONTRACTS} (shared/ beside the checkout) is missing"
+    text = CONTRACTS.read_text()
+    provisioned = set()
+    for line in text.splitlines():
+        if line.startswith("|") and "| provisioned |" in line:
+            provisioned.update(re.findall(r"`([A-Z_]+)`", line.split("|")[1]))
+    assert provisioned, "no provisioned variables found in the contract"
+    assert provisioned <= set(OUTPUT_ENV.values()), provisioned - set(OUTPUT_ENV.values())
+
+
+def test_deploy_creates_every_table_index_queue_dlq_and_bucket(aws):
+    ddb, sqs, s3 = aws.client("dynamodb"), aws.client("sqs"), aws.client("s3")
+    for env_name, (hash_key, indexes) in TABLES.items():
+        table = ddb.describe_table(TableName=aws.env[env_name])["Table"]
+        assert table["KeySchema"] == [{"AttributeName": hash_key, "KeyType": "HASH"}], env_name
+        found = {
+            g["IndexName"]: {k["KeyType"]: k["AttributeName"] for k in g["KeySchema"]}
+            for g in table.get("GlobalSecondaryIndexes", [])
+        }
+        for name, (idx_hash, idx_range) in indexes.items():
+            assert name in found, f"{env_name} lacks GSI {name}"
+            assert found[name].get("HASH") == idx_hash
+            assert found[name].get("RANGE") == idx_range
+    for queue_env, dlq_env in QUEUES.items():
+        attrs = sqs.get_queue_attributes(QueueUrl=aws.env[queue_env], AttributeNames=["All"])["Attributes"]
+        dlq_arn = sqs.get_queue_attributes(QueueUrl=aws.env[dlq_env], AttributeNames=["QueueArn"])["Attributes"][
+            "QueueArn"
+        ]
+        redrive = json.loads(attrs["RedrivePolicy"])
+        assert redrive["deadLetterTargetArn"] == dlq_arn
+        assert int(redrive["maxReceiveCount"]) == 3
+    for bucket_env in BUCKETS:
+        s3.head_bucket(Bucket=aws.env[bucket_env])
+    policies = aws.client("iam").list_policies(Scope="Local")["Policies"]
+    assert any(p["PolicyName"] == "groundskeeper-dev" for p in policies)
+
+
+def test_deploy_is_repeatable(aws):
+    again = deploy(aws.client("cloudformation"))
+    assert again == {k: v for k, v in aws.env.items() if k in OUTPUT_ENV.values()}
+
+
+def test_a_failing_template_reports_cloudformations_reason(aws):
+    broken = "Resources:\n  Bad:\n    Type: AWS::Nope::Thing\n"
+    with pytest.raises(DeployError) as info:
+        deploy(aws.client("cloudformation"), stack_name="broken", template_body=broken)
+    assert "broken" in str(info.value)
