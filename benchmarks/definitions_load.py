@@ -35,8 +35,10 @@ def main() -> int:
     rows = [
         ("baseline: python -c 'import dagster'", [py, "-c", "import dagster"]),
         ("import pipelines.definitions", [py, "-c", "import pipelines.definitions"]),
-        ("dagster definitions validate -w workspace.yaml",
-         [py, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"]),
+        (
+            "dagster definitions validate -w workspace.yaml",
+            [py, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],
+        ),
     ]
     print(f"{'what':50s} {'median s':>9s} {'min s':>7s} {'max s':>7s}  (n={args.repeat})")
     results = {}
