@@ -260,3 +260,22 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     assert "5 attempts over 40m" in document  # 60 + 180 + 540 + 1620 s = 2400 s
     assert "**invalid policy**" in document and "maxAttempts" in document
     assert metadata["policies"].value == 10
+
+
+def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
+    from pipelines.definitions import build_definitions
+
+    local = build_definitions("local")
+    sensor = local.resolve_sensor_def("delayed_run_retries")
+    assert {"demo_traffic", "retry_demo"} <= {target.job_name for target in sensor.targets}
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    local.resolve_assets_def("retry_policies")
+    assert "retry_demo" not in {job.name for job in build_definitions("prod").resolve_all_job_defs()}
+
+    # the demo job fails with a transient error until its third attempt, read from the run tag
+    demo = local.resolve_job_def("retry_demo")
+    first = demo.execute_in_process(instance=instance, raise_on_error=False)
+    assert not first.success
+    assert "throttled" in first.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    third = demo.execute_in_process(instance=instance, tags={ATTEMPT_TAG: "3"})
+    assert third.output_for_node("throttled_until_attempt") == 3

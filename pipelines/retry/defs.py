@@ -220,7 +220,42 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     return retry_policies
 
 
+# -- local demo: a job that fails with a transient error until its Nth attempt ----------------------
+
+DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}'
+
+
+class RetryDemoConfig(dg.Config):
+    succeed_on_attempt: int = 3  # attempts 1 and 2 are throttled, attempt 3 succeeds
+
+
+@dg.op(description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.")
+def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoConfig) -> int:
+    from botocore.exceptions import ClientError
+
+    from pipelines.retry.ops import aws_retries
+    from pipelines.retry.policy import none
+
+    attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
+    with aws_retries(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
+        if attempt < config.succeed_on_attempt:
+            error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
+            raise ClientError(error, "Query")
+    context.log.info(f"attempt {attempt} succeeded")
+    return attempt
+
+
+@dg.job(
+    description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
+    tags={POLICY_TAG: DEMO_POLICY, "groundskeeper/capability": "retry"},
+)
+def retry_demo():
+    throttled_until_attempt()
+
+
 def build_defs(deployment: str, jobs: Sequence = ()) -> dg.Definitions:
     """The retry capability. ``jobs`` are the code location's jobs: the sensor may re-launch them."""
-    sensors = [build_delayed_run_retries(jobs)] if jobs else []
-    return dg.Definitions(assets=[build_retry_policies_asset(jobs)], sensors=sensors)
+    own_jobs = [retry_demo] if deployment == "local" else []
+    targets = [*jobs, *own_jobs]
+    sensors = [build_delayed_run_retries(targets)] if targets else []
+    return dg.Definitions(assets=[build_retry_policies_asset(targets)], sensors=sensors, jobs=own_jobs)
