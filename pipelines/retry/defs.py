@@ -227,6 +227,7 @@ DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAtte
 
 class RetryDemoConfig(dg.Config):
     succeed_on_attempt: int = 3  # attempts 1 and 2 are throttled, attempt 3 succeeds
+    seconds: float = 0.0  # work this long first (time to try terminating it from the UI)
 
 
 @dg.op(description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.")
@@ -237,6 +238,7 @@ def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoCon
     from pipelines.retry.policy import none
 
     attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
+    time.sleep(max(0.0, config.seconds))
     with aws_retries(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
         if attempt < config.succeed_on_attempt:
             error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
