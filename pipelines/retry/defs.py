@@ -3,6 +3,11 @@
 Dagster's run retries re-launch a failed run at once, with no delay or backoff
 (dagster-io/dagster#13427). ``delayed_run_retries`` re-launches a failed run of any job tagged
 ``groundskeeper/retry_policy=<preset name | none | JSON policy>`` after the policy's delay.
+
+It reads the same run-failure events as ``dg.run_failure_sensor`` (``fetch_run_status_changes``)
+but is a plain ``dg.sensor``: a run-failure sensor is called once per failure, at the failure,
+with a cursor Dagster owns, so it cannot keep a retry waiting for its delay. This one keeps the
+waiting retries in its own cursor and launches each when it is due.
 """
 
 import json
@@ -12,9 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
+from botocore.exceptions import ClientError
 
 from pipelines.retry.config import policy_from_text
-from pipelines.retry.policy import STOP, RetryPolicyError
+from pipelines.retry.ops import aws_retries
+from pipelines.retry.policy import STOP, RetryPolicyError, none
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
 
@@ -232,11 +239,6 @@ class RetryDemoConfig(dg.Config):
 
 @dg.op(description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.")
 def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoConfig) -> int:
-    from botocore.exceptions import ClientError
-
-    from pipelines.retry.ops import aws_retries
-    from pipelines.retry.policy import none
-
     attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
     time.sleep(max(0.0, config.seconds))
     with aws_retries(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
