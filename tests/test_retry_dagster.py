@@ -279,3 +279,34 @@ def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(inst
     assert "throttled" in first.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     third = demo.execute_in_process(instance=instance, tags={ATTEMPT_TAG: "3"})
     assert third.output_for_node("throttled_until_attempt") == 3
+
+
+def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never_relaunched_again(instance, tmp_path):
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    tags = {
+        POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3}),
+        "team": "payments",
+        "dagster/priority": "5",
+        "dagster/asset_partition_range_start": "2026-01-01",
+        "dagster/asset_partition_range_end": "2026-01-07",
+        "dagster/backfill": "abc",
+    }
+    first = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=9), tags=tags, instance=instance, raise_on_error=False
+    )
+    data, _ = _tick(sensor, instance, defs, None)
+    (request,) = data.run_requests
+    assert request.tags["team"] == "payments" and request.tags["dagster/priority"] == "5"
+    assert request.tags["dagster/asset_partition_range_end"] == "2026-01-07"
+    assert "dagster/backfill" not in request.tags
+    flaky_job.execute_in_process(
+        run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+    )
+    # the sensor's cursor is lost (reset by an operator): the first failure is seen again, but
+    # its retry exists, so only the retry's own failure is re-launched
+    data, _ = _tick(sensor, instance, defs, None)
+    assert [r.run_key for r in data.run_requests] == [
+        r.run_id for r in instance.get_runs(dg.RunsFilter(tags={RETRY_OF_TAG: first.run_id}))
+    ]
+    assert data.run_requests[0].tags[ATTEMPT_TAG] == "3"

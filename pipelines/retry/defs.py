@@ -33,7 +33,23 @@ ROOT_TAG = "groundskeeper/retry_root"  # the original run of the chain
 SENSOR_NAME = "delayed_run_retries"
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no cursor yet, failures of the last hour are considered
-_DROPPED_TAG_PREFIXES = ("dagster/", ".dagster/")
+# Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
+# and are dropped, except these settings, which the re-launch keeps. The partition goes through
+# RunRequest.partition_key.
+_KEPT_SYSTEM_TAGS = frozenset(
+    {
+        "dagster/priority",
+        "dagster/max_runtime",
+        "dagster/isolation",
+        "dagster/concurrency_key",
+        "dagster/max_retries",
+        "dagster/retry_strategy",
+        "dagster/retry_on_asset_or_op_failure",
+        "dagster/asset_partition_range_start",
+        "dagster/asset_partition_range_end",
+    }
+)
+_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/")
 
 
 def now() -> float:
@@ -80,14 +96,15 @@ def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | N
     canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
     if canceling.records:
         return "an operator terminated it"
-    children = instance.get_run_records(dg.RunsFilter(tags={"dagster/parent_run_id": run_id}), limit=1)
-    if children:
-        return f"it was already re-executed as run {children[0].dagster_run.run_id}"
+    for tag, how in (("dagster/parent_run_id", "re-executed"), (RETRY_OF_TAG, "retried")):
+        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
+        if children:
+            return f"it was already {how} as run {children[0].dagster_run.run_id}"
     return None
 
 
 def _run_request(run: dg.DagsterRun, attempt: int) -> dg.RunRequest:
-    tags = {k: v for k, v in run.tags.items() if not k.startswith(_DROPPED_TAG_PREFIXES)}
+    tags = {k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)}
     tags.update(
         {
             ATTEMPT_TAG: str(attempt),
@@ -154,7 +171,12 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 continue
             del pending[run_id]
             run = instance.get_run_by_id(run_id)
-            reason = "it was deleted" if run is None else _terminated_or_retried(instance, run_id)
+            if run is None:
+                reason = "it was deleted"
+            elif run.job_name not in job_names:
+                reason = f"job {run.job_name} is no longer in this code location"
+            else:
+                reason = _terminated_or_retried(instance, run_id)
             if reason:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue
