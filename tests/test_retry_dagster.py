@@ -310,3 +310,16 @@ def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never
         r.run_id for r in instance.get_runs(dg.RunsFilter(tags={RETRY_OF_TAG: first.run_id}))
     ]
     assert data.run_requests[0].tags[ATTEMPT_TAG] == "3"
+
+
+def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(instance, tmp_path):
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    tags = {POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 2})}
+    first = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=9), tags=tags, instance=instance, raise_on_error=False
+    )
+    for cursor in ("not json", '{"after": "x"}', '{"pending": {"r": {"due": "soon"}}}', "[]"):
+        data, new_cursor = _tick(sensor, instance, defs, cursor)
+        assert [r.run_key for r in data.run_requests] == [first.run_id]
+        assert json.loads(new_cursor)["pending"] == {}

@@ -64,11 +64,22 @@ class PendingRetry:
     attempt: int  # the attempt number of the run to launch
 
 
-def _cursor_state(cursor: str | None) -> tuple[int | None, dict[str, dict]]:
-    if not cursor:
+def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict[str, dict]]:
+    """(last run-failure event storage id read, retries waiting) from the cursor; a cursor that an
+    operator set to something else starts over (the last hour's failures; run keys still hold)."""
+    if not context.cursor:
         return None, {}
-    state = json.loads(cursor)
-    return state.get("after"), state.get("pending", {})
+    try:
+        state = json.loads(context.cursor)
+        after, pending = state.get("after"), state.get("pending", {})
+        if (after is None or isinstance(after, int)) and isinstance(pending, dict):
+            for item in pending.values():
+                float(item["due"]), int(item["attempt"]), str(item["job"])
+            return after, pending
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    context.log.warning(f"ignoring an unreadable cursor {context.cursor[:200]!r}: starting over")
+    return None, {}
 
 
 def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> PendingRetry | None:
@@ -138,7 +149,7 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
     )
     def delayed_run_retries(context: dg.SensorEvaluationContext):
         instance = context.instance
-        after, pending = _cursor_state(context.cursor)
+        after, pending = _cursor_state(context)
         clock = now()
         records_filter = dg.RunStatusChangeRecordsFilter(
             event_type=dg.DagsterEventType.RUN_FAILURE,
