@@ -164,10 +164,14 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 rec.dagster_run.run_id: rec.dagster_run for rec in instance.get_run_records(dg.RunsFilter(run_ids=ids))
             }
             after = failures.records[-1].storage_id
+        here = context.code_location_origin.location_name if context.code_location_origin else None
         for record in failures.records:
             run = runs.get(record.run_id)
             if run is None or run.run_id in pending:
                 continue
+            origin = run.remote_job_origin
+            if here and origin and origin.repository_origin.code_location_origin.location_name != here:
+                continue  # another code location's run (as dg.run_failure_sensor, which also skips them)
             plan = _plan(context, run, record.timestamp)
             if plan is None:
                 continue
