@@ -186,18 +186,21 @@ def library(events: int) -> list[tuple[str, float, str]]:
             ("event", HistoryEvent(EventKind.COMPLETED, a2, f"{a2}-p2")),  # duplicate
         ]
 
+    def apply(job: Job, op: tuple) -> None:
+        if op[0] == "event":
+            job.record(op[1])
+        elif op[0] == "auto":
+            job.retry_automatic(op[1], at=op[2], attempt_id=op[3])
+        else:
+            job.dispatch(now=op[1])
+
     jobs = max(1, events // 11)
     lives = [life(j) for j in range(jobs)]
     start = time.perf_counter()
     for j, ops in enumerate(lives):
         job = Job.scheduled(f"j{j}", attempt_id=f"j{j}-a1")
         for op in ops:
-            if op[0] == "event":
-                job.record(op[1])
-            elif op[0] == "auto":
-                job.retry_automatic(op[1], at=op[2], attempt_id=op[3])
-            else:
-                job.dispatch(now=op[1])
+            apply(job, op)
             _ = job.status
         assert job.status == "completed"
     ops_count = sum(len(x) for x in lives)
@@ -211,12 +214,7 @@ def library(events: int) -> list[tuple[str, float, str]]:
             log.append(op)
             job = Job.scheduled(f"j{j}", attempt_id=f"j{j}-a1")
             for old in log:
-                if old[0] == "event":
-                    job.record(old[1])
-                elif old[0] == "auto":
-                    job.retry_automatic(old[1], at=old[2], attempt_id=old[3])
-                else:
-                    job.dispatch(now=old[1])
+                apply(job, old)
             _ = job.status
     rows.append(("baseline: replay the job's log per operation", ops_count / (time.perf_counter() - start), "ops/s"))
     return rows
