@@ -304,9 +304,7 @@ class ReceiverBatcher:
             return False
         return True
 
-    def _upload_and_finalize(self, receiver: str, batch: str, key: str, records: list[_Record]) -> FileWritten:
-        lines = [store.record_line(r.item, batch) for r in records]
-        store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
+    def _finalize(self, batch: str, records: list[_Record]) -> None:
         store.finalize_records(
             self.dynamodb,
             records_table=self.settings.records_table,
@@ -314,6 +312,11 @@ class ReceiverBatcher:
             batch=batch,
             batched_at=iso(dt.datetime.now(dt.UTC)),
         )
+
+    def _upload_and_finalize(self, receiver: str, batch: str, key: str, records: list[_Record]) -> FileWritten:
+        lines = [store.record_line(r.item, batch) for r in records]
+        store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
+        self._finalize(batch, records)
         invalid = sum(1 for line in lines if '"payload_invalid_json":true' in line)
         return FileWritten(key=key, records=len(records), invalid_payloads=invalid)
 
@@ -329,13 +332,7 @@ class ReceiverBatcher:
         if not self._still_enabled(cfg, report):
             return False
         if in_s3:  # the upload happened; only the final updates were missing
-            store.finalize_records(
-                self.dynamodb,
-                records_table=self.settings.records_table,
-                record_ids=[r.record_id for r in records],
-                batch=batch,
-                batched_at=iso(dt.datetime.now(dt.UTC)),
-            )
+            self._finalize(batch, records)
         else:
             self._upload_and_finalize(cfg.receiver, batch, key, records)
             self._note_file(moment, n)

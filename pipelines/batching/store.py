@@ -245,6 +245,45 @@ def _transact(dynamodb, actions: list[dict[str, Any]], *, fence_index: int | Non
     raise RuntimeError("transaction kept conflicting with other writers")
 
 
+def _update_in_groups(
+    dynamodb,
+    *,
+    table: str,
+    record_ids: Iterable[str],
+    group_size: int,
+    update: str,
+    condition: str,
+    values: dict[str, Any],
+    fence: dict[str, Any] | None = None,
+) -> list[str]:
+    """Conditional updates in transactions of ``group_size`` (+ ``fence``); returns the ids written.
+
+    Records whose condition fails are dropped from their group and the rest is written again.
+    """
+    written: list[str] = []
+    for group in chunks(list(record_ids), group_size):
+        remaining = list(group)
+        while remaining:
+            actions = [
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": {"record_id": {"S": rid}},
+                        "UpdateExpression": update,
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+                for rid in remaining
+            ] + ([fence] if fence else [])
+            failed = _transact(dynamodb, actions, fence_index=len(remaining) if fence else None)
+            if not failed:
+                written.extend(remaining)
+                break
+            remaining = [rid for i, rid in enumerate(remaining) if i not in failed]
+    return written
+
+
 def lock_records(
     dynamodb,
     *,
@@ -267,54 +306,34 @@ def lock_records(
             "ExpressionAttributeValues": {":o": {"S": owner}},
         }
     }
-    taken: list[str] = []
-    for group in chunks(record_ids, LOCK_GROUP):
-        remaining = list(group)
-        while remaining:
-            actions = [
-                {
-                    "Update": {
-                        "TableName": records_table,
-                        "Key": {"record_id": {"S": rid}},
-                        "UpdateExpression": "SET batch_id = :b",
-                        "ConditionExpression": "next_action = :n AND attribute_not_exists(batch_id)",
-                        "ExpressionAttributeValues": {":b": {"S": batch}, ":n": {"S": BATCH_ACTION}},
-                    }
-                }
-                for rid in remaining
-            ] + [fence]
-            failed = _transact(dynamodb, actions, fence_index=len(remaining))
-            if not failed:
-                taken.extend(remaining)
-                break
-            remaining = [rid for i, rid in enumerate(remaining) if i not in failed]
-    return taken
+    return _update_in_groups(
+        dynamodb,
+        table=records_table,
+        record_ids=record_ids,
+        group_size=LOCK_GROUP,
+        update="SET batch_id = :b",
+        condition="next_action = :n AND attribute_not_exists(batch_id)",
+        values={":b": {"S": batch}, ":n": {"S": BATCH_ACTION}},
+        fence=fence,
+    )
 
 
 def finalize_records(dynamodb, *, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
-    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed."""
-    done = 0
-    for group in chunks(list(record_ids), FINALIZE_GROUP):
-        remaining = group
-        while remaining:
-            actions = [
-                {
-                    "Update": {
-                        "TableName": records_table,
-                        "Key": {"record_id": {"S": rid}},
-                        "UpdateExpression": "REMOVE next_action, pending_receiver SET batched_at = :at",
-                        "ConditionExpression": "batch_id = :b AND attribute_exists(next_action)",
-                        "ExpressionAttributeValues": {":b": {"S": batch}, ":at": {"S": batched_at}},
-                    }
-                }
-                for rid in remaining
-            ]
-            failed = _transact(dynamodb, actions, fence_index=None)
-            if not failed:
-                done += len(remaining)
-                break
-            remaining = [rid for i, rid in enumerate(remaining) if i not in failed]  # already final: fine
-    return done
+    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed.
+
+    A record that is already final fails its condition and is skipped: finalizing twice is harmless.
+    """
+    return len(
+        _update_in_groups(
+            dynamodb,
+            table=records_table,
+            record_ids=record_ids,
+            group_size=FINALIZE_GROUP,
+            update="REMOVE next_action, pending_receiver SET batched_at = :at",
+            condition="batch_id = :b AND attribute_exists(next_action)",
+            values={":b": {"S": batch}, ":at": {"S": batched_at}},
+        )
+    )
 
 
 # ------------------------------------------------------------------ S3: files and the ledger
