@@ -340,7 +340,8 @@ def receiver_traffic(
                 "record_id": str(uuid.UUID(int=rng.getrandbits(128))),
                 "receiver": receiver,
                 "created_at": iso(created),
-                "payload": json.dumps({"seq": n, "value": rng.randint(0, 10_000)}),
+                # Now and then a producer sends a payload that is not JSON: batching keeps it, flagged.
+                "payload": json.dumps({"seq": n, "value": rng.randint(0, 10_000)}) if n % 25 else f"seq={n};raw",
                 "next_action": "BATCH",
                 "pending_receiver": receiver,
             }

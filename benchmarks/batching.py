@@ -1,0 +1,356 @@
+"""Batching benchmark (issue 6): decider tick, batching, partitions. Prints its figures.
+
+Starts its own moto server on 127.0.0.1, deploys the infra template, loads ``--receivers`` receivers
+with ``--records`` pending records each, then measures, each beside a naive baseline in the same run:
+
+- decider tick: ``decide`` (receivers scan + one COUNT query per due receiver) against a baseline
+  that scans the records table to count pending records per receiver;
+- batching: ``ReceiverBatcher`` (grouped locks, one query, S3 puts, grouped final updates) against
+  a baseline that takes and finalizes each record with its own conditional ``UpdateItem``;
+- partitions: how many (receiver, day) partitions 100 receivers make over a year, and the time to
+  load the asset's partition status (all keys + materialized subset) from a Dagster instance.
+
+API calls are counted with a botocore ``before-call`` hook.
+
+    .venv/bin/python benchmarks/batching.py [--receivers 100] [--records 1000] [--batch-receivers 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from pathlib import Path
+
+import boto3
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
+from pipelines.batching.batcher import BatchSettings, ReceiverBatcher  # noqa: E402
+from pipelines.batching.decider import decide  # noqa: E402
+from pipelines.common import iso, to_item  # noqa: E402
+
+UTC = dt.UTC
+TICK = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+DAY = "2026-11-20"
+MAX_BATCH_SIZE = 100
+
+
+class CallCounter:
+    def __init__(self, *clients):
+        self.calls: Counter = Counter()
+        for client in clients:
+            client.meta.events.register("before-call", self._count)
+
+    def _count(self, model, **_kwargs):
+        self.calls[f"{model.service_model.service_name}.{model.name}"] += 1
+
+    def total(self) -> int:
+        return sum(self.calls.values())
+
+    def reset(self) -> None:
+        self.calls.clear()
+
+
+def serve_moto(port: str) -> None:
+    """Run moto with one performance patch (same semantics).
+
+    moto's TransactWriteItems deep-copies the whole table once per item of the transaction, to
+    roll back on failure (moto/dynamodb/models/__init__.py, ``original_table_state``): a
+    100-item transaction on a large table copies it 100 times. The copies are all taken before
+    any write, so one copy per table per transaction is the same backup; this patch memoizes it.
+    """
+    import copy
+    import threading
+
+    import moto.dynamodb.models as models
+    from moto.dynamodb.models.table import Table
+    from moto.server import main as moto_main
+
+    local = threading.local()
+
+    class _CopyOncePerTransaction:
+        def deepcopy(self, obj, memo=None):
+            cache = getattr(local, "cache", None)
+            if cache is None or not isinstance(obj, Table):
+                return copy.deepcopy(obj, memo)
+            if id(obj) not in cache:
+                cache[id(obj)] = copy.deepcopy(obj, memo)
+            return cache[id(obj)]
+
+        def __getattr__(self, name):
+            return getattr(copy, name)
+
+    models.copy = _CopyOncePerTransaction()
+    original = models.DynamoDBBackend.transact_write_items
+
+    def transact_write_items(self, transact_items):
+        local.cache = {}
+        try:
+            return original(self, transact_items)
+        finally:
+            local.cache = None
+
+    models.DynamoDBBackend.transact_write_items = transact_write_items
+    moto_main(["-H", "127.0.0.1", "-p", port])
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def load(ddb, env, receivers: int, records: int) -> list[str]:
+    names = [f"bench-{i:03d}" for i in range(receivers)]
+    for name in names:
+        ddb.put_item(
+            TableName=env["RECEIVERS_TABLE"],
+            Item=to_item(
+                {
+                    "receiver": name,
+                    "number_per_day": 24,
+                    "initial_time": "00:00",
+                    "time_zone": "UTC",
+                    "max_batch_size": MAX_BATCH_SIZE,
+                    "send_if_empty_batch": False,
+                    "batching_enabled": True,
+                }
+            ),
+        )
+    table = env["BATCH_RECORDS_TABLE"]
+    payload = json.dumps({"kind": "order", "value": 12345, "note": "x" * 60})
+    for name in names:
+        items = [
+            {
+                "record_id": f"{name}-{n:05d}",
+                "receiver": name,
+                "created_at": iso(TICK - dt.timedelta(seconds=3 + n * 3)),
+                "payload": payload,
+                "next_action": "BATCH",
+                "pending_receiver": name,
+            }
+            for n in range(records)
+        ]
+        for start in range(0, len(items), 25):
+            request = {table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
+            while request:
+                request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or None
+    return names
+
+
+def naive_decider(ddb, env) -> dict[str, int]:
+    """Baseline: count pending records per receiver by scanning the records table."""
+    counts: Counter = Counter()
+    kwargs = {
+        "TableName": env["BATCH_RECORDS_TABLE"],
+        "FilterExpression": "next_action = :b AND created_at < :t",
+        "ExpressionAttributeValues": {":b": {"S": "BATCH"}, ":t": {"S": iso(TICK)}},
+        "ProjectionExpression": "receiver",
+    }
+    while True:
+        page = ddb.scan(**kwargs)
+        for item in page["Items"]:
+            counts[item["receiver"]["S"]] += 1
+        if "LastEvaluatedKey" not in page:
+            return dict(counts)
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def naive_batch(ddb, s3, env, name: str) -> int:
+    """Baseline: one conditional UpdateItem per record to lock, one per record to finalize."""
+    from pipelines.batching import store
+
+    items = store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], name, before=iso(TICK))
+    done = 0
+    for n, group in enumerate(store.chunks(items, MAX_BATCH_SIZE), start=1):
+        batch = f"{name}/naive/{n}"
+        mine = []
+        for item in group:
+            try:
+                ddb.update_item(
+                    TableName=env["BATCH_RECORDS_TABLE"],
+                    Key={"record_id": {"S": item["record_id"]}},
+                    UpdateExpression="SET batch_id = :b",
+                    ConditionExpression="next_action = :n AND attribute_not_exists(batch_id)",
+                    ExpressionAttributeValues={":b": {"S": batch}, ":n": {"S": "BATCH"}},
+                )
+                mine.append(item)
+            except ddb.exceptions.ConditionalCheckFailedException:
+                continue
+        store.put_file(
+            s3, env["BATCH_OUTBOX_BUCKET"], f"naive/{name}/{n}.jsonl", [store.record_line(i, batch) for i in mine]
+        )
+        for item in mine:
+            ddb.update_item(
+                TableName=env["BATCH_RECORDS_TABLE"],
+                Key={"record_id": {"S": item["record_id"]}},
+                UpdateExpression="REMOVE next_action, pending_receiver",
+                ConditionExpression="batch_id = :b",
+                ExpressionAttributeValues={":b": {"S": batch}},
+            )
+        done += len(mine)
+    return done
+
+
+def partitions_benchmark(receivers: int) -> dict[str, float]:
+    """Partition count over a year and the time to load the asset's partition status."""
+    os.environ.setdefault("BATCH_PARTITIONS_START_DATE", (dt.date.today() - dt.timedelta(days=365)).isoformat())
+    import dagster as dg
+
+    from pipelines.batching.defs import batch_partitions, receiver_batches
+
+    out: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as home, dg.instance_for_test(temp_dir=home) as instance:
+        names = [f"bench-{i:03d}" for i in range(receivers)]
+        instance.add_dynamic_partitions("receivers", names)
+        keys = batch_partitions.get_partition_keys(dynamic_partitions_store=instance)
+        out["partitions"] = len(keys)
+        # A month of materializations for every receiver, as the decider would leave behind.
+        recent = [
+            k for k in keys if k.keys_by_dimension["day"] >= (dt.date.today() - dt.timedelta(days=30)).isoformat()
+        ]
+        for key in recent:
+            instance.report_runless_asset_event(dg.AssetMaterialization(receiver_batches.key, partition=key))
+        out["materialized"] = len(recent)
+        start = time.perf_counter()
+        all_keys = batch_partitions.get_partition_keys(dynamic_partitions_store=instance)
+        materialized = instance.get_materialized_partitions(receiver_batches.key)
+        subset = batch_partitions.subset_with_partition_keys(materialized)
+        missing = len(all_keys) - len(subset)
+        out["status_load_s"] = time.perf_counter() - start
+        out["missing"] = missing
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--receivers", type=int, default=100)
+    parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--batch-receivers", type=int, default=5, help="receivers batched by ReceiverBatcher")
+    parser.add_argument("--naive-receivers", type=int, default=2, help="receivers batched by the baseline")
+    parser.add_argument("--serve-moto", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_moto:
+        serve_moto(args.serve_moto)
+        return 0
+
+    port = _free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    moto = subprocess.Popen(
+        [sys.executable, __file__, "--serve-moto", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=60)
+        os.environ.update(
+            {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
+        )
+
+        def client(name):
+            return boto3.client(name, endpoint_url=endpoint, region_name="us-east-1")
+
+        env = deploy(client("cloudformation"))
+        ddb, s3 = client("dynamodb"), client("s3")
+        start = time.perf_counter()
+        names = load(ddb, env, args.receivers, args.records)
+        print(
+            f"loaded {args.receivers} receivers x {args.records} pending records in {time.perf_counter() - start:.1f}s"
+        )
+        counter = CallCounter(ddb, s3)
+
+        # ---- decider tick
+        counter.reset()
+        start = time.perf_counter()
+        decision = decide(
+            ddb, receivers_table=env["RECEIVERS_TABLE"], records_table=env["BATCH_RECORDS_TABLE"], tick=TICK
+        )
+        tick_s = time.perf_counter() - start
+        tick_calls = counter.total()
+        assert len(decision.due) == args.receivers and all(d.pending == args.records for d in decision.due)
+        counter.reset()
+        start = time.perf_counter()
+        naive_counts = naive_decider(ddb, env)
+        naive_tick_s = time.perf_counter() - start
+        naive_tick_calls = counter.total()
+        assert all(naive_counts[n] == args.records for n in names)
+        due = len(decision.due)
+        print("\n## decider tick")
+        print("| what | due receivers | API calls | calls per due receiver | tick s |")
+        print("|---|---:|---:|---:|---:|")
+        for label, calls, secs in (
+            ("baseline: scan the records table", naive_tick_calls, naive_tick_s),
+            ("decide: scan receivers + COUNT per due", tick_calls, tick_s),
+        ):
+            print(f"| {label} | {due} | {calls} | {calls / due:.2f} | {secs:.2f} |")
+
+        # ---- batching, on a fresh deployment: moto's transactions cost O(table size), so the table
+        # holds only the receivers being batched (real DynamoDB transactions do not depend on it).
+        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=60)
+        env = deploy(client("cloudformation"))
+        start = time.perf_counter()
+        names = load(ddb, env, args.batch_receivers + args.naive_receivers, args.records)
+        print(f"\nbatching table: {len(names)} receivers x {args.records} records ({time.perf_counter() - start:.1f}s)")
+        settings = BatchSettings(
+            receivers_table=env["RECEIVERS_TABLE"],
+            records_table=env["BATCH_RECORDS_TABLE"],
+            outbox_bucket=env["BATCH_OUTBOX_BUCKET"],
+        )
+        ours = names[: args.batch_receivers]
+        naive = names[args.batch_receivers : args.batch_receivers + args.naive_receivers]
+        counter.reset()
+        start = time.perf_counter()
+        batched = 0
+        for name in ours:
+            # The decider's run at 10:00 (the day's earlier batch times are already in the ledger).
+            report = ReceiverBatcher(ddb, s3, settings).run(name, DAY, now=TICK)
+            batched += report.records_batched
+        ours_s = time.perf_counter() - start
+        ours_calls = counter.total()
+        ours_detail = dict(counter.calls)
+        counter.reset()
+        start = time.perf_counter()
+        naive_batched = sum(naive_batch(ddb, s3, env, name) for name in naive)
+        naive_s = time.perf_counter() - start
+        naive_calls = counter.total()
+        print("\n## batching")
+        print("| what | records | API calls | calls per record | records/s |")
+        print("|---|---:|---:|---:|---:|")
+        print(
+            f"| baseline: UpdateItem per record | {naive_batched} | {naive_calls} | "
+            f"{naive_calls / naive_batched:.3f} | {naive_batched / naive_s:.0f} |"
+        )
+        print(
+            f"| ReceiverBatcher (grouped) | {batched} | {ours_calls} | {ours_calls / batched:.3f} | "
+            f"{batched / ours_s:.0f} |"
+        )
+        print(f"\nReceiverBatcher calls by operation: {json.dumps(ours_detail, sort_keys=True)}")
+    finally:
+        moto.terminate()
+        try:
+            moto.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            moto.kill()
+
+    # ---- partitions
+    part = partitions_benchmark(args.receivers)
+    print("\n## partitions")
+    print("| receivers | partitions over a year | materialized (30 days) | status load s |")
+    print("|---:|---:|---:|---:|")
+    print(f"| {args.receivers} | {part['partitions']} | {part['materialized']} | {part['status_load_s']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

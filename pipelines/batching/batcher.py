@@ -1,0 +1,423 @@
+"""One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches.
+
+Which records a batch time T takes (the "window"):
+
+- normally, every pending record created before T (the contract);
+- but if some earlier batch time S of the receiver was *missed* (no ledger entry, while a batch
+  before S is in the ledger, within ``lookback``), the records created before the latest missed S
+  are left for S: T takes only those created in ``[S, T)``. A backfill of S's day then gives S
+  exactly what an uninterrupted schedule would have given it, in whatever order the partitions run.
+
+With no ledger entry in the lookback (a new receiver, or one stopped for longer than the lookback)
+nothing counts as missed and T takes everything pending before it.
+
+A run holds the receiver's lease (see ``store``), so runs of one receiver never interleave; a
+second run waits for the first. Before each file it renews the lease, which also re-reads
+``batching_enabled``: false stops the run before its next file.
+
+Crash recovery: records that hold a ``batch_id`` but are still pending belong to a batch whose run
+died between locking and finalizing. The next run of the receiver writes exactly that file (unless
+it is already in S3, then it only finalizes), then completes that batch time like any other.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime as dt
+import uuid
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.batching import store
+from pipelines.batching.schedule import (
+    InvalidReceiver,
+    ReceiverConfig,
+    batch_times,
+    batch_times_in_day,
+    format_batch_time,
+    parse_batch_time,
+    parse_created_at,
+    parse_receiver,
+)
+from pipelines.common import iso
+
+
+@dataclass
+class BatchSettings:
+    receivers_table: str
+    records_table: str
+    outbox_bucket: str
+    lookback: dt.timedelta = dt.timedelta(days=7)
+    lease_seconds: float = 300
+    lease_wait_seconds: float = 120
+
+
+@dataclass
+class FileWritten:
+    key: str
+    records: int
+    invalid_payloads: int = 0
+
+
+@dataclass
+class BatchWritten:
+    batch_time: str
+    window_start: str | None  # None: every pending record created before the batch time
+    files: list[FileWritten] = field(default_factory=list)
+    resumed_after_file: int = 0  # files this batch time already had from an earlier run
+    empty_file: bool = False
+
+
+@dataclass
+class RunReport:
+    receiver: str
+    day: str
+    status: str = "ok"  # ok | cancelled | disabled | invalid_config | receiver_missing
+    errors: list[str] = field(default_factory=list)
+    dry_run: bool = False
+    batches: list[BatchWritten] = field(default_factory=list)
+    already_done: list[str] = field(default_factory=list)
+    recovered: list[dict[str, Any]] = field(default_factory=list)
+    invalid_records: list[dict[str, Any]] = field(default_factory=list)
+    pending_before: int = 0
+    still_pending: int = 0
+    oldest_pending_age_seconds: float | None = None
+
+    @property
+    def files(self) -> list[FileWritten]:
+        return [f for b in self.batches for f in b.files]
+
+    @property
+    def records_batched(self) -> int:
+        return sum(f.records for f in self.files)
+
+
+@dataclass
+class _Record:
+    record_id: str
+    created: dt.datetime
+    item: dict[str, Any]
+
+
+def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
+    """Split pending items into free records, locked groups (by batch id) and invalid records."""
+    free: list[_Record] = []
+    locked: dict[str, list[_Record]] = defaultdict(list)
+    for item in items:
+        rid = item.get("record_id")
+        created = parse_created_at(item.get("created_at"))
+        problem = None
+        if item.get("receiver") is None:
+            problem = "missing receiver"
+        elif item.get("receiver") != receiver:
+            problem = f"receiver {item.get('receiver')!r} differs from pending_receiver {receiver!r}"
+        elif created is None:
+            problem = f"malformed created_at {item.get('created_at')!r}"
+        elif "batch_id" in item:
+            parsed = store.parse_batch_id(item["batch_id"])
+            if parsed is None or parsed[0] != receiver:
+                problem = f"batch_id {item['batch_id']!r} is not a batch of this receiver"
+        if problem:
+            report.invalid_records.append({"record_id": rid, "problem": problem})
+            continue
+        rec = _Record(rid, created, item)
+        if "batch_id" in item:
+            locked[item["batch_id"]].append(rec)
+        else:
+            free.append(rec)
+    free.sort(key=lambda r: (r.created, r.record_id))
+    for group in locked.values():
+        group.sort(key=lambda r: (r.created, r.record_id))
+    return free, locked
+
+
+class ReceiverBatcher:
+    """Batches one receiver for one UTC day. ``now`` is the logical clock (batch times up to it)."""
+
+    def __init__(
+        self,
+        dynamodb,
+        s3,
+        settings: BatchSettings,
+        *,
+        owner: str | None = None,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.dynamodb = dynamodb
+        self.s3 = s3
+        self.settings = settings
+        self.owner = owner or f"batcher-{uuid.uuid4()}"
+        self.log = log or (lambda _msg: None)
+        self._files_by_day: dict[str, dict[str, int]] = {}
+
+    # -------------------------------------------------------------- public
+
+    def run(self, receiver: str, day: str, now: dt.datetime, *, dry_run: bool = False) -> RunReport:
+        report = RunReport(receiver=receiver, day=day, dry_run=dry_run)
+        s = self.settings
+        self._files_by_day = {}
+        if dry_run:
+            item = store.get_receiver(self.dynamodb, s.receivers_table, receiver)
+        else:
+            item = store.acquire_lease(
+                self.dynamodb,
+                s.receivers_table,
+                receiver,
+                self.owner,
+                lease_seconds=s.lease_seconds,
+                wait_seconds=s.lease_wait_seconds,
+            )
+        if item is None:
+            report.status = "receiver_missing"
+            report.errors.append(f"receiver {receiver!r} is not in {s.receivers_table}")
+            return report
+        try:
+            self._run_locked(item, report, now)
+        finally:
+            if not dry_run:
+                store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner)
+        return report
+
+    # -------------------------------------------------------------- the run
+
+    def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> None:
+        s = self.settings
+        try:
+            cfg = parse_receiver(item)
+        except InvalidReceiver as exc:
+            report.status = "invalid_config"
+            report.errors.append(str(exc))
+            return
+        if not cfg.batching_enabled:
+            report.status = "disabled"
+            return
+
+        pending_items = store.query_pending(self.dynamodb, s.records_table, cfg.receiver)
+        report.pending_before = len(pending_items)
+        free, locked = _classify(cfg.receiver, pending_items, report)
+        if report.invalid_records:
+            self.log(f"{len(report.invalid_records)} pending record(s) of {cfg.receiver} are malformed; left pending")
+
+        day_times = batch_times_in_day(cfg, report.day, until=now)
+        locked_times = {store.parse_batch_id(b)[1] for b in locked}
+        wanted = sorted(set(day_times) | locked_times)
+        if not wanted:
+            self._finish(report, free, now)
+            return
+        low, high = wanted[0] - s.lookback, wanted[-1]
+        done = self._ledger(cfg.receiver, low, high)
+        slots = batch_times(cfg, low, high + dt.timedelta(microseconds=1))
+        report.already_done = [format_batch_time(t) for t in day_times if t in done]
+
+        for batch in sorted(locked, key=lambda b: store.parse_batch_id(b)[1:]):
+            if not self._recover(cfg, batch, locked[batch], report):
+                self._finish(report, free, now)
+                return
+
+        undone = [t for t in slots if t not in done]
+        taken: set[str] = set()
+        for moment in wanted:
+            if moment in done:
+                continue
+            window_start = self._window_start(moment, done, undone)
+            candidates = [
+                r
+                for r in free
+                if r.record_id not in taken
+                and r.created < moment
+                and (window_start is None or r.created >= window_start)
+            ]
+            written = self._write_batch(cfg, moment, window_start, candidates, taken, report)
+            if written is None:  # cancelled
+                break
+            bisect.insort(done, moment)
+            i = bisect.bisect_left(undone, moment)
+            if i < len(undone) and undone[i] == moment:
+                undone.pop(i)
+        self._finish(report, [r for r in free if r.record_id not in taken], now)
+
+    def _finish(self, report: RunReport, left: list[_Record], now: dt.datetime) -> None:
+        report.still_pending = len(left) + len(report.invalid_records)
+        if left:
+            oldest = min(r.created for r in left)
+            report.oldest_pending_age_seconds = max(0.0, (now - oldest).total_seconds())
+
+    def _window_start(self, moment: dt.datetime, done: list[dt.datetime], undone: list[dt.datetime]):
+        """The latest missed batch time before ``moment`` (see the module doc), or None."""
+        horizon = moment - self.settings.lookback
+        i = bisect.bisect_left(done, horizon)
+        if i >= len(done) or done[i] >= moment:
+            return None  # nothing done within the lookback: nothing counts as missed
+        first_done = done[i]
+        j = bisect.bisect_left(undone, moment)
+        if j and undone[j - 1] > first_done:
+            return undone[j - 1]
+        return None
+
+    def _ledger(self, receiver: str, low: dt.datetime, high: dt.datetime) -> list[dt.datetime]:
+        prefix = f"ledger/{receiver}/"
+        start_after = store.ledger_key(receiver, low - dt.timedelta(minutes=1))
+        out = []
+        for key in store.list_keys(
+            self.s3, self.settings.outbox_bucket, prefix, start_after, store.ledger_key(receiver, high)
+        ):
+            try:
+                out.append(parse_batch_time(key[len(prefix) :].removesuffix(".json")))
+            except ValueError:
+                continue
+        return sorted(out)
+
+    def _existing_files(self, receiver: str, moment: dt.datetime) -> int:
+        """The highest file number already in S3 for batch time ``moment`` (0 when none)."""
+        day = moment.strftime("%Y-%m-%d")
+        if day not in self._files_by_day:
+            found: dict[str, int] = {}
+            prefix = f"batches/{receiver}/{day}T"
+            for key in store.list_keys(self.s3, self.settings.outbox_bucket, prefix):
+                parts = key.split("/")
+                if len(parts) == 4 and parts[3].endswith(".jsonl") and parts[3][:-6].isdigit():
+                    found[parts[2]] = max(found.get(parts[2], 0), int(parts[3][:-6]))
+            self._files_by_day[day] = found
+        return self._files_by_day[day].get(format_batch_time(moment), 0)
+
+    def _note_file(self, moment: dt.datetime, n: int) -> None:
+        files = self._files_by_day.setdefault(moment.strftime("%Y-%m-%d"), {})
+        key = format_batch_time(moment)
+        files[key] = max(files.get(key, 0), n)
+
+    def _still_enabled(self, cfg: ReceiverConfig, report: RunReport) -> bool:
+        """Renew the lease (also reads the receiver now); False when batching was switched off."""
+        if report.dry_run:
+            return True
+        item = store.renew_lease(
+            self.dynamodb,
+            self.settings.receivers_table,
+            cfg.receiver,
+            self.owner,
+            lease_seconds=self.settings.lease_seconds,
+        )
+        if item.get("batching_enabled", True) is False:
+            report.status = "cancelled"
+            self.log(f"batching_enabled is false for {cfg.receiver}: stopping before the next file")
+            return False
+        return True
+
+    def _finalize(self, batch: str, records: list[_Record]) -> None:
+        store.finalize_records(
+            self.dynamodb,
+            records_table=self.settings.records_table,
+            record_ids=[r.record_id for r in records],
+            batch=batch,
+            batched_at=iso(dt.datetime.now(dt.UTC)),
+        )
+
+    def _upload_and_finalize(self, receiver: str, batch: str, key: str, records: list[_Record]) -> FileWritten:
+        lines = [store.record_line(r.item, batch) for r in records]
+        store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
+        self._finalize(batch, records)
+        invalid = sum(1 for line in lines if '"payload_invalid_json":true' in line)
+        return FileWritten(key=key, records=len(records), invalid_payloads=invalid)
+
+    def _recover(self, cfg: ReceiverConfig, batch: str, records: list[_Record], report: RunReport) -> bool:
+        """Finish a file whose run died between locking and finalizing."""
+        _, moment, n = store.parse_batch_id(batch)
+        key = store.file_key(cfg.receiver, moment, n)
+        in_s3 = self._object_exists(key)
+        entry = {"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3}
+        if report.dry_run:
+            report.recovered.append(entry)
+            return True
+        if not self._still_enabled(cfg, report):
+            return False
+        if in_s3:  # the upload happened; only the final updates were missing
+            self._finalize(batch, records)
+        else:
+            self._upload_and_finalize(cfg.receiver, batch, key, records)
+            self._note_file(moment, n)
+        self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
+        report.recovered.append(entry)
+        return True
+
+    def _object_exists(self, key: str) -> bool:
+        try:
+            self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
+            return True
+        except self.s3.exceptions.ClientError:
+            return False
+
+    def _write_batch(
+        self,
+        cfg: ReceiverConfig,
+        moment: dt.datetime,
+        window_start: dt.datetime | None,
+        candidates: list[_Record],
+        taken: set[str],
+        report: RunReport,
+    ) -> BatchWritten | None:
+        s = self.settings
+        existing = self._existing_files(cfg.receiver, moment)
+        written = BatchWritten(
+            batch_time=format_batch_time(moment),
+            window_start=format_batch_time(window_start) if window_start else None,
+            resumed_after_file=existing,
+        )
+        n = existing
+        for group in store.chunks(candidates, cfg.max_batch_size):
+            if not self._still_enabled(cfg, report):
+                if written.files:
+                    report.batches.append(written)
+                return None
+            n += 1
+            batch = store.batch_id(cfg.receiver, moment, n)
+            key = store.file_key(cfg.receiver, moment, n)
+            if report.dry_run:
+                written.files.append(FileWritten(key=key, records=len(group)))
+                taken.update(r.record_id for r in group)
+                continue
+            ids = store.lock_records(
+                self.dynamodb,
+                records_table=s.records_table,
+                receivers_table=s.receivers_table,
+                receiver=cfg.receiver,
+                owner=self.owner,
+                record_ids=[r.record_id for r in group],
+                batch=batch,
+            )
+            got = set(ids)
+            mine = [r for r in group if r.record_id in got]
+            taken.update(r.record_id for r in group)  # records we could not lock belong to someone else
+            if not mine:
+                n -= 1
+                continue
+            written.files.append(self._upload_and_finalize(cfg.receiver, batch, key, mine))
+            self._note_file(moment, n)
+            self.log(f"{cfg.receiver} {written.batch_time}: wrote {key} ({len(mine)} records)")
+        if not written.files and existing == 0 and cfg.send_if_empty_batch:
+            if not self._still_enabled(cfg, report):
+                return None
+            key = store.file_key(cfg.receiver, moment, 1)
+            if not report.dry_run:
+                store.put_file(self.s3, s.outbox_bucket, key, [])
+                self._note_file(moment, 1)
+            written.files.append(FileWritten(key=key, records=0))
+            written.empty_file = True
+        if not report.dry_run:
+            store.put_ledger(
+                self.s3,
+                s.outbox_bucket,
+                cfg.receiver,
+                moment,
+                {
+                    "receiver": cfg.receiver,
+                    "batch_time": written.batch_time,
+                    "window_start": written.window_start,
+                    "files": [{"key": f.key, "records": f.records} for f in written.files],
+                    "resumed_after_file": existing,
+                    "run": self.owner,
+                    "written_at": iso(dt.datetime.now(dt.UTC)),
+                },
+            )
+        report.batches.append(written)
+        return written

@@ -1,0 +1,155 @@
+"""The batch decider (seed 004's BatchDecider) and the audits behind the asset checks. No Dagster.
+
+The decider's work is proportional to the number of receivers: one scan of the receivers table,
+then at most one COUNT query on the sparse ``pending-index`` per receiver that is due.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.batching import store
+from pipelines.batching.schedule import (
+    RECEIVER_NAME,
+    InvalidReceiver,
+    due_in_window,
+    format_batch_time,
+    parse_receiver,
+    receiver_errors,
+)
+from pipelines.common import iso
+
+
+@dataclass(frozen=True)
+class DueBatch:
+    receiver: str
+    batch_time: dt.datetime
+    pending: int
+    expected_files: int
+
+    @property
+    def day(self) -> str:
+        return self.batch_time.strftime("%Y-%m-%d")
+
+    @property
+    def run_key(self) -> str:
+        return f"{self.receiver}@{format_batch_time(self.batch_time)}"
+
+
+@dataclass
+class Decision:
+    due: list[DueBatch] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # receiver -> why not launched
+    receivers: int = 0
+
+
+def decide(
+    dynamodb, *, receivers_table: str, records_table: str, tick: dt.datetime, window_seconds: int = 60
+) -> Decision:
+    """Which receivers had a batch time in ``(tick - window, tick]`` and should get a run now."""
+    decision = Decision()
+    items = store.scan_receivers(dynamodb, receivers_table)
+    decision.receivers = len(items)
+    for item in items:
+        name = str(item.get("receiver"))
+        try:
+            cfg = parse_receiver(item)
+        except InvalidReceiver as exc:
+            decision.skipped[name] = f"invalid config: {exc}"
+            continue
+        if not cfg.batching_enabled:
+            decision.skipped[name] = "batching_enabled is false"
+            continue
+        for moment in due_in_window(cfg, tick, window_seconds):
+            pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))
+            if pending == 0 and not cfg.send_if_empty_batch:
+                decision.skipped[name] = f"nothing pending before {format_batch_time(moment)}"
+                continue
+            decision.due.append(
+                DueBatch(
+                    receiver=cfg.receiver,
+                    batch_time=moment,
+                    pending=pending,
+                    expected_files=max(1 if cfg.send_if_empty_batch else 0, math.ceil(pending / cfg.max_batch_size)),
+                )
+            )
+    return decision
+
+
+# ------------------------------------------------------------------ audits (asset checks)
+
+
+def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
+    """receiver -> the problems with its configuration, for every invalid receiver."""
+    out = {}
+    for item in store.scan_receivers(dynamodb, receivers_table):
+        errors = receiver_errors(item)
+        if errors:
+            out[str(item.get("receiver"))] = errors
+    return out
+
+
+def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
+    """receiver -> pending records, from a scan of the sparse pending-index (costs what is pending)."""
+    counts: dict[str, int] = {}
+    kwargs: dict[str, Any] = {
+        "TableName": records_table,
+        "IndexName": store.PENDING_INDEX,
+        "ProjectionExpression": "pending_receiver",
+    }
+    while True:
+        page = dynamodb.scan(**kwargs)
+        for item in page.get("Items", []):
+            name = item["pending_receiver"]["S"]
+            counts[name] = counts.get(name, 0) + 1
+        if "LastEvaluatedKey" not in page:
+            return counts
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def orphaned_pending(dynamodb, *, receivers_table: str, records_table: str) -> dict[str, int]:
+    """Receivers that are gone from the receivers table but still have pending records."""
+    known = {str(i.get("receiver")) for i in store.scan_receivers(dynamodb, receivers_table)}
+    return {name: n for name, n in pending_by_receiver(dynamodb, records_table).items() if name not in known}
+
+
+def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
+    """Pending records the pending-index cannot serve (no ``created_at``/``receiver``/``pending_receiver``).
+
+    A full scan of the records table with a filter: for the asset check, not for every run.
+    Returns (how many, the first ``limit`` of them with their problem).
+    """
+    kwargs: dict[str, Any] = {
+        "TableName": records_table,
+        "FilterExpression": (
+            "next_action = :b AND (attribute_not_exists(created_at) OR attribute_not_exists(receiver) "
+            "OR attribute_not_exists(pending_receiver))"
+        ),
+        "ExpressionAttributeValues": {":b": {"S": store.BATCH_ACTION}},
+    }
+    total, sample = 0, []
+    while True:
+        page = dynamodb.scan(**kwargs)
+        for raw in page.get("Items", []):
+            total += 1
+            if len(sample) < limit:
+                missing = [a for a in ("receiver", "created_at", "pending_receiver") if a not in raw]
+                sample.append({"record_id": raw.get("record_id", {}).get("S"), "missing": missing})
+        if "LastEvaluatedKey" not in page:
+            return total, sample
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def valid_partition_names(items: list[dict[str, Any]]) -> tuple[set[str], list[str]]:
+    """(names usable as partition keys, names that are not) among receiver items."""
+    good, bad = set(), []
+    for item in items:
+        name = item.get("receiver")
+        if isinstance(name, str) and RECEIVER_NAME.match(name):
+            good.add(name)
+        else:
+            bad.append(repr(name))
+    return good, bad

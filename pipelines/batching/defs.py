@@ -1,0 +1,251 @@
+"""Dagster wiring for per-receiver batching (seed 004).
+
+- ``receivers`` dynamic partitions, kept equal to the receivers table by the ``receivers_sync`` sensor;
+- ``receiver_batches``: an asset partitioned by receiver x UTC day; materializing (r, d) writes every
+  batch of r whose batch time falls in d, up to now, that is not written yet (logic in ``batcher``);
+- ``batch_decider``: every minute, one run per receiver with a batch time in the last 60 s;
+- asset checks: invalid receiver configs, pending records of deleted receivers, malformed records.
+"""
+
+import datetime as dt
+import json
+import os
+
+import dagster as dg
+
+from pipelines.batching import store
+from pipelines.batching.batcher import BatchSettings, ReceiverBatcher, RunReport
+from pipelines.batching.decider import (
+    decide,
+    invalid_receivers,
+    malformed_pending,
+    orphaned_pending,
+    valid_partition_names,
+)
+from resources import BatchingSettings, DynamoDBResource, S3Resource, clear_aws_errors
+
+# The first day a backfill can target. 100 receivers x 366 days = 36,600 partitions, well within
+# Dagster's recommendation of at most 100,000 partitions per asset; see benchmarks/batching.py.
+BATCH_START_DATE = os.environ.get("BATCH_PARTITIONS_START_DATE", "2026-01-01")
+
+receivers_partitions = dg.DynamicPartitionsDefinition(name="receivers")
+days_partitions = dg.DailyPartitionsDefinition(start_date=BATCH_START_DATE, end_offset=1, timezone="UTC")
+batch_partitions = dg.MultiPartitionsDefinition({"receiver": receivers_partitions, "day": days_partitions})
+
+
+class ReceiverBatchesConfig(dg.Config):
+    """Run config of ``receiver_batches`` (all optional)."""
+
+    dry_run: bool = False  # report what would be written; take no lock, write nothing
+    lookback_days: int = 7  # how far back a batch time still counts as "missed" (see the README)
+    lease_wait_seconds: int = 120  # how long to wait for another run of the same receiver
+
+
+def _settings(batching: BatchingSettings, config: ReceiverBatchesConfig) -> BatchSettings:
+    return BatchSettings(
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+        outbox_bucket=batching.outbox_bucket,
+        lookback=dt.timedelta(days=config.lookback_days),
+        lease_wait_seconds=config.lease_wait_seconds,
+    )
+
+
+def report_metadata(report: RunReport) -> dict:
+    files = report.files
+    return {
+        "status": dg.MetadataValue.text(report.status),
+        "dry_run": dg.MetadataValue.bool(report.dry_run),
+        "batch_times_written": dg.MetadataValue.json([b.batch_time for b in report.batches]),
+        "batch_times_already_done": dg.MetadataValue.int(len(report.already_done)),
+        "files_written": dg.MetadataValue.int(len(files)),
+        "files": dg.MetadataValue.json([f.key for f in files]),
+        "records_per_file": dg.MetadataValue.json({f.key: f.records for f in files}),
+        "records_batched": dg.MetadataValue.int(report.records_batched),
+        "invalid_json_payloads": dg.MetadataValue.int(sum(f.invalid_payloads for f in files)),
+        "recovered_batches": dg.MetadataValue.json(report.recovered),
+        "invalid_records": dg.MetadataValue.json(report.invalid_records[:100]),
+        "invalid_record_count": dg.MetadataValue.int(len(report.invalid_records)),
+        "pending_before": dg.MetadataValue.int(report.pending_before),
+        "still_pending": dg.MetadataValue.int(report.still_pending),
+        "oldest_pending_age_seconds": dg.MetadataValue.float(report.oldest_pending_age_seconds or 0.0),
+    }
+
+
+@dg.asset(
+    partitions_def=batch_partitions,
+    description=(
+        "Outbox batch files of one receiver for one UTC day: every batch time of that day up to now "
+        "that is not written yet, each with the receiver's pending records created before it."
+    ),
+    kinds={"s3", "dynamodb"},
+    group_name="batching",
+)
+def receiver_batches(
+    context: dg.AssetExecutionContext,
+    config: ReceiverBatchesConfig,
+    dynamodb: DynamoDBResource,
+    s3: S3Resource,
+    batching: BatchingSettings,
+) -> dg.MaterializeResult:
+    keys = context.partition_key.keys_by_dimension
+    receiver, day = keys["receiver"], keys["day"]
+    batcher = ReceiverBatcher(
+        dynamodb.get_client(),
+        s3.get_client(),
+        _settings(batching, config),
+        owner=f"run-{context.run_id}",
+        log=context.log.info,
+    )
+    with clear_aws_errors():
+        try:
+            report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=config.dry_run)
+        except store.ReceiverBusy as exc:
+            raise dg.Failure(str(exc)) from exc
+    metadata = report_metadata(report)
+    for problem in report.invalid_records[:20]:
+        context.log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
+    if report.status in {"invalid_config", "receiver_missing"}:
+        raise dg.Failure(description="; ".join(report.errors), metadata=metadata, allow_retries=False)
+    if report.status in {"disabled", "cancelled"}:
+        context.log.warning(f"{receiver}: batching_enabled is false ({report.status}); remaining batches wait")
+    context.log.info(
+        f"{receiver} {day}: {len(report.batches)} batch time(s), {len(report.files)} file(s), "
+        f"{report.records_batched} record(s); {report.still_pending} still pending"
+    )
+    return dg.MaterializeResult(metadata=metadata)
+
+
+receiver_batches_job = dg.define_asset_job(
+    "receiver_batches_job",
+    selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
+    partitions_def=batch_partitions,
+    tags={"groundskeeper/capability": "batching"},
+    description="Batches one (receiver, day) partition; launched by batch_decider or a backfill.",
+)
+
+
+@dg.sensor(
+    minimum_interval_seconds=30,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Keeps the `receivers` dynamic partitions equal to the receivers table.",
+)
+def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
+    with clear_aws_errors():
+        items = store.scan_receivers(dynamodb.get_client(), batching.receivers_table)
+    wanted, bad = valid_partition_names(items)
+    if bad:
+        context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
+    current = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
+    add, remove = sorted(wanted - current), sorted(current - wanted)
+    if not add and not remove:
+        return dg.SkipReason(f"{len(current)} receiver partition(s), all in sync")
+    context.log.info(f"receivers: adding {add[:20]}, removing {remove[:20]}")
+    requests = []
+    if add:
+        requests.append(receivers_partitions.build_add_request(add))
+    if remove:
+        requests.append(receivers_partitions.build_delete_request(remove))
+    return dg.SensorResult(dynamic_partitions_requests=requests)
+
+
+@dg.schedule(
+    cron_schedule="* * * * *",
+    job=receiver_batches_job,
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Every minute: a run for (receiver, today) per enabled receiver with a batch time in the last 60 s.",
+)
+def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
+    tick = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
+    with clear_aws_errors():
+        decision = decide(
+            dynamodb.get_client(),
+            receivers_table=batching.receivers_table,
+            records_table=batching.records_table,
+            tick=tick.astimezone(dt.UTC),
+        )
+    if not decision.due:
+        return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
+    known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
+    new = sorted({d.receiver for d in decision.due} - known)
+    if new:  # receivers_sync has not seen them yet: add them now rather than miss a batch
+        context.instance.add_dynamic_partitions(receivers_partitions.name, new)
+    return [
+        dg.RunRequest(
+            run_key=d.run_key,
+            partition_key=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
+            tags={
+                "groundskeeper/receiver": d.receiver,
+                "groundskeeper/batch_time": d.run_key.split("@", 1)[1],
+                "groundskeeper/pending": str(d.pending),
+                "groundskeeper/expected_files": str(d.expected_files),
+            },
+        )
+        for d in decision.due
+    ]
+
+
+@dg.asset_check(asset=receiver_batches, description="Every receiver's configuration can be scheduled.")
+def receiver_configs_valid(dynamodb: DynamoDBResource, batching: BatchingSettings) -> dg.AssetCheckResult:
+    with clear_aws_errors():
+        invalid = invalid_receivers(dynamodb.get_client(), batching.receivers_table)
+    return dg.AssetCheckResult(
+        passed=not invalid,
+        severity=dg.AssetCheckSeverity.ERROR,
+        description=f"{len(invalid)} receiver(s) with an invalid configuration are skipped" if invalid else None,
+        metadata={"invalid_receivers": dg.MetadataValue.json(invalid), "count": dg.MetadataValue.int(len(invalid))},
+    )
+
+
+@dg.asset_check(asset=receiver_batches, description="No deleted receiver still has pending records.")
+def no_orphaned_pending_records(dynamodb: DynamoDBResource, batching: BatchingSettings) -> dg.AssetCheckResult:
+    with clear_aws_errors():
+        orphans = orphaned_pending(
+            dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
+        )
+    return dg.AssetCheckResult(
+        passed=not orphans,
+        severity=dg.AssetCheckSeverity.WARN,
+        description=(f"pending records of deleted receivers: {json.dumps(orphans)}" if orphans else None),
+        metadata={"orphaned_pending": dg.MetadataValue.json(orphans)},
+    )
+
+
+@dg.asset_check(
+    asset=receiver_batches,
+    description="No pending record lacks receiver/created_at (such records are invisible to the pending-index).",
+)
+def pending_records_well_formed(dynamodb: DynamoDBResource, batching: BatchingSettings) -> dg.AssetCheckResult:
+    with clear_aws_errors():
+        total, sample = malformed_pending(dynamodb.get_client(), batching.records_table)
+    return dg.AssetCheckResult(
+        passed=total == 0,
+        severity=dg.AssetCheckSeverity.WARN,
+        metadata={"malformed_pending": dg.MetadataValue.int(total), "sample": dg.MetadataValue.json(sample)},
+    )
+
+
+batching_checks_job = dg.define_asset_job(
+    "batching_checks_job",
+    selection=dg.AssetSelection.checks_for_assets(receiver_batches),
+    tags={"groundskeeper/capability": "batching"},
+    description="The batching asset checks (receiver configs, orphaned and malformed pending records).",
+)
+
+
+def build_defs(deployment: str) -> dg.Definitions:
+    checks_schedule = dg.ScheduleDefinition(
+        name="batching_checks_schedule",
+        job=batching_checks_job,
+        cron_schedule="*/15 * * * *",
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description="Every 15 minutes: the batching asset checks.",
+    )
+    return dg.Definitions(
+        assets=[receiver_batches],
+        asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
+        jobs=[receiver_batches_job, batching_checks_job],
+        schedules=[batch_decider, checks_schedule],
+        sensors=[receivers_sync],
+    )

@@ -1,0 +1,386 @@
+"""DynamoDB and S3 access for batching: the receiver lease, pending records, locks, files, ledger.
+
+Plain functions over boto3 clients; no Dagster. Every write is conditional or idempotent:
+
+- the **lease** (optional attributes ``batch_lease_owner``/``batch_lease_until`` on the receiver
+  item) lets one run at a time batch a receiver; it is renewed before every file, and that same
+  call returns the receiver's current ``batching_enabled`` (cancellation);
+- a **lock** sets ``batch_id`` only while the record is pending with no ``batch_id``; locks go in
+  transactions of 99 records plus a ``ConditionCheck`` that this run still holds the lease (a fence:
+  a run that lost its lease cannot take records);
+- **finalizing** removes ``next_action``/``pending_receiver`` only where ``batch_id`` is this batch,
+  in transactions of 100, after the file is in S3;
+- the **ledger** object ``ledger/<receiver>/<T>.json`` is written last and marks batch time T done.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from pipelines.batching.schedule import format_batch_time, parse_batch_time
+from pipelines.common import from_item
+
+PENDING_INDEX = "pending-index"
+LOCK_GROUP = 99  # + 1 ConditionCheck = the 100-item transaction limit
+FINALIZE_GROUP = 100
+BATCH_ACTION = "BATCH"
+
+
+class ReceiverBusy(RuntimeError):
+    """Another live run holds the receiver's lease."""
+
+
+class LeaseLost(RuntimeError):
+    """This run no longer holds the receiver's lease (it expired and another run took it)."""
+
+
+def _code(exc: ClientError) -> str:
+    return exc.response.get("Error", {}).get("Code", "")
+
+
+def chunks(items: list, size: int) -> Iterator[list]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# ------------------------------------------------------------------ batch ids and keys
+
+
+def batch_id(receiver: str, batch_time, n: int) -> str:
+    """Deterministic in (receiver, T, n): ``<receiver>/<T>/<n>``."""
+    return f"{receiver}/{format_batch_time(batch_time)}/{n}"
+
+
+def parse_batch_id(value: str):
+    """``(receiver, T, n)`` from a batch id, or None when it is not one of ours."""
+    try:
+        receiver, when, n = value.rsplit("/", 2)
+        return receiver, parse_batch_time(when), int(n)
+    except (ValueError, AttributeError):
+        return None
+
+
+def file_key(receiver: str, batch_time, n: int) -> str:
+    return f"batches/{receiver}/{format_batch_time(batch_time)}/{n}.jsonl"
+
+
+def ledger_key(receiver: str, batch_time) -> str:
+    return f"ledger/{receiver}/{format_batch_time(batch_time)}.json"
+
+
+# ------------------------------------------------------------------ receivers and the lease
+
+
+def scan_receivers(dynamodb, table: str) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"TableName": table}
+    while True:
+        page = dynamodb.scan(**kwargs)
+        items.extend(from_item(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
+    item = dynamodb.get_item(TableName=table, Key={"receiver": {"S": receiver}}, ConsistentRead=True).get("Item")
+    return from_item(item) if item else None
+
+
+def acquire_lease(
+    dynamodb,
+    table: str,
+    receiver: str,
+    owner: str,
+    *,
+    lease_seconds: float,
+    wait_seconds: float,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> dict[str, Any] | None:
+    """Take the receiver's lease; returns the receiver item, or None when the receiver does not exist.
+
+    Waits up to ``wait_seconds`` for a live lease held by another run, then raises ``ReceiverBusy``.
+    """
+    deadline = clock() + wait_seconds
+    while True:
+        now_ms = int(clock() * 1000)
+        try:
+            return from_item(
+                dynamodb.update_item(
+                    TableName=table,
+                    Key={"receiver": {"S": receiver}},
+                    UpdateExpression="SET batch_lease_owner = :o, batch_lease_until = :u",
+                    ConditionExpression=(
+                        "attribute_exists(receiver) AND (attribute_not_exists(batch_lease_owner) "
+                        "OR batch_lease_until < :now OR batch_lease_owner = :o)"
+                    ),
+                    ExpressionAttributeValues={
+                        ":o": {"S": owner},
+                        ":u": {"N": str(now_ms + int(lease_seconds * 1000))},
+                        ":now": {"N": str(now_ms)},
+                    },
+                    ReturnValues="ALL_NEW",
+                )["Attributes"]
+            )
+        except ClientError as exc:
+            if _code(exc) != "ConditionalCheckFailedException":
+                raise
+        current = get_receiver(dynamodb, table, receiver)
+        if current is None:
+            return None
+        if clock() >= deadline:
+            raise ReceiverBusy(
+                f"receiver {receiver!r} is being batched by {current.get('batch_lease_owner')!r} "
+                f"(lease until {current.get('batch_lease_until')} ms); gave up after {wait_seconds:.0f}s"
+            )
+        sleep(min(1.0, max(0.05, deadline - clock())))
+
+
+def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_seconds: float) -> dict[str, Any]:
+    """Extend this run's lease and return the receiver item as it is now (``LeaseLost`` if not ours)."""
+    now_ms = int(time.time() * 1000)
+    try:
+        return from_item(
+            dynamodb.update_item(
+                TableName=table,
+                Key={"receiver": {"S": receiver}},
+                UpdateExpression="SET batch_lease_until = :u",
+                ConditionExpression="batch_lease_owner = :o",
+                ExpressionAttributeValues={":o": {"S": owner}, ":u": {"N": str(now_ms + int(lease_seconds * 1000))}},
+                ReturnValues="ALL_NEW",
+            )["Attributes"]
+        )
+    except ClientError as exc:
+        if _code(exc) == "ConditionalCheckFailedException":
+            raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}") from exc
+        raise
+
+
+def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
+    try:
+        dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": receiver}},
+            UpdateExpression="REMOVE batch_lease_owner, batch_lease_until",
+            ConditionExpression="batch_lease_owner = :o",
+            ExpressionAttributeValues={":o": {"S": owner}},
+        )
+    except ClientError as exc:
+        if _code(exc) != "ConditionalCheckFailedException":
+            raise
+
+
+# ------------------------------------------------------------------ pending records
+
+
+def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
+    """Every pending record of ``receiver`` (the sparse ``pending-index``), optionally created before ``before``."""
+    condition = "pending_receiver = :r"
+    values = {":r": {"S": receiver}}
+    if before is not None:
+        condition += " AND created_at < :t"
+        values[":t"] = {"S": before}
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": PENDING_INDEX,
+        "KeyConditionExpression": condition,
+        "ExpressionAttributeValues": values,
+    }
+    items: list[dict[str, Any]] = []
+    while True:
+        page = dynamodb.query(**kwargs)
+        items.extend(from_item(i) for i in page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            return items
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
+    """Pending records of ``receiver`` created before ``before``: a COUNT query (one call per 1 MB)."""
+    kwargs: dict[str, Any] = {
+        "TableName": table,
+        "IndexName": PENDING_INDEX,
+        "KeyConditionExpression": "pending_receiver = :r AND created_at < :t",
+        "ExpressionAttributeValues": {":r": {"S": receiver}, ":t": {"S": before}},
+        "Select": "COUNT",
+    }
+    total = 0
+    while True:
+        page = dynamodb.query(**kwargs)
+        total += page.get("Count", 0)
+        if "LastEvaluatedKey" not in page:
+            return total
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _transact(dynamodb, actions: list[dict[str, Any]], *, fence_index: int | None) -> set[int]:
+    """Run one transaction; returns the indexes whose condition failed (empty set: all written).
+
+    Conflicts with other transactions are retried. A failed fence raises ``LeaseLost``.
+    """
+    for attempt in range(8):
+        try:
+            dynamodb.transact_write_items(TransactItems=actions)
+            return set()
+        except ClientError as exc:
+            if _code(exc) != "TransactionCanceledException":
+                raise
+            reasons = exc.response.get("CancellationReasons") or []
+            codes = [r.get("Code") for r in reasons]
+            failed = {i for i, c in enumerate(codes) if c == "ConditionalCheckFailed"}
+            if fence_index is not None and fence_index in failed:
+                raise LeaseLost("the receiver's lease changed hands while locking records") from exc
+            if failed:
+                return failed
+            if not codes or any(c in {"TransactionConflict", "ThrottlingError"} for c in codes):
+                time.sleep(0.05 * (attempt + 1))
+                continue
+            raise
+    raise RuntimeError("transaction kept conflicting with other writers")
+
+
+def _update_in_groups(
+    dynamodb,
+    *,
+    table: str,
+    record_ids: Iterable[str],
+    group_size: int,
+    update: str,
+    condition: str,
+    values: dict[str, Any],
+    fence: dict[str, Any] | None = None,
+) -> list[str]:
+    """Conditional updates in transactions of ``group_size`` (+ ``fence``); returns the ids written.
+
+    Records whose condition fails are dropped from their group and the rest is written again.
+    """
+    written: list[str] = []
+    for group in chunks(list(record_ids), group_size):
+        remaining = list(group)
+        while remaining:
+            actions = [
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": {"record_id": {"S": rid}},
+                        "UpdateExpression": update,
+                        "ConditionExpression": condition,
+                        "ExpressionAttributeValues": values,
+                    }
+                }
+                for rid in remaining
+            ] + ([fence] if fence else [])
+            failed = _transact(dynamodb, actions, fence_index=len(remaining) if fence else None)
+            if not failed:
+                written.extend(remaining)
+                break
+            remaining = [rid for i, rid in enumerate(remaining) if i not in failed]
+    return written
+
+
+def lock_records(
+    dynamodb,
+    *,
+    records_table: str,
+    receivers_table: str,
+    receiver: str,
+    owner: str,
+    record_ids: list[str],
+    batch: str,
+) -> list[str]:
+    """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken.
+
+    Records someone else took (or that stopped being pending) are left out, never overwritten.
+    """
+    fence = {
+        "ConditionCheck": {
+            "TableName": receivers_table,
+            "Key": {"receiver": {"S": receiver}},
+            "ConditionExpression": "batch_lease_owner = :o",
+            "ExpressionAttributeValues": {":o": {"S": owner}},
+        }
+    }
+    return _update_in_groups(
+        dynamodb,
+        table=records_table,
+        record_ids=record_ids,
+        group_size=LOCK_GROUP,
+        update="SET batch_id = :b",
+        condition="next_action = :n AND attribute_not_exists(batch_id)",
+        values={":b": {"S": batch}, ":n": {"S": BATCH_ACTION}},
+        fence=fence,
+    )
+
+
+def finalize_records(dynamodb, *, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
+    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed.
+
+    A record that is already final fails its condition and is skipped: finalizing twice is harmless.
+    """
+    return len(
+        _update_in_groups(
+            dynamodb,
+            table=records_table,
+            record_ids=record_ids,
+            group_size=FINALIZE_GROUP,
+            update="REMOVE next_action, pending_receiver SET batched_at = :at",
+            condition="batch_id = :b AND attribute_exists(next_action)",
+            values={":b": {"S": batch}, ":at": {"S": batched_at}},
+        )
+    )
+
+
+# ------------------------------------------------------------------ S3: files and the ledger
+
+
+def record_line(record: dict[str, Any], batch: str) -> str:
+    """One JSON line; a payload that is not valid JSON is kept as a string with a flag."""
+    line: dict[str, Any] = {
+        "record_id": record.get("record_id"),
+        "receiver": record.get("receiver"),
+        "created_at": record.get("created_at"),
+        "batch_id": batch,
+    }
+    raw = record.get("payload")
+    try:
+        line["payload"] = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        line["payload"] = raw
+        line["payload_invalid_json"] = True
+    return json.dumps(line, separators=(",", ":"), sort_keys=True)
+
+
+def put_file(s3, bucket: str, key: str, lines: list[str]) -> None:
+    body = ("\n".join(lines) + "\n") if lines else ""
+    s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson")
+
+
+def list_keys(s3, bucket: str, prefix: str, start_after: str | None = None, stop_after: str | None = None):
+    """Keys under ``prefix`` in order, from after ``start_after`` up to ``stop_after`` (inclusive)."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    if start_after:
+        kwargs["StartAfter"] = start_after
+    while True:
+        page = s3.list_objects_v2(**kwargs)
+        for obj in page.get("Contents", []):
+            if stop_after is not None and obj["Key"] > stop_after:
+                return
+            yield obj["Key"]
+        if not page.get("IsTruncated"):
+            return
+        kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+
+def put_ledger(s3, bucket: str, receiver: str, batch_time, entry: dict[str, Any]) -> None:
+    s3.put_object(
+        Bucket=bucket,
+        Key=ledger_key(receiver, batch_time),
+        Body=json.dumps(entry, sort_keys=True).encode(),
+        ContentType="application/json",
+    )

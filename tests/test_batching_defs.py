@@ -1,0 +1,193 @@
+"""The Dagster layer of batching: receivers_sync, batch_decider, receiver_batches, checks, the CLI."""
+
+import datetime as dt
+import json
+import subprocess
+import sys
+
+import dagster as dg
+
+from pipelines.batching.defs import (
+    batch_decider,
+    no_orphaned_pending_records,
+    pending_records_well_formed,
+    receiver_configs_valid,
+    receivers_partitions,
+    receivers_sync,
+)
+from pipelines.definitions import ROOT_DIR, build_definitions
+from resources import resources_for
+from tests.batching_helpers import outbox, pending_ids, put_items, put_receiver, put_records, record
+
+UTC = dt.UTC
+T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+# Resolved once at import: resolving inside a test would read Dagster's context-global defs-state
+# storage, which an earlier in-process run's (since collected) instance may have left behind.
+BATCH_JOB = build_definitions("local").resolve_job_def("receiver_batches_job")
+
+
+def _resources():
+    return resources_for("local")
+
+
+def test_batching_defs_load_in_every_deployment():
+    for deployment in ("local", "prod"):
+        defs = build_definitions(deployment)
+        dg.Definitions.validate_loadable(defs)
+        assert defs.resolve_schedule_def("batch_decider").cron_schedule == "* * * * *"
+        assert defs.resolve_job_def("receiver_batches_job").partitions_def is not None
+
+
+def test_receivers_sync_adds_new_and_removes_deleted_receivers(aws):
+    with dg.instance_for_test() as instance:
+        put_receiver(aws, "acme")
+        put_receiver(aws, "globex")
+        put_receiver(aws, "bad|name")
+        result = receivers_sync(dg.build_sensor_context(instance=instance, resources=_resources()))
+        assert isinstance(result, dg.SensorResult)
+        [add] = result.dynamic_partitions_requests
+        assert sorted(add.partition_keys) == ["acme", "globex"]
+        instance.add_dynamic_partitions("receivers", ["acme", "globex", "old"])
+
+        result = receivers_sync(dg.build_sensor_context(instance=instance, resources=_resources()))
+        [delete] = result.dynamic_partitions_requests
+        assert isinstance(delete, dg.DeleteDynamicPartitionsRequest) and list(delete.partition_keys) == ["old"]
+        instance.delete_dynamic_partition("receivers", "old")
+
+        idle = receivers_sync(dg.build_sensor_context(instance=instance, resources=_resources()))
+        assert isinstance(idle, dg.SkipReason)
+
+
+def test_batch_decider_requests_one_run_per_due_receiver(aws):
+    put_receiver(aws, "acme", number_per_day=24)
+    put_receiver(aws, "globex", number_per_day=96, initial_time="00:05", send_if_empty_batch=True)
+    put_receiver(aws, "off", batching_enabled=False)
+    put_records(aws, "acme", [T10 - dt.timedelta(minutes=1)])
+    put_records(aws, "off", [T10 - dt.timedelta(minutes=1)])
+    with dg.instance_for_test() as instance:
+        _decider_ticks(instance)
+
+
+def _decider_ticks(instance):
+    context = dg.build_schedule_context(instance=instance, scheduled_execution_time=T10, resources=_resources())
+    requests = batch_decider(context)
+    assert [(r.run_key, r.partition_key) for r in requests] == [("acme@2026-11-20T10:00Z", "2026-11-20|acme")]
+    assert requests[0].tags["groundskeeper/pending"] == "1"
+    assert "acme" in instance.get_dynamic_partitions("receivers")  # added so the run can be launched
+
+    quiet = dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=T10 + dt.timedelta(minutes=1), resources=_resources()
+    )
+    assert isinstance(batch_decider(quiet), dg.SkipReason)
+    at_0505 = dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=T10 + dt.timedelta(minutes=5), resources=_resources()
+    )
+    assert [r.run_key for r in batch_decider(at_0505)] == ["globex@2026-11-20T10:05Z"]  # empty, but flagged
+
+
+def _materialize(instance, partition, **config):
+    return BATCH_JOB.execute_in_process(
+        partition_key=partition,
+        instance=instance,
+        run_config={"ops": {"receiver_batches": {"config": config}}} if config else None,
+        raise_on_error=False,
+    )
+
+
+def test_materializing_a_partition_writes_files_with_metadata(aws):
+    put_receiver(aws, "acme", max_batch_size=4)
+    ids = put_records(aws, "acme", [T10 - dt.timedelta(seconds=s) for s in range(1, 11)])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["acme"])
+
+        dry = _materialize(instance, "2026-11-20|acme", dry_run=True)
+        assert dry.success and outbox(aws, "acme") == {}
+        dry_meta = dry.asset_materializations_for_node("receiver_batches")[0].metadata
+        assert dry_meta["files_written"].value == 3 and dry_meta["dry_run"].value is True
+
+        result = _materialize(instance, "2026-11-20|acme")
+        assert result.success
+        meta = result.asset_materializations_for_node("receiver_batches")[0].metadata
+        assert meta["files_written"].value == 3
+        assert sorted(meta["records_per_file"].value.values()) == [2, 4, 4]
+        assert meta["records_batched"].value == 10
+        assert meta["status"].value == "ok"
+        assert sum(len(v) for v in outbox(aws, "acme").values()) == len(ids)
+
+
+def test_invalid_or_deleted_receiver_fails_its_partition_only(aws):
+    put_receiver(aws, "broken", initial_time="25:00")
+    put_receiver(aws, "fine")
+    put_records(aws, "fine", [T10 - dt.timedelta(minutes=1)])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["broken", "fine", "ghost"])
+        broken = _materialize(instance, "2026-11-20|broken")
+        assert not broken.success
+        failure = broken.get_step_failure_events()[0].step_failure_data.error
+        assert "initial_time must be HH:MM" in failure.message
+        assert not _materialize(instance, "2026-11-20|ghost").success
+        assert _materialize(instance, "2026-11-20|fine").success
+        assert pending_ids(aws, "fine") == set()
+
+
+def test_asset_checks_flag_invalid_receivers_orphans_and_malformed_records(aws):
+    put_receiver(aws, "ok")
+    put_receiver(aws, "too-many", number_per_day=2000)
+    put_receiver(aws, "mars", time_zone="Mars/Olympus_Mons")
+    put_records(aws, "deleted", [T10])
+    no_created = {k: v for k, v in record("ok", "no-created", T10).items() if k != "created_at"}
+    put_items(aws, [no_created])
+    ctx = dg.build_asset_check_context(resources=_resources())
+
+    configs = receiver_configs_valid(ctx)
+    assert not configs.passed and set(configs.metadata["invalid_receivers"].value) == {"too-many", "mars"}
+    orphans = no_orphaned_pending_records(ctx)
+    assert not orphans.passed and orphans.metadata["orphaned_pending"].value == {"deleted": 1}
+    malformed = pending_records_well_formed(ctx)
+    assert not malformed.passed and malformed.metadata["malformed_pending"].value == 1
+
+
+def test_backfill_partition_through_the_cli(aws, tmp_path):
+    put_receiver(aws, "acme", number_per_day=4, max_batch_size=100)
+    put_records(aws, "acme", [dt.datetime(2026, 11, 18, 5, tzinfo=UTC), dt.datetime(2026, 11, 18, 13, tzinfo=UTC)])
+    env = aws.subprocess_env()
+    env["DAGSTER_HOME"] = str(tmp_path)
+    (tmp_path / "dagster.yaml").write_text("")
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('receivers', ['acme'])",
+        ],
+        env=env,
+        check=True,
+        cwd=ROOT_DIR,
+        timeout=120,
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dagster",
+            "asset",
+            "materialize",
+            "-m",
+            "pipelines.definitions",
+            "--select",
+            "receiver_batches",
+            "--partition",
+            "2026-11-18|acme",
+            "--config-json",
+            json.dumps({"ops": {"receiver_batches": {"config": {"lookback_days": 3}}}}),
+        ],
+        env=env,
+        cwd=ROOT_DIR,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert sorted(outbox(aws, "acme")) == [
+        "batches/acme/2026-11-18T06:00Z/1.jsonl",
+        "batches/acme/2026-11-18T18:00Z/1.jsonl",
+    ]

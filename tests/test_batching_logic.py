@@ -1,0 +1,354 @@
+"""Batching against moto: file sizes, empty batches, cancellation, crash recovery, concurrency, backfill."""
+
+import datetime as dt
+import json
+import random
+import threading
+
+import boto3
+import pytest
+
+from pipelines.batching import store
+from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
+from pipelines.common import iso
+from tests.batching_helpers import (
+    batcher,
+    get_record,
+    outbox,
+    pending_ids,
+    put_items,
+    put_receiver,
+    put_records,
+    record,
+    set_enabled,
+)
+
+UTC = dt.UTC
+DAY = "2026-11-20"
+T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+
+
+def _minutes_before(moment, count, spacing_s=7):
+    return [moment - dt.timedelta(seconds=spacing_s * (i + 1)) for i in range(count)]
+
+
+def test_files_are_ceil_pending_over_max_batch_size(aws):
+    put_receiver(aws, "acme", max_batch_size=10)
+    before = put_records(aws, "acme", _minutes_before(T10, 25))  # all in (09:00, 10:00)
+    after = put_records(aws, "acme", [T10 + dt.timedelta(seconds=5)], prefix="late")
+    report = batcher(aws).run("acme", DAY, now=T10 + dt.timedelta(seconds=30))
+
+    assert report.status == "ok"
+    assert [b.batch_time for b in report.batches][-1] == "2026-11-20T10:00Z"
+    last = report.batches[-1]
+    assert [f.records for f in last.files] == [10, 10, 5]  # ceil(25 / 10) files
+    files = outbox(aws, "acme")
+    assert sorted(files) == [f"batches/acme/2026-11-20T10:00Z/{n}.jsonl" for n in (1, 2, 3)]
+    written = [line["record_id"] for lines in files.values() for line in lines]
+    assert sorted(written) == sorted(before) and len(written) == len(set(written))
+    assert pending_ids(aws, "acme") == set(after)  # created after T: waits for 11:00
+    rec = get_record(aws, before[0])
+    assert "next_action" not in rec and "pending_receiver" not in rec
+    assert rec["batch_id"].startswith("acme/2026-11-20T10:00Z/")
+    # Earlier batch times of the day had nothing pending; they are done, without files.
+    assert len(report.batches) == 11 and all(not b.files for b in report.batches[:-1])
+
+    again = batcher(aws).run("acme", DAY, now=T10 + dt.timedelta(seconds=45))
+    assert again.batches == [] and "2026-11-20T10:00Z" in again.already_done
+    assert outbox(aws, "acme") == files  # the same batch twice writes nothing new
+
+
+def test_empty_batch_written_once_when_flag_set(aws):
+    put_receiver(aws, "quiet", send_if_empty_batch=True, number_per_day=4)
+    put_receiver(aws, "silent", send_if_empty_batch=False, number_per_day=4)
+    now = dt.datetime(2026, 11, 20, 12, 30, tzinfo=UTC)
+    for _ in range(2):
+        batcher(aws).run("quiet", DAY, now=now)
+        batcher(aws).run("silent", DAY, now=now)
+    files = outbox(aws, "quiet")
+    assert sorted(files) == [
+        "batches/quiet/2026-11-20T00:00Z/1.jsonl",
+        "batches/quiet/2026-11-20T06:00Z/1.jsonl",
+        "batches/quiet/2026-11-20T12:00Z/1.jsonl",
+    ]
+    assert all(lines == [] for lines in files.values())
+    assert outbox(aws, "silent") == {}
+
+
+def test_cancellation_stops_before_the_next_file_and_resumes(aws):
+    put_receiver(aws, "acme", max_batch_size=10)
+    ids = put_records(aws, "acme", _minutes_before(T10, 30))
+    messages = []
+
+    def log(msg):
+        messages.append(msg)
+        if "wrote" in msg:  # an operator switches the receiver off while the run writes its first file
+            set_enabled(aws, "acme", False)
+
+    b = batcher(aws)
+    b.log = log
+    report = b.run("acme", DAY, now=T10)
+    assert report.status == "cancelled"
+    assert [f.records for f in report.files] == [10]
+    assert len(pending_ids(aws, "acme")) == 20
+    assert any("stopping before the next file" in m for m in messages)
+
+    disabled = batcher(aws).run("acme", DAY, now=T10)
+    assert disabled.status == "disabled" and disabled.files == []
+
+    set_enabled(aws, "acme", True)
+    resumed = batcher(aws).run("acme", DAY, now=T10)
+    assert resumed.status == "ok"
+    assert [(f.key.rsplit("/", 1)[1], f.records) for f in resumed.files] == [("2.jsonl", 10), ("3.jsonl", 10)]
+    written = [line["record_id"] for lines in outbox(aws, "acme").values() for line in lines]
+    assert sorted(written) == sorted(ids)
+
+
+class CrashingS3:
+    """Delegates to a real S3 client but dies on the n-th PutObject of a batch file."""
+
+    def __init__(self, real, crash_on: int):
+        self._real, self._crash_on, self._puts = real, crash_on, 0
+
+    def put_object(self, **kwargs):
+        if kwargs["Key"].startswith("batches/"):
+            self._puts += 1
+            if self._puts == self._crash_on:
+                raise ConnectionError("simulated crash between locking and upload")
+        return self._real.put_object(**kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+def test_crash_between_lock_and_upload_is_finished_by_the_next_run(aws):
+    put_receiver(aws, "acme", max_batch_size=10)
+    ids = put_records(aws, "acme", _minutes_before(T10, 25))
+    with pytest.raises(ConnectionError):
+        batcher(aws, s3=CrashingS3(aws.client("s3"), crash_on=2)).run("acme", DAY, now=T10)
+
+    locked = {rid for rid in ids if "batch_id" in (r := get_record(aws, rid)) and "next_action" in r}
+    assert len(locked) == 10  # file 2 was locked, never uploaded
+    assert {get_record(aws, rid)["batch_id"] for rid in locked} == {"acme/2026-11-20T10:00Z/2"}
+    assert list(outbox(aws, "acme")) == ["batches/acme/2026-11-20T10:00Z/1.jsonl"]
+
+    # The next run is for the next day's partition; it still finishes exactly that batch first.
+    report = batcher(aws).run("acme", "2026-11-21", now=T10 + dt.timedelta(minutes=5))
+    assert [r["batch_id"] for r in report.recovered] == ["acme/2026-11-20T10:00Z/2"]
+    files = outbox(aws, "acme")
+    assert {line["record_id"] for line in files["batches/acme/2026-11-20T10:00Z/2.jsonl"]} == locked
+    assert len(files["batches/acme/2026-11-20T10:00Z/3.jsonl"]) == 5  # the batch time then completes
+    written = [line["record_id"] for lines in files.values() for line in lines]
+    assert sorted(written) == sorted(ids)
+    assert pending_ids(aws, "acme") == set()
+
+
+def test_crash_after_upload_only_finalizes(aws):
+    put_receiver(aws, "acme", max_batch_size=10)
+    ids = put_records(aws, "acme", _minutes_before(T10, 10))
+    b = batcher(aws)
+    original = store.finalize_records
+
+    def dying_finalize(*args, **kwargs):
+        raise ConnectionError("died after the upload")
+
+    store.finalize_records = dying_finalize
+    try:
+        with pytest.raises(ConnectionError):
+            b.run("acme", DAY, now=T10)
+    finally:
+        store.finalize_records = original
+    assert len(pending_ids(aws, "acme")) == 10
+    report = batcher(aws).run("acme", DAY, now=T10)
+    assert report.recovered[0]["file_was_in_s3"] is True
+    assert pending_ids(aws, "acme") == set()
+    files = outbox(aws, "acme")
+    assert list(files) == ["batches/acme/2026-11-20T10:00Z/1.jsonl"]
+    assert sorted(line["record_id"] for line in files["batches/acme/2026-11-20T10:00Z/1.jsonl"]) == sorted(ids)
+
+
+def test_lease_of_a_dead_run_expires(aws):
+    put_receiver(aws, "acme")
+    ddb = aws.client("dynamodb")
+    store.acquire_lease(ddb, aws.env["RECEIVERS_TABLE"], "acme", "dead-run", lease_seconds=0.5, wait_seconds=0)
+    with pytest.raises(store.ReceiverBusy):
+        batcher(aws, lease_wait_seconds=0).run("acme", DAY, now=T10)
+    report = batcher(aws, lease_wait_seconds=10).run("acme", DAY, now=T10)
+    assert report.status == "ok"
+
+
+def test_two_concurrent_runs_never_double_or_lose_a_record(aws):
+    put_receiver(aws, "acme", max_batch_size=40, number_per_day=96)
+    rng = random.Random(3)
+    created = [T10 - dt.timedelta(seconds=rng.randint(1, 3 * 3600)) for _ in range(300)]
+    ids = put_records(aws, "acme", created)
+    reports, errors = [], []
+
+    def run():
+        try:
+            client = boto3.client("dynamodb", endpoint_url=aws.endpoint, region_name="us-east-1")
+            s3 = boto3.client("s3", endpoint_url=aws.endpoint, region_name="us-east-1")
+            # The second run waits for the first one's lease (generously: the machine may be busy).
+            b = batcher(aws, s3=s3, dynamodb=client, lease_wait_seconds=900)
+            reports.append(b.run("acme", DAY, now=T10))
+        except Exception as exc:  # pragma: no cover - surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert [r.status for r in reports] == ["ok", "ok"]
+    written = [line["record_id"] for lines in outbox(aws, "acme").values() for line in lines]
+    assert len(written) == len(set(written)) == 300
+    assert set(written) == set(ids)
+    assert sum(r.records_batched for r in reports) == 300
+
+
+def test_lock_never_takes_a_record_already_in_a_batch(aws):
+    put_receiver(aws, "acme")
+    ids = put_records(aws, "acme", _minutes_before(T10, 5))
+    ddb = aws.client("dynamodb")
+    kw = dict(records_table=aws.env["BATCH_RECORDS_TABLE"], receivers_table=aws.env["RECEIVERS_TABLE"])
+    store.acquire_lease(ddb, aws.env["RECEIVERS_TABLE"], "acme", "a", lease_seconds=60, wait_seconds=0)
+    assert store.lock_records(ddb, receiver="acme", owner="a", record_ids=ids[:3], batch="acme/x/1", **kw) == ids[:3]
+    assert store.lock_records(ddb, receiver="acme", owner="a", record_ids=ids, batch="acme/x/2", **kw) == ids[3:]
+    with pytest.raises(store.LeaseLost):  # the fence: a run without the lease takes nothing
+        store.lock_records(ddb, receiver="acme", owner="b", record_ids=ids, batch="acme/x/3", **kw)
+
+
+def _snapshot(aws, name):
+    """Batch files of ``name`` with the receiver name taken out (to compare two receivers)."""
+    return {
+        key.replace(f"/{name}/", "/R/"): [line["record_id"].split("-", 1)[1] for line in lines]
+        for key, lines in outbox(aws, name).items()
+    }
+
+
+def test_backfill_over_three_missed_days_reproduces_the_uninterrupted_schedule(aws):
+    days = [f"2026-11-{d}" for d in (16, 17, 18, 19, 20)]
+    rng = random.Random(11)
+    start = dt.datetime(2026, 11, 16, tzinfo=UTC)
+    created = sorted(start + dt.timedelta(seconds=rng.randint(0, 4 * 86400 + 5 * 3600)) for _ in range(120))
+    created += [start + dt.timedelta(days=2, hours=7)] * 2  # two records at the same instant
+    for name in ("ref", "bf"):
+        put_receiver(aws, name, number_per_day=4, initial_time="03:00", max_batch_size=4, send_if_empty_batch=True)
+        put_records(aws, name, created)
+
+    # Reference: the schedule never stopped. Each batch time runs when it comes.
+    ref = batcher(aws)
+    end = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+    moments = [dt.datetime(2026, 11, 16, 3, tzinfo=UTC) + dt.timedelta(hours=6 * k) for k in range(30)]
+    moments = [m for m in moments if m <= end]
+    for moment in moments:
+        ref.run("ref", moment.strftime("%Y-%m-%d"), now=moment)
+
+    # Backfilled: day 16 ran, 17-19 were missed (outage), the decider ran 20th's first batch before
+    # anyone noticed; the operator then backfilled 17, 18, 19 (newest first, to show order does not matter).
+    bf = batcher(aws)
+    for moment in moments:
+        if moment.strftime("%Y-%m-%d") == days[0]:
+            bf.run("bf", days[0], now=moment)
+    live = bf.run("bf", days[4], now=dt.datetime(2026, 11, 20, 3, 0, tzinfo=UTC))
+    assert live.batches[0].window_start == "2026-11-19T21:00Z"  # leaves the missed batches' records alone
+    for day in reversed(days[1:4]):
+        bf.run("bf", day, now=end)
+    bf.run("bf", days[4], now=end)
+
+    reference, backfilled = _snapshot(aws, "ref"), _snapshot(aws, "bf")
+    assert backfilled == reference
+    assert len(reference) >= 18  # every batch time has a file (empty ones included)
+    assert sum(len(v) for v in reference.values()) == len(created) - len(pending_ids(aws, "ref"))
+
+
+def test_bad_records_are_reported_batched_or_left_pending(aws):
+    put_receiver(aws, "acme", max_batch_size=10)
+    created = T10 - dt.timedelta(minutes=5)
+    good = record("acme", "good", created)
+    not_json = record("acme", "not-json", created, payload="{this is not json")
+    no_receiver = {k: v for k, v in record("acme", "no-receiver", created).items() if k != "receiver"}
+    bad_time = {**record("acme", "bad-time", created), "created_at": "yesterday"}
+    no_created = {k: v for k, v in record("acme", "no-created", created).items() if k != "created_at"}
+    put_items(aws, [good, not_json, no_receiver, bad_time, no_created])
+
+    report = batcher(aws).run("acme", DAY, now=T10)
+    lines = {line["record_id"]: line for lines in outbox(aws, "acme").values() for line in lines}
+    assert set(lines) == {"good", "not-json"}
+    assert lines["not-json"]["payload"] == "{this is not json" and lines["not-json"]["payload_invalid_json"]
+    assert lines["good"]["payload"] == {"id": "good"} and "payload_invalid_json" not in lines["good"]
+    assert report.files[0].invalid_payloads == 1
+    problems = {r["record_id"]: r["problem"] for r in report.invalid_records}
+    assert problems == {"no-receiver": "missing receiver", "bad-time": "malformed created_at 'yesterday'"}
+    assert pending_ids(aws, "acme") == {"no-receiver", "bad-time"}
+    # A record with no created_at is invisible to the pending-index: the audit scan finds it.
+    total, sample = malformed_pending(aws.client("dynamodb"), aws.env["BATCH_RECORDS_TABLE"])
+    assert total == 2 and {s["record_id"] for s in sample} == {"no-created", "no-receiver"}
+
+
+def test_deleted_receiver_with_pending_records_is_reported_and_runs_skip_it(aws):
+    put_receiver(aws, "acme")
+    put_receiver(aws, "gone")
+    put_records(aws, "gone", _minutes_before(T10, 3))
+    aws.client("dynamodb").delete_item(TableName=aws.env["RECEIVERS_TABLE"], Key={"receiver": {"S": "gone"}})
+    orphans = orphaned_pending(
+        aws.client("dynamodb"), receivers_table=aws.env["RECEIVERS_TABLE"], records_table=aws.env["BATCH_RECORDS_TABLE"]
+    )
+    assert orphans == {"gone": 3}
+    report = batcher(aws).run("gone", DAY, now=T10)
+    assert report.status == "receiver_missing" and len(pending_ids(aws, "gone")) == 3
+
+
+def test_invalid_receiver_is_skipped_and_others_go_on(aws):
+    put_receiver(aws, "broken", number_per_day=0)
+    put_receiver(aws, "fine")
+    put_records(aws, "broken", _minutes_before(T10, 3))
+    put_records(aws, "fine", _minutes_before(T10, 3))
+    broken = batcher(aws).run("broken", DAY, now=T10)
+    fine = batcher(aws).run("fine", DAY, now=T10)
+    assert broken.status == "invalid_config" and "number_per_day" in broken.errors[0]
+    assert fine.status == "ok" and fine.records_batched == 3
+
+
+def test_decider_launches_due_receivers_only(aws):
+    put_receiver(aws, "hourly", number_per_day=24, max_batch_size=2)
+    put_receiver(aws, "quarter", number_per_day=96, initial_time="00:05", time_zone="America/New_York")
+    put_receiver(aws, "empty-but-flagged", number_per_day=24, send_if_empty_batch=True)
+    put_receiver(aws, "empty", number_per_day=24)
+    put_receiver(aws, "off", number_per_day=24, batching_enabled=False)
+    put_receiver(aws, "bad", number_per_day=2000)
+    put_records(aws, "hourly", _minutes_before(T10, 5))
+    put_records(aws, "off", _minutes_before(T10, 5))
+    decision = decide(
+        aws.client("dynamodb"),
+        receivers_table=aws.env["RECEIVERS_TABLE"],
+        records_table=aws.env["BATCH_RECORDS_TABLE"],
+        tick=T10,
+    )
+    due = {d.receiver: d for d in decision.due}
+    assert set(due) == {"hourly", "empty-but-flagged"}  # quarter's times are :05, :20, :35, :50
+    assert due["hourly"].pending == 5 and due["hourly"].expected_files == 3
+    assert due["hourly"].run_key == "hourly@2026-11-20T10:00Z" and due["hourly"].day == DAY
+    assert due["empty-but-flagged"].expected_files == 1
+    assert "batching_enabled is false" in decision.skipped["off"]
+    assert "invalid config" in decision.skipped["bad"]
+    assert "nothing pending" in decision.skipped["empty"]
+    later = decide(
+        aws.client("dynamodb"),
+        receivers_table=aws.env["RECEIVERS_TABLE"],
+        records_table=aws.env["BATCH_RECORDS_TABLE"],
+        tick=T10 + dt.timedelta(minutes=5),
+    )
+    assert [d.receiver for d in later.due] == []  # quarter is due but has nothing pending
+
+
+def test_payload_lines_are_json(aws):
+    line = store.record_line({"record_id": "a", "receiver": "r", "created_at": iso(T10), "payload": "[1,2]"}, "r/x/1")
+    assert json.loads(line) == {
+        "record_id": "a",
+        "receiver": "r",
+        "created_at": "2026-11-20T10:00:00.000Z",
+        "batch_id": "r/x/1",
+        "payload": [1, 2],
+    }
