@@ -1,0 +1,103 @@
+"""Retry policies, attempts and fencing (seed 001). Pure Python: no Dagster imports here.
+
+Public API (import from ``pipelines.retry``)::
+
+    policy = policy_from_json({"kind": "exponential", "initial": 5, "coefficient": 2,
+                               "maxDelay": 3600, "maxAttempts": 5, "jitter": "full"})
+    policy.delay(n)          # n = attempts made so far -> seconds (float) or STOP
+    policy.max_attempts      # first run included; None = unlimited
+    policy.is_retryable(exc) # False for the policy's nonRetryable error types (class name,
+                             # dotted name, or AWS error code) and for RetryPolicyError
+    policy.to_json()         # the JSON form back
+    policy_from_text("sidekiq")           # a run tag value: preset name, "none" or JSON
+    timeline(policy).to_markdown()        # every wait, cumulative and worst case with jitter
+
+- Forms: ``none()``, ``fixed(delay, max_attempts)``, ``exponential(initial, coefficient,
+  max_delay, max_attempts, jitter)`` with jitter ``none``/``full``/``plus-minus``,
+  ``function("mypkg.policies:delay", max_attempts)``; JSON kinds ``none``, ``fixed``,
+  ``exponential``, ``preset``, ``function`` (see ``pipelines.retry.config``).
+- ``delay(0)`` is the wait before the first run (0 for the built-in forms). Once ``n`` reaches
+  ``max_attempts`` the answer is ``STOP`` (falsy). A failing user function raises
+  ``DelayFunctionError`` (a ``RetryPolicyError``) naming it: never retry on that.
+- Bad input raises ``RetryPolicyError`` (a ``ValueError``) with ``.field`` and ``.value``.
+- ``PRESETS``: sidekiq, oban, river, celery, celery-backoff, temporal, step-functions, each with
+  its ``source``.
+- ``classify_aws_error(exc)`` / ``is_transient(exc)`` (``pipelines.retry.aws``): throttling,
+  5xx and connection errors are transient; validation, access denied and other 4xx are not.
+- Attempts (``pipelines.retry.attempts``): ``Job``, ``Engine``, ``canonical_status``, ids
+  (``new_schedule_id``, ``new_attempt_id``, ``new_processing_id``), fencing (``Job.fence``,
+  ``SupersededError``, ``accepts``, ``dynamodb_fence``).
+
+The Dagster layer is in ``pipelines.retry.ops`` (op helper) and ``pipelines.retry.defs``
+(the ``delayed_run_retries`` sensor and the ``retry_policies`` asset).
+"""
+
+from pipelines.retry.attempts import (
+    JOB_STATUSES,
+    Attempt,
+    AttemptStatus,
+    Engine,
+    EventKind,
+    HistoryEvent,
+    Job,
+    Outcome,
+    SupersededError,
+    accepts,
+    canonical_status,
+    dynamodb_fence,
+    new_attempt_id,
+    new_processing_id,
+    new_schedule_id,
+)
+from pipelines.retry.aws import Classification, ErrorKind, classify_aws_error, is_transient
+from pipelines.retry.config import policy_from_json, policy_from_text
+from pipelines.retry.policy import (
+    STOP,
+    DelayFunctionError,
+    RetryPolicy,
+    RetryPolicyError,
+    exponential,
+    fixed,
+    function,
+    none,
+)
+from pipelines.retry.presets import PRESETS, preset
+from pipelines.retry.simulate import Step, Timeline, human, timeline
+
+__all__ = [
+    "JOB_STATUSES",
+    "PRESETS",
+    "STOP",
+    "Attempt",
+    "AttemptStatus",
+    "Classification",
+    "DelayFunctionError",
+    "Engine",
+    "ErrorKind",
+    "EventKind",
+    "HistoryEvent",
+    "Job",
+    "Outcome",
+    "RetryPolicy",
+    "RetryPolicyError",
+    "Step",
+    "SupersededError",
+    "Timeline",
+    "accepts",
+    "canonical_status",
+    "classify_aws_error",
+    "dynamodb_fence",
+    "exponential",
+    "fixed",
+    "function",
+    "human",
+    "is_transient",
+    "new_attempt_id",
+    "new_processing_id",
+    "new_schedule_id",
+    "none",
+    "policy_from_json",
+    "policy_from_text",
+    "preset",
+    "timeline",
+]

@@ -1,0 +1,94 @@
+"""Which AWS errors are worth retrying. Pure (botocore only, no Dagster): any capability can use it.
+
+Transient: throttling, HTTP 5xx and connection or timeout errors (the codes are the ones
+botocore's own "standard" retry mode treats as retryable, botocore/retries/standard.py).
+Permanent: validation, access denied, missing resources, a failed condition and any other 4xx,
+plus client-side errors (bad parameters, no credentials, no region). Anything else is not an
+AWS error and is left to the caller.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from botocore.exceptions import (
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+)
+from botocore.exceptions import ConnectionError as BotoConnectionError
+
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "RequestLimitExceeded",
+        "BandwidthLimitExceeded",
+        "LimitExceededException",
+        "RequestThrottled",
+        "SlowDown",
+        "EC2ThrottledException",
+    }
+)
+TRANSIENT_CODES = frozenset(
+    {
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "PriorRequestNotComplete",
+        "InternalError",
+        "InternalFailure",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "ServiceUnavailableException",
+    }
+)
+TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
+
+
+class ErrorKind(StrEnum):
+    TRANSIENT = "transient"
+    PERMANENT = "permanent"
+    NOT_AWS = "not-aws"
+
+
+@dataclass(frozen=True)
+class Classification:
+    kind: ErrorKind
+    code: str  # the AWS error code, or the exception class name
+    reason: str
+
+    @property
+    def transient(self) -> bool:
+        return self.kind is ErrorKind.TRANSIENT
+
+
+def classify_aws_error(exc: BaseException) -> Classification:
+    """Sort an exception into transient / permanent / not an AWS error, with a short reason."""
+    name = type(exc).__name__
+    if isinstance(exc, ClientError):
+        error = exc.response.get("Error", {}) or {}
+        code = str(error.get("Code", "") or "")
+        status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
+        if code in THROTTLING_CODES:
+            return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name} was throttled ({code})")
+        if code in TRANSIENT_CODES or (isinstance(status, int) and status in TRANSIENT_STATUS):
+            return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name}: server error {code} ({status})")
+        return Classification(ErrorKind.PERMANENT, code, f"{exc.operation_name}: {code}: {error.get('Message', '')}")
+    if isinstance(exc, BotoConnectionError | HTTPClientError):
+        return Classification(ErrorKind.TRANSIENT, name, f"connection error: {exc}")
+    if isinstance(exc, ParamValidationError | NoCredentialsError | NoRegionError):
+        return Classification(ErrorKind.PERMANENT, name, str(exc))
+    return Classification(ErrorKind.NOT_AWS, name, str(exc))
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for throttling, 5xx and connection errors."""
+    return classify_aws_error(exc).transient

@@ -1,0 +1,105 @@
+"""Presets: the published default retry timing of other systems, so teams can keep theirs.
+
+Every preset maps the other system's counter onto ``n`` (attempts made so far, so ``n = 1`` is
+the wait after the first failure) and counts ``max_attempts`` as the first run plus its retries.
+Each one carries its ``source``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pipelines.retry.policy import (
+    Formula,
+    FullJitter,
+    IncreaseJitter,
+    Jitter,
+    PlusMinusJitter,
+    RetryPolicyError,
+    SidekiqJitter,
+)
+
+
+def _doubling(n: int) -> float:
+    return 2.0 ** (n - 1)
+
+
+PRESETS: dict[str, Formula] = {
+    p.name: p
+    for p in (
+        Formula(
+            name="sidekiq",
+            formula=lambda n: (n - 1) ** 4 + 15,
+            jitter=SidekiqJitter(),
+            max_attempts=26,
+            summary="(n-1)**4 + 15 s plus rand(10)*n, 25 retries",
+            source="Sidekiq 7 lib/sidekiq/job_retry.rb delay_for: (count**4) + 15 + rand(10) * (count + 1), "
+            "count = retries so far; default retry: 25 (wiki Error-Handling)",
+        ),
+        Formula(
+            name="oban",
+            formula=lambda n: 15 + 2**n,
+            jitter=IncreaseJitter(0.1),
+            max_attempts=20,
+            summary="15 + 2**n s plus up to 10%, 20 attempts",
+            source="Oban 2.x lib/oban/worker.ex backoff/1: Backoff.exponential(attempt, mult: 1, max_pow: 100, "
+            "min_pad: 15) then Backoff.jitter(mode: :inc); max_attempts default 20",
+        ),
+        Formula(
+            name="river",
+            formula=lambda n: float(n) ** 4,
+            jitter=PlusMinusJitter(0.1),
+            max_attempts=25,
+            summary="n**4 s +/-10%, 25 attempts",
+            source="River retry_policy.go DefaultClientRetryPolicy: attempt**4 seconds +/-10% jitter "
+            "(attempt = errors so far); MaxAttempts default 25",
+        ),
+        Formula(
+            name="celery",
+            formula=lambda n: 180.0,
+            max_attempts=4,
+            summary="fixed 180 s, 3 retries",
+            source="Celery docs, Tasks > Retrying: Task.default_retry_delay = 180 s, Task.max_retries = 3",
+        ),
+        Formula(
+            name="celery-backoff",
+            formula=_doubling,
+            jitter=FullJitter(),
+            max_delay=600.0,
+            max_attempts=4,
+            summary="2**(n-1) s capped at 600 s, full jitter, 3 retries",
+            source="Celery docs, Tasks > Automatic retry for known exceptions: retry_backoff=True (factor 1), "
+            "retry_backoff_max=600, retry_jitter=True (full jitter), max_retries=3",
+        ),
+        Formula(
+            name="temporal",
+            formula=_doubling,
+            jitter=Jitter(),
+            max_delay=100.0,
+            max_attempts=None,
+            summary="1 s doubling, capped at 100 s, unlimited attempts",
+            source="Temporal docs, Retry Policies defaults: InitialInterval 1s, BackoffCoefficient 2.0, "
+            "MaximumInterval 100 x InitialInterval, MaximumAttempts 0 (unlimited)",
+        ),
+        Formula(
+            name="step-functions",
+            formula=_doubling,
+            jitter=Jitter(),
+            max_attempts=4,
+            summary="1 s doubling, 3 retries, no jitter",
+            source="AWS Step Functions docs, Retry field defaults: IntervalSeconds 1, MaxAttempts 3, "
+            "BackoffRate 2.0, no MaxDelaySeconds, JitterStrategy NONE",
+        ),
+    )
+}
+
+
+def preset(name: str, non_retryable: tuple[str, ...] | list[str] = ()) -> Formula:
+    """A preset by name, optionally with non-retryable error types added."""
+    try:
+        base = PRESETS[name]
+    except (KeyError, TypeError):
+        raise RetryPolicyError(
+            f"name must be one of {sorted(PRESETS)}, got {name!r}", field="name", value=name
+        ) from None
+    return dataclasses.replace(base, non_retryable=tuple(non_retryable)) if non_retryable else base

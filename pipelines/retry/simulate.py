@@ -1,0 +1,93 @@
+"""The simulator: what a policy means in wall-clock time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pipelines.retry.policy import STOP, RetryPolicy
+
+DEFAULT_HORIZON = 30
+"""Attempts simulated for unlimited policies when no count is given."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """The wait before ``attempt`` (1-based), after ``attempt - 1`` attempts failed."""
+
+    attempt: int
+    delay: float  # nominal, without jitter
+    low: float  # shortest delay jitter can give
+    high: float  # longest delay jitter can give
+    cumulative: float  # nominal time from the first failure's start to this attempt
+    worst_case: float  # cumulative of ``high``
+
+
+@dataclass(frozen=True)
+class Timeline:
+    policy: RetryPolicy
+    steps: tuple[Step, ...]
+    stopped: bool  # the policy said STOP (rather than the simulation running out of attempts)
+
+    @property
+    def attempts(self) -> int:
+        """Attempts made in all: the first run plus one per step."""
+        return 1 + len(self.steps)
+
+    @property
+    def total(self) -> float:
+        return self.steps[-1].cumulative if self.steps else 0.0
+
+    @property
+    def worst_case(self) -> float:
+        return self.steps[-1].worst_case if self.steps else 0.0
+
+    def to_markdown(self) -> str:
+        head = "| attempt | wait before it | jitter range | cumulative | worst case |\n|---:|---:|---:|---:|---:|\n"
+        rows = "| 1 | 0s (first run) | - | 0s | 0s |\n" + "".join(
+            f"| {s.attempt} | {human(s.delay)} | {human(s.low)} - {human(s.high)} | "
+            f"{human(s.cumulative)} | {human(s.worst_case)} |\n"
+            for s in self.steps
+        )
+        tail = "" if self.stopped else f"| ... | (simulation stops at {self.attempts} attempts) | | | |\n"
+        return head + rows + tail
+
+
+def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
+    """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts``
+    attempts in all (default: the policy's ``max_attempts``, or 30 when unlimited).
+
+    Raises ``DelayFunctionError`` if a user delay function fails: the simulator is where an
+    operator should find that out.
+    """
+    limit = attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON)
+    steps: list[Step] = []
+    cumulative = worst = 0.0
+    stopped = False
+    for n in range(1, max(limit, 1)):
+        nominal = policy.nominal(n)
+        bounds = policy.bounds(n)
+        if nominal is STOP or bounds is STOP:
+            stopped = True
+            break
+        low, high = bounds
+        cumulative += nominal
+        worst += high
+        steps.append(Step(attempt=n + 1, delay=nominal, low=low, high=high, cumulative=cumulative, worst_case=worst))
+    else:
+        stopped = policy.nominal(max(limit, 1)) is STOP
+    return Timeline(policy=policy, steps=tuple(steps), stopped=stopped)
+
+
+def human(seconds: float) -> str:
+    """``95`` -> ``1m35s``; ``90061`` -> ``1d1h1m1s``; fractions kept below a minute."""
+    if seconds == float("inf"):
+        return "inf"
+    if seconds < 60:
+        return f"{seconds:.3g}s" if seconds != int(seconds) else f"{int(seconds)}s"
+    total = int(round(seconds))
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        amount, total = divmod(total, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts)

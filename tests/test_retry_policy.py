@@ -1,0 +1,350 @@
+"""Unit tests of the pure retry library: forms, JSON, presets (by hand from the published
+formulas), errors, the simulator and the AWS error classifier."""
+
+import dataclasses
+import random
+
+import pytest
+from botocore.exceptions import (
+    ClientError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    ParamValidationError,
+    ReadTimeoutError,
+)
+
+from pipelines.retry import (
+    PRESETS,
+    STOP,
+    DelayFunctionError,
+    RetryPolicyError,
+    classify_aws_error,
+    exponential,
+    fixed,
+    function,
+    human,
+    is_transient,
+    none,
+    policy_from_json,
+    policy_from_text,
+    preset,
+    timeline,
+)
+
+
+def client_error(code: str, status: int = 400, op: str = "PutItem") -> ClientError:
+    return ClientError({"Error": {"Code": code, "Message": "m"}, "ResponseMetadata": {"HTTPStatusCode": status}}, op)
+
+
+# -- forms -----------------------------------------------------------------------------------
+
+
+def test_none_runs_once():
+    p = none()
+    assert p.max_attempts == 1
+    assert p.delay(0) == 0.0
+    assert p.delay(1) is STOP
+    assert not STOP and repr(STOP) == "STOP"
+
+
+def test_fixed():
+    p = fixed(30, 3)
+    assert [p.delay(n) for n in range(5)] == [0.0, 30.0, 30.0, STOP, STOP]
+    assert p.max_attempts == 3
+
+
+def test_exponential_without_jitter_caps_at_max_delay():
+    p = exponential(5, 2, 60, 10)
+    assert [p.delay(n) for n in range(1, 6)] == [5.0, 10.0, 20.0, 40.0, 60.0]
+    assert p.delay(10) is STOP
+    # a huge n never overflows past the cap
+    assert exponential(1, 10, 100, None).delay(5000) == 100.0
+
+
+@pytest.mark.parametrize(
+    "jitter,low,high",
+    [("full", 0.0, 40.0), ("plus-minus", 36.0, 44.0), ("none", 40.0, 40.0)],
+)
+def test_exponential_jitter_stays_in_its_bounds(jitter, low, high):
+    p = exponential(5, 2, 3600, 10, jitter)
+    assert p.bounds(4) == pytest.approx((low, high))
+    rng = random.Random(7)
+    samples = [p.delay(4, rng) for _ in range(500)]
+    assert all(low - 1e-9 <= s <= high + 1e-9 for s in samples)
+    if jitter != "none":
+        assert len(set(samples)) > 100
+
+
+def test_plus_minus_ratio_and_cap_applies_after_jitter():
+    p = exponential(100, 1, 100, None, "plus-minus", jitter_ratio=0.5)
+    assert p.bounds(1) == (50.0, 100.0)
+    assert policy_from_json(p.to_json()) == p
+
+
+def test_function_policy_and_its_cap():
+    p = function("tests.retry_delay_functions:linear")
+    assert [p.delay(n) for n in range(5)] == [0.0, 10.0, 20.0, STOP, STOP]
+    capped = function("tests.retry_delay_functions:linear", 2)
+    assert capped.delay(2) is STOP
+
+
+def test_a_failing_delay_function_is_a_policy_error_naming_it():
+    p = policy_from_json({"kind": "function", "path": "tests.retry_delay_functions:broken", "maxAttempts": 10})
+    assert p.delay(1) == 1.0
+    with pytest.raises(DelayFunctionError, match=r"tests.retry_delay_functions:broken.*n=2.*ZeroDivisionError") as info:
+        p.delay(2)
+    assert info.value.field == "path"
+    assert not p.is_retryable(info.value)  # never retried
+    with pytest.raises(DelayFunctionError, match="returned -5"):
+        function("tests.retry_delay_functions:negative").delay(1)
+
+
+def test_is_retryable_by_class_name_dotted_name_base_class_and_aws_code():
+    p = policy_from_json(
+        {"kind": "fixed", "delay": 1, "maxAttempts": 3, "nonRetryable": ["KeyError", "ValidationException"]}
+    )
+    assert not p.is_retryable(KeyError("x"))
+    assert p.is_retryable(ValueError("x"))
+    assert not p.is_retryable(client_error("ValidationException"))
+    assert p.is_retryable(client_error("ThrottlingException"))
+    assert not fixed(1, 2, non_retryable=["LookupError"]).is_retryable(KeyError("x"))  # base class
+    assert not fixed(1, 2, non_retryable=["builtins.KeyError"]).is_retryable(KeyError("x"))
+    assert not p.is_retryable("KeyError")
+
+
+# -- JSON ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"kind": "none"},
+        {"kind": "fixed", "delay": 30, "maxAttempts": 3},
+        {"kind": "exponential", "initial": 5, "coefficient": 2, "maxDelay": 3600, "maxAttempts": 5, "jitter": "full"},
+        {"kind": "preset", "name": "sidekiq"},
+        {"kind": "function", "path": "tests.retry_delay_functions:linear", "maxAttempts": 10},
+        {"kind": "fixed", "delay": 1, "maxAttempts": None, "nonRetryable": ["ValueError"]},
+    ],
+)
+def test_the_issue_json_forms_build_and_round_trip(obj):
+    p = policy_from_json(obj)
+    assert policy_from_json(p.to_json()) == p
+    assert policy_from_json(__import__("json").dumps(obj)) == p
+
+
+def test_the_issue_examples_give_the_expected_delays():
+    assert policy_from_json({"kind": "fixed", "delay": 30, "maxAttempts": 3}).delay(2) == 30.0
+    p = policy_from_json(
+        {"kind": "exponential", "initial": 5, "coefficient": 2, "maxDelay": 3600, "maxAttempts": 5, "jitter": "full"}
+    )
+    assert p.bounds(3) == (0.0, 20.0) and p.delay(5) is STOP
+    assert policy_from_json({"kind": "preset", "name": "sidekiq"}) is PRESETS["sidekiq"]
+
+
+@pytest.mark.parametrize(
+    "obj,field,value",
+    [
+        ({"kind": "linear"}, "kind", "linear"),
+        ({"delay": 3}, "kind", None),
+        ({"kind": "fixed", "delay": -1, "maxAttempts": 3}, "delay", -1),
+        ({"kind": "fixed", "delay": 1, "maxAttempts": 0}, "maxAttempts", 0),
+        ({"kind": "fixed", "delay": 1, "maxAttempts": 2.5}, "maxAttempts", 2.5),
+        ({"kind": "fixed", "delay": "30", "maxAttempts": 2}, "delay", "30"),
+        ({"kind": "fixed", "delay": 30}, "maxAttempts", None),
+        ({"kind": "fixed", "delay": 30, "maxAttempts": 3, "maxAttempt": 3}, "maxAttempt", 3),
+        ({"kind": "exponential", "initial": -5, "maxAttempts": 3}, "initial", -5),
+        ({"kind": "exponential", "initial": 5, "maxAttempts": 3, "maxDelay": -1}, "maxDelay", -1),
+        ({"kind": "exponential", "initial": 5, "maxAttempts": 3, "coefficient": 0.5}, "coefficient", 0.5),
+        ({"kind": "exponential", "initial": 5, "maxAttempts": 3, "jitter": "half"}, "jitter", "half"),
+        (
+            {"kind": "exponential", "initial": 5, "maxAttempts": 3, "jitter": "plus-minus", "jitterRatio": 2},
+            "jitterRatio",
+            2,
+        ),
+        ({"kind": "preset", "name": "resque"}, "name", "resque"),
+        ({"kind": "function", "path": "mypkg..policies:delay"}, "path", "mypkg..policies:delay"),
+        ({"kind": "function", "path": "mypkg.policies.delay"}, "path", "mypkg.policies.delay"),
+        ({"kind": "function", "path": "no_such_module_x:delay"}, "path", "no_such_module_x:delay"),
+        (
+            {"kind": "function", "path": "tests.retry_delay_functions:NOT_CALLABLE"},
+            "path",
+            "tests.retry_delay_functions:NOT_CALLABLE",
+        ),
+        ({"kind": "function", "path": "tests.retry_delay_functions:linear", "maxAttempts": -2}, "maxAttempts", -2),
+        ({"kind": "none", "nonRetryable": "ValueError"}, "nonRetryable", "ValueError"),
+    ],
+)
+def test_bad_input_names_the_field_and_the_value(obj, field, value):
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json(obj)
+    assert info.value.field == field
+    assert info.value.value == value
+    assert field in str(info.value)
+    if value is not None:
+        assert repr(value) in str(info.value) or str(value) in str(info.value)
+
+
+def test_not_json_and_not_an_object():
+    for text in ("{not json", "[1, 2]"):
+        with pytest.raises(RetryPolicyError) as info:
+            policy_from_json(text)
+        assert info.value.field == "policy"
+
+
+def test_policy_from_text_takes_a_preset_name_none_or_json():
+    assert policy_from_text("river") is PRESETS["river"]
+    assert policy_from_text("none").max_attempts == 1
+    assert policy_from_text(' {"kind": "fixed", "delay": 2, "maxAttempts": 2} ').delay(1) == 2.0
+    with pytest.raises(RetryPolicyError, match="resque"):
+        policy_from_text("resque")
+    with pytest.raises(RetryPolicyError):
+        policy_from_text("")
+
+
+def test_n_must_be_a_non_negative_integer():
+    for n in (-1, 1.5, True):
+        with pytest.raises(RetryPolicyError) as info:
+            fixed(1, 3).delay(n)
+        assert info.value.field == "n"
+
+
+# -- presets, checked against values computed by hand from each published formula ------------
+
+
+def test_sidekiq():
+    # delay_for(count) = count**4 + 15 + rand(10) * (count + 1); count = n - 1; 25 retries
+    p = preset("sidekiq")
+    assert p.max_attempts == 26
+    assert [p.nominal(n) for n in (1, 2, 3, 4, 5)] == [15, 16, 31, 96, 271]
+    assert p.nominal(25) == 24**4 + 15 == 331791
+    assert p.delay(26) is STOP
+    assert p.bounds(3) == (31, 31 + 9 * 3)
+    assert {p.delay(3, random.Random(s)) - 31 for s in range(200)} == {3 * k for k in range(10)}
+    # sum of c**4 for c = 0..24 is 24*25*49*(3*24**2 + 3*24 - 1)/30 = 1763020, plus 25 * 15
+    assert sum(p.nominal(n) for n in range(1, 26)) == 1763020 + 375  # about 20.4 days before jitter
+
+
+def test_oban():
+    # 15 + 2**attempt, then up to +10% (jitter mode :inc); 20 attempts
+    p = preset("oban")
+    assert p.max_attempts == 20
+    assert [p.nominal(n) for n in (1, 2, 3, 10)] == [17, 19, 23, 1039]
+    assert p.bounds(1) == pytest.approx((17, 18.7))
+    assert p.nominal(19) == 15 + 524288
+    assert p.delay(20) is STOP
+    assert sum(p.nominal(n) for n in range(1, 20)) == 1048859
+
+
+def test_river():
+    # attempt**4 seconds +/- 10%; 25 attempts
+    p = preset("river")
+    assert [p.nominal(n) for n in (1, 2, 3, 4)] == [1, 16, 81, 256]
+    assert p.bounds(3) == pytest.approx((72.9, 89.1))
+    assert p.nominal(24) == 331776
+    assert p.delay(25) is STOP
+
+
+def test_celery_and_celery_backoff():
+    c = preset("celery")
+    assert [c.delay(n) for n in range(1, 5)] == [180, 180, 180, STOP]
+    b = preset("celery-backoff")
+    assert [b.nominal(n) for n in (1, 2, 3)] == [1, 2, 4] and b.delay(4) is STOP
+    assert b.bounds(3) == (0.0, 4.0)
+    unlimited = dataclasses.replace(b, max_attempts=None)
+    assert unlimited.nominal(11) == 600.0  # 2**10 = 1024 capped by retry_backoff_max
+
+
+def test_temporal():
+    p = preset("temporal")
+    assert p.max_attempts is None
+    assert [p.nominal(n) for n in range(1, 10)] == [1, 2, 4, 8, 16, 32, 64, 100, 100]
+    assert p.delay(10_000) == 100.0
+    assert p.bounds(5) == (16.0, 16.0)
+
+
+def test_step_functions():
+    p = preset("step-functions")
+    assert [p.delay(n) for n in range(0, 5)] == [0.0, 1.0, 2.0, 4.0, STOP]
+
+
+def test_every_preset_documents_its_source_and_round_trips():
+    for name, p in PRESETS.items():
+        assert p.source and p.summary, name
+        assert policy_from_json(p.to_json()) is p
+        assert policy_from_json({"kind": "preset", "name": name, "nonRetryable": ["X"]}).non_retryable == ("X",)
+
+
+# -- simulator -------------------------------------------------------------------------------
+
+
+def test_timeline_of_exponential_with_full_jitter():
+    p = exponential(5, 2, 3600, 5, "full")
+    t = timeline(p)
+    assert [s.attempt for s in t.steps] == [2, 3, 4, 5]
+    assert [s.delay for s in t.steps] == [5, 10, 20, 40]
+    assert [s.cumulative for s in t.steps] == [5, 15, 35, 75]
+    assert [s.worst_case for s in t.steps] == [5, 15, 35, 75]  # full jitter only shortens
+    assert [s.low for s in t.steps] == [0, 0, 0, 0]
+    assert t.stopped and t.attempts == 5 and t.total == 75
+    md = t.to_markdown()
+    assert "| 5 | 40s | 0s - 40s | 1m15s | 1m15s |" in md
+
+
+def test_timeline_worst_case_with_jitter_and_a_horizon_for_unlimited_policies():
+    t = timeline(preset("river"), 4)
+    assert [s.worst_case for s in t.steps] == pytest.approx([1.1, 18.7, 107.8])
+    assert not t.stopped
+    assert "simulation stops at 4 attempts" in t.to_markdown()
+    assert timeline(preset("temporal")).attempts == 30
+    assert timeline(none()).steps == () and timeline(none()).stopped
+
+
+def test_timeline_reports_a_failing_delay_function():
+    with pytest.raises(DelayFunctionError):
+        timeline(function("tests.retry_delay_functions:broken", 5))
+
+
+def test_human_durations():
+    assert [human(x) for x in (0, 1.5, 59, 95, 3600, 90061)] == ["0s", "1.5s", "59s", "1m35s", "1h", "1d1h1m1s"]
+
+
+# -- AWS errors ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        client_error("ThrottlingException"),
+        client_error("ProvisionedThroughputExceededException"),
+        client_error("SlowDown", 503),
+        client_error("InternalServerError", 500),
+        client_error("Whatever", 502),
+        EndpointConnectionError(endpoint_url="http://127.0.0.1:9"),
+        ConnectTimeoutError(endpoint_url="http://x"),
+        ReadTimeoutError(endpoint_url="http://x"),
+    ],
+)
+def test_transient_aws_errors(exc):
+    assert is_transient(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        client_error("ValidationException"),
+        client_error("AccessDeniedException", 403),
+        client_error("AccessDenied", 403),
+        client_error("ConditionalCheckFailedException"),
+        client_error("ResourceNotFoundException"),
+        ParamValidationError(report="bad"),
+        NoCredentialsError(),
+    ],
+)
+def test_permanent_aws_errors(exc):
+    c = classify_aws_error(exc)
+    assert c.kind == "permanent" and not c.transient
+
+
+def test_other_errors_are_not_aws_errors():
+    assert classify_aws_error(ValueError("x")).kind == "not-aws"
