@@ -70,6 +70,16 @@ def create_plain_table(ddb, name: str) -> None:
     )
 
 
+def plain_table_with_stale(ddb, name: str, count: int, prefix: str, age_ms: int = DAY_MS) -> list[str]:
+    """A table without the GSI holding ``count`` EXECUTING items of age ``age_ms``; their ids."""
+    create_plain_table(ddb, name)
+    now = int(time.time() * 1000)
+    ids = [f"{prefix}{n:03d}" for n in range(count)]
+    for item_id in ids:
+        ddb.put_item(TableName=name, Item=to_item(agenda(item_id, "EXECUTING", age_ms, now=now)))
+    return ids
+
+
 def encrypted_password(kms, password: str) -> str:
     """IDM_ENCRYPTED_PASS: base64 of the KMS ciphertext of ``password``."""
     key_id = kms.create_key(Description="groundskeeper test identity password")["KeyMetadata"]["KeyId"]

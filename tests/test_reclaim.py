@@ -23,6 +23,7 @@ from tests.reclaim_support import (
     client,
     create_plain_table,
     items_by_id,
+    plain_table_with_stale,
     seed_mixed,
     serial_moto,
 )
@@ -135,10 +136,7 @@ def test_scan_path_handles_bad_and_iso_times_without_crashing(aws):
 
 def test_resume_walks_the_table_to_the_end_then_starts_over(aws):
     ddb = aws.client("dynamodb")
-    create_plain_table(ddb, "big-agendas")
-    now = int(time.time() * 1000)
-    for n in range(12):
-        ddb.put_item(TableName="big-agendas", Item=to_item(agenda(f"i{n:02d}", "EXECUTING", 1000, now=now)))
+    plain_table_with_stale(ddb, "big-agendas", 12, "i", age_ms=1000)
     params = _params(tableName="big-agendas", objectScanLimit=5)
     cursor = MemoryCursor()
     seen = []
@@ -151,10 +149,7 @@ def test_resume_walks_the_table_to_the_end_then_starts_over(aws):
 
 def test_batches_and_budget_finish_the_batch_in_hand(aws):
     ddb = aws.client("dynamodb")
-    create_plain_table(ddb, "batch-agendas")
-    now = int(time.time() * 1000)
-    for n in range(10):
-        ddb.put_item(TableName="batch-agendas", Item=to_item(agenda(f"b{n}", "EXECUTING", DAY_MS, now=now)))
+    plain_table_with_stale(ddb, "batch-agendas", 10, "b")
     params = _params(tableName="batch-agendas", objectScanLimit=4, targetBatchSize=3)
     counts = _pass(ddb, params, deadline=time.time() - 1)  # budget gone after the first page
     assert (counts.api_calls, counts.scanned, counts.reclaimed) == (1, 4, 4)
@@ -214,11 +209,7 @@ def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count():
     # request at a time, which restores DynamoDB's guarantee without changing anything else.
     with serial_moto() as endpoint:
         ddb = client(endpoint, "dynamodb")
-        create_plain_table(ddb, "race-agendas")
-        now = int(time.time() * 1000)
-        stale = [f"r{n:03d}" for n in range(60)]
-        for item_id in stale:
-            ddb.put_item(TableName="race-agendas", Item=to_item(agenda(item_id, "EXECUTING", DAY_MS, now=now)))
+        stale = plain_table_with_stale(ddb, "race-agendas", 60, "r")
         params = _params(tableName="race-agendas", objectScanLimit=7, targetBatchSize=5)
         results, beats = [], []
 
@@ -338,10 +329,7 @@ def test_job_reports_counts_metadata_and_metrics(aws):
 
 def test_parallel_segments_fan_out_as_separate_ops(aws):
     ddb = aws.client("dynamodb")
-    create_plain_table(ddb, "seg-agendas")
-    now = int(time.time() * 1000)
-    for n in range(20):
-        ddb.put_item(TableName="seg-agendas", Item=to_item(agenda(f"s{n}", "EXECUTING", DAY_MS, now=now)))
+    plain_table_with_stale(ddb, "seg-agendas", 20, "s")
     result = _run_job({**BASE, "tableName": "seg-agendas", "segments": 3, "objectScanLimit": 4})
     assert result.success
     segment_steps = {e.step_key for e in result.all_node_events if e.step_key.startswith("reclaim_segment[")}
