@@ -12,6 +12,7 @@ import dagster as dg
 
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
+from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
@@ -19,11 +20,13 @@ ROOT_DIR = Path(__file__).resolve().parent.parent
 
 def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
-    return dg.Definitions.merge(
+    base = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )
+    # Retries come last: the delayed_run_retries sensor may re-launch any job defined above.
+    return dg.Definitions.merge(base, retry_defs(deployment, jobs=list(base.jobs or [])))
 
 
 DEPLOYMENT = deployment_name()

@@ -348,3 +348,45 @@ def test_permanent_aws_errors(exc):
 
 def test_other_errors_are_not_aws_errors():
     assert classify_aws_error(ValueError("x")).kind == "not-aws"
+
+
+# -- retry_call ------------------------------------------------------------------------------
+
+
+def _flaky(errors):
+    calls = []
+
+    def fn():
+        calls.append(1)
+        if len(calls) <= len(errors):
+            raise errors[len(calls) - 1]
+        return len(calls)
+
+    return fn, calls
+
+
+def test_retry_call_sleeps_the_policy_delays_between_transient_errors():
+    from pipelines.retry import retry_call
+
+    slept = []
+    fn, calls = _flaky([client_error("ThrottlingException"), client_error("InternalError", 500)])
+    assert retry_call(fn, exponential(1, 3, None, 5), sleep=slept.append) == 3
+    assert slept == [1.0, 3.0]
+
+
+def test_retry_call_stops_on_permanent_errors_and_when_the_policy_says_stop():
+    from pipelines.retry import retry_call
+
+    slept = []
+    fn, calls = _flaky([client_error("ValidationException")])
+    with pytest.raises(ClientError, match="ValidationException"):
+        retry_call(fn, fixed(1, 5), sleep=slept.append)
+    assert len(calls) == 1 and slept == []
+    fn, calls = _flaky([client_error("ThrottlingException")] * 5)
+    with pytest.raises(ClientError, match="ThrottlingException"):
+        retry_call(fn, fixed(1, 3), sleep=slept.append)
+    assert len(calls) == 3 and slept == [1.0, 1.0]
+    fn, calls = _flaky([client_error("ThrottlingException")] * 5)
+    with pytest.raises(DelayFunctionError):
+        retry_call(fn, function("tests.retry_delay_functions:broken", 9), sleep=slept.append)
+    assert len(calls) == 2

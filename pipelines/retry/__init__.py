@@ -24,6 +24,8 @@ Public API (import from ``pipelines.retry``)::
   its ``source``.
 - ``classify_aws_error(exc)`` / ``is_transient(exc)`` (``pipelines.retry.aws``): throttling,
   5xx and connection errors are transient; validation, access denied and other 4xx are not.
+- ``retry_call(fn, policy)`` (``pipelines.retry.call``): retry one call in plain Python (sleeps
+  ``policy.delay(n)`` after transient AWS errors), for batch code that should not fail a whole op.
 - Attempts (``pipelines.retry.attempts``): ``Job``, ``Engine``, ``canonical_status``, ids
   (``new_schedule_id``, ``new_attempt_id``, ``new_processing_id``), fencing (``Job.fence``,
   ``SupersededError``, ``accepts``, ``dynamodb_fence``).
@@ -50,6 +52,7 @@ from pipelines.retry.attempts import (
     new_schedule_id,
 )
 from pipelines.retry.aws import Classification, ErrorKind, classify_aws_error, is_transient
+from pipelines.retry.call import retry_call
 from pipelines.retry.config import policy_from_json, policy_from_text
 from pipelines.retry.policy import (
     STOP,
@@ -99,5 +102,6 @@ __all__ = [
     "policy_from_json",
     "policy_from_text",
     "preset",
+    "retry_call",
     "timeline",
 ]

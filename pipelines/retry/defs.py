@@ -1,0 +1,261 @@
+"""Dagster wiring of retries: the ``delayed_run_retries`` sensor and the ``retry_policies`` asset.
+
+Dagster's run retries re-launch a failed run at once, with no delay or backoff
+(dagster-io/dagster#13427). ``delayed_run_retries`` re-launches a failed run of any job tagged
+``groundskeeper/retry_policy=<preset name | none | JSON policy>`` after the policy's delay.
+"""
+
+import json
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dagster as dg
+
+from pipelines.retry.config import policy_from_text
+from pipelines.retry.policy import STOP, RetryPolicyError
+from pipelines.retry.presets import PRESETS
+from pipelines.retry.simulate import human, timeline
+
+POLICY_TAG = "groundskeeper/retry_policy"
+ATTEMPT_TAG = "groundskeeper/retry_attempt"  # 1 for the original run, 2 for its first retry...
+RETRY_OF_TAG = "groundskeeper/retry_of"  # the failed run this run retries
+ROOT_TAG = "groundskeeper/retry_root"  # the original run of the chain
+
+SENSOR_NAME = "delayed_run_retries"
+FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
+FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no cursor yet, failures of the last hour are considered
+_DROPPED_TAG_PREFIXES = ("dagster/", ".dagster/")
+
+
+def now() -> float:
+    return time.time()
+
+
+@dataclass
+class PendingRetry:
+    run_id: str
+    job_name: str
+    due: float  # epoch seconds
+    attempt: int  # the attempt number of the run to launch
+
+
+def _cursor_state(cursor: str | None) -> tuple[int | None, dict[str, dict]]:
+    if not cursor:
+        return None, {}
+    state = json.loads(cursor)
+    return state.get("after"), state.get("pending", {})
+
+
+def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> PendingRetry | None:
+    """Decide what to do about one failed run: None when it is not (or no longer) retried."""
+    text = run.tags.get(POLICY_TAG)
+    if text is None:
+        return None
+    prefix = f"run {run.run_id} of {run.job_name}"
+    try:
+        policy = policy_from_text(text)
+        attempts = int(run.tags.get(ATTEMPT_TAG, "1"))
+        wait = policy.delay(attempts, random.Random(run.run_id))  # jitter, stable per failed run
+    except (RetryPolicyError, ValueError) as exc:
+        context.log.error(f"{prefix}: not retried, bad {POLICY_TAG} or {ATTEMPT_TAG} tag: {exc}")
+        return None
+    if wait is STOP:
+        context.log.info(f"{prefix}: not retried, attempt {attempts} was the last ({policy.describe()})")
+        return None
+    context.log.info(f"{prefix} failed (attempt {attempts}); retry in {human(wait)} ({policy.describe()})")
+    return PendingRetry(run.run_id, run.job_name, failed_at + wait, attempts + 1)
+
+
+def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:
+    """Why a failed run must not be re-launched after all, or None."""
+    canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
+    if canceling.records:
+        return "an operator terminated it"
+    children = instance.get_run_records(dg.RunsFilter(tags={"dagster/parent_run_id": run_id}), limit=1)
+    if children:
+        return f"it was already re-executed as run {children[0].dagster_run.run_id}"
+    return None
+
+
+def _run_request(run: dg.DagsterRun, attempt: int) -> dg.RunRequest:
+    tags = {k: v for k, v in run.tags.items() if not k.startswith(_DROPPED_TAG_PREFIXES)}
+    tags.update(
+        {
+            ATTEMPT_TAG: str(attempt),
+            RETRY_OF_TAG: run.run_id,
+            ROOT_TAG: run.tags.get(ROOT_TAG, run.run_id),
+        }
+    )
+    return dg.RunRequest(
+        run_key=run.run_id,  # one failed run is never re-launched twice
+        job_name=run.job_name,
+        run_config=run.run_config,
+        tags=tags,
+        asset_selection=list(run.asset_selection) if run.asset_selection else None,
+        partition_key=run.tags.get("dagster/partition"),
+    )
+
+
+def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
+    """The sensor, targeting ``jobs`` (every job of the code location)."""
+    job_names = {job.name for job in jobs}
+
+    @dg.sensor(
+        name=SENSOR_NAME,
+        jobs=list(jobs),
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=(
+            f"Re-launches a failed run of a job tagged {POLICY_TAG}=<preset | JSON policy> after the "
+            f"policy's delay, tagged {ATTEMPT_TAG} and {RETRY_OF_TAG}. Skips terminated runs."
+        ),
+    )
+    def delayed_run_retries(context: dg.SensorEvaluationContext):
+        instance = context.instance
+        after, pending = _cursor_state(context.cursor)
+        clock = now()
+        records_filter = dg.RunStatusChangeRecordsFilter(
+            event_type=dg.DagsterEventType.RUN_FAILURE,
+            after_storage_id=after,
+            after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
+        )
+        failures = instance.fetch_run_status_changes(records_filter, limit=FAILURES_PER_TICK, ascending=True)
+        runs = {}
+        if failures.records:
+            ids = [r.run_id for r in failures.records]
+            runs = {
+                rec.dagster_run.run_id: rec.dagster_run for rec in instance.get_run_records(dg.RunsFilter(run_ids=ids))
+            }
+            after = failures.records[-1].storage_id
+        for record in failures.records:
+            run = runs.get(record.run_id)
+            if run is None or run.run_id in pending:
+                continue
+            plan = _plan(context, run, record.timestamp)
+            if plan is None:
+                continue
+            if plan.job_name not in job_names:
+                context.log.warning(f"run {run.run_id}: job {run.job_name} is not in this code location, not retried")
+                continue
+            pending[plan.run_id] = {"job": plan.job_name, "due": plan.due, "attempt": plan.attempt}
+
+        requests = []
+        for run_id, item in sorted(pending.items(), key=lambda kv: kv[1]["due"]):
+            if item["due"] > clock:
+                continue
+            del pending[run_id]
+            run = instance.get_run_by_id(run_id)
+            reason = "it was deleted" if run is None else _terminated_or_retried(instance, run_id)
+            if reason:
+                context.log.info(f"run {run_id}: not retried, {reason}")
+                continue
+            context.log.info(f"re-launching run {run_id} of {run.job_name} as attempt {item['attempt']}")
+            requests.append(_run_request(run, item["attempt"]))
+
+        cursor = json.dumps({"after": after, "pending": pending}, sort_keys=True)
+        if requests:
+            return dg.SensorResult(run_requests=requests, cursor=cursor)
+        waiting = ", ".join(f"{rid} in {human(max(0.0, i['due'] - clock))}" for rid, i in list(pending.items())[:5])
+        return dg.SensorResult(
+            skip_reason=f"waiting: {waiting}" if pending else "no failed run to retry", cursor=cursor
+        )
+
+    return delayed_run_retries
+
+
+# -- the retry_policies asset ------------------------------------------------------------------
+
+
+class RetryPoliciesConfig(dg.Config):
+    """Extra policies to show, by name: a preset name, ``none`` or a JSON policy."""
+
+    policies: dict[str, str] = {}
+    horizon: int = 30  # attempts simulated for policies without max_attempts
+
+
+def policy_tables(named: dict[str, str], horizon: int) -> tuple[str, int]:
+    """One markdown document with a timeline table per policy; bad policies are reported inline."""
+    sections = []
+    for name, text in named.items():
+        try:
+            policy = policy_from_text(text)
+            t = timeline(policy, None if policy.max_attempts else horizon)
+            summary = (
+                f"{policy.describe()}. {t.attempts} attempts over {human(t.total)} "
+                f"(worst case with jitter {human(t.worst_case)})."
+            )
+            source = getattr(policy, "source", "")
+            sections.append(
+                f"### {name}\n\n{summary}\n" + (f"\nSource: {source}\n" if source else "") + f"\n{t.to_markdown()}"
+            )
+        except RetryPolicyError as exc:
+            sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")
+    return "\n".join(sections), len(sections)
+
+
+def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
+    tagged = {
+        f"job {job.name}": job.tags[POLICY_TAG] for job in jobs if POLICY_TAG in (getattr(job, "tags", None) or {})
+    }
+
+    @dg.asset(
+        name="retry_policies",
+        group_name="retry",
+        description="Every built-in and configured retry policy as a timeline: what each means in hours.",
+        tags={"groundskeeper/capability": "retry"},
+    )
+    def retry_policies(context: dg.AssetExecutionContext, config: RetryPoliciesConfig) -> dg.MaterializeResult:
+        named = {**{f"preset {name}": name for name in PRESETS}, **tagged, **config.policies}
+        document, count = policy_tables(named, config.horizon)
+        context.log.info(f"rendered {count} retry policies")
+        return dg.MaterializeResult(
+            metadata={
+                "policies": dg.MetadataValue.int(count),
+                "timelines": dg.MetadataValue.md(document),
+            }
+        )
+
+    return retry_policies
+
+
+# -- local demo: a job that fails with a transient error until its Nth attempt ----------------------
+
+DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}'
+
+
+class RetryDemoConfig(dg.Config):
+    succeed_on_attempt: int = 3  # attempts 1 and 2 are throttled, attempt 3 succeeds
+
+
+@dg.op(description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.")
+def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoConfig) -> int:
+    from botocore.exceptions import ClientError
+
+    from pipelines.retry.ops import aws_retries
+    from pipelines.retry.policy import none
+
+    attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
+    with aws_retries(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
+        if attempt < config.succeed_on_attempt:
+            error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
+            raise ClientError(error, "Query")
+    context.log.info(f"attempt {attempt} succeeded")
+    return attempt
+
+
+@dg.job(
+    description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
+    tags={POLICY_TAG: DEMO_POLICY, "groundskeeper/capability": "retry"},
+)
+def retry_demo():
+    throttled_until_attempt()
+
+
+def build_defs(deployment: str, jobs: Sequence = ()) -> dg.Definitions:
+    """The retry capability. ``jobs`` are the code location's jobs: the sensor may re-launch them."""
+    own_jobs = [retry_demo] if deployment == "local" else []
+    targets = [*jobs, *own_jobs]
+    sensors = [build_delayed_run_retries(targets)] if targets else []
+    return dg.Definitions(assets=[build_retry_policies_asset(targets)], sensors=sensors, jobs=own_jobs)

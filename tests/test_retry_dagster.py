@@ -1,0 +1,281 @@
+"""Dagster integration of retries: the op helper, the ``delayed_run_retries`` sensor end to end on
+a persistent test instance, and the ``retry_policies`` asset."""
+
+import json
+import time
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from botocore.exceptions import ClientError
+
+from pipelines.retry import fixed, none
+from pipelines.retry.defs import (
+    ATTEMPT_TAG,
+    POLICY_TAG,
+    RETRY_OF_TAG,
+    ROOT_TAG,
+    build_delayed_run_retries,
+    build_retry_policies_asset,
+)
+from pipelines.retry.ops import aws_retries, retry_requested
+
+THROTTLED = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
+INVALID = {"Error": {"Code": "ValidationException", "Message": "bad key"}}
+
+
+class FlakyConfig(dg.Config):
+    counter: str  # a file counting calls, so the op fails the first `failures` times
+    failures: int = 2
+    error: str = "throttled"
+    op_policy: str = "none"  # the op-level policy (run-level retries are the sensor's)
+
+
+def _call_aws(config: FlakyConfig) -> int:
+    path = Path(config.counter)
+    calls = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(calls))
+    if calls <= config.failures:
+        raise ClientError(THROTTLED if config.error == "throttled" else INVALID, "Query")
+    return calls
+
+
+@dg.op
+def flaky_aws_call(context: dg.OpExecutionContext, config: FlakyConfig) -> int:
+    from pipelines.retry import policy_from_text
+
+    with aws_retries(context, policy_from_text(config.op_policy)):
+        return _call_aws(config)
+
+
+@dg.job(tags={POLICY_TAG: json.dumps({"kind": "exponential", "initial": 1, "coefficient": 2, "maxAttempts": 5})})
+def flaky_job():
+    flaky_aws_call()
+
+
+def _config(tmp_path, **extra):
+    return {"ops": {"flaky_aws_call": {"config": {"counter": str(tmp_path / "calls"), **extra}}}}
+
+
+# -- op level ----------------------------------------------------------------------------------
+
+
+def test_retry_requested_follows_the_policy_and_the_error_class():
+    throttled = ClientError(THROTTLED, "Query")
+    request = retry_requested(fixed(7, 3), throttled, retry_number=0)
+    assert request.max_retries == 2 and request.seconds_to_wait == 7
+    assert retry_requested(fixed(7, 3), throttled, retry_number=2) is None  # 3 attempts made: STOP
+    assert retry_requested(fixed(7, 3), ClientError(INVALID, "Query"), 0) is None  # permanent
+    assert retry_requested(fixed(7, 3, non_retryable=["ThrottlingException"]), throttled, 0) is None
+    assert retry_requested(none(), throttled, 0) is None
+    assert retry_requested(fixed(7, 3), ValueError("not aws"), 0) is None
+
+
+def test_an_op_retries_transient_aws_errors_by_its_policy(tmp_path):
+    result = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, op_policy='{"kind": "fixed", "delay": 0.1, "maxAttempts": 3}'),
+        tags={POLICY_TAG: "none"},
+    )
+    assert result.success
+    assert result.output_for_node("flaky_aws_call") == 3
+    retries = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
+    assert len(retries) == 2
+
+
+def test_an_op_gives_up_when_the_policy_stops_and_fails_permanent_errors_at_once(tmp_path):
+    result = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=5, op_policy='{"kind": "fixed", "delay": 0, "maxAttempts": 2}'),
+        raise_on_error=False,
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data
+    assert "gave up after 2 attempt(s)" in failure.user_failure_data.description
+    assert (tmp_path / "calls").read_text() == "2"
+
+    (tmp_path / "calls").unlink()
+    result = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, error="invalid", op_policy="river"), raise_on_error=False
+    )
+    assert not result.success
+    assert "ValidationException" in result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert (tmp_path / "calls").read_text() == "1"  # a validation error is never retried
+
+
+def test_a_failing_delay_function_fails_the_op_with_the_policy_error(tmp_path):
+    policy = '{"kind": "function", "path": "tests.retry_delay_functions:broken", "maxAttempts": 5}'
+    result = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=5, op_policy=policy), raise_on_error=False
+    )
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert "retry policy error" in description and "tests.retry_delay_functions:broken" in description
+    assert (tmp_path / "calls").read_text() == "2"  # delay(1) worked, delay(2) raised: no third call
+
+
+# -- run level: delayed_run_retries ------------------------------------------------------------
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+def _tick(sensor, instance, defs, cursor):
+    data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=cursor, definitions=defs))
+    return data, data.cursor
+
+
+def _failure_time(instance, run_id) -> float:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE).records
+    return records[0].timestamp
+
+
+def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(instance, tmp_path):
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    config = _config(tmp_path)  # fails twice with a throttling error, then succeeds
+
+    first = flaky_job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
+    assert not first.success
+    data, cursor = _tick(sensor, instance, defs, None)
+    assert not data.run_requests and "waiting" in data.skip_message
+
+    launched = []
+    failed = first.dagster_run
+    for expected_delay, expected_attempt in ((1.0, 2), (2.0, 3)):  # exponential 1 s, 2 s
+        due = _failure_time(instance, failed.run_id) + expected_delay
+        while True:
+            data, cursor = _tick(sensor, instance, defs, cursor)
+            if data.run_requests:
+                break
+            assert time.time() < due + 5, "the retry never came"
+            time.sleep(0.2)
+        assert time.time() >= due  # never before the computed delay
+        (request,) = data.run_requests
+        assert request.run_key == failed.run_id
+        assert request.tags[ATTEMPT_TAG] == str(expected_attempt)
+        assert request.tags[RETRY_OF_TAG] == failed.run_id
+        assert request.tags[ROOT_TAG] == first.run_id
+        assert request.tags[POLICY_TAG] == flaky_job.tags[POLICY_TAG]
+        run = flaky_job.execute_in_process(
+            run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+        )
+        launched.append(run)
+        failed = run.dagster_run
+
+    assert [r.success for r in launched] == [False, True]
+    final = instance.get_run_by_id(launched[-1].run_id)
+    assert final.status == dg.DagsterRunStatus.SUCCESS
+    assert final.tags[ATTEMPT_TAG] == "3" and final.tags[RETRY_OF_TAG] == launched[0].run_id
+    # nothing more to do, and no failed run is ever re-launched twice
+    data, cursor = _tick(sensor, instance, defs, cursor)
+    assert not data.run_requests and data.skip_message == "no failed run to retry"
+    assert json.loads(cursor)["pending"] == {}
+
+
+def test_the_maximum_number_of_attempts_is_kept(instance, tmp_path):
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    policy = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 2})
+    tags = {POLICY_TAG: policy}
+    first = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=9), tags=tags, instance=instance, raise_on_error=False
+    )
+    data, cursor = _tick(sensor, instance, defs, None)
+    (request,) = data.run_requests
+    assert request.run_key == first.run_id and request.tags[ATTEMPT_TAG] == "2"
+    flaky_job.execute_in_process(
+        run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+    )
+    data, cursor = _tick(sensor, instance, defs, cursor)
+    assert not data.run_requests  # attempt 2 of 2 failed: STOP
+
+
+def test_terminated_untagged_and_badly_tagged_runs_are_not_relaunched(instance, tmp_path):
+    @dg.job
+    def plain_job():
+        flaky_aws_call()
+
+    sensor = build_delayed_run_retries([flaky_job, plain_job])
+    defs = dg.Definitions(jobs=[flaky_job, plain_job], sensors=[sensor])
+    zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
+
+    terminated = instance.create_run_for_job(job_def=flaky_job, run_config=_config(tmp_path), tags={POLICY_TAG: zero})
+    instance.report_run_canceling(terminated)
+    instance.report_run_failed(terminated)
+    plain_job.execute_in_process(run_config=_config(tmp_path, failures=9), instance=instance, raise_on_error=False)
+    for bad in ('{"kind": "fixed", "delay": -1, "maxAttempts": 3}', "resque"):
+        flaky_job.execute_in_process(
+            run_config=_config(tmp_path, failures=99), tags={POLICY_TAG: bad}, instance=instance, raise_on_error=False
+        )
+    data, cursor = _tick(sensor, instance, defs, None)
+    assert not data.run_requests
+    assert json.loads(cursor)["pending"] == {}
+
+
+def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp_path):
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    tags = {POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0.5, "maxAttempts": 3})}
+    first = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=1), tags=tags, instance=instance, raise_on_error=False
+    )
+    data, cursor = _tick(sensor, instance, defs, None)
+    assert not data.run_requests
+    instance.create_run_for_job(
+        job_def=flaky_job, run_config=_config(tmp_path), tags={"dagster/parent_run_id": first.run_id}
+    )
+    time.sleep(0.6)
+    data, cursor = _tick(sensor, instance, defs, cursor)
+    assert not data.run_requests
+
+
+# -- the retry_policies asset ----------------------------------------------------------------------
+
+
+def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy():
+    asset = build_retry_policies_asset([flaky_job])
+    result = dg.materialize(
+        [asset],
+        run_config={
+            "ops": {
+                "retry_policies": {
+                    "config": {
+                        "policies": {
+                            "exponential, 5 attempts": '{"kind": "exponential", "initial": 60, "coefficient": 3, '
+                            '"maxAttempts": 5, "jitter": "plus-minus"}',
+                            "typo": '{"kind": "fixed", "delay": 30}',
+                        }
+                    }
+                }
+            }
+        },
+    )
+    assert result.success
+    metadata = result.asset_materializations_for_node("retry_policies")[0].metadata
+    document = metadata["timelines"].value
+    for name in ("sidekiq", "oban", "river", "celery", "celery-backoff", "temporal", "step-functions"):
+        assert f"### preset {name}" in document
+    assert "### job flaky_job" in document
+    assert "5 attempts over 40m" in document  # 60 + 180 + 540 + 1620 s = 2400 s
+    assert "**invalid policy**" in document and "maxAttempts" in document
+    assert metadata["policies"].value == 10
+
+
+def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
+    from pipelines.definitions import build_definitions
+
+    local = build_definitions("local")
+    sensor = local.resolve_sensor_def("delayed_run_retries")
+    assert {"demo_traffic", "retry_demo"} <= {target.job_name for target in sensor.targets}
+    assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
+    local.resolve_assets_def("retry_policies")
+    assert "retry_demo" not in {job.name for job in build_definitions("prod").resolve_all_job_defs()}
+
+    # the demo job fails with a transient error until its third attempt, read from the run tag
+    demo = local.resolve_job_def("retry_demo")
+    first = demo.execute_in_process(instance=instance, raise_on_error=False)
+    assert not first.success
+    assert "throttled" in first.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    third = demo.execute_in_process(instance=instance, tags={ATTEMPT_TAG: "3"})
+    assert third.output_for_node("throttled_until_attempt") == 3
