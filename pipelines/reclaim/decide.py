@@ -8,6 +8,7 @@ gives a delay for ``n`` (not STOP). Otherwise it is failed with "attempts exhaus
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -43,7 +44,8 @@ class Decision:
 
     def describe(self, c: Candidate) -> str:
         if self.kind == FAIL:
-            return f"fail {c.id} ({c.state} since {c.time_ms}; {self.reason})"
+            seen = dt.datetime.fromtimestamp(c.time_ms / 1000, dt.UTC).isoformat(timespec="seconds")
+            return f"fail {c.id} ({c.state} since {seen}; {self.reason})"
         if self.kind == RETRY:
             return f"retry {c.id} now: retry attempt {self.attempt} ({self.reason})"
         if self.kind == HOLD:
