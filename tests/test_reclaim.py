@@ -327,6 +327,21 @@ def test_job_reports_counts_metadata_and_metrics(aws):
     assert {"AgendaReclaimFailed", "AgendaReclaimRaced", "AgendaReclaimSkipped"} <= metrics
 
 
+def test_budget_limited_runs_resume_from_the_instance_cursor(aws):
+    ddb = aws.client("dynamodb")
+    ids = plain_table_with_stale(ddb, "resume-agendas", 6, "r")
+    instance = dg.DagsterInstance.ephemeral()
+    config = {**BASE, "tableName": "resume-agendas", "objectScanLimit": 2, "scanDelayMillis": 1100}
+    config["maximumExecutionSeconds"] = 1  # one page, a 1.1 s pause, and the budget is gone
+    first = _run_job(config, instance)
+    second = _run_job(config, instance)
+    assert first.output_for_node("report_reclaim")["reclaimed"] == 2
+    assert second.output_for_node("report_reclaim")["reclaimed"] == 2
+    assert any(m.startswith("scan segment 1/1: resuming at") for m in _logs(instance, second.run_id))
+    failed = {k for k, v in items_by_id(ddb, "resume-agendas").items() if v["processingState"] == "COMPLETE"}
+    assert len(failed) == 4 and failed < set(ids)
+
+
 def test_parallel_segments_fan_out_as_separate_ops(aws):
     ddb = aws.client("dynamodb")
     plain_table_with_stale(ddb, "seg-agendas", 20, "s")

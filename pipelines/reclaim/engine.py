@@ -134,11 +134,11 @@ def reclaim_pass(
         if start_key:
             log.info(f"{request.label}: resuming at {json.dumps(start_key)}")
         while True:
+            if counts.api_calls and params.scanDelayMillis:
+                sleep(params.scanDelayMillis / 1000)
             if counts.api_calls and clock() >= deadline:
                 counts.stopped_by_budget = True
                 break
-            if counts.api_calls and params.scanDelayMillis:
-                sleep(params.scanDelayMillis / 1000)
             page = _read(dynamodb, request, start_key)
             counts.api_calls += 1
             counts.pages += 1
