@@ -123,27 +123,28 @@ class LocalAgendaEndpoint:
                 endpoint.tokens.add(token)
                 self._send(200, {"token": token})
 
-            def _item_id(self) -> str | None:
+            def _item_id(self, method: str) -> str | None:
+                """The id of an authorized /progress/{id} call; None once an error was sent."""
+                endpoint.requests.append((method, self.path))
                 prefix = "/progress/"
-                return unquote(self.path[len(prefix) :]) if self.path.startswith(prefix) else None
+                if not self.path.startswith(prefix):
+                    self._send(404, {"errorResponse": {"message": "no such path"}})
+                    return None
+                if not self._authorized():
+                    self._send(401, {"errorResponse": {"message": "unauthorized"}})
+                    return None
+                return unquote(self.path[len(prefix) :])
 
             def do_GET(self) -> None:  # noqa: N802
-                endpoint.requests.append(("GET", self.path))
-                item_id = self._item_id()
-                if item_id is None:
-                    return self._send(404, {"errorResponse": {"message": "no such path"}})
-                if not self._authorized():
-                    return self._send(401, {"errorResponse": {"message": "unauthorized"}})
-                found = endpoint._load(item_id)
-                self._answer([found] if found else [])
+                item_id = self._item_id("GET")
+                if item_id is not None:
+                    found = endpoint._load(item_id)
+                    self._answer([found] if found else [])
 
             def do_PUT(self) -> None:  # noqa: N802
-                endpoint.requests.append(("PUT", self.path))
-                item_id = self._item_id()
+                item_id = self._item_id("PUT")
                 if item_id is None:
-                    return self._send(404, {"errorResponse": {"message": "no such path"}})
-                if not self._authorized():
-                    return self._send(401, {"errorResponse": {"message": "unauthorized"}})
+                    return
                 if item_id in endpoint.error_ids:
                     return self._answer([], {"code": "ProcessingError", "message": f"cannot update {item_id}"})
                 partial = self._body()
