@@ -218,8 +218,11 @@ def test_status_of_any_attempt_history_is_a_seed_status_and_follows_the_rules(at
         assert not statuses & {AttemptStatus.SCHEDULED, AttemptStatus.QUEUED, AttemptStatus.PROCESSING}
     if status == "processing":
         assert AttemptStatus.PROCESSING in statuses
-    if status == "scheduled":
-        assert not statuses & {AttemptStatus.QUEUED, AttemptStatus.PROCESSING, AttemptStatus.FAILED}
+    if status == "queued":
+        assert not statuses & {AttemptStatus.PROCESSING, AttemptStatus.COMPLETED}
+    if status == "scheduled":  # a failed attempt may wait for its automatic retry
+        assert AttemptStatus.SCHEDULED in statuses
+        assert not statuses & {AttemptStatus.QUEUED, AttemptStatus.PROCESSING, AttemptStatus.COMPLETED}
 
 
 # A random "life" of one job: commands and history events in any order, with duplicates.

@@ -130,6 +130,19 @@ def _failure_time(instance, run_id) -> float:
     return records[0].timestamp
 
 
+def _first_failure(instance, tmp_path, policy: dict, failures: int, **tags):
+    """The sensor over flaky_job, its definitions, and a first run that failed under ``policy``."""
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    first = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=failures),
+        tags={POLICY_TAG: json.dumps(policy), **tags},
+        instance=instance,
+        raise_on_error=False,
+    )
+    return sensor, defs, first
+
+
 def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(instance, tmp_path):
     sensor = build_delayed_run_retries([flaky_job])
     defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
@@ -174,13 +187,7 @@ def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(in
 
 
 def test_the_maximum_number_of_attempts_is_kept(instance, tmp_path):
-    sensor = build_delayed_run_retries([flaky_job])
-    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
-    policy = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 2})
-    tags = {POLICY_TAG: policy}
-    first = flaky_job.execute_in_process(
-        run_config=_config(tmp_path, failures=9), tags=tags, instance=instance, raise_on_error=False
-    )
+    sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0, "maxAttempts": 2}, 9)
     data, cursor = _tick(sensor, instance, defs, None)
     (request,) = data.run_requests
     assert request.run_key == first.run_id and request.tags[ATTEMPT_TAG] == "2"
@@ -214,12 +221,7 @@ def test_terminated_untagged_and_badly_tagged_runs_are_not_relaunched(instance, 
 
 
 def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp_path):
-    sensor = build_delayed_run_retries([flaky_job])
-    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
-    tags = {POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0.5, "maxAttempts": 3})}
-    first = flaky_job.execute_in_process(
-        run_config=_config(tmp_path, failures=1), tags=tags, instance=instance, raise_on_error=False
-    )
+    sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0.5, "maxAttempts": 3}, 1)
     data, cursor = _tick(sensor, instance, defs, None)
     assert not data.run_requests
     instance.create_run_for_job(
@@ -279,3 +281,38 @@ def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(inst
     assert "throttled" in first.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     third = demo.execute_in_process(instance=instance, tags={ATTEMPT_TAG: "3"})
     assert third.output_for_node("throttled_until_attempt") == 3
+
+
+def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never_relaunched_again(instance, tmp_path):
+    extra = {
+        "team": "payments",
+        "dagster/priority": "5",
+        "dagster/asset_partition_range_start": "2026-01-01",
+        "dagster/asset_partition_range_end": "2026-01-07",
+        "dagster/backfill": "abc",
+    }
+    policy = {"kind": "fixed", "delay": 0, "maxAttempts": 3}
+    sensor, defs, first = _first_failure(instance, tmp_path, policy, 9, **extra)
+    data, _ = _tick(sensor, instance, defs, None)
+    (request,) = data.run_requests
+    assert request.tags["team"] == "payments" and request.tags["dagster/priority"] == "5"
+    assert request.tags["dagster/asset_partition_range_end"] == "2026-01-07"
+    assert "dagster/backfill" not in request.tags
+    flaky_job.execute_in_process(
+        run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
+    )
+    # the sensor's cursor is lost (reset by an operator): the first failure is seen again, but
+    # its retry exists, so only the retry's own failure is re-launched
+    data, _ = _tick(sensor, instance, defs, None)
+    assert [r.run_key for r in data.run_requests] == [
+        r.run_id for r in instance.get_runs(dg.RunsFilter(tags={RETRY_OF_TAG: first.run_id}))
+    ]
+    assert data.run_requests[0].tags[ATTEMPT_TAG] == "3"
+
+
+def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(instance, tmp_path):
+    sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0, "maxAttempts": 2}, 9)
+    for cursor in ("not json", '{"after": "x"}', '{"pending": {"r": {"due": "soon"}}}', "[]"):
+        data, new_cursor = _tick(sensor, instance, defs, cursor)
+        assert [r.run_key for r in data.run_requests] == [first.run_id]
+        assert json.loads(new_cursor)["pending"] == {}

@@ -151,6 +151,7 @@ class Job:
     attempts: list[Attempt] = field(default_factory=list)
     history: list[HistoryEvent] = field(default_factory=list)  # every event received, as is
     commands: dict[str, Outcome] = field(default_factory=dict)  # outcome of each command id
+    _index: dict[str, Attempt] = field(default_factory=dict, repr=False, compare=False)
 
     # -- creation -----------------------------------------------------------------------------
     @classmethod
@@ -170,7 +171,9 @@ class Job:
         return job_processing_timeout(self.attempts)
 
     def attempt(self, attempt_id: str) -> Attempt | None:
-        return next((a for a in self.attempts if a.attempt_id == attempt_id), None)
+        if len(self._index) != len(self.attempts):  # attempts were added or replaced directly
+            self._index = {a.attempt_id: a for a in self.attempts}
+        return self._index.get(attempt_id)
 
     def snapshot(self) -> tuple:
         """Everything that decides behaviour (not the raw history log): equal snapshots, same job."""

@@ -3,6 +3,11 @@
 Dagster's run retries re-launch a failed run at once, with no delay or backoff
 (dagster-io/dagster#13427). ``delayed_run_retries`` re-launches a failed run of any job tagged
 ``groundskeeper/retry_policy=<preset name | none | JSON policy>`` after the policy's delay.
+
+It reads the same run-failure events as ``dg.run_failure_sensor`` (``fetch_run_status_changes``)
+but is a plain ``dg.sensor``: a run-failure sensor is called once per failure, at the failure,
+with a cursor Dagster owns, so it cannot keep a retry waiting for its delay. This one keeps the
+waiting retries in its own cursor and launches each when it is due.
 """
 
 import json
@@ -12,9 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
+from botocore.exceptions import ClientError
 
 from pipelines.retry.config import policy_from_text
-from pipelines.retry.policy import STOP, RetryPolicyError
+from pipelines.retry.ops import aws_retries
+from pipelines.retry.policy import STOP, RetryPolicyError, none
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
 
@@ -26,7 +33,23 @@ ROOT_TAG = "groundskeeper/retry_root"  # the original run of the chain
 SENSOR_NAME = "delayed_run_retries"
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no cursor yet, failures of the last hour are considered
-_DROPPED_TAG_PREFIXES = ("dagster/", ".dagster/")
+# Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
+# and are dropped, except these settings, which the re-launch keeps. The partition goes through
+# RunRequest.partition_key.
+_KEPT_SYSTEM_TAGS = frozenset(
+    {
+        "dagster/priority",
+        "dagster/max_runtime",
+        "dagster/isolation",
+        "dagster/concurrency_key",
+        "dagster/max_retries",
+        "dagster/retry_strategy",
+        "dagster/retry_on_asset_or_op_failure",
+        "dagster/asset_partition_range_start",
+        "dagster/asset_partition_range_end",
+    }
+)
+_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/")
 
 
 def now() -> float:
@@ -41,11 +64,22 @@ class PendingRetry:
     attempt: int  # the attempt number of the run to launch
 
 
-def _cursor_state(cursor: str | None) -> tuple[int | None, dict[str, dict]]:
-    if not cursor:
+def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict[str, dict]]:
+    """(last run-failure event storage id read, retries waiting) from the cursor; a cursor that an
+    operator set to something else starts over (the last hour's failures; run keys still hold)."""
+    if not context.cursor:
         return None, {}
-    state = json.loads(cursor)
-    return state.get("after"), state.get("pending", {})
+    try:
+        state = json.loads(context.cursor)
+        after, pending = state.get("after"), state.get("pending", {})
+        if (after is None or isinstance(after, int)) and isinstance(pending, dict):
+            for item in pending.values():
+                float(item["due"]), int(item["attempt"]), str(item["job"])
+            return after, pending
+    except (ValueError, TypeError, KeyError, AttributeError):
+        pass
+    context.log.warning(f"ignoring an unreadable cursor {context.cursor[:200]!r}: starting over")
+    return None, {}
 
 
 def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> PendingRetry | None:
@@ -73,14 +107,15 @@ def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | N
     canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
     if canceling.records:
         return "an operator terminated it"
-    children = instance.get_run_records(dg.RunsFilter(tags={"dagster/parent_run_id": run_id}), limit=1)
-    if children:
-        return f"it was already re-executed as run {children[0].dagster_run.run_id}"
+    for tag, how in (("dagster/parent_run_id", "re-executed"), (RETRY_OF_TAG, "retried")):
+        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
+        if children:
+            return f"it was already {how} as run {children[0].dagster_run.run_id}"
     return None
 
 
 def _run_request(run: dg.DagsterRun, attempt: int) -> dg.RunRequest:
-    tags = {k: v for k, v in run.tags.items() if not k.startswith(_DROPPED_TAG_PREFIXES)}
+    tags = {k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)}
     tags.update(
         {
             ATTEMPT_TAG: str(attempt),
@@ -114,7 +149,7 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
     )
     def delayed_run_retries(context: dg.SensorEvaluationContext):
         instance = context.instance
-        after, pending = _cursor_state(context.cursor)
+        after, pending = _cursor_state(context)
         clock = now()
         records_filter = dg.RunStatusChangeRecordsFilter(
             event_type=dg.DagsterEventType.RUN_FAILURE,
@@ -129,10 +164,14 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 rec.dagster_run.run_id: rec.dagster_run for rec in instance.get_run_records(dg.RunsFilter(run_ids=ids))
             }
             after = failures.records[-1].storage_id
+        here = context.code_location_origin.location_name if context.code_location_origin else None
         for record in failures.records:
             run = runs.get(record.run_id)
             if run is None or run.run_id in pending:
                 continue
+            origin = run.remote_job_origin
+            if here and origin and origin.repository_origin.code_location_origin.location_name != here:
+                continue  # another code location's run (as dg.run_failure_sensor, which also skips them)
             plan = _plan(context, run, record.timestamp)
             if plan is None:
                 continue
@@ -147,7 +186,12 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 continue
             del pending[run_id]
             run = instance.get_run_by_id(run_id)
-            reason = "it was deleted" if run is None else _terminated_or_retried(instance, run_id)
+            if run is None:
+                reason = "it was deleted"
+            elif run.job_name not in job_names:
+                reason = f"job {run.job_name} is no longer in this code location"
+            else:
+                reason = _terminated_or_retried(instance, run_id)
             if reason:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue
@@ -227,16 +271,13 @@ DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAtte
 
 class RetryDemoConfig(dg.Config):
     succeed_on_attempt: int = 3  # attempts 1 and 2 are throttled, attempt 3 succeeds
+    seconds: float = 0.0  # work this long first (time to try terminating it from the UI)
 
 
 @dg.op(description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.")
 def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoConfig) -> int:
-    from botocore.exceptions import ClientError
-
-    from pipelines.retry.ops import aws_retries
-    from pipelines.retry.policy import none
-
     attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
+    time.sleep(max(0.0, config.seconds))
     with aws_retries(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
         if attempt < config.succeed_on_attempt:
             error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}

@@ -47,8 +47,10 @@ def retry_requested(
 
 
 @contextlib.contextmanager
-def aws_retries(context: dg.OpExecutionContext, policy: RetryPolicy | None = None) -> Iterator[None]:
-    """Around AWS work in an op: retry transient AWS errors by ``policy``, fail clearly otherwise."""
+def aws_retries(
+    context: dg.OpExecutionContext | dg.AssetExecutionContext, policy: RetryPolicy | None = None
+) -> Iterator[None]:
+    """Around AWS work in an op or asset: retry transient AWS errors by ``policy``, fail clearly otherwise."""
     policy = policy or DEFAULT_OP_POLICY
     try:
         yield
