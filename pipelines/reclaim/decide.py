@@ -1,0 +1,125 @@
+"""What to do with one candidate: a pure function of the candidate, the parameters and the clock.
+
+Fail action: a timed-out item is failed. Retry action (the original retry Lambda's rules): the
+timed-out attempt counts, so ``n = attemptsCompleted + 1``; the agenda is retried only while
+``n < maximumAttempts`` (default 3), only if it is not marked non-retryable, and only if the policy
+gives a delay for ``n`` (not STOP). Otherwise it is failed with "attempts exhausted".
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipelines.reclaim.source import Candidate
+
+TIMEOUT_MESSAGE = "AgendaProgress timed out."
+EXHAUSTED_MESSAGE = "attempts exhausted"
+NOT_RETRYABLE_MESSAGE = "not retryable"
+READY_NAMESPACE = uuid.UUID("6f1c1f5e-4f0e-4c53-9a39-0c1d4d1b2a77")
+
+# Decision kinds
+FAIL = "fail"  # timed out: COMPLETE/failed (fail action, or retry action out of attempts)
+RETRY = "retry"  # reset to WAITING/pending and queue a ReadyAgenda item now
+HOLD = "hold"  # reset to WAITING/pending with retryAt; a later run queues it
+QUEUE = "queue"  # a held retry is due: queue its ReadyAgenda item
+CLOSE = "close"  # a COMPLETE/failed item that will not be retried: mark it handled
+
+
+class Policy(Protocol):
+    def delay_for(self, n: int) -> float | None: ...
+
+    def allows(self, error_type: str | None) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str
+    attempt: int  # attemptsCompleted after the write
+    event: dict[str, Any] | None  # the diagnostic event to append (None: none)
+    retry_at: int | None = None
+    reason: str = ""
+
+    def describe(self, c: Candidate) -> str:
+        if self.kind == FAIL:
+            seen = dt.datetime.fromtimestamp(c.time_ms / 1000, dt.UTC).isoformat(timespec="seconds")
+            return f"fail {c.id} ({c.state} since {seen}; {self.reason})"
+        if self.kind == RETRY:
+            return f"retry {c.id} now: retry attempt {self.attempt} ({self.reason})"
+        if self.kind == HOLD:
+            return f"hold {c.id}: retry attempt {self.attempt} due at {self.retry_at} ({self.reason})"
+        if self.kind == QUEUE:
+            return f"queue the held retry of {c.id} (due at {c.retry_at})"
+        return f"close {c.id} without retry ({self.reason})"
+
+
+def diagnostic_event(message: str, now: int, payload: dict[str, Any], status_code: int = 408) -> dict[str, Any]:
+    """A diagnostic event in the contract's shape."""
+    return {"message": message, "statusCode": status_code, "stackTrace": None, "time": now, "payload": payload}
+
+
+def decide(
+    c: Candidate,
+    *,
+    action: str,
+    now: int,
+    cutoff: int,
+    policy: Policy,
+    run_id: str = "",
+) -> Decision:
+    """``policy.delay_for(n)``: seconds before the next attempt after n attempts, or None to stop."""
+    seen = {"processingState": c.state, "time": c.time_ms, "cutoff": cutoff, "runId": run_id}
+    if c.kind == "held":
+        return Decision(QUEUE, c.attempts, None, reason="held retry due")
+    if c.kind == "timeout":
+        n = c.attempts + 1
+        if action == "fail":
+            return Decision(FAIL, n, diagnostic_event(TIMEOUT_MESSAGE, now, seen), reason="timed out")
+        stop = _stop_reason(c, n, policy)
+        if stop:
+            return Decision(FAIL, n, diagnostic_event(f"{TIMEOUT_MESSAGE} {stop}", now, seen), reason=stop)
+    else:  # "failed": the failed attempt was already counted by whoever failed it
+        n = max(c.attempts, 1)
+        stop = _stop_reason(c, n, policy)
+        if stop:
+            return Decision(CLOSE, n, diagnostic_event(stop, now, seen, status_code=500), reason=stop)
+    delay = policy.delay_for(n) or 0
+    event = diagnostic_event(f"retry attempt {n}", now, {**seen, "delaySeconds": delay}, status_code=202)
+    if delay <= 0:
+        return Decision(RETRY, n, event, reason=f"after {n} attempt(s), no delay")
+    return Decision(HOLD, n, event, retry_at=now + int(delay * 1000), reason=f"after {n} attempt(s), delay {delay:g}s")
+
+
+def _stop_reason(c: Candidate, n: int, policy: Policy) -> str | None:
+    if not c.retryable:
+        return NOT_RETRYABLE_MESSAGE
+    if not policy.allows(c.error_type):
+        return f"{NOT_RETRYABLE_MESSAGE} ({c.error_type})"
+    if n >= c.max_attempts:
+        return f"{EXHAUSTED_MESSAGE} ({n} of {c.max_attempts})"
+    if policy.delay_for(n) is None:
+        return f"{EXHAUSTED_MESSAGE} (the retry policy stops after {n})"
+    return None
+
+
+def ready_item(table: str, c: Candidate, attempt: int, now: int) -> dict[str, Any]:
+    """The ReadyAgenda item of retry attempt ``attempt`` (= attemptsCompleted after the reset).
+
+    Its id is deterministic in (table, agenda progress id, attempt), so a repeated write is a no-op.
+    ``added`` is the agenda's original ``addedTime``, so a FIFO consumer (oldest ``added`` first) takes
+    the retry ahead of work added since; ``priority`` 1 says the same to a consumer that sorts by it.
+    """
+    agenda = c.agenda
+    item = {
+        "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{attempt}")),
+        "insightId": agenda.get("insightId"),
+        "agendaId": agenda.get("agendaId"),
+        "customerId": agenda.get("customerId"),
+        "added": min(agenda.get("addedTime") or 0, now),
+        "agendaProgressId": c.id,
+        "retryAttempt": attempt,
+        "priority": 1,
+    }
+    return {k: v for k, v in item.items() if v is not None}

@@ -1,0 +1,228 @@
+"""One reclaim pass over one scan segment (or the index queries): read pages, gather batches, act.
+
+- ``Limit = objectScanLimit`` per call, ``ExclusiveStartKey`` paging, ``scanDelayMillis`` between calls;
+- up to ``targetBatchSize`` candidates are gathered, then acted on;
+- the budget is fuzzy: the batch in hand is finished, and no new page starts after ``deadline``;
+- a scan resumes where the previous budget-limited run stopped (``cursor``), walks to the end of
+  the table and then starts over;
+- memory is bounded by one page plus one batch, never by the table.
+
+No Dagster imports: the caller passes clients, a logger, the cursor store and a ``delay_for``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+from pipelines.common import now_ms
+from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, Policy, decide
+from pipelines.reclaim.params import ReclaimParams
+from pipelines.reclaim.policy import ImmediatePolicy
+from pipelines.reclaim.source import Candidate, Request, Skip, TableInfo, build_requests, to_candidate
+from pipelines.reclaim.writers import DONE, ItemError, OperationProgressWriter
+
+PROGRESS_EVERY_SECONDS = 10.0
+
+# decision kind -> the counter a successful write adds to
+DONE_COUNTER = {FAIL: "reclaimed", RETRY: "retried", HOLD: "held", QUEUE: "queued", CLOSE: "exhausted"}
+
+
+@dataclass
+class Counts:
+    scanned: int = 0  # items DynamoDB read (ScannedCount)
+    returned: int = 0  # items that passed the server-side filter
+    matched: int = 0  # stale candidates after the client-side check
+    reclaimed: int = 0  # timed out and failed (fail action, or retry action out of attempts)
+    retried: int = 0  # reset to WAITING and queued now
+    held: int = 0  # reset to WAITING, queued by a later run (retryAt)
+    queued: int = 0  # held retries queued now
+    exhausted: int = 0  # COMPLETE/failed items closed without retry
+    raced: int = 0  # a condition failed: an executor or another run wrote first
+    skipped: int = 0  # bad time field
+    errors: int = 0  # this item could not be written (logged)
+    operations_failed: int = 0
+    would_act: int = 0  # dry run: candidates that would have been acted on
+    api_calls: int = 0  # reads made by this pass
+    pages: int = 0
+    stopped_by_budget: bool = False
+    completed_pass: bool = False  # the scan reached the end of the table (cursor cleared)
+    skipped_ids: list[str] = field(default_factory=list)  # first few, for the run log and metadata
+
+    def add(self, other: Counts) -> None:
+        for name, value in asdict(other).items():
+            if isinstance(value, bool):
+                setattr(self, name, getattr(self, name) or value)
+            elif isinstance(value, list):
+                getattr(self, name).extend(value[: max(0, 20 - len(getattr(self, name)))])
+            else:
+                setattr(self, name, getattr(self, name) + value)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class CursorStore(Protocol):
+    def load(self) -> dict[str, Any] | None: ...
+
+    def save(self, key: dict[str, Any] | None) -> None: ...
+
+
+class MemoryCursor:
+    """A cursor kept in memory (tests, benchmarks); the Dagster layer keeps it in the instance."""
+
+    def __init__(self, key: dict[str, Any] | None = None) -> None:
+        self.key = key
+
+    def load(self) -> dict[str, Any] | None:
+        return self.key
+
+    def save(self, key: dict[str, Any] | None) -> None:
+        self.key = key
+
+
+def encode_cursor(key: dict[str, Any] | None) -> str:
+    return json.dumps(key, sort_keys=True) if key else ""
+
+
+def decode_cursor(text: str | None) -> dict[str, Any] | None:
+    return json.loads(text) if text else None
+
+
+class Writer(Protocol):
+    def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str: ...
+
+
+def reclaim_pass(
+    *,
+    dynamodb,
+    info: TableInfo,
+    params: ReclaimParams,
+    writer: Writer | None,
+    deadline: float,
+    segment: int = 0,
+    cursor: CursorStore | None = None,
+    policy: Policy | None = None,
+    operations: OperationProgressWriter | None = None,
+    log: logging.Logger | Any = None,
+    run_id: str = "",
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Counts:
+    """Reclaim what one segment holds, within ``deadline`` (epoch seconds). ``writer`` None = dry run."""
+    log = log or logging.getLogger(__name__)
+    policy = policy or ImmediatePolicy()
+    counts = Counts()
+    now = now_ms()
+    cutoff = params.cutoff_ms(now)
+    requests = build_requests(info, params, now, segment)
+    batch: list[Candidate] = []
+    last_progress = clock()
+
+    def flush() -> None:
+        for c in batch:
+            _act(c, counts=counts, params=params, writer=writer, operations=operations, now=now, cutoff=cutoff,
+                 policy=policy, log=log, run_id=run_id)  # fmt: skip
+        batch.clear()
+
+    for request in requests:
+        start_key = cursor.load() if (request.resumable and cursor) else None
+        if start_key:
+            log.info(f"{request.label}: resuming at {json.dumps(start_key)}")
+        while True:
+            if counts.api_calls and params.scanDelayMillis:
+                sleep(params.scanDelayMillis / 1000)
+            if counts.api_calls and clock() >= deadline:
+                counts.stopped_by_budget = True
+                break
+            page = _read(dynamodb, request, start_key)
+            counts.api_calls += 1
+            counts.pages += 1
+            counts.scanned += page.get("ScannedCount", 0)
+            counts.returned += page.get("Count", 0)
+            for item in page.get("Items", []):
+                found = to_candidate(item, info, params, now)
+                if isinstance(found, Skip):
+                    counts.skipped += 1
+                    if len(counts.skipped_ids) < 20:
+                        counts.skipped_ids.append(found.id)
+                    log.warning(f"skipped {found.id}: {found.reason}")
+                elif found is not None:
+                    counts.matched += 1
+                    batch.append(found)
+                    if len(batch) >= params.targetBatchSize:
+                        flush()
+            start_key = page.get("LastEvaluatedKey")
+            if clock() - last_progress >= PROGRESS_EVERY_SECONDS:
+                last_progress = clock()
+                log.info(f"{request.label}: {_progress(counts)}")
+            if not start_key:
+                break
+        flush()  # the batch in hand is always finished, also when the budget ran out
+        if request.resumable and cursor and writer is not None:
+            cursor.save(start_key)
+            counts.completed_pass = counts.completed_pass or start_key is None
+        if counts.stopped_by_budget:
+            log.info(
+                f"{request.label}: budget of {params.maximumExecutionSeconds}s used, stopping: {_progress(counts)}"
+            )
+            break
+    return counts
+
+
+def _progress(counts: Counts) -> str:
+    return (
+        f"{counts.pages} page(s), scanned {counts.scanned}, matched {counts.matched}, reclaimed {counts.reclaimed}, "
+        f"retried {counts.retried}, held {counts.held}, queued {counts.queued}, raced {counts.raced}, "
+        f"skipped {counts.skipped}"
+    )
+
+
+def _read(dynamodb, request: Request, start_key: dict[str, Any] | None) -> dict[str, Any]:
+    kwargs = dict(request.kwargs)
+    if start_key:
+        kwargs["ExclusiveStartKey"] = start_key
+    return getattr(dynamodb, request.operation)(**kwargs)
+
+
+def _act(
+    c: Candidate,
+    *,
+    counts: Counts,
+    params: ReclaimParams,
+    writer: Writer | None,
+    operations: OperationProgressWriter | None,
+    now: int,
+    cutoff: int,
+    policy: Policy,
+    log,
+    run_id: str,
+) -> None:
+    try:
+        d = decide(c, action=params.reclaimAction, now=now, cutoff=cutoff, policy=policy, run_id=run_id)
+    except Exception as exc:  # a failing retry policy is reported, never retried (seed 001's WARNING)
+        counts.errors += 1
+        log.error(f"{c.id}: the retry policy failed: {exc}")
+        return
+    if writer is None:
+        counts.would_act += 1
+        log.info(f"dry run: would {d.describe(c)}")
+        return
+    try:
+        outcome = writer.apply(c, d, now=now, cutoff=cutoff)
+    except ItemError as exc:
+        counts.errors += 1
+        log.error(f"could not {d.kind} {c.id}: {exc}")
+        return
+    if outcome != DONE:
+        counts.raced += 1
+        log.info(f"raced: {c.id} changed since it was read; left alone")
+        return
+    setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
+    if operations is not None and d.kind == FAIL and d.event:
+        failed, _ = operations.fail_executing(c.id, d.event, now)
+        counts.operations_failed += failed

@@ -1,0 +1,216 @@
+"""The AgendaProgress HTTP endpoint writer (``AGENDA_PROGRESS_URL`` / ``agendaProgressEndpointURL``).
+
+Protocol (``shared/contracts.md``): ``GET {url}/{id}`` and ``PUT {url}/{id}`` with a JSON
+AgendaProgress; a PUT is a partial merge (here a ``null`` value removes an attribute). Responses are
+``{"all": [...], "count": n, "errorResponse": {...} | null}``; an ``errorResponse`` on HTTP 200 is a
+failure.
+
+Login: the original identity protocol is not public, so it sits behind one adapter function,
+:func:`login`. Assumed protocol: ``POST {IDENTITY_URL}`` with ``{"username": IDM_USER, "password":
+<password>}`` answers ``{"token": "..."}``; every endpoint call then carries ``Authorization: Bearer
+<token>``. The password is ``IDM_ENCRYPTED_PASS``: base64 of a KMS ciphertext, decrypted once per run.
+
+Secrets (password, token) are held in :class:`Secret`, whose ``repr``/``str`` never show the value,
+and no error message includes a request body or a header.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import quote
+
+from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
+from pipelines.reclaim.writers import DONE, RACED, ItemError, put_ready_item
+
+TIMEOUT_SECONDS = 15
+
+
+class EndpointError(RuntimeError):
+    """The endpoint or the identity service cannot be used at all (fails the run, one line)."""
+
+
+class Secret:
+    """A string that never shows itself in logs, reprs or the UI."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __repr__(self) -> str:
+        return "Secret('***')"
+
+    __str__ = __repr__
+
+
+def decrypt_password(kms, encrypted_b64: str) -> Secret:
+    """``IDM_ENCRYPTED_PASS``: base64-decode, then KMS-decrypt."""
+    try:
+        blob = base64.b64decode(encrypted_b64.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        raise EndpointError("IDM_ENCRYPTED_PASS is not valid base64") from None
+    try:
+        plaintext = kms.decrypt(CiphertextBlob=blob)["Plaintext"]
+    except Exception as exc:  # botocore errors carry no secret, but keep the message short
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+        raise EndpointError(f"KMS could not decrypt IDM_ENCRYPTED_PASS ({code})") from None
+    return Secret(plaintext.decode("utf-8"))
+
+
+def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    data = None if body is None else json.dumps(body, default=str).encode()
+    req = urllib.request.Request(
+        url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS) as resp:
+            status, raw = resp.status, resp.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EndpointError(f"cannot reach {method} {url.split('?')[0]}: {reason}") from None
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, None
+
+
+def login(identity_url: str, username: str, password: Secret) -> Secret:
+    """The identity adapter (assumed protocol, see the module doc): returns the bearer token."""
+    status, body = _request("POST", identity_url, {"username": username, "password": password.reveal()})
+    token = body.get("token") if isinstance(body, dict) else None
+    if status != 200 or not isinstance(token, str) or not token:
+        raise EndpointError(f"identity login at {identity_url} as {username!r} failed (HTTP {status})")
+    return Secret(token)
+
+
+class AgendaProgressEndpoint:
+    """GET / PUT one AgendaProgress; logs in lazily and once more on HTTP 401."""
+
+    def __init__(self, url: str, authenticate: Callable[[], Secret]) -> None:
+        self.url = url.rstrip("/")
+        self._authenticate = authenticate
+        self._token: Secret | None = None
+        self.calls = 0
+
+    def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
+        url = f"{self.url}/{quote(item_id, safe='')}"
+        for attempt in (1, 2):
+            if self._token is None:
+                self._token = self._authenticate()
+            self.calls += 1
+            status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.reveal()}"})
+            if status == 401 and attempt == 1:
+                self._token = None  # expired: log in again, once
+                continue
+            break
+        if status == 401:
+            raise EndpointError(f"{method} {self.url}/...: HTTP 401 after a fresh login")
+        if status != 200 or not isinstance(answer, dict):
+            raise ItemError(f"{method} {item_id}: HTTP {status}")
+        if answer.get("errorResponse"):
+            error = answer["errorResponse"]
+            detail = error.get("message") or error.get("code") if isinstance(error, dict) else error
+            raise ItemError(f"{method} {item_id}: errorResponse on HTTP 200: {str(detail)[:200]}")
+        return answer
+
+    def get(self, item_id: str) -> dict[str, Any] | None:
+        answer = self._call("GET", item_id)
+        found = answer.get("all") or []
+        return found[0] if found else None
+
+    def put(self, item_id: str, partial: dict[str, Any]) -> dict[str, Any]:
+        return self._call("PUT", item_id, partial)
+
+
+def _plain_time(attr: dict[str, Any]) -> Any:
+    if "N" in attr:
+        number = float(attr["N"])
+        return int(number) if number.is_integer() else number
+    return next(iter(attr.values()), None)
+
+
+def _events(current: dict[str, Any]) -> list:
+    events = current.get("diagnosticEvents") or []
+    if isinstance(events, str):
+        try:
+            events = json.loads(events)
+        except ValueError:
+            events = [{"message": "unparseable diagnosticEvents kept as text", "payload": events[:2000]}]
+    return events if isinstance(events, list) else [events]
+
+
+class HttpWriter:
+    """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object.
+
+    The endpoint has no conditional PUT, so the check is GET-then-PUT (a small window remains; the
+    DynamoDB writer has none). ReadyAgenda items still go to DynamoDB, idempotently.
+    """
+
+    def __init__(self, endpoint: AgendaProgressEndpoint, *, time_field: str, action: str, table: str,
+                 dynamodb=None, ready_table: str | None = None) -> None:  # fmt: skip
+        self.endpoint = endpoint
+        self.time_field = time_field
+        self.action = action
+        self.table = table
+        self.dynamodb = dynamodb
+        self.ready_table = ready_table
+
+    def _unchanged(self, c: Candidate, current: dict[str, Any], cutoff: int) -> bool:
+        if c.kind == "held":
+            return current.get("processingState") == WAITING and current.get("retryAt") == c.retry_at
+        if current.get("processingState") != c.state or current.get(self.time_field) != _plain_time(c.time_attr):
+            return False
+        if c.kind == "failed":
+            return current.get("processingStateMessage") == FAILED and not current.get("retryDecision")
+        seen = current.get(self.time_field)
+        return not isinstance(seen, int | float) or seen < cutoff
+
+    def partial(self, c: Candidate, d: Decision, current: dict[str, Any], now: int) -> dict[str, Any]:
+        events = _events(current) + ([d.event] if d.event else [])
+        times = {self.time_field: now, "updatedTime": now}
+        decision = "exhausted" if c.retryable else "non-retryable"
+        if d.kind == FAIL:
+            body = {"processingState": COMPLETE, "processingStateMessage": FAILED, **times, "completedTime": now,
+                    "attemptsCompleted": d.attempt, "diagnosticEvents": events}  # fmt: skip
+            if self.action == "retry":
+                body["retryDecision"] = decision
+            return body
+        if d.kind == CLOSE:
+            return {"retryDecision": decision, "diagnosticEvents": events}
+        if d.kind in (RETRY, HOLD):
+            return {"processingState": WAITING, "processingStateMessage": PENDING, **times,
+                    "attemptsCompleted": d.attempt, "diagnosticEvents": events, "completedTime": None,
+                    "startedTime": None, "retryDecision": None,
+                    "retryAt": d.retry_at if d.kind == HOLD else None}  # fmt: skip
+        return {"retryAt": None, **times}  # QUEUE
+
+    def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
+        current = self.endpoint.get(c.id)
+        if current is None:
+            raise ItemError(f"GET {c.id}: not found at the endpoint")
+        if not self._unchanged(c, current, cutoff):
+            return RACED
+        if d.kind in (RETRY, QUEUE) and not (self.dynamodb and self.ready_table):
+            raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
+        body = self.partial(c, d, current, now)
+        if d.kind == RETRY:
+            # No transactions over HTTP: reset as held first, so that a crash before the queue write
+            # leaves a held retry that the next run queues, never a reset agenda that nobody queues.
+            self.endpoint.put(c.id, {**body, "retryAt": now})
+        if d.kind in (RETRY, QUEUE):
+            put_ready_item(self.dynamodb, self.ready_table, ready_item(self.table, c, d.attempt, now))
+            body = {"retryAt": None}
+        self.endpoint.put(c.id, body)
+        return DONE

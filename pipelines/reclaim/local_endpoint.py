@@ -1,0 +1,165 @@
+"""A small local AgendaProgress endpoint plus identity service, for tests and the benchmark.
+
+It has the endpoint's semantics (``shared/contracts.md``) over a DynamoDB AgendaProgress table:
+
+- ``POST /login`` with ``{"username", "password"}`` answers ``{"token"}`` (401 on a wrong password);
+- ``GET /progress/{id}`` and ``PUT /progress/{id}`` (partial merge; ``null`` removes an attribute)
+  need ``Authorization: Bearer <token>`` and answer ``{"all", "count", "errorResponse"}``;
+- ids in ``error_ids`` get HTTP 200 with an ``errorResponse`` (a processing error).
+
+Local use only (never started in production); it binds 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import unquote
+
+from pipelines.common import from_item, to_item
+
+JSON_ATTRS = ("diagnosticEvents",)  # stored as JSON text in the table, sent as JSON in the API
+
+
+class LocalAgendaEndpoint:
+    def __init__(self, dynamodb, table: str, *, id_field: str = "id", username: str = "reclaimer",
+                 password: str = "s3cret-pass") -> None:  # fmt: skip
+        self.dynamodb = dynamodb
+        self.table = table
+        self.id_field = id_field
+        self.username = username
+        self.password = password
+        self.tokens: set[str] = set()
+        self.error_ids: set[str] = set()
+        self.requests: list[tuple[str, str]] = []  # (method, path), for assertions and counting
+        self.seen_auth: list[str] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @property
+    def identity_url(self) -> str:
+        return f"{self.base}/login"
+
+    @property
+    def progress_url(self) -> str:
+        return f"{self.base}/progress"
+
+    def __enter__(self) -> LocalAgendaEndpoint:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    # ------------------------------------------------------------------ storage
+    def _load(self, item_id: str) -> dict[str, Any] | None:
+        item = self.dynamodb.get_item(
+            TableName=self.table, Key={self.id_field: {"S": item_id}}, ConsistentRead=True
+        ).get("Item")
+        if item is None:
+            return None
+        plain = from_item(item)
+        for name in JSON_ATTRS:
+            if isinstance(plain.get(name), str):
+                try:
+                    plain[name] = json.loads(plain[name])
+                except ValueError:
+                    pass
+        return plain
+
+    def _store(self, plain: dict[str, Any]) -> None:
+        stored = {k: (json.dumps(v) if k in JSON_ATTRS and not isinstance(v, str) else v) for k, v in plain.items()}
+        self.dynamodb.put_item(TableName=self.table, Item=to_item(stored))
+
+    # ------------------------------------------------------------------ HTTP
+    def _handler(self):
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def _send(self, status: int, body: Any) -> None:
+                raw = json.dumps(body, default=str).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def _body(self) -> Any:
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    return json.loads(self.rfile.read(length) or b"null")
+                except ValueError:
+                    return None
+
+            def _authorized(self) -> bool:
+                header = self.headers.get("Authorization", "")
+                endpoint.seen_auth.append(header)
+                return header.startswith("Bearer ") and header[7:] in endpoint.tokens
+
+            def _answer(self, found: list, error: Any = None) -> None:
+                self._send(200, {"all": found, "count": len(found), "errorResponse": error})
+
+            def do_POST(self) -> None:  # noqa: N802
+                endpoint.requests.append(("POST", self.path))
+                body = self._body() or {}
+                if self.path != "/login":
+                    return self._send(404, {"errorResponse": {"message": "no such path"}})
+                if body.get("username") != endpoint.username or body.get("password") != endpoint.password:
+                    return self._send(401, {"errorResponse": {"message": "bad credentials"}})
+                token = secrets.token_hex(16)
+                endpoint.tokens.add(token)
+                self._send(200, {"token": token})
+
+            def _item_id(self, method: str) -> str | None:
+                """The id of an authorized /progress/{id} call; None once an error was sent."""
+                endpoint.requests.append((method, self.path))
+                prefix = "/progress/"
+                if not self.path.startswith(prefix):
+                    self._send(404, {"errorResponse": {"message": "no such path"}})
+                    return None
+                if not self._authorized():
+                    self._send(401, {"errorResponse": {"message": "unauthorized"}})
+                    return None
+                return unquote(self.path[len(prefix) :])
+
+            def do_GET(self) -> None:  # noqa: N802
+                item_id = self._item_id("GET")
+                if item_id is not None:
+                    found = endpoint._load(item_id)
+                    self._answer([found] if found else [])
+
+            def do_PUT(self) -> None:  # noqa: N802
+                item_id = self._item_id("PUT")
+                if item_id is None:
+                    return
+                if item_id in endpoint.error_ids:
+                    return self._answer([], {"code": "ProcessingError", "message": f"cannot update {item_id}"})
+                partial = self._body()
+                if not isinstance(partial, dict):
+                    return self._send(400, {"errorResponse": {"message": "body must be a JSON object"}})
+                with endpoint._lock:
+                    current = endpoint._load(item_id) or {endpoint.id_field: item_id}
+                    for key, value in partial.items():
+                        if key == endpoint.id_field:
+                            continue
+                        if value is None:
+                            current.pop(key, None)
+                        else:
+                            current[key] = value
+                    endpoint._store(current)
+                self._answer([current])
+
+        return Handler

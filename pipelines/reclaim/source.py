@@ -1,0 +1,355 @@
+"""Where stale AgendaProgress candidates come from: a filtered scan or an index query.
+
+- :func:`inspect_table` reads the table's key schema once and picks the index path when the table
+  has a GSI with hash ``processingState`` and range ``<timeFieldName>`` (or ``indexName`` names one).
+- :func:`build_requests` builds the Scan / Query requests: server-side filter, only the needed
+  attributes, ``Limit = objectScanLimit``.
+- :func:`to_candidate` turns one returned item into a :class:`Candidate`, or a skip reason for items
+  whose time field is missing or not a time.
+
+No Dagster imports.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from pipelines.reclaim.params import ReclaimParams
+
+STATE_ATTR = "processingState"
+MESSAGE_ATTR = "processingStateMessage"
+CONTRACT_INDEX = "processingState-updatedTime-index"
+EXECUTING, WAITING, COMPLETE = "EXECUTING", "WAITING", "COMPLETE"
+FAILED, PENDING = "failed", "pending"
+# Contract extensions (optional attributes, see README "Contract extensions").
+RETRY_AT_ATTR = "retryAt"  # N: a retry decided but not yet due; queued by a later run
+RETRYABLE_ATTR = "retryable"  # BOOL: false marks an agenda as non-retryable
+RETRY_DECISION_ATTR = "retryDecision"  # S: "exhausted" / "non-retryable": a failure already handled
+
+BASE_ATTRS = (STATE_ATTR, MESSAGE_ATTR, "diagnosticEvents", "attemptsCompleted", "maximumAttempts")
+RETRY_ATTRS = (
+    RETRY_AT_ATTR,
+    RETRYABLE_ATTR,
+    RETRY_DECISION_ATTR,
+    "agendaId",
+    "customerId",
+    "agendaInsight",
+    "addedTime",
+)
+
+
+class TableError(RuntimeError):
+    """The table, its key or the named index does not fit the parameters; the message names it."""
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    table: str
+    key_attrs: tuple[str, ...]
+    index: str | None  # the GSI to query, or None for the scan path
+    item_count: int | None = None
+
+
+def inspect_table(dynamodb, params: ReclaimParams) -> TableInfo:
+    """DescribeTable: check the id field is the hash key and choose the index or the scan path."""
+    try:
+        desc = dynamodb.describe_table(TableName=params.tableName)["Table"]
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] == "ResourceNotFoundException":
+            raise TableError(f"table {params.tableName!r} does not exist (tableName)") from None
+        raise
+    keys = {k["KeyType"]: k["AttributeName"] for k in desc["KeySchema"]}
+    if keys.get("HASH") != params.idFieldName:
+        raise TableError(
+            f"idFieldName {params.idFieldName!r} is not the hash key of table {params.tableName!r} "
+            f"(its hash key is {keys.get('HASH')!r})"
+        )
+    key_attrs = tuple(k for k in (keys.get("HASH"), keys.get("RANGE")) if k)
+    index = _choose_index(desc, params)
+    return TableInfo(table=params.tableName, key_attrs=key_attrs, index=index, item_count=desc.get("ItemCount"))
+
+
+def _choose_index(desc: dict, params: ReclaimParams) -> str | None:
+    fits = {}
+    for gsi in desc.get("GlobalSecondaryIndexes", []):
+        keys = {k["KeyType"]: k["AttributeName"] for k in gsi["KeySchema"]}
+        projection = gsi.get("Projection", {}).get("ProjectionType")
+        ok = keys.get("HASH") == STATE_ATTR and keys.get("RANGE") == params.timeFieldName and projection == "ALL"
+        fits[gsi["IndexName"]] = (ok, keys, projection)
+    if params.indexName:
+        if params.indexName not in fits:
+            raise TableError(f"indexName {params.indexName!r} is not an index of table {params.tableName!r}")
+        ok, keys, projection = fits[params.indexName]
+        if not ok:
+            raise TableError(
+                f"indexName {params.indexName!r} must have hash key {STATE_ATTR!r}, range key "
+                f"{params.timeFieldName!r} and projection ALL (it has {keys}, {projection})"
+            )
+        return params.indexName
+    if fits.get(CONTRACT_INDEX, (False,))[0]:
+        return CONTRACT_INDEX
+    return next((name for name, (ok, _, _) in fits.items() if ok), None)
+
+
+@dataclass
+class Request:
+    """One paged DynamoDB read: ``operation`` is ``scan`` or ``query``; ``kwargs`` without paging."""
+
+    label: str
+    operation: str
+    kwargs: dict[str, Any]
+    resumable: bool = False  # scans keep their position between runs
+
+
+# Expression placeholders. Only the ones an expression uses are sent (DynamoDB refuses unused ones).
+def _names(params: ReclaimParams) -> dict[str, str]:
+    return {
+        "#t": params.timeFieldName,
+        "#s": STATE_ATTR,
+        "#m": MESSAGE_ATTR,
+        "#ra": RETRY_AT_ATTR,
+        "#rd": RETRY_DECISION_ATTR,
+    }
+
+
+def _values(now: int, cutoff: int) -> dict[str, Any]:
+    return {
+        ":exec": {"S": EXECUTING},
+        ":wait": {"S": WAITING},
+        ":complete": {"S": COMPLETE},
+        ":failed": {"S": FAILED},
+        ":ntype": {"S": "N"},
+        ":cutoff": {"N": str(cutoff)},
+        ":now": {"N": str(now)},
+    }
+
+
+# moto answers HTTP 500 when `<` compares an S attribute with a number (real DynamoDB says false): the
+# attribute_type guard comes first. Non-numeric and missing times pass the filter on purpose, so that
+# they are logged and counted (ISO-8601 strings are parsed client side).
+STALE_TIME = "((attribute_type(#t, :ntype) AND #t < :cutoff) OR NOT attribute_type(#t, :ntype))"
+STALE_EXECUTING = f"(#s = :exec AND {STALE_TIME})"
+STALE_WAITING = f"(#s = :wait AND attribute_not_exists(#ra) AND {STALE_TIME})"
+HELD_DUE = "(attribute_type(#ra, :ntype) AND #ra <= :now)"
+UNHANDLED_FAILURE = "(#m = :failed AND attribute_not_exists(#rd))"
+
+
+def _projection(info: TableInfo, params: ReclaimParams) -> tuple[str, dict[str, str]]:
+    attrs = list(dict.fromkeys([*info.key_attrs, params.timeFieldName, *BASE_ATTRS]))
+    if params.reclaimAction == "retry":
+        attrs += [a for a in RETRY_ATTRS if a not in attrs]
+    names = {f"#p{i}": attr for i, attr in enumerate(attrs)}
+    return ", ".join(names), names
+
+
+def _read(label: str, operation: str, base: dict, info: TableInfo, params: ReclaimParams, values: dict,
+          resumable: bool = False, **expressions: str) -> Request:  # fmt: skip
+    projection, names = _projection(info, params)
+    text = " ".join(expressions.values())
+    names.update({k: v for k, v in _names(params).items() if re.search(re.escape(k) + r"\b", text)})
+    kwargs = {
+        **base,
+        **expressions,
+        "ProjectionExpression": projection,
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": {k: v for k, v in values.items() if re.search(re.escape(k) + r"\b", text)},
+    }
+    return Request(label=label, operation=operation, kwargs=kwargs, resumable=resumable)
+
+
+def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: int = 0) -> list[Request]:
+    """The reads one run makes: a single filtered scan (segment ``segment``), or index queries."""
+    values = _values(now, params.cutoff_ms(now))
+    retry = params.reclaimAction == "retry"
+    base: dict[str, Any] = {"TableName": info.table, "Limit": params.objectScanLimit}
+    if info.index is None:
+        clauses = [STALE_EXECUTING]
+        if params.includeWaiting:
+            clauses.append(STALE_WAITING)
+        if retry:
+            clauses.append(f"(#s = :wait AND {HELD_DUE})")
+        if params.retryFailed:
+            clauses.append(f"(#s = :complete AND {UNHANDLED_FAILURE})")
+        if params.segments > 1:
+            base.update(Segment=segment, TotalSegments=params.segments)
+        label = f"scan segment {segment + 1}/{params.segments}"
+        return [_read(label, "scan", base, info, params, values, True, FilterExpression=" OR ".join(clauses))]
+
+    base["IndexName"] = info.index
+    requests = [
+        _read(
+            f"query {info.index} EXECUTING",
+            "query",
+            base,
+            info,
+            params,
+            values,
+            KeyConditionExpression="#s = :exec AND #t < :cutoff",
+        )  # fmt: skip
+    ]
+    waiting = (["(attribute_not_exists(#ra) AND #t < :cutoff)"] if params.includeWaiting else []) + (
+        [HELD_DUE] if retry else []
+    )
+    if waiting:
+        requests.append(
+            _read(
+                f"query {info.index} WAITING",
+                "query",
+                base,
+                info,
+                params,
+                values,
+                KeyConditionExpression="#s = :wait",
+                FilterExpression=" OR ".join(waiting),
+            )  # fmt: skip
+        )
+    if params.retryFailed:
+        requests.append(
+            _read(
+                f"query {info.index} COMPLETE/failed",
+                "query",
+                base,
+                info,
+                params,
+                values,
+                KeyConditionExpression="#s = :complete",
+                FilterExpression=UNHANDLED_FAILURE,
+            )  # fmt: skip
+        )
+    return requests
+
+
+# ------------------------------------------------------------------ candidates
+
+
+@dataclass
+class Candidate:
+    """One item the filter returned, in plain values plus what the conditional write must match."""
+
+    id: str
+    key: dict[str, Any]  # low-level key of the item
+    kind: str  # "timeout" (stale EXECUTING/WAITING), "failed" (COMPLETE/failed), "held" (retryAt due)
+    state: str
+    time_attr: dict[str, Any]  # the time field exactly as read (the write's condition)
+    time_ms: int
+    attempts: int = 0
+    attempts_attr: dict[str, Any] | None = None
+    max_attempts: int = 3
+    diagnostics: list = field(default_factory=list)
+    retry_at: int | None = None
+    retryable: bool = True
+    error_type: str | None = None  # the last diagnostic event's errorType (checked against the policy)
+    agenda: dict[str, Any] = field(default_factory=dict)  # agendaId, customerId, insightId, addedTime
+
+
+@dataclass
+class Skip:
+    id: str
+    reason: str
+
+
+def parse_time(attr: dict[str, Any] | None) -> tuple[int | None, str | None]:
+    """(epoch ms, None) or (None, why not). Numbers are epoch ms; ISO-8601 strings are parsed."""
+    if attr is None:
+        return None, "time field missing"
+    if "N" in attr:
+        try:
+            return int(Decimal(attr["N"])), None
+        except InvalidOperation:
+            return None, f"time field {attr['N']!r} is not a number"
+    if "S" in attr:
+        text = attr["S"].strip()
+        try:
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
+        except ValueError:
+            return None, f"time field {text[:40]!r} is neither epoch ms nor ISO-8601"
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return int(moment.timestamp() * 1000), None
+    return None, f"time field has DynamoDB type {next(iter(attr), '?')}, not N or an ISO-8601 S"
+
+
+def _int(attr: dict | None, default: int) -> int:
+    try:
+        return int(Decimal(attr["N"])) if attr and "N" in attr else default
+    except InvalidOperation:
+        return default
+
+
+def _diagnostics(attr: dict | None) -> list:
+    if not attr or "S" not in attr:
+        return []
+    try:
+        events = json.loads(attr["S"])
+    except ValueError:
+        return [{"message": "unparseable diagnosticEvents kept as text", "payload": attr["S"][:2000]}]
+    return events if isinstance(events, list) else [events]
+
+
+def _error_type(events: list) -> str | None:
+    last = events[-1] if events and isinstance(events[-1], dict) else {}
+    payload = last.get("payload") if isinstance(last.get("payload"), dict) else {}
+    value = last.get("errorType") or payload.get("errorType")
+    return str(value) if value else None
+
+
+def _agenda(item: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("agendaId", "customerId"):
+        if "S" in item.get(name, {}):
+            out[name] = item[name]["S"]
+    try:
+        insight = json.loads(item.get("agendaInsight", {}).get("S", "{}"))
+        if isinstance(insight, dict) and insight.get("insightId") is not None:
+            out["insightId"] = str(insight["insightId"])
+    except ValueError:
+        pass
+    out["addedTime"] = _int(item.get("addedTime"), 0)
+    return out
+
+
+def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, now: int) -> Candidate | Skip | None:
+    """Classify one returned item; None means "not stale after all" (e.g. a fresh ISO time)."""
+    key = {k: item[k] for k in info.key_attrs if k in item}
+    item_id = next(iter(item.get(params.idFieldName, {}).values()), "?")
+    state = item.get(STATE_ATTR, {}).get("S")
+    message = item.get(MESSAGE_ATTR, {}).get("S")
+    time_attr = item.get(params.timeFieldName)
+    diagnostics = _diagnostics(item.get("diagnosticEvents"))
+    common = dict(
+        id=str(item_id),
+        key=key,
+        state=state,
+        attempts=_int(item.get("attemptsCompleted"), 0),
+        attempts_attr=item.get("attemptsCompleted"),
+        max_attempts=_int(item.get("maximumAttempts"), 3),
+        diagnostics=diagnostics,
+        error_type=_error_type(diagnostics),
+        retryable=item.get(RETRYABLE_ATTR, {}).get("BOOL", True) is not False,
+        agenda=_agenda(item),
+    )
+    retry_at = _int(item.get(RETRY_AT_ATTR), -1) if RETRY_AT_ATTR in item else None
+    if state == WAITING and retry_at is not None:
+        if params.reclaimAction != "retry" or retry_at > now:
+            return None
+        return Candidate(kind="held", time_attr=time_attr or {}, time_ms=0, retry_at=retry_at, **common)
+    if state == COMPLETE:
+        if not (params.retryFailed and message == FAILED and RETRY_DECISION_ATTR not in item):
+            return None
+        time_ms, _ = parse_time(time_attr)
+        return Candidate(kind="failed", time_attr=time_attr or {}, time_ms=time_ms or 0, **common)
+    if state == EXECUTING or (state == WAITING and params.includeWaiting):
+        time_ms, problem = parse_time(time_attr)
+        if problem:
+            return Skip(id=str(item_id), reason=problem)
+        if time_ms >= params.cutoff_ms(now):
+            return None
+        return Candidate(kind="timeout", time_attr=time_attr, time_ms=time_ms, **common)
+    return None

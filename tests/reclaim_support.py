@@ -1,0 +1,117 @@
+"""Shared helpers of the reclaim tests: seeded AgendaProgress tables, a KMS-encrypted password."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import boto3
+
+from infra.deploy import wait_for_endpoint
+from pipelines.common import from_item, to_item
+
+DAY_MS = 86_400_000
+PROGRESS_TABLE = "POP-ProgressAgenda-dev"  # the deployed table (Env=dev), named by the seed's sample
+
+
+def agenda(item_id: str, state: str, age_ms: int, *, now: int, message: str | None = None, **extra) -> dict:
+    return {
+        "id": item_id,
+        "updatedTime": now - age_ms,
+        "addedTime": now - age_ms - 1000,
+        "processingState": state,
+        "processingStateMessage": message,
+        "attemptsCompleted": 0,
+        "agendaId": f"agenda-{item_id}",
+        "customerId": "cust-1",
+        "agendaInsight": '{"resourcePoolId": "pool-1", "insightId": "insight-7"}',
+        "diagnosticEvents": "[]",
+        **extra,
+    }
+
+
+def seed_mixed(ddb, table: str = PROGRESS_TABLE, age_ms: int = 4 * DAY_MS) -> dict[str, list[str]]:
+    """Stale EXECUTING items plus fresh EXECUTING, stale WAITING and stale COMPLETE ones."""
+    now = int(time.time() * 1000)
+    groups = {
+        "stale": [agenda(f"stale-{n}", "EXECUTING", age_ms + n * 1000, now=now) for n in range(7)],
+        "fresh": [agenda(f"fresh-{n}", "EXECUTING", 60_000, now=now) for n in range(3)],
+        "waiting": [agenda(f"waiting-{n}", "WAITING", age_ms * 2, now=now, message="pending") for n in range(3)],
+        "complete": [agenda(f"done-{n}", "COMPLETE", age_ms * 2, now=now, message="succeeded") for n in range(3)],
+    }
+    for items in groups.values():
+        for item in items:
+            ddb.put_item(TableName=table, Item=to_item(item))
+    return {name: [i["id"] for i in items] for name, items in groups.items()}
+
+
+def items_by_id(ddb, table: str = PROGRESS_TABLE) -> dict[str, dict]:
+    out, kwargs = {}, {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = ddb.scan(**kwargs)
+        out.update({i["id"]["S"]: from_item(i) for i in page["Items"]})
+        if "LastEvaluatedKey" not in page:
+            return out
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def create_plain_table(ddb, name: str) -> None:
+    """An AgendaProgress table without the GSI (the scan path), as a user's own table may be."""
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
+def plain_table_with_stale(ddb, name: str, count: int, prefix: str, age_ms: int = DAY_MS) -> list[str]:
+    """A table without the GSI holding ``count`` EXECUTING items of age ``age_ms``; their ids."""
+    create_plain_table(ddb, name)
+    now = int(time.time() * 1000)
+    ids = [f"{prefix}{n:03d}" for n in range(count)]
+    for item_id in ids:
+        ddb.put_item(TableName=name, Item=to_item(agenda(item_id, "EXECUTING", age_ms, now=now)))
+    return ids
+
+
+def encrypted_password(kms, password: str) -> str:
+    """IDM_ENCRYPTED_PASS: base64 of the KMS ciphertext of ``password``."""
+    key_id = kms.create_key(Description="groundskeeper test identity password")["KeyMetadata"]["KeyId"]
+    blob = kms.encrypt(KeyId=key_id, Plaintext=password.encode())["CiphertextBlob"]
+    return base64.b64encode(blob).decode()
+
+
+SERIAL_MOTO = """
+import sys
+from werkzeug.serving import run_simple
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+run_simple("127.0.0.1", int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)
+"""
+
+
+@contextlib.contextmanager
+def serial_moto() -> Iterator[str]:
+    """A moto server that serves one request at a time (so a conditional write is atomic, as in DynamoDB)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERIAL_MOTO, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=60)
+        yield endpoint
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def client(endpoint: str, service: str):
+    return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")

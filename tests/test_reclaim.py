@@ -1,0 +1,423 @@
+"""Agenda reclaim (seed 000): evaluation, scan and index paths, resume, races, dry run, job wiring."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import dagster as dg
+import pytest
+
+from pipelines.common import to_item
+from pipelines.reclaim.defs import build_defs, older_run_on_same_table, schedule_for
+from pipelines.reclaim.engine import MemoryCursor, reclaim_pass
+from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
+from pipelines.reclaim.source import TableError, inspect_table, parse_time
+from pipelines.reclaim.targets import load_targets
+from pipelines.reclaim.writers import DynamoWriter, OperationProgressWriter
+from tests.reclaim_support import (
+    DAY_MS,
+    PROGRESS_TABLE,
+    agenda,
+    client,
+    create_plain_table,
+    items_by_id,
+    plain_table_with_stale,
+    seed_mixed,
+    serial_moto,
+)
+
+BASE = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime", "reclaimAgeMinutes": 60}
+
+
+def _params(**overrides):
+    return parse_params({**BASE, **overrides})
+
+
+def _pass(ddb, params, *, writer="dynamo", deadline=None, **kwargs):
+    info = inspect_table(ddb, params)
+    if writer == "dynamo":
+        writer = DynamoWriter(
+            ddb, table=params.tableName, time_field=params.timeFieldName, ready_table=None, action="fail"
+        )
+    return reclaim_pass(
+        dynamodb=ddb, info=info, params=params, writer=writer, deadline=deadline or time.time() + 60, **kwargs
+    )
+
+
+# ------------------------------------------------------------------ parameters
+
+
+def test_params_defaults_are_the_seeds():
+    p = parse_params({"tableName": "t-1", "idFieldName": "id", "timeFieldName": "updatedTime"})
+    assert (p.maximumExecutionSeconds, p.reclaimAgeMinutes, p.scanDelayMillis) == (60, 0, 0)
+    assert (p.targetBatchSize, p.objectScanLimit, p.logReclaimOnly, p.reclaimAction) == (50, 50, False, "fail")
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"bogusKey": 1}, "unknown parameter"),
+        ({"targetBatchSize": 0}, "targetBatchSize must be at least 1"),
+        ({"objectScanLimit": 0}, "objectScanLimit must be at least 1"),
+        ({"reclaimAction": "explode"}, "reclaimAction"),
+        ({"tableName": "bad name!"}, "tableName"),
+        ({"agendaProgressEndpointURL": "ftp://x"}, "http"),
+        ({"reclaimAgeMinutes": "5"}, "integer"),
+    ],
+)
+def test_bad_params_are_errors_that_name_the_field(change, message):
+    with pytest.raises(ParamsError, match=message):
+        parse_params({**BASE, **change})
+
+
+def test_max_execution_at_or_above_max_runtime_is_refused():
+    with pytest.raises(ParamsError, match="dagster/max_runtime"):
+        check_max_runtime(_params(maximumExecutionSeconds=120), "120")
+    check_max_runtime(_params(maximumExecutionSeconds=119), "120")
+
+
+def test_time_parsing():
+    assert parse_time({"N": "1700000000000"}) == (1700000000000, None)
+    assert parse_time({"S": "2023-11-14T22:13:20Z"}) == (1700000000000, None)
+    assert parse_time({"S": "2023-11-14T22:13:20.000+00:00"}) == (1700000000000, None)
+    assert parse_time(None)[1] == "time field missing"
+    assert "neither" in parse_time({"S": "yesterday"})[1]
+    assert "BOOL" in parse_time({"BOOL": True})[1]
+
+
+# ------------------------------------------------------------------ evaluation and paths
+
+
+def test_index_path_reads_only_stale_items(aws):
+    ddb = aws.client("dynamodb")
+    ids = seed_mixed(ddb)
+    params = _params()
+    assert inspect_table(ddb, params).index == "processingState-updatedTime-index"
+    counts = _pass(ddb, params)
+    assert (counts.scanned, counts.matched, counts.reclaimed, counts.raced) == (7, 7, 7, 0)
+    items = items_by_id(ddb)
+    failed = {i for i, v in items.items() if v.get("processingStateMessage") == "failed"}
+    assert failed == set(ids["stale"])
+
+
+def test_scan_path_handles_bad_and_iso_times_without_crashing(aws):
+    ddb = aws.client("dynamodb")
+    create_plain_table(ddb, "plain-agendas")
+    now = int(time.time() * 1000)
+    rows = [
+        agenda("num-stale", "EXECUTING", 2 * DAY_MS, now=now),
+        {**agenda("iso-stale", "EXECUTING", 0, now=now), "updatedTime": "2020-01-01T00:00:00Z"},
+        {**agenda("iso-fresh", "EXECUTING", 0, now=now), "updatedTime": "2999-01-01T00:00:00Z"},
+        {**agenda("text-time", "EXECUTING", 0, now=now), "updatedTime": "yesterday"},
+        {**agenda("bool-time", "EXECUTING", 0, now=now), "updatedTime": True},
+        {**agenda("no-time", "EXECUTING", 0, now=now), "updatedTime": None},
+        agenda("fresh", "EXECUTING", 1000, now=now),
+        agenda("old-waiting", "WAITING", 2 * DAY_MS, now=now, message="pending"),
+    ]
+    for row in rows:
+        ddb.put_item(TableName="plain-agendas", Item=to_item(row))
+    params = _params(tableName="plain-agendas", objectScanLimit=3)
+    assert inspect_table(ddb, params).index is None
+    counts = _pass(ddb, params)
+    assert counts.scanned == len(rows)
+    assert (counts.reclaimed, counts.skipped) == (2, 3)
+    assert sorted(counts.skipped_ids) == ["bool-time", "no-time", "text-time"]
+    items = items_by_id(ddb, "plain-agendas")
+    assert {k for k, v in items.items() if v["processingState"] == "COMPLETE"} == {"num-stale", "iso-stale"}
+    assert items["old-waiting"]["processingState"] == "WAITING"
+
+    # includeWaiting: a stale WAITING item (de-queued but never started) counts too
+    counts = _pass(ddb, _params(tableName="plain-agendas", includeWaiting=True))
+    assert counts.reclaimed == 1
+    assert items_by_id(ddb, "plain-agendas")["old-waiting"]["processingStateMessage"] == "failed"
+
+
+def test_resume_walks_the_table_to_the_end_then_starts_over(aws):
+    ddb = aws.client("dynamodb")
+    plain_table_with_stale(ddb, "big-agendas", 12, "i", age_ms=1000)
+    params = _params(tableName="big-agendas", objectScanLimit=5)
+    cursor = MemoryCursor()
+    seen = []
+    for _ in range(4):  # an expired budget: each run reads exactly one page
+        counts = _pass(ddb, params, deadline=time.time() - 1, cursor=cursor)
+        assert counts.api_calls == 1 and counts.stopped_by_budget != counts.completed_pass
+        seen.append((counts.scanned, counts.completed_pass))
+    assert seen == [(5, False), (5, False), (2, True), (5, False)]
+
+
+def test_batches_and_budget_finish_the_batch_in_hand(aws):
+    ddb = aws.client("dynamodb")
+    plain_table_with_stale(ddb, "batch-agendas", 10, "b")
+    params = _params(tableName="batch-agendas", objectScanLimit=4, targetBatchSize=3)
+    counts = _pass(ddb, params, deadline=time.time() - 1)  # budget gone after the first page
+    assert (counts.api_calls, counts.scanned, counts.reclaimed) == (1, 4, 4)
+
+
+# ------------------------------------------------------------------ races
+
+
+class ExecutorFirst:
+    """A writer wrapper: for chosen ids the executor heartbeats between the read and the write."""
+
+    def __init__(self, ddb, inner, ids):
+        self.ddb, self.inner, self.ids = ddb, inner, set(ids)
+
+    def apply(self, c, d, *, now, cutoff):
+        if c.id in self.ids:
+            heartbeat(self.ddb, c.id)
+        return self.inner.apply(c, d, now=now, cutoff=cutoff)
+
+
+def heartbeat(ddb, item_id, table=PROGRESS_TABLE) -> bool:
+    """What a live executor does: touch its progress, only while it is still EXECUTING."""
+    try:
+        ddb.update_item(
+            TableName=table,
+            Key={"id": {"S": item_id}},
+            UpdateExpression="SET updatedTime = :now, heartbeat = :yes",
+            ConditionExpression="processingState = :executing",
+            ExpressionAttributeValues={
+                ":now": {"N": str(int(time.time() * 1000))},
+                ":yes": {"BOOL": True},
+                ":executing": {"S": "EXECUTING"},
+            },
+        )
+        return True
+    except ddb.exceptions.ConditionalCheckFailedException:
+        return False  # the reclaim failed it first: the executor sees the timeout and stops
+
+
+def test_an_executor_writing_between_read_and_write_always_wins(aws):
+    ddb = aws.client("dynamodb")
+    ids = seed_mixed(ddb)
+    params = _params()
+    inner = DynamoWriter(ddb, table=PROGRESS_TABLE, time_field="updatedTime", ready_table=None, action="fail")
+    revived = ids["stale"][::2]
+    counts = _pass(ddb, params, writer=ExecutorFirst(ddb, inner, revived))
+    assert counts.raced == len(revived)
+    assert counts.reclaimed == len(ids["stale"]) - len(revived)
+    items = items_by_id(ddb)
+    for item_id in revived:
+        assert items[item_id]["processingState"] == "EXECUTING" and items[item_id]["heartbeat"] is True
+
+
+def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count():
+    # DynamoDB applies a conditional write atomically per item. The threaded moto server does not (two
+    # requests can both pass a condition), so this test runs on a moto server that serves one
+    # request at a time, which restores DynamoDB's guarantee without changing anything else.
+    with serial_moto() as endpoint:
+        ddb = client(endpoint, "dynamodb")
+        stale = plain_table_with_stale(ddb, "race-agendas", 60, "r")
+        params = _params(tableName="race-agendas", objectScanLimit=7, targetBatchSize=5)
+        results, beats = [], []
+
+        def reclaim():
+            results.append(_pass(client(endpoint, "dynamodb"), params))
+
+        def executor():
+            own = client(endpoint, "dynamodb")
+            for item_id in stale[::3]:
+                if heartbeat(own, item_id, "race-agendas"):
+                    beats.append(item_id)
+
+        threads = [threading.Thread(target=f) for f in (reclaim, reclaim, executor)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        items = items_by_id(ddb, "race-agendas")
+    failed = {k for k, v in items.items() if v["processingState"] == "COMPLETE"}
+    # every failure was counted exactly once across both runs; every other match lost a race
+    assert sum(r.reclaimed for r in results) == len(failed)
+    assert all(r.reclaimed + r.raced == r.matched and r.errors == 0 for r in results)
+    assert len(failed) + len(beats) == len(stale)
+    for item_id, item in items.items():
+        if item_id in failed:
+            assert len(json.loads(item["diagnosticEvents"])) == 1 and item["attemptsCompleted"] == 1
+            assert item_id not in beats  # never failed after a heartbeat won
+        else:
+            assert item_id in beats and item["heartbeat"] is True  # only a live executor keeps it
+
+
+def test_operation_progress_items_are_failed_with_the_agenda(aws):
+    ddb = aws.client("dynamodb")
+    ddb.create_table(
+        TableName="POP-OperationProgress-test",
+        KeySchema=[
+            {"AttributeName": "agendaProgressId", "KeyType": "HASH"},
+            {"AttributeName": "operationId", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "agendaProgressId", "AttributeType": "S"},
+            {"AttributeName": "operationId", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    ids = seed_mixed(ddb)
+    for state, op in (("EXECUTING", "op-1"), ("COMPLETE", "op-2")):
+        row = {"agendaProgressId": ids["stale"][0], "operationId": op, "processingState": state}
+        ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(row))
+    params = _params(operationProgressTableName="POP-OperationProgress-test")
+    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
+    assert counts.operations_failed == 1
+    ops = {i["operationId"]["S"]: i for i in ddb.scan(TableName="POP-OperationProgress-test")["Items"]}
+    assert ops["op-1"]["processingStateMessage"]["S"] == "failed"
+    assert "AgendaProgress timed out." in ops["op-1"]["diagnosticEvents"]["S"]
+    assert ops["op-2"]["processingState"]["S"] == "COMPLETE" and "processingStateMessage" not in ops["op-2"]
+    with pytest.raises(TableError, match="agendaProgressId"):
+        OperationProgressWriter(ddb, PROGRESS_TABLE)
+
+
+def test_missing_table_error_names_it(aws):
+    with pytest.raises(TableError, match="'no-such-table'"):
+        inspect_table(aws.client("dynamodb"), _params(tableName="no-such-table"))
+
+
+# ------------------------------------------------------------------ the Dagster job
+
+
+def _job():
+    from pipelines.definitions import build_definitions
+
+    return build_definitions("local").resolve_job_def("reclaim_agendas")
+
+
+def _run_job(config: dict, instance=None, tags=None):
+    return _job().execute_in_process(
+        run_config=config, instance=instance or dg.DagsterInstance.ephemeral(), raise_on_error=False, tags=tags
+    )
+
+
+def _logs(instance, run_id) -> list[str]:
+    return [e.user_message for e in instance.all_logs(run_id) if e.user_message]
+
+
+def test_dry_run_changes_nothing_and_logs_every_candidate(aws):
+    ddb = aws.client("dynamodb")
+    ids = seed_mixed(ddb)
+    before = items_by_id(ddb)
+    instance = dg.DagsterInstance.ephemeral()
+    result = _run_job({**BASE, "logReclaimOnly": True}, instance)
+    assert result.success
+    assert items_by_id(ddb) == before
+    logs = _logs(instance, result.run_id)
+    for item_id in ids["stale"]:
+        assert any(m.startswith(f"dry run: would fail {item_id} ") for m in logs), item_id
+    assert not any(any(i in m for i in ids["fresh"] + ids["waiting"] + ids["complete"]) for m in logs)
+    summary = result.output_for_node("report_reclaim")
+    assert (summary["would_act"], summary["reclaimed"], summary["dry_run"]) == (7, 0, True)
+
+
+def test_job_reports_counts_metadata_and_metrics(aws):
+    ddb = aws.client("dynamodb")
+    seed_mixed(ddb)
+    result = _run_job(BASE)
+    assert result.success
+    summary = result.output_for_node("report_reclaim")
+    assert (summary["matched"], summary["reclaimed"], summary["raced"], summary["skipped"]) == (7, 7, 0, 0)
+    (materialization,) = [
+        e for e in result.all_node_events if e.node_name == "report_reclaim" and e.event_type_value == "STEP_OUTPUT"
+    ]
+    metadata = materialization.event_specific_data.metadata
+    assert metadata["reclaimed"].value == 7 and metadata["table"].value == PROGRESS_TABLE
+    cw = aws.client("cloudwatch")
+    metrics = {m["MetricName"] for m in cw.list_metrics(Namespace="RunsFleet")["Metrics"]}
+    assert {"AgendaReclaimFailed", "AgendaReclaimRaced", "AgendaReclaimSkipped"} <= metrics
+
+
+def test_budget_limited_runs_resume_from_the_instance_cursor(aws):
+    ddb = aws.client("dynamodb")
+    ids = plain_table_with_stale(ddb, "resume-agendas", 6, "r")
+    instance = dg.DagsterInstance.ephemeral()
+    config = {**BASE, "tableName": "resume-agendas", "objectScanLimit": 2, "scanDelayMillis": 1100}
+    config["maximumExecutionSeconds"] = 1  # one page, a 1.1 s pause, and the budget is gone
+    first = _run_job(config, instance)
+    second = _run_job(config, instance)
+    assert first.output_for_node("report_reclaim")["reclaimed"] == 2
+    assert second.output_for_node("report_reclaim")["reclaimed"] == 2
+    assert any(m.startswith("scan segment 1/1: resuming at") for m in _logs(instance, second.run_id))
+    failed = {k for k, v in items_by_id(ddb, "resume-agendas").items() if v["processingState"] == "COMPLETE"}
+    assert len(failed) == 4 and failed < set(ids)
+
+
+def test_parallel_segments_fan_out_as_separate_ops(aws):
+    ddb = aws.client("dynamodb")
+    plain_table_with_stale(ddb, "seg-agendas", 20, "s")
+    result = _run_job({**BASE, "tableName": "seg-agendas", "segments": 3, "objectScanLimit": 4})
+    assert result.success
+    segment_steps = {e.step_key for e in result.all_node_events if e.step_key.startswith("reclaim_segment[")}
+    assert segment_steps == {f"reclaim_segment[segment_{n}]" for n in range(3)}
+    assert result.output_for_node("report_reclaim")["reclaimed"] == 20
+
+
+def test_job_refuses_budget_at_or_above_max_runtime_and_missing_table(aws):
+    result = _run_job({**BASE, "maximumExecutionSeconds": 120}, tags={"dagster/max_runtime": "120"})
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "dagster/max_runtime" in failure.event_specific_data.error.message
+    result = _run_job({**BASE, "tableName": "missing-table"})
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "'missing-table' does not exist" in failure.event_specific_data.error.message
+
+
+def test_unknown_config_key_is_refused():
+    with pytest.raises(dg.DagsterInvalidConfigError, match="bogus"):
+        _job().execute_in_process(run_config={**BASE, "bogus": 1})
+
+
+def test_a_second_run_on_the_same_table_does_nothing(aws):
+    from dagster._core.test_utils import create_run_for_test
+
+    ddb = aws.client("dynamodb")
+    seed_mixed(ddb)
+    instance = dg.DagsterInstance.ephemeral()
+    older = create_run_for_test(
+        instance, job_name="reclaim_agendas", run_config=BASE, status=dg.DagsterRunStatus.STARTED
+    )
+    other_table = create_run_for_test(
+        instance,
+        job_name="reclaim_agendas",
+        run_config={**BASE, "tableName": "other"},
+        status=dg.DagsterRunStatus.STARTED,
+    )
+    assert older_run_on_same_table(instance, "not-a-run", "other") == other_table.run_id
+    result = _run_job(BASE, instance)
+    assert result.success
+    summary = result.output_for_node("report_reclaim")
+    assert summary["overlapping_run"] == older.run_id and summary["reclaimed"] == 0
+    assert not any(v.get("processingStateMessage") == "failed" for v in items_by_id(ddb).values())
+
+
+def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps([{**BASE, "cron": "*/5 * * * *"}, {**BASE, "tableName": "t-two", "cron": "0 * * * *"}]))
+    targets = load_targets(path)
+    assert [t.name for t in targets] == ["POP_ProgressAgenda_dev", "t_two"]
+    schedule = schedule_for(targets[0])
+    with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
+        (request,) = schedule.evaluate_tick(context).run_requests
+    assert request.run_config == {**BASE}
+    assert request.tags["groundskeeper/table"] == PROGRESS_TABLE
+    path.write_text(json.dumps([{**BASE, "cron": "*/5 * * * *", "targetBatchSize": 0}]))
+    with pytest.raises(ParamsError, match="entry 0: targetBatchSize"):
+        load_targets(path)
+    monkeypatch.setenv("RECLAIM_TARGETS_FILE", str(tmp_path / "none.json"))
+    with pytest.raises(ParamsError, match="none.json"):
+        build_defs("prod")
+
+
+def test_local_deployment_reclaims_the_demo_table_every_five_minutes(monkeypatch):
+    monkeypatch.delenv("RECLAIM_TARGETS_FILE", raising=False)
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions("local")
+    schedule = defs.resolve_schedule_def("reclaim_demo_agendas")
+    assert schedule.cron_schedule == "*/5 * * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
+        (request,) = schedule.evaluate_tick(context).run_requests
+    assert request.run_config["reclaimAgeMinutes"] == 5
+    assert request.run_config["tableName"] == PROGRESS_TABLE
+    assert not build_defs("prod").schedules

@@ -1,0 +1,279 @@
+"""Reclaim's retry action (policy delays, attempt budget, ReadyAgenda) and the HTTP endpoint writer."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from pipelines.common import from_item, to_item
+from pipelines.reclaim.engine import reclaim_pass
+from pipelines.reclaim.http import EndpointError, Secret
+from pipelines.reclaim.local_endpoint import LocalAgendaEndpoint
+from pipelines.reclaim.params import parse_params
+from pipelines.reclaim.policy import policy_from_params
+from pipelines.reclaim.source import inspect_table
+from pipelines.reclaim.wiring import make_writer
+from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
+
+BASE = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime", "reclaimAgeMinutes": 60}
+
+
+class ListLog:
+    """Collects what the engine logs (to check candidates are listed and secrets are not)."""
+
+    def __init__(self):
+        self.lines: list[str] = []
+
+    def info(self, msg):
+        self.lines.append(msg)
+
+    warning = error = info
+
+
+def run(aws, environ=None, log=None, **overrides):
+    ddb = aws.client("dynamodb")
+    params = parse_params({**BASE, **overrides})
+    writer = make_writer(
+        params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"], environ=environ or {}
+    )
+    policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
+    return reclaim_pass(
+        dynamodb=ddb,
+        info=inspect_table(ddb, params),
+        params=params,
+        writer=writer,
+        deadline=time.time() + 60,
+        policy=policy,
+        log=log or ListLog(),
+    )
+
+
+def put(aws, *rows):
+    for row in rows:
+        aws.client("dynamodb").put_item(TableName=PROGRESS_TABLE, Item=to_item(row))
+
+
+def ready_items(aws) -> dict[str, dict]:
+    items = aws.client("dynamodb").scan(TableName=aws.env["AGENDA_READY_TABLE"])["Items"]
+    return {i["agendaProgressId"]["S"]: from_item(i) for i in items}
+
+
+def events(item) -> list[str]:
+    return [e["message"] for e in json.loads(item["diagnosticEvents"])]
+
+
+# ------------------------------------------------------------------ retry action
+
+
+def test_retry_resets_to_waiting_and_queues_ahead_of_new_work(aws):
+    now = int(time.time() * 1000)
+    put(aws, agenda("a", "EXECUTING", DAY_MS, now=now), agenda("b", "EXECUTING", DAY_MS, now=now, maximumAttempts=5))
+    counts = run(aws, reclaimAction="retry")
+    assert counts.retried == 2
+    items = items_by_id(aws.client("dynamodb"))
+    for item_id in ("a", "b"):
+        item = items[item_id]
+        assert (item["processingState"], item["processingStateMessage"], item["attemptsCompleted"]) == (
+            "WAITING",
+            "pending",
+            1,
+        )
+        assert events(item) == ["retry attempt 1"] and "retryAt" not in item
+    ready = ready_items(aws)
+    assert set(ready) == {"a", "b"}
+    assert ready["a"]["insightId"] == "insight-7" and ready["a"]["agendaId"] == "agenda-a"
+    assert ready["a"]["customerId"] == "cust-1" and ready["a"]["retryAttempt"] == 1 and ready["a"]["priority"] == 1
+    # FIFO by `added`: the retry carries its original addedTime, so it sorts ahead of work added now
+    assert ready["a"]["added"] == items["a"]["addedTime"] < now
+    # nothing left to do: a second pass queues nothing twice
+    assert run(aws, reclaimAction="retry").retried == 0 and len(ready_items(aws)) == 2
+
+
+def test_attempt_budget_counts_the_timed_out_attempt(aws):
+    now = int(time.time() * 1000)
+    put(
+        aws,
+        agenda("last", "EXECUTING", DAY_MS, now=now, attemptsCompleted=2),  # 2 + 1 = 3 = maximumAttempts (default)
+        agenda("more", "EXECUTING", DAY_MS, now=now, attemptsCompleted=2, maximumAttempts=4),
+        agenda("never", "EXECUTING", DAY_MS, now=now, retryable=False),
+    )
+    counts = run(aws, reclaimAction="retry")
+    assert (counts.retried, counts.reclaimed) == (1, 2)
+    items = items_by_id(aws.client("dynamodb"))
+    assert (items["last"]["processingState"], items["last"]["attemptsCompleted"]) == ("COMPLETE", 3)
+    assert events(items["last"]) == ["AgendaProgress timed out. attempts exhausted (3 of 3)"]
+    assert items["last"]["retryDecision"] == "exhausted"
+    assert (items["more"]["processingState"], items["more"]["attemptsCompleted"]) == ("WAITING", 3)
+    assert events(items["never"]) == ["AgendaProgress timed out. not retryable"]
+    assert set(ready_items(aws)) == {"more"}
+
+
+def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
+    now = int(time.time() * 1000)
+    put(
+        aws,
+        agenda("first", "EXECUTING", DAY_MS, now=now, maximumAttempts=10),
+        agenda("second", "EXECUTING", DAY_MS, now=now, maximumAttempts=10, attemptsCompleted=1),
+        agenda("stop", "EXECUTING", DAY_MS, now=now, maximumAttempts=10, attemptsCompleted=2),
+    )
+    policy = {"kind": "exponential", "initial": 60, "coefficient": 2, "maxDelay": 3600, "maxAttempts": 3}
+    policy["jitter"] = "none"
+    counts = run(aws, reclaimAction="retry", retryPolicy=policy)
+    assert (counts.held, counts.retried, counts.reclaimed) == (2, 0, 1)  # "stop": the policy's 3 attempts are used
+    items = items_by_id(aws.client("dynamodb"))
+    # delay(n) after n attempts: delay(1) = 60 s, delay(2) = 120 s
+    assert abs(items["first"]["retryAt"] - (now + 60_000)) < 10_000
+    assert abs(items["second"]["retryAt"] - (now + 120_000)) < 10_000
+    assert items["first"]["processingState"] == "WAITING" and events(items["first"]) == ["retry attempt 1"]
+    assert "exhausted" in events(items["stop"])[0]
+    assert ready_items(aws) == {}
+
+    assert run(aws, reclaimAction="retry", retryPolicy=policy).queued == 0  # not due yet: held
+    aws.client("dynamodb").update_item(
+        TableName=PROGRESS_TABLE,
+        Key={"id": {"S": "first"}},
+        UpdateExpression="SET retryAt = :past",
+        ExpressionAttributeValues={":past": {"N": str(now - 1)}},
+    )
+    counts = run(aws, reclaimAction="retry", retryPolicy=policy)
+    assert counts.queued == 1
+    assert set(ready_items(aws)) == {"first"} and ready_items(aws)["first"]["retryAttempt"] == 1
+    items = items_by_id(aws.client("dynamodb"))
+    assert "retryAt" not in items["first"] and "retryAt" in items["second"]
+
+
+def test_non_retryable_error_types_of_the_policy(aws):
+    now = int(time.time() * 1000)
+    bad = [{"message": "boom", "errorType": "ValidationException"}]
+    put(aws, agenda("v", "EXECUTING", DAY_MS, now=now, diagnosticEvents=json.dumps(bad)))
+    policy = {"kind": "fixed", "delay": 0, "maxAttempts": 5, "nonRetryable": ["ValidationException"]}
+    counts = run(aws, reclaimAction="retry", retryPolicy=policy)
+    assert counts.reclaimed == 1 and counts.retried == 0
+    assert (
+        events(items_by_id(aws.client("dynamodb"))["v"])[-1]
+        == "AgendaProgress timed out. not retryable (ValidationException)"
+    )
+
+
+def test_retry_failed_handles_each_failure_once(aws):
+    now = int(time.time() * 1000)
+    put(
+        aws,
+        agenda("failed-once", "COMPLETE", 1000, now=now, message="failed", attemptsCompleted=1),
+        agenda("failed-out", "COMPLETE", 1000, now=now, message="failed", attemptsCompleted=3),
+        agenda("succeeded", "COMPLETE", 1000, now=now, message="succeeded", attemptsCompleted=1),
+    )
+    counts = run(aws, reclaimAction="retry", retryFailed=True)
+    assert (counts.retried, counts.exhausted) == (1, 1)
+    items = items_by_id(aws.client("dynamodb"))
+    assert (items["failed-once"]["processingState"], items["failed-once"]["attemptsCompleted"]) == ("WAITING", 1)
+    assert items["failed-out"]["processingState"] == "COMPLETE" and items["failed-out"]["retryDecision"] == "exhausted"
+    assert items["succeeded"]["diagnosticEvents"] == "[]"
+    again = run(aws, reclaimAction="retry", retryFailed=True)
+    assert (again.matched, again.retried, again.exhausted) == (0, 0, 0)
+    assert set(ready_items(aws)) == {"failed-once"}
+
+
+def test_retry_config_through_the_job(aws):
+    from pipelines.definitions import build_definitions
+
+    now = int(time.time() * 1000)
+    put(aws, agenda("j", "EXECUTING", DAY_MS, now=now))
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {**BASE, "reclaimAction": "retry", "retryPolicy": {"kind": "fixed", "delay": 0, "maxAttempts": 3}}
+    result = job.execute_in_process(run_config=config)
+    assert result.success and result.output_for_node("report_reclaim")["retried"] == 1
+    assert set(ready_items(aws)) == {"j"}
+
+
+# ------------------------------------------------------------------ HTTP endpoint writer
+
+
+@pytest.fixture
+def endpoint(aws):
+    with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as server:
+        yield server
+
+
+def endpoint_env(aws, server, password=None) -> dict[str, str]:
+    return {
+        "AGENDA_PROGRESS_URL": server.progress_url,
+        "IDENTITY_URL": server.identity_url,
+        "IDM_USER": server.username,
+        "IDM_ENCRYPTED_PASS": encrypted_password(aws.client("kms"), password or server.password),
+    }
+
+
+def test_http_writer_fails_stale_items_with_kms_login_and_bearer_token(aws, endpoint):
+    ids = seed_mixed(aws.client("dynamodb"))
+    endpoint.error_ids = {ids["stale"][0]}  # HTTP 200 with errorResponse: a failure, not a success
+    log = ListLog()
+    counts = run(aws, environ=endpoint_env(aws, endpoint), log=log)
+    assert (counts.reclaimed, counts.errors) == (len(ids["stale"]) - 1, 1)
+    assert endpoint.requests.count(("POST", "/login")) == 1
+    gets = [p for m, p in endpoint.requests if m == "GET"]
+    puts = [p for m, p in endpoint.requests if m == "PUT"]
+    assert len(gets) == len(ids["stale"]) and len(puts) == len(ids["stale"])
+    assert all(h.startswith("Bearer ") for h in endpoint.seen_auth)
+    items = items_by_id(aws.client("dynamodb"))
+    assert items[ids["stale"][0]]["processingState"] == "EXECUTING"
+    for item_id in ids["stale"][1:]:
+        assert (items[item_id]["processingState"], items[item_id]["processingStateMessage"]) == ("COMPLETE", "failed")
+        assert events(items[item_id]) == ["AgendaProgress timed out."]
+    assert any("errorResponse on HTTP 200" in line for line in log.lines)
+    secrets = [endpoint.password, *endpoint.tokens]
+    assert not any(secret in line for line in log.lines for secret in secrets)
+
+
+def test_http_writer_retry_and_race(aws, endpoint):
+    now = int(time.time() * 1000)
+    put(aws, agenda("h", "EXECUTING", DAY_MS, now=now), agenda("gone", "EXECUTING", DAY_MS, now=now))
+    environ = endpoint_env(aws, endpoint)
+
+    class ExecutorBetweenScanAndGet:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def apply(self, c, d, *, now, cutoff):
+            if c.id == "gone":  # the executor came back after the scan read it
+                aws.client("dynamodb").update_item(
+                    TableName=PROGRESS_TABLE,
+                    Key={"id": {"S": "gone"}},
+                    UpdateExpression="SET updatedTime = :now",
+                    ExpressionAttributeValues={":now": {"N": str(int(time.time() * 1000))}},
+                )
+            return self.inner.apply(c, d, now=now, cutoff=cutoff)
+
+    ddb = aws.client("dynamodb")
+    params = parse_params({**BASE, "reclaimAction": "retry"})
+    writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"],
+                         environ=environ)  # fmt: skip
+    counts = reclaim_pass(
+        dynamodb=ddb,
+        info=inspect_table(ddb, params),
+        params=params,
+        writer=ExecutorBetweenScanAndGet(writer),
+        deadline=time.time() + 60,
+        policy=policy_from_params(None),
+        log=ListLog(),
+    )
+    assert (counts.retried, counts.raced) == (1, 1)
+    items = items_by_id(ddb)
+    assert items["h"]["processingState"] == "WAITING" and "retryAt" not in items["h"]
+    assert items["gone"]["processingState"] == "EXECUTING"
+    assert set(ready_items(aws)) == {"h"}
+
+
+def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
+    seed_mixed(aws.client("dynamodb"))
+    with pytest.raises(EndpointError) as wrong:
+        run(aws, environ=endpoint_env(aws, endpoint, password="not-the-password"))
+    assert "login" in str(wrong.value) and "HTTP 401" in str(wrong.value)
+    assert "not-the-password" not in str(wrong.value)
+    with pytest.raises(EndpointError, match="IDM_ENCRYPTED_PASS is not valid base64"):
+        run(aws, environ={**endpoint_env(aws, endpoint), "IDM_ENCRYPTED_PASS": "%%%"})
+    with pytest.raises(EndpointError, match="needs IDENTITY_URL, IDM_USER"):
+        run(aws, environ={"AGENDA_PROGRESS_URL": endpoint.progress_url})
+    assert "s3cret" not in repr(Secret("s3cret")) and "s3cret" not in str(Secret("s3cret"))
