@@ -220,14 +220,19 @@ def test_terminated_untagged_and_badly_tagged_runs_are_not_relaunched(instance, 
     assert json.loads(cursor)["pending"] == {}
 
 
-def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp_path):
-    sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0.5, "maxAttempts": 3}, 1)
+def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp_path, monkeypatch):
+    import pipelines.retry.defs as retry_defs
+
+    sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 60, "maxAttempts": 3}, 1)
+    start = time.time()
+    # A controlled clock: the first tick comes before the 60 s delay however slow the machine is.
+    monkeypatch.setattr(retry_defs, "now", lambda: start)
     data, cursor = _tick(sensor, instance, defs, None)
     assert not data.run_requests
     instance.create_run_for_job(
         job_def=flaky_job, run_config=_config(tmp_path), tags={"dagster/parent_run_id": first.run_id}
     )
-    time.sleep(0.6)
+    monkeypatch.setattr(retry_defs, "now", lambda: start + 61)  # the retry is due now
     data, cursor = _tick(sensor, instance, defs, cursor)
     assert not data.run_requests
 
