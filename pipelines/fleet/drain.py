@@ -139,26 +139,29 @@ def run_with_graceful_stop(drain: QueueDrain, *, logger: Any = None) -> tuple[Dr
     for the round in flight. Returns the result and the interrupt to re-raise (or None)."""
     logger = logger or log
     outcome: dict[str, Any] = {}
+    finished = threading.Event()
 
     def target() -> None:
         try:
             outcome["result"] = drain.run()
         except BaseException as exc:  # surfaced to the caller's thread
             outcome["error"] = exc
+        finally:
+            finished.set()
 
-    worker = threading.Thread(target=target, name="queue-drain", daemon=True)
-    worker.start()
+    # Wait on an Event, not Thread.join: an interrupt inside join() can leave is_alive() wrong.
+    threading.Thread(target=target, name="queue-drain", daemon=True).start()
     interrupt: BaseException | None = None
-    deadline = None
-    while worker.is_alive():
+    deadline: float | None = None
+    while not finished.is_set():
         try:
-            worker.join(timeout=0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
             if deadline is not None and time.monotonic() >= deadline:
                 logger.error(
                     f"stop timeout ({drain.limits.stop_timeout_seconds}s) reached with a round still in flight; "
                     "its unacknowledged messages reappear after their visibility timeout"
                 )
                 break
+            finished.wait(0.2)
         except BaseException as exc:  # DagsterExecutionInterruptedError, KeyboardInterrupt
             if interrupt is None:
                 interrupt = exc
