@@ -256,7 +256,9 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
     timestamp = data.get("timestamp")
     if timestamp is not None:
         timestamp = iso(parse_time(timestamp, "timestamp"))
-    params = data.get("params") or {}
+    params = data.get("params")
+    if params is None:
+        params = {}
     if not isinstance(params, dict):
         raise InvalidMessage(f"params must be an object, got {type(params).__name__}")
     if task_type in allowed_params:
