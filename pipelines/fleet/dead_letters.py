@@ -19,7 +19,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso
-from pipelines.fleet.aws import REASON_ATTRIBUTE, delete_messages, queue_name, send_messages, with_backoff
+from pipelines.fleet.aws import REASON_ATTRIBUTE, chunks, delete_messages, queue_name, send_messages, with_backoff
 from pipelines.fleet.messages import fingerprint
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
@@ -92,6 +92,7 @@ def redrive(
     counts: Counter = Counter()
     started = time.monotonic()
     seen: set[str] = set()
+    peeked: list[dict[str, Any]] = []
     while not settings.max_messages or counts["received"] < settings.max_messages:
         ask = 10 if not settings.max_messages else min(10, settings.max_messages - counts["received"])
         messages = with_backoff(
@@ -126,6 +127,7 @@ def redrive(
                 to_send.append((message, fp, count))
         if settings.dry_run:
             counts["would_redrive"] += len(to_send)
+            peeked += messages
             continue
         for message, fp, count in to_send:  # count first: a crash may skip a redrive, never loop one
             ledger.record(fp, count + 1, _reason(message))
@@ -139,6 +141,11 @@ def redrive(
         ahead = counts["redriven"] / settings.rate_per_second - (time.monotonic() - started)
         if ahead > 0:
             time.sleep(ahead)
+    for batch in chunks(peeked, 10):  # a dry run puts back what it looked at
+        entries = [
+            {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for n, m in enumerate(batch)
+        ]
+        with_backoff(lambda entries=entries: sqs.change_message_visibility_batch(QueueUrl=dlq_url, Entries=entries))
     out: dict[str, Any] = dict(counts)
     out["seconds"] = round(time.monotonic() - started, 2)
     out["dry_run"] = settings.dry_run
