@@ -66,8 +66,8 @@ def _flat(op_name: str, config_cls: type[dg.Config]) -> dg.ConfigMapping:
     return dg.ConfigMapping(config_fn=fn, config_schema=config_cls.to_fields_dict())
 
 
-def _drain_output(context: dg.OpExecutionContext, name: str, result, interrupt, extra: dict | None = None):
-    summary = result.as_dict()
+def _drain_output(context: dg.OpExecutionContext, name: str, drain, result, interrupt, extra: dict | None = None):
+    summary = result.as_dict(drain.report_keys)
     context.log.info(f"{name}: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
     if interrupt is not None:
         raise interrupt
@@ -118,6 +118,7 @@ def drain_termination_queue(
     return _drain_output(
         context,
         "termination drain",
+        drain,
         result,
         interrupt,
         {"raw_archive": dg.MetadataValue.text(f"s3://{fleet.archive_bucket}/{keys[0]}" if keys else "(nothing)")},
@@ -167,6 +168,7 @@ def drain_housekeeping_queue(
     return _drain_output(
         context,
         "housekeeping drain",
+        drain,
         result,
         interrupt,
         {"tasks": dg.MetadataValue.json(handler.results)} if handler.results else None,

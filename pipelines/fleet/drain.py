@@ -52,8 +52,9 @@ class DrainResult:
     seconds: float = 0.0
     stopped_by: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = dict(sorted(self.counts.items()))
+    def as_dict(self, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        out: dict[str, Any] = {key: 0 for key in keys}
+        out.update(sorted(self.counts.items()))
         out.update(rounds=self.rounds, seconds=round(self.seconds, 3), stopped_by=self.stopped_by)
         if self.seconds > 0:
             out["messages_per_second"] = round(self.counts.get("received", 0) / self.seconds, 1)
@@ -75,6 +76,7 @@ class QueueDrain:
         self.log = logger or log
         self.stop = threading.Event()
         self.result = DrainResult()
+        self.report_keys: tuple[str, ...] = getattr(handler, "report_keys", ())
         self.progress_every = progress_every
 
     def _round(self, pool: ThreadPoolExecutor, budget: int) -> list[dict[str, Any]]:

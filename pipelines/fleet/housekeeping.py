@@ -353,6 +353,8 @@ def run_task(ctx: FleetContext, request: HousekeepingRequest) -> dict[str, Any]:
 class HousekeepingHandler:
     """One round of housekeeping messages (a ``drain.RoundHandler``): identical requests run once."""
 
+    report_keys = ("received", "tasks_run", "dead_lettered", "failed", "deleted")
+
     def __init__(self, *, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str):
         self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
         self.results: list[dict[str, Any]] = []

@@ -193,6 +193,8 @@ def job_metrics(batch: MetricBatch, term: Termination) -> None:
 class TerminationHandler:
     """Handles one round of termination messages (a ``drain.RoundHandler``)."""
 
+    report_keys = ("received", "applied", "duplicates", "dead_lettered", "failed", "deleted", "ssm_deleted")
+
     def __init__(self, *, sqs, dynamodb, ssm, cloudwatch, archive: RunArchive, targets: TerminationTargets, logger):
         self.sqs, self.dynamodb, self.ssm, self.cloudwatch = sqs, dynamodb, ssm, cloudwatch
         self.archive, self.t, self.log = archive, targets, logger
