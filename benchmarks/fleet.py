@@ -25,6 +25,7 @@ import datetime as dt
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -276,27 +277,34 @@ def bare_batched(clients, env) -> int:
 # --------------------------------------------------------------------------- measures
 
 
-def drain_pure(calls: Calls, env, concurrency=5):
-    from pipelines.fleet.drain import DrainLimits
-    from pipelines.fleet.termination import TerminationTargets, termination_drain
+def fleet_context(calls: Calls, env):
+    from pipelines.fleet.aws import FleetContext
 
     c = calls.clients
-    drain = termination_drain(
-        sqs=c["sqs"],
-        dynamodb=c["dynamodb"],
+    return FleetContext(
+        ec2=c["ec2"],
         ssm=c["ssm"],
+        dynamodb=c["dynamodb"],
         cloudwatch=c["cloudwatch"],
         s3=c["s3"],
-        targets=TerminationTargets(
-            queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
-            dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
-            jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
-            namespace="RunsFleet",
-        ),
+        jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
         archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        namespace="RunsFleet",
+        log=log,
+    )
+
+
+def drain_pure(calls: Calls, env, concurrency=5):
+    from pipelines.fleet.drain import DrainLimits
+    from pipelines.fleet.termination import termination_drain
+
+    drain = termination_drain(
+        fleet_context(calls, env),
+        sqs=calls.clients["sqs"],
+        queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+        dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
         run_id=uuid.uuid4().hex[:8],
         limits=DrainLimits(concurrency=concurrency, wait_seconds=0),
-        logger=log,
     )
     return drain.run()
 
@@ -400,9 +408,7 @@ def bench_backlog(endpoint: str, n: int) -> list[str]:
 
 
 def bench_old_jobs(endpoint: str, n: int) -> list[str]:
-    import logging as _logging
-
-    from pipelines.fleet.housekeeping import FleetContext, parse_request, run_task
+    from pipelines.fleet.housekeeping import parse_request, run_task
 
     calls = Calls(endpoint)
     rows = []
@@ -435,18 +441,7 @@ def bench_old_jobs(endpoint: str, n: int) -> list[str]:
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         else:
-            c = calls.clients
-            ctx = FleetContext(
-                ec2=c["ec2"],
-                ssm=c["ssm"],
-                dynamodb=c["dynamodb"],
-                cloudwatch=c["cloudwatch"],
-                s3=c["s3"],
-                jobs_table=table,
-                archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
-                namespace="RunsFleet",
-                log=_logging.getLogger("bench"),
-            )
+            ctx = fleet_context(calls, env)
             result = run_task(ctx, parse_request({"task_type": "old_jobs", "params": {}}))
             assert result["archived"] == n, result
         seconds = time.perf_counter() - start
@@ -474,6 +469,7 @@ def main() -> int:
     parser.add_argument("--old-jobs", type=int, default=3000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     moto = subprocess.Popen(

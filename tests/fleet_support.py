@@ -8,37 +8,43 @@ import logging
 import uuid
 
 from pipelines.common import iso, to_item
+from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.termination import TerminationTargets, termination_drain
+from pipelines.fleet.termination import termination_drain
 
 log = logging.getLogger("tests.fleet")
 AMI = "ami-12c6146b"
 
 
-def targets(aws) -> TerminationTargets:
-    return TerminationTargets(
+def context(aws) -> FleetContext:
+    return FleetContext(
+        ec2=aws.client("ec2"),
+        ssm=aws.client("ssm"),
+        dynamodb=aws.client("dynamodb"),
+        cloudwatch=aws.client("cloudwatch"),
+        s3=aws.client("s3"),
+        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
+        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        namespace="RunsFleet",
+        log=log,
+    )
+
+
+def make_drain(aws, *, run_id: str | None = None, **limits):
+    """A termination drain over the test's clients (``wait_seconds`` 0 unless given)."""
+    limits.setdefault("wait_seconds", 0)
+    return termination_drain(
+        context(aws),
+        sqs=aws.client("sqs"),
         queue_url=aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
         dlq_url=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"],
-        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
-        namespace="RunsFleet",
+        run_id=run_id or uuid.uuid4().hex[:8],
+        limits=DrainLimits(**limits),
     )
 
 
 def drain(aws, *, run_id: str | None = None, **limits):
-    limits.setdefault("wait_seconds", 0)
-    d = termination_drain(
-        sqs=aws.client("sqs"),
-        dynamodb=aws.client("dynamodb"),
-        ssm=aws.client("ssm"),
-        cloudwatch=aws.client("cloudwatch"),
-        s3=aws.client("s3"),
-        targets=targets(aws),
-        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        run_id=run_id or uuid.uuid4().hex[:8],
-        limits=DrainLimits(**limits),
-        logger=log,
-    )
-    return d.run()
+    return make_drain(aws, run_id=run_id, **limits).run()
 
 
 def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:

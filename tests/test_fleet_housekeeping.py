@@ -2,34 +2,21 @@
 
 import datetime as dt
 import json
-import logging
 from collections import Counter
 
 import pytest
 
 from pipelines.common import iso, to_item
-from pipelines.fleet.aws import RunArchive
-from pipelines.fleet.drain import DrainLimits, QueueDrain
-from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, FleetContext, HousekeepingHandler, parse_request, run_task
+from pipelines.fleet.drain import DrainLimits
+from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, housekeeping_drain, parse_request, run_task
 from pipelines.fleet.messages import InvalidMessage
 from tests import fleet_support as fs
 
 HQ, HDLQ = "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL", "RUNS_FLEET_HOUSEKEEPING_DLQ_URL"
-log = logging.getLogger("tests.housekeeping")
 
 
-def _ctx(aws) -> FleetContext:
-    return FleetContext(
-        ec2=aws.client("ec2"),
-        ssm=aws.client("ssm"),
-        dynamodb=aws.client("dynamodb"),
-        cloudwatch=aws.client("cloudwatch"),
-        s3=aws.client("s3"),
-        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
-        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        namespace="RunsFleet",
-        log=log,
-    )
+def _ctx(aws):
+    return fs.context(aws)
 
 
 def _run(aws, task_type, **params):
@@ -186,14 +173,14 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
         json.dumps({"task_type": "old_jobs", "params": {"retention_days": -1}}),
     ]
     fs.send(aws, [stale, stale, json.dumps({"task_type": "old_jobs"})] + bad, queue_env=HQ)
-    handler = HousekeepingHandler(
+    result = housekeeping_drain(
+        _ctx(aws),
         sqs=aws.client("sqs"),
-        ctx=_ctx(aws),
-        archive=RunArchive(aws.client("s3"), aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], "housekeeping", "t1"),
         queue_url=aws.env[HQ],
         dlq_url=aws.env[HDLQ],
-    )
-    result = QueueDrain(aws.client("sqs"), aws.env[HQ], handler, DrainLimits(concurrency=1, wait_seconds=0)).run()
+        run_id="t1",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
     assert result.counts["tasks_run"] == 2  # the two identical stale_ssm requests ran once
     assert result.counts["dead_lettered"] == 4 and result.counts["deleted"] == 7
     assert fs.runner_parameters(aws) == set()

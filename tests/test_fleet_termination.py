@@ -11,9 +11,8 @@ from collections import Counter
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.fleet.drain import DrainLimits, run_with_graceful_stop
+from pipelines.fleet.drain import run_with_graceful_stop
 from pipelines.fleet.messages import InvalidMessage, runner_parameter
-from pipelines.fleet.termination import termination_drain
 from tests import fleet_support as fs
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
@@ -258,18 +257,7 @@ def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_
 def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     jobs = fs.start_jobs(aws, 60)
     fs.send(aws, [_valid_body(j) for j in jobs])
-    drain = termination_drain(
-        sqs=aws.client("sqs"),
-        dynamodb=aws.client("dynamodb"),
-        ssm=aws.client("ssm"),
-        cloudwatch=aws.client("cloudwatch"),
-        s3=aws.client("s3"),
-        targets=fs.targets(aws),
-        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        run_id="interrupted",
-        limits=DrainLimits(concurrency=1, wait_seconds=0),
-        logger=fs.log,
-    )
+    drain = fs.make_drain(aws, run_id="interrupted", concurrency=1)
     handle = drain.handler
     rounds = []
 

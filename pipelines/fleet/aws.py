@@ -14,6 +14,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
@@ -50,6 +51,21 @@ TRANSIENT_CODES = {
 }
 REASON_ATTRIBUTE = "groundskeeper-reason"
 SOURCE_ATTRIBUTE = "groundskeeper-source-queue"
+
+
+@dataclass
+class FleetContext:
+    """The clients and names the fleet processors and tasks work with, and where they log."""
+
+    ssm: Any
+    dynamodb: Any
+    cloudwatch: Any
+    s3: Any
+    jobs_table: str
+    archive_bucket: str
+    namespace: str
+    log: Any
+    ec2: Any = None  # only the housekeeping tasks need EC2
 
 
 def is_transient(exc: BaseException) -> bool:

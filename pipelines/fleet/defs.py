@@ -12,12 +12,12 @@ from typing import Any, Literal
 
 import dagster as dg
 
-from pipelines.fleet.aws import RunArchive, queue_depth, queue_name
+from pipelines.fleet.aws import FleetContext, queue_depth, queue_name
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
-from pipelines.fleet.drain import DrainLimits, QueueDrain, run_with_graceful_stop
-from pipelines.fleet.housekeeping import FleetContext, HousekeepingHandler, parse_request, run_task
+from pipelines.fleet.drain import DrainLimits, run_with_graceful_stop
+from pipelines.fleet.housekeeping import housekeeping_drain, parse_request, run_task
 from pipelines.fleet.messages import InvalidMessage
-from pipelines.fleet.termination import TerminationTargets, termination_drain
+from pipelines.fleet.termination import termination_drain
 from resources import (
     CloudWatchResource,
     DynamoDBResource,
@@ -66,9 +66,28 @@ def _flat(op_name: str, config_cls: type[dg.Config]) -> dg.ConfigMapping:
     return dg.ConfigMapping(config_fn=fn, config_schema=config_cls.to_fields_dict())
 
 
-def _drain_output(context: dg.OpExecutionContext, name: str, drain, result, interrupt, extra: dict | None = None):
+def _fleet_context(context, *, ssm, dynamodb, cloudwatch, s3, fleet: FleetSettings, ec2=None) -> FleetContext:
+    return FleetContext(
+        ec2=ec2.get_client() if ec2 is not None else None,
+        ssm=ssm.get_client(),
+        dynamodb=dynamodb.get_client(),
+        cloudwatch=cloudwatch.get_client(),
+        s3=s3.get_client(),
+        jobs_table=fleet.jobs_table,
+        archive_bucket=fleet.archive_bucket,
+        namespace=fleet.metrics_namespace,
+        log=context.log,
+    )
+
+
+def _drain(context: dg.OpExecutionContext, make_drain, ctx: FleetContext, sqs, queue_url: str, dlq_url: str, config):
+    """Build the queue's drain, run it with graceful stop, and report its counts as metadata."""
+    drain = make_drain(
+        ctx, sqs=sqs.get_client(), queue_url=queue_url, dlq_url=dlq_url, run_id=context.run_id, limits=config.limits()
+    )
+    result, interrupt = run_with_graceful_stop(drain, logger=context.log)
     summary = result.as_dict(drain.report_keys)
-    context.log.info(f"{name}: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+    context.log.info(f"{queue_name(queue_url)} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
     if interrupt is not None:
         raise interrupt
     metadata = {
@@ -76,7 +95,11 @@ def _drain_output(context: dg.OpExecutionContext, name: str, drain, result, inte
         for k, v in summary.items()
         if isinstance(v, int | float | str)
     }
-    metadata.update(extra or {})
+    keys = drain.handler.archive.keys
+    metadata["raw_archive"] = dg.MetadataValue.text(f"s3://{ctx.archive_bucket}/{keys[0]}" if keys else "(nothing)")
+    results = getattr(drain.handler, "results", None)
+    if results:
+        metadata["tasks"] = dg.MetadataValue.json(results)
     return dg.Output(summary, metadata=metadata)
 
 
@@ -94,49 +117,11 @@ def drain_termination_queue(
     s3: S3Resource,
     fleet: FleetSettings,
 ) -> dg.Output[dict]:
-    limits = config.limits()
     with clear_aws_errors():
-        drain = termination_drain(
-            sqs=sqs.get_client(),
-            dynamodb=dynamodb.get_client(),
-            ssm=ssm.get_client(),
-            cloudwatch=cloudwatch.get_client(),
-            s3=s3.get_client(),
-            targets=TerminationTargets(
-                queue_url=fleet.termination_queue_url,
-                dlq_url=fleet.termination_dlq_url,
-                jobs_table=fleet.jobs_table,
-                namespace=fleet.metrics_namespace,
-            ),
-            archive_bucket=fleet.archive_bucket,
-            run_id=context.run_id,
-            limits=limits,
-            logger=context.log,
+        ctx = _fleet_context(context, ssm=ssm, dynamodb=dynamodb, cloudwatch=cloudwatch, s3=s3, fleet=fleet)
+        return _drain(
+            context, termination_drain, ctx, sqs, fleet.termination_queue_url, fleet.termination_dlq_url, config
         )
-        result, interrupt = run_with_graceful_stop(drain, logger=context.log)
-    keys = drain.handler.archive.keys
-    return _drain_output(
-        context,
-        "termination drain",
-        drain,
-        result,
-        interrupt,
-        {"raw_archive": dg.MetadataValue.text(f"s3://{fleet.archive_bucket}/{keys[0]}" if keys else "(nothing)")},
-    )
-
-
-def _fleet_context(context, *, ec2, ssm, dynamodb, cloudwatch, s3, fleet: FleetSettings) -> FleetContext:
-    return FleetContext(
-        ec2=ec2.get_client(),
-        ssm=ssm.get_client(),
-        dynamodb=dynamodb.get_client(),
-        cloudwatch=cloudwatch.get_client(),
-        s3=s3.get_client(),
-        jobs_table=fleet.jobs_table,
-        archive_bucket=fleet.archive_bucket,
-        namespace=fleet.metrics_namespace,
-        log=context.log,
-    )
 
 
 @dg.op(description="Drains the housekeeping queue: dispatches each message on its task_type.", tags={"kind": "sqs"})
@@ -151,28 +136,11 @@ def drain_housekeeping_queue(
     s3: S3Resource,
     fleet: FleetSettings,
 ) -> dg.Output[dict]:
-    limits = config.limits()
     with clear_aws_errors():
         ctx = _fleet_context(context, ec2=ec2, ssm=ssm, dynamodb=dynamodb, cloudwatch=cloudwatch, s3=s3, fleet=fleet)
-        client = sqs.get_client()
-        archive = RunArchive(ctx.s3, fleet.archive_bucket, queue_name(fleet.housekeeping_queue_url), context.run_id)
-        handler = HousekeepingHandler(
-            sqs=client,
-            ctx=ctx,
-            archive=archive,
-            queue_url=fleet.housekeeping_queue_url,
-            dlq_url=fleet.housekeeping_dlq_url,
+        return _drain(
+            context, housekeeping_drain, ctx, sqs, fleet.housekeeping_queue_url, fleet.housekeeping_dlq_url, config
         )
-        drain = QueueDrain(client, fleet.housekeeping_queue_url, handler, limits, logger=context.log)
-        result, interrupt = run_with_graceful_stop(drain, logger=context.log)
-    return _drain_output(
-        context,
-        "housekeeping drain",
-        drain,
-        result,
-        interrupt,
-        {"tasks": dg.MetadataValue.json(handler.results)} if handler.results else None,
-    )
 
 
 @dg.job(

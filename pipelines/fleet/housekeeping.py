@@ -15,20 +15,22 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common import from_item, iso
 from pipelines.fleet.aws import (
     BACKOFF_SECONDS,
+    FleetContext,
     RunArchive,
     chunks,
     dead_letter,
     delete_messages,
     delete_parameters,
     publish_count,
+    queue_name,
     with_backoff,
 )
+from pipelines.fleet.drain import DrainLimits, QueueDrain
 from pipelines.fleet.messages import (
     FINAL_STATUSES,
     RUNNER_PREFIX,
@@ -44,21 +46,6 @@ MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
 ORPHAN_SLACK = dt.timedelta(minutes=10)
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
-
-
-@dataclass
-class FleetContext:
-    """Clients and names a housekeeping task works with."""
-
-    ec2: Any
-    ssm: Any
-    dynamodb: Any
-    cloudwatch: Any
-    s3: Any
-    jobs_table: str
-    archive_bucket: str
-    namespace: str
-    log: Any
 
 
 Task = Callable[[FleetContext, HousekeepingRequest], dict[str, Any]]
@@ -404,3 +391,12 @@ class HousekeepingHandler:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)
         return counts
+
+
+def housekeeping_drain(
+    ctx: FleetContext, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits
+) -> QueueDrain:
+    """A ``QueueDrain`` of the housekeeping queue with its handler and the run's raw archive."""
+    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
+    handler = HousekeepingHandler(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
+    return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)

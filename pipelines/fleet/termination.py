@@ -33,6 +33,7 @@ from botocore.exceptions import ClientError
 from pipelines.common import to_item
 from pipelines.fleet.aws import (
     BACKOFF_SECONDS,
+    FleetContext,
     MetricBatch,
     RunArchive,
     chunks,
@@ -42,18 +43,12 @@ from pipelines.fleet.aws import (
     error_code,
     is_transient,
     message_received_at,
+    queue_name,
 )
+from pipelines.fleet.drain import DrainLimits, QueueDrain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 
 TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
-
-
-@dataclass(frozen=True)
-class TerminationTargets:
-    queue_url: str
-    dlq_url: str
-    jobs_table: str
-    namespace: str
 
 
 @dataclass
@@ -195,9 +190,10 @@ class TerminationHandler:
 
     report_keys = ("received", "applied", "duplicates", "dead_lettered", "failed", "deleted", "ssm_deleted")
 
-    def __init__(self, *, sqs, dynamodb, ssm, cloudwatch, archive: RunArchive, targets: TerminationTargets, logger):
-        self.sqs, self.dynamodb, self.ssm, self.cloudwatch = sqs, dynamodb, ssm, cloudwatch
-        self.archive, self.t, self.log = archive, targets, logger
+    def __init__(self, *, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str):
+        self.sqs, self.dynamodb, self.ssm, self.cloudwatch = sqs, ctx.dynamodb, ctx.ssm, ctx.cloudwatch
+        self.archive, self.log, self.table, self.namespace = archive, ctx.log, ctx.jobs_table, ctx.namespace
+        self.queue_url, self.dlq_url = queue_url, dlq_url
 
     def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor) -> Counter:
         counts: Counter = Counter()
@@ -227,14 +223,14 @@ class TerminationHandler:
 
         to_ack: list[dict[str, Any]] = []
         if poison:
-            sent, unsent = dead_letter(self.sqs, self.t.queue_url, self.t.dlq_url, poison)
+            sent, unsent = dead_letter(self.sqs, self.queue_url, self.dlq_url, poison)
             counts["dead_lettered"] += len(sent)
             counts["failed"] += len(unsent)
             to_ack += sent
 
         # 3. conditional updates
         applied, duplicates, failed = transact_each(
-            self.dynamodb, list(jobs.values()), lambda j: _update(self.t.jobs_table, j), logger=self.log
+            self.dynamodb, list(jobs.values()), lambda j: _update(self.table, j), logger=self.log
         )
         counts["duplicates"] += len(duplicates)
         counts["failed"] += sum(len(j.messages) for j in failed)
@@ -249,7 +245,7 @@ class TerminationHandler:
 
         # 6. acknowledge exactly what was handled
         if to_ack:
-            futures = [pool.submit(delete_messages, self.sqs, self.t.queue_url, part) for part in chunks(to_ack, 10)]
+            futures = [pool.submit(delete_messages, self.sqs, self.queue_url, part) for part in chunks(to_ack, 10)]
             not_deleted = sum(len(f.result()) for f in futures)
             counts["deleted"] += len(to_ack) - not_deleted
             counts["delete_failed"] += not_deleted
@@ -267,12 +263,12 @@ class TerminationHandler:
             metrics = MetricBatch()
             for job in applied:
                 job_metrics(metrics, job.term)
-            metrics.publish(self.cloudwatch, self.t.namespace)
+            metrics.publish(self.cloudwatch, self.namespace)
         except Exception as exc:  # the marker stays: the messages come back and finish the clean-up
             self.log.error(f"clean-up of {len(applied)} job(s) failed, their messages stay in the queue: {exc}")
             counts["failed"] += sum(len(j.messages) for j in applied)
             return []
-        _, _, unfinished = transact_each(self.dynamodb, applied, lambda j: _finalize(self.t.jobs_table, j))
+        _, _, unfinished = transact_each(self.dynamodb, applied, lambda j: _finalize(self.table, j))
         if unfinished:
             # The work is done; acknowledging is right. Only the marker is left behind.
             self.log.warning(
@@ -283,14 +279,9 @@ class TerminationHandler:
 
 
 def termination_drain(
-    *, sqs, dynamodb, ssm, cloudwatch, s3, targets: TerminationTargets, archive_bucket: str, run_id: str, limits, logger
-):
+    ctx: FleetContext, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits
+) -> QueueDrain:
     """A ``QueueDrain`` of the termination queue with its handler and the run's raw archive."""
-    from pipelines.fleet.aws import queue_name
-    from pipelines.fleet.drain import QueueDrain
-
-    archive = RunArchive(s3, archive_bucket, queue_name(targets.queue_url), run_id)
-    handler = TerminationHandler(
-        sqs=sqs, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, archive=archive, targets=targets, logger=logger
-    )
-    return QueueDrain(sqs, targets.queue_url, handler, limits, logger=logger)
+    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
+    handler = TerminationHandler(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
+    return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
