@@ -1,8 +1,8 @@
 """The drain loop shared by both queues: receive rounds of messages, hand them over, stop cleanly.
 
-One round is one long-poll ``ReceiveMessage`` of 10 and, when that came back full, up to
-``concurrency - 1`` more receives made at once, so a round holds up to ``10 * concurrency``
-messages. The handler gets the whole round (batch APIs amortise over it) and a thread pool of
+One round is one long-poll ``ReceiveMessage`` of 10 and, while they come back full, up to
+``concurrency - 1`` more short polls, so a round holds up to ``10 * concurrency`` messages.
+The handler gets the whole round (batch APIs amortise over it) and a thread pool of
 ``concurrency`` workers for its parallel calls.
 
 Stopping: ``stop`` (a ``threading.Event``) stops receiving. The round in flight always finishes;
@@ -79,24 +79,20 @@ class QueueDrain:
         self.report_keys: tuple[str, ...] = getattr(handler, "report_keys", ())
         self.progress_every = progress_every
 
-    def _round(self, pool: ThreadPoolExecutor, budget: int) -> list[dict[str, Any]]:
-        first = receive(self.sqs, self.queue_url, max_messages=min(10, budget), wait_seconds=self.limits.wait_seconds)
-        messages = list(first)
-        budget -= len(first)
-        if len(first) < 10 or self.limits.concurrency == 1 or budget <= 0 or self.stop.is_set():
-            return messages
-        asks = []
-        for _ in range(self.limits.concurrency - 1):
-            if budget <= 0:
+    def _round(self, budget: int) -> list[dict[str, Any]]:
+        """One long-poll receive, then (while they come back full) up to ``concurrency - 1`` short polls.
+
+        The receives are sequential: concurrent receives on one queue can be handed the same message
+        (moto does so readily), which only costs duplicates later.
+        """
+        messages: list[dict[str, Any]] = []
+        wait = self.limits.wait_seconds
+        for _ in range(self.limits.concurrency):
+            got = receive(self.sqs, self.queue_url, max_messages=min(10, budget - len(messages)), wait_seconds=wait)
+            messages += got
+            wait = 0
+            if len(got) < 10 or len(messages) >= budget or self.stop.is_set():
                 break
-            asks.append(min(10, budget))
-            budget -= asks[-1]
-        futures = [pool.submit(receive, self.sqs, self.queue_url, max_messages=n, wait_seconds=0) for n in asks]
-        for future in futures:
-            try:
-                messages += future.result()
-            except Exception as exc:  # the others still count; these messages reappear later
-                self.log.warning(f"a receive in this round failed: {exc}")
         return messages
 
     def run(self) -> DrainResult:
@@ -117,7 +113,7 @@ class QueueDrain:
                     if budget <= 0:
                         result.stopped_by = "maxMessages"
                         break
-                messages = self._round(pool, budget)
+                messages = self._round(budget)
                 if not messages:
                     result.stopped_by = "queue empty"
                     break
