@@ -87,7 +87,6 @@ def _drain(context: dg.OpExecutionContext, make_drain, ctx: FleetContext, sqs, q
     )
     result, interrupt = run_with_graceful_stop(drain, logger=context.log)
     summary = result.as_dict(drain.report_keys)
-    context.log.info(f"{queue_name(queue_url)} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
     if interrupt is not None:
         raise interrupt
     metadata = {

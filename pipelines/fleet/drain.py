@@ -13,6 +13,7 @@ from the UI, SIGTERM), and whatever was not received stays in the queue.
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 import time
 from collections import Counter
@@ -131,10 +132,22 @@ class QueueDrain:
         return result
 
 
+def _absorb_further_interrupts(drain: QueueDrain) -> dict[int, Any]:
+    """After the first interrupt, later SIGINT/SIGTERM (the executor forwards the signal it got) only
+    keep ``stop`` set, so they cannot cut the round in flight short. Returns the handlers to restore."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous[sig] = signal.getsignal(sig)
+        signal.signal(sig, lambda *_: drain.stop.set())
+    return previous
+
+
 def run_with_graceful_stop(drain: QueueDrain, *, logger: Any = None) -> tuple[DrainResult, BaseException | None]:
     """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread, which is how Dagster
     delivers a UI termination or SIGTERM, sets ``drain.stop`` and waits up to ``stop_timeout_seconds``
-    for the round in flight. Returns the result and the interrupt to re-raise (or None)."""
+    for the round in flight. Logs the summary; returns the result and the interrupt to re-raise (or None)."""
     logger = logger or log
     outcome: dict[str, Any] = {}
     finished = threading.Event()
@@ -151,24 +164,33 @@ def run_with_graceful_stop(drain: QueueDrain, *, logger: Any = None) -> tuple[Dr
     threading.Thread(target=target, name="queue-drain", daemon=True).start()
     interrupt: BaseException | None = None
     deadline: float | None = None
-    while not finished.is_set():
-        try:
-            if deadline is not None and time.monotonic() >= deadline:
-                logger.error(
-                    f"stop timeout ({drain.limits.stop_timeout_seconds}s) reached with a round still in flight; "
-                    "its unacknowledged messages reappear after their visibility timeout"
-                )
-                break
-            finished.wait(0.2)
-        except BaseException as exc:  # DagsterExecutionInterruptedError, KeyboardInterrupt
-            if interrupt is None:
-                interrupt = exc
+    restore: dict[int, Any] = {}
+    try:
+        while not finished.is_set():
+            try:
+                if interrupt is not None and deadline is None:
+                    deadline = time.monotonic() + drain.limits.stop_timeout_seconds
+                    logger.warning("interrupted: no more receives; finishing the messages in flight")
+                if deadline is not None and time.monotonic() >= deadline:
+                    logger.error(
+                        f"stop timeout ({drain.limits.stop_timeout_seconds}s) reached with a round still in flight; "
+                        "its unacknowledged messages reappear after their visibility timeout"
+                    )
+                    break
+                finished.wait(0.2)
+            except BaseException as exc:  # DagsterExecutionInterruptedError, KeyboardInterrupt
                 drain.stop.set()
-                deadline = time.monotonic() + drain.limits.stop_timeout_seconds
-                logger.warning("interrupted: no more receives; finishing the messages in flight")
-    if "error" in outcome:
-        raise outcome["error"]
-    result = outcome.get("result", drain.result)
-    if interrupt is not None:
-        result.stopped_by = "interrupted"
-    return result, interrupt
+                if interrupt is None:
+                    interrupt = exc
+                    restore = _absorb_further_interrupts(drain)
+        if "error" in outcome:
+            raise outcome["error"]
+        result = outcome.get("result", drain.result)
+        if interrupt is not None:
+            result.stopped_by = "interrupted"
+        summary = result.as_dict(drain.report_keys)
+        logger.info(f"{drain.queue_url.rsplit('/', 1)[-1]} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+        return result, interrupt
+    finally:
+        for sig, handler in restore.items():
+            signal.signal(sig, handler)
