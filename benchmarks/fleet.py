@@ -335,7 +335,7 @@ def bench_termination(endpoint: str, n: int) -> list[str]:
         ("drain, plain module (concurrency 5)", lambda env: drain_pure(calls, env).counts["applied"]),
         (
             "drain run: process_termination_queue job in process",
-            lambda env: drain_job({"waitSeconds": 0}, dg.DagsterInstance.ephemeral())["applied"],
+            lambda env: drain_job({"waitSeconds": 0, "maxSeconds": 3600}, dg.DagsterInstance.ephemeral())["applied"],
         ),
     ]:
         env = reset(endpoint)
@@ -489,17 +489,15 @@ def main() -> int:
     )
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
-        lines = []
         if "termination" not in args.skip:
-            lines += bench_termination(endpoint, args.messages) + [""]
+            print("\n".join(bench_termination(endpoint, args.messages) + [""]), flush=True)
         if "old_jobs" not in args.skip:
-            lines += bench_old_jobs(endpoint, args.old_jobs)
+            print("\n".join(bench_old_jobs(endpoint, args.old_jobs) + [""]), flush=True)
         if args.backlog:
-            lines += [""] + bench_backlog(endpoint, args.backlog)
+            print("\n".join(bench_backlog(endpoint, args.backlog)), flush=True)
     finally:
         moto.terminate()
         moto.wait(timeout=30)
-    print("\n".join(lines))
     return 0
 
 
