@@ -200,6 +200,17 @@ def dead_letter(
     )
 
 
+def dead_letter_into(
+    sqs, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list
+) -> None:
+    """Dead-letter ``poison``; count it, and add what was sent to ``to_ack`` (to delete from the source)."""
+    if poison:
+        sent, unsent = dead_letter(sqs, source_url, dlq_url, poison)
+        counts["dead_lettered"] += len(sent)
+        counts["failed"] += len(unsent)
+        to_ack += sent
+
+
 def message_received_at(message: dict[str, Any], default: dt.datetime | None = None) -> dt.datetime:
     sent = (message.get("Attributes") or {}).get("SentTimestamp")
     if sent and str(sent).isdigit():

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.fleet.aws import receive
+from pipelines.fleet.aws import RunArchive, queue_name, receive
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,13 @@ class QueueDrain:
                     )
         result.seconds = time.monotonic() - started
         return result
+
+
+def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits) -> QueueDrain:
+    """A ``QueueDrain`` of ``queue_url`` whose rounds go to ``handler_cls``, with the run's raw archive."""
+    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
+    handler = handler_cls(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
+    return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
 
 
 def _absorb_further_interrupts(drain: QueueDrain) -> dict[int, Any]:

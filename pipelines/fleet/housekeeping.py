@@ -23,14 +23,13 @@ from pipelines.fleet.aws import (
     FleetContext,
     RunArchive,
     chunks,
-    dead_letter,
+    dead_letter_into,
     delete_messages,
     delete_parameters,
     publish_count,
-    queue_name,
     with_backoff,
 )
-from pipelines.fleet.drain import DrainLimits, QueueDrain
+from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import (
     FINAL_STATUSES,
     RUNNER_PREFIX,
@@ -382,21 +381,13 @@ class HousekeepingHandler:
             counts["tasks_run"] += 1
             counts["duplicates_in_round"] += len(group) - 1
             to_ack += group
-        if poison:
-            sent, unsent = dead_letter(self.sqs, self.queue_url, self.dlq_url, poison)
-            counts["dead_lettered"] += len(sent)
-            counts["failed"] += len(unsent)
-            to_ack += sent
+        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack)
         if to_ack:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)
         return counts
 
 
-def housekeeping_drain(
-    ctx: FleetContext, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits
-) -> QueueDrain:
-    """A ``QueueDrain`` of the housekeeping queue with its handler and the run's raw archive."""
-    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
-    handler = HousekeepingHandler(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
-    return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
+def housekeeping_drain(ctx: FleetContext, **kwargs) -> QueueDrain:
+    """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
+    return queue_drain(HousekeepingHandler, ctx, **kwargs)

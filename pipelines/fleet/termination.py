@@ -37,15 +37,14 @@ from pipelines.fleet.aws import (
     MetricBatch,
     RunArchive,
     chunks,
-    dead_letter,
+    dead_letter_into,
     delete_messages,
     delete_parameters,
     error_code,
     is_transient,
     message_received_at,
-    queue_name,
 )
-from pipelines.fleet.drain import DrainLimits, QueueDrain
+from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 
 TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
@@ -222,11 +221,7 @@ class TerminationHandler:
                 jobs[term.job_id] = _Job(term=term, digest=fingerprint(message["Body"]), messages=[message])
 
         to_ack: list[dict[str, Any]] = []
-        if poison:
-            sent, unsent = dead_letter(self.sqs, self.queue_url, self.dlq_url, poison)
-            counts["dead_lettered"] += len(sent)
-            counts["failed"] += len(unsent)
-            to_ack += sent
+        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack)
 
         # 3. conditional updates
         applied, duplicates, failed = transact_each(
@@ -278,10 +273,6 @@ class TerminationHandler:
         return applied
 
 
-def termination_drain(
-    ctx: FleetContext, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits
-) -> QueueDrain:
-    """A ``QueueDrain`` of the termination queue with its handler and the run's raw archive."""
-    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
-    handler = TerminationHandler(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
-    return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
+def termination_drain(ctx: FleetContext, **kwargs) -> QueueDrain:
+    """A ``QueueDrain`` of the termination queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
+    return queue_drain(TerminationHandler, ctx, **kwargs)
