@@ -109,7 +109,7 @@ def agenda_traffic(dynamodb, table: str, cfg: DemoConfig, rng: random.Random, no
     fresh = dynamodb.query(
         TableName=table,
         IndexName=index,
-        Limit=cfg.new_agendas,
+        Limit=max(1, cfg.new_agendas),  # DynamoDB refuses Limit=0
         KeyConditionExpression="processingState = :s AND updatedTime > :t",
         ExpressionAttributeValues={":s": {"S": "EXECUTING"}, ":t": {"N": str(t - 120_000)}},
     )["Items"]
@@ -128,7 +128,7 @@ def agenda_traffic(dynamodb, table: str, cfg: DemoConfig, rng: random.Random, no
     waiting = dynamodb.query(
         TableName=table,
         IndexName=index,
-        Limit=cfg.new_agendas,
+        Limit=max(1, cfg.new_agendas),  # DynamoDB refuses Limit=0
         KeyConditionExpression="processingState = :s",
         ExpressionAttributeValues={":s": {"S": "WAITING"}},
     )["Items"]
