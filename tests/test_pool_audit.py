@@ -563,3 +563,30 @@ def test_schedules_and_definitions():
         assert [r.partition_key for r in report.evaluate_tick(context).run_requests] == ["2026-11-21"]
     job = defs.resolve_job_def("pool_cost_report_job")
     assert job.partitions_def.get_partition_keys()[0] == "2026-11-01"
+
+
+def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_instances(aws):
+    from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+
+    clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
+    cfg = DemoConfig(new_agendas=1, stuck_agendas=0, jobs_started=3, jobs_finished=0, records=0, seed=3)
+    assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 6
+    cfg = DemoConfig(**{**cfg.__dict__, "seed": 4})  # a new seed: new job ids
+    assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
+    run = run_pool_audit(
+        dynamodb=aws.client("dynamodb"),
+        ec2=aws.client("ec2"),
+        cloudwatch=aws.client("cloudwatch"),
+        s3=aws.client("s3"),
+        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
+        pools_table=aws.env["RUNS_FLEET_POOLS_TABLE"],
+        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        namespace="RunsFleet",
+        dry_run=True,
+    )
+    rows = run.audit.table.set_index("pool")
+    assert rows.loc["linux-small", "idle"] == 2 and rows.loc["linux-small", "stopped"] == 1
+    assert rows.loc["linux-large", "idle"] == 1
+    assert run.audit.totals["busy"] == 6  # the six demo jobs, on six running instances
+    assert run.audit.totals["untagged_instances"] == 1 and run.audit.totals["unknown_pool_instances"] == 1
+    assert run.audit.totals["idle_cost_usd_per_hour"] > 0
