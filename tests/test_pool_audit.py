@@ -558,11 +558,17 @@ def test_schedules_and_definitions():
     report = defs.resolve_schedule_def("pool_cost_report_schedule")
     with dg.DagsterInstance.ephemeral() as instance:
         context = dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=dt.datetime(2026, 11, 22, 0, 20, tzinfo=dt.UTC)
+            instance=instance,
+            scheduled_execution_time=dt.datetime(2026, 11, 22, 0, 20, tzinfo=dt.UTC),
+            repository_def=defs.get_repository_def(),
         )
         assert [r.partition_key for r in report.evaluate_tick(context).run_requests] == ["2026-11-21"]
     job = defs.resolve_job_def("pool_cost_report_job")
-    assert job.partitions_def.get_partition_keys()[0] == "2026-11-01"
+    with dg.DagsterInstance.ephemeral() as instance:
+        keys = job.partitions_def.get_partition_keys(
+            current_time=dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC), dynamic_partitions_store=instance
+        )
+    assert keys[0] == "2026-11-01" and keys[-1] == "2026-11-22"  # today so far is a partition too
 
 
 def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_instances(aws):

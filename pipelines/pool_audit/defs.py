@@ -295,7 +295,9 @@ def audit_from_housekeeping(
     }
 
 
-daily_partitions = dg.DailyPartitionsDefinition(start_date=REPORT_START, timezone="UTC")
+# end_offset=1: today's partition exists too, so an operator can look at the day so far (the report
+# says how many hours its snapshots cover); the schedule builds yesterday's once the day is over.
+daily_partitions = dg.DailyPartitionsDefinition(start_date=REPORT_START, timezone="UTC", end_offset=1)
 
 
 @dg.asset(
@@ -384,14 +386,19 @@ def build_defs(deployment: str) -> dg.Definitions:
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks).",
     )
-    report_schedule = dg.build_schedule_from_partitioned_job(
-        pool_cost_report_job,
+
+    @dg.schedule(
         name="pool_cost_report_schedule",
-        hour_of_day=0,
-        minute_of_hour=20,
+        job=pool_cost_report_job,
+        cron_schedule="20 0 * * *",
+        execution_timezone="UTC",
         default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="00:20 UTC: the previous day's pool_cost_report.",
+        description="00:20 UTC: the previous (complete) day's pool_cost_report.",
     )
+    def report_schedule(context: dg.ScheduleEvaluationContext):
+        day = (context.scheduled_execution_time - dt.timedelta(days=1)).date().isoformat()
+        return dg.RunRequest(run_key=day, partition_key=day)
+
     return dg.Definitions(
         assets=[pool_audit, pool_cost_report],
         jobs=[pool_audit_job, pool_cost_report_job],
