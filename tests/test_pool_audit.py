@@ -219,6 +219,8 @@ def test_snapshot_weights_hold_until_the_next_snapshot_capped_by_the_gap_and_the
     ]
     w = snapshot_weights(times, day, dt.timedelta(minutes=30))
     assert w.tolist() == pytest.approx([10 / 60, 10 / 60, 30 / 60, 5 / 60])  # 00:00-00:10, -00:20, -00:50, -24:00
+    so_far = snapshot_weights(times, day, dt.timedelta(minutes=30), now=dt.datetime(2026, 11, 21, 0, 30, tzinfo=dt.UTC))
+    assert so_far.tolist() == pytest.approx([10 / 60, 10 / 60, 10 / 60, 0.0])  # today so far: nothing after now
 
 
 def test_daily_report_time_weights_usd_per_pool_by_hand():

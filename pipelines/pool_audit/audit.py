@@ -143,9 +143,13 @@ def build_daily_report(
     day: dt.date,
     max_gap: dt.timedelta = dt.timedelta(minutes=30),
     write: bool = True,
+    now: dt.datetime | None = None,
     progress: aws.Progress | None = None,
 ) -> DailyReport:
-    """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight)."""
+    """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight).
+
+    For today, snapshots cover time up to ``now`` (default: the clock) only.
+    """
     keys = aws.list_snapshot_keys(s3, archive_bucket, day)
     before = aws.list_snapshot_keys(s3, archive_bucket, day - dt.timedelta(days=1))
     if before:
@@ -157,7 +161,7 @@ def build_daily_report(
             progress(f"read {n}/{len(keys)} snapshots")
     snapshots = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     day_start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
-    report, totals = daily_report(snapshots, day_start, max_gap)
+    report, totals = daily_report(snapshots, day_start, max_gap, now or dt.datetime.now(dt.UTC))
     svg = cost_chart_svg(report, f"Fleet cost per pool on {day:%Y-%m-%d} (USD, UTC day), idle part highlighted")
     result = DailyReport(day=day, report=report, totals=totals, svg=svg, snapshot_keys=keys)
     if write:

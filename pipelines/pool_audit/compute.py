@@ -177,15 +177,19 @@ def totals_of(table: pd.DataFrame) -> dict[str, float | int]:
 # ---------------------------------------------------------------- daily report
 
 
-def snapshot_weights(times: list[pd.Timestamp], day_start: dt.datetime, max_gap: dt.timedelta) -> pd.Series:
+def snapshot_weights(
+    times: list[pd.Timestamp], day_start: dt.datetime, max_gap: dt.timedelta, now: dt.datetime | None = None
+) -> pd.Series:
     """Hours of ``[day_start, day_start + 1 day)`` each snapshot time stands for.
 
     A snapshot holds until the next one, but never longer than ``max_gap`` (a missed schedule
-    is a gap, not an extrapolation) and never past the day. A snapshot from before the day
-    covers its start. Returns a Series indexed by the snapshot times.
+    is a gap, not an extrapolation), never past the day and never past ``now`` (today so far).
+    A snapshot from before the day covers its start. Returns a Series indexed by the snapshot times.
     """
     start = pd.Timestamp(day_start)
     end = start + pd.Timedelta(days=1)
+    if now is not None:
+        end = min(end, pd.Timestamp(now))
     ordered = sorted(set(times))
     weights = {}
     for n, t in enumerate(ordered):
@@ -211,7 +215,10 @@ REPORT_COLUMNS = [
 
 
 def daily_report(
-    snapshots: pd.DataFrame, day_start: dt.datetime, max_gap: dt.timedelta = dt.timedelta(minutes=30)
+    snapshots: pd.DataFrame,
+    day_start: dt.datetime,
+    max_gap: dt.timedelta = dt.timedelta(minutes=30),
+    now: dt.datetime | None = None,
 ) -> tuple[pd.DataFrame, dict[str, float | int]]:
     """Time-weighted USD per pool for one UTC day from the snapshot rows (``snapshot_at`` + columns).
 
@@ -224,7 +231,7 @@ def daily_report(
         return empty, nothing
     frame = snapshots.copy()
     frame["snapshot_at"] = pd.to_datetime(frame["snapshot_at"], utc=True)
-    weights = snapshot_weights(list(frame["snapshot_at"].unique()), day_start, max_gap)
+    weights = snapshot_weights(list(frame["snapshot_at"].unique()), day_start, max_gap, now)
     frame["hours"] = frame["snapshot_at"].map(weights).fillna(0.0)
     in_totals = frame["in_totals"].astype(str).str.lower().isin(["true", "1"])
     priced = frame.loc[in_totals & (frame["hours"] > 0)].copy()
