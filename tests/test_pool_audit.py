@@ -324,6 +324,18 @@ def _pretend_pending(ec2, instance_id: str) -> None:
     ec2.meta.events.register("after-call.ec2.DescribeInstances", flip)
 
 
+def _audit_args(aws, **extra) -> dict:
+    """Clients and names for ``run_pool_audit`` against the test's moto."""
+    return {
+        **{name: aws.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")},
+        "jobs_table": aws.env["RUNS_FLEET_JOBS_TABLE"],
+        "pools_table": aws.env["RUNS_FLEET_POOLS_TABLE"],
+        "archive_bucket": aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        "namespace": "RunsFleet",
+        **extra,
+    }
+
+
 class _Calls:
     def __init__(self, *clients):
         self.calls: list[str] = []
@@ -336,19 +348,11 @@ class _Calls:
 
 def test_audit_against_moto_matches_hand_computed_values_and_writes_metrics_and_csv(aws):
     ids = _seed_fleet(aws)
-    clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")}
-    _pretend_pending(clients["ec2"], ids["small4"])
-    counter = _Calls(*clients.values())
     now = dt.datetime(2026, 11, 22, 1, 30, tzinfo=dt.UTC)
-    run = run_pool_audit(
-        **clients,
-        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
-        pools_table=aws.env["RUNS_FLEET_POOLS_TABLE"],
-        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        namespace="RunsFleet",
-        prices=PRICES,
-        now=now,
-    )
+    args = _audit_args(aws, prices=PRICES, now=now)
+    _pretend_pending(args["ec2"], ids["small4"])
+    counter = _Calls(*(args[name] for name in ("dynamodb", "ec2", "cloudwatch", "s3")))
+    run = run_pool_audit(**args)
     _check_table(run.audit.table)
     _check_totals(run.audit.totals)
     assert run.audit.unknown_pool_instances["instance_id"].tolist() == [ids["ghost1"]]
@@ -480,20 +484,13 @@ def test_dry_run_writes_nothing(aws):
 
 def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     _seed_fleet(aws)
-    clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")}
-    common = dict(
-        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
-        pools_table=aws.env["RUNS_FLEET_POOLS_TABLE"],
-        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        namespace="RunsFleet",
-        prices=PRICES,
-    )
+    common = _audit_args(aws, prices=PRICES)
     for at in ("2026-11-20T23:55", "2026-11-21T00:05", "2026-11-21T00:15", "2026-11-22T00:00"):
-        run_pool_audit(**clients, **common, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
+        run_pool_audit(**common, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
     # 2026-11-21: 23:55 covers 00:00-00:05, 00:05 covers 10 min, 00:15 covers 30 min (gap cap): 3/4 h.
     # Each snapshot: small 4 running (small4 runs in moto, busy) x 0.0208 + spotty 2 x 0.0595; idle: 1 small, 2 spotty.
     per_hour, idle_per_hour = 4 * 0.0208 + 2 * 0.0595, 1 * 0.0208 + 2 * 0.0595
-    direct = build_daily_report(s3=clients["s3"], archive_bucket=common["archive_bucket"], day=dt.date(2026, 11, 21))
+    direct = build_daily_report(s3=common["s3"], archive_bucket=common["archive_bucket"], day=dt.date(2026, 11, 21))
     assert direct.totals["hours_covered"] == pytest.approx(0.75) and direct.totals["snapshots"] == 3
     assert direct.totals["cost_usd"] == pytest.approx(0.75 * per_hour)
     assert direct.totals["idle_cost_usd"] == pytest.approx(0.75 * idle_per_hour)
@@ -581,17 +578,7 @@ def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_ins
     assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 6
     cfg = DemoConfig(**{**cfg.__dict__, "seed": 4})  # a new seed: new job ids
     assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
-    run = run_pool_audit(
-        dynamodb=aws.client("dynamodb"),
-        ec2=aws.client("ec2"),
-        cloudwatch=aws.client("cloudwatch"),
-        s3=aws.client("s3"),
-        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
-        pools_table=aws.env["RUNS_FLEET_POOLS_TABLE"],
-        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        namespace="RunsFleet",
-        dry_run=True,
-    )
+    run = run_pool_audit(**_audit_args(aws, dry_run=True))
     rows = run.audit.table.set_index("pool")
     assert rows.loc["linux-small", "idle"] == 2 and rows.loc["linux-small", "stopped"] == 1
     assert rows.loc["linux-large", "idle"] == 1

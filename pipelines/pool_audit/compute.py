@@ -42,12 +42,8 @@ SNAPSHOT_COLUMNS = [
     "in_totals",
     "problem",
 ]
-CONFIG_COLUMNS = [
-    "pool",
-    "kind",
-    "instance_type",
-    "spot",
-    "desired_idle",
+# What the pools table gives per pool (the rest of a snapshot row is counted or derived).
+CONFIG_COLUMNS = [c for c in SNAPSHOT_COLUMNS if c in {"pool", "kind", "instance_type", "spot", "desired_idle"}] + [
     "hourly_price_usd",
     "price_source",
     "problem",

@@ -202,6 +202,12 @@ def _run_audit(
         )
 
 
+def _log_run(log, run: AuditRun) -> None:
+    log.info(_summary(run))
+    for row in run.audit.problems.itertuples(index=False):
+        log.warning(f"pool {row.pool!r} ({row.kind}) left out of the totals: {row.problem}")
+
+
 def _summary(run: AuditRun) -> str:
     t = run.audit.totals
     return (
@@ -245,9 +251,7 @@ def pool_audit(
         dry_run=config.dry_run,
         progress=context.log.info,
     )
-    context.log.info(_summary(run))
-    for row in run.audit.problems.itertuples(index=False):
-        context.log.warning(f"pool {row.pool!r} ({row.kind}) left out of the totals: {row.problem}")
+    _log_run(context.log, run)
     checks = audit_checks(run, config.idle_cost_threshold_usd_per_hour)
     return dg.MaterializeResult(
         metadata=audit_metadata(run, fleet.archive_bucket),
@@ -281,7 +285,7 @@ def audit_from_housekeeping(
         dry_run=options["dry_run"],
         progress=context.log.info,
     )
-    context.log.info(_summary(run))
+    _log_run(context.log, run)
     metadata = audit_metadata(run, fleet.archive_bucket)
     metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
     context.log_event(dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata))
