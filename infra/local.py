@@ -52,7 +52,17 @@ def seed(env: dict[str, str]) -> dict[str, int]:
     from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 
     clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
-    cfg = DemoConfig(new_agendas=30, stuck_agendas=5, jobs_started=12, jobs_finished=0, records=200, seed=7)
+    cfg = DemoConfig(
+        new_agendas=30,
+        stuck_agendas=5,
+        jobs_started=12,
+        jobs_finished=0,
+        records=200,
+        old_jobs=5,
+        orphan_instances=1,
+        unsupported_housekeeping=1,
+        seed=7,
+    )
     return run_demo_traffic(env=env, cfg=cfg, **clients)
 
 

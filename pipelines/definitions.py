@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.demo.defs import build_defs as demo_defs
+from pipelines.fleet.defs import build_defs as fleet_defs
 from pipelines.pool_audit.defs import build_defs as pool_audit_defs
 from resources import deployment_name, resources_for
 
@@ -21,6 +22,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
     return dg.Definitions.merge(
         demo_defs(deployment),
+        fleet_defs(deployment),
         pool_audit_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )

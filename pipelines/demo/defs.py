@@ -28,6 +28,10 @@ class DemoTrafficConfig(dg.Config):
     housekeeping_messages: int = 1
     records: int = 40
     max_instances: int = 24
+    duplicate_messages: int = 1
+    old_jobs: int = 2
+    orphan_instances: int = 1
+    unsupported_housekeeping: int = 0
     seed: int | None = None
 
 

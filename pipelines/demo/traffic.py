@@ -96,6 +96,10 @@ class DemoConfig:
     housekeeping_messages: int = 1
     records: int = 40
     max_instances: int = 24
+    duplicate_messages: int = 0  # termination messages sent twice (at-least-once delivery)
+    old_jobs: int = 0  # finished jobs completed 8+ days ago (for the old_jobs task)
+    orphan_instances: int = 0  # keep this many managed instances running with no job
+    unsupported_housekeeping: int = 0  # pool_audit messages (dead-lettered until its issue lands)
     seed: int | None = None
 
 
@@ -251,15 +255,19 @@ def fleet_traffic(
     if to_finish:  # ephemeral runners go away when their job ends; their SSM parameter stays behind
         ec2.terminate_instances(InstanceIds=[i["id"] for i in to_finish])
     counts["jobs_finished"] = len(to_finish)
+    duplicates = rng.sample(messages, k=min(len(messages), cfg.duplicate_messages)) if cfg.duplicate_messages else []
     for _ in range(cfg.malformed_messages):
         messages.append(rng.choice(MALFORMED_TERMINATION_BODIES))
         counts["malformed_messages"] += 1
+    messages += duplicates
+    if cfg.duplicate_messages:
+        counts["duplicate_messages"] = len(duplicates)
     for start in range(0, len(messages), 10):
         sqs.send_message_batch(
             QueueUrl=termination_queue_url,
             Entries=[{"Id": str(n), "MessageBody": body} for n, body in enumerate(messages[start : start + 10])],
         )
-    counts["termination_messages"] = len(messages) - counts["malformed_messages"]
+    counts["termination_messages"] = len(messages) - counts["malformed_messages"] - len(duplicates)
 
     capacity = max(0, cfg.max_instances - (len(running) - len(to_finish)))
     for _ in range(min(cfg.jobs_started, capacity)):
@@ -300,11 +308,21 @@ def fleet_traffic(
 
     for _ in range(cfg.housekeeping_messages):
         task = rng.choice(["orphaned_instances", "stale_ssm", "old_jobs"])
+        # Demo orphans are minutes old, not hours: a short max_runtime lets the two phases show.
+        params = {"max_runtime": 5} if task == "orphaned_instances" else {}
         sqs.send_message(
             QueueUrl=housekeeping_queue_url,
-            MessageBody=json.dumps({"task_type": task, "timestamp": iso(now), "params": {}}),
+            MessageBody=json.dumps({"task_type": task, "timestamp": iso(now), "params": params}),
         )
         counts["housekeeping_messages"] += 1
+    for _ in range(cfg.unsupported_housekeeping):
+        sqs.send_message(
+            QueueUrl=housekeeping_queue_url,
+            MessageBody=json.dumps({"task_type": "pool_audit", "timestamp": iso(now), "params": {}}),
+        )
+        counts["housekeeping_messages"] += 1
+    if cfg.old_jobs or cfg.orphan_instances:
+        counts.update(_fleet_leftovers(ec2, dynamodb, jobs_table, running, cfg, rng, now))
     return counts
 
 
@@ -337,6 +355,43 @@ def standing_instances_traffic(ec2) -> dict[str, int]:
             ec2.stop_instances(InstanceIds=[instance_id])
         started += 1
     return {"standing_instances_started": started}
+
+
+def _fleet_leftovers(ec2, dynamodb, jobs_table, running, cfg: DemoConfig, rng: random.Random, now) -> dict[str, int]:
+    """Work for the cleanup tasks: long-finished job records, and managed instances with no job."""
+    statuses = ["completed", "failed", "timeout", "interrupted"]
+    for _ in range(cfg.old_jobs):
+        completed = now - dt.timedelta(days=8, minutes=rng.randint(0, 600))
+        dynamodb.put_item(
+            TableName=jobs_table,
+            Item=to_item(
+                {
+                    "job_id": f"job-{rng.getrandbits(40):010x}",
+                    "instance_id": f"i-{rng.getrandbits(68):017x}",
+                    "pool": rng.choice(DEMO_POOLS)["pool_name"],
+                    "status": rng.choice(statuses),
+                    "started_at": iso(completed - dt.timedelta(minutes=rng.randint(1, 60))),
+                    "completed_at": iso(completed),
+                }
+            ),
+        )
+    idle = [i for i in running if JOB_TAG not in i["tags"]]
+    orphans = max(0, cfg.orphan_instances - len(idle))
+    if orphans:
+        pool = rng.choice(DEMO_POOLS)
+        ec2.run_instances(
+            ImageId=DEMO_AMI,
+            MinCount=orphans,
+            MaxCount=orphans,
+            InstanceType=pool["instance_type"],
+            TagSpecifications=[
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": MANAGED_TAG, "Value": "true"}, {"Key": POOL_TAG, "Value": pool["pool_name"]}],
+                }
+            ],
+        )
+    return {"old_jobs_added": cfg.old_jobs, "orphans_launched": orphans}
 
 
 def _demo_instances(ec2) -> list[dict[str, Any]]:

@@ -1,0 +1,507 @@
+"""Fleet queue processors benchmark (issue 5). Prints its figures; never part of the test suite.
+
+Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measures in one run:
+
+1. termination, calls per message: the drain (full rounds) against the seed's own pattern (one call
+   per action per message: ReceiveMessage of 10, then per message PutObject (archive), UpdateItem,
+   DeleteParameter, PutMetricData, DeleteMessage, on 5 workers as pkg/events/handler.go does);
+2. termination, throughput of one drain run (the ``process_termination_queue`` job, in process)
+   against two bare boto3 loops doing the same work on the same server: the seed's pattern above,
+   and a bare *batched* loop (the drain's own batch calls, inline, no validation, no threads);
+3. backlog: N messages drained by the runs ``termination_queue_sensor`` launches, tick after tick,
+   counting what was lost;
+4. ``old_jobs``: calls per deleted record (archive writes not counted) against a naive scan +
+   ``DeleteItem`` per record.
+
+API calls are counted with botocore ``before-call`` event hooks on the clients.
+
+    .venv/bin/python benchmarks/fleet.py [--messages 2000] [--backlog 10000] [--old-jobs 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import boto3
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
+from pipelines.common import iso, to_item  # noqa: E402
+
+SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
+log = logging.getLogger("bench")
+
+
+class Calls:
+    """Counts API calls on the clients it hands out (botocore before-call hooks)."""
+
+    def __init__(self, endpoint: str):
+        self.endpoint = endpoint
+        self.counts: Counter = Counter()
+        self.clients = {}
+        for service in SERVICES:
+            client = boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")
+            client.meta.events.register("before-call.*.*", self._count)
+            self.clients[service] = client
+
+    def _count(self, event_name, **kwargs):
+        self.counts[event_name.rsplit(".", 1)[-1]] += 1
+
+    def reset(self) -> Counter:
+        out, self.counts = self.counts, Counter()
+        return out
+
+
+class AllCalls:
+    """Counts every API call made in this process while active, from any client (the job's own
+    resources build their clients inside the run): a ``before-call`` hook on each new client."""
+
+    def __init__(self):
+        self.counts: Counter = Counter()
+
+    def __enter__(self):
+        import botocore.client
+
+        self._original = original = botocore.client.BaseClient.__init__
+        counts = self.counts
+
+        def init(client, *args, **kwargs):
+            original(client, *args, **kwargs)
+            client.meta.events.register(
+                "before-call.*.*", lambda event_name, **kw: counts.update([event_name.rsplit(".", 1)[-1]])
+            )
+
+        botocore.client.BaseClient.__init__ = init
+        return self
+
+    def __exit__(self, *exc):
+        import botocore.client
+
+        botocore.client.BaseClient.__init__ = self._original
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def reset(endpoint: str) -> dict[str, str]:
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=60).read()
+    env = deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1"))
+    os.environ.update(env)
+    return env
+
+
+def seed_jobs(clients, env, n: int, *, parameters: bool = True) -> list[dict]:
+    """n running jobs on synthetic (valid) instance ids, with their runner parameters, and their messages."""
+    now = dt.datetime.now(dt.UTC)
+    jobs = [
+        {
+            "job_id": f"job-{uuid.uuid4().hex[:12]}",
+            "instance_id": f"i-{uuid.uuid4().int % 16**17:017x}",
+            "status": "running",
+            "started_at": iso(now - dt.timedelta(minutes=3)),
+        }
+        for _ in range(n)
+    ]
+    ddb, table = clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"]
+    for start in range(0, n, 25):
+        ddb.batch_write_item(
+            RequestItems={table: [{"PutRequest": {"Item": to_item(j)}} for j in jobs[start : start + 25]]}
+        )
+    if parameters:
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda j: clients["ssm"].put_parameter(
+                        Name=f"/runs-fleet/runners/{j['instance_id']}/config", Type="String", Value="{}"
+                    ),
+                    jobs,
+                )
+            )
+    bodies = []
+    for k, job in enumerate(jobs):
+        status = "success" if k % 5 else "failure"
+        bodies.append(
+            json.dumps(
+                {
+                    "instance_id": job["instance_id"],
+                    "job_id": job["job_id"],
+                    "status": status,
+                    "exit_code": 0 if status == "success" else 1,
+                    "duration_seconds": 100 + k % 50,
+                    "started_at": iso(now - dt.timedelta(minutes=3)),
+                    "completed_at": iso(now),
+                    "error": "" if status == "success" else "exit code 1",
+                }
+            )
+        )
+    sqs, url = clients["sqs"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+
+    def send(start):
+        sqs.send_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(send, range(0, n, 10)))
+    return jobs
+
+
+def completed(clients, env) -> int:
+    ddb, total, kwargs = clients["dynamodb"], 0, {"TableName": env["RUNS_FLEET_JOBS_TABLE"], "Select": "COUNT"}
+    kwargs.update(FilterExpression="#s <> :r", ExpressionAttributeNames={"#s": "status"})
+    kwargs["ExpressionAttributeValues"] = {":r": {"S": "running"}}
+    while True:
+        page = ddb.scan(**kwargs)
+        total += page["Count"]
+        if "LastEvaluatedKey" not in page:
+            return total
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def depth(clients, url) -> int:
+    a = clients["sqs"].get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(a["ApproximateNumberOfMessages"]) + int(a["ApproximateNumberOfMessagesNotVisible"])
+
+
+# ------------------------------------------------------------------------- baselines
+
+
+def seed_pattern(clients, env) -> int:
+    """The seed's handler: receive 10, then per message one call per action, 5 workers."""
+    sqs, url = clients["sqs"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+    table, bucket = env["RUNS_FLEET_JOBS_TABLE"], env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    done = 0
+
+    def handle(m):
+        body = json.loads(m["Body"])
+        clients["s3"].put_object(Bucket=bucket, Key=f"raw/seed/{m['MessageId']}.json", Body=m["Body"].encode())
+        try:
+            clients["dynamodb"].update_item(
+                TableName=table,
+                Key={"job_id": {"S": body["job_id"]}},
+                UpdateExpression="SET #s = :f, exit_code = :c, completed_at = :t, duration_seconds = :d",
+                ConditionExpression="#s = :running OR attribute_not_exists(#s)",
+                ExpressionAttributeNames={"#s": "status"},
+                ExpressionAttributeValues={
+                    ":f": {"S": "completed" if body["status"] == "success" else "failed"},
+                    ":c": {"N": str(body["exit_code"])},
+                    ":t": {"S": body["completed_at"]},
+                    ":d": {"N": str(body["duration_seconds"])},
+                    ":running": {"S": "running"},
+                },
+            )
+        except clients["dynamodb"].exceptions.ConditionalCheckFailedException:
+            pass
+        try:
+            clients["ssm"].delete_parameter(Name=f"/runs-fleet/runners/{body['instance_id']}/config")
+        except clients["ssm"].exceptions.ParameterNotFound:
+            pass
+        datum = [{"MetricName": "JobDuration", "Value": body["duration_seconds"], "Unit": "Seconds"}]
+        datum.append({"MetricName": "JobSuccess" if body["status"] == "success" else "JobFailure", "Value": 1})
+        clients["cloudwatch"].put_metric_data(Namespace="RunsFleetSeed", MetricData=datum)
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+    with ThreadPoolExecutor(5) as pool:
+        while True:
+            messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+            if not messages:
+                return done
+            list(pool.map(handle, messages))
+            done += len(messages)
+
+
+def bare_batched(clients, env) -> int:
+    """The drain's batch calls written as a bare loop: 10 per round, no validation, no threads."""
+    sqs, url = clients["sqs"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+    table, bucket = env["RUNS_FLEET_JOBS_TABLE"], env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    done, n = 0, 0
+    while True:
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
+        if not messages:
+            return done
+        n += 1
+        clients["s3"].put_object(
+            Bucket=bucket, Key=f"raw/bare/{n}.jsonl", Body="\n".join(m["Body"] for m in messages).encode()
+        )
+        bodies = [json.loads(m["Body"]) for m in messages]
+        clients["dynamodb"].transact_write_items(
+            TransactItems=[
+                {
+                    "Update": {
+                        "TableName": table,
+                        "Key": {"job_id": {"S": b["job_id"]}},
+                        "UpdateExpression": "SET #s = :f, exit_code = :c, completed_at = :t",
+                        "ConditionExpression": "#s = :running OR attribute_not_exists(#s)",
+                        "ExpressionAttributeNames": {"#s": "status"},
+                        "ExpressionAttributeValues": {
+                            ":f": {"S": "completed" if b["status"] == "success" else "failed"},
+                            ":c": {"N": str(b["exit_code"])},
+                            ":t": {"S": b["completed_at"]},
+                            ":running": {"S": "running"},
+                        },
+                    }
+                }
+                for b in bodies
+            ]
+        )
+        clients["ssm"].delete_parameters(Names=[f"/runs-fleet/runners/{b['instance_id']}/config" for b in bodies])
+        clients["cloudwatch"].put_metric_data(
+            Namespace="RunsFleetBare",
+            MetricData=[{"MetricName": "JobDuration", "Values": [b["duration_seconds"] for b in bodies]}],
+        )
+        sqs.delete_message_batch(
+            QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+        )
+        done += len(messages)
+
+
+# --------------------------------------------------------------------------- measures
+
+
+def fleet_context(calls: Calls, env):
+    from pipelines.fleet.aws import FleetContext
+
+    c = calls.clients
+    return FleetContext(
+        ec2=c["ec2"],
+        ssm=c["ssm"],
+        dynamodb=c["dynamodb"],
+        cloudwatch=c["cloudwatch"],
+        s3=c["s3"],
+        jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
+        archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        namespace="RunsFleet",
+        log=log,
+    )
+
+
+def drain_pure(calls: Calls, env, concurrency=5):
+    from pipelines.fleet.drain import DrainLimits
+    from pipelines.fleet.termination import termination_drain
+
+    drain = termination_drain(
+        fleet_context(calls, env),
+        sqs=calls.clients["sqs"],
+        queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+        dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
+        run_id=uuid.uuid4().hex[:8],
+        limits=DrainLimits(concurrency=concurrency, wait_seconds=0),
+    )
+    return drain.run()
+
+
+def drain_job(run_config: dict, instance):
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions("local").resolve_job_def("process_termination_queue")
+    result = job.execute_in_process(run_config=run_config, instance=instance)
+    return result.output_for_node("drain_termination_queue")
+
+
+def timed(fn):
+    start = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - start
+
+
+def bench_termination(endpoint: str, n: int) -> list[str]:
+    import dagster as dg
+
+    lines = []
+    calls = Calls(endpoint)
+    rows = []
+    for name, run in [
+        ("seed pattern (per-message calls, 5 workers)", lambda env: seed_pattern(calls.clients, env)),
+        ("bare batched boto3 loop", lambda env: bare_batched(calls.clients, env)),
+        ("drain, plain module (concurrency 5)", lambda env: drain_pure(calls, env).counts["applied"]),
+        (
+            "drain run: process_termination_queue job in process",
+            lambda env: drain_job({"waitSeconds": 0}, dg.DagsterInstance.ephemeral())["applied"],
+        ),
+    ]:
+        env = reset(endpoint)
+        seed_jobs(calls.clients, env, n)
+        calls.reset()
+        with AllCalls() as all_calls:
+            done, seconds = timed(lambda run=run, env=env: run(env))
+        counted = calls.reset() + all_calls.counts
+        final = completed(calls.clients, env)
+        left = depth(calls.clients, env["RUNS_FLEET_TERMINATION_QUEUE_URL"])
+        if final != n or left:
+            print(f"  WARNING {name}: {final}/{n} jobs final, {left} message(s) left in the queue", file=sys.stderr)
+        total = sum(counted.values())
+        rows.append((name, done, seconds, total, counted))
+        print(f"  {name}: {done} msgs in {seconds:.2f}s, {total} calls", file=sys.stderr)
+    seed_rate = rows[0][1] / rows[0][2]
+    bare_rate = rows[1][1] / rows[1][2]
+    lines.append(f"Termination, {n} messages (all valid, full rounds), same moto server:")
+    lines.append("")
+    lines.append("| variant | msgs/s | vs seed pattern | vs bare batched loop | API calls per message |")
+    lines.append("|---|---:|---:|---:|---:|")
+    for name, done, seconds, total, _counted in rows:
+        rate = done / seconds
+        per = f"{total / n:.3f}"
+        lines.append(f"| {name} | {rate:.0f} | {rate / seed_rate:.2f} | {rate / bare_rate:.2f} | {per} |")
+    drain_calls = rows[2][4]
+    lines.append("")
+    lines.append("Drain calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(drain_calls.items())))
+    lines.append("Seed pattern calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[0][4].items())))
+    return lines
+
+
+def bench_backlog(endpoint: str, n: int) -> list[str]:
+    """The sensor's ticks launch drain runs until the backlog is gone (runs in process, one at a time)."""
+    import dagster as dg
+
+    from pipelines.definitions import build_definitions
+    from resources import SQSResource, fleet_settings_from_env
+
+    calls = Calls(endpoint)
+    env = reset(endpoint)
+    seed_jobs(calls.clients, env, n, parameters=False)  # parameters already gone: "already gone is fine"
+    defs = build_definitions("local")
+    sensor = defs.resolve_sensor_def("termination_queue_sensor")
+    runs, cursor, start = [], None, time.perf_counter()
+    with dg.instance_for_test() as instance:
+        while True:
+            ctx = dg.build_sensor_context(
+                instance=instance, cursor=cursor, resources={"sqs": SQSResource(), "fleet": fleet_settings_from_env()}
+            )
+            tick = sensor.evaluate_tick(ctx)
+            cursor = tick.cursor
+            if not tick.run_requests:
+                break
+            (request,) = tick.run_requests
+            # Each run is capped at 60 s so several runs share the backlog, as under the daemon.
+            out = drain_job({"waitSeconds": 0, "maxSeconds": 60}, instance)
+            runs.append(out)
+            print(f"  run {len(runs)}: {out['applied']} applied in {out['seconds']}s", file=sys.stderr)
+    seconds = time.perf_counter() - start
+    done = completed(calls.clients, env)
+    left = depth(calls.clients, env["RUNS_FLEET_TERMINATION_QUEUE_URL"])
+    dead = depth(calls.clients, env["RUNS_FLEET_TERMINATION_DLQ_URL"])
+    applied = sum(r["applied"] for r in runs)
+    return [
+        f"Backlog: {n} messages; termination_queue_sensor ticks launched {len(runs)} drain run(s) "
+        f"(maxSeconds 60 each); {applied} applied, {done} jobs final, {left} left in the queue, {dead} dead-lettered, "
+        f"lost {n - done}; {seconds:.0f}s in all ({n / seconds:.0f} msgs/s)."
+    ]
+
+
+def bench_old_jobs(endpoint: str, n: int) -> list[str]:
+    from pipelines.fleet.housekeeping import parse_request, run_task
+
+    calls = Calls(endpoint)
+    rows = []
+    for variant in ("naive scan + DeleteItem", "old_jobs task"):
+        env = reset(endpoint)
+        ddb, table = calls.clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"]
+        old = iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=9))
+        statuses = ["completed", "failed", "timeout", "interrupted"]
+        items = [{"job_id": f"old-{k}", "status": statuses[k % 4], "completed_at": old} for k in range(n)]
+        items += [{"job_id": f"live-{k}", "status": "running"} for k in range(n // 10)]
+        for start in range(0, len(items), 25):
+            ddb.batch_write_item(
+                RequestItems={table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
+            )
+        calls.reset()
+        start = time.perf_counter()
+        if variant.startswith("naive"):
+            kwargs = {"TableName": table}
+            while True:
+                page = ddb.scan(**kwargs)
+                for item in page["Items"]:
+                    if item.get("status", {}).get("S") in statuses and item.get("completed_at", {}).get("S", "z") < iso(
+                        dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
+                    ):
+                        calls.clients["s3"].put_object(
+                            Bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=f"naive/{item['job_id']['S']}", Body=b"{}"
+                        )
+                        ddb.delete_item(TableName=table, Key={"job_id": item["job_id"]})
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        else:
+            ctx = fleet_context(calls, env)
+            result = run_task(ctx, parse_request({"task_type": "old_jobs", "params": {}}))
+            assert result["archived"] == n, result
+        seconds = time.perf_counter() - start
+        counted = calls.reset()
+        left = ddb.scan(TableName=table, Select="COUNT")["Count"]
+        assert left == n // 10, left
+        archive = counted.get("PutObject", 0)
+        without = sum(counted.values()) - archive
+        rows.append((variant, seconds, without, archive, counted))
+    out = [f"old_jobs: {n} finished records older than 7 days among {n // 10} running ones:", ""]
+    out += ["| variant | seconds | API calls per deleted record (archive writes excluded) | archive writes |"]
+    out += ["|---|---:|---:|---:|"]
+    for variant, seconds, without, archive, _counted in rows:
+        out.append(f"| {variant} | {seconds:.2f} | {without / n:.3f} | {archive} |")
+    out.append("")
+    out.append("old_jobs calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[1][4].items())))
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--backlog", type=int, default=10000)
+    parser.add_argument("--skip", default="", help="comma list of parts to skip: termination,old_jobs")
+    parser.add_argument("--old-jobs", type=int, default=3000)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.environ.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "bench",
+            "AWS_SECRET_ACCESS_KEY": "bench",
+            "AWS_REGION": "us-east-1",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "DAGSTER_DEPLOYMENT": "local",
+        }
+    )
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=60)
+        lines = []
+        if "termination" not in args.skip:
+            lines += bench_termination(endpoint, args.messages) + [""]
+        if "old_jobs" not in args.skip:
+            lines += bench_old_jobs(endpoint, args.old_jobs)
+        if args.backlog:
+            lines += [""] + bench_backlog(endpoint, args.backlog)
+    finally:
+        moto.terminate()
+        moto.wait(timeout=30)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,330 @@
+"""Batched AWS helpers for the fleet processors, and the seed's retry with backoff.
+
+Every helper takes a plain boto3 client. Batch APIs are used wherever AWS has one:
+``DeleteMessageBatch`` / ``SendMessageBatch`` (10), ``DeleteParameters`` (10), ``PutMetricData``
+(1000 datums, with ``Values``/``Counts`` so that many samples cost one datum).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
+
+from pipelines.common import iso
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+# The seed's backoff (pkg/events/handler.go): 100 ms, 500 ms, 1 s between attempts.
+# TODO(issue 3): point at the shared retry library once it lands.
+BACKOFF_SECONDS = (0.1, 0.5, 1.0)
+TRANSIENT_CODES = {
+    "Throttling",
+    "ThrottlingException",
+    "ThrottledException",
+    "RequestThrottled",
+    "RequestThrottledException",
+    "TooManyRequestsException",
+    "ProvisionedThroughputExceededException",
+    "RequestLimitExceeded",
+    "SlowDown",
+    "InternalError",
+    "InternalFailure",
+    "InternalServerError",
+    "ServiceUnavailable",
+    "ServiceUnavailableException",
+    "TransactionInProgressException",
+    "TransactionConflict",
+    "TransactionConflictException",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "PriorRequestNotComplete",
+}
+REASON_ATTRIBUTE = "groundskeeper-reason"
+SOURCE_ATTRIBUTE = "groundskeeper-source-queue"
+
+
+@dataclass
+class FleetContext:
+    """The clients and names the fleet processors and tasks work with, and where they log."""
+
+    ssm: Any
+    dynamodb: Any
+    cloudwatch: Any
+    s3: Any
+    jobs_table: str
+    archive_bucket: str
+    namespace: str
+    log: Any
+    ec2: Any = None  # only the housekeeping tasks need EC2
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Throttling, 5xx and dropped connections are worth retrying; anything else is not."""
+    if isinstance(exc, EndpointConnectionError | ConnectionError | ReadTimeoutError):
+        return True
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        return code in TRANSIENT_CODES or status >= 500
+    return False
+
+
+def with_backoff(
+    operation: Callable[[], T],
+    *,
+    what: str = "AWS call",
+    sleeps: Sequence[float] = BACKOFF_SECONDS,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``operation``; on a transient error wait 100 ms, 500 ms, 1 s and try again, then give up."""
+    for attempt in range(len(sleeps) + 1):
+        try:
+            return operation()
+        except Exception as exc:
+            if attempt == len(sleeps) or not is_transient(exc):
+                raise
+            log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt + 1, sleeps[attempt])
+            sleep(sleeps[attempt])
+    raise AssertionError("unreachable")
+
+
+def chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def error_code(exc: BaseException) -> str:
+    return exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
+
+
+# ---------------------------------------------------------------------------------- SQS
+
+
+def queue_depth(sqs, queue_url: str) -> dict[str, int]:
+    """Visible and in-flight messages (one ``GetQueueAttributes``)."""
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return {
+        "visible": int(attrs.get("ApproximateNumberOfMessages", 0)),
+        "in_flight": int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
+    }
+
+
+def queue_name(queue_url: str) -> str:
+    return queue_url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def receive(sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0) -> list[dict[str, Any]]:
+    return with_backoff(
+        lambda: sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=max(1, min(10, max_messages)),
+            WaitTimeSeconds=wait_seconds,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", []),
+        what="ReceiveMessage",
+    )
+
+
+def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> list[str]:
+    """``DeleteMessageBatch`` in tens. Returns the message ids that could not be deleted."""
+    failed: list[str] = []
+    for batch in chunks(list(messages), 10):
+        entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)]
+        response = with_backoff(
+            lambda entries=entries: sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries),
+            what="DeleteMessageBatch",
+        )
+        for entry in response.get("Failed", []):
+            message = batch[int(entry["Id"])]
+            failed.append(message["MessageId"])
+            log.warning("could not delete message %s: %s", message["MessageId"], entry.get("Message"))
+    return failed
+
+
+def _attributes_for_send(message: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+    attrs = {}
+    for name, value in (message.get("MessageAttributes") or {}).items():
+        if name in extra or name.startswith("groundskeeper-dlq"):
+            continue
+        attrs[name] = {k: v for k, v in value.items() if k in {"DataType", "StringValue", "BinaryValue"}}
+    for name, value in extra.items():
+        attrs[name] = {"DataType": "String", "StringValue": value[:1000]}
+    return dict(list(attrs.items())[:10])  # SQS allows 10 attributes per message
+
+
+def send_messages(
+    sqs, queue_url: str, items: Sequence[tuple[dict[str, Any], dict[str, str]]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``SendMessageBatch`` of (received message, extra string attributes). Returns (sent, failed)."""
+    sent: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    for batch in chunks(list(items), 10):
+        entries = [
+            {"Id": str(n), "MessageBody": m["Body"], "MessageAttributes": _attributes_for_send(m, extra)}
+            for n, (m, extra) in enumerate(batch)
+        ]
+        response = with_backoff(
+            lambda entries=entries: sqs.send_message_batch(QueueUrl=queue_url, Entries=entries),
+            what="SendMessageBatch",
+        )
+        ok = {entry["Id"] for entry in response.get("Successful", [])}
+        for n, (message, _extra) in enumerate(batch):
+            (sent if str(n) in ok else failed).append(message)
+    return sent, failed
+
+
+def dead_letter(
+    sqs, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Send (message, reason) pairs to the dead-letter queue with the reason as an attribute.
+
+    Returns (sent, failed). Only sent messages may be deleted from the source queue.
+    """
+    source = queue_name(source_url)
+    return send_messages(
+        sqs, dlq_url, [(m, {REASON_ATTRIBUTE: reason, SOURCE_ATTRIBUTE: source}) for m, reason in poison]
+    )
+
+
+def message_received_at(message: dict[str, Any], default: dt.datetime | None = None) -> dt.datetime:
+    sent = (message.get("Attributes") or {}).get("SentTimestamp")
+    if sent and str(sent).isdigit():
+        return dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC)
+    return default or dt.datetime.now(dt.UTC)
+
+
+# ---------------------------------------------------------------------------------- SSM
+
+
+def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:
+    """``DeleteParameters`` in tens. A parameter that is already gone counts as ``missing``, not an error."""
+    counts = {"deleted": 0, "missing": 0}
+    for batch in chunks(sorted(set(names)), 10):
+        response = with_backoff(lambda batch=batch: ssm.delete_parameters(Names=list(batch)), what="DeleteParameters")
+        counts["deleted"] += len(response.get("DeletedParameters", []))
+        counts["missing"] += len(response.get("InvalidParameters", []))
+    return counts
+
+
+# --------------------------------------------------------------------------------- metrics
+
+
+class MetricBatch:
+    """Collects samples and publishes them in as few ``PutMetricData`` calls as possible."""
+
+    def __init__(self) -> None:
+        # (name, dimensions, unit) -> value -> count
+        self._samples: dict[tuple[str, tuple[tuple[str, str], ...], str], dict[float, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+
+    def add(self, name: str, value: float, *, unit: str = "Count", **dimensions: str) -> None:
+        dims = tuple(sorted((k, str(v)[:255] or "none") for k, v in dimensions.items()))
+        self._samples[(name, dims, unit)][float(value)] += 1
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def datums(self) -> list[dict[str, Any]]:
+        out = []
+        for (name, dims, unit), values in self._samples.items():
+            pairs = list(values.items())
+            for part in chunks(pairs, 150):  # PutMetricData: at most 150 distinct values per datum
+                datum: dict[str, Any] = {
+                    "MetricName": name,
+                    "Unit": unit,
+                    "Values": [v for v, _ in part],
+                    "Counts": [c for _, c in part],
+                }
+                if dims:
+                    datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in dims]
+                out.append(datum)
+        return out
+
+    def publish(self, cloudwatch, namespace: str) -> int:
+        """Publish everything collected (1000 datums per call). Returns the number of calls."""
+        calls = 0
+        for batch in chunks(self.datums(), 1000):
+            with_backoff(
+                lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
+                what="PutMetricData",
+            )
+            calls += 1
+        self._samples.clear()
+        return calls
+
+
+def publish_count(cloudwatch, namespace: str, name: str, value: int) -> None:
+    batch = MetricBatch()
+    batch._samples[(name, (), "Count")][float(value)] += 1
+    batch.publish(cloudwatch, namespace)
+
+
+# ---------------------------------------------------------------------------------- S3
+
+
+class RunArchive:
+    """The raw messages one run received, in ONE S3 object per run (JSON Lines), written before handling.
+
+    S3 objects cannot be appended to, so each ``write`` rewrites the run's object with everything
+    received so far; past ``max_bytes`` the run starts a new part (``<run>.part-0002.jsonl``) so a
+    long backlog costs no more than small objects. Thread-safe.
+    """
+
+    def __init__(self, s3, bucket: str, queue: str, run_id: str, *, max_bytes: int = 256 * 1024):
+        self.s3, self.bucket, self.max_bytes = s3, bucket, max_bytes
+        self.prefix = f"raw/{queue}/{dt.datetime.now(dt.UTC):%Y-%m-%d}/{run_id}"
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._part = 1
+        self._lock = threading.Lock()
+        self.keys: list[str] = []
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
+
+    def write(self, messages: Sequence[dict[str, Any]]) -> str:
+        """Store these received messages (with those before them). Returns the object key."""
+        received = iso(dt.datetime.now(dt.UTC))
+        lines = [
+            json.dumps(
+                {
+                    "message_id": m.get("MessageId"),
+                    "received_at": received,
+                    "receive_count": (m.get("Attributes") or {}).get("ApproximateReceiveCount"),
+                    "sent_timestamp": (m.get("Attributes") or {}).get("SentTimestamp"),
+                    "body": m.get("Body"),
+                },
+                ensure_ascii=False,
+            ).encode("utf-8", "surrogatepass")
+            + b"\n"
+            for m in messages
+        ]
+        with self._lock:
+            if self._lines and self._size + sum(map(len, lines)) > self.max_bytes:
+                self._lines, self._size, self._part = [], 0, self._part + 1
+            self._lines += lines
+            self._size += sum(map(len, lines))
+            body, key = b"".join(self._lines), self.key
+            with_backoff(
+                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"),
+                what="PutObject (raw archive)",
+            )
+            if key not in self.keys:
+                self.keys.append(key)
+            return key

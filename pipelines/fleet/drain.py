@@ -1,0 +1,174 @@
+"""The drain loop shared by both queues: receive rounds of messages, hand them over, stop cleanly.
+
+One round is one long-poll ``ReceiveMessage`` of 10 and, while they come back full, up to
+``concurrency - 1`` more short polls, so a round holds up to ``10 * concurrency`` messages.
+The handler gets the whole round (batch APIs amortise over it) and a thread pool of
+``concurrency`` workers for its parallel calls.
+
+Stopping: ``stop`` (a ``threading.Event``) stops receiving. The round in flight always finishes;
+``run_with_graceful_stop`` waits for it up to a timeout when the run is interrupted (terminate
+from the UI, SIGTERM), and whatever was not received stays in the queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.fleet.aws import receive
+
+log = logging.getLogger(__name__)
+
+RoundHandler = Callable[[list[dict[str, Any]], ThreadPoolExecutor], Counter]
+
+
+@dataclass(frozen=True)
+class DrainLimits:
+    """The seed's flat run config: ``{"concurrency": 5, "maxMessages": 0, "maxSeconds": 300}``."""
+
+    concurrency: int = 5
+    max_messages: int = 0  # 0: until the queue is empty
+    max_seconds: float = 300
+    wait_seconds: int = 2  # long poll of a round's first receive; an empty poll ends the run
+    stop_timeout_seconds: float = 60
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.concurrency <= 10:
+            raise ValueError(f"concurrency must be 1..10, got {self.concurrency}")
+        if self.max_messages < 0 or self.max_seconds <= 0 or not 0 <= self.wait_seconds <= 20:
+            raise ValueError("maxMessages >= 0, maxSeconds > 0 and waitSeconds in 0..20 are required")
+
+
+@dataclass
+class DrainResult:
+    counts: Counter = field(default_factory=Counter)
+    rounds: int = 0
+    seconds: float = 0.0
+    stopped_by: str = ""
+
+    def as_dict(self, keys: tuple[str, ...] = ()) -> dict[str, Any]:
+        out: dict[str, Any] = {key: 0 for key in keys}
+        out.update(sorted(self.counts.items()))
+        out.update(rounds=self.rounds, seconds=round(self.seconds, 3), stopped_by=self.stopped_by)
+        if self.seconds > 0:
+            out["messages_per_second"] = round(self.counts.get("received", 0) / self.seconds, 1)
+        return out
+
+
+class QueueDrain:
+    def __init__(
+        self,
+        sqs,
+        queue_url: str,
+        handler: RoundHandler,
+        limits: DrainLimits,
+        *,
+        logger: Any = None,
+        progress_every: int = 500,
+    ):
+        self.sqs, self.queue_url, self.handler, self.limits = sqs, queue_url, handler, limits
+        self.log = logger or log
+        self.stop = threading.Event()
+        self.result = DrainResult()
+        self.report_keys: tuple[str, ...] = getattr(handler, "report_keys", ())
+        self.progress_every = progress_every
+
+    def _round(self, budget: int) -> list[dict[str, Any]]:
+        """One long-poll receive, then (while they come back full) up to ``concurrency - 1`` short polls.
+
+        The receives are sequential: concurrent receives on one queue can be handed the same message
+        (moto does so readily), which only costs duplicates later.
+        """
+        messages: list[dict[str, Any]] = []
+        wait = self.limits.wait_seconds
+        for _ in range(self.limits.concurrency):
+            got = receive(self.sqs, self.queue_url, max_messages=min(10, budget - len(messages)), wait_seconds=wait)
+            messages += got
+            wait = 0
+            if len(got) < 10 or len(messages) >= budget or self.stop.is_set():
+                break
+        return messages
+
+    def run(self) -> DrainResult:
+        started = time.monotonic()
+        limits, result = self.limits, self.result
+        next_progress = self.progress_every
+        with ThreadPoolExecutor(max_workers=limits.concurrency, thread_name_prefix="drain") as pool:
+            while True:
+                if self.stop.is_set():
+                    result.stopped_by = "stop requested"
+                    break
+                if time.monotonic() - started >= limits.max_seconds:
+                    result.stopped_by = "maxSeconds"
+                    break
+                budget = 10 * limits.concurrency
+                if limits.max_messages:
+                    budget = min(budget, limits.max_messages - result.counts["received"])
+                    if budget <= 0:
+                        result.stopped_by = "maxMessages"
+                        break
+                messages = self._round(budget)
+                if not messages:
+                    result.stopped_by = "queue empty"
+                    break
+                result.counts["received"] += len(messages)
+                result.counts.update(self.handler(messages, pool))
+                result.rounds += 1
+                if result.counts["received"] >= next_progress:
+                    next_progress += self.progress_every
+                    elapsed = time.monotonic() - started
+                    self.log.info(
+                        f"{self.queue_url.rsplit('/', 1)[-1]}: {result.counts['received']} received in "
+                        f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
+                    )
+        result.seconds = time.monotonic() - started
+        return result
+
+
+def run_with_graceful_stop(drain: QueueDrain, *, logger: Any = None) -> tuple[DrainResult, BaseException | None]:
+    """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread, which is how Dagster
+    delivers a UI termination or SIGTERM, sets ``drain.stop`` and waits up to ``stop_timeout_seconds``
+    for the round in flight. Returns the result and the interrupt to re-raise (or None)."""
+    logger = logger or log
+    outcome: dict[str, Any] = {}
+    finished = threading.Event()
+
+    def target() -> None:
+        try:
+            outcome["result"] = drain.run()
+        except BaseException as exc:  # surfaced to the caller's thread
+            outcome["error"] = exc
+        finally:
+            finished.set()
+
+    # Wait on an Event, not Thread.join: an interrupt inside join() can leave is_alive() wrong.
+    threading.Thread(target=target, name="queue-drain", daemon=True).start()
+    interrupt: BaseException | None = None
+    deadline: float | None = None
+    while not finished.is_set():
+        try:
+            if deadline is not None and time.monotonic() >= deadline:
+                logger.error(
+                    f"stop timeout ({drain.limits.stop_timeout_seconds}s) reached with a round still in flight; "
+                    "its unacknowledged messages reappear after their visibility timeout"
+                )
+                break
+            finished.wait(0.2)
+        except BaseException as exc:  # DagsterExecutionInterruptedError, KeyboardInterrupt
+            if interrupt is None:
+                interrupt = exc
+                drain.stop.set()
+                deadline = time.monotonic() + drain.limits.stop_timeout_seconds
+                logger.warning("interrupted: no more receives; finishing the messages in flight")
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome.get("result", drain.result)
+    if interrupt is not None:
+        result.stopped_by = "interrupted"
+    return result, interrupt

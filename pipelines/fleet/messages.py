@@ -1,0 +1,279 @@
+"""Parsing and validation of the seed's queue messages. Anything from outside is checked here first.
+
+A message that fails validation raises ``InvalidMessage`` whose ``reason`` is one short line: it
+becomes the ``groundskeeper-reason`` attribute of the dead-lettered message.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.common import iso
+
+INSTANCE_ID_RE = re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$")
+RUNNER_PREFIX = "/runs-fleet/runners/"
+RUNNER_PARAMETER_RE = re.compile(r"^/runs-fleet/runners/(?P<instance_id>[^/]+)/config$")
+
+# Termination message status -> job status (contract).
+STATUS_MAP = {"success": "completed", "failure": "failed", "timeout": "timeout", "interrupted": "interrupted"}
+FINAL_STATUSES = tuple(STATUS_MAP.values())
+
+TERMINATION_FIELDS = {
+    "instance_id",
+    "job_id",
+    "status",
+    "exit_code",
+    "duration_seconds",
+    "started_at",
+    "completed_at",
+    "error",
+}
+MAX_JOB_ID = 256
+MAX_ERROR = 4096
+MAX_DURATION_SECONDS = 31 * 24 * 3600  # a month: more is a broken clock, not a job
+FUTURE_SLACK = dt.timedelta(days=1)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class InvalidMessage(ValueError):
+    """A message that can never be processed. ``reason`` is one line for the dead-letter attribute."""
+
+    def __init__(self, reason: str):
+        super().__init__(reason)
+        self.reason = reason
+
+
+def fingerprint(body: str) -> str:
+    """A stable hash of a message body (dead-letter bookkeeping, archive keys)."""
+    return hashlib.sha256(body.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def valid_instance_id(value: Any) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessage(f"instance_id must be a string, got {type(value).__name__}")
+    if not INSTANCE_ID_RE.match(value):
+        raise InvalidMessage(f"invalid instance_id {value[:80]!r}")
+    return value
+
+
+def runner_parameter(instance_id: str) -> str:
+    """The runner's SSM parameter. The id is validated again here: no unchecked id builds a path."""
+    return f"{RUNNER_PREFIX}{valid_instance_id(instance_id)}/config"
+
+
+def instance_of_parameter(name: str) -> str | None:
+    """The instance id in ``/runs-fleet/runners/<id>/config``, or None for any other name."""
+    match = RUNNER_PARAMETER_RE.match(name)
+    if not match or not INSTANCE_ID_RE.match(match["instance_id"]):
+        return None
+    return match["instance_id"]
+
+
+def _reject_constant(name: str) -> Any:
+    raise InvalidMessage(f"non-finite number {name} in JSON")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise InvalidMessage(f"duplicate key {key[:40]!r} in JSON")
+        out[key] = value
+    return out
+
+
+def load_object(body: Any) -> dict[str, Any]:
+    """Strict JSON object: no NaN/Infinity, no duplicate keys, no deep nesting bombs."""
+    if not isinstance(body, str):
+        raise InvalidMessage("message body is not text")
+    if not body.strip():
+        raise InvalidMessage("empty message body")
+    try:
+        value = json.loads(body, parse_constant=_reject_constant, object_pairs_hook=_no_duplicate_keys)
+    except InvalidMessage:
+        raise
+    except RecursionError:
+        raise InvalidMessage("JSON nested too deeply") from None
+    except ValueError as exc:
+        raise InvalidMessage(f"malformed JSON: {str(exc)[:120]}") from None
+    if not isinstance(value, dict):
+        raise InvalidMessage(f"message must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def parse_time(value: Any, name: str) -> dt.datetime:
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{name} must be an ISO-8601 string, got {type(value).__name__}")
+    try:
+        moment = dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise InvalidMessage(f"{name} is not ISO-8601: {value[:40]!r}") from None
+    if moment.tzinfo is None:
+        raise InvalidMessage(f"{name} has no time zone: {value[:40]!r}")
+    return moment.astimezone(dt.UTC)
+
+
+def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise InvalidMessage(f"{name} must be a string, got {type(value).__name__}")
+    if not value.strip() and not allow_empty:
+        raise InvalidMessage(f"{name} is empty")
+    if len(value) > max_len:
+        raise InvalidMessage(f"{name} longer than {max_len} characters")
+    return value
+
+
+def _integer(value: Any, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidMessage(f"{name} must be a number, got {type(value).__name__}")
+    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
+        raise InvalidMessage(f"{name} must be a whole number, got {value!r}")
+    if not low <= int(value) <= high:
+        raise InvalidMessage(f"{name} out of range [{low}, {high}]: {value!r}")
+    return int(value)
+
+
+@dataclass(frozen=True)
+class Termination:
+    """A validated termination message."""
+
+    instance_id: str
+    job_id: str
+    status: str  # success | failure | timeout | interrupted
+    completed_at: str  # normalised ISO-8601 (sorts as text in completed_at-index)
+    exit_code: int | None = None
+    duration_seconds: float | None = None
+    started_at: str | None = None
+    error: str | None = None
+
+    @property
+    def job_status(self) -> str:
+        return STATUS_MAP[self.status]
+
+    @property
+    def parameter(self) -> str:
+        return runner_parameter(self.instance_id)
+
+
+def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
+    """The seed's termination message, or ``InvalidMessage`` with the reason."""
+    data = load_object(body)
+    unknown = sorted(set(data) - TERMINATION_FIELDS)
+    if unknown:
+        raise InvalidMessage(f"unknown field(s): {', '.join(u[:40] for u in unknown[:5])}")
+    for name in ("instance_id", "job_id", "status"):
+        if name not in data or data[name] is None:
+            raise InvalidMessage(f"missing field {name}")
+    instance_id = valid_instance_id(data["instance_id"])
+    job_id = _text(data["job_id"], "job_id", MAX_JOB_ID)
+    if _CONTROL.search(job_id) or job_id != job_id.strip():
+        raise InvalidMessage("job_id contains control characters or surrounding spaces")
+    status = data["status"]
+    if not isinstance(status, str) or status not in STATUS_MAP:
+        raise InvalidMessage(f"unknown status {str(status)[:40]!r}")
+    exit_code = None
+    if data.get("exit_code") is not None:
+        exit_code = _integer(data["exit_code"], "exit_code", -(2**31), 2**31 - 1)
+    duration = None
+    if data.get("duration_seconds") is not None:
+        raw = data["duration_seconds"]
+        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
+            raise InvalidMessage(f"duration_seconds must be a number, got {raw!r:.40}")
+        if not 0 <= raw <= MAX_DURATION_SECONDS:
+            raise InvalidMessage(f"duration_seconds out of range [0, {MAX_DURATION_SECONDS}]: {raw!r}")
+        duration = int(raw) if float(raw).is_integer() else float(raw)
+    started = parse_time(data["started_at"], "started_at") if data.get("started_at") is not None else None
+    completed = (
+        parse_time(data["completed_at"], "completed_at") if data.get("completed_at") is not None else received_at
+    )
+    if completed > received_at + FUTURE_SLACK:
+        raise InvalidMessage(f"completed_at {iso(completed)} is in the future")
+    if started is not None and started > completed:
+        raise InvalidMessage("started_at is after completed_at")
+    error = None
+    if data.get("error") is not None:
+        error = _text(data["error"], "error", MAX_ERROR, allow_empty=True) or None
+    return Termination(
+        instance_id=instance_id,
+        job_id=job_id,
+        status=status,
+        completed_at=iso(completed),
+        exit_code=exit_code,
+        duration_seconds=duration,
+        started_at=iso(started) if started else None,
+        error=error,
+    )
+
+
+# ------------------------------------------------------------------------------ housekeeping
+
+HOUSEKEEPING_FIELDS = {"task_type", "timestamp", "params"}
+COMMON_PARAMS = {"now", "dryRun"}
+
+
+@dataclass(frozen=True)
+class HousekeepingRequest:
+    """A validated housekeeping message (or run config): the task and its parameters."""
+
+    task_type: str
+    timestamp: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def dry_run(self) -> bool:
+        return bool(self.params.get("dryRun", False))
+
+    def now(self, default: dt.datetime | None = None) -> dt.datetime:
+        """``params.now`` (what-if runs and tests) or the real clock."""
+        if "now" in self.params:
+            return parse_time(self.params["now"], "params.now")
+        return default or dt.datetime.now(dt.UTC)
+
+    def key(self) -> str:
+        """Identical requests in one round run once."""
+        return json.dumps([self.task_type, self.params], sort_keys=True)
+
+
+def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> HousekeepingRequest:
+    """A housekeeping message body (text) or run config (dict). ``allowed_params``: task -> its params.
+
+    ``task_type`` is checked by the dispatcher, which knows which tasks exist.
+    """
+    if not isinstance(data, dict):
+        data = load_object(data)
+    unknown = sorted(set(data) - HOUSEKEEPING_FIELDS)
+    if unknown:
+        raise InvalidMessage(f"unknown field(s): {', '.join(u[:40] for u in unknown[:5])}")
+    task_type = data.get("task_type")
+    if not isinstance(task_type, str) or not task_type:
+        raise InvalidMessage("missing field task_type")
+    timestamp = data.get("timestamp")
+    if timestamp is not None:
+        timestamp = iso(parse_time(timestamp, "timestamp"))
+    params = data.get("params")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise InvalidMessage(f"params must be an object, got {type(params).__name__}")
+    if task_type in allowed_params:
+        extra = sorted(set(params) - allowed_params[task_type] - COMMON_PARAMS)
+        if extra:
+            raise InvalidMessage(f"unknown parameter(s) for {task_type}: {', '.join(e[:40] for e in extra[:5])}")
+    if "now" in params:
+        parse_time(params["now"], "params.now")
+    if "dryRun" in params and not isinstance(params["dryRun"], bool):
+        raise InvalidMessage("params.dryRun must be true or false")
+    return HousekeepingRequest(task_type=task_type, timestamp=timestamp, params=dict(params))
+
+
+def int_param(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
+    """A whole-number task parameter within bounds (``InvalidMessage`` otherwise)."""
+    if params.get(name) is None:
+        return default
+    return _integer(params[name], f"params.{name}", low, high)

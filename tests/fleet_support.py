@@ -1,0 +1,151 @@
+"""Helpers for the fleet tests: fleet state in moto, queue contents, metric sums, a drain run."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import uuid
+
+from pipelines.common import iso, to_item
+from pipelines.fleet.aws import FleetContext
+from pipelines.fleet.drain import DrainLimits
+from pipelines.fleet.termination import termination_drain
+
+log = logging.getLogger("tests.fleet")
+AMI = "ami-12c6146b"
+
+
+def context(aws) -> FleetContext:
+    return FleetContext(
+        ec2=aws.client("ec2"),
+        ssm=aws.client("ssm"),
+        dynamodb=aws.client("dynamodb"),
+        cloudwatch=aws.client("cloudwatch"),
+        s3=aws.client("s3"),
+        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
+        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        namespace="RunsFleet",
+        log=log,
+    )
+
+
+def make_drain(aws, *, run_id: str | None = None, **limits):
+    """A termination drain over the test's clients (``wait_seconds`` 0 unless given)."""
+    limits.setdefault("wait_seconds", 0)
+    return termination_drain(
+        context(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+        dlq_url=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"],
+        run_id=run_id or uuid.uuid4().hex[:8],
+        limits=DrainLimits(**limits),
+    )
+
+
+def drain(aws, *, run_id: str | None = None, **limits):
+    return make_drain(aws, run_id=run_id, **limits).run()
+
+
+def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:
+    """n running instances, each with a running job and its runner parameter."""
+    ec2, ddb, ssm = aws.client("ec2"), aws.client("dynamodb"), aws.client("ssm")
+    tags = [{"Key": "runs-fleet:managed", "Value": "true"}, {"Key": "runs-fleet:pool", "Value": "linux-small"}]
+    instances = ec2.run_instances(
+        ImageId=AMI,
+        MinCount=n,
+        MaxCount=n,
+        InstanceType="t3.small",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags if tag_managed else tags[1:]}],
+    )["Instances"]
+    jobs = []
+    for k, inst in enumerate(instances):
+        job = {
+            "job_id": f"job-{uuid.uuid4().hex[:10]}-{k}",
+            "instance_id": inst["InstanceId"],
+            "pool": "linux-small",
+            "status": "running",
+            "started_at": iso(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)),
+        }
+        ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(job))
+        ssm.put_parameter(Name=f"/runs-fleet/runners/{inst['InstanceId']}/config", Type="String", Value="{}")
+        jobs.append(job)
+    return jobs
+
+
+def termination_body(job: dict, status: str = "success", **extra) -> str:
+    now = dt.datetime.now(dt.UTC)
+    body = {
+        "instance_id": job["instance_id"],
+        "job_id": job["job_id"],
+        "status": status,
+        "exit_code": 0 if status == "success" else 1,
+        "duration_seconds": 120,
+        "started_at": iso(now - dt.timedelta(minutes=2)),
+        "completed_at": iso(now),
+        "error": "" if status == "success" else "exit code 1",
+    }
+    body.update(extra)
+    return json.dumps(body)
+
+
+def send(aws, bodies: list[str], queue_env: str = "RUNS_FLEET_TERMINATION_QUEUE_URL") -> None:
+    sqs = aws.client("sqs")
+    for start in range(0, len(bodies), 10):
+        sqs.send_message_batch(
+            QueueUrl=aws.env[queue_env],
+            Entries=[{"Id": str(n), "MessageBody": b} for n, b in enumerate(bodies[start : start + 10])],
+        )
+
+
+def read_all(aws, queue_env: str, visibility: int = 60) -> list[dict]:
+    sqs, out = aws.client("sqs"), []
+    while True:
+        got = sqs.receive_message(
+            QueueUrl=aws.env[queue_env],
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=visibility,
+            MessageAttributeNames=["All"],
+            AttributeNames=["All"],
+        ).get("Messages", [])
+        if not got:
+            return out
+        out += got
+
+
+def depth(aws, queue_env: str) -> int:
+    attrs = aws.client("sqs").get_queue_attributes(
+        QueueUrl=aws.env[queue_env],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessages"]) + int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def jobs_state(aws) -> dict[str, dict]:
+    from pipelines.common import from_item
+
+    items = aws.client("dynamodb").scan(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"])["Items"]
+    return {i["job_id"]["S"]: from_item(i) for i in items}
+
+
+def metric_sum(aws, name: str, dimensions: list[dict] | None = None) -> float:
+    now = dt.datetime.now(dt.UTC)
+    points = aws.client("cloudwatch").get_metric_statistics(
+        Namespace="RunsFleet",
+        MetricName=name,
+        Dimensions=dimensions or [],
+        StartTime=now - dt.timedelta(hours=1),
+        EndTime=now + dt.timedelta(hours=1),
+        Period=3600 * 2,
+        Statistics=["Sum", "SampleCount"],
+    )["Datapoints"]
+    return sum(p["Sum"] for p in points)
+
+
+def runner_parameters(aws) -> set[str]:
+    names = set()
+    for page in (
+        aws.client("ssm").get_paginator("get_parameters_by_path").paginate(Path="/runs-fleet/runners", Recursive=True)
+    ):
+        names |= {p["Name"] for p in page["Parameters"]}
+    return names

@@ -1,0 +1,158 @@
+"""The Dagster layer of the fleet processors: jobs in process with the seed's flat config, sensors,
+schedules, the dead-letter asset checks and the redrive job."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+import pytest
+
+from pipelines.definitions import build_definitions
+from pipelines.fleet.defs import QUEUE_TAG
+from resources import SQSResource, fleet_settings_from_env
+from tests import fleet_support as fs
+
+TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+
+
+@pytest.fixture
+def defs():
+    return build_definitions("local")
+
+
+def test_the_fleet_definitions_are_in_every_deployment():
+    for deployment in ("local", "prod"):
+        d = build_definitions(deployment)
+        jobs = {j.name for j in d.resolve_all_job_defs()}
+        assert {
+            "process_termination_queue",
+            "process_housekeeping_queue",
+            "housekeeping",
+            "redrive_dead_letters",
+        } <= jobs
+        assert d.resolve_sensor_def("termination_queue_sensor").default_status == dg.DefaultSensorStatus.RUNNING
+        assert d.resolve_sensor_def("housekeeping_queue_sensor")
+        for task in ("orphaned_instances", "stale_ssm", "old_jobs"):
+            assert d.resolve_schedule_def(f"housekeeping_{task}_schedule")
+    tags = build_definitions("local").resolve_job_def("process_termination_queue").tags
+    assert tags[QUEUE_TAG] == "runs-fleet-termination"
+
+
+def test_the_termination_job_runs_with_the_seeds_flat_config(aws, defs):
+    jobs = fs.start_jobs(aws, 12)
+    fs.send(aws, [fs.termination_body(j) for j in jobs] + ["not json"])
+    result = defs.resolve_job_def("process_termination_queue").execute_in_process(
+        run_config={"concurrency": 5, "maxMessages": 0, "maxSeconds": 300},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert result.success
+    out = result.output_for_node("drain_termination_queue")
+    assert out["applied"] == 12 and out["dead_lettered"] == 1 and out["stopped_by"] == "queue empty"
+    (materialization,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    metadata = materialization.event_specific_data.metadata
+    assert metadata["applied"].value == 12 and metadata["raw_archive"].value.startswith("s3://")
+
+
+def test_an_invalid_drain_config_fails_with_one_line(aws, defs):
+    result = defs.resolve_job_def("process_termination_queue").execute_in_process(
+        run_config={"concurrency": 50}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
+    )
+    assert not result.success
+    assert "concurrency must be 1..10" in str(result.get_step_failure_events()[0].event_specific_data.error)
+
+
+def test_the_housekeeping_job_takes_the_seeds_message_as_config(aws, defs):
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    job = defs.resolve_job_def("housekeeping")
+    message = {"task_type": "stale_ssm", "timestamp": "2026-11-22T10:00:00Z", "params": {"dryRun": True}}
+    result = job.execute_in_process(run_config=message, instance=dg.DagsterInstance.ephemeral())
+    assert result.output_for_node("run_housekeeping_task")["stale"] == 1
+    assert len(fs.runner_parameters(aws)) == 1  # dry run
+    message["params"] = {}
+    assert job.execute_in_process(run_config=message, instance=dg.DagsterInstance.ephemeral()).success
+    assert fs.runner_parameters(aws) == set()
+
+    bad = job.execute_in_process(
+        run_config={"task_type": "pool_audit"}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
+    )
+    assert not bad.success
+    assert "not yet supported" in str(bad.get_step_failure_events()[0].event_specific_data.error)
+
+
+def test_the_schedules_launch_the_housekeeping_job_with_their_task(defs):
+    moment = dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)
+    for task, cron in [("orphaned_instances", "*/5 * * * *"), ("stale_ssm", "*/15 * * * *"), ("old_jobs", "0 * * * *")]:
+        schedule = defs.resolve_schedule_def(f"housekeeping_{task}_schedule")
+        assert schedule.cron_schedule == cron and schedule.job_name == "housekeeping"
+        (request,) = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=moment)).run_requests
+        assert request.run_config["task_type"] == task and request.run_config["params"] == {}
+        assert request.run_key == f"{task}-{moment.isoformat()}"
+
+
+def _sensor_context(instance, cursor=None):
+    return dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"sqs": SQSResource(), "fleet": fleet_settings_from_env()}
+    )
+
+
+def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, defs):
+    sensor = defs.resolve_sensor_def("termination_queue_sensor")
+    with dg.instance_for_test() as instance:
+        idle = sensor.evaluate_tick(_sensor_context(instance))
+        assert not idle.run_requests and "is empty" in idle.skip_message
+        fs.send(aws, ["{}"] * 3)
+        ctx = _sensor_context(instance)
+        tick = sensor.evaluate_tick(ctx)
+        (request,) = tick.run_requests
+        assert request.run_key == "termination-drain-1" and request.tags[QUEUE_TAG] == "runs-fleet-termination"
+        assert tick.cursor == "1"
+        # While a drain run is queued or going, the sensor does not pile up more.
+        instance.create_run_for_job(defs.resolve_job_def("process_termination_queue"), run_config={})
+        busy = sensor.evaluate_tick(_sensor_context(instance, cursor="1"))
+        assert not busy.run_requests and "still going" in busy.skip_message
+
+
+def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, defs):
+    job = defs.resolve_job_def("fleet_dead_letter_checks")
+    result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    assert all(e.passed for e in result.get_asset_check_evaluations())
+    aws.client("sqs").send_message(QueueUrl=aws.env[DLQ], MessageBody="x")
+    result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral())
+    by_asset = {e.asset_key.path[-1]: e for e in result.get_asset_check_evaluations()}
+    assert not by_asset["termination_dead_letters"].passed
+    assert by_asset["termination_dead_letters"].severity == dg.AssetCheckSeverity.WARN
+    assert by_asset["termination_dead_letters"].metadata["depth"].value == 1
+    assert by_asset["housekeeping_dead_letters"].passed
+
+
+def test_redrive_moves_dead_letters_back_and_quarantines_repeat_offenders(aws, defs):
+    sqs = aws.client("sqs")
+    bodies = [json.dumps({"n": n}) for n in range(3)]
+    for body in bodies:
+        sqs.send_message(
+            QueueUrl=aws.env[DLQ],
+            MessageBody=body,
+            MessageAttributes={"groundskeeper-reason": {"DataType": "String", "StringValue": "boom"}},
+        )
+    job = defs.resolve_job_def("redrive_dead_letters")
+
+    def run(**config):
+        result = job.execute_in_process(run_config=config, instance=dg.DagsterInstance.ephemeral())
+        return result.output_for_node("redrive_dead_letter_queue")
+
+    assert run(dryRun=True)["would_redrive"] == 3 and fs.depth(aws, DLQ) == 3
+    first = run(maxRedrives=1, ratePerSecond=100)
+    assert first["redriven"] == 3 and fs.depth(aws, DLQ) == 0
+    back = fs.read_all(aws, TQ)
+    assert sorted(m["Body"] for m in back) == sorted(bodies)
+    assert all(m["MessageAttributes"]["groundskeeper-redrive-count"]["StringValue"] == "1" for m in back)
+    for message in back:  # they fail again and come back to the dead-letter queue
+        sqs.send_message(QueueUrl=aws.env[DLQ], MessageBody=message["Body"])
+        sqs.delete_message(QueueUrl=aws.env[TQ], ReceiptHandle=message["ReceiptHandle"])
+    second = run(maxRedrives=1, ratePerSecond=100)
+    assert second["quarantined"] == 3 and second.get("redriven", 0) == 0
+    assert fs.depth(aws, DLQ) == 0 and fs.depth(aws, TQ) == 0
+    objects = aws.client("s3").list_objects_v2(
+        Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="dead-letters/runs-fleet-termination-dev/quarantine/"
+    )["Contents"]
+    assert len(objects) == 3

@@ -1,0 +1,192 @@
+"""Housekeeping tasks and the housekeeping queue against the moto server."""
+
+import datetime as dt
+import json
+from collections import Counter
+
+import pytest
+
+from pipelines.common import iso, to_item
+from pipelines.fleet.drain import DrainLimits
+from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, housekeeping_drain, parse_request, run_task
+from pipelines.fleet.messages import InvalidMessage
+from tests import fleet_support as fs
+
+HQ, HDLQ = "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL", "RUNS_FLEET_HOUSEKEEPING_DLQ_URL"
+
+
+def _ctx(aws):
+    return fs.context(aws)
+
+
+def _run(aws, task_type, **params):
+    return run_task(_ctx(aws), parse_request({"task_type": task_type, "params": params}))
+
+
+def _later(**delta) -> str:
+    return iso(dt.datetime.now(dt.UTC) + dt.timedelta(**delta))
+
+
+def _tags(aws, instance_id):
+    inst = aws.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
+    return inst["State"]["Name"], {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+
+
+def _count_calls(client):
+    calls = Counter()
+
+    def hook(event_name, **kwargs):
+        calls[event_name.rsplit(".", 1)[-1]] += 1
+
+    client.meta.events.register("before-call.*.*", hook)
+    return calls, hook
+
+
+def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_one(aws):
+    busy = fs.start_jobs(aws, 2)  # running jobs: never orphans
+    idle = fs.start_jobs(aws, 3)
+    unmanaged = fs.start_jobs(aws, 1, tag_managed=False)
+    ddb = aws.client("dynamodb")
+    for job in idle + unmanaged:  # their jobs finished long ago; the instances stayed
+        ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item({**job, "status": "completed"}))
+
+    # Launched just now: not past max_runtime + 10 min yet.
+    assert _run(aws, "orphaned_instances")["candidates"] == 0
+    # What-if: the same pass 7 hours from now, as a dry run, changes nothing.
+    dry = _run(aws, "orphaned_instances", now=_later(hours=7), dryRun=True)
+    assert dry["candidates"] == 5 and dry["suspected"] == 3 and dry["terminated"] == 0
+    assert all(SUSPECT_TAG not in _tags(aws, j["instance_id"])[1] for j in idle)
+
+    first = _run(aws, "orphaned_instances", now=_later(hours=7))
+    assert first["suspected"] == 3 and first["terminated"] == 0
+    assert all(SUSPECT_TAG in _tags(aws, j["instance_id"])[1] for j in idle)
+    # Before the next pass, one of them picks up a job again: it is no longer suspect.
+    ddb.put_item(
+        TableName=aws.env["RUNS_FLEET_JOBS_TABLE"],
+        Item=to_item({"job_id": "job-new", "instance_id": idle[0]["instance_id"], "status": "running"}),
+    )
+    ec2 = aws.client("ec2")
+    calls, hook = _count_calls(ec2)
+    second = _run(aws, "orphaned_instances", now=_later(hours=7, minutes=5))
+    ec2.meta.events.unregister("before-call.*.*", hook)
+    assert second["terminated"] == 2 and second["cleared"] == 1
+    assert calls["TerminateInstances"] == 1  # batched
+    assert [_tags(aws, j["instance_id"])[0] for j in idle] == ["running", "terminated", "terminated"]
+    assert SUSPECT_TAG not in _tags(aws, idle[0]["instance_id"])[1]
+    assert all(_tags(aws, j["instance_id"])[0] == "running" for j in busy + unmanaged)
+    assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 2
+
+
+def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_tens(aws):
+    live = fs.start_jobs(aws, 2)
+    ended = fs.start_jobs(aws, 3)
+    aws.client("ec2").terminate_instances(InstanceIds=[j["instance_id"] for j in ended])
+    ssm = aws.client("ssm")
+    gone = [f"i-{n:017x}" for n in range(1, 24)]  # 23 instances that do not exist
+    for iid in gone:
+        ssm.put_parameter(Name=f"/runs-fleet/runners/{iid}/config", Type="String", Value="{}")
+    ssm.put_parameter(Name="/runs-fleet/runners/not-an-instance/config", Type="String", Value="{}")
+
+    recent = _run(aws, "stale_ssm")  # the terminated ones ended just now: kept for 10 minutes
+    assert recent["deleted"] == 23 and recent["recently_terminated"] == 3 and recent["unrecognised"] == 1
+    left = fs.runner_parameters(aws)
+    assert {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live + ended} <= left
+
+    calls, hook = _count_calls(ssm)
+    later = _run(aws, "stale_ssm", now=_later(minutes=11))
+    ssm.meta.events.unregister("before-call.*.*", hook)
+    assert later["deleted"] == 3 and later["recently_terminated"] == 0
+    assert calls["DeleteParameters"] == 1
+    assert fs.runner_parameters(aws) == {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live} | {
+        "/runs-fleet/runners/not-an-instance/config"
+    }
+    assert fs.metric_sum(aws, "SSMParametersDeleted") == 26
+
+
+def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
+    now = dt.datetime.now(dt.UTC)
+    statuses = ["completed", "failed", "timeout", "interrupted"]
+    old, recent = [], []
+    for n in range(130):
+        old.append({"job_id": f"old-{n}", "status": statuses[n % 4], "completed_at": iso(now - dt.timedelta(days=8))})
+    for n in range(6):
+        recent.append(
+            {"job_id": f"new-{n}", "status": statuses[n % 4], "completed_at": iso(now - dt.timedelta(days=1))}
+        )
+    running = [{"job_id": "run-1", "status": "running", "started_at": iso(now - dt.timedelta(days=30))}]
+    ddb = aws.client("dynamodb")
+    for item in old + recent + running:
+        ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(item))
+
+    dry = _run(aws, "old_jobs", dryRun=True)
+    assert dry["found"] == 130 and dry["archived"] == 0 and len(fs.jobs_state(aws)) == 137
+
+    calls, hook = _count_calls(ddb)
+    result = _run(aws, "old_jobs")
+    ddb.meta.events.unregister("before-call.*.*", hook)
+    assert result["archived"] == 130
+    assert set(fs.jobs_state(aws)) == {j["job_id"] for j in recent + running}
+    assert calls["Scan"] == 0 and calls["Query"] == 4
+    assert sum(calls.values()) / 130 <= 0.1, calls
+    s3 = aws.client("s3")
+    bucket = aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    archived = []
+    for obj in s3.list_objects_v2(Bucket=bucket, Prefix="jobs/")["Contents"]:
+        archived += [json.loads(line) for line in s3.get_object(Bucket=bucket, Key=obj["Key"])["Body"].iter_lines()]
+    assert sorted(r["job_id"] for r in archived) == sorted(j["job_id"] for j in old)
+    assert fs.metric_sum(aws, "JobRecordsArchived") == 130
+    assert _run(aws, "old_jobs", retention_days=2)["archived"] == 0  # the recent ones stay
+
+
+@pytest.mark.parametrize(
+    "request_data, reason",
+    [
+        ({"task_type": "pool_audit", "params": {}}, "not yet supported"),
+        ({"task_type": "defragment", "params": {}}, "unknown task_type"),
+        ({"params": {}}, "missing field task_type"),
+        ({"task_type": "old_jobs", "params": {"retention_days": "seven"}}, "params.retention_days"),
+        ({"task_type": "old_jobs", "params": {"retention_days": 0}}, "out of range"),
+        ({"task_type": "old_jobs", "params": {"rm": "-rf"}}, "unknown parameter"),
+        ({"task_type": "stale_ssm", "params": {"now": "soon"}}, "params.now"),
+        ({"task_type": "stale_ssm", "params": {"dryRun": "yes"}}, "dryRun"),
+        ({"task_type": "stale_ssm", "params": []}, "params must be an object"),
+    ],
+)
+def test_invalid_housekeeping_requests_are_refused_with_a_reason(aws, request_data, reason):
+    with pytest.raises(InvalidMessage, match=reason):
+        run_task(_ctx(aws), parse_request(request_data))
+
+
+def test_the_dispatcher_is_a_dict_of_tasks():
+    assert set(TASKS) == {"orphaned_instances", "stale_ssm", "old_jobs"}
+    assert "pool_audit" not in TASKS
+
+
+def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws):
+    ssm = aws.client("ssm")
+    ssm.put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    stale = json.dumps({"task_type": "stale_ssm", "timestamp": _later(), "params": {}})
+    bad = [
+        json.dumps({"task_type": "pool_audit", "timestamp": _later(), "params": {}}),
+        json.dumps({"task_type": "reboot_everything", "params": {}}),
+        "{not json",
+        json.dumps({"task_type": "old_jobs", "params": {"retention_days": -1}}),
+    ]
+    fs.send(aws, [stale, stale, json.dumps({"task_type": "old_jobs"})] + bad, queue_env=HQ)
+    result = housekeeping_drain(
+        _ctx(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env[HQ],
+        dlq_url=aws.env[HDLQ],
+        run_id="t1",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
+    assert result.counts["tasks_run"] == 2  # the two identical stale_ssm requests ran once
+    assert result.counts["dead_lettered"] == 4 and result.counts["deleted"] == 7
+    assert fs.runner_parameters(aws) == set()
+    dead = {m["Body"]: m["MessageAttributes"]["groundskeeper-reason"]["StringValue"] for m in fs.read_all(aws, HDLQ)}
+    assert dead[bad[0]] == "not yet supported"
+    assert "unknown task_type" in dead[bad[1]]
+    assert "malformed JSON" in dead[bad[2]]
+    assert "out of range" in dead[bad[3]]
+    assert fs.depth(aws, HQ) == 0

@@ -1,0 +1,302 @@
+"""Termination queue processor against the moto server: the happy path, duplicates, bad input,
+path traversal, transient failures and SQS's redrive, graceful stop, and API calls per message."""
+
+import json
+import os
+import signal
+import threading
+import time
+from collections import Counter
+
+import pytest
+from botocore.exceptions import ClientError
+
+from pipelines.fleet.drain import run_with_graceful_stop
+from pipelines.fleet.messages import InvalidMessage, runner_parameter
+from tests import fleet_support as fs
+
+TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+STATUSES = ["success", "failure", "timeout", "interrupted"]
+
+
+def _expected_metrics(bodies):
+    parsed = [json.loads(b) for b in bodies]
+    return {
+        "JobSuccess": sum(1 for p in parsed if p["status"] == "success"),
+        "JobFailure": sum(1 for p in parsed if p["status"] != "success"),
+        "JobDuration": sum(p["duration_seconds"] for p in parsed),
+    }
+
+
+def _metrics(aws):
+    failure = sum(
+        fs.metric_sum(aws, "JobFailure", [{"Name": "Error", "Value": e}]) for e in ("exit code 1", "OOMKilled")
+    )
+    duration = sum(fs.metric_sum(aws, "JobDuration", [{"Name": "Status", "Value": s}]) for s in STATUSES)
+    return {"JobSuccess": fs.metric_sum(aws, "JobSuccess"), "JobFailure": failure, "JobDuration": duration}
+
+
+def test_a_drain_applies_jobs_deletes_parameters_publishes_metrics_and_acks(aws):
+    jobs = fs.start_jobs(aws, 27)
+    bodies = [fs.termination_body(j, STATUSES[k % 4], duration_seconds=60 + k) for k, j in enumerate(jobs)]
+    fs.send(aws, bodies)
+    result = fs.drain(aws, run_id="happy")
+    assert result.counts["received"] == 27 and result.counts["applied"] == 27 and result.counts["deleted"] == 27
+    assert result.stopped_by == "queue empty"
+    state = fs.jobs_state(aws)
+    for k, job in enumerate(jobs):
+        item = state[job["job_id"]]
+        assert item["status"] == ["completed", "failed", "timeout", "interrupted"][k % 4]
+        assert item["duration_seconds"] == 60 + k and item["instance_id"] == job["instance_id"]
+        assert item["exit_code"] == (0 if k % 4 == 0 else 1)
+        assert item["completed_at"].endswith("Z") and "termination_pending" not in item
+    assert fs.runner_parameters(aws) == set()
+    assert _metrics(aws) == _expected_metrics(bodies)
+    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
+    # The raw messages were archived, as received, in one object for the run.
+    s3 = aws.client("s3")
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"])["Contents"]]
+    assert len(keys) == 1 and keys[0].endswith("/happy.jsonl")
+    lines = s3.get_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=keys[0])["Body"].read().splitlines()
+    assert sorted(json.loads(line)["body"] for line in lines) == sorted(bodies)
+
+
+def test_every_message_delivered_twice_gives_the_state_and_metrics_of_single_delivery(aws):
+    jobs = fs.start_jobs(aws, 24)
+    bodies = [fs.termination_body(j, STATUSES[k % 4]) for k, j in enumerate(jobs)]
+    # Half the copies arrive in the same round as the original, the rest in a later run.
+    fs.send(aws, bodies + bodies[:12])
+    first = fs.drain(aws)
+    assert first.counts["applied"] == 24
+    single_state = fs.jobs_state(aws)
+    fs.send(aws, bodies[12:] + bodies[:3])
+    second = fs.drain(aws)
+    assert second.counts["applied"] == 0 and second.counts["duplicates"] == 15 and second.counts["deleted"] == 15
+    assert fs.jobs_state(aws) == single_state
+    assert _metrics(aws) == _expected_metrics(bodies)
+    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0  # duplicates are acknowledged, never dead-lettered
+
+
+def _valid_body(job):
+    return fs.termination_body(job, "success")
+
+
+MALFORMED = {
+    "not json": "this is not json",
+    "blank": "   ",
+    "json list": json.dumps(["a", "list"]),
+    "json string": json.dumps("a string"),
+    "json number": "42",
+    "json null": "null",
+    "truncated json": '{"instance_id": "i-0123456789abcdef0", "job_id": "j"',
+    "missing instance_id": json.dumps({"job_id": "j-1", "status": "success"}),
+    "missing job_id": json.dumps({"instance_id": "i-0123456789abcdef0", "status": "success"}),
+    "missing status": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "j-2"}),
+    "unknown status": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "j-3", "status": "exploded"}),
+    "status not a string": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "j-4", "status": 1}),
+    "path traversal": json.dumps({"instance_id": "i-1234/../../other", "job_id": "j-5", "status": "success"}),
+    "uppercase instance id": json.dumps({"instance_id": "i-0123456789ABCDEF0", "job_id": "j-6", "status": "success"}),
+    "short instance id": json.dumps({"instance_id": "i-123", "job_id": "j-7", "status": "success"}),
+    "instance id number": json.dumps({"instance_id": 123, "job_id": "j-8", "status": "success"}),
+    "empty job_id": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "", "status": "success"}),
+    "long job_id": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "x" * 300, "status": "success"}),
+    "control char job_id": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "a\nb", "status": "success"}),
+    "job_id number": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": 67890, "status": "success"}),
+    "exit_code text": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-9", "status": "success", "exit_code": "zero"}
+    ),
+    "exit_code bool": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-10", "status": "success", "exit_code": True}
+    ),
+    "exit_code fraction": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-11", "status": "success", "exit_code": 1.5}
+    ),
+    "negative duration": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-12", "status": "success", "duration_seconds": -5}
+    ),
+    "NaN duration": '{"instance_id": "i-0123456789abcdef0", "job_id": "j-13", "status": "success", '
+    '"duration_seconds": NaN}',
+    "started_at not a time": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-14", "status": "success", "started_at": "yesterday"}
+    ),
+    "completed_at without zone": json.dumps(
+        {
+            "instance_id": "i-0123456789abcdef0",
+            "job_id": "j-15",
+            "status": "success",
+            "completed_at": "2026-11-22T10:00:00",
+        }
+    ),
+    "started after completed": json.dumps(
+        {
+            "instance_id": "i-0123456789abcdef0",
+            "job_id": "j-16",
+            "status": "success",
+            "started_at": "2026-11-22T10:05:00Z",
+            "completed_at": "2026-11-22T10:00:00Z",
+        }
+    ),
+    "completed in the future": json.dumps(
+        {
+            "instance_id": "i-0123456789abcdef0",
+            "job_id": "j-17",
+            "status": "success",
+            "completed_at": "2099-01-01T00:00:00Z",
+        }
+    ),
+    "unknown field": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-18", "status": "success", "sudo": True}
+    ),
+    "duplicate key": '{"instance_id": "i-0123456789abcdef0", "job_id": "j-19", '
+    '"status": "success", "status": "failure"}',
+    "nested too deep": "[" * 5000 + "]" * 5000,
+    "error not text": json.dumps(
+        {"instance_id": "i-0123456789abcdef0", "job_id": "j-20", "status": "failure", "error": ["x"]}
+    ),
+}
+
+
+def test_a_corpus_of_malformed_messages_lands_in_the_dead_letter_queue_with_reasons(aws):
+    assert len(MALFORMED) >= 20
+    jobs = fs.start_jobs(aws, 8)
+    valid = [_valid_body(j) for j in jobs]
+    bad = list(MALFORMED.values())
+    mixed = []
+    for k, body in enumerate(bad):  # valid messages among the bad ones
+        mixed.append(body)
+        if k < len(valid):
+            mixed.append(valid[k])
+    fs.send(aws, mixed)
+    result = fs.drain(aws)
+    assert result.counts["applied"] == len(valid)
+    assert result.counts["dead_lettered"] == len(bad) and result.counts["failed"] == 0
+    assert all(fs.jobs_state(aws)[j["job_id"]]["status"] == "completed" for j in jobs)
+    dead = fs.read_all(aws, DLQ)
+    assert sorted(m["Body"] for m in dead) == sorted(bad)
+    reasons = {m["Body"]: m["MessageAttributes"]["groundskeeper-reason"]["StringValue"] for m in dead}
+    assert all(reason.strip() for reason in reasons.values())
+    assert "invalid instance_id" in reasons[MALFORMED["path traversal"]]
+    assert "unknown status" in reasons[MALFORMED["unknown status"]]
+    assert "missing field status" in reasons[MALFORMED["missing status"]]
+    assert all(
+        m["MessageAttributes"]["groundskeeper-source-queue"]["StringValue"].startswith("runs-fleet-termination")
+        for m in dead
+    )
+    assert fs.depth(aws, TQ) == 0  # removed from the source queue, never silently dropped
+
+
+def test_a_path_traversal_instance_id_never_reaches_ssm(aws):
+    with pytest.raises(InvalidMessage):
+        runner_parameter("i-1234/../../other")
+    jobs = fs.start_jobs(aws, 3)
+    evil = [
+        json.dumps({"instance_id": "i-1234/../../other", "job_id": jobs[0]["job_id"], "status": "success"}),
+        json.dumps({"instance_id": "i-0123456789abcdef0/../x", "job_id": "j-evil", "status": "success"}),
+        json.dumps({"instance_id": "../../../etc/passwd", "job_id": "j-evil-2", "status": "success"}),
+    ]
+    fs.send(aws, evil + [_valid_body(j) for j in jobs])
+    names_seen = []
+
+    def spy(params, **kwargs):
+        names_seen.extend(params.get("Names", []) + ([params["Name"]] if "Name" in params else []))
+
+    ssm = aws.client("ssm")
+    ssm.meta.events.register("provide-client-params.ssm.*", spy)
+    try:
+        result = fs.drain(aws)
+    finally:
+        ssm.meta.events.unregister("provide-client-params.ssm.*", spy)
+    assert result.counts["dead_lettered"] == 3 and result.counts["applied"] == 3
+    assert names_seen and all(".." not in n and n.count("/") == 4 for n in names_seen)
+    # The job named by the evil message was completed by its valid message only.
+    assert fs.jobs_state(aws)[jobs[0]["job_id"]]["instance_id"] == jobs[0]["instance_id"]
+
+
+def _fail(client, operation, code="ThrottlingException", times=None):
+    """Make ``operation`` fail with ``code`` (all calls, or the first ``times``). Returns the call counter."""
+    calls = Counter()
+
+    def hook(**kwargs):
+        calls["n"] += 1
+        if times is None or calls["n"] <= times:
+            raise ClientError({"Error": {"Code": code, "Message": "injected"}}, operation)
+
+    client.meta.events.register(f"before-call.{client.meta.service_model.service_name}.{operation}", hook)
+    return calls, hook
+
+
+def test_transient_errors_retry_with_backoff_then_succeed(aws):
+    jobs = fs.start_jobs(aws, 5)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    calls, _ = _fail(aws.client("dynamodb"), "TransactWriteItems", times=2)
+    ssm_calls, _ = _fail(aws.client("ssm"), "DeleteParameters", code="InternalServerError", times=1)
+    result = fs.drain(aws)
+    assert result.counts["applied"] == 5 and result.counts["failed"] == 0
+    assert calls["n"] == 4  # two failures, the update, then the clean-up marker
+    assert ssm_calls["n"] == 2
+    assert fs.runner_parameters(aws) == set()
+
+
+def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_queue(aws):
+    sqs = aws.client("sqs")
+    sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "1"})
+    jobs = fs.start_jobs(aws, 2)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    _fail(aws.client("dynamodb"), "TransactWriteItems")
+    for _ in range(3):  # one receive per run (the backoff outlasts the 1 s visibility)
+        result = fs.drain(aws, max_messages=2)
+        assert result.counts["failed"] == 2 and result.counts["deleted"] == 0
+        assert fs.depth(aws, DLQ) == 0  # not dead-lettered by us: it truly failed only after 3 receives
+        time.sleep(1.2)
+    # The fourth receive finds them past maxReceiveCount: SQS's redrive policy moved them.
+    assert fs.drain(aws).counts["received"] == 0
+    assert fs.depth(aws, DLQ) == 2 and fs.depth(aws, TQ) == 0
+    assert all(j["status"] == "running" for j in fs.jobs_state(aws).values())
+
+
+def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
+    jobs = fs.start_jobs(aws, 60)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    drain = fs.make_drain(aws, run_id="interrupted", concurrency=1)
+    handle = drain.handler
+    rounds = []
+
+    def handler(messages, pool):
+        if not rounds:  # the interrupt arrives (as SIGINT/SIGTERM would) while the first round is in flight
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.3)
+        rounds.append(len(messages))
+        return handle(messages, pool)
+
+    drain.handler = handler
+    assert threading.current_thread() is threading.main_thread()
+    result, interrupt = run_with_graceful_stop(drain, logger=fs.log)
+    assert isinstance(interrupt, KeyboardInterrupt)
+    assert result.stopped_by == "interrupted" and rounds == [10]
+    assert result.counts["received"] == 10 and result.counts["applied"] == 10 and result.counts["deleted"] == 10
+    assert fs.depth(aws, TQ) == 50  # the rest was never received
+    rest = fs.drain(aws)
+    assert rest.counts["applied"] == 50 and rest.counts["duplicates"] == 0
+    assert all(j["status"] == "completed" for j in fs.jobs_state(aws).values())
+    assert fs.metric_sum(aws, "JobSuccess") == 60
+
+
+def test_full_rounds_cost_at_most_half_an_api_call_per_message(aws):
+    jobs = fs.start_jobs(aws, 100)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    calls = Counter()
+
+    def count(event_name, **kwargs):
+        calls[event_name.split(".", 2)[2]] += 1
+
+    clients = [aws.client(s) for s in ("sqs", "dynamodb", "ssm", "cloudwatch", "s3")]
+    for client in clients:
+        client.meta.events.register("before-call.*.*", count)
+    try:
+        result = fs.drain(aws, concurrency=5)
+    finally:
+        for client in clients:
+            client.meta.events.unregister("before-call.*.*", count)
+    assert result.counts["applied"] == 100
+    total = sum(calls.values()) - 1  # the final empty receive ends the run, it handles nothing
+    assert total / 100 <= 0.5, calls
