@@ -19,6 +19,7 @@ busy: only running instances are busy), completed on small-3 (idle).
 
 import datetime as dt
 import io
+import json
 import xml.etree.ElementTree as ET
 
 import dagster as dg
@@ -28,19 +29,18 @@ import pytest
 from pipelines.common import to_item
 from pipelines.definitions import build_definitions
 from pipelines.pool_audit import aws as pool_aws
-from pipelines.pool_audit.audit import build_daily_report, parse_message_params, run_pool_audit
+from pipelines.pool_audit.audit import build_daily_report, housekeeping_options, run_pool_audit
 from pipelines.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
 from pipelines.pool_audit.defs import (
     CHECK_DESIRED_IDLE,
     CHECK_IDLE_COST,
     CHECK_KNOWN_POOLS,
-    audit_from_housekeeping,
     pool_audit,
     pool_cost_report,
 )
 from pipelines.pool_audit.prices import PriceList, load_price_list
 from pipelines.pool_audit.render import cost_chart_svg
-from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource, resources_for
+from resources import resources_for
 
 AMI = "ami-12c6146b"
 PRICES = PriceList(
@@ -183,17 +183,17 @@ def test_the_shipped_price_list_has_source_date_and_a_sane_spot_factor(tmp_path)
         load_price_list(bad)
 
 
-def test_message_params_are_validated():
-    assert parse_message_params({}) == {"dry_run": False, "idle_cost_threshold_usd_per_hour": 5.0}
-    assert parse_message_params({"dry_run": True, "idle_cost_threshold_usd_per_hour": 2})["dry_run"] is True
+def test_housekeeping_params_are_validated():
+    assert housekeeping_options({}) == {"idle_cost_threshold_usd_per_hour": 5.0}
+    assert housekeeping_options({"idle_cost_threshold_usd_per_hour": 2}) == {"idle_cost_threshold_usd_per_hour": 2.0}
+    assert housekeeping_options({"now": "2026-11-22T00:00:00Z", "dryRun": True})  # a what-if audit writes nothing
     for bad, reason in [
-        ([], "must be an object"),
-        ({"pools": ["x"]}, "unknown keys 'pools'"),
-        ({"dry_run": "yes"}, "dry_run must be true or false"),
         ({"idle_cost_threshold_usd_per_hour": -1}, "must be a number >= 0"),
+        ({"idle_cost_threshold_usd_per_hour": True}, "must be a number >= 0"),
+        ({"now": "2026-11-22T00:00:00Z"}, "only allowed with dryRun"),
     ]:
         with pytest.raises(ValueError, match=reason):
-            parse_message_params(bad)
+            housekeeping_options(bad)
 
 
 # ---------------------------------------------------------------- daily report
@@ -510,40 +510,47 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
 
 
-def test_housekeeping_path_records_a_pool_audit_materialization_and_checks(aws):
+def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(aws):
     _seed_fleet(aws)
-
-    @dg.op
-    def housekeeping_like(
-        context: dg.OpExecutionContext,
-        dynamodb: DynamoDBResource,
-        ec2: EC2Resource,
-        cloudwatch: CloudWatchResource,
-        s3: S3Resource,
-        fleet: FleetSettings,
-    ):
-        return audit_from_housekeeping(
-            context,
-            {"idle_cost_threshold_usd_per_hour": 0.0},
-            dynamodb=dynamodb,
-            ec2=ec2,
-            cloudwatch=cloudwatch,
-            s3=s3,
-            fleet=fleet,
-        )
-
-    @dg.job
-    def hk():
-        housekeeping_like()
-
-    result = hk.execute_in_process(resources=resources_for("local"))
+    sqs = aws.client("sqs")
+    queue, dlq = aws.env["RUNS_FLEET_HOUSEKEEPING_QUEUE_URL"], aws.env["RUNS_FLEET_HOUSEKEEPING_DLQ_URL"]
+    body = {"task_type": "pool_audit", "timestamp": "2026-11-22T10:00:00Z", "params": {}}
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+    bad = {"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": "lots"}}
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(bad))
+    defs = build_definitions("local")
+    result = defs.resolve_job_def("process_housekeeping_queue").execute_in_process(
+        run_config={"waitSeconds": 0}, instance=dg.DagsterInstance.ephemeral()
+    )
     assert result.success
-    assert result.output_for_node("housekeeping_like")["pools"] == 5
-    mats = result.asset_materializations_for_node("housekeeping_like")
+    out = result.output_for_node("drain_housekeeping_queue")
+    assert out["tasks_run"] == 1 and out["dead_lettered"] == 1
+    mats = result.asset_materializations_for_node("drain_housekeeping_queue")
     assert [m.asset_key for m in mats] == [dg.AssetKey("pool_audit")]
-    assert mats[0].metadata["triggered_by"].value == "housekeeping message task_type=pool_audit"
+    meta = mats[0].metadata
+    assert meta["triggered_by"].value == "housekeeping message task_type=pool_audit"
+    assert meta["running"].value == 6 and meta["busy"].value == 3 and meta["pools"].value == 5
+    snapshot = meta["snapshot"].value
+    assert snapshot.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
+    aws.client("s3").head_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=snapshot.split("/", 3)[3])
     evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
-    assert evaluations == {CHECK_IDLE_COST: False, CHECK_DESIRED_IDLE: False, CHECK_KNOWN_POOLS: False}
+    assert evaluations == {CHECK_IDLE_COST: True, CHECK_DESIRED_IDLE: False, CHECK_KNOWN_POOLS: False}
+    step = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"][0]
+    tasks_json = step.event_specific_data.metadata["tasks"].value
+    assert [t["task_type"] for t in tasks_json] == ["pool_audit"] and "_pool_audit_run" not in tasks_json[0]
+    dead = sqs.receive_message(QueueUrl=dlq, MessageAttributeNames=["All"], WaitTimeSeconds=0)["Messages"]
+    assert [json.loads(m["Body"]) for m in dead] == [bad]
+    assert "idle_cost_threshold_usd_per_hour" in dead[0]["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert "not yet supported" not in dead[0]["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+
+    one = defs.resolve_job_def("housekeeping").execute_in_process(
+        run_config={"task_type": "pool_audit", "params": {"dryRun": True, "idle_cost_threshold_usd_per_hour": 0.0}},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert one.output_for_node("run_housekeeping_task")["dry_run"] is True
+    meta = one.asset_materializations_for_node("run_housekeeping_task")[0].metadata
+    assert meta["dry_run"].value is True and "snapshot" not in meta
+    assert {e.check_name: e.passed for e in one.get_asset_check_evaluations()}[CHECK_IDLE_COST] is False
 
 
 def test_schedules_and_definitions():

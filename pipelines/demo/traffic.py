@@ -99,7 +99,7 @@ class DemoConfig:
     duplicate_messages: int = 0  # termination messages sent twice (at-least-once delivery)
     old_jobs: int = 0  # finished jobs completed 8+ days ago (for the old_jobs task)
     orphan_instances: int = 0  # keep this many managed instances running with no job
-    unsupported_housekeeping: int = 0  # pool_audit messages (dead-lettered until its issue lands)
+    unsupported_housekeeping: int = 0  # pool_audit messages (the name predates the pool audit task)
     seed: int | None = None
 
 
@@ -375,7 +375,7 @@ def _fleet_leftovers(ec2, dynamodb, jobs_table, running, cfg: DemoConfig, rng: r
                 }
             ),
         )
-    idle = [i for i in running if JOB_TAG not in i["tags"]]
+    idle = [i for i in running if JOB_TAG not in i["tags"] and ROLE_TAG not in i["tags"]]  # not the audit demo's
     orphans = max(0, cfg.orphan_instances - len(idle))
     if orphans:
         pool = rng.choice(DEMO_POOLS)

@@ -28,6 +28,7 @@ class AuditRun:
     compute_seconds: float
     prices: PriceList
     dry_run: bool
+    archive_bucket: str = ""
     snapshot_key: str | None = None
     metric_calls: int = 0
     metric_datums: int = 0
@@ -73,6 +74,7 @@ def run_pool_audit(
         compute_seconds=compute_seconds,
         prices=prices,
         dry_run=dry_run,
+        archive_bucket=archive_bucket,
     )
     datums, run.metrics_skipped = aws.metric_datums(audit.table, taken_at)
     run.metric_datums = len(datums)
@@ -92,34 +94,21 @@ def snapshot_frame(audit: PoolAudit, taken_at: dt.datetime) -> pd.DataFrame:
 
 
 DEFAULT_IDLE_COST_THRESHOLD = 5.0  # USD per hour of idle capacity across the fleet before the check warns
-MESSAGE_PARAMS = ("dry_run", "idle_cost_threshold_usd_per_hour")
+MESSAGE_PARAMS = {"idle_cost_threshold_usd_per_hour"}  # besides the fleet's common now and dryRun
 
 
-def parse_message_params(params: Any) -> dict[str, Any]:
-    """Validate a housekeeping ``pool_audit`` message's ``params``: ``{}``, or any of
-    ``{"dry_run": bool, "idle_cost_threshold_usd_per_hour": number >= 0}``.
+def housekeeping_options(params: dict[str, Any]) -> dict[str, Any]:
+    """Validate a housekeeping ``pool_audit`` message's own params (``idle_cost_threshold_usd_per_hour``,
+    a number >= 0; ``now`` only together with ``dryRun``, so that no snapshot is written at a made-up time).
 
     Raises ``ValueError`` with the reason, so that the processor dead-letters the message.
     """
-    options: dict[str, Any] = {"dry_run": False, "idle_cost_threshold_usd_per_hour": DEFAULT_IDLE_COST_THRESHOLD}
-    if params is None:
-        return options
-    if not isinstance(params, dict):
-        raise ValueError(f"pool_audit params must be an object, got {type(params).__name__}")
-    unknown = sorted(set(params) - set(MESSAGE_PARAMS))
-    if unknown:
-        raise ValueError(
-            f"pool_audit params: unknown keys {', '.join(map(repr, unknown))} (allowed: {', '.join(MESSAGE_PARAMS)})"
-        )
-    dry_run = params.get("dry_run", False)
-    if not isinstance(dry_run, bool):
-        raise ValueError(f"pool_audit params: dry_run must be true or false, got {dry_run!r}")
     threshold = params.get("idle_cost_threshold_usd_per_hour", DEFAULT_IDLE_COST_THRESHOLD)
     if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold < float("inf"):
-        raise ValueError(
-            f"pool_audit params: idle_cost_threshold_usd_per_hour must be a number >= 0, got {threshold!r}"
-        )
-    return {"dry_run": dry_run, "idle_cost_threshold_usd_per_hour": float(threshold)}
+        raise ValueError(f"params.idle_cost_threshold_usd_per_hour must be a number >= 0, got {threshold!r}")
+    if "now" in params and params.get("dryRun") is not True:
+        raise ValueError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
+    return {"idle_cost_threshold_usd_per_hour": float(threshold)}
 
 
 # ---------------------------------------------------------------- daily report

@@ -3,16 +3,15 @@ schedule, and the daily partitioned ``pool_cost_report`` with its chart.
 
 The logic lives in ``audit.py`` / ``compute.py``; this module reads config, calls it, and turns the
 result into metadata and check results. The housekeeping processor (``task_type: pool_audit``)
-calls :func:`audit_from_housekeeping`, which records the same materialization and checks.
+runs ``housekeeping.pool_audit_task``; its ops call :func:`record_housekeeping_audits`, which records
+the same materialization and checks.
 """
 
 import datetime as dt
-from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
-from pipelines.pool_audit import audit as pool_audit_logic
 from pipelines.pool_audit.audit import (
     DEFAULT_IDLE_COST_THRESHOLD,
     AuditRun,
@@ -20,6 +19,7 @@ from pipelines.pool_audit.audit import (
     build_daily_report,
     run_pool_audit,
 )
+from pipelines.pool_audit.housekeeping import AUDIT_RUN_KEY
 from pipelines.pool_audit.render import markdown_table, svg_markdown_image
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource, clear_aws_errors
 
@@ -84,7 +84,7 @@ class PoolCostReportConfig(dg.Config):
 # ---------------------------------------------------------------- metadata and checks
 
 
-def audit_metadata(run: AuditRun, bucket: str) -> dict[str, Any]:
+def audit_metadata(run: AuditRun) -> dict[str, Any]:
     audit, totals = run.audit, run.audit.totals
     metadata: dict[str, Any] = {
         "per_pool": dg.MetadataValue.md(markdown_table(audit.table, POOL_COLUMNS)),
@@ -123,7 +123,7 @@ def audit_metadata(run: AuditRun, bucket: str) -> dict[str, Any]:
             markdown_table(problems, {"pool": "pool", "kind": "kind", "problem": "left out of the totals because"})
         )
     if run.snapshot_key:
-        metadata["snapshot"] = dg.MetadataValue.path(f"s3://{bucket}/{run.snapshot_key}")
+        metadata["snapshot"] = dg.MetadataValue.path(f"s3://{run.archive_bucket}/{run.snapshot_key}")
     if run.metrics_skipped:
         metadata["metrics_skipped_pools"] = dg.MetadataValue.json(run.metrics_skipped)
     return metadata
@@ -177,31 +177,6 @@ def audit_checks(run: AuditRun, idle_cost_threshold: float) -> list[dict[str, An
     ]
 
 
-def _run_audit(
-    *,
-    dynamodb: DynamoDBResource,
-    ec2: EC2Resource,
-    cloudwatch: CloudWatchResource,
-    s3: S3Resource,
-    fleet: FleetSettings,
-    dry_run: bool,
-    progress: Callable[[str], None],
-) -> AuditRun:
-    with clear_aws_errors():
-        return run_pool_audit(
-            dynamodb=dynamodb.get_client(),
-            ec2=ec2.get_client(),
-            cloudwatch=cloudwatch.get_client(),
-            s3=s3.get_client(),
-            jobs_table=fleet.jobs_table,
-            pools_table=fleet.pools_table,
-            archive_bucket=fleet.archive_bucket,
-            namespace=fleet.metrics_namespace,
-            dry_run=dry_run,
-            progress=progress,
-        )
-
-
 def _log_run(log, run: AuditRun) -> None:
     log.info(_summary(run))
     for row in run.audit.problems.itertuples(index=False):
@@ -242,61 +217,44 @@ def pool_audit(
     s3: S3Resource,
     fleet: FleetSettings,
 ) -> dg.MaterializeResult:
-    run = _run_audit(
-        dynamodb=dynamodb,
-        ec2=ec2,
-        cloudwatch=cloudwatch,
-        s3=s3,
-        fleet=fleet,
-        dry_run=config.dry_run,
-        progress=context.log.info,
-    )
+    with clear_aws_errors():
+        run = run_pool_audit(
+            dynamodb=dynamodb.get_client(),
+            ec2=ec2.get_client(),
+            cloudwatch=cloudwatch.get_client(),
+            s3=s3.get_client(),
+            jobs_table=fleet.jobs_table,
+            pools_table=fleet.pools_table,
+            archive_bucket=fleet.archive_bucket,
+            namespace=fleet.metrics_namespace,
+            dry_run=config.dry_run,
+            progress=context.log.info,
+        )
     _log_run(context.log, run)
     checks = audit_checks(run, config.idle_cost_threshold_usd_per_hour)
     return dg.MaterializeResult(
-        metadata=audit_metadata(run, fleet.archive_bucket),
+        metadata=audit_metadata(run),
         check_results=[dg.AssetCheckResult(severity=dg.AssetCheckSeverity.WARN, **c) for c in checks],
     )
 
 
-def audit_from_housekeeping(
-    context: dg.OpExecutionContext,
-    params: Any,
-    *,
-    dynamodb: DynamoDBResource,
-    ec2: EC2Resource,
-    cloudwatch: CloudWatchResource,
-    s3: S3Resource,
-    fleet: FleetSettings,
-) -> dict[str, Any]:
-    """The housekeeping ``pool_audit`` task: the same audit, recorded as a ``pool_audit``
-    materialization (with its check evaluations) of the processor's run.
-
-    Bad ``params`` raise ``ValueError`` (the processor dead-letters the message with that reason).
-    Returns a small summary for the processor's own log and metadata.
-    """
-    options = pool_audit_logic.parse_message_params(params)
-    run = _run_audit(
-        dynamodb=dynamodb,
-        ec2=ec2,
-        cloudwatch=cloudwatch,
-        s3=s3,
-        fleet=fleet,
-        dry_run=options["dry_run"],
-        progress=context.log.info,
-    )
-    _log_run(context.log, run)
-    metadata = audit_metadata(run, fleet.archive_bucket)
-    metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
-    context.log_event(dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata))
-    for check in audit_checks(run, options["idle_cost_threshold_usd_per_hour"]):
-        context.log_event(dg.AssetCheckEvaluation(asset_key=ASSET_KEY, severity=dg.AssetCheckSeverity.WARN, **check))
-    return {
-        "pools": run.audit.totals["pools"],
-        "instances": run.instances,
-        "snapshot_key": run.snapshot_key,
-        "dry_run": run.dry_run,
-    }
+def record_housekeeping_audits(context: dg.OpExecutionContext, results: list[dict[str, Any]]) -> None:
+    """For the housekeeping processor's ops: take each ``pool_audit`` task's audit out of its result
+    (leaving the small JSON-friendly part) and record it as a ``pool_audit`` materialization of this
+    run, with its check evaluations, exactly as the asset does."""
+    for result in results:
+        packed = result.pop(AUDIT_RUN_KEY, None)
+        if packed is None:
+            continue
+        run, threshold = packed
+        _log_run(context.log, run)
+        metadata = audit_metadata(run)
+        metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
+        context.log_event(dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata))
+        for check in audit_checks(run, threshold):
+            context.log_event(
+                dg.AssetCheckEvaluation(asset_key=ASSET_KEY, severity=dg.AssetCheckSeverity.WARN, **check)
+            )
 
 
 # end_offset=1: today's partition exists too, so an operator can look at the day so far (the report
