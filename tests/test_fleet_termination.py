@@ -8,6 +8,7 @@ import threading
 import time
 from collections import Counter
 
+import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
@@ -270,8 +271,10 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
 
     drain.handler = handler
     assert threading.current_thread() is threading.main_thread()
-    result, interrupt = run_with_graceful_stop(drain, logger=fs.log)
-    assert isinstance(interrupt, KeyboardInterrupt)
+    # As in an op: Dagster turns SIGINT/SIGTERM into DagsterExecutionInterruptedError in the main thread.
+    with dg.raise_execution_interrupts():
+        result, interrupt = run_with_graceful_stop(drain, logger=fs.log)
+    assert isinstance(interrupt, dg.DagsterExecutionInterruptedError)
     assert result.stopped_by == "interrupted" and rounds == [10]
     assert result.counts["received"] == 10 and result.counts["applied"] == 10 and result.counts["deleted"] == 10
     assert fs.depth(aws, TQ) == 50  # the rest was never received
