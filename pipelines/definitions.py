@@ -13,6 +13,7 @@ import dagster as dg
 from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.fleet.defs import build_defs as fleet_defs
+from pipelines.pool_audit.defs import build_defs as pool_audit_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
@@ -26,6 +27,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
         demo_defs(deployment),
         reclaim_defs(deployment),
         fleet_defs(deployment),
+        pool_audit_defs(deployment),
         batching_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )

@@ -73,10 +73,12 @@ def test_the_housekeeping_job_takes_the_seeds_message_as_config(aws, defs):
     assert fs.runner_parameters(aws) == set()
 
     bad = job.execute_in_process(
-        run_config={"task_type": "pool_audit"}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
+        run_config={"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": "high"}},
+        instance=dg.DagsterInstance.ephemeral(),
+        raise_on_error=False,
     )
     assert not bad.success
-    assert "not yet supported" in str(bad.get_step_failure_events()[0].event_specific_data.error)
+    assert "idle_cost_threshold_usd_per_hour" in str(bad.get_step_failure_events()[0].event_specific_data.error)
 
 
 def test_the_schedules_launch_the_housekeeping_job_with_their_task(defs):

@@ -38,8 +38,8 @@ def test_demo_traffic_exercises_the_fleet_processors(aws):
         run_config={"waitSeconds": 0}, instance=instance
     )
     out = housekeeping.output_for_node("drain_housekeeping_queue")
-    assert out["dead_lettered"] == 1  # pool_audit: not yet supported
-    assert out["tasks_run"] == 2  # one housekeeping message from each step
+    assert out["dead_lettered"] == 0 and out["task_pool_audit"] == 1  # pool_audit runs the pool audit (issue 7)
+    assert out["tasks_run"] == 3  # one housekeeping message from each step, and the pool_audit one
     old = defs.resolve_job_def("housekeeping").execute_in_process(
         run_config={"task_type": "old_jobs"}, instance=instance
     )

@@ -141,7 +141,7 @@ def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
 @pytest.mark.parametrize(
     "request_data, reason",
     [
-        ({"task_type": "pool_audit", "params": {}}, "not yet supported"),
+        ({"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": -1}}, "must be a number >= 0"),
         ({"task_type": "defragment", "params": {}}, "unknown task_type"),
         ({"params": {}}, "missing field task_type"),
         ({"task_type": "old_jobs", "params": {"retention_days": "seven"}}, "params.retention_days"),
@@ -158,8 +158,7 @@ def test_invalid_housekeeping_requests_are_refused_with_a_reason(aws, request_da
 
 
 def test_the_dispatcher_is_a_dict_of_tasks():
-    assert set(TASKS) == {"orphaned_instances", "stale_ssm", "old_jobs"}
-    assert "pool_audit" not in TASKS
+    assert set(TASKS) == {"orphaned_instances", "stale_ssm", "old_jobs", "pool_audit"}
 
 
 def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws):
@@ -167,7 +166,7 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
     ssm.put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
     stale = json.dumps({"task_type": "stale_ssm", "timestamp": _later(), "params": {}})
     bad = [
-        json.dumps({"task_type": "pool_audit", "timestamp": _later(), "params": {}}),
+        json.dumps({"task_type": "pool_audit", "timestamp": _later(), "params": {"now": _later()}}),
         json.dumps({"task_type": "reboot_everything", "params": {}}),
         "{not json",
         json.dumps({"task_type": "old_jobs", "params": {"retention_days": -1}}),
@@ -185,7 +184,7 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
     assert result.counts["dead_lettered"] == 4 and result.counts["deleted"] == 7
     assert fs.runner_parameters(aws) == set()
     dead = {m["Body"]: m["MessageAttributes"]["groundskeeper-reason"]["StringValue"] for m in fs.read_all(aws, HDLQ)}
-    assert dead[bad[0]] == "not yet supported"
+    assert "only allowed with dryRun" in dead[bad[0]]
     assert "unknown task_type" in dead[bad[1]]
     assert "malformed JSON" in dead[bad[2]]
     assert "out of range" in dead[bad[3]]

@@ -16,7 +16,11 @@ TABLES = {
     "AGENDA_READY_TABLE": ("id", {}),
     "RUNS_FLEET_JOBS_TABLE": (
         "job_id",
-        {"completed_at-index": ("status", "completed_at"), "instance_id-index": ("instance_id", None)},
+        {
+            "completed_at-index": ("status", "completed_at"),
+            "instance_id-index": ("instance_id", None),
+            "status-instance_id-index": ("status", "instance_id"),  # contract extension (pool audit)
+        },
     ),
     "RUNS_FLEET_POOLS_TABLE": ("pool_name", {}),
     "RECEIVERS_TABLE": ("receiver", {}),

@@ -34,6 +34,18 @@ DEMO_POOLS = [
     {"pool_name": "gpu", "instance_type": "g4dn.xlarge", "desired_idle": 0, "spot": False, "hourly_price_usd": 0.526},
 ]
 
+# Pool audit demo (issue 7): idle runners kept warm (linux-small wants 1 idle and gets 2), a stopped
+# runner, a managed instance without a pool tag and one tagged with a pool that no longer exists.
+ROLE_TAG = "groundskeeper-demo:role"
+DEMO_STANDING = [
+    ("idle-small-1", "linux-small", "t3.small"),
+    ("idle-small-2", "linux-small", "t3.small"),
+    ("idle-large", "linux-large", "c5.xlarge"),
+    ("stopped-small", "linux-small", "t3.small"),
+    ("untagged", None, "t3.micro"),
+    ("retired-pool", "legacy-pool", "t3.micro"),
+]
+
 DEMO_RECEIVERS = [
     {
         "receiver": "acme-hourly",
@@ -87,7 +99,7 @@ class DemoConfig:
     duplicate_messages: int = 0  # termination messages sent twice (at-least-once delivery)
     old_jobs: int = 0  # finished jobs completed 8+ days ago (for the old_jobs task)
     orphan_instances: int = 0  # keep this many managed instances running with no job
-    unsupported_housekeeping: int = 0  # pool_audit messages (dead-lettered until its issue lands)
+    unsupported_housekeeping: int = 0  # pool_audit messages (the name predates the pool audit task)
     seed: int | None = None
 
 
@@ -314,6 +326,37 @@ def fleet_traffic(
     return counts
 
 
+def standing_instances_traffic(ec2) -> dict[str, int]:
+    """Keep the pool audit's demo capacity (``DEMO_STANDING``) in place; creates only what is missing."""
+    present = set()
+    for page in ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{ROLE_TAG}", "Values": [role for role, _, _ in DEMO_STANDING]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+        ]
+    ):
+        for reservation in page["Reservations"]:
+            for inst in reservation["Instances"]:
+                present.update(t["Value"] for t in inst.get("Tags", []) if t["Key"] == ROLE_TAG)
+    started = 0
+    for role, pool, instance_type in DEMO_STANDING:
+        if role in present:
+            continue
+        tags = [{"Key": MANAGED_TAG, "Value": "true"}, {"Key": ROLE_TAG, "Value": role}]
+        tags += [{"Key": POOL_TAG, "Value": pool}] if pool else []
+        instance_id = ec2.run_instances(
+            ImageId=DEMO_AMI,
+            MinCount=1,
+            MaxCount=1,
+            InstanceType=instance_type,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"][0]["InstanceId"]
+        if role.startswith("stopped"):
+            ec2.stop_instances(InstanceIds=[instance_id])
+        started += 1
+    return {"standing_instances_started": started}
+
+
 def _fleet_leftovers(ec2, dynamodb, jobs_table, running, cfg: DemoConfig, rng: random.Random, now) -> dict[str, int]:
     """Work for the cleanup tasks: long-finished job records, and managed instances with no job."""
     statuses = ["completed", "failed", "timeout", "interrupted"]
@@ -332,7 +375,7 @@ def _fleet_leftovers(ec2, dynamodb, jobs_table, running, cfg: DemoConfig, rng: r
                 }
             ),
         )
-    idle = [i for i in running if JOB_TAG not in i["tags"]]
+    idle = [i for i in running if JOB_TAG not in i["tags"] and ROLE_TAG not in i["tags"]]  # not the audit demo's
     orphans = max(0, cfg.orphan_instances - len(idle))
     if orphans:
         pool = rng.choice(DEMO_POOLS)
@@ -432,6 +475,7 @@ def run_demo_traffic(
             now=now,
         )
     )
+    counts.update(standing_instances_traffic(ec2))
     counts.update(
         receiver_traffic(
             dynamodb,

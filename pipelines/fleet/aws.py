@@ -66,6 +66,7 @@ class FleetContext:
     namespace: str
     log: Any
     ec2: Any = None  # only the housekeeping tasks need EC2
+    pools_table: str = ""  # only the pool_audit task reads the pools table
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -18,6 +18,7 @@ from pipelines.fleet.drain import DrainLimits, run_with_graceful_stop
 from pipelines.fleet.housekeeping import housekeeping_drain, parse_request, run_task
 from pipelines.fleet.messages import InvalidMessage
 from pipelines.fleet.termination import termination_drain
+from pipelines.pool_audit.defs import record_housekeeping_audits
 from resources import (
     CloudWatchResource,
     DynamoDBResource,
@@ -77,6 +78,7 @@ def _fleet_context(context, *, ssm, dynamodb, cloudwatch, s3, fleet: FleetSettin
         archive_bucket=fleet.archive_bucket,
         namespace=fleet.metrics_namespace,
         log=context.log,
+        pools_table=fleet.pools_table,
     )
 
 
@@ -97,6 +99,7 @@ def _drain(context: dg.OpExecutionContext, make_drain, ctx: FleetContext, sqs, q
     keys = drain.handler.archive.keys
     metadata["raw_archive"] = dg.MetadataValue.text(f"s3://{ctx.archive_bucket}/{keys[0]}" if keys else "(nothing)")
     results = getattr(drain.handler, "results", None)
+    record_housekeeping_audits(context, results or [])
     if results:
         metadata["tasks"] = dg.MetadataValue.json(results)
     return dg.Output(summary, metadata=metadata)
@@ -163,14 +166,14 @@ def process_housekeeping_queue():
 # ------------------------------------------------------------------------ housekeeping
 
 HOUSEKEEPING_SCHEMA = {
-    "task_type": dg.Field(str, description="orphaned_instances | stale_ssm | old_jobs"),
+    "task_type": dg.Field(str, description="orphaned_instances | stale_ssm | old_jobs | pool_audit"),
     "timestamp": dg.Field(dg.Noneable(str), default_value=None, is_required=False),
     "params": dg.Field(
         dg.Permissive(),
         default_value={},
         is_required=False,
         description="now (ISO-8601, what-if clock), dryRun (bool), and the task's own: max_runtime, "
-        "confirm_after_minutes, terminated_grace_minutes, retention_days",
+        "confirm_after_minutes, terminated_grace_minutes, retention_days, idle_cost_threshold_usd_per_hour",
     ),
 }
 
@@ -197,6 +200,7 @@ def run_housekeeping_task(
             result = run_task(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
+    record_housekeeping_audits(context, [result])
     context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.items()))
     return dg.Output(
         result,

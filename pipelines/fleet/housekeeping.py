@@ -2,8 +2,8 @@
 
 ``TASKS`` maps a ``task_type`` to its function ``(FleetContext, HousekeepingRequest) -> counts``.
 A function may carry a ``params`` attribute (the parameter names it accepts besides ``now`` and
-``dryRun``). Adding a task is one entry in ``TASKS``. ``pool_audit`` is dead-lettered as
-"not yet supported" until its own issue adds it.
+``dryRun``). Adding a task is one entry in ``TASKS``. ``pool_audit`` is
+``pipelines.pool_audit.housekeeping.pool_audit_task``.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pipelines.fleet.messages import (
     int_param,
     parse_housekeeping,
 )
+from pipelines.pool_audit.housekeeping import pool_audit_task
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -310,8 +311,8 @@ TASKS: dict[str, Task] = {
     "orphaned_instances": orphaned_instances,
     "stale_ssm": stale_ssm,
     "old_jobs": old_jobs,
+    "pool_audit": pool_audit_task,
 }
-NOT_YET_SUPPORTED = {"pool_audit": "not yet supported"}
 
 
 def parse_request(data: Any) -> HousekeepingRequest:
@@ -326,8 +327,6 @@ def parse_request(data: Any) -> HousekeepingRequest:
 def task_for(request: HousekeepingRequest) -> Task:
     if request.task_type in TASKS:
         return TASKS[request.task_type]
-    if request.task_type in NOT_YET_SUPPORTED:
-        raise InvalidMessage(NOT_YET_SUPPORTED[request.task_type])
     raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}")
 
 

@@ -1,0 +1,179 @@
+"""What the pool audit reads from and writes to AWS, in as few calls as the APIs allow.
+
+- pools: one paginated Scan of the (small) pools table;
+- instances: DescribeInstances filtered on ``runs-fleet:managed=true``, 1000 instances a page;
+- busy instances: one paginated Query of the jobs table's ``status-instance_id-index`` for
+  ``status = running`` (keys only), never one query per instance; a table without that index is
+  scanned instead (with a warning), which is slower but still correct;
+- metrics: PutMetricData with up to 1000 datums a call;
+- snapshots and reports: CSV/SVG objects in the archive bucket under ``pool-audit/``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import pandas as pd
+from botocore.exceptions import ClientError
+
+from pipelines.common import from_item
+
+log = logging.getLogger(__name__)
+
+MANAGED_TAG = "runs-fleet:managed"
+POOL_TAG = "runs-fleet:pool"
+RUNNING_JOBS_INDEX = "status-instance_id-index"
+AUDITED_STATES = ["pending", "running", "stopping", "stopped"]
+INSTANCES_PAGE_SIZE = 1000  # DescribeInstances' maximum
+METRICS_PER_CALL = 1000  # PutMetricData's limit (and well under its 1 MB payload limit for these datums)
+MAX_DIMENSION_VALUE = 1024
+PREFIX = "pool-audit"
+
+Progress = Callable[[str], None]
+
+
+def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
+    """Every pools-table item as plain values."""
+    items: list[dict[str, Any]] = []
+    for page in dynamodb.get_paginator("scan").paginate(TableName=table):
+        items.extend(from_item(item) for item in page.get("Items", []))
+    return items
+
+
+def list_fleet_instances(ec2, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Managed instances that are pending, running, stopping or stopped, 1000 per call.
+
+    Returns ``{"instance_id", "state", "pool", "instance_type"}`` rows; ``pool`` is None without a
+    pool tag. Instances without ``runs-fleet:managed=true`` are never fetched.
+    """
+    rows: list[dict[str, Any]] = []
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+            {"Name": "instance-state-name", "Values": AUDITED_STATES},
+        ],
+        PaginationConfig={"PageSize": INSTANCES_PAGE_SIZE},
+    )
+    for n, page in enumerate(pages, start=1):
+        for reservation in page.get("Reservations", []):
+            for inst in reservation.get("Instances", []):
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                rows.append(
+                    {
+                        "instance_id": inst["InstanceId"],
+                        "state": inst.get("State", {}).get("Name", ""),
+                        "pool": tags.get(POOL_TAG),
+                        "instance_type": inst.get("InstanceType"),
+                    }
+                )
+        if progress and n % 5 == 0:
+            progress(f"DescribeInstances: {n} pages, {len(rows)} instances so far")
+    return rows
+
+
+def running_job_instances(dynamodb, jobs_table: str, progress: Progress | None = None) -> set[str]:
+    """Instance ids that have a job in status ``running`` (Query on the index; Scan if it is missing)."""
+    base = {
+        "TableName": jobs_table,
+        "ExpressionAttributeNames": {"#s": "status"},
+        "ExpressionAttributeValues": {":running": {"S": "running"}},
+        "ProjectionExpression": "instance_id",
+    }
+    try:
+        return _collect_instance_ids(
+            dynamodb.get_paginator("query").paginate(
+                IndexName=RUNNING_JOBS_INDEX, KeyConditionExpression="#s = :running", **base
+            )
+        )
+    except ClientError as exc:
+        # AWS answers ValidationException ("does not have the specified index"), moto ResourceNotFound.
+        missing_index = "index" in exc.response["Error"].get("Message", "").lower()
+        if (
+            exc.response["Error"]["Code"] not in {"ValidationException", "ResourceNotFoundException"}
+            or not missing_index
+        ):
+            raise
+    message = f"{jobs_table} has no {RUNNING_JOBS_INDEX}: scanning it for running jobs instead (slow)"
+    log.warning(message)
+    if progress:
+        progress(message)
+    return _collect_instance_ids(dynamodb.get_paginator("scan").paginate(FilterExpression="#s = :running", **base))
+
+
+def _collect_instance_ids(pages: Iterable[dict[str, Any]]) -> set[str]:
+    ids: set[str] = set()
+    for page in pages:
+        for item in page.get("Items", []):
+            value = item.get("instance_id", {}).get("S")
+            if value:
+                ids.add(value)
+    return ids
+
+
+def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dict[str, Any]], list[str]]:
+    """``PoolComputeCost``/``PoolIdleCost`` (USD per hour) for priced pools and ``PoolUtilization``
+    (percent) for every pool of the pools table. Returns the datums and the pools left out."""
+    datums: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for row in table.loc[table["kind"] == "pool"].itertuples(index=False):
+        if not 0 < len(row.pool) <= MAX_DIMENSION_VALUE:
+            skipped.append(row.pool[:80])
+            continue
+        dims = [{"Name": "PoolName", "Value": row.pool}]
+        if row.in_totals:
+            datums.append(_datum("PoolComputeCost", dims, row.compute_cost_usd_per_hour, "None", timestamp))
+            datums.append(_datum("PoolIdleCost", dims, row.idle_cost_usd_per_hour, "None", timestamp))
+        datums.append(_datum("PoolUtilization", dims, row.utilization_pct, "Percent", timestamp))
+    return datums, skipped
+
+
+def _datum(name: str, dims: list[dict[str, str]], value: float, unit: str, timestamp: dt.datetime) -> dict[str, Any]:
+    return {"MetricName": name, "Dimensions": dims, "Value": float(value), "Unit": unit, "Timestamp": timestamp}
+
+
+def put_metrics(cloudwatch, namespace: str, datums: list[dict[str, Any]]) -> int:
+    """Send the datums in as few PutMetricData calls as the limit allows; returns the number of calls."""
+    calls = 0
+    for start in range(0, len(datums), METRICS_PER_CALL):
+        cloudwatch.put_metric_data(Namespace=namespace, MetricData=datums[start : start + METRICS_PER_CALL])
+        calls += 1
+    return calls
+
+
+# ---------------------------------------------------------------- archive bucket
+
+
+def snapshot_key(taken_at: dt.datetime) -> str:
+    """``pool-audit/snapshots/<YYYY-MM-DD>/<YYYYMMDDTHHMMSSmmmZ>.csv`` (UTC; sorts by time)."""
+    t = taken_at.astimezone(dt.UTC)
+    return f"{PREFIX}/snapshots/{t:%Y-%m-%d}/{t:%Y%m%dT%H%M%S}{t.microsecond // 1000:03d}Z.csv"
+
+
+def report_key(day: dt.date, name: str) -> str:
+    return f"{PREFIX}/reports/{day:%Y-%m-%d}/{name}"
+
+
+def put_csv(s3, bucket: str, key: str, frame: pd.DataFrame) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=frame.to_csv(index=False).encode(), ContentType="text/csv")
+
+
+def put_text(s3, bucket: str, key: str, text: str, content_type: str) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType=content_type)
+
+
+def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
+    keys: list[str] = []
+    prefix = f"{PREFIX}/snapshots/{day:%Y-%m-%d}/"
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys.extend(obj["Key"] for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
+    return sorted(keys)
+
+
+def read_snapshot(s3, bucket: str, key: str) -> pd.DataFrame:
+    body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    text_columns = {name: str for name in ("pool", "kind", "instance_type", "price_source", "problem")}
+    return pd.read_csv(io.BytesIO(body), dtype=text_columns, keep_default_na=False, na_values=[""])

@@ -1,0 +1,594 @@
+"""Pool audit (issue 7): every figure against values computed by hand.
+
+The fleet below (the same in the pure test and in moto):
+
+| pool    | config                                  | instances                                   |
+|---------|-----------------------------------------|---------------------------------------------|
+| small   | t3.small (list 0.0208), desired_idle 1  | 3 running (2 busy, 1 idle), 1 pending, 1 stopped, 1 terminated |
+| spotty  | c5.xlarge spot (0.17 x 0.35 = 0.0595)   | 2 running, both idle                         |
+| gpu     | own price 0.5, desired_idle 2           | none                                         |
+| mystery | x9.huge: not in the list, no own price  | 1 running (left out of totals)               |
+| neg     | hourly_price_usd -1                     | none (left out of totals)                    |
+| --      | managed, no pool tag ("untagged")       | 1 running                                    |
+| --      | pool tag "ghost" (no such pool)         | 1 running                                    |
+| --      | unmanaged (no managed tag)              | 2 running: never counted                     |
+
+Jobs: running on small-1 and small-2 (busy), running on the pending and the stopped instance (not
+busy: only running instances are busy), completed on small-3 (idle).
+"""
+
+import datetime as dt
+import io
+import json
+import xml.etree.ElementTree as ET
+
+import dagster as dg
+import pandas as pd
+import pytest
+
+from pipelines.common import to_item
+from pipelines.definitions import build_definitions
+from pipelines.pool_audit import aws as pool_aws
+from pipelines.pool_audit.audit import build_daily_report, housekeeping_options, run_pool_audit
+from pipelines.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
+from pipelines.pool_audit.defs import (
+    CHECK_DESIRED_IDLE,
+    CHECK_IDLE_COST,
+    CHECK_KNOWN_POOLS,
+    pool_audit,
+    pool_cost_report,
+)
+from pipelines.pool_audit.prices import PriceList, load_price_list
+from pipelines.pool_audit.render import cost_chart_svg
+from resources import resources_for
+
+AMI = "ami-12c6146b"
+PRICES = PriceList(
+    source="test list",
+    as_of="2026-01-01",
+    spot_factor=0.35,
+    on_demand_usd_per_hour={"t3.small": 0.0208, "c5.xlarge": 0.17, "g4dn.xlarge": 0.526},
+)
+POOLS = [
+    {"pool_name": "small", "instance_type": "t3.small", "desired_idle": 1, "spot": False},
+    {"pool_name": "spotty", "instance_type": "c5.xlarge", "desired_idle": 0, "spot": True},
+    {"pool_name": "gpu", "instance_type": "g4dn.xlarge", "desired_idle": 2, "spot": False, "hourly_price_usd": 0.5},
+    {"pool_name": "mystery", "instance_type": "x9.huge", "desired_idle": 0, "spot": False},
+    {"pool_name": "neg", "instance_type": "t3.small", "desired_idle": 0, "spot": False, "hourly_price_usd": -1},
+]
+
+# Hand-computed rows: running, pending, stopped, busy, idle, idle_excess, price, compute, idle cost, util, in totals
+EXPECTED = {
+    "small": (3, 1, 1, 2, 1, 0, 0.0208, 3 * 0.0208, 1 * 0.0208, 100 * 2 / 3, True),
+    "spotty": (2, 0, 0, 0, 2, 2, 0.0595, 2 * 0.0595, 2 * 0.0595, 0.0, True),
+    "gpu": (0, 0, 0, 0, 0, 0, 0.5, 0.0, 0.0, 0.0, True),
+    "mystery": (1, 0, 0, 0, 1, 1, None, None, None, 0.0, False),
+    "neg": (0, 0, 0, 0, 0, 0, None, None, None, 0.0, False),
+    "untagged": (1, 0, 0, 0, 1, 1, None, None, None, 0.0, False),
+    "ghost": (1, 0, 0, 0, 1, 1, None, None, None, 0.0, False),
+}
+EXPECTED_TOTALS = {
+    "pools": 5,
+    "pools_in_totals": 3,
+    "running": 5,
+    "pending": 1,
+    "stopped": 1,
+    "busy": 2,
+    "idle": 3,
+    "idle_excess": 2,
+    "compute_cost_usd_per_hour": 3 * 0.0208 + 2 * 0.0595,  # 0.1814
+    "idle_cost_usd_per_hour": 0.0208 + 2 * 0.0595,  # 0.1398
+    "utilization_pct": 40.0,  # 2 busy of 5 running
+    "pools_with_problems": 2,
+    "untagged_instances": 1,
+    "unknown_pool_instances": 1,
+    "running_left_out_of_totals": 3,  # mystery, untagged, ghost
+}
+
+
+def _check_table(table: pd.DataFrame) -> None:
+    rows = {r.pool: r for r in table.itertuples(index=False)}
+    assert set(rows) == set(EXPECTED)
+    for pool, (run, pend, stop, busy, idle, excess, price, compute, idle_cost, util, in_totals) in EXPECTED.items():
+        r = rows[pool]
+        assert (r.running, r.pending, r.stopped, r.busy, r.idle, r.idle_excess) == (run, pend, stop, busy, idle, excess)
+        assert r.utilization_pct == pytest.approx(util), pool
+        assert bool(r.in_totals) is in_totals, pool
+        if in_totals:
+            assert r.hourly_price_usd == pytest.approx(price), pool
+            assert r.compute_cost_usd_per_hour == pytest.approx(compute), pool
+            assert r.idle_cost_usd_per_hour == pytest.approx(idle_cost), pool
+            assert r.problem == ""
+        else:
+            assert pd.isna(r.compute_cost_usd_per_hour) and pd.isna(r.idle_cost_usd_per_hour), pool
+            assert r.problem, pool
+    assert rows["untagged"].kind == "untagged" and rows["ghost"].kind == "unknown_pool"
+    assert "x9.huge is not in the price list" in rows["mystery"].problem
+    assert "negative hourly_price_usd" in rows["neg"].problem
+
+
+def _check_totals(totals: dict) -> None:
+    assert set(totals) == set(EXPECTED_TOTALS)
+    for key, value in EXPECTED_TOTALS.items():
+        assert totals[key] == pytest.approx(value), key
+
+
+# ---------------------------------------------------------------- pure pandas
+
+
+def _instance_rows() -> list[dict]:
+    def row(iid, state, pool, itype="t3.small"):
+        return {"instance_id": iid, "state": state, "pool": pool, "instance_type": itype}
+
+    return [
+        row("i-small1", "running", "small"),
+        row("i-small2", "running", "small"),
+        row("i-small3", "running", "small"),
+        row("i-small4", "pending", "small"),
+        row("i-small5", "stopped", "small"),
+        row("i-small6", "terminated", "small"),
+        row("i-spot1", "running", "spotty", "c5.xlarge"),
+        row("i-spot2", "running", "spotty", "c5.xlarge"),
+        row("i-myst1", "running", "mystery", "x9.huge"),
+        row("i-untag1", "running", None, "t3.micro"),
+        row("i-ghost1", "running", "ghost", "t3.micro"),
+    ]
+
+
+def test_audit_figures_match_hand_computed_values():
+    busy = {"i-small1", "i-small2", "i-small4", "i-small5"}  # jobs on the pending/stopped ones do not count
+    result = audit_pools(POOLS, instances_frame(_instance_rows()), busy, PRICES)
+    _check_table(result.table)
+    _check_totals(result.totals)
+    assert result.unknown_pool_instances["instance_id"].tolist() == ["i-ghost1"]
+    assert set(result.problems["pool"]) == {"mystery", "neg", "untagged", "ghost"}
+
+
+def test_bad_pool_items_are_reported_never_priced_at_zero():
+    pools = [
+        {"pool_name": "no-type", "desired_idle": 0, "hourly_price_usd": 0.3},
+        {"pool_name": "text-price", "instance_type": "t3.small", "hourly_price_usd": "cheap"},
+        {"pool_name": "bad-idle", "instance_type": "t3.small", "desired_idle": -2},
+        {"pool_name": "spot-str", "instance_type": "t3.small", "spot": "yes"},
+        {"pool_name": "free", "instance_type": "t3.small", "hourly_price_usd": 0},  # an explicit 0 is a price
+    ]
+    rows = [{"instance_id": f"i-{p['pool_name']}", "state": "running", "pool": p["pool_name"]} for p in pools]
+    result = audit_pools(pools, instances_frame(rows), set(), PRICES)
+    problems = dict(zip(result.table["pool"], result.table["problem"], strict=True))
+    assert problems["no-type"] == "missing instance_type"
+    assert "invalid hourly_price_usd" in problems["text-price"]
+    assert "invalid desired_idle" in problems["bad-idle"]
+    assert "invalid spot" in problems["spot-str"]
+    assert problems["free"] == ""
+    assert result.totals["pools_in_totals"] == 1 and result.totals["running"] == 1
+    assert result.totals["running_left_out_of_totals"] == 4
+    assert result.totals["compute_cost_usd_per_hour"] == 0.0
+
+
+def test_no_instances_and_no_pools():
+    empty = audit_pools([], instances_frame([]), set(), PRICES)
+    assert empty.table.empty and empty.totals["running"] == 0 and empty.totals["utilization_pct"] == 0.0
+    idle_pool = audit_pools(POOLS[:1], instances_frame([]), set(), PRICES)
+    assert idle_pool.table.loc[0, "running"] == 0 and idle_pool.table.loc[0, "utilization_pct"] == 0.0
+
+
+def test_the_shipped_price_list_has_source_date_and_a_sane_spot_factor(tmp_path):
+    prices = load_price_list()
+    assert prices.source.startswith("AWS EC2 On-Demand pricing") and prices.as_of
+    assert 0 < prices.spot_factor <= 1
+    assert prices.on_demand_usd_per_hour["t3.small"] == 0.0208
+    bad = tmp_path / "prices.json"
+    bad.write_text('{"source": "x", "as_of": "y", "spot_factor": 0.3, "on_demand_usd_per_hour": {"t3.small": 0}}')
+    with pytest.raises(ValueError, match="t3.small"):
+        load_price_list(bad)
+
+
+def test_housekeeping_params_are_validated():
+    assert housekeeping_options({}) == {"idle_cost_threshold_usd_per_hour": 5.0}
+    assert housekeeping_options({"idle_cost_threshold_usd_per_hour": 2}) == {"idle_cost_threshold_usd_per_hour": 2.0}
+    assert housekeeping_options({"now": "2026-11-22T00:00:00Z", "dryRun": True})  # a what-if audit writes nothing
+    for bad, reason in [
+        ({"idle_cost_threshold_usd_per_hour": -1}, "must be a number >= 0"),
+        ({"idle_cost_threshold_usd_per_hour": True}, "must be a number >= 0"),
+        ({"now": "2026-11-22T00:00:00Z"}, "only allowed with dryRun"),
+    ]:
+        with pytest.raises(ValueError, match=reason):
+            housekeeping_options(bad)
+
+
+# ---------------------------------------------------------------- daily report
+
+
+def _snapshot(at: str, compute: float, idle: float, running: int = 2, idle_n: int = 1, pool="small") -> dict:
+    return {
+        "snapshot_at": at,
+        "pool": pool,
+        "kind": "pool",
+        "running": running,
+        "idle": idle_n,
+        "compute_cost_usd_per_hour": compute,
+        "idle_cost_usd_per_hour": idle,
+        "in_totals": True,
+    }
+
+
+def test_snapshot_weights_hold_until_the_next_snapshot_capped_by_the_gap_and_the_day():
+    day = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+    times = [
+        pd.Timestamp(t) for t in ("2026-11-20T23:50Z", "2026-11-21T00:10Z", "2026-11-21T00:20Z", "2026-11-21T23:55Z")
+    ]
+    w = snapshot_weights(times, day, dt.timedelta(minutes=30))
+    assert w.tolist() == pytest.approx([10 / 60, 10 / 60, 30 / 60, 5 / 60])  # 00:00-00:10, -00:20, -00:50, -24:00
+    so_far = snapshot_weights(times, day, dt.timedelta(minutes=30), now=dt.datetime(2026, 11, 21, 0, 30, tzinfo=dt.UTC))
+    assert so_far.tolist() == pytest.approx([10 / 60, 10 / 60, 10 / 60, 0.0])  # today so far: nothing after now
+
+
+def test_daily_report_time_weights_usd_per_pool_by_hand():
+    day = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+    rows = [
+        _snapshot("2026-11-21T00:00:00Z", compute=6.0, idle=3.0),  # 00:00-00:10: 1/6 h
+        _snapshot("2026-11-21T00:10:00Z", compute=12.0, idle=0.0, idle_n=0),  # 00:10-00:40 (gap cap): 1/2 h
+        _snapshot("2026-11-21T12:00:00Z", compute=2.0, idle=2.0, running=1),  # 12:00-12:30: 1/2 h
+        _snapshot("2026-11-21T12:00:00Z", compute=1.0, idle=0.5, pool="other"),
+        {**_snapshot("2026-11-21T12:00:00Z", compute=99.0, idle=99.0, pool="broken"), "in_totals": False},
+    ]
+    report, totals = daily_report(pd.DataFrame(rows), day, dt.timedelta(minutes=30))
+    small = report.set_index("pool").loc["small"]
+    assert small["cost_usd"] == pytest.approx(6 / 6 + 12 / 2 + 2 / 2)  # 8.0
+    assert small["idle_cost_usd"] == pytest.approx(3 / 6 + 0 + 2 / 2)  # 1.5
+    assert small["busy_cost_usd"] == pytest.approx(6.5)
+    assert small["idle_share_pct"] == pytest.approx(100 * 1.5 / 8)
+    assert small["hours_covered"] == pytest.approx(1 / 6 + 1 / 2 + 1 / 2)
+    assert small["avg_running"] == pytest.approx((2 / 6 + 2 / 2 + 1 / 2) / (7 / 6))
+    other = report.set_index("pool").loc["other"]
+    assert (other["cost_usd"], other["idle_cost_usd"]) == pytest.approx((0.5, 0.25))
+    assert "broken" not in set(report["pool"])
+    assert report["pool"].tolist() == ["small", "other"]  # most expensive first
+    assert totals["cost_usd"] == pytest.approx(8.5) and totals["idle_cost_usd"] == pytest.approx(1.75)
+    assert totals["idle_share_pct"] == pytest.approx(100 * 1.75 / 8.5)
+    assert totals["hours_covered"] == pytest.approx(7 / 6) and totals["snapshots"] == 3
+
+
+def test_cost_chart_is_valid_svg_with_the_idle_part_highlighted():
+    report = pd.DataFrame(
+        [
+            {"pool": "a<b", "cost_usd": 8.0, "busy_cost_usd": 6.0, "idle_cost_usd": 2.0, "idle_share_pct": 25.0},
+            {"pool": "small", "cost_usd": 4.0, "busy_cost_usd": 4.0, "idle_cost_usd": 0.0, "idle_share_pct": 0.0},
+        ]
+    )
+    svg = cost_chart_svg(report, "Fleet cost")
+    root = ET.fromstring(svg)
+    texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    assert "a<b" in texts and "small" in texts and "$8.00 (idle 25%)" in texts
+    widths = [
+        float(r.get("width")) for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#e45756"
+    ]
+    assert widths[1:] == [pytest.approx(420 * 2 / 8), pytest.approx(0.0)]  # legend swatch, then the idle bars
+    assert ET.fromstring(cost_chart_svg(report.iloc[0:0], "empty")) is not None
+
+
+# ---------------------------------------------------------------- against moto
+
+
+def _seed_fleet(aws) -> dict[str, str]:
+    """The fixture fleet in moto; returns name -> instance id."""
+    ddb, ec2 = aws.client("dynamodb"), aws.client("ec2")
+    for pool in POOLS:
+        ddb.put_item(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"], Item=to_item(pool))
+
+    def launch(name, itype, tags):
+        tag_list = [{"Key": k, "Value": v} for k, v in tags.items()]
+        spec = [{"ResourceType": "instance", "Tags": tag_list}] if tag_list else []
+        inst = ec2.run_instances(ImageId=AMI, MinCount=1, MaxCount=1, InstanceType=itype, TagSpecifications=spec)
+        return name, inst["Instances"][0]["InstanceId"]
+
+    managed = {"runs-fleet:managed": "true"}
+    ids = dict(
+        [
+            *(launch(f"small{n}", "t3.small", {**managed, "runs-fleet:pool": "small"}) for n in range(1, 7)),
+            *(launch(f"spot{n}", "c5.xlarge", {**managed, "runs-fleet:pool": "spotty"}) for n in (1, 2)),
+            launch("myst1", "t3.large", {**managed, "runs-fleet:pool": "mystery"}),
+            launch("untag1", "t3.micro", managed),
+            launch("ghost1", "t3.micro", {**managed, "runs-fleet:pool": "ghost"}),
+            launch("unmanaged1", "t3.small", {"runs-fleet:pool": "small"}),
+            launch("unmanaged2", "t3.small", {"runs-fleet:managed": "false", "runs-fleet:pool": "small"}),
+        ]
+    )
+    ec2.stop_instances(InstanceIds=[ids["small5"]])
+    ec2.terminate_instances(InstanceIds=[ids["small6"]])
+    jobs = [
+        ("j1", ids["small1"], "running"),
+        ("j2", ids["small2"], "running"),
+        ("j3", ids["small3"], "completed"),
+        ("j4", ids["small4"], "running"),
+        ("j5", ids["small5"], "running"),
+        ("j6", ids["unmanaged1"], "running"),
+    ]
+    for job_id, instance_id, status in jobs:
+        item = {"job_id": job_id, "instance_id": instance_id, "status": status, "started_at": "2026-11-22T00:00:00Z"}
+        if status != "running":
+            item["completed_at"] = "2026-11-22T00:05:00Z"
+        ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(item))
+    return ids
+
+
+def _pretend_pending(ec2, instance_id: str) -> None:
+    """moto never shows an instance as pending; this makes DescribeInstances report one that way."""
+
+    def flip(parsed, **_):
+        for reservation in parsed.get("Reservations", []):
+            for inst in reservation["Instances"]:
+                if inst["InstanceId"] == instance_id:
+                    inst["State"] = {"Code": 0, "Name": "pending"}
+
+    ec2.meta.events.register("after-call.ec2.DescribeInstances", flip)
+
+
+def _audit_args(aws, **extra) -> dict:
+    """Clients and names for ``run_pool_audit`` against the test's moto."""
+    return {
+        **{name: aws.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")},
+        "jobs_table": aws.env["RUNS_FLEET_JOBS_TABLE"],
+        "pools_table": aws.env["RUNS_FLEET_POOLS_TABLE"],
+        "archive_bucket": aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        "namespace": "RunsFleet",
+        **extra,
+    }
+
+
+class _Calls:
+    def __init__(self, *clients):
+        self.calls: list[str] = []
+        for client in clients:
+            client.meta.events.register("before-call", self._count)
+
+    def _count(self, model, **_):
+        self.calls.append(model.name)
+
+
+def test_audit_against_moto_matches_hand_computed_values_and_writes_metrics_and_csv(aws):
+    ids = _seed_fleet(aws)
+    now = dt.datetime(2026, 11, 22, 1, 30, tzinfo=dt.UTC)
+    args = _audit_args(aws, prices=PRICES, now=now)
+    _pretend_pending(args["ec2"], ids["small4"])
+    counter = _Calls(*(args[name] for name in ("dynamodb", "ec2", "cloudwatch", "s3")))
+    run = run_pool_audit(**args)
+    _check_table(run.audit.table)
+    _check_totals(run.audit.totals)
+    assert run.audit.unknown_pool_instances["instance_id"].tolist() == [ids["ghost1"]]
+    # One call each: pools scan, DescribeInstances page, running-jobs query, PutMetricData, PutObject.
+    assert sorted(counter.calls) == ["DescribeInstances", "PutMetricData", "PutObject", "Query", "Scan"]
+    assert run.metric_datums == 3 * 3 + 2  # compute+idle+util for 3 priced pools, util for mystery and neg
+
+    body = aws.client("s3").get_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=run.snapshot_key)["Body"]
+    assert run.snapshot_key == "pool-audit/snapshots/2026-11-22/20261122T013000000Z.csv"
+    stored = pd.read_csv(io.BytesIO(body.read()), keep_default_na=False, na_values=[""])
+    assert stored["snapshot_at"].unique().tolist() == ["2026-11-22 01:30:00+00:00"]
+    _check_table(stored.drop(columns=["snapshot_at"]).fillna({"problem": ""}))
+
+    cw = aws.client("cloudwatch")
+    for metric, pool, expected in [
+        ("PoolIdleCost", "spotty", 2 * 0.0595),
+        ("PoolComputeCost", "small", 3 * 0.0208),
+        ("PoolUtilization", "small", 100 * 2 / 3),
+    ]:
+        stats = cw.get_metric_statistics(
+            Namespace="RunsFleet",
+            MetricName=metric,
+            Dimensions=[{"Name": "PoolName", "Value": pool}],
+            StartTime=now - dt.timedelta(minutes=5),
+            EndTime=now + dt.timedelta(minutes=5),
+            Period=60,
+            Statistics=["Maximum"],
+        )["Datapoints"]
+        assert [d["Maximum"] for d in stats] == [pytest.approx(expected)], (metric, pool)
+    names = {m["MetricName"] for m in cw.list_metrics(Namespace="RunsFleet")["Metrics"]}
+    assert names == {"PoolComputeCost", "PoolIdleCost", "PoolUtilization"}
+
+
+def test_busy_instances_come_from_a_scan_when_the_table_has_no_status_index(aws):
+    ids = _seed_fleet(aws)
+    ddb = aws.client("dynamodb")
+    ddb.create_table(
+        TableName="legacy-jobs",
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[{"AttributeName": "job_id", "AttributeType": "S"}],
+        KeySchema=[{"AttributeName": "job_id", "KeyType": "HASH"}],
+    )
+    for page in ddb.get_paginator("scan").paginate(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"]):
+        for item in page["Items"]:
+            ddb.put_item(TableName="legacy-jobs", Item=item)
+    messages = []
+    busy = pool_aws.running_job_instances(ddb, "legacy-jobs", progress=messages.append)
+    assert busy == {ids["small1"], ids["small2"], ids["small4"], ids["small5"], ids["unmanaged1"]}
+    assert busy == pool_aws.running_job_instances(ddb, aws.env["RUNS_FLEET_JOBS_TABLE"])
+    assert messages and "scanning" in messages[0]
+
+
+def test_describe_instances_is_paginated(aws, monkeypatch):
+    ec2 = aws.client("ec2")
+    for _ in range(7):  # one reservation each, like the fleet's one-runner launches
+        ec2.run_instances(
+            ImageId=AMI,
+            MinCount=1,
+            MaxCount=1,
+            TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "runs-fleet:managed", "Value": "true"}]}],
+        )
+    monkeypatch.setattr(pool_aws, "INSTANCES_PAGE_SIZE", 5)  # moto counts reservations per page
+    counter = _Calls(ec2)
+    assert len(pool_aws.list_fleet_instances(ec2)) == 7
+    assert counter.calls == ["DescribeInstances", "DescribeInstances"]
+
+
+def test_metrics_are_batched_1000_datums_per_call(aws):
+    cw = aws.client("cloudwatch")
+    counter = _Calls(cw)
+    table = pd.DataFrame(
+        {
+            "pool": [f"p{n}" for n in range(400)],
+            "kind": "pool",
+            "in_totals": True,
+            "compute_cost_usd_per_hour": 1.0,
+            "idle_cost_usd_per_hour": 0.5,
+            "utilization_pct": 50.0,
+        }
+    )
+    datums, skipped = pool_aws.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
+    assert len(datums) == 1200 and skipped == []
+    assert pool_aws.put_metrics(cw, "RunsFleet", datums) == 2 and counter.calls == ["PutMetricData"] * 2
+
+
+def _materialize(aws, assets, **kwargs):
+    return dg.materialize(assets, resources=resources_for("local"), **kwargs)
+
+
+def test_pool_audit_asset_reports_metadata_and_warns(aws):
+    _seed_fleet(aws)
+    result = _materialize(aws, [pool_audit])
+    assert result.success
+    meta = result.asset_materializations_for_node("pool_audit")[0].metadata
+    # Without the pending hook moto shows small4 running, with its running job: busy.
+    assert meta["running"].value == 6 and meta["busy"].value == 3 and meta["idle"].value == 3
+    assert meta["untagged_instances"].value == 1 and meta["unknown_pool_instances"].value == 1
+    assert meta["pools_with_problems"].value == 2
+    expected_compute = 4 * 0.0208 + 2 * 0.17 * load_price_list().spot_factor + 0  # shipped list prices
+    assert meta["total_compute_cost_usd_per_hour"].value == pytest.approx(expected_compute)
+    assert meta["pools"].value == 5
+    assert (
+        "| small | pool | t3.small | False | 1 | 4 | 0 | 1 | 3 | 1 | 0 | 0.0208 | 0.0832 | 0.0208 | 75.0000 |  |"
+        in (meta["per_pool"].value)
+    )
+    assert "x9.huge is not in the price list" in meta["problems"].value
+    assert meta["snapshot"].value.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert checks[CHECK_IDLE_COST].passed  # well under 5 USD/h
+    assert not checks[CHECK_DESIRED_IDLE].passed and checks[CHECK_DESIRED_IDLE].metadata["pools"].value == ["gpu"]
+    assert not checks[CHECK_KNOWN_POOLS].passed and "ghost" in checks[CHECK_KNOWN_POOLS].metadata["instances"].value
+    assert all(e.severity == dg.AssetCheckSeverity.WARN for e in checks.values())
+
+    strict = _materialize(
+        aws, [pool_audit], run_config={"ops": {"pool_audit": {"config": {"idle_cost_threshold_usd_per_hour": 0.1}}}}
+    )
+    assert not {e.check_name: e for e in strict.get_asset_check_evaluations()}[CHECK_IDLE_COST].passed
+
+
+def test_dry_run_writes_nothing(aws):
+    _seed_fleet(aws)
+    result = _materialize(aws, [pool_audit], run_config={"ops": {"pool_audit": {"config": {"dry_run": True}}}})
+    meta = result.asset_materializations_for_node("pool_audit")[0].metadata
+    assert meta["dry_run"].value is True and "snapshot" not in meta and meta["cloudwatch_calls"].value == 0
+    s3 = aws.client("s3")
+    assert s3.list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="pool-audit/")["KeyCount"] == 0
+    assert aws.client("cloudwatch").list_metrics(Namespace="RunsFleet")["Metrics"] == []
+
+
+def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
+    _seed_fleet(aws)
+    common = _audit_args(aws, prices=PRICES)
+    for at in ("2026-11-20T23:55", "2026-11-21T00:05", "2026-11-21T00:15", "2026-11-22T00:00"):
+        run_pool_audit(**common, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
+    # 2026-11-21: 23:55 covers 00:00-00:05, 00:05 covers 10 min, 00:15 covers 30 min (gap cap): 3/4 h.
+    # Each snapshot: small 4 running (small4 runs in moto, busy) x 0.0208 + spotty 2 x 0.0595; idle: 1 small, 2 spotty.
+    per_hour, idle_per_hour = 4 * 0.0208 + 2 * 0.0595, 1 * 0.0208 + 2 * 0.0595
+    direct = build_daily_report(s3=common["s3"], archive_bucket=common["archive_bucket"], day=dt.date(2026, 11, 21))
+    assert direct.totals["hours_covered"] == pytest.approx(0.75) and direct.totals["snapshots"] == 3
+    assert direct.totals["cost_usd"] == pytest.approx(0.75 * per_hour)
+    assert direct.totals["idle_cost_usd"] == pytest.approx(0.75 * idle_per_hour)
+
+    result = _materialize(aws, [pool_cost_report], partition_key="2026-11-21")
+    meta = result.asset_materializations_for_node("pool_cost_report")[0].metadata
+    assert meta["cost_usd"].value == pytest.approx(0.75 * per_hour)
+    assert meta["idle_share_pct"].value == pytest.approx(100 * idle_per_hour / per_hour)
+    assert meta["chart"].value.startswith("![pool cost 2026-11-21](data:image/svg+xml;base64,")
+    assert "| spotty |" in meta["per_pool"].value
+    s3 = aws.client("s3")
+    svg = s3.get_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/chart.svg")["Body"].read()
+    assert b"spotty" in svg and ET.fromstring(svg) is not None
+    s3.head_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/report.csv")
+
+    empty = _materialize(aws, [pool_cost_report], partition_key="2026-11-05")
+    assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
+
+
+def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(aws):
+    _seed_fleet(aws)
+    sqs = aws.client("sqs")
+    queue, dlq = aws.env["RUNS_FLEET_HOUSEKEEPING_QUEUE_URL"], aws.env["RUNS_FLEET_HOUSEKEEPING_DLQ_URL"]
+    body = {"task_type": "pool_audit", "timestamp": "2026-11-22T10:00:00Z", "params": {}}
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(body))
+    bad = {"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": "lots"}}
+    sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(bad))
+    defs = build_definitions("local")
+    result = defs.resolve_job_def("process_housekeeping_queue").execute_in_process(
+        run_config={"waitSeconds": 0}, instance=dg.DagsterInstance.ephemeral()
+    )
+    assert result.success
+    out = result.output_for_node("drain_housekeeping_queue")
+    assert out["tasks_run"] == 1 and out["dead_lettered"] == 1
+    mats = result.asset_materializations_for_node("drain_housekeeping_queue")
+    assert [m.asset_key for m in mats] == [dg.AssetKey("pool_audit")]
+    meta = mats[0].metadata
+    assert meta["triggered_by"].value == "housekeeping message task_type=pool_audit"
+    assert meta["running"].value == 6 and meta["busy"].value == 3 and meta["pools"].value == 5
+    snapshot = meta["snapshot"].value
+    assert snapshot.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
+    aws.client("s3").head_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=snapshot.split("/", 3)[3])
+    evaluations = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
+    assert evaluations == {CHECK_IDLE_COST: True, CHECK_DESIRED_IDLE: False, CHECK_KNOWN_POOLS: False}
+    step = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"][0]
+    tasks_json = step.event_specific_data.metadata["tasks"].value
+    assert [t["task_type"] for t in tasks_json] == ["pool_audit"] and "_pool_audit_run" not in tasks_json[0]
+    dead = sqs.receive_message(QueueUrl=dlq, MessageAttributeNames=["All"], WaitTimeSeconds=0)["Messages"]
+    assert [json.loads(m["Body"]) for m in dead] == [bad]
+    assert "idle_cost_threshold_usd_per_hour" in dead[0]["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert "not yet supported" not in dead[0]["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+
+    one = defs.resolve_job_def("housekeeping").execute_in_process(
+        run_config={"task_type": "pool_audit", "params": {"dryRun": True, "idle_cost_threshold_usd_per_hour": 0.0}},
+        instance=dg.DagsterInstance.ephemeral(),
+    )
+    assert one.output_for_node("run_housekeeping_task")["dry_run"] is True
+    meta = one.asset_materializations_for_node("run_housekeeping_task")[0].metadata
+    assert meta["dry_run"].value is True and "snapshot" not in meta
+    assert {e.check_name: e.passed for e in one.get_asset_check_evaluations()}[CHECK_IDLE_COST] is False
+
+
+def test_schedules_and_definitions():
+    defs = build_definitions("prod")
+    schedule = defs.resolve_schedule_def("pool_audit_schedule")
+    assert schedule.cron_schedule == "*/10 * * * *" and schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert schedule.job_name == "pool_audit_job"
+    context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 22, 1, 30, tzinfo=dt.UTC))
+    requests = schedule.evaluate_tick(context).run_requests
+    assert len(requests) == 1
+    report = defs.resolve_schedule_def("pool_cost_report_schedule")
+    with dg.DagsterInstance.ephemeral() as instance:
+        context = dg.build_schedule_context(
+            instance=instance,
+            scheduled_execution_time=dt.datetime(2026, 11, 22, 0, 20, tzinfo=dt.UTC),
+            repository_def=defs.get_repository_def(),
+        )
+        assert [r.partition_key for r in report.evaluate_tick(context).run_requests] == ["2026-11-21"]
+    job = defs.resolve_job_def("pool_cost_report_job")
+    with dg.DagsterInstance.ephemeral() as instance:
+        keys = job.partitions_def.get_partition_keys(
+            current_time=dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC), dynamic_partitions_store=instance
+        )
+    assert keys[0] == "2026-11-01" and keys[-1] == "2026-11-22"  # today so far is a partition too
+
+
+def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_instances(aws):
+    from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+
+    clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
+    cfg = DemoConfig(new_agendas=1, stuck_agendas=0, jobs_started=3, jobs_finished=0, records=0, seed=3)
+    assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 6
+    cfg = DemoConfig(**{**cfg.__dict__, "seed": 4})  # a new seed: new job ids
+    assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
+    run = run_pool_audit(**_audit_args(aws, dry_run=True))
+    rows = run.audit.table.set_index("pool")
+    assert rows.loc["linux-small", "idle"] == 2 and rows.loc["linux-small", "stopped"] == 1
+    assert rows.loc["linux-large", "idle"] == 1
+    assert run.audit.totals["busy"] == 6  # the six demo jobs, on six running instances
+    assert run.audit.totals["untagged_instances"] == 1 and run.audit.totals["unknown_pool_instances"] == 1
+    assert run.audit.totals["idle_cost_usd_per_hour"] > 0
