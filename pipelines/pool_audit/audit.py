@@ -9,9 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from pipelines.pool_audit import aws
 from pipelines.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
@@ -88,6 +89,8 @@ def run_pool_audit(
 
 def snapshot_frame(audit: PoolAudit, taken_at: dt.datetime) -> pd.DataFrame:
     """The CSV stored per audit: the table with its time in front."""
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     return audit.table.assign(snapshot_at=pd.Timestamp(taken_at).tz_convert("UTC"))[
         ["snapshot_at", *audit.table.columns]
     ]
@@ -139,6 +142,8 @@ def build_daily_report(
 
     For today, snapshots cover time up to ``now`` (default: the clock) only.
     """
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     keys = aws.list_snapshot_keys(s3, archive_bucket, day)
     before = aws.list_snapshot_keys(s3, archive_bucket, day - dt.timedelta(days=1))
     if before:

@@ -15,9 +15,10 @@ import datetime as dt
 import io
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 from botocore.exceptions import ClientError
 
 from pipelines.common import from_item
@@ -174,6 +175,8 @@ def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
 
 
 def read_snapshot(s3, bucket: str, key: str) -> pd.DataFrame:
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
     text_columns = {name: str for name in ("pool", "kind", "instance_type", "price_source", "problem")}
     return pd.read_csv(io.BytesIO(body), dtype=text_columns, keep_default_na=False, na_values=[""])

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 from pipelines.pool_audit.prices import PriceList, pool_config
 
@@ -59,15 +60,23 @@ class PoolAudit:
 
     table: pd.DataFrame
     totals: dict[str, float | int]
-    unknown_pool_instances: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=INSTANCE_COLUMNS))
+    unknown_pool_instances: pd.DataFrame = field(default_factory=lambda: _empty_instances())
 
     @property
     def problems(self) -> pd.DataFrame:
         return self.table.loc[self.table["problem"] != "", ["pool", "kind", "problem"]]
 
 
+def _empty_instances() -> pd.DataFrame:
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
+    return pd.DataFrame(columns=INSTANCE_COLUMNS)
+
+
 def instances_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     """Instance rows (``instance_id, state, pool, instance_type``; ``pool`` None when untagged)."""
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     return pd.DataFrame(rows, columns=INSTANCE_COLUMNS)
 
 
@@ -78,6 +87,8 @@ def audit_pools(
     prices: PriceList,
 ) -> PoolAudit:
     """Count, price and total every pool. ``pools`` are plain pools-table items."""
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     configs = [pool_config(item, prices) for item in pools]
     known = {c.pool_name for c in configs}
 
@@ -182,6 +193,8 @@ def snapshot_weights(
     is a gap, not an extrapolation), never past the day and never past ``now`` (today so far).
     A snapshot from before the day covers its start. Returns a Series indexed by the snapshot times.
     """
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     start = pd.Timestamp(day_start)
     end = start + pd.Timedelta(days=1)
     if now is not None:
@@ -221,6 +234,8 @@ def daily_report(
     Each snapshot's USD-per-hour figures count for the hours it stands for (``snapshot_weights``).
     Only rows ``in_totals`` are priced; ``idle_share_pct`` = 100 x idle USD / compute USD.
     """
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
     if snapshots.empty:
         empty = pd.DataFrame(columns=REPORT_COLUMNS)
         nothing = {"cost_usd": 0.0, "idle_cost_usd": 0.0, "idle_share_pct": 0.0, "hours_covered": 0.0, "snapshots": 0}

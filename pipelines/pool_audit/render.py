@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import math
 from html import escape
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 BUSY_COLOR = "#4c78a8"
 IDLE_COLOR = "#e45756"
