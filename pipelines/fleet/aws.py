@@ -17,38 +17,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError, ConnectionError, EndpointConnectionError, ReadTimeoutError
+from botocore.exceptions import ClientError
 
 from pipelines.common import iso
+from pipelines.retry.aws import is_transient
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # The seed's backoff (pkg/events/handler.go): 100 ms, 500 ms, 1 s between attempts.
-# TODO(issue 3): point at the shared retry library once it lands.
+# Which errors are transient is the retry library's call (pipelines.retry.aws.is_transient);
+# the fixed schedule of waits stays here because it is the seed's own.
 BACKOFF_SECONDS = (0.1, 0.5, 1.0)
-TRANSIENT_CODES = {
-    "Throttling",
-    "ThrottlingException",
-    "ThrottledException",
-    "RequestThrottled",
-    "RequestThrottledException",
-    "TooManyRequestsException",
-    "ProvisionedThroughputExceededException",
-    "RequestLimitExceeded",
-    "SlowDown",
-    "InternalError",
-    "InternalFailure",
-    "InternalServerError",
-    "ServiceUnavailable",
-    "ServiceUnavailableException",
-    "TransactionInProgressException",
-    "TransactionConflict",
-    "TransactionConflictException",
-    "RequestTimeout",
-    "RequestTimeoutException",
-    "PriorRequestNotComplete",
-}
 REASON_ATTRIBUTE = "groundskeeper-reason"
 SOURCE_ATTRIBUTE = "groundskeeper-source-queue"
 
@@ -67,17 +47,6 @@ class FleetContext:
     log: Any
     ec2: Any = None  # only the housekeeping tasks need EC2
     pools_table: str = ""  # only the pool_audit task reads the pools table
-
-
-def is_transient(exc: BaseException) -> bool:
-    """Throttling, 5xx and dropped connections are worth retrying; anything else is not."""
-    if isinstance(exc, EndpointConnectionError | ConnectionError | ReadTimeoutError):
-        return True
-    if isinstance(exc, ClientError):
-        code = exc.response.get("Error", {}).get("Code", "")
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        return code in TRANSIENT_CODES or status >= 500
-    return False
 
 
 def with_backoff(

@@ -41,11 +41,11 @@ from pipelines.fleet.aws import (
     delete_messages,
     delete_parameters,
     error_code,
-    is_transient,
     message_received_at,
 )
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
+from pipelines.retry.aws import is_transient
 
 TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
 

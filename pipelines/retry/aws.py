@@ -48,6 +48,8 @@ TRANSIENT_CODES = frozenset(
         "InternalServerError",
         "ServiceUnavailable",
         "ServiceUnavailableException",
+        "TransactionConflict",
+        "TransactionConflictException",
     }
 )
 TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
