@@ -185,6 +185,27 @@ def depth(clients, url) -> int:
 # ------------------------------------------------------------------------- baselines
 
 
+def job_update(body: dict) -> dict:
+    """The baselines' conditional job update: the fields issue 5 asks for (status running or absent
+    becomes the final status, with exit_code, duration_seconds, completed_at, error, instance_id)."""
+    return {
+        "Key": {"job_id": {"S": body["job_id"]}},
+        "UpdateExpression": "SET #s = :f, exit_code = :c, duration_seconds = :d, completed_at = :t, #e = :e, "
+        "instance_id = :i",
+        "ConditionExpression": "#s = :running OR attribute_not_exists(#s)",
+        "ExpressionAttributeNames": {"#s": "status", "#e": "error"},
+        "ExpressionAttributeValues": {
+            ":f": {"S": "completed" if body["status"] == "success" else "failed"},
+            ":c": {"N": str(body["exit_code"])},
+            ":d": {"N": str(body["duration_seconds"])},
+            ":t": {"S": body["completed_at"]},
+            ":e": {"S": body["error"]},
+            ":i": {"S": body["instance_id"]},
+            ":running": {"S": "running"},
+        },
+    }
+
+
 def seed_pattern(clients, env) -> int:
     """The seed's handler: receive 10, then per message one call per action, 5 workers."""
     sqs, url = clients["sqs"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
@@ -195,20 +216,7 @@ def seed_pattern(clients, env) -> int:
         body = json.loads(m["Body"])
         clients["s3"].put_object(Bucket=bucket, Key=f"raw/seed/{m['MessageId']}.json", Body=m["Body"].encode())
         try:
-            clients["dynamodb"].update_item(
-                TableName=table,
-                Key={"job_id": {"S": body["job_id"]}},
-                UpdateExpression="SET #s = :f, exit_code = :c, completed_at = :t, duration_seconds = :d",
-                ConditionExpression="#s = :running OR attribute_not_exists(#s)",
-                ExpressionAttributeNames={"#s": "status"},
-                ExpressionAttributeValues={
-                    ":f": {"S": "completed" if body["status"] == "success" else "failed"},
-                    ":c": {"N": str(body["exit_code"])},
-                    ":t": {"S": body["completed_at"]},
-                    ":d": {"N": str(body["duration_seconds"])},
-                    ":running": {"S": "running"},
-                },
-            )
+            clients["dynamodb"].update_item(TableName=table, **job_update(body))
         except clients["dynamodb"].exceptions.ConditionalCheckFailedException:
             pass
         try:
@@ -244,24 +252,7 @@ def bare_batched(clients, env) -> int:
         )
         bodies = [json.loads(m["Body"]) for m in messages]
         clients["dynamodb"].transact_write_items(
-            TransactItems=[
-                {
-                    "Update": {
-                        "TableName": table,
-                        "Key": {"job_id": {"S": b["job_id"]}},
-                        "UpdateExpression": "SET #s = :f, exit_code = :c, completed_at = :t",
-                        "ConditionExpression": "#s = :running OR attribute_not_exists(#s)",
-                        "ExpressionAttributeNames": {"#s": "status"},
-                        "ExpressionAttributeValues": {
-                            ":f": {"S": "completed" if b["status"] == "success" else "failed"},
-                            ":c": {"N": str(b["exit_code"])},
-                            ":t": {"S": b["completed_at"]},
-                            ":running": {"S": "running"},
-                        },
-                    }
-                }
-                for b in bodies
-            ]
+            TransactItems=[{"Update": {"TableName": table, **job_update(b)}} for b in bodies]
         )
         clients["ssm"].delete_parameters(Names=[f"/runs-fleet/runners/{b['instance_id']}/config" for b in bodies])
         clients["cloudwatch"].put_metric_data(

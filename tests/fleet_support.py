@@ -149,3 +149,17 @@ def runner_parameters(aws) -> set[str]:
     ):
         names |= {p["Name"] for p in page["Parameters"]}
     return names
+
+
+def round_done(aws, job_item: dict) -> bool:
+    """Is the round that applied this job marked done (its S3 marker exists)?"""
+    from pipelines.fleet.termination import ROUNDS_PREFIX
+
+    round_id = job_item.get("termination_round")
+    if not round_id:
+        return False
+    queue = aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"].rsplit("/", 1)[-1]
+    listed = aws.client("s3").list_objects_v2(
+        Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix=f"{ROUNDS_PREFIX}/{queue}/{round_id}"
+    )
+    return listed.get("KeyCount", 0) == 1

@@ -1,7 +1,7 @@
 """A drain run through the dagster CLI, killed (SIGKILL) or stopped (SIGTERM) in the middle.
 
-SIGKILL: nothing half-applied (each job is untouched, or updated with its clean-up marker still
-set), and a second run finishes the work. SIGTERM: the run stops receiving, finishes the round in
+SIGKILL: nothing half-applied (each job is untouched, or updated in a round whose clean-up is not
+marked done), and a second run finishes the work. SIGTERM: the run stops receiving, finishes the round in
 flight, and nothing is lost or applied twice.
 """
 
@@ -60,7 +60,7 @@ def _backlog(aws, tmp_path):
 def _assert_all_done(aws, jobs):
     state = fs.jobs_state(aws)
     assert all(state[j["job_id"]]["status"] == "completed" for j in jobs)
-    assert not any("termination_pending" in item for item in state.values())
+    assert all(fs.round_done(aws, state[j["job_id"]]) for j in jobs)
     assert fs.runner_parameters(aws) == set()
     assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
 
@@ -81,13 +81,14 @@ def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_pa
     for job in jobs:
         item = state[job["job_id"]]
         if item["status"] == "running":  # untouched
-            assert "termination_pending" not in item and "completed_at" not in item
-        elif "termination_pending" not in item:  # finished: its clean-up is done too
+            assert "termination_round" not in item and "completed_at" not in item
+        elif fs.round_done(aws, item):  # finished: its clean-up is done too
             assert f"/runs-fleet/runners/{job['instance_id']}/config" not in params
     time.sleep(4.5)  # the killed run's messages become visible again
     second = fs.drain(aws)
     assert second.counts["failed"] == 0 and second.counts["dead_lettered"] == 0
     _assert_all_done(aws, jobs)
+    assert second.counts["taken_over"] == len(applied) - sum(fs.round_done(aws, state[j["job_id"]]) for j in applied)
     # Metrics: every job counted; at most the round killed between PutMetricData and its marker twice.
     assert N <= fs.metric_sum(aws, "JobSuccess") <= N + 10
 
@@ -112,7 +113,8 @@ def test_sigterm_stops_the_drain_run_gracefully_and_nothing_is_applied_twice(aws
     assert any("finishing the messages in flight" in m for m in messages), messages[-20:]
     assert any(" drain: " in m and "stopped_by=interrupted" in m for m in messages)
     state = fs.jobs_state(aws)
-    assert not any("termination_pending" in item for item in state.values())  # the round in flight finished
+    finished = [state[j["job_id"]] for j in jobs if state[j["job_id"]]["status"] == "completed"]
+    assert all(fs.round_done(aws, item) for item in finished)  # the round in flight finished
     done = sum(1 for j in jobs if state[j["job_id"]]["status"] == "completed")
     assert 30 <= done < N
     time.sleep(4.5)

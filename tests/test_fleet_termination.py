@@ -51,13 +51,17 @@ def test_a_drain_applies_jobs_deletes_parameters_publishes_metrics_and_acks(aws)
         assert item["duration_seconds"] == 60 + k and item["instance_id"] == job["instance_id"]
         assert item["exit_code"] == (0 if k % 4 == 0 else 1)
         assert item["completed_at"].endswith("Z") and "termination_pending" not in item
+        assert fs.round_done(aws, item)  # the round's clean-up is marked done
     assert fs.runner_parameters(aws) == set()
     assert _metrics(aws) == _expected_metrics(bodies)
     assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
     # The raw messages were archived, as received, in one object for the run.
     s3 = aws.client("s3")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"])["Contents"]]
-    assert len(keys) == 1 and keys[0].endswith("/happy.jsonl")
+    raw = [k for k in keys if k.startswith("raw/")]
+    assert len(raw) == 1 and raw[0].endswith("/happy.jsonl")
+    assert len(keys) == 2  # and the marker of its one round
+    keys = raw
     lines = s3.get_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=keys[0])["Body"].read().splitlines()
     assert sorted(json.loads(line)["body"] for line in lines) == sorted(bodies)
 
@@ -233,7 +237,7 @@ def test_transient_errors_retry_with_backoff_then_succeed(aws):
     ssm_calls, _ = _fail(aws.client("ssm"), "DeleteParameters", code="InternalServerError", times=1)
     result = fs.drain(aws)
     assert result.counts["applied"] == 5 and result.counts["failed"] == 0
-    assert calls["n"] == 4  # two failures, the update, then the clean-up marker
+    assert calls["n"] == 3  # two failures, then the update
     assert ssm_calls["n"] == 2
     assert fs.runner_parameters(aws) == set()
 
@@ -262,12 +266,12 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     handle = drain.handler
     rounds = []
 
-    def handler(messages, pool):
+    def handler(messages, pool, **kwargs):
         if not rounds:  # the interrupt arrives (as SIGINT/SIGTERM would) while the first round is in flight
             os.kill(os.getpid(), signal.SIGINT)
             time.sleep(0.3)
         rounds.append(len(messages))
-        return handle(messages, pool)
+        return handle(messages, pool, **kwargs)
 
     drain.handler = handler
     assert threading.current_thread() is threading.main_thread()
@@ -303,3 +307,61 @@ def test_full_rounds_cost_at_most_half_an_api_call_per_message(aws):
     assert result.counts["applied"] == 100
     total = sum(calls.values()) - 1  # the final empty receive ends the run, it handles nothing
     assert total / 100 <= 0.5, calls
+
+
+def test_a_round_cut_short_before_its_clean_up_is_finished_by_the_redelivery(aws):
+    """The update landed but the clean-up failed (no round marker): the message stays, comes back
+    after its visibility timeout, and the next run takes the job over and finishes it, once."""
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "1"})
+    jobs = fs.start_jobs(aws, 4)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    _, hook = _fail(aws.client("cloudwatch"), "PutMetricData", code="AccessDeniedException")
+    first = fs.drain(aws, max_messages=4)
+    aws.client("cloudwatch").meta.events.unregister("before-call.cloudwatch.PutMetricData", hook)
+    assert first.counts["failed"] == 4 and first.counts["deleted"] == 0 and first.counts["applied"] == 0
+    state = fs.jobs_state(aws)
+    assert all(state[j["job_id"]]["status"] == "completed" and not fs.round_done(aws, state[j["job_id"]]) for j in jobs)
+    time.sleep(1.2)
+    second = fs.drain(aws)
+    assert second.counts["taken_over"] == 4 and second.counts["applied"] == 4 and second.counts["deleted"] == 4
+    state = fs.jobs_state(aws)
+    assert all(fs.round_done(aws, state[j["job_id"]]) for j in jobs)
+    assert fs.metric_sum(aws, "JobSuccess") == 4 and fs.runner_parameters(aws) == set()
+    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
+
+
+def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(aws):
+    """A job applied by this same message in a round younger than the visibility timeout and not yet
+    done belongs to a run still at work: the copy is neither applied again nor acknowledged. Once
+    that round is older than the timeout (its run's hold has lapsed), the copy takes the job over."""
+    from pipelines.common import to_item
+    from pipelines.fleet.messages import fingerprint
+    from pipelines.fleet.termination import new_round_id
+
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "4"})
+    (job,) = fs.start_jobs(aws, 1)
+    body = _valid_body(job)
+    # Another run applied this message a moment ago and has not finished its clean-up.
+    aws.client("dynamodb").update_item(
+        TableName=aws.env["RUNS_FLEET_JOBS_TABLE"],
+        Key={"job_id": {"S": job["job_id"]}},
+        UpdateExpression="SET #s = :s, termination_digest = :d, termination_round = :r",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues=to_item(
+            {":s": "completed", ":d": fingerprint(body), ":r": new_round_id(time.time())}
+        ),
+    )
+    fs.send(aws, [body])
+    held = fs.drain(aws)
+    assert held.counts["held_elsewhere"] == 1 and held.counts["deleted"] == 0 and held.counts["applied"] == 0
+    assert fs.metric_sum(aws, "JobSuccess") == 0 and fs.depth(aws, TQ) == 1
+    time.sleep(4.2)  # the other run's hold has lapsed, and the message is visible again
+    taken = fs.drain(aws)
+    assert taken.counts["taken_over"] == 1 and taken.counts["deleted"] == 1
+    assert fs.metric_sum(aws, "JobSuccess") == 1 and fs.runner_parameters(aws) == set()
+    assert fs.round_done(aws, fs.jobs_state(aws)[job["job_id"]])
+    # Delivered once more, it is a plain duplicate now.
+    fs.send(aws, [body])
+    again = fs.drain(aws)
+    assert again.counts["duplicates"] == 1 and again.counts["deleted"] == 1
+    assert fs.metric_sum(aws, "JobSuccess") == 1

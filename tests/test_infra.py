@@ -88,3 +88,15 @@ def test_a_failing_template_reports_cloudformations_reason(aws):
     with pytest.raises(DeployError) as info:
         deploy(aws.client("cloudformation"), stack_name="broken", template_body=broken)
     assert "broken" in str(info.value)
+
+
+def test_termination_round_markers_expire_only_after_sqs_could_redeliver():
+    from cfnlint.decode import decode
+
+    from pipelines.fleet.termination import ROUNDS_PREFIX
+
+    template, errors = decode(str(TEMPLATE_PATH))
+    assert not errors
+    rules = template["Resources"]["ArchiveBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    (rule,) = [r for r in rules if r.get("Prefix") == f"{ROUNDS_PREFIX}/"]
+    assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] > 14  # SQS keeps a message 14 days at most

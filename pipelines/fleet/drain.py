@@ -26,7 +26,8 @@ from pipelines.fleet.aws import RunArchive, queue_name, receive
 
 log = logging.getLogger(__name__)
 
-RoundHandler = Callable[[list[dict[str, Any]], ThreadPoolExecutor], Counter]
+# handler(messages, pool, started_at=<wall-clock time at which the round's receive began>) -> counts
+RoundHandler = Callable[..., Counter]
 
 
 @dataclass(frozen=True)
@@ -114,12 +115,13 @@ class QueueDrain:
                     if budget <= 0:
                         result.stopped_by = "maxMessages"
                         break
+                round_began = time.time()
                 messages = self._round(budget)
                 if not messages:
                     result.stopped_by = "queue empty"
                     break
                 result.counts["received"] += len(messages)
-                result.counts.update(self.handler(messages, pool))
+                result.counts.update(self.handler(messages, pool, started_at=round_began))
                 result.rounds += 1
                 if result.counts["received"] >= next_progress:
                     next_progress += self.progress_every

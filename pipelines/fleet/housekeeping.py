@@ -344,7 +344,9 @@ class HousekeepingHandler:
         self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
         self.results: list[dict[str, Any]] = []
 
-    def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor) -> Counter:
+    def __call__(
+        self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
+    ) -> Counter:
         counts: Counter = Counter()
         log = self.ctx.log
         try:
