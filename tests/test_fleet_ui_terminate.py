@@ -1,0 +1,147 @@
+"""A drain run launched and terminated the way the Dagster UI does it, stopped gracefully.
+
+The run is launched through ``instance.launch_run`` with the default run launcher, so it executes
+in a run worker subprocess spawned by a real code server (``dagster api grpc``), and it is
+terminated with the GraphQL ``terminateRun`` mutation (what the UI's "Terminate" button sends):
+run coordinator ``cancel_run`` -> ``DefaultRunLauncher.terminate`` -> gRPC ``CancelExecution`` on
+the code server -> the run worker's termination thread interrupts it (SIGINT) -> the multiprocess
+executor interrupts the step process -> ``DagsterExecutionInterruptedError`` in the op.
+
+Shows issue 5 for the UI path: the drain stops receiving, finishes the messages in flight and
+ends as interrupted; the rest reappear after their visibility timeout and a second drain applies
+exactly them, so nothing is lost and nothing is applied twice.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import dagster as dg
+from dagster._core.test_utils import poll_for_finished_run
+from dagster._core.workspace.context import WorkspaceProcessContext
+from dagster._core.workspace.load_target import GrpcServerTarget
+from dagster._grpc.client import DagsterGrpcClient
+from dagster._utils import find_free_port
+from dagster_graphql.client.client_queries import TERMINATE_RUN_JOB_MUTATION
+from dagster_graphql.test.utils import execute_dagster_graphql
+
+from pipelines.definitions import ROOT_DIR, defs
+from tests import fleet_support as fs
+
+TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+N = 200
+LOCATION = "groundskeeper"
+JOB = "process_termination_queue"
+RUN_CONFIG = {"concurrency": 1, "maxMessages": 0, "maxSeconds": 300, "waitSeconds": 0}
+
+
+def _start_code_server(aws, tmp_path) -> tuple[subprocess.Popen, int]:
+    """``dagster api grpc`` for the code location, in its own process group (with the run worker
+    and step processes it spawns), so that one ``killpg`` cleans up all of them."""
+    port = find_free_port()
+    log = open(tmp_path / "code_server.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster", "api", "grpc", "-m", "pipelines.definitions"]
+        + ["-d", str(ROOT_DIR), "-h", "127.0.0.1", "-p", str(port), "--location-name", LOCATION],
+        cwd=ROOT_DIR,
+        env={**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path)},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    log.close()  # the child has its own copy
+    client = DagsterGrpcClient(host="127.0.0.1", port=port)
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            client.ping("")
+            return proc, port
+        except Exception:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                _stop_process_group(proc)
+                raise AssertionError(
+                    "the code server did not come up:\n" + (tmp_path / "code_server.log").read_text()[-3000:]
+                ) from None
+            time.sleep(0.2)
+
+
+def _stop_process_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the code server's process group: the server, the run worker, the step process."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def _wait_until_completed(aws, instance, run_id: str, at_least: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = sum(1 for j in fs.jobs_state(aws).values() if j["status"] != "running")
+        if done >= at_least:
+            return
+        run = instance.get_run_by_id(run_id)
+        assert not run.is_finished, f"the run ended ({run.status}) before it could be terminated"
+        time.sleep(0.05)
+    raise AssertionError("the drain run did not get going")
+
+
+def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
+    started = time.monotonic()
+    (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")  # default run launcher
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "4"})
+    jobs = fs.start_jobs(aws, N)
+    fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
+
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    server, port = _start_code_server(aws, tmp_path)
+    try:
+        with WorkspaceProcessContext(
+            instance, GrpcServerTarget(host="127.0.0.1", port=port, socket=None, location_name=LOCATION)
+        ) as process_context:
+            request_context = process_context.create_request_context()
+            location = request_context.get_code_location(LOCATION)
+            (repository,) = location.get_repositories().values()
+            remote_job = repository.get_full_job(JOB)
+            run = instance.create_run_for_job(
+                job_def=defs.get_job_def(JOB),
+                run_config=RUN_CONFIG,
+                remote_job_origin=remote_job.get_remote_origin(),
+                job_code_origin=remote_job.get_python_origin(),
+            )
+            instance.launch_run(run.run_id, request_context)
+            _wait_until_completed(aws, instance, run.run_id, 30)
+
+            # The UI's "Terminate": the terminateRun mutation, run coordinator -> run launcher.
+            result = execute_dagster_graphql(request_context, TERMINATE_RUN_JOB_MUTATION, {"runId": run.run_id})
+            assert result.data["terminateRun"]["__typename"] == "TerminateRunSuccess", result.data
+            finished = poll_for_finished_run(instance, run.run_id, timeout=60)
+            messages = [e.message for e in instance.all_logs(run.run_id)]
+            step_errors = [
+                e.dagster_event.step_failure_data.error.cls_name
+                for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+            ]
+    finally:
+        _stop_process_group(server)
+        instance.dispose()
+    print(f"run status after terminate: {finished.status.value}; {time.monotonic() - started:.1f}s to here")
+
+    assert finished.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), finished.status
+    # The op saw the interrupt (and re-raised it after the round in flight) as Dagster's own error.
+    assert step_errors == ["DagsterExecutionInterruptedError"], step_errors
+    assert any("finishing the messages in flight" in m for m in messages), messages[-20:]
+    assert any(" drain: " in m and "stopped_by=interrupted" in m for m in messages), messages[-20:]
+    state = fs.jobs_state(aws)
+    done = sum(1 for j in jobs if state[j["job_id"]]["status"] == "completed")
+    assert 30 <= done < N
+
+    time.sleep(4.5)  # what the interrupted run received but did not acknowledge is visible again
+    second = fs.drain(aws)
+    assert second.counts["applied"] == N - done
+    state = fs.jobs_state(aws)
+    assert all(state[j["job_id"]]["status"] == "completed" for j in jobs)
+    assert fs.runner_parameters(aws) == set()
+    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
+    assert fs.metric_sum(aws, "JobSuccess") == N  # nothing applied twice, nothing lost
