@@ -359,43 +359,124 @@ def bench_termination(endpoint: str, n: int) -> list[str]:
     return lines
 
 
-def bench_backlog(endpoint: str, n: int) -> list[str]:
-    """The sensor's ticks launch drain runs until the backlog is gone (runs in process, one at a time)."""
+def _run_outputs(instance, run) -> dict:
+    """The drain op's output metadata of a finished run (its counts)."""
     import dagster as dg
 
-    from pipelines.definitions import build_definitions
-    from resources import SQSResource, fleet_settings_from_env
+    for record in instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.STEP_OUTPUT).records:
+        data = record.event_log_entry.dagster_event.step_output_data
+        return {k: getattr(v, "value", v) for k, v in data.metadata.items()}
+    return {}
 
-    calls = Calls(endpoint)
-    env = reset(endpoint)
-    seed_jobs(calls.clients, env, n, parameters=False)  # parameters already gone: "already gone is fine"
-    defs = build_definitions("local")
-    sensor = defs.resolve_sensor_def("termination_queue_sensor")
-    runs, cursor, start = [], None, time.perf_counter()
-    with dg.instance_for_test() as instance:
-        while True:
-            ctx = dg.build_sensor_context(
-                instance=instance, cursor=cursor, resources={"sqs": SQSResource(), "fleet": fleet_settings_from_env()}
-            )
-            tick = sensor.evaluate_tick(ctx)
-            cursor = tick.cursor
-            if not tick.run_requests:
+
+def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) -> list[str]:
+    """A backlog of n messages drained by the runs ``termination_queue_sensor`` launches under a real
+    ``dagster-daemon`` (sensor ticks every 30 s; each run is a subprocess of the code server, with the
+    sensor's default config: concurrency 5, maxSeconds 300), on its own moto server."""
+    import shutil
+    import tempfile
+
+    import dagster as dg
+    import moto_server
+
+    server, endpoint = moto_server.start(("transactions",) if patched else ())
+    home = Path(tempfile.mkdtemp(prefix="fleet-backlog-"))
+    daemon = None
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=60)
+        calls = Calls(endpoint)
+        env = reset(endpoint)
+        seeding = time.perf_counter()
+        seed_jobs(calls.clients, env, n, parameters=False)  # parameters already gone: "already gone is fine"
+        seeding = time.perf_counter() - seeding
+        queue, dlq = env["RUNS_FLEET_TERMINATION_QUEUE_URL"], env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+        assert depth(calls.clients, queue) == n
+        print(f"  backlog: {n} jobs and messages seeded in {seeding:.0f}s", file=sys.stderr)
+        shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+        workspace = home / "workspace.yaml"
+        workspace.write_text(
+            "load_from:\n  - python_file:\n"
+            f"      relative_path: {ROOT / 'benchmarks' / 'fleet_backlog_defs.py'}\n"
+            f"      working_directory: {ROOT}\n      location_name: fleet_backlog\n"
+        )
+        daemon_env = {**os.environ, **env, "AWS_ENDPOINT_URL": endpoint, "DAGSTER_HOME": str(home)}
+        daemon_log = open(home / "daemon.log", "wb")
+        start = time.perf_counter()
+        daemon = subprocess.Popen(
+            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(workspace)],
+            cwd=ROOT,
+            env=daemon_env,
+            stdout=daemon_log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        instance = dg.DagsterInstance.from_config(str(home))
+        active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+        last = None
+        while time.perf_counter() - start < timeout:
+            left = depth(calls.clients, queue)
+            running = instance.get_runs(filters=dg.RunsFilter(statuses=active))
+            if left == 0 and not running and instance.get_runs():
                 break
-            (request,) = tick.run_requests
-            # Each run is capped at 60 s so several runs share the backlog, as under the daemon.
-            out = drain_job({"waitSeconds": 0, "maxSeconds": 60}, instance)
-            runs.append(out)
-            print(f"  run {len(runs)}: {out['applied']} applied in {out['seconds']}s", file=sys.stderr)
-    seconds = time.perf_counter() - start
-    done = completed(calls.clients, env)
-    left = depth(calls.clients, env["RUNS_FLEET_TERMINATION_QUEUE_URL"])
-    dead = depth(calls.clients, env["RUNS_FLEET_TERMINATION_DLQ_URL"])
-    applied = sum(r["applied"] for r in runs)
-    return [
-        f"Backlog: {n} messages; termination_queue_sensor ticks launched {len(runs)} drain run(s) "
-        f"(maxSeconds 60 each); {applied} applied, {done} jobs final, {left} left in the queue, {dead} dead-lettered, "
-        f"lost {n - done}; {seconds:.0f}s in all ({n / seconds:.0f} msgs/s)."
-    ]
+            if last is None or time.perf_counter() - last >= 60:
+                last = time.perf_counter()
+                print(
+                    f"  backlog: {time.perf_counter() - start:.0f}s, {left} left, "
+                    f"{len(instance.get_runs())} run(s) launched",
+                    file=sys.stderr,
+                )
+            time.sleep(5)
+        seconds = time.perf_counter() - start
+        runs = list(reversed(instance.get_runs()))
+        outputs = [_run_outputs(instance, r) for r in runs]
+        statuses = Counter(r.status.value for r in runs)
+        done = completed(calls.clients, env)
+        left, dead = depth(calls.clients, queue), depth(calls.clients, dlq)
+        counted = fleet_metric_total(calls.clients)
+        applied = sum(int(o.get("applied", 0)) for o in outputs)
+        per_run = ", ".join(f"{o.get('applied', '?')} in {float(o.get('seconds', 0)):.0f}s" for o in outputs)
+        instance.dispose()
+        return [
+            f"Backlog: {n} messages ({'patched' if patched else 'plain'} moto); a real `dagster-daemon` ran "
+            f"`termination_queue_sensor`, which launched {len(runs)} drain run(s) "
+            f"({', '.join(f'{v} {k}' for k, v in statuses.items())}; applied per run: {per_run}).",
+            f"{applied} applied, {done} of {n} jobs final, {left} left in the queue, {dead} dead-lettered, "
+            f"JobSuccess + JobFailure = {counted:.0f}, lost {n - done}; {seconds:.0f}s from daemon start to empty "
+            f"queue ({n / seconds:.0f} msgs/s); seeding took {seeding:.0f}s.",
+        ]
+    finally:
+        if daemon is not None and daemon.poll() is None:
+            os.killpg(daemon.pid, signal.SIGTERM)
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(daemon.pid, signal.SIGKILL)
+        server.terminate()
+        server.wait(timeout=30)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def fleet_metric_total(clients) -> float:
+    """JobSuccess + JobFailure over every dimension, as published by the drain runs."""
+    now = dt.datetime.now(dt.UTC)
+    cw, total, seen = clients["cloudwatch"], 0.0, set()
+    for page in cw.get_paginator("list_metrics").paginate(Namespace="RunsFleet"):
+        for metric in page["Metrics"]:
+            key = (metric["MetricName"], json.dumps(metric.get("Dimensions", []), sort_keys=True))
+            if metric["MetricName"] not in ("JobSuccess", "JobFailure") or key in seen:
+                continue  # moto lists a metric once per datum put
+            seen.add(key)
+            points = cw.get_metric_statistics(
+                Namespace="RunsFleet",
+                MetricName=metric["MetricName"],
+                Dimensions=metric.get("Dimensions", []),
+                StartTime=now - dt.timedelta(hours=6),
+                EndTime=now + dt.timedelta(hours=1),
+                Period=3600 * 7,
+                Statistics=["Sum"],
+            )["Datapoints"]
+            total += sum(p["Sum"] for p in points)
+    return total
 
 
 def bench_old_jobs(endpoint: str, n: int) -> list[str]:
@@ -457,6 +538,11 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=2000)
     parser.add_argument("--backlog", type=int, default=10000)
     parser.add_argument("--skip", default="", help="comma list of parts to skip: termination,old_jobs")
+    parser.add_argument(
+        "--plain-backlog",
+        action="store_true",
+        help="backlog on plain moto (default: the transactions patch)",
+    )
     parser.add_argument("--old-jobs", type=int, default=3000)
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
@@ -485,7 +571,7 @@ def main() -> int:
         if "old_jobs" not in args.skip:
             print("\n".join(bench_old_jobs(endpoint, args.old_jobs) + [""]), flush=True)
         if args.backlog:
-            print("\n".join(bench_backlog(endpoint, args.backlog)), flush=True)
+            print("\n".join(bench_backlog(args.backlog, patched=not args.plain_backlog)), flush=True)
     finally:
         moto.terminate()
         moto.wait(timeout=30)
