@@ -21,7 +21,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,6 +33,8 @@ import boto3
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.batching.batcher import BatchSettings, ReceiverBatcher  # noqa: E402
@@ -60,55 +61,6 @@ class CallCounter:
 
     def reset(self) -> None:
         self.calls.clear()
-
-
-def serve_moto(port: str) -> None:
-    """Run moto with one performance patch (same semantics).
-
-    moto's TransactWriteItems deep-copies the whole table once per item of the transaction, to
-    roll back on failure (moto/dynamodb/models/__init__.py, ``original_table_state``): a
-    100-item transaction on a large table copies it 100 times. The copies are all taken before
-    any write, so one copy per table per transaction is the same backup; this patch memoizes it.
-    """
-    import copy
-    import threading
-
-    import moto.dynamodb.models as models
-    from moto.dynamodb.models.table import Table
-    from moto.server import main as moto_main
-
-    local = threading.local()
-
-    class _CopyOncePerTransaction:
-        def deepcopy(self, obj, memo=None):
-            cache = getattr(local, "cache", None)
-            if cache is None or not isinstance(obj, Table):
-                return copy.deepcopy(obj, memo)
-            if id(obj) not in cache:
-                cache[id(obj)] = copy.deepcopy(obj, memo)
-            return cache[id(obj)]
-
-        def __getattr__(self, name):
-            return getattr(copy, name)
-
-    models.copy = _CopyOncePerTransaction()
-    original = models.DynamoDBBackend.transact_write_items
-
-    def transact_write_items(self, transact_items):
-        local.cache = {}
-        try:
-            return original(self, transact_items)
-        finally:
-            local.cache = None
-
-    models.DynamoDBBackend.transact_write_items = transact_write_items
-    moto_main(["-H", "127.0.0.1", "-p", port])
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def load(ddb, env, receivers: int, records: int) -> list[str]:
@@ -239,19 +191,10 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--batch-receivers", type=int, default=5, help="receivers batched by ReceiverBatcher")
     parser.add_argument("--naive-receivers", type=int, default=2, help="receivers batched by the baseline")
-    parser.add_argument("--serve-moto", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_moto:
-        serve_moto(args.serve_moto)
-        return 0
-
-    port = _free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    moto = subprocess.Popen(
-        [sys.executable, __file__, "--serve-moto", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    # moto's TransactWriteItems copies the whole table once per item; the server copies it once
+    # per transaction (same semantics, see benchmarks/moto_server.py).
+    moto, endpoint = moto_server.start(("transactions",))
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
         os.environ.update(

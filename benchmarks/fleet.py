@@ -8,14 +8,18 @@ Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measur
 2. termination, throughput of one drain run (the ``process_termination_queue`` job, in process)
    against two bare boto3 loops doing the same work on the same server: the seed's pattern above,
    and a bare *batched* loop (the drain's own batch calls, inline, no validation, no threads);
-3. backlog: N messages drained by the runs ``termination_queue_sensor`` launches, tick after tick,
-   counting what was lost;
+3. backlog: N messages drained by the runs ``termination_queue_sensor`` launches under a real
+   ``dagster-daemon`` (code location ``benchmarks/fleet_backlog_defs.py``: that job and sensor only),
+   on a moto server of its own with the ``transactions`` and ``sqs-retention`` patches
+   (``benchmarks/moto_server.py``; same semantics: without them every write to a 10,000-job table
+   and every receive from a 10,000-message queue takes seconds), counting what was lost;
 4. ``old_jobs``: calls per deleted record (archive writes not counted) against a naive scan +
    ``DeleteItem`` per record.
 
 API calls are counted with botocore ``before-call`` event hooks on the clients.
 
     .venv/bin/python benchmarks/fleet.py [--messages 2000] [--backlog 10000] [--old-jobs 3000]
+        [--skip termination,old_jobs] [--patched] [--plain-backlog]
 """
 
 from __future__ import annotations
@@ -26,7 +30,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -40,6 +43,8 @@ import boto3
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.common import iso, to_item  # noqa: E402
@@ -94,12 +99,6 @@ class AllCalls:
         import botocore.client
 
         botocore.client.BaseClient.__init__ = self._original
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def reset(endpoint: str) -> dict[str, str]:
@@ -377,9 +376,8 @@ def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) ->
     import tempfile
 
     import dagster as dg
-    import moto_server
 
-    server, endpoint = moto_server.start(("transactions",) if patched else ())
+    server, endpoint = moto_server.start(("transactions", "sqs-retention") if patched else ())
     home = Path(tempfile.mkdtemp(prefix="fleet-backlog-"))
     daemon = None
     try:
@@ -541,19 +539,16 @@ def main() -> int:
     parser.add_argument(
         "--plain-backlog",
         action="store_true",
-        help="backlog on plain moto (default: the transactions patch)",
+        help="backlog on plain moto (default: patched, see moto_server)",
     )
     parser.add_argument("--old-jobs", type=int, default=3000)
+    parser.add_argument(
+        "--patched", action="store_true", help="termination and old_jobs on moto with the transactions patch"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    moto, endpoint = moto_server.start(("transactions",) if args.patched else ())
     os.environ.update(
         {
             "AWS_ENDPOINT_URL": endpoint,

@@ -23,9 +23,7 @@ import argparse
 import datetime as dt
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -37,6 +35,8 @@ import boto3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import moto_server  # noqa: E402
+
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.common import to_item  # noqa: E402
 from pipelines.pool_audit import aws as pool_aws  # noqa: E402
@@ -46,36 +46,6 @@ from pipelines.pool_audit.prices import load_price_list  # noqa: E402
 
 AMI = "ami-12c6146b"
 MANAGED = {"Key": "runs-fleet:managed", "Value": "true"}
-
-
-def serve_moto(port: int) -> None:
-    """The benchmark's moto server, with one change that does not touch any API's behaviour.
-
-    moto looks up an EC2 resource's tags by scanning every tag of the account (``describe_tags``
-    with a ``resource-id`` filter), once per instance it launches, filters or describes: quadratic
-    in the number of instances, hours for 10,000 on a 2-core machine. Here each resource reads its
-    own tags from moto's tag dict directly (same result, same order), so that seeding and every
-    DescribeInstances (ours and the baseline's) cost what they would without that scan.
-    """
-    from moto.ec2.models.core import TaggedEC2Resource
-    from moto.ec2.utils import EC2_PREFIX_TO_RESOURCE, get_prefix
-    from moto.server import main as moto_main
-
-    def get_tags(self) -> list[dict[str, str]]:
-        if not self.id:
-            return []
-        resource_type = EC2_PREFIX_TO_RESOURCE.get(get_prefix(self.id), "")
-        own = self.ec2_backend.tags.get(self.id, {})
-        return [{"resource_id": self.id, "key": k, "value": v, "resource_type": resource_type} for k, v in own.items()]
-
-    TaggedEC2Resource.get_tags = get_tags
-    moto_main(["-H", "127.0.0.1", "-p", str(port)])
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class CallCounter:
@@ -260,17 +230,14 @@ def main() -> int:
     parser.add_argument(
         "--naive-pools", type=int, default=10, help="pools the naive baseline visits (it is slow in moto)"
     )
-    parser.add_argument("--serve-moto", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--pandas-only", action="store_true", help="time the pandas computation alone, no moto")
     args = parser.parse_args()
     if args.pandas_only:
         return 0 if pandas_only(args.pools, args.instances, args.repeat) else 1
-    if args.serve_moto:
-        serve_moto(args.serve_moto)
-        return 0
-
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
+    log = tempfile.NamedTemporaryFile(prefix="moto-bench-", suffix=".log", delete=False)
+    # moto scans every EC2 tag per instance it touches; the server reads each resource's own tags
+    # (same results, see benchmarks/moto_server.py).
+    moto, endpoint = moto_server.start(("ec2-tags",), log=log)
     os.environ.update(
         {
             "AWS_ENDPOINT_URL": endpoint,
@@ -280,8 +247,6 @@ def main() -> int:
             "AWS_REGION": "us-east-1",
         }
     )
-    log = tempfile.NamedTemporaryFile(prefix="moto-bench-", suffix=".log", delete=False)
-    moto = subprocess.Popen([sys.executable, __file__, "--serve-moto", str(port)], stdout=log, stderr=subprocess.STDOUT)
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
         env = deploy(boto3.client("cloudformation"))

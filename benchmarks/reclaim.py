@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import threading
@@ -36,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import boto3  # noqa: E402
+import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.reclaim.engine import reclaim_pass  # noqa: E402
@@ -47,12 +47,6 @@ from pipelines.reclaim.writers import DynamoWriter  # noqa: E402
 REGION = "us-east-1"
 DAY_MS = 86_400_000
 INDEX = "processingState-updatedTime-index"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class CallCounter:
@@ -299,13 +293,7 @@ def main() -> int:
         return 0
 
     stale_every = round(100 / args.stale_percent)
-    port = free_port()
-    endpoint = f"http://127.0.0.1:{port}"
-    moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    moto, endpoint = moto_server.start()  # plain moto
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
         deploy(client(endpoint, "cloudformation"))  # the real template: its table and index definitions

@@ -19,7 +19,6 @@ status that replays the whole history for every event.
 from __future__ import annotations
 
 import argparse
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,8 @@ from botocore.exceptions import ClientError
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.retry import (  # noqa: E402
@@ -92,14 +93,8 @@ def naive_retry(fn, tries: int):
 
 
 def start_moto() -> tuple[subprocess.Popen, str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log = open(Path(tempfile.gettempdir()) / f"bench-retry-moto-{port}.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log
-    )
-    endpoint = f"http://127.0.0.1:{port}"
+    with tempfile.NamedTemporaryFile(prefix="bench-retry-moto-", suffix=".log", delete=False) as log:
+        proc, endpoint = moto_server.start(log=log)
     wait_for_endpoint(endpoint, timeout_seconds=60)
     return proc, endpoint
 
