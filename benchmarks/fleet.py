@@ -543,12 +543,14 @@ def main() -> int:
     )
     parser.add_argument("--old-jobs", type=int, default=3000)
     parser.add_argument(
-        "--patched", action="store_true", help="termination and old_jobs on moto with the transactions patch"
+        "--patched",
+        action="store_true",
+        help="termination and old_jobs on moto with the transactions and sqs-retention patches",
     )
     args = parser.parse_args()
     logging.basicConfig(level=logging.ERROR)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
-    moto, endpoint = moto_server.start(("transactions",) if args.patched else ())
+    moto, endpoint = moto_server.start(("transactions", "sqs-retention") if args.patched else ())
     os.environ.update(
         {
             "AWS_ENDPOINT_URL": endpoint,
