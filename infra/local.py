@@ -60,7 +60,7 @@ def seed(env: dict[str, str]) -> dict[str, int]:
         records=200,
         old_jobs=5,
         orphan_instances=1,
-        unsupported_housekeeping=1,
+        pool_audit_messages=1,
         seed=7,
     )
     return run_demo_traffic(env=env, cfg=cfg, **clients)

@@ -18,7 +18,7 @@ def test_demo_traffic_exercises_the_fleet_processors(aws):
             duplicate_messages=2,
             old_jobs=3,
             orphan_instances=1,
-            unsupported_housekeeping=1,
+            pool_audit_messages=1,
             seed=2,
         ),
         **clients,

@@ -31,7 +31,7 @@ class DemoTrafficConfig(dg.Config):
     duplicate_messages: int = 1
     old_jobs: int = 2
     orphan_instances: int = 1
-    unsupported_housekeeping: int = 0
+    pool_audit_messages: int = 0
     seed: int | None = None
 
 

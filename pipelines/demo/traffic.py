@@ -99,7 +99,7 @@ class DemoConfig:
     duplicate_messages: int = 0  # termination messages sent twice (at-least-once delivery)
     old_jobs: int = 0  # finished jobs completed 8+ days ago (for the old_jobs task)
     orphan_instances: int = 0  # keep this many managed instances running with no job
-    unsupported_housekeeping: int = 0  # pool_audit messages (the name predates the pool audit task)
+    pool_audit_messages: int = 0  # housekeeping messages asking for the pool audit
     seed: int | None = None
 
 
@@ -315,7 +315,7 @@ def fleet_traffic(
             MessageBody=json.dumps({"task_type": task, "timestamp": iso(now), "params": params}),
         )
         counts["housekeeping_messages"] += 1
-    for _ in range(cfg.unsupported_housekeeping):
+    for _ in range(cfg.pool_audit_messages):
         sqs.send_message(
             QueueUrl=housekeeping_queue_url,
             MessageBody=json.dumps({"task_type": "pool_audit", "timestamp": iso(now), "params": {}}),
