@@ -1,5 +1,8 @@
 """Sensors shared across capabilities (cursor-keeping, cheap ticks, ``run_key`` per request).
 
-Capability-specific sensors live beside their capability under ``pipelines/`` or here when they
-span capabilities (run-status sensors, for example).
+Capability-specific sensors live beside their capability under ``pipelines/``; sensors that span
+capabilities live here:
+
+- ``run_retries``: ``delayed_run_retries`` re-launches failed runs of any job after its retry
+  policy's delay (wired in by ``pipelines.retry.defs.build_defs``, which targets every job).
 """

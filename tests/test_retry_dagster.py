@@ -10,15 +10,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from pipelines.retry import fixed, none
-from pipelines.retry.defs import (
-    ATTEMPT_TAG,
-    POLICY_TAG,
-    RETRY_OF_TAG,
-    ROOT_TAG,
-    build_delayed_run_retries,
-    build_retry_policies_asset,
-)
+from pipelines.retry.defs import build_retry_policies_asset
 from pipelines.retry.ops import aws_retries, retry_requested
+from sensors.run_retries import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG, build_delayed_run_retries
 
 THROTTLED = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
 INVALID = {"Error": {"Code": "ValidationException", "Message": "bad key"}}
@@ -221,18 +215,18 @@ def test_terminated_untagged_and_badly_tagged_runs_are_not_relaunched(instance, 
 
 
 def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp_path, monkeypatch):
-    import pipelines.retry.defs as retry_defs
+    import sensors.run_retries as run_retries
 
     sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 60, "maxAttempts": 3}, 1)
     start = time.time()
     # A controlled clock: the first tick comes before the 60 s delay however slow the machine is.
-    monkeypatch.setattr(retry_defs, "now", lambda: start)
+    monkeypatch.setattr(run_retries, "now", lambda: start)
     data, cursor = _tick(sensor, instance, defs, None)
     assert not data.run_requests
     instance.create_run_for_job(
         job_def=flaky_job, run_config=_config(tmp_path), tags={"dagster/parent_run_id": first.run_id}
     )
-    monkeypatch.setattr(retry_defs, "now", lambda: start + 61)  # the retry is due now
+    monkeypatch.setattr(run_retries, "now", lambda: start + 61)  # the retry is due now
     data, cursor = _tick(sensor, instance, defs, cursor)
     assert not data.run_requests
 

@@ -1,212 +1,29 @@
-"""Dagster wiring of retries: the ``delayed_run_retries`` sensor and the ``retry_policies`` asset.
-
-Dagster's run retries re-launch a failed run at once, with no delay or backoff
-(dagster-io/dagster#13427). ``delayed_run_retries`` re-launches a failed run of any job tagged
-``groundskeeper/retry_policy=<preset name | none | JSON policy>`` after the policy's delay.
-
-It reads the same run-failure events as ``dg.run_failure_sensor`` (``fetch_run_status_changes``)
-but is a plain ``dg.sensor``: a run-failure sensor is called once per failure, at the failure,
-with a cursor Dagster owns, so it cannot keep a retry waiting for its delay. This one keeps the
-waiting retries in its own cursor and launches each when it is due.
+"""Dagster wiring of retries: the ``retry_policies`` asset, the local ``retry_demo`` job, and the
+``delayed_run_retries`` sensor (defined in ``sensors/run_retries.py``: it spans capabilities)
+targeting every job of the code location.
 """
 
-import json
-import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import dagster as dg
 from botocore.exceptions import ClientError
 
 from pipelines.retry.config import policy_from_text
 from pipelines.retry.ops import aws_retries
-from pipelines.retry.policy import STOP, RetryPolicyError, none
+from pipelines.retry.policy import RetryPolicyError, none
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
-
-POLICY_TAG = "groundskeeper/retry_policy"
-ATTEMPT_TAG = "groundskeeper/retry_attempt"  # 1 for the original run, 2 for its first retry...
-RETRY_OF_TAG = "groundskeeper/retry_of"  # the failed run this run retries
-ROOT_TAG = "groundskeeper/retry_root"  # the original run of the chain
-
-SENSOR_NAME = "delayed_run_retries"
-FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
-FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no cursor yet, failures of the last hour are considered
-# Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
-# and are dropped, except these settings, which the re-launch keeps. The partition goes through
-# RunRequest.partition_key.
-_KEPT_SYSTEM_TAGS = frozenset(
-    {
-        "dagster/priority",
-        "dagster/max_runtime",
-        "dagster/isolation",
-        "dagster/concurrency_key",
-        "dagster/max_retries",
-        "dagster/retry_strategy",
-        "dagster/retry_on_asset_or_op_failure",
-        "dagster/asset_partition_range_start",
-        "dagster/asset_partition_range_end",
-    }
+from sensors.run_retries import (
+    ATTEMPT_TAG,
+    POLICY_TAG,
+    RETRY_OF_TAG,
+    ROOT_TAG,
+    SENSOR_NAME,
+    build_delayed_run_retries,
 )
-_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/")
 
-
-def now() -> float:
-    return time.time()
-
-
-@dataclass
-class PendingRetry:
-    run_id: str
-    job_name: str
-    due: float  # epoch seconds
-    attempt: int  # the attempt number of the run to launch
-
-
-def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict[str, dict]]:
-    """(last run-failure event storage id read, retries waiting) from the cursor; a cursor that an
-    operator set to something else starts over (the last hour's failures; run keys still hold)."""
-    if not context.cursor:
-        return None, {}
-    try:
-        state = json.loads(context.cursor)
-        after, pending = state.get("after"), state.get("pending", {})
-        if (after is None or isinstance(after, int)) and isinstance(pending, dict):
-            for item in pending.values():
-                float(item["due"]), int(item["attempt"]), str(item["job"])
-            return after, pending
-    except (ValueError, TypeError, KeyError, AttributeError):
-        pass
-    context.log.warning(f"ignoring an unreadable cursor {context.cursor[:200]!r}: starting over")
-    return None, {}
-
-
-def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> PendingRetry | None:
-    """Decide what to do about one failed run: None when it is not (or no longer) retried."""
-    text = run.tags.get(POLICY_TAG)
-    if text is None:
-        return None
-    prefix = f"run {run.run_id} of {run.job_name}"
-    try:
-        policy = policy_from_text(text)
-        attempts = int(run.tags.get(ATTEMPT_TAG, "1"))
-        wait = policy.delay(attempts, random.Random(run.run_id))  # jitter, stable per failed run
-    except (RetryPolicyError, ValueError) as exc:
-        context.log.error(f"{prefix}: not retried, bad {POLICY_TAG} or {ATTEMPT_TAG} tag: {exc}")
-        return None
-    if wait is STOP:
-        context.log.info(f"{prefix}: not retried, attempt {attempts} was the last ({policy.describe()})")
-        return None
-    context.log.info(f"{prefix} failed (attempt {attempts}); retry in {human(wait)} ({policy.describe()})")
-    return PendingRetry(run.run_id, run.job_name, failed_at + wait, attempts + 1)
-
-
-def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:
-    """Why a failed run must not be re-launched after all, or None."""
-    canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
-    if canceling.records:
-        return "an operator terminated it"
-    for tag, how in (("dagster/parent_run_id", "re-executed"), (RETRY_OF_TAG, "retried")):
-        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
-        if children:
-            return f"it was already {how} as run {children[0].dagster_run.run_id}"
-    return None
-
-
-def _run_request(run: dg.DagsterRun, attempt: int) -> dg.RunRequest:
-    tags = {k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)}
-    tags.update(
-        {
-            ATTEMPT_TAG: str(attempt),
-            RETRY_OF_TAG: run.run_id,
-            ROOT_TAG: run.tags.get(ROOT_TAG, run.run_id),
-        }
-    )
-    return dg.RunRequest(
-        run_key=run.run_id,  # one failed run is never re-launched twice
-        job_name=run.job_name,
-        run_config=run.run_config,
-        tags=tags,
-        asset_selection=list(run.asset_selection) if run.asset_selection else None,
-        partition_key=run.tags.get("dagster/partition"),
-    )
-
-
-def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
-    """The sensor, targeting ``jobs`` (every job of the code location)."""
-    job_names = {job.name for job in jobs}
-
-    @dg.sensor(
-        name=SENSOR_NAME,
-        jobs=list(jobs),
-        minimum_interval_seconds=30,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        description=(
-            f"Re-launches a failed run of a job tagged {POLICY_TAG}=<preset | JSON policy> after the "
-            f"policy's delay, tagged {ATTEMPT_TAG} and {RETRY_OF_TAG}. Skips terminated runs."
-        ),
-    )
-    def delayed_run_retries(context: dg.SensorEvaluationContext):
-        instance = context.instance
-        after, pending = _cursor_state(context)
-        clock = now()
-        records_filter = dg.RunStatusChangeRecordsFilter(
-            event_type=dg.DagsterEventType.RUN_FAILURE,
-            after_storage_id=after,
-            after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
-        )
-        failures = instance.fetch_run_status_changes(records_filter, limit=FAILURES_PER_TICK, ascending=True)
-        runs = {}
-        if failures.records:
-            ids = [r.run_id for r in failures.records]
-            runs = {
-                rec.dagster_run.run_id: rec.dagster_run for rec in instance.get_run_records(dg.RunsFilter(run_ids=ids))
-            }
-            after = failures.records[-1].storage_id
-        here = context.code_location_origin.location_name if context.code_location_origin else None
-        for record in failures.records:
-            run = runs.get(record.run_id)
-            if run is None or run.run_id in pending:
-                continue
-            origin = run.remote_job_origin
-            if here and origin and origin.repository_origin.code_location_origin.location_name != here:
-                continue  # another code location's run (as dg.run_failure_sensor, which also skips them)
-            plan = _plan(context, run, record.timestamp)
-            if plan is None:
-                continue
-            if plan.job_name not in job_names:
-                context.log.warning(f"run {run.run_id}: job {run.job_name} is not in this code location, not retried")
-                continue
-            pending[plan.run_id] = {"job": plan.job_name, "due": plan.due, "attempt": plan.attempt}
-
-        requests = []
-        for run_id, item in sorted(pending.items(), key=lambda kv: kv[1]["due"]):
-            if item["due"] > clock:
-                continue
-            del pending[run_id]
-            run = instance.get_run_by_id(run_id)
-            if run is None:
-                reason = "it was deleted"
-            elif run.job_name not in job_names:
-                reason = f"job {run.job_name} is no longer in this code location"
-            else:
-                reason = _terminated_or_retried(instance, run_id)
-            if reason:
-                context.log.info(f"run {run_id}: not retried, {reason}")
-                continue
-            context.log.info(f"re-launching run {run_id} of {run.job_name} as attempt {item['attempt']}")
-            requests.append(_run_request(run, item["attempt"]))
-
-        cursor = json.dumps({"after": after, "pending": pending}, sort_keys=True)
-        if requests:
-            return dg.SensorResult(run_requests=requests, cursor=cursor)
-        waiting = ", ".join(f"{rid} in {human(max(0.0, i['due'] - clock))}" for rid, i in list(pending.items())[:5])
-        return dg.SensorResult(
-            skip_reason=f"waiting: {waiting}" if pending else "no failed run to retry", cursor=cursor
-        )
-
-    return delayed_run_retries
+__all__ = ["ATTEMPT_TAG", "POLICY_TAG", "RETRY_OF_TAG", "ROOT_TAG", "SENSOR_NAME", "build_defs"]
 
 
 # -- the retry_policies asset ------------------------------------------------------------------
