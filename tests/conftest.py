@@ -119,3 +119,35 @@ def aws(moto_endpoint, monkeypatch) -> LocalAWS:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return LocalAWS(endpoint=moto_endpoint, env=env)
+
+
+def clear_dangling_defs_state_storage() -> bool:
+    """Drop Dagster's current ``DefsStateStorage`` if its instance is gone. Returns whether it did.
+
+    ``DagsterInstance.__enter__`` puts the instance's defs-state storage in a context variable, and
+    ``__exit__`` resets it to what it was before. Dagster also builds resource init contexts that
+    enter an ephemeral instance with no ``with`` (``ConfigurableResource.process_config_and_initialize``
+    -> ``build_init_resource_context``) and exit it only in ``__del__``. One created inside
+    ``with instance_for_test()`` and garbage-collected after that block resets the variable to the
+    test instance's storage after the instance is gone; from then on every ``Definitions``
+    resolution in that process fails with "Attempted to resolve undefined DagsterInstance weakref"
+    (seen in a fresh-clone CI run: 16 tests of one xdist worker). That leftover is Dagster's process
+    state, not the next test's.
+    """
+    from dagster._core.storage.defs_state.base import DefsStateStorage, _current_storage
+
+    storage = DefsStateStorage.get()
+    if storage is None:
+        return False
+    ref = getattr(storage, "_instance_weakref", None)
+    if ref is not None and ref() is not None:
+        return False
+    _current_storage.set(None)
+    return True
+
+
+@pytest.fixture(autouse=True)
+def _no_dangling_defs_state_storage():
+    """Every test starts without a defs-state storage whose instance is gone (see above)."""
+    clear_dangling_defs_state_storage()
+    yield

@@ -27,3 +27,24 @@ def test_each_test_starts_from_the_template_alone(aws):
     reset_moto(aws.endpoint)
     deploy(aws.client("cloudformation"))
     assert ddb.scan(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"])["Count"] == 0
+
+
+def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests():
+    """The leak the autouse guard in conftest handles, reproduced: without the guard, every later
+    Definitions resolution in the process fails."""
+    import gc
+
+    import dagster as dg
+    from dagster._core.execution.context.init import build_init_resource_context
+
+    from tests.conftest import clear_dangling_defs_state_storage
+
+    with dg.instance_for_test():
+        leftover = build_init_resource_context()  # enters an ephemeral instance; exits in __del__
+    del leftover
+    gc.collect()
+    with pytest.raises(dg.DagsterInvariantViolationError, match="undefined DagsterInstance weakref"):
+        dg.Definitions(assets=[]).resolve_all_job_defs()
+    assert clear_dangling_defs_state_storage()
+    dg.Definitions(assets=[]).resolve_all_job_defs()
+    assert not clear_dangling_defs_state_storage()
