@@ -153,13 +153,11 @@ def runner_parameters(aws) -> set[str]:
 
 def round_done(aws, job_item: dict) -> bool:
     """Is the round that applied this job marked done (its S3 marker exists)?"""
-    from pipelines.fleet.termination import ROUNDS_PREFIX
+    from pipelines.fleet.termination import round_marker_key
 
     round_id = job_item.get("termination_round")
     if not round_id:
         return False
-    queue = aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"].rsplit("/", 1)[-1]
-    listed = aws.client("s3").list_objects_v2(
-        Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix=f"{ROUNDS_PREFIX}/{queue}/{round_id}"
-    )
+    key = round_marker_key(aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"], round_id)
+    listed = aws.client("s3").list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix=key)
     return listed.get("KeyCount", 0) == 1

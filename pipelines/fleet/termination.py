@@ -66,6 +66,11 @@ def new_round_id(started_at: float) -> str:
     return f"{int(started_at * 1000)}-{uuid.uuid4().hex[:12]}"
 
 
+def round_marker_key(queue_url: str, round_id: str) -> str:
+    """The S3 key whose existence says the round's clean-up is done."""
+    return f"{ROUNDS_PREFIX}/{queue_name(queue_url)}/{round_id}"
+
+
 def round_started_at(round_id: str) -> float | None:
     head = round_id.split("-", 1)[0]
     return int(head) / 1000 if head.isdigit() else None
@@ -217,7 +222,6 @@ class TerminationHandler:
         self.s3, self.bucket = ctx.s3, ctx.archive_bucket
         self.archive, self.log, self.table, self.namespace = archive, ctx.log, ctx.jobs_table, ctx.namespace
         self.queue_url, self.dlq_url = queue_url, dlq_url
-        self.rounds_prefix = f"{ROUNDS_PREFIX}/{queue_name(queue_url)}/"
         self._done_rounds: set[str] = set()  # rounds known to be done (S3 markers are never removed early)
         self._visibility_timeout: float | None = None
 
@@ -288,7 +292,7 @@ class TerminationHandler:
         """Is the round's clean-up done (its S3 marker exists)? Done rounds are remembered."""
         if round_id in self._done_rounds:
             return True
-        key = self.rounds_prefix + round_id
+        key = round_marker_key(self.queue_url, round_id)
         try:
             with_backoff(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what="HeadObject (round marker)")
         except ClientError as exc:
@@ -342,14 +346,11 @@ class TerminationHandler:
                 continue
             self.log.warning(f"job {job.term.job_id}: round {old_round} was cut short; finishing its clean-up")
             unfinished.append(job)
-        if unfinished:
-            taken, lost, failed_takeover = transact_each(
-                self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log
-            )
-            duplicates += lost  # another run took it over first: it finishes the clean-up
-            failed += failed_takeover
-            return duplicates, taken, failed
-        return duplicates, [], failed
+        taken, lost, failed_takeover = transact_each(
+            self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log
+        )
+        duplicates += lost  # another run took it over first: it finishes the clean-up
+        return duplicates, taken, failed + failed_takeover
 
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
@@ -370,11 +371,10 @@ class TerminationHandler:
             return []
         self._done_rounds.add(round_id)
         body = "\n".join(job.term.job_id for job in applied).encode()
+        key = round_marker_key(self.queue_url, round_id)
         try:
             with_backoff(
-                lambda: self.s3.put_object(
-                    Bucket=self.bucket, Key=self.rounds_prefix + round_id, Body=body, ContentType="text/plain"
-                ),
+                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="text/plain"),
                 what="PutObject (round marker)",
             )
         except Exception as exc:
