@@ -125,14 +125,14 @@ def clear_dangling_defs_state_storage() -> bool:
     """Drop Dagster's current ``DefsStateStorage`` if its instance is gone. Returns whether it did.
 
     ``DagsterInstance.__enter__`` puts the instance's defs-state storage in a context variable, and
-    ``__exit__`` resets it to what it was before. Dagster also builds resource init contexts that
-    enter an ephemeral instance with no ``with`` (``ConfigurableResource.process_config_and_initialize``
-    -> ``build_init_resource_context``) and exit it only in ``__del__``. One created inside
-    ``with instance_for_test()`` and garbage-collected after that block resets the variable to the
-    test instance's storage after the instance is gone; from then on every ``Definitions``
-    resolution in that process fails with "Attempted to resolve undefined DagsterInstance weakref"
-    (seen in a fresh-clone CI run: 16 tests of one xdist worker). That leftover is Dagster's process
-    state, not the next test's.
+    ``__exit__`` resets it to what it was before, so an instance exited out of order (one entered
+    inside another's ``with`` and exited after it, e.g. from ``__del__``) leaves the outer one's
+    storage behind after that instance is gone. From then on every ``Definitions`` resolution in
+    the process fails with "Attempted to resolve undefined DagsterInstance weakref": that failed
+    16 tests of one xdist worker in a fresh-clone CI run. ``test_harness`` reproduces it with one
+    such path (a resource init context built inside ``instance_for_test`` and collected after it);
+    which Dagster call left it behind in that CI run is not traced (no test builds such a context
+    in a normal run). The leftover is Dagster's process state, not the next test's.
     """
     from dagster._core.storage.defs_state.base import DefsStateStorage, _current_storage
 
