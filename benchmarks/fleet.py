@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
+from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import iso, to_item  # noqa: E402
 
 SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
@@ -551,16 +552,7 @@ def main() -> int:
     logging.basicConfig(level=logging.ERROR)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
     moto, endpoint = moto_server.start(("transactions", "sqs-retention") if args.patched else ())
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWS_REGION": "us-east-1",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "DAGSTER_DEPLOYMENT": "local",
-        }
-    )
+    os.environ.update(local_aws_env(endpoint))  # the same variables make dev uses
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
         if "termination" not in args.skip:

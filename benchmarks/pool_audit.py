@@ -38,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
+from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import to_item  # noqa: E402
 from pipelines.pool_audit import aws as pool_aws  # noqa: E402
 from pipelines.pool_audit.audit import run_pool_audit  # noqa: E402
@@ -238,15 +239,7 @@ def main() -> int:
     # moto scans every EC2 tag per instance it touches; the server reads each resource's own tags
     # (same results, see benchmarks/moto_server.py).
     moto, endpoint = moto_server.start(("ec2-tags",), log=log)
-    os.environ.update(
-        {
-            "AWS_ENDPOINT_URL": endpoint,
-            "AWS_ACCESS_KEY_ID": "bench",
-            "AWS_SECRET_ACCESS_KEY": "bench",
-            "AWS_DEFAULT_REGION": "us-east-1",
-            "AWS_REGION": "us-east-1",
-        }
-    )
+    os.environ.update(local_aws_env(endpoint))  # the same variables make dev uses
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
         env = deploy(boto3.client("cloudformation"))
