@@ -4,8 +4,8 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.definitions import build_definitions
 from pipelines.common.defs import aws_errors
+from pipelines.definitions import build_definitions
 from resources import explain_aws_error
 
 

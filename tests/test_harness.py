@@ -50,7 +50,6 @@ def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests
     assert not clear_dangling_defs_state_storage()
 
 
-
 def test_the_shared_stack_is_deployed_once_and_keeps_what_earlier_tests_wrote(moto_endpoint):
     from tests.conftest import reset_moto, shared_stack
 
