@@ -1,4 +1,4 @@
-"""Agenda reclaim (seed 000): evaluation, scan and index paths, resume, races, dry run, job wiring."""
+"""POP's agenda reclaimer: evaluation, scan and index paths, resume, races, dry run, job wiring."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _pass(ddb, params, *, writer="dynamo", deadline=None, **kwargs):
 # ------------------------------------------------------------------ parameters
 
 
-def test_params_defaults_are_the_seeds():
+def test_params_defaults_are_pops():
     p = parse_params({"tableName": "t-1", "idFieldName": "id", "timeFieldName": "updatedTime"})
     assert (p.maximumExecutionSeconds, p.reclaimAgeMinutes, p.scanDelayMillis) == (60, 0, 0)
     assert (p.targetBatchSize, p.objectScanLimit, p.logReclaimOnly, p.reclaimAction) == (50, 50, False, "fail")
@@ -64,7 +64,7 @@ def test_params_defaults_are_the_seeds():
         ({"reclaimAction": "explode"}, "reclaimAction"),
         ({"tableName": "bad name!"}, "tableName"),
         ({"agendaProgressEndpointURL": "ftp://x"}, "http"),
-        ({"reclaimAgeMinutes": "5"}, "integer"),
+        ({"reclaimAgeMinutes": "5"}, "reclaimAgeMinutes must be a whole number"),
     ],
 )
 def test_bad_params_are_errors_that_name_the_field(change, message):
