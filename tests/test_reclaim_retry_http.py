@@ -88,15 +88,20 @@ def test_retry_resets_to_waiting_and_queues_ahead_of_new_work(aws):
             "pending",
             1,
         )
-        assert events(item) == ["retry attempt 1"] and "retryAt" not in item
+        assert events(item) == ["retry attempt 1"]
+        assert "retryAt" not in item
     ready = ready_items(aws)
     assert set(ready) == {"a", "b"}
-    assert ready["a"]["insightId"] == "insight-7" and ready["a"]["agendaId"] == "agenda-a"
-    assert ready["a"]["customerId"] == "cust-1" and ready["a"]["retryAttempt"] == 1 and ready["a"]["priority"] == 1
+    assert ready["a"]["insightId"] == "insight-7"
+    assert ready["a"]["agendaId"] == "agenda-a"
+    assert ready["a"]["customerId"] == "cust-1"
+    assert ready["a"]["retryAttempt"] == 1
+    assert ready["a"]["priority"] == 1
     # FIFO by `added`: the retry carries its original addedTime, so it sorts ahead of work added now
     assert ready["a"]["added"] == items["a"]["addedTime"] < now
     # nothing left to do: a second pass queues nothing twice
-    assert run(aws, reclaimAction="retry").retried == 0 and len(ready_items(aws)) == 2
+    assert run(aws, reclaimAction="retry").retried == 0
+    assert len(ready_items(aws)) == 2
 
 
 def late_write(aws, item_id: str, attempt_id: str | None) -> bool:
@@ -201,7 +206,8 @@ def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
     # delay(n) after n attempts: delay(1) = 60 s, delay(2) = 120 s
     assert abs(items["first"]["retryAt"] - (now + 60_000)) < 10_000
     assert abs(items["second"]["retryAt"] - (now + 120_000)) < 10_000
-    assert items["first"]["processingState"] == "WAITING" and events(items["first"]) == ["retry attempt 1"]
+    assert items["first"]["processingState"] == "WAITING"
+    assert events(items["first"]) == ["retry attempt 1"]
     assert "exhausted" in events(items["stop"])[0]
     assert ready_items(aws) == {}
 
@@ -214,9 +220,11 @@ def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
     )
     counts = run(aws, reclaimAction="retry", retryPolicy=policy)
     assert counts.queued == 1
-    assert set(ready_items(aws)) == {"first"} and ready_items(aws)["first"]["retryAttempt"] == 1
+    assert set(ready_items(aws)) == {"first"}
+    assert ready_items(aws)["first"]["retryAttempt"] == 1
     items = items_by_id(aws.client("dynamodb"))
-    assert "retryAt" not in items["first"] and "retryAt" in items["second"]
+    assert "retryAt" not in items["first"]
+    assert "retryAt" in items["second"]
 
 
 def test_non_retryable_error_types_of_the_policy(aws):
@@ -225,7 +233,8 @@ def test_non_retryable_error_types_of_the_policy(aws):
     put(aws, agenda("v", "EXECUTING", DAY_MS, now=now, diagnosticEvents=json.dumps(bad)))
     policy = {"kind": "fixed", "delay": 0, "maxAttempts": 5, "nonRetryable": ["ValidationException"]}
     counts = run(aws, reclaimAction="retry", retryPolicy=policy)
-    assert counts.reclaimed == 1 and counts.retried == 0
+    assert counts.reclaimed == 1
+    assert counts.retried == 0
     assert (
         events(items_by_id(aws.client("dynamodb"))["v"])[-1]
         == "AgendaProgress timed out. not retryable (ValidationException)"
@@ -244,7 +253,8 @@ def test_retry_failed_handles_each_failure_once(aws):
     assert (counts.retried, counts.exhausted) == (1, 1)
     items = items_by_id(aws.client("dynamodb"))
     assert (items["failed-once"]["processingState"], items["failed-once"]["attemptsCompleted"]) == ("WAITING", 1)
-    assert items["failed-out"]["processingState"] == "COMPLETE" and items["failed-out"]["retryDecision"] == "exhausted"
+    assert items["failed-out"]["processingState"] == "COMPLETE"
+    assert items["failed-out"]["retryDecision"] == "exhausted"
     assert items["succeeded"]["diagnosticEvents"] == "[]"
     again = run(aws, reclaimAction="retry", retryFailed=True)
     assert (again.matched, again.retried, again.exhausted) == (0, 0, 0)
@@ -259,7 +269,8 @@ def test_retry_config_through_the_job(aws):
     job = build_definitions("local").resolve_job_def("reclaim_agendas")
     config = {**BASE, "reclaimAction": "retry", "retryPolicy": {"kind": "fixed", "delay": 0, "maxAttempts": 3}}
     result = job.execute_in_process(run_config=config)
-    assert result.success and result.output_for_node("report_reclaim")["retried"] == 1
+    assert result.success
+    assert result.output_for_node("report_reclaim")["retried"] == 1
     assert set(ready_items(aws)) == {"j"}
 
 
@@ -290,7 +301,8 @@ def test_http_writer_fails_stale_items_with_kms_login_and_bearer_token(aws, endp
     assert endpoint.requests.count(("POST", "/login")) == 1
     gets = [p for m, p in endpoint.requests if m == "GET"]
     puts = [p for m, p in endpoint.requests if m == "PUT"]
-    assert len(gets) == len(ids["stale"]) and len(puts) == len(ids["stale"])
+    assert len(gets) == len(ids["stale"])
+    assert len(puts) == len(ids["stale"])
     assert all(h.startswith("Bearer ") for h in endpoint.seen_auth)
     items = items_by_id(aws.client("dynamodb"))
     assert items[ids["stale"][0]]["processingState"] == "EXECUTING"
@@ -336,7 +348,8 @@ def test_http_writer_retry_and_race(aws, endpoint):
     )
     assert (counts.retried, counts.raced) == (1, 1)
     items = items_by_id(ddb)
-    assert items["h"]["processingState"] == "WAITING" and "retryAt" not in items["h"]
+    assert items["h"]["processingState"] == "WAITING"
+    assert "retryAt" not in items["h"]
     assert items["gone"]["processingState"] == "EXECUTING"
     assert set(ready_items(aws)) == {"h"}
 
@@ -345,10 +358,12 @@ def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
     seed_mixed(aws.client("dynamodb"))
     with pytest.raises(EndpointError) as wrong:
         run(aws, endpoint=endpoint_settings(aws, endpoint, password="not-the-password"))
-    assert "login" in str(wrong.value) and "HTTP 401" in str(wrong.value)
+    assert "login" in str(wrong.value)
+    assert "HTTP 401" in str(wrong.value)
     assert "not-the-password" not in str(wrong.value)
     with pytest.raises(EndpointError, match="IDM_ENCRYPTED_PASS is not valid base64"):
         run(aws, endpoint=dataclasses.replace(endpoint_settings(aws, endpoint), idm_encrypted_pass="%%%"))
     with pytest.raises(EndpointError, match="needs IDENTITY_URL, IDM_USER"):
         run(aws, endpoint=EndpointSettings(progress_url=endpoint.progress_url))
-    assert "s3cret" not in repr(Secret("s3cret")) and "s3cret" not in str(Secret("s3cret"))
+    assert "s3cret" not in repr(Secret("s3cret"))
+    assert "s3cret" not in str(Secret("s3cret"))

@@ -1,4 +1,4 @@
-"""Dagster wiring of POP's agenda reclaimer: the ``reclaim_agendas`` job and one schedule per target.
+"""The ``reclaim_agendas`` job of POP's agenda reclaimer and its ops.
 
 The job's run config is POP's flat JSON (``flat_config``), so POP's own sample runs unchanged:
 ``dagster job execute -m pipelines.definitions -j reclaim_agendas -c sample.json``. The ops stay
@@ -21,7 +21,6 @@ from pipelines.reclaim.metrics import put_reclaim_metrics
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
 from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import TableError, TableInfo, inspect_table
-from pipelines.reclaim.targets import Target, load_targets, targets_path
 from pipelines.reclaim.wiring import EndpointSettings, KeyValueCursor, cursor_key, endpoint_url, make_writer
 from pipelines.reclaim.writers import OperationProgressWriter
 from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
@@ -29,7 +28,6 @@ from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSR
 JOB_NAME = "reclaim_agendas"
 PLAN_OP = "plan_reclaim"
 MAX_RUNTIME_SECONDS = "900"  # dagster/max_runtime; maximumExecutionSeconds must stay below it
-TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
 MAX_PARALLEL_SEGMENTS = 8
 
 
@@ -228,22 +226,3 @@ def reclaim_agendas():
     plans = plan_reclaim()
     results = plans.map(reclaim_segment)
     report_reclaim(plans.collect(), results.collect())
-
-
-def schedule_for(target: Target) -> dg.ScheduleDefinition:
-    table = target.config["tableName"]
-    return dg.ScheduleDefinition(
-        name=f"reclaim_{target.name}",
-        job=reclaim_agendas,
-        cron_schedule=target.cron,
-        run_config=target.config,
-        tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=f"Reclaim stale agendas of {table} ({target.cron}).",
-    )
-
-
-def build_defs(deployment: str) -> dg.Definitions:
-    """The job everywhere; a schedule per entry of the deployment's targets file."""
-    targets = load_targets(targets_path(deployment))
-    return dg.Definitions(jobs=[reclaim_agendas], schedules=[schedule_for(t) for t in targets])
