@@ -28,19 +28,13 @@ ROOT_DIR = Path(__file__).resolve().parent.parent
 
 def _pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
     """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
+    names = ("dynamodb", "ec2", "cloudwatch", "s3", "jobs_table", "pools_table", "archive_bucket", "namespace")
     audit = housekeeping_audit(
-        dynamodb=ctx.dynamodb,
-        ec2=ctx.ec2,
-        cloudwatch=ctx.cloudwatch,
-        s3=ctx.s3,
-        jobs_table=ctx.jobs_table,
-        pools_table=ctx.pools_table,
-        archive_bucket=ctx.archive_bucket,
-        namespace=ctx.namespace,
-        params=request.task_params,
+        request.task_params,
         dry_run=request.dry_run,
         now=request.now() if "now" in request.params else None,
         progress=ctx.log.info,
+        **{name: getattr(ctx, name) for name in names},
     )
     return TaskResult("pool_audit", audit.summary(), detail=audit)
 

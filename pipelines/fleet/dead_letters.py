@@ -19,7 +19,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso
-from pipelines.common.params import ParamsError, param
+from pipelines.common.params import param
 from pipelines.fleet.aws import REASON_ATTRIBUTE, aws_call, chunks, delete_messages, queue_name, send_messages
 from pipelines.fleet.messages import fingerprint
 
@@ -37,8 +37,8 @@ class RedriveSettings:
     )
     rate_per_second: float = param(
         10.0,
-        description="Messages sent back per second, on average (more than 0).",
-        minimum=0,
+        description="Messages sent back per second, on average.",
+        minimum=0.01,
         aliases=("ratePerSecond",),
     )
     max_messages: int = param(
@@ -58,10 +58,6 @@ class RedriveSettings:
         description="Count what would be redriven and quarantined; move nothing.",
         aliases=("dryRun",),
     )
-
-    def __post_init__(self) -> None:
-        if self.rate_per_second <= 0:
-            raise ParamsError(f"rate_per_second must be more than 0, got {self.rate_per_second!r}")
 
 
 def _reason(message: dict[str, Any]) -> str:

@@ -16,7 +16,6 @@ from typing import Any
 
 from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.pool_audit.audit import AuditRun, run_pool_audit
-from pipelines.pool_audit.aws import Progress
 from pipelines.pool_audit.params import AuditMessageParams
 
 MESSAGE_PARAMS = frozenset(spec.name for spec in specs(AuditMessageParams))
@@ -56,35 +55,12 @@ class HousekeepingAudit:
 
 
 def housekeeping_audit(
-    *,
-    dynamodb,
-    ec2,
-    cloudwatch,
-    s3,
-    jobs_table: str,
-    pools_table: str,
-    archive_bucket: str,
-    namespace: str,
-    params: Mapping[str, Any],
-    dry_run: bool,
-    now: dt.datetime | None = None,
-    progress: Progress | None = None,
+    params: Mapping[str, Any], *, dry_run: bool, now: dt.datetime | None = None, **audit: Any
 ) -> HousekeepingAudit:
-    """Run the pool audit for a housekeeping message whose own parameters are ``params``."""
+    """Run the pool audit for a housekeeping message whose own parameters are ``params``;
+    ``audit`` are :func:`run_pool_audit`'s clients, names and ``progress``."""
     options = message_params(params, dry_run=dry_run, what_if=now is not None)
-    if not pools_table:
+    if not audit.get("pools_table"):
         raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
-    run = run_pool_audit(
-        dynamodb=dynamodb,
-        ec2=ec2,
-        cloudwatch=cloudwatch,
-        s3=s3,
-        jobs_table=jobs_table,
-        pools_table=pools_table,
-        archive_bucket=archive_bucket,
-        namespace=namespace,
-        dry_run=dry_run,
-        now=now,
-        progress=progress,
-    )
+    run = run_pool_audit(dry_run=dry_run, now=now, **audit)
     return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=options.idle_cost_threshold_usd_per_hour)

@@ -44,9 +44,18 @@ ResultHook = Callable[[dg.OpExecutionContext, Any], Iterable[dg.AssetMaterializa
 """Turns a housekeeping task's ``TaskResult.detail`` into events that the op logs."""
 
 
-def _fleet_context(context, *, ssm, dynamodb, cloudwatch, s3, fleet: FleetSettings, ec2=None) -> FleetContext:
+def _fleet_context(
+    context: dg.OpExecutionContext,
+    fleet: FleetSettings,
+    *,
+    ec2: EC2Resource,
+    dynamodb: DynamoDBResource,
+    ssm: SSMResource,
+    cloudwatch: CloudWatchResource,
+    s3: S3Resource,
+) -> FleetContext:
     return FleetContext(
-        ec2=ec2.get_client() if ec2 is not None else None,
+        ec2=ec2.get_client(),
         ssm=ssm.get_client(),
         dynamodb=dynamodb.get_client(),
         cloudwatch=cloudwatch.get_client(),
@@ -79,32 +88,58 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     return dg.Output(summary, metadata=metadata)
 
 
-@dg.op(
-    description="Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack.",
-    tags={"kind": "sqs"},
-    config_schema=config_schema(DrainLimits),
+DrainFactory = Callable[..., QueueDrain]
+"""``make(ctx, sqs=, queue_url=, dlq_url=, run_id=, limits=)``, e.g. ``termination_drain``."""
+
+
+def drain_op(
+    name: str, description: str, queue: str, make: DrainFactory, hooks: Mapping[str, ResultHook] | None = None
+) -> dg.OpDefinition:
+    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain; a
+    handler's typed task results, if it has any, go to ``hooks``."""
+
+    @dg.op(
+        name=name,
+        description=description,
+        tags={"kind": "sqs"},
+        config_schema=config_schema(DrainLimits),
+    )
+    def _op(
+        context: dg.OpExecutionContext,
+        fleet: FleetSettings,
+        sqs: SQSResource,
+        ec2: EC2Resource,
+        dynamodb: DynamoDBResource,
+        ssm: SSMResource,
+        cloudwatch: CloudWatchResource,
+        s3: S3Resource,
+    ) -> dg.Output[dict]:
+        limits = params_from_config(context, DrainLimits)
+        with aws_errors(context):
+            drain = make(
+                _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3),
+                sqs=sqs.get_client(),
+                queue_url=getattr(fleet, f"{queue}_queue_url"),
+                dlq_url=getattr(fleet, f"{queue}_dlq_url"),
+                run_id=context.run_id,
+                limits=limits,
+            )
+            output = _drain(context, drain, fleet.archive_bucket)
+        results = getattr(drain.handler, "results", [])
+        _record(context, hooks or {}, results)
+        if results:
+            output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
+        return output
+
+    return _op
+
+
+drain_termination_queue = drain_op(
+    "drain_termination_queue",
+    "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack.",
+    "termination",
+    termination_drain,
 )
-def drain_termination_queue(
-    context: dg.OpExecutionContext,
-    sqs: SQSResource,
-    dynamodb: DynamoDBResource,
-    ssm: SSMResource,
-    cloudwatch: CloudWatchResource,
-    s3: S3Resource,
-    fleet: FleetSettings,
-) -> dg.Output[dict]:
-    limits = params_from_config(context, DrainLimits)
-    with aws_errors(context):
-        ctx = _fleet_context(context, ssm=ssm, dynamodb=dynamodb, cloudwatch=cloudwatch, s3=s3, fleet=fleet)
-        drain = termination_drain(
-            ctx,
-            sqs=sqs.get_client(),
-            queue_url=fleet.termination_queue_url,
-            dlq_url=fleet.termination_dlq_url,
-            run_id=context.run_id,
-            limits=limits,
-        )
-        return _drain(context, drain, fleet.archive_bucket)
 
 
 @dg.job(
@@ -124,40 +159,13 @@ def housekeeping_jobs(
     maps a task type to the hook that records its results."""
     hooks = dict(hooks or {})
 
-    @dg.op(
-        description="Drains the housekeeping queue: dispatches each message on its task_type.",
-        tags={"kind": "sqs"},
-        config_schema=config_schema(DrainLimits),
+    drain_housekeeping_queue = drain_op(
+        "drain_housekeeping_queue",
+        "Drains the housekeeping queue: dispatches each message on its task_type.",
+        "housekeeping",
+        dispatcher.drain,
+        hooks,
     )
-    def drain_housekeeping_queue(
-        context: dg.OpExecutionContext,
-        sqs: SQSResource,
-        ec2: EC2Resource,
-        dynamodb: DynamoDBResource,
-        ssm: SSMResource,
-        cloudwatch: CloudWatchResource,
-        s3: S3Resource,
-        fleet: FleetSettings,
-    ) -> dg.Output[dict]:
-        limits = params_from_config(context, DrainLimits)
-        with aws_errors(context):
-            ctx = _fleet_context(
-                context, ec2=ec2, ssm=ssm, dynamodb=dynamodb, cloudwatch=cloudwatch, s3=s3, fleet=fleet
-            )
-            drain = dispatcher.drain(
-                ctx,
-                sqs=sqs.get_client(),
-                queue_url=fleet.housekeeping_queue_url,
-                dlq_url=fleet.housekeeping_dlq_url,
-                run_id=context.run_id,
-                limits=limits,
-            )
-            output = _drain(context, drain, fleet.archive_bucket)
-        results = drain.handler.results
-        _record(context, hooks, results)
-        if results:
-            output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
-        return output
 
     @dg.op(
         description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
@@ -165,19 +173,17 @@ def housekeeping_jobs(
     )
     def run_housekeeping_task(
         context: dg.OpExecutionContext,
+        fleet: FleetSettings,
         ec2: EC2Resource,
         dynamodb: DynamoDBResource,
         ssm: SSMResource,
         cloudwatch: CloudWatchResource,
         s3: S3Resource,
-        fleet: FleetSettings,
     ) -> dg.Output[dict]:
         try:
             request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
             with aws_errors(context):
-                ctx = _fleet_context(
-                    context, ec2=ec2, ssm=ssm, dynamodb=dynamodb, cloudwatch=cloudwatch, s3=s3, fleet=fleet
-                )
+                ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
                 result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
