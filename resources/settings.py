@@ -12,7 +12,7 @@ import dagster as dg
 
 
 class FleetSettings(dg.ConfigurableResource):
-    """Seed 002: the runs-fleet queues, tables, archive bucket and metric namespace."""
+    """runs-fleet: its queues, tables, archive bucket and metric namespace (`RUNS_FLEET_*`)."""
 
     jobs_table: str
     pools_table: str

@@ -23,22 +23,27 @@ def test_demo_traffic_exercises_the_fleet_processors(aws):
         ),
         **clients,
     )
-    assert second["duplicate_messages"] == 2 and second["old_jobs_added"] == 3 and second["orphans_launched"] == 1
+    assert second["duplicate_messages"] == 2
+    assert second["old_jobs_added"] == 3
+    assert second["orphans_launched"] == 1
 
     defs = build_definitions("local")
     instance = dg.DagsterInstance.ephemeral()
     drained = defs.resolve_job_def("process_termination_queue").execute_in_process(
-        run_config={"waitSeconds": 0}, instance=instance
+        run_config={"wait_seconds": 0}, instance=instance
     )
     out = drained.output_for_node("drain_termination_queue")
-    assert out["applied"] == 4 and out["dead_lettered"] == 2 and out.get("duplicates_in_round", 0) == 2
+    assert out["applied"] == 4
+    assert out["dead_lettered"] == 2
+    assert out.get("duplicates_in_round", 0) == 2
     assert fs.depth(aws, "RUNS_FLEET_TERMINATION_QUEUE_URL") == 0
 
     housekeeping = defs.resolve_job_def("process_housekeeping_queue").execute_in_process(
-        run_config={"waitSeconds": 0}, instance=instance
+        run_config={"wait_seconds": 0}, instance=instance
     )
     out = housekeeping.output_for_node("drain_housekeeping_queue")
-    assert out["dead_lettered"] == 0 and out["task_pool_audit"] == 1  # pool_audit runs the pool audit (issue 7)
+    assert out["dead_lettered"] == 0
+    assert out["task_pool_audit"] == 1  # a pool_audit message runs the pool audit
     assert out["tasks_run"] == 3  # one housekeeping message from each step, and the pool_audit one
     old = defs.resolve_job_def("housekeeping").execute_in_process(
         run_config={"task_type": "old_jobs"}, instance=instance
