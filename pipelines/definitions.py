@@ -17,6 +17,7 @@ from pipelines.pool_audit.defs import build_defs as pool_audit_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
+from sensors.run_retries import build_delayed_run_retries
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
@@ -31,8 +32,10 @@ def build_definitions(deployment: str) -> dg.Definitions:
         batching_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )
-    # Retries come last: the delayed_run_retries sensor may re-launch any job defined above.
-    return dg.Definitions.merge(base, retry_defs(deployment, jobs=list(base.jobs or [])))
+    retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
+    # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
+    jobs = [*(base.jobs or []), *(retry.jobs or [])]
+    return dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)]))
 
 
 DEPLOYMENT = deployment_name()

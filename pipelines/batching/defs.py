@@ -105,7 +105,6 @@ def receiver_batches(
 receiver_batches_job = dg.define_asset_job(
     "receiver_batches_job",
     selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
-    partitions_def=batch_partitions,
     tags={"groundskeeper/capability": "batching"},
     description="Batches one (receiver, day) partition; launched by batch_decider or a backfill.",
     executor_def=dg.in_process_executor,  # one asset: no step worth a process of its own

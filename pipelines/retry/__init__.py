@@ -1,4 +1,4 @@
-"""Retry policies, attempts and fencing (seed 001). Pure Python: no Dagster imports here.
+"""Retry policies, attempts and fencing (the retry RFC). Pure Python: no Dagster imports here.
 
 Public API (import from ``pipelines.retry``)::
 
@@ -30,9 +30,13 @@ Public API (import from ``pipelines.retry``)::
   (``new_schedule_id``, ``new_attempt_id``, ``new_processing_id``), fencing (``Job.fence``,
   ``SupersededError``, ``accepts``, ``dynamodb_fence``).
 
+- Run tags of run-level retries (``pipelines.retry.tags``): ``POLICY_TAG``, ``ATTEMPT_TAG``,
+  ``RETRY_OF_TAG``, ``ROOT_TAG``.
+
 The Dagster layer is elsewhere: ``pipelines.common.defs.aws_errors`` (the one AWS failure policy
-of every op), ``sensors.run_retries`` (the ``delayed_run_retries`` sensor) and
-``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job).
+of every op), ``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job) and
+``sensors.run_retries`` (the ``delayed_run_retries`` sensor, wired to every job in
+``pipelines/definitions.py``; nothing in this package imports ``sensors``).
 """
 
 from pipelines.retry.attempts import (
