@@ -22,6 +22,7 @@ from pipelines.pool_audit.housekeeping import MESSAGE_PARAMS, housekeeping_audit
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
+from sensors.run_retries import build_delayed_run_retries
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
@@ -55,8 +56,10 @@ def build_definitions(deployment: str) -> dg.Definitions:
         batching_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )
-    # Retries come last: the delayed_run_retries sensor may re-launch any job defined above.
-    return dg.Definitions.merge(base, retry_defs(deployment, jobs=list(base.jobs or [])))
+    retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
+    # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
+    jobs = [*(base.jobs or []), *(retry.jobs or [])]
+    return dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)]))
 
 
 DEPLOYMENT = deployment_name()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 
 import dagster as dg
+from pydantic import Field
 
 
 class FleetSettings(dg.ConfigurableResource):
@@ -38,11 +39,15 @@ class AgendaSettings(dg.ConfigurableResource):
 
 
 class BatchingSettings(dg.ConfigurableResource):
-    """Seed 004: receivers, records and the outbox bucket."""
+    """ReportStream batching: the receivers and records tables and the outbox bucket."""
 
-    receivers_table: str
-    records_table: str
-    outbox_bucket: str
+    receivers_table: str = Field(description="The receivers table (RECEIVERS_TABLE): one item per receiver.")
+    records_table: str = Field(
+        description="The records table (BATCH_RECORDS_TABLE) with its sparse pending-index of records to batch."
+    )
+    outbox_bucket: str = Field(
+        description="The outbox bucket (BATCH_OUTBOX_BUCKET): batch files under batches/, the ledger under ledger/."
+    )
 
 
 def fleet_settings_from_env() -> FleetSettings:

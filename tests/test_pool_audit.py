@@ -615,7 +615,17 @@ def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_ins
     from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
-    cfg = DemoConfig(new_agendas=1, stuck_agendas=0, jobs_started=3, jobs_finished=0, records=0, seed=3)
+    cfg = DemoConfig(
+        new_agendas=1,
+        stuck_agendas=0,
+        jobs_started=3,
+        jobs_finished=0,
+        records=0,
+        duplicate_messages=0,
+        old_jobs=0,
+        orphan_instances=0,
+        seed=3,
+    )
     assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 6
     cfg = DemoConfig(**{**cfg.__dict__, "seed": 4})  # a new seed: new job ids
     assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent

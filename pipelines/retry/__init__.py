@@ -20,8 +20,8 @@ Public API (import from ``pipelines.retry``)::
   ``max_attempts`` the answer is ``STOP`` (falsy). A failing user function raises
   ``DelayFunctionError`` (a ``RetryPolicyError``) naming it: never retry on that.
 - Bad input raises ``RetryPolicyError`` (a ``ValueError``) with ``.field`` and ``.value``.
-- ``PRESETS``: sidekiq, oban, river, celery, celery-backoff, temporal, step-functions, each with
-  its ``source``.
+- ``PRESETS``: sidekiq, oban, river, celery, celery-backoff, temporal, step-functions, runs-fleet,
+  each with its ``source``.
 - ``classify_aws_error(exc)`` / ``is_transient(exc)`` (``pipelines.retry.aws``): throttling,
   5xx and connection errors are transient; validation, access denied and other 4xx are not.
 - ``retry_call(fn, policy)`` (``pipelines.retry.call``): retry one call in plain Python (sleeps
@@ -29,10 +29,13 @@ Public API (import from ``pipelines.retry``)::
 - Attempts (``pipelines.retry.attempts``): ``new_attempt_id()`` for each new attempt, and
   ``dynamodb_fence(attempt_id)``, the condition that refuses a late write from a superseded
   attempt (used by reclaim's retry action and writes).
+- Run tags of run-level retries (``pipelines.retry.tags``): ``POLICY_TAG``, ``ATTEMPT_TAG``,
+  ``RETRY_OF_TAG``, ``ROOT_TAG``.
 
 The Dagster layer is elsewhere: ``pipelines.common.defs.aws_errors`` (the one AWS failure policy
-of every op), ``sensors.run_retries`` (the ``delayed_run_retries`` sensor) and
-``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job).
+of every op), ``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job) and
+``sensors.run_retries`` (the ``delayed_run_retries`` sensor, wired to every job in
+``pipelines/definitions.py``; nothing in this package imports ``sensors``).
 """
 
 from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id
