@@ -19,7 +19,7 @@ from resources.aws import (
     SQSResource,
     SSMResource,
 )
-from resources.errors import clear_aws_errors, explain_aws_error
+from resources.errors import explain_aws_error
 from resources.settings import (
     AgendaSettings,
     BatchingSettings,
@@ -86,7 +86,6 @@ __all__ = [
     "S3Resource",
     "SQSResource",
     "SSMResource",
-    "clear_aws_errors",
     "deployment_name",
     "explain_aws_error",
     "resources_by_deployment",
