@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from pipelines.common.defs import aws_errors, retry_requested
-from pipelines.retry import fixed, none
+from pipelines.retry import PRESETS, fixed, none
 from pipelines.retry.defs import RetryDemoParams, RetryPoliciesParams, build_retry_policies_asset
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from sensors.run_retries import build_delayed_run_retries
@@ -263,13 +263,13 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     assert result.success
     metadata = result.asset_materializations_for_node("retry_policies")[0].metadata
     document = metadata["timelines"].value
-    for name in ("sidekiq", "oban", "river", "celery", "celery-backoff", "temporal", "step-functions"):
+    for name in PRESETS:
         assert f"### preset {name}" in document
     assert "### job flaky_job" in document
     assert "5 attempts over 40m" in document  # 60 + 180 + 540 + 1620 s = 2400 s
     assert "**invalid policy**" in document
     assert "maxAttempts" in document
-    assert metadata["policies"].value == 10
+    assert metadata["policies"].value == len(PRESETS) + 3, "every preset, the job's policy and the two configured"
 
 
 def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
