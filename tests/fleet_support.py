@@ -31,21 +31,21 @@ def context(aws) -> FleetContext:
     )
 
 
-def make_drain(aws, *, run_id: str | None = None, **limits):
+def make_drain(aws, *, run_id: str | None = None, dlq_url: str | None = None, **limits):
     """A termination drain over the test's clients (``wait_seconds`` 0 unless given)."""
     limits.setdefault("wait_seconds", 0)
     return termination_drain(
         context(aws),
         sqs=aws.client("sqs"),
         queue_url=aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
-        dlq_url=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"],
+        dlq_url=dlq_url or aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"],
         run_id=run_id or uuid.uuid4().hex[:8],
         limits=DrainLimits(**limits),
     )
 
 
-def drain(aws, *, run_id: str | None = None, **limits):
-    return make_drain(aws, run_id=run_id, **limits).run()
+def drain(aws, *, run_id: str | None = None, dlq_url: str | None = None, **limits):
+    return make_drain(aws, run_id=run_id, dlq_url=dlq_url, **limits).run()
 
 
 def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:

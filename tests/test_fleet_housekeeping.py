@@ -8,6 +8,7 @@ import pytest
 
 from pipelines.common import iso, to_item
 from pipelines.definitions import HOUSEKEEPING_TASKS
+from pipelines.fleet import messages
 from pipelines.fleet.drain import DrainLimits
 from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, Housekeeping
 from pipelines.fleet.messages import InvalidMessage
@@ -31,6 +32,12 @@ def _later(**delta) -> str:
     return iso(dt.datetime.now(dt.UTC) + dt.timedelta(**delta))
 
 
+def _move_clock(monkeypatch, **delta) -> None:
+    """The real clock moves on (a message's ``params.now`` may not: that needs ``dryRun``)."""
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(**delta)
+    monkeypatch.setattr(messages, "utcnow", lambda: at)
+
+
 def _tags(aws, instance_id):
     inst = aws.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return inst["State"]["Name"], {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
@@ -46,7 +53,7 @@ def _count_calls(client):
     return calls, hook
 
 
-def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_one(aws):
+def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_one(aws, monkeypatch):
     busy = fs.start_jobs(aws, 2)  # running jobs: never orphans
     idle = fs.start_jobs(aws, 3)
     unmanaged = fs.start_jobs(aws, 1, tag_managed=False)
@@ -63,7 +70,8 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     assert dry["terminated"] == 0
     assert all(SUSPECT_TAG not in _tags(aws, j["instance_id"])[1] for j in idle)
 
-    first = _run(aws, "orphaned_instances", now=_later(hours=7))
+    _move_clock(monkeypatch, hours=7)
+    first = _run(aws, "orphaned_instances")
     assert first["suspected"] == 3
     assert first["terminated"] == 0
     assert all(SUSPECT_TAG in _tags(aws, j["instance_id"])[1] for j in idle)
@@ -74,7 +82,8 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     )
     ec2 = aws.client("ec2")
     calls, hook = _count_calls(ec2)
-    second = _run(aws, "orphaned_instances", now=_later(hours=7, minutes=5))
+    _move_clock(monkeypatch, hours=7, minutes=5)
+    second = _run(aws, "orphaned_instances")
     ec2.meta.events.unregister("before-call.*.*", hook)
     assert second["terminated"] == 2
     assert second["cleared"] == 1
@@ -85,7 +94,7 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 2
 
 
-def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_tens(aws):
+def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_tens(aws, monkeypatch):
     live = fs.start_jobs(aws, 2)
     ended = fs.start_jobs(aws, 3)
     aws.client("ec2").terminate_instances(InstanceIds=[j["instance_id"] for j in ended])
@@ -103,7 +112,8 @@ def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_te
     assert {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live + ended} <= left
 
     calls, hook = _count_calls(ssm)
-    later = _run(aws, "stale_ssm", now=_later(minutes=11))
+    _move_clock(monkeypatch, minutes=11)
+    later = _run(aws, "stale_ssm")
     ssm.meta.events.unregister("before-call.*.*", hook)
     assert later["deleted"] == 3
     assert later["recently_terminated"] == 0

@@ -11,9 +11,12 @@ A transient AWS error (the retry library's classification, ``pipelines.retry.aws
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import hashlib
 import json
 import logging
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
@@ -107,10 +110,15 @@ def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> 
     failed: list[str] = []
     for batch in chunks(list(messages), 10):
         entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)]
-        response = aws_call(
-            lambda entries=entries: sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries),
-            what="DeleteMessageBatch",
-        )
+        try:
+            response = aws_call(
+                lambda entries=entries: sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries),
+                what="DeleteMessageBatch",
+            )
+        except Exception as exc:  # after runs-fleet's retries: these come back after their visibility timeout
+            log.error("DeleteMessageBatch of %d message(s) failed: %s", len(batch), exc)
+            failed += [m["MessageId"] for m in batch]
+            continue
         for entry in response.get("Failed", []):
             message = batch[int(entry["Id"])]
             failed.append(message["MessageId"])
@@ -118,58 +126,224 @@ def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> 
     return failed
 
 
+MAX_BATCH_ENTRIES = 10  # SendMessageBatch / DeleteMessageBatch entries
+MAX_MESSAGE_BYTES = 256 * 1024  # one message, body and attributes; a bigger dead letter goes to S3
+MAX_BATCH_BYTES = 1024 * 1024  # one SendMessageBatch, all entries together
+MAX_ATTRIBUTES = 10  # message attributes per message
+ENVELOPE_ATTRIBUTE = "groundskeeper-envelope"
+ENVELOPE = "groundskeeper-dead-letter"
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def sqs_text(text: str, limit: int = 1000) -> str:
+    """``text`` as SQS accepts it in an attribute: one line of allowed characters, at most ``limit``."""
+    return _NOT_SQS_TEXT.sub("?", " ".join(text.split()))[:limit]
+
+
+def _clean_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if k in {"DataType", "StringValue", "BinaryValue"}}
+
+
+def message_size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
+    """What SQS counts against its size limits: body, and each attribute's name, type and value."""
+    size = len(body.encode("utf-8", "surrogatepass"))
+    for name, value in attributes.items():
+        size += len(name.encode()) + len(value.get("DataType", "").encode())
+        if "StringValue" in value:
+            size += len(value["StringValue"].encode("utf-8", "surrogatepass"))
+        size += len(value.get("BinaryValue", b""))
+    return size
+
+
 def _attributes_for_send(message: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
     attrs = {}
     for name, value in (message.get("MessageAttributes") or {}).items():
         if name in extra or name.startswith("groundskeeper-dlq"):
             continue
-        attrs[name] = {k: v for k, v in value.items() if k in {"DataType", "StringValue", "BinaryValue"}}
+        attrs[name] = _clean_attribute(value)
     for name, value in extra.items():
-        attrs[name] = {"DataType": "String", "StringValue": value[:1000]}
-    return dict(list(attrs.items())[:10])  # SQS allows 10 attributes per message
+        attrs[name] = {"DataType": "String", "StringValue": sqs_text(value)}
+    # SQS allows 10 attributes per message: ours (``extra``, last) are the ones kept.
+    return dict(list(attrs.items())[-MAX_ATTRIBUTES:])
+
+
+def _size_batches(sizes: Sequence[int]) -> Iterable[list[int]]:
+    """Indexes of ``sizes`` grouped by SendMessageBatch's limits: 10 entries and 1 MiB together."""
+    batch: list[int] = []
+    total = 0
+    for n, size in enumerate(sizes):
+        if batch and (len(batch) == MAX_BATCH_ENTRIES or total + size > MAX_BATCH_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(n)
+        total += size
+    if batch:
+        yield batch
+
+
+def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, Any]]]) -> list[str | None]:
+    """``SendMessageBatch`` of (body, attributes) within SQS's batch limits. Returns, per entry, None
+    when sent or why not: a failed entry or a failed call fails those entries only, never the rest."""
+    errors: list[str | None] = [None] * len(outgoing)
+    for batch in _size_batches([message_size(body, attrs) for body, attrs in outgoing]):
+        entries = [{"Id": str(n), "MessageBody": outgoing[n][0], "MessageAttributes": outgoing[n][1]} for n in batch]
+        try:
+            response = aws_call(
+                lambda entries=entries: sqs.send_message_batch(QueueUrl=queue_url, Entries=entries),
+                what="SendMessageBatch",
+            )
+        except Exception as exc:  # after runs-fleet's retries
+            log.error("SendMessageBatch to %s failed for %d message(s): %s", queue_name(queue_url), len(batch), exc)
+            for n in batch:
+                errors[n] = f"{error_code(exc)}: {exc}"
+            continue
+        ok = {entry["Id"] for entry in response.get("Successful", [])}
+        failed = {entry["Id"]: entry for entry in response.get("Failed", [])}
+        for n in batch:
+            if str(n) not in ok:
+                entry = failed.get(str(n), {})
+                errors[n] = f"{entry.get('Code', 'not sent')}: {entry.get('Message', '')}"
+    return errors
 
 
 def send_messages(
     sqs, queue_url: str, items: Sequence[tuple[dict[str, Any], dict[str, str]]]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``SendMessageBatch`` of (received message, extra string attributes). Returns (sent, failed)."""
-    sent: list[dict[str, Any]] = []
-    failed: list[dict[str, Any]] = []
-    for batch in chunks(list(items), 10):
-        entries = [
-            {"Id": str(n), "MessageBody": m["Body"], "MessageAttributes": _attributes_for_send(m, extra)}
-            for n, (m, extra) in enumerate(batch)
-        ]
-        response = aws_call(
-            lambda entries=entries: sqs.send_message_batch(QueueUrl=queue_url, Entries=entries),
-            what="SendMessageBatch",
-        )
-        ok = {entry["Id"] for entry in response.get("Successful", [])}
-        for n, (message, _extra) in enumerate(batch):
-            (sent if str(n) in ok else failed).append(message)
+    errors = send_entries(sqs, queue_url, [(m["Body"], _attributes_for_send(m, extra)) for m, extra in items])
+    sent = [m for (m, _), error in zip(items, errors, strict=True) if error is None]
+    failed = [m for (m, _), error in zip(items, errors, strict=True) if error is not None]
     return sent, failed
 
 
-def dead_letter(
-    sqs, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Send (message, reason) pairs to the dead-letter queue with the reason as an attribute.
+def _json_attributes(attrs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Message attributes as JSON (a binary value in base64)."""
+    out = {}
+    for name, value in attrs.items():
+        value = dict(value)
+        if isinstance(value.get("BinaryValue"), bytes | bytearray):
+            value["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
+        out[name] = value
+    return out
 
-    Returns (sent, failed). Only sent messages may be deleted from the source queue.
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class DeadLetterArchive:
+    """Where a dead letter too big for SQS goes whole: ``s3://<bucket>/dead-letters/<queue>/oversized/``."""
+
+    s3: Any
+    bucket: str
+
+    def put(self, source: str, message: dict[str, Any], reason: str) -> str:
+        body = message.get("Body") or ""
+        key = (
+            f"dead-letters/{source}/oversized/{hashlib.sha256(body.encode('utf-8', 'surrogatepass')).hexdigest()}.json"
+        )
+        record = {
+            "message_id": message.get("MessageId"),
+            "reason": reason,
+            "source_queue": source,
+            "body": body,
+            "message_attributes": _json_attributes(message.get("MessageAttributes") or {}),
+        }
+        data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass")
+        aws_call(
+            lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"),
+            what="PutObject (oversized dead letter)",
+        )
+        return f"s3://{self.bucket}/{key}"
+
+
+def dead_letter_entry(
+    message: dict[str, Any], reason: str, source: str, archive: DeadLetterArchive | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The (body, attributes) that dead-letters ``message`` with ``reason``.
+
+    The reason and the source queue are always attributes. The message's own attributes follow as
+    many as fit in SQS's 10; when some do not, the body becomes an envelope (JSON ``{"envelope":
+    "groundskeeper-dead-letter", "body": <the body>, "message_attributes": <the rest>}``, attribute
+    ``groundskeeper-envelope=attributes``). A message that would be bigger than 256 KiB is stored whole
+    in the archive bucket and the envelope points to it (``body_s3``, ``body_bytes``, ``body_sha256``;
+    ``groundskeeper-envelope=s3``); without an archive it cannot be dead-lettered (``ValueError``).
     """
+    ours = {REASON_ATTRIBUTE: sqs_text(reason), SOURCE_ATTRIBUTE: source}
+    originals = {
+        name: _clean_attribute(value)
+        for name, value in (message.get("MessageAttributes") or {}).items()
+        if name not in (REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, ENVELOPE_ATTRIBUTE)
+        and not name.startswith("groundskeeper-dlq")
+    }
+    body = message.get("Body") or ""
+    room = MAX_ATTRIBUTES - len(ours)
+    kept, moved = dict(originals), {}
+    if len(originals) > room:
+        names = list(originals)
+        kept = {k: originals[k] for k in names[: room - 1]}  # one more slot for the envelope marker
+        moved = {k: originals[k] for k in names[room - 1 :]}
+        ours[ENVELOPE_ATTRIBUTE] = "attributes"
+        body = json.dumps(
+            {"envelope": ENVELOPE, "body": body, "message_attributes": _json_attributes(moved)}, ensure_ascii=False
+        )
+    attrs = {**kept, **{k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}}
+    if message_size(body, attrs) <= MAX_MESSAGE_BYTES:
+        return body, attrs
+    if archive is None:
+        raise ValueError("too big for the dead-letter queue and no archive bucket to put it in")
+    original = message.get("Body") or ""
+    pointer = {
+        "envelope": ENVELOPE,
+        "body_s3": archive.put(source, message, reason),
+        "body_bytes": len(original.encode("utf-8", "surrogatepass")),
+        "body_sha256": _sha256(original),
+    }
+    ours[ENVELOPE_ATTRIBUTE] = "s3"
+    return json.dumps(pointer), {k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}
+
+
+def dead_letter(
+    sqs,
+    source_url: str,
+    dlq_url: str,
+    poison: Sequence[tuple[dict[str, Any], str]],
+    archive: DeadLetterArchive | None = None,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Send (message, reason) pairs to the dead-letter queue with the reason as an attribute
+    (:func:`dead_letter_entry`). Returns (sent, failed). Only sent messages may be deleted from
+    the source queue: a failed one stays there, and its redrive policy moves it."""
     source = queue_name(source_url)
-    return send_messages(
-        sqs, dlq_url, [(m, {REASON_ATTRIBUTE: reason, SOURCE_ATTRIBUTE: source}) for m, reason in poison]
-    )
+    ready: list[tuple[dict[str, Any], tuple[str, dict[str, Any]]]] = []
+    failed: list[dict[str, Any]] = []
+    for message, reason in poison:
+        try:
+            ready.append((message, dead_letter_entry(message, reason, source, archive)))
+        except Exception as exc:
+            log.error("could not dead-letter %s (%s), left in the queue: %s", message.get("MessageId"), reason, exc)
+            failed.append(message)
+    errors = send_entries(sqs, dlq_url, [entry for _, entry in ready])
+    sent = [m for (m, _), error in zip(ready, errors, strict=True) if error is None]
+    failed += [m for (m, _), error in zip(ready, errors, strict=True) if error is not None]
+    return sent, failed
 
 
 def dead_letter_into(
-    sqs, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list
+    sqs,
+    source_url: str,
+    dlq_url: str,
+    poison: Sequence[tuple[dict[str, Any], str]],
+    counts,
+    to_ack: list,
+    archive: DeadLetterArchive | None = None,
 ) -> None:
-    """Dead-letter ``poison``; count it, and add what was sent to ``to_ack`` (to delete from the source)."""
+    """Dead-letter ``poison``; count it, and add what was sent to ``to_ack`` (to delete from the source).
+    What could not be sent stays in the source queue (``dead_letter_failed``)."""
     if poison:
-        sent, unsent = dead_letter(sqs, source_url, dlq_url, poison)
+        sent, unsent = dead_letter(sqs, source_url, dlq_url, poison, archive)
         counts["dead_lettered"] += len(sent)
+        counts["dead_letter_failed"] += len(unsent)
         counts["failed"] += len(unsent)
         to_ack += sent
 
@@ -179,6 +353,11 @@ def message_received_at(message: dict[str, Any], default: dt.datetime | None = N
     if sent and str(sent).isdigit():
         return dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC)
     return default or dt.datetime.now(dt.UTC)
+
+
+def archived_job_key(job_id: str) -> str:
+    """The archive bucket's marker of a job that old_jobs archived and deleted (``archived-jobs/<sha256>``)."""
+    return f"archived-jobs/{_sha256(job_id)}.json"
 
 
 # ---------------------------------------------------------------------------------- SSM
@@ -197,6 +376,16 @@ def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:
 # --------------------------------------------------------------------------------- metrics
 
 
+_NOT_DIMENSION_TEXT = re.compile(r"[^\x20-\x7e]")
+
+
+def dimension_value(value: Any) -> str:
+    """A CloudWatch dimension value: printable ASCII only (AWS refuses anything else; each other
+    character becomes ``?``), not blank (``none``), at most 255 characters."""
+    text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
+    return text or "none"
+
+
 class MetricBatch:
     """Collects samples and publishes them in as few ``PutMetricData`` calls as possible."""
 
@@ -207,7 +396,7 @@ class MetricBatch:
         )
 
     def add(self, name: str, value: float, *, unit: str = "Count", **dimensions: str) -> None:
-        dims = tuple(sorted((k, str(v)[:255] or "none") for k, v in dimensions.items()))
+        dims = tuple(sorted((k, dimension_value(v)) for k, v in dimensions.items()))
         self._samples[(name, dims, unit)][float(value)] += 1
 
     def __len__(self) -> int:

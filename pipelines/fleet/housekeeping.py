@@ -23,8 +23,10 @@ from typing import Any
 from pipelines.common import from_item, iso
 from pipelines.common.params import ParamsError
 from pipelines.fleet.aws import (
+    DeadLetterArchive,
     FleetContext,
     RunArchive,
+    archived_job_key,
     aws_call,
     chunks,
     dead_letter_into,
@@ -42,6 +44,7 @@ from pipelines.fleet.messages import (
     instance_of_parameter,
     int_param,
     parse_housekeeping,
+    utcnow,
 )
 from pipelines.retry import is_transient
 
@@ -267,6 +270,35 @@ def batch_delete(dynamodb, table: str, keys: list[dict[str, Any]]) -> int:
     return calls
 
 
+MARKER_THREADS = 8
+
+
+def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key: str) -> None:
+    """One small marker per archived job (``archived-jobs/<sha256 of job_id>.json``), written before
+    the job is deleted: a late copy of its termination message is then known as a duplicate, not an
+    unknown job. The bucket's lifecycle expires them after 15 days (SQS keeps a message 14 at most)."""
+    archived_at = iso(utcnow())
+
+    def put(record: dict[str, Any]) -> None:
+        body = json.dumps(
+            {
+                "job_id": record["job_id"],
+                "status": record.get("status"),
+                "archive": archive_key,
+                "archived_at": archived_at,
+            }
+        )
+        aws_call(
+            lambda: ctx.s3.put_object(
+                Bucket=ctx.archive_bucket, Key=archived_job_key(record["job_id"]), Body=body.encode()
+            ),
+            what="PutObject (archived job marker)",
+        )
+
+    with ThreadPoolExecutor(max_workers=MARKER_THREADS, thread_name_prefix="archived-marker") as pool:
+        list(pool.map(put, records))  # raises the first failure: then nothing of the page is deleted
+
+
 def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
     """Archive finished jobs older than the retention to S3 (JSON Lines), then delete them. Never scans."""
     now = req.now()
@@ -302,6 +334,7 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
                         what="PutObject (job archive)",
                     )
                     keys_written.append(key)
+                    mark_archived(ctx, records, key)
                     counts["batch_writes"] += batch_delete(
                         ctx.dynamodb, ctx.jobs_table, [{"job_id": item["job_id"]} for item in items]
                     )
@@ -416,7 +449,8 @@ class HousekeepingHandler:
             counts["tasks_run"] += 1
             counts["duplicates_in_round"] += len(group) - 1
             to_ack += group
-        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack)
+        archive = DeadLetterArchive(self.ctx.s3, self.ctx.archive_bucket)
+        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack, archive)
         if to_ack:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)

@@ -17,9 +17,11 @@ from typing import Any
 from pipelines.common import iso
 from pipelines.common.params import param, specs
 
-INSTANCE_ID_RE = re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$")
+# Outside values that become a path, key or name are checked with ``fullmatch`` (``$`` would
+# accept a trailing newline).
+INSTANCE_ID_RE = re.compile(r"i-[0-9a-f]{8}([0-9a-f]{9})?")
 RUNNER_PREFIX = "/runs-fleet/runners/"
-RUNNER_PARAMETER_RE = re.compile(r"^/runs-fleet/runners/(?P<instance_id>[^/]+)/config$")
+RUNNER_PARAMETER_RE = re.compile(r"/runs-fleet/runners/(?P<instance_id>[^/]+)/config")
 
 # Termination message status -> job status (contract).
 STATUS_MAP = {"success": "completed", "failure": "failed", "timeout": "timeout", "interrupted": "interrupted"}
@@ -39,6 +41,8 @@ MAX_JOB_ID = 256
 MAX_ERROR = 4096
 MAX_DURATION_SECONDS = 31 * 24 * 3600  # a month: more is a broken clock, not a job
 FUTURE_SLACK = dt.timedelta(days=1)
+MAX_CLOCK_SKEW = dt.timedelta(minutes=5)
+"""A housekeeping ``params.now`` later than the real clock by more than this needs ``dryRun``."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -58,7 +62,7 @@ def fingerprint(body: str) -> str:
 def valid_instance_id(value: Any) -> str:
     if not isinstance(value, str):
         raise InvalidMessage(f"instance_id must be a string, got {type(value).__name__}")
-    if not INSTANCE_ID_RE.match(value):
+    if not INSTANCE_ID_RE.fullmatch(value):
         raise InvalidMessage(f"invalid instance_id {value[:80]!r}")
     return value
 
@@ -70,10 +74,15 @@ def runner_parameter(instance_id: str) -> str:
 
 def instance_of_parameter(name: str) -> str | None:
     """The instance id in ``/runs-fleet/runners/<id>/config``, or None for any other name."""
-    match = RUNNER_PARAMETER_RE.match(name)
-    if not match or not INSTANCE_ID_RE.match(match["instance_id"]):
+    match = RUNNER_PARAMETER_RE.fullmatch(name)
+    if not match or not INSTANCE_ID_RE.fullmatch(match["instance_id"]):
         return None
     return match["instance_id"]
+
+
+def utcnow() -> dt.datetime:
+    """The real clock (tests move it with monkeypatch; a message never does)."""
+    return dt.datetime.now(dt.UTC)
 
 
 def _reject_constant(name: str) -> Any:
@@ -105,7 +114,33 @@ def load_object(body: Any) -> dict[str, Any]:
         raise InvalidMessage(f"malformed JSON: {str(exc)[:120]}") from None
     if not isinstance(value, dict):
         raise InvalidMessage(f"message must be a JSON object, got {type(value).__name__}")
+    _reject_unencodable(value)
     return value
+
+
+def _reject_unencodable(value: dict[str, Any]) -> None:
+    """Every text (key or value) must encode as UTF-8: JSON's ``\\ud800`` escapes decode to lone
+    UTF-16 surrogates, which no AWS API (DynamoDB, SQS, CloudWatch) accepts."""
+    todo: list[tuple[str, Any]] = [("", value)]
+    while todo:
+        path, item = todo.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                name = f"{path}.{key}" if path else key
+                _encodable(key, f"a key in {path or 'the message'}")
+                todo.append((name, child))
+        elif isinstance(item, list):
+            todo += [(f"{path}[{n}]", child) for n, child in enumerate(item)]
+        elif isinstance(item, str):
+            _encodable(item, f"field {path}")
+
+
+def _encodable(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        where = where.encode("utf-8", "backslashreplace").decode()[:80]
+        raise InvalidMessage(f"{where} contains a lone UTF-16 surrogate (not encodable as UTF-8)") from None
 
 
 def parse_time(value: Any, name: str) -> dt.datetime:
@@ -241,7 +276,7 @@ class HousekeepingRequest:
         """``params.now`` (what-if runs and tests) or the real clock."""
         if "now" in self.params:
             return parse_time(self.params["now"], "params.now")
-        return default or dt.datetime.now(dt.UTC)
+        return default or utcnow()
 
     @property
     def task_params(self) -> dict[str, Any]:
@@ -278,10 +313,15 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
         extra = sorted(set(params) - allowed_params[task_type] - COMMON_PARAMS)
         if extra:
             raise InvalidMessage(f"unknown parameter(s) for {task_type}: {', '.join(e[:40] for e in extra[:5])}")
-    if "now" in params:
-        parse_time(params["now"], "params.now")
     if "dryRun" in params and not isinstance(params["dryRun"], bool):
         raise InvalidMessage("params.dryRun must be true or false")
+    if "now" in params:
+        what_if = parse_time(params["now"], "params.now")
+        if what_if > utcnow() + MAX_CLOCK_SKEW and not params.get("dryRun", False):
+            raise InvalidMessage(
+                f"params.now {iso(what_if)} is later than the clock plus {MAX_CLOCK_SKEW.seconds // 60} min: "
+                "a clock in the future is only allowed with dryRun"
+            )
     return HousekeepingRequest(task_type=task_type, timestamp=timestamp, params=dict(params))
 
 

@@ -36,14 +36,16 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 from pipelines.common import from_item, to_item
 from pipelines.fleet.aws import (
     POLICY,
+    DeadLetterArchive,
     FleetContext,
     MetricBatch,
     RunArchive,
+    archived_job_key,
     aws_call,
     chunks,
     dead_letter_into,
@@ -99,6 +101,7 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
         "error": t.error,
     }
     names = {f"#{k}": k for k in values if values[k] is not None}
+    names["#job_id"] = "job_id"
     sets = [f"#{k} = :{k}" for k in values if values[k] is not None]
     if t.started_at:
         sets.append("#started_at = if_not_exists(#started_at, :started_at)")
@@ -111,7 +114,9 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
             "TableName": table,
             "Key": {"job_id": {"S": t.job_id}},
             "UpdateExpression": "SET " + ", ".join(sets),
-            "ConditionExpression": "attribute_not_exists(#status) OR #status = :running",
+            # The job must exist: a late copy must not recreate a job that old_jobs archived and deleted.
+            "ConditionExpression": "attribute_exists(#job_id) AND "
+            "(attribute_not_exists(#status) OR #status = :running)",
             "ExpressionAttributeNames": names,
             "ExpressionAttributeValues": expr_values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -144,67 +149,103 @@ def _retry_transaction(exc: BaseException) -> bool:
     return isinstance(exc, _TransactionConflict) or is_transient(exc)
 
 
+_TRANSIENT_REASONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
+
+
+@dataclass
+class Transacted:
+    """What :func:`transact_each` did with each job."""
+
+    applied: list[_Job] = field(default_factory=list)
+    conditional: list[_Job] = field(default_factory=list)  # the condition failed (``job.current`` as it is)
+    failed: list[_Job] = field(default_factory=list)  # transient errors after the last try: left in the queue
+    refused: list[tuple[_Job, str]] = field(default_factory=list)  # this job's write can never succeed: why
+
+
+def _item_refused(exc: BaseException) -> bool:
+    """An error of a whole call that one bad item can cause (the call does not say which)."""
+    if isinstance(exc, ClientError):
+        return error_code(exc) in ("ValidationException", "SerializationException")
+    return isinstance(exc, ParamValidationError | ValueError | TypeError)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
 def transact_each(
     dynamodb,
     jobs: Sequence[_Job],
     build: Callable[[_Job], dict[str, Any]],
     *,
     logger: Any = None,
-) -> tuple[list[_Job], list[_Job], list[_Job]]:
-    """Apply one conditional action per job in transactions of up to 100.
+) -> Transacted:
+    """Apply one conditional action per job in transactions of up to 100; one job's failure is its own.
 
-    Returns (applied, condition_failed, failed). A cancelled transaction names its failed
-    conditions (with the item as it is, where the action asked for ``ALL_OLD``: kept in
-    ``job.current``); those jobs leave it and the rest is submitted again at once. Transient errors
-    (conflicts, throttling) are retried by runs-fleet's policy; after the last try the jobs left
-    are failed.
+    A cancelled transaction names each action's outcome: a failed condition (with the item as it
+    is, where the action asked for ``ALL_OLD``: kept in ``job.current``), or a refusal of that item
+    (``ValidationError`` and the like: ``refused``, with the reason); those jobs leave it and the
+    rest is submitted again at once. A whole call refused for a reason one item can cause
+    (``ValidationException``, a value botocore cannot send) is split in halves until the job that
+    causes it is alone. Transient errors (conflicts, throttling) are retried by runs-fleet's policy;
+    after the last try the jobs left are failed (they stay in the queue). Other errors are raised.
     """
-    applied: list[_Job] = []
-    conditional: list[_Job] = []
-    failed: list[_Job] = []
+    out = Transacted()
     for part in chunks(list(jobs), TRANSACTION_LIMIT):
-        todo = list(part)
+        _transact(dynamodb, list(part), build, out, logger)
+    return out
 
-        def submit() -> None:
-            nonlocal todo
-            while todo:
-                try:
-                    dynamodb.transact_write_items(TransactItems=[build(job) for job in todo])
-                except ClientError as exc:
-                    if error_code(exc) != "TransactionCanceledException":
-                        raise
-                    reasons = exc.response.get("CancellationReasons") or []
-                    if len(reasons) != len(todo):
-                        raise _TransactionConflict(str(exc)) from exc
-                    failed_cond = []
-                    for j, r in zip(todo, reasons, strict=True):
-                        if r.get("Code") == "ConditionalCheckFailed":
-                            j.current = from_item(r["Item"]) if r.get("Item") else {}
-                            failed_cond.append(j)
-                    if failed_cond:
-                        conditional.extend(failed_cond)
-                        todo = [j for j in todo if j not in failed_cond]
-                        continue  # resubmit the others at once: their condition held
-                    others = [r.get("Code") for r in reasons if r.get("Code") not in ("None", None)]
-                    if others and all(c == "ValidationError" for c in others):
-                        failed.extend(todo)
-                        todo = []
-                        if logger:
-                            logger.error(f"transaction refused: {exc}")
-                        return
+
+def _transact(dynamodb, part: list[_Job], build: Callable[[_Job], dict[str, Any]], out: Transacted, logger) -> None:
+    todo = part
+
+    def submit() -> None:
+        nonlocal todo
+        while todo:
+            try:
+                dynamodb.transact_write_items(TransactItems=[build(job) for job in todo])
+            except ClientError as exc:
+                if error_code(exc) != "TransactionCanceledException":
+                    raise
+                reasons = exc.response.get("CancellationReasons") or []
+                if len(reasons) != len(todo):
                     raise _TransactionConflict(str(exc)) from exc
-                applied.extend(todo)
-                todo = []
+                settled: set[int] = set()
+                for j, r in zip(todo, reasons, strict=True):
+                    code = r.get("Code") or "None"
+                    if code == "ConditionalCheckFailed":
+                        j.current = from_item(r["Item"]) if r.get("Item") else {}
+                        out.conditional.append(j)
+                    elif code != "None" and code not in _TRANSIENT_REASONS:
+                        out.refused.append((j, _one_line(f"job update refused: {code}: {r.get('Message') or ''}")))
+                    else:
+                        continue
+                    settled.add(id(j))
+                if settled:
+                    todo = [j for j in todo if id(j) not in settled]
+                    continue  # resubmit the others at once: their actions were fine
+                raise _TransactionConflict(str(exc)) from exc
+            out.applied.extend(todo)
+            todo = []
 
-        try:
-            aws_call(submit, what="TransactWriteItems", retryable=_retry_transaction)
-        except Exception as exc:
-            if not _retry_transaction(exc):
-                raise
-            failed.extend(todo)
+    try:
+        aws_call(submit, what="TransactWriteItems", retryable=_retry_transaction)
+    except Exception as exc:
+        if _retry_transaction(exc):
+            out.failed.extend(todo)
             if logger:
                 logger.warning(f"{len(todo)} job update(s) still failing after {POLICY.describe()}; left in the queue")
-    return applied, conditional, failed
+        elif not _item_refused(exc):
+            raise
+        elif len(todo) == 1:
+            reason = _one_line(f"job update refused: {error_code(exc)}: {exc}")
+            if logger:
+                logger.warning(f"job {todo[0].term.job_id}: {reason}")
+            out.refused.append((todo[0], reason))
+        else:
+            half = len(todo) // 2
+            _transact(dynamodb, todo[:half], build, out, logger)
+            _transact(dynamodb, todo[half:], build, out, logger)
 
 
 def job_metrics(batch: MetricBatch, term: Termination) -> None:
@@ -230,6 +271,7 @@ class TerminationHandler:
         self.queue_url, self.dlq_url = queue_url, dlq_url
         self._done_rounds: set[str] = set()  # rounds known to be done (S3 markers are never removed early)
         self._visibility_timeout: float | None = None
+        self.dead_letter_archive = DeadLetterArchive(self.s3, self.bucket)
 
     def __call__(
         self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
@@ -261,22 +303,25 @@ class TerminationHandler:
             else:
                 jobs[term.job_id] = _Job(term=term, digest=fingerprint(message["Body"]), messages=[message])
 
+        # 3. conditional updates; a job whose write is refused is dead-lettered like the poison
         to_ack: list[dict[str, Any]] = []
-        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack)
-
-        # 3. conditional updates
-        applied, conditional, failed = transact_each(
+        result = transact_each(
             self.dynamodb, list(jobs.values()), lambda j: _update(self.table, round_id, j), logger=self.log
         )
-        if conditional:
-            duplicates, taken, failed_too = self._settle(conditional, round_id, counts)
-            failed += failed_too
-            counts["duplicates"] += len(duplicates)
-            counts["taken_over"] += len(taken)
-            applied += taken
-            for job in duplicates:
+        applied, failed = result.applied, result.failed
+        refused = list(result.refused)
+        if result.conditional:
+            settled = self._settle(result.conditional, round_id, counts)
+            failed += settled.failed
+            refused += settled.refused
+            counts["duplicates"] += len(settled.conditional)
+            counts["taken_over"] += len(settled.applied)
+            applied += settled.applied
+            for job in settled.conditional:
                 to_ack += job.messages
         counts["failed"] += sum(len(j.messages) for j in failed)
+        poison += [(m, reason) for job, reason in refused for m in job.messages]
+        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack, self.dead_letter_archive)
 
         if applied:
             done = self._clean_up(applied, round_id, pool, counts)
@@ -318,25 +363,37 @@ class TerminationHandler:
             self._visibility_timeout = float(attrs.get("VisibilityTimeout", 30))
         return self._visibility_timeout
 
-    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> tuple[list[_Job], list[_Job], list[_Job]]:
-        """Jobs whose condition failed: (duplicates, taken over by this round, failed).
+    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> Transacted:
+        """Jobs whose condition failed: duplicates (``conditional``), taken over by this round
+        (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter).
 
-        A job applied by this same message in a round not marked done belongs to a run killed
-        before its clean-up. Once that round is older than the visibility timeout, its run's hold
-        on the message has lapsed and this round takes the job over; a younger round's run may
-        still be at work, so the message is left in the queue (counted ``held_elsewhere``).
+        A job that does not exist is never created: if old_jobs archived it (its marker in the
+        archive bucket), the message is a late duplicate; otherwise the job is unknown, and the
+        message is dead-lettered. A job applied by this same message in a round not marked done
+        belongs to a run killed before its clean-up. Once that round is older than the visibility
+        timeout, its run's hold on the message has lapsed and this round takes the job over; a
+        younger round's run may still be at work, so the message is left in the queue (counted
+        ``held_elsewhere``).
         """
-        duplicates: list[_Job] = []
+        out = Transacted()
         unfinished: list[_Job] = []
-        failed: list[_Job] = []
         for job in jobs:
             old_round = job.current.get("termination_round")
-            if job.current.get("termination_digest") != job.digest or not isinstance(old_round, str):
-                duplicates.append(job)  # another message, or the job ended some other way
-                continue
             try:
+                if not job.current:
+                    if self.archived(job.term.job_id):
+                        counts["archived_duplicates"] += 1
+                        out.conditional.append(job)  # old_jobs archived it: a late copy
+                    else:
+                        out.refused.append(
+                            (job, f"unknown job_id {job.term.job_id[:80]!r}: no such job, none archived")
+                        )
+                    continue
+                if job.current.get("termination_digest") != job.digest or not isinstance(old_round, str):
+                    out.conditional.append(job)  # another message, or the job ended some other way
+                    continue
                 if self.round_done(old_round):
-                    duplicates.append(job)
+                    out.conditional.append(job)
                     continue
                 began = round_started_at(old_round)
                 if began is not None and time.time() - began < self.visibility_timeout():
@@ -347,16 +404,30 @@ class TerminationHandler:
                     counts["held_elsewhere"] += len(job.messages)
                     continue
             except Exception as exc:
-                self.log.error(f"job {job.term.job_id}: could not check round {old_round}, left in the queue: {exc}")
-                failed.append(job)
+                self.log.error(
+                    f"job {job.term.job_id}: could not settle its failed condition, left in the queue: {exc}"
+                )
+                out.failed.append(job)
                 continue
             self.log.warning(f"job {job.term.job_id}: round {old_round} was cut short; finishing its clean-up")
             unfinished.append(job)
-        taken, lost, failed_takeover = transact_each(
-            self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log
-        )
-        duplicates += lost  # another run took it over first: it finishes the clean-up
-        return duplicates, taken, failed + failed_takeover
+        taken = transact_each(self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log)
+        out.applied += taken.applied
+        out.conditional += taken.conditional  # another run took it over first: it finishes the clean-up
+        out.failed += taken.failed
+        out.refused += taken.refused
+        return out
+
+    def archived(self, job_id: str) -> bool:
+        """Did old_jobs archive (and delete) this job? One ``HeadObject`` of its marker."""
+        key = archived_job_key(job_id)
+        try:
+            aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what="HeadObject (archived job)")
+        except ClientError as exc:
+            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
 
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
