@@ -215,3 +215,65 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
     assert "malformed JSON" in dead[bad[2]]
     assert "out of range" in dead[bad[3]]
     assert fs.depth(aws, HQ) == 0
+
+
+FUTURE = "2999-01-01T00:00:00Z"
+
+
+def _drain_housekeeping(aws, bodies: list[str]):
+    fs.send(aws, bodies, queue_env=HQ)
+    return HOUSEKEEPING.drain(
+        _ctx(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env[HQ],
+        dlq_url=aws.env[HDLQ],
+        run_id="clock",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
+
+
+def test_a_message_cannot_move_the_clock_forward_to_delete_old_jobs(aws):
+    completed = iso(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+    ids = {f"done-{n}" for n in range(5)}
+    for job_id in ids:
+        aws.client("dynamodb").put_item(
+            TableName=aws.env["RUNS_FLEET_JOBS_TABLE"],
+            Item=to_item({"job_id": job_id, "status": "completed", "completed_at": completed}),
+        )
+    request = {"task_type": "old_jobs", "params": {"now": FUTURE, "retention_days": 1}}
+    result = _drain_housekeeping(aws, [json.dumps(request)])
+    assert result.counts["tasks_run"] == 0
+    assert result.counts["dead_lettered"] == 1
+    ((message,),) = [fs.read_all(aws, HDLQ)]
+    assert "later than the clock plus 5 min" in message["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert set(fs.jobs_state(aws)) == ids
+    # The housekeeping job's run config is refused with the same one line.
+    with pytest.raises(
+        InvalidMessage, match=r"params.now 2999-01-01T00:00:00(.000)?Z is later .* only allowed with dryRun"
+    ):
+        HOUSEKEEPING.parse(request)
+    # A dry run may look ahead: it changes nothing.
+    dry = _run(aws, "old_jobs", now=FUTURE, retention_days=1, dryRun=True)
+    assert (dry["found"], dry["archived"]) == (5, 0)
+    assert set(fs.jobs_state(aws)) == ids
+    # A small skew of the sender's clock is fine.
+    assert _run(aws, "old_jobs", now=_later(minutes=4), retention_days=1)["found"] == 0
+
+
+def test_a_message_cannot_move_the_clock_forward_to_terminate_instances(aws):
+    jobs = fs.start_jobs(aws, 3)
+    for job in jobs:  # their jobs are done: the instances would be orphans, once old enough
+        aws.client("dynamodb").put_item(
+            TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item({**job, "status": "completed"})
+        )
+    first = {"task_type": "orphaned_instances", "params": {"now": FUTURE}}
+    second = {"task_type": "orphaned_instances", "params": {"now": FUTURE, "confirm_after_minutes": 0}}
+    for request in (first, second):
+        result = _drain_housekeeping(aws, [json.dumps(request)])
+        assert result.counts["dead_lettered"] == 1
+        assert result.counts["tasks_run"] == 0
+    for job in jobs:
+        state, tags = _tags(aws, job["instance_id"])
+        assert state == "running"
+        assert SUSPECT_TAG not in tags
+    assert _run(aws, "orphaned_instances", now=FUTURE, dryRun=True)["would_terminate"] == 0  # suspected only

@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.fleet import aws as fleet_aws
 from pipelines.fleet.drain import run_with_graceful_stop
-from pipelines.fleet.messages import InvalidMessage, runner_parameter
+from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, runner_parameter
 from pipelines.retry import fixed, preset, timeline
 from tests import fleet_support as fs
 
@@ -113,6 +113,9 @@ MALFORMED = {
     "path traversal": json.dumps({"instance_id": "i-1234/../../other", "job_id": "j-5", "status": "success"}),
     "uppercase instance id": json.dumps({"instance_id": "i-0123456789ABCDEF0", "job_id": "j-6", "status": "success"}),
     "short instance id": json.dumps({"instance_id": "i-123", "job_id": "j-7", "status": "success"}),
+    "instance id with a trailing newline": json.dumps(
+        {"instance_id": "i-0000000a\n", "job_id": "j-7n", "status": "success"}
+    ),
     "instance id number": json.dumps({"instance_id": 123, "job_id": "j-8", "status": "success"}),
     "empty job_id": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "", "status": "success"}),
     "long job_id": json.dumps({"instance_id": "i-0123456789abcdef0", "job_id": "x" * 300, "status": "success"}),
@@ -205,6 +208,11 @@ def test_a_corpus_of_malformed_messages_lands_in_the_dead_letter_queue_with_reas
 def test_a_path_traversal_instance_id_never_reaches_ssm(aws):
     with pytest.raises(InvalidMessage):
         runner_parameter("i-1234/../../other")
+    with pytest.raises(InvalidMessage):  # ``$`` would match before the newline
+        runner_parameter("i-0000000a\n")
+    assert runner_parameter("i-0000000a") == "/runs-fleet/runners/i-0000000a/config"
+    assert instance_of_parameter("/runs-fleet/runners/i-0000000a\n/config") is None
+    assert instance_of_parameter("/runs-fleet/runners/i-0000000a/config\n") is None
     jobs = fs.start_jobs(aws, 3)
     evil = [
         json.dumps({"instance_id": "i-1234/../../other", "job_id": jobs[0]["job_id"], "status": "success"}),
@@ -413,3 +421,38 @@ def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(
     assert again.counts["duplicates"] == 1
     assert again.counts["deleted"] == 1
     assert fs.metric_sum(aws, "JobSuccess") == 1
+
+
+def test_a_late_copy_for_an_archived_job_is_a_duplicate_and_an_unknown_job_is_dead_lettered(aws, monkeypatch):
+    """old_jobs archived and deleted the job; a late copy of its termination message must not bring it
+    back. A termination message for a job that never existed is dead-lettered."""
+    from pipelines.fleet import messages
+    from pipelines.fleet.housekeeping import Housekeeping
+
+    job, other = fs.start_jobs(aws, 2)
+    body = _valid_body(job)
+    fs.send(aws, [body])
+    assert fs.drain(aws).counts["applied"] == 1
+    later = fs.jobs_state(aws)[job["job_id"]]["completed_at"]
+    monkeypatch.setattr(messages, "utcnow", lambda: messages.parse_time(later, "t") + messages.dt.timedelta(days=8))
+    dispatcher = Housekeeping()
+    assert dispatcher.run(fs.context(aws), dispatcher.parse({"task_type": "old_jobs"})).summary["archived"] == 1
+    assert job["job_id"] not in fs.jobs_state(aws)
+
+    unknown = fs.termination_body({"job_id": "never-started", "instance_id": other["instance_id"]})
+    fs.send(aws, [body, unknown])
+    result = fs.drain(aws)
+    assert result.counts["applied"] == 0
+    assert result.counts["duplicates"] == 1
+    assert result.counts["archived_duplicates"] == 1
+    assert result.counts["dead_lettered"] == 1
+    assert result.counts["deleted"] == 2
+    state = fs.jobs_state(aws)
+    assert job["job_id"] not in state, "the archived job came back"
+    assert "never-started" not in state
+    assert state[other["job_id"]]["status"] == "running"
+    (dead,) = fs.read_all(aws, DLQ)
+    assert dead["Body"] == unknown
+    assert "unknown job_id 'never-started'" in dead["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert fs.metric_sum(aws, "JobSuccess") == 1
+    assert fs.depth(aws, TQ) == 0

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-RECEIVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)$")
+RECEIVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)\Z")
 MAX_BATCH_SIZE_LIMIT = 100_000
 BATCH_TIME_FORMAT = "%Y-%m-%dT%H:%MZ"
 

@@ -18,7 +18,7 @@ from pipelines.common.params import parse_params as _parse
 ACTIONS = ("fail", "retry")
 MAX_SEGMENTS = 64
 # DynamoDB: table and index names are 3-255 of [a-zA-Z0-9_.-]; attribute names 1-255 bytes.
-TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
+TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from pipelines.reclaim.params import ParamsError, parse_params
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 TARGETS_ENV = "RECLAIM_TARGETS_FILE"
-NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,60}$")
+NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,60}\Z")
 
 
 @dataclass(frozen=True)

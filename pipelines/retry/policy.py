@@ -360,7 +360,7 @@ class FunctionPolicy(RetryPolicy):
 # --------------------------------------------------------------------------------------------
 # Constructors (validated)
 
-_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
+_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
 
 
 def none(*, non_retryable: tuple[str, ...] | list[str] = ()) -> NoRetry:
