@@ -38,19 +38,29 @@ class RedriveSettings:
     rate_per_second: float = param(
         10.0,
         description="Messages sent back per second, on average.",
-        minimum=0.01,
+        minimum=0.1,
+        maximum=1000,
         aliases=("ratePerSecond",),
     )
     max_messages: int = param(
         0,
         description="Stop after this many dead letters (0: until the dead-letter queue is empty).",
         minimum=0,
+        maximum=100_000,
         aliases=("maxMessages",),
+    )
+    max_seconds: float = param(
+        300,
+        description="Stop after this many seconds (the rate's waits included); the rest stays in the dead-letter "
+        "queue.",
+        minimum=1,
+        maximum=3600,
     )
     max_redrives: int = param(
         3,
         description="A message redriven this many times already is quarantined in S3 instead.",
         minimum=0,
+        maximum=100,
         aliases=("maxRedrives",),
     )
     dry_run: bool = param(
@@ -120,7 +130,15 @@ def redrive(
     started = time.monotonic()
     seen: set[str] = set()
     peeked: list[dict[str, Any]] = []
-    while not settings.max_messages or counts["received"] < settings.max_messages:
+    deadline = started + settings.max_seconds
+    stopped_by = "dead-letter queue empty"
+    while True:
+        if settings.max_messages and counts["received"] >= settings.max_messages:
+            stopped_by = "max_messages"
+            break
+        if time.monotonic() >= deadline:
+            stopped_by = "max_seconds"
+            break
         ask = 10 if not settings.max_messages else min(10, settings.max_messages - counts["received"])
         messages = aws_call(
             lambda ask=ask: sqs.receive_message(
@@ -164,10 +182,10 @@ def redrive(
         done += sent
         if done:
             delete_messages(sqs, dlq_url, done)
-        # Rate: never faster than rate_per_second on average.
+        # Rate: never faster than rate_per_second on average; never waiting past max_seconds.
         ahead = counts["redriven"] / settings.rate_per_second - (time.monotonic() - started)
         if ahead > 0:
-            time.sleep(ahead)
+            time.sleep(min(ahead, max(0.0, deadline - time.monotonic())))
     for batch in chunks(peeked, 10):  # a dry run puts back what it looked at
         entries = [
             {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for n, m in enumerate(batch)
@@ -176,6 +194,7 @@ def redrive(
     out: dict[str, Any] = dict(counts)
     out["seconds"] = round(time.monotonic() - started, 2)
     out["dry_run"] = settings.dry_run
+    out["stopped_by"] = stopped_by
     log.info(
         f"redrive {queue_name(dlq_url)} -> {queue_name(source_url)}: " + ", ".join(f"{k}={v}" for k, v in out.items())
     )

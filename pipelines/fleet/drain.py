@@ -44,10 +44,11 @@ class DrainLimits:
         0,
         description="Stop after this many messages (0: until the queue is empty).",
         minimum=0,
+        maximum=1_000_000,
         aliases=("maxMessages",),
     )
     max_seconds: float = param(
-        300, description="Stop receiving after this many seconds.", minimum=1, aliases=("maxSeconds",)
+        300, description="Stop receiving after this many seconds.", minimum=1, maximum=3600, aliases=("maxSeconds",)
     )
     wait_seconds: int = param(
         2,
@@ -60,6 +61,7 @@ class DrainLimits:
         60,
         description="On terminate or SIGTERM: how long to wait for the round in flight to finish.",
         minimum=0,
+        maximum=900,
         aliases=("stopTimeoutSeconds",),
     )
 

@@ -22,6 +22,7 @@ class AuditMessageParams:
         description="The idle_cost_below_threshold check warns when the fleet's idle capacity costs more "
         "than this, in USD per hour.",
         minimum=0,
+        maximum=100_000,
     )
 
 

@@ -1,0 +1,70 @@
+"""Every numeric parameter of the fleet processors and the pool audit has a range; a value outside
+it is refused with one line that names the key and the value."""
+
+import time
+
+import pytest
+
+from pipelines.common.params import ParamsError, parse_params, specs
+from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.fleet.drain import DrainLimits
+from pipelines.pool_audit.housekeeping import message_params
+from pipelines.pool_audit.params import PoolAuditParams, PoolCostReportParams
+from tests import fleet_support as fs
+
+
+@pytest.mark.parametrize("cls", [DrainLimits, RedriveSettings, PoolAuditParams, PoolCostReportParams])
+def test_every_numeric_parameter_has_a_range(cls):
+    for spec in specs(cls):
+        if spec.kind in (int, float):
+            assert spec.minimum is not None and spec.maximum is not None, f"{cls.__name__}.{spec.name} has no range"
+
+
+@pytest.mark.parametrize(
+    "cls, raw, message",
+    [
+        (RedriveSettings, {"rate_per_second": 0.01}, "rate_per_second must be at least 0.1, got 0.01"),
+        (RedriveSettings, {"ratePerSecond": 0.01}, "ratePerSecond must be at least 0.1, got 0.01"),
+        (RedriveSettings, {"max_seconds": 86400}, "max_seconds must be at most 3600"),
+        (RedriveSettings, {"max_redrives": 10**9}, "max_redrives must be at most 100"),
+        (DrainLimits, {"max_seconds": 10**9}, "max_seconds must be at most 3600"),
+        (DrainLimits, {"stop_timeout_seconds": 10**6}, "stop_timeout_seconds must be at most 900"),
+        (PoolAuditParams, {"idle_cost_threshold_usd_per_hour": -1}, "must be at least 0, got -1"),
+        (PoolAuditParams, {"idle_cost_threshold_usd_per_hour": 1e12}, "must be at most 100000"),
+    ],
+)
+def test_out_of_range_values_are_refused_with_one_line(cls, raw, message):
+    with pytest.raises(ParamsError, match=message) as caught:
+        parse_params(cls, raw)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_pool_audit_message_threshold_is_refused_out_of_range():
+    with pytest.raises(ParamsError, match="at most 100000"):
+        message_params({"idle_cost_threshold_usd_per_hour": 1e9}, dry_run=False, what_if=False)
+
+
+def test_a_slow_redrive_stops_at_max_seconds_instead_of_sleeping_on(aws_shared):
+    aws = aws_shared
+    sqs = aws.client("sqs")
+    dlq = sqs.create_queue(QueueName="redrive-slow-dlq")["QueueUrl"]
+    source = sqs.create_queue(QueueName="redrive-slow")["QueueUrl"]
+    try:
+        sqs.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(3)])
+        settings, _ = parse_params(RedriveSettings, {"rate_per_second": 0.1, "max_seconds": 1})
+        began = time.monotonic()
+        out = redrive(
+            sqs,
+            aws.client("s3"),
+            dlq_url=dlq,
+            source_url=source,
+            bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+            settings=settings,
+            log=fs.log,
+        )
+        assert time.monotonic() - began < 10  # at 0.1/s, 3 redrives alone would wait 30 s
+        assert out["stopped_by"] == "max_seconds"
+        assert out["redriven"] == 3
+    finally:
+        sqs.delete_queue(QueueUrl=dlq)
+        sqs.delete_queue(QueueUrl=source)
