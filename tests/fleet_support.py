@@ -7,6 +7,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
 from pipelines.fleet.aws import FleetContext
@@ -207,3 +211,20 @@ def round_done(aws, job_item: dict, done: set[str] | None = None) -> bool:
         return key in done
     listed = aws.client("s3").list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix=key)
     return listed.get("KeyCount", 0) == 1
+
+
+@contextmanager
+def refused(client, operation: str, code: str, message: str, when: Callable[[dict], bool]) -> Iterator[None]:
+    """Within the block, ``operation`` fails with ``code`` whenever ``when(params)`` holds: AWS's own
+    checks that moto does not make, or one bad item's refusal."""
+    event = f"provide-client-params.{client.meta.service_model.service_name}.{operation}"
+
+    def hook(params, **kwargs):
+        if when(params):
+            raise ClientError({"Error": {"Code": code, "Message": message}}, operation)
+
+    client.meta.events.register(event, hook)
+    try:
+        yield
+    finally:
+        client.meta.events.unregister(event, hook)

@@ -38,6 +38,18 @@ def _move_clock(monkeypatch, **delta) -> None:
     monkeypatch.setattr(messages, "utcnow", lambda: at)
 
 
+def _drain_housekeeping(aws, bodies: list[str]):
+    fs.send(aws, bodies, queue_env=HQ)
+    return HOUSEKEEPING.drain(
+        _ctx(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env[HQ],
+        dlq_url=aws.env[HDLQ],
+        run_id="housekeeping",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
+
+
 def _tags(aws, instance_id):
     inst = aws.client("ec2").describe_instances(InstanceIds=[instance_id])["Reservations"][0]["Instances"][0]
     return inst["State"]["Name"], {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
@@ -196,15 +208,7 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
         "{not json",
         json.dumps({"task_type": "old_jobs", "params": {"retention_days": -1}}),
     ]
-    fs.send(aws, [stale, stale, json.dumps({"task_type": "old_jobs"})] + bad, queue_env=HQ)
-    result = HOUSEKEEPING.drain(
-        _ctx(aws),
-        sqs=aws.client("sqs"),
-        queue_url=aws.env[HQ],
-        dlq_url=aws.env[HDLQ],
-        run_id="t1",
-        limits=DrainLimits(concurrency=1, wait_seconds=0),
-    ).run()
+    result = _drain_housekeeping(aws, [stale, stale, json.dumps({"task_type": "old_jobs"})] + bad)
     assert result.counts["tasks_run"] == 2  # the two identical stale_ssm requests ran once
     assert result.counts["dead_lettered"] == 4
     assert result.counts["deleted"] == 7
@@ -218,18 +222,6 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
 
 
 FUTURE = "2999-01-01T00:00:00Z"
-
-
-def _drain_housekeeping(aws, bodies: list[str]):
-    fs.send(aws, bodies, queue_env=HQ)
-    return HOUSEKEEPING.drain(
-        _ctx(aws),
-        sqs=aws.client("sqs"),
-        queue_url=aws.env[HQ],
-        dlq_url=aws.env[HDLQ],
-        run_id="clock",
-        limits=DrainLimits(concurrency=1, wait_seconds=0),
-    ).run()
 
 
 def test_a_message_cannot_move_the_clock_forward_to_delete_old_jobs(aws):

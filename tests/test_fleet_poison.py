@@ -9,7 +9,6 @@ import base64
 import json
 
 import pytest
-from botocore.exceptions import ClientError
 
 from pipelines.fleet import aws as fleet_aws
 from pipelines.fleet.drain import DrainLimits
@@ -47,6 +46,16 @@ def _dead_letters(aws, queue_env: str = DLQ) -> list[tuple[str, dict]]:
     return out
 
 
+def _one_poison_dead_lettered(aws, result, good: list[dict], poison_job: dict) -> str:
+    """The good jobs applied, the poison one untouched and its message dead-lettered: its reason."""
+    _assert_good_applied(aws, result, good)
+    assert result.counts["dead_lettered"] == 1
+    ((reason, _),) = _dead_letters(aws)
+    assert fs.jobs_state(aws)[poison_job["job_id"]]["status"] == "running"
+    assert fs.depth(aws, TQ) == 0
+    return reason
+
+
 def test_a_lone_surrogate_in_a_field_is_dead_lettered_and_the_good_messages_of_its_round_are_applied(aws):
     jobs = fs.start_jobs(aws, 21)
     poison_job, good = jobs[0], jobs[1:]
@@ -54,12 +63,8 @@ def test_a_lone_surrogate_in_a_field_is_dead_lettered_and_the_good_messages_of_i
     assert "\\ud800" in poison  # valid JSON text; the decoded value cannot be encoded as UTF-8
     fs.send(aws, [poison] + [fs.termination_body(j) for j in good])
     result = fs.drain(aws)
-    _assert_good_applied(aws, result, good)
-    assert result.counts["dead_lettered"] == 1
-    ((reason, _),) = _dead_letters(aws)
+    reason = _one_poison_dead_lettered(aws, result, good, poison_job)
     assert "surrogate" in reason and "error" in reason
-    assert fs.jobs_state(aws)[poison_job["job_id"]]["status"] == "running"
-    assert fs.depth(aws, TQ) == 0
 
 
 def test_non_ascii_error_text_reaches_cloudwatch_as_an_ascii_dimension_value(aws):
@@ -69,22 +74,13 @@ def test_non_ascii_error_text_reaches_cloudwatch_as_an_ascii_dimension_value(aws
     fs.send(aws, bodies + [fs.termination_body(j) for j in good])
     dimension_values = []
 
-    def as_aws_checks_it(params, **kwargs):  # AWS refuses non-ASCII dimension values; moto does not
-        for datum in params["MetricData"]:
-            for dim in datum.get("Dimensions", []):
-                dimension_values.append(dim["Value"])
-                if not dim["Value"].isascii():
-                    raise ClientError(
-                        {"Error": {"Code": "InvalidParameterValue", "Message": "dimension value not ASCII"}},
-                        "PutMetricData",
-                    )
+    def not_ascii(params):  # AWS refuses non-ASCII dimension values; moto does not
+        values = [d["Value"] for datum in params["MetricData"] for d in datum.get("Dimensions", [])]
+        dimension_values.extend(values)
+        return not all(v.isascii() for v in values)
 
-    cloudwatch = aws.client("cloudwatch")
-    cloudwatch.meta.events.register("provide-client-params.cloudwatch.PutMetricData", as_aws_checks_it)
-    try:
+    with fs.refused(aws.client("cloudwatch"), "PutMetricData", "InvalidParameterValue", "not ASCII", not_ascii):
         result = fs.drain(aws)
-    finally:
-        cloudwatch.meta.events.unregister("provide-client-params.cloudwatch.PutMetricData", as_aws_checks_it)
     assert result.counts["applied"] == 10  # the failed job too: its text is data, not poison
     assert result.counts["failed"] == 0
     assert all(j["status"] != "running" for j in fs.jobs_state(aws).values())
@@ -128,28 +124,22 @@ def test_two_600_kb_poison_bodies_go_to_the_dead_letter_archive_with_a_pointer(a
 
 def test_a_write_refused_for_one_job_fails_that_job_only(aws):
     jobs = fs.start_jobs(aws, 12)
-    refused, good = jobs[0], jobs[1:]
+    refused_job, good = jobs[0], jobs[1:]
     fs.send(aws, [fs.termination_body(j) for j in jobs])
 
-    def refuse_one_item(params, **kwargs):  # e.g. an item over DynamoDB's size limit
-        if refused["job_id"] in json.dumps(params["TransactItems"]):
-            raise ClientError(
-                {"Error": {"Code": "ValidationException", "Message": "Item size has exceeded the maximum"}},
-                "TransactWriteItems",
-            )
+    def with_the_refused_job(params):  # e.g. an item over DynamoDB's size limit
+        return refused_job["job_id"] in json.dumps(params["TransactItems"])
 
-    ddb = aws.client("dynamodb")
-    ddb.meta.events.register("provide-client-params.dynamodb.TransactWriteItems", refuse_one_item)
-    try:
+    with fs.refused(
+        aws.client("dynamodb"),
+        "TransactWriteItems",
+        "ValidationException",
+        "Item size has exceeded the maximum",
+        with_the_refused_job,
+    ):
         result = fs.drain(aws)
-    finally:
-        ddb.meta.events.unregister("provide-client-params.dynamodb.TransactWriteItems", refuse_one_item)
-    _assert_good_applied(aws, result, good)
-    assert result.counts["dead_lettered"] == 1
-    ((reason, _),) = _dead_letters(aws)
+    reason = _one_poison_dead_lettered(aws, result, good, refused_job)
     assert "ValidationException" in reason and "Item size" in reason
-    assert fs.jobs_state(aws)[refused["job_id"]]["status"] == "running"
-    assert fs.depth(aws, TQ) == 0
 
 
 def test_when_the_dead_letter_queue_is_unavailable_poison_stays_in_the_source_queue_and_good_is_applied(aws):

@@ -343,14 +343,19 @@ class TerminationHandler:
         """Is the round's clean-up done (its S3 marker exists)? Done rounds are remembered."""
         if round_id in self._done_rounds:
             return True
-        key = round_marker_key(self.queue_url, round_id)
+        if not self._exists(round_marker_key(self.queue_url, round_id), "round marker"):
+            return False
+        self._done_rounds.add(round_id)
+        return True
+
+    def _exists(self, key: str, what: str) -> bool:
+        """Does ``key`` exist in the archive bucket (one ``HeadObject``)?"""
         try:
-            aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what="HeadObject (round marker)")
+            aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what=f"HeadObject ({what})")
         except ClientError as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return False
             raise
-        self._done_rounds.add(round_id)
         return True
 
     def visibility_timeout(self) -> float:
@@ -420,14 +425,7 @@ class TerminationHandler:
 
     def archived(self, job_id: str) -> bool:
         """Did old_jobs archive (and delete) this job? One ``HeadObject`` of its marker."""
-        key = archived_job_key(job_id)
-        try:
-            aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what="HeadObject (archived job)")
-        except ClientError as exc:
-            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
-                return False
-            raise
-        return True
+        return self._exists(archived_job_key(job_id), "archived job marker")
 
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
