@@ -14,6 +14,7 @@ from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.fleet.defs import build_defs as fleet_defs
 from pipelines.pool_audit.defs import build_defs as pool_audit_defs
+from pipelines.progressor.defs import build_defs as progressor_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
@@ -29,6 +30,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
         fleet_defs(deployment),
         pool_audit_defs(deployment),
         batching_defs(deployment),
+        progressor_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )
     # Retries come last: the delayed_run_retries sensor may re-launch any job defined above.

@@ -255,12 +255,13 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     assert result.success
     metadata = result.asset_materializations_for_node("retry_policies")[0].metadata
     document = metadata["timelines"].value
-    for name in ("sidekiq", "oban", "river", "celery", "celery-backoff", "temporal", "step-functions"):
+    presets = ("sidekiq", "oban", "river", "celery", "celery-backoff", "temporal", "step-functions", "progressor")
+    for name in presets:
         assert f"### preset {name}" in document
     assert "### job flaky_job" in document
     assert "5 attempts over 40m" in document  # 60 + 180 + 540 + 1620 s = 2400 s
     assert "**invalid policy**" in document and "maxAttempts" in document
-    assert metadata["policies"].value == 10
+    assert metadata["policies"].value == 11
 
 
 def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
