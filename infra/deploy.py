@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError, WaiterError
 TEMPLATE_PATH = Path(__file__).with_name("template.yaml")
 DEFAULT_STACK_NAME = "groundskeeper"
 
-# Stack output -> the environment variable of shared/contracts.md that carries it.
+# Stack output -> the environment variable of docs/contracts.md that carries it.
 OUTPUT_ENV = {
     "AgendaProgressTableName": "AGENDA_PROGRESS_TABLE",
     "AgendaReadyTableName": "AGENDA_READY_TABLE",

@@ -2,7 +2,7 @@
 
 ``local`` talks to the moto server that ``make dev`` starts (boto3 reads ``AWS_ENDPOINT_URL``
 itself); ``prod`` talks to real AWS with the ambient credentials. Table names, queue URLs and
-buckets come from the environment variables of ``shared/contracts.md``.
+buckets come from the environment variables of ``docs/contracts.md``.
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ class _Boto3ClientResource(ResourceWithBoto3Configuration):
 
 
 class DynamoDBResource(_Boto3ClientResource):
-    """A DynamoDB client (tables of seeds 000, 002 and 004)."""
+    """A DynamoDB client (AgendaProgress, runs-fleet jobs and pools, receivers and records)."""
 
     service_name: ClassVar[str] = "dynamodb"
 

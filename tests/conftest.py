@@ -3,7 +3,11 @@
 - ``moto_endpoint`` (session): a real moto server over HTTP on 127.0.0.1 and a free port, so that
   runs executing in subprocesses (``dagster job execute``, the multiprocess executor) reach it too.
 - ``aws`` (function): resets moto (``POST /moto-api/reset``), deploys ``infra/template.yaml`` and
-  exports the contract's environment variables; ``aws.client("sqs")`` builds clients.
+  exports the contract's environment variables; ``aws.client("sqs")`` builds clients. For tests
+  that need an empty platform (queue depths, table scans, metrics).
+- ``aws_shared`` (function): the same stack without a reset: it deploys only when the stack is not
+  there (the first test of a worker, or after a test that reset moto). For logic tests that keep to
+  names of their own (a receiver, an agenda, a job id of their own), so they need no redeploy.
 - A guard fails any AWS call whose endpoint is not on 127.0.0.1.
 """
 
@@ -21,8 +25,9 @@ from urllib.parse import urlparse
 import boto3
 import botocore.client
 import pytest
+from botocore.exceptions import ClientError
 
-from infra.deploy import deploy, wait_for_endpoint
+from infra.deploy import DeployError, deploy, stack_env, wait_for_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -110,15 +115,37 @@ def reset_moto(endpoint: str) -> None:
     urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).read()
 
 
-@pytest.fixture
-def aws(moto_endpoint, monkeypatch) -> LocalAWS:
-    reset_moto(moto_endpoint)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto_endpoint)
-    stack_env = deploy(boto3.client("cloudformation", endpoint_url=moto_endpoint, region_name="us-east-1"))
+def _use_stack(moto_endpoint: str, monkeypatch, stack_env: dict[str, str]) -> LocalAWS:
     env = {"AWS_ENDPOINT_URL": moto_endpoint, **stack_env}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     return LocalAWS(endpoint=moto_endpoint, env=env)
+
+
+def _cloudformation(moto_endpoint: str):
+    return boto3.client("cloudformation", endpoint_url=moto_endpoint, region_name="us-east-1")
+
+
+@pytest.fixture
+def aws(moto_endpoint, monkeypatch) -> LocalAWS:
+    """An empty platform: moto reset and the template deployed afresh."""
+    reset_moto(moto_endpoint)
+    return _use_stack(moto_endpoint, monkeypatch, deploy(_cloudformation(moto_endpoint)))
+
+
+def shared_stack(moto_endpoint: str) -> dict[str, str]:
+    """The deployed stack's variables; deploys it only when it is not there."""
+    cfn = _cloudformation(moto_endpoint)
+    try:
+        return stack_env(cfn)
+    except (ClientError, DeployError):
+        return deploy(cfn)
+
+
+@pytest.fixture
+def aws_shared(moto_endpoint, monkeypatch) -> LocalAWS:
+    """The deployed platform as earlier tests left it (deployed once if it is not there)."""
+    return _use_stack(moto_endpoint, monkeypatch, shared_stack(moto_endpoint))
 
 
 def clear_dangling_defs_state_storage() -> bool:

@@ -4,8 +4,9 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
+from pipelines.common.defs import aws_errors
 from pipelines.definitions import build_definitions
-from resources import clear_aws_errors, explain_aws_error
+from resources import explain_aws_error
 
 
 def _run_demo(instance):
@@ -54,12 +55,19 @@ def test_missing_table_is_explained():
         {"Error": {"Code": "ResourceNotFoundException", "Message": "Requested resource not found"}}, "PutItem"
     )
     assert "check the table, queue and bucket environment variables" in explain_aws_error(exc)
-    with pytest.raises(dg.Failure, match="PutItem: ResourceNotFoundException"):
-        with clear_aws_errors():
+    with dg.build_op_context() as context, pytest.raises(dg.Failure, match="PutItem: ResourceNotFoundException"):
+        with aws_errors(context):
+            raise exc
+
+
+def test_a_sensor_fails_its_tick_with_the_same_line_and_is_not_retried():
+    exc = ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetQueueAttributes")
+    with pytest.raises(dg.Failure, match="GetQueueAttributes was throttled"):
+        with aws_errors(dg.build_sensor_context()):
             raise exc
 
 
 def test_other_errors_pass_through_untouched():
-    with pytest.raises(KeyError):
-        with clear_aws_errors():
+    with dg.build_op_context() as context, pytest.raises(KeyError):
+        with aws_errors(context):
             raise KeyError("x")

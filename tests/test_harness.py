@@ -48,3 +48,16 @@ def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests
     assert clear_dangling_defs_state_storage()
     dg.Definitions(assets=[]).resolve_all_job_defs()
     assert not clear_dangling_defs_state_storage()
+
+
+def test_the_shared_stack_is_deployed_once_and_keeps_what_earlier_tests_wrote(moto_endpoint):
+    from tests.conftest import reset_moto, shared_stack
+
+    reset_moto(moto_endpoint)
+    first = shared_stack(moto_endpoint)  # nothing is deployed: it deploys
+    dynamodb = boto3.client("dynamodb", endpoint_url=moto_endpoint, region_name="us-east-1")
+    dynamodb.put_item(TableName=first["RECEIVERS_TABLE"], Item={"receiver": {"S": "kept"}})
+    again = shared_stack(moto_endpoint)
+    assert again == first, "the second use finds the same stack"
+    item = dynamodb.get_item(TableName=first["RECEIVERS_TABLE"], Key={"receiver": {"S": "kept"}})
+    assert "Item" in item, "the second use did not redeploy or reset: what the first wrote is there"

@@ -9,9 +9,9 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
+from pipelines.common.defs import aws_errors, retry_requested
 from pipelines.retry import fixed, none
 from pipelines.retry.defs import build_retry_policies_asset
-from pipelines.retry.ops import aws_retries, retry_requested
 from sensors.run_retries import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG, build_delayed_run_retries
 
 THROTTLED = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
@@ -38,7 +38,7 @@ def _call_aws(config: FlakyConfig) -> int:
 def flaky_aws_call(context: dg.OpExecutionContext, config: FlakyConfig) -> int:
     from pipelines.retry import policy_from_text
 
-    with aws_retries(context, policy_from_text(config.op_policy)):
+    with aws_errors(context, policy_from_text(config.op_policy)):
         return _call_aws(config)
 
 

@@ -4,8 +4,8 @@ import dataclasses
 
 import dagster as dg
 
+from pipelines.common.defs import aws_errors
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
-from pipelines.retry.ops import aws_retries
 from resources import (
     AgendaSettings,
     BatchingSettings,
@@ -57,7 +57,7 @@ def demo_traffic_step(
         "BATCH_RECORDS_TABLE": batching.records_table,
     }
     cfg = DemoConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(DemoConfig)})
-    with aws_retries(context):  # transient AWS errors retry with backoff, others fail in one line
+    with aws_errors(context):  # transient AWS errors retry with backoff, others fail in one line
         counts = run_demo_traffic(
             dynamodb=dynamodb.get_client(),
             ec2=ec2.get_client(),

@@ -14,6 +14,7 @@ import time
 
 import dagster as dg
 
+from pipelines.common.defs import aws_errors
 from pipelines.reclaim.engine import Counts, reclaim_pass
 from pipelines.reclaim.http import EndpointError
 from pipelines.reclaim.metrics import put_reclaim_metrics
@@ -23,7 +24,6 @@ from pipelines.reclaim.source import TableError, TableInfo, inspect_table
 from pipelines.reclaim.targets import Target, load_targets, targets_path
 from pipelines.reclaim.wiring import KeyValueCursor, cursor_key, endpoint_url, make_writer
 from pipelines.reclaim.writers import OperationProgressWriter
-from pipelines.retry.ops import aws_retries
 from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
 
 JOB_NAME = "reclaim_agendas"
@@ -113,7 +113,7 @@ def plan_reclaim(context: dg.OpExecutionContext, config: PlanConfig, dynamodb: D
         yield dg.DynamicOutput({**base, "segment": 0, "overlap": older}, mapping_key="segment_0")
         return
     client = dynamodb.get_client()
-    with aws_retries(context):
+    with aws_errors(context):
         try:
             info = inspect_table(client, params)
             if params.operationProgressTableName:
@@ -166,7 +166,7 @@ def reclaim_segment(
             if params.operationProgressTableName and not params.dry_run
             else None
         )
-        with aws_retries(context):
+        with aws_errors(context):
             counts = reclaim_pass(
                 dynamodb=client,
                 info=info,
@@ -214,7 +214,7 @@ def report_reclaim(
         summary["overlapping_run"] = overlap
     elif not params.dry_run:
         namespace = os.environ.get("RUNS_FLEET_METRICS_NAMESPACE") or "RunsFleet"
-        with aws_retries(context):
+        with aws_errors(context):
             put_reclaim_metrics(cloudwatch.get_client(), namespace, params.tableName, summary)
     context.log.info(
         f"reclaim {params.tableName}{' (dry run)' if params.dry_run else ''}: scanned {total.scanned}, "

@@ -1,6 +1,6 @@
 """The AgendaProgress HTTP endpoint writer (``AGENDA_PROGRESS_URL`` / ``agendaProgressEndpointURL``).
 
-Protocol (``shared/contracts.md``): ``GET {url}/{id}`` and ``PUT {url}/{id}`` with a JSON
+Protocol (``docs/contracts.md``): ``GET {url}/{id}`` and ``PUT {url}/{id}`` with a JSON
 AgendaProgress; a PUT is a partial merge (here a ``null`` value removes an attribute). Responses are
 ``{"all": [...], "count": n, "errorResponse": {...} | null}``; an ``errorResponse`` on HTTP 200 is a
 failure.

@@ -1,6 +1,6 @@
 """A small local AgendaProgress endpoint plus identity service, for tests and the benchmark.
 
-It has the endpoint's semantics (``shared/contracts.md``) over a DynamoDB AgendaProgress table:
+It has the endpoint's semantics (``docs/contracts.md``) over a DynamoDB AgendaProgress table:
 
 - ``POST /login`` with ``{"username", "password"}`` answers ``{"token"}`` (401 on a wrong password);
 - ``GET /progress/{id}`` and ``PUT /progress/{id}`` (partial merge; ``null`` removes an attribute)

@@ -30,9 +30,9 @@ Public API (import from ``pipelines.retry``)::
   (``new_schedule_id``, ``new_attempt_id``, ``new_processing_id``), fencing (``Job.fence``,
   ``SupersededError``, ``accepts``, ``dynamodb_fence``).
 
-The Dagster layer is in ``pipelines.retry.ops`` (op helper), ``sensors.run_retries`` (the
-``delayed_run_retries`` sensor) and ``pipelines.retry.defs`` (the ``retry_policies`` asset, and the
-wiring of the sensor to every job).
+The Dagster layer is elsewhere: ``pipelines.common.defs.aws_errors`` (the one AWS failure policy
+of every op), ``sensors.run_retries`` (the ``delayed_run_retries`` sensor) and
+``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job).
 """
 
 from pipelines.retry.attempts import (

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 import dagster as dg
 from botocore.exceptions import ClientError
 
+from pipelines.common.defs import aws_errors
 from pipelines.retry.config import policy_from_text
-from pipelines.retry.ops import aws_retries
 from pipelines.retry.policy import RetryPolicyError, none
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
@@ -95,7 +95,7 @@ class RetryDemoConfig(dg.Config):
 def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoConfig) -> int:
     attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
     time.sleep(max(0.0, config.seconds))
-    with aws_retries(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
+    with aws_errors(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
         if attempt < config.succeed_on_attempt:
             error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
             raise ClientError(error, "Query")

@@ -1,0 +1,175 @@
+"""The Dagster helpers every capability uses in the same way.
+
+- :func:`config_schema` / :func:`flat_config` / :func:`params_from_config`: a parameters
+  dataclass (``pipelines.common.params``) becomes the op's config schema with descriptions, a
+  flat run config (a ``ConfigMapping``: the top-level keys of the run config are the
+  parameters), and a validated instance inside the op, with deprecation warnings for old key
+  names in the run log and one-line failures for bad values.
+- :func:`aws_errors`: the one AWS failure policy. Around AWS work in an op, asset, asset check
+  or sensor: a transient AWS error (throttling, 5xx, connection) is retried by the retry
+  library's policy (``dg.RetryRequested`` with the policy's wait, in ops and assets), a
+  permanent one fails with the one line of ``resources.errors``. Plain-Python code that works
+  through a batch retries single calls with ``pipelines.retry.retry_call`` and the same kind of
+  policy, so that one throttled call does not restart a whole op.
+- :func:`metadata_from`: a result dict as UI metadata.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, TypeVar
+
+import dagster as dg
+
+from pipelines.common.params import ParamsError, ParamSpec, parse_params, specs
+from pipelines.retry.aws import ErrorKind, classify_aws_error
+from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponential
+from resources.errors import explain_aws_error
+
+T = TypeVar("T")
+
+_DAGSTER_TYPES: dict[type, Any] = {int: dg.Int, float: dg.Float, bool: dg.Bool, str: dg.String, list: dg.Array(dg.Any)}
+
+
+def _field(spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
+    kind = dg.Permissive() if spec.kind is dict else _DAGSTER_TYPES[spec.kind]
+    if spec.optional:
+        kind = dg.Noneable(kind)
+    if spec.required and with_default:
+        return dg.Field(kind, is_required=True, description=description)
+    if with_default and spec.default is not None:
+        return dg.Field(kind, is_required=False, default_value=spec.default, description=description)
+    return dg.Field(kind, is_required=False, description=description)
+
+
+def config_schema(cls: type) -> dict[str, dg.Field]:
+    """The Dagster config schema of a parameters dataclass: every field with its description,
+    default and range; each old name as an optional field that says what replaced it."""
+    schema: dict[str, dg.Field] = {}
+    for spec in specs(cls):
+        schema[spec.name] = _field(spec, spec.describe(), with_default=True)
+        for alias in spec.aliases:
+            schema[alias] = _field(spec, f"Deprecated: the old name of {spec.name}.", with_default=False)
+    return schema
+
+
+def flat_config(
+    op_name: str, cls: type, *, execution: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+) -> dg.ConfigMapping:
+    """A flat run config for a job whose parameters go to one op: ``{"max_messages": 10}``
+    instead of ``{"ops": {op_name: {"config": {...}}}}``. ``execution`` may pick the executor's
+    config from the values (it must not raise: the op validates, with a one-line error)."""
+
+    def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"ops": {op_name: {"config": {k: v for k, v in values.items() if v is not None}}}}
+        if execution is not None:
+            out["execution"] = {"config": execution(values)}
+        return out
+
+    return dg.ConfigMapping(config_fn=mapping, config_schema=config_schema(cls))
+
+
+def params_from_config(context: Any, cls: type[T], raw: Mapping[str, Any] | None = None) -> T:
+    """The op's parameters, validated: old names log a deprecation warning in the run log; a bad
+    value fails the op with one line and no retry. ``raw`` defaults to the op's config."""
+    try:
+        params, warnings = parse_params(cls, context.op_config if raw is None else raw)
+    except ParamsError as exc:
+        raise dg.Failure(description=f"invalid run config: {exc}", allow_retries=False) from None
+    for warning in warnings:
+        context.log.warning(f"run config: {warning}")
+    return params
+
+
+# ------------------------------------------------------------------------- AWS failures
+
+DEFAULT_OP_POLICY = exponential(initial=2, coefficient=2, max_delay=60, max_attempts=3, jitter="full")
+"""Ops that name no policy: 3 attempts, waits up to 2 s then 4 s (full jitter). botocore already
+retries each call a few times; this is the second layer, for outages longer than a call."""
+
+UNLIMITED_RETRIES = 10_000
+"""``max_retries`` given to Dagster for a policy without ``max_attempts`` (Dagster needs a number)."""
+
+
+def retry_requested(
+    policy: RetryPolicy, error: BaseException, retry_number: int, rng: random.Random | None = None
+) -> dg.RetryRequested | None:
+    """The ``dg.RetryRequested`` for ``error`` after ``retry_number + 1`` attempts, or None when
+    the error is not a transient AWS error, is non-retryable for the policy, or the policy says
+    STOP. Raises ``RetryPolicyError`` if the policy itself fails (a user delay function)."""
+    if not classify_aws_error(error).transient or not policy.is_retryable(error):
+        return None
+    wait = policy.delay(retry_number + 1, rng)
+    if wait is STOP:
+        return None
+    max_retries = policy.max_attempts - 1 if policy.max_attempts is not None else UNLIMITED_RETRIES
+    return dg.RetryRequested(max_retries=max_retries, seconds_to_wait=wait)
+
+
+@contextlib.contextmanager
+def aws_errors(context: Any, policy: RetryPolicy | None = None) -> Iterator[None]:
+    """Around AWS work: retry transient AWS errors by ``policy`` (ops and assets; a sensor or an
+    asset check cannot be retried, so there the error fails the tick or check), fail clearly
+    otherwise. Errors that are not AWS errors pass through unchanged."""
+    policy = policy or DEFAULT_OP_POLICY
+    try:
+        yield
+    except Exception as exc:
+        classified = classify_aws_error(exc)
+        if classified.kind is ErrorKind.NOT_AWS:
+            raise
+        retry_number = getattr(context, "retry_number", None)
+        attempts = (retry_number or 0) + 1
+        if isinstance(retry_number, int):
+            try:
+                request = retry_requested(policy, exc, retry_number)
+            except RetryPolicyError as policy_error:
+                raise dg.Failure(description=f"retry policy error: {policy_error}", allow_retries=False) from exc
+            if request is not None:
+                context.log.warning(
+                    f"attempt {attempts} failed with a transient AWS error ({classified.reason}); "
+                    f"retrying in {request.seconds_to_wait:.1f}s ({policy.describe()})"
+                )
+                raise request from exc
+        explained = explain_aws_error(exc)
+        message = explained or classified.reason
+        if classified.transient and not policy.is_retryable(exc):
+            message = f"{message} (non-retryable for the policy {policy.describe()})"
+        elif classified.transient and isinstance(retry_number, int):
+            message = f"gave up after {attempts} attempt(s) ({policy.describe()}): {message}"
+        # an explained error needs no botocore stack trace under it
+        raise dg.Failure(description=message, allow_retries=False) from (None if explained else exc)
+
+
+# ------------------------------------------------------------------------------ metadata
+
+
+def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A result as UI metadata: numbers and flags as such, text as text, the rest as JSON.
+    Empty values are left out."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if isinstance(value, bool):
+            out[key] = dg.MetadataValue.bool(value)
+        elif isinstance(value, int):
+            out[key] = dg.MetadataValue.int(value)
+        elif isinstance(value, float):
+            out[key] = dg.MetadataValue.float(value)
+        elif isinstance(value, str):
+            out[key] = dg.MetadataValue.text(value)
+        elif value:
+            out[key] = dg.MetadataValue.json(value)
+    return out
+
+
+__all__ = [
+    "DEFAULT_OP_POLICY",
+    "aws_errors",
+    "config_schema",
+    "flat_config",
+    "metadata_from",
+    "params_from_config",
+    "retry_requested",
+]

@@ -1,0 +1,105 @@
+"""The dependency rule, checked on the source (every import statement, also those inside functions).
+
+- A capability (a subpackage of ``pipelines`` other than ``common`` and ``retry``) imports no
+  other capability: only ``resources``, ``pipelines.common`` and the retry library. The wiring
+  between capabilities is in ``pipelines/definitions.py``.
+- ``pipelines.common`` and the retry library import no capability and nothing from ``sensors``.
+- ``pipelines`` never imports ``sensors`` (the top-level sensors span capabilities and are wired
+  in ``pipelines/definitions.py``), so there is no cycle between the two.
+- Dagster is imported only by Dagster layers: ``defs`` modules (``defs.py``, or a module in a
+  ``defs/`` subpackage), the top-level ``sensors`` and ``resources`` packages, and
+  ``pipelines/definitions.py``. Everything else is plain Python over boto3 clients.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FOUNDATIONS = {"common", "retry"}
+DAGSTER_LAYER_NAMES = {"defs.py", "jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}
+
+
+def _imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.append(node.module)
+    return names
+
+
+def _capabilities() -> list[str]:
+    return sorted(
+        p.name for p in (ROOT / "pipelines").iterdir() if (p / "__init__.py").exists() and p.name not in FOUNDATIONS
+    )
+
+
+def _modules(package: str) -> list[Path]:
+    return sorted((ROOT / package).rglob("*.py"))
+
+
+def _is_dagster_layer(path: Path) -> bool:
+    rel = path.relative_to(ROOT)
+    return (
+        rel.parts[0] in {"sensors", "resources"}
+        or rel == Path("pipelines/definitions.py")
+        or path.name in DAGSTER_LAYER_NAMES
+        or "defs" in rel.parts[:-1]
+    )
+
+
+def test_there_are_capabilities_to_check():
+    assert {"reclaim", "fleet", "batching"} <= set(_capabilities())
+
+
+@pytest.mark.parametrize("capability", _capabilities())
+def test_a_capability_imports_no_other_capability(capability):
+    others = {f"pipelines.{c}" for c in _capabilities() if c != capability}
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _modules(f"pipelines/{capability}")
+        for name in _imports(path)
+        if any(name == o or name.startswith(o + ".") for o in others) or name.split(".")[0] == "sensors"
+    ]
+    assert not offending, "\n".join(offending)
+
+
+@pytest.mark.parametrize("foundation", sorted(FOUNDATIONS))
+def test_the_foundations_import_no_capability_and_no_sensors(foundation):
+    capabilities = {f"pipelines.{c}" for c in _capabilities()}
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _modules(f"pipelines/{foundation}")
+        for name in _imports(path)
+        if any(name == c or name.startswith(c + ".") for c in capabilities) or name.split(".")[0] == "sensors"
+    ]
+    assert not offending, "\n".join(offending)
+
+
+def test_only_dagster_layers_import_dagster():
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for package in ("pipelines", "resources", "sensors")
+        for path in _modules(package)
+        if not _is_dagster_layer(path)
+        for name in _imports(path)
+        if name.split(".")[0].startswith("dagster")
+    ]
+    assert not offending, "\n".join(offending)
+
+
+def test_the_retry_library_modules_import_no_dagster_helpers():
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _modules("pipelines/retry")
+        if path.name != "defs.py"
+        for name in _imports(path)
+        if name.startswith("pipelines.common.defs")
+    ]
+    assert not offending, "\n".join(offending)
