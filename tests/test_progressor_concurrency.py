@@ -11,7 +11,7 @@ import pytest
 
 from pipelines.progressor import engine
 from pipelines.progressor.collector import collect_zombies, progressor_statement
-from pipelines.progressor.params import parse_params
+from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
 
@@ -52,7 +52,7 @@ def raced(dsn):
     """Workers finish every third process while the collector runs in batches of 5; one worker holds a
     process row through the whole run and then crashes (rolls back), leaving a zombie."""
     conn, ns, t = _world(dsn, "race")
-    params = parse_params({"namespace": ns, "batch_size": 5})
+    params = collect_params({"namespace": ns, "batch_size": 5})
     crashed = "p001"  # in the first batch
     held, release = threading.Event(), threading.Event()
     finished: list[str] = []

@@ -17,7 +17,8 @@ from pipelines.progressor.defs import (
     progressor_demo_traffic,
     schedule_for,
 )
-from pipelines.progressor.params import parse_params
+from pipelines.progressor.demo import DemoTraffic, play
+from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
 from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
@@ -142,7 +143,7 @@ def test_job_unreachable_dsn_fails_with_one_line():
 
 def test_job_bad_value_fails_with_one_line(dsn):
     result = _run(dsn, {"namespace": "default/default", "batch_size": 0})
-    assert _failure_line(result).endswith("batch_size must be an integer from 1 to 10000, got 0")
+    assert _failure_line(result).endswith("invalid run config: batch_size must be at least 1, got 0")
 
 
 def test_config_fields_have_descriptions():
@@ -168,7 +169,7 @@ def test_schedule_run_config_is_flat():
 def test_bad_target_is_one_line(tmp_path):
     path = tmp_path / "targets.json"
     path.write_text(json.dumps([{"namespace": "default/default", "batch_size": -3}]))
-    with pytest.raises(ValueError, match=r"entry 0: batch_size must be an integer from 1 to 10000, got -3$"):
+    with pytest.raises(ValueError, match=r"entry 0: batch_size must be at least 1, got -3$"):
         load_targets(path)
 
 
@@ -181,7 +182,7 @@ def _health(dsn, ns):
 def load_targets_for(ns):
     return [
         Target(
-            name=dagster_name(ns), cron="* * * * *", config={"namespace": ns}, params=parse_params({"namespace": ns})
+            name=dagster_name(ns), cron="* * * * *", config={"namespace": ns}, params=collect_params({"namespace": ns})
         )
     ]
 
@@ -225,13 +226,18 @@ def test_health_sends_overdue_timers_and_durations(dsn, zombie_ns):
     assert names == ["ProgressorOverdueTimers", "ProgressorTaskDuration"]
 
 
-def test_demo_traffic_leaves_a_zombie_in_time(dsn):
-    ns = unique_namespace("demo")
-    result = progressor_demo_traffic.execute_in_process(
-        run_config={"ops": {"play_progressor": {"config": {"namespace": ns, "crash_every": 1}}}},
-        resources=_resources(dsn),
-    )
-    assert result.output_for_node("play_progressor")["crashed_workers"] == 1
+def test_demo_traffic_crashes_a_worker(dsn):
+    conn = psycopg2.connect(dsn)
+    try:
+        counts = play(conn, DemoTraffic(namespace=unique_namespace("demo"), crash_every=1), tick=7)
+    finally:
+        conn.close()
+    assert counts["crashed_workers"] == 1
+
+
+def test_demo_traffic_job_runs(dsn):
+    result = progressor_demo_traffic.execute_in_process(resources=_resources(dsn))
+    assert result.output_for_node("play_progressor")["new_processes"] == 6
 
 
 def test_retry_preset_progressor_in_the_library():

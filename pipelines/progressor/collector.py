@@ -250,7 +250,7 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
 
 def plan(zombies: list[Zombie], params: CollectParams) -> tuple[list[Zombie], list[int], list[Zombie], list[str]]:
     """Split zombies into (to retry, their timeouts, to error, a reason per zombie in input order)."""
-    policy: RetryPolicy = params.retry_policy
+    policy: RetryPolicy = params.policy
     retry, timeouts, error, reasons = [], [], [], []
     for z in zombies:
         if params.action == "retry":

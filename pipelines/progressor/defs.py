@@ -6,49 +6,22 @@ per target namespace, a health asset per namespace with its checks, and local de
 """
 
 import dagster as dg
-from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import Field
 
+from pipelines.common.defs import aws_errors, flat_config, metadata_from, params_from_config
 from pipelines.progressor.collector import Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
 from pipelines.progressor.metrics import collection_datums, health_datums, put_metrics
-from pipelines.progressor.params import DESCRIPTIONS, POLICY_DESCRIPTIONS, ParamsError, RetryPolicy, parse_params
+from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
 from pipelines.progressor.targets import Target, load_targets, targets_path
 from resources.aws import CloudWatchResource
-from resources.errors import explain_aws_error
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 
 JOB_NAME = "collect_zombies"
+OP_NAME = "collect_namespace_zombies"
 CAPABILITY = {"groundskeeper/capability": "progressor"}
 NAMESPACE_TAG = "groundskeeper/progressor_namespace"
-_DEFAULT_POLICY = RetryPolicy()
-
-
-class RetryPolicyConfig(dg.Config):
-    initial_timeout: int = Field(
-        default=_DEFAULT_POLICY.initial_timeout, description=POLICY_DESCRIPTIONS["initial_timeout"]
-    )
-    backoff_coefficient: float = Field(
-        default=_DEFAULT_POLICY.backoff_coefficient, description=POLICY_DESCRIPTIONS["backoff_coefficient"]
-    )
-    max_timeout: int | None = Field(default=None, description=POLICY_DESCRIPTIONS["max_timeout"])
-    max_attempts: int = Field(default=_DEFAULT_POLICY.max_attempts, description=POLICY_DESCRIPTIONS["max_attempts"])
-    non_retryable_errors: list[str] = Field(default=[], description=POLICY_DESCRIPTIONS["non_retryable_errors"])
-
-
-class CollectZombiesConfig(dg.Config):
-    """The flat run config of ``collect_zombies``: progressor's own option names."""
-
-    namespace: str = Field(description=DESCRIPTIONS["namespace"])
-    process_step_timeout: int = Field(default=60, description=DESCRIPTIONS["process_step_timeout"])
-    task_scan_timeout: int = Field(default=31, description=DESCRIPTIONS["task_scan_timeout"])
-    action: str = Field(default="error", description=DESCRIPTIONS["action"])
-    dry_run: bool = Field(default=False, description=DESCRIPTIONS["dry_run"])
-    batch_size: int = Field(default=100, description=DESCRIPTIONS["batch_size"])
-    lock_timeout_ms: int = Field(default=1000, description=DESCRIPTIONS["lock_timeout_ms"])
-    retry_policy: RetryPolicyConfig | None = Field(default=None, description=DESCRIPTIONS["retry_policy"])
 
 
 def _failure(message: str) -> dg.Failure:
@@ -56,28 +29,20 @@ def _failure(message: str) -> dg.Failure:
 
 
 def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, datums: list[dict]) -> None:
-    """Metrics never undo what was written: a CloudWatch failure is a warning with one line."""
-    try:
+    with aws_errors(context):
         put_metrics(cloudwatch.get_client(), db.metrics_namespace, datums)
-    except (BotoCoreError, ClientError) as exc:
-        context.log.warning(f"CloudWatch metrics not sent: {explain_aws_error(exc) or exc}")
 
 
-@dg.op(name="collect_namespace_zombies", description="Collect the namespace's zombie tasks in SKIP LOCKED batches.")
+@dg.op(name=OP_NAME, description="Collect the namespace's zombie tasks in SKIP LOCKED batches.")
 def collect_op(
-    context: dg.OpExecutionContext,
-    config: CollectZombiesConfig,
-    progressor_db: ProgressorDatabase,
-    cloudwatch: CloudWatchResource,
+    context: dg.OpExecutionContext, progressor_db: ProgressorDatabase, cloudwatch: CloudWatchResource
 ) -> dg.Output[dict]:
-    raw = config.model_dump(exclude_none=True)
+    params = params_from_config(context, CollectParams)
     try:
-        params = parse_params(raw)
         with progressor_db.connection() as conn:
             counts: Counts = collect_zombies(conn, params, context.log)
-    except (ParamsError, NamespaceError, ProgressorDatabaseError) as exc:
+    except (NamespaceError, ProgressorDatabaseError) as exc:
         raise _failure(str(exc)) from None
-    result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
     context.log.info(
         f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
         f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}"
@@ -85,19 +50,13 @@ def collect_op(
     )
     if not params.dry_run:
         _put(context, cloudwatch, progressor_db, collection_datums(params.namespace, counts.collected))
-    metadata = {k: dg.MetadataValue.int(v) for k, v in counts.as_dict().items()}
-    metadata.update(namespace=params.namespace, action=params.action, dry_run=dg.MetadataValue.bool(params.dry_run))
-    return dg.Output(result, metadata=metadata)
-
-
-@dg.config_mapping
-def flat_config(values: CollectZombiesConfig) -> dg.RunConfig:
-    return dg.RunConfig(ops={"collect_namespace_zombies": values})
+    result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    return dg.Output(result, metadata=metadata_from(result))
 
 
 @dg.job(
     name=JOB_NAME,
-    config=flat_config,
+    config=flat_config(OP_NAME, CollectParams),
     description="Progressor: collect zombie tasks (running rows left by dead workers) without disturbing live "
     "workers; error them as progressor does, or retry zombie timers.",
     tags=CAPABILITY,
@@ -175,21 +134,12 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
     return progressor_health
 
 
-class DemoConfig(dg.Config):
-    namespace: str = Field(default="default/default", description="Namespace the demo plays in.")
-    new_processes: int = Field(default=6, description="Processes started per run (0 to 100).")
-    crash_every: int = Field(
-        default=3, description="One in this many runs a worker crashes, leaving a zombie (1 to 100)."
-    )
-
-
 @dg.op(description="Local only: play a progressor (processes, timers, calls, sometimes a crashed worker).")
-def play_progressor(context: dg.OpExecutionContext, config: DemoConfig, progressor_db: ProgressorDatabase) -> dict:
+def play_progressor(context: dg.OpExecutionContext, progressor_db: ProgressorDatabase) -> dict:
     try:
-        traffic = DemoTraffic(config.namespace, config.new_processes, config.crash_every)
         with progressor_db.connection() as conn:
-            counts = play(conn, traffic)
-    except (ValueError, ProgressorDatabaseError) as exc:
+            counts = play(conn, DemoTraffic())
+    except ProgressorDatabaseError as exc:
         raise _failure(str(exc)) from None
     context.log.info("progressor demo: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
     return counts

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pipelines.progressor.params import CollectParams, ParamsError, parse_params
+from pipelines.progressor.params import CollectParams, ParamsError, collect_params
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 TARGETS_ENV = "PROGRESSOR_TARGETS_FILE"
@@ -62,7 +62,7 @@ def load_targets(path: Path | None) -> list[Target]:
             raise ParamsError(f"{where}: cron must be a 5-field cron string, got {cron!r}")
         config = {k: v for k, v in entry.items() if k != "cron"}
         try:
-            params = parse_params(config)
+            params = collect_params(config)
         except ParamsError as exc:
             raise ParamsError(f"{where}: {exc}") from None
         name = dagster_name(params.namespace)
