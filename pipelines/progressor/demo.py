@@ -91,3 +91,17 @@ def play(conn, traffic: DemoTraffic, tick: int | None = None, rng: random.Random
             cur.execute(t.sql("UPDATE {running} SET metadata = %s::jsonb WHERE process_id = %s"), (CRASHED, process_id))
             counts["crashed_workers"] = 1
     return counts
+
+
+def seed(conn, traffic: DemoTraffic, crashed_minutes_ago: float = 5.0) -> dict[str, int]:
+    """``make dev``'s start: one round of traffic, plus two workers that crashed a few minutes ago (a
+    timer and a call), so the first ``collect_zombies`` run already has zombies to collect."""
+    counts = play(conn, traffic, tick=1)  # tick 1: no crash of its own
+    t = create_namespace(conn, traffic.namespace)
+    with conn, conn.cursor() as cur:
+        for task_type in ("timeout", "call"):
+            process_id = f"demo-seed-crashed-{task_type}-{int(time.time())}"
+            engine.start_process(cur, t, process_id, age_seconds=crashed_minutes_ago * 60, task_type=task_type)
+            cur.execute(t.sql("UPDATE {running} SET metadata = %s::jsonb WHERE process_id = %s"), (CRASHED, process_id))
+    counts["crashed_workers"] += 2
+    return counts
