@@ -157,6 +157,20 @@ def restore_zombies(conn, t: Tables, zombies: int) -> None:
         )
 
 
+def refresh_live(conn, t: Tables, zombies: int) -> None:
+    """Live running tasks stay 10 s old however long the loading took (only zombies are older)."""
+    with conn, conn.cursor() as cur:
+        for table in (t.running, t.tasks):
+            cur.execute(
+                t.sql(
+                    "UPDATE {table} SET running_time = now() - interval '10 s' WHERE status = 'running' "
+                    "AND process_id > 'p' || lpad(%s::text, 7, '0')",
+                    table=table,
+                ),
+                (zombies,),
+            )
+
+
 def zombie_count(conn, t: Tables) -> int:
     with conn.cursor() as cur:
         cur.execute(t.sql("SELECT count(*) FROM {running} WHERE running_time < now() - interval '96 seconds'"))
@@ -219,6 +233,8 @@ def main() -> int:
             load(conn, t, args.processes, args.tasks_per_process, args.zombies)
             print(f"loaded {t.namespace} in {time.perf_counter() - started:.1f}s: {zombie_count(conn, t)} zombies")
         params = collect_params({"namespace": ours.namespace})
+        for t in (ours, theirs):
+            refresh_live(conn, t, args.zombies)
         report["explain_progressor"] = explain(conn, theirs, progressor_sql(theirs, THRESHOLD))
         report["explain_collector_listing"] = explain(
             conn,
@@ -252,6 +268,7 @@ def main() -> int:
         held = "p" + str(args.zombies // 2).zfill(7)
         for t in (ours, theirs):
             restore_zombies(conn, t, args.zombies)
+            refresh_live(conn, t, args.zombies)
         report["collector_with_live_worker"] = with_live_worker(
             url, ours, held, lambda: collect_zombies(conn, params, QuietLog()).as_dict()
         )
