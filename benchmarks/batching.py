@@ -1,4 +1,4 @@
-"""Batching benchmark (issue 6): decider tick, batching, partitions. Prints its figures.
+"""Batching benchmark (ReportStream): decider tick, batching, partitions. Prints its figures.
 
 Starts its own moto server on 127.0.0.1, deploys the infra template, loads ``--receivers`` receivers
 with ``--records`` pending records each, then measures, each beside a naive baseline in the same run:

@@ -326,7 +326,7 @@ def bench_termination(endpoint: str, n: int) -> list[str]:
         ("drain, plain module (concurrency 5)", lambda env: drain_pure(calls, env).counts["applied"]),
         (
             "drain run: process_termination_queue job in process",
-            lambda env: drain_job({"waitSeconds": 0, "maxSeconds": 3600}, dg.DagsterInstance.ephemeral())["applied"],
+            lambda env: drain_job({"wait_seconds": 0, "max_seconds": 3600}, dg.DagsterInstance.ephemeral())["applied"],
         ),
     ]:
         env = reset(endpoint)
@@ -372,7 +372,7 @@ def _run_outputs(instance, run) -> dict:
 def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) -> list[str]:
     """A backlog of n messages drained by the runs ``termination_queue_sensor`` launches under a real
     ``dagster-daemon`` (sensor ticks every 30 s; each run is a subprocess of the code server, with the
-    sensor's default config: concurrency 5, maxSeconds 300), on its own moto server."""
+    sensor's default config: concurrency 5, max_seconds 300), on its own moto server."""
     import shutil
     import tempfile
 
@@ -479,7 +479,7 @@ def fleet_metric_total(clients) -> float:
 
 
 def bench_old_jobs(endpoint: str, n: int) -> list[str]:
-    from pipelines.fleet.housekeeping import parse_request, run_task
+    from pipelines.fleet.housekeeping import Housekeeping
 
     calls = Calls(endpoint)
     rows = []
@@ -513,7 +513,8 @@ def bench_old_jobs(endpoint: str, n: int) -> list[str]:
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         else:
             ctx = fleet_context(calls, env)
-            result = run_task(ctx, parse_request({"task_type": "old_jobs", "params": {}}))
+            tasks = Housekeeping()
+            result = tasks.run(ctx, tasks.parse({"task_type": "old_jobs", "params": {}})).summary
             assert result["archived"] == n, result
         seconds = time.perf_counter() - start
         counted = calls.reset()

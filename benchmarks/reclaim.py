@@ -3,7 +3,7 @@
 Three ways to fail the same 1,000 stale items, measured in the same run:
 
 - baseline, the original Lambda's way: a filtered scan, then a GET and a PUT per item over HTTP
-  (against the local AgendaProgress endpoint, ``pipelines.reclaim.local_endpoint``);
+  (against the local AgendaProgress endpoint, ``infra.agenda_endpoint``);
 - the scan path: the same scan, then one conditional UpdateItem per item (``reclaim_pass``);
 - the index path: a query on ``processingState-updatedTime-index``, then one UpdateItem per item.
 
@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT))
 import boto3  # noqa: E402
 import moto_server  # noqa: E402
 
+from infra.agenda_endpoint import LocalAgendaEndpoint  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.reclaim.engine import reclaim_pass  # noqa: E402
-from pipelines.reclaim.local_endpoint import LocalAgendaEndpoint  # noqa: E402
 from pipelines.reclaim.params import parse_params  # noqa: E402
 from pipelines.reclaim.source import TableInfo, inspect_table  # noqa: E402
 from pipelines.reclaim.writers import DynamoWriter  # noqa: E402

@@ -10,8 +10,7 @@ Scenario 2, permanent errors: items that DynamoDB refuses (ValidationException).
 - baseline: retry every error 5 times;
 - policy: ``retry_call`` classifies the error as permanent and stops after one call.
 
-Scenario 3, the pure library: ``policy.delay`` and ``Job.record`` throughput, against a naive
-status that replays the whole history for every event.
+Scenario 3, the pure library: ``policy.delay`` throughput.
 
     .venv/bin/python benchmarks/retry.py [--items 400] [--threads 8] [--rate 50]
 """
@@ -40,9 +39,6 @@ import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.retry import (  # noqa: E402
-    EventKind,
-    HistoryEvent,
-    Job,
     exponential,
     is_transient,
     preset,
@@ -163,55 +159,6 @@ def library(events: int) -> list[tuple[str, float, str]]:
         for i in range(events):
             policy.delay(1 + i % 20)
         rows.append((f"{name}.delay(n)", events / (time.perf_counter() - start), "calls/s"))
-
-    # many jobs, each a realistic life with duplicated deliveries (at-least-once)
-    def life(j: int) -> list[tuple]:
-        a1, a2 = f"j{j}-a1", f"j{j}-a2"
-        return [
-            ("event", HistoryEvent(EventKind.STARTED, a1, f"{a1}-p1")),
-            ("event", HistoryEvent(EventKind.STARTED, a1, f"{a1}-p1")),  # duplicate
-            ("event", HistoryEvent(EventKind.FAILED, a1, f"{a1}-p1")),
-            ("auto", "r1", 30.0, a2),
-            ("auto", "r1", 30.0, a2),  # duplicate command
-            ("dispatch", 30.0),
-            ("event", HistoryEvent(EventKind.STARTED, a2, f"{a2}-p1")),
-            ("event", HistoryEvent(EventKind.TIMEDOUT, a2, f"{a2}-p1")),
-            ("event", HistoryEvent(EventKind.STARTED, a2, f"{a2}-p2")),  # processed twice
-            ("event", HistoryEvent(EventKind.COMPLETED, a2, f"{a2}-p2")),
-            ("event", HistoryEvent(EventKind.COMPLETED, a2, f"{a2}-p2")),  # duplicate
-        ]
-
-    def apply(job: Job, op: tuple) -> None:
-        if op[0] == "event":
-            job.record(op[1])
-        elif op[0] == "auto":
-            job.retry_automatic(op[1], at=op[2], attempt_id=op[3])
-        else:
-            job.dispatch(now=op[1])
-
-    jobs = max(1, events // 11)
-    lives = [life(j) for j in range(jobs)]
-    start = time.perf_counter()
-    for j, ops in enumerate(lives):
-        job = Job.scheduled(f"j{j}", attempt_id=f"j{j}-a1")
-        for op in ops:
-            apply(job, op)
-            _ = job.status
-        assert job.status == "completed"
-    ops_count = sum(len(x) for x in lives)
-    rows.append(("Job: apply + status (incremental)", ops_count / (time.perf_counter() - start), "ops/s"))
-
-    # baseline: keep the raw log and rebuild every attempt from it after each operation
-    start = time.perf_counter()
-    for j, ops in enumerate(lives):
-        log: list[tuple] = []
-        for op in ops:
-            log.append(op)
-            job = Job.scheduled(f"j{j}", attempt_id=f"j{j}-a1")
-            for old in log:
-                apply(job, old)
-            _ = job.status
-    rows.append(("baseline: replay the job's log per operation", ops_count / (time.perf_counter() - start), "ops/s"))
     return rows
 
 

@@ -61,6 +61,7 @@ def seed(env: dict[str, str]) -> dict[str, int]:
         jobs_started=12,
         jobs_finished=0,
         records=200,
+        duplicate_messages=0,
         old_jobs=5,
         orphan_instances=1,
         pool_audit_messages=1,

@@ -12,14 +12,39 @@ import dagster as dg
 
 from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.demo.defs import build_defs as demo_defs
+from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.defs import build_defs as fleet_defs
+from pipelines.fleet.housekeeping import Task, TaskResult
+from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.pool_audit.defs import build_defs as pool_audit_defs
+from pipelines.pool_audit.defs import housekeeping_audit_events
+from pipelines.pool_audit.housekeeping import MESSAGE_PARAMS, housekeeping_audit
 from pipelines.progressor.defs import build_defs as progressor_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
+from sensors.run_retries import build_delayed_run_retries
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
+
+
+def _pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
+    """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
+    names = ("dynamodb", "ec2", "cloudwatch", "s3", "jobs_table", "pools_table", "archive_bucket", "namespace")
+    audit = housekeeping_audit(
+        request.task_params,
+        dry_run=request.dry_run,
+        now=request.now() if "now" in request.params else None,
+        progress=ctx.log.info,
+        **{name: getattr(ctx, name) for name in names},
+    )
+    return TaskResult("pool_audit", audit.summary(), detail=audit)
+
+
+# runs-fleet's housekeeping queue also carries pool_audit messages: the fleet's dispatcher runs the
+# pool audit for them, and the pool audit's hook records it as the pool_audit asset.
+HOUSEKEEPING_TASKS = {"pool_audit": Task(_pool_audit_task, MESSAGE_PARAMS)}
+HOUSEKEEPING_HOOKS = {"pool_audit": housekeeping_audit_events}
 
 
 def build_definitions(deployment: str) -> dg.Definitions:
@@ -27,14 +52,16 @@ def build_definitions(deployment: str) -> dg.Definitions:
     base = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
-        fleet_defs(deployment),
+        fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
         pool_audit_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),
     )
-    # Retries come last: the delayed_run_retries sensor may re-launch any job defined above.
-    return dg.Definitions.merge(base, retry_defs(deployment, jobs=list(base.jobs or [])))
+    retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
+    # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
+    jobs = [*(base.jobs or []), *(retry.jobs or [])]
+    return dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)]))
 
 
 DEPLOYMENT = deployment_name()

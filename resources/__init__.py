@@ -19,7 +19,7 @@ from resources.aws import (
     SQSResource,
     SSMResource,
 )
-from resources.errors import clear_aws_errors, explain_aws_error
+from resources.errors import explain_aws_error
 from resources.postgres import ProgressorDatabase, progressor_database_from_env
 from resources.settings import (
     AgendaSettings,
@@ -89,7 +89,6 @@ __all__ = [
     "S3Resource",
     "SQSResource",
     "SSMResource",
-    "clear_aws_errors",
     "deployment_name",
     "explain_aws_error",
     "resources_by_deployment",

@@ -6,10 +6,6 @@ An operator who forgot ``make dev`` or an environment variable should read
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
-
-import dagster as dg
 from botocore.exceptions import (
     ClientError,
     EndpointConnectionError,
@@ -55,15 +51,3 @@ def explain_aws_error(exc: BaseException) -> str | None:
         }:
             return f"{exc.operation_name}: {code}: {error.get('Message', '')} (check credentials and the IAM policy)"
     return None
-
-
-@contextlib.contextmanager
-def clear_aws_errors() -> Iterator[None]:
-    """Inside an op or sensor: re-raise environment-level AWS failures as a one-line ``dg.Failure``."""
-    try:
-        yield
-    except Exception as exc:
-        message = explain_aws_error(exc)
-        if message is None:
-            raise
-        raise dg.Failure(description=message, allow_retries=False) from None

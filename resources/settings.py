@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 
 import dagster as dg
+from pydantic import Field
 
 
 class FleetSettings(dg.ConfigurableResource):
-    """Seed 002: the runs-fleet queues, tables, archive bucket and metric namespace."""
+    """runs-fleet: its queues, tables, archive bucket and metric namespace (`RUNS_FLEET_*`)."""
 
     jobs_table: str
     pools_table: str
@@ -25,18 +26,28 @@ class FleetSettings(dg.ConfigurableResource):
 
 
 class AgendaSettings(dg.ConfigurableResource):
-    """Seed 000: the AgendaProgress and ReadyAgenda tables."""
+    """POP's agenda reclaimer: the AgendaProgress and ReadyAgenda tables, the optional AgendaProgress
+    HTTP endpoint with its identity login, and the namespace of the reclaim metrics."""
 
     progress_table: str
     ready_table: str
+    progress_url: str | None = None  # AGENDA_PROGRESS_URL: when set, reclaim writes through the endpoint
+    identity_url: str | None = None  # IDENTITY_URL
+    idm_user: str | None = None  # IDM_USER
+    idm_encrypted_pass: str | None = None  # IDM_ENCRYPTED_PASS: base64 of a KMS ciphertext
+    metrics_namespace: str = "RunsFleet"  # RUNS_FLEET_METRICS_NAMESPACE
 
 
 class BatchingSettings(dg.ConfigurableResource):
-    """Seed 004: receivers, records and the outbox bucket."""
+    """ReportStream batching: the receivers and records tables and the outbox bucket."""
 
-    receivers_table: str
-    records_table: str
-    outbox_bucket: str
+    receivers_table: str = Field(description="The receivers table (RECEIVERS_TABLE): one item per receiver.")
+    records_table: str = Field(
+        description="The records table (BATCH_RECORDS_TABLE) with its sparse pending-index of records to batch."
+    )
+    outbox_bucket: str = Field(
+        description="The outbox bucket (BATCH_OUTBOX_BUCKET): batch files under batches/, the ledger under ledger/."
+    )
 
 
 def fleet_settings_from_env() -> FleetSettings:
@@ -52,10 +63,20 @@ def fleet_settings_from_env() -> FleetSettings:
     )
 
 
+def _optional_env(name: str) -> dg.EnvVar | None:
+    """An optional variable: read at run time when it is set (the UI shows its name, not its value)."""
+    return dg.EnvVar(name) if os.environ.get(name) else None
+
+
 def agenda_settings_from_env() -> AgendaSettings:
     return AgendaSettings(
         progress_table=dg.EnvVar("AGENDA_PROGRESS_TABLE"),
         ready_table=dg.EnvVar("AGENDA_READY_TABLE"),
+        progress_url=_optional_env("AGENDA_PROGRESS_URL"),
+        identity_url=_optional_env("IDENTITY_URL"),
+        idm_user=_optional_env("IDM_USER"),
+        idm_encrypted_pass=_optional_env("IDM_ENCRYPTED_PASS"),
+        metrics_namespace=os.environ.get("RUNS_FLEET_METRICS_NAMESPACE") or "RunsFleet",
     )
 
 

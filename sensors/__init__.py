@@ -4,5 +4,5 @@ Capability-specific sensors live beside their capability under ``pipelines/``; s
 capabilities live here:
 
 - ``run_retries``: ``delayed_run_retries`` re-launches failed runs of any job after its retry
-  policy's delay (wired in by ``pipelines.retry.defs.build_defs``, which targets every job).
+  policy's delay (wired in ``pipelines/definitions.py`` to every job of the code location).
 """

@@ -23,11 +23,9 @@ import dagster as dg
 from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import STOP, RetryPolicyError
 from pipelines.retry.simulate import human
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
-POLICY_TAG = "groundskeeper/retry_policy"
-ATTEMPT_TAG = "groundskeeper/retry_attempt"  # 1 for the original run, 2 for its first retry...
-RETRY_OF_TAG = "groundskeeper/retry_of"  # the failed run this run retries
-ROOT_TAG = "groundskeeper/retry_root"  # the original run of the chain
+__all__ = ["ATTEMPT_TAG", "POLICY_TAG", "RETRY_OF_TAG", "ROOT_TAG", "SENSOR_NAME", "build_delayed_run_retries"]
 
 SENSOR_NAME = "delayed_run_retries"
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import time
 import uuid
 
 from pipelines.common import iso, to_item
@@ -59,6 +60,7 @@ def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:
         TagSpecifications=[{"ResourceType": "instance", "Tags": tags if tag_managed else tags[1:]}],
     )["Instances"]
     jobs = []
+    table = aws.env["RUNS_FLEET_JOBS_TABLE"]
     for k, inst in enumerate(instances):
         job = {
             "job_id": f"job-{uuid.uuid4().hex[:10]}-{k}",
@@ -67,9 +69,12 @@ def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:
             "status": "running",
             "started_at": iso(dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)),
         }
-        ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(job))
         ssm.put_parameter(Name=f"/runs-fleet/runners/{inst['InstanceId']}/config", Type="String", Value="{}")
         jobs.append(job)
+    for start in range(0, len(jobs), 25):
+        ddb.batch_write_item(
+            RequestItems={table: [{"PutRequest": {"Item": to_item(job)}} for job in jobs[start : start + 25]]}
+        )
     return jobs
 
 
@@ -151,7 +156,46 @@ def runner_parameters(aws) -> set[str]:
     return names
 
 
-def round_done(aws, job_item: dict) -> bool:
+def wait_until_completed(aws, at_least: int, still_running, timeout: float = 120) -> None:
+    """Wait until ``at_least`` jobs are no longer running; ``still_running()`` must stay true meanwhile
+    (the run under test must not end before the test stops it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = sum(1 for j in jobs_state(aws).values() if j["status"] != "running")
+        if done >= at_least:
+            return
+        assert still_running(), "the run ended before it could be stopped"
+        time.sleep(0.05)
+    raise AssertionError("the drain run did not get going")
+
+
+def wait_until_visible(aws, queue_env: str, timeout: float = 60) -> None:
+    """Wait until no message of the queue is in flight: what a stopped run received but did not
+    acknowledge is visible again once its visibility timeout has run out."""
+    deadline = time.monotonic() + timeout
+    sqs = aws.client("sqs")
+    while time.monotonic() < deadline:
+        attrs = sqs.get_queue_attributes(
+            QueueUrl=aws.env[queue_env], AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+        )["Attributes"]
+        if int(attrs["ApproximateNumberOfMessagesNotVisible"]) == 0:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"messages of {queue_env} stayed in flight for {timeout}s")
+
+
+def rounds_done(aws) -> set[str]:
+    """The termination rounds marked done (their S3 markers), in one listing."""
+    from pipelines.fleet.termination import ROUNDS_PREFIX
+
+    s3, bucket = aws.client("s3"), aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    keys = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=ROUNDS_PREFIX):
+        keys |= {obj["Key"] for obj in page.get("Contents", [])}
+    return keys
+
+
+def round_done(aws, job_item: dict, done: set[str] | None = None) -> bool:
     """Is the round that applied this job marked done (its S3 marker exists)?"""
     from pipelines.fleet.termination import round_marker_key
 
@@ -159,5 +203,7 @@ def round_done(aws, job_item: dict) -> bool:
     if not round_id:
         return False
     key = round_marker_key(aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"], round_id)
+    if done is not None:
+        return key in done
     listed = aws.client("s3").list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix=key)
     return listed.get("KeyCount", 0) == 1

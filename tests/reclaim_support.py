@@ -16,7 +16,7 @@ from infra.deploy import wait_for_endpoint
 from pipelines.common import from_item, to_item
 
 DAY_MS = 86_400_000
-PROGRESS_TABLE = "POP-ProgressAgenda-dev"  # the deployed table (Env=dev), named by the seed's sample
+PROGRESS_TABLE = "POP-ProgressAgenda-dev"  # the deployed table (Env=dev), named by POP's sample
 
 
 def agenda(item_id: str, state: str, age_ms: int, *, now: int, message: str | None = None, **extra) -> dict:

@@ -6,15 +6,19 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from pipelines.batching.defs import (
     batch_decider,
     no_orphaned_pending_records,
     pending_records_well_formed,
+    receiver_batches,
     receiver_configs_valid,
     receivers_partitions,
     receivers_sync,
 )
+from pipelines.batching.params import ReceiverBatchesParams
+from pipelines.common.params import ParamsError, parse_params
 from pipelines.definitions import ROOT_DIR, build_definitions
 from resources import resources_for
 from tests.batching_helpers import outbox, pending_ids, put_items, put_receiver, put_records, record
@@ -51,7 +55,8 @@ def test_receivers_sync_adds_new_and_removes_deleted_receivers(aws):
 
         result = receivers_sync(dg.build_sensor_context(instance=instance, resources=_resources()))
         [delete] = result.dynamic_partitions_requests
-        assert isinstance(delete, dg.DeleteDynamicPartitionsRequest) and list(delete.partition_keys) == ["old"]
+        assert isinstance(delete, dg.DeleteDynamicPartitionsRequest)
+        assert list(delete.partition_keys) == ["old"]
         instance.delete_dynamic_partition("receivers", "old")
 
         idle = receivers_sync(dg.build_sensor_context(instance=instance, resources=_resources()))
@@ -101,9 +106,11 @@ def test_materializing_a_partition_writes_files_with_metadata(aws):
         instance.add_dynamic_partitions(receivers_partitions.name, ["acme"])
 
         dry = _materialize(instance, "2026-11-20|acme", dry_run=True)
-        assert dry.success and outbox(aws, "acme") == {}
+        assert dry.success
+        assert outbox(aws, "acme") == {}
         dry_meta = dry.asset_materializations_for_node("receiver_batches")[0].metadata
-        assert dry_meta["files_written"].value == 3 and dry_meta["dry_run"].value is True
+        assert dry_meta["files_written"].value == 3
+        assert dry_meta["dry_run"].value is True
 
         result = _materialize(instance, "2026-11-20|acme")
         assert result.success
@@ -140,11 +147,14 @@ def test_asset_checks_flag_invalid_receivers_orphans_and_malformed_records(aws):
     ctx = dg.build_asset_check_context(resources=_resources())
 
     configs = receiver_configs_valid(ctx)
-    assert not configs.passed and set(configs.metadata["invalid_receivers"].value) == {"too-many", "mars"}
+    assert not configs.passed
+    assert set(configs.metadata["invalid_receivers"].value) == {"too-many", "mars"}
     orphans = no_orphaned_pending_records(ctx)
-    assert not orphans.passed and orphans.metadata["orphaned_pending"].value == {"deleted": 1}
+    assert not orphans.passed
+    assert orphans.metadata["orphaned_pending"].value == {"deleted": 1}
     malformed = pending_records_well_formed(ctx)
-    assert not malformed.passed and malformed.metadata["malformed_pending"].value == 1
+    assert not malformed.passed
+    assert malformed.metadata["malformed_pending"].value == 1
 
 
 def test_backfill_partition_through_the_cli(aws, tmp_path):
@@ -153,17 +163,9 @@ def test_backfill_partition_through_the_cli(aws, tmp_path):
     env = aws.subprocess_env()
     env["DAGSTER_HOME"] = str(tmp_path)
     (tmp_path / "dagster.yaml").write_text("")
-    subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('receivers', ['acme'])",
-        ],
-        env=env,
-        check=True,
-        cwd=ROOT_DIR,
-        timeout=120,
-    )
+    # The receiver's partition, as receivers_sync would add it, in the instance the CLI will use.
+    with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["acme"])
     result = subprocess.run(
         [
             sys.executable,
@@ -178,7 +180,13 @@ def test_backfill_partition_through_the_cli(aws, tmp_path):
             "--partition",
             "2026-11-18|acme",
             "--config-json",
-            json.dumps({"ops": {"receiver_batches": {"config": {"lookback_days": 3}}}}),
+            json.dumps(
+                {
+                    "ops": {"receiver_batches": {"config": {"lookback_days": 3}}},
+                    # one step: no second process (the code location's default executor is multiprocess)
+                    "execution": {"config": {"in_process": {}}},
+                }
+            ),
         ],
         env=env,
         cwd=ROOT_DIR,
@@ -191,3 +199,27 @@ def test_backfill_partition_through_the_cli(aws, tmp_path):
         "batches/acme/2026-11-18T06:00Z/1.jsonl",
         "batches/acme/2026-11-18T18:00Z/1.jsonl",
     ]
+
+
+def test_an_out_of_range_run_config_fails_the_run_with_one_line_naming_the_key(aws):
+    put_receiver(aws, "acme")
+    instance = dg.DagsterInstance.ephemeral()
+    instance.add_dynamic_partitions(receivers_partitions.name, ["acme"])
+    result = _materialize(instance, "2026-11-20|acme", lookback_days=10**9)  # was an OverflowError
+    assert not result.success
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description == "invalid run config: lookback_days must be at most 366, got 1000000000"
+    assert outbox(aws, "acme") == {}
+
+
+def test_a_negative_lease_wait_is_refused():
+    with pytest.raises(ParamsError, match="lease_wait_seconds must be at least 0, got -1"):
+        parse_params(ReceiverBatchesParams, {"lease_wait_seconds": -1})
+
+
+def test_every_run_config_key_has_a_description_and_a_range():
+    schema = receiver_batches.op.config_schema.config_type.fields
+    assert set(schema) == {"dry_run", "lookback_days", "lease_wait_seconds"}
+    for key in ("lookback_days", "lease_wait_seconds"):
+        assert "Range 0 to" in schema[key].description, key
+    assert schema["dry_run"].description

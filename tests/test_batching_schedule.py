@@ -110,7 +110,8 @@ def test_batch_times_up_to_now_and_the_decider_window():
 def test_invalid_receivers_are_named(overrides, problem):
     item = receiver("r", **overrides)
     errors = receiver_errors(item)
-    assert errors and any(problem in e for e in errors)
+    assert errors
+    assert any(problem in e for e in errors)
     with pytest.raises(InvalidReceiver, match=problem):
         parse_receiver(item)
 

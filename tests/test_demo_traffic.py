@@ -1,5 +1,6 @@
 """Demo traffic: the pure step, the job in process, and the job through the dagster CLI."""
 
+import dataclasses
 import datetime as dt
 import json
 import subprocess
@@ -8,7 +9,10 @@ import sys
 import dagster as dg
 
 from pipelines.definitions import ROOT_DIR, build_definitions
+from pipelines.demo.defs import demo_traffic_step
 from pipelines.demo.traffic import DEMO_POOLS, DEMO_RECEIVERS, DemoConfig, run_demo_traffic
+
+NO_LEFTOVERS = {"duplicate_messages": 0, "old_jobs": 0, "orphan_instances": 0}
 
 
 def _clients(aws):
@@ -29,17 +33,28 @@ def _queue_depth(aws, queue_env):
 def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
     now = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
     cfg = DemoConfig(
-        new_agendas=6, stuck_agendas=2, jobs_started=5, jobs_finished=3, malformed_messages=2, records=30, seed=1
+        new_agendas=6,
+        stuck_agendas=2,
+        jobs_started=5,
+        jobs_finished=3,
+        malformed_messages=2,
+        records=30,
+        **NO_LEFTOVERS,
+        seed=1,
     )
     first = run_demo_traffic(env=aws.env, cfg=cfg, now=now, **_clients(aws))
-    assert first["agendas_added"] == 6 and first["agendas_stuck"] == 2
+    assert first["agendas_added"] == 6
+    assert first["agendas_stuck"] == 2
     assert first["agendas_started"] == 6  # every WAITING agenda was picked up
-    assert first["jobs_started"] == 5 and first["records_added"] == 30
-    assert first["pools_created"] == len(DEMO_POOLS) and first["receivers_created"] == len(DEMO_RECEIVERS)
+    assert first["jobs_started"] == 5
+    assert first["records_added"] == 30
+    assert first["pools_created"] == len(DEMO_POOLS)
+    assert first["receivers_created"] == len(DEMO_RECEIVERS)
 
     cfg = DemoConfig(**{**cfg.__dict__, "seed": 2})  # a new seed: new ids
     second = run_demo_traffic(env=aws.env, cfg=cfg, now=now + dt.timedelta(seconds=30), **_clients(aws))
-    assert second["pools_created"] == 0 and second["receivers_created"] == 0  # idempotent set-up
+    assert second["pools_created"] == 0
+    assert second["receivers_created"] == 0  # idempotent set-up
     assert second["agendas_completed"] >= 6  # the ones started in step one completed
     assert second["jobs_finished"] == 3
 
@@ -48,7 +63,8 @@ def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
     states = {}
     for item in items:
         states[item["processingState"]["S"]] = states.get(item["processingState"]["S"], 0) + 1
-    assert states.get("COMPLETE", 0) >= 6 and states.get("EXECUTING", 0) >= 4  # 4 stuck + newly started
+    assert states.get("COMPLETE", 0) >= 6
+    assert states.get("EXECUTING", 0) >= 4  # 4 stuck + newly started
     stuck = [
         i
         for i in items
@@ -116,3 +132,30 @@ def test_demo_traffic_job_through_the_dagster_cli(aws):
     assert "RUN_SUCCESS" in result.stdout + result.stderr
     assert _count(aws, "AGENDA_PROGRESS_TABLE") == before + 11  # 10 new + 1 stuck by default
     assert _count(aws, "BATCH_RECORDS_TABLE") == 40
+
+
+def test_the_job_and_the_plain_step_share_one_declaration_with_the_job_defaults():
+    schema = demo_traffic_step.config_schema.config_type.fields
+    assert set(schema) == {f.name for f in dataclasses.fields(DemoConfig)}
+    for f in dataclasses.fields(DemoConfig):
+        assert schema[f.name].description, f"{f.name} has no description"
+    defaults = DemoConfig()
+    # what make dev's demo_traffic_schedule has always made every 2 minutes
+    assert (defaults.duplicate_messages, defaults.old_jobs, defaults.orphan_instances) == (1, 2, 1)
+    for f in dataclasses.fields(DemoConfig):
+        if f.default is not None:
+            assert schema[f.name].default_value == f.default, f.name
+
+
+def test_a_bad_demo_config_fails_with_one_line(aws):
+    result = (
+        build_definitions("local")
+        .resolve_job_def("demo_traffic")
+        .execute_in_process(
+            run_config={"ops": {"demo_traffic_step": {"config": {"records": -1}}}},
+            instance=dg.DagsterInstance.ephemeral(),
+            raise_on_error=False,
+        )
+    )
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description == "invalid run config: records must be at least 0, got -1"

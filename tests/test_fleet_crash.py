@@ -3,6 +3,11 @@
 SIGKILL: nothing half-applied (each job is untouched, or updated in a round whose clean-up is not
 marked done), and a second run finishes the work. SIGTERM: the run stops receiving, finishes the round in
 flight, and nothing is lost or applied twice.
+
+The job runs its one op in the run's own process (in-process executor), so the signal reaches the
+drain directly. The run starts first and long-polls the empty queue while the test builds the
+backlog (the run's start-up is most of the time). One round holds 10 messages (concurrency 1): the
+run is stopped once 20 jobs are done, with most of the backlog still to come.
 """
 
 import json
@@ -18,12 +23,15 @@ from pipelines.definitions import ROOT_DIR
 from tests import fleet_support as fs
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
-N = 200
+N = 100
+STOP_AFTER = 20  # jobs done before the run is stopped
+VISIBILITY_SECONDS = 3  # short, so that what the stopped run held comes back quickly
 
 
 def _start_drain_run(aws, tmp_path):
     cfg = tmp_path / "drain.json"
-    cfg.write_text(json.dumps({"concurrency": 1, "maxMessages": 0, "maxSeconds": 300, "waitSeconds": 0}))
+    # A 20 s long poll: the run waits for the backlog instead of finding the queue empty.
+    cfg.write_text(json.dumps({"concurrency": 1, "max_messages": 0, "max_seconds": 300, "wait_seconds": 20}))
     log = open(tmp_path / "run.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions"]
@@ -37,32 +45,30 @@ def _start_drain_run(aws, tmp_path):
     return proc, log
 
 
-def _wait_until_completed(aws, proc, at_least: int, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = sum(1 for j in fs.jobs_state(aws).values() if j["status"] != "running")
-        if done >= at_least:
-            return
-        assert proc.poll() is None, "the run ended before it could be stopped"
-        time.sleep(0.05)
-    raise AssertionError("the drain run did not get going")
-
-
-def _backlog(aws, tmp_path):
+def _run_with_backlog(aws, tmp_path):
+    """Start the drain run, then build the backlog it drains: N running jobs and their messages."""
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    # Short visibility, so that what the killed run held comes back quickly.
-    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "4"})
-    jobs = fs.start_jobs(aws, N)
-    fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
-    return jobs
+    aws.client("sqs").set_queue_attributes(
+        QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": str(VISIBILITY_SECONDS)}
+    )
+    proc, log = _start_drain_run(aws, tmp_path)
+    try:
+        jobs = fs.start_jobs(aws, N)
+        fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGKILL)
+        raise
+    return jobs, proc, log
 
 
 def _assert_all_done(aws, jobs):
     state = fs.jobs_state(aws)
-    assert all(state[j["job_id"]]["status"] == "completed" for j in jobs)
-    assert all(fs.round_done(aws, state[j["job_id"]]) for j in jobs)
+    done = fs.rounds_done(aws)
+    assert all(state[j["job_id"]]["status"] == "completed" for j in jobs), "a job is not completed"
+    assert all(fs.round_done(aws, state[j["job_id"]], done) for j in jobs), "a job's round is not marked done"
     assert fs.runner_parameters(aws) == set()
-    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
+    assert fs.depth(aws, TQ) == 0
+    assert fs.depth(aws, DLQ) == 0
 
 
 def _settled_state(aws) -> dict:
@@ -70,7 +76,7 @@ def _settled_state(aws) -> dict:
     keeps being applied, item by item, after its caller died; a scan meanwhile sees part of it)."""
     state = fs.jobs_state(aws)
     while True:
-        time.sleep(0.5)
+        time.sleep(0.2)
         again = fs.jobs_state(aws)
         if again == state:
             return state
@@ -78,38 +84,41 @@ def _settled_state(aws) -> dict:
 
 
 def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_path):
-    jobs = _backlog(aws, tmp_path)
-    proc, log = _start_drain_run(aws, tmp_path)
+    jobs, proc, log = _run_with_backlog(aws, tmp_path)
     try:
-        _wait_until_completed(aws, proc, 30)
+        fs.wait_until_completed(aws, STOP_AFTER, lambda: proc.poll() is None)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         log.close()
     state = _settled_state(aws)
     params = fs.runner_parameters(aws)
+    done = fs.rounds_done(aws)
     applied = [j for j in jobs if state[j["job_id"]]["status"] == "completed"]
-    assert 30 <= len(applied) < N
+    assert STOP_AFTER <= len(applied) < N, len(applied)
     for job in jobs:
         item = state[job["job_id"]]
         if item["status"] == "running":  # untouched
-            assert "termination_round" not in item and "completed_at" not in item
-        elif fs.round_done(aws, item):  # finished: its clean-up is done too
+            assert "termination_round" not in item, item
+            assert "completed_at" not in item, item
+        elif fs.round_done(aws, item, done):  # finished: its clean-up is done too
             assert f"/runs-fleet/runners/{job['instance_id']}/config" not in params
-    time.sleep(4.5)  # the killed run's messages become visible again
+    fs.wait_until_visible(aws, TQ)  # the killed run's messages are visible again
     second = fs.drain(aws)
-    assert second.counts["failed"] == 0 and second.counts["dead_lettered"] == 0
+    assert second.counts["failed"] == 0
+    assert second.counts["dead_lettered"] == 0
     _assert_all_done(aws, jobs)
-    assert second.counts["taken_over"] == len(applied) - sum(fs.round_done(aws, state[j["job_id"]]) for j in applied)
+    assert second.counts["taken_over"] == len(applied) - sum(
+        fs.round_done(aws, state[j["job_id"]], done) for j in applied
+    )
     # Metrics: every job counted; at most the round killed between PutMetricData and its marker twice.
     assert N <= fs.metric_sum(aws, "JobSuccess") <= N + 10
 
 
 def test_sigterm_stops_the_drain_run_gracefully_and_nothing_is_applied_twice(aws, tmp_path):
-    jobs = _backlog(aws, tmp_path)
-    proc, log = _start_drain_run(aws, tmp_path)
+    jobs, proc, log = _run_with_backlog(aws, tmp_path)
     try:
-        _wait_until_completed(aws, proc, 30)
+        fs.wait_until_completed(aws, STOP_AFTER, lambda: proc.poll() is None)
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=120)
     finally:
@@ -123,13 +132,14 @@ def test_sigterm_stops_the_drain_run_gracefully_and_nothing_is_applied_twice(aws
     finally:
         instance.dispose()
     assert any("finishing the messages in flight" in m for m in messages), messages[-20:]
-    assert any(" drain: " in m and "stopped_by=interrupted" in m for m in messages)
+    assert any(" drain: " in m and "stopped_by=interrupted" in m for m in messages), messages[-20:]
     state = fs.jobs_state(aws)
+    rounds = fs.rounds_done(aws)
     finished = [state[j["job_id"]] for j in jobs if state[j["job_id"]]["status"] == "completed"]
-    assert all(fs.round_done(aws, item) for item in finished)  # the round in flight finished
-    done = sum(1 for j in jobs if state[j["job_id"]]["status"] == "completed")
-    assert 30 <= done < N
-    time.sleep(4.5)
+    assert all(fs.round_done(aws, item, rounds) for item in finished), "the round in flight did not finish"
+    done = len(finished)
+    assert STOP_AFTER <= done < N, done
+    fs.wait_until_visible(aws, TQ)
     second = fs.drain(aws)
     assert second.counts["applied"] == N - done
     _assert_all_done(aws, jobs)

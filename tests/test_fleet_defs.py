@@ -1,5 +1,5 @@
-"""The Dagster layer of the fleet processors: jobs in process with the seed's flat config, sensors,
-schedules, the dead-letter asset checks and the redrive job."""
+"""The Dagster layer of the fleet processors: jobs in process with their flat config (and runs-fleet's
+camelCase names, deprecated), sensors, schedules, the dead-letter asset checks and the redrive job."""
 
 import datetime as dt
 import json
@@ -38,19 +38,27 @@ def test_the_fleet_definitions_are_in_every_deployment():
     assert tags[QUEUE_TAG] == "runs-fleet-termination"
 
 
-def test_the_termination_job_runs_with_the_seeds_flat_config(aws, defs):
+def test_the_termination_job_runs_with_runs_fleets_camel_case_config_and_warns_that_it_is_deprecated(aws, defs):
     jobs = fs.start_jobs(aws, 12)
     fs.send(aws, [fs.termination_body(j) for j in jobs] + ["not json"])
+    instance = dg.DagsterInstance.ephemeral()
     result = defs.resolve_job_def("process_termination_queue").execute_in_process(
-        run_config={"concurrency": 5, "maxMessages": 0, "maxSeconds": 300},
-        instance=dg.DagsterInstance.ephemeral(),
+        run_config={"concurrency": 5, "maxMessages": 0, "maxSeconds": 300}, instance=instance
     )
     assert result.success
     out = result.output_for_node("drain_termination_queue")
-    assert out["applied"] == 12 and out["dead_lettered"] == 1 and out["stopped_by"] == "queue empty"
-    (materialization,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
-    metadata = materialization.event_specific_data.metadata
-    assert metadata["applied"].value == 12 and metadata["raw_archive"].value.startswith("s3://")
+    assert out["applied"] == 12
+    assert out["dead_lettered"] == 1
+    assert out["stopped_by"] == "queue empty"
+    (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    metadata = output.event_specific_data.metadata
+    assert metadata["applied"].value == 12
+    assert metadata["raw_archive"].value.startswith("s3://")
+    warnings = [e.user_message for e in instance.all_logs(result.run_id) if "deprecated" in e.user_message]
+    assert warnings == [
+        "run config: maxMessages is deprecated: use max_messages",
+        "run config: maxSeconds is deprecated: use max_seconds",
+    ], warnings
 
 
 def test_an_invalid_drain_config_fails_with_one_line(aws, defs):
@@ -58,10 +66,12 @@ def test_an_invalid_drain_config_fails_with_one_line(aws, defs):
         run_config={"concurrency": 50}, instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
     )
     assert not result.success
-    assert "concurrency must be 1..10" in str(result.get_step_failure_events()[0].event_specific_data.error)
+    assert "concurrency must be at most 10, got 50" in str(
+        result.get_step_failure_events()[0].event_specific_data.error
+    )
 
 
-def test_the_housekeeping_job_takes_the_seeds_message_as_config(aws, defs):
+def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
     job = defs.resolve_job_def("housekeeping")
     message = {"task_type": "stale_ssm", "timestamp": "2026-11-22T10:00:00Z", "params": {"dryRun": True}}
@@ -85,9 +95,11 @@ def test_the_schedules_launch_the_housekeeping_job_with_their_task(defs):
     moment = dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)
     for task, cron in [("orphaned_instances", "*/5 * * * *"), ("stale_ssm", "*/15 * * * *"), ("old_jobs", "0 * * * *")]:
         schedule = defs.resolve_schedule_def(f"housekeeping_{task}_schedule")
-        assert schedule.cron_schedule == cron and schedule.job_name == "housekeeping"
+        assert schedule.cron_schedule == cron
+        assert schedule.job_name == "housekeeping"
         (request,) = schedule.evaluate_tick(dg.build_schedule_context(scheduled_execution_time=moment)).run_requests
-        assert request.run_config["task_type"] == task and request.run_config["params"] == {}
+        assert request.run_config["task_type"] == task
+        assert request.run_config["params"] == {}
         assert request.run_key == f"{task}-{moment.isoformat()}"
 
 
@@ -101,17 +113,20 @@ def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, d
     sensor = defs.resolve_sensor_def("termination_queue_sensor")
     with dg.instance_for_test() as instance:
         idle = sensor.evaluate_tick(_sensor_context(instance))
-        assert not idle.run_requests and "is empty" in idle.skip_message
+        assert not idle.run_requests
+        assert "is empty" in idle.skip_message
         fs.send(aws, ["{}"] * 3)
         ctx = _sensor_context(instance)
         tick = sensor.evaluate_tick(ctx)
         (request,) = tick.run_requests
-        assert request.run_key == "termination-drain-1" and request.tags[QUEUE_TAG] == "runs-fleet-termination"
+        assert request.run_key == "termination-drain-1"
+        assert request.tags[QUEUE_TAG] == "runs-fleet-termination"
         assert tick.cursor == "1"
         # While a drain run is queued or going, the sensor does not pile up more.
         instance.create_run_for_job(defs.resolve_job_def("process_termination_queue"), run_config={})
         busy = sensor.evaluate_tick(_sensor_context(instance, cursor="1"))
-        assert not busy.run_requests and "still going" in busy.skip_message
+        assert not busy.run_requests
+        assert "still going" in busy.skip_message
 
 
 def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, defs):
@@ -142,18 +157,22 @@ def test_redrive_moves_dead_letters_back_and_quarantines_repeat_offenders(aws, d
         result = job.execute_in_process(run_config=config, instance=dg.DagsterInstance.ephemeral())
         return result.output_for_node("redrive_dead_letter_queue")
 
-    assert run(dryRun=True)["would_redrive"] == 3 and fs.depth(aws, DLQ) == 3
-    first = run(maxRedrives=1, ratePerSecond=100)
-    assert first["redriven"] == 3 and fs.depth(aws, DLQ) == 0
+    assert run(dry_run=True)["would_redrive"] == 3
+    assert fs.depth(aws, DLQ) == 3
+    first = run(max_redrives=1, rate_per_second=100)
+    assert first["redriven"] == 3
+    assert fs.depth(aws, DLQ) == 0
     back = fs.read_all(aws, TQ)
     assert sorted(m["Body"] for m in back) == sorted(bodies)
     assert all(m["MessageAttributes"]["groundskeeper-redrive-count"]["StringValue"] == "1" for m in back)
     for message in back:  # they fail again and come back to the dead-letter queue
         sqs.send_message(QueueUrl=aws.env[DLQ], MessageBody=message["Body"])
         sqs.delete_message(QueueUrl=aws.env[TQ], ReceiptHandle=message["ReceiptHandle"])
-    second = run(maxRedrives=1, ratePerSecond=100)
-    assert second["quarantined"] == 3 and second.get("redriven", 0) == 0
-    assert fs.depth(aws, DLQ) == 0 and fs.depth(aws, TQ) == 0
+    second = run(max_redrives=1, rate_per_second=100)
+    assert second["quarantined"] == 3
+    assert second.get("redriven", 0) == 0
+    assert fs.depth(aws, DLQ) == 0
+    assert fs.depth(aws, TQ) == 0
     objects = aws.client("s3").list_objects_v2(
         Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="dead-letters/runs-fleet-termination-dev/quarantine/"
     )["Contents"]

@@ -10,7 +10,8 @@ from tests import fleet_support as fs
 def test_demo_traffic_exercises_the_fleet_processors(aws):
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
     base = dict(new_agendas=1, stuck_agendas=0, records=0, jobs_started=6, jobs_finished=0, malformed_messages=0)
-    run_demo_traffic(env=aws.env, cfg=DemoConfig(**base, seed=1), **clients)
+    quiet = dict(duplicate_messages=0, old_jobs=0, orphan_instances=0)  # the defaults are the demo job's
+    run_demo_traffic(env=aws.env, cfg=DemoConfig(**base, **quiet, seed=1), **clients)
     second = run_demo_traffic(
         env=aws.env,
         cfg=DemoConfig(
@@ -23,22 +24,27 @@ def test_demo_traffic_exercises_the_fleet_processors(aws):
         ),
         **clients,
     )
-    assert second["duplicate_messages"] == 2 and second["old_jobs_added"] == 3 and second["orphans_launched"] == 1
+    assert second["duplicate_messages"] == 2
+    assert second["old_jobs_added"] == 3
+    assert second["orphans_launched"] == 1
 
     defs = build_definitions("local")
     instance = dg.DagsterInstance.ephemeral()
     drained = defs.resolve_job_def("process_termination_queue").execute_in_process(
-        run_config={"waitSeconds": 0}, instance=instance
+        run_config={"wait_seconds": 0}, instance=instance
     )
     out = drained.output_for_node("drain_termination_queue")
-    assert out["applied"] == 4 and out["dead_lettered"] == 2 and out.get("duplicates_in_round", 0) == 2
+    assert out["applied"] == 4
+    assert out["dead_lettered"] == 2
+    assert out.get("duplicates_in_round", 0) == 2
     assert fs.depth(aws, "RUNS_FLEET_TERMINATION_QUEUE_URL") == 0
 
     housekeeping = defs.resolve_job_def("process_housekeeping_queue").execute_in_process(
-        run_config={"waitSeconds": 0}, instance=instance
+        run_config={"wait_seconds": 0}, instance=instance
     )
     out = housekeeping.output_for_node("drain_housekeeping_queue")
-    assert out["dead_lettered"] == 0 and out["task_pool_audit"] == 1  # pool_audit runs the pool audit (issue 7)
+    assert out["dead_lettered"] == 0
+    assert out["task_pool_audit"] == 1  # a pool_audit message runs the pool audit
     assert out["tasks_run"] == 3  # one housekeeping message from each step, and the pool_audit one
     old = defs.resolve_job_def("housekeeping").execute_in_process(
         run_config={"task_type": "old_jobs"}, instance=instance

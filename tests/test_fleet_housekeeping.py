@@ -7,10 +7,14 @@ from collections import Counter
 import pytest
 
 from pipelines.common import iso, to_item
+from pipelines.definitions import HOUSEKEEPING_TASKS
 from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, housekeeping_drain, parse_request, run_task
+from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, Housekeeping
 from pipelines.fleet.messages import InvalidMessage
 from tests import fleet_support as fs
+
+# The dispatcher as the code location wires it: runs-fleet's tasks and the pool audit's.
+HOUSEKEEPING = Housekeeping(HOUSEKEEPING_TASKS)
 
 HQ, HDLQ = "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL", "RUNS_FLEET_HOUSEKEEPING_DLQ_URL"
 
@@ -20,7 +24,7 @@ def _ctx(aws):
 
 
 def _run(aws, task_type, **params):
-    return run_task(_ctx(aws), parse_request({"task_type": task_type, "params": params}))
+    return HOUSEKEEPING.run(_ctx(aws), HOUSEKEEPING.parse({"task_type": task_type, "params": params})).summary
 
 
 def _later(**delta) -> str:
@@ -54,11 +58,14 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     assert _run(aws, "orphaned_instances")["candidates"] == 0
     # What-if: the same pass 7 hours from now, as a dry run, changes nothing.
     dry = _run(aws, "orphaned_instances", now=_later(hours=7), dryRun=True)
-    assert dry["candidates"] == 5 and dry["suspected"] == 3 and dry["terminated"] == 0
+    assert dry["candidates"] == 5
+    assert dry["suspected"] == 3
+    assert dry["terminated"] == 0
     assert all(SUSPECT_TAG not in _tags(aws, j["instance_id"])[1] for j in idle)
 
     first = _run(aws, "orphaned_instances", now=_later(hours=7))
-    assert first["suspected"] == 3 and first["terminated"] == 0
+    assert first["suspected"] == 3
+    assert first["terminated"] == 0
     assert all(SUSPECT_TAG in _tags(aws, j["instance_id"])[1] for j in idle)
     # Before the next pass, one of them picks up a job again: it is no longer suspect.
     ddb.put_item(
@@ -69,7 +76,8 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     calls, hook = _count_calls(ec2)
     second = _run(aws, "orphaned_instances", now=_later(hours=7, minutes=5))
     ec2.meta.events.unregister("before-call.*.*", hook)
-    assert second["terminated"] == 2 and second["cleared"] == 1
+    assert second["terminated"] == 2
+    assert second["cleared"] == 1
     assert calls["TerminateInstances"] == 1  # batched
     assert [_tags(aws, j["instance_id"])[0] for j in idle] == ["running", "terminated", "terminated"]
     assert SUSPECT_TAG not in _tags(aws, idle[0]["instance_id"])[1]
@@ -88,14 +96,17 @@ def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_te
     ssm.put_parameter(Name="/runs-fleet/runners/not-an-instance/config", Type="String", Value="{}")
 
     recent = _run(aws, "stale_ssm")  # the terminated ones ended just now: kept for 10 minutes
-    assert recent["deleted"] == 23 and recent["recently_terminated"] == 3 and recent["unrecognised"] == 1
+    assert recent["deleted"] == 23
+    assert recent["recently_terminated"] == 3
+    assert recent["unrecognised"] == 1
     left = fs.runner_parameters(aws)
     assert {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live + ended} <= left
 
     calls, hook = _count_calls(ssm)
     later = _run(aws, "stale_ssm", now=_later(minutes=11))
     ssm.meta.events.unregister("before-call.*.*", hook)
-    assert later["deleted"] == 3 and later["recently_terminated"] == 0
+    assert later["deleted"] == 3
+    assert later["recently_terminated"] == 0
     assert calls["DeleteParameters"] == 1
     assert fs.runner_parameters(aws) == {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live} | {
         "/runs-fleet/runners/not-an-instance/config"
@@ -119,14 +130,17 @@ def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
         ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(item))
 
     dry = _run(aws, "old_jobs", dryRun=True)
-    assert dry["found"] == 130 and dry["archived"] == 0 and len(fs.jobs_state(aws)) == 137
+    assert dry["found"] == 130
+    assert dry["archived"] == 0
+    assert len(fs.jobs_state(aws)) == 137
 
     calls, hook = _count_calls(ddb)
     result = _run(aws, "old_jobs")
     ddb.meta.events.unregister("before-call.*.*", hook)
     assert result["archived"] == 130
     assert set(fs.jobs_state(aws)) == {j["job_id"] for j in recent + running}
-    assert calls["Scan"] == 0 and calls["Query"] == 4
+    assert calls["Scan"] == 0
+    assert calls["Query"] == 4
     assert sum(calls.values()) / 130 <= 0.1, calls
     s3 = aws.client("s3")
     bucket = aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
@@ -141,7 +155,7 @@ def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
 @pytest.mark.parametrize(
     "request_data, reason",
     [
-        ({"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": -1}}, "must be a number >= 0"),
+        ({"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": -1}}, "must be at least 0"),
         ({"task_type": "defragment", "params": {}}, "unknown task_type"),
         ({"params": {}}, "missing field task_type"),
         ({"task_type": "old_jobs", "params": {"retention_days": "seven"}}, "params.retention_days"),
@@ -154,11 +168,12 @@ def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
 )
 def test_invalid_housekeeping_requests_are_refused_with_a_reason(aws, request_data, reason):
     with pytest.raises(InvalidMessage, match=reason):
-        run_task(_ctx(aws), parse_request(request_data))
+        HOUSEKEEPING.run(_ctx(aws), HOUSEKEEPING.parse(request_data))
 
 
-def test_the_dispatcher_is_a_dict_of_tasks():
-    assert set(TASKS) == {"orphaned_instances", "stale_ssm", "old_jobs", "pool_audit"}
+def test_the_dispatcher_is_a_dict_of_tasks_and_takes_more_by_injection():
+    assert set(TASKS) == {"orphaned_instances", "stale_ssm", "old_jobs"}
+    assert set(HOUSEKEEPING.tasks) == {"orphaned_instances", "stale_ssm", "old_jobs", "pool_audit"}
 
 
 def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws):
@@ -172,7 +187,7 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
         json.dumps({"task_type": "old_jobs", "params": {"retention_days": -1}}),
     ]
     fs.send(aws, [stale, stale, json.dumps({"task_type": "old_jobs"})] + bad, queue_env=HQ)
-    result = housekeeping_drain(
+    result = HOUSEKEEPING.drain(
         _ctx(aws),
         sqs=aws.client("sqs"),
         queue_url=aws.env[HQ],
@@ -181,7 +196,8 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
         limits=DrainLimits(concurrency=1, wait_seconds=0),
     ).run()
     assert result.counts["tasks_run"] == 2  # the two identical stale_ssm requests ran once
-    assert result.counts["dead_lettered"] == 4 and result.counts["deleted"] == 7
+    assert result.counts["dead_lettered"] == 4
+    assert result.counts["deleted"] == 7
     assert fs.runner_parameters(aws) == set()
     dead = {m["Body"]: m["MessageAttributes"]["groundskeeper-reason"]["StringValue"] for m in fs.read_all(aws, HDLQ)}
     assert "only allowed with dryRun" in dead[bad[0]]

@@ -12,8 +12,10 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
+from pipelines.fleet import aws as fleet_aws
 from pipelines.fleet.drain import run_with_graceful_stop
 from pipelines.fleet.messages import InvalidMessage, runner_parameter
+from pipelines.retry import fixed, preset, timeline
 from tests import fleet_support as fs
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
@@ -42,24 +44,30 @@ def test_a_drain_applies_jobs_deletes_parameters_publishes_metrics_and_acks(aws)
     bodies = [fs.termination_body(j, STATUSES[k % 4], duration_seconds=60 + k) for k, j in enumerate(jobs)]
     fs.send(aws, bodies)
     result = fs.drain(aws, run_id="happy")
-    assert result.counts["received"] == 27 and result.counts["applied"] == 27 and result.counts["deleted"] == 27
+    assert result.counts["received"] == 27
+    assert result.counts["applied"] == 27
+    assert result.counts["deleted"] == 27
     assert result.stopped_by == "queue empty"
     state = fs.jobs_state(aws)
     for k, job in enumerate(jobs):
         item = state[job["job_id"]]
         assert item["status"] == ["completed", "failed", "timeout", "interrupted"][k % 4]
-        assert item["duration_seconds"] == 60 + k and item["instance_id"] == job["instance_id"]
+        assert item["duration_seconds"] == 60 + k
+        assert item["instance_id"] == job["instance_id"]
         assert item["exit_code"] == (0 if k % 4 == 0 else 1)
-        assert item["completed_at"].endswith("Z") and "termination_pending" not in item
+        assert item["completed_at"].endswith("Z")
+        assert "termination_pending" not in item
         assert fs.round_done(aws, item)  # the round's clean-up is marked done
     assert fs.runner_parameters(aws) == set()
     assert _metrics(aws) == _expected_metrics(bodies)
-    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
+    assert fs.depth(aws, TQ) == 0
+    assert fs.depth(aws, DLQ) == 0
     # The raw messages were archived, as received, in one object for the run.
     s3 = aws.client("s3")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"])["Contents"]]
     raw = [k for k in keys if k.startswith("raw/")]
-    assert len(raw) == 1 and raw[0].endswith("/happy.jsonl")
+    assert len(raw) == 1
+    assert raw[0].endswith("/happy.jsonl")
     assert len(keys) == 2  # and the marker of its one round
     keys = raw
     lines = s3.get_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=keys[0])["Body"].read().splitlines()
@@ -76,10 +84,13 @@ def test_every_message_delivered_twice_gives_the_state_and_metrics_of_single_del
     single_state = fs.jobs_state(aws)
     fs.send(aws, bodies[12:] + bodies[:3])
     second = fs.drain(aws)
-    assert second.counts["applied"] == 0 and second.counts["duplicates"] == 15 and second.counts["deleted"] == 15
+    assert second.counts["applied"] == 0
+    assert second.counts["duplicates"] == 15
+    assert second.counts["deleted"] == 15
     assert fs.jobs_state(aws) == single_state
     assert _metrics(aws) == _expected_metrics(bodies)
-    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0  # duplicates are acknowledged, never dead-lettered
+    assert fs.depth(aws, TQ) == 0
+    assert fs.depth(aws, DLQ) == 0  # duplicates are acknowledged, never dead-lettered
 
 
 def _valid_body(job):
@@ -174,7 +185,8 @@ def test_a_corpus_of_malformed_messages_lands_in_the_dead_letter_queue_with_reas
     fs.send(aws, mixed)
     result = fs.drain(aws)
     assert result.counts["applied"] == len(valid)
-    assert result.counts["dead_lettered"] == len(bad) and result.counts["failed"] == 0
+    assert result.counts["dead_lettered"] == len(bad)
+    assert result.counts["failed"] == 0
     assert all(fs.jobs_state(aws)[j["job_id"]]["status"] == "completed" for j in jobs)
     dead = fs.read_all(aws, DLQ)
     assert sorted(m["Body"] for m in dead) == sorted(bad)
@@ -211,8 +223,12 @@ def test_a_path_traversal_instance_id_never_reaches_ssm(aws):
         result = fs.drain(aws)
     finally:
         ssm.meta.events.unregister("provide-client-params.ssm.*", spy)
-    assert result.counts["dead_lettered"] == 3 and result.counts["applied"] == 3
-    assert names_seen and all(".." not in n and n.count("/") == 4 for n in names_seen)
+    assert result.counts["dead_lettered"] == 3
+    assert result.counts["applied"] == 3
+    assert names_seen
+    assert all(".." not in n and n.count("/") == 4 for n in names_seen), (
+        f"a parameter name outside the runner path: {names_seen}"
+    )
     # The job named by the evil message was completed by its valid message only.
     assert fs.jobs_state(aws)[jobs[0]["job_id"]]["instance_id"] == jobs[0]["instance_id"]
 
@@ -230,32 +246,47 @@ def _fail(client, operation, code="ThrottlingException", times=None):
     return calls, hook
 
 
+def test_runs_fleets_retry_policy_waits_100_ms_500_ms_then_1_s_and_gives_up():
+    policy = preset("runs-fleet")
+    assert [step.delay for step in timeline(policy).steps] == pytest.approx([0.1, 0.5, 1.0])
+    assert timeline(policy).stopped, "the policy stops after its 4th attempt"
+    assert policy.max_attempts == 4
+    assert "pkg/events/handler.go" in policy.source
+    assert fleet_aws.POLICY == policy, "the fleet's AWS calls retry by this preset"
+
+
 def test_transient_errors_retry_with_backoff_then_succeed(aws):
     jobs = fs.start_jobs(aws, 5)
     fs.send(aws, [_valid_body(j) for j in jobs])
     calls, _ = _fail(aws.client("dynamodb"), "TransactWriteItems", times=2)
     ssm_calls, _ = _fail(aws.client("ssm"), "DeleteParameters", code="InternalServerError", times=1)
     result = fs.drain(aws)
-    assert result.counts["applied"] == 5 and result.counts["failed"] == 0
+    assert result.counts["applied"] == 5
+    assert result.counts["failed"] == 0
     assert calls["n"] == 3  # two failures, then the update
     assert ssm_calls["n"] == 2
     assert fs.runner_parameters(aws) == set()
 
 
-def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_queue(aws):
+def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_queue(aws, monkeypatch):
+    # runs-fleet's 4 attempts, without the waits (their timeline is tested on the policy itself).
+    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
     sqs = aws.client("sqs")
     sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "1"})
     jobs = fs.start_jobs(aws, 2)
     fs.send(aws, [_valid_body(j) for j in jobs])
-    _fail(aws.client("dynamodb"), "TransactWriteItems")
-    for _ in range(3):  # one receive per run (the backoff outlasts the 1 s visibility)
+    calls, _ = _fail(aws.client("dynamodb"), "TransactWriteItems")
+    for receive in range(1, 4):  # one receive per run (max_messages 2)
         result = fs.drain(aws, max_messages=2)
-        assert result.counts["failed"] == 2 and result.counts["deleted"] == 0
+        assert result.counts["failed"] == 2
+        assert result.counts["deleted"] == 0
+        assert calls["n"] == 4 * receive  # every round tries runs-fleet's 4 attempts
         assert fs.depth(aws, DLQ) == 0  # not dead-lettered by us: it truly failed only after 3 receives
-        time.sleep(1.2)
+        fs.wait_until_visible(aws, TQ)
     # The fourth receive finds them past maxReceiveCount: SQS's redrive policy moved them.
     assert fs.drain(aws).counts["received"] == 0
-    assert fs.depth(aws, DLQ) == 2 and fs.depth(aws, TQ) == 0
+    assert fs.depth(aws, DLQ) == 2
+    assert fs.depth(aws, TQ) == 0
     assert all(j["status"] == "running" for j in fs.jobs_state(aws).values())
 
 
@@ -279,11 +310,15 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     with dg.raise_execution_interrupts():
         result, interrupt = run_with_graceful_stop(drain, logger=fs.log)
     assert isinstance(interrupt, dg.DagsterExecutionInterruptedError)
-    assert result.stopped_by == "interrupted" and rounds == [10]
-    assert result.counts["received"] == 10 and result.counts["applied"] == 10 and result.counts["deleted"] == 10
+    assert result.stopped_by == "interrupted"
+    assert rounds == [10]
+    assert result.counts["received"] == 10
+    assert result.counts["applied"] == 10
+    assert result.counts["deleted"] == 10
     assert fs.depth(aws, TQ) == 50  # the rest was never received
     rest = fs.drain(aws)
-    assert rest.counts["applied"] == 50 and rest.counts["duplicates"] == 0
+    assert rest.counts["applied"] == 50
+    assert rest.counts["duplicates"] == 0
     assert all(j["status"] == "completed" for j in fs.jobs_state(aws).values())
     assert fs.metric_sum(aws, "JobSuccess") == 60
 
@@ -318,16 +353,23 @@ def test_a_round_cut_short_before_its_clean_up_is_finished_by_the_redelivery(aws
     _, hook = _fail(aws.client("cloudwatch"), "PutMetricData", code="AccessDeniedException")
     first = fs.drain(aws, max_messages=4)
     aws.client("cloudwatch").meta.events.unregister("before-call.cloudwatch.PutMetricData", hook)
-    assert first.counts["failed"] == 4 and first.counts["deleted"] == 0 and first.counts["applied"] == 0
+    assert first.counts["failed"] == 4
+    assert first.counts["deleted"] == 0
+    assert first.counts["applied"] == 0
     state = fs.jobs_state(aws)
-    assert all(state[j["job_id"]]["status"] == "completed" and not fs.round_done(aws, state[j["job_id"]]) for j in jobs)
+    assert all(state[j["job_id"]]["status"] == "completed" for j in jobs), "the update did not land"
+    assert not any(fs.round_done(aws, state[j["job_id"]]) for j in jobs), "a round was marked done without clean-up"
     time.sleep(1.2)
     second = fs.drain(aws)
-    assert second.counts["taken_over"] == 4 and second.counts["applied"] == 4 and second.counts["deleted"] == 4
+    assert second.counts["taken_over"] == 4
+    assert second.counts["applied"] == 4
+    assert second.counts["deleted"] == 4
     state = fs.jobs_state(aws)
     assert all(fs.round_done(aws, state[j["job_id"]]) for j in jobs)
-    assert fs.metric_sum(aws, "JobSuccess") == 4 and fs.runner_parameters(aws) == set()
-    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == 0
+    assert fs.metric_sum(aws, "JobSuccess") == 4
+    assert fs.runner_parameters(aws) == set()
+    assert fs.depth(aws, TQ) == 0
+    assert fs.depth(aws, DLQ) == 0
 
 
 def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(aws):
@@ -338,7 +380,7 @@ def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(
     from pipelines.fleet.messages import fingerprint
     from pipelines.fleet.termination import new_round_id
 
-    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "4"})
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "3"})
     (job,) = fs.start_jobs(aws, 1)
     body = _valid_body(job)
     # Another run applied this message a moment ago and has not finished its clean-up.
@@ -353,15 +395,21 @@ def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(
     )
     fs.send(aws, [body])
     held = fs.drain(aws)
-    assert held.counts["held_elsewhere"] == 1 and held.counts["deleted"] == 0 and held.counts["applied"] == 0
-    assert fs.metric_sum(aws, "JobSuccess") == 0 and fs.depth(aws, TQ) == 1
-    time.sleep(4.2)  # the other run's hold has lapsed, and the message is visible again
+    assert held.counts["held_elsewhere"] == 1
+    assert held.counts["deleted"] == 0
+    assert held.counts["applied"] == 0
+    assert fs.metric_sum(aws, "JobSuccess") == 0
+    assert fs.depth(aws, TQ) == 1
+    time.sleep(3.2)  # the other run's hold has lapsed, and the message is visible again
     taken = fs.drain(aws)
-    assert taken.counts["taken_over"] == 1 and taken.counts["deleted"] == 1
-    assert fs.metric_sum(aws, "JobSuccess") == 1 and fs.runner_parameters(aws) == set()
+    assert taken.counts["taken_over"] == 1
+    assert taken.counts["deleted"] == 1
+    assert fs.metric_sum(aws, "JobSuccess") == 1
+    assert fs.runner_parameters(aws) == set()
     assert fs.round_done(aws, fs.jobs_state(aws)[job["job_id"]])
     # Delivered once more, it is a plain duplicate now.
     fs.send(aws, [body])
     again = fs.drain(aws)
-    assert again.counts["duplicates"] == 1 and again.counts["deleted"] == 1
+    assert again.counts["duplicates"] == 1
+    assert again.counts["deleted"] == 1
     assert fs.metric_sum(aws, "JobSuccess") == 1

@@ -1,4 +1,4 @@
-"""Pool audit (issue 7): every figure against values computed by hand.
+"""Pool audit: every figure against values computed by hand.
 
 The fleet below (the same in the pure test and in moto):
 
@@ -27,9 +27,10 @@ import pandas as pd
 import pytest
 
 from pipelines.common import to_item
+from pipelines.common.params import ParamsError
 from pipelines.definitions import build_definitions
 from pipelines.pool_audit import aws as pool_aws
-from pipelines.pool_audit.audit import build_daily_report, housekeeping_options, run_pool_audit
+from pipelines.pool_audit.audit import build_daily_report, run_pool_audit
 from pipelines.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
 from pipelines.pool_audit.defs import (
     CHECK_DESIRED_IDLE,
@@ -38,6 +39,7 @@ from pipelines.pool_audit.defs import (
     pool_audit,
     pool_cost_report,
 )
+from pipelines.pool_audit.housekeeping import message_params
 from pipelines.pool_audit.prices import PriceList, load_price_list
 from pipelines.pool_audit.render import cost_chart_svg
 from resources import resources_for
@@ -100,9 +102,11 @@ def _check_table(table: pd.DataFrame) -> None:
             assert r.idle_cost_usd_per_hour == pytest.approx(idle_cost), pool
             assert r.problem == ""
         else:
-            assert pd.isna(r.compute_cost_usd_per_hour) and pd.isna(r.idle_cost_usd_per_hour), pool
+            assert pd.isna(r.compute_cost_usd_per_hour), pool
+            assert pd.isna(r.idle_cost_usd_per_hour), pool
             assert r.problem, pool
-    assert rows["untagged"].kind == "untagged" and rows["ghost"].kind == "unknown_pool"
+    assert rows["untagged"].kind == "untagged"
+    assert rows["ghost"].kind == "unknown_pool"
     assert "x9.huge is not in the price list" in rows["mystery"].problem
     assert "negative hourly_price_usd" in rows["neg"].problem
 
@@ -160,21 +164,26 @@ def test_bad_pool_items_are_reported_never_priced_at_zero():
     assert "invalid desired_idle" in problems["bad-idle"]
     assert "invalid spot" in problems["spot-str"]
     assert problems["free"] == ""
-    assert result.totals["pools_in_totals"] == 1 and result.totals["running"] == 1
+    assert result.totals["pools_in_totals"] == 1
+    assert result.totals["running"] == 1
     assert result.totals["running_left_out_of_totals"] == 4
     assert result.totals["compute_cost_usd_per_hour"] == 0.0
 
 
 def test_no_instances_and_no_pools():
     empty = audit_pools([], instances_frame([]), set(), PRICES)
-    assert empty.table.empty and empty.totals["running"] == 0 and empty.totals["utilization_pct"] == 0.0
+    assert empty.table.empty
+    assert empty.totals["running"] == 0
+    assert empty.totals["utilization_pct"] == 0.0
     idle_pool = audit_pools(POOLS[:1], instances_frame([]), set(), PRICES)
-    assert idle_pool.table.loc[0, "running"] == 0 and idle_pool.table.loc[0, "utilization_pct"] == 0.0
+    assert idle_pool.table.loc[0, "running"] == 0
+    assert idle_pool.table.loc[0, "utilization_pct"] == 0.0
 
 
 def test_the_shipped_price_list_has_source_date_and_a_sane_spot_factor(tmp_path):
     prices = load_price_list()
-    assert prices.source.startswith("AWS EC2 On-Demand pricing") and prices.as_of
+    assert prices.source.startswith("AWS EC2 On-Demand pricing")
+    assert prices.as_of
     assert 0 < prices.spot_factor <= 1
     assert prices.on_demand_usd_per_hour["t3.small"] == 0.0208
     bad = tmp_path / "prices.json"
@@ -184,16 +193,18 @@ def test_the_shipped_price_list_has_source_date_and_a_sane_spot_factor(tmp_path)
 
 
 def test_housekeeping_params_are_validated():
-    assert housekeeping_options({}) == {"idle_cost_threshold_usd_per_hour": 5.0}
-    assert housekeeping_options({"idle_cost_threshold_usd_per_hour": 2}) == {"idle_cost_threshold_usd_per_hour": 2.0}
-    assert housekeeping_options({"now": "2026-11-22T00:00:00Z", "dryRun": True})  # a what-if audit writes nothing
-    for bad, reason in [
-        ({"idle_cost_threshold_usd_per_hour": -1}, "must be a number >= 0"),
-        ({"idle_cost_threshold_usd_per_hour": True}, "must be a number >= 0"),
-        ({"now": "2026-11-22T00:00:00Z"}, "only allowed with dryRun"),
+    assert message_params({}, dry_run=False, what_if=False).idle_cost_threshold_usd_per_hour == 5.0
+    assert message_params({"idle_cost_threshold_usd_per_hour": 2}, dry_run=False, what_if=False) == (
+        message_params({"idle_cost_threshold_usd_per_hour": 2.0}, dry_run=False, what_if=False)
+    )
+    assert message_params({}, dry_run=True, what_if=True)  # a what-if audit writes nothing
+    for bad, what_if, reason in [
+        ({"idle_cost_threshold_usd_per_hour": -1}, False, "must be at least 0"),
+        ({"idle_cost_threshold_usd_per_hour": True}, False, "must be a number"),
+        ({}, True, "only allowed with dryRun"),
     ]:
-        with pytest.raises(ValueError, match=reason):
-            housekeeping_options(bad)
+        with pytest.raises(ParamsError, match=reason):
+            message_params(bad, dry_run=False, what_if=what_if)
 
 
 # ---------------------------------------------------------------- daily report
@@ -244,9 +255,11 @@ def test_daily_report_time_weights_usd_per_pool_by_hand():
     assert (other["cost_usd"], other["idle_cost_usd"]) == pytest.approx((0.5, 0.25))
     assert "broken" not in set(report["pool"])
     assert report["pool"].tolist() == ["small", "other"]  # most expensive first
-    assert totals["cost_usd"] == pytest.approx(8.5) and totals["idle_cost_usd"] == pytest.approx(1.75)
+    assert totals["cost_usd"] == pytest.approx(8.5)
+    assert totals["idle_cost_usd"] == pytest.approx(1.75)
     assert totals["idle_share_pct"] == pytest.approx(100 * 1.75 / 8.5)
-    assert totals["hours_covered"] == pytest.approx(7 / 6) and totals["snapshots"] == 3
+    assert totals["hours_covered"] == pytest.approx(7 / 6)
+    assert totals["snapshots"] == 3
 
 
 def test_cost_chart_is_valid_svg_with_the_idle_part_highlighted():
@@ -259,7 +272,9 @@ def test_cost_chart_is_valid_svg_with_the_idle_part_highlighted():
     svg = cost_chart_svg(report, "Fleet cost")
     root = ET.fromstring(svg)
     texts = [t.text for t in root.iter("{http://www.w3.org/2000/svg}text")]
-    assert "a<b" in texts and "small" in texts and "$8.00 (idle 25%)" in texts
+    assert "a<b" in texts
+    assert "small" in texts
+    assert "$8.00 (idle 25%)" in texts
     widths = [
         float(r.get("width")) for r in root.iter("{http://www.w3.org/2000/svg}rect") if r.get("fill") == "#e45756"
     ]
@@ -402,7 +417,8 @@ def test_busy_instances_come_from_a_scan_when_the_table_has_no_status_index(aws)
     busy = pool_aws.running_job_instances(ddb, "legacy-jobs", progress=messages.append)
     assert busy == {ids["small1"], ids["small2"], ids["small4"], ids["small5"], ids["unmanaged1"]}
     assert busy == pool_aws.running_job_instances(ddb, aws.env["RUNS_FLEET_JOBS_TABLE"])
-    assert messages and "scanning" in messages[0]
+    assert messages
+    assert "scanning" in messages[0]
 
 
 def test_describe_instances_is_paginated(aws, monkeypatch):
@@ -434,8 +450,10 @@ def test_metrics_are_batched_1000_datums_per_call(aws):
         }
     )
     datums, skipped = pool_aws.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
-    assert len(datums) == 1200 and skipped == []
-    assert pool_aws.put_metrics(cw, "RunsFleet", datums) == 2 and counter.calls == ["PutMetricData"] * 2
+    assert len(datums) == 1200
+    assert skipped == []
+    assert pool_aws.put_metrics(cw, "RunsFleet", datums) == 2
+    assert counter.calls == ["PutMetricData"] * 2
 
 
 def _materialize(aws, assets, **kwargs):
@@ -448,8 +466,11 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws):
     assert result.success
     meta = result.asset_materializations_for_node("pool_audit")[0].metadata
     # Without the pending hook moto shows small4 running, with its running job: busy.
-    assert meta["running"].value == 6 and meta["busy"].value == 3 and meta["idle"].value == 3
-    assert meta["untagged_instances"].value == 1 and meta["unknown_pool_instances"].value == 1
+    assert meta["running"].value == 6
+    assert meta["busy"].value == 3
+    assert meta["idle"].value == 3
+    assert meta["untagged_instances"].value == 1
+    assert meta["unknown_pool_instances"].value == 1
     assert meta["pools_with_problems"].value == 2
     expected_compute = 4 * 0.0208 + 2 * 0.17 * load_price_list().spot_factor + 0  # shipped list prices
     assert meta["total_compute_cost_usd_per_hour"].value == pytest.approx(expected_compute)
@@ -462,8 +483,10 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws):
     assert meta["snapshot"].value.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert checks[CHECK_IDLE_COST].passed  # well under 5 USD/h
-    assert not checks[CHECK_DESIRED_IDLE].passed and checks[CHECK_DESIRED_IDLE].metadata["pools"].value == ["gpu"]
-    assert not checks[CHECK_KNOWN_POOLS].passed and "ghost" in checks[CHECK_KNOWN_POOLS].metadata["instances"].value
+    assert not checks[CHECK_DESIRED_IDLE].passed
+    assert checks[CHECK_DESIRED_IDLE].metadata["pools"].value == ["gpu"]
+    assert not checks[CHECK_KNOWN_POOLS].passed
+    assert "ghost" in checks[CHECK_KNOWN_POOLS].metadata["instances"].value
     assert all(e.severity == dg.AssetCheckSeverity.WARN for e in checks.values())
 
     strict = _materialize(
@@ -476,7 +499,9 @@ def test_dry_run_writes_nothing(aws):
     _seed_fleet(aws)
     result = _materialize(aws, [pool_audit], run_config={"ops": {"pool_audit": {"config": {"dry_run": True}}}})
     meta = result.asset_materializations_for_node("pool_audit")[0].metadata
-    assert meta["dry_run"].value is True and "snapshot" not in meta and meta["cloudwatch_calls"].value == 0
+    assert meta["dry_run"].value is True
+    assert "snapshot" not in meta
+    assert meta["cloudwatch_calls"].value == 0
     s3 = aws.client("s3")
     assert s3.list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="pool-audit/")["KeyCount"] == 0
     assert aws.client("cloudwatch").list_metrics(Namespace="RunsFleet")["Metrics"] == []
@@ -491,7 +516,8 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     # Each snapshot: small 4 running (small4 runs in moto, busy) x 0.0208 + spotty 2 x 0.0595; idle: 1 small, 2 spotty.
     per_hour, idle_per_hour = 4 * 0.0208 + 2 * 0.0595, 1 * 0.0208 + 2 * 0.0595
     direct = build_daily_report(s3=common["s3"], archive_bucket=common["archive_bucket"], day=dt.date(2026, 11, 21))
-    assert direct.totals["hours_covered"] == pytest.approx(0.75) and direct.totals["snapshots"] == 3
+    assert direct.totals["hours_covered"] == pytest.approx(0.75)
+    assert direct.totals["snapshots"] == 3
     assert direct.totals["cost_usd"] == pytest.approx(0.75 * per_hour)
     assert direct.totals["idle_cost_usd"] == pytest.approx(0.75 * idle_per_hour)
 
@@ -503,7 +529,8 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     assert "| spotty |" in meta["per_pool"].value
     s3 = aws.client("s3")
     svg = s3.get_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/chart.svg")["Body"].read()
-    assert b"spotty" in svg and ET.fromstring(svg) is not None
+    assert b"spotty" in svg
+    assert ET.fromstring(svg) is not None
     s3.head_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/report.csv")
 
     empty = _materialize(aws, [pool_cost_report], partition_key="2026-11-05")
@@ -520,16 +547,19 @@ def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(
     sqs.send_message(QueueUrl=queue, MessageBody=json.dumps(bad))
     defs = build_definitions("local")
     result = defs.resolve_job_def("process_housekeeping_queue").execute_in_process(
-        run_config={"waitSeconds": 0}, instance=dg.DagsterInstance.ephemeral()
+        run_config={"wait_seconds": 0}, instance=dg.DagsterInstance.ephemeral()
     )
     assert result.success
     out = result.output_for_node("drain_housekeeping_queue")
-    assert out["tasks_run"] == 1 and out["dead_lettered"] == 1
+    assert out["tasks_run"] == 1
+    assert out["dead_lettered"] == 1
     mats = result.asset_materializations_for_node("drain_housekeeping_queue")
     assert [m.asset_key for m in mats] == [dg.AssetKey("pool_audit")]
     meta = mats[0].metadata
     assert meta["triggered_by"].value == "housekeeping message task_type=pool_audit"
-    assert meta["running"].value == 6 and meta["busy"].value == 3 and meta["pools"].value == 5
+    assert meta["running"].value == 6
+    assert meta["busy"].value == 3
+    assert meta["pools"].value == 5
     snapshot = meta["snapshot"].value
     assert snapshot.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
     aws.client("s3").head_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=snapshot.split("/", 3)[3])
@@ -537,7 +567,8 @@ def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(
     assert evaluations == {CHECK_IDLE_COST: True, CHECK_DESIRED_IDLE: False, CHECK_KNOWN_POOLS: False}
     step = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"][0]
     tasks_json = step.event_specific_data.metadata["tasks"].value
-    assert [t["task_type"] for t in tasks_json] == ["pool_audit"] and "_pool_audit_run" not in tasks_json[0]
+    assert [t["task_type"] for t in tasks_json] == ["pool_audit"]
+    assert "_pool_audit_run" not in tasks_json[0]
     dead = sqs.receive_message(QueueUrl=dlq, MessageAttributeNames=["All"], WaitTimeSeconds=0)["Messages"]
     assert [json.loads(m["Body"]) for m in dead] == [bad]
     assert "idle_cost_threshold_usd_per_hour" in dead[0]["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
@@ -549,14 +580,16 @@ def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(
     )
     assert one.output_for_node("run_housekeeping_task")["dry_run"] is True
     meta = one.asset_materializations_for_node("run_housekeeping_task")[0].metadata
-    assert meta["dry_run"].value is True and "snapshot" not in meta
+    assert meta["dry_run"].value is True
+    assert "snapshot" not in meta
     assert {e.check_name: e.passed for e in one.get_asset_check_evaluations()}[CHECK_IDLE_COST] is False
 
 
 def test_schedules_and_definitions():
     defs = build_definitions("prod")
     schedule = defs.resolve_schedule_def("pool_audit_schedule")
-    assert schedule.cron_schedule == "*/10 * * * *" and schedule.default_status == dg.DefaultScheduleStatus.RUNNING
+    assert schedule.cron_schedule == "*/10 * * * *"
+    assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
     assert schedule.job_name == "pool_audit_job"
     context = dg.build_schedule_context(scheduled_execution_time=dt.datetime(2026, 11, 22, 1, 30, tzinfo=dt.UTC))
     requests = schedule.evaluate_tick(context).run_requests
@@ -574,21 +607,34 @@ def test_schedules_and_definitions():
         keys = job.partitions_def.get_partition_keys(
             current_time=dt.datetime(2026, 11, 22, 9, 0, tzinfo=dt.UTC), dynamic_partitions_store=instance
         )
-    assert keys[0] == "2026-11-01" and keys[-1] == "2026-11-22"  # today so far is a partition too
+    assert keys[0] == "2026-11-01"
+    assert keys[-1] == "2026-11-22"  # today so far is a partition too
 
 
 def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_instances(aws):
     from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
-    cfg = DemoConfig(new_agendas=1, stuck_agendas=0, jobs_started=3, jobs_finished=0, records=0, seed=3)
+    cfg = DemoConfig(
+        new_agendas=1,
+        stuck_agendas=0,
+        jobs_started=3,
+        jobs_finished=0,
+        records=0,
+        duplicate_messages=0,
+        old_jobs=0,
+        orphan_instances=0,
+        seed=3,
+    )
     assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 6
     cfg = DemoConfig(**{**cfg.__dict__, "seed": 4})  # a new seed: new job ids
     assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
     run = run_pool_audit(**_audit_args(aws, dry_run=True))
     rows = run.audit.table.set_index("pool")
-    assert rows.loc["linux-small", "idle"] == 2 and rows.loc["linux-small", "stopped"] == 1
+    assert rows.loc["linux-small", "idle"] == 2
+    assert rows.loc["linux-small", "stopped"] == 1
     assert rows.loc["linux-large", "idle"] == 1
     assert run.audit.totals["busy"] == 6  # the six demo jobs, on six running instances
-    assert run.audit.totals["untagged_instances"] == 1 and run.audit.totals["unknown_pool_instances"] == 1
+    assert run.audit.totals["untagged_instances"] == 1
+    assert run.audit.totals["unknown_pool_instances"] == 1
     assert run.audit.totals["idle_cost_usd_per_hour"] > 0

@@ -1,4 +1,4 @@
-"""Agenda reclaim (seed 000): evaluation, scan and index paths, resume, races, dry run, job wiring."""
+"""POP's agenda reclaimer: evaluation, scan and index paths, resume, races, dry run, job wiring."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from pipelines.common import to_item
 from pipelines.reclaim.defs import build_defs, older_run_on_same_table, schedule_for
+from pipelines.reclaim.defs.jobs import execution_for
 from pipelines.reclaim.engine import MemoryCursor, reclaim_pass
 from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
 from pipelines.reclaim.source import TableError, inspect_table, parse_time
@@ -49,7 +50,7 @@ def _pass(ddb, params, *, writer="dynamo", deadline=None, **kwargs):
 # ------------------------------------------------------------------ parameters
 
 
-def test_params_defaults_are_the_seeds():
+def test_params_defaults_are_pops():
     p = parse_params({"tableName": "t-1", "idFieldName": "id", "timeFieldName": "updatedTime"})
     assert (p.maximumExecutionSeconds, p.reclaimAgeMinutes, p.scanDelayMillis) == (60, 0, 0)
     assert (p.targetBatchSize, p.objectScanLimit, p.logReclaimOnly, p.reclaimAction) == (50, 50, False, "fail")
@@ -64,7 +65,7 @@ def test_params_defaults_are_the_seeds():
         ({"reclaimAction": "explode"}, "reclaimAction"),
         ({"tableName": "bad name!"}, "tableName"),
         ({"agendaProgressEndpointURL": "ftp://x"}, "http"),
-        ({"reclaimAgeMinutes": "5"}, "integer"),
+        ({"reclaimAgeMinutes": "5"}, "reclaimAgeMinutes must be a whole number"),
     ],
 )
 def test_bad_params_are_errors_that_name_the_field(change, message):
@@ -142,7 +143,8 @@ def test_resume_walks_the_table_to_the_end_then_starts_over(aws):
     seen = []
     for _ in range(4):  # an expired budget: each run reads exactly one page
         counts = _pass(ddb, params, deadline=time.time() - 1, cursor=cursor)
-        assert counts.api_calls == 1 and counts.stopped_by_budget != counts.completed_pass
+        assert counts.api_calls == 1
+        assert counts.stopped_by_budget != counts.completed_pass
         seen.append((counts.scanned, counts.completed_pass))
     assert seen == [(5, False), (5, False), (2, True), (5, False)]
 
@@ -200,7 +202,8 @@ def test_an_executor_writing_between_read_and_write_always_wins(aws):
     assert counts.reclaimed == len(ids["stale"]) - len(revived)
     items = items_by_id(ddb)
     for item_id in revived:
-        assert items[item_id]["processingState"] == "EXECUTING" and items[item_id]["heartbeat"] is True
+        assert items[item_id]["processingState"] == "EXECUTING"
+        assert items[item_id]["heartbeat"] is True
 
 
 def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count():
@@ -231,14 +234,17 @@ def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count():
     failed = {k for k, v in items.items() if v["processingState"] == "COMPLETE"}
     # every failure was counted exactly once across both runs; every other match lost a race
     assert sum(r.reclaimed for r in results) == len(failed)
-    assert all(r.reclaimed + r.raced == r.matched and r.errors == 0 for r in results)
+    assert [r.reclaimed + r.raced for r in results] == [r.matched for r in results]
+    assert [r.errors for r in results] == [0, 0]
     assert len(failed) + len(beats) == len(stale)
     for item_id, item in items.items():
         if item_id in failed:
-            assert len(json.loads(item["diagnosticEvents"])) == 1 and item["attemptsCompleted"] == 1
+            assert len(json.loads(item["diagnosticEvents"])) == 1
+            assert item["attemptsCompleted"] == 1
             assert item_id not in beats  # never failed after a heartbeat won
         else:
-            assert item_id in beats and item["heartbeat"] is True  # only a live executor keeps it
+            assert item_id in beats
+            assert item["heartbeat"] is True  # only a live executor keeps it
 
 
 def test_operation_progress_items_are_failed_with_the_agenda(aws):
@@ -265,7 +271,8 @@ def test_operation_progress_items_are_failed_with_the_agenda(aws):
     ops = {i["operationId"]["S"]: i for i in ddb.scan(TableName="POP-OperationProgress-test")["Items"]}
     assert ops["op-1"]["processingStateMessage"]["S"] == "failed"
     assert "AgendaProgress timed out." in ops["op-1"]["diagnosticEvents"]["S"]
-    assert ops["op-2"]["processingState"]["S"] == "COMPLETE" and "processingStateMessage" not in ops["op-2"]
+    assert ops["op-2"]["processingState"]["S"] == "COMPLETE"
+    assert "processingStateMessage" not in ops["op-2"]
     with pytest.raises(TableError, match="agendaProgressId"):
         OperationProgressWriter(ddb, PROGRESS_TABLE)
 
@@ -321,7 +328,8 @@ def test_job_reports_counts_metadata_and_metrics(aws):
         e for e in result.all_node_events if e.node_name == "report_reclaim" and e.event_type_value == "STEP_OUTPUT"
     ]
     metadata = materialization.event_specific_data.metadata
-    assert metadata["reclaimed"].value == 7 and metadata["table"].value == PROGRESS_TABLE
+    assert metadata["reclaimed"].value == 7
+    assert metadata["table"].value == PROGRESS_TABLE
     cw = aws.client("cloudwatch")
     metrics = {m["MetricName"] for m in cw.list_metrics(Namespace="RunsFleet")["Metrics"]}
     assert {"AgendaReclaimFailed", "AgendaReclaimRaced", "AgendaReclaimSkipped"} <= metrics
@@ -339,7 +347,8 @@ def test_budget_limited_runs_resume_from_the_instance_cursor(aws):
     assert second.output_for_node("report_reclaim")["reclaimed"] == 2
     assert any(m.startswith("scan segment 1/1: resuming at") for m in _logs(instance, second.run_id))
     failed = {k for k, v in items_by_id(ddb, "resume-agendas").items() if v["processingState"] == "COMPLETE"}
-    assert len(failed) == 4 and failed < set(ids)
+    assert len(failed) == 4
+    assert failed < set(ids)
 
 
 def test_parallel_segments_fan_out_as_separate_ops(aws):
@@ -360,6 +369,30 @@ def test_job_refuses_budget_at_or_above_max_runtime_and_missing_table(aws):
     result = _run_job({**BASE, "tableName": "missing-table"})
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "'missing-table' does not exist" in failure.event_specific_data.error.message
+
+
+def _failure_description(result) -> str:
+    """The description of the step's ``dg.Failure``: the one line the run shows."""
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    return failure.event_specific_data.user_failure_data.description
+
+
+def test_a_bad_value_fails_the_run_with_one_line(aws):
+    result = _run_job({**BASE, "targetBatchSize": 0})
+    assert _failure_description(result) == "invalid run config: targetBatchSize must be at least 1, got 0"
+
+
+def test_a_bad_segments_value_fails_in_the_op_not_in_the_config_mapping(aws):
+    result = _run_job({**BASE, "segments": 0})
+    assert _failure_description(result) == "invalid run config: segments must be at least 1, got 0"
+
+
+def test_segments_above_one_run_on_the_multiprocess_executor():
+    assert execution_for({"segments": 12}) == {"multiprocess": {"max_concurrent": 8}}
+
+
+def test_one_segment_runs_in_process():
+    assert execution_for({"segments": 1}) == {"in_process": {}}
 
 
 def test_unknown_config_key_is_refused():
@@ -386,7 +419,8 @@ def test_a_second_run_on_the_same_table_does_nothing(aws):
     result = _run_job(BASE, instance)
     assert result.success
     summary = result.output_for_node("report_reclaim")
-    assert summary["overlapping_run"] == older.run_id and summary["reclaimed"] == 0
+    assert summary["overlapping_run"] == older.run_id
+    assert summary["reclaimed"] == 0
     assert not any(v.get("processingStateMessage") == "failed" for v in items_by_id(ddb).values())
 
 

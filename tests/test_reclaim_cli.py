@@ -1,16 +1,19 @@
-"""Done-when: the seed's sample JSON, saved unchanged (duplicate key and all), runs the job via the CLI."""
+"""POP's sample JSON, saved unchanged (duplicate key and all), runs the job: once through the CLI
+(with the HTTP endpoint writer it names) and once in process with the direct DynamoDB writer."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
-from pipelines.reclaim.local_endpoint import LocalAgendaEndpoint
+import dagster as dg
+
+from infra.agenda_endpoint import LocalAgendaEndpoint
 from tests.reclaim_support import PROGRESS_TABLE, encrypted_password, items_by_id, seed_mixed
 
-SAMPLE = Path(__file__).with_name("data") / "seed000_sample.json"
-ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = Path(__file__).with_name("data") / "pop_reclaim_sample.json"
 
 
 def _execute(config: Path, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
@@ -18,42 +21,44 @@ def _execute(config: Path, env: dict[str, str], cwd: Path) -> subprocess.Complet
     return subprocess.run([*cmd, "-c", str(config)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _states(ddb, ids: list[str]) -> set[tuple[str, str | None]]:
+    items = items_by_id(ddb)
+    return {(items[i]["processingState"], items[i].get("processingStateMessage")) for i in ids}
+
+
 def _assert_only_stale_failed(ddb, ids: dict[str, list[str]]) -> None:
     items = items_by_id(ddb)
-    for item_id in ids["stale"]:
-        item = items[item_id]
-        assert (item["processingState"], item["processingStateMessage"]) == ("COMPLETE", "failed"), item
-        assert item["attemptsCompleted"] == 1
-        assert '"AgendaProgress timed out."' in item["diagnosticEvents"]
-    for item_id in ids["fresh"]:
-        assert items[item_id]["processingState"] == "EXECUTING"
-        assert items[item_id]["diagnosticEvents"] == "[]"
-    for item_id in ids["waiting"]:
-        assert (items[item_id]["processingState"], items[item_id]["processingStateMessage"]) == ("WAITING", "pending")
-    for item_id in ids["complete"]:
-        assert items[item_id]["processingStateMessage"] == "succeeded"
-        assert items[item_id]["diagnosticEvents"] == "[]"
+    assert _states(ddb, ids["stale"]) == {("COMPLETE", "failed")}
+    assert {items[i]["attemptsCompleted"] for i in ids["stale"]} == {1}
+    assert all('"AgendaProgress timed out."' in items[i]["diagnosticEvents"] for i in ids["stale"]), "timeout event"
+    assert _states(ddb, ids["fresh"]) == {("EXECUTING", None)}
+    assert _states(ddb, ids["waiting"]) == {("WAITING", "pending")}
+    assert _states(ddb, ids["complete"]) == {("COMPLETE", "succeeded")}
+    untouched = ids["fresh"] + ids["complete"]
+    assert {items[i]["diagnosticEvents"] for i in untouched} == {"[]"}
 
 
-def test_seed_sample_unchanged_has_a_duplicate_key():
+def test_pop_sample_unchanged_has_a_duplicate_key():
     text = SAMPLE.read_text()
     assert text.count('"maximumExecutionSeconds"') == 2  # the later value (120) wins, as in YAML/JSON loaders
 
 
-def test_seed_sample_via_cli_direct_dynamodb_writer(aws, tmp_path):
+def test_pop_sample_in_process_direct_dynamodb_writer(aws):
     ddb = aws.client("dynamodb")
     ids = seed_mixed(ddb)
-    lines = [line for line in SAMPLE.read_text().splitlines() if "agendaProgressEndpointURL" not in line]
-    config = tmp_path / "sample.json"
-    config.write_text("\n".join(lines) + "\n")
-    env = {k: v for k, v in aws.subprocess_env().items() if k != "AGENDA_PROGRESS_URL"}
-    result = _execute(config, env, tmp_path)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "writer DynamoDB" in result.stderr + result.stdout
+    config = {k: v for k, v in json.loads(SAMPLE.read_text()).items() if k != "agendaProgressEndpointURL"}
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    instance = dg.DagsterInstance.ephemeral()
+    result = job.execute_in_process(run_config=config, instance=instance)
+    assert result.success
+    logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert any("writer DynamoDB" in m for m in logs)
     _assert_only_stale_failed(ddb, ids)
 
 
-def test_seed_sample_via_cli_http_endpoint_writer(aws, tmp_path):
+def test_pop_sample_via_cli_http_endpoint_writer(aws, tmp_path):
     ddb = aws.client("dynamodb")
     ids = seed_mixed(ddb)
     with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as endpoint:
@@ -73,6 +78,7 @@ def test_seed_sample_via_cli_http_endpoint_writer(aws, tmp_path):
         assert sorted(p.rsplit("/", 1)[1] for p in puts) == sorted(ids["stale"])
         assert ("POST", "/login") in endpoint.requests
         token_headers = {h for h in endpoint.seen_auth if h.startswith("Bearer ")}
-        assert token_headers and all(h[7:] not in output for h in token_headers)
+        assert token_headers, "no bearer token was sent"
+        assert not any(h[7:] in output for h in token_headers), "a token shows in the output"
         assert endpoint.password not in output
     _assert_only_stale_failed(ddb, ids)

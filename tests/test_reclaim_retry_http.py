@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 
 import pytest
 
+from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
+from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret
-from pipelines.reclaim.local_endpoint import LocalAgendaEndpoint
 from pipelines.reclaim.params import parse_params
-from pipelines.reclaim.policy import policy_from_params
-from pipelines.reclaim.source import inspect_table
-from pipelines.reclaim.wiring import make_writer
+from pipelines.reclaim.policy import ImmediatePolicy, policy_from_params
+from pipelines.reclaim.source import inspect_table, to_candidate
+from pipelines.reclaim.wiring import EndpointSettings, make_writer
+from pipelines.reclaim.writers import RACED, DynamoWriter
+from pipelines.retry import dynamodb_fence
 from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
 
 BASE = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime", "reclaimAgeMinutes": 60}
@@ -32,11 +36,15 @@ class ListLog:
     warning = error = info
 
 
-def run(aws, environ=None, log=None, **overrides):
+def run(aws, endpoint=None, log=None, **overrides):
     ddb = aws.client("dynamodb")
     params = parse_params({**BASE, **overrides})
     writer = make_writer(
-        params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"], environ=environ or {}
+        params,
+        dynamodb=ddb,
+        kms=aws.client("kms"),
+        ready_table=aws.env["AGENDA_READY_TABLE"],
+        endpoint=endpoint or EndpointSettings(),
     )
     policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
     return reclaim_pass(
@@ -80,15 +88,87 @@ def test_retry_resets_to_waiting_and_queues_ahead_of_new_work(aws):
             "pending",
             1,
         )
-        assert events(item) == ["retry attempt 1"] and "retryAt" not in item
+        assert events(item) == ["retry attempt 1"]
+        assert "retryAt" not in item
     ready = ready_items(aws)
     assert set(ready) == {"a", "b"}
-    assert ready["a"]["insightId"] == "insight-7" and ready["a"]["agendaId"] == "agenda-a"
-    assert ready["a"]["customerId"] == "cust-1" and ready["a"]["retryAttempt"] == 1 and ready["a"]["priority"] == 1
+    assert ready["a"]["insightId"] == "insight-7"
+    assert ready["a"]["agendaId"] == "agenda-a"
+    assert ready["a"]["customerId"] == "cust-1"
+    assert ready["a"]["retryAttempt"] == 1
+    assert ready["a"]["priority"] == 1
     # FIFO by `added`: the retry carries its original addedTime, so it sorts ahead of work added now
     assert ready["a"]["added"] == items["a"]["addedTime"] < now
     # nothing left to do: a second pass queues nothing twice
-    assert run(aws, reclaimAction="retry").retried == 0 and len(ready_items(aws)) == 2
+    assert run(aws, reclaimAction="retry").retried == 0
+    assert len(ready_items(aws)) == 2
+
+
+def late_write(aws, item_id: str, attempt_id: str | None) -> bool:
+    """An executor of ``attempt_id`` finishes late: COMPLETE/succeeded, fenced by its attempt.
+    Returns whether DynamoDB took the write."""
+    fence = dynamodb_fence(attempt_id)
+    try:
+        aws.client("dynamodb").update_item(
+            TableName=PROGRESS_TABLE,
+            Key={"id": {"S": item_id}},
+            UpdateExpression="SET processingState = :complete, processingStateMessage = :succeeded",
+            ConditionExpression=fence["condition"],
+            ExpressionAttributeNames=fence["names"],
+            ExpressionAttributeValues={
+                ":complete": {"S": "COMPLETE"},
+                ":succeeded": {"S": "succeeded"},
+                **fence["values"],
+            },
+        )
+    except aws.client("dynamodb").exceptions.ConditionalCheckFailedException:
+        return False
+    return True
+
+
+def test_retry_writes_a_new_attempt_id_on_the_progress_and_the_ready_item(aws):
+    now = int(time.time() * 1000)
+    put(aws, agenda("a", "EXECUTING", DAY_MS, now=now, attemptId="att-first"))
+    run(aws, reclaimAction="retry")
+    attempt_id = items_by_id(aws.client("dynamodb"))["a"]["attemptId"]
+    assert attempt_id not in (None, "att-first")
+    assert ready_items(aws)["a"]["attemptId"] == attempt_id
+
+
+def test_a_late_write_from_the_superseded_attempt_is_rejected(aws):
+    now = int(time.time() * 1000)
+    put(aws, agenda("late", "EXECUTING", DAY_MS, now=now, attemptId="att-first"))
+    run(aws, reclaimAction="retry")  # attempt att-first timed out: a new attempt is queued
+    assert late_write(aws, "late", "att-first") is False
+    assert items_by_id(aws.client("dynamodb"))["late"]["processingState"] == "WAITING"
+
+
+def test_the_new_attempt_still_writes(aws):
+    now = int(time.time() * 1000)
+    put(aws, agenda("live", "EXECUTING", DAY_MS, now=now))  # no attempt id yet: written before them
+    run(aws, reclaimAction="retry")
+    assert late_write(aws, "live", ready_items(aws)["live"]["attemptId"]) is True
+
+
+def test_a_reclaim_write_for_a_superseded_attempt_is_raced(aws):
+    """A reclaim run read the item; before it writes, a retry superseded that attempt. Everything
+    else (state, time, attempts) is as read, so only the fence refuses the write."""
+    ddb = aws.client("dynamodb")
+    now = int(time.time() * 1000)
+    put(aws, agenda("x", "EXECUTING", DAY_MS, now=now, attemptId="att-first"))
+    params = parse_params(BASE)
+    info = inspect_table(ddb, params)
+    (item,) = ddb.scan(TableName=PROGRESS_TABLE)["Items"]
+    candidate = to_candidate(item, info, params, now)
+    ddb.update_item(
+        TableName=PROGRESS_TABLE,
+        Key={"id": {"S": "x"}},
+        UpdateExpression="SET attemptId = :next",
+        ExpressionAttributeValues={":next": {"S": "att-next"}},
+    )
+    writer = DynamoWriter(ddb, table=PROGRESS_TABLE, time_field="updatedTime", ready_table=None, action="fail")
+    decision = decide(candidate, action="fail", now=now, cutoff=params.cutoff_ms(now), policy=ImmediatePolicy())
+    assert writer.apply(candidate, decision, now=now, cutoff=params.cutoff_ms(now)) == RACED
 
 
 def test_attempt_budget_counts_the_timed_out_attempt(aws):
@@ -126,7 +206,8 @@ def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
     # delay(n) after n attempts: delay(1) = 60 s, delay(2) = 120 s
     assert abs(items["first"]["retryAt"] - (now + 60_000)) < 10_000
     assert abs(items["second"]["retryAt"] - (now + 120_000)) < 10_000
-    assert items["first"]["processingState"] == "WAITING" and events(items["first"]) == ["retry attempt 1"]
+    assert items["first"]["processingState"] == "WAITING"
+    assert events(items["first"]) == ["retry attempt 1"]
     assert "exhausted" in events(items["stop"])[0]
     assert ready_items(aws) == {}
 
@@ -139,9 +220,11 @@ def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
     )
     counts = run(aws, reclaimAction="retry", retryPolicy=policy)
     assert counts.queued == 1
-    assert set(ready_items(aws)) == {"first"} and ready_items(aws)["first"]["retryAttempt"] == 1
+    assert set(ready_items(aws)) == {"first"}
+    assert ready_items(aws)["first"]["retryAttempt"] == 1
     items = items_by_id(aws.client("dynamodb"))
-    assert "retryAt" not in items["first"] and "retryAt" in items["second"]
+    assert "retryAt" not in items["first"]
+    assert "retryAt" in items["second"]
 
 
 def test_non_retryable_error_types_of_the_policy(aws):
@@ -150,7 +233,8 @@ def test_non_retryable_error_types_of_the_policy(aws):
     put(aws, agenda("v", "EXECUTING", DAY_MS, now=now, diagnosticEvents=json.dumps(bad)))
     policy = {"kind": "fixed", "delay": 0, "maxAttempts": 5, "nonRetryable": ["ValidationException"]}
     counts = run(aws, reclaimAction="retry", retryPolicy=policy)
-    assert counts.reclaimed == 1 and counts.retried == 0
+    assert counts.reclaimed == 1
+    assert counts.retried == 0
     assert (
         events(items_by_id(aws.client("dynamodb"))["v"])[-1]
         == "AgendaProgress timed out. not retryable (ValidationException)"
@@ -169,7 +253,8 @@ def test_retry_failed_handles_each_failure_once(aws):
     assert (counts.retried, counts.exhausted) == (1, 1)
     items = items_by_id(aws.client("dynamodb"))
     assert (items["failed-once"]["processingState"], items["failed-once"]["attemptsCompleted"]) == ("WAITING", 1)
-    assert items["failed-out"]["processingState"] == "COMPLETE" and items["failed-out"]["retryDecision"] == "exhausted"
+    assert items["failed-out"]["processingState"] == "COMPLETE"
+    assert items["failed-out"]["retryDecision"] == "exhausted"
     assert items["succeeded"]["diagnosticEvents"] == "[]"
     again = run(aws, reclaimAction="retry", retryFailed=True)
     assert (again.matched, again.retried, again.exhausted) == (0, 0, 0)
@@ -184,7 +269,8 @@ def test_retry_config_through_the_job(aws):
     job = build_definitions("local").resolve_job_def("reclaim_agendas")
     config = {**BASE, "reclaimAction": "retry", "retryPolicy": {"kind": "fixed", "delay": 0, "maxAttempts": 3}}
     result = job.execute_in_process(run_config=config)
-    assert result.success and result.output_for_node("report_reclaim")["retried"] == 1
+    assert result.success
+    assert result.output_for_node("report_reclaim")["retried"] == 1
     assert set(ready_items(aws)) == {"j"}
 
 
@@ -197,25 +283,26 @@ def endpoint(aws):
         yield server
 
 
-def endpoint_env(aws, server, password=None) -> dict[str, str]:
-    return {
-        "AGENDA_PROGRESS_URL": server.progress_url,
-        "IDENTITY_URL": server.identity_url,
-        "IDM_USER": server.username,
-        "IDM_ENCRYPTED_PASS": encrypted_password(aws.client("kms"), password or server.password),
-    }
+def endpoint_settings(aws, server, password=None) -> EndpointSettings:
+    return EndpointSettings(
+        progress_url=server.progress_url,
+        identity_url=server.identity_url,
+        idm_user=server.username,
+        idm_encrypted_pass=encrypted_password(aws.client("kms"), password or server.password),
+    )
 
 
 def test_http_writer_fails_stale_items_with_kms_login_and_bearer_token(aws, endpoint):
     ids = seed_mixed(aws.client("dynamodb"))
     endpoint.error_ids = {ids["stale"][0]}  # HTTP 200 with errorResponse: a failure, not a success
     log = ListLog()
-    counts = run(aws, environ=endpoint_env(aws, endpoint), log=log)
+    counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
     assert (counts.reclaimed, counts.errors) == (len(ids["stale"]) - 1, 1)
     assert endpoint.requests.count(("POST", "/login")) == 1
     gets = [p for m, p in endpoint.requests if m == "GET"]
     puts = [p for m, p in endpoint.requests if m == "PUT"]
-    assert len(gets) == len(ids["stale"]) and len(puts) == len(ids["stale"])
+    assert len(gets) == len(ids["stale"])
+    assert len(puts) == len(ids["stale"])
     assert all(h.startswith("Bearer ") for h in endpoint.seen_auth)
     items = items_by_id(aws.client("dynamodb"))
     assert items[ids["stale"][0]]["processingState"] == "EXECUTING"
@@ -230,7 +317,7 @@ def test_http_writer_fails_stale_items_with_kms_login_and_bearer_token(aws, endp
 def test_http_writer_retry_and_race(aws, endpoint):
     now = int(time.time() * 1000)
     put(aws, agenda("h", "EXECUTING", DAY_MS, now=now), agenda("gone", "EXECUTING", DAY_MS, now=now))
-    environ = endpoint_env(aws, endpoint)
+    settings = endpoint_settings(aws, endpoint)
 
     class ExecutorBetweenScanAndGet:
         def __init__(self, inner):
@@ -249,7 +336,7 @@ def test_http_writer_retry_and_race(aws, endpoint):
     ddb = aws.client("dynamodb")
     params = parse_params({**BASE, "reclaimAction": "retry"})
     writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"],
-                         environ=environ)  # fmt: skip
+                         endpoint=settings)  # fmt: skip
     counts = reclaim_pass(
         dynamodb=ddb,
         info=inspect_table(ddb, params),
@@ -261,7 +348,8 @@ def test_http_writer_retry_and_race(aws, endpoint):
     )
     assert (counts.retried, counts.raced) == (1, 1)
     items = items_by_id(ddb)
-    assert items["h"]["processingState"] == "WAITING" and "retryAt" not in items["h"]
+    assert items["h"]["processingState"] == "WAITING"
+    assert "retryAt" not in items["h"]
     assert items["gone"]["processingState"] == "EXECUTING"
     assert set(ready_items(aws)) == {"h"}
 
@@ -269,11 +357,13 @@ def test_http_writer_retry_and_race(aws, endpoint):
 def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
     seed_mixed(aws.client("dynamodb"))
     with pytest.raises(EndpointError) as wrong:
-        run(aws, environ=endpoint_env(aws, endpoint, password="not-the-password"))
-    assert "login" in str(wrong.value) and "HTTP 401" in str(wrong.value)
+        run(aws, endpoint=endpoint_settings(aws, endpoint, password="not-the-password"))
+    assert "login" in str(wrong.value)
+    assert "HTTP 401" in str(wrong.value)
     assert "not-the-password" not in str(wrong.value)
     with pytest.raises(EndpointError, match="IDM_ENCRYPTED_PASS is not valid base64"):
-        run(aws, environ={**endpoint_env(aws, endpoint), "IDM_ENCRYPTED_PASS": "%%%"})
+        run(aws, endpoint=dataclasses.replace(endpoint_settings(aws, endpoint), idm_encrypted_pass="%%%"))
     with pytest.raises(EndpointError, match="needs IDENTITY_URL, IDM_USER"):
-        run(aws, environ={"AGENDA_PROGRESS_URL": endpoint.progress_url})
-    assert "s3cret" not in repr(Secret("s3cret")) and "s3cret" not in str(Secret("s3cret"))
+        run(aws, endpoint=EndpointSettings(progress_url=endpoint.progress_url))
+    assert "s3cret" not in repr(Secret("s3cret"))
+    assert "s3cret" not in str(Secret("s3cret"))

@@ -10,9 +10,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from pipelines.common.defs import aws_errors, retry_requested
-from pipelines.retry import fixed, none
-from pipelines.retry.defs import build_retry_policies_asset
-from sensors.run_retries import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG, build_delayed_run_retries
+from pipelines.retry import PRESETS, fixed, none
+from pipelines.retry.defs import RetryDemoParams, RetryPoliciesParams, build_retry_policies_asset
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
+from sensors.run_retries import build_delayed_run_retries
 
 THROTTLED = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
 INVALID = {"Error": {"Code": "ValidationException", "Message": "bad key"}}
@@ -57,7 +58,8 @@ def _config(tmp_path, **extra):
 def test_retry_requested_follows_the_policy_and_the_error_class():
     throttled = ClientError(THROTTLED, "Query")
     request = retry_requested(fixed(7, 3), throttled, retry_number=0)
-    assert request.max_retries == 2 and request.seconds_to_wait == 7
+    assert request.max_retries == 2
+    assert request.seconds_to_wait == 7
     assert retry_requested(fixed(7, 3), throttled, retry_number=2) is None  # 3 attempts made: STOP
     assert retry_requested(fixed(7, 3), ClientError(INVALID, "Query"), 0) is None  # permanent
     assert retry_requested(fixed(7, 3, non_retryable=["ThrottlingException"]), throttled, 0) is None
@@ -101,7 +103,8 @@ def test_a_failing_delay_function_fails_the_op_with_the_policy_error(tmp_path):
         run_config=_config(tmp_path, failures=5, op_policy=policy), raise_on_error=False
     )
     description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
-    assert "retry policy error" in description and "tests.retry_delay_functions:broken" in description
+    assert "retry policy error" in description
+    assert "tests.retry_delay_functions:broken" in description
     assert (tmp_path / "calls").read_text() == "2"  # delay(1) worked, delay(2) raised: no third call
 
 
@@ -137,7 +140,9 @@ def _first_failure(instance, tmp_path, policy: dict, failures: int, **tags):
     return sensor, defs, first
 
 
-def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(instance, tmp_path):
+def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(instance, tmp_path, monkeypatch):
+    import sensors.run_retries as run_retries
+
     sensor = build_delayed_run_retries([flaky_job])
     defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
     config = _config(tmp_path)  # fails twice with a throttling error, then succeeds
@@ -145,19 +150,19 @@ def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(in
     first = flaky_job.execute_in_process(run_config=config, instance=instance, raise_on_error=False)
     assert not first.success
     data, cursor = _tick(sensor, instance, defs, None)
-    assert not data.run_requests and "waiting" in data.skip_message
+    assert not data.run_requests
+    assert "waiting" in data.skip_message
 
     launched = []
     failed = first.dagster_run
     for expected_delay, expected_attempt in ((1.0, 2), (2.0, 3)):  # exponential 1 s, 2 s
         due = _failure_time(instance, failed.run_id) + expected_delay
-        while True:
-            data, cursor = _tick(sensor, instance, defs, cursor)
-            if data.run_requests:
-                break
-            assert time.time() < due + 5, "the retry never came"
-            time.sleep(0.2)
-        assert time.time() >= due  # never before the computed delay
+        # A controlled clock: a tick just before the delay launches nothing, a tick at it launches.
+        monkeypatch.setattr(run_retries, "now", lambda at=due - 0.01: at)
+        data, cursor = _tick(sensor, instance, defs, cursor)
+        assert not data.run_requests, "re-launched before the computed delay"
+        monkeypatch.setattr(run_retries, "now", lambda at=due: at)
+        data, cursor = _tick(sensor, instance, defs, cursor)
         (request,) = data.run_requests
         assert request.run_key == failed.run_id
         assert request.tags[ATTEMPT_TAG] == str(expected_attempt)
@@ -173,10 +178,12 @@ def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(in
     assert [r.success for r in launched] == [False, True]
     final = instance.get_run_by_id(launched[-1].run_id)
     assert final.status == dg.DagsterRunStatus.SUCCESS
-    assert final.tags[ATTEMPT_TAG] == "3" and final.tags[RETRY_OF_TAG] == launched[0].run_id
+    assert final.tags[ATTEMPT_TAG] == "3"
+    assert final.tags[RETRY_OF_TAG] == launched[0].run_id
     # nothing more to do, and no failed run is ever re-launched twice
     data, cursor = _tick(sensor, instance, defs, cursor)
-    assert not data.run_requests and data.skip_message == "no failed run to retry"
+    assert not data.run_requests
+    assert data.skip_message == "no failed run to retry"
     assert json.loads(cursor)["pending"] == {}
 
 
@@ -184,7 +191,8 @@ def test_the_maximum_number_of_attempts_is_kept(instance, tmp_path):
     sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0, "maxAttempts": 2}, 9)
     data, cursor = _tick(sensor, instance, defs, None)
     (request,) = data.run_requests
-    assert request.run_key == first.run_id and request.tags[ATTEMPT_TAG] == "2"
+    assert request.run_key == first.run_id
+    assert request.tags[ATTEMPT_TAG] == "2"
     flaky_job.execute_in_process(
         run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
     )
@@ -255,13 +263,13 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     assert result.success
     metadata = result.asset_materializations_for_node("retry_policies")[0].metadata
     document = metadata["timelines"].value
-    presets = ("sidekiq", "oban", "river", "celery", "celery-backoff", "temporal", "step-functions", "progressor")
-    for name in presets:
+    for name in PRESETS:
         assert f"### preset {name}" in document
     assert "### job flaky_job" in document
     assert "5 attempts over 40m" in document  # 60 + 180 + 540 + 1620 s = 2400 s
-    assert "**invalid policy**" in document and "maxAttempts" in document
-    assert metadata["policies"].value == 11
+    assert "**invalid policy**" in document
+    assert "maxAttempts" in document
+    assert metadata["policies"].value == len(PRESETS) + 3, "every preset, the job's policy and the two configured"
 
 
 def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
@@ -295,7 +303,8 @@ def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never
     sensor, defs, first = _first_failure(instance, tmp_path, policy, 9, **extra)
     data, _ = _tick(sensor, instance, defs, None)
     (request,) = data.run_requests
-    assert request.tags["team"] == "payments" and request.tags["dagster/priority"] == "5"
+    assert request.tags["team"] == "payments"
+    assert request.tags["dagster/priority"] == "5"
     assert request.tags["dagster/asset_partition_range_end"] == "2026-01-07"
     assert "dagster/backfill" not in request.tags
     flaky_job.execute_in_process(
@@ -316,3 +325,23 @@ def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(instance, 
         data, new_cursor = _tick(sensor, instance, defs, cursor)
         assert [r.run_key for r in data.run_requests] == [first.run_id]
         assert json.loads(new_cursor)["pending"] == {}
+
+
+@pytest.mark.parametrize("params", [RetryPoliciesParams, RetryDemoParams])
+def test_every_retry_config_key_has_a_description(params):
+    from pipelines.common.params import specs
+
+    for spec in specs(params):
+        assert spec.description, spec.name
+
+
+def test_a_bad_retry_demo_config_fails_with_one_line(instance):
+    from pipelines.retry.defs import retry_demo
+
+    result = retry_demo.execute_in_process(
+        run_config={"ops": {"throttled_until_attempt": {"config": {"seconds": -1.0}}}},
+        instance=instance,
+        raise_on_error=False,
+    )
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description == "invalid run config: seconds must be at least 0, got -1.0"

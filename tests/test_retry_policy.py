@@ -45,7 +45,8 @@ def test_none_runs_once():
     assert p.max_attempts == 1
     assert p.delay(0) == 0.0
     assert p.delay(1) is STOP
-    assert not STOP and repr(STOP) == "STOP"
+    assert not STOP
+    assert repr(STOP) == "STOP"
 
 
 def test_fixed():
@@ -127,18 +128,19 @@ def test_is_retryable_by_class_name_dotted_name_base_class_and_aws_code():
         {"kind": "fixed", "delay": 1, "maxAttempts": None, "nonRetryable": ["ValueError"]},
     ],
 )
-def test_the_issue_json_forms_build_and_round_trip(obj):
+def test_the_rfc_json_forms_build_and_round_trip(obj):
     p = policy_from_json(obj)
     assert policy_from_json(p.to_json()) == p
     assert policy_from_json(__import__("json").dumps(obj)) == p
 
 
-def test_the_issue_examples_give_the_expected_delays():
+def test_the_rfc_examples_give_the_expected_delays():
     assert policy_from_json({"kind": "fixed", "delay": 30, "maxAttempts": 3}).delay(2) == 30.0
     p = policy_from_json(
         {"kind": "exponential", "initial": 5, "coefficient": 2, "maxDelay": 3600, "maxAttempts": 5, "jitter": "full"}
     )
-    assert p.bounds(3) == (0.0, 20.0) and p.delay(5) is STOP
+    assert p.bounds(3) == (0.0, 20.0)
+    assert p.delay(5) is STOP
     assert policy_from_json({"kind": "preset", "name": "sidekiq"}) is PRESETS["sidekiq"]
 
 
@@ -249,7 +251,8 @@ def test_celery_and_celery_backoff():
     c = preset("celery")
     assert [c.delay(n) for n in range(1, 5)] == [180, 180, 180, STOP]
     b = preset("celery-backoff")
-    assert [b.nominal(n) for n in (1, 2, 3)] == [1, 2, 4] and b.delay(4) is STOP
+    assert [b.nominal(n) for n in (1, 2, 3)] == [1, 2, 4]
+    assert b.delay(4) is STOP
     assert b.bounds(3) == (0.0, 4.0)
     unlimited = dataclasses.replace(b, max_attempts=None)
     assert unlimited.nominal(11) == 600.0  # 2**10 = 1024 capped by retry_backoff_max
@@ -270,7 +273,8 @@ def test_step_functions():
 
 def test_every_preset_documents_its_source_and_round_trips():
     for name, p in PRESETS.items():
-        assert p.source and p.summary, name
+        assert p.source, name
+        assert p.summary, name
         assert policy_from_json(p.to_json()) is p
         assert policy_from_json({"kind": "preset", "name": name, "nonRetryable": ["X"]}).non_retryable == ("X",)
 
@@ -286,7 +290,9 @@ def test_timeline_of_exponential_with_full_jitter():
     assert [s.cumulative for s in t.steps] == [5, 15, 35, 75]
     assert [s.worst_case for s in t.steps] == [5, 15, 35, 75]  # full jitter only shortens
     assert [s.low for s in t.steps] == [0, 0, 0, 0]
-    assert t.stopped and t.attempts == 5 and t.total == 75
+    assert t.stopped
+    assert t.attempts == 5
+    assert t.total == 75
     md = t.to_markdown()
     assert "| 5 | 40s | 0s - 40s | 1m15s | 1m15s |" in md
 
@@ -297,7 +303,8 @@ def test_timeline_worst_case_with_jitter_and_a_horizon_for_unlimited_policies():
     assert not t.stopped
     assert "simulation stops at 4 attempts" in t.to_markdown()
     assert timeline(preset("temporal")).attempts == 30
-    assert timeline(none()).steps == () and timeline(none()).stopped
+    assert timeline(none()).steps == ()
+    assert timeline(none()).stopped
 
 
 def test_timeline_reports_a_failing_delay_function():
@@ -343,7 +350,8 @@ def test_transient_aws_errors(exc):
 )
 def test_permanent_aws_errors(exc):
     c = classify_aws_error(exc)
-    assert c.kind == "permanent" and not c.transient
+    assert c.kind == "permanent"
+    assert not c.transient
 
 
 def test_other_errors_are_not_aws_errors():
@@ -381,11 +389,13 @@ def test_retry_call_stops_on_permanent_errors_and_when_the_policy_says_stop():
     fn, calls = _flaky([client_error("ValidationException")])
     with pytest.raises(ClientError, match="ValidationException"):
         retry_call(fn, fixed(1, 5), sleep=slept.append)
-    assert len(calls) == 1 and slept == []
+    assert len(calls) == 1
+    assert slept == []
     fn, calls = _flaky([client_error("ThrottlingException")] * 5)
     with pytest.raises(ClientError, match="ThrottlingException"):
         retry_call(fn, fixed(1, 3), sleep=slept.append)
-    assert len(calls) == 3 and slept == [1.0, 1.0]
+    assert len(calls) == 3
+    assert slept == [1.0, 1.0]
     fn, calls = _flaky([client_error("ThrottlingException")] * 5)
     with pytest.raises(DelayFunctionError):
         retry_call(fn, function("tests.retry_delay_functions:broken", 9), sleep=slept.append)

@@ -1,4 +1,4 @@
-"""The batch decider (seed 004's BatchDecider) and the audits behind the asset checks. No Dagster.
+"""The batch decider (ReportStream's BatchDecider) and the audits behind the asset checks. No Dagster.
 
 The decider's work is proportional to the number of receivers: one scan of the receivers table,
 then at most one COUNT query on the sparse ``pending-index`` per receiver that is due.

@@ -1,4 +1,4 @@
-"""Dagster wiring for per-receiver batching (seed 004).
+"""Dagster wiring for ReportStream's per-receiver batching.
 
 - ``receivers`` dynamic partitions, kept equal to the receivers table by the ``receivers_sync`` sensor;
 - ``receiver_batches``: an asset partitioned by receiver x UTC day; materializing (r, d) writes every
@@ -14,7 +14,7 @@ import os
 import dagster as dg
 
 from pipelines.batching import store
-from pipelines.batching.batcher import BatchSettings, ReceiverBatcher, RunReport
+from pipelines.batching.batcher import ReceiverBatcher, RunReport
 from pipelines.batching.decider import (
     decide,
     invalid_receivers,
@@ -22,7 +22,9 @@ from pipelines.batching.decider import (
     orphaned_pending,
     valid_partition_names,
 )
-from resources import BatchingSettings, DynamoDBResource, S3Resource, clear_aws_errors
+from pipelines.batching.params import ReceiverBatchesParams
+from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 # The first day a backfill can target. 100 receivers x 366 days = 36,600 partitions, well within
 # Dagster's recommendation of at most 100,000 partitions per asset; see benchmarks/batching.py.
@@ -31,24 +33,6 @@ BATCH_START_DATE = os.environ.get("BATCH_PARTITIONS_START_DATE", "2026-01-01")
 receivers_partitions = dg.DynamicPartitionsDefinition(name="receivers")
 days_partitions = dg.DailyPartitionsDefinition(start_date=BATCH_START_DATE, end_offset=1, timezone="UTC")
 batch_partitions = dg.MultiPartitionsDefinition({"receiver": receivers_partitions, "day": days_partitions})
-
-
-class ReceiverBatchesConfig(dg.Config):
-    """Run config of ``receiver_batches`` (all optional)."""
-
-    dry_run: bool = False  # report what would be written; take no lock, write nothing
-    lookback_days: int = 7  # how far back a batch time still counts as "missed" (see the README)
-    lease_wait_seconds: int = 120  # how long to wait for another run of the same receiver
-
-
-def _settings(batching: BatchingSettings, config: ReceiverBatchesConfig) -> BatchSettings:
-    return BatchSettings(
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-        outbox_bucket=batching.outbox_bucket,
-        lookback=dt.timedelta(days=config.lookback_days),
-        lease_wait_seconds=config.lease_wait_seconds,
-    )
 
 
 def report_metadata(report: RunReport) -> dict:
@@ -80,26 +64,28 @@ def report_metadata(report: RunReport) -> dict:
     ),
     kinds={"s3", "dynamodb"},
     group_name="batching",
+    config_schema=config_schema(ReceiverBatchesParams),
 )
 def receiver_batches(
     context: dg.AssetExecutionContext,
-    config: ReceiverBatchesConfig,
     dynamodb: DynamoDBResource,
     s3: S3Resource,
     batching: BatchingSettings,
 ) -> dg.MaterializeResult:
+    params = params_from_config(context, ReceiverBatchesParams)
     keys = context.partition_key.keys_by_dimension
     receiver, day = keys["receiver"], keys["day"]
-    batcher = ReceiverBatcher(
-        dynamodb.get_client(),
-        s3.get_client(),
-        _settings(batching, config),
-        owner=f"run-{context.run_id}",
-        log=context.log.info,
+    settings = params.settings(
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+        outbox_bucket=batching.outbox_bucket,
     )
-    with clear_aws_errors():
+    batcher = ReceiverBatcher(
+        dynamodb.get_client(), s3.get_client(), settings, owner=f"run-{context.run_id}", log=context.log.info
+    )
+    with aws_errors(context):
         try:
-            report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=config.dry_run)
+            report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=params.dry_run)
         except store.ReceiverBusy as exc:
             raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
@@ -119,9 +105,9 @@ def receiver_batches(
 receiver_batches_job = dg.define_asset_job(
     "receiver_batches_job",
     selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
-    partitions_def=batch_partitions,
     tags={"groundskeeper/capability": "batching"},
     description="Batches one (receiver, day) partition; launched by batch_decider or a backfill.",
+    executor_def=dg.in_process_executor,  # one asset: no step worth a process of its own
 )
 
 
@@ -131,7 +117,7 @@ receiver_batches_job = dg.define_asset_job(
     description="Keeps the `receivers` dynamic partitions equal to the receivers table.",
 )
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
-    with clear_aws_errors():
+    with aws_errors(context):
         items = store.scan_receivers(dynamodb.get_client(), batching.receivers_table)
     wanted, bad = valid_partition_names(items)
     if bad:
@@ -158,7 +144,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 )
 def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
     tick = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
-    with clear_aws_errors():
+    with aws_errors(context):
         decision = decide(
             dynamodb.get_client(),
             receivers_table=batching.receivers_table,
@@ -187,8 +173,10 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
 
 
 @dg.asset_check(asset=receiver_batches, description="Every receiver's configuration can be scheduled.")
-def receiver_configs_valid(dynamodb: DynamoDBResource, batching: BatchingSettings) -> dg.AssetCheckResult:
-    with clear_aws_errors():
+def receiver_configs_valid(
+    context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
+) -> dg.AssetCheckResult:
+    with aws_errors(context):
         invalid = invalid_receivers(dynamodb.get_client(), batching.receivers_table)
     return dg.AssetCheckResult(
         passed=not invalid,
@@ -199,8 +187,10 @@ def receiver_configs_valid(dynamodb: DynamoDBResource, batching: BatchingSetting
 
 
 @dg.asset_check(asset=receiver_batches, description="No deleted receiver still has pending records.")
-def no_orphaned_pending_records(dynamodb: DynamoDBResource, batching: BatchingSettings) -> dg.AssetCheckResult:
-    with clear_aws_errors():
+def no_orphaned_pending_records(
+    context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
+) -> dg.AssetCheckResult:
+    with aws_errors(context):
         orphans = orphaned_pending(
             dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
         )
@@ -216,8 +206,10 @@ def no_orphaned_pending_records(dynamodb: DynamoDBResource, batching: BatchingSe
     asset=receiver_batches,
     description="No pending record lacks receiver/created_at (such records are invisible to the pending-index).",
 )
-def pending_records_well_formed(dynamodb: DynamoDBResource, batching: BatchingSettings) -> dg.AssetCheckResult:
-    with clear_aws_errors():
+def pending_records_well_formed(
+    context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
+) -> dg.AssetCheckResult:
+    with aws_errors(context):
         total, sample = malformed_pending(dynamodb.get_client(), batching.records_table)
     return dg.AssetCheckResult(
         passed=total == 0,
@@ -231,6 +223,7 @@ batching_checks_job = dg.define_asset_job(
     selection=dg.AssetSelection.checks_for_assets(receiver_batches),
     tags={"groundskeeper/capability": "batching"},
     description="The batching asset checks (receiver configs, orphaned and malformed pending records).",
+    executor_def=dg.in_process_executor,  # three short scans: a process each would cost more than they do
 )
 
 

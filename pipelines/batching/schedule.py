@@ -1,4 +1,4 @@
-"""Receiver configuration and batch-time math (seed 004). No AWS, no Dagster.
+"""Receiver configuration and batch-time math (ReportStream's receivers). No AWS, no Dagster.
 
 A receiver's batch times are ``initial_time + k * (1440 / number_per_day)`` minutes in its time
 zone: a fixed set of wall-clock minutes that every local day repeats. Minutes are whole, so for a

@@ -24,6 +24,8 @@ from botocore.exceptions import ClientError
 
 from pipelines.batching.schedule import format_batch_time, parse_batch_time
 from pipelines.common import from_item
+from pipelines.retry import is_transient, retry_call
+from pipelines.retry.policy import Formula
 
 PENDING_INDEX = "pending-index"
 LOCK_GROUP = 99  # + 1 ConditionCheck = the 100-item transaction limit
@@ -219,30 +221,55 @@ def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+CONFLICT_CODES = frozenset({"TransactionConflict", "ThrottlingError"})
+
+CONFLICT_POLICY = Formula(
+    name="transaction-conflicts",
+    formula=lambda n: 0.05 * n,
+    max_attempts=8,
+    summary="0.05 s x n (0.05 s to 0.35 s), 8 attempts",
+    source="batching: a transaction cancelled by another writer's transaction is simply tried again",
+)
+"""Transactions that other writers' transactions cancel: 8 attempts, 50 ms more wait each time."""
+
+
+def _cancellation_codes(exc: BaseException) -> list[str | None] | None:
+    """The per-item codes of a cancelled transaction, or None when ``exc`` is not one."""
+    if not isinstance(exc, ClientError) or _code(exc) != "TransactionCanceledException":
+        return None
+    return [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
+
+
+def _conflicted(exc: BaseException) -> bool:
+    """Worth another try: a transaction cancelled by a conflict (no item's condition failed), or a
+    transient AWS error (throttling, 5xx, connection)."""
+    codes = _cancellation_codes(exc)
+    if codes is None:
+        return is_transient(exc)
+    return "ConditionalCheckFailed" not in codes and (not codes or any(c in CONFLICT_CODES for c in codes))
+
+
 def _transact(dynamodb, actions: list[dict[str, Any]], *, fence_index: int | None) -> set[int]:
     """Run one transaction; returns the indexes whose condition failed (empty set: all written).
 
-    Conflicts with other transactions are retried. A failed fence raises ``LeaseLost``.
+    Conflicts with other transactions are retried by ``CONFLICT_POLICY``. A failed fence raises
+    ``LeaseLost``.
     """
-    for attempt in range(8):
+
+    def attempt() -> set[int]:
         try:
             dynamodb.transact_write_items(TransactItems=actions)
             return set()
         except ClientError as exc:
-            if _code(exc) != "TransactionCanceledException":
-                raise
-            reasons = exc.response.get("CancellationReasons") or []
-            codes = [r.get("Code") for r in reasons]
+            codes = _cancellation_codes(exc) or []
             failed = {i for i, c in enumerate(codes) if c == "ConditionalCheckFailed"}
             if fence_index is not None and fence_index in failed:
                 raise LeaseLost("the receiver's lease changed hands while locking records") from exc
             if failed:
                 return failed
-            if not codes or any(c in {"TransactionConflict", "ThrottlingError"} for c in codes):
-                time.sleep(0.05 * (attempt + 1))
-                continue
             raise
-    raise RuntimeError("transaction kept conflicting with other writers")
+
+    return retry_call(attempt, CONFLICT_POLICY, retryable=_conflicted)
 
 
 def _update_in_groups(

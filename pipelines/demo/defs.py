@@ -1,10 +1,8 @@
 """Dagster wiring for the local demo traffic: the ``demo_traffic`` job and its schedule."""
 
-import dataclasses
-
 import dagster as dg
 
-from pipelines.common.defs import aws_errors
+from pipelines.common.defs import aws_errors, config_schema, params_from_config
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 from resources import (
     AgendaSettings,
@@ -17,28 +15,12 @@ from resources import (
 )
 
 
-class DemoTrafficConfig(dg.Config):
-    """How much traffic one step makes. ``seed`` makes it repeatable (tests)."""
-
-    new_agendas: int = 10
-    stuck_agendas: int = 1
-    jobs_started: int = 4
-    jobs_finished: int = 4
-    malformed_messages: int = 1
-    housekeeping_messages: int = 1
-    records: int = 40
-    max_instances: int = 24
-    duplicate_messages: int = 1
-    old_jobs: int = 2
-    orphan_instances: int = 1
-    pool_audit_messages: int = 0
-    seed: int | None = None
-
-
-@dg.op(description="One step of demo traffic across agendas, the fleet and receivers (local only).")
+@dg.op(
+    description="One step of demo traffic across agendas, the fleet and receivers (local only).",
+    config_schema=config_schema(DemoConfig),
+)
 def demo_traffic_step(
     context: dg.OpExecutionContext,
-    config: DemoTrafficConfig,
     dynamodb: DynamoDBResource,
     ec2: EC2Resource,
     ssm: SSMResource,
@@ -47,6 +29,7 @@ def demo_traffic_step(
     fleet: FleetSettings,
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
+    cfg = params_from_config(context, DemoConfig)
     env = {
         "AGENDA_PROGRESS_TABLE": agenda.progress_table,
         "RUNS_FLEET_JOBS_TABLE": fleet.jobs_table,
@@ -56,7 +39,6 @@ def demo_traffic_step(
         "RECEIVERS_TABLE": batching.receivers_table,
         "BATCH_RECORDS_TABLE": batching.records_table,
     }
-    cfg = DemoConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(DemoConfig)})
     with aws_errors(context):  # transient AWS errors retry with backoff, others fail in one line
         counts = run_demo_traffic(
             dynamodb=dynamodb.get_client(),
@@ -73,6 +55,7 @@ def demo_traffic_step(
 @dg.job(
     description="Local only: keeps the demo platform alive (agendas, fleet jobs, queue messages, records).",
     tags={"groundskeeper/capability": "demo"},
+    executor_def=dg.in_process_executor,  # one op
 )
 def demo_traffic():
     demo_traffic_step()

@@ -2,10 +2,10 @@
 
 Each ``*_traffic`` function moves one part of the platform one step forward and returns counts:
 
-- agendas move WAITING -> EXECUTING -> COMPLETE, and a few get stuck in EXECUTING (seed 000);
+- agendas move WAITING -> EXECUTING -> COMPLETE, and a few get stuck in EXECUTING (POP's agenda reclaimer);
 - pools of tagged fleet instances run jobs; finished jobs send termination messages, a few of
-  them malformed, and now and then a housekeeping message arrives (seed 002);
-- receivers' records accumulate (seed 004).
+  them malformed, and now and then a housekeeping message arrives (runs-fleet);
+- receivers' records accumulate (ReportStream's batching).
 
 Later capabilities extend this module with what they need to show.
 """
@@ -22,6 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso, now_ms, to_item
+from pipelines.common.params import param
 
 DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod
 MANAGED_TAG = "runs-fleet:managed"
@@ -34,7 +35,7 @@ DEMO_POOLS = [
     {"pool_name": "gpu", "instance_type": "g4dn.xlarge", "desired_idle": 0, "spot": False, "hourly_price_usd": 0.526},
 ]
 
-# Pool audit demo (issue 7): idle runners kept warm (linux-small wants 1 idle and gets 2), a stopped
+# Pool audit demo: idle runners kept warm (linux-small wants 1 idle and gets 2), a stopped
 # runner, a managed instance without a pool tag and one tagged with a pool that no longer exists.
 ROLE_TAG = "groundskeeper-demo:role"
 DEMO_STANDING = [
@@ -88,19 +89,70 @@ MALFORMED_TERMINATION_BODIES = [
 
 @dataclass(frozen=True)
 class DemoConfig:
-    new_agendas: int = 10
-    stuck_agendas: int = 1
-    jobs_started: int = 4
-    jobs_finished: int = 4
-    malformed_messages: int = 1
-    housekeeping_messages: int = 1
-    records: int = 40
-    max_instances: int = 24
-    duplicate_messages: int = 0  # termination messages sent twice (at-least-once delivery)
-    old_jobs: int = 0  # finished jobs completed 8+ days ago (for the old_jobs task)
-    orphan_instances: int = 0  # keep this many managed instances running with no job
-    pool_audit_messages: int = 0  # housekeeping messages asking for the pool audit
-    seed: int | None = None
+    """How much traffic one step makes: the ``demo_traffic`` job's run config, declared once. The
+    defaults are what the job's schedule makes every 2 minutes under ``make dev``."""
+
+    new_agendas: int = param(
+        10, description="New WAITING agendas added to the AgendaProgress table.", minimum=0, maximum=1000
+    )
+    stuck_agendas: int = param(
+        1,
+        description="Agendas added stuck in EXECUTING (10 to 180 minutes old), for the reclaim job.",
+        minimum=0,
+        maximum=1000,
+    )
+    jobs_started: int = param(
+        4,
+        description="Fleet jobs started, each on a new managed instance (up to max_instances).",
+        minimum=0,
+        maximum=100,
+    )
+    jobs_finished: int = param(
+        4,
+        description="Running fleet jobs that finish: their instance terminates and a termination message is sent.",
+        minimum=0,
+        maximum=100,
+    )
+    malformed_messages: int = param(
+        1,
+        description="Malformed termination messages sent (the processors must dead-letter them).",
+        minimum=0,
+        maximum=100,
+    )
+    housekeeping_messages: int = param(
+        1, description="Housekeeping messages sent, each with a random cleanup task.", minimum=0, maximum=100
+    )
+    records: int = param(40, description="Pending records added for the demo receivers.", minimum=0, maximum=10_000)
+    max_instances: int = param(
+        24,
+        description="The most managed instances running jobs; beyond it, jobs finish before new ones start.",
+        minimum=0,
+        maximum=500,
+    )
+    duplicate_messages: int = param(
+        1,
+        description="Termination messages sent twice, as at-least-once delivery does.",
+        minimum=0,
+        maximum=100,
+    )
+    old_jobs: int = param(
+        2,
+        description="Finished job records completed 8+ days ago, for the old_jobs cleanup task.",
+        minimum=0,
+        maximum=1000,
+    )
+    orphan_instances: int = param(
+        1,
+        description="Managed instances kept running with no job, for the orphaned_instances task.",
+        minimum=0,
+        maximum=100,
+    )
+    pool_audit_messages: int = param(
+        0, description="Housekeeping messages asking for the pool audit.", minimum=0, maximum=100
+    )
+    seed: int | None = param(
+        None, description="Random seed, for repeatable traffic (tests); empty: different every step."
+    )
 
 
 def agenda_traffic(dynamodb, table: str, cfg: DemoConfig, rng: random.Random, now: dt.datetime) -> dict[str, int]:

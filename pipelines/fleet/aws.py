@@ -1,8 +1,12 @@
-"""Batched AWS helpers for the fleet processors, and the seed's retry with backoff.
+"""Batched AWS helpers for the fleet processors, each AWS call retried by runs-fleet's policy.
 
 Every helper takes a plain boto3 client. Batch APIs are used wherever AWS has one:
 ``DeleteMessageBatch`` / ``SendMessageBatch`` (10), ``DeleteParameters`` (10), ``PutMetricData``
 (1000 datums, with ``Values``/``Counts`` so that many samples cost one datum).
+
+A transient AWS error (the retry library's classification, ``pipelines.retry.aws``) is retried by
+:func:`aws_call` after runs-fleet's fixed waits: 100 ms, 500 ms, 1 s (the retry library's
+``runs-fleet`` preset), then the error is raised.
 """
 
 from __future__ import annotations
@@ -11,7 +15,6 @@ import datetime as dt
 import json
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -20,15 +23,13 @@ from typing import Any, TypeVar
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso
-from pipelines.retry.aws import is_transient
+from pipelines.retry import is_transient, preset, retry_call
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-# The seed's backoff (pkg/events/handler.go): 100 ms, 500 ms, 1 s between attempts.
-# Which errors are transient is the retry library's call (pipelines.retry.aws.is_transient);
-# the fixed schedule of waits stays here because it is the seed's own.
-BACKOFF_SECONDS = (0.1, 0.5, 1.0)
+POLICY = preset("runs-fleet")
+"""runs-fleet's retry of one AWS call (pkg/events/handler.go): waits 0.1, 0.5, 1 s, 4 attempts."""
 REASON_ATTRIBUTE = "groundskeeper-reason"
 SOURCE_ATTRIBUTE = "groundskeeper-source-queue"
 
@@ -49,23 +50,15 @@ class FleetContext:
     pools_table: str = ""  # only the pool_audit task reads the pools table
 
 
-def with_backoff(
-    operation: Callable[[], T],
-    *,
-    what: str = "AWS call",
-    sleeps: Sequence[float] = BACKOFF_SECONDS,
-    sleep: Callable[[float], None] = time.sleep,
+def aws_call(
+    operation: Callable[[], T], *, what: str = "AWS call", retryable: Callable[[BaseException], bool] = is_transient
 ) -> T:
-    """Run ``operation``; on a transient error wait 100 ms, 500 ms, 1 s and try again, then give up."""
-    for attempt in range(len(sleeps) + 1):
-        try:
-            return operation()
-        except Exception as exc:
-            if attempt == len(sleeps) or not is_transient(exc):
-                raise
-            log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt + 1, sleeps[attempt])
-            sleep(sleeps[attempt])
-    raise AssertionError("unreachable")
+    """``operation()`` retried by :data:`POLICY` after a transient AWS error (or what ``retryable`` accepts)."""
+
+    def note(attempt: int, exc: BaseException, wait: float) -> None:
+        log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
+
+    return retry_call(operation, POLICY, retryable=retryable, on_retry=note)
 
 
 def chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
@@ -97,7 +90,7 @@ def queue_name(queue_url: str) -> str:
 
 
 def receive(sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0) -> list[dict[str, Any]]:
-    return with_backoff(
+    return aws_call(
         lambda: sqs.receive_message(
             QueueUrl=queue_url,
             MaxNumberOfMessages=max(1, min(10, max_messages)),
@@ -114,7 +107,7 @@ def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> 
     failed: list[str] = []
     for batch in chunks(list(messages), 10):
         entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)]
-        response = with_backoff(
+        response = aws_call(
             lambda entries=entries: sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries),
             what="DeleteMessageBatch",
         )
@@ -147,7 +140,7 @@ def send_messages(
             {"Id": str(n), "MessageBody": m["Body"], "MessageAttributes": _attributes_for_send(m, extra)}
             for n, (m, extra) in enumerate(batch)
         ]
-        response = with_backoff(
+        response = aws_call(
             lambda entries=entries: sqs.send_message_batch(QueueUrl=queue_url, Entries=entries),
             what="SendMessageBatch",
         )
@@ -195,7 +188,7 @@ def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:
     """``DeleteParameters`` in tens. A parameter that is already gone counts as ``missing``, not an error."""
     counts = {"deleted": 0, "missing": 0}
     for batch in chunks(sorted(set(names)), 10):
-        response = with_backoff(lambda batch=batch: ssm.delete_parameters(Names=list(batch)), what="DeleteParameters")
+        response = aws_call(lambda batch=batch: ssm.delete_parameters(Names=list(batch)), what="DeleteParameters")
         counts["deleted"] += len(response.get("DeletedParameters", []))
         counts["missing"] += len(response.get("InvalidParameters", []))
     return counts
@@ -240,7 +233,7 @@ class MetricBatch:
         """Publish everything collected (1000 datums per call). Returns the number of calls."""
         calls = 0
         for batch in chunks(self.datums(), 1000):
-            with_backoff(
+            aws_call(
                 lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
                 what="PutMetricData",
             )
@@ -302,7 +295,7 @@ class RunArchive:
             self._lines += lines
             self._size += sum(map(len, lines))
             body, key = b"".join(self._lines), self.key
-            with_backoff(
+            aws_call(
                 lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"),
                 what="PutObject (raw archive)",
             )

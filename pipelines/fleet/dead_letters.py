@@ -19,7 +19,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso
-from pipelines.fleet.aws import REASON_ATTRIBUTE, chunks, delete_messages, queue_name, send_messages, with_backoff
+from pipelines.common.params import param
+from pipelines.fleet.aws import REASON_ATTRIBUTE, aws_call, chunks, delete_messages, queue_name, send_messages
 from pipelines.fleet.messages import fingerprint
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
@@ -27,10 +28,36 @@ REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
 @dataclass(frozen=True)
 class RedriveSettings:
-    rate_per_second: float = 10.0
-    max_messages: int = 0  # 0: until the dead-letter queue is empty
-    max_redrives: int = 3
-    dry_run: bool = False
+    """The ``redrive_dead_letters`` job's parameters, declared once (its flat run config)."""
+
+    queue: str = param(
+        "termination",
+        description="Whose dead-letter queue to redrive.",
+        choices=("termination", "housekeeping"),
+    )
+    rate_per_second: float = param(
+        10.0,
+        description="Messages sent back per second, on average.",
+        minimum=0.01,
+        aliases=("ratePerSecond",),
+    )
+    max_messages: int = param(
+        0,
+        description="Stop after this many dead letters (0: until the dead-letter queue is empty).",
+        minimum=0,
+        aliases=("maxMessages",),
+    )
+    max_redrives: int = param(
+        3,
+        description="A message redriven this many times already is quarantined in S3 instead.",
+        minimum=0,
+        aliases=("maxRedrives",),
+    )
+    dry_run: bool = param(
+        False,
+        description="Count what would be redriven and quarantined; move nothing.",
+        aliases=("dryRun",),
+    )
 
 
 def _reason(message: dict[str, Any]) -> str:
@@ -46,7 +73,7 @@ class Ledger:
 
     def count(self, fp: str) -> int:
         try:
-            body = with_backoff(
+            body = aws_call(
                 lambda: self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json")["Body"].read()
             )
         except ClientError as exc:
@@ -57,7 +84,7 @@ class Ledger:
 
     def record(self, fp: str, count: int, reason: str) -> None:
         body = json.dumps({"fingerprint": fp, "count": count, "last_reason": reason, "redriven_at": iso(_now())})
-        with_backoff(
+        aws_call(
             lambda: self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json", Body=body.encode())
         )
 
@@ -74,7 +101,7 @@ class Ledger:
                 k: v.get("StringValue") for k, v in (message.get("MessageAttributes") or {}).items()
             },
         }
-        with_backoff(
+        aws_call(
             lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body, ensure_ascii=False).encode())
         )
         return key
@@ -95,7 +122,7 @@ def redrive(
     peeked: list[dict[str, Any]] = []
     while not settings.max_messages or counts["received"] < settings.max_messages:
         ask = 10 if not settings.max_messages else min(10, settings.max_messages - counts["received"])
-        messages = with_backoff(
+        messages = aws_call(
             lambda ask=ask: sqs.receive_message(
                 QueueUrl=dlq_url,
                 MaxNumberOfMessages=ask,
@@ -145,7 +172,7 @@ def redrive(
         entries = [
             {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for n, m in enumerate(batch)
         ]
-        with_backoff(lambda entries=entries: sqs.change_message_visibility_batch(QueueUrl=dlq_url, Entries=entries))
+        aws_call(lambda entries=entries: sqs.change_message_visibility_batch(QueueUrl=dlq_url, Entries=entries))
     out: dict[str, Any] = dict(counts)
     out["seconds"] = round(time.monotonic() - started, 2)
     out["dry_run"] = settings.dry_run

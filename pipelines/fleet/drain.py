@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.common.params import param
 from pipelines.fleet.aws import RunArchive, queue_name, receive
 
 log = logging.getLogger(__name__)
@@ -32,19 +33,35 @@ RoundHandler = Callable[..., Counter]
 
 @dataclass(frozen=True)
 class DrainLimits:
-    """The seed's flat run config: ``{"concurrency": 5, "maxMessages": 0, "maxSeconds": 300}``."""
+    """A drain run's parameters, declared once: the flat run config of both drain jobs
+    (runs-fleet's ``{"concurrency": 5, "maxMessages": 0, "maxSeconds": 300}``; the camelCase names
+    still work, with a deprecation warning)."""
 
-    concurrency: int = 5
-    max_messages: int = 0  # 0: until the queue is empty
-    max_seconds: float = 300
-    wait_seconds: int = 2  # long poll of a round's first receive; an empty poll ends the run
-    stop_timeout_seconds: float = 60
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.concurrency <= 10:
-            raise ValueError(f"concurrency must be 1..10, got {self.concurrency}")
-        if self.max_messages < 0 or self.max_seconds <= 0 or not 0 <= self.wait_seconds <= 20:
-            raise ValueError("maxMessages >= 0, maxSeconds > 0 and waitSeconds in 0..20 are required")
+    concurrency: int = param(
+        5, description="Receives per round and worker threads (a round holds up to 10 x this).", minimum=1, maximum=10
+    )
+    max_messages: int = param(
+        0,
+        description="Stop after this many messages (0: until the queue is empty).",
+        minimum=0,
+        aliases=("maxMessages",),
+    )
+    max_seconds: float = param(
+        300, description="Stop receiving after this many seconds.", minimum=1, aliases=("maxSeconds",)
+    )
+    wait_seconds: int = param(
+        2,
+        description="Long poll of a round's first receive, in seconds; an empty poll ends the run.",
+        minimum=0,
+        maximum=20,
+        aliases=("waitSeconds",),
+    )
+    stop_timeout_seconds: float = param(
+        60,
+        description="On terminate or SIGTERM: how long to wait for the round in flight to finish.",
+        minimum=0,
+        aliases=("stopTimeoutSeconds",),
+    )
 
 
 @dataclass
@@ -107,13 +124,13 @@ class QueueDrain:
                     result.stopped_by = "stop requested"
                     break
                 if time.monotonic() - started >= limits.max_seconds:
-                    result.stopped_by = "maxSeconds"
+                    result.stopped_by = "max_seconds"
                     break
                 budget = 10 * limits.concurrency
                 if limits.max_messages:
                     budget = min(budget, limits.max_messages - result.counts["received"])
                     if budget <= 0:
-                        result.stopped_by = "maxMessages"
+                        result.stopped_by = "max_messages"
                         break
                 round_began = time.time()
                 messages = self._round(budget)

@@ -1,33 +1,36 @@
 """Housekeeping tasks (``orphaned_instances``, ``stale_ssm``, ``old_jobs``) and their dispatcher.
 
-``TASKS`` maps a ``task_type`` to its function ``(FleetContext, HousekeepingRequest) -> counts``.
-A function may carry a ``params`` attribute (the parameter names it accepts besides ``now`` and
-``dryRun``). Adding a task is one entry in ``TASKS``. ``pool_audit`` is
-``pipelines.pool_audit.housekeeping.pool_audit_task``.
+``TASKS`` maps a ``task_type`` to its :class:`Task`: a function ``(FleetContext,
+HousekeepingRequest) -> summary`` and the parameter names it accepts besides ``now`` and
+``dryRun``. :class:`Housekeeping` dispatches on ``TASKS`` plus the tasks it is given: other
+capabilities' tasks (the pool audit's ``pool_audit``) are wired in by ``pipelines/definitions.py``,
+so that this package imports no other capability. A task's parameters that are out of range raise
+``InvalidMessage`` or ``pipelines.common.params.ParamsError``; either dead-letters the message.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
-import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common import from_item, iso
+from pipelines.common.params import ParamsError
 from pipelines.fleet.aws import (
-    BACKOFF_SECONDS,
     FleetContext,
     RunArchive,
+    aws_call,
     chunks,
     dead_letter_into,
     delete_messages,
     delete_parameters,
     publish_count,
-    with_backoff,
 )
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import (
@@ -40,7 +43,7 @@ from pipelines.fleet.messages import (
     int_param,
     parse_housekeeping,
 )
-from pipelines.pool_audit.housekeeping import pool_audit_task
+from pipelines.retry import is_transient
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -48,15 +51,27 @@ ORPHAN_SLACK = dt.timedelta(minutes=10)
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
 
-Task = Callable[[FleetContext, HousekeepingRequest], dict[str, Any]]
+@dataclass(frozen=True)
+class TaskResult:
+    """What one task did. ``summary``: small, JSON-friendly figures (the run's output, its metadata
+    and log). ``detail``: the task's own typed result (e.g. the pool audit's ``HousekeepingAudit``),
+    for the Dagster layer's hook of that task; it is never serialised."""
+
+    task_type: str
+    summary: dict[str, Any]
+    detail: object | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {"task_type": self.task_type, **self.summary}
 
 
-def _task(*params: str) -> Callable[[Task], Task]:
-    def mark(fn: Task) -> Task:
-        fn.params = set(params)  # type: ignore[attr-defined]
-        return fn
+@dataclass(frozen=True)
+class Task:
+    """A housekeeping task: ``run(ctx, request)`` returns its summary (a dict of figures) or a
+    :class:`TaskResult`; ``params`` are the names of its own parameters."""
 
-    return mark
+    run: Callable[[FleetContext, HousekeepingRequest], dict[str, Any] | TaskResult]
+    params: frozenset[str] = frozenset()
 
 
 # ------------------------------------------------------------------ orphaned_instances
@@ -86,7 +101,7 @@ def has_running_job(dynamodb, jobs_table: str, instance_id: str) -> bool:
         "Select": "COUNT",
     }
     while True:
-        page = with_backoff(lambda: dynamodb.query(**kwargs), what="Query instance_id-index")
+        page = aws_call(lambda: dynamodb.query(**kwargs), what="Query instance_id-index")
         if page.get("Count", 0):
             return True
         if "LastEvaluatedKey" not in page:
@@ -94,7 +109,6 @@ def has_running_job(dynamodb, jobs_table: str, instance_id: str) -> bool:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-@_task("max_runtime", "confirm_after_minutes")
 def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
     """Two phases: tag an orphan as suspected; terminate it on a later pass if it is still orphaned."""
     now = req.now()
@@ -129,14 +143,14 @@ def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest) -> dict[str,
     terminated: list[str] = []
     if not req.dry_run:
         if suspect:
-            with_backoff(
+            aws_call(
                 lambda: ctx.ec2.create_tags(Resources=suspect, Tags=[{"Key": SUSPECT_TAG, "Value": iso(now)}]),
                 what="CreateTags",
             )
         if cleared:
-            with_backoff(lambda: ctx.ec2.delete_tags(Resources=cleared, Tags=[{"Key": SUSPECT_TAG}]), what="DeleteTags")
+            aws_call(lambda: ctx.ec2.delete_tags(Resources=cleared, Tags=[{"Key": SUSPECT_TAG}]), what="DeleteTags")
         for part in chunks(terminate, 100):
-            response = with_backoff(
+            response = aws_call(
                 lambda part=part: ctx.ec2.terminate_instances(InstanceIds=list(part)), what="TerminateInstances"
             )
             terminated += [i["InstanceId"] for i in response.get("TerminatingInstances", [])]
@@ -164,7 +178,6 @@ def terminated_at(instance: dict[str, Any]) -> dt.datetime | None:
     return dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
 
 
-@_task("terminated_grace_minutes")
 def stale_ssm(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
     """Delete runner parameters of instances that do not exist or were terminated over 10 minutes ago."""
     now = req.now()
@@ -226,25 +239,34 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
 # -------------------------------------------------------------------------- old_jobs
 
 
-def batch_delete(dynamodb, table: str, keys: list[dict[str, Any]], *, sleeps=BACKOFF_SECONDS) -> int:
-    """``BatchWriteItem`` deletes, 25 a call, ``UnprocessedItems`` retried with the seed's backoff."""
+class _Unprocessed(Exception):
+    """``BatchWriteItem`` left items unprocessed (throttled): worth another try after a wait."""
+
+
+def _retry_batch_write(exc: BaseException) -> bool:
+    return isinstance(exc, _Unprocessed) or is_transient(exc)
+
+
+def batch_delete(dynamodb, table: str, keys: list[dict[str, Any]]) -> int:
+    """``BatchWriteItem`` deletes, 25 a call; ``UnprocessedItems`` are sent again by runs-fleet's
+    retry policy (100 ms, 500 ms, 1 s), then the call fails. Returns the number of calls."""
     calls = 0
     for part in chunks(keys, 25):
         request = {table: [{"DeleteRequest": {"Key": key}} for key in part]}
-        attempt = 0
-        while request:
-            response = with_backoff(lambda request=request: dynamodb.batch_write_item(RequestItems=request))
+
+        def write() -> None:
+            nonlocal request, calls
+            response = dynamodb.batch_write_item(RequestItems=request)
             calls += 1
-            request = response.get("UnprocessedItems") or {}
-            if request:
-                if attempt >= len(sleeps):
-                    raise RuntimeError(f"BatchWriteItem left {len(request[table])} item(s) unprocessed")
-                time.sleep(sleeps[attempt])
-                attempt += 1
+            left = response.get("UnprocessedItems") or {}
+            if left:
+                request = left
+                raise _Unprocessed(f"BatchWriteItem left {len(left[table])} item(s) unprocessed")
+
+        aws_call(write, what="BatchWriteItem", retryable=_retry_batch_write)
     return calls
 
 
-@_task("retention_days")
 def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
     """Archive finished jobs older than the retention to S3 (JSON Lines), then delete them. Never scans."""
     now = req.now()
@@ -262,7 +284,7 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
             "Limit": 1000,
         }
         while True:
-            page = with_backoff(lambda kwargs=kwargs: ctx.dynamodb.query(**kwargs), what="Query completed_at-index")
+            page = aws_call(lambda kwargs=kwargs: ctx.dynamodb.query(**kwargs), what="Query completed_at-index")
             counts["queries"] += 1
             items = page.get("Items", [])
             if items:
@@ -273,7 +295,7 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
                     ids = ",".join(sorted(r["job_id"] for r in records))
                     # Deterministic key: archiving the same records again (after a crash) rewrites one object.
                     key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
-                    with_backoff(
+                    aws_call(
                         lambda key=key, body=body: ctx.s3.put_object(
                             Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
                         ),
@@ -308,31 +330,40 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
 # ------------------------------------------------------------------------ dispatcher
 
 TASKS: dict[str, Task] = {
-    "orphaned_instances": orphaned_instances,
-    "stale_ssm": stale_ssm,
-    "old_jobs": old_jobs,
-    "pool_audit": pool_audit_task,
+    "orphaned_instances": Task(orphaned_instances, frozenset({"max_runtime", "confirm_after_minutes"})),
+    "stale_ssm": Task(stale_ssm, frozenset({"terminated_grace_minutes"})),
+    "old_jobs": Task(old_jobs, frozenset({"retention_days"})),
 }
 
 
-def parse_request(data: Any) -> HousekeepingRequest:
-    """Validate a message body or run config against the known tasks (``InvalidMessage`` otherwise)."""
-    request = parse_housekeeping(
-        data, allowed_params={name: getattr(fn, "params", set()) for name, fn in TASKS.items()}
-    )
-    task_for(request)
-    return request
+class Housekeeping:
+    """The dispatcher: runs-fleet's own ``TASKS`` plus ``extra`` tasks (wired in by the code location)."""
 
+    def __init__(self, extra: Mapping[str, Task] | None = None):
+        self.tasks: dict[str, Task] = {**TASKS, **(extra or {})}
 
-def task_for(request: HousekeepingRequest) -> Task:
-    if request.task_type in TASKS:
-        return TASKS[request.task_type]
-    raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}")
+    def parse(self, data: Any) -> HousekeepingRequest:
+        """Validate a message body or run config against the known tasks (``InvalidMessage`` otherwise)."""
+        request = parse_housekeeping(data, allowed_params={name: set(t.params) for name, t in self.tasks.items()})
+        self._task(request)
+        return request
 
+    def _task(self, request: HousekeepingRequest) -> Task:
+        if request.task_type in self.tasks:
+            return self.tasks[request.task_type]
+        raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}")
 
-def run_task(ctx: FleetContext, request: HousekeepingRequest) -> dict[str, Any]:
-    """Run one validated request. Task parameters out of range raise ``InvalidMessage``."""
-    return task_for(request)(ctx, request)
+    def run(self, ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
+        """Run one validated request. Task parameters out of range raise ``InvalidMessage``."""
+        try:
+            out = self._task(request).run(ctx, request)
+        except ParamsError as exc:
+            raise InvalidMessage(str(exc)) from None
+        return out if isinstance(out, TaskResult) else TaskResult(request.task_type, out)
+
+    def drain(self, ctx: FleetContext, **kwargs) -> QueueDrain:
+        """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
+        return queue_drain(functools.partial(HousekeepingHandler, housekeeping=self), ctx, **kwargs)
 
 
 class HousekeepingHandler:
@@ -340,9 +371,12 @@ class HousekeepingHandler:
 
     report_keys = ("received", "tasks_run", "dead_lettered", "failed", "deleted")
 
-    def __init__(self, *, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str):
+    def __init__(
+        self, *, housekeeping: Housekeeping, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str
+    ):
+        self.housekeeping = housekeeping
         self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
-        self.results: list[dict[str, Any]] = []
+        self.results: list[TaskResult] = []
 
     def __call__(
         self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
@@ -359,7 +393,7 @@ class HousekeepingHandler:
         groups: dict[str, tuple[HousekeepingRequest, list[dict[str, Any]]]] = {}
         for message in messages:
             try:
-                request = parse_request(message.get("Body"))
+                request = self.housekeeping.parse(message.get("Body"))
             except InvalidMessage as exc:
                 log.warning(f"dead-lettering housekeeping message {message.get('MessageId')}: {exc.reason}")
                 poison.append((message, exc.reason))
@@ -368,7 +402,7 @@ class HousekeepingHandler:
         to_ack: list[dict[str, Any]] = []
         for request, group in groups.values():
             try:
-                result = run_task(self.ctx, request)
+                result = self.housekeeping.run(self.ctx, request)
             except InvalidMessage as exc:
                 log.warning(f"dead-lettering housekeeping message(s) for {request.task_type}: {exc.reason}")
                 poison += [(m, exc.reason) for m in group]
@@ -377,7 +411,7 @@ class HousekeepingHandler:
                 log.error(f"housekeeping task {request.task_type} failed, message left in the queue: {exc!r}")
                 counts["failed"] += len(group)
                 continue
-            self.results.append({"task_type": request.task_type, **result})
+            self.results.append(result)
             counts[f"task_{request.task_type}"] += 1
             counts["tasks_run"] += 1
             counts["duplicates_in_round"] += len(group) - 1
@@ -387,8 +421,3 @@ class HousekeepingHandler:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)
         return counts
-
-
-def housekeeping_drain(ctx: FleetContext, **kwargs) -> QueueDrain:
-    """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
-    return queue_drain(HousekeepingHandler, ctx, **kwargs)

@@ -1,4 +1,4 @@
-"""Parsing and validation of the seed's queue messages. Anything from outside is checked here first.
+"""Parsing and validation of runs-fleet's queue messages. Anything from outside is checked here first.
 
 A message that fails validation raises ``InvalidMessage`` whose ``reason`` is one short line: it
 becomes the ``groundskeeper-reason`` attribute of the dead-lettered message.
@@ -11,10 +11,11 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common import iso
+from pipelines.common.params import param, specs
 
 INSTANCE_ID_RE = re.compile(r"^i-[0-9a-f]{8}([0-9a-f]{9})?$")
 RUNNER_PREFIX = "/runs-fleet/runners/"
@@ -162,7 +163,7 @@ class Termination:
 
 
 def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
-    """The seed's termination message, or ``InvalidMessage`` with the reason."""
+    """runs-fleet's termination message, or ``InvalidMessage`` with the reason."""
     data = load_object(body)
     unknown = sorted(set(data) - TERMINATION_FIELDS)
     if unknown:
@@ -213,17 +214,24 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
 
 # ------------------------------------------------------------------------------ housekeeping
 
-HOUSEKEEPING_FIELDS = {"task_type", "timestamp", "params"}
 COMMON_PARAMS = {"now", "dryRun"}
 
 
 @dataclass(frozen=True)
 class HousekeepingRequest:
-    """A validated housekeeping message (or run config): the task and its parameters."""
+    """A validated housekeeping message (or the ``housekeeping`` job's flat run config): runs-fleet's
+    message shape, declared once (its fields are the run config's keys and the README's table)."""
 
-    task_type: str
-    timestamp: str | None = None
-    params: dict[str, Any] = field(default_factory=dict)
+    task_type: str = param(
+        description="The task to run: orphaned_instances, stale_ssm, old_jobs or pool_audit.",
+    )
+    timestamp: str | None = param(None, description="When the message was sent (ISO-8601 with a time zone).")
+    params: dict[str, Any] = param(
+        {},
+        description="The task's parameters: now (ISO-8601, a what-if clock), dryRun (true: change nothing) and "
+        "the task's own: max_runtime and confirm_after_minutes (orphaned_instances), terminated_grace_minutes "
+        "(stale_ssm), retention_days (old_jobs), idle_cost_threshold_usd_per_hour (pool_audit).",
+    )
 
     @property
     def dry_run(self) -> bool:
@@ -234,6 +242,11 @@ class HousekeepingRequest:
         if "now" in self.params:
             return parse_time(self.params["now"], "params.now")
         return default or dt.datetime.now(dt.UTC)
+
+    @property
+    def task_params(self) -> dict[str, Any]:
+        """The task's own parameters (without the common ``now`` and ``dryRun``)."""
+        return {k: v for k, v in self.params.items() if k not in COMMON_PARAMS}
 
     def key(self) -> str:
         """Identical requests in one round run once."""
@@ -247,7 +260,7 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
     """
     if not isinstance(data, dict):
         data = load_object(data)
-    unknown = sorted(set(data) - HOUSEKEEPING_FIELDS)
+    unknown = sorted(set(data) - {spec.name for spec in specs(HousekeepingRequest)})
     if unknown:
         raise InvalidMessage(f"unknown field(s): {', '.join(u[:40] for u in unknown[:5])}")
     task_type = data.get("task_type")

@@ -2,7 +2,7 @@
 
 For each round, in this order:
 
-1. archive the raw messages in the run's S3 object (log before handling, seed 001);
+1. archive the raw messages in the run's S3 object (log before handling);
 2. validate; poison messages go to the dead-letter queue with their reason (and are deleted);
 3. update the jobs with conditional updates, batched in ``TransactWriteItems``: "status is
    ``running`` or absent" becomes the final status, stamped with the message's digest and the
@@ -20,7 +20,7 @@ old -> new: of two runs racing for it, one wins) and finishes its clean-up; if i
 run that holds it is still at work, and the message is left in the queue to come back later.
 
 So each job costs one transactional write, and each round one S3 object. A message whose handling
-fails after the seed's backoff stays in the queue: SQS moves it to the dead-letter queue after 3
+fails after runs-fleet's retries stays in the queue: SQS moves it to the dead-letter queue after 3
 receives. A run killed anywhere leaves each job untouched, or updated in a round not marked done,
 which the message's redelivery completes.
 """
@@ -40,10 +40,11 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import from_item, to_item
 from pipelines.fleet.aws import (
-    BACKOFF_SECONDS,
+    POLICY,
     FleetContext,
     MetricBatch,
     RunArchive,
+    aws_call,
     chunks,
     dead_letter_into,
     delete_messages,
@@ -51,7 +52,6 @@ from pipelines.fleet.aws import (
     error_code,
     message_received_at,
     queue_name,
-    with_backoff,
 )
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
@@ -135,12 +135,20 @@ def _take_over(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     }
 
 
+class _TransactionConflict(Exception):
+    """A cancelled transaction whose cancellation reasons are neither failed conditions nor
+    validation errors (a conflict with another write): worth another try after a wait."""
+
+
+def _retry_transaction(exc: BaseException) -> bool:
+    return isinstance(exc, _TransactionConflict) or is_transient(exc)
+
+
 def transact_each(
     dynamodb,
     jobs: Sequence[_Job],
     build: Callable[[_Job], dict[str, Any]],
     *,
-    sleeps: Sequence[float] = BACKOFF_SECONDS,
     logger: Any = None,
 ) -> tuple[list[_Job], list[_Job], list[_Job]]:
     """Apply one conditional action per job in transactions of up to 100.
@@ -148,56 +156,54 @@ def transact_each(
     Returns (applied, condition_failed, failed). A cancelled transaction names its failed
     conditions (with the item as it is, where the action asked for ``ALL_OLD``: kept in
     ``job.current``); those jobs leave it and the rest is submitted again at once. Transient errors
-    (conflicts, throttling) wait the seed's backoff; after the last one the jobs left are failed.
+    (conflicts, throttling) are retried by runs-fleet's policy; after the last try the jobs left
+    are failed.
     """
     applied: list[_Job] = []
     conditional: list[_Job] = []
     failed: list[_Job] = []
     for part in chunks(list(jobs), TRANSACTION_LIMIT):
-        todo, attempt = list(part), 0
-        while todo:
-            try:
-                dynamodb.transact_write_items(TransactItems=[build(job) for job in todo])
-                applied += todo
-                break
-            except ClientError as exc:
-                code = error_code(exc)
-                if code == "TransactionCanceledException":
+        todo = list(part)
+
+        def submit() -> None:
+            nonlocal todo
+            while todo:
+                try:
+                    dynamodb.transact_write_items(TransactItems=[build(job) for job in todo])
+                except ClientError as exc:
+                    if error_code(exc) != "TransactionCanceledException":
+                        raise
                     reasons = exc.response.get("CancellationReasons") or []
-                    if len(reasons) == len(todo):
-                        failed_cond = []
-                        for j, r in zip(todo, reasons, strict=True):
-                            if r.get("Code") == "ConditionalCheckFailed":
-                                j.current = from_item(r["Item"]) if r.get("Item") else {}
-                                failed_cond.append(j)
-                        others = [
-                            (j, r.get("Code"))
-                            for j, r in zip(todo, reasons, strict=True)
-                            if r.get("Code") not in ("None", None, "ConditionalCheckFailed")
-                        ]
-                        if failed_cond:
-                            conditional += failed_cond
-                            todo = [j for j in todo if j not in failed_cond]
-                            continue  # resubmit the others at once: their condition held
-                        if others and all(c == "ValidationError" for _, c in others):
-                            failed += todo
-                            if logger:
-                                logger.error(f"transaction refused: {exc}")
-                            break
-                elif not is_transient(exc):
-                    raise
-            except Exception as exc:
-                if not is_transient(exc):
-                    raise
-            if attempt >= len(sleeps):
-                failed += todo
-                if logger:
-                    logger.warning(
-                        f"{len(todo)} job update(s) still failing after {attempt} retries; left in the queue"
-                    )
-                break
-            time.sleep(sleeps[attempt])
-            attempt += 1
+                    if len(reasons) != len(todo):
+                        raise _TransactionConflict(str(exc)) from exc
+                    failed_cond = []
+                    for j, r in zip(todo, reasons, strict=True):
+                        if r.get("Code") == "ConditionalCheckFailed":
+                            j.current = from_item(r["Item"]) if r.get("Item") else {}
+                            failed_cond.append(j)
+                    if failed_cond:
+                        conditional.extend(failed_cond)
+                        todo = [j for j in todo if j not in failed_cond]
+                        continue  # resubmit the others at once: their condition held
+                    others = [r.get("Code") for r in reasons if r.get("Code") not in ("None", None)]
+                    if others and all(c == "ValidationError" for c in others):
+                        failed.extend(todo)
+                        todo = []
+                        if logger:
+                            logger.error(f"transaction refused: {exc}")
+                        return
+                    raise _TransactionConflict(str(exc)) from exc
+                applied.extend(todo)
+                todo = []
+
+        try:
+            aws_call(submit, what="TransactWriteItems", retryable=_retry_transaction)
+        except Exception as exc:
+            if not _retry_transaction(exc):
+                raise
+            failed.extend(todo)
+            if logger:
+                logger.warning(f"{len(todo)} job update(s) still failing after {POLICY.describe()}; left in the queue")
     return applied, conditional, failed
 
 
@@ -294,7 +300,7 @@ class TerminationHandler:
             return True
         key = round_marker_key(self.queue_url, round_id)
         try:
-            with_backoff(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what="HeadObject (round marker)")
+            aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what="HeadObject (round marker)")
         except ClientError as exc:
             if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                 return False
@@ -305,7 +311,7 @@ class TerminationHandler:
     def visibility_timeout(self) -> float:
         """The queue's visibility timeout: how long a run holds what it received (asked once per run)."""
         if self._visibility_timeout is None:
-            attrs = with_backoff(
+            attrs = aws_call(
                 lambda: self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]),
                 what="GetQueueAttributes",
             )["Attributes"]
@@ -373,7 +379,7 @@ class TerminationHandler:
         body = "\n".join(job.term.job_id for job in applied).encode()
         key = round_marker_key(self.queue_url, round_id)
         try:
-            with_backoff(
+            aws_call(
                 lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="text/plain"),
                 what="PutObject (round marker)",
             )

@@ -1,1 +1,6 @@
-"""Pool audit (seed 002, ``pool_audit``): what idle fleet capacity costs, per pool."""
+"""Pool audit (runs-fleet's ``pool_audit`` housekeeping task): what idle fleet capacity costs, per pool.
+
+Plain modules (no Dagster): ``params`` (the parameters, declared once), ``audit`` (one audit end to
+end, one daily report), ``compute`` (pandas), ``checks`` (the check evaluations, as plain values),
+``housekeeping`` (the audit as a housekeeping task), ``aws``, ``prices``, ``render``. The ``defs``
+subpackage is the Dagster layer."""

@@ -1,6 +1,6 @@
 """One pool audit end to end, and one daily report, over boto3 clients (no Dagster).
 
-The ``pool_audit`` asset, its schedule and the housekeeping ``pool_audit`` message all call
+The ``pool_audit`` asset, its schedule and the housekeeping ``pool_audit`` task all call
 :func:`run_pool_audit`; the ``pool_cost_report`` asset calls :func:`build_daily_report`.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -94,24 +94,6 @@ def snapshot_frame(audit: PoolAudit, taken_at: dt.datetime) -> pd.DataFrame:
     return audit.table.assign(snapshot_at=pd.Timestamp(taken_at).tz_convert("UTC"))[
         ["snapshot_at", *audit.table.columns]
     ]
-
-
-DEFAULT_IDLE_COST_THRESHOLD = 5.0  # USD per hour of idle capacity across the fleet before the check warns
-MESSAGE_PARAMS = {"idle_cost_threshold_usd_per_hour"}  # besides the fleet's common now and dryRun
-
-
-def housekeeping_options(params: dict[str, Any]) -> dict[str, Any]:
-    """Validate a housekeeping ``pool_audit`` message's own params (``idle_cost_threshold_usd_per_hour``,
-    a number >= 0; ``now`` only together with ``dryRun``, so that no snapshot is written at a made-up time).
-
-    Raises ``ValueError`` with the reason, so that the processor dead-letters the message.
-    """
-    threshold = params.get("idle_cost_threshold_usd_per_hour", DEFAULT_IDLE_COST_THRESHOLD)
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not 0 <= threshold < float("inf"):
-        raise ValueError(f"params.idle_cost_threshold_usd_per_hour must be a number >= 0, got {threshold!r}")
-    if "now" in params and params.get("dryRun") is not True:
-        raise ValueError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
-    return {"idle_cost_threshold_usd_per_hour": float(threshold)}
 
 
 # ---------------------------------------------------------------- daily report

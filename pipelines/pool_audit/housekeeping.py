@@ -1,55 +1,66 @@
-"""The housekeeping ``pool_audit`` task, as the fleet dispatcher runs it (``pipelines.fleet.housekeeping.TASKS``).
+"""The pool audit as a housekeeping task. No Dagster, and nothing of the fleet package: it takes
+plain values (clients, names, the message's own parameters, ``dry_run`` and ``now``), and
+``pipelines/definitions.py`` wires it into the fleet's housekeeping dispatcher.
 
-A plain function ``(FleetContext, HousekeepingRequest) -> result`` like the other tasks. Its result
-carries the whole audit under ``AUDIT_RUN_KEY`` for the Dagster layer, which takes it out
-(``pipelines.pool_audit.defs.record_housekeeping_audits``) and records a ``pool_audit``
-materialization with its checks; the rest of the result is small and JSON-friendly.
+Bad parameters raise ``pipelines.common.params.ParamsError`` (the dispatcher dead-letters the
+message). The result is a typed :class:`HousekeepingAudit`: the whole audit for the Dagster layer,
+which records it as a ``pool_audit`` materialization with its checks, and a small JSON summary.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
-from pipelines.pool_audit.audit import MESSAGE_PARAMS, housekeeping_options, run_pool_audit
+from pipelines.common.params import ParamsError, parse_params, specs
+from pipelines.pool_audit.audit import AuditRun, run_pool_audit
+from pipelines.pool_audit.params import AuditMessageParams
 
-AUDIT_RUN_KEY = "_pool_audit_run"
-
-
-def pool_audit_task(ctx, req: HousekeepingRequest) -> dict[str, Any]:
-    """Run the pool audit for a housekeeping message; bad params raise ``InvalidMessage`` (dead letter)."""
-    try:
-        options = housekeeping_options(req.params)
-    except ValueError as exc:
-        raise InvalidMessage(str(exc)) from None
-    if not ctx.pools_table:
-        raise RuntimeError("pool_audit: the fleet context has no pools table (RUNS_FLEET_POOLS_TABLE)")
-    run = run_pool_audit(
-        dynamodb=ctx.dynamodb,
-        ec2=ctx.ec2,
-        cloudwatch=ctx.cloudwatch,
-        s3=ctx.s3,
-        jobs_table=ctx.jobs_table,
-        pools_table=ctx.pools_table,
-        archive_bucket=ctx.archive_bucket,
-        namespace=ctx.namespace,
-        dry_run=req.dry_run,
-        now=req.now() if "now" in req.params else None,
-        progress=ctx.log.info,
-    )
-    totals = run.audit.totals
-    return {
-        "pools": totals["pools"],
-        "instances": run.instances,
-        "running": totals["running"],
-        "busy": totals["busy"],
-        "idle": totals["idle"],
-        "compute_cost_usd_per_hour": round(totals["compute_cost_usd_per_hour"], 4),
-        "idle_cost_usd_per_hour": round(totals["idle_cost_usd_per_hour"], 4),
-        "snapshot_key": run.snapshot_key or "(dry run: none)",
-        "dry_run": run.dry_run,
-        AUDIT_RUN_KEY: (run, options["idle_cost_threshold_usd_per_hour"]),
-    }
+MESSAGE_PARAMS = frozenset(spec.name for spec in specs(AuditMessageParams))
+"""The audit's own parameters in a housekeeping message, besides the fleet's common ``now`` and ``dryRun``."""
 
 
-pool_audit_task.params = set(MESSAGE_PARAMS)  # type: ignore[attr-defined]
+def message_params(raw: Mapping[str, Any], *, dry_run: bool, what_if: bool) -> AuditMessageParams:
+    """Validate a message's own parameters. A what-if clock (``now``) is only allowed with a dry
+    run, so that no snapshot is written at a made-up time."""
+    params, _ = parse_params(AuditMessageParams, raw, what="pool_audit parameter")
+    if what_if and not dry_run:
+        raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
+    return params
+
+
+@dataclass(frozen=True)
+class HousekeepingAudit:
+    """One audit run for a housekeeping message, with the threshold its checks use."""
+
+    run: AuditRun
+    idle_cost_threshold_usd_per_hour: float
+
+    def summary(self) -> dict[str, Any]:
+        """The small, JSON-friendly part: what the run's output and log show."""
+        run, totals = self.run, self.run.audit.totals
+        return {
+            "pools": int(totals["pools"]),
+            "instances": run.instances,
+            "running": int(totals["running"]),
+            "busy": int(totals["busy"]),
+            "idle": int(totals["idle"]),
+            "compute_cost_usd_per_hour": round(float(totals["compute_cost_usd_per_hour"]), 4),
+            "idle_cost_usd_per_hour": round(float(totals["idle_cost_usd_per_hour"]), 4),
+            "snapshot_key": run.snapshot_key or "(dry run: none)",
+            "dry_run": run.dry_run,
+        }
+
+
+def housekeeping_audit(
+    params: Mapping[str, Any], *, dry_run: bool, now: dt.datetime | None = None, **audit: Any
+) -> HousekeepingAudit:
+    """Run the pool audit for a housekeeping message whose own parameters are ``params``;
+    ``audit`` are :func:`run_pool_audit`'s clients, names and ``progress``."""
+    options = message_params(params, dry_run=dry_run, what_if=now is not None)
+    if not audit.get("pools_table"):
+        raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
+    run = run_pool_audit(dry_run=dry_run, now=now, **audit)
+    return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=options.idle_cost_threshold_usd_per_hour)

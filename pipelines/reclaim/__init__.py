@@ -1,1 +1,1 @@
-"""Agenda reclaim (seed 000): fail or retry stale AgendaProgress, by scan or index query."""
+"""POP's agenda reclaimer: fail or retry stale AgendaProgress items, by scan or index query."""

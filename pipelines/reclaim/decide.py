@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipelines.reclaim.source import Candidate
+from pipelines.retry import new_attempt_id
 
 TIMEOUT_MESSAGE = "AgendaProgress timed out."
 EXHAUSTED_MESSAGE = "attempts exhausted"
@@ -41,6 +42,7 @@ class Decision:
     event: dict[str, Any] | None  # the diagnostic event to append (None: none)
     retry_at: int | None = None
     reason: str = ""
+    attempt_id: str | None = None  # retry and hold: the new attempt's id; queue: the held attempt's
 
     def describe(self, c: Candidate) -> str:
         if self.kind == FAIL:
@@ -72,7 +74,7 @@ def decide(
     """``policy.delay_for(n)``: seconds before the next attempt after n attempts, or None to stop."""
     seen = {"processingState": c.state, "time": c.time_ms, "cutoff": cutoff, "runId": run_id}
     if c.kind == "held":
-        return Decision(QUEUE, c.attempts, None, reason="held retry due")
+        return Decision(QUEUE, c.attempts, None, reason="held retry due", attempt_id=c.attempt_id)
     if c.kind == "timeout":
         n = c.attempts + 1
         if action == "fail":
@@ -86,10 +88,13 @@ def decide(
         if stop:
             return Decision(CLOSE, n, diagnostic_event(stop, now, seen, status_code=500), reason=stop)
     delay = policy.delay_for(n) or 0
-    event = diagnostic_event(f"retry attempt {n}", now, {**seen, "delaySeconds": delay}, status_code=202)
+    attempt_id = new_attempt_id()
+    payload = {**seen, "delaySeconds": delay, "attemptId": attempt_id}
+    event = diagnostic_event(f"retry attempt {n}", now, payload, status_code=202)
     if delay <= 0:
-        return Decision(RETRY, n, event, reason=f"after {n} attempt(s), no delay")
-    return Decision(HOLD, n, event, retry_at=now + int(delay * 1000), reason=f"after {n} attempt(s), delay {delay:g}s")
+        return Decision(RETRY, n, event, reason=f"after {n} attempt(s), no delay", attempt_id=attempt_id)
+    return Decision(HOLD, n, event, retry_at=now + int(delay * 1000), reason=f"after {n} attempt(s), delay {delay:g}s",
+                    attempt_id=attempt_id)  # fmt: skip
 
 
 def _stop_reason(c: Candidate, n: int, policy: Policy) -> str | None:
@@ -104,8 +109,9 @@ def _stop_reason(c: Candidate, n: int, policy: Policy) -> str | None:
     return None
 
 
-def ready_item(table: str, c: Candidate, attempt: int, now: int) -> dict[str, Any]:
-    """The ReadyAgenda item of retry attempt ``attempt`` (= attemptsCompleted after the reset).
+def ready_item(table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any]:
+    """The ReadyAgenda item of the retry decided by ``d`` (``d.attempt`` = attemptsCompleted after
+    the reset; ``d.attempt_id`` = the new attempt, which the executor fences its writes with).
 
     Its id is deterministic in (table, agenda progress id, attempt), so a repeated write is a no-op.
     ``added`` is the agenda's original ``addedTime``, so a FIFO consumer (oldest ``added`` first) takes
@@ -113,13 +119,14 @@ def ready_item(table: str, c: Candidate, attempt: int, now: int) -> dict[str, An
     """
     agenda = c.agenda
     item = {
-        "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{attempt}")),
+        "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{d.attempt}")),
         "insightId": agenda.get("insightId"),
         "agendaId": agenda.get("agendaId"),
         "customerId": agenda.get("customerId"),
         "added": min(agenda.get("addedTime") or 0, now),
         "agendaProgressId": c.id,
-        "retryAttempt": attempt,
+        "retryAttempt": d.attempt,
+        "attemptId": d.attempt_id,
         "priority": 1,
     }
     return {k: v for k, v in item.items() if v is not None}

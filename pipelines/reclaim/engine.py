@@ -204,7 +204,7 @@ def _act(
 ) -> None:
     try:
         d = decide(c, action=params.reclaimAction, now=now, cutoff=cutoff, policy=policy, run_id=run_id)
-    except Exception as exc:  # a failing retry policy is reported, never retried (seed 001's WARNING)
+    except Exception as exc:  # a failing retry policy is reported, never retried (the retry RFC's warning)
         counts.errors += 1
         log.error(f"{c.id}: the retry policy failed: {exc}")
         return

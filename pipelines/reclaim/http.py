@@ -28,6 +28,7 @@ from urllib.parse import quote
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
 from pipelines.reclaim.writers import DONE, RACED, ItemError, put_ready_item
+from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
 
@@ -168,6 +169,8 @@ class HttpWriter:
         self.ready_table = ready_table
 
     def _unchanged(self, c: Candidate, current: dict[str, Any], cutoff: int) -> bool:
+        if current.get(ATTEMPT_ID_ATTR) != c.attempt_id:
+            return False  # the fence: a retry superseded the attempt the scan saw
         if c.kind == "held":
             return current.get("processingState") == WAITING and current.get("retryAt") == c.retry_at
         if current.get("processingState") != c.state or current.get(self.time_field) != _plain_time(c.time_attr):
@@ -192,7 +195,7 @@ class HttpWriter:
         if d.kind in (RETRY, HOLD):
             return {"processingState": WAITING, "processingStateMessage": PENDING, **times,
                     "attemptsCompleted": d.attempt, "diagnosticEvents": events, "completedTime": None,
-                    "startedTime": None, "retryDecision": None,
+                    "startedTime": None, "retryDecision": None, ATTEMPT_ID_ATTR: d.attempt_id,
                     "retryAt": d.retry_at if d.kind == HOLD else None}  # fmt: skip
         return {"retryAt": None, **times}  # QUEUE
 
@@ -210,7 +213,7 @@ class HttpWriter:
             # leaves a held retry that the next run queues, never a reset agenda that nobody queues.
             self.endpoint.put(c.id, {**body, "retryAt": now})
         if d.kind in (RETRY, QUEUE):
-            put_ready_item(self.dynamodb, self.ready_table, ready_item(self.table, c, d.attempt, now))
+            put_ready_item(self.dynamodb, self.ready_table, ready_item(self.table, c, d, now))
             body = {"retryAt": None}
         self.endpoint.put(c.id, body)
         return DONE

@@ -1,4 +1,5 @@
-"""The reclaim job's parameters: the seed's flat JSON (seed 000) plus camelCase extensions.
+"""The reclaim job's parameters, declared once: POP's agenda reclaimer's flat JSON plus
+Groundskeeper's extension keys (camelCase too, so that one JSON object has one case).
 
 Pure Python (no Dagster): the Dagster config schema, the targets file and the tests all go
 through :func:`parse_params`, so a value is validated the same way wherever it comes from.
@@ -7,35 +8,12 @@ through :func:`parse_params`, so a value is validated the same way wherever it c
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-# name -> (type, default). ``None`` default with ``required`` below means "no default".
-SEED_FIELDS: dict[str, tuple[type, Any]] = {
-    "maximumExecutionSeconds": (int, 60),
-    "tableName": (str, None),
-    "idFieldName": (str, None),
-    "timeFieldName": (str, None),
-    "reclaimAgeMinutes": (int, 0),
-    "scanDelayMillis": (int, 0),
-    "targetBatchSize": (int, 50),
-    "objectScanLimit": (int, 50),
-    "logReclaimOnly": (bool, False),
-    "agendaProgressEndpointURL": (str, None),
-}
-REQUIRED = ("tableName", "idFieldName", "timeFieldName")
-
-EXTENSION_FIELDS: dict[str, tuple[type, Any]] = {
-    "reclaimAction": (str, "fail"),
-    "retryPolicy": (dict, None),
-    "indexName": (str, None),
-    "segments": (int, 1),
-    "operationProgressTableName": (str, None),
-    "includeWaiting": (bool, False),
-    "retryFailed": (bool, False),
-}
-ALL_FIELDS = {**SEED_FIELDS, **EXTENSION_FIELDS}
+from pipelines.common.params import ParamsError, param
+from pipelines.common.params import parse_params as _parse
 
 ACTIONS = ("fail", "retry")
 MAX_SEGMENTS = 64
@@ -43,29 +21,95 @@ MAX_SEGMENTS = 64
 TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 
 
-class ParamsError(ValueError):
-    """A parameter is missing, unknown or out of range; the message names it and its value."""
-
-
 @dataclass(frozen=True)
 class ReclaimParams:
-    tableName: str
-    idFieldName: str
-    timeFieldName: str
-    maximumExecutionSeconds: int = 60
-    reclaimAgeMinutes: int = 0
-    scanDelayMillis: int = 0
-    targetBatchSize: int = 50
-    objectScanLimit: int = 50
-    logReclaimOnly: bool = False
-    agendaProgressEndpointURL: str | None = None
-    reclaimAction: str = "fail"
-    retryPolicy: dict | None = field(default=None, hash=False, compare=False)
-    indexName: str | None = None
-    segments: int = 1
-    operationProgressTableName: str | None = None
-    includeWaiting: bool = False
-    retryFailed: bool = False
+    # POP's agenda reclaimer (descriptions from its documentation)
+    tableName: str = param(description="The name of the table to scan items from.")
+    idFieldName: str = param(description="The name of the id field in the table to scan (its hash key).")
+    timeFieldName: str = param(description="The name of the time field in the table to scan (epoch ms or ISO-8601).")
+    maximumExecutionSeconds: int = param(
+        60,
+        description="The maximum amount of time the execution should run for; fuzzy: the batch in hand is "
+        "finished, no page starts after it. Must be below the run's dagster/max_runtime tag (job default 900).",
+        minimum=1,
+    )
+    reclaimAgeMinutes: int = param(
+        0,
+        description="The age in minutes an object must be for reclaim consideration: "
+        "reclaimed when now - reclaimAgeMinutes > its time field.",
+        minimum=0,
+    )
+    scanDelayMillis: int = param(
+        0,
+        description="The number of milliseconds to delay between scan calls (DynamoDB has capacity limits).",
+        minimum=0,
+    )
+    targetBatchSize: int = param(
+        50, description="The number of objects to gather before attempting to reclaim them.", minimum=1
+    )
+    objectScanLimit: int = param(
+        50,
+        description="The number of objects to allow DynamoDB to scan before returning "
+        "(may return 0 to objectScanLimit items).",
+        minimum=1,
+        maximum=1000,
+    )
+    logReclaimOnly: bool = param(
+        False,
+        description="Log the reclaim actions only (dry run): one `dry run: would ...` line per candidate, no write.",
+    )
+    agendaProgressEndpointURL: str | None = param(
+        None,
+        description="Write through this AgendaProgress HTTP endpoint instead of DynamoDB "
+        "(wins over AGENDA_PROGRESS_URL).",
+    )
+    # Groundskeeper's extensions
+    reclaimAction: str = param(
+        "fail",
+        description="What to do with a stale agenda: fail it (timeout), or retry it while its attempts allow.",
+        choices=ACTIONS,
+    )
+    retryPolicy: dict | None = param(
+        None,
+        description='Retry action only: the retry library\'s JSON policy, e.g. {"kind": "exponential", '
+        '"initial": 60, "coefficient": 2, "maxDelay": 3600, "maxAttempts": 5}; unset: retry at once.',
+    )
+    indexName: str | None = param(
+        None,
+        description="The GSI to query (hash processingState, range the time field, projection ALL); "
+        "unset: processingState-updatedTime-index or another fitting one, else the scan.",
+    )
+    segments: int = param(
+        1,
+        description="Scan path only: DynamoDB parallel-scan segments, one op each (multiprocess executor above 1).",
+        minimum=1,
+        maximum=MAX_SEGMENTS,
+    )
+    operationProgressTableName: str | None = param(
+        None, description="Also fail the EXECUTING OperationProgress items of each failed agenda in this table."
+    )
+    includeWaiting: bool = param(
+        False, description="Stale WAITING items count too (taken from the queue but never started)."
+    )
+    retryFailed: bool = param(
+        False, description="Retry action only: COMPLETE/failed items not yet handled are retried too."
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("tableName", "indexName", "operationProgressTableName"):
+            value = getattr(self, name)
+            if value is not None and not TABLE_NAME_RE.match(value):
+                raise ParamsError(f"{name} {value!r} is not a valid DynamoDB name (3-255 of A-Z a-z 0-9 _ . -)")
+        for name in ("idFieldName", "timeFieldName"):
+            value = getattr(self, name)
+            if not value or len(value.encode()) > 255:
+                raise ParamsError(f"{name} {value!r} must be 1 to 255 bytes long")
+        if self.retryFailed and self.reclaimAction != "retry":
+            raise ParamsError("retryFailed needs reclaimAction 'retry'")
+        if self.retryPolicy is not None and self.reclaimAction != "retry":
+            raise ParamsError("retryPolicy needs reclaimAction 'retry'")
+        if self.agendaProgressEndpointURL is not None:
+            check_url("agendaProgressEndpointURL", self.agendaProgressEndpointURL)
 
     @property
     def dry_run(self) -> bool:
@@ -75,70 +119,12 @@ class ReclaimParams:
         """Items whose time field is below this are stale: ``now - reclaimAgeMinutes``."""
         return now_ms - self.reclaimAgeMinutes * 60_000
 
-    def as_config(self) -> dict[str, Any]:
-        """The flat camelCase dict again (None values left out), e.g. for a run config."""
-        return {name: getattr(self, name) for name in ALL_FIELDS if getattr(self, name) is not None}
-
-
-def _check_type(name: str, value: Any, kind: type) -> Any:
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ParamsError(f"{name} must be an integer, got {value!r}")
-    elif kind is bool:
-        if not isinstance(value, bool):
-            raise ParamsError(f"{name} must be true or false, got {value!r}")
-    elif not isinstance(value, kind):
-        raise ParamsError(f"{name} must be a {kind.__name__}, got {value!r}")
-    return value
-
 
 def parse_params(raw: dict[str, Any]) -> ReclaimParams:
-    """Validate the flat JSON; unknown keys, missing required keys and bad ranges are errors."""
-    if not isinstance(raw, dict):
-        raise ParamsError(f"the reclaim parameters must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(ALL_FIELDS))
-    if unknown:
-        raise ParamsError(f"unknown parameter(s) {', '.join(unknown)}; known: {', '.join(ALL_FIELDS)}")
-    values: dict[str, Any] = {}
-    for name, (kind, default) in ALL_FIELDS.items():
-        value = raw.get(name, default)
-        if value is None:
-            if name in REQUIRED:
-                raise ParamsError(f"{name} is required")
-            continue
-        values[name] = _check_type(name, value, kind)
-    params = ReclaimParams(**values)
-    _check_ranges(params)
+    """Validate the flat JSON; unknown keys, missing required keys and bad ranges are errors.
+    (The reclaim keys have no old names, so there are no deprecation warnings to pass on.)"""
+    params, _ = _parse(ReclaimParams, raw)
     return params
-
-
-def _check_ranges(p: ReclaimParams) -> None:
-    for name in ("tableName", "indexName", "operationProgressTableName"):
-        value = getattr(p, name)
-        if value is not None and not TABLE_NAME_RE.match(value):
-            raise ParamsError(f"{name} {value!r} is not a valid DynamoDB name (3-255 of A-Z a-z 0-9 _ . -)")
-    for name in ("idFieldName", "timeFieldName"):
-        value = getattr(p, name)
-        if not value or len(value.encode()) > 255:
-            raise ParamsError(f"{name} {value!r} must be 1 to 255 bytes long")
-    for name in ("targetBatchSize", "objectScanLimit", "maximumExecutionSeconds"):
-        if getattr(p, name) < 1:
-            raise ParamsError(f"{name} must be at least 1, got {getattr(p, name)}")
-    if p.objectScanLimit > 1000:
-        raise ParamsError(f"objectScanLimit must be at most 1000 (one DynamoDB page), got {p.objectScanLimit}")
-    for name in ("reclaimAgeMinutes", "scanDelayMillis"):
-        if getattr(p, name) < 0:
-            raise ParamsError(f"{name} must not be negative, got {getattr(p, name)}")
-    if p.reclaimAction not in ACTIONS:
-        raise ParamsError(f"reclaimAction must be one of {', '.join(ACTIONS)}, got {p.reclaimAction!r}")
-    if not 1 <= p.segments <= MAX_SEGMENTS:
-        raise ParamsError(f"segments must be between 1 and {MAX_SEGMENTS}, got {p.segments}")
-    if p.retryFailed and p.reclaimAction != "retry":
-        raise ParamsError("retryFailed needs reclaimAction 'retry'")
-    if p.retryPolicy is not None and p.reclaimAction != "retry":
-        raise ParamsError("retryPolicy needs reclaimAction 'retry'")
-    if p.agendaProgressEndpointURL is not None:
-        check_url("agendaProgressEndpointURL", p.agendaProgressEndpointURL)
 
 
 def check_url(name: str, value: str) -> str:
@@ -149,7 +135,7 @@ def check_url(name: str, value: str) -> str:
 
 
 def check_max_runtime(params: ReclaimParams, max_runtime_tag: str | None) -> None:
-    """The seed's warning: the scan budget must be below the run's own timeout (``dagster/max_runtime``)."""
+    """POP's warning: the scan budget must be below the run's own timeout (``dagster/max_runtime``)."""
     if max_runtime_tag is None:
         return
     try:
@@ -161,3 +147,6 @@ def check_max_runtime(params: ReclaimParams, max_runtime_tag: str | None) -> Non
             f"maximumExecutionSeconds={params.maximumExecutionSeconds} must be below the run's "
             f"dagster/max_runtime={max_runtime_tag} seconds, or the run is killed mid-batch"
         )
+
+
+__all__ = ["ACTIONS", "MAX_SEGMENTS", "ParamsError", "ReclaimParams", "check_max_runtime", "check_url", "parse_params"]

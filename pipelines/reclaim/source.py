@@ -22,6 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.reclaim.params import ReclaimParams
+from pipelines.retry import ATTEMPT_ID_ATTR
 
 STATE_ATTR = "processingState"
 MESSAGE_ATTR = "processingStateMessage"
@@ -32,8 +33,9 @@ FAILED, PENDING = "failed", "pending"
 RETRY_AT_ATTR = "retryAt"  # N: a retry decided but not yet due; queued by a later run
 RETRYABLE_ATTR = "retryable"  # BOOL: false marks an agenda as non-retryable
 RETRY_DECISION_ATTR = "retryDecision"  # S: "exhausted" / "non-retryable": a failure already handled
+# ATTEMPT_ID_ATTR "attemptId" (S): the current attempt, written by the retry action (the fencing token)
 
-BASE_ATTRS = (STATE_ATTR, MESSAGE_ATTR, "diagnosticEvents", "attemptsCompleted", "maximumAttempts")
+BASE_ATTRS = (STATE_ATTR, MESSAGE_ATTR, "diagnosticEvents", "attemptsCompleted", "maximumAttempts", ATTEMPT_ID_ATTR)
 RETRY_ATTRS = (
     RETRY_AT_ATTR,
     RETRYABLE_ATTR,
@@ -247,6 +249,7 @@ class Candidate:
     retryable: bool = True
     error_type: str | None = None  # the last diagnostic event's errorType (checked against the policy)
     agenda: dict[str, Any] = field(default_factory=dict)  # agendaId, customerId, insightId, addedTime
+    attempt_id: str | None = None  # the attempt the item names (None: written before attempt ids)
 
 
 @dataclass
@@ -334,6 +337,7 @@ def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, n
         error_type=_error_type(diagnostics),
         retryable=item.get(RETRYABLE_ATTR, {}).get("BOOL", True) is not False,
         agenda=_agenda(item),
+        attempt_id=item.get(ATTEMPT_ID_ATTR, {}).get("S"),
     )
     retry_at = _int(item.get(RETRY_AT_ATTR), -1) if RETRY_AT_ATTR in item else None
     if state == WAITING and retry_at is not None:

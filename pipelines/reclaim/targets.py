@@ -1,4 +1,4 @@
-"""Reclaim targets: one entry per table, in the seed's JSON shape plus a ``cron``, one schedule each.
+"""Reclaim targets: one entry per table, in POP's JSON shape plus a ``cron``, one schedule each.
 
     [{"name": "demo_agendas", "cron": "*/5 * * * *", "tableName": "...", "idFieldName": "id",
       "timeFieldName": "updatedTime", "reclaimAgeMinutes": 5, ...}]

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.reclaim.engine import decode_cursor, encode_cursor
@@ -11,19 +10,28 @@ from pipelines.reclaim.http import AgendaProgressEndpoint, EndpointError, HttpWr
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
 from pipelines.reclaim.writers import DynamoWriter
 
-ENDPOINT_ENV = ("IDENTITY_URL", "IDM_USER", "IDM_ENCRYPTED_PASS")
+
+@dataclass(frozen=True)
+class EndpointSettings:
+    """The AgendaProgress HTTP endpoint and its identity login (the ``agenda`` settings resource:
+    ``AGENDA_PROGRESS_URL``, ``IDENTITY_URL``, ``IDM_USER``, ``IDM_ENCRYPTED_PASS``)."""
+
+    progress_url: str | None = None
+    identity_url: str | None = None
+    idm_user: str | None = None
+    idm_encrypted_pass: str | None = None
 
 
-def endpoint_url(params: ReclaimParams, environ: Mapping[str, str] = os.environ) -> str | None:
+def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | None:
     """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB."""
-    url = params.agendaProgressEndpointURL or environ.get("AGENDA_PROGRESS_URL") or None
+    url = params.agendaProgressEndpointURL or endpoint.progress_url or None
     return check_url("AGENDA_PROGRESS_URL", url) if url else None
 
 
 def make_writer(
-    params: ReclaimParams, *, dynamodb, kms, ready_table: str | None, environ: Mapping[str, str] = os.environ
+    params: ReclaimParams, *, dynamodb, kms, ready_table: str | None, endpoint: EndpointSettings
 ) -> DynamoWriter | HttpWriter:
-    url = endpoint_url(params, environ)
+    url = endpoint_url(params, endpoint)
     if url is None:
         return DynamoWriter(
             dynamodb,
@@ -32,11 +40,16 @@ def make_writer(
             ready_table=ready_table,
             action=params.reclaimAction,
         )
-    missing = [name for name in ENDPOINT_ENV if not environ.get(name)]
+    login_settings = {
+        "IDENTITY_URL": endpoint.identity_url,
+        "IDM_USER": endpoint.idm_user,
+        "IDM_ENCRYPTED_PASS": endpoint.idm_encrypted_pass,
+    }
+    missing = [name for name, value in login_settings.items() if not value]
     if missing:
         raise EndpointError(f"the AgendaProgress endpoint {url} needs {', '.join(missing)} in the environment")
-    identity_url = check_url("IDENTITY_URL", environ["IDENTITY_URL"])
-    user, encrypted = environ["IDM_USER"], environ["IDM_ENCRYPTED_PASS"]
+    identity_url = check_url("IDENTITY_URL", endpoint.identity_url)
+    user, encrypted = endpoint.idm_user, endpoint.idm_encrypted_pass
 
     def authenticate():
         return login(identity_url, user, decrypt_password(kms, encrypted))
@@ -71,4 +84,5 @@ def cursor_key(params: ReclaimParams, segment: int) -> str:
     return f"groundskeeper/reclaim/{params.tableName}/{params.timeFieldName}/{segment}-of-{params.segments}"
 
 
-__all__ = ["EndpointError", "KeyValueCursor", "ParamsError", "cursor_key", "endpoint_url", "make_writer"]
+__all__ = ["EndpointError", "EndpointSettings", "KeyValueCursor", "ParamsError", "cursor_key", "endpoint_url",
+           "make_writer"]  # fmt: skip

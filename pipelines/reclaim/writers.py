@@ -2,9 +2,11 @@
 
 Every write is conditional on what the scan saw (state, time field, attempts). A failed condition
 means an executor (or another reclaim run) wrote first: the item is counted as ``raced`` and left
-alone. Retries that are due now update the AgendaProgress and put the ReadyAgenda item in one
-``TransactWriteItems``, so a crash never leaves a reset agenda without its queue entry, and the
-ReadyAgenda id is deterministic, so a repeated write is refused rather than queued twice.
+alone. Every write is also fenced by the attempt it read (``attemptId``, the retry RFC's fencing
+token): a write made for an attempt that a retry has superseded is refused. Retries that are due
+now update the AgendaProgress and put the ReadyAgenda item in one ``TransactWriteItems``, so a
+crash never leaves a reset agenda without its queue entry, and the ReadyAgenda id is
+deterministic, so a repeated write is refused rather than queued twice.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pipelines.reclaim.source import (
     Candidate,
     TableError,
 )
+from pipelines.retry import ATTEMPT_ID_ATTR, dynamodb_fence
 
 DONE, RACED = "done", "raced"
 OPERATION_LINK_ATTR = "agendaProgressId"  # OperationProgress -> its AgendaProgress (contract extension)
@@ -91,12 +94,19 @@ class _Update:
         self.values.update({f":{k}": v for k, v in values.items()})
         return self
 
+    def fenced(self, attempt_id: str | None) -> _Update:
+        """The item still names the attempt the scan saw: a write for a superseded attempt is refused."""
+        fence = dynamodb_fence(attempt_id)
+        self.names.update(fence["names"])
+        self.values.update(fence["values"])
+        return self.when(fence["condition"])
+
     def when_unchanged(self, c: Candidate) -> _Update:
-        """The item still has the state and time the scan saw (an executor writing moves the time)."""
+        """The item still has the state, time and attempt the scan saw (an executor writing moves the time)."""
         self.when("#s = :seen_state", seen_state={"S": c.state})
         if c.time_attr:
             self.when("#t = :seen_time", seen_time=c.time_attr)
-        return self
+        return self.fenced(c.attempt_id)
 
     def request(self, table: str, key: dict[str, Any]) -> dict[str, Any]:
         expression = "SET " + ", ".join(self.sets)
@@ -136,6 +146,7 @@ def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, act
         u.set("#s", "waiting", {"S": WAITING}).set("#m", "pending", {"S": PENDING}).touch(now)
         u.set("attemptsCompleted", "n", {"N": str(d.attempt)}).set("diagnosticEvents", "diag", diag)
         u.remove("completedTime", "startedTime", "#rd")
+        u.set(ATTEMPT_ID_ATTR, "new_attempt", {"S": d.attempt_id})  # the new attempt: the fencing token
         if d.kind == HOLD:
             u.set("#ra", "retry_at", {"N": str(d.retry_at)})
         u.when_unchanged(c)
@@ -151,7 +162,7 @@ def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, act
             "#s = :waiting_seen AND #ra = :seen_retry_at",
             waiting_seen={"S": WAITING},
             seen_retry_at={"N": str(c.retry_at)},
-        )
+        ).fenced(c.attempt_id)
     return u
 
 
@@ -169,7 +180,7 @@ class DynamoWriter:
         u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
         request = u.request(self.table, c.key)
         if d.kind in (RETRY, QUEUE):
-            return self._transact(request, ready_item(self.table, c, d.attempt, now), c.id)
+            return self._transact(request, ready_item(self.table, c, d, now), c.id)
         try:
             self.dynamodb.update_item(**request)
             return DONE

@@ -1,4 +1,4 @@
-"""Retry policies, attempts and fencing (seed 001). Pure Python: no Dagster imports here.
+"""Retry policies, attempt ids and fencing (the retry RFC). Pure Python: no Dagster imports here.
 
 Public API (import from ``pipelines.retry``)::
 
@@ -20,38 +20,25 @@ Public API (import from ``pipelines.retry``)::
   ``max_attempts`` the answer is ``STOP`` (falsy). A failing user function raises
   ``DelayFunctionError`` (a ``RetryPolicyError``) naming it: never retry on that.
 - Bad input raises ``RetryPolicyError`` (a ``ValueError``) with ``.field`` and ``.value``.
-- ``PRESETS``: sidekiq, oban, river, celery, celery-backoff, temporal, step-functions, each with
-  its ``source``.
+- ``PRESETS``: sidekiq, oban, river, celery, celery-backoff, temporal, step-functions, runs-fleet,
+  each with its ``source``.
 - ``classify_aws_error(exc)`` / ``is_transient(exc)`` (``pipelines.retry.aws``): throttling,
   5xx and connection errors are transient; validation, access denied and other 4xx are not.
 - ``retry_call(fn, policy)`` (``pipelines.retry.call``): retry one call in plain Python (sleeps
   ``policy.delay(n)`` after transient AWS errors), for batch code that should not fail a whole op.
-- Attempts (``pipelines.retry.attempts``): ``Job``, ``Engine``, ``canonical_status``, ids
-  (``new_schedule_id``, ``new_attempt_id``, ``new_processing_id``), fencing (``Job.fence``,
-  ``SupersededError``, ``accepts``, ``dynamodb_fence``).
+- Attempts (``pipelines.retry.attempts``): ``new_attempt_id()`` for each new attempt, and
+  ``dynamodb_fence(attempt_id)``, the condition that refuses a late write from a superseded
+  attempt (used by reclaim's retry action and writes).
+- Run tags of run-level retries (``pipelines.retry.tags``): ``POLICY_TAG``, ``ATTEMPT_TAG``,
+  ``RETRY_OF_TAG``, ``ROOT_TAG``.
 
 The Dagster layer is elsewhere: ``pipelines.common.defs.aws_errors`` (the one AWS failure policy
-of every op), ``sensors.run_retries`` (the ``delayed_run_retries`` sensor) and
-``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job).
+of every op), ``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job) and
+``sensors.run_retries`` (the ``delayed_run_retries`` sensor, wired to every job in
+``pipelines/definitions.py``; nothing in this package imports ``sensors``).
 """
 
-from pipelines.retry.attempts import (
-    JOB_STATUSES,
-    Attempt,
-    AttemptStatus,
-    Engine,
-    EventKind,
-    HistoryEvent,
-    Job,
-    Outcome,
-    SupersededError,
-    accepts,
-    canonical_status,
-    dynamodb_fence,
-    new_attempt_id,
-    new_processing_id,
-    new_schedule_id,
-)
+from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id
 from pipelines.retry.aws import Classification, ErrorKind, classify_aws_error, is_transient
 from pipelines.retry.call import retry_call
 from pipelines.retry.config import policy_from_json, policy_from_text
@@ -69,26 +56,16 @@ from pipelines.retry.presets import PRESETS, preset
 from pipelines.retry.simulate import Step, Timeline, human, timeline
 
 __all__ = [
-    "JOB_STATUSES",
+    "ATTEMPT_ID_ATTR",
     "PRESETS",
     "STOP",
-    "Attempt",
-    "AttemptStatus",
     "Classification",
     "DelayFunctionError",
-    "Engine",
     "ErrorKind",
-    "EventKind",
-    "HistoryEvent",
-    "Job",
-    "Outcome",
     "RetryPolicy",
     "RetryPolicyError",
     "Step",
-    "SupersededError",
     "Timeline",
-    "accepts",
-    "canonical_status",
     "classify_aws_error",
     "dynamodb_fence",
     "exponential",
@@ -97,8 +74,6 @@ __all__ = [
     "human",
     "is_transient",
     "new_attempt_id",
-    "new_processing_id",
-    "new_schedule_id",
     "none",
     "policy_from_json",
     "policy_from_text",

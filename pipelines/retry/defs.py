@@ -1,39 +1,43 @@
-"""Dagster wiring of retries: the ``retry_policies`` asset, the local ``retry_demo`` job, and the
-``delayed_run_retries`` sensor (defined in ``sensors/run_retries.py``: it spans capabilities)
-targeting every job of the code location.
+"""Dagster wiring of the retry library: the ``retry_policies`` asset and the local ``retry_demo``
+job. The ``delayed_run_retries`` sensor spans capabilities: it is ``sensors/run_retries.py``,
+wired to every job in ``pipelines/definitions.py``.
 """
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import dagster as dg
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs import aws_errors
+from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from pipelines.common.params import param
 from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import RetryPolicyError, none
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
-from sensors.run_retries import (
-    ATTEMPT_TAG,
-    POLICY_TAG,
-    RETRY_OF_TAG,
-    ROOT_TAG,
-    SENSOR_NAME,
-    build_delayed_run_retries,
-)
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
 
-__all__ = ["ATTEMPT_TAG", "POLICY_TAG", "RETRY_OF_TAG", "ROOT_TAG", "SENSOR_NAME", "build_defs"]
+__all__ = ["RetryDemoParams", "RetryPoliciesParams", "build_defs", "build_retry_policies_asset"]
 
 
 # -- the retry_policies asset ------------------------------------------------------------------
 
 
-class RetryPoliciesConfig(dg.Config):
-    """Extra policies to show, by name: a preset name, ``none`` or a JSON policy."""
+@dataclass(frozen=True)
+class RetryPoliciesParams:
+    """Extra policies for the ``retry_policies`` asset to render, beside the presets and the jobs' tags."""
 
-    policies: dict[str, str] = {}
-    horizon: int = 30  # attempts simulated for policies without max_attempts
+    policies: dict = param(
+        {},
+        description=(
+            "Extra policies to render, by name: each value is a preset name, none, or a JSON policy "
+            'such as {"kind": "fixed", "delay": 30, "maxAttempts": 3}.'
+        ),
+    )
+    horizon: int = param(
+        30, description="Attempts to simulate for a policy with unlimited attempts.", minimum=1, maximum=1000
+    )
 
 
 def policy_tables(named: dict[str, str], horizon: int) -> tuple[str, int]:
@@ -66,10 +70,12 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
         group_name="retry",
         description="Every built-in and configured retry policy as a timeline: what each means in hours.",
         tags={"groundskeeper/capability": "retry"},
+        config_schema=config_schema(RetryPoliciesParams),
     )
-    def retry_policies(context: dg.AssetExecutionContext, config: RetryPoliciesConfig) -> dg.MaterializeResult:
-        named = {**{f"preset {name}": name for name in PRESETS}, **tagged, **config.policies}
-        document, count = policy_tables(named, config.horizon)
+    def retry_policies(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        params = params_from_config(context, RetryPoliciesParams)
+        named = {**{f"preset {name}": name for name in PRESETS}, **tagged, **params.policies}
+        document, count = policy_tables(named, params.horizon)
         context.log.info(f"rendered {count} retry policies")
         return dg.MaterializeResult(
             metadata={
@@ -86,17 +92,34 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
 DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}'
 
 
-class RetryDemoConfig(dg.Config):
-    succeed_on_attempt: int = 3  # attempts 1 and 2 are throttled, attempt 3 succeeds
-    seconds: float = 0.0  # work this long first (time to try terminating it from the UI)
+@dataclass(frozen=True)
+class RetryDemoParams:
+    """How the local retry demo fails."""
+
+    succeed_on_attempt: int = param(
+        3,
+        description="The attempt (groundskeeper/retry_attempt tag) that succeeds; earlier ones are throttled.",
+        minimum=1,
+        maximum=100,
+    )
+    seconds: float = param(
+        0.0,
+        description="Seconds of work before the attempt fails or succeeds (time to try terminating it from the UI).",
+        minimum=0,
+        maximum=3600,
+    )
 
 
-@dg.op(description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.")
-def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoConfig) -> int:
+@dg.op(
+    description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.",
+    config_schema=config_schema(RetryDemoParams),
+)
+def throttled_until_attempt(context: dg.OpExecutionContext) -> int:
+    params = params_from_config(context, RetryDemoParams)
     attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
-    time.sleep(max(0.0, config.seconds))
+    time.sleep(params.seconds)
     with aws_errors(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
-        if attempt < config.succeed_on_attempt:
+        if attempt < params.succeed_on_attempt:
             error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
             raise ClientError(error, "Query")
     context.log.info(f"attempt {attempt} succeeded")
@@ -106,14 +129,14 @@ def throttled_until_attempt(context: dg.OpExecutionContext, config: RetryDemoCon
 @dg.job(
     description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
     tags={POLICY_TAG: DEMO_POLICY, "groundskeeper/capability": "retry"},
+    executor_def=dg.in_process_executor,  # one op
 )
 def retry_demo():
     throttled_until_attempt()
 
 
 def build_defs(deployment: str, jobs: Sequence = ()) -> dg.Definitions:
-    """The retry capability. ``jobs`` are the code location's jobs: the sensor may re-launch them."""
+    """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
+    with) and, locally, the ``retry_demo`` job."""
     own_jobs = [retry_demo] if deployment == "local" else []
-    targets = [*jobs, *own_jobs]
-    sensors = [build_delayed_run_retries(targets)] if targets else []
-    return dg.Definitions(assets=[build_retry_policies_asset(targets)], sensors=sensors, jobs=own_jobs)
+    return dg.Definitions(assets=[build_retry_policies_asset([*jobs, *own_jobs])], jobs=own_jobs)

@@ -1,4 +1,4 @@
-"""Retry policies: a policy is a delay function ``delay(n) -> seconds | STOP`` (seed 001).
+"""Retry policies: a policy is a delay function ``delay(n) -> seconds | STOP`` (the retry RFC).
 
 ``n`` is the number of attempts made so far: ``delay(0)`` is the wait before the first run (0 for
 every built-in form), ``delay(1)`` the wait after the first attempt failed, and so on. Once ``n``
@@ -50,7 +50,7 @@ class RetryPolicyError(ValueError):
 
 
 class DelayFunctionError(RetryPolicyError):
-    """A user delay function raised or returned garbage. Never retried (the seed's WARNING)."""
+    """A user delay function raised or returned garbage. Never retried (the retry RFC's warning)."""
 
     def __init__(self, path: str, n: int, cause: str):
         super().__init__(f"retry delay function {path!r} failed for n={n}: {cause}", field="path", value=path)
@@ -336,7 +336,7 @@ class FunctionPolicy(RetryPolicy):
     def _call(self, n: int) -> float | _Stop:
         try:
             value = self.function(n)
-        except Exception as exc:  # the seed's WARNING: identify it, never retry it
+        except Exception as exc:  # the retry RFC's warning: identify it, never retry it
             raise DelayFunctionError(self.path, n, f"{type(exc).__name__}: {exc}") from exc
         if value is None or value is False or value is STOP:
             return STOP

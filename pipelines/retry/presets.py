@@ -91,6 +91,16 @@ PRESETS: dict[str, Formula] = {
             "MaximumInterval 100 x InitialInterval, MaximumAttempts 0 (unlimited)",
         ),
         Formula(
+            name="runs-fleet",
+            formula=lambda n: 0.1 * 5.0 ** (n - 1),
+            jitter=Jitter(),
+            max_delay=1.0,
+            max_attempts=4,
+            summary="0.1 s, 0.5 s, 1 s, 3 retries, no jitter",
+            source="runs-fleet pkg/events/handler.go: retries an AWS call after 100 ms, 500 ms and 1 s, then "
+            "gives up (exponential: initial 0.1 s, coefficient 5, max delay 1 s, 4 attempts, no jitter)",
+        ),
+        Formula(
             name="step-functions",
             formula=_doubling,
             jitter=Jitter(),

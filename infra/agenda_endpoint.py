@@ -1,4 +1,5 @@
-"""A small local AgendaProgress endpoint plus identity service, for tests and the benchmark.
+"""A local AgendaProgress HTTP endpoint plus identity service, for local development, the tests
+and the reclaim benchmark.
 
 It has the endpoint's semantics (``docs/contracts.md``) over a DynamoDB AgendaProgress table:
 
@@ -7,7 +8,8 @@ It has the endpoint's semantics (``docs/contracts.md``) over a DynamoDB AgendaPr
   need ``Authorization: Bearer <token>`` and answer ``{"all", "count", "errorResponse"}``;
 - ids in ``error_ids`` get HTTP 200 with an ``errorResponse`` (a processing error).
 
-Local use only (never started in production); it binds 127.0.0.1.
+Local use only (never started in production); it binds 127.0.0.1. The password is the one given,
+or a new random one for each endpoint (``.password``): there is no password in the code.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ JSON_ATTRS = ("diagnosticEvents",)  # stored as JSON text in the table, sent as 
 
 class LocalAgendaEndpoint:
     def __init__(self, dynamodb, table: str, *, id_field: str = "id", username: str = "reclaimer",
-                 password: str = "s3cret-pass") -> None:  # fmt: skip
+                 password: str | None = None) -> None:  # fmt: skip
         self.dynamodb = dynamodb
         self.table = table
         self.id_field = id_field
         self.username = username
-        self.password = password
+        self.password = password or secrets.token_urlsafe(18)
         self.tokens: set[str] = set()
         self.error_ids: set[str] = set()
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions and counting

@@ -1,0 +1,54 @@
+"""The dead-letter queues as assets, with a check on each one's depth (warns above 0), and their job."""
+
+import dagster as dg
+
+from pipelines.common.defs import aws_errors
+from pipelines.fleet.aws import queue_depth, queue_name
+from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
+from resources import FleetSettings, SQSResource
+
+DLQ_ASSETS = {
+    "termination": dg.AssetSpec(
+        key=["runs_fleet", "termination_dead_letters"],
+        description="The termination queue's dead-letter queue (SQS). Should stay empty.",
+        kinds={"sqs"},
+        group_name="fleet",
+    ),
+    "housekeeping": dg.AssetSpec(
+        key=["runs_fleet", "housekeeping_dead_letters"],
+        description="The housekeeping queue's dead-letter queue (SQS). Should stay empty.",
+        kinds={"sqs"},
+        group_name="fleet",
+    ),
+}
+
+
+def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
+    @dg.asset_check(
+        asset=spec.key,
+        name="dead_letter_depth",
+        description=f"Messages in the {label} dead-letter queue (warns above 0).",
+    )
+    def _check(context: dg.AssetCheckExecutionContext, sqs: SQSResource, fleet: FleetSettings) -> dg.AssetCheckResult:
+        url = getattr(fleet, f"{label}_dlq_url")
+        with aws_errors(context):
+            depth = queue_depth(sqs.get_client(), url)
+        total = depth["visible"] + depth["in_flight"]
+        return dg.AssetCheckResult(
+            passed=total == 0,
+            severity=dg.AssetCheckSeverity.WARN,
+            description=f"{total} message(s) in {queue_name(url)}" + (": see redrive_dead_letters" if total else ""),
+            metadata={"depth": total, "visible": depth["visible"], "in_flight": depth["in_flight"], "queue": url},
+        )
+
+    return _check
+
+
+DLQ_CHECKS = [_dlq_check(label, spec) for label, spec in DLQ_ASSETS.items()]
+dead_letter_checks_job = dg.define_asset_job(
+    "fleet_dead_letter_checks",
+    selection=dg.AssetSelection.checks(*DLQ_CHECKS),
+    description="Checks the depth of each fleet dead-letter queue.",
+    tags=CAPABILITY_TAGS,
+    executor_def=dg.in_process_executor,
+)

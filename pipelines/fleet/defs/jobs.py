@@ -1,0 +1,250 @@
+"""The fleet processors' ops and jobs. Thin: read config, call the logic, report.
+
+- ``process_termination_queue`` / ``process_housekeeping_queue``: one drain run per queue at a time
+  (run tag ``groundskeeper/queue``), launched by the queue sensors when messages wait;
+- ``housekeeping``: runs one task; its flat run config is runs-fleet's housekeeping message;
+- ``redrive_dead_letters``: by hand; moves dead letters back at a rate, quarantines repeat offenders.
+
+Each job has one op: the in-process executor runs it in the run's own process (no step process),
+where a UI termination or SIGTERM reaches the drain's graceful stop directly.
+
+The housekeeping jobs are built by :func:`housekeeping_jobs` from a dispatcher and, per task type,
+a hook that turns a task's typed result into Dagster events (the pool audit's materialization and
+check evaluations); ``pipelines/definitions.py`` wires both in.
+"""
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import dagster as dg
+
+from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.fleet.aws import FleetContext
+from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.fleet.drain import DrainLimits, QueueDrain, run_with_graceful_stop
+from pipelines.fleet.housekeeping import Housekeeping, TaskResult
+from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
+from pipelines.fleet.termination import termination_drain
+from resources import (
+    CloudWatchResource,
+    DynamoDBResource,
+    EC2Resource,
+    FleetSettings,
+    S3Resource,
+    SQSResource,
+    SSMResource,
+)
+
+TERMINATION_QUEUE = "runs-fleet-termination"
+HOUSEKEEPING_QUEUE = "runs-fleet-housekeeping"
+QUEUE_TAG = "groundskeeper/queue"
+CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
+
+ResultHook = Callable[[dg.OpExecutionContext, Any], Iterable[dg.AssetMaterialization | dg.AssetCheckEvaluation]]
+"""Turns a housekeeping task's ``TaskResult.detail`` into events that the op logs."""
+
+
+def _fleet_context(
+    context: dg.OpExecutionContext,
+    fleet: FleetSettings,
+    *,
+    ec2: EC2Resource,
+    dynamodb: DynamoDBResource,
+    ssm: SSMResource,
+    cloudwatch: CloudWatchResource,
+    s3: S3Resource,
+) -> FleetContext:
+    return FleetContext(
+        ec2=ec2.get_client(),
+        ssm=ssm.get_client(),
+        dynamodb=dynamodb.get_client(),
+        cloudwatch=cloudwatch.get_client(),
+        s3=s3.get_client(),
+        jobs_table=fleet.jobs_table,
+        archive_bucket=fleet.archive_bucket,
+        namespace=fleet.metrics_namespace,
+        log=context.log,
+        pools_table=fleet.pools_table,
+    )
+
+
+def _record(context: dg.OpExecutionContext, hooks: Mapping[str, ResultHook], results: Iterable[TaskResult]) -> None:
+    for result in results:
+        hook = hooks.get(result.task_type)
+        if hook is not None and result.detail is not None:
+            for event in hook(context, result.detail):
+                context.log_event(event)
+
+
+def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: str) -> dg.Output[dict]:
+    """Run the queue's drain with graceful stop, and report its counts as metadata."""
+    result, interrupt = run_with_graceful_stop(drain, logger=context.log)
+    summary = result.as_dict(drain.report_keys)
+    if interrupt is not None:
+        raise interrupt
+    metadata = metadata_from({k: v for k, v in summary.items() if isinstance(v, int | float | str)})
+    keys = drain.handler.archive.keys
+    metadata["raw_archive"] = dg.MetadataValue.text(f"s3://{archive_bucket}/{keys[0]}" if keys else "(nothing)")
+    return dg.Output(summary, metadata=metadata)
+
+
+DrainFactory = Callable[..., QueueDrain]
+"""``make(ctx, sqs=, queue_url=, dlq_url=, run_id=, limits=)``, e.g. ``termination_drain``."""
+
+
+def drain_op(
+    name: str, description: str, queue: str, make: DrainFactory, hooks: Mapping[str, ResultHook] | None = None
+) -> dg.OpDefinition:
+    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain; a
+    handler's typed task results, if it has any, go to ``hooks``."""
+
+    @dg.op(
+        name=name,
+        description=description,
+        tags={"kind": "sqs"},
+        config_schema=config_schema(DrainLimits),
+    )
+    def _op(
+        context: dg.OpExecutionContext,
+        fleet: FleetSettings,
+        sqs: SQSResource,
+        ec2: EC2Resource,
+        dynamodb: DynamoDBResource,
+        ssm: SSMResource,
+        cloudwatch: CloudWatchResource,
+        s3: S3Resource,
+    ) -> dg.Output[dict]:
+        limits = params_from_config(context, DrainLimits)
+        with aws_errors(context):
+            drain = make(
+                _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3),
+                sqs=sqs.get_client(),
+                queue_url=getattr(fleet, f"{queue}_queue_url"),
+                dlq_url=getattr(fleet, f"{queue}_dlq_url"),
+                run_id=context.run_id,
+                limits=limits,
+            )
+            output = _drain(context, drain, fleet.archive_bucket)
+        results = getattr(drain.handler, "results", [])
+        _record(context, hooks or {}, results)
+        if results:
+            output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
+        return output
+
+    return _op
+
+
+drain_termination_queue = drain_op(
+    "drain_termination_queue",
+    "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack.",
+    "termination",
+    termination_drain,
+)
+
+
+@dg.job(
+    description="Drain the termination queue (launched by termination_queue_sensor; one run per queue at a time).",
+    tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
+    config=flat_config("drain_termination_queue", DrainLimits),
+    executor_def=dg.in_process_executor,
+)
+def process_termination_queue():
+    drain_termination_queue()
+
+
+def housekeeping_jobs(
+    dispatcher: Housekeeping, hooks: Mapping[str, ResultHook] | None = None
+) -> tuple[dg.JobDefinition, dg.JobDefinition]:
+    """``process_housekeeping_queue`` and ``housekeeping`` over ``dispatcher``'s tasks; ``hooks``
+    maps a task type to the hook that records its results."""
+    hooks = dict(hooks or {})
+
+    drain_housekeeping_queue = drain_op(
+        "drain_housekeeping_queue",
+        "Drains the housekeeping queue: dispatches each message on its task_type.",
+        "housekeeping",
+        dispatcher.drain,
+        hooks,
+    )
+
+    @dg.op(
+        description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
+        config_schema=config_schema(HousekeepingRequest),
+    )
+    def run_housekeeping_task(
+        context: dg.OpExecutionContext,
+        fleet: FleetSettings,
+        ec2: EC2Resource,
+        dynamodb: DynamoDBResource,
+        ssm: SSMResource,
+        cloudwatch: CloudWatchResource,
+        s3: S3Resource,
+    ) -> dg.Output[dict]:
+        try:
+            request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
+            with aws_errors(context):
+                ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
+                result = dispatcher.run(ctx, request)
+        except InvalidMessage as exc:
+            raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
+        _record(context, hooks, [result])
+        context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
+        metadata = metadata_from({"task_type": request.task_type, **result.summary})
+        return dg.Output(result.summary, metadata=metadata)
+
+    @dg.job(
+        description="Drain the housekeeping queue (launched by housekeeping_queue_sensor; one run per queue at a "
+        "time).",
+        tags={**CAPABILITY_TAGS, QUEUE_TAG: HOUSEKEEPING_QUEUE},
+        config=flat_config("drain_housekeeping_queue", DrainLimits),
+        executor_def=dg.in_process_executor,
+    )
+    def process_housekeeping_queue():
+        drain_housekeeping_queue()
+
+    @dg.job(
+        description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",
+        tags=CAPABILITY_TAGS,
+        config=flat_config("run_housekeeping_task", HousekeepingRequest),
+        executor_def=dg.in_process_executor,
+    )
+    def housekeeping():
+        run_housekeeping_task()
+
+    return process_housekeeping_queue, housekeeping
+
+
+@dg.op(
+    description="Moves dead letters back to their source queue at a rate; quarantines repeat offenders.",
+    config_schema=config_schema(RedriveSettings),
+)
+def redrive_dead_letter_queue(
+    context: dg.OpExecutionContext, sqs: SQSResource, s3: S3Resource, fleet: FleetSettings
+) -> dg.Output[dict]:
+    settings = params_from_config(context, RedriveSettings)
+    source, dlq = {
+        "termination": (fleet.termination_queue_url, fleet.termination_dlq_url),
+        "housekeeping": (fleet.housekeeping_queue_url, fleet.housekeeping_dlq_url),
+    }[settings.queue]
+    with aws_errors(context):
+        result = redrive(
+            sqs.get_client(),
+            s3.get_client(),
+            dlq_url=dlq,
+            source_url=source,
+            bucket=fleet.archive_bucket,
+            settings=settings,
+            log=context.log,
+        )
+    return dg.Output(result, metadata=metadata_from(result))
+
+
+@dg.job(
+    description="By hand: move dead-letter messages back to their source queue at a rate, and quarantine those "
+    "redriven too often.",
+    tags=CAPABILITY_TAGS,
+    config=flat_config("redrive_dead_letter_queue", RedriveSettings),
+    executor_def=dg.in_process_executor,
+)
+def redrive_dead_letters():
+    redrive_dead_letter_queue()

@@ -1,0 +1,76 @@
+"""The pool audit's three WARN checks, evaluated on an audit (pandas). No Dagster imports: the
+Dagster layer turns each :class:`CheckOutcome` into an ``AssetCheckResult`` or ``AssetCheckEvaluation``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.pool_audit.audit import AuditRun
+from pipelines.pool_audit.render import markdown_table
+
+MAX_LISTED = 50
+
+CHECK_IDLE_COST = "idle_cost_below_threshold"
+CHECK_DESIRED_IDLE = "pools_with_desired_idle_have_running_instances"
+CHECK_KNOWN_POOLS = "instances_tag_known_pools"
+CHECK_DESCRIPTIONS = {
+    CHECK_IDLE_COST: "Warns when the fleet's idle cost (USD per hour) is above the configured threshold.",
+    CHECK_DESIRED_IDLE: "Warns about pools with desired_idle > 0 and no running instance.",
+    CHECK_KNOWN_POOLS: "Warns about managed instances whose runs-fleet:pool tag names no pool, and lists them.",
+}
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    """One check's evaluation: ``figures`` are numbers, ``tables`` markdown, ``names`` lists of names."""
+
+    check_name: str
+    passed: bool
+    description: str
+    figures: dict[str, int | float] = field(default_factory=dict)
+    tables: dict[str, str] = field(default_factory=dict)
+    names: dict[str, list[Any]] = field(default_factory=dict)
+
+
+def evaluate_checks(run: AuditRun, idle_cost_threshold: float) -> list[CheckOutcome]:
+    """The three checks of one audit, with ``idle_cost_threshold`` in USD per hour."""
+    table, totals = run.audit.table, run.audit.totals
+    idle = float(totals["idle_cost_usd_per_hour"])
+    priced = table.loc[table["in_totals"] & (table["idle_cost_usd_per_hour"] > 0)]
+    top_idle = priced.sort_values("idle_cost_usd_per_hour", ascending=False).head(MAX_LISTED)
+    starving = table.loc[(table["kind"] == "pool") & (table["desired_idle"] > 0) & (table["running"] == 0)]
+    unknown = run.audit.unknown_pool_instances
+    return [
+        CheckOutcome(
+            check_name=CHECK_IDLE_COST,
+            passed=idle <= idle_cost_threshold,
+            description=f"idle cost {idle:.4f} USD/h, threshold {idle_cost_threshold:g} USD/h",
+            figures={"idle_cost_usd_per_hour": idle, "threshold_usd_per_hour": float(idle_cost_threshold)},
+            tables={
+                "idle_pools": markdown_table(
+                    top_idle, {"pool": "pool", "idle": "idle", "idle_cost_usd_per_hour": "idle USD/h"}
+                )
+            },
+        ),
+        CheckOutcome(
+            check_name=CHECK_DESIRED_IDLE,
+            passed=starving.empty,
+            description=f"{len(starving)} pools want idle capacity and run nothing",
+            figures={"count": len(starving)},
+            names={"pools": starving["pool"].head(MAX_LISTED).tolist()},
+        ),
+        CheckOutcome(
+            check_name=CHECK_KNOWN_POOLS,
+            passed=unknown.empty,
+            description=f"{len(unknown)} managed instances are tagged with a pool that does not exist",
+            figures={"count": len(unknown)},
+            tables={
+                "instances": markdown_table(
+                    unknown,
+                    {"instance_id": "instance", "pool": "pool tag", "state": "state", "instance_type": "type"},
+                    max_rows=MAX_LISTED,
+                )
+            },
+        ),
+    ]

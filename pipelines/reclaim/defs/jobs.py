@@ -1,0 +1,228 @@
+"""The ``reclaim_agendas`` job of POP's agenda reclaimer and its ops.
+
+The job's run config is POP's flat JSON (``flat_config``), so POP's own sample runs unchanged:
+``dagster job execute -m pipelines.definitions -j reclaim_agendas -c sample.json``. The ops stay
+thin: ``plan_reclaim`` validates the parameters and picks the path, ``reclaim_segment`` (one per
+parallel-scan segment, mapped) calls :func:`pipelines.reclaim.engine.reclaim_pass`, and
+``report_reclaim`` adds the counts to the run's metadata and sends the CloudWatch metrics.
+"""
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import dagster as dg
+
+from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.reclaim.engine import Counts, reclaim_pass
+from pipelines.reclaim.http import EndpointError
+from pipelines.reclaim.metrics import put_reclaim_metrics
+from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
+from pipelines.reclaim.policy import policy_from_params
+from pipelines.reclaim.source import TableError, TableInfo, inspect_table
+from pipelines.reclaim.wiring import EndpointSettings, KeyValueCursor, cursor_key, endpoint_url, make_writer
+from pipelines.reclaim.writers import OperationProgressWriter
+from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
+
+JOB_NAME = "reclaim_agendas"
+PLAN_OP = "plan_reclaim"
+MAX_RUNTIME_SECONDS = "900"  # dagster/max_runtime; maximumExecutionSeconds must stay below it
+MAX_PARALLEL_SEGMENTS = 8
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    """What one ``reclaim_segment`` works on: the validated parameters, its segment and the budget."""
+
+    params: ReclaimParams
+    segment: int
+    deadline: float  # epoch seconds
+    info: TableInfo | None = None  # None when the run does nothing (overlap)
+    overlap: str | None = None  # the id of an older run still working on the table
+
+
+def execution_for(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Segments > 1 run on the multiprocess executor, anything else in process. Never raises: the
+    plan op validates the values and fails with one line."""
+    segments = values.get("segments")
+    if isinstance(segments, int) and not isinstance(segments, bool) and segments > 1:
+        return {"multiprocess": {"max_concurrent": min(segments, MAX_PARALLEL_SEGMENTS)}}
+    return {"in_process": {}}
+
+
+def endpoint_settings(agenda: AgendaSettings) -> EndpointSettings:
+    return EndpointSettings(
+        progress_url=agenda.progress_url,
+        identity_url=agenda.identity_url,
+        idm_user=agenda.idm_user,
+        idm_encrypted_pass=agenda.idm_encrypted_pass,
+    )
+
+
+def _table_of(run_config: dict) -> str | None:
+    """The table of a reclaim run, from its flat run config (or the plan op's config)."""
+    for config in (run_config, run_config.get("ops", {}).get(PLAN_OP, {}).get("config", {})):
+        if isinstance(config, dict) and isinstance(config.get("tableName"), str):
+            return config["tableName"]
+    return None
+
+
+def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: str) -> str | None:
+    """The id of an earlier-started reclaim run still working on ``table``, if any."""
+    records = instance.get_run_records(
+        dg.RunsFilter(job_name=JOB_NAME, statuses=[dg.DagsterRunStatus.STARTED]), limit=100
+    )
+    mine = instance.get_run_record_by_id(run_id)
+    my_start = (mine.start_time if mine else None) or time.time()
+    for record in records:
+        other = record.dagster_run
+        if other.run_id == run_id or _table_of(other.run_config or {}) != table:
+            continue
+        if ((record.start_time or 0), other.run_id) < (my_start, run_id):
+            return other.run_id
+    return None
+
+
+def _one_line(exc: Exception) -> dg.Failure:
+    return dg.Failure(description=str(exc), allow_retries=False)
+
+
+@dg.op(
+    name=PLAN_OP,
+    config_schema=config_schema(ReclaimParams),
+    out=dg.DynamicOut(SegmentPlan),
+    description="Validate the parameters, check the table (and index), refuse overlaps, fan out the segments.",
+)
+def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, agenda: AgendaSettings):
+    params = params_from_config(context, ReclaimParams)
+    try:
+        check_max_runtime(params, context.run.tags.get("dagster/max_runtime"))
+    except ParamsError as exc:
+        raise _one_line(exc) from None
+    deadline = time.time() + params.maximumExecutionSeconds
+    older = older_run_on_same_table(context.instance, context.run_id, params.tableName)
+    if older:
+        context.log.warning(f"reclaim run {older} is still working on table {params.tableName}: this run does nothing")
+        yield dg.DynamicOutput(SegmentPlan(params, 0, deadline, overlap=older), mapping_key="segment_0")
+        return
+    client = dynamodb.get_client()
+    with aws_errors(context):
+        try:
+            info = inspect_table(client, params)
+            if params.operationProgressTableName:
+                OperationProgressWriter(client, params.operationProgressTableName)
+        except TableError as exc:
+            raise _one_line(exc) from None
+    segments = 1 if info.index else params.segments
+    try:
+        url = endpoint_url(params, endpoint_settings(agenda))
+    except ParamsError as exc:
+        raise _one_line(exc) from None
+    context.log.info(
+        f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
+        f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.dry_run else ''}, "
+        f"writer {'HTTP ' + url if url else 'DynamoDB'}, cutoff {params.reclaimAgeMinutes} min, "
+        f"budget {params.maximumExecutionSeconds}s, about {info.item_count} item(s) in the table"
+    )
+    if info.index and params.segments > 1:
+        context.log.info(f"segments={params.segments} ignored: the index query reads only stale items")
+    for segment in range(segments):
+        yield dg.DynamicOutput(SegmentPlan(params, segment, deadline, info=info), mapping_key=f"segment_{segment}")
+
+
+@dg.op(description="Reclaim one parallel-scan segment (or the index queries): read, batch, act.")
+def reclaim_segment(
+    context: dg.OpExecutionContext,
+    plan: SegmentPlan,
+    dynamodb: DynamoDBResource,
+    kms: KMSResource,
+    agenda: AgendaSettings,
+) -> dg.Output[Counts]:
+    if plan.overlap or plan.info is None:
+        return dg.Output(Counts(), metadata={"overlapping_run": plan.overlap or ""})
+    params, info = plan.params, plan.info
+    client = dynamodb.get_client()
+    storage = context.instance.run_storage
+    cursor = KeyValueCursor(
+        lambda key: storage.get_cursor_values({key}).get(key),
+        lambda key, value: storage.set_cursor_values({key: value}),
+        cursor_key(params, plan.segment),
+    )
+    try:
+        policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
+        writer = None
+        if not params.dry_run:
+            writer = make_writer(
+                params,
+                dynamodb=client,
+                kms=kms.get_client(),
+                ready_table=agenda.ready_table,
+                endpoint=endpoint_settings(agenda),
+            )
+        operations = (
+            OperationProgressWriter(client, params.operationProgressTableName)
+            if params.operationProgressTableName and not params.dry_run
+            else None
+        )
+        with aws_errors(context):
+            counts = reclaim_pass(
+                dynamodb=client,
+                info=info,
+                params=params,
+                writer=writer,
+                deadline=plan.deadline,
+                segment=plan.segment,
+                cursor=cursor if info.index is None else None,
+                policy=policy,
+                operations=operations,
+                log=context.log,
+                run_id=context.run_id,
+            )
+    except (ParamsError, EndpointError, TableError) as exc:
+        raise _one_line(exc) from None
+    result = counts.as_dict()
+    context.log.info(f"segment {plan.segment}: " + ", ".join(f"{k}={v}" for k, v in result.items() if v))
+    return dg.Output(counts, metadata=metadata_from(result))
+
+
+@dg.op(description="Sum the segments into the run's metadata and send one CloudWatch metric per action.")
+def report_reclaim(
+    context: dg.OpExecutionContext,
+    plans: list[SegmentPlan],
+    results: list[Counts],
+    cloudwatch: CloudWatchResource,
+    agenda: AgendaSettings,
+) -> dg.Output[dict]:
+    total = Counts()
+    for result in results:
+        total.add(result)
+    params = plans[0].params
+    summary = total.as_dict()
+    summary.update(table=params.tableName, action=params.reclaimAction, dry_run=params.dry_run)
+    overlap = next((p.overlap for p in plans if p.overlap), None)
+    if overlap:
+        summary["overlapping_run"] = overlap
+    elif not params.dry_run:
+        with aws_errors(context):
+            put_reclaim_metrics(cloudwatch.get_client(), agenda.metrics_namespace, params.tableName, summary)
+    context.log.info(
+        f"reclaim {params.tableName}{' (dry run)' if params.dry_run else ''}: scanned {total.scanned}, "
+        f"matched {total.matched}, reclaimed {total.reclaimed}, retried {total.retried}, held {total.held}, "
+        f"queued {total.queued}, exhausted {total.exhausted}, raced {total.raced}, skipped {total.skipped}, "
+        f"errors {total.errors}, would act on {total.would_act}"
+    )
+    return dg.Output(summary, metadata=metadata_from(summary))
+
+
+@dg.job(
+    name=JOB_NAME,
+    config=flat_config(PLAN_OP, ReclaimParams, execution=execution_for),
+    description="POP's agenda reclaimer: fail (or retry) stale EXECUTING AgendaProgress items. "
+    "The flat run config is POP's JSON.",
+    tags={"groundskeeper/capability": "reclaim", "dagster/max_runtime": MAX_RUNTIME_SECONDS},
+)
+def reclaim_agendas():
+    plans = plan_reclaim()
+    results = plans.map(reclaim_segment)
+    report_reclaim(plans.collect(), results.collect())
