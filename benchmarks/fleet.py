@@ -1,4 +1,4 @@
-"""Fleet queue processors benchmark (issue 5). Prints its figures; never part of the test suite.
+"""Fleet queue processors benchmark (runs-fleet). Prints its figures; never part of the test suite.
 
 Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measures in one run:
 
@@ -186,8 +186,8 @@ def depth(clients, url) -> int:
 
 
 def job_update(body: dict) -> dict:
-    """The baselines' conditional job update: the fields issue 5 asks for (status running or absent
-    becomes the final status, with exit_code, duration_seconds, completed_at, error, instance_id)."""
+    """The baselines' conditional job update: the fields of runs-fleet's termination message (status
+    running or absent becomes the final status, with exit_code, duration_seconds, completed_at, error, instance_id)."""
     return {
         "Key": {"job_id": {"S": body["job_id"]}},
         "UpdateExpression": "SET #s = :f, exit_code = :c, duration_seconds = :d, completed_at = :t, #e = :e, "

@@ -1,4 +1,4 @@
-"""Pool audit benchmark (issue 7): 10,000 instances across 200 pools in moto.
+"""Pool audit benchmark: 10,000 instances across 200 pools in moto.
 
 Prints, for the audit as built (``run_pool_audit``) and for a naive baseline in the same run:
 AWS API calls per audited instance, wall time and instances per second; and the pandas

@@ -1,4 +1,4 @@
-"""Reclaim benchmark (issue 4): a 100,000-item AgendaProgress table, 1% stale, in a local moto server.
+"""Reclaim benchmark (POP's agenda reclaimer): a 100,000-item AgendaProgress table, 1% stale, in a local moto server.
 
 Three ways to fail the same 1,000 stale items, measured in the same run:
 

@@ -56,7 +56,10 @@ def build_definitions(deployment: str) -> dg.Definitions:
         pool_audit_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
-        dg.Definitions(resources=resources_for(deployment)),
+        # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
+        # choose the multiprocess executor themselves): no second process importing the code
+        # location per step, also for asset jobs and backfills launched from the UI.
+        dg.Definitions(resources=resources_for(deployment), executor=dg.in_process_executor),
     )
     retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.

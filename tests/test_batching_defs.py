@@ -180,13 +180,8 @@ def test_backfill_partition_through_the_cli(aws, tmp_path):
             "--partition",
             "2026-11-18|acme",
             "--config-json",
-            json.dumps(
-                {
-                    "ops": {"receiver_batches": {"config": {"lookback_days": 3}}},
-                    # one step: no second process (the code location's default executor is multiprocess)
-                    "execution": {"config": {"in_process": {}}},
-                }
-            ),
+            # the code location's default executor is in-process: one step, no second process
+            json.dumps({"ops": {"receiver_batches": {"config": {"lookback_days": 3}}}}),
         ],
         env=env,
         cwd=ROOT_DIR,

@@ -221,6 +221,7 @@ def report_reclaim(
     description="POP's agenda reclaimer: fail (or retry) stale EXECUTING AgendaProgress items. "
     "The flat run config is POP's JSON.",
     tags={"groundskeeper/capability": "reclaim", "dagster/max_runtime": MAX_RUNTIME_SECONDS},
+    executor_def=dg.multi_or_in_process_executor,  # the code location's default is in-process
 )
 def reclaim_agendas():
     plans = plan_reclaim()
