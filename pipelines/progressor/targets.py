@@ -8,13 +8,13 @@ The file is ``PROGRESSOR_TARGETS_FILE``, or ``pipelines/progressor/targets/<depl
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.common.targets import target_cron, target_entries
+from pipelines.common.targets import targets_path as common_targets_path
 from pipelines.progressor.params import CollectParams, ParamsError, collect_params
 
 TARGETS_DIR = Path(__file__).with_name("targets")
@@ -35,31 +35,16 @@ def dagster_name(namespace: str) -> str:
 
 
 def targets_path(deployment: str) -> Path | None:
-    explicit = os.environ.get(TARGETS_ENV)
-    if explicit:
-        return Path(explicit)
-    default = TARGETS_DIR / f"{deployment}.json"
-    return default if default.exists() else None
+    return common_targets_path(TARGETS_ENV, TARGETS_DIR, deployment)
 
 
 def load_targets(path: Path | None) -> list[Target]:
     """Parse and validate a targets file; a bad entry is one line naming the file and the entry."""
     if path is None:
         return []
-    try:
-        entries = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ParamsError(f"progressor targets file {path}: {exc}") from None
-    if not isinstance(entries, list):
-        raise ParamsError(f"progressor targets file {path}: expected a JSON list of targets")
     targets: list[Target] = []
-    for n, entry in enumerate(entries):
-        where = f"progressor targets file {path}, entry {n}"
-        if not isinstance(entry, dict):
-            raise ParamsError(f"{where}: expected a JSON object")
-        cron = entry.get("cron", DEFAULT_CRON)
-        if not isinstance(cron, str) or len(cron.split()) != 5:
-            raise ParamsError(f"{where}: cron must be a 5-field cron string, got {cron!r}")
+    for where, entry in target_entries(path, "progressor targets file"):
+        cron = target_cron(entry, where, DEFAULT_CRON)
         config = {k: v for k, v in entry.items() if k != "cron"}
         try:
             params = collect_params(config)
