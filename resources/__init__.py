@@ -20,6 +20,7 @@ from resources.aws import (
     SSMResource,
 )
 from resources.errors import explain_aws_error
+from resources.postgres import ProgressorDatabase, progressor_database_from_env
 from resources.settings import (
     AgendaSettings,
     BatchingSettings,
@@ -57,6 +58,7 @@ def _settings() -> dict[str, Any]:
         "fleet": fleet_settings_from_env(),
         "agenda": agenda_settings_from_env(),
         "batching": batching_settings_from_env(),
+        "progressor_db": progressor_database_from_env(),
     }
 
 
@@ -83,6 +85,7 @@ __all__ = [
     "EC2Resource",
     "FleetSettings",
     "KMSResource",
+    "ProgressorDatabase",
     "S3Resource",
     "SQSResource",
     "SSMResource",

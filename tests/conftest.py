@@ -43,6 +43,8 @@ os.environ.update(
         "DAGSTER_DEPLOYMENT": "local",
         # Until a test asks for `aws`, calls go to a closed loopback port and fail fast.
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        # Tests that build every resource (resources_for) need a value; progressor tests pass their own.
+        "PROGRESSOR_DSN": "postgresql://postgres@127.0.0.1:9/progressor",
     }
 )
 

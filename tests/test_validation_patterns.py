@@ -42,8 +42,11 @@ def test_no_pattern_in_pipelines_ends_with_a_dollar():
 
 
 def _full(pattern, text: str) -> bool:
-    """What the code asks of the pattern (``fullmatch`` for the fleet's, ``match`` for the others)."""
-    return bool(pattern.fullmatch(text) if pattern in (INSTANCE_ID_RE, RUNNER_PARAMETER_RE) else pattern.match(text))
+    """What the code asks of the pattern (``fullmatch`` for the fleet's and reclaim's names, ``match``
+    with ``\\Z`` for the others)."""
+    return bool(
+        pattern.fullmatch(text) if pattern in (INSTANCE_ID_RE, RUNNER_PARAMETER_RE, NAME_RE) else pattern.match(text)
+    )
 
 
 @pytest.mark.parametrize(

@@ -10,18 +10,18 @@ The file is ``RECLAIM_TARGETS_FILE``, or ``pipelines/reclaim/targets/<deployment
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from pipelines.common.targets import target_cron, target_entries
+from pipelines.common.targets import targets_path as common_targets_path
 from pipelines.reclaim.params import ParamsError, parse_params
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 TARGETS_ENV = "RECLAIM_TARGETS_FILE"
-NAME_RE = re.compile(r"^[A-Za-z0-9_]{1,60}\Z")
+NAME_RE = re.compile(r"[A-Za-z0-9_]{1,60}")
 
 
 @dataclass(frozen=True)
@@ -32,38 +32,23 @@ class Target:
 
 
 def targets_path(deployment: str) -> Path | None:
-    explicit = os.environ.get(TARGETS_ENV)
-    if explicit:
-        return Path(explicit)
-    default = TARGETS_DIR / f"{deployment}.json"
-    return default if default.exists() else None
+    return common_targets_path(TARGETS_ENV, TARGETS_DIR, deployment)
 
 
 def load_targets(path: Path | None) -> list[Target]:
     """Parse and validate a targets file; any bad entry is an error naming the file and the entry."""
     if path is None:
         return []
-    try:
-        entries = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as exc:
-        raise ParamsError(f"reclaim targets file {path}: {exc}") from None
-    if not isinstance(entries, list):
-        raise ParamsError(f"reclaim targets file {path}: expected a JSON list of targets")
     targets, names = [], set()
-    for n, entry in enumerate(entries):
-        where = f"reclaim targets file {path}, entry {n}"
-        if not isinstance(entry, dict):
-            raise ParamsError(f"{where}: expected a JSON object")
+    for where, entry in target_entries(path, "reclaim targets file"):
         config = {k: v for k, v in entry.items() if k not in ("name", "cron")}
-        cron = entry.get("cron")
-        if not isinstance(cron, str) or len(cron.split()) != 5:
-            raise ParamsError(f"{where}: cron must be a 5-field cron string, got {cron!r}")
+        cron = target_cron(entry, where)
         try:
             params = parse_params(config)
         except ParamsError as exc:
             raise ParamsError(f"{where}: {exc}") from None
         name = entry.get("name") or re.sub(r"[^A-Za-z0-9_]", "_", params.tableName)
-        if not isinstance(name, str) or not NAME_RE.match(name):
+        if not isinstance(name, str) or not NAME_RE.fullmatch(name):
             raise ParamsError(f"{where}: name must be 1-60 of A-Z a-z 0-9 _, got {name!r}")
         if name in names:
             raise ParamsError(f"{where}: duplicate target name {name!r}")

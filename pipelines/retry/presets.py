@@ -8,6 +8,7 @@ Each one carries its ``source``.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from pipelines.retry.policy import (
     Formula,
@@ -22,6 +23,14 @@ from pipelines.retry.policy import (
 
 def _doubling(n: int) -> float:
     return 2.0 ** (n - 1)
+
+
+def _progressor(n: int, initial: int = 5, coefficient: float = 1.0) -> float:
+    """Progressor's check_retryable: initial_timeout, then trunc(last_retry_interval x coefficient)."""
+    timeout = initial
+    for _ in range(n - 1):
+        timeout = math.trunc(timeout * coefficient)
+    return float(timeout)
 
 
 PRESETS: dict[str, Formula] = {
@@ -99,6 +108,16 @@ PRESETS: dict[str, Formula] = {
             summary="1 s doubling, 3 retries, no jitter",
             source="AWS Step Functions docs, Retry field defaults: IntervalSeconds 1, MaxAttempts 3, "
             "BackoffRate 2.0, no MaxDelaySeconds, JitterStrategy NONE",
+        ),
+        Formula(
+            name="progressor",
+            formula=_progressor,
+            jitter=Jitter(),
+            max_attempts=3,
+            summary="5 s, then trunc(last x 1.0), 2 retries (timer tasks only)",
+            source="progressor include/progressor.hrl DEFAULT_RETRY_POLICY and src/prg_worker.erl check_retryable: "
+            "initial_timeout 5 s, backoff_coefficient 1.0, no max_timeout, max_attempts 3 "
+            "(retried while attempts_count + 1 < max_attempts)",
         ),
     )
 }

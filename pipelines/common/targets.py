@@ -1,0 +1,52 @@
+"""Targets files: a JSON list of entries, each a job's flat run config plus a ``cron``, one schedule
+per entry (reclaim tables, progressor namespaces). No Dagster imports.
+
+The file is named by an environment variable, or is ``<package>/targets/<deployment>.json`` when
+that exists. A bad file or entry is one ``ParamsError`` line naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipelines.common.params import ParamsError
+
+
+def targets_path(env_var: str, targets_dir: Path, deployment: str) -> Path | None:
+    """``$env_var`` when set, else ``targets_dir/<deployment>.json`` if it exists, else None."""
+    explicit = os.environ.get(env_var)
+    if explicit:
+        return Path(explicit)
+    default = targets_dir / f"{deployment}.json"
+    return default if default.exists() else None
+
+
+def target_entries(path: Path, what: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, entry)`` for each entry of the file; ``where`` names the file and the entry for
+    error messages. ``what`` names the file's kind (``reclaim targets file``)."""
+    try:
+        entries = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise ParamsError(f"{what} {path}: {exc}") from None
+    if not isinstance(entries, list):
+        raise ParamsError(f"{what} {path}: expected a JSON list of targets")
+    for n, entry in enumerate(entries):
+        where = f"{what} {path}, entry {n}"
+        if not isinstance(entry, dict):
+            raise ParamsError(f"{where}: expected a JSON object")
+        yield where, entry
+
+
+def target_cron(entry: dict[str, Any], where: str, default: str | None = None) -> str:
+    """The entry's ``cron``: a 5-field cron string (``default`` when the entry has none)."""
+    cron = entry.get("cron", default)
+    if not isinstance(cron, str) or len(cron.split()) != 5:
+        raise ParamsError(f"{where}: cron must be a 5-field cron string, got {cron!r}")
+    return cron
+
+
+__all__ = ["target_cron", "target_entries", "targets_path"]

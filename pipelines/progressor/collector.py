@@ -1,0 +1,367 @@
+"""Zombie collection beside live workers. No Dagster: functions over a psycopg2 connection.
+
+A zombie is a row of ``"<ns>_running"`` whose ``running_time`` is older than
+``process_step_timeout + task_scan_timeout + 5 s`` before the database's ``now()``.
+
+The collector first lists the candidates without locking (``found``), then works through them in
+batches. Each batch is one transaction with ``SET LOCAL lock_timeout`` that re-selects its
+candidates with ``FOR UPDATE OF <processes>, <running> SKIP LOCKED``: a process whose row a live
+worker holds (progressor locks the process row, then the running row) is skipped and left for a
+later run instead of deadlocking. A lock timeout or a deadlock on the other rows costs only that
+batch (rolled back, counted), and the run goes on.
+
+Actions (see :func:`collect_zombies`): ``error`` does what progressor's ``collect_zombies`` does
+(and also sets ``previous_status``/``status_changed_at``); ``retry`` re-schedules zombie timers
+within their attempts, like progressor's worker does for a failed timer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import psycopg2
+import psycopg2.errors
+from psycopg2 import sql
+
+from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, RetryPolicy
+from pipelines.progressor.schema import Tables, process_columns, require_tables, tables_for
+
+UTC_NAMES = frozenset(
+    name.lower()
+    for name in (
+        "UTC",
+        "Etc/UTC",
+        "UCT",
+        "Etc/UCT",
+        "GMT",
+        "Etc/GMT",
+        "GMT0",
+        "Etc/GMT0",
+        "GMT+0",
+        "GMT-0",
+        "Etc/GMT+0",
+        "Etc/GMT-0",
+        "Greenwich",
+        "Etc/Greenwich",
+        "Universal",
+        "Etc/Universal",
+        "Zulu",
+        "Etc/Zulu",
+    )
+)
+# Errors that cost one batch: lock_timeout, deadlock, serialization failure.
+BATCH_ERRORS = (
+    psycopg2.errors.LockNotAvailable,
+    psycopg2.errors.DeadlockDetected,
+    psycopg2.errors.SerializationFailure,
+)
+
+
+@dataclass
+class Counts:
+    found: int = 0
+    errored: int = 0
+    retried: int = 0
+    skipped_locked: int = 0
+    vanished: int = 0  # finished by their worker between the listing and the batch
+    batches: int = 0
+    batches_rolled_back: int = 0
+    rolled_back_zombies: int = 0
+    would_error: int = 0
+    would_retry: int = 0
+
+    @property
+    def collected(self) -> int:
+        return self.errored + self.retried
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Zombie:
+    process_id: str
+    task_id: int
+    task_type: str
+    attempts_count: int
+    last_retry_interval: int
+    age_seconds: float
+
+
+@dataclass(frozen=True)
+class Clock:
+    """The database's time zone, and how far progressor's ``running_time`` values are shifted by it."""
+
+    time_zone: str
+    utc_offset_seconds: int
+
+    @property
+    def is_utc(self) -> bool:
+        return self.time_zone.lower() in UTC_NAMES
+
+    @property
+    def safety_shift_seconds(self) -> int:
+        """Progressor writes running_time with TO_TIMESTAMP(UTC text) in the session's zone: east of UTC
+        that makes every task look older by the offset, so the threshold moves back by it."""
+        return 0 if self.is_utc else max(0, self.utc_offset_seconds)
+
+    def warning(self) -> str | None:
+        if self.is_utc:
+            return None
+        return (
+            f"database TimeZone is {self.time_zone!r}, not UTC: progressor's TO_TIMESTAMP running times are shifted "
+            f"by {self.utc_offset_seconds:+d}s; the zombie threshold is moved back {self.safety_shift_seconds}s "
+            "so that no live task is collected. Set the database's TimeZone to UTC."
+        )
+
+
+def database_clock(conn) -> Clock:
+    with conn.cursor() as cur:
+        cur.execute("SELECT current_setting('TimeZone'), extract(timezone FROM now())::int")
+        zone, offset = cur.fetchone()
+    conn.rollback()
+    return Clock(zone, offset)
+
+
+def _interval(seconds: int) -> sql.Composable:
+    return sql.SQL("make_interval(secs => {})").format(sql.Literal(seconds))
+
+
+def list_zombies(conn, tables: Tables, seconds: int) -> list[Zombie]:
+    """Zombie candidates, oldest first, read without locks (one pass over the running table)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            tables.sql(
+                "SELECT process_id, task_id, task_type::text, attempts_count, last_retry_interval, "
+                "extract(epoch FROM now() - running_time)::float8 FROM {running} "
+                "WHERE running_time < now() - {age} ORDER BY running_time, process_id",
+                age=_interval(seconds),
+            )
+        )
+        rows = cur.fetchall()
+    conn.rollback()
+    return [Zombie(*row) for row in rows]
+
+
+def _lock_batch(cur, tables: Tables, batch: list[Zombie], seconds: int) -> list[Zombie]:
+    """Re-select the batch's zombies that are still zombies and not locked by anyone, and lock them."""
+    cur.execute(
+        tables.sql(
+            "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, "
+            "extract(epoch FROM now() - r.running_time)::float8 "
+            "FROM {running} r JOIN {processes} p ON p.process_id = r.process_id "
+            "JOIN unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
+            "  ON z.process_id = r.process_id AND z.task_id = r.task_id "
+            "WHERE r.running_time < now() - {age} "
+            "ORDER BY r.process_id FOR UPDATE OF p, r SKIP LOCKED",
+            age=_interval(seconds),
+        ),
+        ([z.process_id for z in batch], [z.task_id for z in batch]),
+    )
+    return [Zombie(*row) for row in cur.fetchall()]
+
+
+def _still_running(cur, tables: Tables, zombies: list[Zombie]) -> int:
+    """How many of ``zombies`` are still in the running table (read without waiting for locks)."""
+    if not zombies:
+        return 0
+    cur.execute(
+        tables.sql(
+            "SELECT count(*) FROM {running} r JOIN unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
+            "ON z.process_id = r.process_id AND z.task_id = r.task_id"
+        ),
+        ([z.process_id for z in zombies], [z.task_id for z in zombies]),
+    )
+    return cur.fetchone()[0]
+
+
+def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_columns: bool) -> None:
+    """Progressor's collect_zombies for these (locked) zombies, plus previous_status/status_changed_at."""
+    pids = [z.process_id for z in zombies]
+    tids = [z.task_id for z in zombies]
+    cur.execute(
+        tables.sql(
+            "DELETE FROM {running} r USING unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
+            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id"
+        ),
+        (pids, tids),
+    )
+    cur.execute(
+        tables.sql(
+            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY(%s) AND status IN ('waiting', 'blocked')"
+        ),
+        (pids,),
+    )
+    cur.execute(
+        tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY(%s)"), (tids,)
+    )
+    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY(%s)"), (pids,))
+    extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
+    cur.execute(
+        tables.sql(
+            "UPDATE {processes} p SET status = 'error', detail = %s, corrupted_by = z.task_id" + extra + " "
+            "FROM unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) WHERE p.process_id = z.process_id"
+        ),
+        (ZOMBIE_ERROR, pids, tids),
+    )
+
+
+def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int]) -> None:
+    """Zombie timers: task error; other waiting/blocked timers cancelled (as progressor's worker does on a
+    retry); a new waiting task (same type, attempts_count + 1, last_retry_interval = timeout, scheduled
+    at now() + timeout) in tasks and schedule; the running row deleted. The process stays running."""
+    pids = [z.process_id for z in zombies]
+    tids = [z.task_id for z in zombies]
+    cur.execute(
+        tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY(%s)"), (tids,)
+    )
+    cur.execute(
+        tables.sql(
+            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY(%s) AND task_type IN ('timeout', 'remove') "
+            "AND status IN ('waiting', 'blocked') RETURNING task_id) "
+            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)"
+        ),
+        (pids,),
+    )
+    cur.execute(
+        tables.sql(
+            "WITH new AS ("
+            "  INSERT INTO {tasks} (process_id, task_type, status, scheduled_time, args, metadata, "
+            "    last_retry_interval, attempts_count, context) "
+            "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
+            "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
+            "  FROM {running} r JOIN unnest(%s::bigint[], %s::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
+            "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
+            "    last_retry_interval, attempts_count, context) "
+            "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
+            "  last_retry_interval, attempts_count, context) SELECT * FROM new"
+        ),
+        (tids, timeouts),
+    )
+    cur.execute(
+        tables.sql(
+            "DELETE FROM {running} r USING unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
+            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id"
+        ),
+        (pids, tids),
+    )
+
+
+def plan(zombies: list[Zombie], params: CollectParams) -> tuple[list[Zombie], list[int], list[Zombie], list[str]]:
+    """Split zombies into (to retry, their timeouts, to error, a reason per zombie in input order)."""
+    policy: RetryPolicy = params.policy
+    retry, timeouts, error, reasons = [], [], [], []
+    for z in zombies:
+        if params.action == "retry":
+            ok, timeout, reason = policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)
+        else:
+            ok, timeout, reason = False, 0, "action error"
+        if ok:
+            retry.append(z)
+            timeouts.append(timeout)
+        else:
+            error.append(z)
+        reasons.append(("retry: " if ok else "error: ") + reason)
+    return retry, timeouts, error, reasons
+
+
+def _describe(z: Zombie) -> str:
+    return (
+        f"process {z.process_id!r} task {z.task_id} ({z.task_type}, attempts_count {z.attempts_count}, "
+        f"running for {z.age_seconds:.0f}s)"
+    )
+
+
+def prepare(conn, namespace: str) -> tuple[Tables, Clock, bool]:
+    """Check the namespace's tables and the database clock before anything is written."""
+    tables = tables_for(namespace)
+    require_tables(conn, tables)
+    columns = process_columns(conn, tables)
+    conn.rollback()
+    return tables, database_clock(conn), {"previous_status", "status_changed_at"} <= columns
+
+
+def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Counts:
+    """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
+    ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking."""
+    tables, clock, with_status_columns = prepare(conn, params.namespace)
+    warning = clock.warning()
+    if warning:
+        log.warning(warning)
+    seconds = params.threshold_seconds + clock.safety_shift_seconds
+    counts = Counts()
+    zombies = list_zombies(conn, tables, seconds)
+    counts.found = len(zombies)
+    log.info(
+        f"progressor namespace {params.namespace!r}: {counts.found} zombie(s) older than {seconds}s "
+        f"(action {params.action}{', DRY RUN' if params.dry_run else ''})"
+    )
+    if params.dry_run:
+        _, _, _, reasons = plan(zombies, params)
+        for z, reason in zip(zombies, reasons, strict=True):
+            log.info(f"dry run: would {reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
+            if reason.startswith("retry"):
+                counts.would_retry += 1
+            else:
+                counts.would_error += 1
+        return counts
+    for start in range(0, len(zombies), params.batch_size):
+        batch = zombies[start : start + params.batch_size]
+        counts.batches += 1
+        try:
+            with conn, conn.cursor() as cur:
+                cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
+                locked = _lock_batch(cur, tables, batch, seconds)
+                locked_keys = {(z.process_id, z.task_id) for z in locked}
+                unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
+                still = _still_running(cur, tables, unlocked)
+                if on_batch is not None:
+                    on_batch(counts.batches)
+                retry, timeouts, error, reasons = plan(locked, params)
+                if error:
+                    error_zombies(cur, tables, error, with_status_columns)
+                if retry:
+                    retry_zombies(cur, tables, retry, timeouts)
+            for z, reason in zip(locked, reasons, strict=True):
+                log.info(f"{reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
+            counts.errored += len(error)
+            counts.retried += len(retry)
+            counts.skipped_locked += still
+            counts.vanished += len(unlocked) - still
+            if still:
+                log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
+        except BATCH_ERRORS as exc:
+            counts.batches_rolled_back += 1
+            counts.rolled_back_zombies += len(batch)
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log.warning(
+                f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back, left for the next run: "
+                f"{exc.pgcode} {first}"
+            )
+            time.sleep(0.05)
+    return counts
+
+
+def progressor_sql(tables: Tables, seconds: int) -> sql.Composed:
+    """Progressor's own ``collect_zombies`` statement (master 6033631, with the corrected semantics: only
+    waiting/blocked tasks cancelled, schedule deleted), threshold from the database clock. It takes no
+    row locks first. For the benchmark and the tests that compare."""
+    return tables.sql(
+        "WITH zombie_tasks AS ("
+        "  DELETE FROM {running} WHERE running_time < now() - {age} RETURNING process_id, task_id), "
+        " t1 AS (UPDATE {tasks} SET status = 'cancelled' WHERE status IN ('waiting', 'blocked') "
+        "   AND process_id IN (SELECT process_id FROM zombie_tasks)), "
+        " t2 AS (UPDATE {tasks} SET status = 'error', finished_time = now() "
+        "   WHERE task_id IN (SELECT task_id FROM zombie_tasks)), "
+        " t3 AS (DELETE FROM {schedule} WHERE process_id IN (SELECT process_id FROM zombie_tasks)) "
+        "MERGE INTO {processes} AS pt USING zombie_tasks AS zt ON pt.process_id = zt.process_id "
+        "  WHEN MATCHED THEN UPDATE SET status = 'error', detail = 'zombie detected', corrupted_by = zt.task_id",
+        age=_interval(seconds),
+    )
+
+
+def progressor_statement(conn, tables: Tables, seconds: int) -> None:
+    """Run :func:`progressor_sql` in one transaction, as progressor does."""
+    with conn, conn.cursor() as cur:
+        cur.execute(progressor_sql(tables, seconds))

@@ -1,0 +1,184 @@
+"""Dagster wiring for progressor (seed 003): the ``collect_zombies`` job (flat run config), one schedule
+per target namespace, a health asset per namespace with its checks, and local demo traffic.
+
+``dagster job execute -m pipelines.definitions -j collect_zombies -c cfg.json`` with
+``{"namespace": "default/default", "action": "retry"}``.
+"""
+
+import dagster as dg
+
+from pipelines.common.defs import aws_errors, flat_config, metadata_from, params_from_config
+from pipelines.progressor.collector import Counts, collect_zombies
+from pipelines.progressor.demo import DemoTraffic, play
+from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
+from pipelines.progressor.metrics import collection_datums, health_datums, put_metrics
+from pipelines.progressor.params import CollectParams
+from pipelines.progressor.schema import NamespaceError, tables_for
+from pipelines.progressor.targets import Target, load_targets, targets_path
+from resources.aws import CloudWatchResource
+from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
+
+JOB_NAME = "collect_zombies"
+OP_NAME = "collect_namespace_zombies"
+CAPABILITY = {"groundskeeper/capability": "progressor"}
+NAMESPACE_TAG = "groundskeeper/progressor_namespace"
+
+
+def _failure(message: str) -> dg.Failure:
+    return dg.Failure(description=message, allow_retries=False)
+
+
+def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, datums: list[dict]) -> None:
+    with aws_errors(context):
+        put_metrics(cloudwatch.get_client(), db.metrics_namespace, datums)
+
+
+@dg.op(name=OP_NAME, description="Collect the namespace's zombie tasks in SKIP LOCKED batches.")
+def collect_op(
+    context: dg.OpExecutionContext, progressor_db: ProgressorDatabase, cloudwatch: CloudWatchResource
+) -> dg.Output[dict]:
+    params = params_from_config(context, CollectParams)
+    try:
+        with progressor_db.connection() as conn:
+            counts: Counts = collect_zombies(conn, params, context.log)
+    except (NamespaceError, ProgressorDatabaseError) as exc:
+        raise _failure(str(exc)) from None
+    context.log.info(
+        f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
+        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}"
+        + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
+    )
+    if not params.dry_run:
+        _put(context, cloudwatch, progressor_db, collection_datums(params.namespace, counts.collected))
+    result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    return dg.Output(result, metadata=metadata_from(result))
+
+
+@dg.job(
+    name=JOB_NAME,
+    config=flat_config(OP_NAME, CollectParams),
+    description="Progressor: collect zombie tasks (running rows left by dead workers) without disturbing live "
+    "workers; error them as progressor does, or retry zombie timers.",
+    tags=CAPABILITY,
+)
+def collect_zombies_job():
+    collect_op()
+
+
+def schedule_for(target: Target) -> dg.ScheduleDefinition:
+    return dg.ScheduleDefinition(
+        name=f"collect_zombies_{target.name}",
+        job=collect_zombies_job,
+        cron_schedule=target.cron,
+        run_config=target.config,
+        tags={**CAPABILITY, NAMESPACE_TAG: target.params.namespace},
+        default_status=dg.DefaultScheduleStatus.RUNNING,
+        description=f"Collect progressor zombies of {target.params.namespace} ({target.cron}).",
+    )
+
+
+def health_asset(target: Target) -> dg.AssetsDefinition:
+    key = dg.AssetKey(["progressor", f"health_{target.name}"])
+    namespace = target.params.namespace
+
+    @dg.asset(
+        key=key,
+        group_name="progressor",
+        description=f"Is progressor keeping up in {namespace}? Zombies, overdue timers, the oldest running task, "
+        "recent process errors, tasks by status and task durations (chart).",
+        check_specs=[dg.AssetCheckSpec(name, asset=key, description=d) for name, d in CHECKS.items()],
+        tags=CAPABILITY,
+    )
+    def progressor_health(
+        context: dg.AssetExecutionContext, progressor_db: ProgressorDatabase, cloudwatch: CloudWatchResource
+    ) -> dg.MaterializeResult:
+        try:
+            with progressor_db.connection() as conn:
+                health = measure(
+                    conn,
+                    tables_for(namespace),
+                    process_step_timeout=target.params.process_step_timeout,
+                    task_scan_timeout=target.params.task_scan_timeout,
+                )
+        except (NamespaceError, ProgressorDatabaseError) as exc:
+            raise _failure(str(exc)) from None
+        warning = health.clock.warning()
+        if warning:
+            context.log.warning(warning)
+        _put(context, cloudwatch, progressor_db, health_datums(health))
+        results = [
+            dg.AssetCheckResult(
+                check_name=c.name,
+                passed=c.passed,
+                severity=getattr(dg.AssetCheckSeverity, c.severity),
+                description=c.description,
+            )
+            for c in checks(health)
+        ]
+        return dg.MaterializeResult(
+            metadata={
+                "zombies": dg.MetadataValue.int(health.zombies),
+                "overdue_timers": dg.MetadataValue.int(health.overdue_timers),
+                "oldest_running_seconds": dg.MetadataValue.float(float(health.oldest_running_seconds)),
+                "oldest_running": health.oldest_running or "none",
+                "errored_24h": dg.MetadataValue.int(health.errored_24h),
+                "running": dg.MetadataValue.int(health.running),
+                **{f"tasks_{s}": dg.MetadataValue.int(n) for s, n in health.tasks_by_status.items()},
+                "tasks_by_status": dg.MetadataValue.json(health.tasks_by_status),
+                "task_durations": dg.MetadataValue.md(histogram_markdown(health)),
+                "database_time_zone": health.clock.time_zone,
+            },
+            check_results=results,
+        )
+
+    return progressor_health
+
+
+@dg.op(description="Local only: play a progressor (processes, timers, calls, sometimes a crashed worker).")
+def play_progressor(context: dg.OpExecutionContext, progressor_db: ProgressorDatabase) -> dict:
+    try:
+        with progressor_db.connection() as conn:
+            counts = play(conn, DemoTraffic())
+    except ProgressorDatabaseError as exc:
+        raise _failure(str(exc)) from None
+    context.log.info("progressor demo: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return counts
+
+
+@dg.job(description="Local only: progressor demo traffic.", tags=CAPABILITY)
+def progressor_demo_traffic():
+    play_progressor()
+
+
+def build_defs(deployment: str) -> dg.Definitions:
+    """The job everywhere; per target namespace a schedule and a health asset (checks every 5 minutes)."""
+    targets = load_targets(targets_path(deployment))
+    assets = [health_asset(t) for t in targets]
+    schedules = [schedule_for(t) for t in targets]
+    jobs: list = [collect_zombies_job]
+    if assets:
+        health_job = dg.define_asset_job(
+            "progressor_health_job", selection=dg.AssetSelection.groups("progressor"), tags=CAPABILITY
+        )
+        jobs.append(health_job)
+        schedules.append(
+            dg.ScheduleDefinition(
+                name="progressor_health_schedule",
+                job=health_job,
+                cron_schedule="*/5 * * * *",
+                default_status=dg.DefaultScheduleStatus.RUNNING,
+                description="Progressor health of every target namespace, with its checks.",
+            )
+        )
+    if deployment == "local":
+        jobs.append(progressor_demo_traffic)
+        schedules.append(
+            dg.ScheduleDefinition(
+                name="progressor_demo_traffic_schedule",
+                job=progressor_demo_traffic,
+                cron_schedule="* * * * *",
+                default_status=dg.DefaultScheduleStatus.RUNNING,
+                description="Local only: progressor demo traffic every minute.",
+            )
+        )
+    return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules)

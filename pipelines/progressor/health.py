@@ -1,0 +1,227 @@
+"""Is progressor keeping up? Figures for one namespace and the checks an operator reads. No Dagster.
+
+The figures come from the namespace's tables, with the database clock (``now()``):
+
+- zombies now: running tasks older than progressor's zombie threshold;
+- overdue timers: waiting ``timeout``/``remove`` tasks more than 2 x ``task_scan_timeout`` past their
+  ``scheduled_time`` (progressor's timer scanner is behind or stopped);
+- the oldest running task; processes that went to ``error`` in the last 24 h; tasks by status;
+- task durations (``finished_time - running_time``) of the last 24 h per ``task_type``, in
+  progressor's histogram buckets.
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from html import escape
+
+from pipelines.progressor.collector import Clock, database_clock
+from pipelines.progressor.params import PROTECT_TIMEOUT
+from pipelines.progressor.schema import TASK_STATUSES, Tables, process_columns, require_tables
+
+BUCKETS_MS = (50, 150, 300, 500, 750, 1000)  # progressor's histogram buckets (prometheus "le")
+BUCKET_LABELS = tuple(f"<={b}" for b in BUCKETS_MS) + (">1000",)
+
+
+@dataclass
+class Health:
+    namespace: str
+    clock: Clock
+    zombies: int = 0
+    zombie_threshold_seconds: int = 0
+    overdue_timers: int = 0
+    overdue_after_seconds: int = 0
+    most_overdue_seconds: float = 0.0
+    oldest_running_seconds: float = 0.0
+    oldest_running: str = ""
+    errored_24h: int = 0
+    running: int = 0
+    tasks_by_status: dict[str, int] = field(default_factory=dict)
+    durations: dict[str, list[int]] = field(default_factory=dict)  # task_type -> count per bucket
+    duration_max_ms: dict[str, float] = field(default_factory=dict)
+
+
+def _bucket_case() -> str:
+    cases = " ".join(f"WHEN d <= {b} THEN {i}" for i, b in enumerate(BUCKETS_MS))
+    return f"CASE {cases} ELSE {len(BUCKETS_MS)} END"
+
+
+def measure(conn, tables: Tables, *, process_step_timeout: int = 60, task_scan_timeout: int = 31) -> Health:
+    """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
+    require_tables(conn, tables)
+    clock = database_clock(conn)
+    threshold = process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT + clock.safety_shift_seconds
+    health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold)
+    health.overdue_after_seconds = 2 * task_scan_timeout
+    with conn.cursor() as cur:
+        cur.execute(
+            tables.sql(
+                "SELECT count(*) FILTER (WHERE running_time < now() - make_interval(secs => %s)), count(*), "
+                "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running}"
+            ),
+            (threshold,),
+        )
+        health.zombies, health.running, health.oldest_running_seconds = cur.fetchone()
+        cur.execute(
+            tables.sql(
+                "SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
+                "ORDER BY running_time LIMIT 1"
+            )
+        )
+        row = cur.fetchone()
+        health.oldest_running = row[0] if row else ""
+        cur.execute(
+            tables.sql(
+                "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
+                "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
+                "AND scheduled_time < now() - make_interval(secs => %s)"
+            ),
+            (health.overdue_after_seconds,),
+        )
+        health.overdue_timers, health.most_overdue_seconds = cur.fetchone()
+        if "status_changed_at" in process_columns(conn, tables):
+            cur.execute(
+                tables.sql(
+                    "SELECT count(*) FROM {processes} WHERE status = 'error' "
+                    "AND status_changed_at > now() - interval '24 hours'"
+                )
+            )
+        else:
+            cur.execute(
+                tables.sql(
+                    "SELECT count(DISTINCT process_id) FROM {tasks} WHERE status = 'error' "
+                    "AND finished_time > now() - interval '24 hours'"
+                )
+            )
+        health.errored_24h = cur.fetchone()[0]
+        cur.execute(tables.sql("SELECT status::text, count(*) FROM {tasks} GROUP BY 1"))
+        counted = dict(cur.fetchall())
+        health.tasks_by_status = {status: counted.get(status, 0) for status in TASK_STATUSES}
+        cur.execute(
+            tables.sql(
+                "SELECT task_type::text, " + _bucket_case() + " AS bucket, count(*), max(d) FROM ("
+                "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
+                "  WHERE status = 'finished' AND running_time IS NOT NULL "
+                "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"
+            )
+        )
+        for task_type, bucket, count, max_ms in cur.fetchall():
+            health.durations.setdefault(task_type, [0] * len(BUCKET_LABELS))[bucket] = count
+            health.duration_max_ms[task_type] = max(health.duration_max_ms.get(task_type, 0.0), float(max_ms))
+    conn.rollback()
+    return health
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    name: str
+    passed: bool
+    severity: str  # "WARN" or "ERROR"
+    description: str
+
+
+CHECKS = {
+    "no_zombies": "No running task is older than progressor's zombie threshold.",
+    "timers_on_time": "No waiting timer is more than 2 x task_scan_timeout overdue (the timer scanner keeps up).",
+    "oldest_running_task": "The oldest running task is younger than the zombie threshold.",
+    "no_recent_process_errors": "No process went to error in the last 24 hours.",
+}
+
+
+def checks(health: Health) -> list[CheckOutcome]:
+    """One outcome per check, each saying what an operator should look at when it fails."""
+    ns = health.namespace
+    out = [
+        CheckOutcome(
+            "no_zombies",
+            health.zombies == 0,
+            "ERROR",
+            f"{health.zombies} running task(s) of {ns} are older than {health.zombie_threshold_seconds}s: a worker "
+            "node died. Run collect_zombies (or check that its schedule is on)."
+            if health.zombies
+            else "no zombies",
+        ),
+        CheckOutcome(
+            "timers_on_time",
+            health.overdue_timers == 0,
+            "ERROR",
+            f"{health.overdue_timers} timer(s) of {ns} are overdue by more than {health.overdue_after_seconds}s "
+            f"(worst {health.most_overdue_seconds:.0f}s): progressor's timer scanner is behind or stopped; check "
+            "the progressor nodes' scanners and their database pool."
+            if health.overdue_timers
+            else "timers on time",
+        ),
+        CheckOutcome(
+            "oldest_running_task",
+            health.oldest_running_seconds < health.zombie_threshold_seconds,
+            "WARN",
+            f"oldest running task: {health.oldest_running or 'none'}, running for "
+            f"{health.oldest_running_seconds:.0f}s (threshold {health.zombie_threshold_seconds}s)"
+            + (
+                ": look at that process's worker"
+                if health.oldest_running_seconds >= health.zombie_threshold_seconds
+                else ""
+            ),
+        ),
+        CheckOutcome(
+            "no_recent_process_errors",
+            health.errored_24h == 0,
+            "WARN",
+            f"{health.errored_24h} process(es) of {ns} went to error in the last 24 h: look at their detail "
+            "(zombie detected = a collected zombie) and corrupted_by task."
+            if health.errored_24h
+            else "no process errors in the last 24 h",
+        ),
+    ]
+    return out
+
+
+def durations_markdown(health: Health) -> str:
+    lines = ["| task_type | " + " | ".join(BUCKET_LABELS) + " | max ms |", "|---" * (len(BUCKET_LABELS) + 2) + "|"]
+    for task_type, counts in sorted(health.durations.items()):
+        lines.append(
+            f"| {task_type} | " + " | ".join(str(c) for c in counts) + f" | {health.duration_max_ms[task_type]:.0f} |"
+        )
+    return "\n".join(lines) if health.durations else "no finished tasks in the last 24 h"
+
+
+COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
+
+
+def histogram_svg(health: Health, width: int = 640, height: int = 260) -> str:
+    """Grouped bars: per bucket, one bar per task_type. Self-contained SVG, no plotting library."""
+    types = sorted(health.durations)
+    top = max((c for counts in health.durations.values() for c in counts), default=0) or 1
+    left, bottom, plot_h = 50, 40, height - 70
+    group_w = (width - left - 10) / len(BUCKET_LABELS)
+    bar_w = max(2.0, (group_w - 8) / max(1, len(types)))
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="11">',
+        f'<text x="{left}" y="14">task durations, last 24 h ({escape(health.namespace)}), count per bucket (ms)</text>',
+        f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="#333"/>',
+        f'<text x="5" y="{height - bottom - plot_h + 4}">{top}</text>',
+    ]
+    for i, label in enumerate(BUCKET_LABELS):
+        x0 = left + i * group_w
+        parts.append(f'<text x="{x0 + 4:.1f}" y="{height - bottom + 14}">{escape(label)}</text>')
+        for j, task_type in enumerate(types):
+            count = health.durations[task_type][i]
+            h = plot_h * count / top
+            parts.append(
+                f'<rect x="{x0 + 4 + j * bar_w:.1f}" y="{height - bottom - h:.1f}" width="{bar_w - 1:.1f}" '
+                f'height="{h:.1f}" fill="{COLORS[j % len(COLORS)]}"><title>{escape(task_type)} {label}: {count}'
+                "</title></rect>"
+            )
+    for j, task_type in enumerate(types):
+        x = left + j * 90
+        parts.append(f'<rect x="{x}" y="{height - 16}" width="10" height="10" fill="{COLORS[j % len(COLORS)]}"/>')
+        parts.append(f'<text x="{x + 14}" y="{height - 7}">{escape(task_type)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def histogram_markdown(health: Health) -> str:
+    data = base64.b64encode(histogram_svg(health).encode()).decode()
+    return f"![task durations](data:image/svg+xml;base64,{data})\n\n{durations_markdown(health)}"

@@ -1,0 +1,235 @@
+"""Progressor's PostgreSQL schema for one namespace, written from progressor's migrations. No Dagster.
+
+Each namespace has five tables whose names are the namespace id plus a suffix, always quoted
+(ids such as ``default/default`` contain a slash): ``"<ns>_processes"``, ``"<ns>_tasks"``,
+``"<ns>_schedule"``, ``"<ns>_running"`` and ``"<ns>_events"``. The enums ``process_status``,
+``task_status`` and ``task_type`` are shared by every namespace. The DDL below is the state after
+progressor's four migrations (process_id VARCHAR(256) everywhere, ``previous_status`` and
+``status_changed_at`` NOT NULL, ``init`` in ``process_status``, four HASH indexes).
+
+Every identifier is built with ``psycopg2.sql.Identifier``; a namespace that would need anything
+but identifier quoting is refused by :func:`check_namespace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg2 import sql
+
+SUFFIXES = ("processes", "tasks", "schedule", "running", "events")
+MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are silently truncated
+PROCESS_STATUSES = ("running", "error", "init")
+TASK_STATUSES = ("waiting", "running", "blocked", "error", "finished", "cancelled")
+TASK_TYPES = ("init", "timeout", "call", "notify", "repair", "remove")
+TIMER_TYPES = ("timeout", "remove")
+
+
+class NamespaceError(ValueError):
+    """A namespace that cannot be used (bad name, or its tables are missing)."""
+
+
+def check_namespace(namespace: object) -> str:
+    """The namespace id if progressor's quoted table names can be built from it, else NamespaceError."""
+    if not isinstance(namespace, str) or not namespace:
+        raise NamespaceError(f"namespace must be a non-empty string, got {namespace!r}")
+    if '"' in namespace:
+        raise NamespaceError(
+            f"namespace {namespace!r} contains a double quote: its table names would need escaping, not just quoting"
+        )
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in namespace):
+        raise NamespaceError(f"namespace {namespace!r} contains a control character")
+    longest = max(len(f"{namespace}_{suffix}".encode()) for suffix in SUFFIXES)
+    if longest > MAX_IDENTIFIER_BYTES:
+        raise NamespaceError(
+            f"namespace {namespace!r} is too long: its table names would be {longest} bytes, "
+            f"PostgreSQL truncates identifiers at {MAX_IDENTIFIER_BYTES}"
+        )
+    return namespace
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The five quoted table identifiers of one namespace."""
+
+    namespace: str
+
+    def name(self, suffix: str) -> str:
+        return f"{self.namespace}_{suffix}"
+
+    def ident(self, suffix: str) -> sql.Identifier:
+        return sql.Identifier(self.name(suffix))
+
+    @property
+    def processes(self) -> sql.Identifier:
+        return self.ident("processes")
+
+    @property
+    def tasks(self) -> sql.Identifier:
+        return self.ident("tasks")
+
+    @property
+    def schedule(self) -> sql.Identifier:
+        return self.ident("schedule")
+
+    @property
+    def running(self) -> sql.Identifier:
+        return self.ident("running")
+
+    @property
+    def events(self) -> sql.Identifier:
+        return self.ident("events")
+
+    def sql(self, template: str, **extra: sql.Composable) -> sql.Composed:
+        """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers."""
+        return sql.SQL(template).format(
+            processes=self.processes,
+            tasks=self.tasks,
+            schedule=self.schedule,
+            running=self.running,
+            events=self.events,
+            **extra,
+        )
+
+
+def tables_for(namespace: str) -> Tables:
+    return Tables(check_namespace(namespace))
+
+
+def missing_tables(conn, tables: Tables) -> list[str]:
+    """The namespace's tables that do not exist (visible in the search path), by name."""
+    names = [tables.name(s) for s in SUFFIXES]
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind IN ('r', 'p') "
+            "AND pg_table_is_visible(oid)",
+            (names,),
+        )
+        found = {row[0] for row in cur.fetchall()}
+    return [name for name in names if name not in found]
+
+
+def require_tables(conn, tables: Tables) -> None:
+    missing = missing_tables(conn, tables)
+    if len(missing) == len(SUFFIXES):
+        raise NamespaceError(f"namespace {tables.namespace!r} has no progressor tables in this database")
+    if missing:
+        raise NamespaceError(f"namespace {tables.namespace!r} is missing the tables {', '.join(missing)}")
+
+
+def process_columns(conn, tables: Tables) -> set[str]:
+    """Column names of the processes table (migration 2 adds previous_status, status_changed_at)."""
+    with conn.cursor() as cur:
+        cur.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+            (tables.processes.as_string(conn),),
+        )
+        return {row[0] for row in cur.fetchall()}
+
+
+_ENUMS = (
+    ("process_status", PROCESS_STATUSES),
+    ("task_status", TASK_STATUSES),
+    ("task_type", TASK_TYPES),
+)
+
+_TABLES_DDL = """
+CREATE TABLE IF NOT EXISTS {processes} (
+    process_id VARCHAR(256) PRIMARY KEY,
+    status process_status NOT NULL,
+    detail TEXT,
+    aux_state BYTEA,
+    created_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
+    metadata JSONB,
+    previous_status process_status NOT NULL,
+    status_changed_at TIMESTAMP WITH TIME ZONE NOT NULL
+);
+CREATE TABLE IF NOT EXISTS {tasks} (
+    task_id BIGSERIAL PRIMARY KEY,
+    process_id VARCHAR(256) NOT NULL REFERENCES {processes} (process_id),
+    task_type task_type NOT NULL,
+    status task_status NOT NULL,
+    scheduled_time TIMESTAMP WITH TIME ZONE NOT NULL,
+    running_time TIMESTAMP WITH TIME ZONE,
+    finished_time TIMESTAMP WITH TIME ZONE,
+    args BYTEA,
+    metadata JSONB,
+    idempotency_key VARCHAR(80) UNIQUE,
+    response BYTEA,
+    blocked_task BIGINT REFERENCES {tasks} (task_id),
+    last_retry_interval INTEGER NOT NULL,
+    attempts_count SMALLINT NOT NULL,
+    context BYTEA
+);
+ALTER TABLE {processes} ADD COLUMN IF NOT EXISTS corrupted_by BIGINT REFERENCES {tasks} (task_id);
+CREATE TABLE IF NOT EXISTS {schedule} (
+    task_id BIGINT PRIMARY KEY REFERENCES {tasks} (task_id),
+    process_id VARCHAR(256) NOT NULL REFERENCES {processes} (process_id),
+    task_type task_type NOT NULL,
+    status task_status NOT NULL,
+    scheduled_time TIMESTAMP WITH TIME ZONE NOT NULL,
+    args BYTEA,
+    metadata JSONB,
+    last_retry_interval INTEGER NOT NULL,
+    attempts_count SMALLINT NOT NULL,
+    context BYTEA
+);
+CREATE TABLE IF NOT EXISTS {running} (
+    process_id VARCHAR(256) PRIMARY KEY REFERENCES {processes} (process_id),
+    task_id BIGINT NOT NULL REFERENCES {tasks} (task_id),
+    task_type task_type NOT NULL,
+    status task_status NOT NULL,
+    scheduled_time TIMESTAMP WITH TIME ZONE NOT NULL,
+    running_time TIMESTAMP WITH TIME ZONE NOT NULL,
+    args BYTEA,
+    metadata JSONB,
+    last_retry_interval INTEGER NOT NULL,
+    attempts_count SMALLINT NOT NULL,
+    context BYTEA
+);
+CREATE TABLE IF NOT EXISTS {events} (
+    process_id VARCHAR(256) NOT NULL REFERENCES {processes} (process_id),
+    task_id BIGINT NOT NULL REFERENCES {tasks} (task_id),
+    event_id SMALLINT NOT NULL,
+    timestamp TIMESTAMP WITH TIME ZONE DEFAULT now(),
+    metadata JSONB,
+    payload BYTEA NOT NULL,
+    PRIMARY KEY (process_id, event_id)
+);
+CREATE INDEX IF NOT EXISTS {events_idx} ON {events} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {tasks_idx} ON {tasks} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {schedule_idx} ON {schedule} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {running_idx} ON {running} USING HASH (task_id);
+"""
+
+
+def create_namespace(conn, namespace: str) -> Tables:
+    """Create the shared enums (if missing) and the namespace's tables and indexes, in one transaction."""
+    tables = tables_for(namespace)
+    with conn, conn.cursor() as cur:
+        # Serialize concurrent creators of the shared enums (tests run on two workers).
+        cur.execute("SELECT pg_advisory_xact_lock(hashtext('groundskeeper.progressor.schema'))")
+        for name, labels in _ENUMS:
+            cur.execute("SELECT 1 FROM pg_type WHERE typname = %s", (name,))
+            if cur.fetchone() is None:
+                cur.execute(
+                    sql.SQL("CREATE TYPE {} AS ENUM ({})").format(
+                        sql.Identifier(name), sql.SQL(", ").join(sql.Literal(label) for label in labels)
+                    )
+                )
+        cur.execute(
+            tables.sql(
+                _TABLES_DDL,
+                events_idx=tables.ident("events_process_idx"),
+                tasks_idx=tables.ident("tasks_process_idx"),
+                schedule_idx=tables.ident("schedule_process_idx"),
+                running_idx=tables.ident("running_task_idx"),
+            )
+        )
+    return tables
+
+
+def drop_namespace(conn, namespace: str) -> None:
+    tables = tables_for(namespace)
+    with conn, conn.cursor() as cur:
+        cur.execute(tables.sql("DROP TABLE IF EXISTS {events}, {running}, {schedule}, {processes}, {tasks} CASCADE"))

@@ -1,0 +1,286 @@
+"""Zombie collection logic on a real PostgreSQL: the error and retry actions row by row, dry run, bad input."""
+
+from __future__ import annotations
+
+import psycopg2
+import pytest
+
+from pipelines.progressor import engine
+from pipelines.progressor.collector import collect_zombies
+from pipelines.progressor.params import ParamsError, collect_params
+from pipelines.progressor.schema import NamespaceError, create_namespace
+from tests.progressor_support import ListLog, scratch_database, unique_namespace
+
+ZOMBIE_AGE = 200  # seconds; the default threshold is 60 + 31 + 5 = 96 s
+
+
+@pytest.fixture(scope="module")
+def dsn():
+    with scratch_database() as url:
+        yield url
+
+
+@pytest.fixture
+def conn(dsn):
+    connection = psycopg2.connect(dsn)
+    yield connection
+    connection.close()
+
+
+def _rows(conn, tables, template: str, *args):
+    with conn.cursor() as cur:
+        cur.execute(tables.sql(template), args)
+        rows = cur.fetchall()
+    conn.rollback()
+    return rows
+
+
+def _one(conn, tables, template: str, *args):
+    rows = _rows(conn, tables, template, *args)
+    assert len(rows) == 1, rows
+    return rows[0]
+
+
+def _collect(conn, namespace: str, **config):
+    log = ListLog()
+    counts = collect_zombies(conn, collect_params({"namespace": namespace, **config}), log)
+    return counts, log
+
+
+@pytest.fixture
+def error_world(conn):
+    """A zombie process with history, events, a waiting timer, a blocked timer and a waiting call; a live
+    process; an idle process; and the same zombie in another namespace."""
+    ns, other_ns = unique_namespace("err"), unique_namespace("other")
+    t = create_namespace(conn, ns)
+    other = create_namespace(conn, other_ns)
+    ids = {}
+    with conn, conn.cursor() as cur:
+        ids["zombie_task"] = engine.start_process(cur, t, "p-zombie", age_seconds=ZOMBIE_AGE, task_type="call")
+        ids["history"] = engine.finished_task(cur, t, "p-zombie", "init", duration_ms=120, ago=300)
+        engine.add_event(cur, t, "p-zombie", ids["history"], 1)
+        ids["waiting_timer"] = engine.schedule_task(cur, t, "p-zombie", "timeout", in_seconds=30)
+        ids["blocked_timer"] = engine.schedule_task(cur, t, "p-zombie", "timeout", in_seconds=30, status="blocked")
+        ids["fresh_task"] = engine.start_process(cur, t, "p-fresh", age_seconds=10)
+        engine.start_process(cur, t, "p-idle", age_seconds=500)
+        cur.execute(t.sql("DELETE FROM {running} WHERE process_id = 'p-idle'"))
+        cur.execute(t.sql("UPDATE {tasks} SET status = 'finished', finished_time = now() WHERE process_id = 'p-idle'"))
+        ids["idle_timer"] = engine.schedule_task(cur, t, "p-idle", "timeout", in_seconds=600)
+        ids["other_zombie"] = engine.start_process(cur, other, "p-zombie", age_seconds=ZOMBIE_AGE)
+    return ns, t, other, ids
+
+
+def test_error_action_counts_one_zombie(conn, error_world):
+    ns, _, _, _ = error_world
+    counts, _ = _collect(conn, ns)
+    assert (counts.found, counts.errored, counts.retried) == (1, 1, 0)
+
+
+def test_error_action_rows(conn, error_world):
+    ns, t, _, ids = error_world
+    _collect(conn, ns)
+    running = _rows(conn, t, "SELECT process_id FROM {running} ORDER BY 1")
+    assert running == [("p-fresh",)], "only the live task still runs"
+    status, finished = _one(conn, t, "SELECT status, finished_time FROM {tasks} WHERE task_id = %s", ids["zombie_task"])
+    assert status == "error"
+    assert finished is not None, "the zombie task gets a finished_time"
+    timers = _rows(
+        conn, t, "SELECT status FROM {tasks} WHERE task_id IN (%s, %s)", ids["waiting_timer"], ids["blocked_timer"]
+    )
+    assert timers == [("cancelled",), ("cancelled",)]
+    assert _rows(conn, t, "SELECT task_id FROM {schedule} WHERE process_id = 'p-zombie'") == []
+    process = _one(
+        conn,
+        t,
+        "SELECT status, detail, corrupted_by, previous_status, now() - status_changed_at < interval '1 minute' "
+        "FROM {processes} WHERE process_id = 'p-zombie'",
+    )
+    assert process == ("error", "zombie detected", ids["zombie_task"], "running", True)
+
+
+def test_error_action_keeps_history(conn, error_world):
+    ns, t, _, ids = error_world
+    _collect(conn, ns)
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = %s", ids["history"]) == ("finished",)
+    assert _one(conn, t, "SELECT count(*) FROM {events} WHERE process_id = 'p-zombie'") == (1,)
+
+
+def test_error_action_leaves_live_and_idle_processes(conn, error_world):
+    ns, t, _, ids = error_world
+    _collect(conn, ns)
+    statuses = _rows(conn, t, "SELECT process_id, status FROM {processes} WHERE process_id <> 'p-zombie' ORDER BY 1")
+    assert statuses == [("p-fresh", "running"), ("p-idle", "running")]
+    assert _one(conn, t, "SELECT status FROM {schedule} WHERE task_id = %s", ids["idle_timer"]) == ("waiting",)
+
+
+def test_error_action_leaves_other_namespace(conn, error_world):
+    ns, _, other, ids = error_world
+    _collect(conn, ns)
+    assert _one(conn, other, "SELECT task_id FROM {running}") == (ids["other_zombie"],)
+    assert _one(conn, other, "SELECT status, detail FROM {processes}") == ("running", None)
+
+
+def test_second_run_is_idempotent(conn, error_world):
+    ns, t, _, _ = error_world
+    _collect(conn, ns)
+    before = _rows(conn, t, "SELECT task_id, status, finished_time FROM {tasks} ORDER BY 1")
+    counts, _ = _collect(conn, ns)
+    assert (counts.found, counts.errored) == (0, 0)
+    assert _rows(conn, t, "SELECT task_id, status, finished_time FROM {tasks} ORDER BY 1") == before
+
+
+@pytest.fixture
+def retry_world(conn):
+    ns = unique_namespace("retry")
+    t = create_namespace(conn, ns)
+    ids = {}
+    with conn, conn.cursor() as cur:
+        ids["timer"] = engine.start_process(cur, t, "p-timer", age_seconds=ZOMBIE_AGE, task_type="timeout")
+        engine.schedule_task(cur, t, "p-timer", "call", in_seconds=-1)  # a call that waits for the timer
+        ids["remove"] = engine.start_process(cur, t, "p-remove", age_seconds=ZOMBIE_AGE)
+        cur.execute(t.sql("DELETE FROM {running} WHERE process_id = 'p-remove'"))
+        cur.execute(t.sql("UPDATE {tasks} SET status = 'finished' WHERE process_id = 'p-remove'"))
+        ids["remove"] = engine.run_task(
+            cur, t, "p-remove", "remove", age_seconds=ZOMBIE_AGE, attempts_count=1, last_retry_interval=5
+        )
+        ids["exhausted"] = engine.start_process(cur, t, "p-exhausted", age_seconds=ZOMBIE_AGE, task_type="timeout")
+        cur.execute(t.sql("UPDATE {running} SET attempts_count = 2 WHERE process_id = 'p-exhausted'"))
+        ids["call"] = engine.start_process(cur, t, "p-call", age_seconds=ZOMBIE_AGE, task_type="call")
+    return ns, t, ids
+
+
+def test_retry_action_counts(conn, retry_world):
+    ns, _, _ = retry_world
+    counts, _ = _collect(conn, ns, action="retry")
+    assert (counts.found, counts.retried, counts.errored) == (4, 2, 2)
+
+
+def test_retry_action_reschedules_the_timer(conn, retry_world):
+    ns, t, ids = retry_world
+    _collect(conn, ns, action="retry")
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = %s", ids["timer"]) == ("error",)
+    new = _one(
+        conn,
+        t,
+        "SELECT s.task_type, s.status, s.attempts_count, s.last_retry_interval, "
+        "round(extract(epoch FROM s.scheduled_time - now())), t.status "
+        "FROM {schedule} s JOIN {tasks} t USING (task_id) WHERE s.process_id = 'p-timer' AND s.task_type = 'timeout'",
+    )
+    assert new == ("timeout", "waiting", 1, 5, 5, "waiting"), "initial_timeout 5 s, attempts_count + 1"
+    assert _one(conn, t, "SELECT status, detail FROM {processes} WHERE process_id = 'p-timer'") == ("running", None)
+    assert _rows(conn, t, "SELECT 1 FROM {running} WHERE process_id = 'p-timer'") == []
+
+
+def test_retry_action_keeps_the_waiting_call(conn, retry_world):
+    ns, t, _ = retry_world
+    _collect(conn, ns, action="retry")
+    assert _one(conn, t, "SELECT status FROM {schedule} WHERE process_id = 'p-timer' AND task_type = 'call'") == (
+        "waiting",
+    )
+
+
+def test_retry_action_uses_the_backoff(conn, retry_world):
+    ns, t, _ = retry_world
+    _collect(conn, ns, action="retry", retry_policy={"backoff_coefficient": 2.5, "max_attempts": 5})
+    assert _one(
+        conn, t, "SELECT attempts_count, last_retry_interval FROM {schedule} WHERE process_id = 'p-remove'"
+    ) == (2, 12), "trunc(5 x 2.5) = 12"
+
+
+def test_retry_action_errors_exhausted_timers(conn, retry_world):
+    ns, t, ids = retry_world
+    _, log = _collect(conn, ns, action="retry")
+    assert _one(conn, t, "SELECT status, corrupted_by FROM {processes} WHERE process_id = 'p-exhausted'") == (
+        "error",
+        ids["exhausted"],
+    )
+    assert "attempts exhausted (3 of 3)" in log.text()
+
+
+def test_retry_action_errors_non_timer_tasks(conn, retry_world):
+    ns, t, ids = retry_world
+    _collect(conn, ns, action="retry")
+    assert _one(conn, t, "SELECT status, corrupted_by FROM {processes} WHERE process_id = 'p-call'") == (
+        "error",
+        ids["call"],
+    )
+
+
+def test_retry_action_honours_non_retryable_errors(conn, retry_world):
+    ns, _, _ = retry_world
+    counts, _ = _collect(conn, ns, action="retry", retry_policy={"non_retryable_errors": ["zombie detected"]})
+    assert (counts.retried, counts.errored) == (0, 4)
+
+
+def test_retry_action_honours_max_timeout(conn, retry_world):
+    ns, _, _ = retry_world
+    counts, _ = _collect(conn, ns, action="retry", retry_policy={"max_timeout": 5})
+    assert counts.retried == 0, "a timeout of 5 s is not below max_timeout 5 s"
+
+
+def _snapshot(conn, t):
+    return [
+        _rows(conn, t, f"SELECT * FROM {{{name}}} ORDER BY 1, 2")
+        for name in ("processes", "tasks", "schedule", "running", "events")
+    ]
+
+
+def test_dry_run_writes_nothing(conn, retry_world):
+    ns, t, _ = retry_world
+    before = _snapshot(conn, t)
+    _collect(conn, ns, action="retry", dry_run=True)
+    assert _snapshot(conn, t) == before
+
+
+def test_dry_run_logs_each_zombie(conn, retry_world):
+    ns, _, ids = retry_world
+    counts, log = _collect(conn, ns, action="retry", dry_run=True)
+    assert (counts.would_retry, counts.would_error, counts.errored, counts.retried) == (2, 2, 0, 0)
+    assert f"dry run: would retry process 'p-timer' task {ids['timer']} (timeout" in log.text()
+    assert f"dry run: would error process 'p-call' task {ids['call']} (call" in log.text()
+
+
+def test_namespace_without_tables_is_one_line(conn):
+    with pytest.raises(NamespaceError, match=r"^namespace 'nowhere/ns' has no progressor tables in this database$"):
+        _collect(conn, "nowhere/ns")
+
+
+def test_namespace_needing_escaping_is_refused():
+    with pytest.raises(ParamsError, match=r"namespace 'bad\"ns' contains a double quote"):
+        collect_params({"namespace": 'bad"ns'})
+
+
+def test_namespace_too_long_is_refused():
+    with pytest.raises(ParamsError, match="is too long"):
+        collect_params({"namespace": "n" * 60})
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"batch_size": 0}, "batch_size must be at least 1, got 0"),
+        ({"process_step_timeout": -1}, "process_step_timeout must be at least 1, got -1"),
+        ({"action": "kill"}, "action must be one of error, retry, got 'kill'"),
+        ({"retry_policy": {"max_attempts": 0}}, "retry_policy: max_attempts must be at least 1, got 0"),
+        ({"retry_policy": {"backoff": 2}}, "retry_policy: unknown retry_policy field(s) backoff"),
+        ({"timeout": 3}, "unknown key(s) timeout"),
+    ],
+)
+def test_bad_values_are_one_line(config, message):
+    with pytest.raises(ParamsError) as info:
+        collect_params({"namespace": "default/default", **config})
+    assert str(info.value).startswith(message) and "\n" not in str(info.value), str(info.value)
+
+
+def test_non_utc_time_zone_warns_and_moves_the_threshold(conn, dsn):
+    ns = unique_namespace("tz")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-200s", age_seconds=ZOMBIE_AGE)
+    moscow = psycopg2.connect(dsn, options="-c TimeZone=Europe/Moscow")
+    try:
+        counts, log = _collect(moscow, ns)
+    finally:
+        moscow.close()
+    assert counts.found == 0, "a task 200 s old may be 3 h younger when progressor wrote it in Moscow time"
+    assert "database TimeZone is 'Europe/Moscow', not UTC" in log.text("warning")

@@ -1,0 +1,156 @@
+"""The collector beside live workers that use progressor's lock order (process row, then running row)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psycopg2
+import psycopg2.errors
+import pytest
+
+from pipelines.progressor import engine
+from pipelines.progressor.collector import collect_zombies, progressor_statement
+from pipelines.progressor.params import collect_params
+from pipelines.progressor.schema import create_namespace
+from tests.progressor_support import ListLog, scratch_database, unique_namespace
+
+ZOMBIES = 40
+
+
+@pytest.fixture(scope="module")
+def dsn():
+    with scratch_database() as url:
+        yield url
+
+
+def _world(dsn, label: str):
+    conn = psycopg2.connect(dsn)
+    ns = unique_namespace(label)
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        for n in range(ZOMBIES):
+            engine.start_process(cur, t, f"p{n:03d}", age_seconds=200)
+    return conn, ns, t
+
+
+def _statuses(conn, t):
+    with conn.cursor() as cur:
+        cur.execute(
+            t.sql(
+                "SELECT p.process_id, p.status, p.corrupted_by, t.task_id, t.status FROM {processes} p "
+                "JOIN {tasks} t USING (process_id) ORDER BY 1"
+            )
+        )
+        rows = cur.fetchall()
+    conn.rollback()
+    return rows
+
+
+@pytest.fixture(scope="module")
+def raced(dsn):
+    """Workers finish every third process while the collector runs in batches of 5; one worker holds a
+    process row through the whole run and then crashes (rolls back), leaving a zombie."""
+    conn, ns, t = _world(dsn, "race")
+    params = collect_params({"namespace": ns, "batch_size": 5})
+    crashed = "p001"  # in the first batch
+    held, release = threading.Event(), threading.Event()
+    finished: list[str] = []
+
+    def crashing_worker():
+        worker = psycopg2.connect(dsn)
+        try:
+            with worker.cursor() as cur:
+                cur.execute(t.sql("UPDATE {processes} SET status = 'running' WHERE process_id = %s"), (crashed,))
+                held.set()
+                release.wait(30)
+            worker.rollback()  # the node dies: nothing of its work is saved
+        finally:
+            worker.close()
+
+    def completing_worker():
+        worker = psycopg2.connect(dsn)
+        try:
+            for n in reversed(range(0, ZOMBIES, 3)):  # from the end: ahead of the collector
+                if f"p{n:03d}" != crashed and engine.complete_running(worker, t, f"p{n:03d}", hold_seconds=0.02):
+                    finished.append(f"p{n:03d}")
+        finally:
+            worker.close()
+
+    threads = [threading.Thread(target=crashing_worker), threading.Thread(target=completing_worker)]
+    threads[0].start()
+    held.wait(30)
+    threads[1].start()
+    log = ListLog()
+    first = collect_zombies(conn, params, log, on_batch=lambda n: time.sleep(0.1))  # workers get ahead
+    release.set()
+    for thread in threads:
+        thread.join(30)
+    second = collect_zombies(conn, params, ListLog())
+    rows = _statuses(conn, t)
+    yield {"first": first, "second": second, "rows": rows, "finished": finished, "crashed": crashed, "log": log}
+    conn.close()
+
+
+def test_no_batch_lost_to_a_deadlock(raced):
+    assert raced["first"].batches_rolled_back == 0, raced["log"].text()
+
+
+def test_every_zombie_accounted_for(raced):
+    first = raced["first"]
+    assert first.errored + first.skipped_locked + first.vanished == first.found == ZOMBIES, first
+
+
+def test_workers_really_raced_the_collector(raced):
+    assert raced["first"].vanished >= 1, "some listed zombies were finished by their worker before their batch"
+
+
+def test_no_task_ends_both_error_and_finished(raced):
+    for process_id, process_status, corrupted_by, task_id, task_status in raced["rows"]:
+        if task_status == "finished":
+            assert (process_status, corrupted_by) == ("running", None), process_id
+        else:
+            assert (task_status, process_status, corrupted_by) == ("error", "error", task_id), process_id
+
+
+def test_finished_tasks_are_the_workers(raced):
+    finished = sorted(pid for pid, _, _, _, status in raced["rows"] if status == "finished")
+    assert finished == sorted(raced["finished"])
+
+
+def test_locked_process_skipped_then_collected_later(raced):
+    assert raced["first"].skipped_locked >= 1
+    assert raced["second"].errored == 1
+    crashed_row = next(row for row in raced["rows"] if row[0] == raced["crashed"])
+    assert crashed_row[1] == "error", "the crashed worker's zombie is collected on the next run"
+
+
+def test_progressors_statement_deadlocks_with_a_live_worker(dsn):
+    """The contrast: progressor's statement locks running rows first, a worker holds the process row first."""
+    conn, ns, t = _world(dsn, "deadlock")
+    worker_locked, errors = threading.Event(), {}
+
+    def worker():
+        wconn = psycopg2.connect(dsn)
+        try:
+            engine.complete_running(wconn, t, "p005", hold_seconds=0.5, on_locked=worker_locked.set)
+        except psycopg2.errors.DeadlockDetected as exc:
+            errors["worker"] = exc
+        finally:
+            wconn.close()
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    worker_locked.wait(30)
+    try:
+        progressor_statement(conn, t, 96)
+    except psycopg2.errors.DeadlockDetected as exc:
+        errors["collector"] = exc
+    thread.join(30)
+    with conn.cursor() as cur:
+        cur.execute(t.sql("SELECT count(*) FROM {running}"))
+        left = cur.fetchone()[0]
+    conn.close()
+    assert len(errors) == 1, errors
+    if "collector" in errors:
+        assert left == ZOMBIES - 1, "the whole statement rolled back, unrelated zombies included"

@@ -1,0 +1,255 @@
+"""The Dagster layer of progressor zombie collection: the job (in process and via the CLI), the schedules,
+the health asset and its checks, the demo traffic and the retry preset."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import psycopg2
+import pytest
+
+from pipelines.progressor import engine
+from pipelines.progressor.defs import (
+    collect_zombies_job,
+    health_asset,
+    progressor_demo_traffic,
+    schedule_for,
+)
+from pipelines.progressor.demo import DemoTraffic, play
+from pipelines.progressor.params import collect_params
+from pipelines.progressor.schema import create_namespace
+from pipelines.progressor.targets import Target, dagster_name, load_targets
+from pipelines.retry.presets import preset
+from resources.aws import CloudWatchResource
+from resources.postgres import ProgressorDatabase
+from tests.progressor_support import scratch_database, unique_namespace
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class RecordingCloudWatch(CloudWatchResource):
+    """Keeps the PutMetricData calls instead of sending them."""
+
+    def get_client(self):
+        return _Recorder
+
+
+class _Recorder:
+    calls: list = []
+
+    @classmethod
+    def put_metric_data(cls, **kwargs):
+        cls.calls.append(kwargs)
+
+
+@pytest.fixture(scope="module")
+def dsn():
+    with scratch_database() as url:
+        yield url
+
+
+@pytest.fixture
+def zombie_ns(dsn):
+    """A namespace with two zombies (a timer and a call), a live task and finished history."""
+    ns = unique_namespace("defs")
+    conn = psycopg2.connect(dsn)
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-timer", age_seconds=300, task_type="timeout")
+        engine.start_process(cur, t, "p-call", age_seconds=300, task_type="call")
+        engine.start_process(cur, t, "p-live", age_seconds=5)
+        for ms in (30, 120, 400, 2000):
+            engine.finished_task(cur, t, "p-live", "call", duration_ms=ms, ago=60)
+        engine.schedule_task(cur, t, "p-live", "timeout", in_seconds=-200)  # overdue timer
+    conn.close()
+    return ns
+
+
+def _resources(dsn):
+    _Recorder.calls.clear()
+    return {"progressor_db": ProgressorDatabase(dsn=dsn), "cloudwatch": RecordingCloudWatch()}
+
+
+def _run(dsn, config: dict):
+    return collect_zombies_job.execute_in_process(run_config=config, resources=_resources(dsn), raise_on_error=False)
+
+
+def _metadata(result) -> dict:
+    return result.output_for_node("collect_namespace_zombies")
+
+
+def test_job_flat_config_error_action(dsn, zombie_ns):
+    result = _run(dsn, {"namespace": zombie_ns})
+    assert result.success
+    out = _metadata(result)
+    assert (out["found"], out["errored"], out["retried"], out["skipped_locked"], out["batches_rolled_back"]) == (
+        2,
+        2,
+        0,
+        0,
+        0,
+    )
+
+
+def test_job_retry_action(dsn, zombie_ns):
+    out = _metadata(_run(dsn, {"namespace": zombie_ns, "action": "retry"}))
+    assert (out["retried"], out["errored"]) == (1, 1)
+
+
+def test_job_metadata_names_the_counts(dsn, zombie_ns):
+    result = _run(dsn, {"namespace": zombie_ns})
+    [materialization] = [
+        e
+        for e in result.all_node_events
+        if e.event_type_value == "STEP_OUTPUT" and e.step_key == "collect_namespace_zombies"
+    ]
+    keys = set(materialization.event_specific_data.metadata)
+    assert {"found", "errored", "retried", "skipped_locked", "batches_rolled_back"} <= keys
+
+
+def test_job_sends_zombies_collected(dsn, zombie_ns):
+    _run(dsn, {"namespace": zombie_ns})
+    datum = _Recorder.calls[0]["MetricData"][0]
+    assert (datum["MetricName"], datum["Value"], datum["Dimensions"][0]["Value"]) == (
+        "ProgressorZombiesCollected",
+        2,
+        zombie_ns,
+    )
+
+
+def test_job_dry_run_sends_nothing_and_collects_nothing(dsn, zombie_ns):
+    out = _metadata(_run(dsn, {"namespace": zombie_ns, "dry_run": True}))
+    assert (out["found"], out["would_error"], out["errored"], _Recorder.calls) == (2, 2, 0, [])
+
+
+def _failure_line(result) -> str:
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return failure.event_specific_data.error.message.strip()
+
+
+def test_job_namespace_without_tables_fails_with_one_line(dsn):
+    result = _run(dsn, {"namespace": "missing/ns"})
+    assert _failure_line(result).endswith("namespace 'missing/ns' has no progressor tables in this database")
+
+
+def test_job_unreachable_dsn_fails_with_one_line():
+    result = _run("postgresql://postgres:secret@127.0.0.1:9/progressor", {"namespace": "default/default"})
+    line = _failure_line(result)
+    assert "cannot reach the progressor database at 127.0.0.1:9/progressor (PROGRESSOR_DSN)" in line
+    assert "secret" not in line
+
+
+def test_job_bad_value_fails_with_one_line(dsn):
+    result = _run(dsn, {"namespace": "default/default", "batch_size": 0})
+    assert _failure_line(result).endswith("invalid run config: batch_size must be at least 1, got 0")
+
+
+def test_config_fields_have_descriptions():
+    fields = collect_zombies_job.config_mapping.config_schema.config_type.fields
+    missing = [name for name, field in fields.items() if not field.description]
+    assert missing == []
+
+
+def test_local_targets_make_one_schedule_every_minute():
+    [target] = load_targets(ROOT / "pipelines" / "progressor" / "targets" / "local.json")
+    schedule = schedule_for(target)
+    assert (schedule.name, schedule.cron_schedule) == ("collect_zombies_default_default", "* * * * *")
+
+
+def test_schedule_run_config_is_flat():
+    [target] = load_targets(ROOT / "pipelines" / "progressor" / "targets" / "local.json")
+    schedule = schedule_for(target)
+    data = schedule.evaluate_tick(dg.build_schedule_context())
+    [request] = data.run_requests
+    assert request.run_config["namespace"] == "default/default"
+
+
+def test_bad_target_is_one_line(tmp_path):
+    path = tmp_path / "targets.json"
+    path.write_text(json.dumps([{"namespace": "default/default", "batch_size": -3}]))
+    with pytest.raises(ValueError, match=r"entry 0: batch_size must be at least 1, got -3$"):
+        load_targets(path)
+
+
+def _health(dsn, ns):
+    [target] = load_targets_for(ns)
+    asset = health_asset(target)
+    return dg.materialize([asset], resources=_resources(dsn), raise_on_error=False)
+
+
+def load_targets_for(ns):
+    return [
+        Target(
+            name=dagster_name(ns), cron="* * * * *", config={"namespace": ns}, params=collect_params({"namespace": ns})
+        )
+    ]
+
+
+def _check(result, name):
+    [evaluation] = [e for e in result.get_asset_check_evaluations() if e.check_name == name]
+    return evaluation
+
+
+def test_health_zombies_check_is_an_error(dsn, zombie_ns):
+    evaluation = _check(_health(dsn, zombie_ns), "no_zombies")
+    assert (evaluation.passed, evaluation.severity) == (False, dg.AssetCheckSeverity.ERROR)
+
+
+def test_health_overdue_timers_check_names_the_scanner(dsn, zombie_ns):
+    evaluation = _check(_health(dsn, zombie_ns), "timers_on_time")
+    assert "timer scanner is behind or stopped" in evaluation.description
+
+
+def test_health_checks_pass_after_collection(dsn, zombie_ns):
+    _run(dsn, {"namespace": zombie_ns})
+    evaluation = _check(_health(dsn, zombie_ns), "no_zombies")
+    assert evaluation.passed
+
+
+def test_health_recent_errors_warn_after_collection(dsn, zombie_ns):
+    _run(dsn, {"namespace": zombie_ns})
+    evaluation = _check(_health(dsn, zombie_ns), "no_recent_process_errors")
+    assert (evaluation.passed, evaluation.severity) == (False, dg.AssetCheckSeverity.WARN)
+
+
+def test_health_histogram_is_a_picture(dsn, zombie_ns):
+    result = _health(dsn, zombie_ns)
+    [materialization] = result.asset_materializations_for_node(result.all_node_events[0].node_name)
+    assert "data:image/svg+xml;base64," in materialization.metadata["task_durations"].value
+
+
+def test_health_sends_overdue_timers_and_durations(dsn, zombie_ns):
+    _health(dsn, zombie_ns)
+    names = [d["MetricName"] for call in _Recorder.calls for d in call["MetricData"]]
+    assert names == ["ProgressorOverdueTimers", "ProgressorTaskDuration"]
+
+
+def test_demo_traffic_crashes_a_worker(dsn):
+    conn = psycopg2.connect(dsn)
+    try:
+        counts = play(conn, DemoTraffic(namespace=unique_namespace("demo"), crash_every=1), tick=7)
+    finally:
+        conn.close()
+    assert counts["crashed_workers"] == 1
+
+
+def test_demo_traffic_job_runs(dsn):
+    result = progressor_demo_traffic.execute_in_process(resources=_resources(dsn))
+    assert result.output_for_node("play_progressor")["new_processes"] == 6
+
+
+def test_retry_preset_progressor_in_the_library():
+    policy = preset("progressor")
+    assert [policy.delay(n) for n in (1, 2)] == [5.0, 5.0]
+
+
+def test_cli_runs_the_flat_config(dsn, zombie_ns, aws, tmp_path):
+    config = tmp_path / "cfg.json"
+    config.write_text(json.dumps({"namespace": zombie_ns, "action": "retry"}))
+    cmd = [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions", "-j", "collect_zombies"]
+    env = {**aws.subprocess_env(), "PROGRESSOR_DSN": dsn}
+    result = subprocess.run([*cmd, "-c", str(config)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "found 2, errored 1, retried 1, skipped_locked 0, batches_rolled_back 0" in result.stdout + result.stderr
