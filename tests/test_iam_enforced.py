@@ -149,8 +149,7 @@ def test_every_prod_job_succeeds_with_only_the_templates_policies(aws, monkeypat
     today = dt.datetime.now(dt.UTC).date().isoformat()
     runs = [
         ("process_termination_queue", {"wait_seconds": 0}, None),
-        ("process_housekeeping_queue", {"wait_seconds": 0}, None),
-        ("housekeeping", {"task_type": "stale_ssm"}, None),
+        ("process_housekeeping_queue", {"wait_seconds": 0}, None),  # the demo's stale_ssm and pool_audit
         ("housekeeping", {"task_type": "orphaned_instances", "params": {"confirm_after_minutes": 0}}, None),
         ("housekeeping", {"task_type": "old_jobs"}, None),
         ("redrive_dead_letters", {"queue": "termination"}, None),
