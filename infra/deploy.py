@@ -34,6 +34,8 @@ OUTPUT_ENV = {
     "ReceiversTableName": "RECEIVERS_TABLE",
     "BatchRecordsTableName": "BATCH_RECORDS_TABLE",
     "BatchOutboxBucketName": "BATCH_OUTBOX_BUCKET",
+    # The template's MetricsNamespace: the only namespace its policy lets PutMetricData write to.
+    "MetricsNamespace": "RUNS_FLEET_METRICS_NAMESPACE",
 }
 
 

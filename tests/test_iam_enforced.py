@@ -1,0 +1,219 @@
+"""Every prod job runs as an IAM user that holds only the template's managed policies (moto enforcing IAM).
+
+moto's enforcement (``POST /moto-api/reset-auth`` with ``0``: every later request is authenticated
+and authorised) differs from AWS in three ways, handled here and covered by ``test_iam_static``:
+
+- it denies any statement with a Condition (it cannot evaluate them), so the user holds a copy of
+  the policies with the Conditions removed; ``test_iam_static`` checks the Conditions (tag keys,
+  managed instances, metric namespace) against what the code sends;
+- it checks resource ARNs only for SQS, S3 and IAM; for the other services it asks whether the
+  statement's Resource matches the literal ``*``, so the copy's statements for those services name
+  ``*``. Their ARNs (tables, indexes, runner parameters, the KMS key) are checked statically;
+- it authorises the operation name, signed with the client's signing name (``monitoring:`` for
+  CloudWatch, ``sqs:DeleteMessageBatch``, ``dynamodb:TransactWriteItems``), where AWS authorises
+  the IAM action (``cloudwatch:PutMetricData``, ``sqs:DeleteMessage``, each item's own action). The
+  copy adds to a statement the operation names of exactly the calls that ``test_iam_static``'s
+  table says the statement allows on AWS.
+
+Auth is switched back off in a ``finally``, so the other tests of this moto server (this xdist
+worker) run unauthenticated as before.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import urllib.request
+from contextlib import contextmanager
+
+import boto3
+import botocore.client
+import botocore.session
+import dagster as dg
+import pytest
+from botocore.exceptions import ClientError
+
+from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+from tests.iam_support import Stack, allowed_by, load_template
+from tests.test_iam_static import calls
+
+MOTO_CHECKS_ARNS = {"sqs", "s3", "iam"}
+DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
+
+
+def _reset_auth(endpoint: str, count: str) -> None:
+    # text/plain: a form content type would make moto's Flask read the body as a form, and see none.
+    headers = {"Content-Type": "text/plain"}
+    req = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(), headers=headers, method="POST")
+    urllib.request.urlopen(req, timeout=30).read()
+
+
+def _signing_name(service: str) -> str:
+    model = botocore.session.get_session().get_service_model(service)
+    return model.signing_name or model.endpoint_prefix
+
+
+def moto_dialect(statements: list[dict], table: dict) -> list[dict]:
+    """The statements as moto can check them: no Conditions, the operation names it authorises, and
+    ``*`` as the resource of services whose ARNs it does not check."""
+    out = []
+    for st in statements:
+        actions = set(st["Action"] if isinstance(st["Action"], list) else [st["Action"]])
+        for action in list(actions):
+            service, name = action.split(":")
+            actions.add(f"{_signing_name(service)}:{name}")
+        for (service, operation), requests in table.items():
+            for req in requests:
+                if allowed_by(st, req):
+                    op = req.action.split(":")[1] if operation == "getattr" else operation
+                    actions.add(f"{_signing_name(service)}:{op}")
+        copy = {k: v for k, v in st.items() if k != "Condition"} | {"Action": sorted(actions)}
+        if not any(a.split(":")[0] in MOTO_CHECKS_ARNS for a in actions):
+            copy["Resource"] = "*"
+        out.append(copy)
+    return out
+
+
+def _policy_user(aws, monkeypatch, table) -> None:
+    """A user holding the moto copies of the stack's managed policies; the env gets its keys."""
+    iam = aws.client("iam")
+    iam.create_user(UserName="groundskeeper-run")
+    for policy in iam.list_policies(Scope="Local")["Policies"]:
+        if not policy["PolicyName"].startswith("groundskeeper-"):
+            continue
+        version = iam.get_policy(PolicyArn=policy["Arn"])["Policy"]["DefaultVersionId"]
+        document = iam.get_policy_version(PolicyArn=policy["Arn"], VersionId=version)["PolicyVersion"]["Document"]
+        document = json.loads(document) if isinstance(document, str) else document
+        copy = {**document, "Statement": moto_dialect(document["Statement"], table)}
+        arn = iam.create_policy(PolicyName=f"moto-{policy['PolicyName']}", PolicyDocument=json.dumps(copy))
+        iam.attach_user_policy(UserName="groundskeeper-run", PolicyArn=arn["Policy"]["Arn"])
+    key = iam.create_access_key(UserName="groundskeeper-run")["AccessKey"]
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", key["AccessKeyId"])
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key["SecretAccessKey"])
+
+
+@contextmanager
+def enforced(endpoint: str):
+    """moto authenticates and authorises every request inside, and none after (also on failure)."""
+    _reset_auth(endpoint, "0")
+    try:
+        yield
+    finally:
+        _reset_auth(endpoint, "inf")
+
+
+@pytest.fixture
+def table():
+    return calls(Stack(load_template()))
+
+
+def _seed(aws) -> list[str]:
+    """Demo data for every job (as the local demo makes it); returns the receivers."""
+    clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
+    cfg = DemoConfig(
+        new_agendas=2,
+        stuck_agendas=3,
+        jobs_started=4,
+        jobs_finished=2,
+        malformed_messages=1,
+        records=6,
+        duplicate_messages=1,
+        old_jobs=2,
+        orphan_instances=1,
+        pool_audit_messages=1,
+        seed=13,
+    )
+    run_demo_traffic(env=aws.env, cfg=cfg, **clients)
+    return [i["receiver"]["S"] for i in aws.client("dynamodb").scan(TableName=aws.env["RECEIVERS_TABLE"])["Items"]]
+
+
+def _record_calls(monkeypatch) -> list[tuple[str, str, dict]]:
+    recorded: list[tuple[str, str, dict]] = []
+    make_api_call = botocore.client.BaseClient._make_api_call
+
+    def recording(client, operation, params):
+        recorded.append((client.meta.service_model.service_name, operation, params))
+        return make_api_call(client, operation, params)
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", recording)
+    return recorded
+
+
+def test_every_prod_job_succeeds_with_only_the_templates_policies(aws, monkeypatch, table):
+    from pipelines.definitions import build_definitions
+
+    receivers = _seed(aws)
+    _policy_user(aws, monkeypatch, table)
+    recorded = _record_calls(monkeypatch)
+    defs = build_definitions("prod")
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+    runs = [
+        ("process_termination_queue", {"wait_seconds": 0}, None),
+        ("process_housekeeping_queue", {"wait_seconds": 0}, None),  # the demo's stale_ssm and pool_audit
+        ("housekeeping", {"task_type": "orphaned_instances", "params": {"confirm_after_minutes": 0}}, None),
+        ("housekeeping", {"task_type": "old_jobs"}, None),
+        ("redrive_dead_letters", {"queue": "termination"}, None),
+        (
+            "reclaim_agendas",
+            {
+                "tableName": aws.env["AGENDA_PROGRESS_TABLE"],
+                "idFieldName": "id",
+                "timeFieldName": "updatedTime",
+                "reclaimAgeMinutes": 1,
+            },
+            None,
+        ),
+        ("pool_audit_job", None, None),
+        ("pool_cost_report_job", None, today),
+        ("batching_checks_job", None, None),
+        ("fleet_dead_letter_checks", None, None),
+        ("receiver_batches_job", None, f"{today}|{receivers[0]}"),
+    ]
+    failed = []
+    with dg.instance_for_test() as instance, enforced(aws.endpoint):
+        instance.add_dynamic_partitions("receivers", receivers)
+        for name, config, partition in runs:
+            result = defs.resolve_job_def(name).execute_in_process(
+                run_config=config, instance=instance, partition_key=partition, raise_on_error=False
+            )
+            if not result.success:
+                errors = [e.step_failure_data.error.message for e in result.all_events if e.is_step_failure]
+                failed.append(f"{name} {config}: {errors}")
+    assert not failed, "\n".join(failed)
+    made = {(svc, op) for svc, op, _ in recorded}
+    assert made <= set(table), made - set(table)  # test_iam_static's table has them
+    assert ("ssm", "GetParametersByPath") in made  # stale_ssm ran its path query
+
+
+def _client(aws, service: str):
+    """A client with the env's credentials now (boto3's default session keeps the first ones it found)."""
+    return boto3.session.Session().client(service, endpoint_url=aws.endpoint, region_name="us-east-1")
+
+
+OUTSIDE = {
+    "DeleteTable": ("dynamodb", lambda c, env: c.delete_table(TableName=env["RUNS_FLEET_JOBS_TABLE"])),
+    "PurgeQueue": ("sqs", lambda c, env: c.purge_queue(QueueUrl=env["RUNS_FLEET_TERMINATION_QUEUE_URL"])),
+    "PutParameter outside the prefix": (
+        "ssm",
+        lambda c, env: c.put_parameter(Name="/other/x", Value="1", Type="String"),
+    ),
+    "PutParameter under the prefix": (
+        "ssm",
+        lambda c, env: c.put_parameter(Name="/runs-fleet/runners/i-0abc/config", Value="1", Type="String"),
+    ),
+    "RunInstances": ("ec2", lambda c, env: c.run_instances(ImageId="ami-12c6146b", MinCount=1, MaxCount=1)),
+}
+
+
+def test_actions_outside_the_policy_are_denied(aws, monkeypatch, table):
+    _policy_user(aws, monkeypatch, table)
+    allowed = []
+    with enforced(aws.endpoint):
+        for name, (service, call) in OUTSIDE.items():
+            try:
+                call(_client(aws, service), aws.env)
+                allowed.append(name)
+            except ClientError as exc:
+                error = exc.response["Error"]
+                assert "AccessDenied" in str(error) or error["Code"] in DENIED, (name, error)
+    assert not allowed

@@ -1,0 +1,248 @@
+"""The template's IAM policies match the AWS calls the code makes: every call is allowed, nothing more.
+
+moto checks IAM actions but not the resource ARNs of most services, nor Conditions (see
+``test_iam_enforced``), so this test checks them statically, with IAM's own matching rules:
+
+- ``code_calls()`` finds every boto3 call under ``pipelines/``, ``resources/`` and ``sensors/``
+  (botocore's operation names of each service the code builds a client for);
+- ``calls(stack)`` below maps each of them to the IAM requests it makes: action, resource ARN
+  (built from the template's resource names and the code's own constants) and the condition keys
+  the call sets (tag keys, metric namespace, the managed tag of the instances it touches);
+- each request must be allowed by a statement of the template's managed policies, and each
+  statement, each of its actions and each of its resources must be needed by some request.
+
+A new call without an entry here fails; so does a grant that no call needs.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.deploy import OUTPUT_ENV
+from pipelines.fleet.housekeeping import MANAGED_TAG, SUSPECT_TAG
+from pipelines.fleet.messages import RUNNER_PREFIX
+from pipelines.fleet.termination import ROUNDS_PREFIX
+from pipelines.pool_audit.aws import PREFIX as POOL_AUDIT_PREFIX
+from resources.settings import FleetSettings
+from tests.iam_support import (
+    ACCOUNT,
+    PARTITION,
+    REGION,
+    Request,
+    Stack,
+    allowed_by,
+    code_calls,
+    iam_match,
+    load_template,
+    request,
+)
+
+# Only in the local deployment (``pipelines/demo`` builds no definitions in prod): its calls
+# (RunInstances, PutParameter, SendMessage...) are moto seeding, never granted.
+LOCAL_ONLY = ("pipelines/demo/",)
+# ``.<op>(`` matches that are not AWS calls: path -> the service operations it matched.
+NOT_AWS_CALLS = {"pipelines/batching/batcher.py": {("kms", "ListKeys")}}  # store.list_keys: an S3 listing helper
+
+KEY_ARN = f"arn:{PARTITION}:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+# reclaim_agendas on tables outside the stack (ReclaimTableArns): another AgendaProgress, an OperationProgress.
+OTHER_TABLE = f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/OperationProgress-dev"
+PARAMS = {"IdentityPasswordKeyArn": KEY_ARN, "ReclaimTableArns": f"{OTHER_TABLE},{OTHER_TABLE}/index/*"}
+INSTANCE = f"arn:{PARTITION}:ec2:{REGION}:{ACCOUNT}:instance/i-0123456789abcdef0"
+MANAGED = {f"aws:ResourceTag/{MANAGED_TAG}": "true"}  # every instance the fleet touches is filtered on it
+
+
+def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
+    """(service, Operation) -> the IAM requests it makes, on every resource the code calls it for."""
+    agenda, ready = s.arn("AgendaProgressTable"), s.arn("ReadyAgendaTable")
+    jobs, pools = s.arn("JobsTable"), s.arn("PoolsTable")
+    receivers, records = s.arn("ReceiversTable"), s.arn("BatchRecordsTable")
+    archive, outbox = s.arn("ArchiveBucket"), s.arn("BatchOutboxBucket")
+    queues = [s.arn(q) for q in ("TerminationQueue", "HousekeepingQueue")]
+    dlqs = [s.arn(q) for q in ("TerminationDeadLetterQueue", "HousekeepingDeadLetterQueue")]
+    ssm = f"arn:{PARTITION}:ssm:{REGION}:{ACCOUNT}:parameter"
+    namespace = {"cloudwatch:namespace": FleetSettings.model_fields["metrics_namespace"].default}
+
+    def ddb(action: str, *arns: str) -> list[Request]:
+        return [request(f"dynamodb:{action}", arn) for arn in arns]
+
+    def on(action: str, arns: list[str]) -> list[Request]:
+        return [request(action, arn) for arn in arns]
+
+    return {
+        # fleet, pool audit, reclaim and progressor metrics, all in RUNS_FLEET_METRICS_NAMESPACE
+        ("cloudwatch", "PutMetricData"): [request("cloudwatch:PutMetricData", "*", namespace)],
+        # old_jobs deletes archived jobs
+        ("dynamodb", "BatchWriteItem"): ddb("BatchWriteItem", jobs),
+        # reclaim: inspect_table (AgendaProgress tables), OperationProgressWriter
+        ("dynamodb", "DescribeTable"): ddb("DescribeTable", agenda, OTHER_TABLE),
+        # batching: the receiver item
+        ("dynamodb", "GetItem"): ddb("GetItem", receivers),
+        # reclaim over HTTP: the ReadyAgenda item
+        ("dynamodb", "PutItem"): ddb("PutItem", ready),
+        ("dynamodb", "Query"): ddb(
+            "Query",
+            f"{records}/index/pending-index",  # batching
+            f"{jobs}/index/instance_id-index",  # orphaned_instances
+            f"{jobs}/index/completed_at-index",  # old_jobs
+            f"{jobs}/index/status-instance_id-index",  # pool audit
+            OTHER_TABLE,  # OperationProgress by its hash key
+            f"{OTHER_TABLE}/index/agendaProgressId-index",  # or by its GSI
+        ),
+        ("dynamodb", "Scan"): ddb(
+            "Scan",
+            receivers,  # batching: receivers, receivers_sync
+            records,  # batching check: malformed pending records
+            f"{records}/index/pending-index",  # batching check: pending by receiver
+            pools,  # pool audit
+            jobs,  # pool audit without its index
+        ),
+        # Transactions are authorised per item, by the item's own action.
+        ("dynamodb", "TransactWriteItems"): [
+            *ddb("UpdateItem", records, jobs, agenda, OTHER_TABLE),  # batching, termination, reclaim
+            *ddb("ConditionCheckItem", receivers),  # batching: the lease fence
+            *ddb("PutItem", ready),  # reclaim: queue a retry
+        ],
+        # batching: the lease; reclaim: AgendaProgress, OperationProgress
+        ("dynamodb", "UpdateItem"): ddb("UpdateItem", receivers, agenda, OTHER_TABLE),
+        # reclaim's engine: each page of its plan through getattr(dynamodb, "scan" | "query")
+        ("dynamodb", "getattr"): ddb("Scan", agenda, OTHER_TABLE)
+        + ddb("Query", f"{agenda}/index/processingState-updatedTime-index", f"{OTHER_TABLE}/index/state-index"),
+        ("ec2", "CreateTags"): [request("ec2:CreateTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG]})],
+        ("ec2", "DeleteTags"): [request("ec2:DeleteTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG]})],
+        ("ec2", "DescribeInstances"): [request("ec2:DescribeInstances", "*")],
+        ("ec2", "TerminateInstances"): [request("ec2:TerminateInstances", INSTANCE, MANAGED)],
+        # reclaim over HTTP: IDM_ENCRYPTED_PASS
+        ("kms", "Decrypt"): [request("kms:Decrypt", KEY_ARN)],
+        ("s3", "GetObject"): on(
+            "s3:GetObject",
+            [f"{archive}/dead-letters/termination/redriven/0f.json", f"{archive}/{POOL_AUDIT_PREFIX}/snapshots/x"],
+        ),
+        ("s3", "HeadObject"): on(
+            "s3:GetObject", [f"{outbox}/ledger/acme/x.json", f"{archive}/{ROUNDS_PREFIX}/termination/r"]
+        ),
+        ("s3", "ListObjectsV2"): on("s3:ListBucket", [outbox, archive]),
+        ("s3", "PutObject"): on(
+            "s3:PutObject",
+            [
+                f"{outbox}/batches/acme/x/0.jsonl",
+                f"{outbox}/ledger/acme/x.json",
+                f"{archive}/raw/termination/x.jsonl",
+                f"{archive}/jobs/succeeded/x.jsonl",
+                f"{archive}/dead-letters/termination/quarantine/0f.json",
+                f"{archive}/{ROUNDS_PREFIX}/termination/r",
+                f"{archive}/{POOL_AUDIT_PREFIX}/report.csv",
+            ],
+        ),
+        # redrive_dead_letters hides what it keeps for later
+        ("sqs", "ChangeMessageVisibilityBatch"): on("sqs:ChangeMessageVisibility", dlqs),
+        ("sqs", "DeleteMessageBatch"): on("sqs:DeleteMessage", queues + dlqs),
+        ("sqs", "GetQueueAttributes"): on("sqs:GetQueueAttributes", queues + dlqs),
+        ("sqs", "ReceiveMessage"): on("sqs:ReceiveMessage", queues + dlqs),
+        # dead letters go to the DLQs, redriven ones back to their queues
+        ("sqs", "SendMessageBatch"): on("sqs:SendMessage", queues + dlqs),
+        ("ssm", "DeleteParameters"): [request("ssm:DeleteParameters", f"{ssm}{RUNNER_PREFIX}i-0abc/config")],
+        # authorised against the path itself (SSM): parameter/runs-fleet/runners, no trailing /*
+        ("ssm", "GetParametersByPath"): [request("ssm:GetParametersByPath", f"{ssm}{RUNNER_PREFIX.rstrip('/')}")],
+    }
+
+
+@pytest.fixture(scope="module")
+def stack() -> Stack:
+    return Stack(load_template(), PARAMS)
+
+
+@pytest.fixture(scope="module")
+def found() -> dict[tuple[str, str], list[str]]:
+    """The calls of code deployed to prod."""
+    out = {}
+    for key, sites in code_calls().items():
+        sites = [
+            site
+            for site in sites
+            if not site.startswith(LOCAL_ONLY) and key not in NOT_AWS_CALLS.get(site.split(":")[0], set())
+        ]
+        if sites:
+            out[key] = sites
+    return out
+
+
+def _statements(stack: Stack) -> list[tuple[str, dict]]:
+    return [
+        (f"{policy}/{st.get('Sid', i)}", st) for policy, sts in stack.policies().items() for i, st in enumerate(sts)
+    ]
+
+
+def test_every_call_in_the_code_has_an_iam_mapping(stack, found):
+    table = calls(stack)
+    missing = {key: sites for key, sites in found.items() if key not in table}
+    assert not missing, f"calls without an entry in calls(): {missing}"
+    stale = sorted(set(table) - set(found))
+    assert not stale, f"entries for calls the code no longer makes: {stale}"
+
+
+def test_every_call_is_allowed_by_the_template(stack):
+    statements = _statements(stack)
+    denied = [
+        f"{svc}.{op}: {req}"
+        for (svc, op), reqs in calls(stack).items()
+        for req in reqs
+        if not any(allowed_by(st, req) for _, st in statements)
+    ]
+    assert not denied, "\n".join(denied)
+
+
+def test_every_statement_action_and_resource_is_needed(stack):
+    requests = [req for reqs in calls(stack).values() for req in reqs]
+    unneeded = []
+    for name, st in _statements(stack):
+        used = [req for req in requests if allowed_by(st, req)]
+        actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+        resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+        unneeded += [f"{name}: {a}" for a in actions if not any(iam_match(a, r.action, case=False) for r in used)]
+        unneeded += [f"{name}: {res}" for res in resources if not any(iam_match(res, r.resource) for r in used)]
+    assert not unneeded, "grants no call needs:\n" + "\n".join(unneeded)
+
+
+def test_the_checker_rejects_the_runner_path_grant_that_real_aws_denies(stack):
+    """GetParametersByPath on /runs-fleet/runners is authorised against parameter/runs-fleet/runners:
+    a grant of parameter/runs-fleet/runners/* alone (the template before) does not allow it."""
+    (req,) = calls(stack)[("ssm", "GetParametersByPath")]
+    only_children = {
+        "Effect": "Allow",
+        "Action": ["ssm:GetParametersByPath", "ssm:DeleteParameters"],
+        "Resource": f"arn:{PARTITION}:ssm:{REGION}:{ACCOUNT}:parameter{RUNNER_PREFIX}*",
+    }
+    assert not allowed_by(only_children, req)
+
+
+def test_tags_and_namespaces_outside_the_code_are_denied(stack):
+    statements = [st for _, st in _statements(stack)]
+    other_tag = request("ec2:CreateTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG, "Name"]})
+    unmanaged = request("ec2:TerminateInstances", INSTANCE, {f"aws:ResourceTag/{MANAGED_TAG}": "false"})
+    other_namespace = request("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": "AWS/EC2"})
+    for req in (other_tag, unmanaged, other_namespace):
+        assert not any(allowed_by(st, req) for st in statements), req
+
+
+def test_the_metrics_namespace_is_a_parameter_that_the_deployment_exports():
+    """The namespace condition follows the MetricsNamespace parameter, and deploy exports it as
+    RUNS_FLEET_METRICS_NAMESPACE, so the code writes where the policy allows."""
+    custom = Stack(load_template(), {**PARAMS, "MetricsNamespace": "Fleet/Staging"})
+    metrics = [st for _, st in _statements(custom) if "cloudwatch:PutMetricData" in st["Action"]]
+    assert [st["Condition"] for st in metrics] == [{"StringEquals": {"cloudwatch:namespace": "Fleet/Staging"}}]
+    assert custom.resolve(custom.template["Outputs"]["MetricsNamespace"]["Value"]) == "Fleet/Staging"
+    assert OUTPUT_ENV["MetricsNamespace"] == "RUNS_FLEET_METRICS_NAMESPACE"
+
+
+def test_kms_and_outside_tables_are_granted_only_when_named():
+    """IdentityPasswordKeyArn and ReclaimTableArns default to no grant at all."""
+    default = Stack(load_template())
+    assert set(default.policies()) == {"DeploymentPolicy"}
+    actions = {a for _, st in _statements(default) for a in st["Action"]}
+    assert not any(a.startswith("kms:") for a in actions)
+
+
+def test_demo_traffic_is_local_only():
+    from pipelines.demo.defs import build_defs
+
+    assert not build_defs("prod").jobs
