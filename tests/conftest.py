@@ -43,6 +43,8 @@ os.environ.update(
         "DAGSTER_DEPLOYMENT": "local",
         # Until a test asks for `aws`, calls go to a closed loopback port and fail fast.
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
+        # The deployment registers the modules whose functions a retry policy may name.
+        "GROUNDSKEEPER_RETRY_FUNCTIONS": "tests.retry_delay_functions",
     }
 )
 

@@ -13,7 +13,7 @@ from pipelines.common import from_item, to_item
 from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret
-from pipelines.reclaim.params import parse_params
+from pipelines.reclaim.params import ParamsError, parse_params
 from pipelines.reclaim.policy import ImmediatePolicy, policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
 from pipelines.reclaim.wiring import EndpointSettings, make_writer
@@ -367,3 +367,19 @@ def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
         run(aws, endpoint=EndpointSettings(progress_url=endpoint.progress_url))
     assert "s3cret" not in repr(Secret("s3cret"))
     assert "s3cret" not in str(Secret("s3cret"))
+
+
+def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_line(aws_shared):
+    from pipelines.definitions import build_definitions
+
+    policy = {"kind": "function", "path": "os:_exit", "maxAttempts": 3}
+    with pytest.raises(ParamsError, match=r"retryPolicy: path 'os:_exit' is not in a registered module"):
+        parse_params({**BASE, "reclaimAction": "retry", "retryPolicy": policy})
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {**BASE, "tableName": "NoSuchTable-unregistered", "reclaimAction": "retry",
+              "retryPolicy": {**policy, "path": "math:sqrt"}}  # fmt: skip
+    result = job.execute_in_process(run_config=config, raise_on_error=False)
+    assert not result.success
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description.splitlines() == [description]
+    assert "GROUNDSKEEPER_RETRY_FUNCTIONS" in description and "math:sqrt" in description

@@ -108,6 +108,10 @@ class ReclaimParams:
             raise ParamsError("retryFailed needs reclaimAction 'retry'")
         if self.retryPolicy is not None and self.reclaimAction != "retry":
             raise ParamsError("retryPolicy needs reclaimAction 'retry'")
+        if self.retryPolicy is not None:
+            from pipelines.reclaim.policy import policy_from_params  # it imports this module
+
+            policy_from_params(self.retryPolicy)  # refused here, before the run touches AWS
         if self.agendaProgressEndpointURL is not None:
             check_url("agendaProgressEndpointURL", self.agendaProgressEndpointURL)
 
