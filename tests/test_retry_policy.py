@@ -404,8 +404,14 @@ def test_retry_call_stops_on_permanent_errors_and_when_the_policy_says_stop():
 
 @pytest.mark.parametrize(
     "path",
-    ["os:_exit", "subprocess:run", "tests.retry_delay_functions_x:linear", "tests:retry_delay_functions",
-     "tests.retry_delay_functions:_private", "tests.retry_delay_functions:linear\n"],  # fmt: skip
+    [
+        "os:_exit",
+        "subprocess:run",
+        "tests.retry_delay_functions_x:linear",
+        "tests:retry_delay_functions",
+        "tests.retry_delay_functions:_private",
+        "tests.retry_delay_functions:linear\n",
+    ],  # fmt: skip
 )
 def test_a_function_policy_names_only_public_functions_of_registered_modules(path, monkeypatch):
     import sys

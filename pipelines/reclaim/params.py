@@ -61,7 +61,8 @@ class ReclaimParams:
     agendaProgressEndpointURL: str | None = param(
         None,
         description="Write through this AgendaProgress HTTP endpoint instead of DynamoDB "
-        "(wins over AGENDA_PROGRESS_URL).",
+        "(wins over AGENDA_PROGRESS_URL). It gets the bearer token, so it must be AGENDA_PROGRESS_URL or "
+        "under a prefix in AGENDA_PROGRESS_ALLOWED_URLS.",
     )
     # Groundskeeper's extensions
     reclaimAction: str = param(
