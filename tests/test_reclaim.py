@@ -508,3 +508,17 @@ def test_every_numeric_parameter_of_reclaim_and_batching_declares_a_range():
                             ({"lease_wait_seconds": -5}, "lease_wait_seconds must be at least 0")):  # fmt: skip
         with pytest.raises(ParamsError, match=message):
             parse_any(ReceiverBatchesParams, change)
+
+
+def test_a_range_error_fails_the_run_with_one_line_not_a_config_mapping_traceback(aws_shared):
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {"tableName": "x-range", "idFieldName": "id", "timeFieldName": "t", "targetBatchSize": 0}
+    result = job.execute_in_process(run_config=config, raise_on_error=False)  # the config mapping accepts it
+    assert not result.success
+    failure = result.get_step_failure_events()[0]
+    assert failure.step_key == "plan_reclaim"
+    description = failure.step_failure_data.user_failure_data.description
+    assert description == "invalid run config: targetBatchSize must be at least 1, got 0"
+    assert failure.step_failure_data.error.message.strip().splitlines()[-1].endswith(description)
