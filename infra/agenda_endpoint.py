@@ -6,7 +6,9 @@ It has the endpoint's semantics (``docs/contracts.md``) over a DynamoDB AgendaPr
 - ``POST /login`` with ``{"username", "password"}`` answers ``{"token"}`` (401 on a wrong password);
 - ``GET /progress/{id}`` and ``PUT /progress/{id}`` (partial merge; ``null`` removes an attribute)
   need ``Authorization: Bearer <token>`` and answer ``{"all", "count", "errorResponse"}``;
-- ids in ``error_ids`` get HTTP 200 with an ``errorResponse`` (a processing error).
+- ids in ``error_ids`` get HTTP 200 with an ``errorResponse`` (a processing error); with
+  ``echo_auth`` set, that error echoes the request's ``Authorization`` header, as a careless
+  endpoint might (the tests check the token never reaches a log).
 
 Local use only (never started in production); it binds 127.0.0.1. The password is the one given,
 or a new random one for each endpoint (``.password``): there is no password in the code.
@@ -36,6 +38,7 @@ class LocalAgendaEndpoint:
         self.password = password or secrets.token_urlsafe(18)
         self.tokens: set[str] = set()
         self.error_ids: set[str] = set()
+        self.echo_auth = False
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions and counting
         self.seen_auth: list[str] = []
         self._lock = threading.Lock()
@@ -148,7 +151,12 @@ class LocalAgendaEndpoint:
                 if item_id is None:
                     return
                 if item_id in endpoint.error_ids:
-                    return self._answer([], {"code": "ProcessingError", "message": f"cannot update {item_id}"})
+                    echo = (
+                        f" (request had Authorization: {self.headers.get('Authorization')})"
+                        if endpoint.echo_auth
+                        else ""
+                    )
+                    return self._answer([], {"code": "ProcessingError", "message": f"cannot update {item_id}{echo}"})
                 partial = self._body()
                 if not isinstance(partial, dict):
                     return self._send(400, {"errorResponse": {"message": "body must be a JSON object"}})

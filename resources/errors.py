@@ -14,6 +14,10 @@ from botocore.exceptions import (
     ParamValidationError,
 )
 
+from pipelines.retry.aws import error_code_and_message
+
+SIGNATURE_ERRORS = frozenset({"SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature"})
+
 
 def explain_aws_error(exc: BaseException) -> str | None:
     """A one-line explanation for environment-level AWS failures, or None for anything else."""
@@ -30,7 +34,12 @@ def explain_aws_error(exc: BaseException) -> str | None:
         return f"invalid AWS request parameters: {exc}"
     if isinstance(exc, ClientError):
         error = exc.response.get("Error", {})
-        code = error.get("Code", "")
+        code, message = error_code_and_message(error)
+        if code in SIGNATURE_ERRORS:
+            return (
+                f"{exc.operation_name}: {code}: AWS rejected the request signature: the secret key does not "
+                "belong to the access key id (check AWS_SECRET_ACCESS_KEY / the profile's secret, and the clock)"
+            )
         if code in {
             "ResourceNotFoundException",
             "AWS.SimpleQueueService.NonExistentQueue",
@@ -38,7 +47,7 @@ def explain_aws_error(exc: BaseException) -> str | None:
             "QueueDoesNotExist",
         }:
             return (
-                f"{exc.operation_name}: {code}: {error.get('Message', '')} (check the table, queue "
+                f"{exc.operation_name}: {code}: {message} (check the table, queue "
                 "and bucket environment variables, and that infra/template.yaml is deployed)"
             )
         if code in {
@@ -49,5 +58,5 @@ def explain_aws_error(exc: BaseException) -> str | None:
             "ExpiredToken",
             "ExpiredTokenException",
         }:
-            return f"{exc.operation_name}: {code}: {error.get('Message', '')} (check credentials and the IAM policy)"
+            return f"{exc.operation_name}: {code}: {message} (check credentials and the IAM policy)"
     return None

@@ -32,6 +32,7 @@ class AgendaSettings(dg.ConfigurableResource):
     progress_table: str
     ready_table: str
     progress_url: str | None = None  # AGENDA_PROGRESS_URL: when set, reclaim writes through the endpoint
+    progress_allowed_urls: str | None = None  # AGENDA_PROGRESS_ALLOWED_URLS: prefixes a run config may name
     identity_url: str | None = None  # IDENTITY_URL
     idm_user: str | None = None  # IDM_USER
     idm_encrypted_pass: str | None = None  # IDM_ENCRYPTED_PASS: base64 of a KMS ciphertext
@@ -73,6 +74,7 @@ def agenda_settings_from_env() -> AgendaSettings:
         progress_table=dg.EnvVar("AGENDA_PROGRESS_TABLE"),
         ready_table=dg.EnvVar("AGENDA_READY_TABLE"),
         progress_url=_optional_env("AGENDA_PROGRESS_URL"),
+        progress_allowed_urls=_optional_env("AGENDA_PROGRESS_ALLOWED_URLS"),
         identity_url=_optional_env("IDENTITY_URL"),
         idm_user=_optional_env("IDM_USER"),
         idm_encrypted_pass=_optional_env("IDM_ENCRYPTED_PASS"),

@@ -45,6 +45,8 @@ os.environ.update(
         "AWS_ENDPOINT_URL": "http://127.0.0.1:9",
         # Tests that build every resource (resources_for) need a value; progressor tests pass their own.
         "PROGRESSOR_DSN": "postgresql://postgres@127.0.0.1:9/progressor",
+        # The deployment registers the modules whose functions a retry policy may name.
+        "GROUNDSKEEPER_RETRY_FUNCTIONS": "tests.retry_delay_functions",
     }
 )
 

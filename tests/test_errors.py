@@ -71,3 +71,43 @@ def test_other_errors_pass_through_untouched():
     with dg.build_op_context() as context, pytest.raises(KeyError):
         with aws_errors(context):
             raise KeyError("x")
+
+
+SIGNATURE_XML = (
+    '<?xml version="1.0" encoding="utf-8"?>\n<ErrorResponse><Errors><Error><Code>SignatureDoesNotMatch</Code>'
+    "<Message>The request signature we calculated does not match the signature you provided. Check your AWS "
+    "Secret Access Key and signing method.</Message><Type>Sender</Type></Error></Errors></ErrorResponse>"
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        # what moto (and a query-protocol service) answers to a wrong secret key: the XML unparsed
+        ({"Code": "403", "Message": SIGNATURE_XML}, "SignatureDoesNotMatch"),
+        (
+            {"Code": "SignatureDoesNotMatch", "Message": "The request signature we calculated does not match"},
+            "SignatureDoesNotMatch",
+        ),  # fmt: skip
+        ({"Code": "InvalidSignatureException", "Message": "Signature expired"}, "InvalidSignatureException"),
+        ({"Code": "IncompleteSignature", "Message": "Missing Authorization"}, "IncompleteSignature"),
+    ],
+)
+def test_a_wrong_secret_key_is_one_line_that_names_the_setting(error, code):
+    exc = ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListQueues")
+    explained = explain_aws_error(exc)
+    assert explained is not None
+    assert "\n" not in explained and "<" not in explained
+    assert code in explained and "AWS_SECRET_ACCESS_KEY" in explained
+    with dg.build_op_context() as context, pytest.raises(dg.Failure) as info:
+        with aws_errors(context):
+            raise exc
+    assert info.value.description == explained
+
+
+def test_an_unparsed_xml_error_is_read_for_its_code_and_message():
+    xml = SIGNATURE_XML.replace("SignatureDoesNotMatch", "AccessDenied")
+    exc = ClientError({"Error": {"Code": "403", "Message": xml}}, "ListQueues")
+    explained = explain_aws_error(exc)
+    assert explained.startswith("ListQueues: AccessDenied: The request signature")
+    assert "<" not in explained and "\n" not in explained

@@ -455,3 +455,70 @@ def test_local_deployment_reclaims_the_demo_table_every_five_minutes(monkeypatch
     assert request.run_config["reclaimAgeMinutes"] == 5
     assert request.run_config["tableName"] == PROGRESS_TABLE
     assert not build_defs("prod").schedules
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"scanDelayMillis": 60_000}, "scanDelayMillis must be at most 10000"),
+        ({"maximumExecutionSeconds": 10**9}, "maximumExecutionSeconds must be at most"),
+        ({"reclaimAgeMinutes": 10**12}, "reclaimAgeMinutes must be at most"),
+        ({"targetBatchSize": 10**7}, "targetBatchSize must be at most"),
+        ({"segments": 65}, "segments must be at most 64"),
+    ],
+)
+def test_every_number_has_a_range(change, message):
+    with pytest.raises(ParamsError, match=message) as info:
+        parse_params({**BASE, **change})
+    assert "\n" not in str(info.value)
+
+
+def test_the_scan_delay_never_sleeps_past_the_budget(aws_shared):
+    ddb = aws_shared.client("dynamodb")
+    name = f"Reclaim-Delay-{time.time_ns()}"
+    plain_table_with_stale(ddb, name, 6, "d")
+    params = _params(tableName=name, scanDelayMillis=10_000, objectScanLimit=2, logReclaimOnly=True)
+    now = [1000.0]
+    slept = []
+
+    def sleep(seconds):
+        slept.append(seconds)
+        now[0] += seconds
+
+    counts = reclaim_pass(dynamodb=ddb, info=inspect_table(ddb, params), params=params, writer=None,
+                          deadline=now[0] + 5, clock=lambda: now[0], sleep=sleep)  # fmt: skip
+    assert counts.stopped_by_budget
+    assert sum(slept) <= 5, slept
+
+
+def test_every_numeric_parameter_of_reclaim_and_batching_declares_a_range():
+    from pipelines.batching.params import ReceiverBatchesParams
+    from pipelines.common.params import parse_params as parse_any
+    from pipelines.common.params import specs
+    from pipelines.reclaim.params import ReclaimParams
+
+    unbounded = [
+        f"{cls.__name__}.{spec.name}"
+        for cls in (ReclaimParams, ReceiverBatchesParams)
+        for spec in specs(cls)
+        if spec.kind in (int, float) and (spec.minimum is None or spec.maximum is None)
+    ]
+    assert not unbounded
+    for change, message in (({"lookback_days": 10**9}, "lookback_days must be at most"),
+                            ({"lease_wait_seconds": -5}, "lease_wait_seconds must be at least 0")):  # fmt: skip
+        with pytest.raises(ParamsError, match=message):
+            parse_any(ReceiverBatchesParams, change)
+
+
+def test_a_range_error_fails_the_run_with_one_line_not_a_config_mapping_traceback(aws_shared):
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {"tableName": "x-range", "idFieldName": "id", "timeFieldName": "t", "targetBatchSize": 0}
+    result = job.execute_in_process(run_config=config, raise_on_error=False)  # the config mapping accepts it
+    assert not result.success
+    failure = result.get_step_failure_events()[0]
+    assert failure.step_key == "plan_reclaim"
+    description = failure.step_failure_data.user_failure_data.description
+    assert description == "invalid run config: targetBatchSize must be at least 1, got 0"
+    assert failure.step_failure_data.error.message.strip().splitlines()[-1].endswith(description)

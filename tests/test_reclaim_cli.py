@@ -69,6 +69,7 @@ def test_pop_sample_via_cli_http_endpoint_writer(aws, tmp_path):
             "IDENTITY_URL": endpoint.identity_url,
             "IDM_USER": endpoint.username,
             "IDM_ENCRYPTED_PASS": encrypted_password(aws.client("kms"), endpoint.password),
+            "AGENDA_PROGRESS_ALLOWED_URLS": endpoint.base,  # the deployment names the sample's endpoint
         }
         result = _execute(config, env, tmp_path)
         output = result.stdout + result.stderr

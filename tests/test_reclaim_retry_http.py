@@ -13,7 +13,7 @@ from pipelines.common import from_item, to_item
 from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret
-from pipelines.reclaim.params import parse_params
+from pipelines.reclaim.params import ParamsError, parse_params
 from pipelines.reclaim.policy import ImmediatePolicy, policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
 from pipelines.reclaim.wiring import EndpointSettings, make_writer
@@ -367,3 +367,96 @@ def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
         run(aws, endpoint=EndpointSettings(progress_url=endpoint.progress_url))
     assert "s3cret" not in repr(Secret("s3cret"))
     assert "s3cret" not in str(Secret("s3cret"))
+
+
+def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_line(aws_shared):
+    from pipelines.definitions import build_definitions
+
+    policy = {"kind": "function", "path": "os:_exit", "maxAttempts": 3}
+    with pytest.raises(ParamsError, match=r"retryPolicy: path 'os:_exit' is not in a registered module"):
+        parse_params({**BASE, "reclaimAction": "retry", "retryPolicy": policy})
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {**BASE, "tableName": "NoSuchTable-unregistered", "reclaimAction": "retry",
+              "retryPolicy": {**policy, "path": "math:sqrt"}}  # fmt: skip
+    result = job.execute_in_process(run_config=config, raise_on_error=False)
+    assert not result.success
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description.splitlines() == [description]
+    assert "GROUNDSKEEPER_RETRY_FUNCTIONS" in description and "math:sqrt" in description
+
+
+# ------------------------------------------------------------------ the bearer token stays home
+
+
+def test_an_endpoint_url_must_be_under_a_named_prefix():
+    from pipelines.reclaim.wiring import url_allowed
+
+    prefixes = ["https://agenda.example.com/api/", "http://127.0.0.1:8080"]
+    assert url_allowed("https://agenda.example.com/api", prefixes)
+    assert url_allowed("https://agenda.example.com/api/progress", prefixes)
+    assert url_allowed("https://AGENDA.example.com/api/progress", prefixes)
+    assert url_allowed("http://127.0.0.1:8080/progress", prefixes)
+    for url in (
+        "https://agenda.example.com.evil.net/api/progress",
+        "https://agenda.example.com/apix",
+        "http://agenda.example.com/api/progress",  # not the same scheme
+        "https://user@agenda.example.com/api/progress",
+        "http://127.0.0.1:8081/progress",
+        "https://evil.net/?https://agenda.example.com/api/",
+    ):
+        assert not url_allowed(url, prefixes), url
+    assert not url_allowed("https://agenda.example.com/api", [])
+
+
+def _endpoint_env(aws, server, monkeypatch, **extra) -> None:
+    """The deployment's endpoint settings in the environment (read when the definitions are built)."""
+    settings = endpoint_settings(aws, server)
+    env = {"IDENTITY_URL": settings.identity_url, "IDM_USER": settings.idm_user,
+           "IDM_ENCRYPTED_PASS": settings.idm_encrypted_pass, **extra}  # fmt: skip
+    for name in ("AGENDA_PROGRESS_URL", "AGENDA_PROGRESS_ALLOWED_URLS"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
+def _reclaim_job():
+    from pipelines.definitions import build_definitions
+
+    return build_definitions("local").resolve_job_def("reclaim_agendas")
+
+
+def test_a_run_config_naming_another_endpoint_makes_no_request_and_fails_with_one_line(aws, endpoint, monkeypatch):
+    seed_mixed(aws.client("dynamodb"))
+    _endpoint_env(aws, endpoint, monkeypatch, AGENDA_PROGRESS_URL=endpoint.progress_url)
+    with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:
+        result = _reclaim_job().execute_in_process(
+            run_config={**BASE, "agendaProgressEndpointURL": elsewhere.progress_url}, raise_on_error=False
+        )
+        assert not result.success
+        description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+        assert description.splitlines() == [description]
+        assert "AGENDA_PROGRESS_ALLOWED_URLS" in description and elsewhere.progress_url in description
+        assert elsewhere.requests == [] and elsewhere.seen_auth == []
+    assert endpoint.requests == []  # not even a login
+    assert items_by_id(aws.client("dynamodb"))["stale-0"]["processingState"] == "EXECUTING"
+
+
+def test_an_endpoint_echoing_the_token_never_puts_it_in_the_run_output(aws, endpoint, monkeypatch, capfd):
+    import dagster as dg
+    from dagster._serdes import serialize_value
+
+    ids = seed_mixed(aws.client("dynamodb"))
+    endpoint.error_ids, endpoint.echo_auth = set(ids["stale"]), True
+    _endpoint_env(aws, endpoint, monkeypatch, AGENDA_PROGRESS_ALLOWED_URLS=f"{endpoint.base}/")
+    with dg.instance_for_test() as instance:
+        result = _reclaim_job().execute_in_process(
+            run_config={**BASE, "agendaProgressEndpointURL": endpoint.progress_url}, instance=instance
+        )
+        log = "\n".join(serialize_value(entry) for entry in instance.all_logs(result.run_id))
+    output = capfd.readouterr()
+    assert result.output_for_node("report_reclaim")["errors"] == len(ids["stale"])
+    assert endpoint.tokens
+    for secret in [*endpoint.tokens, endpoint.password]:
+        for where, text in (("event log", log), ("stdout", output.out), ("stderr", output.err)):
+            assert secret not in text, f"a secret reached the {where}"
+    assert "request had Authorization: Bearer ***" in log  # the echo arrived, redacted

@@ -345,3 +345,16 @@ def test_a_bad_retry_demo_config_fails_with_one_line(instance):
     )
     description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     assert description == "invalid run config: seconds must be at least 0, got -1.0"
+
+
+def test_a_run_tag_naming_an_unregistered_function_is_refused_before_import(instance, tmp_path):
+    # math:sqrt takes n and returns seconds: without the allow-list the sensor would call it (and os:_exit
+    # would have killed the daemon); with it the run is not retried, and the sensor says why in one line.
+    sensor, defs, first = _first_failure(
+        instance, tmp_path, {"kind": "function", "path": "math:sqrt", "maxAttempts": 3}, failures=9
+    )
+    assert not first.success
+    context = dg.build_sensor_context(instance=instance, cursor=None, definitions=defs)
+    data = sensor.evaluate_tick(context)
+    assert not data.run_requests
+    assert json.loads(data.cursor)["pending"] == {}

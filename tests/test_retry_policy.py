@@ -400,3 +400,62 @@ def test_retry_call_stops_on_permanent_errors_and_when_the_policy_says_stop():
     with pytest.raises(DelayFunctionError):
         retry_call(fn, function("tests.retry_delay_functions:broken", 9), sleep=slept.append)
     assert len(calls) == 2
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "os:_exit",
+        "subprocess:run",
+        "tests.retry_delay_functions_x:linear",
+        "tests:retry_delay_functions",
+        "tests.retry_delay_functions:_private",
+        "tests.retry_delay_functions:linear\n",
+    ],  # fmt: skip
+)
+def test_a_function_policy_names_only_public_functions_of_registered_modules(path, monkeypatch):
+    import sys
+
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", "tests.retry_delay_functions")
+    monkeypatch.delitem(sys.modules, "tabnanny", raising=False)
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json({"kind": "function", "path": path})
+    assert info.value.field == "path"
+    assert "\n" not in str(info.value).replace(repr(path), "")
+    with pytest.raises(RetryPolicyError, match="GROUNDSKEEPER_RETRY_FUNCTIONS"):
+        policy_from_json({"kind": "function", "path": "tabnanny:check"})
+    assert "tabnanny" not in sys.modules  # refused before the import
+
+
+def test_without_registered_modules_no_function_policy_is_allowed(monkeypatch):
+    monkeypatch.delenv("GROUNDSKEEPER_RETRY_FUNCTIONS")
+    with pytest.raises(RetryPolicyError, match=r"registered: none"):
+        policy_from_json({"kind": "function", "path": "tests.retry_delay_functions:linear"})
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", " other.pkg , tests ")
+    assert policy_from_json({"kind": "function", "path": "tests.retry_delay_functions:linear"}).delay(1) == 10.0
+
+
+@pytest.mark.parametrize(
+    ("obj", "field"),
+    [
+        ({"kind": "fixed", "delay": 10**12, "maxAttempts": 3}, "delay"),
+        ({"kind": "fixed", "delay": 5, "maxAttempts": 10**9}, "maxAttempts"),
+        ({"kind": "exponential", "initial": 1e300, "maxAttempts": 3}, "initial"),
+        ({"kind": "exponential", "initial": 1, "maxDelay": 10**10, "maxAttempts": 3}, "maxDelay"),
+        ({"kind": "exponential", "initial": 1, "coefficient": 1e6, "maxAttempts": 3}, "coefficient"),
+        ({"kind": "function", "path": "tests.retry_delay_functions:linear", "maxAttempts": 10**6}, "maxAttempts"),
+    ],
+)
+def test_every_number_of_a_json_policy_has_a_range(obj, field):
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json(obj)
+    assert info.value.field == field
+    assert " to " in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_delay_function_answering_more_than_the_longest_wait_is_a_policy_error(monkeypatch):
+    import tests.retry_delay_functions as functions
+
+    monkeypatch.setattr(functions, "linear", lambda n: float("inf"), raising=True)
+    with pytest.raises(DelayFunctionError, match="returned inf"):
+        function("tests.retry_delay_functions:linear").delay(1)

@@ -135,7 +135,7 @@ def reclaim_pass(
             log.info(f"{request.label}: resuming at {json.dumps(start_key)}")
         while True:
             if counts.api_calls and params.scanDelayMillis:
-                sleep(params.scanDelayMillis / 1000)
+                sleep(max(0.0, min(params.scanDelayMillis / 1000, deadline - clock())))  # never past the budget
             if counts.api_calls and clock() >= deadline:
                 counts.stopped_by_budget = True
                 break

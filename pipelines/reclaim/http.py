@@ -11,7 +11,10 @@ Login: the original identity protocol is not public, so it sits behind one adapt
 <token>``. The password is ``IDM_ENCRYPTED_PASS``: base64 of a KMS ciphertext, decrypted once per run.
 
 Secrets (password, token) are held in :class:`Secret`, whose ``repr``/``str`` never show the value,
-and no error message includes a request body or a header.
+and no error message includes a request body or a header. What the endpoint answers can still hold
+them (an ``errorResponse`` that echoes the ``Authorization`` header): every message built from an
+answer goes through :meth:`AgendaProgressEndpoint.redact` first, which replaces the token and the
+password with ``***``.
 """
 
 from __future__ import annotations
@@ -52,6 +55,18 @@ class Secret:
         return "Secret('***')"
 
     __str__ = __repr__
+
+
+REDACTED = "***"
+
+
+def redact(text: str, secrets: list[Secret]) -> str:
+    """``text`` with every secret value replaced by ``***`` (before it is cut, so no prefix is left)."""
+    for secret in secrets:
+        value = secret.reveal()
+        if value:
+            text = text.replace(value, REDACTED)
+    return text
 
 
 def decrypt_password(kms, encrypted_b64: str) -> Secret:
@@ -103,13 +118,22 @@ class AgendaProgressEndpoint:
         self.url = url.rstrip("/")
         self._authenticate = authenticate
         self._token: Secret | None = None
+        self._secrets: list[Secret] = []  # every token of this run, and the password once decrypted
         self.calls = 0
+
+    def remember(self, secret: Secret) -> Secret:
+        """Redact ``secret`` from every message built from now on; returns it."""
+        self._secrets.append(secret)
+        return secret
+
+    def redact(self, text: str) -> str:
+        return redact(text, self._secrets)
 
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
         url = f"{self.url}/{quote(item_id, safe='')}"
         for attempt in (1, 2):
             if self._token is None:
-                self._token = self._authenticate()
+                self._token = self.remember(self._authenticate())
             self.calls += 1
             status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.reveal()}"})
             if status == 401 and attempt == 1:
@@ -123,7 +147,7 @@ class AgendaProgressEndpoint:
         if answer.get("errorResponse"):
             error = answer["errorResponse"]
             detail = error.get("message") or error.get("code") if isinstance(error, dict) else error
-            raise ItemError(f"{method} {item_id}: errorResponse on HTTP 200: {str(detail)[:200]}")
+            raise ItemError(f"{method} {item_id}: errorResponse on HTTP 200: {self.redact(str(detail))[:200]}")
         return answer
 
     def get(self, item_id: str) -> dict[str, Any] | None:

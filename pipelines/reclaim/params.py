@@ -17,6 +17,10 @@ from pipelines.common.params import parse_params as _parse
 
 ACTIONS = ("fail", "retry")
 MAX_SEGMENTS = 64
+MAX_EXECUTION_SECONDS = 86_400  # a day; the run's dagster/max_runtime must be above it anyway
+MAX_RECLAIM_AGE_MINUTES = 10 * 366 * 1440  # ten years
+MAX_SCAN_DELAY_MILLIS = 10_000  # and never past the budget: the engine sleeps no longer than it has left
+MAX_BATCH_SIZE = 1000
 # DynamoDB: table and index names are 3-255 of [a-zA-Z0-9_.-]; attribute names 1-255 bytes.
 TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
 
@@ -32,20 +36,27 @@ class ReclaimParams:
         description="The maximum amount of time the execution should run for; fuzzy: the batch in hand is "
         "finished, no page starts after it. Must be below the run's dagster/max_runtime tag (job default 900).",
         minimum=1,
+        maximum=MAX_EXECUTION_SECONDS,
     )
     reclaimAgeMinutes: int = param(
         0,
         description="The age in minutes an object must be for reclaim consideration: "
         "reclaimed when now - reclaimAgeMinutes > its time field.",
         minimum=0,
+        maximum=MAX_RECLAIM_AGE_MINUTES,
     )
     scanDelayMillis: int = param(
         0,
-        description="The number of milliseconds to delay between scan calls (DynamoDB has capacity limits).",
+        description="The number of milliseconds to delay between scan calls (DynamoDB has capacity limits); "
+        "a delay never runs past the budget.",
         minimum=0,
+        maximum=MAX_SCAN_DELAY_MILLIS,
     )
     targetBatchSize: int = param(
-        50, description="The number of objects to gather before attempting to reclaim them.", minimum=1
+        50,
+        description="The number of objects to gather before attempting to reclaim them.",
+        minimum=1,
+        maximum=MAX_BATCH_SIZE,
     )
     objectScanLimit: int = param(
         50,
@@ -61,7 +72,8 @@ class ReclaimParams:
     agendaProgressEndpointURL: str | None = param(
         None,
         description="Write through this AgendaProgress HTTP endpoint instead of DynamoDB "
-        "(wins over AGENDA_PROGRESS_URL).",
+        "(wins over AGENDA_PROGRESS_URL). It gets the bearer token, so it must be AGENDA_PROGRESS_URL or "
+        "under a prefix in AGENDA_PROGRESS_ALLOWED_URLS.",
     )
     # Groundskeeper's extensions
     reclaimAction: str = param(
@@ -108,6 +120,10 @@ class ReclaimParams:
             raise ParamsError("retryFailed needs reclaimAction 'retry'")
         if self.retryPolicy is not None and self.reclaimAction != "retry":
             raise ParamsError("retryPolicy needs reclaimAction 'retry'")
+        if self.retryPolicy is not None:
+            from pipelines.reclaim.policy import policy_from_params  # it imports this module
+
+            policy_from_params(self.retryPolicy)  # refused here, before the run touches AWS
         if self.agendaProgressEndpointURL is not None:
             check_url("agendaProgressEndpointURL", self.agendaProgressEndpointURL)
 

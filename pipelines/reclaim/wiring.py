@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 from pipelines.reclaim.engine import decode_cursor, encode_cursor
 from pipelines.reclaim.http import AgendaProgressEndpoint, EndpointError, HttpWriter, decrypt_password, login
@@ -14,18 +15,48 @@ from pipelines.reclaim.writers import DynamoWriter
 @dataclass(frozen=True)
 class EndpointSettings:
     """The AgendaProgress HTTP endpoint and its identity login (the ``agenda`` settings resource:
-    ``AGENDA_PROGRESS_URL``, ``IDENTITY_URL``, ``IDM_USER``, ``IDM_ENCRYPTED_PASS``)."""
+    ``AGENDA_PROGRESS_URL``, ``AGENDA_PROGRESS_ALLOWED_URLS``, ``IDENTITY_URL``, ``IDM_USER``,
+    ``IDM_ENCRYPTED_PASS``)."""
 
     progress_url: str | None = None
     identity_url: str | None = None
     idm_user: str | None = None
     idm_encrypted_pass: str | None = None
+    allowed_urls: str | None = None  # comma-separated URL prefixes a run config may name
+
+
+def url_allowed(url: str, prefixes: list[str]) -> bool:
+    """True when ``url`` is under one of ``prefixes``: same scheme, same host and port, and a path at
+    or below the prefix's path (``https://a.example/p`` allows ``https://a.example/p/x``, never
+    ``https://a.example.evil/p`` or ``https://a.example/px``)."""
+    target = urlparse(url)
+    for prefix in prefixes:
+        allowed = urlparse(prefix)
+        if (target.scheme, target.netloc.lower()) != (allowed.scheme, allowed.netloc.lower()):
+            continue
+        base = allowed.path.rstrip("/")
+        if target.path.rstrip("/") == base or target.path.startswith(base + "/"):
+            return True
+    return False
 
 
 def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | None:
-    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB."""
-    url = params.agendaProgressEndpointURL or endpoint.progress_url or None
-    return check_url("AGENDA_PROGRESS_URL", url) if url else None
+    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB.
+
+    Every endpoint call carries the bearer token, so a run config may name only an endpoint the
+    deployment names: ``AGENDA_PROGRESS_URL`` itself or a URL under one of the prefixes in
+    ``AGENDA_PROGRESS_ALLOWED_URLS``. Anything else is refused here, before any request."""
+    configured = check_url("AGENDA_PROGRESS_URL", endpoint.progress_url) if endpoint.progress_url else None
+    if not params.agendaProgressEndpointURL:
+        return configured
+    url = check_url("agendaProgressEndpointURL", params.agendaProgressEndpointURL)
+    prefixes = [p.strip() for p in (endpoint.allowed_urls or "").split(",") if p.strip()]
+    if not url_allowed(url, prefixes + ([configured] if configured else [])):
+        raise ParamsError(
+            f"agendaProgressEndpointURL {url!r} is not an endpoint this deployment names: it must be "
+            "AGENDA_PROGRESS_URL or under a prefix in AGENDA_PROGRESS_ALLOWED_URLS (the bearer token goes to it)"
+        )
+    return url
 
 
 def make_writer(
@@ -52,10 +83,11 @@ def make_writer(
     user, encrypted = endpoint.idm_user, endpoint.idm_encrypted_pass
 
     def authenticate():
-        return login(identity_url, user, decrypt_password(kms, encrypted))
+        return login(identity_url, user, endpoint_client.remember(decrypt_password(kms, encrypted)))
 
+    endpoint_client = AgendaProgressEndpoint(url, authenticate)
     return HttpWriter(
-        AgendaProgressEndpoint(url, authenticate),
+        endpoint_client,
         time_field=params.timeFieldName,
         action=params.reclaimAction,
         table=params.tableName,
@@ -85,4 +117,4 @@ def cursor_key(params: ReclaimParams, segment: int) -> str:
 
 
 __all__ = ["EndpointError", "EndpointSettings", "KeyValueCursor", "ParamsError", "cursor_key", "endpoint_url",
-           "make_writer"]  # fmt: skip
+           "make_writer", "url_allowed"]  # fmt: skip

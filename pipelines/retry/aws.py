@@ -9,6 +9,7 @@ AWS error and is left to the caller.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -72,18 +73,33 @@ class Classification:
         return self.kind is ErrorKind.TRANSIENT
 
 
+_XML_CODE = re.compile(r"<Code>([^<]{1,100})</Code>")
+_XML_MESSAGE = re.compile(r"<Message>([^<]{0,500})</Message>")
+
+
+def error_code_and_message(error: dict) -> tuple[str, str]:
+    """The AWS error code and a one-line message. When botocore could not parse the error body (a
+    query-protocol service answering in a format it did not expect), the code is the HTTP status
+    and the message is the raw XML: the real code and message are read out of that XML."""
+    code, message = str(error.get("Code", "") or ""), str(error.get("Message", "") or "")
+    if message.lstrip().startswith("<"):
+        found_code, found_message = _XML_CODE.search(message), _XML_MESSAGE.search(message)
+        code = found_code.group(1) if found_code else code
+        message = found_message.group(1) if found_message else ""
+    return code, " ".join(message.split())
+
+
 def classify_aws_error(exc: BaseException) -> Classification:
     """Sort an exception into transient / permanent / not an AWS error, with a short reason."""
     name = type(exc).__name__
     if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {}) or {}
-        code = str(error.get("Code", "") or "")
+        code, message = error_code_and_message(exc.response.get("Error", {}) or {})
         status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
         if code in THROTTLING_CODES:
             return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name} was throttled ({code})")
         if code in TRANSIENT_CODES or (isinstance(status, int) and status in TRANSIENT_STATUS):
             return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name}: server error {code} ({status})")
-        return Classification(ErrorKind.PERMANENT, code, f"{exc.operation_name}: {code}: {error.get('Message', '')}")
+        return Classification(ErrorKind.PERMANENT, code, f"{exc.operation_name}: {code}: {message}")
     if isinstance(exc, BotoConnectionError | HTTPClientError):
         return Classification(ErrorKind.TRANSIENT, name, f"connection error: {exc}")
     if isinstance(exc, ParamValidationError | NoCredentialsError | NoRegionError):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import os
 import random
 import re
 from collections.abc import Callable
@@ -340,8 +341,10 @@ class FunctionPolicy(RetryPolicy):
             raise DelayFunctionError(self.path, n, f"{type(exc).__name__}: {exc}") from exc
         if value is None or value is False or value is STOP:
             return STOP
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value) or value < 0:
-            raise DelayFunctionError(self.path, n, f"returned {value!r}; expected seconds >= 0 or False")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DELAY_SECONDS:
+            raise DelayFunctionError(
+                self.path, n, f"returned {value!r}; expected seconds from 0 to {MAX_DELAY_SECONDS}, or False"
+            )
         return float(value)
 
     def _base(self, n: int) -> float | _Stop:
@@ -360,7 +363,28 @@ class FunctionPolicy(RetryPolicy):
 # --------------------------------------------------------------------------------------------
 # Constructors (validated)
 
-_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*\Z")
+_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+
+FUNCTIONS_ENV = "GROUNDSKEEPER_RETRY_FUNCTIONS"
+"""Comma-separated module prefixes whose functions a ``function`` policy may name (the deployment
+registers them). A run config or a run tag carries a policy, so without this list it could make the
+run (or the sensor) call any importable function: ``os:_exit``."""
+
+
+def registered_function_modules() -> tuple[str, ...]:
+    """The module prefixes of ``GROUNDSKEEPER_RETRY_FUNCTIONS`` (empty: no function policy allowed)."""
+    return tuple(p.strip() for p in os.environ.get(FUNCTIONS_ENV, "").split(",") if p.strip())
+
+
+def _registered(module_name: str) -> bool:
+    return any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in registered_function_modules())
+
+
+MAX_DELAY_SECONDS = 30 * 86_400
+"""The longest wait a policy may give (30 days): a JSON policy is refused above it, and a delay
+function that answers more fails as a policy error (a run waits, it does not wait forever)."""
+MAX_COEFFICIENT = 100
+MAX_ATTEMPTS = 10_000
 
 
 def none(*, non_retryable: tuple[str, ...] | list[str] = ()) -> NoRetry:
@@ -386,9 +410,15 @@ def exponential(
     non_retryable: tuple[str, ...] | list[str] = (),
 ) -> Exponential:
     initial = _seconds("initial", initial)
-    if isinstance(coefficient, bool) or not isinstance(coefficient, int | float) or not coefficient >= 1:
+    if (
+        isinstance(coefficient, bool)
+        or not isinstance(coefficient, int | float)
+        or not 1 <= coefficient <= MAX_COEFFICIENT
+    ):
         raise RetryPolicyError(
-            f"coefficient must be a number >= 1, got {coefficient!r}", field="coefficient", value=coefficient
+            f"coefficient must be a number from 1 to {MAX_COEFFICIENT}, got {coefficient!r}",
+            field="coefficient",
+            value=coefficient,
         )
     if max_delay is not None:
         max_delay = _seconds("maxDelay", max_delay)
@@ -413,9 +443,17 @@ def function(
     path: str, max_attempts: int | None = None, *, non_retryable: tuple[str, ...] | list[str] = ()
 ) -> FunctionPolicy:
     """Resolve ``package.module:function`` now, so a bad path fails when the policy is built."""
-    if not isinstance(path, str) or not _PATH.match(path):
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
+    if not _registered(module_name) or any(part.startswith("_") for part in attr.split(".")):
+        registered = ", ".join(registered_function_modules()) or "none"
+        raise RetryPolicyError(
+            f"path {path!r} is not in a registered module: function policies may name only public functions "
+            f"of the modules in {FUNCTIONS_ENV} (registered: {registered})",
+            field="path",
+            value=path,
+        )
     try:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
@@ -437,19 +475,24 @@ def _seconds(name: str, value: Any) -> float:
         isinstance(value, bool)
         or not isinstance(value, int | float)
         or math.isnan(value)
-        or value < 0
-        or math.isinf(value)
+        or not 0 <= value <= MAX_DELAY_SECONDS
     ):
-        raise RetryPolicyError(f"{name} must be a number of seconds >= 0, got {value!r}", field=name, value=value)
+        raise RetryPolicyError(
+            f"{name} must be a number of seconds from 0 to {MAX_DELAY_SECONDS} (30 days), got {value!r}",
+            field=name,
+            value=value,
+        )
     return float(value)
 
 
 def _max_attempts(name: str, value: Any) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
         raise RetryPolicyError(
-            f"{name} must be an integer >= 1 (or null for unlimited), got {value!r}", field=name, value=value
+            f"{name} must be an integer from 1 to {MAX_ATTEMPTS} (or null for unlimited), got {value!r}",
+            field=name,
+            value=value,
         )
     return value
 

@@ -57,6 +57,7 @@ def endpoint_settings(agenda: AgendaSettings) -> EndpointSettings:
         identity_url=agenda.identity_url,
         idm_user=agenda.idm_user,
         idm_encrypted_pass=agenda.idm_encrypted_pass,
+        allowed_urls=agenda.progress_allowed_urls,
     )
 
 
@@ -106,6 +107,10 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
         context.log.warning(f"reclaim run {older} is still working on table {params.tableName}: this run does nothing")
         yield dg.DynamicOutput(SegmentPlan(params, 0, deadline, overlap=older), mapping_key="segment_0")
         return
+    try:
+        url = endpoint_url(params, endpoint_settings(agenda))  # refuses an endpoint the deployment does not name
+    except ParamsError as exc:
+        raise _one_line(exc) from None
     client = dynamodb.get_client()
     with aws_errors(context):
         try:
@@ -115,10 +120,6 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
         except TableError as exc:
             raise _one_line(exc) from None
     segments = 1 if info.index else params.segments
-    try:
-        url = endpoint_url(params, endpoint_settings(agenda))
-    except ParamsError as exc:
-        raise _one_line(exc) from None
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
         f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.dry_run else ''}, "

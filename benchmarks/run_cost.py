@@ -1,0 +1,189 @@
+"""A run's fixed cost: CPU-seconds and processes of ``dagster job execute`` for each job of the code location.
+
+Each job runs once with a small valid config against a moto server (``benchmarks/moto_server.py``)
+with the template deployed, beside a baseline in the same run: a trivial one-op job (in-process
+executor) in a throwaway module. A run's cost is what its process tree used: user + sys CPU of the
+CLI and every process under it (``RUSAGE_CHILDREN`` of a runner that reaps them all), and the
+number of processes it spawned. To count processes, the runner starts the CLI in a new PID
+namespace (``unshare -fp``, needs root) and reads ``ns_last_pid`` at the end; without it the count
+is left out. Each run gets a fresh ``DAGSTER_HOME`` (SQLite storage, telemetry off).
+
+    .venv/bin/python benchmarks/run_cost.py [--code-root DIR] [--jobs a,b] [--repeat 1]
+
+``--code-root`` measures another checkout (e.g. ``git worktree add /tmp/before <commit>``): the CLI
+runs there with ``PYTHONPATH`` pointing at it. Goal: at most 2 CPU-seconds for the small jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import moto_server  # noqa: E402
+
+from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
+from infra.local import local_aws_env  # noqa: E402
+from pipelines.common import to_item  # noqa: E402
+
+TODAY = dt.datetime.now(dt.UTC).date().isoformat()
+RECEIVER = "bench-receiver"
+
+# A small valid config per job: the least work the job can do (empty queues and tables, dry runs).
+JOBS: dict[str, dict] = {
+    "process_termination_queue": {"maxMessages": 1, "maxSeconds": 5},
+    "process_housekeeping_queue": {"waitSeconds": 0},  # the old name: both commits take it
+    "housekeeping": {"task_type": "old_jobs", "params": {"dryRun": True}},
+    "redrive_dead_letters": {},
+    "fleet_dead_letter_checks": {},
+    "pool_audit_job": {"ops": {"pool_audit": {"config": {"dry_run": True}}}},
+    "pool_cost_report_job": {},
+    "batching_checks_job": {},
+    "receiver_batches_job": {"ops": {"receiver_batches": {"config": {"dry_run": True}}}},
+    "reclaim_agendas": {
+        "tableName": "POP-ProgressAgenda-dev",
+        "idFieldName": "id",
+        "timeFieldName": "updatedTime",
+        "logReclaimOnly": True,
+    },
+    "retry_demo": {"ops": {"throttled_until_attempt": {"config": {"succeed_on_attempt": 1}}}},
+    "demo_traffic": {},
+}
+PARTITION_TAGS = {  # receiver_batches_job is partitioned by (receiver, day), the cost report by day
+    "pool_cost_report_job": {"dagster/partition": TODAY},
+    "receiver_batches_job": {
+        "dagster/partition": f"{TODAY}|{RECEIVER}",
+        "dagster/partition/day": TODAY,
+        "dagster/partition/receiver": RECEIVER,
+    },
+}
+
+TRIVIAL = """
+import dagster as dg
+
+@dg.op
+def noop():
+    return 1
+
+@dg.job(executor_def=dg.in_process_executor)
+def trivial():
+    noop()
+
+defs = dg.Definitions(jobs=[trivial])
+"""
+
+# Runs as PID 1 of a new PID namespace (or as a plain parent without one): starts the command, reaps
+# every process under it (orphans come to PID 1), and prints CPU-seconds and the process count.
+RUNNER = """
+import json, os, resource, subprocess, sys
+cmd = json.loads(sys.argv[1])
+proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(sys.argv[2], "wb"))
+rc = proc.wait()
+while True:
+    try:
+        if os.waitpid(-1, 0)[0] == 0:
+            break
+    except ChildProcessError:
+        break
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+processes = None
+if os.getpid() == 1:
+    processes = int(open("/proc/sys/kernel/ns_last_pid").read()) - 1  # every PID after the runner's
+print(json.dumps({"rc": rc, "cpu": usage.ru_utime + usage.ru_stime, "processes": processes}))
+"""
+
+
+def can_unshare() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "-fp", "--mount-proc", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+def measure(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, namespace: bool) -> dict:
+    runner = [sys.executable, "-c", RUNNER, json.dumps(cmd), str(log)]
+    if namespace:
+        runner = ["unshare", "-fp", "--mount-proc", *runner]
+    out = subprocess.run(runner, env=env, cwd=cwd, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fresh_home(base: Path, code_root: Path, job: str) -> Path:
+    home = Path(tempfile.mkdtemp(prefix=f"home-{job}-", dir=base))
+    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
+    if job == "receiver_batches_job":  # the dynamic partition must exist before the run
+        code = (
+            "import dagster as dg; inst = dg.DagsterInstance.get(); "
+            f"inst.add_dynamic_partitions('receivers', [{RECEIVER!r}])"
+        )
+        env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(code_root)}
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+    return home
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--code-root", type=Path, default=ROOT, help="the checkout whose code location runs")
+    parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    code_root = args.code_root.resolve()
+    namespace = can_unshare()
+    work = Path(tempfile.mkdtemp(prefix="run-cost-"))
+    (work / "bench_trivial.py").write_text(TRIVIAL)
+    server, endpoint = moto_server.start()
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=60)
+        os.environ.update(local_aws_env(endpoint))
+        import boto3
+
+        stack = deploy(boto3.client("cloudformation"))
+        receiver = {"receiver": RECEIVER, "number_per_day": 24, "initial_time": "00:00", "time_zone": "UTC",
+                    "max_batch_size": 10, "send_if_empty_batch": False, "batching_enabled": True}  # fmt: skip
+        boto3.client("dynamodb").put_item(TableName=stack["RECEIVERS_TABLE"], Item=to_item(receiver))
+        base_env = {**os.environ, **local_aws_env(endpoint), **stack, "PYTHONPATH": str(code_root)}
+        dagster = [sys.executable, "-m", "dagster", "job", "execute"]
+        rows = [("baseline: trivial one-op job", [*dagster, "-f", str(work / "bench_trivial.py"), "-j", "trivial"])]
+        for job in args.jobs.split(","):
+            cmd = [*dagster, "-m", "pipelines.definitions", "-j", job]
+            config = work / f"{job}.json"
+            config.write_text(json.dumps(JOBS[job]))
+            cmd += ["-c", str(config)]
+            if job in PARTITION_TAGS:
+                cmd += ["--tags", json.dumps(PARTITION_TAGS[job])]
+            rows.append((job, cmd))
+        print(f"code: {code_root} (commit {git_head(code_root)}); processes counted: {namespace}")
+        print("| job | CPU-seconds | processes | ok |\n|---|---:|---:|---|")
+        for label, cmd in rows:
+            results = []
+            for _ in range(args.repeat):
+                job = label.split(":")[0].replace(" ", "-")
+                env = {**base_env, "DAGSTER_HOME": str(fresh_home(work, code_root, job))}
+                results.append(measure(cmd, env, code_root, work / f"{job}.log", namespace))
+            cpu = statistics.median(r["cpu"] for r in results)
+            procs = results[0]["processes"]
+            ok = "yes" if all(r["rc"] == 0 for r in results) else f"no (see {work}/{job}.log)"
+            print(f"| {label} | {cpu:.1f} | {procs if procs is not None else 'n/a'} | {ok} |", flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    return 0
+
+
+def git_head(path: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True)
+    return out.stdout.strip() or "?"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
