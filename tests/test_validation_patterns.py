@@ -42,8 +42,8 @@ def test_no_pattern_in_pipelines_ends_with_a_dollar():
 
 
 def _full(pattern, text: str) -> bool:
-    """What the code asks of the pattern (``fullmatch`` for the fleet's and reclaim's names and retry function paths, ``match``
-    with ``\\Z`` for the others)."""
+    """What the code asks of the pattern (``fullmatch`` for the fleet's and reclaim's names and the
+    retry function paths, ``match`` with ``\\Z`` for the others)."""
     return bool(
         pattern.fullmatch(text)
         if pattern in (INSTANCE_ID_RE, RUNNER_PARAMETER_RE, NAME_RE, _PATH)
