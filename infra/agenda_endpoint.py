@@ -10,12 +10,14 @@ It has the endpoint's semantics (``docs/contracts.md``) over a DynamoDB AgendaPr
   ``echo_auth`` set, that error echoes the request's ``Authorization`` header, as a careless
   endpoint might (the tests check the token never reaches a log).
 
-Local use only (never started in production); it binds 127.0.0.1. The password is the one given,
+Local use only (never started in production); it binds 127.0.0.1 (``make dev`` on
+``AGENDA_ENDPOINT_PORT``, default 5056; the tests on a free port). The password is the one given,
 or a new random one for each endpoint (``.password``): there is no password in the code.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
 import threading
@@ -28,9 +30,16 @@ from pipelines.common import from_item, to_item
 JSON_ATTRS = ("diagnosticEvents",)  # stored as JSON text in the table, sent as JSON in the API
 
 
+def encrypt_password(kms, password: str) -> str:
+    """``IDM_ENCRYPTED_PASS`` for ``password``: base64 of its ciphertext under a new KMS key."""
+    key_id = kms.create_key(Description="groundskeeper local identity password")["KeyMetadata"]["KeyId"]
+    blob = kms.encrypt(KeyId=key_id, Plaintext=password.encode())["CiphertextBlob"]
+    return base64.b64encode(blob).decode()
+
+
 class LocalAgendaEndpoint:
     def __init__(self, dynamodb, table: str, *, id_field: str = "id", username: str = "reclaimer",
-                 password: str | None = None) -> None:  # fmt: skip
+                 password: str | None = None, port: int = 0) -> None:  # fmt: skip
         self.dynamodb = dynamodb
         self.table = table
         self.id_field = id_field
@@ -42,7 +51,7 @@ class LocalAgendaEndpoint:
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions and counting
         self.seen_auth: list[str] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -65,6 +74,17 @@ class LocalAgendaEndpoint:
     def __exit__(self, *exc) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+    def deployment_env(self, kms) -> dict[str, str]:
+        """The variables that make reclaim write through this endpoint: its URL, the identity
+        service, the user and the password encrypted with a new KMS key (base64, as
+        ``IDM_ENCRYPTED_PASS`` is in production; ``kms`` is the local, moto, KMS)."""
+        return {
+            "AGENDA_PROGRESS_URL": self.progress_url,
+            "IDENTITY_URL": self.identity_url,
+            "IDM_USER": self.username,
+            "IDM_ENCRYPTED_PASS": encrypt_password(kms, self.password),
+        }
 
     # ------------------------------------------------------------------ storage
     def _load(self, item_id: str) -> dict[str, Any] | None:

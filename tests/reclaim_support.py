@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import socket
 import subprocess
@@ -12,6 +11,7 @@ from collections.abc import Iterator
 
 import boto3
 
+from infra.agenda_endpoint import encrypt_password
 from infra.deploy import wait_for_endpoint
 from pipelines.common import from_item, to_item
 
@@ -82,9 +82,7 @@ def plain_table_with_stale(ddb, name: str, count: int, prefix: str, age_ms: int 
 
 def encrypted_password(kms, password: str) -> str:
     """IDM_ENCRYPTED_PASS: base64 of the KMS ciphertext of ``password``."""
-    key_id = kms.create_key(Description="groundskeeper test identity password")["KeyMetadata"]["KeyId"]
-    blob = kms.encrypt(KeyId=key_id, Plaintext=password.encode())["CiphertextBlob"]
-    return base64.b64encode(blob).decode()
+    return encrypt_password(kms, password)
 
 
 SERIAL_MOTO = """

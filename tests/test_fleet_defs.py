@@ -126,7 +126,7 @@ def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, d
         instance.create_run_for_job(defs.resolve_job_def("process_termination_queue"), run_config={})
         busy = sensor.evaluate_tick(_sensor_context(instance, cursor="1"))
         assert not busy.run_requests
-        assert "still going" in busy.skip_message
+        assert "is still queued" in busy.skip_message
 
 
 def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, defs):

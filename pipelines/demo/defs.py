@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from pipelines.common.defs import aws_errors, config_schema, exclusive_schedule, params_from_config
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 from resources import (
     AgendaSettings,
@@ -65,11 +65,10 @@ def build_defs(deployment: str) -> dg.Definitions:
     """Demo traffic exists only in the local deployment, where its schedule is on by default."""
     if deployment != "local":
         return dg.Definitions()
-    schedule = dg.ScheduleDefinition(
+    schedule = exclusive_schedule(
         name="demo_traffic_schedule",
         job=demo_traffic,
         cron_schedule="*/2 * * * *",
-        default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Every 2 minutes: one step of demo traffic on the local moto platform.",
     )
     return dg.Definitions(jobs=[demo_traffic], schedules=[schedule])

@@ -7,7 +7,7 @@ per target namespace, a health asset per namespace with its checks, and local de
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, flat_config, metadata_from, params_from_config
+from pipelines.common.defs import aws_errors, exclusive_schedule, flat_config, metadata_from, params_from_config
 from pipelines.progressor.collector import Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
@@ -66,13 +66,13 @@ def collect_zombies_job():
 
 
 def schedule_for(target: Target) -> dg.ScheduleDefinition:
-    return dg.ScheduleDefinition(
+    return exclusive_schedule(
         name=f"collect_zombies_{target.name}",
         job=collect_zombies_job,
         cron_schedule=target.cron,
         run_config=target.config,
         tags={**CAPABILITY, NAMESPACE_TAG: target.params.namespace},
-        default_status=dg.DefaultScheduleStatus.RUNNING,
+        same_run_tags={NAMESPACE_TAG: target.params.namespace},
         description=f"Collect progressor zombies of {target.params.namespace} ({target.cron}).",
     )
 
@@ -173,11 +173,10 @@ def build_defs(deployment: str) -> dg.Definitions:
     if deployment == "local":
         jobs.append(progressor_demo_traffic)
         schedules.append(
-            dg.ScheduleDefinition(
+            exclusive_schedule(
                 name="progressor_demo_traffic_schedule",
                 job=progressor_demo_traffic,
                 cron_schedule="* * * * *",
-                default_status=dg.DefaultScheduleStatus.RUNNING,
                 description="Local only: progressor demo traffic every minute.",
             )
         )

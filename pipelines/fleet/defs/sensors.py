@@ -2,17 +2,10 @@
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors
+from pipelines.common.defs import active_run, aws_errors, still_going
 from pipelines.fleet.aws import queue_depth, queue_name
 from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
 from resources import FleetSettings
-
-ACTIVE = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
 
 
 def queue_sensor(name: str, job_name: str, queue_field: str, label: str, queue_tag: str) -> dg.SensorDefinition:
@@ -31,9 +24,9 @@ def queue_sensor(name: str, job_name: str, queue_field: str, label: str, queue_t
             depth = queue_depth(context.resources.sqs.get_client(), url)
         if depth["visible"] == 0:
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
-        active = context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=ACTIVE), limit=1)
-        if active:
-            return dg.SkipReason(f"{depth['visible']} waiting; drain run {active[0].run_id} is still going")
+        active = active_run(context.instance, job_name)
+        if active is not None:
+            return dg.SkipReason(f"{depth['visible']} waiting; drain run {still_going(active)}")
         sequence = int(context.cursor or 0) + 1
         context.update_cursor(str(sequence))
         return dg.RunRequest(run_key=f"{label}-drain-{sequence}", tags={QUEUE_TAG: queue_tag})

@@ -1,0 +1,67 @@
+"""Queue hygiene: a schedule whose previous run is still queued or running skips its tick and says
+which run; the one check (``pipelines.common.defs.active_run``) is shared with the queue sensors."""
+
+from __future__ import annotations
+
+import dagster as dg
+import pytest
+from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.utils import make_new_run_id
+
+from pipelines.common.defs import active_run
+from pipelines.definitions import build_definitions
+from pipelines.progressor.defs import NAMESPACE_TAG
+
+EXCLUSIVE = ["demo_traffic_schedule", "progressor_demo_traffic_schedule", "collect_zombies_default_default"]
+
+
+def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatus, tags: dict) -> dg.DagsterRun:
+    """A run record as the queue holds it (no plan: the jobs need the deployment's environment)."""
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="pipelines.definitions"))
+    origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_name)
+    run = dg.DagsterRun(job_name=job_name, run_id=make_new_run_id(), status=status, tags=tags, remote_job_origin=origin)
+    return instance.add_run(run)
+
+
+@pytest.fixture(scope="module")
+def defs():
+    return build_definitions("local")
+
+
+@pytest.mark.parametrize("name", EXCLUSIVE)
+def test_a_schedule_skips_while_its_previous_run_is_queued_and_launches_after(defs, name):
+    schedule = defs.resolve_schedule_def(name)
+    job = defs.resolve_job_def(schedule.job_name)
+    with dg.instance_for_test() as instance:
+        [first] = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+        run = _run(instance, job.name, dg.DagsterRunStatus.QUEUED, dict(first.tags))
+        busy = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert not busy.run_requests
+        assert busy.skip_message == f"the previous {job.name} run {run.run_id} is still queued: not queueing another"
+        instance.report_run_failed(run)
+        [again] = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+        assert again.tags == first.tags
+
+
+def test_a_started_run_is_running_and_a_run_of_another_namespace_does_not_count(defs):
+    schedule = defs.resolve_schedule_def("collect_zombies_default_default")
+    job = defs.resolve_job_def(schedule.job_name)
+    with dg.instance_for_test() as instance:
+        _run(instance, job.name, dg.DagsterRunStatus.STARTED, {NAMESPACE_TAG: "other/ns"})
+        assert schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+        assert active_run(instance, job.name, {NAMESPACE_TAG: "default/default"}) is None
+        mine = _run(instance, job.name, dg.DagsterRunStatus.STARTED, {NAMESPACE_TAG: "default/default"})
+        busy = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert f"{mine.run_id} is still running" in busy.skip_message
+
+
+def test_loading_the_definitions_shows_no_beta_or_preview_warning():
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.filterwarnings("always", append=True)  # after the package's own filters
+        build_definitions("local")
+        build_definitions("prod")
+    noisy = [str(w.message) for w in caught if type(w.message).__name__ in ("BetaWarning", "PreviewWarning")]
+    assert noisy == []
