@@ -65,3 +65,31 @@ def test_loading_the_definitions_shows_no_beta_or_preview_warning():
         build_definitions("prod")
     noisy = [str(w.message) for w in caught if type(w.message).__name__ in ("BetaWarning", "PreviewWarning")]
     assert noisy == []
+
+
+def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_still_queued(aws):
+    import datetime as dt
+
+    from pipelines.batching.defs import RECEIVER_TAG, batch_decider, receiver_batches_job
+    from resources import resources_for
+    from tests.batching_helpers import put_receiver, put_records
+
+    t10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+    for name in ("acme", "globex"):
+        put_receiver(aws, name, number_per_day=24)
+        put_records(aws, name, [t10 - dt.timedelta(minutes=1)])
+    with dg.instance_for_test() as instance:
+        queued = _run(instance, receiver_batches_job.name, dg.DagsterRunStatus.QUEUED, {RECEIVER_TAG: "acme"})
+
+        def tick():
+            context = dg.build_schedule_context(
+                instance=instance, scheduled_execution_time=t10, resources=resources_for("local")
+            )
+            return batch_decider(context)
+
+        assert [r.tags[RECEIVER_TAG] for r in tick()] == ["globex"]
+        _run(instance, receiver_batches_job.name, dg.DagsterRunStatus.STARTED, {RECEIVER_TAG: "globex"})
+        skipped = tick()
+        assert isinstance(skipped, dg.SkipReason)
+        assert f"acme: the previous batch run {queued.run_id} is still queued" in skipped.skip_message
+        assert "globex: the previous batch run " in skipped.skip_message and "is still running" in skipped.skip_message

@@ -23,7 +23,7 @@ from pipelines.batching.decider import (
     valid_partition_names,
 )
 from pipelines.batching.params import ReceiverBatchesParams
-from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from pipelines.common.defs import active_run, aws_errors, config_schema, params_from_config, still_going
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 # The first day a backfill can target. 100 receivers x 366 days = 36,600 partitions, well within
@@ -102,6 +102,8 @@ def receiver_batches(
     return dg.MaterializeResult(metadata=metadata)
 
 
+RECEIVER_TAG = "groundskeeper/receiver"  # on every batch run the decider launches
+
 receiver_batches_job = dg.define_asset_job(
     "receiver_batches_job",
     selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
@@ -153,8 +155,17 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
         )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
+    # A receiver whose previous batch run is still queued or running is left out: that run sends its records.
+    previous = {d.receiver: active_run(context.instance, receiver_batches_job.name, {RECEIVER_TAG: d.receiver})
+                for d in decision.due}  # fmt: skip
+    busy = [f"{receiver}: the previous batch run {still_going(run)}" for receiver, run in previous.items() if run]
+    due = [d for d in decision.due if previous[d.receiver] is None]
+    if not due:
+        return dg.SkipReason("; ".join(busy))
+    for line in busy:
+        context.log.info(f"left out of this tick: {line}")
     known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
-    new = sorted({d.receiver for d in decision.due} - known)
+    new = sorted({d.receiver for d in due} - known)
     if new:  # receivers_sync has not seen them yet: add them now rather than miss a batch
         context.instance.add_dynamic_partitions(receivers_partitions.name, new)
     return [
@@ -162,13 +173,13 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
             run_key=d.run_key,
             partition_key=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
             tags={
-                "groundskeeper/receiver": d.receiver,
+                RECEIVER_TAG: d.receiver,
                 "groundskeeper/batch_time": d.run_key.split("@", 1)[1],
                 "groundskeeper/pending": str(d.pending),
                 "groundskeeper/expected_files": str(d.expected_files),
             },
         )
-        for d in decision.due
+        for d in due
     ]
 
 
