@@ -141,11 +141,15 @@ def main() -> int:
         print(f"local AWS (moto) on {endpoint}; deploying infra/template.yaml ...", file=sys.stderr)
         stack_env = deploy(boto3.client("cloudformation"))
         progressor_dsn, progressor_pg = start_progressor_database(STATE)
-        agenda_endpoint = LocalAgendaEndpoint(
-            boto3.client("dynamodb"),
-            stack_env["AGENDA_PROGRESS_TABLE"],
-            port=int(os.environ.get("AGENDA_ENDPOINT_PORT", "5056")),
-        ).__enter__()
+        agenda_port = int(os.environ.get("AGENDA_ENDPOINT_PORT", "5056"))
+        try:
+            agenda_endpoint = LocalAgendaEndpoint(
+                boto3.client("dynamodb"), stack_env["AGENDA_PROGRESS_TABLE"], port=agenda_port
+            ).__enter__()
+        except OSError as exc:
+            print(f"make dev: cannot serve the AgendaProgress endpoint on 127.0.0.1:{agenda_port} ({exc.strerror}); "
+                  "set AGENDA_ENDPOINT_PORT to a free port", file=sys.stderr)  # fmt: skip
+            return 1
         env = {
             **local_aws_env(endpoint),
             **stack_env,
