@@ -2,12 +2,13 @@
 
 import datetime as dt
 import json
+import logging
 
 import dagster as dg
 import pytest
 
 from pipelines.common.params import ParamsError, parse_params
-from pipelines.definitions import build_definitions
+from pipelines.definitions import ROOT_DIR, build_definitions
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import FAILED, GONE, IN_PROGRESS, MISSING, plan
 from resources import resources_for
@@ -120,3 +121,37 @@ def test_an_unpartitioned_or_unknown_asset_fails_with_one_line(aws):
         message = result.get_step_failure_events()[0].step_failure_data.error.message
         assert "asset 'no_such_asset' is not a partitioned asset here; one of:" in message
         assert "receiver_batches" in message
+
+
+def test_the_daemon_turns_a_redrive_into_asset_only_runs_of_exactly_those_partitions(aws):
+    """One pass of the daemon's backfill loop over the code location (in a code server, as under
+    ``make dev``): the runs are what a UI backfill of receiver_batches launches too."""
+    from dagster._core.test_utils import create_test_daemon_workspace_context
+    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    put_receiver(aws, "broken", initial_time="25:00")
+    put_receiver(aws, "fine")
+    launcher = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}  # create runs, run nothing
+    with dg.instance_for_test(overrides={"run_launcher": launcher}) as instance:
+        instance.add_dynamic_partitions("receivers", ["broken", "fine"])
+        for key in ("2026-11-20|broken", "2026-11-20|fine"):
+            BATCH_JOB.execute_in_process(
+                partition_key=key, instance=instance, resources=resources_for("local"), raise_on_error=False
+            )
+        redrive = _redrive(instance, since_hours=1)
+        assert redrive.success
+        target = ModuleTarget(
+            module_name="pipelines.definitions",
+            attribute="defs",
+            working_directory=str(ROOT_DIR),
+            location_name="groundskeeper",
+        )
+        with create_test_daemon_workspace_context(target, instance) as workspace:
+            list(execute_backfill_iteration(workspace, logging.getLogger("test_redrive")))
+        [run] = instance.get_runs(dg.RunsFilter(tags={"groundskeeper/redrive": redrive.run_id}))
+        assert run.job_name == "__ASSET_JOB"
+        assert run.tags["dagster/partition"] == "2026-11-20|broken"
+        assert run.asset_selection == {dg.AssetKey("receiver_batches")}
+        plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        assert [step.key for step in plan.steps] == ["receiver_batches"]  # no asset check rides along
