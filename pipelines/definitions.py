@@ -21,6 +21,7 @@ from pipelines.pool_audit.defs import housekeeping_audit_events
 from pipelines.pool_audit.housekeeping import MESSAGE_PARAMS, housekeeping_audit
 from pipelines.progressor.defs import build_defs as progressor_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
+from pipelines.redrive.defs import build_defs as redrive_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
 from sensors.run_retries import build_delayed_run_retries
@@ -49,13 +50,19 @@ HOUSEKEEPING_HOOKS = {"pool_audit": housekeeping_audit_events}
 
 def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
-    base = dg.Definitions.merge(
+    built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
+    capabilities = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
         fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
         pool_audit_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
+    )
+    base = dg.Definitions.merge(
+        capabilities,
+        # redrive_failed_partitions works on any partitioned asset of the capabilities above.
+        redrive_defs(deployment, asset_graph=lambda: built[0].resolve_asset_graph()),
         # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
         # choose the multiprocess executor themselves): no second process importing the code
         # location per step, also for asset jobs and backfills launched from the UI.
@@ -64,7 +71,8 @@ def build_definitions(deployment: str) -> dg.Definitions:
     retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
     jobs = [*(base.jobs or []), *(retry.jobs or [])]
-    return dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)]))
+    built.append(dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)])))
+    return built[0]
 
 
 DEPLOYMENT = deployment_name()

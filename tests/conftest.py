@@ -47,6 +47,9 @@ os.environ.update(
         "PROGRESSOR_DSN": "postgresql://postgres@127.0.0.1:9/progressor",
         # The deployment registers the modules whose functions a retry policy may name.
         "GROUNDSKEEPER_RETRY_FUNCTIONS": "tests.retry_delay_functions",
+        # The batching tests use fixed days of 2026; without this the day partitions start 30 to 61
+        # days before today (tests/test_batching_backfill.py tests that rule).
+        "BATCH_PARTITIONS_START_DATE": "2026-01-01",
     }
 )
 

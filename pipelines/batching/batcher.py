@@ -171,7 +171,10 @@ class ReceiverBatcher:
             )
         if item is None:
             report.status = "receiver_missing"
-            report.errors.append(f"receiver {receiver!r} is not in {s.receivers_table}")
+            report.errors.append(
+                f"receiver {receiver!r} is not in {s.receivers_table}: receivers come from that table "
+                "(receivers_sync removes a partition added by hand at its next tick)"
+            )
             return report
         try:
             self._run_locked(item, report, now)

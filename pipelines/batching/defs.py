@@ -4,7 +4,10 @@
 - ``receiver_batches``: an asset partitioned by receiver x UTC day; materializing (r, d) writes every
   batch of r whose batch time falls in d, up to now, that is not written yet (logic in ``batcher``);
 - ``batch_decider``: every minute, one run per receiver with a batch time in the last 60 s;
-- asset checks: invalid receiver configs, pending records of deleted receivers, malformed records.
+- ``receiver_records`` (the receivers and records tables, kept by ReportStream) and its asset checks:
+  invalid receiver configs, pending records of deleted receivers, malformed records. The checks sit
+  on the tables, not on ``receiver_batches``, so that a backfill of ``receiver_batches`` (whatever
+  job the UI picks) runs the asset alone: Dagster adds an asset's checks to every run of it.
 """
 
 import datetime as dt
@@ -22,13 +25,11 @@ from pipelines.batching.decider import (
     orphaned_pending,
     valid_partition_names,
 )
-from pipelines.batching.params import ReceiverBatchesParams
+from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
 from pipelines.common.defs import active_run, aws_errors, config_schema, params_from_config, still_going
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
-# The first day a backfill can target. 100 receivers x 366 days = 36,600 partitions, well within
-# Dagster's recommendation of at most 100,000 partitions per asset; see benchmarks/batching.py.
-BATCH_START_DATE = os.environ.get("BATCH_PARTITIONS_START_DATE", "2026-01-01")
+BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
 
 receivers_partitions = dg.DynamicPartitionsDefinition(name="receivers")
 days_partitions = dg.DailyPartitionsDefinition(start_date=BATCH_START_DATE, end_offset=1, timezone="UTC")
@@ -103,6 +104,19 @@ def receiver_batches(
 
 
 RECEIVER_TAG = "groundskeeper/receiver"  # on every batch run the decider launches
+
+# ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
+# function: nothing materializes it, so no backfill or asset job ever includes its checks.
+receiver_records = dg.AssetSpec(
+    "receiver_records",
+    description=(
+        "ReportStream's receivers table (one item per receiver: schedule, batching_enabled) and "
+        "records table (pending records per receiver), in DynamoDB. Its checks run in batching_checks_job."
+    ),
+    kinds={"dynamodb"},
+    group_name="batching",
+)
+
 
 receiver_batches_job = dg.define_asset_job(
     "receiver_batches_job",
@@ -183,7 +197,7 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
     ]
 
 
-@dg.asset_check(asset=receiver_batches, description="Every receiver's configuration can be scheduled.")
+@dg.asset_check(asset=receiver_records.key, description="Every receiver's configuration can be scheduled.")
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
@@ -197,7 +211,7 @@ def receiver_configs_valid(
     )
 
 
-@dg.asset_check(asset=receiver_batches, description="No deleted receiver still has pending records.")
+@dg.asset_check(asset=receiver_records.key, description="No deleted receiver still has pending records.")
 def no_orphaned_pending_records(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
@@ -214,7 +228,7 @@ def no_orphaned_pending_records(
 
 
 @dg.asset_check(
-    asset=receiver_batches,
+    asset=receiver_records.key,
     description="No pending record lacks receiver/created_at (such records are invisible to the pending-index).",
 )
 def pending_records_well_formed(
@@ -231,7 +245,7 @@ def pending_records_well_formed(
 
 batching_checks_job = dg.define_asset_job(
     "batching_checks_job",
-    selection=dg.AssetSelection.checks_for_assets(receiver_batches),
+    selection=dg.AssetSelection.checks_for_assets(receiver_records.key),
     tags={"groundskeeper/capability": "batching"},
     description="The batching asset checks (receiver configs, orphaned and malformed pending records).",
     executor_def=dg.in_process_executor,  # three short scans: a process each would cost more than they do
@@ -247,7 +261,7 @@ def build_defs(deployment: str) -> dg.Definitions:
         description="Every 15 minutes: the batching asset checks.",
     )
     return dg.Definitions(
-        assets=[receiver_batches],
+        assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
         jobs=[receiver_batches_job, batching_checks_job],
         schedules=[batch_decider, checks_schedule],

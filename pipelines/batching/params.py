@@ -4,13 +4,36 @@ Launchpad's descriptions and the README table all come from :class:`ReceiverBatc
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipelines.batching.batcher import BatchSettings
 from pipelines.common.params import param
 
-MAX_LOOKBACK_DAYS = 366  # the day partitions span about a year (see BATCH_PARTITIONS_START_DATE)
+MAX_LOOKBACK_DAYS = 366
 MAX_LEASE_WAIT_SECONDS = 3600
+DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
+
+
+def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
+    """The first day of the ``day`` partitions, ``YYYY-MM-DD``.
+
+    ``BATCH_PARTITIONS_START_DATE`` if set; otherwise the first day of the month that holds the day
+    ``BATCH_PARTITIONS_LOOKBACK_DAYS`` (default 30) before ``today``. The start so moves once a month,
+    not daily (the partition keys are dates and never change; on the 1st the oldest month leaves the
+    picker, while its materializations stay in the event log). 30 to 61 days at 1,000 receivers are at
+    most 61,000 partitions, inside Dagster's recommendation of at most 100,000 per asset.
+    """
+    fixed = env.get("BATCH_PARTITIONS_START_DATE", "").strip()
+    if fixed:
+        try:
+            return dt.date.fromisoformat(fixed).isoformat()
+        except ValueError:
+            raise ValueError(f"BATCH_PARTITIONS_START_DATE={fixed!r} is not a YYYY-MM-DD date") from None
+    raw = env.get("BATCH_PARTITIONS_LOOKBACK_DAYS", "").strip() or str(DEFAULT_PARTITIONS_LOOKBACK_DAYS)
+    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LOOKBACK_DAYS:
+        raise ValueError(f"BATCH_PARTITIONS_LOOKBACK_DAYS={raw!r} must be a whole number of days, 1 to 366")
+    return (today - dt.timedelta(days=int(raw))).replace(day=1).isoformat()
 
 
 @dataclass(frozen=True)

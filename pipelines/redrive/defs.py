@@ -1,0 +1,215 @@
+"""Dagster wiring of ``redrive_failed_partitions``: for any partitioned asset of the code location,
+relaunch the partitions whose latest run failed in a window (optionally the missing ones too) as
+one asset backfill, bounded by ``max_runs`` and tagged, and report every partition's outcome as a
+table in the run's metadata and as a JSON object under ``redrives/`` in the archive bucket.
+
+The runs are launched the way the UI launches a backfill (an asset backfill that the daemon's
+backfill loop turns into one run per partition), so they show under Overview -> Backfills with
+their own per-partition status, and each run carries the redrive's tags.
+"""
+
+import datetime as dt
+import time
+from collections.abc import Callable
+from typing import Any
+
+import dagster as dg
+
+# Dagster has no public API to launch an asset backfill from code; this is the one the UI's
+# "Launch backfill" and `dagster job backfill` use.
+from dagster._core.execution.backfill import PartitionBackfill
+from dagster._core.utils import make_new_backfill_id
+
+from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.redrive.params import RedriveParams
+from pipelines.redrive.plan import (
+    FAILED,
+    GONE,
+    IN_PROGRESS,
+    LAUNCHED,
+    MISSING,
+    counts,
+    plan,
+    report_body,
+    report_key,
+    to_launch,
+)
+from resources import FleetSettings, S3Resource
+
+OP_NAME = "find_and_relaunch"
+REDRIVE_TAG = "groundskeeper/redrive"
+CAPABILITY = {"groundskeeper/capability": "redrive"}
+
+
+def _in_window(partitions_def: dg.PartitionsDefinition, key: str, start: dt.datetime, end: dt.datetime) -> bool:
+    """Does the partition's time window overlap [start, end]? A partition without time is always in."""
+    if isinstance(partitions_def, dg.MultiPartitionsDefinition) and not partitions_def.has_time_window_dimension:
+        return True
+    if not isinstance(partitions_def, dg.MultiPartitionsDefinition | dg.TimeWindowPartitionsDefinition):
+        return True
+    window = partitions_def.time_window_for_partition_key(key)
+    return window.start < end and window.end > start
+
+
+MAX_FAILED_RUNS = 10_000
+
+
+def _failed_since(instance: dg.DagsterInstance, key: dg.AssetKey, since: dt.datetime) -> set[str]:
+    """Partition keys with a failure in the window: from the asset's failed-to-materialize events
+    and from the partition tag of runs that failed in the window (a run that fails in its step
+    records no such event, only the run failure). The caller keeps those whose status is failed."""
+    failed: set[str] = set()
+    cursor = None
+    while True:
+        page = instance.fetch_failed_materializations(
+            dg.AssetRecordsFilter(asset_key=key, after_timestamp=since.timestamp()), limit=1000, cursor=cursor
+        )
+        failed |= {r.partition_key for r in page.records if r.partition_key}
+        if not page.has_more:
+            break
+        cursor = page.cursor
+    runs = instance.get_runs(
+        dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], updated_after=since), limit=MAX_FAILED_RUNS
+    )
+    for run in runs:
+        partition = run.tags.get("dagster/partition")
+        if partition and (not run.asset_selection or key in run.asset_selection):
+            failed.add(partition)
+    return failed
+
+
+def partition_states(
+    instance: dg.DagsterInstance,
+    key: dg.AssetKey,
+    partitions_def: dg.PartitionsDefinition,
+    *,
+    since: dt.datetime,
+    now: dt.datetime,
+    include_missing: bool,
+) -> dict[str, str]:
+    """Every candidate partition's state: failed (its latest run failed, and a failure is in the
+    window), missing (in the window, never materialized), in_progress, or gone."""
+    existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
+    candidates = _failed_since(instance, key, since)
+    if include_missing:
+        candidates |= {k for k in existing if _in_window(partitions_def, k, since, now)}
+    gone = candidates - set(existing)
+    live = sorted(candidates - gone)
+    statuses = dict(instance.get_status_by_partition(key, live, partitions_def) or {}) if live else {}
+    states = dict.fromkeys(gone, GONE)
+    for k in live:
+        status = statuses.get(k)
+        if status == dg.AssetPartitionStatus.FAILED:
+            states[k] = FAILED
+        elif status == dg.AssetPartitionStatus.IN_PROGRESS:
+            states[k] = IN_PROGRESS
+        elif status is None:
+            states[k] = MISSING
+        # materialized: succeeded since it failed; nothing to do
+    return states
+
+
+def _table(outcomes) -> dg.TableMetadataValue:
+    return dg.MetadataValue.table(
+        records=[
+            dg.TableRecord(dict(partition=o.partition, state=o.state, outcome=o.outcome, detail=o.detail))
+            for o in outcomes
+        ],
+        schema=dg.TableSchema(
+            columns=[
+                dg.TableColumn("partition", "string"),
+                dg.TableColumn("state", "string", description="failed, missing, in_progress or gone"),
+                dg.TableColumn("outcome", "string", description="launched, would_launch or skipped"),
+                dg.TableColumn("detail", "string"),
+            ]
+        ),
+    )
+
+
+def build_defs(deployment: str, asset_graph: Callable[[], Any]) -> dg.Definitions:
+    """``asset_graph`` gives the code location's asset graph (resolved when a run needs it)."""
+
+    @dg.op(name=OP_NAME, config_schema=config_schema(RedriveParams), description="Relaunch failed partitions.")
+    def redrive_op(context: dg.OpExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.Output[dict]:
+        params = params_from_config(context, RedriveParams)
+        key = dg.AssetKey(params.asset_path)
+        graph = asset_graph()
+        if not graph.has(key) or graph.get(key).partitions_def is None:
+            partitioned = sorted(
+                k.to_user_string() for k in graph.materializable_asset_keys if graph.get(k).partitions_def
+            )
+            raise dg.Failure(
+                description=f"asset {params.asset!r} is not a partitioned asset here; one of: {', '.join(partitioned)}",
+                allow_retries=False,
+            )
+        partitions_def = graph.get(key).partitions_def
+        now = dt.datetime.now(dt.UTC)
+        since = now - dt.timedelta(hours=params.since_hours)
+        states = partition_states(
+            context.instance, key, partitions_def, since=since, now=now, include_missing=params.include_missing
+        )
+        outcomes = plan(
+            states, include_missing=params.include_missing, max_runs=params.max_runs, dry_run=params.dry_run
+        )
+        keys = to_launch(outcomes)
+        backfill_id = None
+        if keys and not params.dry_run:
+            backfill_id = make_new_backfill_id()
+            tags = {**CAPABILITY, REDRIVE_TAG: context.run_id}
+            context.instance.add_backfill(
+                PartitionBackfill.from_asset_partitions(
+                    backfill_id=backfill_id,
+                    asset_graph=graph,
+                    partition_names=keys,
+                    asset_selection=[key],
+                    backfill_timestamp=time.time(),
+                    tags=tags,
+                    dynamic_partitions_store=context.instance,
+                    all_partitions=False,
+                    title=f"redrive {params.asset}",
+                    description=f"redrive_failed_partitions run {context.run_id}: {len(keys)} partition(s)",
+                    run_config=None,
+                )
+            )
+        body = report_body(
+            asset=params.asset,
+            run_id=context.run_id,
+            backfill_id=backfill_id,
+            params=dict(context.op_config),
+            outcomes=outcomes,
+        )
+        s3_key = report_key(params.asset, context.run_id)
+        with aws_errors(context):
+            s3.get_client().put_object(
+                Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json"
+            )
+        totals = counts(outcomes)
+        context.log.info(
+            f"redrive {params.asset} (last {params.since_hours} h): {sum(1 for s in states.values() if s == FAILED)} "
+            f"failed, {sum(1 for s in states.values() if s == MISSING)} missing; launched {totals[LAUNCHED]}, "
+            f"would launch {totals['would_launch']}, skipped {totals['skipped']}"
+            + (f" (backfill {backfill_id})" if backfill_id else "")
+            + f"; report s3://{fleet.archive_bucket}/{s3_key}"
+        )
+        result = {
+            **totals,
+            "asset": params.asset,
+            "backfill_id": backfill_id or "",
+            "report": f"s3://{fleet.archive_bucket}/{s3_key}",
+        }
+        return dg.Output(result, metadata={"partitions": _table(outcomes), **metadata_from(result)})
+
+    @dg.job(
+        name="redrive_failed_partitions",
+        config=flat_config(OP_NAME, RedriveParams),
+        description=(
+            "Relaunch the failed (optionally missing) partitions of a partitioned asset in a time window, "
+            "bounded by max_runs, as one tagged backfill; reports each partition's outcome."
+        ),
+        tags=CAPABILITY,
+        executor_def=dg.in_process_executor,
+    )
+    def redrive_failed_partitions():
+        redrive_op()
+
+    return dg.Definitions(jobs=[redrive_failed_partitions])

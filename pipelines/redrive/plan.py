@@ -1,0 +1,71 @@
+"""Which partitions a redrive launches, and its per-partition report (no Dagster)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+
+FAILED, MISSING, IN_PROGRESS, GONE = "failed", "missing", "in_progress", "gone"
+LAUNCHED, WOULD_LAUNCH, SKIPPED = "launched", "would_launch", "skipped"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One partition: what state it was found in and what the redrive did with it."""
+
+    partition: str
+    state: str  # failed | missing | in_progress | gone (no longer a partition, e.g. a deleted receiver)
+    outcome: str  # launched | would_launch | skipped
+    detail: str = ""
+
+
+def plan(states: Mapping[str, str], *, include_missing: bool, max_runs: int, dry_run: bool) -> list[Outcome]:
+    """Failed partitions first, then (if asked) missing ones, each in key order; at most
+    ``max_runs`` are launched, a partition with a run in progress never is."""
+    order = {FAILED: 0, MISSING: 1, IN_PROGRESS: 2, GONE: 3}
+    wanted = [(k, s) for k, s in states.items() if s != MISSING or include_missing]
+    out: list[Outcome] = []
+    launched = 0
+    for key, state in sorted(wanted, key=lambda ks: (order[ks[1]], ks[0])):
+        if state == IN_PROGRESS:
+            out.append(Outcome(key, state, SKIPPED, "a run of this partition is in progress"))
+        elif state == GONE:
+            out.append(Outcome(key, state, SKIPPED, "no longer a partition of the asset"))
+        elif launched >= max_runs:
+            out.append(Outcome(key, state, SKIPPED, f"over max_runs ({max_runs})"))
+        else:
+            launched += 1
+            out.append(Outcome(key, state, WOULD_LAUNCH if dry_run else LAUNCHED))
+    return out
+
+
+def to_launch(outcomes: list[Outcome]) -> list[str]:
+    return [o.partition for o in outcomes if o.outcome in (LAUNCHED, WOULD_LAUNCH)]
+
+
+def counts(outcomes: list[Outcome]) -> dict[str, int]:
+    out = {LAUNCHED: 0, WOULD_LAUNCH: 0, SKIPPED: 0}
+    for o in outcomes:
+        out[o.outcome] += 1
+    return out
+
+
+def report_key(asset: str, run_id: str) -> str:
+    """Where the per-partition report goes in the archive bucket."""
+    return f"redrives/{asset.strip('/')}/{run_id}.json"
+
+
+def report_body(*, asset: str, run_id: str, backfill_id: str | None, params: dict, outcomes: list[Outcome]) -> bytes:
+    return json.dumps(
+        {
+            "asset": asset,
+            "run_id": run_id,
+            "backfill_id": backfill_id,
+            "params": params,
+            "counts": counts(outcomes),
+            "partitions": [asdict(o) for o in outcomes],
+        },
+        indent=1,
+        sort_keys=True,
+    ).encode()

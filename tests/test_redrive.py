@@ -1,0 +1,157 @@
+"""redrive_failed_partitions: relaunches exactly the failed partitions, bounded, with a report."""
+
+import datetime as dt
+import json
+import logging
+
+import dagster as dg
+import pytest
+
+from pipelines.common.params import ParamsError, parse_params
+from pipelines.definitions import ROOT_DIR, build_definitions
+from pipelines.redrive.params import RedriveParams
+from pipelines.redrive.plan import FAILED, GONE, IN_PROGRESS, MISSING, plan
+from resources import resources_for
+from tests.batching_helpers import put_receiver, put_records
+
+DEFS = build_definitions("local")
+BATCH_JOB = DEFS.resolve_job_def("receiver_batches_job")
+REDRIVE_JOB = DEFS.resolve_job_def("redrive_failed_partitions")
+T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+
+
+def test_plan_takes_failed_then_missing_up_to_max_runs():
+    states = {"b": FAILED, "a": FAILED, "m": MISSING, "p": IN_PROGRESS, "g": GONE}
+    out = plan(states, include_missing=True, max_runs=2, dry_run=False)
+    assert [(o.partition, o.outcome) for o in out] == [
+        ("a", "launched"),
+        ("b", "launched"),
+        ("m", "skipped"),
+        ("p", "skipped"),
+        ("g", "skipped"),
+    ]
+    assert out[2].detail == "over max_runs (2)"
+    only_failed = plan(states, include_missing=False, max_runs=5, dry_run=True)
+    assert [(o.partition, o.outcome) for o in only_failed if o.outcome != "skipped"] == [
+        ("a", "would_launch"),
+        ("b", "would_launch"),
+    ]
+    assert "m" not in {o.partition for o in only_failed}
+
+
+def test_params_are_bounded():
+    with pytest.raises(ParamsError, match="max_runs"):
+        parse_params(RedriveParams, {"max_runs": 0})
+    with pytest.raises(ParamsError, match="asset must name"):
+        parse_params(RedriveParams, {"asset": "/"})
+
+
+def _redrive(instance, **config):
+    return REDRIVE_JOB.execute_in_process(
+        run_config=config, instance=instance, resources=resources_for("local"), raise_on_error=False
+    )
+
+
+def test_redrive_relaunches_exactly_the_failed_partitions(aws):
+    put_receiver(aws, "broken", initial_time="25:00")  # an invalid receiver: its partitions fail
+    put_receiver(aws, "fine")
+    put_records(aws, "fine", [T10 - dt.timedelta(minutes=1)])
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("receivers", ["broken", "fine", "ghost"])
+        runs = {
+            key: BATCH_JOB.execute_in_process(
+                partition_key=key, instance=instance, resources=resources_for("local"), raise_on_error=False
+            ).success
+            for key in ("2026-11-19|broken", "2026-11-20|broken", "2026-11-20|ghost", "2026-11-20|fine")
+        }
+        assert runs == {
+            "2026-11-19|broken": False,
+            "2026-11-20|broken": False,
+            "2026-11-20|ghost": False,
+            "2026-11-20|fine": True,
+        }
+        result = _redrive(instance, asset="receiver_batches", since_hours=1, max_runs=2)
+        assert result.success
+        [backfill] = instance.get_backfills()
+        assert backfill.tags["groundskeeper/redrive"] == result.run_id
+        targeted = {str(p.partition_key) for p in backfill.asset_backfill_data.target_subset.iterate_asset_partitions()}
+        assert targeted == {"2026-11-19|broken", "2026-11-20|broken"}  # bounded: ghost waits for the next redrive
+
+        [output] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        table = output.event_specific_data.metadata["partitions"]
+        assert isinstance(table, dg.TableMetadataValue)
+        rows = {r.data["partition"]: (r.data["state"], r.data["outcome"]) for r in table.records}
+        assert rows == {
+            "2026-11-19|broken": ("failed", "launched"),
+            "2026-11-20|broken": ("failed", "launched"),
+            "2026-11-20|ghost": ("failed", "skipped"),
+        }
+        body = (
+            aws.client("s3")
+            .get_object(
+                Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=f"redrives/receiver_batches/{result.run_id}.json"
+            )["Body"]
+            .read()
+        )
+        report = json.loads(body)
+        assert report["backfill_id"] == backfill.backfill_id
+        assert report["counts"] == {"launched": 2, "would_launch": 0, "skipped": 1}
+        assert {p["partition"] for p in report["partitions"]} == set(rows)
+
+        # The receiver is fixed and its partitions succeed; the deleted one is reported, not launched.
+        put_receiver(aws, "broken")
+        for key in ("2026-11-19|broken", "2026-11-20|broken"):
+            assert BATCH_JOB.execute_in_process(
+                partition_key=key, instance=instance, resources=resources_for("local")
+            ).success
+        instance.delete_dynamic_partition("receivers", "ghost")
+        dry = _redrive(instance, since_hours=1, dry_run=True)
+        [output] = [e for e in dry.all_events if e.event_type_value == "STEP_OUTPUT"]
+        rows = {
+            r.data["partition"]: r.data["outcome"] for r in output.event_specific_data.metadata["partitions"].records
+        }
+        assert rows == {"2026-11-20|ghost": "skipped"}
+        assert len(instance.get_backfills()) == 1
+
+
+def test_an_unpartitioned_or_unknown_asset_fails_with_one_line(aws):
+    with dg.instance_for_test() as instance:
+        result = _redrive(instance, asset="no_such_asset")
+        assert not result.success
+        message = result.get_step_failure_events()[0].step_failure_data.error.message
+        assert "asset 'no_such_asset' is not a partitioned asset here; one of:" in message
+        assert "receiver_batches" in message
+
+
+def test_the_daemon_turns_a_redrive_into_asset_only_runs_of_exactly_those_partitions(aws):
+    """One pass of the daemon's backfill loop over the code location (in a code server, as under
+    ``make dev``): the runs are what a UI backfill of receiver_batches launches too."""
+    from dagster._core.test_utils import create_test_daemon_workspace_context
+    from dagster._core.workspace.load_target import ModuleTarget
+    from dagster._daemon.backfill import execute_backfill_iteration
+
+    put_receiver(aws, "broken", initial_time="25:00")
+    put_receiver(aws, "fine")
+    launcher = {"module": "dagster._core.test_utils", "class": "MockedRunLauncher"}  # create runs, run nothing
+    with dg.instance_for_test(overrides={"run_launcher": launcher}) as instance:
+        instance.add_dynamic_partitions("receivers", ["broken", "fine"])
+        for key in ("2026-11-20|broken", "2026-11-20|fine"):
+            BATCH_JOB.execute_in_process(
+                partition_key=key, instance=instance, resources=resources_for("local"), raise_on_error=False
+            )
+        redrive = _redrive(instance, since_hours=1)
+        assert redrive.success
+        target = ModuleTarget(
+            module_name="pipelines.definitions",
+            attribute="defs",
+            working_directory=str(ROOT_DIR),
+            location_name="groundskeeper",
+        )
+        with create_test_daemon_workspace_context(target, instance) as workspace:
+            list(execute_backfill_iteration(workspace, logging.getLogger("test_redrive")))
+        [run] = instance.get_runs(dg.RunsFilter(tags={"groundskeeper/redrive": redrive.run_id}))
+        assert run.job_name == "__ASSET_JOB"
+        assert run.tags["dagster/partition"] == "2026-11-20|broken"
+        assert run.asset_selection == {dg.AssetKey("receiver_batches")}
+        plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
+        assert [step.key for step in plan.steps] == ["receiver_batches"]  # no asset check rides along
