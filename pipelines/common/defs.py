@@ -11,14 +11,18 @@
   permanent one fails with the one line of ``resources.errors``. Plain-Python code that works
   through a batch retries single calls with ``pipelines.retry.retry_call`` and the same kind of
   policy, so that one throttled call does not restart a whole op.
-- :func:`metadata_from`: a result dict as UI metadata.
+- :func:`metadata_from` / :func:`table_from`: a result dict as UI metadata, rows as a table;
+  money (``*_usd``, ``*_usd_per_hour``) rounded to cents and percentages (``*_pct``) to one decimal.
+- :func:`run_summary`: how every job ends: one log line and the run's counters as run tags
+  (``groundskeeper/count/<name>``), which ``operations_summary`` adds up across runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import dagster as dg
@@ -146,9 +150,22 @@ def aws_errors(context: Any, policy: RetryPolicy | None = None) -> Iterator[None
 # ------------------------------------------------------------------------------ metadata
 
 
+def rounded(key: str, value: Any) -> Any:
+    """Money to cents, percentages to one decimal, by the key's suffix; NaN as None."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return value
+    if math.isnan(value):
+        return None
+    if key.endswith(("_usd", "_usd_per_hour")):
+        return round(value, 2)
+    if key.endswith("_pct"):
+        return round(value, 1)
+    return value
+
+
 def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A result as UI metadata: numbers and flags as such, text as text, the rest as JSON.
-    Empty values are left out."""
+    """A result as UI metadata: numbers and flags as such (money and percentages rounded, see
+    :func:`rounded`), text as text, the rest as JSON. Empty values are left out."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, bool):
@@ -156,7 +173,7 @@ def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, int):
             out[key] = dg.MetadataValue.int(value)
         elif isinstance(value, float):
-            out[key] = dg.MetadataValue.float(value)
+            out[key] = dg.MetadataValue.float(rounded(key, value))
         elif isinstance(value, str):
             out[key] = dg.MetadataValue.text(value)
         elif value:
@@ -164,7 +181,52 @@ def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+_COLUMN_TYPES = {bool: "bool", int: "int", float: "float"}
+
+
+def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) -> dg.TableMetadataValue:
+    """Rows as a ``dg.TableMetadataValue``. ``columns`` maps a row key to its header, in order;
+    values are rounded by the key (:func:`rounded`). The asset page shows a table of at most 4
+    columns inline, a wider one behind a link: keep the inline ones narrow."""
+    records, kinds = [], dict.fromkeys(columns, "string")
+    for row in rows:
+        data = {}
+        for key, header in columns.items():
+            value = row.get(key)
+            if hasattr(value, "item"):  # numpy scalars from pandas rows
+                value = value.item()
+            value = rounded(key, value)
+            if value is not None and not isinstance(value, (bool, int, float, str)):
+                value = str(value)
+            kinds[key] = _COLUMN_TYPES.get(type(value), "string") if value is not None else kinds[key]
+            data[header] = value
+        records.append(dg.TableRecord(data=data))
+    schema = dg.TableSchema(columns=[dg.TableColumn(header, kinds[key]) for key, header in columns.items()])
+    return dg.TableMetadataValue(records=records, schema=schema)
+
+
+# --------------------------------------------------------------------------- run summaries
+
+COUNT_TAG_PREFIX = "groundskeeper/count/"
+"""Run tags ``groundskeeper/count/<counter>`` hold what a run did; ``operations_summary`` adds them up."""
+
+
+def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> dict[str, Any]:
+    """How a job ends: one ``summary:`` log line, the counters as run tags (run-level metadata,
+    shown on the run's page and searchable in the runs list) and as output metadata (returned).
+    Zero counters are tagged too, so a run that found nothing says so."""
+    counts = {name: int(value) for name, value in counters.items()}
+    text = ", ".join(f"{name}={value}" for name, value in counts.items())
+    context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
+    instance = getattr(context, "instance", None)
+    run_id = getattr(context, "run_id", None)
+    if instance is not None and run_id:
+        instance.add_run_tags(run_id, {f"{COUNT_TAG_PREFIX}{name}": str(value) for name, value in counts.items()})
+    return {f"summary_{name}": dg.MetadataValue.int(value) for name, value in counts.items()}
+
+
 __all__ = [
+    "COUNT_TAG_PREFIX",
     "DEFAULT_OP_POLICY",
     "aws_errors",
     "config_schema",
@@ -172,4 +234,7 @@ __all__ = [
     "metadata_from",
     "params_from_config",
     "retry_requested",
+    "rounded",
+    "run_summary",
+    "table_from",
 ]
