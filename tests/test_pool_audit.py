@@ -505,7 +505,7 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws):
     assert isinstance(per_pool, dg.TableMetadataValue)
     assert len(per_pool.schema.columns) <= 4, "the asset page shows a table of at most 4 columns inline"
     small = next(r.data for r in per_pool.records if r.data["pool"] == "small")
-    assert small == {"pool": "small", "compute USD/h": 0.08, "idle USD/h": 0.02, "running (busy/idle)": "4 (3/1)"}
+    assert small == {"pool": "small", "compute USD/h": 0.08, "idle USD/h": 0.02, "busy/idle": "3/1"}
     problems = [r.data["left out of the totals because"] for r in meta["problems"].value.records]
     assert any("x9.huge is not in the price list" in p for p in problems)
     assert meta["snapshot"].value.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")

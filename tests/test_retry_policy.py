@@ -295,8 +295,8 @@ def test_timeline_of_exponential_with_full_jitter():
     assert t.total == 75
     md = t.to_markdown()
     assert "| 5 | 40s | 0s - 40s | 1m15s | 1m15s |" in md
-    # 0, 5, 15, 35, 75 s on 32 characters
-    assert [i for i, c in enumerate(t.sketch()) if c == "●"] == [0, 2, 6, 14, 31]
+    # 0, 5, 15, 35, 75 s on 20 characters
+    assert [i for i, c in enumerate(t.sketch()) if c == "●"] == [0, 1, 4, 9, 19]
 
 
 def test_timeline_worst_case_with_jitter_and_a_horizon_for_unlimited_policies():

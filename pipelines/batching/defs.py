@@ -23,7 +23,7 @@ from pipelines.batching.decider import (
     valid_partition_names,
 )
 from pipelines.batching.params import ReceiverBatchesParams
-from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from pipelines.common.defs import aws_errors, config_schema, params_from_config, run_summary
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 # The first day a backfill can target. 100 receivers x 366 days = 36,600 partitions, well within
@@ -99,6 +99,8 @@ def receiver_batches(
         f"{receiver} {day}: {len(report.batches)} batch time(s), {len(report.files)} file(s), "
         f"{report.records_batched} record(s); {report.still_pending} still pending"
     )
+    counters = {"batches_sent": 0 if params.dry_run else len(report.files), "records_batched": report.records_batched}
+    run_summary(context, f"batches of {receiver} for {day}", counters, "dry run" if params.dry_run else "")
     return dg.MaterializeResult(metadata=metadata)
 
 

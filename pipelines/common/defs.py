@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -27,7 +28,9 @@ from typing import Any, TypeVar
 
 import dagster as dg
 
+from pipelines.common import summary
 from pipelines.common.params import ParamsError, ParamSpec, parse_params, specs
+from pipelines.common.summary import COUNT_TAG_PREFIX
 from pipelines.retry.aws import ErrorKind, classify_aws_error
 from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponential
 from resources.errors import explain_aws_error
@@ -207,22 +210,65 @@ def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) ->
 
 # --------------------------------------------------------------------------- run summaries
 
-COUNT_TAG_PREFIX = "groundskeeper/count/"
-"""Run tags ``groundskeeper/count/<counter>`` hold what a run did; ``operations_summary`` adds them up."""
 
-
-def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> dict[str, Any]:
-    """How a job ends: one ``summary:`` log line, the counters as run tags (run-level metadata,
-    shown on the run's page and searchable in the runs list) and as output metadata (returned).
-    Zero counters are tagged too, so a run that found nothing says so."""
+def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> None:
+    """How a job ends: one ``summary:`` log line and the counters as run tags
+    ``groundskeeper/count/<counter>`` (run-level metadata: on the run's page, filterable in the
+    runs list, added up by ``operations_summary``). Zero counters are tagged too, so a run that
+    found nothing says so. Called again in the same run (several partitions in one run), the
+    counts add up."""
     counts = {name: int(value) for name, value in counters.items()}
     text = ", ".join(f"{name}={value}" for name, value in counts.items())
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
-    instance = getattr(context, "instance", None)
-    run_id = getattr(context, "run_id", None)
-    if instance is not None and run_id:
-        instance.add_run_tags(run_id, {f"{COUNT_TAG_PREFIX}{name}": str(value) for name, value in counts.items()})
-    return {f"summary_{name}": dg.MetadataValue.int(value) for name, value in counts.items()}
+    run = context.instance.get_run_by_id(context.run_id)
+    tags = run.tags if run is not None else {}
+    context.instance.add_run_tags(
+        context.run_id,
+        {
+            f"{COUNT_TAG_PREFIX}{name}": str(value + int(tags.get(f"{COUNT_TAG_PREFIX}{name}", "0") or 0))
+            for name, value in counts.items()
+        },
+    )
+
+
+def operations_summary_asset() -> dg.AssetsDefinition:
+    """The ``operations_summary`` asset: per capability, the counters of the runs of the last 24
+    hours and 7 days (their ``groundskeeper/count/...`` tags, see :func:`run_summary`)."""
+
+    @dg.asset(
+        name="operations_summary",
+        group_name="operations",
+        description=(
+            "What the jobs did, per capability, over the last 24 hours and 7 days: reclaimed, retried, "
+            "dead-lettered, redriven, batches sent, zombies collected. Added up from the runs' "
+            "`groundskeeper/count/<counter>` tags, which every job sets as it ends."
+        ),
+        tags={"groundskeeper/capability": "operations"},
+    )
+    def operations_summary(context) -> dg.MaterializeResult:  # no annotation: this module has lazy annotations
+        now = dt.datetime.now(dt.UTC)
+        records = context.instance.get_run_records(
+            filters=dg.RunsFilter(created_after=now - summary.WINDOWS["last_7d"]), limit=SUMMARY_RUN_LIMIT
+        )
+        runs = [summary.run_counts(r.dagster_run.job_name, r.create_timestamp, r.dagster_run.tags) for r in records]
+        rows = summary.add_up(runs, now)
+        figures = summary.totals(rows)
+        context.log.info(
+            f"summary: operations over {len(runs)} runs of the last 7 days; last 24 h: "
+            + ", ".join(f"{k}={v}" for k, v in figures.items())
+        )
+        metadata = metadata_from({f"{k}_24h": v for k, v in figures.items()})
+        metadata["per_capability"] = table_from(
+            rows, {"capability": "capability", "counter": "counter", "last_24h": "24 h", "last_7d": "7 days"}
+        )
+        metadata["runs_read"] = dg.MetadataValue.int(len(runs))
+        return dg.MaterializeResult(metadata=metadata)
+
+    return operations_summary
+
+
+SUMMARY_RUN_LIMIT = 20_000
+"""Runs ``operations_summary`` reads at most (the newest of the last 7 days)."""
 
 
 __all__ = [
@@ -232,6 +278,7 @@ __all__ = [
     "config_schema",
     "flat_config",
     "metadata_from",
+    "operations_summary_asset",
     "params_from_config",
     "retry_requested",
     "rounded",

@@ -41,7 +41,7 @@ class Timeline:
     def worst_case(self) -> float:
         return self.steps[-1].worst_case if self.steps else 0.0
 
-    def sketch(self, width: int = 32) -> str:
+    def sketch(self, width: int = 20) -> str:
         """The attempts on a line, ``●`` at each attempt's start (nominal, scaled to this policy's
         total time), ``…`` at the end when the simulation ran out before the policy stopped."""
         line = ["─"] * width

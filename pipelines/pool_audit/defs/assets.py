@@ -29,7 +29,7 @@ POOL_COLUMNS = {
     "pool": "pool",
     "compute_cost_usd_per_hour": "compute USD/h",
     "idle_cost_usd_per_hour": "idle USD/h",
-    "instances": "running (busy/idle)",
+    "instances": "busy/idle",
 }
 REPORT_COLUMNS = {"pool": "pool", "cost_usd": "USD", "idle_cost_usd": "idle USD", "idle_share_pct": "idle %"}
 COUNTERS = (
@@ -53,7 +53,7 @@ COUNTERS = (
 def _pool_rows(table) -> list[dict[str, Any]]:
     rows = table.to_dict("records")
     for row in rows:
-        row["instances"] = f"{int(row['running'])} ({int(row['busy'])}/{int(row['idle'])})"
+        row["instances"] = f"{int(row['busy'])}/{int(row['idle'])}"
     return rows
 
 
