@@ -11,6 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.batching.defs import build_defs as batching_defs
+from pipelines.common.defs import operations_summary_asset
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.defs import build_defs as fleet_defs
@@ -63,6 +64,8 @@ def build_definitions(deployment: str) -> dg.Definitions:
         capabilities,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(deployment, asset_graph=lambda: built[0].resolve_asset_graph()),
+        # operations_summary spans capabilities: it adds up every job's run_summary counters.
+        dg.Definitions(assets=[operations_summary_asset()]),
         # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
         # choose the multiprocess executor themselves): no second process importing the code
         # location per step, also for asset jobs and backfills launched from the UI.

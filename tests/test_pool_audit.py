@@ -41,7 +41,7 @@ from pipelines.pool_audit.defs import (
 )
 from pipelines.pool_audit.housekeeping import message_params
 from pipelines.pool_audit.prices import PriceList, load_price_list
-from pipelines.pool_audit.render import cost_chart_svg
+from pipelines.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
 from resources import resources_for
 
 AMI = "ami-12c6146b"
@@ -282,6 +282,25 @@ def test_cost_chart_is_valid_svg_with_the_idle_part_highlighted():
     assert ET.fromstring(cost_chart_svg(report.iloc[0:0], "empty")) is not None
 
 
+def test_cost_chart_text_stays_inline_and_counts_the_pools_it_leaves_out():
+    report = pd.DataFrame(
+        {
+            "pool": [f"pool-{n:02d}" for n in range(60)],
+            "cost_usd": [60.0 - n for n in range(60)],
+            "busy_cost_usd": [30.0] * 60,
+            "idle_cost_usd": [30.0 - n / 2 for n in range(60)],
+            "idle_share_pct": [50.0] * 60,
+        }
+    )
+    chart = cost_chart_text(report)
+    assert len(chart) < INLINE_MARKDOWN_LIMIT
+    first = chart.splitlines()[1]
+    assert first.startswith("pool-00 ") and first.count("█") == 12 and first.count("░") == 12
+    assert "$60.00 idle 50.0%" in first
+    assert "more pools in the CSV" in chart
+    assert cost_chart_text(report.iloc[0:0]) == "no priced snapshots for this day"
+
+
 # ---------------------------------------------------------------- against moto
 
 
@@ -466,20 +485,29 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws):
     assert result.success
     meta = result.asset_materializations_for_node("pool_audit")[0].metadata
     # Without the pending hook moto shows small4 running, with its running job: busy.
-    assert meta["running"].value == 6
-    assert meta["busy"].value == 3
-    assert meta["idle"].value == 3
-    assert meta["untagged_instances"].value == 1
-    assert meta["unknown_pool_instances"].value == 1
+    counters = meta["counters"].value
+    assert (counters["running"], counters["busy"], counters["idle"]) == (6, 3, 3)
+    assert counters["untagged_instances"] == 1
+    assert counters["unknown_pool_instances"] == 1
     assert meta["pools_with_problems"].value == 2
     expected_compute = 4 * 0.0208 + 2 * 0.17 * load_price_list().spot_factor + 0  # shipped list prices
-    assert meta["total_compute_cost_usd_per_hour"].value == pytest.approx(expected_compute)
-    assert meta["pools"].value == 5
-    assert (
-        "| small | pool | t3.small | False | 1 | 4 | 0 | 1 | 3 | 1 | 0 | 0.0208 | 0.0832 | 0.0208 | 75.0000 |  |"
-        in (meta["per_pool"].value)
-    )
-    assert "x9.huge is not in the price list" in meta["problems"].value
+    assert meta["total_compute_cost_usd_per_hour"].value == round(expected_compute, 2)  # cents
+    assert counters["pools"] == 5
+    # key figures first; the counters are one entry, not a series each in the Plots tab
+    assert list(meta)[:4] == [
+        "total_compute_cost_usd_per_hour",
+        "total_idle_cost_usd_per_hour",
+        "utilization_pct",
+        "pools_with_problems",
+    ]
+    assert not {"busy", "cloudwatch_calls", "compute_seconds"} & set(meta)
+    per_pool = meta["per_pool"].value
+    assert isinstance(per_pool, dg.TableMetadataValue)
+    assert len(per_pool.schema.columns) <= 4, "the asset page shows a table of at most 4 columns inline"
+    small = next(r.data for r in per_pool.records if r.data["pool"] == "small")
+    assert small == {"pool": "small", "compute USD/h": 0.08, "idle USD/h": 0.02, "busy/idle": "3/1"}
+    problems = [r.data["left out of the totals because"] for r in meta["problems"].value.records]
+    assert any("x9.huge is not in the price list" in p for p in problems)
     assert meta["snapshot"].value.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
     assert checks[CHECK_IDLE_COST].passed  # well under 5 USD/h
@@ -501,7 +529,7 @@ def test_dry_run_writes_nothing(aws):
     meta = result.asset_materializations_for_node("pool_audit")[0].metadata
     assert meta["dry_run"].value is True
     assert "snapshot" not in meta
-    assert meta["cloudwatch_calls"].value == 0
+    assert meta["counters"].value["cloudwatch_calls"] == 0
     s3 = aws.client("s3")
     assert s3.list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="pool-audit/")["KeyCount"] == 0
     assert aws.client("cloudwatch").list_metrics(Namespace="RunsFleet")["Metrics"] == []
@@ -523,10 +551,11 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
 
     result = _materialize(aws, [pool_cost_report], partition_key="2026-11-21")
     meta = result.asset_materializations_for_node("pool_cost_report")[0].metadata
-    assert meta["cost_usd"].value == pytest.approx(0.75 * per_hour)
-    assert meta["idle_share_pct"].value == pytest.approx(100 * idle_per_hour / per_hour)
-    assert meta["chart"].value.startswith("![pool cost 2026-11-21](data:image/svg+xml;base64,")
-    assert "| spotty |" in meta["per_pool"].value
+    assert meta["cost_usd"].value == round(0.75 * per_hour, 2)
+    assert meta["idle_share_pct"].value == round(100 * idle_per_hour / per_hour, 1)
+    chart = meta["chart"].value
+    assert len(chart) < INLINE_MARKDOWN_LIMIT and chart.startswith("```") and "spotty" in chart and "░" in chart
+    assert [r.data["pool"] for r in meta["per_pool"].value.records][:2] == ["spotty", "small"]
     s3 = aws.client("s3")
     svg = s3.get_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/chart.svg")["Body"].read()
     assert b"spotty" in svg
@@ -557,9 +586,8 @@ def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(
     assert [m.asset_key for m in mats] == [dg.AssetKey("pool_audit")]
     meta = mats[0].metadata
     assert meta["triggered_by"].value == "housekeeping message task_type=pool_audit"
-    assert meta["running"].value == 6
-    assert meta["busy"].value == 3
-    assert meta["pools"].value == 5
+    counters = meta["counters"].value
+    assert (counters["running"], counters["busy"], counters["pools"]) == (6, 3, 5)
     snapshot = meta["snapshot"].value
     assert snapshot.startswith(f"s3://{aws.env['RUNS_FLEET_ARCHIVE_BUCKET']}/pool-audit/snapshots/")
     aws.client("s3").head_object(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=snapshot.split("/", 3)[3])

@@ -262,7 +262,16 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     )
     assert result.success
     metadata = result.asset_materializations_for_node("retry_policies")[0].metadata
-    document = metadata["timelines"].value
+    table = metadata["timelines"].value
+    assert isinstance(table, dg.TableMetadataValue) and len(table.schema.columns) <= 4  # inline on the page
+    rows = {r.data["policy"]: r.data for r in table.records}
+    assert rows["exponential, 5 attempts"]["attempts"] == "5"
+    assert rows["exponential, 5 attempts"]["over (worst case)"].startswith("40m (")
+    sketch = rows["exponential, 5 attempts"]["timeline"]
+    assert sketch[0] == sketch[-1] == "●" and len(sketch) == 20  # attempts 1 and 5 at the ends
+    assert rows["typo"]["timeline"].startswith("invalid policy")
+    assert set(rows) >= {f"preset {name}" for name in PRESETS} | {"job flaky_job"}
+    document = metadata["waits"].value
     for name in PRESETS:
         assert f"### preset {name}" in document
     assert "### job flaky_job" in document
@@ -358,3 +367,16 @@ def test_a_run_tag_naming_an_unregistered_function_is_refused_before_import(inst
     data = sensor.evaluate_tick(context)
     assert not data.run_requests
     assert json.loads(data.cursor)["pending"] == {}
+
+
+def test_locally_retry_policies_is_materialized_once_when_never_materialized(instance):
+    from pipelines.definitions import build_definitions
+
+    assert "retry_policies_on_start" not in {s.name for s in build_definitions("prod").sensors or []}
+    local = build_definitions("local")
+    sensor = local.resolve_sensor_def("retry_policies_on_start")
+    first = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=local))
+    assert [r.run_key for r in first.run_requests] == ["first-materialization"]
+    dg.materialize([local.resolve_assets_def("retry_policies")], instance=instance)
+    again = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=local))
+    assert not again.run_requests and "is materialized" in again.skip_message

@@ -295,6 +295,8 @@ def test_timeline_of_exponential_with_full_jitter():
     assert t.total == 75
     md = t.to_markdown()
     assert "| 5 | 40s | 0s - 40s | 1m15s | 1m15s |" in md
+    # 0, 5, 15, 35, 75 s on 20 characters
+    assert [i for i, c in enumerate(t.sketch()) if c == "●"] == [0, 1, 4, 9, 19]
 
 
 def test_timeline_worst_case_with_jitter_and_a_horizon_for_unlimited_policies():
@@ -302,6 +304,7 @@ def test_timeline_worst_case_with_jitter_and_a_horizon_for_unlimited_policies():
     assert [s.worst_case for s in t.steps] == pytest.approx([1.1, 18.7, 107.8])
     assert not t.stopped
     assert "simulation stops at 4 attempts" in t.to_markdown()
+    assert t.sketch().endswith("…")
     assert timeline(preset("temporal")).attempts == 30
     assert timeline(none()).steps == ()
     assert timeline(none()).stopped

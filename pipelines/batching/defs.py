@@ -26,7 +26,7 @@ from pipelines.batching.decider import (
     valid_partition_names,
 )
 from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
-from pipelines.common.defs import active_run, aws_errors, config_schema, params_from_config, still_going
+from pipelines.common.defs import active_run, aws_errors, config_schema, params_from_config, run_summary, still_going
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -100,6 +100,8 @@ def receiver_batches(
         f"{receiver} {day}: {len(report.batches)} batch time(s), {len(report.files)} file(s), "
         f"{report.records_batched} record(s); {report.still_pending} still pending"
     )
+    counters = {"batches_sent": 0 if params.dry_run else len(report.files), "records_batched": report.records_batched}
+    run_summary(context, f"batches of {receiver} for {day}", counters, "dry run" if params.dry_run else "")
     return dg.MaterializeResult(metadata=metadata)
 
 

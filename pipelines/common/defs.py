@@ -15,18 +15,26 @@
 - :func:`active_run` / :func:`exclusive_schedule`: the one "is a run of this job still queued or
   running" check, for sensors and schedules that skip their tick (with a ``SkipReason`` naming the
   run) instead of piling up runs in the queue.
+- :func:`metadata_from` / :func:`table_from`: a result dict as UI metadata, rows as a table;
+  money (``*_usd``, ``*_usd_per_hour``) rounded to cents and percentages (``*_pct``) to one decimal.
+- :func:`run_summary`: how every job ends: one log line and the run's counters as run tags
+  (``groundskeeper/count/<name>``), which ``operations_summary`` adds up across runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import math
 import random
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 import dagster as dg
 
+from pipelines.common import summary
 from pipelines.common.params import ParamsError, ParamSpec, parse_params, specs
+from pipelines.common.summary import COUNT_TAG_PREFIX
 from pipelines.retry.aws import ErrorKind, classify_aws_error
 from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponential
 from resources.errors import explain_aws_error
@@ -149,9 +157,22 @@ def aws_errors(context: Any, policy: RetryPolicy | None = None) -> Iterator[None
 # ------------------------------------------------------------------------------ metadata
 
 
+def rounded(key: str, value: Any) -> Any:
+    """Money to cents, percentages to one decimal, by the key's suffix; NaN as None."""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return value
+    if math.isnan(value):
+        return None
+    if key.endswith(("_usd", "_usd_per_hour")):
+        return round(value, 2)
+    if key.endswith("_pct"):
+        return round(value, 1)
+    return value
+
+
 def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A result as UI metadata: numbers and flags as such, text as text, the rest as JSON.
-    Empty values are left out."""
+    """A result as UI metadata: numbers and flags as such (money and percentages rounded, see
+    :func:`rounded`), text as text, the rest as JSON. Empty values are left out."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, bool):
@@ -159,7 +180,7 @@ def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(value, int):
             out[key] = dg.MetadataValue.int(value)
         elif isinstance(value, float):
-            out[key] = dg.MetadataValue.float(value)
+            out[key] = dg.MetadataValue.float(rounded(key, value))
         elif isinstance(value, str):
             out[key] = dg.MetadataValue.text(value)
         elif value:
@@ -228,7 +249,95 @@ def exclusive_schedule(
     )
 
 
+_COLUMN_TYPES = {bool: "bool", int: "int", float: "float"}
+
+
+def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) -> dg.TableMetadataValue:
+    """Rows as a ``dg.TableMetadataValue``. ``columns`` maps a row key to its header, in order;
+    values are rounded by the key (:func:`rounded`). The asset page shows a table of at most 4
+    columns inline, a wider one behind a link: keep the inline ones narrow."""
+    records, kinds = [], dict.fromkeys(columns, "string")
+    for row in rows:
+        data = {}
+        for key, header in columns.items():
+            value = row.get(key)
+            if hasattr(value, "item"):  # numpy scalars from pandas rows
+                value = value.item()
+            value = rounded(key, value)
+            if value is not None and not isinstance(value, (bool, int, float, str)):
+                value = str(value)
+            kinds[key] = _COLUMN_TYPES.get(type(value), "string") if value is not None else kinds[key]
+            data[header] = value
+        records.append(dg.TableRecord(data=data))
+    schema = dg.TableSchema(columns=[dg.TableColumn(header, kinds[key]) for key, header in columns.items()])
+    return dg.TableMetadataValue(records=records, schema=schema)
+
+
+# --------------------------------------------------------------------------- run summaries
+
+
+def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> None:
+    """How a job ends: one ``summary:`` log line and the counters as run tags
+    ``groundskeeper/count/<counter>`` (run-level metadata: on the run's page, filterable in the
+    runs list, added up by ``operations_summary``). Zero counters are tagged too, so a run that
+    found nothing says so. Called again in the same run (several partitions in one run), the
+    counts add up."""
+    counts = {name: int(value) for name, value in counters.items()}
+    text = ", ".join(f"{name}={value}" for name, value in counts.items())
+    context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
+    run = context.instance.get_run_by_id(context.run_id)
+    tags = run.tags if run is not None else {}
+    context.instance.add_run_tags(
+        context.run_id,
+        {
+            f"{COUNT_TAG_PREFIX}{name}": str(value + int(tags.get(f"{COUNT_TAG_PREFIX}{name}", "0") or 0))
+            for name, value in counts.items()
+        },
+    )
+
+
+def operations_summary_asset() -> dg.AssetsDefinition:
+    """The ``operations_summary`` asset: per capability, the counters of the runs of the last 24
+    hours and 7 days (their ``groundskeeper/count/...`` tags, see :func:`run_summary`)."""
+
+    @dg.asset(
+        name="operations_summary",
+        group_name="operations",
+        description=(
+            "What the jobs did, per capability, over the last 24 hours and 7 days: reclaimed, retried, "
+            "dead-lettered, redriven, batches sent, zombies collected. Added up from the runs' "
+            "`groundskeeper/count/<counter>` tags, which every job sets as it ends."
+        ),
+        tags={"groundskeeper/capability": "operations"},
+    )
+    def operations_summary(context) -> dg.MaterializeResult:  # no annotation: this module has lazy annotations
+        now = dt.datetime.now(dt.UTC)
+        records = context.instance.get_run_records(
+            filters=dg.RunsFilter(created_after=now - summary.WINDOWS["last_7d"]), limit=SUMMARY_RUN_LIMIT
+        )
+        runs = [summary.run_counts(r.dagster_run.job_name, r.create_timestamp, r.dagster_run.tags) for r in records]
+        rows = summary.add_up(runs, now)
+        figures = summary.totals(rows)
+        context.log.info(
+            f"summary: operations over {len(runs)} runs of the last 7 days; last 24 h: "
+            + ", ".join(f"{k}={v}" for k, v in figures.items())
+        )
+        metadata = metadata_from({f"{k}_24h": v for k, v in figures.items()})
+        metadata["per_capability"] = table_from(
+            rows, {"capability": "capability", "counter": "counter", "last_24h": "24 h", "last_7d": "7 days"}
+        )
+        metadata["runs_read"] = dg.MetadataValue.int(len(runs))
+        return dg.MaterializeResult(metadata=metadata)
+
+    return operations_summary
+
+
+SUMMARY_RUN_LIMIT = 20_000
+"""Runs ``operations_summary`` reads at most (the newest of the last 7 days)."""
+
+
 __all__ = [
+    "COUNT_TAG_PREFIX",
     "ACTIVE_STATUSES",
     "DEFAULT_OP_POLICY",
     "active_run",
@@ -238,6 +347,10 @@ __all__ = [
     "config_schema",
     "flat_config",
     "metadata_from",
+    "operations_summary_asset",
     "params_from_config",
     "retry_requested",
+    "rounded",
+    "run_summary",
+    "table_from",
 ]

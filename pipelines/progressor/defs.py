@@ -7,7 +7,14 @@ per target namespace, a health asset per namespace with its checks, and local de
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, exclusive_schedule, flat_config, metadata_from, params_from_config
+from pipelines.common.defs import (
+    aws_errors,
+    exclusive_schedule,
+    flat_config,
+    metadata_from,
+    params_from_config,
+    run_summary,
+)
 from pipelines.progressor.collector import Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
@@ -51,6 +58,8 @@ def collect_op(
     if not params.dry_run:
         _put(context, cloudwatch, progressor_db, collection_datums(params.namespace, counts.collected))
     result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    counters = {"zombies_collected": counts.collected, "retried": counts.retried, "errored": counts.errored}
+    run_summary(context, f"progressor {params.namespace}", counters, "dry run" if params.dry_run else "")
     return dg.Output(result, metadata=metadata_from(result))
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import dagster as dg
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from pipelines.common.defs import aws_errors, config_schema, params_from_config, table_from
 from pipelines.common.params import param
 from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import RetryPolicyError, none
@@ -40,9 +40,14 @@ class RetryPoliciesParams:
     )
 
 
-def policy_tables(named: dict[str, str], horizon: int) -> tuple[str, int]:
-    """One markdown document with a timeline table per policy; bad policies are reported inline."""
-    sections = []
+TIMELINE_COLUMNS = {"policy": "policy", "attempts": "attempts", "over": "over (worst case)", "timeline": "timeline"}
+"""The inline table: 4 columns, the most the asset page shows without a link."""
+
+
+def policy_rows(named: dict[str, str], horizon: int) -> tuple[list[dict], str]:
+    """One row per policy for the compact table (its timeline sketched on a line) and one
+    markdown document with every policy's wait-by-wait table; bad policies are reported in both."""
+    rows, sections = [], []
     for name, text in named.items():
         try:
             policy = policy_from_text(text)
@@ -55,9 +60,13 @@ def policy_tables(named: dict[str, str], horizon: int) -> tuple[str, int]:
             sections.append(
                 f"### {name}\n\n{summary}\n" + (f"\nSource: {source}\n" if source else "") + f"\n{t.to_markdown()}"
             )
+            attempts = f"{t.attempts}" if t.stopped else f"{t.attempts}+"
+            over = f"{human(t.total)} ({human(t.worst_case)})"
+            rows.append({"policy": name, "attempts": attempts, "over": over, "timeline": t.sketch()})
         except RetryPolicyError as exc:
             sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")
-    return "\n".join(sections), len(sections)
+            rows.append({"policy": name, "attempts": "-", "over": "-", "timeline": f"invalid policy: {exc}"})
+    return rows, "\n".join(sections)
 
 
 def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
@@ -68,19 +77,23 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     @dg.asset(
         name="retry_policies",
         group_name="retry",
-        description="Every built-in and configured retry policy as a timeline: what each means in hours.",
+        description=(
+            "Every built-in and configured retry policy as a timeline: what each means in hours. "
+            "`timelines` sketches each policy's attempts on a line; `waits` lists every wait."
+        ),
         tags={"groundskeeper/capability": "retry"},
         config_schema=config_schema(RetryPoliciesParams),
     )
     def retry_policies(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         params = params_from_config(context, RetryPoliciesParams)
         named = {**{f"preset {name}": name for name in PRESETS}, **tagged, **params.policies}
-        document, count = policy_tables(named, params.horizon)
-        context.log.info(f"rendered {count} retry policies")
+        rows, document = policy_rows(named, params.horizon)
+        context.log.info(f"rendered {len(rows)} retry policies")
         return dg.MaterializeResult(
             metadata={
-                "policies": dg.MetadataValue.int(count),
-                "timelines": dg.MetadataValue.md(document),
+                "policies": dg.MetadataValue.int(len(rows)),
+                "timelines": table_from(rows, TIMELINE_COLUMNS),  # inline on the asset page
+                "waits": dg.MetadataValue.md(document),  # every wait, behind "[Show Markdown]"
             }
         )
 
@@ -135,8 +148,30 @@ def retry_demo():
     throttled_until_attempt()
 
 
+def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorDefinition:
+    """Local only: materializes ``asset`` once when it was never materialized, so ``make dev``
+    opens on a rendered ``retry_policies`` page rather than "Never materialized"."""
+
+    @dg.sensor(
+        name="retry_policies_on_start",
+        target=asset,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        minimum_interval_seconds=30,
+        description="Local only: materializes retry_policies once when it was never materialized.",
+    )
+    def retry_policies_on_start(context: dg.SensorEvaluationContext):
+        if context.instance.get_latest_materialization_event(asset.key) is not None:
+            return dg.SkipReason(f"{asset.key.to_user_string()} is materialized; nothing to do")
+        # the run key makes this one run per instance, also if it is still queued on the next tick
+        return dg.RunRequest(run_key="first-materialization")
+
+    return retry_policies_on_start
+
+
 def build_defs(deployment: str, jobs: Sequence = ()) -> dg.Definitions:
     """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
-    with) and, locally, the ``retry_demo`` job."""
+    with) and, locally, the ``retry_demo`` job and the sensor that materializes the asset once."""
     own_jobs = [retry_demo] if deployment == "local" else []
-    return dg.Definitions(assets=[build_retry_policies_asset([*jobs, *own_jobs])], jobs=own_jobs)
+    asset = build_retry_policies_asset([*jobs, *own_jobs])
+    sensors = [build_first_materialization_sensor(asset)] if deployment == "local" else []
+    return dg.Definitions(assets=[asset], jobs=own_jobs, sensors=sensors)

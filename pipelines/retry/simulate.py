@@ -41,6 +41,16 @@ class Timeline:
     def worst_case(self) -> float:
         return self.steps[-1].worst_case if self.steps else 0.0
 
+    def sketch(self, width: int = 20) -> str:
+        """The attempts on a line, ``●`` at each attempt's start (nominal, scaled to this policy's
+        total time), ``…`` at the end when the simulation ran out before the policy stopped."""
+        line = ["─"] * width
+        for cumulative in (0.0, *(s.cumulative for s in self.steps)):
+            line[round(cumulative / self.total * (width - 1)) if self.total else 0] = "●"
+        if not self.steps:
+            line = ["●"]
+        return "".join(line) + ("" if self.stopped else "…")
+
     def to_markdown(self) -> str:
         head = "| attempt | wait before it | jitter range | cumulative | worst case |\n|---:|---:|---:|---:|---:|\n"
         rows = "| 1 | 0s (first run) | - | 0s | 0s |\n" + "".join(

@@ -18,7 +18,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config, run_summary
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
 from pipelines.fleet.drain import DrainLimits, QueueDrain, run_with_graceful_stop
@@ -83,6 +83,9 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     if interrupt is not None:
         raise interrupt
     metadata = metadata_from({k: v for k, v in summary.items() if isinstance(v, int | float | str)})
+    queue = drain.queue_url.rsplit("/", 1)[-1]
+    counts = {k: summary[k] for k in drain.report_keys}
+    run_summary(context, f"{queue} drain", counts, f"stopped by {result.stopped_by}")
     keys = drain.handler.archive.keys
     metadata["raw_archive"] = dg.MetadataValue.text(f"s3://{archive_bucket}/{keys[0]}" if keys else "(nothing)")
     return dg.Output(summary, metadata=metadata)
@@ -236,6 +239,8 @@ def redrive_dead_letter_queue(
             settings=settings,
             log=context.log,
         )
+    counts = {"redriven": 0, **{k: v for k, v in result.items() if isinstance(v, int) and not isinstance(v, bool)}}
+    run_summary(context, f"{settings.queue} dead-letter redrive", counts, "dry run" if settings.dry_run else "")
     return dg.Output(result, metadata=metadata_from(result))
 
 

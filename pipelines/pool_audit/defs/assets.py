@@ -11,57 +11,36 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, params_from_config
+from pipelines.common.defs import aws_errors, config_schema, metadata_from, params_from_config, table_from
 from pipelines.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
 from pipelines.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
 from pipelines.pool_audit.housekeeping import HousekeepingAudit
 from pipelines.pool_audit.params import PoolAuditParams, PoolCostReportParams
-from pipelines.pool_audit.render import markdown_table, svg_markdown_image
+from pipelines.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
 ASSET_KEY = dg.AssetKey("pool_audit")
 REPORT_START = "2026-11-01"
 CAPABILITY_TAGS = {"groundskeeper/capability": "pool_audit"}
 
+# The per-pool tables: at most 4 columns, so the asset page shows them inline; key figures first.
+# Every column is in the CSV (the snapshot and report links).
 POOL_COLUMNS = {
     "pool": "pool",
-    "kind": "kind",
-    "instance_type": "type",
-    "spot": "spot",
-    "desired_idle": "desired idle",
-    "running": "running",
-    "pending": "pending",
-    "stopped": "stopped",
-    "busy": "busy",
-    "idle": "idle",
-    "idle_excess": "idle excess",
-    "hourly_price_usd": "USD/h each",
     "compute_cost_usd_per_hour": "compute USD/h",
     "idle_cost_usd_per_hour": "idle USD/h",
-    "utilization_pct": "util %",
-    "problem": "problem",
+    "instances": "busy/idle",
 }
-REPORT_COLUMNS = {
-    "pool": "pool",
-    "cost_usd": "USD",
-    "busy_cost_usd": "busy USD",
-    "idle_cost_usd": "idle USD",
-    "idle_share_pct": "idle %",
-    "avg_running": "avg running",
-    "avg_idle": "avg idle",
-    "hours_covered": "hours covered",
-    "snapshots": "snapshots",
-}
-TOTAL_COUNTS = (
+REPORT_COLUMNS = {"pool": "pool", "cost_usd": "USD", "idle_cost_usd": "idle USD", "idle_share_pct": "idle %"}
+COUNTERS = (
+    "pools",
+    "pools_in_totals",
     "running",
     "pending",
     "stopped",
     "busy",
     "idle",
     "idle_excess",
-    "pools",
-    "pools_in_totals",
-    "pools_with_problems",
     "untagged_instances",
     "unknown_pool_instances",
     "running_left_out_of_totals",
@@ -71,32 +50,47 @@ TOTAL_COUNTS = (
 # ---------------------------------------------------------------- metadata and checks
 
 
+def _pool_rows(table) -> list[dict[str, Any]]:
+    rows = table.to_dict("records")
+    for row in rows:
+        row["instances"] = f"{int(row['busy'])}/{int(row['idle'])}"
+    return rows
+
+
 def audit_metadata(run: AuditRun) -> dict[str, Any]:
+    """Key figures first (the Plots tab draws the numbers: these only); then the per-pool table,
+    and the operational counters folded into one ``counters`` entry."""
     audit, totals = run.audit, run.audit.totals
-    metadata: dict[str, Any] = {
-        "per_pool": dg.MetadataValue.md(markdown_table(audit.table, POOL_COLUMNS)),
-        "total_compute_cost_usd_per_hour": dg.MetadataValue.float(totals["compute_cost_usd_per_hour"]),
-        "total_idle_cost_usd_per_hour": dg.MetadataValue.float(totals["idle_cost_usd_per_hour"]),
-        "utilization_pct": dg.MetadataValue.float(totals["utilization_pct"]),
-        **{key: dg.MetadataValue.int(int(totals[key])) for key in TOTAL_COUNTS},
-        "instances_audited": dg.MetadataValue.int(run.instances),
-        "instances_with_running_jobs": dg.MetadataValue.int(run.running_jobs),
-        "compute_seconds": dg.MetadataValue.float(round(run.compute_seconds, 4)),
-        "price_list": dg.MetadataValue.text(f"{run.prices.source} (as of {run.prices.as_of})"),
-        "taken_at": dg.MetadataValue.timestamp(run.taken_at),
-        "dry_run": dg.MetadataValue.bool(run.dry_run),
-        "cloudwatch_datums": dg.MetadataValue.int(run.metric_datums),
-        "cloudwatch_calls": dg.MetadataValue.int(run.metric_calls),
-    }
+    metadata: dict[str, Any] = metadata_from(
+        {
+            "total_compute_cost_usd_per_hour": float(totals["compute_cost_usd_per_hour"]),
+            "total_idle_cost_usd_per_hour": float(totals["idle_cost_usd_per_hour"]),
+            "utilization_pct": float(totals["utilization_pct"]),
+            "pools_with_problems": int(totals["pools_with_problems"]),
+        }
+    )
+    metadata["per_pool"] = table_from(_pool_rows(audit.table), POOL_COLUMNS)
     problems = audit.problems
     if not problems.empty:
-        metadata["problems"] = dg.MetadataValue.md(
-            markdown_table(problems, {"pool": "pool", "kind": "kind", "problem": "left out of the totals because"})
+        metadata["problems"] = table_from(
+            problems.to_dict("records"), {"pool": "pool", "kind": "kind", "problem": "left out of the totals because"}
         )
     if run.snapshot_key:
         metadata["snapshot"] = dg.MetadataValue.path(f"s3://{run.archive_bucket}/{run.snapshot_key}")
+    counters = {key: int(totals[key]) for key in COUNTERS}
+    counters |= {
+        "instances_audited": run.instances,
+        "instances_with_running_jobs": run.running_jobs,
+        "cloudwatch_datums": run.metric_datums,
+        "cloudwatch_calls": run.metric_calls,
+        "compute_seconds": round(run.compute_seconds, 2),
+    }
+    metadata["counters"] = dg.MetadataValue.json(counters)
     if run.metrics_skipped:
         metadata["metrics_skipped_pools"] = dg.MetadataValue.json(run.metrics_skipped)
+    metadata["price_list"] = dg.MetadataValue.text(f"{run.prices.source} (as of {run.prices.as_of})")
+    metadata["taken_at"] = dg.MetadataValue.timestamp(run.taken_at)
+    metadata["dry_run"] = dg.MetadataValue.bool(run.dry_run)
     return metadata
 
 
@@ -145,7 +139,7 @@ def _log_run(log, run: AuditRun) -> None:
     description=(
         "Snapshot of every fleet pool: running, pending, stopped, busy and idle instances, what they cost "
         "per hour and what idle capacity costs. Publishes PoolComputeCost, PoolIdleCost and PoolUtilization "
-        "and stores the table as CSV under s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/snapshots/."
+        "and stores the table as CSV under `s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/snapshots/`."
     ),
     check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
     config_schema=config_schema(PoolAuditParams),
@@ -216,8 +210,8 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date=REPORT_START, timezon
     deps=[ASSET_KEY],
     description=(
         "USD per pool for one UTC day, time-weighted over that day's pool_audit snapshots, with the idle share "
-        "and a chart (cost per pool, idle part highlighted) shown on this page and stored under "
-        "s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/reports/<day>/."
+        "and a chart (cost per pool, idle part highlighted) shown on this page; the CSV and the chart as SVG "
+        "are stored under `s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/reports/<day>/`."
     ),
     config_schema=config_schema(PoolCostReportParams),
     tags=CAPABILITY_TAGS,
@@ -246,16 +240,19 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
 
 
 def report_metadata(result: DailyReport, bucket: str) -> dict[str, Any]:
+    """Key figures first, then the chart and the per-pool table (both shown inline), then links."""
     t = result.totals
-    metadata: dict[str, Any] = {
-        "chart": dg.MetadataValue.md(svg_markdown_image(result.svg, f"pool cost {result.day}")),
-        "per_pool": dg.MetadataValue.md(markdown_table(result.report, REPORT_COLUMNS)),
-        "cost_usd": dg.MetadataValue.float(t["cost_usd"]),
-        "idle_cost_usd": dg.MetadataValue.float(t["idle_cost_usd"]),
-        "idle_share_pct": dg.MetadataValue.float(t["idle_share_pct"]),
-        "hours_covered": dg.MetadataValue.float(t["hours_covered"]),
-        "snapshots": dg.MetadataValue.int(int(t["snapshots"])),
-    }
+    metadata: dict[str, Any] = metadata_from(
+        {
+            "cost_usd": float(t["cost_usd"]),
+            "idle_cost_usd": float(t["idle_cost_usd"]),
+            "idle_share_pct": float(t["idle_share_pct"]),
+            "hours_covered": round(float(t["hours_covered"]), 2),
+            "snapshots": int(t["snapshots"]),
+        }
+    )
+    metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
+    metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
     if result.csv_key:
         metadata["report_csv"] = dg.MetadataValue.path(f"s3://{bucket}/{result.csv_key}")
     if result.svg_key:

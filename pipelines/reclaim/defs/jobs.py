@@ -14,7 +14,7 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config, run_summary
 from pipelines.reclaim.engine import Counts, reclaim_pass
 from pipelines.reclaim.http import EndpointError
 from pipelines.reclaim.metrics import put_reclaim_metrics
@@ -213,6 +213,8 @@ def report_reclaim(
         f"queued {total.queued}, exhausted {total.exhausted}, raced {total.raced}, skipped {total.skipped}, "
         f"errors {total.errors}, would act on {total.would_act}"
     )
+    counters = {"reclaimed": total.reclaimed, "retried": total.retried, "held": total.held, "errors": total.errors}
+    run_summary(context, f"reclaim {params.tableName}", counters, "dry run" if params.dry_run else "")
     return dg.Output(summary, metadata=metadata_from(summary))
 
 
