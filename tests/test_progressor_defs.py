@@ -17,7 +17,7 @@ from pipelines.progressor.defs import (
     progressor_demo_traffic,
     schedule_for,
 )
-from pipelines.progressor.demo import DemoTraffic, play
+from pipelines.progressor.demo import DemoTraffic, play, seed
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
 from pipelines.progressor.targets import Target, dagster_name, load_targets
@@ -233,6 +233,19 @@ def test_demo_traffic_crashes_a_worker(dsn):
     finally:
         conn.close()
     assert counts["crashed_workers"] == 1
+
+
+def test_make_devs_seed_runs_again_on_the_same_database(dsn):
+    """A restarted ``make dev`` seeds the database it kept: the same round again adds new processes."""
+    traffic = DemoTraffic(namespace=unique_namespace("reseed"))
+    conn = psycopg2.connect(dsn)
+    try:
+        first = seed(conn, traffic)
+        again = seed(conn, traffic)
+    finally:
+        conn.close()
+    assert again["new_processes"] == first["new_processes"], "the second seed adds as many processes as the first"
+    assert again["crashed_workers"] == 2, "and two crashed workers again"
 
 
 def test_demo_traffic_job_runs(dsn):

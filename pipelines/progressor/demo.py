@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+import uuid
 from dataclasses import dataclass
 
 from pipelines.progressor import engine
@@ -68,16 +69,19 @@ def _scan(cur, t: Tables) -> int:
 
 
 def play(conn, traffic: DemoTraffic, tick: int | None = None, rng: random.Random | None = None) -> dict[str, int]:
-    """One round of demo traffic; returns what it did."""
+    """One round of demo traffic; returns what it did. Process ids carry a random part, so a round
+    played again (a retried run, a restarted ``make dev`` on the same database) adds new processes
+    instead of colliding with the ones of an earlier round."""
     tick = int(time.time() // 60) if tick is None else tick
     rng = rng or random.Random(tick)
+    round_id = uuid.uuid4().hex[:8]
     t = create_namespace(conn, traffic.namespace)
     counts = {"finished": 0, "started_from_schedule": 0, "new_processes": 0, "crashed_workers": 0}
     with conn, conn.cursor() as cur:
         counts["finished"] = _finish_running(cur, t)
         counts["started_from_schedule"] = _scan(cur, t)
         for n in range(traffic.new_processes):
-            process_id = f"demo-{tick}-{n}"
+            process_id = f"demo-{tick}-{round_id}-{n}"
             engine.start_process(cur, t, process_id)
             if n % 2:
                 engine.schedule_task(cur, t, process_id, "timeout", in_seconds=rng.randint(20, 90))
@@ -85,7 +89,7 @@ def play(conn, traffic: DemoTraffic, tick: int | None = None, rng: random.Random
                 engine.schedule_task(cur, t, process_id, "call", in_seconds=rng.randint(0, 30))
             counts["new_processes"] += 1
         if tick % traffic.crash_every == 0:
-            process_id = f"demo-{tick}-crashed"
+            process_id = f"demo-{tick}-{round_id}-crashed"
             task_type = "timeout" if (tick // traffic.crash_every) % 2 else "call"
             engine.start_process(cur, t, process_id, task_type=task_type)
             cur.execute(t.sql("UPDATE {running} SET metadata = %s::jsonb WHERE process_id = %s"), (CRASHED, process_id))
@@ -100,7 +104,7 @@ def seed(conn, traffic: DemoTraffic, crashed_minutes_ago: float = 5.0) -> dict[s
     t = create_namespace(conn, traffic.namespace)
     with conn, conn.cursor() as cur:
         for task_type in ("timeout", "call"):
-            process_id = f"demo-seed-crashed-{task_type}-{int(time.time())}"
+            process_id = f"demo-seed-crashed-{task_type}-{uuid.uuid4().hex[:8]}"
             engine.start_process(cur, t, process_id, age_seconds=crashed_minutes_ago * 60, task_type=task_type)
             cur.execute(t.sql("UPDATE {running} SET metadata = %s::jsonb WHERE process_id = %s"), (CRASHED, process_id))
     counts["crashed_workers"] += 2
