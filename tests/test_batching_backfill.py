@@ -1,7 +1,6 @@
 """Backfills of receiver_batches: the asset alone in one process, the day range, receivers by hand."""
 
 import datetime as dt
-import time
 
 import dagster as dg
 import pytest
@@ -40,11 +39,10 @@ def test_a_ui_backfill_runs_the_asset_alone_in_process(aws):
     put_records(aws, "fine", [T10 - dt.timedelta(minutes=1)])
     with dg.instance_for_test() as instance:
         instance.add_dynamic_partitions(receivers_partitions.name, ["fine"])
-        started = time.monotonic()
         result = job.execute_in_process(
             partition_key="2026-11-20|fine", instance=instance, resources=resources_for("local")
         )
-        assert result.success and time.monotonic() - started < 10
+        assert result.success
         assert result.get_asset_check_evaluations() == []
         assert [e.step_key for e in result.get_step_success_events()] == ["receiver_batches"]
     assert pending_ids(aws, "fine") == set()
