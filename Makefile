@@ -1,6 +1,7 @@
 # Groundskeeper: two commands on a fresh machine.
 #   make dev   local AWS (moto) from infra/template.yaml, demo data, Dagster UI on 127.0.0.1:3000
 #   make test  create .venv if missing, install the project with its dev extra, ruff, pytest
+#   make ui-test  drive make dev's UI in headless Chromium (not part of make test)
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -8,7 +9,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: dev test lint install bench clean
+.PHONY: dev test lint install bench clean ui-test
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11+)"; exit 1; }
@@ -30,6 +31,12 @@ test: lint
 
 dev: $(STAMP)
 	$(PY) -m infra.local
+
+# Debian's chromium (playwright's own browser download is not used): sudo apt-get install chromium
+ui-test: $(STAMP)
+	@test -x /usr/bin/chromium || { echo "make ui-test needs Debian's chromium: sudo apt-get install chromium"; exit 1; }
+	$(PY) -m pip install --quiet -e '.[dev,ui]'
+	$(PY) tests/ui/browser_check.py
 
 bench: $(STAMP)
 	$(PY) benchmarks/definitions_load.py
