@@ -1,4 +1,4 @@
-"""The progressor database (seed 003): a libpq URL from ``PROGRESSOR_DSN``, connections through psycopg2.
+"""The progressor database: a libpq URL from ``PROGRESSOR_DSN``, connections through psycopg2.
 
 psycopg2 comes with dagster-postgres already; psycopg 3 is deliberately not installed (with SQLAlchemy
 2.1 it would change what a bare ``postgresql://`` means to dagster-postgres, see ``infra/dagster.prod.yaml``).

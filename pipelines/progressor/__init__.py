@@ -1,1 +1,1 @@
-"""Progressor zombie collection (seed 003): plain logic over psycopg2; Dagster wiring in ``defs.py``."""
+"""Progressor zombie collection: plain logic over psycopg2; Dagster wiring in ``defs.py``."""

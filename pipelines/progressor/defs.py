@@ -1,4 +1,4 @@
-"""Dagster wiring for progressor (seed 003): the ``collect_zombies`` job (flat run config), one schedule
+"""Dagster wiring for progressor: the ``collect_zombies`` job (flat run config), one schedule
 per target namespace, a health asset per namespace with its checks, and local demo traffic.
 
 ``dagster job execute -m pipelines.definitions -j collect_zombies -c cfg.json`` with
