@@ -58,27 +58,28 @@ def test_there_are_capabilities_to_check():
     assert {"reclaim", "fleet", "batching"} <= set(_capabilities())
 
 
+def _imports_of_packages_or_sensors(package: str, packages: set[str]) -> list[str]:
+    """``path imports name`` for each import in ``package`` of one of ``packages`` (or below
+    them) or of the top-level ``sensors``."""
+    return [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _modules(package)
+        for name in _imports(path)
+        if any(name == p or name.startswith(p + ".") for p in packages) or name.split(".")[0] == "sensors"
+    ]
+
+
 @pytest.mark.parametrize("capability", _capabilities())
 def test_a_capability_imports_no_other_capability(capability):
     others = {f"pipelines.{c}" for c in _capabilities() if c != capability}
-    offending = [
-        f"{path.relative_to(ROOT)} imports {name}"
-        for path in _modules(f"pipelines/{capability}")
-        for name in _imports(path)
-        if any(name == o or name.startswith(o + ".") for o in others) or name.split(".")[0] == "sensors"
-    ]
+    offending = _imports_of_packages_or_sensors(f"pipelines/{capability}", others)
     assert not offending, "\n".join(offending)
 
 
 @pytest.mark.parametrize("foundation", sorted(FOUNDATIONS))
 def test_the_foundations_import_no_capability_and_no_sensors(foundation):
     capabilities = {f"pipelines.{c}" for c in _capabilities()}
-    offending = [
-        f"{path.relative_to(ROOT)} imports {name}"
-        for path in _modules(f"pipelines/{foundation}")
-        for name in _imports(path)
-        if any(name == c or name.startswith(c + ".") for c in capabilities) or name.split(".")[0] == "sensors"
-    ]
+    offending = _imports_of_packages_or_sensors(f"pipelines/{foundation}", capabilities)
     assert not offending, "\n".join(offending)
 
 
