@@ -1,4 +1,4 @@
-"""The ready configs under ``examples/`` run the reclaim job: the demo one reclaims make dev's stuck
+"""The ready configs under ``docs/examples/`` run the reclaim job: the demo one reclaims make dev's stuck
 agendas (non-zero counts); POP's sample (its duplicate key removed) writes through the local
 AgendaProgress endpoint that make dev starts."""
 
@@ -16,7 +16,7 @@ from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.demo.traffic import DemoConfig, agenda_traffic
 from tests.reclaim_support import PROGRESS_TABLE, items_by_id, seed_mixed
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
 LOCAL_ENDPOINT = "http://127.0.0.1:5056/progress"  # make dev's default AGENDA_ENDPOINT_PORT
 
 

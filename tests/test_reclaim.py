@@ -452,7 +452,7 @@ def test_local_deployment_reclaims_the_demo_table_every_five_minutes(monkeypatch
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
     with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
         (request,) = schedule.evaluate_tick(context).run_requests
-    assert request.run_config["reclaimAgeMinutes"] == 120  # younger ones: examples/reclaim_demo.yaml
+    assert request.run_config["reclaimAgeMinutes"] == 120  # younger ones: docs/examples/reclaim_demo.yaml
     assert request.run_config["tableName"] == PROGRESS_TABLE
     assert not build_defs("prod").schedules
 

@@ -8,7 +8,7 @@ Not part of ``make test``: pytest does not collect this file (its name matches n
    own ``make dev`` state is left alone), waits until GraphQL answers and the code location is
    loaded, and always stops the whole process group at the end;
 2. with Debian's Chromium (``/usr/bin/chromium``), headless:
-   a. Launchpad of ``reclaim_agendas``: pastes ``examples/reclaim_demo.yaml``, launches, waits for
+   a. Launchpad of ``reclaim_agendas``: pastes ``docs/examples/reclaim_demo.yaml``, launches, waits for
       the run to succeed, and reads a non-zero ``reclaimed`` count on the run page;
    b. ``pool_cost_report`` asset page: materializes today's partition (GraphQL) and finds the
       text-bar chart inline;
@@ -230,7 +230,7 @@ def show_inline(page, locator, missing: str, name: str, timeout_s: float = 180) 
 
 
 def step_reclaim(page, url: str) -> str:
-    config = (ROOT / "examples" / "reclaim_demo.yaml").read_text()
+    config = (ROOT / "docs" / "examples" / "reclaim_demo.yaml").read_text()
     goto(page, f"{url}/locations/{LOCATION}/jobs/reclaim_agendas/playground")
     editor = page.locator(".CodeMirror").first
     editor.wait_for(state="visible", timeout=120_000)
