@@ -319,7 +319,8 @@ def test_dockerfile_copies_what_exists_and_serves_the_code_location_on_the_works
     assert [kind for kind, _ in steps].index("USER") > max(i for i, (kind, _) in enumerate(steps) if kind == "RUN")
 
     (cmd,) = [json.loads(args) for kind, args in steps if kind == "CMD"]
-    assert cmd[:3] == ["dagster", "code-server", "start"]
+    assert cmd[:4] == ["python", "-m", "infra.ecs_instance", "--"]  # writes the instance file, then:
+    assert cmd[4:7] == ["dagster", "code-server", "start"]
     assert cmd[cmd.index("--module-name") + 1] == "pipelines.definitions"
     (expose,) = [args for kind, args in steps if kind == "EXPOSE"]
     port = int(cmd[cmd.index("--port") + 1])
