@@ -376,3 +376,44 @@ def test_the_ecs_resources_and_outputs_exist_only_with_enable_ecs():
     }
     assert {k for k, v in template["Outputs"].items() if v.get("Condition") == "EcsEnabled"} >= set(ECS_OUTPUT_ENV)
     assert template["Parameters"]["EnableEcs"]["Default"] == "false"
+
+
+def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database():
+    """Neither moto nor cfn-lint evaluates a template's Rules; this evaluates the ECS rule's
+    functions (Ref, Equals, Not, Contains) as CloudFormation defines them, on the parameters."""
+    template = load_template()
+    (rule,) = template["Rules"].values()
+    defaults = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
+
+    def holds(params: dict[str, str]) -> bool:
+        values = {**defaults, **params}
+
+        def ev(node):
+            if not isinstance(node, dict):
+                return node
+            ((fn, arg),) = node.items()
+            if fn == "Ref":
+                kind = template["Parameters"][arg]["Type"]
+                return values[arg].split(",") if kind == "CommaDelimitedList" else values[arg]
+            if fn == "Fn::Equals":
+                return ev(arg[0]) == ev(arg[1])
+            if fn == "Fn::Not":
+                return not ev(arg[0])
+            if fn == "Fn::Contains":
+                return ev(arg[1]) in ev(arg[0])
+            raise AssertionError(f"{fn} is not a function of the ECS rule")
+
+        return not ev(rule["RuleCondition"]) or all(ev(a["Assert"]) for a in rule["Assertions"])
+
+    complete = {
+        "EnableEcs": "true",
+        "EcsImage": IMAGE,
+        "EcsSubnets": ",".join(SUBNETS),
+        "EcsSecurityGroups": ",".join(SECURITY_GROUPS),
+        "DagsterPgHost": "db",
+        "DagsterPgPasswordSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:pg",
+    }
+    assert holds({}) and holds(complete)  # the default (make dev) and a complete ECS deploy
+    for name in ("EcsImage", "EcsSubnets", "EcsSecurityGroups", "DagsterPgHost", "DagsterPgPasswordSecretArn"):
+        assert not holds({**complete, name: ""}), name
+    assert not holds({**complete, "EcsSubnets": f"{SUBNETS[0]},"})  # a stray comma is an empty id
