@@ -38,6 +38,15 @@ OUTPUT_ENV = {
     "MetricsNamespace": "RUNS_FLEET_METRICS_NAMESPACE",
 }
 
+# Outputs of the ECS resources (EnableEcs=true), which infra/dagster.ecs.yaml reads; exported when present.
+ECS_OUTPUT_ENV = {
+    "EcsClusterName": "DAGSTER_ECS_CLUSTER",
+    "EcsRunTaskDefinitionArn": "DAGSTER_ECS_TASK_DEFINITION",
+    "EcsRunTaskContainerName": "DAGSTER_ECS_CONTAINER_NAME",
+    "EcsSubnets": "DAGSTER_ECS_SUBNETS",
+    "EcsSecurityGroups": "DAGSTER_ECS_SECURITY_GROUPS",
+}
+
 
 class DeployError(RuntimeError):
     """The stack did not reach a complete state; the message carries CloudFormation's reason."""
@@ -112,7 +121,9 @@ def stack_env(cfn, stack_name: str = DEFAULT_STACK_NAME) -> dict[str, str]:
     missing = sorted(set(OUTPUT_ENV) - set(outputs))
     if missing:
         raise DeployError(f"stack {stack_name} has no output(s) {', '.join(missing)}")
-    return {env_name: outputs[key] for key, env_name in OUTPUT_ENV.items()}
+    env = {env_name: outputs[key] for key, env_name in OUTPUT_ENV.items()}
+    env.update({env_name: outputs[key] for key, env_name in ECS_OUTPUT_ENV.items() if key in outputs})
+    return env
 
 
 def wait_for_endpoint(url: str, timeout_seconds: float = 30) -> None:
