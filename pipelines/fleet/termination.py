@@ -163,6 +163,19 @@ def _take_over(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     }
 
 
+def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
+    """A check that the job is still stamped with this round (no other run took it over)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": {"job_id": {"S": job.term.job_id}},
+            "ConditionExpression": "#round = :round",
+            "ExpressionAttributeNames": {"#round": "termination_round"},
+            "ExpressionAttributeValues": {":round": {"S": round_id}},
+        }
+    }
+
+
 class _TransactionConflict(Exception):
     """A cancelled transaction whose cancellation reasons are neither failed conditions nor
     validation errors (a conflict with another write): worth another try after a wait."""
@@ -371,8 +384,11 @@ class TerminationHandler:
         to_ack = list(pending.to_ack)
         dlq = self.dead_letter_archive
         dead_letter_into(self.sqs, self.queue_url, self.dlq_url, pending.poison, counts, to_ack, dlq)
-        if pending.applied:
-            done = self._clean_up(pending.applied, pending.round_id, pool, counts)
+        applied = pending.applied
+        if applied and time.time() - pending.began >= self.visibility_timeout():
+            applied = self._still_held(applied, pending.round_id, counts)
+        if applied:
+            done = self._clean_up(applied, pending.round_id, pool, counts)
             for job in done:
                 to_ack += job.messages
             counts["applied"] += len(done)
@@ -473,6 +489,24 @@ class TerminationHandler:
         out.failed += taken.failed
         out.refused += taken.refused
         return out
+
+    def _still_held(self, jobs: list[_Job], round_id: str, counts: Counter) -> list[_Job]:
+        """A flush later than the visibility timeout: its messages may have come back to another run,
+        which may have taken jobs over (their ``termination_round`` is no longer ours). One
+        ``ConditionCheck`` per job (transactions of 100) keeps the jobs still ours; the others are
+        left to the run that took them over (``lost_to_takeover``), which cleans up, counts and
+        acknowledges them."""
+        checked = transact_each(self.dynamodb, jobs, lambda j: _still_ours(self.table, round_id, j), logger=self.log)
+        counts["lost_to_takeover"] += len(checked.conditional)
+        counts["failed"] += sum(len(j.messages) for j in checked.failed) + sum(
+            len(j.messages) for j, _ in checked.refused
+        )
+        if checked.conditional:
+            self.log.warning(
+                f"round {round_id}: flushed after the visibility timeout; {len(checked.conditional)} job(s) were "
+                "taken over by another run, which finishes them"
+            )
+        return checked.applied
 
     def archived(self, job_id: str) -> bool:
         """Did old_jobs archive (and delete) this job? One ``HeadObject`` of its marker."""
