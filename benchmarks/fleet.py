@@ -109,6 +109,33 @@ class Breaker:
 BREAKER = Breaker()
 
 
+class OpTimes:
+    """Client wall time per operation (``before-call`` to ``after-call``), summed over threads: where
+    a variant's time goes, request and moto's work included."""
+
+    def __init__(self):
+        self.seconds: Counter = Counter()
+
+    def attach(self, client) -> None:
+        client.meta.events.register("before-call.*.*", self._start)
+        client.meta.events.register("after-call.*.*", self._stop)
+
+    def _start(self, context, **kwargs):
+        context["bench_started"] = time.perf_counter()
+
+    def _stop(self, event_name, context, **kwargs):
+        started = context.get("bench_started")
+        if started is not None:
+            self.seconds[event_name.rsplit(".", 1)[-1]] += time.perf_counter() - started
+
+    def reset(self) -> Counter:
+        out, self.seconds = self.seconds, Counter()
+        return out
+
+
+TIMES = OpTimes()
+
+
 class Calls:
     """Counts API calls on the clients it hands out (botocore before-call hooks)."""
 
@@ -120,6 +147,7 @@ class Calls:
             client = boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")
             client.meta.events.register("before-call.*.*", self._count)
             BREAKER.attach(client)
+            TIMES.attach(client)
             self.clients[service] = client
 
     def _count(self, event_name, **kwargs):
@@ -149,6 +177,7 @@ class AllCalls:
                 "before-call.*.*", lambda event_name, **kw: counts.update([event_name.rsplit(".", 1)[-1]])
             )
             BREAKER.attach(client)
+            TIMES.attach(client)
 
         botocore.client.BaseClient.__init__ = init
         return self
@@ -494,6 +523,7 @@ def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[st
             )
         jobs = seed_jobs(calls.clients, env, n)
         calls.reset()
+        TIMES.reset()
         BREAKER.arm(key, break_variant)
         try:
             with AllCalls() as all_calls:
@@ -504,11 +534,12 @@ def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[st
             ops = "/".join(Breaker.OPERATIONS.get(key, ("DeleteMessageBatch",)))
             print(f"  {name}: BROKEN on purpose: {dropped} {ops} entries dropped", file=sys.stderr)
         counted = calls.reset() + all_calls.counts
+        times = TIMES.reset()
         done = verify(calls.clients, env, jobs, namespace, drain=is_drain, name=name)
         if own != done:
             raise Incomplete(f"{name}: INCOMPLETE: it reports {own} applied, the table and metrics say {done}")
         total = sum(counted.values())
-        rows.append((name, done, seconds, total, counted))
+        rows.append((name, done, seconds, total, counted, times))
         print(f"  {name}: {done} msgs applied and verified in {seconds:.2f}s, {total} calls", file=sys.stderr)
     seed_rate = rows[0][1] / rows[0][2]
     bare_rate = rows[1][1] / rows[1][2]
@@ -516,13 +547,18 @@ def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[st
     lines.append("")
     lines.append("| variant | msgs/s | vs seed pattern | vs bare batched loop | API calls per message |")
     lines.append("|---|---:|---:|---:|---:|")
-    for name, done, seconds, total, _counted in rows:
+    for name, done, seconds, total, _counted, _times in rows:
         rate = done / seconds
         lines.append(f"| {name} | {rate:.0f} | {rate / seed_rate:.2f} | {rate / bare_rate:.2f} | {total / done:.3f} |")
     lines.append("")
     lines.append("Drain calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[2][4].items())))
     lines.append("Drain run calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[3][4].items())))
     lines.append("Seed pattern calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[0][4].items())))
+    lines.append("")
+    lines.append("Client seconds by operation (summed over threads):")
+    for name, _done, seconds, _total, _counted, times in rows:
+        top = ", ".join(f"{k} {v:.1f}" for k, v in times.most_common(5))
+        lines.append(f"- {name} ({seconds:.1f}s): {top}")
     return lines
 
 
