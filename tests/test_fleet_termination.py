@@ -522,3 +522,36 @@ def test_a_run_killed_between_rounds_has_acknowledged_nothing_unarchived_or_unco
     raw = [o["Key"] for o in aws.client("s3").list_objects_v2(Bucket=bucket, Prefix="raw/")["Contents"]]
     lines = b"".join(aws.client("s3").get_object(Bucket=bucket, Key=k)["Body"].read() for k in raw).splitlines()
     assert sorted(json.loads(line)["body"] for line in lines) == sorted(bodies + bodies[:5])
+
+
+def test_a_transaction_that_landed_although_its_call_failed_is_finished_not_taken_for_a_duplicate(aws, monkeypatch):
+    """The first TransactWriteItems lands, but its response is lost (read timeout): runs-fleet's
+    retry finds every condition failed, with the jobs stamped by this very round. Those jobs are
+    this round's own: cleaned up, counted and acknowledged now."""
+    from botocore.exceptions import ReadTimeoutError
+
+    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
+    jobs = fs.start_jobs(aws, 5)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    lost = Counter()
+
+    def lose_the_response(**kwargs):
+        if not lost["n"]:
+            lost["n"] += 1
+            raise ReadTimeoutError(endpoint_url="http://127.0.0.1")
+
+    ddb = aws.client("dynamodb")
+    ddb.meta.events.register("after-call.dynamodb.TransactWriteItems", lose_the_response)
+    try:
+        result = fs.drain(aws)
+    finally:
+        ddb.meta.events.unregister("after-call.dynamodb.TransactWriteItems", lose_the_response)
+    assert lost["n"] == 1
+    assert result.counts["landed_on_retry"] == 5
+    assert result.counts["applied"] == 5
+    assert result.counts["duplicates"] == 0
+    assert fs.metric_sum(aws, "JobSuccess") == 5
+    assert fs.runner_parameters(aws) == set()
+    assert fs.depth(aws, TQ) == 0
+    state = fs.jobs_state(aws)
+    assert all(fs.round_done(aws, state[j["job_id"]]) for j in jobs)

@@ -109,6 +109,7 @@ class _Pending:
     applied: list[_Job] = field(default_factory=list)  # clean-up, metrics, marker, then acknowledged
     poison: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # dead-lettered, then acknowledged
     to_ack: list[dict[str, Any]] = field(default_factory=list)  # duplicates: acknowledged
+    applied_ids: set[str] = field(default_factory=set)  # the job ids in ``applied``
 
 
 def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
@@ -159,6 +160,7 @@ def _take_over(table: str, round_id: str, job: _Job) -> dict[str, Any]:
             "ExpressionAttributeValues": to_item(
                 {":new": round_id, ":old": job.current.get("termination_round", ""), ":d": job.digest}
             ),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
 
@@ -351,13 +353,13 @@ class TerminationHandler:
             failed += settled.failed
             refused += settled.refused
             counts["duplicates"] += len(settled.conditional)
-            counts["taken_over"] += len(settled.applied)
             applied += settled.applied
             for job in settled.conditional:
                 pending.to_ack += job.messages
         counts["failed"] += sum(len(j.messages) for j in failed)
         pending.poison += [(m, reason) for job, reason in refused for m in job.messages]
         pending.applied += applied
+        pending.applied_ids.update(job.term.job_id for job in applied)
         return counts
 
     def flush_due(self) -> bool:
@@ -385,7 +387,8 @@ class TerminationHandler:
         dlq = self.dead_letter_archive
         dead_letter_into(self.sqs, self.queue_url, self.dlq_url, pending.poison, counts, to_ack, dlq)
         applied = pending.applied
-        if applied and time.time() - pending.began >= self.visibility_timeout():
+        if applied and time.time() - pending.began >= self.visibility_timeout() / 2:
+            # Late: another run may take these jobs over once the timeout has passed; check first.
             applied = self._still_held(applied, pending.round_id, counts)
         if applied:
             done = self._clean_up(applied, pending.round_id, pool, counts)
@@ -446,6 +449,7 @@ class TerminationHandler:
         """
         out = Transacted()
         unfinished: list[_Job] = []
+        own: list[_Job] = []
         for job in jobs:
             old_round = job.current.get("termination_round")
             try:
@@ -462,7 +466,11 @@ class TerminationHandler:
                     out.conditional.append(job)  # another message, or the job ended some other way
                     continue
                 if self._pending is not None and old_round == self._pending.round_id:
-                    out.conditional.append(job)  # applied by this run's own unflushed rounds: a copy
+                    if job.term.job_id in self._pending.applied_ids:
+                        out.conditional.append(job)  # a copy of a message an unflushed round of this run applied
+                    else:  # this run's own write, which landed although its call failed and was tried again
+                        counts["landed_on_retry"] += 1
+                        own.append(job)
                     continue
                 if self.round_done(old_round):
                     out.conditional.append(job)
@@ -484,15 +492,20 @@ class TerminationHandler:
             self.log.warning(f"job {job.term.job_id}: round {old_round} was cut short; finishing its clean-up")
             unfinished.append(job)
         taken = transact_each(self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log)
-        out.applied += taken.applied
-        out.conditional += taken.conditional  # another run took it over first: it finishes the clean-up
+        # A take-over whose call failed and was tried again may have landed the first time: the job is ours.
+        landed = [j for j in taken.conditional if j.current.get("termination_round") == round_id]
+        counts["landed_on_retry"] += len(landed)
+        counts["taken_over"] += len(taken.applied) + len(landed)
+        out.applied += taken.applied + landed + own
+        # Another run took the others over first: it finishes their clean-up.
+        out.conditional += [j for j in taken.conditional if j.current.get("termination_round") != round_id]
         out.failed += taken.failed
         out.refused += taken.refused
         return out
 
     def _still_held(self, jobs: list[_Job], round_id: str, counts: Counter) -> list[_Job]:
-        """A flush later than the visibility timeout: its messages may have come back to another run,
-        which may have taken jobs over (their ``termination_round`` is no longer ours). One
+        """A flush later than half the visibility timeout: its messages may have come back to another
+        run, which may have taken jobs over (their ``termination_round`` is no longer ours). One
         ``ConditionCheck`` per job (transactions of 100) keeps the jobs still ours; the others are
         left to the run that took them over (``lost_to_takeover``), which cleans up, counts and
         acknowledges them."""
@@ -503,7 +516,7 @@ class TerminationHandler:
         )
         if checked.conditional:
             self.log.warning(
-                f"round {round_id}: flushed after the visibility timeout; {len(checked.conditional)} job(s) were "
+                f"round {round_id}: flushed late; {len(checked.conditional)} job(s) were "
                 "taken over by another run, which finishes them"
             )
         return checked.applied
