@@ -18,8 +18,18 @@ Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measur
 
 API calls are counted with botocore ``before-call`` event hooks on the clients.
 
+Every termination variant and the backlog check their own work before a figure is printed: the
+queue is empty (nothing visible, nothing in flight: a message in flight once a variant has returned
+is work it never acknowledged), every job is final, and each was applied exactly once (its
+variant's JobSuccess + JobFailure sum to the number of jobs; the drains' jobs also carry the digest
+of their message and a done round marker). Otherwise the benchmark stops with a message saying what
+is missing and exits 1. Rates and calls per message divide by the work verified.
+``--break-variant NAME`` breaks one variant on purpose (every 10th DeleteMessageBatch call, or the
+seed pattern's UpdateItem, pretends to succeed and does nothing) to show that the check catches it.
+
     .venv/bin/python benchmarks/fleet.py [--messages 2000] [--backlog 10000] [--old-jobs 3000]
         [--skip termination,old_jobs] [--patched] [--plain-backlog]
+        [--break-variant seed|bare|drain|job]
 """
 
 from __future__ import annotations
@@ -54,6 +64,78 @@ SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
 log = logging.getLogger("bench")
 
 
+class Incomplete(Exception):
+    """A variant did not do all of its work: the benchmark must not print a figure for it."""
+
+
+class Breaker:
+    """``--break-variant``: every 10th call of the broken operations pretends to succeed and does
+    nothing. The drains and the bare loop lose message deletes (DeleteMessage, DeleteMessageBatch:
+    every entry reported "Successful"); the seed pattern, whose loop re-receives until nothing is in
+    flight and so heals lost deletes, loses job updates (UpdateItem) instead."""
+
+    OPERATIONS = {"seed": ("UpdateItem",), "bare": ("DeleteMessageBatch",), "drain": ("DeleteMessageBatch",)}
+
+    def __init__(self):
+        self.operations: tuple[str, ...] = ()
+        self.calls = 0
+        self.dropped = 0
+
+    def arm(self, variant: str, broken: str) -> None:
+        self.operations = self.OPERATIONS.get(variant, ("DeleteMessageBatch",)) if variant == broken else ()
+        self.calls = self.dropped = 0
+
+    def attach(self, client) -> None:
+        client.meta.events.register("provide-client-params.*.*", self._remember)
+        client.meta.events.register("before-call.*.*", self._drop)
+
+    def _remember(self, params, context, **kwargs):
+        context["bench_entries"] = [e["Id"] for e in params.get("Entries", []) if "Id" in e]
+
+    def _drop(self, event_name, context, **kwargs):
+        if event_name.rsplit(".", 1)[-1] not in self.operations:
+            return None
+        self.calls += 1
+        if self.calls % 10:
+            return None
+        from botocore.awsrequest import AWSResponse
+
+        ids = context.get("bench_entries") or []
+        self.dropped += len(ids) or 1
+        ok = AWSResponse("http://127.0.0.1/dropped", 200, {}, None)  # what a success looks like to the caller
+        return ok, ({"Successful": [{"Id": i} for i in ids], "Failed": []} if ids else {})
+
+
+BREAKER = Breaker()
+
+
+class OpTimes:
+    """Client wall time per operation (``before-call`` to ``after-call``), summed over threads: where
+    a variant's time goes, request and moto's work included."""
+
+    def __init__(self):
+        self.seconds: Counter = Counter()
+
+    def attach(self, client) -> None:
+        client.meta.events.register("before-call.*.*", self._start)
+        client.meta.events.register("after-call.*.*", self._stop)
+
+    def _start(self, context, **kwargs):
+        context["bench_started"] = time.perf_counter()
+
+    def _stop(self, event_name, context, **kwargs):
+        started = context.get("bench_started")
+        if started is not None:
+            self.seconds[event_name.rsplit(".", 1)[-1]] += time.perf_counter() - started
+
+    def reset(self) -> Counter:
+        out, self.seconds = self.seconds, Counter()
+        return out
+
+
+TIMES = OpTimes()
+
+
 class Calls:
     """Counts API calls on the clients it hands out (botocore before-call hooks)."""
 
@@ -64,6 +146,8 @@ class Calls:
         for service in SERVICES:
             client = boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")
             client.meta.events.register("before-call.*.*", self._count)
+            BREAKER.attach(client)
+            TIMES.attach(client)
             self.clients[service] = client
 
     def _count(self, event_name, **kwargs):
@@ -92,6 +176,8 @@ class AllCalls:
             client.meta.events.register(
                 "before-call.*.*", lambda event_name, **kw: counts.update([event_name.rsplit(".", 1)[-1]])
             )
+            BREAKER.attach(client)
+            TIMES.attach(client)
 
         botocore.client.BaseClient.__init__ = init
         return self
@@ -182,6 +268,61 @@ def depth(clients, url) -> int:
     return int(a["ApproximateNumberOfMessages"]) + int(a["ApproximateNumberOfMessagesNotVisible"])
 
 
+def queue_state(clients, url) -> tuple[int, int]:
+    a = clients["sqs"].get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    return int(a["ApproximateNumberOfMessages"]), int(a["ApproximateNumberOfMessagesNotVisible"])
+
+
+def verify(clients, env, jobs: list[dict], namespace: str, *, drain: bool, name: str) -> int:
+    """Raise ``Incomplete`` unless the variant did all of its work; returns the jobs applied (all).
+
+    The queue is empty: nothing visible and nothing in flight (once the variant has returned, a
+    message in flight is one it received and never acknowledged). Every job is final. Each was
+    applied exactly once: the variant's JobSuccess + JobFailure in ``namespace`` sum to the jobs
+    (every variant counts a job when its conditional update succeeds, and only then); a drain's
+    jobs also carry their message's digest and a round marker that exists."""
+    n = len(jobs)
+    problems = []
+    visible, in_flight = queue_state(clients, env["RUNS_FLEET_TERMINATION_QUEUE_URL"])
+    if visible or in_flight:
+        problems.append(f"{visible} message(s) left visible and {in_flight} in flight (never acknowledged)")
+    final = completed(clients, env)
+    if final != n:
+        problems.append(f"{n - final} of {n} job(s) still running")
+    counted = metric_total(clients, namespace)
+    if counted != n:
+        problems.append(
+            f"JobSuccess + JobFailure = {counted:.0f}, not {n}: applied {'twice' if counted > n else 'never'}"
+        )
+    if drain:
+        problems += _drain_marks(clients, env, n)
+    if problems:
+        raise Incomplete(f"{name}: INCOMPLETE: " + "; ".join(problems))
+    return n
+
+
+def _drain_marks(clients, env, n: int) -> list[str]:
+    """A drain's jobs: each stamped with a message digest and a round whose done marker exists."""
+    from pipelines.fleet.termination import ROUNDS_PREFIX, round_marker_key
+
+    s3, bucket, url = clients["s3"], env["RUNS_FLEET_ARCHIVE_BUCKET"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+    markers = set()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=ROUNDS_PREFIX):
+        markers |= {o["Key"] for o in page.get("Contents", [])}
+    unmarked = 0
+    kwargs = {"TableName": env["RUNS_FLEET_JOBS_TABLE"]}
+    while True:
+        page = clients["dynamodb"].scan(**kwargs)
+        for item in page["Items"]:
+            round_id = item.get("termination_round", {}).get("S")
+            if "termination_digest" not in item or not round_id or round_marker_key(url, round_id) not in markers:
+                unmarked += 1
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return [f"{unmarked} of {n} job(s) without a digest and a done round"] if unmarked else []
+
+
 # ------------------------------------------------------------------------- baselines
 
 
@@ -206,11 +347,20 @@ def job_update(body: dict) -> dict:
     }
 
 
+SEED_VISIBILITY_SECONDS = 10
+
+
 def seed_pattern(clients, env) -> int:
-    """The seed's handler: receive 10, then per message one call per action, 5 workers."""
+    """The seed's handler: receive 10, then per message one call per action, 5 workers.
+
+    Its DeleteMessage calls run on 5 threads at once, and moto's SQS loses some of those (a lost
+    update in its ``Queue.delete_message``): those messages come back after their visibility
+    timeout (10 s here, set by ``bench_termination``). So the loop goes on until nothing is visible
+    or in flight, and a message that comes back is a duplicate: its update's condition fails, and
+    it is counted neither in the metrics nor in the result. Returns the jobs it applied."""
     sqs, url = clients["sqs"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
     table, bucket = env["RUNS_FLEET_JOBS_TABLE"], env["RUNS_FLEET_ARCHIVE_BUCKET"]
-    done = 0
+    applied = Counter()
 
     def handle(m):
         body = json.loads(m["Body"])
@@ -218,7 +368,8 @@ def seed_pattern(clients, env) -> int:
         try:
             clients["dynamodb"].update_item(TableName=table, **job_update(body))
         except clients["dynamodb"].exceptions.ConditionalCheckFailedException:
-            pass
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])  # a redelivered duplicate
+            return
         try:
             clients["ssm"].delete_parameter(Name=f"/runs-fleet/runners/{body['instance_id']}/config")
         except clients["ssm"].exceptions.ParameterNotFound:
@@ -227,14 +378,18 @@ def seed_pattern(clients, env) -> int:
         datum.append({"MetricName": "JobSuccess" if body["status"] == "success" else "JobFailure", "Value": 1})
         clients["cloudwatch"].put_metric_data(Namespace="RunsFleetSeed", MetricData=datum)
         sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+        applied["n"] += 1
 
     with ThreadPoolExecutor(5) as pool:
         while True:
             messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0).get("Messages", [])
-            if not messages:
-                return done
-            list(pool.map(handle, messages))
-            done += len(messages)
+            if messages:
+                list(pool.map(handle, messages))
+                continue
+            visible, in_flight = queue_state(clients, url)
+            if not visible and not in_flight:
+                return applied["n"]
+            time.sleep(0.5)  # lost deletes: those messages come back after the visibility timeout
 
 
 def bare_batched(clients, env) -> int:
@@ -255,9 +410,14 @@ def bare_batched(clients, env) -> int:
             TransactItems=[{"Update": {"TableName": table, **job_update(b)}} for b in bodies]
         )
         clients["ssm"].delete_parameters(Names=[f"/runs-fleet/runners/{b['instance_id']}/config" for b in bodies])
+        ok = sum(1 for b in bodies if b["status"] == "success")
         clients["cloudwatch"].put_metric_data(
             Namespace="RunsFleetBare",
-            MetricData=[{"MetricName": "JobDuration", "Values": [b["duration_seconds"] for b in bodies]}],
+            MetricData=[
+                {"MetricName": "JobDuration", "Values": [b["duration_seconds"] for b in bodies]},
+                {"MetricName": "JobSuccess", "Value": ok},
+                {"MetricName": "JobFailure", "Value": len(bodies) - ok},
+            ],
         )
         sqs.delete_message_batch(
             QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
@@ -285,7 +445,7 @@ def fleet_context(calls: Calls, env):
     )
 
 
-def drain_pure(calls: Calls, env, concurrency=5):
+def drain_pure(calls: Calls, env, concurrency=10):
     from pipelines.fleet.drain import DrainLimits
     from pipelines.fleet.termination import termination_drain
 
@@ -295,9 +455,12 @@ def drain_pure(calls: Calls, env, concurrency=5):
         queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
         dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
         run_id=uuid.uuid4().hex[:8],
-        limits=DrainLimits(concurrency=concurrency, wait_seconds=0),
+        limits=DrainLimits(concurrency=concurrency, wait_seconds=0, max_seconds=3600),
     )
-    return drain.run()
+    result = drain.run()
+    if result.stopped_by != "queue empty":
+        raise Incomplete(f"drain, plain module: stopped by {result.stopped_by}, not by an empty queue")
+    return result
 
 
 def drain_job(run_config: dict, instance):
@@ -305,7 +468,10 @@ def drain_job(run_config: dict, instance):
 
     job = build_definitions("local").resolve_job_def("process_termination_queue")
     result = job.execute_in_process(run_config=run_config, instance=instance)
-    return result.output_for_node("drain_termination_queue")
+    out = result.output_for_node("drain_termination_queue")
+    if out["stopped_by"] != "queue empty":
+        raise Incomplete(f"drain run: stopped by {out['stopped_by']}, not by an empty queue")
+    return out
 
 
 def timed(fn):
@@ -314,48 +480,85 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
-def bench_termination(endpoint: str, n: int) -> list[str]:
+VARIANTS = ("seed", "bare", "drain", "job")
+
+
+def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[str]:
     import dagster as dg
 
     lines = []
     calls = Calls(endpoint)
     rows = []
-    for name, run in [
-        ("seed pattern (per-message calls, 5 workers)", lambda env: seed_pattern(calls.clients, env)),
-        ("bare batched boto3 loop", lambda env: bare_batched(calls.clients, env)),
-        ("drain, plain module (concurrency 5)", lambda env: drain_pure(calls, env).counts["applied"]),
+    # (key, name, run -> the variant's own count of jobs applied, metrics namespace, is a drain)
+    variants = [
         (
+            "seed",
+            "seed pattern (per-message calls, 5 workers)",
+            lambda env: seed_pattern(calls.clients, env),
+            "RunsFleetSeed",
+            False,
+        ),
+        ("bare", "bare batched boto3 loop", lambda env: bare_batched(calls.clients, env), "RunsFleetBare", False),
+        (
+            "drain",
+            "drain, plain module (defaults: rounds of 100, flushed every 3)",
+            lambda env: drain_pure(calls, env).counts["applied"],
+            "RunsFleet",
+            True,
+        ),
+        (
+            "job",
             "drain run: process_termination_queue job in process",
             lambda env: drain_job({"wait_seconds": 0, "max_seconds": 3600}, dg.DagsterInstance.ephemeral())["applied"],
+            "RunsFleet",
+            True,
         ),
-    ]:
+    ]
+    for key, name, run, namespace, is_drain in variants:
         env = reset(endpoint)
-        seed_jobs(calls.clients, env, n)
+        if key == "seed":  # its lost deletes come back after this, and it must wait for them
+            calls.clients["sqs"].set_queue_attributes(
+                QueueUrl=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+                Attributes={"VisibilityTimeout": str(SEED_VISIBILITY_SECONDS)},
+            )
+        jobs = seed_jobs(calls.clients, env, n)
         calls.reset()
-        with AllCalls() as all_calls:
-            done, seconds = timed(lambda run=run, env=env: run(env))
+        TIMES.reset()
+        BREAKER.arm(key, break_variant)
+        try:
+            with AllCalls() as all_calls:
+                own, seconds = timed(lambda run=run, env=env: run(env))
+        finally:
+            dropped, BREAKER.operations = BREAKER.dropped, ()
+        if key == break_variant:
+            ops = "/".join(Breaker.OPERATIONS.get(key, ("DeleteMessageBatch",)))
+            print(f"  {name}: BROKEN on purpose: {dropped} {ops} entries dropped", file=sys.stderr)
         counted = calls.reset() + all_calls.counts
-        final = completed(calls.clients, env)
-        left = depth(calls.clients, env["RUNS_FLEET_TERMINATION_QUEUE_URL"])
-        if final != n or left:
-            print(f"  WARNING {name}: {final}/{n} jobs final, {left} message(s) left in the queue", file=sys.stderr)
+        times = TIMES.reset()
+        done = verify(calls.clients, env, jobs, namespace, drain=is_drain, name=name)
+        if own != done:
+            raise Incomplete(f"{name}: INCOMPLETE: it reports {own} applied, the table and metrics say {done}")
         total = sum(counted.values())
-        rows.append((name, done, seconds, total, counted))
-        print(f"  {name}: {done} msgs in {seconds:.2f}s, {total} calls", file=sys.stderr)
+        rows.append((name, done, seconds, total, counted, times))
+        print(f"  {name}: {done} msgs applied and verified in {seconds:.2f}s, {total} calls", file=sys.stderr)
     seed_rate = rows[0][1] / rows[0][2]
     bare_rate = rows[1][1] / rows[1][2]
-    lines.append(f"Termination, {n} messages (all valid, full rounds), same moto server:")
+    lines.append(f"Termination, {n} messages (all valid, full rounds), same moto server; every variant verified:")
     lines.append("")
     lines.append("| variant | msgs/s | vs seed pattern | vs bare batched loop | API calls per message |")
     lines.append("|---|---:|---:|---:|---:|")
-    for name, done, seconds, total, _counted in rows:
+    for name, done, seconds, total, _counted, _times in rows:
         rate = done / seconds
-        per = f"{total / n:.3f}"
-        lines.append(f"| {name} | {rate:.0f} | {rate / seed_rate:.2f} | {rate / bare_rate:.2f} | {per} |")
-    drain_calls = rows[2][4]
+        lines.append(f"| {name} | {rate:.0f} | {rate / seed_rate:.2f} | {rate / bare_rate:.2f} | {total / done:.3f} |")
     lines.append("")
-    lines.append("Drain calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(drain_calls.items())))
+    lines.append("Drain calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[2][4].items())))
+    lines.append("Drain run calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[3][4].items())))
     lines.append("Seed pattern calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[0][4].items())))
+    lines.append("")
+    lines.append("Client seconds by operation (summed over threads):")
+    for name, _done, seconds, _total, _counted, times in rows:
+        top = ", ".join(f"{k} {v:.1f}" for k, v in times.most_common(5))
+        lines.append(f"- {name} ({seconds:.1f}s): {top}")
     return lines
 
 
@@ -369,7 +572,7 @@ def _run_outputs(instance, run) -> dict:
     return {}
 
 
-def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) -> list[str]:
+def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout: float = 3 * 3600) -> list[str]:
     """A backlog of n messages drained by the runs ``termination_queue_sensor`` launches under a real
     ``dagster-daemon`` (sensor ticks every 30 s; each run is a subprocess of the code server, with the
     sensor's default config: concurrency 5, max_seconds 300), on its own moto server."""
@@ -386,7 +589,7 @@ def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) ->
         calls = Calls(endpoint)
         env = reset(endpoint)
         seeding = time.perf_counter()
-        seed_jobs(calls.clients, env, n, parameters=False)  # parameters already gone: "already gone is fine"
+        jobs = seed_jobs(calls.clients, env, n, parameters=False)  # parameters already gone: "already gone is fine"
         seeding = time.perf_counter() - seeding
         queue, dlq = env["RUNS_FLEET_TERMINATION_QUEUE_URL"], env["RUNS_FLEET_TERMINATION_DLQ_URL"]
         assert depth(calls.clients, queue) == n
@@ -399,6 +602,7 @@ def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) ->
             f"      working_directory: {ROOT}\n      location_name: fleet_backlog\n"
         )
         daemon_env = {**os.environ, **env, "AWS_ENDPOINT_URL": endpoint, "DAGSTER_HOME": str(home)}
+        daemon_env["RUNS_FLEET_TERMINATION_DRAIN_RUNS"] = str(drain_runs)
         daemon_log = open(home / "daemon.log", "wb")
         start = time.perf_counter()
         daemon = subprocess.Popen(
@@ -431,15 +635,19 @@ def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) ->
         statuses = Counter(r.status.value for r in runs)
         done = completed(calls.clients, env)
         left, dead = depth(calls.clients, queue), depth(calls.clients, dlq)
-        counted = fleet_metric_total(calls.clients)
+        counted = metric_total(calls.clients)
         applied = sum(int(o.get("applied", 0)) for o in outputs)
         per_run = ", ".join(f"{o.get('applied', '?')} in {float(o.get('seconds', 0)):.0f}s" for o in outputs)
         instance.dispose()
+        verify(calls.clients, env, jobs, "RunsFleet", drain=True, name=f"backlog of {n}")
+        if applied != n:
+            raise Incomplete(f"backlog of {n}: INCOMPLETE: the runs report {applied} applied, not {n}")
         return [
             f"Backlog: {n} messages ({'patched' if patched else 'plain'} moto); a real `dagster-daemon` ran "
-            f"`termination_queue_sensor`, which launched {len(runs)} drain run(s) "
+            f"`termination_queue_sensor` (RUNS_FLEET_TERMINATION_DRAIN_RUNS={drain_runs}), which launched "
+            f"{len(runs)} drain run(s) "
             f"({', '.join(f'{v} {k}' for k, v in statuses.items())}; applied per run: {per_run}).",
-            f"{applied} applied, {done} of {n} jobs final, {left} left in the queue, {dead} dead-lettered, "
+            f"Verified: {applied} applied, {done} of {n} jobs final, {left} left in the queue, {dead} dead-lettered, "
             f"JobSuccess + JobFailure = {counted:.0f}, lost {n - done}; {seconds:.0f}s from daemon start to empty "
             f"queue ({n / seconds:.0f} msgs/s); seeding took {seeding:.0f}s.",
         ]
@@ -455,18 +663,18 @@ def bench_backlog(n: int, *, patched: bool = True, timeout: float = 3 * 3600) ->
         shutil.rmtree(home, ignore_errors=True)
 
 
-def fleet_metric_total(clients) -> float:
-    """JobSuccess + JobFailure over every dimension, as published by the drain runs."""
+def metric_total(clients, namespace: str = "RunsFleet") -> float:
+    """JobSuccess + JobFailure over every dimension in ``namespace``."""
     now = dt.datetime.now(dt.UTC)
     cw, total, seen = clients["cloudwatch"], 0.0, set()
-    for page in cw.get_paginator("list_metrics").paginate(Namespace="RunsFleet"):
+    for page in cw.get_paginator("list_metrics").paginate(Namespace=namespace):
         for metric in page["Metrics"]:
             key = (metric["MetricName"], json.dumps(metric.get("Dimensions", []), sort_keys=True))
             if metric["MetricName"] not in ("JobSuccess", "JobFailure") or key in seen:
                 continue  # moto lists a metric once per datum put
             seen.add(key)
             points = cw.get_metric_statistics(
-                Namespace="RunsFleet",
+                Namespace=namespace,
                 MetricName=metric["MetricName"],
                 Dimensions=metric.get("Dimensions", []),
                 StartTime=now - dt.timedelta(hours=6),
@@ -545,6 +753,13 @@ def main() -> int:
     )
     parser.add_argument("--old-jobs", type=int, default=3000)
     parser.add_argument(
+        "--break-variant",
+        choices=VARIANTS,
+        default="",
+        help="break one termination variant on purpose (drops every 10th message delete): the benchmark must fail",
+    )
+    parser.add_argument("--backlog-drain-runs", type=int, default=1, help="RUNS_FLEET_TERMINATION_DRAIN_RUNS")
+    parser.add_argument(
         "--patched",
         action="store_true",
         help="termination and old_jobs on moto with the transactions and sqs-retention patches",
@@ -557,11 +772,15 @@ def main() -> int:
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
         if "termination" not in args.skip:
-            print("\n".join(bench_termination(endpoint, args.messages) + [""]), flush=True)
+            print("\n".join(bench_termination(endpoint, args.messages, args.break_variant) + [""]), flush=True)
         if "old_jobs" not in args.skip:
             print("\n".join(bench_old_jobs(endpoint, args.old_jobs) + [""]), flush=True)
         if args.backlog:
-            print("\n".join(bench_backlog(args.backlog, patched=not args.plain_backlog)), flush=True)
+            lines = bench_backlog(args.backlog, patched=not args.plain_backlog, drain_runs=args.backlog_drain_runs)
+            print("\n".join(lines), flush=True)
+    except Incomplete as exc:
+        print(f"FAILED: {exc}", file=sys.stderr, flush=True)
+        return 1
     finally:
         moto.terminate()
         moto.wait(timeout=30)

@@ -23,6 +23,10 @@ class FleetSettings(dg.ConfigurableResource):
     housekeeping_dlq_url: str
     archive_bucket: str
     metrics_namespace: str = "RunsFleet"
+    # How many drain runs of each queue the queue sensors keep going at once (competing consumers;
+    # RUNS_FLEET_TERMINATION_DRAIN_RUNS, RUNS_FLEET_HOUSEKEEPING_DRAIN_RUNS).
+    termination_drain_runs: int = Field(default=1, ge=1, le=8)
+    housekeeping_drain_runs: int = Field(default=1, ge=1, le=8)
 
 
 class AgendaSettings(dg.ConfigurableResource):
@@ -61,7 +65,20 @@ def fleet_settings_from_env() -> FleetSettings:
         housekeeping_dlq_url=dg.EnvVar("RUNS_FLEET_HOUSEKEEPING_DLQ_URL"),
         archive_bucket=dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET"),
         metrics_namespace=os.environ.get("RUNS_FLEET_METRICS_NAMESPACE") or "RunsFleet",
+        termination_drain_runs=_int_env("RUNS_FLEET_TERMINATION_DRAIN_RUNS", 1),
+        housekeeping_drain_runs=_int_env("RUNS_FLEET_HOUSEKEEPING_DRAIN_RUNS", 1),
     )
+
+
+def _int_env(name: str, default: int) -> int:
+    """A whole number from the environment (unset or empty: ``default``); anything else names the variable."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a whole number") from None
 
 
 def _optional_env(name: str) -> dg.EnvVar | None:

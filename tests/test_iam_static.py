@@ -99,7 +99,7 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
         # Transactions are authorised per item, by the item's own action.
         ("dynamodb", "TransactWriteItems"): [
             *ddb("UpdateItem", records, jobs, agenda, OTHER_TABLE),  # batching, termination, reclaim
-            *ddb("ConditionCheckItem", receivers),  # batching: the lease fence
+            *ddb("ConditionCheckItem", receivers, jobs),  # batching: the lease fence; termination: a late flush
             *ddb("PutItem", ready),  # reclaim: queue a retry
         ],
         # batching: the lease; reclaim: AgendaProgress, OperationProgress

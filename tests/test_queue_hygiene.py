@@ -1,5 +1,6 @@
 """Queue hygiene: a schedule whose previous run is still queued or running skips its tick and says
-which run; the one check (``pipelines.common.defs.active_run``) is shared with the queue sensors."""
+which run; the one check (``pipelines.common.defs.active_run``) is shared by the exclusive schedules
+(the fleet's queue sensors check per consumer slot)."""
 
 from __future__ import annotations
 

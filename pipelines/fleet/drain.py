@@ -1,9 +1,14 @@
 """The drain loop shared by both queues: receive rounds of messages, hand them over, stop cleanly.
 
 One round is one long-poll ``ReceiveMessage`` of 10 and, while they come back full, up to
-``concurrency - 1`` more short polls, so a round holds up to ``10 * concurrency`` messages.
-The handler gets the whole round (batch APIs amortise over it) and a thread pool of
-``concurrency`` workers for its parallel calls.
+``concurrency - 1`` more short polls, so a round holds up to ``10 * concurrency`` messages (100
+with the default 10). The handler gets the whole round (batch APIs amortise over it) and a thread
+pool of ``concurrency`` workers for its parallel calls.
+
+A handler with a ``flush(pool)`` method keeps part of its work for later (the termination handler
+writes the jobs each round, and archives, cleans up, marks done and acknowledges every few rounds):
+the drain calls ``flush`` after every ``flush_rounds`` rounds, sooner when the handler's
+``flush_due()`` says so, and always before the run ends, however it ends.
 
 Stopping: ``stop`` (a ``threading.Event``) stops receiving. The round in flight always finishes;
 ``run_with_graceful_stop`` waits for it up to a timeout when the run is interrupted (terminate
@@ -38,7 +43,7 @@ class DrainLimits:
     still work, with a deprecation warning)."""
 
     concurrency: int = param(
-        5, description="Receives per round and worker threads (a round holds up to 10 x this).", minimum=1, maximum=10
+        10, description="Receives per round and worker threads (a round holds up to 10 x this).", minimum=1, maximum=10
     )
     max_messages: int = param(
         0,
@@ -63,6 +68,14 @@ class DrainLimits:
         minimum=0,
         maximum=900,
         aliases=("stopTimeoutSeconds",),
+    )
+    flush_rounds: int = param(
+        3,
+        description="Termination queue: rounds whose archive, dead letters, clean-up, done marker and deletes go "
+        "out together (their messages stay in flight until then; sooner once half the visibility timeout has "
+        "passed).",
+        minimum=1,
+        maximum=10,
     )
 
 
@@ -116,41 +129,63 @@ class QueueDrain:
                 break
         return messages
 
+    def _flush(self, pool: ThreadPoolExecutor) -> None:
+        flush = getattr(self.handler, "flush", None)
+        if flush is not None:
+            self.result.counts.update(flush(pool))
+
     def run(self) -> DrainResult:
         started = time.monotonic()
+        with ThreadPoolExecutor(max_workers=self.limits.concurrency, thread_name_prefix="drain") as pool:
+            try:
+                self._loop(pool, started)
+            except BaseException:
+                try:  # what earlier rounds applied is finished if AWS allows; else redelivery finishes it
+                    self._flush(pool)
+                except Exception as exc:
+                    self.log.error(f"flushing after a failed round failed too: {exc}")
+                raise
+            self._flush(pool)
+        self.result.seconds = time.monotonic() - started
+        return self.result
+
+    def _loop(self, pool: ThreadPoolExecutor, started: float) -> None:
         limits, result = self.limits, self.result
         next_progress = self.progress_every
-        with ThreadPoolExecutor(max_workers=limits.concurrency, thread_name_prefix="drain") as pool:
-            while True:
-                if self.stop.is_set():
-                    result.stopped_by = "stop requested"
+        flush_due = getattr(self.handler, "flush_due", None)
+        unflushed = 0
+        while True:
+            if self.stop.is_set():
+                result.stopped_by = "stop requested"
+                break
+            if time.monotonic() - started >= limits.max_seconds:
+                result.stopped_by = "max_seconds"
+                break
+            budget = 10 * limits.concurrency
+            if limits.max_messages:
+                budget = min(budget, limits.max_messages - result.counts["received"])
+                if budget <= 0:
+                    result.stopped_by = "max_messages"
                     break
-                if time.monotonic() - started >= limits.max_seconds:
-                    result.stopped_by = "max_seconds"
-                    break
-                budget = 10 * limits.concurrency
-                if limits.max_messages:
-                    budget = min(budget, limits.max_messages - result.counts["received"])
-                    if budget <= 0:
-                        result.stopped_by = "max_messages"
-                        break
-                round_began = time.time()
-                messages = self._round(budget)
-                if not messages:
-                    result.stopped_by = "queue empty"
-                    break
-                result.counts["received"] += len(messages)
-                result.counts.update(self.handler(messages, pool, started_at=round_began))
-                result.rounds += 1
-                if result.counts["received"] >= next_progress:
-                    next_progress += self.progress_every
-                    elapsed = time.monotonic() - started
-                    self.log.info(
-                        f"{self.queue_url.rsplit('/', 1)[-1]}: {result.counts['received']} received in "
-                        f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
-                    )
-        result.seconds = time.monotonic() - started
-        return result
+            round_began = time.time()
+            messages = self._round(budget)
+            if not messages:
+                result.stopped_by = "queue empty"
+                break
+            result.counts["received"] += len(messages)
+            result.counts.update(self.handler(messages, pool, started_at=round_began))
+            result.rounds += 1
+            unflushed += 1
+            if unflushed >= limits.flush_rounds or (flush_due is not None and flush_due()):
+                self._flush(pool)
+                unflushed = 0
+            if result.counts["received"] >= next_progress:
+                next_progress += self.progress_every
+                elapsed = time.monotonic() - started
+                self.log.info(
+                    f"{self.queue_url.rsplit('/', 1)[-1]}: {result.counts['received']} received in "
+                    f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
+                )
 
 
 def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits) -> QueueDrain:

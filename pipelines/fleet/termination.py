@@ -1,28 +1,39 @@
-"""Termination queue: one round of received messages, handled with batch APIs.
+"""Termination queue: rounds of received messages, handled with batch APIs.
 
-For each round, in this order:
+Each round (up to 100 messages: 10 receives of 10):
 
-1. archive the raw messages in the run's S3 object (log before handling);
-2. validate; poison messages go to the dead-letter queue with their reason (and are deleted);
-3. update the jobs with conditional updates, batched in ``TransactWriteItems``: "status is
-   ``running`` or absent" becomes the final status, stamped with the message's digest and the
-   round's id (``termination_round``). A failed condition returns the job as it is;
-4. delete the runners' SSM parameters (``DeleteParameters``, 10 a call);
-5. publish ``JobDuration``, ``JobSuccess``, ``JobFailure`` (one ``PutMetricData``);
-6. mark the round done: one small S3 object, ``rounds/termination/<round id>``;
-7. delete exactly the handled messages (``DeleteMessageBatch``).
+1. validate; a poison message is kept for the dead-letter queue with its reason;
+2. update the jobs with conditional updates, one ``TransactWriteItems`` (up to 100 actions):
+   "status is ``running`` or absent" becomes the final status, stamped with the message's digest
+   and the flush's id (``termination_round``). A failed condition returns the job as it is.
+
+Every few rounds (``flush_rounds``, sooner once half the queue's visibility timeout has passed since
+the first of them began, and always before the run ends) a flush does the rest for all of them,
+in this order:
+
+3. archive the raw messages in the run's S3 object (nothing is acknowledged before it is archived);
+4. send the poison messages to the dead-letter queue;
+5. delete the runners' SSM parameters (``DeleteParameters``, 10 a call);
+6. publish ``JobDuration``, ``JobSuccess``, ``JobFailure`` (one ``PutMetricData``);
+7. mark the flush's jobs done: one small S3 object, ``rounds/termination/<round id>``;
+8. delete exactly the handled messages (``DeleteMessageBatch``).
+
+Until then the messages stay in flight, so a run killed between rounds loses nothing: what it had
+not acknowledged comes back. The rounds of one flush share one round id (``<epoch ms when the
+first one's receive began>-<random>``) and one marker.
 
 A job whose condition failed is a duplicate, unless it was applied by this very message (same
-digest) in a round that is not marked done: that round's run was killed between its update and
-its clean-up. If that round began more than the queue's visibility timeout ago (its run's hold on
-the message has lapsed), this round takes the job over with one conditional update (round id
-old -> new: of two runs racing for it, one wins) and finishes its clean-up; if it is younger, the
-run that holds it is still at work, and the message is left in the queue to come back later.
+digest) under a round id that is not marked done: that run was killed between its update and its
+flush (or is still at work). If that round began more than the queue's visibility timeout ago (its
+run's hold on the message has lapsed), this round takes the job over with one conditional update
+(round id old -> new: of two runs racing for it, one wins) and its flush finishes the clean-up; if
+it is younger, the run that holds it is still at work, and the message is left in the queue to come
+back later. A copy of a message this run applied in its own unflushed rounds is a duplicate.
 
-So each job costs one transactional write, and each round one S3 object. A message whose handling
+So each job costs one transactional write, and each flush one S3 object. A message whose handling
 fails after runs-fleet's retries stays in the queue: SQS moves it to the dead-letter queue after 3
-receives. A run killed anywhere leaves each job untouched, or updated in a round not marked done,
-which the message's redelivery completes.
+receives. A run killed anywhere leaves each job untouched, or updated under a round id not marked
+done, which the message's redelivery completes.
 """
 
 from __future__ import annotations
@@ -88,6 +99,19 @@ class _Job:
     current: dict[str, Any] = field(default_factory=dict)  # the job as it was, when the condition failed
 
 
+@dataclass
+class _Pending:
+    """The rounds since the last flush: what they received, and what the flush must finish."""
+
+    round_id: str
+    began: float  # wall-clock time at which the first round's receive began
+    received: list[dict[str, Any]] = field(default_factory=list)  # archived by the flush
+    applied: list[_Job] = field(default_factory=list)  # clean-up, metrics, marker, then acknowledged
+    poison: list[tuple[dict[str, Any], str]] = field(default_factory=list)  # dead-lettered, then acknowledged
+    to_ack: list[dict[str, Any]] = field(default_factory=list)  # duplicates: acknowledged
+    applied_ids: set[str] = field(default_factory=set)  # the job ids in ``applied``
+
+
 def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     t = job.term
     values: dict[str, Any] = {
@@ -136,6 +160,20 @@ def _take_over(table: str, round_id: str, job: _Job) -> dict[str, Any]:
             "ExpressionAttributeValues": to_item(
                 {":new": round_id, ":old": job.current.get("termination_round", ""), ":d": job.digest}
             ),
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+    }
+
+
+def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
+    """A check that the job is still stamped with this round (no other run took it over)."""
+    return {
+        "ConditionCheck": {
+            "TableName": table,
+            "Key": {"job_id": {"S": job.term.job_id}},
+            "ConditionExpression": "#round = :round",
+            "ExpressionAttributeNames": {"#round": "termination_round"},
+            "ExpressionAttributeValues": {":round": {"S": round_id}},
         }
     }
 
@@ -272,30 +310,31 @@ class TerminationHandler:
         self._done_rounds: set[str] = set()  # rounds known to be done (S3 markers are never removed early)
         self._visibility_timeout: float | None = None
         self.dead_letter_archive = DeadLetterArchive(self.s3, self.bucket)
+        self._pending: _Pending | None = None  # the rounds since the last flush
 
     def __call__(
         self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
     ) -> Counter:
-        """``started_at``: wall-clock time at which the round's receive began (stamped in the round id)."""
+        """One round: validate and write the jobs. ``started_at``: wall-clock time at which the round's
+        receive began (the first round of a flush stamps it in the round id). The rest waits for
+        :meth:`flush`."""
         counts: Counter = Counter()
-        round_id = new_round_id(started_at if started_at is not None else time.time())
-        try:
-            self.archive.write(messages)
-        except Exception as exc:  # log before handling: without the archive, nothing is handled
-            self.log.error(f"archiving {len(messages)} raw message(s) failed, leaving them in the queue: {exc}")
-            counts["failed"] += len(messages)
-            return counts
+        began = started_at if started_at is not None else time.time()
+        if self._pending is None:
+            self._pending = _Pending(round_id=new_round_id(began), began=began)
+        pending = self._pending
+        pending.received += messages
+        round_id = pending.round_id
 
-        # 2. validate
+        # 1. validate
         now = dt.datetime.now(dt.UTC)
-        poison: list[tuple[dict[str, Any], str]] = []
         jobs: dict[str, _Job] = {}
         for message in messages:
             try:
                 term = parse_termination(message.get("Body"), received_at=message_received_at(message, now))
             except InvalidMessage as exc:
                 self.log.warning(f"dead-lettering message {message.get('MessageId')}: {exc.reason}")
-                poison.append((message, exc.reason))
+                pending.poison.append((message, exc.reason))
                 continue
             if term.job_id in jobs:  # a copy in the same round follows the first one's outcome
                 jobs[term.job_id].messages.append(message)
@@ -303,8 +342,7 @@ class TerminationHandler:
             else:
                 jobs[term.job_id] = _Job(term=term, digest=fingerprint(message["Body"]), messages=[message])
 
-        # 3. conditional updates; a job whose write is refused is dead-lettered like the poison
-        to_ack: list[dict[str, Any]] = []
+        # 2. conditional updates; a job whose write is refused is dead-lettered like the poison
         result = transact_each(
             self.dynamodb, list(jobs.values()), lambda j: _update(self.table, round_id, j), logger=self.log
         )
@@ -315,21 +353,50 @@ class TerminationHandler:
             failed += settled.failed
             refused += settled.refused
             counts["duplicates"] += len(settled.conditional)
-            counts["taken_over"] += len(settled.applied)
             applied += settled.applied
             for job in settled.conditional:
-                to_ack += job.messages
+                pending.to_ack += job.messages
         counts["failed"] += sum(len(j.messages) for j in failed)
-        poison += [(m, reason) for job, reason in refused for m in job.messages]
-        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack, self.dead_letter_archive)
+        pending.poison += [(m, reason) for job, reason in refused for m in job.messages]
+        pending.applied += applied
+        pending.applied_ids.update(job.term.job_id for job in applied)
+        return counts
 
+    def flush_due(self) -> bool:
+        """Flush before the rounds held reach half the visibility timeout (their messages would
+        otherwise come back to other runs while this one still holds them)."""
+        pending = self._pending
+        return pending is not None and time.time() - pending.began >= self.visibility_timeout() / 2
+
+    def flush(self, pool: ThreadPoolExecutor) -> Counter:
+        """Steps 3 to 8 for the rounds since the last flush: archive, dead letters, clean-up, done
+        marker, acknowledge. Nothing is acknowledged unless archived first."""
+        counts: Counter = Counter()
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return counts
+        try:
+            self.archive.write(pending.received)
+        except Exception as exc:  # nothing is acknowledged unarchived: all of it comes back
+            self.log.error(f"archiving {len(pending.received)} raw message(s) failed, leaving them in the queue: {exc}")
+            held = len(pending.to_ack) + len(pending.poison) + sum(len(j.messages) for j in pending.applied)
+            counts["failed"] += held
+            return counts
+
+        to_ack = list(pending.to_ack)
+        dlq = self.dead_letter_archive
+        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, pending.poison, counts, to_ack, dlq)
+        applied = pending.applied
+        if applied and time.time() - pending.began >= self.visibility_timeout() / 2:
+            # Late: another run may take these jobs over once the timeout has passed; check first.
+            applied = self._still_held(applied, pending.round_id, counts)
         if applied:
-            done = self._clean_up(applied, round_id, pool, counts)
+            done = self._clean_up(applied, pending.round_id, pool, counts)
             for job in done:
                 to_ack += job.messages
             counts["applied"] += len(done)
 
-        # 7. acknowledge exactly what was handled
+        # 8. acknowledge exactly what was handled
         if to_ack:
             # One DeleteMessageBatch after another: moto's SQS loses deletes made at the same time.
             not_deleted = len(delete_messages(self.sqs, self.queue_url, to_ack))
@@ -382,6 +449,7 @@ class TerminationHandler:
         """
         out = Transacted()
         unfinished: list[_Job] = []
+        own: list[_Job] = []
         for job in jobs:
             old_round = job.current.get("termination_round")
             try:
@@ -396,6 +464,13 @@ class TerminationHandler:
                     continue
                 if job.current.get("termination_digest") != job.digest or not isinstance(old_round, str):
                     out.conditional.append(job)  # another message, or the job ended some other way
+                    continue
+                if self._pending is not None and old_round == self._pending.round_id:
+                    if job.term.job_id in self._pending.applied_ids:
+                        out.conditional.append(job)  # a copy of a message an unflushed round of this run applied
+                    else:  # this run's own write, which landed although its call failed and was tried again
+                        counts["landed_on_retry"] += 1
+                        own.append(job)
                     continue
                 if self.round_done(old_round):
                     out.conditional.append(job)
@@ -417,11 +492,34 @@ class TerminationHandler:
             self.log.warning(f"job {job.term.job_id}: round {old_round} was cut short; finishing its clean-up")
             unfinished.append(job)
         taken = transact_each(self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log)
-        out.applied += taken.applied
-        out.conditional += taken.conditional  # another run took it over first: it finishes the clean-up
+        # A take-over whose call failed and was tried again may have landed the first time: the job is ours.
+        landed = [j for j in taken.conditional if j.current.get("termination_round") == round_id]
+        counts["landed_on_retry"] += len(landed)
+        counts["taken_over"] += len(taken.applied) + len(landed)
+        out.applied += taken.applied + landed + own
+        # Another run took the others over first: it finishes their clean-up.
+        out.conditional += [j for j in taken.conditional if j.current.get("termination_round") != round_id]
         out.failed += taken.failed
         out.refused += taken.refused
         return out
+
+    def _still_held(self, jobs: list[_Job], round_id: str, counts: Counter) -> list[_Job]:
+        """A flush later than half the visibility timeout: its messages may have come back to another
+        run, which may have taken jobs over (their ``termination_round`` is no longer ours). One
+        ``ConditionCheck`` per job (transactions of 100) keeps the jobs still ours; the others are
+        left to the run that took them over (``lost_to_takeover``), which cleans up, counts and
+        acknowledges them."""
+        checked = transact_each(self.dynamodb, jobs, lambda j: _still_ours(self.table, round_id, j), logger=self.log)
+        counts["lost_to_takeover"] += len(checked.conditional)
+        counts["failed"] += sum(len(j.messages) for j in checked.failed) + sum(
+            len(j.messages) for j, _ in checked.refused
+        )
+        if checked.conditional:
+            self.log.warning(
+                f"round {round_id}: flushed late; {len(checked.conditional)} job(s) were "
+                "taken over by another run, which finishes them"
+            )
+        return checked.applied
 
     def archived(self, job_id: str) -> bool:
         """Did old_jobs archive (and delete) this job? One ``HeadObject`` of its marker."""

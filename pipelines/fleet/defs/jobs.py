@@ -1,7 +1,8 @@
 """The fleet processors' ops and jobs. Thin: read config, call the logic, report.
 
-- ``process_termination_queue`` / ``process_housekeeping_queue``: one drain run per queue at a time
-  (run tag ``groundskeeper/queue``), launched by the queue sensors when messages wait;
+- ``process_termination_queue`` / ``process_housekeeping_queue``: drain runs, one per consumer slot of
+  the queue (run tag ``groundskeeper/queue``, see ``sensors.py``), launched by the queue sensors when
+  messages wait;
 - ``housekeeping``: runs one task; its flat run config is runs-fleet's housekeeping message;
 - ``redrive_dead_letters``: by hand; moves dead letters back at a rate, quarantines repeat offenders.
 
@@ -146,7 +147,7 @@ drain_termination_queue = drain_op(
 
 
 @dg.job(
-    description="Drain the termination queue (launched by termination_queue_sensor; one run per queue at a time).",
+    description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
     tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
     config=flat_config("drain_termination_queue", DrainLimits),
     executor_def=dg.in_process_executor,
@@ -196,8 +197,7 @@ def housekeeping_jobs(
         return dg.Output(result.summary, metadata=metadata)
 
     @dg.job(
-        description="Drain the housekeeping queue (launched by housekeeping_queue_sensor; one run per queue at a "
-        "time).",
+        description="Drain the housekeeping queue (launched by housekeeping_queue_sensor; one run per consumer slot).",
         tags={**CAPABILITY_TAGS, QUEUE_TAG: HOUSEKEEPING_QUEUE},
         config=flat_config("drain_housekeeping_queue", DrainLimits),
         executor_def=dg.in_process_executor,

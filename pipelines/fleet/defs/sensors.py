@@ -1,41 +1,86 @@
-"""The queue sensors: launch a drain run when messages wait and no drain run of that queue is going."""
+"""The queue sensors: launch drain runs when messages wait, up to the queue's number of drain runs.
+
+Drain runs of one queue are competing consumers (every write is conditional, so a message handled
+by two runs is applied once). Each run holds a consumer slot, its run tag ``groundskeeper/queue``:
+slot 1 is the queue's own name (``runs-fleet-termination``, the job's tag, so a run launched by hand
+takes it too), slot k is ``runs-fleet-termination#k``. The instance allows one run per tag value,
+so each slot is one run at a time and the number of slots, ``FleetSettings.<queue>_drain_runs``
+(``RUNS_FLEET_TERMINATION_DRAIN_RUNS``, default 1), bounds the drains of a queue.
+"""
+
+import math
 
 import dagster as dg
 
-from pipelines.common.defs import active_run, aws_errors, still_going
+from pipelines.common.defs import ACTIVE_STATUSES, aws_errors, still_going
 from pipelines.fleet.aws import queue_depth, queue_name
 from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
 from resources import FleetSettings
 
+MESSAGES_PER_RUN = 100
+"""One more drain run per this many waiting messages (a termination round), up to the free slots."""
 
-def queue_sensor(name: str, job_name: str, queue_field: str, label: str, queue_tag: str) -> dg.SensorDefinition:
+
+def slot_tag(queue_tag: str, slot: int) -> str:
+    """The ``groundskeeper/queue`` value of consumer slot ``slot`` (1-based) of a queue."""
+    return queue_tag if slot == 1 else f"{queue_tag}#{slot}"
+
+
+def plan_drain_runs(visible: int, slots: int, busy: set[str], queue_tag: str) -> list[int]:
+    """The free slots to launch a drain run in: one per ``MESSAGES_PER_RUN`` waiting (at least one),
+    at most the free slots."""
+    free = [k for k in range(1, slots + 1) if slot_tag(queue_tag, k) not in busy]
+    wanted = max(1, math.ceil(visible / MESSAGES_PER_RUN)) if visible > 0 else 0
+    return free[:wanted]
+
+
+def queue_sensor(
+    name: str, job_name: str, queue_field: str, label: str, queue_tag: str, runs_field: str
+) -> dg.SensorDefinition:
     @dg.sensor(
         name=name,
         job_name=job_name,
         minimum_interval_seconds=30,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Launches a {job_name} run when messages wait on the {label} queue (one GetQueueAttributes).",
+        description=f"Launches {job_name} runs when messages wait on the {label} queue (one GetQueueAttributes), "
+        f"up to FleetSettings.{runs_field} at once.",
         required_resource_keys={"sqs", "fleet"},
     )
     def _sensor(context: dg.SensorEvaluationContext):
         fleet: FleetSettings = context.resources.fleet
         url = getattr(fleet, queue_field)
+        slots = getattr(fleet, runs_field)
         with aws_errors(context):
             depth = queue_depth(context.resources.sqs.get_client(), url)
         if depth["visible"] == 0:
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
-        active = active_run(context.instance, job_name)
-        if active is not None:
-            return dg.SkipReason(f"{depth['visible']} waiting; drain run {still_going(active)}")
-        sequence = int(context.cursor or 0) + 1
+        active = context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES))
+        busy = {run.tags.get(QUEUE_TAG, queue_tag) for run in active}
+        launch = plan_drain_runs(depth["visible"], slots, busy, queue_tag)
+        if not launch:
+            going = ", ".join(still_going(run) for run in active[:slots])
+            what = "drain run" if slots == 1 else f"all {slots} drain slots busy: runs"
+            return dg.SkipReason(f"{depth['visible']} waiting; {what} {going}")
+        sequence = int(context.cursor or 0)
+        requests = []
+        for slot in launch:
+            sequence += 1
+            requests.append(
+                dg.RunRequest(run_key=f"{label}-drain-{sequence}", tags={QUEUE_TAG: slot_tag(queue_tag, slot)})
+            )
         context.update_cursor(str(sequence))
-        return dg.RunRequest(run_key=f"{label}-drain-{sequence}", tags={QUEUE_TAG: queue_tag})
+        return requests
 
     return _sensor
 
 
 termination_queue_sensor = queue_sensor(
-    "termination_queue_sensor", "process_termination_queue", "termination_queue_url", "termination", TERMINATION_QUEUE
+    "termination_queue_sensor",
+    "process_termination_queue",
+    "termination_queue_url",
+    "termination",
+    TERMINATION_QUEUE,
+    "termination_drain_runs",
 )
 housekeeping_queue_sensor = queue_sensor(
     "housekeeping_queue_sensor",
@@ -43,4 +88,5 @@ housekeeping_queue_sensor = queue_sensor(
     "housekeeping_queue_url",
     "housekeeping",
     HOUSEKEEPING_QUEUE,
+    "housekeeping_drain_runs",
 )

@@ -1,0 +1,132 @@
+"""Parallel drains of one queue: the sensor launches up to the queue's number of drain runs, each in
+a consumer slot of its own, and three drains at once apply every message exactly once."""
+
+import json
+import threading
+
+import dagster as dg
+
+from pipelines.definitions import build_definitions
+from pipelines.fleet.defs import QUEUE_TAG
+from resources import SQSResource, fleet_settings_from_env
+from tests import fleet_support as fs
+
+TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+
+
+def _tick(sensor, instance, cursor=None):
+    context = dg.build_sensor_context(
+        instance=instance, cursor=cursor, resources={"sqs": SQSResource(), "fleet": fleet_settings_from_env()}
+    )
+    return sensor.evaluate_tick(context)
+
+
+def test_the_sensor_fills_free_drain_slots_with_distinct_run_keys(aws, monkeypatch):
+    monkeypatch.setenv("RUNS_FLEET_TERMINATION_DRAIN_RUNS", "3")
+    defs = build_definitions("local")
+    sensor = defs.resolve_sensor_def("termination_queue_sensor")
+    job = defs.resolve_job_def("process_termination_queue")
+    with dg.instance_for_test() as instance:
+        fs.send(aws, ["{}"] * 50)
+        few = _tick(sensor, instance)
+        assert [r.tags[QUEUE_TAG] for r in few.run_requests] == ["runs-fleet-termination"]  # 50 waiting: one run
+        fs.send(aws, ["{}"] * 200)
+        tick = _tick(sensor, instance, cursor="1")
+        assert [r.run_key for r in tick.run_requests] == [f"termination-drain-{k}" for k in (2, 3, 4)]
+        assert [r.tags[QUEUE_TAG] for r in tick.run_requests] == [
+            "runs-fleet-termination",
+            "runs-fleet-termination#2",
+            "runs-fleet-termination#3",
+        ]
+        assert tick.cursor == "4"
+        # Slot 2 busy (a queued run): the next tick fills slots 1 and 3 only.
+        instance.create_run_for_job(job, run_config={}, tags={QUEUE_TAG: "runs-fleet-termination#2"})
+        tick = _tick(sensor, instance, cursor="4")
+        assert [r.tags[QUEUE_TAG] for r in tick.run_requests] == ["runs-fleet-termination", "runs-fleet-termination#3"]
+        assert [r.run_key for r in tick.run_requests] == ["termination-drain-5", "termination-drain-6"]
+        # Every slot busy: skip, naming the runs.
+        instance.create_run_for_job(job, run_config={})  # a run launched by hand takes slot 1
+        instance.create_run_for_job(job, run_config={}, tags={QUEUE_TAG: "runs-fleet-termination#3"})
+        busy = _tick(sensor, instance, cursor="6")
+        assert not busy.run_requests
+        assert "all 3 drain slots busy" in busy.skip_message
+        assert busy.skip_message.count("is still queued") == 3
+
+
+def test_three_drains_at_once_apply_every_message_exactly_once(monkeypatch, tmp_path):
+    """200 jobs, 40 of their messages sent twice, 4 poison messages: three drains of one queue at
+    once (competing consumers, as three drain runs are), until the queue is empty. On a moto server
+    whose DynamoDB writes are isolated as DynamoDB's are (``fs.dynamodb_atomic_aws``)."""
+    with fs.dynamodb_atomic_aws(monkeypatch, tmp_path) as aws:
+        _three_drains(aws)
+
+
+def _three_drains(aws):
+    visibility = 20  # a copy held by one drain's unflushed rounds comes back to the others after this
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": str(visibility)})
+    jobs = fs.start_jobs(aws, 200)
+    bodies = [fs.termination_body(j, "success") for j in jobs]
+    poison = [json.dumps({"job_id": f"bad-{k}", "status": "exploded"}) for k in range(4)]
+    fs.send(aws, bodies[:100] + bodies[:40] + poison + bodies[100:])
+
+    results, errors = [], []
+
+    def run(wave, drain):
+        try:
+            results.append((wave, drain.run()))
+        except BaseException as exc:
+            errors.append(exc)
+
+    for wave in range(4):  # what one wave leaves in flight (held elsewhere, lost deletes) comes back
+        threads = [
+            threading.Thread(target=run, args=(wave, fs.make_drain(aws, concurrency=3, wait_seconds=1)))
+            for _ in range(3)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=600)
+        assert not errors, errors
+        if fs.depth(aws, TQ) == 0:
+            break
+        fs.wait_until_visible(aws, TQ, timeout=visibility * 3)
+    assert fs.depth(aws, TQ) == 0
+    first_wave = [r for w, r in results if w == 0]
+    assert sum(1 for r in first_wave if r.counts["applied"]) >= 2, [r.counts for r in first_wave]
+    total = sum((r.counts for _, r in results), start=type(results[0][1].counts)())
+    assert total["applied"] == 200, total  # none twice, none lost
+    assert total["failed"] == 0, total
+    assert total["dead_lettered"] >= 4, total
+    state = fs.jobs_state(aws)
+    done = fs.rounds_done(aws)
+    assert all(state[j["job_id"]]["status"] == "completed" for j in jobs)
+    unmarked = [state[j["job_id"]] for j in jobs if not fs.round_done(aws, state[j["job_id"]], done)]
+    assert not unmarked, (total, unmarked[:3])
+    assert fs.metric_sum(aws, "JobSuccess") == 200  # each job counted once: applied once
+    assert fs.runner_parameters(aws) == set()
+    # Poison is dead-lettered at least once (a copy that came back to another drain may be twice).
+    assert {m["Body"] for m in fs.read_all(aws, DLQ)} == set(poison)
+
+
+def test_a_flush_later_than_the_visibility_timeout_leaves_jobs_taken_over_to_their_new_run(aws):
+    """Drain A writes a round, then stalls past the visibility timeout; drain B receives the messages
+    again and takes the jobs over. A's late flush checks that the jobs are still its own: they are
+    not, so it neither counts nor cleans them up again (B did)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.fleet.aws import receive
+
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "1"})
+    jobs = fs.start_jobs(aws, 5)
+    fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
+    a = fs.make_drain(aws).handler
+    with ThreadPoolExecutor(1) as pool:
+        a(receive(aws.client("sqs"), aws.env[TQ], max_messages=10), pool)
+        fs.wait_until_visible(aws, TQ)
+        b = fs.drain(aws)
+        assert b.counts["taken_over"] == 5
+        late = a.flush(pool)
+    assert late["lost_to_takeover"] == 5
+    assert late["applied"] == 0
+    assert fs.metric_sum(aws, "JobSuccess") == 5
+    assert fs.depth(aws, TQ) == 0
