@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 
 dev: $(STAMP)
 	$(PY) -m infra.local
