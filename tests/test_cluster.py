@@ -2,8 +2,8 @@
 
 One module-scoped cluster serves every test: a RabbitMQ vhost and a PostgreSQL database of its own
 (created here, removed at the end), its own moto server with the template deployed, the instance
-file ``infra/dagster.cluster.yaml`` (with the per-queue limit raised to 3 and the backfill limit
-set to 2, so that both limits are exercised), ``dagster instance migrate``, then two workers
+file ``infra/dagster.cluster.yaml`` (with the per-queue limit raised to 3, for three drains of
+one queue at once), ``dagster instance migrate``, then two workers
 ``w1`` and ``w2`` (``dagster-celery worker start``, one process each) and ``dagster-daemon``. Runs
 are submitted to the run queue (``infra.cluster.launch_runs``) and launched by the daemon.
 """
@@ -126,7 +126,7 @@ def cluster(tmp_path_factory):
         stack = deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1"))
         aws = LocalAWS(endpoint=endpoint, env={"AWS_ENDPOINT_URL": endpoint, **stack})
         home = root / "home"
-        cl.write_instance(home, {"groundskeeper/queue": 3, "dagster/backfill": 2})
+        cl.write_instance(home, {"groundskeeper/queue": 3})
         broker = f"pyamqp://guest:guest@127.0.0.1:5672/{vhost}"
         pg_url = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}"
         env = {**os.environ, **aws.env, **cl.cluster_env(home=home, pg_url=pg_url, broker=broker)}
@@ -173,7 +173,7 @@ def _state(ddb, table: str) -> dict[str, tuple]:
                 item["processingState"],
                 item.get("processingStateMessage"),
                 int(item.get("attemptsCompleted", 0)),
-                [e["message"] for e in events],
+                tuple(e["message"] for e in events),
             )
         if "LastEvaluatedKey" not in page:
             return out
@@ -219,15 +219,19 @@ def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machin
 def test_three_drains_on_one_queue_apply_every_message_exactly_once(cluster):
     cluster.ensure_workers()
     aws = cluster.aws
-    jobs = fs.start_jobs(aws, 150)
+    jobs = fs.start_jobs(aws, 300)
     fs.send(aws, [fs.termination_body(job) for job in jobs])
 
-    run_ids = cluster.launch("process_termination_queue", {"wait_seconds": 0, "concurrency": 2}, count=3)
+    run_ids = cluster.launch("process_termination_queue", {"wait_seconds": 0, "concurrency": 1}, count=3)
     records = cluster.wait(run_ids)
     for record in records:
         assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(record.dagster_run.run_id)
-    # the three ran at once: each started before any of them ended (per-queue limit 3)
-    assert max(r.start_time for r in records) < min(r.end_time for r in records)
+    # the queue let the three go at once (per-queue limit 3): each was dequeued before any ended
+    dequeued = [cluster.instance.all_logs(r, of_type=dg.DagsterEventType.RUN_STARTING)[0].timestamp for r in run_ids]
+    assert max(dequeued) < min(r.end_time for r in records)
+    # competing consumers: the backlog was shared
+    shares = [_counts(cluster.instance, r).get("applied", 0) for r in run_ids]
+    assert sum(1 for share in shares if share > 0) >= 2, shares
     # the termination_queue_sensor may have started a drain of its own meanwhile: count them all
     drains = cluster.instance.get_runs(dg.RunsFilter(job_name="process_termination_queue"))
     cluster.wait([r.run_id for r in drains])
@@ -279,13 +283,13 @@ def test_a_batching_backfill_of_20_partitions_keeps_to_its_limit(cluster):
     records = cluster.wait([r.run_id for r in runs])
     for record in records:
         assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(record.dagster_run.run_id)
-    # never more than the backfill's limit (2) at once, and the limit was used
+    # never more than the backfill's limit (4, infra/dagster.cluster.yaml) at once, and in parallel
     points = sorted([(r.start_time, 1) for r in records] + [(r.end_time, -1) for r in records])
     running, most = 0, 0
     for _, delta in points:
         running += delta
         most = max(most, running)
-    assert most == 2
+    assert 2 <= most <= 4, most
     for name in receivers:
         assert pending_ids(aws, name) == set()
     workers = {w.split("@")[0] for r in runs for w in cl.step_workers(cluster.instance, r.run_id).values()}
@@ -320,7 +324,7 @@ def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_change
     assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(run_id)
     assert cl.step_workers(cluster.instance, run_id)[on_w1[0]].startswith("w2@")  # taken over
     after = _state(ddb, "killed-reclaim")
-    assert {after[i] for i in stale} == {("COMPLETE", "failed", 1, ["AgendaProgress timed out."])}
+    assert {after[i] for i in stale} == {("COMPLETE", "failed", 1, ("AgendaProgress timed out.",))}
     assert sum(1 for v in after.values() if v[0] == "EXECUTING") == 600 - len(stale)
 
     cluster.ensure_workers()
