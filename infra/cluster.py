@@ -355,7 +355,7 @@ def _instance_database(state: Path) -> tuple[str, Any]:
         if cur.fetchone() is None:
             cur.execute("CREATE DATABASE dagster")
     admin.close()
-    return psycopg2_url(server.get_uri("postgres", "dagster")), server
+    return psycopg2_url(server.get_uri("dagster")), server
 
 
 def main() -> int:
