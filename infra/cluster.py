@@ -23,7 +23,9 @@ Ctrl-C (or SIGTERM) stops everything it started. Workers import the code when th
 a change to the code, restart ``make cluster`` (or the workers).
 
 ``python -m infra.cluster launch --job JOB [--config FILE] [--tags JSON] [--count N]`` submits runs
-to the run queue of the instance in ``DAGSTER_HOME`` (source ``.groundskeeper/cluster.env`` first).
+to the run queue of the instance in ``DAGSTER_HOME`` (source ``.groundskeeper/cluster.env`` first);
+``python -m infra.cluster worker-config celery.yaml`` writes the workers' Celery config for
+``CELERY_BROKER_URL``.
 """
 
 from __future__ import annotations
@@ -457,4 +459,7 @@ def _launch_main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["launch"]:
         raise SystemExit(_launch_main(sys.argv[2:]))
+    if sys.argv[1:2] == ["worker-config"] and len(sys.argv) == 3:  # the workers' celery.yaml, on their machines
+        print(write_worker_config(Path(sys.argv[2]), os.environ.get("CELERY_BROKER_URL") or DEFAULT_BROKER))
+        raise SystemExit(0)
     raise SystemExit(main())
