@@ -26,6 +26,7 @@ import concurrent.futures as cf
 import datetime as dt
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -290,6 +291,7 @@ def main() -> int:
             cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         admin.close()
         rabbit("delete_vhost", vhost)
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

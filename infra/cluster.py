@@ -151,15 +151,27 @@ def migrate(env: Mapping[str, str]) -> None:
         raise ClusterError(f"dagster instance migrate failed (check DAGSTER_PG_URL): {last[0]}")
 
 
-def _spawn(args: Sequence[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
+def _spawn(args: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Path = ROOT) -> subprocess.Popen:
     log = open(log_path, "ab")
     return subprocess.Popen(
-        list(args), env=dict(env), cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        list(args), env=dict(env), cwd=cwd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
     )
 
 
-def start_worker(name: str, env: Mapping[str, str], config_path: Path, log_path: Path) -> subprocess.Popen:
-    """One Celery worker process (``--concurrency=1``) named ``name`` (its tasks' events say ``name@host``)."""
+CODE_LOCATION_MODULE = "pipelines.definitions"
+
+
+def start_worker(
+    name: str,
+    env: Mapping[str, str],
+    config_path: Path,
+    log_path: Path,
+    cwd: Path = ROOT,
+    module: str = CODE_LOCATION_MODULE,
+) -> subprocess.Popen:
+    """One Celery worker process (``--concurrency=1``) named ``name`` (its tasks' events say
+    ``name@host``). It imports the code location when it starts (``-i``): a worker without the code
+    exits at once with the import error as its last line, instead of failing steps later."""
     args = [
         str(BIN / "dagster-celery"),
         "worker",
@@ -170,10 +182,12 @@ def start_worker(name: str, env: Mapping[str, str], config_path: Path, log_path:
         str(config_path),
         "-A",
         "dagster_celery.app",
+        "-i",
+        module,
         "--",
         "--concurrency=1",
     ]
-    return _spawn(args, env, log_path)
+    return _spawn(args, env, log_path, cwd)
 
 
 def wait_worker_ready(proc: subprocess.Popen, name: str, log_path: Path, timeout: float = 300) -> None:
@@ -185,7 +199,10 @@ def wait_worker_ready(proc: subprocess.Popen, name: str, log_path: Path, timeout
             return
         if proc.poll() is not None:
             tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
-            raise ClusterError(f"Celery worker {name} exited ({proc.returncode}): {tail[0]} (see {log_path})")
+            hint = ""
+            if CODE_LOCATION_MODULE.split(".")[0] in tail[0] and "Error" in tail[0]:
+                hint = " (check that the worker has the code location: the repository on its PYTHONPATH)"
+            raise ClusterError(f"Celery worker {name} exited ({proc.returncode}): {tail[0]}{hint} (see {log_path})")
         time.sleep(0.2)
     raise ClusterError(f"Celery worker {name} not ready after {timeout:.0f}s (see {log_path})")
 
