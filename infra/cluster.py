@@ -198,11 +198,18 @@ def wait_worker_ready(proc: subprocess.Popen, name: str, log_path: Path, timeout
         if pattern.search(log_path.read_text(errors="replace") if log_path.exists() else ""):
             return
         if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["(no output)"]
+            lines = log_path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
+            # the worker's own error, not the CalledProcessError of dagster-celery's wrapper around it
+            errors = [
+                line
+                for line in lines
+                if re.match(r"^[\w.]+(Error|Exception): ", line) and not line.startswith("subprocess.")
+            ]
+            reason = (errors or lines)[-1]
             hint = ""
-            if CODE_LOCATION_MODULE.split(".")[0] in tail[0] and "Error" in tail[0]:
+            if isinstance(reason, str) and reason.startswith(("ModuleNotFoundError", "ImportError")):
                 hint = " (check that the worker has the code location: the repository on its PYTHONPATH)"
-            raise ClusterError(f"Celery worker {name} exited ({proc.returncode}): {tail[0]}{hint} (see {log_path})")
+            raise ClusterError(f"Celery worker {name} exited ({proc.returncode}): {reason}{hint} (see {log_path})")
         time.sleep(0.2)
     raise ClusterError(f"Celery worker {name} not ready after {timeout:.0f}s (see {log_path})")
 
