@@ -286,7 +286,10 @@ def main() -> int:
             for proc in bench.workers.values():
                 cl.stop(proc, quiet=True)
         moto.terminate()
-        moto.wait(timeout=30)
+        try:
+            moto.wait(timeout=30)
+        except subprocess.TimeoutExpired:  # a loaded machine: do not leave the database and vhost behind
+            moto.kill()
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         admin.close()
