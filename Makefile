@@ -2,6 +2,7 @@
 #   make dev   local AWS (moto) from infra/template.yaml, demo data, Dagster UI on 127.0.0.1:3000
 #   make test  create .venv if missing, install the project with its dev extra, ruff, pytest
 #   make ui-test  drive make dev's UI in headless Chromium (not part of make test)
+#   make cluster  the cluster profile on this machine: PostgreSQL, RabbitMQ, 2 Celery workers, daemon, UI
 
 PYTHON ?= python3.11
 VENV := .venv
@@ -9,7 +10,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_WORKERS ?= 2
 
-.PHONY: dev test lint install bench clean ui-test
+.PHONY: dev test lint install bench clean ui-test cluster
 
 $(PY):
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11+)"; exit 1; }
@@ -27,10 +28,14 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 
 test: lint
-	$(PY) -m pytest -n $(PYTEST_WORKERS) -q
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 
 dev: $(STAMP)
 	$(PY) -m infra.local
+
+# DAGSTER_PG_URL (default: an embedded PostgreSQL), CELERY_BROKER_URL (default: the local RabbitMQ)
+cluster: $(STAMP)
+	$(PY) -m infra.cluster
 
 # Debian's chromium (playwright's own browser download is not used): sudo apt-get install chromium
 ui-test: $(STAMP)

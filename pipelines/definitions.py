@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.batching.defs import build_defs as batching_defs
-from pipelines.common.defs import operations_summary_asset
+from pipelines.common.defs import fan_out_executor, operations_summary_asset, run_fan_out_on
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.defs import build_defs as fleet_defs
@@ -55,7 +55,12 @@ def build_definitions(deployment: str) -> dg.Definitions:
     capabilities = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
-        fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
+        # cluster: termination drains are competing consumers on the Celery workers
+        run_fan_out_on(
+            fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
+            deployment,
+            ["process_termination_queue"],
+        ),
         pool_audit_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
@@ -68,8 +73,11 @@ def build_definitions(deployment: str) -> dg.Definitions:
         dg.Definitions(assets=[operations_summary_asset()]),
         # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
         # choose the multiprocess executor themselves): no second process importing the code
-        # location per step, also for asset jobs and backfills launched from the UI.
-        dg.Definitions(resources=resources_for(deployment), executor=dg.in_process_executor),
+        # location per step, also for asset jobs and backfills launched from the UI. Under the
+        # cluster deployment those asset runs (batching backfills) run their steps on the workers.
+        dg.Definitions(
+            resources=resources_for(deployment), executor=fan_out_executor(deployment) or dg.in_process_executor
+        ),
     )
     retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.

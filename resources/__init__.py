@@ -1,7 +1,10 @@
 """Resources for every deployment, chosen from one dict keyed by ``DAGSTER_DEPLOYMENT``.
 
 ``local`` talks to the moto server that ``make dev`` starts (boto3 reads ``AWS_ENDPOINT_URL``
-itself); ``prod`` talks to real AWS with the ambient credentials. Table names, queue URLs and
+itself); ``prod`` talks to real AWS with the ambient credentials. ``cluster`` is ``prod``'s
+resources with endpoints from the environment as ``local`` (moto under ``make cluster``), plus the
+S3 pickle IO manager on the archive bucket: its steps run on Celery workers on other machines,
+so step outputs must cross machines through S3. Table names, queue URLs and
 buckets come from the environment variables of ``docs/contracts.md``.
 """
 
@@ -30,7 +33,10 @@ from resources.settings import (
     fleet_settings_from_env,
 )
 
-DEPLOYMENTS = ("local", "prod")
+DEPLOYMENTS = ("local", "prod", "cluster")
+
+IO_PREFIX = "dagster-io"
+"""Where the ``cluster`` deployment's step outputs go in the archive bucket (``RUNS_FLEET_ARCHIVE_BUCKET``)."""
 
 
 def deployment_name() -> str:
@@ -62,13 +68,33 @@ def _settings() -> dict[str, Any]:
     }
 
 
+def _step_outputs_in_s3(region: str) -> dict[str, Any]:
+    """The IO manager of the ``cluster`` deployment: step outputs pickled into the archive bucket."""
+    import dagster as dg
+    from dagster_aws.s3 import S3PickleIOManager
+
+    return {
+        "io_manager": S3PickleIOManager(
+            s3_resource=S3Resource(region_name=region, max_attempts=8),
+            s3_bucket=dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET"),
+            s3_prefix=IO_PREFIX,
+        )
+    }
+
+
+def _region() -> str:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+
+
 def resources_by_deployment() -> dict[str, dict[str, Any]]:
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    region = _region()
     return {
         # Local: the moto server. A few fast retries: a local endpoint either answers or is down.
         "local": {**_aws_resources(region_name=region, max_attempts=2), **_settings()},
         # Production: real AWS, standard retry mode with more attempts for throttling.
         "prod": {**_aws_resources(region_name=region, max_attempts=8), **_settings()},
+        # Cluster: prod's resources (endpoints from the environment, as local), plus step outputs in S3.
+        "cluster": {**_aws_resources(region_name=region, max_attempts=8), **_settings(), **_step_outputs_in_s3(region)},
     }
 
 

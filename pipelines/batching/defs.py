@@ -26,7 +26,15 @@ from pipelines.batching.decider import (
     valid_partition_names,
 )
 from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
-from pipelines.common.defs import active_run, aws_errors, config_schema, params_from_config, run_summary, still_going
+from pipelines.common.defs import (
+    active_run,
+    aws_errors,
+    config_schema,
+    params_from_config,
+    run_fan_out_on,
+    run_summary,
+    still_going,
+)
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -262,10 +270,12 @@ def build_defs(deployment: str) -> dg.Definitions:
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Every 15 minutes: the batching asset checks.",
     )
-    return dg.Definitions(
+    defs = dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
         jobs=[receiver_batches_job, batching_checks_job],
         schedules=[batch_decider, checks_schedule],
         sensors=[receivers_sync],
     )
+    # Under the cluster deployment each batch run's step goes to a Celery worker (fan_out_executor).
+    return run_fan_out_on(defs, deployment, [receiver_batches_job.name])

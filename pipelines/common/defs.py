@@ -19,6 +19,9 @@
   money (``*_usd``, ``*_usd_per_hour``) rounded to cents and percentages (``*_pct``) to one decimal.
 - :func:`run_summary`: how every job ends: one log line and the run's counters as run tags
   (``groundskeeper/count/<name>``), which ``operations_summary`` adds up across runs.
+- :func:`fan_out_executor` / :func:`run_fan_out_on`: the one place that picks the executor of the
+  jobs that fan out (reclaim's segments, batching, the termination drain): the Celery workers under
+  the ``cluster`` deployment, the capability's own choice everywhere else.
 """
 
 from __future__ import annotations
@@ -336,12 +339,102 @@ SUMMARY_RUN_LIMIT = 20_000
 """Runs ``operations_summary`` reads at most (the newest of the last 7 days)."""
 
 
+# --------------------------------------------------------------------- cluster executor
+
+CELERY_BROKER_ENV = "CELERY_BROKER_URL"
+"""The broker of the ``cluster`` deployment (RabbitMQ: ``pyamqp://user:pass@host:5672/vhost``)."""
+
+CELERY_BACKEND = "rpc://"
+"""Results come back over the broker itself: no second service to run."""
+
+CELERY_SETTINGS: dict[str, Any] = {
+    # A step's task is acknowledged when it ends, not when a worker takes it: a worker killed
+    # mid-step leaves it unacknowledged, and the broker hands it to another worker (the step
+    # runs again there; every write is conditional, so what the dead worker did is not redone).
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    # One task at a time per worker process: a long segment never holds a second one hostage.
+    "worker_prefetch_multiplier": 1,
+    # Broker unreachable: give up after a few quick retries instead of hanging the run.
+    "broker_connection_timeout": 10,
+    "broker_transport_options": {"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 2},
+}
+"""Celery settings shared by the executor (run side) and the workers (``infra/cluster.py`` writes
+them into the workers' config file), so both sides agree."""
+
+FAN_OUT_DEPLOYMENTS = ("cluster",)
+
+
+def celery_executor_config(broker: Any = None) -> dict[str, Any]:
+    """The celery executor's config: the broker (default: the ``CELERY_BROKER_URL`` variable), the
+    rpc result backend and :data:`CELERY_SETTINGS`. Also what the workers' config file holds."""
+    return {
+        "broker": broker if broker is not None else {"env": CELERY_BROKER_ENV},
+        "backend": CELERY_BACKEND,
+        "config_source": CELERY_SETTINGS,
+    }
+
+
+def fan_out_executor(deployment: str) -> dg.ExecutorDefinition | None:
+    """The executor of the jobs that fan out, or None where each keeps its own choice.
+
+    Under ``cluster``: dagster-celery's executor (imported only then), on the broker named by
+    ``CELERY_BROKER_URL``; every step is a Celery task that any worker of the cluster may take."""
+    if deployment not in FAN_OUT_DEPLOYMENTS:
+        return None
+    from dagster_celery import celery_executor
+
+    return celery_executor.configured(celery_executor_config(), name="celery")
+
+
+def _target_name(definition: Any) -> str | None:
+    try:
+        return definition.job_name
+    except Exception:  # a sensor over assets, or over several jobs
+        return None
+
+
+def run_fan_out_on(defs: dg.Definitions, deployment: str, job_names: Iterable[str]) -> dg.Definitions:
+    """``defs`` with the jobs named in ``job_names`` on :func:`fan_out_executor` (unchanged when
+    the deployment has none), and the schedules and sensors that target them re-pointed at them."""
+    executor = fan_out_executor(deployment)
+    names = set(job_names)
+    if executor is None or not names:
+        return defs
+    from dagster_shared.record import copy as copy_record
+
+    jobs, swapped = [], {}
+    for job in defs.jobs or []:
+        if job.name in names:
+            job = (
+                job.with_executor_def(executor)
+                if hasattr(job, "with_executor_def")
+                else copy_record(job, executor_def=executor)
+            )
+            swapped[job.name] = job
+        jobs.append(job)
+    missing = names - set(swapped)
+    if missing:
+        raise ValueError(f"run_fan_out_on: no job named {', '.join(sorted(missing))}")
+    schedules = [
+        s.with_updated_job(swapped[_target_name(s)]) if _target_name(s) in swapped else s for s in defs.schedules or []
+    ]
+    sensors = [
+        s.with_updated_job(swapped[_target_name(s)]) if _target_name(s) in swapped else s for s in defs.sensors or []
+    ]
+    return copy_record(defs, jobs=jobs, schedules=schedules, sensors=sensors)
+
+
 __all__ = [
+    "CELERY_BROKER_ENV",
+    "CELERY_SETTINGS",
     "COUNT_TAG_PREFIX",
     "ACTIVE_STATUSES",
     "DEFAULT_OP_POLICY",
     "active_run",
     "exclusive_schedule",
+    "fan_out_executor",
+    "run_fan_out_on",
     "still_going",
     "aws_errors",
     "config_schema",

@@ -93,7 +93,8 @@ class ReclaimParams:
     )
     segments: int = param(
         1,
-        description="Scan path only: DynamoDB parallel-scan segments, one op each (multiprocess executor above 1).",
+        description="Scan path only: DynamoDB parallel-scan segments, one op each (multiprocess executor above 1; "
+        "Celery workers under the cluster deployment).",
         minimum=1,
         maximum=MAX_SEGMENTS,
     )

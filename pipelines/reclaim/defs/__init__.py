@@ -3,15 +3,19 @@ schedule per target of the deployment's targets file (``schedules.py``)."""
 
 import dagster as dg
 
-from pipelines.reclaim.defs.jobs import JOB_NAME, SegmentPlan, older_run_on_same_table, reclaim_agendas
+from pipelines.common.defs import fan_out_executor
+from pipelines.reclaim.defs.jobs import JOB_NAME, SegmentPlan, older_run_on_same_table, reclaim_agendas, reclaim_job
 from pipelines.reclaim.defs.schedules import TABLE_TAG, schedule_for
 from pipelines.reclaim.targets import load_targets, targets_path
 
 
 def build_defs(deployment: str) -> dg.Definitions:
-    """The job everywhere; a schedule per entry of the deployment's targets file."""
+    """The job everywhere (its segments on the Celery workers under ``cluster``); a schedule per
+    entry of the deployment's targets file."""
     targets = load_targets(targets_path(deployment))
-    return dg.Definitions(jobs=[reclaim_agendas], schedules=[schedule_for(t) for t in targets])
+    executor = fan_out_executor(deployment)
+    job = reclaim_job(executor) if executor else reclaim_agendas
+    return dg.Definitions(jobs=[job], schedules=[schedule_for(t, job) for t in targets])
 
 
 __all__ = [
@@ -21,5 +25,6 @@ __all__ = [
     "build_defs",
     "older_run_on_same_table",
     "reclaim_agendas",
+    "reclaim_job",
     "schedule_for",
 ]

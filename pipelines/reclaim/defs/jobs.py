@@ -218,15 +218,25 @@ def report_reclaim(
     return dg.Output(summary, metadata=metadata_from(summary))
 
 
-@dg.job(
-    name=JOB_NAME,
-    config=flat_config(PLAN_OP, ReclaimParams, execution=execution_for),
-    description="POP's agenda reclaimer: fail (or retry) stale EXECUTING AgendaProgress items. "
-    "The flat run config is POP's JSON.",
-    tags={"groundskeeper/capability": "reclaim", "dagster/max_runtime": MAX_RUNTIME_SECONDS},
-    executor_def=dg.multi_or_in_process_executor,  # the code location's default is in-process
-)
-def reclaim_agendas():
-    plans = plan_reclaim()
-    results = plans.map(reclaim_segment)
-    report_reclaim(plans.collect(), results.collect())
+def reclaim_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+    """The ``reclaim_agendas`` job. By default its segments run on the multiprocess executor
+    (:func:`execution_for`); with ``executor_def`` (the cluster's Celery executor,
+    ``fan_out_executor``) every segment is a task any worker may take."""
+
+    @dg.job(
+        name=JOB_NAME,
+        config=flat_config(PLAN_OP, ReclaimParams, execution=None if executor_def else execution_for),
+        description="POP's agenda reclaimer: fail (or retry) stale EXECUTING AgendaProgress items. "
+        "The flat run config is POP's JSON.",
+        tags={"groundskeeper/capability": "reclaim", "dagster/max_runtime": MAX_RUNTIME_SECONDS},
+        executor_def=executor_def or dg.multi_or_in_process_executor,  # the code location's default is in-process
+    )
+    def reclaim_agendas():
+        plans = plan_reclaim()
+        results = plans.map(reclaim_segment)
+        report_reclaim(plans.collect(), results.collect())
+
+    return reclaim_agendas
+
+
+reclaim_agendas = reclaim_job()

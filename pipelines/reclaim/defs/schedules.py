@@ -8,11 +8,11 @@ from pipelines.reclaim.targets import Target
 TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
 
 
-def schedule_for(target: Target) -> dg.ScheduleDefinition:
+def schedule_for(target: Target, job: dg.JobDefinition = reclaim_agendas) -> dg.ScheduleDefinition:
     table = target.config["tableName"]
     return dg.ScheduleDefinition(
         name=f"reclaim_{target.name}",
-        job=reclaim_agendas,
+        job=job,
         cron_schedule=target.cron,
         run_config=target.config,
         tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},

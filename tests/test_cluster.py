@@ -1,0 +1,368 @@
+"""The ``cluster`` profile on this machine: two real Celery workers, RabbitMQ and PostgreSQL.
+
+One module-scoped cluster serves every test: a RabbitMQ vhost and a PostgreSQL database of its own
+(created here, removed at the end), its own moto server with the template deployed, the instance
+file ``infra/dagster.cluster.yaml`` (with the per-queue limit raised to 3, for three drains of
+one queue at once), ``dagster instance migrate``, then two workers
+``w1`` and ``w2`` (``dagster-celery worker start``, one process each) and ``dagster-daemon``. Runs
+are submitted to the run queue (``infra.cluster.launch_runs``) and launched by the daemon.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import boto3
+import dagster as dg
+import psycopg2
+import pytest
+
+from infra import cluster as cl
+from infra.deploy import deploy, wait_for_endpoint
+from tests import fleet_support as fs
+from tests.batching_helpers import pending_ids, put_receiver, put_records
+from tests.conftest import LocalAWS, _free_port
+
+pytestmark = pytest.mark.xdist_group("cluster")  # make test: --dist loadgroup keeps them on one xdist worker
+
+PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
+RUN_TIMEOUT = 1200  # generous: a loaded 2-core machine (one run here took 16 min in all); a hung run fails the test
+FINISHED = {dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED}
+
+
+def _rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
+
+
+@dataclass
+class Cluster:
+    env: dict[str, str]
+    home: Path
+    logs: Path
+    config_path: Path
+    aws: LocalAWS
+    instance: dg.DagsterInstance
+    workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start_worker(self, name: str) -> None:
+        log = self.logs / f"{name}.log"
+        log.write_text("")  # a restarted worker's "ready" line must be a new one
+        self.workers[name] = cl.start_worker(name, self.env, self.config_path, log)
+
+    def ensure_workers(self) -> None:
+        """Both workers up (a test that killed one gets it back)."""
+        for name in cl.WORKERS:
+            proc = self.workers.get(name)
+            if proc is None or proc.poll() is not None:
+                self.start_worker(name)
+        for name in cl.WORKERS:
+            cl.wait_worker_ready(self.workers[name], name, self.logs / f"{name}.log")
+
+    def launch(self, job: str, run_config: dict | None = None, tags: dict | None = None, count: int = 1) -> list[str]:
+        """Submit runs to the queue from a subprocess with the cluster's environment."""
+        args = [sys.executable, "-m", "infra.cluster", "launch", "--job", job, "--count", str(count)]
+        if run_config is not None:
+            path = self.home / f"config-{uuid.uuid4().hex[:8]}.json"
+            path.write_text(json.dumps(run_config))
+            args += ["--config", str(path)]
+        args += ["--tags", json.dumps(tags or {})]
+        done = subprocess.run(args, env=self.env, cwd=cl.ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return [line.split()[-1] for line in done.stdout.splitlines() if line.startswith("queued run ")]
+
+    def wait(self, run_ids: list[str], timeout: float = RUN_TIMEOUT) -> list:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            records = [self.instance.get_run_record_by_id(r) for r in run_ids]
+            if all(r is not None and r.dagster_run.status in FINISHED for r in records):
+                return records
+            time.sleep(0.5)
+        raise AssertionError(f"runs not finished after {timeout}s: {run_ids} (logs in {self.logs})")
+
+    def failure(self, run_id: str) -> str:
+        lines = [
+            e.dagster_event.message or ""
+            for e in self.instance.all_logs(run_id)
+            if e.dagster_event is not None and e.dagster_event.is_failure
+        ]
+        return "\n".join(lines)[-3000:]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    tag = uuid.uuid4().hex[:10]
+    vhost, db_name = f"groundskeeper-test-{tag}", f"groundskeeper_cluster_{tag}"
+    _rabbitmqctl("add_vhost", vhost)
+    _rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    admin = psycopg2.connect(dbname="postgres", **PG)
+    admin.autocommit = True
+    with admin.cursor() as cur:
+        cur.execute(f'CREATE DATABASE "{db_name}"')
+    logs = root / "logs"
+    logs.mkdir()
+    port = _free_port()
+    moto = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=open(logs / "moto.log", "wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    procs: list[subprocess.Popen] = [moto]
+    state = None
+    mp = pytest.MonkeyPatch()
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        wait_for_endpoint(endpoint, timeout_seconds=120)
+        stack = deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1"))
+        aws = LocalAWS(endpoint=endpoint, env={"AWS_ENDPOINT_URL": endpoint, **stack})
+        home = root / "home"
+        cl.write_instance(home, {"groundskeeper/queue": 3})
+        broker = f"pyamqp://guest:guest@127.0.0.1:5672/{vhost}"
+        pg_url = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db_name}"
+        env = {**os.environ, **aws.env, **cl.cluster_env(home=home, pg_url=pg_url, broker=broker)}
+        cl.migrate(env)  # before any worker or the daemon opens the empty database
+        for key in ("DAGSTER_PG_URL", "DAGSTER_HOME"):
+            mp.setenv(key, env[key])
+        state = Cluster(
+            env=env,
+            home=home,
+            logs=logs,
+            config_path=cl.write_worker_config(home / "celery.yaml", broker),
+            aws=aws,
+            instance=dg.DagsterInstance.from_config(str(home)),
+        )
+        for name in cl.WORKERS:
+            state.start_worker(name)
+        procs.append(cl.start_daemon(env, logs / "daemon.log"))
+        state.ensure_workers()
+        yield state
+    finally:
+        if state is not None:
+            for proc in state.workers.values():
+                cl.stop(proc, quiet=True)
+            state.instance.dispose()
+        for proc in reversed(procs):
+            cl.stop(proc, quiet=True)
+        mp.undo()
+        with admin.cursor() as cur:
+            cur.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
+        admin.close()
+        _rabbitmqctl("delete_vhost", vhost)
+
+
+def _state(ddb, table: str) -> dict[str, tuple]:
+    from pipelines.common import from_item
+
+    out, kwargs = {}, {"TableName": table, "ConsistentRead": True}
+    while True:
+        page = ddb.scan(**kwargs)
+        for raw in page["Items"]:
+            item = from_item(raw)
+            events = json.loads(item.get("diagnosticEvents") or "[]")
+            out[item["id"]] = (
+                item["processingState"],
+                item.get("processingStateMessage"),
+                int(item.get("attemptsCompleted", 0)),
+                tuple(e["message"] for e in events),
+            )
+        if "LastEvaluatedKey" not in page:
+            return out
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
+def _counts(instance: dg.DagsterInstance, run_id: str) -> dict[str, int]:
+    tags = instance.get_run_by_id(run_id).tags
+    prefix = "groundskeeper/count/"
+    return {k.removeprefix(prefix): int(v) for k, v in tags.items() if k.startswith(prefix)}
+
+
+def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machine_run(cluster, monkeypatch):
+    cluster.ensure_workers()
+    ddb = cluster.aws.client("dynamodb")
+    now = int(time.time() * 1000)
+    stale = cl.seed_scan_table(ddb, "cluster-reclaim", 400, now_ms=now)
+    cl.seed_scan_table(ddb, "single-reclaim", 400, now_ms=now)
+
+    (run_id,) = cluster.launch("reclaim_agendas", cl.reclaim_config("cluster-reclaim", 4))
+    (record,) = cluster.wait([run_id])
+    assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(run_id)
+    workers = cl.step_workers(cluster.instance, run_id)
+    segments = {k: v for k, v in workers.items() if k.startswith("reclaim_segment")}
+    assert len(segments) == 4, workers
+    assert {w.split("@")[0] for w in workers.values()} == {"w1", "w2"}, workers
+
+    # The same data on one machine: the local deployment, in process.
+    for key, value in cluster.aws.env.items():
+        monkeypatch.setenv(key, value)
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    with dg.instance_for_test() as instance:
+        single = job.execute_in_process(run_config=cl.reclaim_config("single-reclaim", 4), instance=instance)
+        assert single.success
+        single_counts = _counts(instance, single.run_id)
+    assert _counts(cluster.instance, run_id) == single_counts
+    assert single_counts["reclaimed"] == len(stale) == 200
+    assert _state(ddb, "cluster-reclaim") == _state(ddb, "single-reclaim")
+
+
+def test_three_drains_on_one_queue_apply_every_message_exactly_once(cluster):
+    cluster.ensure_workers()
+    aws = cluster.aws
+    jobs = fs.start_jobs(aws, 300)
+    fs.send(aws, [fs.termination_body(job) for job in jobs])
+
+    run_ids = cluster.launch("process_termination_queue", {"wait_seconds": 0, "concurrency": 1}, count=3)
+    records = cluster.wait(run_ids)
+    for record in records:
+        assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(record.dagster_run.run_id)
+    # the queue let the three go at once (per-queue limit 3): each was dequeued before any ended
+    dequeued = [cluster.instance.all_logs(r, of_type=dg.DagsterEventType.RUN_STARTING)[0].timestamp for r in run_ids]
+    assert max(dequeued) < min(r.end_time for r in records)
+    # the termination_queue_sensor may have started a drain of its own meanwhile: count them all
+    drains = cluster.instance.get_runs(dg.RunsFilter(job_name="process_termination_queue"))
+    cluster.wait([r.run_id for r in drains])
+    applied = sum(_counts(cluster.instance, r.run_id).get("applied", 0) for r in drains)
+    assert applied == len(jobs)
+    states = fs.jobs_state(aws)
+    assert {states[j["job_id"]]["status"] for j in jobs} == {"completed"}
+    assert fs.metric_sum(aws, "JobSuccess") == len(jobs)
+    assert fs.depth(aws, "RUNS_FLEET_TERMINATION_QUEUE_URL") == 0
+    workers = {w.split("@")[0] for r in run_ids for w in cl.step_workers(cluster.instance, r).values()}
+    assert workers == {"w1", "w2"}
+
+
+def test_a_batching_backfill_of_20_partitions_keeps_to_its_limit(cluster):
+    cluster.ensure_workers()
+    aws = cluster.aws
+    receivers = ["cluster-r1", "cluster-r2"]
+    days = [dt.date(2026, 11, 1) + dt.timedelta(days=n) for n in range(10)]
+    for name in receivers:
+        put_receiver(aws, name, number_per_day=1, initial_time="23:00")
+        put_records(aws, name, [dt.datetime(d.year, d.month, d.day, 10, tzinfo=dt.UTC) for d in days for _ in range(3)])
+    cluster.instance.add_dynamic_partitions("receivers", receivers)
+    partitions = [f"{d.isoformat()}|{r}" for r in receivers for d in days]
+
+    done = subprocess.run(
+        [
+            str(cl.BIN / "dagster"),
+            "job",
+            "backfill",
+            "-w",
+            str(cl.ROOT / "workspace.yaml"),
+            "-j",
+            "receiver_batches_job",
+            "--partitions",
+            ",".join(partitions),
+            "--noprompt",
+        ],
+        env=cluster.env,
+        cwd=cl.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=RUN_TIMEOUT,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    backfills = cluster.instance.get_backfills()
+    backfill_id = backfills[0].backfill_id
+    runs = cluster.instance.get_runs(dg.RunsFilter(tags={"dagster/backfill": backfill_id}))
+    assert len(runs) == 20
+    records = cluster.wait([r.run_id for r in runs])
+    for record in records:
+        assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(record.dagster_run.run_id)
+    # never more than the backfill's limit (4, infra/dagster.cluster.yaml) at once, and in parallel
+    points = sorted([(r.start_time, 1) for r in records] + [(r.end_time, -1) for r in records])
+    running, most = 0, 0
+    for _, delta in points:
+        running += delta
+        most = max(most, running)
+    assert 2 <= most <= 4, most
+    for name in receivers:
+        assert pending_ids(aws, name) == set()
+    workers = {w.split("@")[0] for r in runs for w in cl.step_workers(cluster.instance, r.run_id).values()}
+    assert workers == {"w1", "w2"}
+
+
+def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_changes_nothing(cluster):
+    cluster.ensure_workers()
+    ddb = cluster.aws.client("dynamodb")
+    stale = cl.seed_scan_table(ddb, "killed-reclaim", 600)
+    # small slow pages: a segment takes seconds, so the kill lands in the middle of one
+    config = cl.reclaim_config("killed-reclaim", 2, objectScanLimit=10, targetBatchSize=5, scanDelayMillis=250)
+    (run_id,) = cluster.launch("reclaim_agendas", config)
+
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        on_w1 = [
+            k
+            for k, w in cl.step_workers(cluster.instance, run_id).items()
+            if k.startswith("reclaim_segment") and w.startswith("w1@")
+        ]
+        done = {e.step_key for e in cluster.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)}
+        if on_w1 and on_w1[0] not in done:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("no segment started on w1")
+    time.sleep(1.0)  # let it write some
+    cl.stop(cluster.workers["w1"], sig=signal.SIGKILL, quiet=True)
+
+    (record,) = cluster.wait([run_id])
+    assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(run_id)
+    assert cl.step_workers(cluster.instance, run_id)[on_w1[0]].startswith("w2@")  # taken over
+    after = _state(ddb, "killed-reclaim")
+    assert {after[i] for i in stale} == {("COMPLETE", "failed", 1, ("AgendaProgress timed out.",))}
+    assert sum(1 for v in after.values() if v[0] == "EXECUTING") == 600 - len(stale)
+
+    cluster.ensure_workers()
+    (again,) = cluster.launch("reclaim_agendas", config)
+    (record,) = cluster.wait([again])
+    assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(again)
+    assert _counts(cluster.instance, again)["reclaimed"] == 0
+    assert _state(ddb, "killed-reclaim") == after
+
+
+def test_an_unreachable_broker_or_database_is_one_line_naming_what_to_check():
+    closed = _free_port()
+    with pytest.raises(cl.ClusterError) as broker:
+        cl.check_broker(f"pyamqp://guest:secret@127.0.0.1:{closed}//", timeout=2)
+    assert str(broker.value).startswith(
+        f"RabbitMQ unreachable at pyamqp://guest:***@127.0.0.1:{closed}// (check CELERY_BROKER_URL)"
+    )
+    assert "\n" not in str(broker.value)
+    with pytest.raises(cl.ClusterError) as database:
+        cl.check_postgres(f"postgresql://postgres:secret@127.0.0.1:{closed}/dagster", timeout=2)
+    assert str(database.value).startswith("PostgreSQL unreachable at postgresql://postgres:***@127.0.0.1")
+    assert "(check DAGSTER_PG_URL)" in str(database.value) and "\n" not in str(database.value)
+
+
+def test_a_worker_without_the_code_location_exits_at_start_with_one_line(tmp_path):
+    # The venv's editable install makes the real code importable from anywhere on this machine, so
+    # a module the worker cannot import stands in for a worker machine without the repository.
+    config = cl.write_worker_config(tmp_path / "celery.yaml", f"pyamqp://guest:guest@127.0.0.1:{_free_port()}//")
+    env = {
+        **os.environ,
+        "DAGSTER_HOME": str(tmp_path),
+        "PATH": cl.cluster_env(home=tmp_path, pg_url="", broker="")["PATH"],
+    }
+    log = tmp_path / "w9.log"
+    proc = cl.start_worker("w9", env, config, log, cwd=tmp_path, module="pipelines_elsewhere.definitions")
+    try:
+        with pytest.raises(cl.ClusterError) as exc:
+            cl.wait_worker_ready(proc, "w9", log)
+    finally:
+        cl.stop(proc, quiet=True)
+    message = str(exc.value)
+    assert "\n" not in message
+    assert "No module named 'pipelines_elsewhere'" in message
+    assert "check that the worker has the code location" in message
