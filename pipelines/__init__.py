@@ -9,8 +9,6 @@ Each entry names the API and why it stays:
 import warnings
 
 QUIETED_WARNINGS = (
-    # dagster-aws's SSMResource (beta): the fleet's housekeeping deletes stale SSM parameters with it.
-    r"Class `SSMResource` is currently in beta",
     # SensorDefinition's `owners` (beta): Dagster itself passes it (as None) when it copies a
     # sensor to bind the resources; Groundskeeper's sensors set no owners.
     r"Parameter `owners` of initializer `SensorDefinition.__init__` is currently in beta",
