@@ -3,8 +3,8 @@
 Each job runs once with a small valid config against a moto server (``benchmarks/moto_server.py``)
 with the template deployed, beside a baseline in the same run: a trivial one-op job (in-process
 executor) in a throwaway module. A run's cost is what its process tree used: user + sys CPU of the
-CLI and every process under it (``RUSAGE_CHILDREN`` of a runner that reaps them all), and the
-number of processes it spawned. To count processes, the runner starts the CLI in a new PID
+CLI and every process under it (``RUSAGE_CHILDREN`` of a runner that reaps them all), its wall-clock
+seconds (start of the CLI to the exit of its last process), and the number of processes it spawned. To count processes, the runner starts the CLI in a new PID
 namespace (``unshare -fp``, needs root) and reads ``ns_last_pid`` at the end; without it the count
 is left out. Each run gets a fresh ``DAGSTER_HOME`` (SQLite storage, telemetry off).
 
@@ -25,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,8 +115,9 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, namespace
     runner = [sys.executable, "-c", RUNNER, json.dumps(cmd), str(log)]
     if namespace:
         runner = ["unshare", "-fp", "--mount-proc", *runner]
+    start = time.perf_counter()
     out = subprocess.run(runner, env=env, cwd=cwd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "wall": time.perf_counter() - start}
 
 
 def fresh_home(base: Path, code_root: Path, job: str) -> Path:
@@ -163,7 +165,7 @@ def main() -> int:
                 cmd += ["--tags", json.dumps(PARTITION_TAGS[job])]
             rows.append((job, cmd))
         print(f"code: {code_root} (commit {git_head(code_root)}); processes counted: {namespace}")
-        print("| job | CPU-seconds | processes | ok |\n|---|---:|---:|---|")
+        print("| job | CPU-seconds | wall s | processes | ok |\n|---|---:|---:|---:|---|")
         for label, cmd in rows:
             results = []
             for _ in range(args.repeat):
@@ -171,9 +173,10 @@ def main() -> int:
                 env = {**base_env, "DAGSTER_HOME": str(fresh_home(work, code_root, job))}
                 results.append(measure(cmd, env, code_root, work / f"{job}.log", namespace))
             cpu = statistics.median(r["cpu"] for r in results)
+            wall = statistics.median(r["wall"] for r in results)
             procs = results[0]["processes"]
             ok = "yes" if all(r["rc"] == 0 for r in results) else f"no (see {work}/{job}.log)"
-            print(f"| {label} | {cpu:.1f} | {procs if procs is not None else 'n/a'} | {ok} |", flush=True)
+            print(f"| {label} | {cpu:.1f} | {wall:.1f} | {procs if procs is not None else 'n/a'} | {ok} |", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=10)
