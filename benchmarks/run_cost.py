@@ -4,7 +4,8 @@ Each job runs once with a small valid config against a moto server (``benchmarks
 with the template deployed, beside a baseline in the same run: a trivial one-op job (in-process
 executor) in a throwaway module. A run's cost is what its process tree used: user + sys CPU of the
 CLI and every process under it (``RUSAGE_CHILDREN`` of a runner that reaps them all), its wall-clock
-seconds (start of the CLI to the exit of its last process), and the number of processes it spawned. To count processes, the runner starts the CLI in a new PID
+seconds (start of the CLI to the exit of its last process), and the number of processes it spawned.
+To count processes, the runner starts the CLI in a new PID
 namespace (``unshare -fp``, needs root) and reads ``ns_last_pid`` at the end; without it the count
 is left out. Each run gets a fresh ``DAGSTER_HOME`` (SQLite storage, telemetry off).
 
