@@ -579,7 +579,9 @@ def fresh_home(base: Path, label: str, broken: str) -> Path:
     return home
 
 
-def run_cli(cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str) -> dict:
+def run_cli(
+    cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str, profile: bool = False
+) -> dict:
     config = home / "config.json"
     config.write_text(json.dumps(cap.cli_config(env)))
     cmd = [
@@ -601,12 +603,47 @@ def run_cli(cap: Capability, endpoint: str, env: dict[str, str], home: Path, bro
     sub_env = subprocess_env(endpoint, env, home, broken)
     if cap.setup_instance:
         cap.setup_instance(home, sub_env)
+    if profile:  # every process of the run (the CLI and anything it starts), 100 samples a second
+        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--rate", "100",
+               "--format", "raw", "--output", str(home / "profile.txt"), "--", *cmd]  # fmt: skip
     moto_server.calls(endpoint, reset=True)
     start = time.perf_counter()
     with open(home / "cli.log", "wb") as log:
         rc = subprocess.run(cmd, cwd=CODE_ROOT, env=sub_env, stdout=log, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - start
-    return {"seconds": seconds, "server_calls": moto_server.calls(endpoint), "rc": rc, "log": home / "cli.log"}
+    out = {"seconds": seconds, "server_calls": moto_server.calls(endpoint), "rc": rc, "log": home / "cli.log"}
+    if profile:
+        out["profile"] = profile_breakdown(home / "profile.txt")
+    return out
+
+
+# Where a sample's time goes, by the first rule that matches its stack (root first).
+PROFILE_RULES = (
+    ("module imports", lambda frames: any("_find_and_load" in f for f in frames)),
+    ("botocore", lambda frames: "botocore/" in frames[-1] or "boto3/" in frames[-1]),
+    ("urllib3, http, sockets",
+     lambda frames: any(k in frames[-1] for k in ("urllib3/", "http/client", "socket", "ssl"))),
+    ("Dagster event log and storage (SQLAlchemy, SQLite)",
+     lambda frames: any(k in f for f in frames for k in ("sqlalchemy/", "sqlite", "event_log", "_core/storage"))),
+    ("Groundskeeper's own code", lambda frames: any(k in frames[-1] for k in ("pipelines/", "resources/"))),
+    ("Dagster execution and CLI", lambda frames: any("dagster" in f for f in frames)),
+    ("other (Python, threads, json, ...)", lambda frames: True),
+)  # fmt: skip
+
+
+def profile_breakdown(path: Path) -> dict[str, float]:
+    """Share of py-spy's samples (all processes, all threads, CPU only) per category of PROFILE_RULES."""
+    shares: Counter = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [f for f in stack.split(";") if not f.startswith("process ")]  # py-spy's per-process root
+        category = next(name for name, rule in PROFILE_RULES if rule(frames))
+        shares[category] += int(count)
+        total += int(count)
+    return {name: shares[name] / total for name, _ in PROFILE_RULES} if total else {}
 
 
 DAEMON_TIMEOUT = 900  # seconds from daemon start to a finished run
@@ -722,6 +759,7 @@ LABELS = {
     "core": "core loop: plain module call, in process",
     "cli": "whole run: `dagster job execute` (wall clock, CLI start to exit)",
     "daemon": "whole run: launched by a sensor under `dagster-daemon`",
+    "profile": "whole run: `dagster job execute` under py-spy (slower: not a throughput figure)",
 }
 
 
@@ -756,8 +794,10 @@ def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, bro
             e2e = None
         else:
             home = fresh_home(work, f"{cap.name}-{variant}", operations)
-            if variant == "cli":
-                out = run_cli(cap, endpoint, env, home, operations)
+            if variant in ("cli", "profile"):
+                out = run_cli(cap, endpoint, env, home, operations, profile=variant == "profile")
+                if variant == "profile":
+                    note = "; ".join(f"{k} {v:.0%}" for k, v in out["profile"].items())
             else:
                 out = run_daemon(cap, endpoint, env, home, operations, c)
                 note = f"{out['runs']} run(s), {out['status']}"
