@@ -607,14 +607,36 @@ def run_cli(
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--rate", "100",
                "--format", "raw", "--output", str(home / "profile.txt"), "--", *cmd]  # fmt: skip
     moto_server.calls(endpoint, reset=True)
-    start = time.perf_counter()
+    start, started_at = time.perf_counter(), time.time()
     with open(home / "cli.log", "wb") as log:
         rc = subprocess.run(cmd, cwd=CODE_ROOT, env=sub_env, stdout=log, stderr=subprocess.STDOUT).returncode
-    seconds = time.perf_counter() - start
+    seconds, ended_at = time.perf_counter() - start, time.time()
     out = {"seconds": seconds, "server_calls": moto_server.calls(endpoint), "rc": rc, "log": home / "cli.log"}
+    out["phases"] = run_phases(home, started_at, ended_at)
     if profile:
         out["profile"] = profile_breakdown(home / "profile.txt")
     return out
+
+
+def run_phases(home: Path, started_at: float, ended_at: float) -> str:
+    """The CLI's wall time split at the run's RUN_START and RUN_SUCCESS/FAILURE (its event log)."""
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        runs = instance.get_runs(limit=1)
+        if not runs:
+            return "no run recorded"
+        stats = instance.get_run_stats(runs[0].run_id)
+        if not stats.start_time or not stats.end_time:
+            return "run not finished"
+        return (
+            f"start-up {stats.start_time - started_at:.1f}s (CLI, imports, instance, run creation), "
+            f"run {stats.end_time - stats.start_time:.1f}s (RUN_START to its end), "
+            f"exit {ended_at - stats.end_time:.1f}s (after the run's last event)"
+        )
+    finally:
+        instance.dispose()
 
 
 # Where a sample's time goes, by the first rule that matches its stack (root first).
@@ -640,6 +662,8 @@ def profile_breakdown(path: Path) -> dict[str, float]:
         if not stack or not count.isdigit():
             continue
         frames = [f for f in stack.split(";") if not f.startswith("process ")]  # py-spy's per-process root
+        if not frames:
+            continue
         category = next(name for name, rule in PROFILE_RULES if rule(frames))
         shares[category] += int(count)
         total += int(count)
@@ -796,8 +820,9 @@ def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, bro
             home = fresh_home(work, f"{cap.name}-{variant}", operations)
             if variant in ("cli", "profile"):
                 out = run_cli(cap, endpoint, env, home, operations, profile=variant == "profile")
+                note = out["phases"]
                 if variant == "profile":
-                    note = "; ".join(f"{k} {v:.0%}" for k, v in out["profile"].items())
+                    note += "; samples: " + "; ".join(f"{k} {v:.0%}" for k, v in out["profile"].items())
             else:
                 out = run_daemon(cap, endpoint, env, home, operations, c)
                 note = f"{out['runs']} run(s), {out['status']}"
