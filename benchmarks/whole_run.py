@@ -18,14 +18,13 @@ Variants:
   ``DAGSTER_HOME`` (the repo's ``dagster.yaml``), timed wall-clock end to end: the CLI's start-up,
   the code location's import, the instance, the event log, the run;
 - ``daemon``: a real ``dagster-daemon`` (the repo's ``dagster.yaml`` in a temporary
-  ``DAGSTER_HOME``) over ``benchmarks/whole_run_defs.py``. Termination: the product's own
-  ``termination_queue_sensor`` with its default config; the daemon is started on an empty queue,
-  and once its sensor has ticked the messages are sent: timed from "messages present" to run
-  success (``e2e s``, which includes the wait for the sensor's next tick, 30 s interval) and from
-  the run's creation to its success (``s``: launch, run worker start-up and import, the drain).
-  Reclaim and batching: a benchmark sensor launches one run of the real job with the CLI's config,
-  through the same daemon, queue, run launcher and run worker; ``s`` is from the run's creation to
-  its success.
+  ``DAGSTER_HOME``) over ``benchmarks/whole_run_defs.py``, started once the work is in place.
+  Termination: the product's own ``termination_queue_sensor`` with the job's default config
+  (``wait_seconds`` 2, ``max_seconds`` 300). Reclaim and batching: a benchmark sensor launches one
+  run of the real job with the CLI's config, through the same daemon, queue, run launcher and run
+  worker. ``s`` is from the run's creation to its success (launch, run worker start-up and import,
+  the work); ``e2e s`` from the daemon's start (its code server's start-up and the sensor's first
+  tick included). The calls counted include the sensor's.
 
 AWS calls are counted by the moto server itself (``count-calls`` in ``benchmarks/moto_server.py``),
 so the calls made in a CLI or daemon subprocess are counted too; for the in-process variants a
@@ -146,8 +145,6 @@ class Capability:
     cli_config: Callable  # env -> run config
     tags: Callable = lambda env: {}
     sensor: str | None = None  # the product's own sensor (daemon variant), else a benchmark sensor
-    seed_first: Callable | None = None  # daemon variant: (c, env) -> None, before the daemon starts
-    seed_later: Callable | None = None  # daemon variant: what the product's sensor reacts to, after its first tick
     setup_instance: Callable | None = None  # (home, env) -> None, before a run
     notes: list[str] = field(default_factory=list)
 
@@ -271,8 +268,6 @@ def termination(size: int) -> Capability:
         },
         cli_config=lambda env: {"wait_seconds": 0, "max_seconds": 3600},
         sensor="termination_queue_sensor",
-        seed_first=seed_jobs,
-        seed_later=send_messages,
         notes=[
             "seed pattern: ReceiveMessage of 10, then 5 calls per message on 5 threads; bare batched loop: rounds "
             "of 10, one TransactWriteItems, DeleteParameters, PutMetricData, DeleteMessageBatch each"
@@ -708,15 +703,6 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
     )
     started = time.perf_counter()
     try:
-        present = time.perf_counter()
-        if cap.seed_later:
-            # Wait for the sensor's first tick (on the empty queue), then make the work appear.
-            while not _ticked(instance):
-                _alive(daemon, home, started)
-                time.sleep(1)
-            cap.seed_later(c, env)
-            present = time.perf_counter()
-            moto_server.calls(endpoint, reset=True)  # the seeding's SendMessageBatch calls are not the run's
         while True:
             _alive(daemon, home, started)
             runs = instance.get_runs()
@@ -724,7 +710,7 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
             if done:
                 break
             time.sleep(0.5)
-        e2e = time.perf_counter() - present
+        e2e = time.perf_counter() - started
         counted = moto_server.calls(endpoint)
         run = done[0]
         record = instance.get_run_record_by_id(run.run_id)
@@ -793,10 +779,7 @@ def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, bro
     for variant in variants:
         env = reset_stack(endpoint)
         c = clients(endpoint)
-        if variant == "daemon" and cap.seed_first:
-            cap.seed_first(c, env)  # the jobs exist before the daemon starts; the messages come after its tick
-        else:
-            cap.seed(c, env)
+        cap.seed(c, env)
         print(f"  {cap.name} / {variant}: seeded {cap.size:,} {cap.unit}", file=sys.stderr, flush=True)
         hook = None
         note = ""
