@@ -637,6 +637,9 @@ def run_phases(home: Path, started_at: float, ended_at: float) -> str:
 # Where a sample's time goes, by the first rule that matches its stack (root first).
 PROFILE_RULES = (
     ("module imports", lambda frames: any("_find_and_load" in f for f in frames)),
+    # a pool thread waiting for work, a thread waiting on a condition, a socket waiting for moto's answer
+    ("waiting (idle pool threads, reading moto's answers)",
+     lambda frames: any(k in frames[-1] for k in ("_worker (concurrent", "Condition.wait", "readinto", "do_poll"))),
     ("botocore", lambda frames: "botocore/" in frames[-1] or "boto3/" in frames[-1]),
     ("urllib3, http, sockets",
      lambda frames: any(k in frames[-1] for k in ("urllib3/", "http/client", "socket", "ssl"))),
