@@ -10,9 +10,14 @@ with ``--records`` pending records each, then measures, each beside a naive base
 - partitions: how many (receiver, day) partitions 100 receivers make over a year, and the time to
   load the asset's partition status (all keys + materialized subset) from a Dagster instance.
 
-API calls are counted with a botocore ``before-call`` hook.
+API calls are counted with a botocore ``before-call`` hook. Both batching variants are checked:
+every record of the receivers they batched must be finalized in the table (``batch_id`` set,
+no longer pending) and appear exactly once in the outbox files; the figures divide by the records
+verified batched, and a variant that left records behind fails the benchmark (exit status 1).
+``--break`` makes the 2nd, 22nd, 42nd... write (``TransactWriteItems``, ``UpdateItem``) return
+success without reaching the server (``benchmarks/breaking.py``): the benchmark must fail.
 
-    .venv/bin/python benchmarks/batching.py [--receivers 100] [--records 1000] [--batch-receivers 20]
+    .venv/bin/python benchmarks/batching.py [--receivers 100] [--records 1000] [--batch-receivers 5] [--break]
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import boto3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import breaking  # noqa: E402
 import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
@@ -63,7 +69,7 @@ class CallCounter:
         self.calls.clear()
 
 
-def load(ddb, env, receivers: int, records: int) -> list[str]:
+def load(ddb, env, receivers: int, records: int, tick: dt.datetime = TICK) -> list[str]:
     names = [f"bench-{i:03d}" for i in range(receivers)]
     for name in names:
         ddb.put_item(
@@ -87,7 +93,7 @@ def load(ddb, env, receivers: int, records: int) -> list[str]:
             {
                 "record_id": f"{name}-{n:05d}",
                 "receiver": name,
-                "created_at": iso(TICK - dt.timedelta(seconds=3 + n * 3)),
+                "created_at": iso(tick - dt.timedelta(seconds=3 + n * 3)),
                 "payload": payload,
                 "next_action": "BATCH",
                 "pending_receiver": name,
@@ -119,11 +125,11 @@ def naive_decider(ddb, env) -> dict[str, int]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-def naive_batch(ddb, s3, env, name: str) -> int:
+def naive_batch(ddb, s3, env, name: str, before: str = iso(TICK)) -> int:
     """Baseline: one conditional UpdateItem per record to lock, one per record to finalize."""
     from pipelines.batching import store
 
-    items = store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], name, before=iso(TICK))
+    items = store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], name, before=before)
     done = 0
     for n, group in enumerate(store.chunks(items, MAX_BATCH_SIZE), start=1):
         batch = f"{name}/naive/{n}"
@@ -153,6 +159,46 @@ def naive_batch(ddb, s3, env, name: str) -> int:
             )
         done += len(mine)
     return done
+
+
+def verify_batched(ddb, s3, env, names: list[str], records: int) -> tuple[int, list[str]]:
+    """(records verified batched, problems) for the receivers ``names``: each record finalized in the
+    table and present exactly once in the outbox files."""
+    wanted = set(names)
+    finalized: set[str] = set()
+    pending = 0
+    kwargs = {"TableName": env["BATCH_RECORDS_TABLE"], "ConsistentRead": True}
+    while True:
+        page = ddb.scan(**kwargs)
+        for item in page["Items"]:
+            if item["receiver"]["S"] not in wanted:
+                continue
+            if "next_action" in item:
+                pending += 1
+            elif "batch_id" in item:
+                finalized.add(item["record_id"]["S"])
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    sent: Counter = Counter()
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=env["BATCH_OUTBOX_BUCKET"]):
+        for obj in page.get("Contents", []):
+            if not obj["Key"].endswith(".jsonl"):
+                continue
+            body = s3.get_object(Bucket=env["BATCH_OUTBOX_BUCKET"], Key=obj["Key"])["Body"].read().decode()
+            for line in body.splitlines():
+                if line.strip() and json.loads(line)["receiver"] in wanted:
+                    sent[json.loads(line)["record_id"]] += 1
+    expected = records * len(names)
+    done = len([r for r in finalized if sent[r] == 1])
+    problems = []
+    if pending:
+        problems.append(f"{pending} records still pending")
+    if len(finalized) != expected:
+        problems.append(f"{len(finalized)} of {expected} records finalized")
+    if sum(sent.values()) != expected or any(n != 1 for n in sent.values()):
+        problems.append(f"{sum(sent.values())} lines for {len(sent)} records in the outbox files, expected {expected}")
+    return done, problems
 
 
 def partitions_benchmark(receivers: int) -> dict[str, float]:
@@ -191,7 +237,9 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--batch-receivers", type=int, default=5, help="receivers batched by ReceiverBatcher")
     parser.add_argument("--naive-receivers", type=int, default=2, help="receivers batched by the baseline")
+    parser.add_argument("--break", dest="broken", action="store_true", help="lose some writes: must fail")
     args = parser.parse_args()
+    failed = False
     # moto's TransactWriteItems copies the whole table once per item; the server copies it once
     # per transaction (same semantics, see benchmarks/moto_server.py).
     moto, endpoint = moto_server.start(("transactions",))
@@ -252,32 +300,53 @@ def main() -> int:
         )
         ours = names[: args.batch_receivers]
         naive = names[args.batch_receivers : args.batch_receivers + args.naive_receivers]
+        # --break: the variants get clients of their own, made after the breaking hook is installed
+        work_ddb, work_s3 = ddb, s3
+        undo = None
+        if args.broken:
+            undo = breaking.install("TransactWriteItems,UpdateItem")
+            work_ddb, work_s3 = client("dynamodb"), client("s3")
+            counter = CallCounter(work_ddb, work_s3)
         counter.reset()
         start = time.perf_counter()
-        batched = 0
+        reported, ours_raised = 0, []
         for name in ours:
             # The decider's run at 10:00 (the day's earlier batch times are already in the ledger).
-            report = ReceiverBatcher(ddb, s3, settings).run(name, DAY, now=TICK)
-            batched += report.records_batched
+            try:
+                report = ReceiverBatcher(work_ddb, work_s3, settings).run(name, DAY, now=TICK)
+                reported += report.records_batched
+            except Exception as exc:  # noqa: BLE001 (a broken run: recorded, then its work is verified)
+                ours_raised.append(f"{name}: raised {type(exc).__name__}: {str(exc)[:100]}")
         ours_s = time.perf_counter() - start
         ours_calls = counter.total()
         ours_detail = dict(counter.calls)
         counter.reset()
         start = time.perf_counter()
-        naive_batched = sum(naive_batch(ddb, s3, env, name) for name in naive)
+        naive_reported = sum(naive_batch(work_ddb, work_s3, env, name) for name in naive)
         naive_s = time.perf_counter() - start
         naive_calls = counter.total()
+        if undo:
+            undo()
+        batched, ours_problems = verify_batched(ddb, s3, env, ours, args.records)
+        naive_batched, naive_problems = verify_batched(ddb, s3, env, naive, args.records)
+        ours_problems += ours_raised
+        if reported != batched and not ours_raised:
+            ours_problems.append(f"ReceiverBatcher reported {reported} records batched")
+        if naive_reported != naive_batched:
+            naive_problems.append(f"the baseline reported {naive_reported} records batched")
         print("\n## batching")
-        print("| what | records | API calls | calls per record | records/s |")
-        print("|---|---:|---:|---:|---:|")
-        print(
-            f"| baseline: UpdateItem per record | {naive_batched} | {naive_calls} | "
-            f"{naive_calls / naive_batched:.3f} | {naive_batched / naive_s:.0f} |"
-        )
-        print(
-            f"| ReceiverBatcher (grouped) | {batched} | {ours_calls} | {ours_calls / batched:.3f} | "
-            f"{batched / ours_s:.0f} |"
-        )
+        print("| what | records verified batched | API calls | calls per record | records/s | check |")
+        print("|---|---:|---:|---:|---:|---|")
+        for label, done, calls, secs, problems in (
+            ("baseline: UpdateItem per record", naive_batched, naive_calls, naive_s, naive_problems),
+            ("ReceiverBatcher (grouped)", batched, ours_calls, ours_s, ours_problems),
+        ):
+            check = "ok" if not problems else "**FAILED**: " + "; ".join(problems)
+            per = f"{calls / done:.3f}" if done else "n/a"
+            print(f"| {label} | {done} | {calls} | {per} | {done / secs:.0f} | {check} |")
+        if naive_problems or ours_problems:
+            print("\nBATCHING BENCHMARK FAILED: a variant left records unbatched (see the check column).")
+            failed = True
         print(f"\nReceiverBatcher calls by operation: {json.dumps(ours_detail, sort_keys=True)}")
     finally:
         moto.terminate()
@@ -292,7 +361,7 @@ def main() -> int:
     print("| receivers | partitions over a year | materialized (30 days) | status load s |")
     print("|---:|---:|---:|---:|")
     print(f"| {args.receivers} | {part['partitions']} | {part['materialized']} | {part['status_load_s']:.2f} |")
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -16,6 +16,11 @@ The patches change how long moto takes, never what an API does:
   (``describe_tags`` with a ``resource-id`` filter), once per instance it launches, filters or
   describes: quadratic in the number of instances, hours for 10,000 on a 2-core machine. With the
   patch each resource reads its own tags from moto's tag dict directly (same result, same order).
+- ``count-calls``: not a performance patch: counts every API request the server answers, by
+  service and operation (``X-Amz-Target``, the query ``Action``, the CBOR path, or the S3 method),
+  so that calls made in other processes (a ``dagster job execute`` run, a daemon's run worker) are
+  counted too. ``GET /_bench/calls`` returns the counts as JSON, ``POST /_bench/calls`` resets them.
+  ``/moto-api/`` requests are not counted.
 
     python benchmarks/moto_server.py --port 5099 --patch transactions   # serve until killed
 """
@@ -29,7 +34,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PATCHES = ("transactions", "sqs-retention", "ec2-tags")
+PATCHES = ("transactions", "sqs-retention", "ec2-tags", "count-calls")
 
 
 def free_port() -> int:
@@ -97,11 +102,84 @@ def patch_ec2_tags() -> None:
     TaggedEC2Resource.get_tags = get_tags
 
 
+def _operation(environ) -> str:
+    """``service.Operation`` of one request, from what every protocol botocore speaks carries."""
+    import re
+    from urllib.parse import parse_qs
+
+    auth = environ.get("HTTP_AUTHORIZATION", "")
+    scope = re.search(r"Credential=[^/]+/[^/]+/[^/]+/([^/]+)/", auth)
+    service = scope.group(1) if scope else "?"
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    if target:
+        return f"{service}.{target.rsplit('.', 1)[-1]}"
+    path = environ.get("PATH_INFO", "")
+    if "/operation/" in path:  # smithy rpc-v2-cbor (CloudWatch)
+        return f"{service}.{path.rsplit('/', 1)[-1]}"
+    action = parse_qs(environ.get("QUERY_STRING", "")).get("Action")
+    if action:
+        return f"{service}.{action[0]}"
+    if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+        body = environ["wsgi.input"].read(length) if length else b""
+        import io
+
+        environ["wsgi.input"] = io.BytesIO(body)  # put the body back for moto
+        action = parse_qs(body.decode("utf-8", "replace")).get("Action")
+        if action:
+            return f"{service}.{action[0]}"
+    return f"{service}.{environ.get('REQUEST_METHOD', '?')}"
+
+
+def patch_count_calls() -> None:
+    import json
+    import threading
+    from collections import Counter
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+
+    counts: Counter = Counter()
+    lock = threading.Lock()
+    original = DomainDispatcherApplication.__call__
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if path == "/_bench/calls":
+            with lock:
+                body = json.dumps(dict(counts)).encode()
+                if environ.get("REQUEST_METHOD") == "POST":
+                    counts.clear()
+            start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+            return [body]
+        if not path.startswith("/moto-api"):
+            operation = _operation(environ)
+            with lock:
+                counts[operation] += 1
+        return original(self, environ, start_response)
+
+    DomainDispatcherApplication.__call__ = __call__
+
+
+def calls(endpoint: str, *, reset: bool = False) -> dict[str, int]:
+    """The counts of a server started with the ``count-calls`` patch (and reset them if asked)."""
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(f"{endpoint}/_bench/calls", method="POST" if reset else "GET")
+    with urllib.request.urlopen(request, timeout=60) as response:
+        return json.loads(response.read())
+
+
 def serve(port: int, patches: list[str]) -> None:
     from moto.server import main as moto_main
 
     for name in patches:
-        patch = {"transactions": patch_transactions, "sqs-retention": patch_sqs_retention, "ec2-tags": patch_ec2_tags}
+        patch = {
+            "transactions": patch_transactions,
+            "sqs-retention": patch_sqs_retention,
+            "ec2-tags": patch_ec2_tags,
+            "count-calls": patch_count_calls,
+        }
         patch[name]()
     moto_main(["-H", "127.0.0.1", "-p", str(port)])
 

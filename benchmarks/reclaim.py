@@ -9,10 +9,16 @@ Three ways to fail the same 1,000 stale items, measured in the same run:
 
 For each: wall time, reclaimed items per second, API calls per reclaimed item (AWS calls counted
 with a botocore ``before-call`` hook, plus HTTP calls) and items read per reclaimed item
-(DynamoDB's ScannedCount). Then peak RSS of a fresh subprocess reclaiming a 10,000-item table and
+(DynamoDB's ScannedCount). After each path the benchmark checks its work: every stale item is read
+back (BatchGetItem) and must be COMPLETE / failed; the figures divide by the items verified
+reclaimed, and a path that left any stale item behind fails the benchmark (exit status 1).
+``--break`` makes every 20th write of each path (UpdateItem, PutItem behind the HTTP endpoint)
+return success without reaching the server (``benchmarks/breaking.py``): the benchmark must fail.
+
+Then peak RSS of a fresh subprocess reclaiming a 10,000-item table and
 the 100,000-item table through the scan path: memory is bounded by a page and a batch, not the table.
 
-    .venv/bin/python benchmarks/reclaim.py [--items 100000] [--small 10000] [--stale-percent 1]
+    .venv/bin/python benchmarks/reclaim.py [--items 100000] [--small 10000] [--stale-percent 1] [--break]
 
 moto's Scan costs O(table) per page (it walks the items to the start key), so small pages are
 quadratic in moto though not in DynamoDB: the benchmark pages with ``--scan-limit 1000`` (the
@@ -35,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import boto3  # noqa: E402
+import breaking  # noqa: E402
 import moto_server  # noqa: E402
 
 from infra.agenda_endpoint import LocalAgendaEndpoint  # noqa: E402
@@ -149,6 +156,26 @@ def reset_stale(endpoint: str, table: str, count: int, stale_every: int) -> None
     """Put the stale items back (BatchWriteItem), so that every path reclaims the same set."""
     now = int(time.time() * 1000)
     batch_write(endpoint, table, [row(n, now, stale_every) for n in range(0, count, stale_every)])
+
+
+def verify(endpoint: str, table: str, count: int, stale_every: int) -> tuple[int, list[str]]:
+    """(stale items verified reclaimed, problems): every stale item read back must be COMPLETE / failed."""
+    ddb = client(endpoint)
+    ids = [row(n, 0, stale_every)["id"] for n in range(0, count, stale_every)]
+    states: dict[str, tuple[str, str]] = {}
+    for start in range(0, len(ids), 100):
+        request = {table: {"Keys": [{"id": i} for i in ids[start : start + 100]], "ConsistentRead": True}}
+        while request:
+            page = ddb.batch_get_item(RequestItems=request)
+            for item in page["Responses"].get(table, []):
+                states[item["id"]["S"]] = (
+                    item["processingState"]["S"],
+                    item.get("processingStateMessage", {}).get("S", ""),
+                )
+            request = page.get("UnprocessedKeys") or None
+    done = sum(1 for state in states.values() if state == ("COMPLETE", "failed"))
+    problems = [f"{len(ids) - done} of {len(ids)} stale items not reclaimed"] if done != len(ids) else []
+    return done, problems
 
 
 def params_for(table: str, scan_limit: int):
@@ -271,11 +298,29 @@ def measure_memory(endpoint: str, table: str, scan_limit: int) -> dict:
 
 
 def line(label: str, r: dict) -> str:
-    per = max(r["reclaimed"], 1)
+    """One row; every rate divides by the items verified reclaimed, not by what the path reported."""
+    per = max(r["verified"], 1)
+    check = "ok" if not r["problems"] else "**FAILED**: " + "; ".join(r["problems"])
     return (
-        f"| {label} | {r['reclaimed']:,} | {r['seconds']:.1f} | {r['reclaimed'] / r['seconds']:.0f} | "
-        f"{r['calls']:,} | {r['calls'] / per:.3f} | {r['read']:,} | {r['read'] / per:.2f} |"
+        f"| {label} | {r['verified']:,} | {r['seconds']:.1f} | {r['verified'] / r['seconds']:.0f} | "
+        f"{r['calls']:,} | {r['calls'] / per:.3f} | {r['read']:,} | {r['read'] / per:.2f} | {check} |"
     )
+
+
+def checked(endpoint: str, table: str, count: int, stale_every: int, broken: bool, path) -> dict:
+    """Run one path (broken if asked), then verify its work."""
+    undo = breaking.install("UpdateItem,PutItem,TransactWriteItems") if broken else None
+    try:
+        result = path()
+    finally:
+        if undo:
+            undo()
+    result["verified"], result["problems"] = verify(endpoint, table, count, stale_every)
+    if result["reclaimed"] != result["verified"]:
+        result["problems"].append(f"the path reported {result['reclaimed']:,} reclaimed")
+    state = "ok" if not result["problems"] else "FAILED: " + "; ".join(result["problems"])
+    print(f"  {result['verified']:,} verified reclaimed: {state}", flush=True)
+    return result
 
 
 def main() -> int:
@@ -284,6 +329,7 @@ def main() -> int:
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--stale-percent", type=float, default=1.0)
     parser.add_argument("--scan-limit", type=int, default=1000)
+    parser.add_argument("--break", dest="broken", action="store_true", help="lose some writes: must fail")
     parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "TABLE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
@@ -303,13 +349,14 @@ def main() -> int:
         small_stale = load(endpoint, small, args.small, stale_every)
         results = {}
         print("baseline: scan + GET + PUT per item over HTTP ...", flush=True)
-        results["baseline"] = run_baseline(endpoint, big, args.scan_limit)
+        check = (endpoint, big, args.items, stale_every, args.broken)
+        results["baseline"] = checked(*check, lambda: run_baseline(endpoint, big, args.scan_limit))
         reset_stale(endpoint, big, args.items, stale_every)
         print("scan path ...", flush=True)
-        results["scan"] = run_ours(endpoint, big, args.scan_limit, use_index=False)
+        results["scan"] = checked(*check, lambda: run_ours(endpoint, big, args.scan_limit, use_index=False))
         reset_stale(endpoint, big, args.items, stale_every)
         print("index path ...", flush=True)
-        results["index"] = run_ours(endpoint, big, args.scan_limit, use_index=True)
+        results["index"] = checked(*check, lambda: run_ours(endpoint, big, args.scan_limit, use_index=True))
         reset_stale(endpoint, big, args.items, stale_every)
         print("memory: subprocesses through the scan path ...", flush=True)
         mem_small = measure_memory(endpoint, small, args.scan_limit)
@@ -320,8 +367,9 @@ def main() -> int:
 
     print()
     print(f"table: {args.items:,} items, {stale:,} stale ({args.stale_percent:g}%), page limit {args.scan_limit}")
-    print("| path | reclaimed | s | reclaimed/s | API calls | calls per reclaimed | items read | read per reclaimed |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    print("| path | verified reclaimed | s | reclaimed/s | API calls | calls per reclaimed | items read "
+          "| read per reclaimed | check |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     print(line("baseline: scan + HTTP GET + PUT per item", results["baseline"]))
     print(line("scan path (conditional UpdateItem)", results["scan"]))
     print(line("index path (query GSI + conditional UpdateItem)", results["index"]))
@@ -330,8 +378,8 @@ def main() -> int:
     print(f"  baseline endpoint backend DynamoDB calls (GetItem/PutItem behind the HTTP API): "
           f"{results['baseline']['backend_calls']:,}")  # fmt: skip
     index = results["index"]
-    read_ok = index["read"] / max(index["reclaimed"], 1) <= 1.1
-    calls_ok = index["calls"] / max(index["reclaimed"], 1) <= 1.2
+    read_ok = index["read"] / max(index["verified"], 1) <= 1.1
+    calls_ok = index["calls"] / max(index["verified"], 1) <= 1.2
     print(f"index path targets: read per reclaimed <= 1.1: {'met' if read_ok else 'NOT met'}; "
           f"calls per reclaimed <= 1.2: {'met' if calls_ok else 'NOT met'}")  # fmt: skip
     print()
@@ -343,6 +391,10 @@ def main() -> int:
     ratio = mem_big["peak_rss_kib"] / mem_small["peak_rss_kib"]
     print(f"peak RSS ratio big/small: {ratio:.3f} ({'about equal' if ratio < 1.1 else 'NOT about equal'})")
     print(f"(small table stale items: {small_stale:,})")
+    failed = [name for name, r in results.items() if r["problems"]]
+    if failed:
+        print(f"\nRECLAIM BENCHMARK FAILED: {', '.join(failed)} left stale items behind (see the check column).")
+        return 1
     return 0
 
 

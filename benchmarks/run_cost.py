@@ -3,15 +3,18 @@
 Each job runs once with a small valid config against a moto server (``benchmarks/moto_server.py``)
 with the template deployed, beside a baseline in the same run: a trivial one-op job (in-process
 executor) in a throwaway module. A run's cost is what its process tree used: user + sys CPU of the
-CLI and every process under it (``RUSAGE_CHILDREN`` of a runner that reaps them all), and the
-number of processes it spawned. To count processes, the runner starts the CLI in a new PID
+CLI and every process under it (``RUSAGE_CHILDREN`` of a runner that reaps them all), its wall-clock
+seconds (start of the CLI to the exit of its last process), and the number of processes it spawned.
+To count processes, the runner starts the CLI in a new PID
 namespace (``unshare -fp``, needs root) and reads ``ns_last_pid`` at the end; without it the count
 is left out. Each run gets a fresh ``DAGSTER_HOME`` (SQLite storage, telemetry off).
 
-    .venv/bin/python benchmarks/run_cost.py [--code-root DIR] [--jobs a,b] [--repeat 1]
+    .venv/bin/python benchmarks/run_cost.py [--code-root DIR] [--before DIR] [--jobs a,b] [--repeat 1]
 
 ``--code-root`` measures another checkout (e.g. ``git worktree add /tmp/before <commit>``): the CLI
-runs there with ``PYTHONPATH`` pointing at it. Goal: at most 2 CPU-seconds for the small jobs.
+runs there with ``PYTHONPATH`` pointing at it. ``--before DIR`` measures DIR beside it in the same
+run, each job alternately on both (before, after, before, after...), so that load hits both alike.
+Goal: at most 2 CPU-seconds for the small jobs.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,8 +118,9 @@ def measure(cmd: list[str], env: dict[str, str], cwd: Path, log: Path, namespace
     runner = [sys.executable, "-c", RUNNER, json.dumps(cmd), str(log)]
     if namespace:
         runner = ["unshare", "-fp", "--mount-proc", *runner]
+    start = time.perf_counter()
     out = subprocess.run(runner, env=env, cwd=cwd, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return {**json.loads(out.stdout.strip().splitlines()[-1]), "wall": time.perf_counter() - start}
 
 
 def fresh_home(base: Path, code_root: Path, job: str) -> Path:
@@ -136,6 +141,7 @@ def main() -> int:
     parser.add_argument("--code-root", type=Path, default=ROOT, help="the checkout whose code location runs")
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--before", type=Path, help="another checkout, measured beside it in the same run")
     args = parser.parse_args()
     code_root = args.code_root.resolve()
     namespace = can_unshare()
@@ -162,18 +168,31 @@ def main() -> int:
             if job in PARTITION_TAGS:
                 cmd += ["--tags", json.dumps(PARTITION_TAGS[job])]
             rows.append((job, cmd))
+        roots = [("", code_root)] + ([("before", args.before.resolve())] if args.before else [])
         print(f"code: {code_root} (commit {git_head(code_root)}); processes counted: {namespace}")
-        print("| job | CPU-seconds | processes | ok |\n|---|---:|---:|---|")
+        if args.before:
+            print(f"before: {args.before} (commit {git_head(args.before)}); each job runs before, then after, "
+                  f"{args.repeat} time(s), interleaved")  # fmt: skip
+        header = "| job | " + " | ".join(
+            f"{name or 'after'} CPU-s | {name or 'after'} wall s | {name or 'after'} processes" for name, _ in roots
+        )
+        print(header + " | ok |\n|---|" + "---:|---:|---:|" * len(roots) + "---|")
         for label, cmd in rows:
-            results = []
+            results: dict[str, list[dict]] = {name: [] for name, _ in roots}
+            job = label.split(":")[0].replace(" ", "-")
             for _ in range(args.repeat):
-                job = label.split(":")[0].replace(" ", "-")
-                env = {**base_env, "DAGSTER_HOME": str(fresh_home(work, code_root, job))}
-                results.append(measure(cmd, env, code_root, work / f"{job}.log", namespace))
-            cpu = statistics.median(r["cpu"] for r in results)
-            procs = results[0]["processes"]
-            ok = "yes" if all(r["rc"] == 0 for r in results) else f"no (see {work}/{job}.log)"
-            print(f"| {label} | {cpu:.1f} | {procs if procs is not None else 'n/a'} | {ok} |", flush=True)
+                for name, root in reversed(roots):  # before first, then after
+                    env = {**base_env, "PYTHONPATH": str(root), "DAGSTER_HOME": str(fresh_home(work, root, job))}
+                    results[name].append(measure(cmd, env, root, work / f"{job}.log", namespace))
+            cells, ok = [], "yes"
+            for name, _ in roots:
+                cpu = statistics.median(r["cpu"] for r in results[name])
+                wall = statistics.median(r["wall"] for r in results[name])
+                procs = results[name][0]["processes"]
+                cells.append(f"{cpu:.1f} | {wall:.1f} | {procs if procs is not None else 'n/a'}")
+                if not all(r["rc"] == 0 for r in results[name]):
+                    ok = f"no (see {work}/{job}.log)"
+            print(f"| {label} | " + " | ".join(cells) + f" | {ok} |", flush=True)
     finally:
         server.terminate()
         server.wait(timeout=10)

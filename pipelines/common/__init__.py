@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import datetime as dt
 from decimal import Decimal
+from functools import cache
 from typing import Any
 
-from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
-_serializer = TypeSerializer()
-_deserializer = TypeDeserializer()
+@cache
+def _types() -> tuple[Any, Any]:
+    """boto3's (serializer, deserializer), made at the first use: importing boto3 (with s3transfer
+    and urllib3) costs about 0.1 s, which loading the code location does not need to pay."""
+    from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+
+    return TypeSerializer(), TypeDeserializer()
 
 
 def to_item(values: dict[str, Any]) -> dict[str, Any]:
     """Plain Python values -> a DynamoDB low-level item (floats become Decimals, None is left out)."""
+    serializer = _types()[0]
     return {
-        key: _serializer.serialize(Decimal(str(value)) if isinstance(value, float) else value)
+        key: serializer.serialize(Decimal(str(value)) if isinstance(value, float) else value)
         for key, value in values.items()
         if value is not None
     }
@@ -23,9 +29,10 @@ def to_item(values: dict[str, Any]) -> dict[str, Any]:
 
 def from_item(item: dict[str, Any]) -> dict[str, Any]:
     """A DynamoDB low-level item -> plain Python values (integral Decimals become ints)."""
+    deserializer = _types()[1]
     out = {}
     for key, value in item.items():
-        plain = _deserializer.deserialize(value)
+        plain = deserializer.deserialize(value)
         if isinstance(plain, Decimal):
             plain = int(plain) if plain == plain.to_integral_value() else float(plain)
         out[key] = plain

@@ -1,0 +1,922 @@
+"""Whole runs as a user pays for them, beside the core loop and the bare boto3 loops, in one invocation.
+
+For each capability (termination drain, agenda reclaim, batching) and on one moto server, every
+variant starts from the same freshly seeded work, does it, and is then **verified**: all messages
+applied and deleted, all stale agendas reclaimed, all records batched. A variant that left work
+undone fails the benchmark (exit status 1, ``FAILED`` in its row); its rate divides the work
+actually verified done by its time, never the work asked for.
+
+Variants:
+
+- ``naive``: the original systems' per-item loop (the seed's termination handler; POP's reclaim:
+  scan + HTTP GET + PUT per item; one conditional UpdateItem per record to lock and another to
+  finalize);
+- ``bare``: the bare *batched* boto3 loop: the same calls as Groundskeeper's, inline, no
+  validation, no Dagster: the ratio baseline;
+- ``core``: the capability's plain module call in this process (no Dagster);
+- ``cli``: ``dagster job execute -m pipelines.definitions -j <job> -c <config>`` with a fresh
+  ``DAGSTER_HOME`` (the repo's ``dagster.yaml``), timed wall-clock end to end: the CLI's start-up,
+  the code location's import, the instance, the event log, the run;
+- ``daemon``: a real ``dagster-daemon`` (the repo's ``dagster.yaml`` in a temporary
+  ``DAGSTER_HOME``) over ``benchmarks/whole_run_defs.py``, started once the work is in place.
+  Termination: the product's own ``termination_queue_sensor`` with the job's default config
+  (``wait_seconds`` 2, ``max_seconds`` 300). Reclaim and batching: a benchmark sensor launches one
+  run of the real job with the CLI's config, through the same daemon, queue, run launcher and run
+  worker. ``s`` is from the run's creation to its success (launch, run worker start-up and import,
+  the work); ``e2e s`` from the daemon's start (its code server's start-up and the sensor's first
+  tick included). The calls counted include the sensor's.
+
+AWS calls are counted by the moto server itself (``count-calls`` in ``benchmarks/moto_server.py``),
+so the calls made in a CLI or daemon subprocess are counted too; for the in-process variants a
+botocore ``before-call`` hook counts them as well, as a check of the server's count.
+
+``--break`` deliberately breaks every variant (``benchmarks/breaking.py``: a ``sitecustomize`` put
+first on ``PYTHONPATH`` for the subprocesses, the same hook in this process): the 2nd, 22nd,
+42nd... call of the capability's write operations returns success without reaching the server.
+Every variant must then fail its verification, and the benchmark must exit 1.
+
+    .venv/bin/python benchmarks/whole_run.py                      # all three, default sizes
+    .venv/bin/python benchmarks/whole_run.py --only termination --messages 2000
+    .venv/bin/python benchmarks/whole_run.py --only reclaim --break   # must fail
+
+Sizes: termination ``--messages`` (2,000), reclaim ``--agendas`` with ``--stale-percent`` (10,000,
+20%: 2,000 to reclaim), batching ``--records`` for one receiver (1,000). By default moto runs with
+the ``transactions`` and ``sqs-retention`` patches (same API behaviour, see moto_server.py);
+``--plain`` runs plain moto (its transaction and receive costs grow with the table and queue).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "benchmarks"
+CODE_ROOT = ROOT  # --code-root: the checkout whose code the CLI and daemon runs load (e.g. a "before" commit)
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(BENCH))
+
+import boto3  # noqa: E402
+import breaking  # noqa: E402
+import moto_server  # noqa: E402
+
+from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
+from infra.local import local_aws_env  # noqa: E402
+from pipelines.common import iso, to_item  # noqa: E402
+
+SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
+BREAK_OPERATIONS = {  # the writes --break skips (the 2nd, 22nd, 42nd... call returns success, does nothing)
+    "termination": ("TransactWriteItems", "UpdateItem"),
+    "reclaim": ("UpdateItem", "TransactWriteItems", "PutItem"),
+    "batching": ("TransactWriteItems", "UpdateItem"),
+}
+
+
+class VerificationError(AssertionError):
+    pass
+
+
+# ----------------------------------------------------------------------------- counting
+
+
+class HookCalls:
+    """Counts the API calls of every boto3 client created in this process while active."""
+
+    def __init__(self) -> None:
+        self.counts: Counter = Counter()
+
+    def __enter__(self) -> HookCalls:
+        import botocore.client
+
+        self._original = original = botocore.client.BaseClient.__init__
+        counts = self.counts
+
+        def init(client, *args, **kwargs):
+            original(client, *args, **kwargs)
+            client.meta.events.register("before-call.*.*", lambda model, **_: counts.update([model.name]))
+
+        botocore.client.BaseClient.__init__ = init
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import botocore.client
+
+        botocore.client.BaseClient.__init__ = self._original
+
+
+def clients(endpoint: str) -> dict:
+    return {s: boto3.client(s, endpoint_url=endpoint, region_name="us-east-1") for s in SERVICES}
+
+
+def reset_stack(endpoint: str) -> dict[str, str]:
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=120).read()
+    env = deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1"))
+    os.environ.update(env)
+    return env
+
+
+# ----------------------------------------------------------------------------- capabilities
+
+
+@dataclass
+class Capability:
+    name: str
+    job: str
+    unit: str
+    size: int
+    seed: Callable  # (c, env) -> None: the work, before any variant starts
+    verify: Callable  # (c, env) -> (done, problems): the work verified done, what is missing
+    variants: dict[str, Callable]  # in-process variants: (c, env) -> None
+    cli_config: Callable  # env -> run config
+    tags: Callable = lambda env: {}
+    sensor: str | None = None  # the product's own sensor (daemon variant), else a benchmark sensor
+    setup_instance: Callable | None = None  # (home, env) -> None, before a run
+    notes: list[str] = field(default_factory=list)
+
+
+# ---- termination (runs-fleet)
+
+
+def termination(size: int) -> Capability:
+    import fleet  # benchmarks/fleet.py: the seed's pattern and the bare batched loop
+
+    bodies: list[str] = []
+
+    def seed_jobs(c, env):
+        now = dt.datetime.now(dt.UTC)
+        jobs = [
+            {
+                "job_id": f"job-{uuid.uuid4().hex[:12]}",
+                "instance_id": f"i-{uuid.uuid4().int % 16**17:017x}",
+                "status": "running",
+                "started_at": iso(now - dt.timedelta(minutes=3)),
+            }
+            for _ in range(size)
+        ]
+        table = env["RUNS_FLEET_JOBS_TABLE"]
+        for start in range(0, size, 25):
+            c["dynamodb"].batch_write_item(
+                RequestItems={table: [{"PutRequest": {"Item": to_item(j)}} for j in jobs[start : start + 25]]}
+            )
+        with ThreadPoolExecutor(8) as pool:
+            list(
+                pool.map(
+                    lambda j: c["ssm"].put_parameter(
+                        Name=f"/runs-fleet/runners/{j['instance_id']}/config", Type="String", Value="{}"
+                    ),
+                    jobs,
+                )
+            )
+        bodies[:] = []
+        for k, job in enumerate(jobs):
+            ok = k % 5 != 0
+            bodies.append(
+                json.dumps(
+                    {
+                        "instance_id": job["instance_id"],
+                        "job_id": job["job_id"],
+                        "status": "success" if ok else "failure",
+                        "exit_code": 0 if ok else 1,
+                        "duration_seconds": 100 + k % 50,
+                        "started_at": iso(now - dt.timedelta(minutes=3)),
+                        "completed_at": iso(now),
+                        "error": "" if ok else "exit code 1",
+                    }
+                )
+            )
+
+    def send_messages(c, env):
+        url = env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+
+        def send(start):
+            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
+            c["sqs"].send_message_batch(QueueUrl=url, Entries=entries)
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(send, range(0, len(bodies), 10)))
+
+    def seed(c, env):
+        seed_jobs(c, env)
+        send_messages(c, env)
+
+    def verify(c, env):
+        final = fleet.completed(c, env)
+        left = fleet.depth(c, env["RUNS_FLEET_TERMINATION_QUEUE_URL"])
+        dead = fleet.depth(c, env["RUNS_FLEET_TERMINATION_DLQ_URL"])
+        problems = []
+        if final != size:
+            problems.append(f"{size - final} of {size} jobs not final")
+        if left:
+            problems.append(f"{left} message(s) left in the queue")
+        if dead:
+            problems.append(f"{dead} message(s) dead-lettered")
+        return final, problems
+
+    def core(c, env):
+        import logging
+
+        from pipelines.fleet.aws import FleetContext
+        from pipelines.fleet.drain import DrainLimits
+        from pipelines.fleet.termination import termination_drain
+
+        ctx = FleetContext(
+            ec2=c["ec2"],
+            ssm=c["ssm"],
+            dynamodb=c["dynamodb"],
+            cloudwatch=c["cloudwatch"],
+            s3=c["s3"],
+            jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
+            archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
+            namespace="RunsFleet",
+            log=logging.getLogger("bench"),
+        )
+        termination_drain(
+            ctx,
+            sqs=c["sqs"],
+            queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+            dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
+            run_id=uuid.uuid4().hex[:8],
+            limits=DrainLimits(wait_seconds=0, max_seconds=3600),
+        ).run()
+
+    return Capability(
+        name="termination",
+        job="process_termination_queue",
+        unit="messages",
+        size=size,
+        seed=seed,
+        verify=verify,
+        variants={
+            "naive": lambda c, env: fleet.seed_pattern(c, env),
+            "bare": lambda c, env: fleet.bare_batched(c, env),
+            "core": core,
+        },
+        cli_config=lambda env: {"wait_seconds": 0, "max_seconds": 3600},
+        sensor="termination_queue_sensor",
+        notes=[
+            "seed pattern: ReceiveMessage of 10, then 5 calls per message on 5 threads; bare batched loop: rounds "
+            "of 10, one TransactWriteItems, DeleteParameters, PutMetricData, DeleteMessageBatch each"
+        ],
+    )
+
+
+# ---- reclaim (POP's agenda reclaimer)
+
+
+def reclaim(size: int, stale_percent: float) -> Capability:
+    import reclaim as rb  # benchmarks/reclaim.py
+
+    stale_every = round(100 / stale_percent)
+    stale = len(range(0, size, stale_every))
+    cutoff_age_ms = rb.DAY_MS
+
+    def params(env):
+        return {
+            "tableName": env["AGENDA_PROGRESS_TABLE"],
+            "idFieldName": "id",
+            "timeFieldName": "updatedTime",
+            "reclaimAgeMinutes": 24 * 60,
+            "objectScanLimit": 1000,
+            "targetBatchSize": 50,
+            "maximumExecutionSeconds": 600,
+        }
+
+    def seed(c, env):
+        now = int(time.time() * 1000)
+        items = [rb.row(n, now, stale_every) for n in range(size)]
+        rb.batch_write(c["dynamodb"].meta.endpoint_url, env["AGENDA_PROGRESS_TABLE"], items)
+
+    def count_stale(c, env) -> tuple[int, int]:
+        """(stale EXECUTING left, items failed by a reclaim) over the index and a COUNT scan."""
+        ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
+        cutoff = int(time.time() * 1000) - cutoff_age_ms
+        left = failed = 0
+        kwargs = {
+            "TableName": table,
+            "IndexName": rb.INDEX,
+            "Select": "COUNT",
+            "KeyConditionExpression": "processingState = :e AND updatedTime < :c",
+            "ExpressionAttributeValues": {":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
+        }
+        while True:
+            page = ddb.query(**kwargs)
+            left += page["Count"]
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        kwargs = {
+            "TableName": table,
+            "Select": "COUNT",
+            "FilterExpression": "processingStateMessage = :f",
+            "ExpressionAttributeValues": {":f": {"S": "failed"}},
+        }
+        while True:
+            page = ddb.scan(**kwargs)
+            failed += page["Count"]
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return left, failed
+
+    def verify(c, env):
+        left, failed = count_stale(c, env)
+        problems = []
+        if left:
+            problems.append(f"{left} of {stale} stale agendas still EXECUTING")
+        if failed != stale - left:
+            problems.append(f"{failed} agendas failed, expected {stale - left}")
+        return min(failed, stale - left), problems
+
+    def naive(c, env):
+        rb.run_baseline(c["dynamodb"].meta.endpoint_url, env["AGENDA_PROGRESS_TABLE"], 1000)
+
+    def bare(c, env):
+        """Query the index for stale EXECUTING items, one conditional UpdateItem each (what the index path does)."""
+        ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
+        cutoff = int(time.time() * 1000) - cutoff_age_ms
+        kwargs = {
+            "TableName": table,
+            "IndexName": rb.INDEX,
+            "Limit": 1000,
+            "KeyConditionExpression": "processingState = :e AND updatedTime < :c",
+            "ExpressionAttributeValues": {":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
+        }
+        while True:
+            page = ddb.query(**kwargs)
+            for item in page["Items"]:
+                now = int(time.time() * 1000)
+                events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]")) + [
+                    {"message": "AgendaProgress timed out.", "time": now}
+                ]
+                try:
+                    ddb.update_item(
+                        TableName=table,
+                        Key={"id": item["id"]},
+                        UpdateExpression="SET processingState = :c, processingStateMessage = :f, updatedTime = :n, "
+                        "completedTime = :n, diagnosticEvents = :d",
+                        ConditionExpression="processingState = :e AND updatedTime = :seen",
+                        ExpressionAttributeValues={
+                            ":c": {"S": "COMPLETE"},
+                            ":f": {"S": "failed"},
+                            ":n": {"N": str(now)},
+                            ":d": {"S": json.dumps(events)},
+                            ":e": {"S": "EXECUTING"},
+                            ":seen": item["updatedTime"],
+                        },
+                    )
+                except ddb.exceptions.ConditionalCheckFailedException:
+                    pass
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def core(c, env):
+        from pipelines.reclaim.engine import reclaim_pass
+        from pipelines.reclaim.params import parse_params
+        from pipelines.reclaim.source import inspect_table
+        from pipelines.reclaim.writers import DynamoWriter
+
+        p = parse_params(params(env))
+        ddb = c["dynamodb"]
+        info = inspect_table(ddb, p)
+        writer = DynamoWriter(ddb, table=p.tableName, time_field="updatedTime", ready_table=None, action="fail")
+        reclaim_pass(dynamodb=ddb, info=info, params=p, writer=writer, deadline=time.time() + 3600, log=rb.QuietLog())
+
+    return Capability(
+        name="reclaim",
+        job="reclaim_agendas",
+        unit="stale agendas",
+        size=stale,
+        seed=seed,
+        verify=verify,
+        variants={"naive": naive, "bare": bare, "core": core},
+        cli_config=params,
+        notes=[
+            f"{size:,} AgendaProgress items, {stale:,} stale EXECUTING ({stale_percent:g}%); index path "
+            "(processingState-updatedTime-index); naive: POP's scan + HTTP GET + PUT per item through the "
+            "local AgendaProgress endpoint"
+        ],
+    )
+
+
+# ---- batching (ReportStream)
+
+RECEIVER = "bench-000"
+
+
+def batching(size: int) -> Capability:
+    import batching as bb  # benchmarks/batching.py
+
+    today = dt.datetime.now(dt.UTC).date().isoformat()
+
+    def seed(c, env):
+        # Records created before this hour's batch time (the receiver batches hourly from 00:00), so
+        # that a run now sends them all in the batch that is due.
+        hour = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+        bb.load(c["dynamodb"], env, 1, size, tick=hour)
+
+    def verify(c, env):
+        from pipelines.batching import store
+
+        ddb = c["dynamodb"]
+        pending = len(store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], RECEIVER))
+        kwargs = {
+            "TableName": env["BATCH_RECORDS_TABLE"],
+            "Select": "COUNT",
+            "FilterExpression": "attribute_exists(batch_id) AND attribute_not_exists(next_action)",
+        }
+        batched = 0
+        while True:
+            page = ddb.scan(**kwargs)
+            batched += page["Count"]
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        lines = 0
+        for page in c["s3"].get_paginator("list_objects_v2").paginate(Bucket=env["BATCH_OUTBOX_BUCKET"]):
+            for obj in page.get("Contents", []):
+                if obj["Key"].endswith(".jsonl"):
+                    body = c["s3"].get_object(Bucket=env["BATCH_OUTBOX_BUCKET"], Key=obj["Key"])["Body"].read()
+                    lines += len([x for x in body.splitlines() if x.strip()])
+        problems = []
+        if pending:
+            problems.append(f"{pending} of {size} records still pending")
+        if batched != size:
+            problems.append(f"{batched} records batched and finalized, expected {size}")
+        if lines != size:
+            problems.append(f"{lines} record lines in the outbox files, expected {size}")
+        return min(batched, lines), problems
+
+    def settings(env):
+        from pipelines.batching.batcher import BatchSettings
+
+        return BatchSettings(
+            receivers_table=env["RECEIVERS_TABLE"],
+            records_table=env["BATCH_RECORDS_TABLE"],
+            outbox_bucket=env["BATCH_OUTBOX_BUCKET"],
+        )
+
+    def core(c, env):
+        from pipelines.batching.batcher import ReceiverBatcher
+
+        ReceiverBatcher(c["dynamodb"], c["s3"], settings(env)).run(RECEIVER, today, now=dt.datetime.now(dt.UTC))
+
+    def naive(c, env):
+        bb.naive_batch(c["dynamodb"], c["s3"], env, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
+
+    def bare(c, env):
+        """The batcher's grouped calls inline: one query, locks in transactions of 100, a file, final
+        updates in transactions of 100 (no lease, no ledger, no validation)."""
+        from pipelines.batching import store
+
+        ddb, table = c["dynamodb"], env["BATCH_RECORDS_TABLE"]
+        items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
+        for n, group in enumerate(store.chunks(items, bb.MAX_BATCH_SIZE), start=1):
+            batch = f"{RECEIVER}/bare/{n}"
+            ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": {"record_id": {"S": i["record_id"]}},
+                            "UpdateExpression": "SET batch_id = :b",
+                            "ConditionExpression": "next_action = :n AND attribute_not_exists(batch_id)",
+                            "ExpressionAttributeValues": {":b": {"S": batch}, ":n": {"S": "BATCH"}},
+                        }
+                    }
+                    for i in group
+                ]
+            )
+            store.put_file(
+                c["s3"],
+                env["BATCH_OUTBOX_BUCKET"],
+                f"bare/{RECEIVER}/{n}.jsonl",
+                [store.record_line(i, batch) for i in group],
+            )
+            ddb.transact_write_items(
+                TransactItems=[
+                    {
+                        "Update": {
+                            "TableName": table,
+                            "Key": {"record_id": {"S": i["record_id"]}},
+                            "UpdateExpression": "REMOVE next_action, pending_receiver",
+                            "ConditionExpression": "batch_id = :b",
+                            "ExpressionAttributeValues": {":b": {"S": batch}},
+                        }
+                    }
+                    for i in group
+                ]
+            )
+
+    def setup_instance(home: Path, env: dict[str, str]) -> None:
+        code = f"import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('receivers', [{RECEIVER!r}])"
+        subprocess.run(
+            [sys.executable, "-c", code], env={**env, "DAGSTER_HOME": str(home)}, check=True, capture_output=True
+        )
+
+    return Capability(
+        name="batching",
+        job="receiver_batches_job",
+        unit="records",
+        size=size,
+        seed=seed,
+        verify=verify,
+        variants={"naive": naive, "bare": bare, "core": core},
+        cli_config=lambda env: {"ops": {"receiver_batches": {"config": {"dry_run": False}}}},
+        tags=lambda env: {
+            "dagster/partition": f"{today}|{RECEIVER}",
+            "dagster/partition/day": today,
+            "dagster/partition/receiver": RECEIVER,
+        },
+        setup_instance=setup_instance,
+        notes=[
+            f"one receiver, {size:,} pending records, max_batch_size {bb.MAX_BATCH_SIZE}, the day's first run "
+            "(the day's earlier empty batch times go to the ledger too); naive: one conditional UpdateItem per "
+            "record to lock and another to finalize"
+        ],
+    )
+
+
+# ----------------------------------------------------------------------------- runners
+
+
+def subprocess_env(endpoint: str, env: dict[str, str], home: Path, broken: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE",)}
+    out.update(local_aws_env(endpoint))
+    out.update(env)
+    out["DAGSTER_HOME"] = str(home)
+    out["PYTHONPATH"] = str(CODE_ROOT)
+    if broken:
+        out.update(breaking.env_for(broken, home, str(CODE_ROOT)))
+    return out
+
+
+def fresh_home(base: Path, label: str, broken: str) -> Path:
+    home = Path(tempfile.mkdtemp(prefix=f"{label}-", dir=base))
+    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
+    with open(home / "dagster.yaml", "a") as f:
+        f.write("\ntelemetry:\n  enabled: false\n")
+    return home
+
+
+def run_cli(
+    cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str, profile: bool = False
+) -> dict:
+    config = home / "config.json"
+    config.write_text(json.dumps(cap.cli_config(env)))
+    cmd = [
+        sys.executable,
+        "-m",
+        "dagster",
+        "job",
+        "execute",
+        "-m",
+        "pipelines.definitions",
+        "-j",
+        cap.job,
+        "-c",
+        str(config),
+    ]
+    tags = cap.tags(env)
+    if tags:
+        cmd += ["--tags", json.dumps(tags)]
+    sub_env = subprocess_env(endpoint, env, home, broken)
+    if cap.setup_instance:
+        cap.setup_instance(home, sub_env)
+    if profile:  # every process of the run (the CLI and anything it starts), 100 samples a second
+        cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--rate", "100",
+               "--format", "raw", "--output", str(home / "profile.txt"), "--", *cmd]  # fmt: skip
+    moto_server.calls(endpoint, reset=True)
+    start, started_at = time.perf_counter(), time.time()
+    with open(home / "cli.log", "wb") as log:
+        rc = subprocess.run(cmd, cwd=CODE_ROOT, env=sub_env, stdout=log, stderr=subprocess.STDOUT).returncode
+    seconds, ended_at = time.perf_counter() - start, time.time()
+    out = {"seconds": seconds, "server_calls": moto_server.calls(endpoint), "rc": rc, "log": home / "cli.log"}
+    out["phases"] = run_phases(home, started_at, ended_at)
+    if profile:
+        out["profile"] = profile_breakdown(home / "profile.txt")
+    return out
+
+
+def run_phases(home: Path, started_at: float, ended_at: float) -> str:
+    """The CLI's wall time split at the run's RUN_START and RUN_SUCCESS/FAILURE (its event log)."""
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    try:
+        runs = instance.get_runs(limit=1)
+        if not runs:
+            return "no run recorded"
+        stats = instance.get_run_stats(runs[0].run_id)
+        if not stats.start_time or not stats.end_time:
+            return "run not finished"
+        return (
+            f"start-up {stats.start_time - started_at:.1f}s (CLI, imports, instance, run creation), "
+            f"run {stats.end_time - stats.start_time:.1f}s (RUN_START to its end), "
+            f"exit {ended_at - stats.end_time:.1f}s (after the run's last event)"
+        )
+    finally:
+        instance.dispose()
+
+
+# Where a sample's time goes, by the first rule that matches its stack (root first).
+PROFILE_RULES = (
+    ("module imports", lambda frames: any("_find_and_load" in f for f in frames)),
+    # a pool thread waiting for work, a thread waiting on a condition, a socket waiting for moto's answer
+    ("waiting (idle pool threads, reading moto's answers)",
+     lambda frames: any(k in frames[-1] for k in ("_worker (concurrent", "Condition.wait", "readinto", "do_poll"))),
+    ("botocore", lambda frames: "botocore/" in frames[-1] or "boto3/" in frames[-1]),
+    ("urllib3, http, sockets",
+     lambda frames: any(k in frames[-1] for k in ("urllib3/", "http/client", "socket", "ssl"))),
+    ("Dagster event log and storage (SQLAlchemy, SQLite)",
+     lambda frames: any(k in f for f in frames for k in ("sqlalchemy/", "sqlite", "event_log", "_core/storage"))),
+    ("Groundskeeper's own code", lambda frames: any(k in frames[-1] for k in ("pipelines/", "resources/"))),
+    ("Dagster execution and CLI", lambda frames: any("dagster" in f for f in frames)),
+    ("other (Python, threads, json, ...)", lambda frames: True),
+)  # fmt: skip
+
+
+def profile_breakdown(path: Path) -> dict[str, float]:
+    """Share of py-spy's samples (all processes, all threads, CPU only) per category of PROFILE_RULES."""
+    shares: Counter = Counter()
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = [f for f in stack.split(";") if not f.startswith("process ")]  # py-spy's per-process root
+        if not frames:
+            continue
+        category = next(name for name, rule in PROFILE_RULES if rule(frames))
+        shares[category] += int(count)
+        total += int(count)
+    return {name: shares[name] / total for name, _ in PROFILE_RULES} if total else {}
+
+
+DAEMON_TIMEOUT = 900  # seconds from daemon start to a finished run
+
+
+def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str, c: dict) -> dict:
+    import dagster as dg
+
+    workspace = home / "workspace.yaml"
+    workspace.write_text(
+        "load_from:\n  - python_file:\n"
+        f"      relative_path: {BENCH / 'whole_run_defs.py'}\n"
+        f"      working_directory: {CODE_ROOT}\n      location_name: whole_run\n"
+    )
+    sub_env = subprocess_env(endpoint, env, home, broken)
+    sub_env["WHOLE_RUN_JOB"] = cap.job
+    if cap.sensor:
+        sub_env["WHOLE_RUN_SENSOR"] = cap.sensor
+    else:
+        sub_env["WHOLE_RUN_CONFIG"] = json.dumps(cap.cli_config(env))
+        sub_env["WHOLE_RUN_TAGS"] = json.dumps(cap.tags(env))
+    if cap.setup_instance:
+        cap.setup_instance(home, sub_env)
+    # Create the instance's SQLite storages before the daemon and its code server start: several
+    # processes creating them at once can leave two alembic heads ("more than one head present").
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.get_runs(limit=1)
+    _ticked(instance)
+    moto_server.calls(endpoint, reset=True)
+    log = open(home / "daemon.log", "wb")
+    daemon = subprocess.Popen(
+        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(workspace)],
+        cwd=CODE_ROOT,
+        env=sub_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    started = time.perf_counter()
+    try:
+        while True:
+            _alive(daemon, home, started)
+            runs = instance.get_runs()
+            done = [r for r in runs if r.is_finished]
+            if done:
+                break
+            time.sleep(0.5)
+        e2e = time.perf_counter() - started
+        counted = moto_server.calls(endpoint)
+        run = done[0]
+        record = instance.get_run_record_by_id(run.run_id)
+        stats = instance.get_run_stats(run.run_id)
+        created = record.create_timestamp.timestamp()
+        seconds = (stats.end_time or time.time()) - created
+        return {
+            "seconds": seconds,
+            "e2e": e2e,
+            "server_calls": counted,
+            "rc": 0 if run.status.value == "SUCCESS" else 1,
+            "runs": len(runs),
+            "status": run.status.value,
+            "log": home / "daemon.log",
+        }
+    finally:
+        os.killpg(daemon.pid, signal.SIGTERM)
+        try:
+            daemon.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(daemon.pid, signal.SIGKILL)
+            daemon.wait()
+        instance.dispose()
+
+
+def _alive(daemon: subprocess.Popen, home: Path, started: float) -> None:
+    if time.perf_counter() - started > DAEMON_TIMEOUT:
+        raise RuntimeError(f"no finished run after {DAEMON_TIMEOUT}s; see {home / 'daemon.log'}")
+    if daemon.poll() is not None:
+        raise RuntimeError(f"dagster-daemon exited with {daemon.returncode}; see {home / 'daemon.log'}")
+
+
+def _ticked(instance) -> bool:
+    from dagster._core.scheduler.instigation import InstigatorType
+
+    states = instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
+    return any(instance.get_ticks(s.instigator_origin_id, s.selector_id, limit=1) for s in states)
+
+
+@dataclass
+class Row:
+    variant: str
+    done: int
+    seconds: float
+    calls: int
+    problems: list[str]
+    hook_calls: int | None = None
+    e2e: float | None = None
+    detail: dict = field(default_factory=dict)
+    note: str = ""
+
+
+LABELS = {
+    "naive": "naive per-item loop (the original system's pattern)",
+    "bare": "bare batched boto3 loop",
+    "core": "core loop: plain module call, in process",
+    "cli": "whole run: `dagster job execute` (wall clock, CLI start to exit)",
+    "daemon": "whole run: launched by a sensor under `dagster-daemon`",
+    "profile": "whole run: `dagster job execute` under py-spy (slower: not a throughput figure)",
+}
+
+
+def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, broken: bool) -> list[Row]:
+    rows = []
+    operations = ",".join(BREAK_OPERATIONS[cap.name]) if broken else ""
+    for variant in variants:
+        env = reset_stack(endpoint)
+        c = clients(endpoint)
+        cap.seed(c, env)
+        print(f"  {cap.name} / {variant}: seeded {cap.size:,} {cap.unit}", file=sys.stderr, flush=True)
+        hook = None
+        note = ""
+        if variant in cap.variants:
+            if broken:
+                uninstall = breaking.install(operations)
+            moto_server.calls(endpoint, reset=True)
+            with HookCalls() as hook_counter:
+                start = time.perf_counter()
+                try:
+                    cap.variants[variant](clients(endpoint), env)
+                except Exception as exc:  # a broken variant may also crash: record it, verify what was done
+                    note = f"raised {type(exc).__name__}: {str(exc)[:120]}"
+                seconds = time.perf_counter() - start
+            server = moto_server.calls(endpoint)
+            if broken:
+                uninstall()
+            hook = sum(hook_counter.counts.values())
+            e2e = None
+        else:
+            home = fresh_home(work, f"{cap.name}-{variant}", operations)
+            if variant in ("cli", "profile"):
+                out = run_cli(cap, endpoint, env, home, operations, profile=variant == "profile")
+                note = out["phases"]
+                if variant == "profile":
+                    note += "; samples: " + "; ".join(f"{k} {v:.0%}" for k, v in out["profile"].items())
+            else:
+                out = run_daemon(cap, endpoint, env, home, operations, c)
+                note = f"{out['runs']} run(s), {out['status']}"
+            seconds, server, e2e = out["seconds"], out["server_calls"], out.get("e2e")
+            if out["rc"] != 0:
+                note = (note + "; " if note else "") + f"exit status {out['rc']}, see {out['log']}"
+        done, problems = cap.verify(c, env)
+        if note.startswith("raised") or "exit status" in note:
+            problems = [*problems, note]
+        rows.append(Row(variant, done, seconds, sum(server.values()), problems, hook, e2e, server, note))
+        state = "ok" if not problems else "FAILED: " + "; ".join(problems)
+        print(
+            f"  {cap.name} / {variant}: {done:,} verified done in {seconds:.1f}s, {sum(server.values())} calls; "
+            f"{state}",
+            file=sys.stderr,
+            flush=True,
+        )
+    return rows
+
+
+def table(cap: Capability, rows: list[Row]) -> tuple[list[str], bool]:
+    bare = next((r for r in rows if r.variant == "bare"), None)
+    bare_rate = bare.done / bare.seconds if bare and bare.done and not bare.problems else None
+    out = [f"### {cap.name}: {cap.size:,} {cap.unit}", ""]
+    out += [f"- {n}" for n in cap.notes]
+    out += [
+        "",
+        f"| variant | verified done | s | {cap.unit}/s | vs bare batched loop | API calls | calls per item "
+        "| e2e s | check |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    ok = True
+    for r in rows:
+        rate = r.done / r.seconds if r.seconds else 0
+        ratio = f"{rate / bare_rate:.2f}" if bare_rate else "n/a"
+        per = f"{r.calls / r.done:.3f}" if r.done else "n/a"
+        e2e = f"{r.e2e:.1f}" if r.e2e is not None else ""
+        check = "ok" if not r.problems else "**FAILED**: " + "; ".join(r.problems)
+        ok = ok and not r.problems
+        out.append(
+            f"| {LABELS[r.variant]} | {r.done:,} | {r.seconds:.1f} | {rate:.1f} | {ratio} | {r.calls:,} | {per} | "
+            f"{e2e} | {check} |"
+        )
+    out.append("")
+    for r in rows:
+        if r.hook_calls is not None and r.hook_calls != r.calls:
+            out.append(f"- {r.variant}: botocore hook counted {r.hook_calls} calls, the server {r.calls}")
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(r.detail.items()))
+        out.append(f"- {r.variant} calls: {detail}" + (f" ({r.note})" if r.note else ""))
+    return out, ok
+
+
+def _head(path: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True)
+    return out.stdout.strip() or "not a git checkout"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", default="termination,reclaim,batching")
+    parser.add_argument("--variants", default="naive,bare,core,cli,daemon")
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--agendas", type=int, default=10_000)
+    parser.add_argument("--stale-percent", type=float, default=20.0)
+    parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--plain", action="store_true", help="plain moto (default: transactions + sqs-retention)")
+    parser.add_argument("--break", dest="broken", action="store_true", help="break every variant: must fail")
+    parser.add_argument("--code-root", type=Path, default=ROOT, help="checkout the CLI and daemon runs load")
+    args = parser.parse_args()
+    global CODE_ROOT
+    CODE_ROOT = args.code_root.resolve()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    patches = ("count-calls",) if args.plain else ("count-calls", "transactions", "sqs-retention")
+    work = Path(tempfile.mkdtemp(prefix="whole-run-"))
+    moto, endpoint = moto_server.start(patches, log=open(work / "moto.log", "wb"))
+    os.environ.update(local_aws_env(endpoint))
+    caps = {
+        "termination": lambda: termination(args.messages),
+        "reclaim": lambda: reclaim(args.agendas, args.stale_percent),
+        "batching": lambda: batching(args.records),
+    }
+    lines = [
+        f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/whole_run.py', *sys.argv[1:]])}`; moto "
+        f"{'plain' if args.plain else 'with the transactions and sqs-retention patches'}; "
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; load average {os.getloadavg()[0]:.1f}"
+        + ("; **--break: every variant deliberately loses writes**" if args.broken else ""),
+        "",
+    ]
+    all_ok = True
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=120)
+        for name in args.only.split(","):
+            cap = caps[name]()
+            rows = measure(cap, endpoint, args.variants.split(","), work, args.broken)
+            out, ok = table(cap, rows)
+            all_ok = all_ok and ok
+            lines += out + [""]
+            print("\n".join(out) + "\n", file=sys.stderr, flush=True)
+    finally:
+        moto.terminate()
+        moto.wait(timeout=30)
+    lines.append(f"load average after: {os.getloadavg()[0]:.1f}; work files in {work}")
+    print("\n".join(lines))
+    if not all_ok:
+        print("\nWHOLE RUN BENCHMARK FAILED: a variant did not do all its work (see the check column).")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
