@@ -226,9 +226,14 @@ def test_three_drains_on_one_queue_apply_every_message_exactly_once(cluster):
     records = cluster.wait(run_ids)
     for record in records:
         assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(record.dagster_run.run_id)
-    # the queue let the three go at once (per-queue limit 3): each was dequeued before any ended
-    dequeued = [cluster.instance.all_logs(r, of_type=dg.DagsterEventType.RUN_STARTING)[0].timestamp for r in run_ids]
-    assert max(dequeued) < min(r.end_time for r in records)
+    # the queue let them run at once (per-queue limit 3): some two were going at the same time. (Not
+    # "all three dequeued before any ended": on a loaded machine one drain may empty the queue before
+    # the coordinator has launched the third.)
+    spans = sorted(
+        (cluster.instance.all_logs(r, of_type=dg.DagsterEventType.RUN_STARTING)[0].timestamp, rec.end_time)
+        for r, rec in zip(run_ids, records, strict=True)
+    )
+    assert any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:], strict=False))
     # the termination_queue_sensor may have started a drain of its own meanwhile: count them all
     drains = cluster.instance.get_runs(dg.RunsFilter(job_name="process_termination_queue"))
     cluster.wait([r.run_id for r in drains])
