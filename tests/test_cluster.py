@@ -243,8 +243,11 @@ def test_three_drains_on_one_queue_apply_every_message_exactly_once(cluster):
     assert {states[j["job_id"]]["status"] for j in jobs} == {"completed"}
     assert fs.metric_sum(aws, "JobSuccess") == len(jobs)
     assert fs.depth(aws, "RUNS_FLEET_TERMINATION_QUEUE_URL") == 0
-    workers = {w.split("@")[0] for r in run_ids for w in cl.step_workers(cluster.instance, r).values()}
-    assert workers == {"w1", "w2"}
+    # each drain's step ran on a Celery worker (which one is the broker's choice: one worker may take
+    # all three when each drain ends quickly; the reclaim test shows steps spread over both)
+    for run_id in run_ids:
+        workers = {w.split("@")[0] for w in cl.step_workers(cluster.instance, run_id).values()}
+        assert workers and workers <= {"w1", "w2"}, workers
 
 
 def test_a_batching_backfill_of_20_partitions_keeps_to_its_limit(cluster):
