@@ -80,28 +80,6 @@ def batch_put(ddb, table: str, items: list[dict], threads: int = 4) -> None:
         list(pool.map(put, [items[k : k + size] for k in range(0, len(items), size)]))
 
 
-def agenda_rows(count: int, stale_every: int, now: int) -> tuple[list[dict], list[dict]]:
-    rows, stale = [], []
-    for n in range(count):
-        old = n % stale_every == 0
-        age = 86_400_000 + n if old else 1000
-        row = {
-            "id": f"agenda-{n:07d}",
-            "updatedTime": now - age,
-            "addedTime": now - age - 1000,
-            "processingState": "EXECUTING",
-            "attemptsCompleted": 0,
-            "agendaId": f"agenda-{n}",
-            "customerId": "cust-1",
-            "agendaInsight": '{"resourcePoolId": "pool-1", "insightId": "insight-7"}',
-            "diagnosticEvents": "[]",
-        }
-        rows.append(row)
-        if old:
-            stale.append(row)
-    return rows, stale
-
-
 def termination_backlog(env: dict, count: int) -> None:
     ddb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
     now = dt.datetime.now(dt.UTC)
@@ -246,7 +224,7 @@ def main() -> int:
 
         started = time.monotonic()
         stale_every = max(1, round(100 / args.stale_percent))
-        rows, stale = agenda_rows(args.items, stale_every, int(time.time() * 1000))
+        rows, stale = cl.agenda_rows(args.items, stale_every, int(time.time() * 1000))
         cl.seed_scan_table(ddb, TABLE, 0)
         batch_put(ddb, TABLE, rows)
         del rows

@@ -304,6 +304,30 @@ SCAN_TABLE = "POP-ProgressAgenda-cluster"
 """An AgendaProgress table without the GSI: reclaim scans it in parallel-scan segments."""
 
 
+def agenda_rows(count: int, stale_every: int, now: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``count`` EXECUTING agendas (epoch-ms times): every ``stale_every``-th one a day old, the others
+    fresh. Returns all rows and the stale ones."""
+    rows, stale = [], []
+    for n in range(count):
+        old = n % stale_every == 0
+        age = 86_400_000 + n if old else 1000
+        row = {
+            "id": f"agenda-{n:07d}",
+            "updatedTime": now - age,
+            "addedTime": now - age - 1000,
+            "processingState": "EXECUTING",
+            "attemptsCompleted": 0,
+            "agendaId": f"agenda-{n}",
+            "customerId": "cust-1",
+            "agendaInsight": '{"resourcePoolId": "pool-1", "insightId": "insight-7"}',
+            "diagnosticEvents": "[]",
+        }
+        rows.append(row)
+        if old:
+            stale.append(row)
+    return rows, stale
+
+
 def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, now_ms: int | None = None) -> list[str]:
     """Create ``table`` (hash key ``id``, no index) if needed and put ``count`` agendas in it: every
     ``stale_every``-th one EXECUTING for a day (what reclaim fails), the others fresh. Returns the
@@ -320,27 +344,8 @@ def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, n
         ddb.get_waiter("table_exists").wait(TableName=table)
     except ddb.exceptions.ResourceInUseException:
         pass
-    now = now_ms if now_ms is not None else int(time.time() * 1000)
-    stale, items = [], []
-    for n in range(count):
-        old = n % stale_every == 0
-        item_id = f"agenda-{n:07d}"
-        age = 86_400_000 + n if old else 1000
-        items.append(
-            {
-                "id": item_id,
-                "updatedTime": now - age,
-                "addedTime": now - age - 1000,
-                "processingState": "EXECUTING",
-                "attemptsCompleted": 0,
-                "agendaId": f"agenda-{n}",
-                "customerId": "cust-1",
-                "agendaInsight": '{"resourcePoolId": "pool-1", "insightId": "insight-7"}',
-                "diagnosticEvents": "[]",
-            }
-        )
-        if old:
-            stale.append(item_id)
+    items, stale_rows = agenda_rows(count, stale_every, now_ms if now_ms is not None else int(time.time() * 1000))
+    stale = [row["id"] for row in stale_rows]
     for start in range(0, len(items), 25):
         request = {table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
         while request:
