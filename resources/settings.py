@@ -81,6 +81,18 @@ def _int_env(name: str, default: int) -> int:
         raise ValueError(f"{name}={raw!r} is not a whole number") from None
 
 
+def bool_env(name: str, default: bool) -> bool:
+    """``true`` or ``false`` from the environment (unset or empty: ``default``); anything else names the variable."""
+    raw = os.environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in ("true", "1", "yes"):
+        return True
+    if raw in ("false", "0", "no"):
+        return False
+    raise ValueError(f"{name}={raw!r} is not true or false")
+
+
 def _optional_env(name: str) -> dg.EnvVar | None:
     """An optional variable: read at run time when it is set (the UI shows its name, not its value)."""
     return dg.EnvVar(name) if os.environ.get(name) else None

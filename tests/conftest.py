@@ -8,6 +8,8 @@
 - ``aws_shared`` (function): the same stack without a reset: it deploys only when the stack is not
   there (the first test of a worker, or after a test that reset moto). For logic tests that keep to
   names of their own (a receiver, an agenda, a job id of their own), so they need no redeploy.
+- ``dynamodb_local_endpoint`` (session): Amazon's DynamoDB Local (``infra/dynamodb_local.py``), for
+  what moto cannot serve faithfully (PartiQL conditions). Its tests share one xdist group.
 - A guard fails any AWS call whose endpoint is not on 127.0.0.1.
 """
 
@@ -100,6 +102,14 @@ def moto_endpoint(tmp_path_factory):
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local_endpoint():
+    from infra.dynamodb_local import running
+
+    with running() as endpoint:
+        yield endpoint
 
 
 @dataclass

@@ -102,6 +102,8 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
             *ddb("ConditionCheckItem", receivers, jobs),  # batching: the lease fence; termination: a late flush
             *ddb("PutItem", ready),  # reclaim: queue a retry
         ],
+        # reclaim's grouped writes: a BatchExecuteStatement is authorised per statement (PartiQL UPDATE)
+        ("dynamodb", "BatchExecuteStatement"): ddb("PartiQLUpdate", agenda, OTHER_TABLE),
         # batching: the lease; reclaim: AgendaProgress, OperationProgress
         ("dynamodb", "UpdateItem"): ddb("UpdateItem", receivers, agenda, OTHER_TABLE),
         # reclaim's engine: each page of its plan through getattr(dynamodb, "scan" | "query")

@@ -166,10 +166,11 @@ class ExecutorFirst:
     def __init__(self, ddb, inner, ids):
         self.ddb, self.inner, self.ids = ddb, inner, set(ids)
 
-    def apply(self, c, d, *, now, cutoff):
-        if c.id in self.ids:
-            heartbeat(self.ddb, c.id)
-        return self.inner.apply(c, d, now=now, cutoff=cutoff)
+    def apply_many(self, pairs, *, now, cutoff):
+        for c, _ in pairs:
+            if c.id in self.ids:
+                heartbeat(self.ddb, c.id)
+        return self.inner.apply_many(pairs, now=now, cutoff=cutoff)
 
 
 def heartbeat(ddb, item_id, table=PROGRESS_TABLE) -> bool:

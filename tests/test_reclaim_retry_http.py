@@ -17,7 +17,7 @@ from pipelines.reclaim.params import ParamsError, parse_params
 from pipelines.reclaim.policy import ImmediatePolicy, policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
 from pipelines.reclaim.wiring import EndpointSettings, make_writer
-from pipelines.reclaim.writers import RACED, DynamoWriter
+from pipelines.reclaim.writers import RACED, DynamoWriter, apply_each
 from pipelines.retry import dynamodb_fence
 from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
 
@@ -322,6 +322,9 @@ def test_http_writer_retry_and_race(aws, endpoint):
     class ExecutorBetweenScanAndGet:
         def __init__(self, inner):
             self.inner = inner
+
+        def apply_many(self, pairs, *, now, cutoff):
+            return apply_each(self, pairs, now=now, cutoff=cutoff)
 
         def apply(self, c, d, *, now, cutoff):
             if c.id == "gone":  # the executor came back after the scan read it

@@ -24,7 +24,7 @@ from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, 
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.policy import ImmediatePolicy
 from pipelines.reclaim.source import Candidate, Request, Skip, TableInfo, build_requests, to_candidate
-from pipelines.reclaim.writers import DONE, ItemError, OperationProgressWriter
+from pipelines.reclaim.writers import DONE, ItemError, OperationProgressWriter, Outcome
 
 PROGRESS_EVERY_SECONDS = 10.0
 
@@ -94,7 +94,9 @@ def decode_cursor(text: str | None) -> dict[str, Any] | None:
 
 
 class Writer(Protocol):
-    def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str: ...
+    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
+        """One outcome per pair, in order: ``done``, ``raced`` or the item's ``ItemError``."""
+        ...
 
 
 def reclaim_pass(
@@ -124,10 +126,17 @@ def reclaim_pass(
     last_progress = clock()
 
     def flush() -> None:
-        for c in batch:
-            _act(c, counts=counts, params=params, writer=writer, operations=operations, now=now, cutoff=cutoff,
-                 policy=policy, log=log, run_id=run_id)  # fmt: skip
+        decided = [(c, d) for c in batch if (d := _decide(c, counts=counts, params=params, now=now, cutoff=cutoff,
+                                                          policy=policy, log=log, run_id=run_id))]  # fmt: skip
         batch.clear()
+        if writer is None:
+            counts.would_act += len(decided)
+            for c, d in decided:
+                log.info(f"dry run: would {d.describe(c)}")
+        elif decided:
+            outcomes = writer.apply_many(decided, now=now, cutoff=cutoff)
+            for (c, d), outcome in zip(decided, outcomes, strict=True):
+                _record(c, d, outcome, counts=counts, operations=operations, now=now, log=log)
 
     for request in requests:
         start_key = cursor.load() if (request.resumable and cursor) else None
@@ -189,34 +198,21 @@ def _read(dynamodb, request: Request, start_key: dict[str, Any] | None) -> dict[
     return getattr(dynamodb, request.operation)(**kwargs)
 
 
-def _act(
-    c: Candidate,
-    *,
-    counts: Counts,
-    params: ReclaimParams,
-    writer: Writer | None,
-    operations: OperationProgressWriter | None,
-    now: int,
-    cutoff: int,
-    policy: Policy,
-    log,
-    run_id: str,
-) -> None:
+def _decide(c: Candidate, *, counts: Counts, params: ReclaimParams, now: int, cutoff: int, policy: Policy, log,
+            run_id: str) -> Decision | None:  # fmt: skip
     try:
-        d = decide(c, action=params.reclaimAction, now=now, cutoff=cutoff, policy=policy, run_id=run_id)
+        return decide(c, action=params.reclaimAction, now=now, cutoff=cutoff, policy=policy, run_id=run_id)
     except Exception as exc:  # a failing retry policy is reported, never retried (the retry RFC's warning)
         counts.errors += 1
         log.error(f"{c.id}: the retry policy failed: {exc}")
-        return
-    if writer is None:
-        counts.would_act += 1
-        log.info(f"dry run: would {d.describe(c)}")
-        return
-    try:
-        outcome = writer.apply(c, d, now=now, cutoff=cutoff)
-    except ItemError as exc:
+        return None
+
+
+def _record(c: Candidate, d: Decision, outcome: Outcome, *, counts: Counts,
+            operations: OperationProgressWriter | None, now: int, log) -> None:  # fmt: skip
+    if isinstance(outcome, ItemError):
         counts.errors += 1
-        log.error(f"could not {d.kind} {c.id}: {exc}")
+        log.error(f"could not {d.kind} {c.id}: {outcome}")
         return
     if outcome != DONE:
         counts.raced += 1

@@ -30,7 +30,7 @@ from urllib.parse import quote
 
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
-from pipelines.reclaim.writers import DONE, RACED, ItemError, put_ready_item
+from pipelines.reclaim.writers import DONE, RACED, ItemError, Outcome, apply_each, put_ready_item
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
@@ -222,6 +222,9 @@ class HttpWriter:
                     "startedTime": None, "retryDecision": None, ATTEMPT_ID_ATTR: d.attempt_id,
                     "retryAt": d.retry_at if d.kind == HOLD else None}  # fmt: skip
         return {"retryAt": None, **times}  # QUEUE
+
+    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
+        return apply_each(self, pairs, now=now, cutoff=cutoff)  # the endpoint has no batch write
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
         current = self.endpoint.get(c.id)

@@ -60,8 +60,16 @@ def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | Non
 
 
 def make_writer(
-    params: ReclaimParams, *, dynamodb, kms, ready_table: str | None, endpoint: EndpointSettings
+    params: ReclaimParams,
+    *,
+    dynamodb,
+    kms,
+    ready_table: str | None,
+    endpoint: EndpointSettings,
+    grouped_writes: bool = False,
 ) -> DynamoWriter | HttpWriter:
+    """The endpoint's writer when the run names one (or the deployment does), else DynamoDB's;
+    ``grouped_writes``: DynamoDB's fail, close and hold updates go 25 to a ``BatchExecuteStatement``."""
     url = endpoint_url(params, endpoint)
     if url is None:
         return DynamoWriter(
@@ -70,6 +78,7 @@ def make_writer(
             time_field=params.timeFieldName,
             ready_table=ready_table,
             action=params.reclaimAction,
+            grouped=grouped_writes,
         )
     login_settings = {
         "IDENTITY_URL": endpoint.identity_url,
@@ -96,6 +105,15 @@ def make_writer(
     )
 
 
+def write_mode(writer: DynamoWriter | HttpWriter) -> str:
+    """How this run writes, in one line for the run log."""
+    if isinstance(writer, HttpWriter):
+        return "writes: through the AgendaProgress endpoint (GET, check, PUT per item)"
+    if writer.grouped:
+        return "writes: grouped, up to 25 conditional updates per BatchExecuteStatement (retries: one transaction each)"
+    return "writes: one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES is off)"
+
+
 class KeyValueCursor:
     """The scan position of one (table, segment), kept in a key-value store (the Dagster instance)."""
 
@@ -117,4 +135,4 @@ def cursor_key(params: ReclaimParams, segment: int) -> str:
 
 
 __all__ = ["EndpointError", "EndpointSettings", "KeyValueCursor", "ParamsError", "cursor_key", "endpoint_url",
-           "make_writer", "url_allowed"]  # fmt: skip
+           "make_writer", "url_allowed", "write_mode"]  # fmt: skip

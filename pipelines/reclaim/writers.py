@@ -1,4 +1,4 @@
-"""Writes of the reclaim actions, directly to DynamoDB: one conditional write per item.
+"""Writes of the reclaim actions, directly to DynamoDB, each conditional on what the scan saw.
 
 Every write is conditional on what the scan saw (state, time field, attempts). A failed condition
 means an executor (or another reclaim run) wrote first: the item is counted as ``raced`` and left
@@ -7,6 +7,13 @@ token): a write made for an attempt that a retry has superseded is refused. Retr
 now update the AgendaProgress and put the ReadyAgenda item in one ``TransactWriteItems``, so a
 crash never leaves a reset agenda without its queue entry, and the ReadyAgenda id is
 deterministic, so a repeated write is refused rather than queued twice.
+
+The other updates (fail, close, hold) are grouped 25 to a PartiQL ``BatchExecuteStatement`` when
+the endpoint evaluates each statement's WHERE clause on its own (AWS and DynamoDB Local do; moto
+does not, so the local deployment writes them one ``UpdateItem`` at a time). Each statement is the
+same update as the ``UpdateItem`` would be (:meth:`_Update.partiql`, translated from one
+description), succeeds or fails alone, and a failed condition in one leaves the others applied.
+Statements that DynamoDB throttles are sent again by :data:`STATEMENT_POLICY`.
 """
 
 from __future__ import annotations
@@ -32,9 +39,30 @@ from pipelines.reclaim.source import (
     Candidate,
     TableError,
 )
-from pipelines.retry import ATTEMPT_ID_ATTR, dynamodb_fence
+from pipelines.retry import ATTEMPT_ID_ATTR, dynamodb_fence, retry_call
+from pipelines.retry.policy import Formula
 
 DONE, RACED = "done", "raced"
+STATEMENTS_PER_CALL = 25  # BatchExecuteStatement's limit
+STATEMENT_POLICY = Formula(
+    name="partiql-statements",
+    formula=lambda n: min(0.05 * 2 ** (n - 1), 2.0),
+    max_attempts=8,
+    summary="0.05 s doubling to 2 s, 8 attempts",
+    source="reclaim: statements of a BatchExecuteStatement that DynamoDB throttled are sent again",
+)
+"""Statements that came back throttled (or with a transient server error) inside a successful
+``BatchExecuteStatement``: botocore retries failed calls, not failed statements of a call."""
+# A statement's error code (BatchStatementError) -> the call error code that the retry library's
+# classification knows as transient.
+TRANSIENT_STATEMENT_CODES = {
+    "ProvisionedThroughputExceeded": "ProvisionedThroughputExceededException",
+    "ThrottlingError": "ThrottlingException",
+    "RequestLimitExceeded": "RequestLimitExceeded",
+    "TransactionConflict": "TransactionConflictException",
+    "InternalServerError": "InternalServerError",
+}
+ITEM_STATEMENT_CODES = frozenset({"ValidationError", "ItemCollectionSizeLimitExceeded", "DuplicateItem"})
 OPERATION_LINK_ATTR = "agendaProgressId"  # OperationProgress -> its AgendaProgress (contract extension)
 
 
@@ -54,6 +82,18 @@ def _raise_item_error(exc: ClientError, item_id: str) -> None:
 
 def diagnostics_json(c: Candidate, event: dict[str, Any] | None) -> str:
     return json.dumps(c.diagnostics + ([event] if event else []), separators=(",", ":"), default=str)
+
+
+_EXPRESSION_TOKEN = re.compile(
+    r"attribute_not_exists\((?P<missing>#?\w+)\)|attribute_exists\((?P<present>#?\w+)\)|[#:]?[A-Za-z_]\w*"
+)
+_PARTIQL_KEYWORDS = frozenset({"AND", "OR", "NOT"})
+
+
+def _quote(name: str) -> str:
+    if '"' in name:
+        raise ItemError(f"attribute or table name {name!r} cannot be quoted in PartiQL")
+    return f'"{name}"'
 
 
 class _Update:
@@ -107,6 +147,40 @@ class _Update:
         if c.time_attr:
             self.when("#t = :seen_time", seen_time=c.time_attr)
         return self.fenced(c.attempt_id)
+
+    def partiql(self, table: str, key: dict[str, Any]) -> dict[str, Any]:
+        """The same conditional update as one PartiQL statement with positional parameters:
+        ``UPDATE "t" SET "a" = ? ... REMOVE "b" WHERE "id" = ? AND <the conditions>``.
+
+        ``#name`` becomes the quoted attribute name, ``:value`` a ``?`` with its value,
+        ``attribute_not_exists(x)`` becomes ``x IS MISSING``; a failed WHERE clause is the
+        statement's ``ConditionalCheckFailed``, as a failed ``ConditionExpression`` would be.
+        """
+        parameters: list[Any] = []
+        sets = [" SET " + self._partiql(s, parameters) for s in self.sets]
+        removes = [" REMOVE " + self._partiql(r, parameters) for r in self.removes]
+        where = [f"{_quote(name)} = ?" for name in key]
+        parameters.extend(key.values())
+        where += [self._partiql(c, parameters) for c in self.conditions]
+        statement = f"UPDATE {_quote(table)}{''.join(sets)}{''.join(removes)} WHERE {' AND '.join(where)}"
+        return {"Statement": statement, "Parameters": parameters}
+
+    def _partiql(self, expression: str, parameters: list[Any]) -> str:
+        def token(match: re.Match[str]) -> str:
+            word = match.group(0)
+            if match.group("missing"):
+                return f"{self._name(match.group('missing'))} IS MISSING"
+            if match.group("present"):
+                return f"{self._name(match.group('present'))} IS NOT MISSING"
+            if word.startswith(":"):
+                parameters.append(self.values[word])
+                return "?"
+            return word if word in _PARTIQL_KEYWORDS else self._name(word)
+
+        return _EXPRESSION_TOKEN.sub(token, expression)
+
+    def _name(self, path: str) -> str:
+        return _quote(self.names.get(path, path))
 
     def request(self, table: str, key: dict[str, Any]) -> dict[str, Any]:
         expression = "SET " + ", ".join(self.sets)
@@ -166,15 +240,36 @@ def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, act
     return u
 
 
-class DynamoWriter:
-    """Applies decisions with conditional DynamoDB writes. Returns ``done`` or ``raced`` per item."""
+Outcome = str | ItemError  # DONE, RACED, or why this one item could not be written
 
-    def __init__(self, dynamodb, *, table: str, time_field: str, ready_table: str | None, action: str) -> None:
+
+def apply_each(writer, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
+    """``writer.apply`` item by item, an ``ItemError`` kept as that item's outcome."""
+    outcomes: list[Outcome] = []
+    for c, d in pairs:
+        try:
+            outcomes.append(writer.apply(c, d, now=now, cutoff=cutoff))
+        except ItemError as exc:
+            outcomes.append(exc)
+    return outcomes
+
+
+class DynamoWriter:
+    """Applies decisions with conditional DynamoDB writes. Returns ``done`` or ``raced`` per item.
+
+    ``grouped``: send fail, close and hold updates 25 to a ``BatchExecuteStatement`` (needs an
+    endpoint that evaluates PartiQL WHERE conditions per statement; not moto).
+    """
+
+    def __init__(self, dynamodb, *, table: str, time_field: str, ready_table: str | None, action: str,
+                 grouped: bool = False, sleep: Any = None) -> None:  # fmt: skip
         self.dynamodb = dynamodb
         self.table = table
         self.time_field = time_field
         self.ready_table = ready_table
         self.action = action
+        self.grouped = grouped
+        self.sleep = sleep  # None: time.sleep (tests pass their own)
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
         u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
@@ -189,6 +284,70 @@ class DynamoWriter:
                 return RACED
             _raise_item_error(exc, c.id)
         return RACED  # unreachable
+
+    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
+        """Outcomes in the order of ``pairs``. Retries and queued retries stay one transaction each
+        (the ReadyAgenda put goes with the update); the rest are grouped when ``grouped``."""
+        outcomes: dict[int, Outcome] = {}
+        statements: list[tuple[int, dict[str, Any]]] = []
+        for i, (c, d) in enumerate(pairs):
+            if not self.grouped or d.kind in (RETRY, QUEUE):
+                outcomes[i] = apply_each(self, [(c, d)], now=now, cutoff=cutoff)[0]
+                continue
+            u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
+            try:
+                statements.append((i, u.partiql(self.table, c.key)))
+            except ItemError as exc:
+                outcomes[i] = exc
+        for group in _distinct_groups(statements, pairs):
+            outcomes.update(self._execute(group, pairs, now=now, cutoff=cutoff))
+        return [outcomes[i] for i in range(len(pairs))]
+
+    def _execute(self, group: list[tuple[int, dict[str, Any]]], pairs: list[tuple[Candidate, Decision]], *,
+                 now: int, cutoff: int) -> dict[int, Outcome]:  # fmt: skip
+        """One ``BatchExecuteStatement``, then one more per retry of the statements DynamoDB throttled."""
+        outcomes: dict[int, Outcome] = {}
+        pending = list(group)
+
+        def attempt() -> None:
+            nonlocal pending
+            response = self.dynamodb.batch_execute_statement(Statements=[statement for _, statement in pending])
+            throttled, last = [], {}
+            for (i, statement), answer in zip(pending, response["Responses"], strict=True):
+                error = answer.get("Error")
+                code = (error or {}).get("Code", "")
+                if not error:
+                    outcomes[i] = DONE
+                elif code == "ConditionalCheckFailed":
+                    outcomes[i] = RACED
+                elif code in TRANSIENT_STATEMENT_CODES:
+                    throttled.append((i, statement))
+                    last = error
+                elif code in ITEM_STATEMENT_CODES:
+                    outcomes[i] = ItemError(f"{pairs[i][0].id}: {code}: {error.get('Message', '')}")
+                else:  # ResourceNotFound, AccessDenied: the call's own failure, as UpdateItem would raise it
+                    raise ClientError({"Error": {"Code": code, "Message": error.get("Message", "")}},
+                                      "BatchExecuteStatement")  # fmt: skip
+            pending = throttled
+            if throttled:
+                raise ClientError({"Error": {"Code": TRANSIENT_STATEMENT_CODES[last["Code"]],
+                                             "Message": f"{len(throttled)} statement(s) of the batch: "
+                                             f"{last.get('Message', '')}"}}, "BatchExecuteStatement")  # fmt: skip
+
+        try:
+            retry_call(attempt, STATEMENT_POLICY, **({"sleep": self.sleep} if self.sleep else {}))
+        except ClientError as exc:
+            if _code(exc) == "ValidationException":
+                # The call as a whole was refused (a statement it could not take): this group goes
+                # one item at a time, so that only the bad item is an error.
+                found = apply_each(self, [pairs[i] for i, _ in pending], now=now, cutoff=cutoff)
+                return {**outcomes, **{i: o for (i, _), o in zip(pending, found, strict=True)}}
+            if _code(exc) not in TRANSIENT_STATEMENT_CODES.values():
+                raise
+            for i, _ in pending:  # still throttled when the policy stopped: left for the next pass
+                outcomes[i] = ItemError(f"{pairs[i][0].id}: still throttled after {STATEMENT_POLICY.max_attempts} "
+                                        f"attempts ({_code(exc)}); the next pass sees it again")  # fmt: skip
+        return outcomes
 
     def _transact(self, update: dict[str, Any], ready: dict[str, Any], item_id: str) -> str:
         if not self.ready_table:
@@ -212,6 +371,25 @@ class DynamoWriter:
                 return RACED  # the progress moved on, or this attempt was queued already
             _raise_item_error(exc, item_id)
         return RACED  # unreachable
+
+
+def _distinct_groups(
+    statements: list[tuple[int, dict[str, Any]]], pairs: list[tuple[Candidate, Decision]]
+) -> list[list[tuple[int, dict[str, Any]]]]:
+    """Groups of up to 25 statements, never two on the same item in one call (DynamoDB refuses that)."""
+    groups: list[list[tuple[int, dict[str, Any]]]] = []
+    keys: list[set[str]] = []
+    for i, statement in statements:
+        key = json.dumps(pairs[i][0].key, sort_keys=True)
+        for group, seen in zip(groups, keys, strict=True):
+            if len(group) < STATEMENTS_PER_CALL and key not in seen:
+                group.append((i, statement))
+                seen.add(key)
+                break
+        else:
+            groups.append([(i, statement)])
+            keys.append({key})
+    return groups
 
 
 def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> bool:

@@ -21,7 +21,14 @@ from pipelines.reclaim.metrics import put_reclaim_metrics
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
 from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import TableError, TableInfo, inspect_table
-from pipelines.reclaim.wiring import EndpointSettings, KeyValueCursor, cursor_key, endpoint_url, make_writer
+from pipelines.reclaim.wiring import (
+    EndpointSettings,
+    KeyValueCursor,
+    cursor_key,
+    endpoint_url,
+    make_writer,
+    write_mode,
+)
 from pipelines.reclaim.writers import OperationProgressWriter
 from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
 
@@ -160,7 +167,9 @@ def reclaim_segment(
                 kms=kms.get_client(),
                 ready_table=agenda.ready_table,
                 endpoint=endpoint_settings(agenda),
+                grouped_writes=dynamodb.grouped_writes,
             )
+            context.log.info(write_mode(writer))
         operations = (
             OperationProgressWriter(client, params.operationProgressTableName)
             if params.operationProgressTableName and not params.dry_run

