@@ -2,7 +2,8 @@
 
 ``install(operations)`` makes every boto3 client created afterwards in this process answer the 2nd,
 22nd, 42nd... call of the named operations (counted together) with an empty success, without
-sending it: the code under test believes the write happened. ``site_dir(base, operations)`` writes
+sending it: the code under test believes the write happened. A broken ``BatchExecuteStatement``
+answers success for each of its statements, none of them applied. ``site_dir(base, operations)`` writes
 a ``sitecustomize.py`` that does the same in any Python process started with that directory first
 on ``PYTHONPATH`` and ``BENCH_BREAK`` in its environment (a ``dagster job execute`` run, a daemon's
 run worker).
@@ -11,6 +12,7 @@ run worker).
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -35,9 +37,12 @@ def install(operations: str | set[str]) -> Callable[[], None]:
     counter = itertools.count(1)
     original = botocore.client.BaseClient.__init__
 
-    def skip(model, **_):
+    def skip(model, params=None, **_):
         if model.name in names and next(counter) % EVERY == FIRST:
-            return _Ok(), {"ResponseMetadata": {"HTTPStatusCode": 200}}
+            parsed: dict = {"ResponseMetadata": {"HTTPStatusCode": 200}}
+            if model.name == "BatchExecuteStatement":
+                parsed["Responses"] = [{} for _ in json.loads(params["body"])["Statements"]]
+            return _Ok(), parsed
         return None
 
     def init(client, *args, **kwargs):

@@ -18,7 +18,13 @@ return success without reaching the server (``benchmarks/breaking.py``): the ben
 Then peak RSS of a fresh subprocess reclaiming a 10,000-item table and
 the 100,000-item table through the scan path: memory is bounded by a page and a batch, not the table.
 
+Then the writes, on DynamoDB Local (``infra/dynamodb_local.py``; moto ignores PartiQL conditions):
+the index path with one conditional UpdateItem per item (the baseline) beside the same path with
+its updates grouped 25 to a ``BatchExecuteStatement`` (``--local-items``, ``--local-stale-percent``),
+each verified the same way.
+
     .venv/bin/python benchmarks/reclaim.py [--items 100000] [--small 10000] [--stale-percent 1] [--break]
+        [--only moto|dynamodb-local]
 
 moto's Scan costs O(table) per page (it walks the items to the start key), so small pages are
 quadratic in moto though not in DynamoDB: the benchmark pages with ``--scan-limit 1000`` (the
@@ -44,6 +50,7 @@ import boto3  # noqa: E402
 import breaking  # noqa: E402
 import moto_server  # noqa: E402
 
+from infra import dynamodb_local  # noqa: E402
 from infra.agenda_endpoint import LocalAgendaEndpoint  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.reclaim.engine import reclaim_pass  # noqa: E402
@@ -203,7 +210,7 @@ class QuietLog:
     error = warning
 
 
-def run_ours(endpoint: str, table: str, scan_limit: int, use_index: bool) -> dict:
+def run_ours(endpoint: str, table: str, scan_limit: int, use_index: bool, grouped: bool = False) -> dict:
     ddb = client(endpoint)
     counter = CallCounter()
     counter.attach(ddb)
@@ -212,7 +219,7 @@ def run_ours(endpoint: str, table: str, scan_limit: int, use_index: bool) -> dic
     info = inspect_table(ddb, params)
     if not use_index:
         info = TableInfo(table=info.table, key_attrs=info.key_attrs, index=None)
-    writer = DynamoWriter(ddb, table=table, time_field="updatedTime", ready_table=None, action="fail")
+    writer = DynamoWriter(ddb, table=table, time_field="updatedTime", ready_table=None, action="fail", grouped=grouped)
     counts = reclaim_pass(dynamodb=ddb, info=info, params=params, writer=writer, deadline=time.time() + 3600,
                           log=QuietLog())  # fmt: skip
     seconds = time.perf_counter() - start
@@ -309,7 +316,7 @@ def line(label: str, r: dict) -> str:
 
 def checked(endpoint: str, table: str, count: int, stale_every: int, broken: bool, path) -> dict:
     """Run one path (broken if asked), then verify its work."""
-    undo = breaking.install("UpdateItem,PutItem,TransactWriteItems") if broken else None
+    undo = breaking.install("UpdateItem,PutItem,TransactWriteItems,BatchExecuteStatement") if broken else None
     try:
         result = path()
     finally:
@@ -323,22 +330,7 @@ def checked(endpoint: str, table: str, count: int, stale_every: int, broken: boo
     return result
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--small", type=int, default=10_000)
-    parser.add_argument("--stale-percent", type=float, default=1.0)
-    parser.add_argument("--scan-limit", type=int, default=1000)
-    parser.add_argument("--break", dest="broken", action="store_true", help="lose some writes: must fail")
-    parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "TABLE"), help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-    if args.child:
-        child_memory(args.child[0], args.child[1], args.scan_limit)
-        return 0
-
-    stale_every = round(100 / args.stale_percent)
+def run_moto(args, stale_every: int) -> tuple[dict, dict, dict, int, int]:
     moto, endpoint = moto_server.start()  # plain moto
     try:
         wait_for_endpoint(endpoint, timeout_seconds=60)
@@ -359,12 +351,15 @@ def main() -> int:
         results["index"] = checked(*check, lambda: run_ours(endpoint, big, args.scan_limit, use_index=True))
         reset_stale(endpoint, big, args.items, stale_every)
         print("memory: subprocesses through the scan path ...", flush=True)
-        mem_small = measure_memory(endpoint, small, args.scan_limit)
-        mem_big = measure_memory(endpoint, big, args.scan_limit)
+        mem = {"small": measure_memory(endpoint, small, args.scan_limit),
+               "big": measure_memory(endpoint, big, args.scan_limit)}  # fmt: skip
     finally:
         moto.terminate()
         moto.wait(timeout=30)
+    return results, mem["small"], mem["big"], stale, small_stale
 
+
+def print_moto(args, results: dict, mem_small: dict, mem_big: dict, stale: int, small_stale: int) -> None:
     print()
     print(f"table: {args.items:,} items, {stale:,} stale ({args.stale_percent:g}%), page limit {args.scan_limit}")
     print("| path | verified reclaimed | s | reclaimed/s | API calls | calls per reclaimed | items read "
@@ -391,6 +386,70 @@ def main() -> int:
     ratio = mem_big["peak_rss_kib"] / mem_small["peak_rss_kib"]
     print(f"peak RSS ratio big/small: {ratio:.3f} ({'about equal' if ratio < 1.1 else 'NOT about equal'})")
     print(f"(small table stale items: {small_stale:,})")
+
+
+def run_dynamodb_local(args) -> dict:
+    """The index path's writes on DynamoDB Local: one UpdateItem per item, then grouped statements."""
+    stale_every = round(100 / args.local_stale_percent)
+    table = "bench-agendas-local"
+    results = {}
+    with dynamodb_local.running() as endpoint:
+        print(f"DynamoDB Local on {endpoint}; loading ...", flush=True)
+        stale = load(endpoint, table, args.local_items, stale_every)
+        check = (endpoint, table, args.local_items, stale_every, args.broken)
+        print("index path, one conditional UpdateItem per item ...", flush=True)
+        results["single"] = checked(*check, lambda: run_ours(endpoint, table, args.scan_limit, use_index=True))
+        reset_stale(endpoint, table, args.local_items, stale_every)
+        print("index path, grouped (BatchExecuteStatement, 25 statements per call) ...", flush=True)
+        results["grouped"] = checked(*check, lambda: run_ours(endpoint, table, args.scan_limit, use_index=True,
+                                                               grouped=True))  # fmt: skip
+    print()
+    print(f"DynamoDB Local 1.25.1: {args.local_items:,} items, {stale:,} stale ({args.local_stale_percent:g}%), "
+          f"page limit {args.scan_limit}")  # fmt: skip
+    print("| path | verified reclaimed | s | reclaimed/s | API calls | calls per reclaimed | items read "
+          "| read per reclaimed | check |")  # fmt: skip
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    print(line("index path, conditional UpdateItem per item (baseline)", results["single"]))
+    print(line("index path, grouped: BatchExecuteStatement of 25", results["grouped"]))
+    for name, r in results.items():
+        print(f"  {name} calls: {r['call_detail']}")
+    single, grouped = results["single"], results["grouped"]
+    if not single["problems"] and not grouped["problems"]:
+        speed = (grouped["verified"] / grouped["seconds"]) / (single["verified"] / single["seconds"])
+        writes = {n: sum(v for k, v in r["call_detail"].items() if k in ("UpdateItem", "BatchExecuteStatement"))
+                  for n, r in results.items()}  # fmt: skip
+        print(
+            f"grouped vs per item: {speed:.2f}x the throughput; write calls per reclaimed "
+            f"{writes['grouped'] / grouped['verified']:.3f} vs {writes['single'] / single['verified']:.3f}"
+        )
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--items", type=int, default=100_000)
+    parser.add_argument("--small", type=int, default=10_000)
+    parser.add_argument("--stale-percent", type=float, default=1.0)
+    parser.add_argument("--scan-limit", type=int, default=1000)
+    parser.add_argument("--break", dest="broken", action="store_true", help="lose some writes: must fail")
+    parser.add_argument("--local-items", type=int, default=20_000, help="DynamoDB Local table size")
+    parser.add_argument("--local-stale-percent", type=float, default=5.0)
+    parser.add_argument("--only", choices=("moto", "dynamodb-local"), help="run one of the two parts")
+    parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "TABLE"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
+    if args.child:
+        child_memory(args.child[0], args.child[1], args.scan_limit)
+        return 0
+
+    results: dict = {}
+    if args.only in (None, "moto"):
+        moto_results, mem_small, mem_big, stale, small_stale = run_moto(args, round(100 / args.stale_percent))
+        print_moto(args, moto_results, mem_small, mem_big, stale, small_stale)
+        results.update(moto_results)
+    if args.only in (None, "dynamodb-local"):
+        results.update({f"dynamodb-local {k}": v for k, v in run_dynamodb_local(args).items()})
     failed = [name for name, r in results.items() if r["problems"]]
     if failed:
         print(f"\nRECLAIM BENCHMARK FAILED: {', '.join(failed)} left stale items behind (see the check column).")
