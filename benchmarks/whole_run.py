@@ -39,6 +39,14 @@ Every variant must then fail its verification, and the benchmark must exit 1.
     .venv/bin/python benchmarks/whole_run.py --only termination --messages 2000
     .venv/bin/python benchmarks/whole_run.py --only reclaim --break   # must fail
 
+``--dynamodb-local`` runs reclaim against Amazon's DynamoDB Local (``infra/dynamodb_local.py``)
+behind a counting proxy (``benchmarks/counting_proxy.py``), everything else on moto: there the
+job writes grouped (``DYNAMODB_GROUPED_WRITES=true``, as in prod), ``core`` uses the grouped
+writer and ``bare`` is the bare grouped loop (``BatchExecuteStatement`` of 25 conditional
+statements); moto cannot serve that path faithfully (it ignores PartiQL conditions).
+
+    .venv/bin/python benchmarks/whole_run.py --only reclaim --dynamodb-local
+
 Sizes: termination ``--messages`` (2,000), reclaim ``--agendas`` with ``--stale-percent`` (10,000,
 20%: 2,000 to reclaim), batching ``--records`` for one receiver (1,000). By default moto runs with
 the ``transactions`` and ``sqs-retention`` patches (same API behaviour, see moto_server.py);
@@ -48,6 +56,7 @@ the ``transactions`` and ``sqs-retention`` patches (same API behaviour, see moto
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -73,6 +82,7 @@ sys.path.insert(0, str(BENCH))
 
 import boto3  # noqa: E402
 import breaking  # noqa: E402
+import counting_proxy  # noqa: E402
 import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
@@ -82,7 +92,7 @@ from pipelines.common import iso, to_item  # noqa: E402
 SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
 BREAK_OPERATIONS = {  # the writes --break skips (the 2nd, 22nd, 42nd... call returns success, does nothing)
     "termination": ("TransactWriteItems", "UpdateItem"),
-    "reclaim": ("UpdateItem", "TransactWriteItems", "PutItem"),
+    "reclaim": ("UpdateItem", "TransactWriteItems", "PutItem", "BatchExecuteStatement"),
     "batching": ("TransactWriteItems", "UpdateItem"),
 }
 
@@ -119,8 +129,20 @@ class HookCalls:
         botocore.client.BaseClient.__init__ = self._original
 
 
-def clients(endpoint: str) -> dict:
-    return {s: boto3.client(s, endpoint_url=endpoint, region_name="us-east-1") for s in SERVICES}
+def clients(endpoint: str, dynamodb: str | None = None) -> dict:
+    """Clients of moto; DynamoDB's of ``dynamodb`` when given (DynamoDB Local behind its counting proxy)."""
+    return {
+        s: boto3.client(s, endpoint_url=dynamodb if s == "dynamodb" and dynamodb else endpoint, region_name="us-east-1")
+        for s in SERVICES
+    }
+
+
+def server_calls(endpoint: str, dynamodb: str | None, *, reset: bool = False) -> dict[str, int]:
+    """The calls moto answered, plus those DynamoDB Local's proxy forwarded (when it is used)."""
+    out = Counter(moto_server.calls(endpoint, reset=reset))
+    if dynamodb:
+        out.update(moto_server.calls(dynamodb, reset=reset))
+    return dict(out)
 
 
 def reset_stack(endpoint: str) -> dict[str, str]:
@@ -147,6 +169,8 @@ class Capability:
     sensor: str | None = None  # the product's own sensor (daemon variant), else a benchmark sensor
     setup_instance: Callable | None = None  # (home, env) -> None, before a run
     notes: list[str] = field(default_factory=list)
+    dynamodb_endpoint: str | None = None  # DynamoDB Local's counting proxy, else moto serves DynamoDB too
+    run_env: dict[str, str] = field(default_factory=dict)  # added to the CLI's and the daemon's environment
 
 
 # ---- termination (runs-fleet)
@@ -278,7 +302,8 @@ def termination(size: int) -> Capability:
 # ---- reclaim (POP's agenda reclaimer)
 
 
-def reclaim(size: int, stale_percent: float) -> Capability:
+def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) -> Capability:
+    """``dynamodb_local``: DynamoDB Local's (proxy) endpoint: grouped writes there, as in prod."""
     import reclaim as rb  # benchmarks/reclaim.py
 
     stale_every = round(100 / stale_percent)
@@ -297,6 +322,11 @@ def reclaim(size: int, stale_percent: float) -> Capability:
         }
 
     def seed(c, env):
+        if dynamodb_local:  # the template's table, afresh in DynamoDB Local (moto's copy is not used)
+            ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
+            if table in ddb.list_tables()["TableNames"]:
+                ddb.delete_table(TableName=table)
+            rb.create_table(ddb, table)
         now = int(time.time() * 1000)
         items = [rb.row(n, now, stale_every) for n in range(size)]
         rb.batch_write(c["dynamodb"].meta.endpoint_url, env["AGENDA_PROGRESS_TABLE"], items)
@@ -385,6 +415,38 @@ def reclaim(size: int, stale_percent: float) -> Capability:
                 return
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    def bare_grouped(c, env):
+        """The same, with the updates sent 25 to a BatchExecuteStatement (what the grouped writer does)."""
+        ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
+        cutoff = int(time.time() * 1000) - cutoff_age_ms
+        kwargs = {
+            "TableName": table,
+            "IndexName": rb.INDEX,
+            "Limit": 1000,
+            "KeyConditionExpression": "processingState = :e AND updatedTime < :c",
+            "ExpressionAttributeValues": {":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
+        }
+        statement = (
+            f'UPDATE "{table}" SET processingState = ? SET processingStateMessage = ? SET updatedTime = ? '
+            "SET completedTime = ? SET diagnosticEvents = ? WHERE id = ? AND processingState = ? AND updatedTime = ?"
+        )
+        while True:
+            page = ddb.query(**kwargs)
+            statements = []
+            for item in page["Items"]:
+                now = int(time.time() * 1000)
+                events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]")) + [
+                    {"message": "AgendaProgress timed out.", "time": now}
+                ]
+                statements.append({"Statement": statement, "Parameters": [
+                    {"S": "COMPLETE"}, {"S": "failed"}, {"N": str(now)}, {"N": str(now)}, {"S": json.dumps(events)},
+                    item["id"], {"S": "EXECUTING"}, item["updatedTime"]]})  # fmt: skip
+            for start in range(0, len(statements), 25):
+                ddb.batch_execute_statement(Statements=statements[start : start + 25])
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
     def core(c, env):
         from pipelines.reclaim.engine import reclaim_pass
         from pipelines.reclaim.params import parse_params
@@ -394,7 +456,8 @@ def reclaim(size: int, stale_percent: float) -> Capability:
         p = parse_params(params(env))
         ddb = c["dynamodb"]
         info = inspect_table(ddb, p)
-        writer = DynamoWriter(ddb, table=p.tableName, time_field="updatedTime", ready_table=None, action="fail")
+        writer = DynamoWriter(ddb, table=p.tableName, time_field="updatedTime", ready_table=None, action="fail",
+                              grouped=bool(dynamodb_local))  # fmt: skip
         reclaim_pass(dynamodb=ddb, info=info, params=p, writer=writer, deadline=time.time() + 3600, log=rb.QuietLog())
 
     return Capability(
@@ -404,13 +467,21 @@ def reclaim(size: int, stale_percent: float) -> Capability:
         size=stale,
         seed=seed,
         verify=verify,
-        variants={"naive": naive, "bare": bare, "core": core},
+        variants={"naive": naive, "bare": bare_grouped if dynamodb_local else bare, "core": core},
         cli_config=params,
         notes=[
             f"{size:,} AgendaProgress items, {stale:,} stale EXECUTING ({stale_percent:g}%); index path "
             "(processingState-updatedTime-index); naive: POP's scan + HTTP GET + PUT per item through the "
-            "local AgendaProgress endpoint"
+            "local AgendaProgress endpoint",
+            "DynamoDB Local 1.25.1 behind a counting proxy (the other services on moto); grouped writes: "
+            "BatchExecuteStatement of 25 (bare loop, core, and the job with DYNAMODB_GROUPED_WRITES=true)"
+            if dynamodb_local
+            else "moto: one conditional UpdateItem per item (the local deployment's writes)",
         ],
+        dynamodb_endpoint=dynamodb_local,
+        run_env={"AWS_ENDPOINT_URL_DYNAMODB": dynamodb_local, "DYNAMODB_GROUPED_WRITES": "true"}
+        if dynamodb_local
+        else {},
     )
 
 
@@ -601,12 +672,13 @@ def run_cli(
     if profile:  # every process of the run (the CLI and anything it starts), 100 samples a second
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--rate", "100",
                "--format", "raw", "--output", str(home / "profile.txt"), "--", *cmd]  # fmt: skip
-    moto_server.calls(endpoint, reset=True)
+    server_calls(endpoint, cap.dynamodb_endpoint, reset=True)
     start, started_at = time.perf_counter(), time.time()
     with open(home / "cli.log", "wb") as log:
         rc = subprocess.run(cmd, cwd=CODE_ROOT, env=sub_env, stdout=log, stderr=subprocess.STDOUT).returncode
     seconds, ended_at = time.perf_counter() - start, time.time()
-    out = {"seconds": seconds, "server_calls": moto_server.calls(endpoint), "rc": rc, "log": home / "cli.log"}
+    calls = server_calls(endpoint, cap.dynamodb_endpoint)
+    out = {"seconds": seconds, "server_calls": calls, "rc": rc, "log": home / "cli.log"}
     out["phases"] = run_phases(home, started_at, ended_at)
     if profile:
         out["profile"] = profile_breakdown(home / "profile.txt")
@@ -694,7 +766,7 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
     instance = dg.DagsterInstance.from_config(str(home))
     instance.get_runs(limit=1)
     _ticked(instance)
-    moto_server.calls(endpoint, reset=True)
+    server_calls(endpoint, cap.dynamodb_endpoint, reset=True)
     log = open(home / "daemon.log", "wb")
     daemon = subprocess.Popen(
         [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(workspace)],
@@ -714,7 +786,7 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
                 break
             time.sleep(0.5)
         e2e = time.perf_counter() - started
-        counted = moto_server.calls(endpoint)
+        counted = server_calls(endpoint, cap.dynamodb_endpoint)
         run = done[0]
         record = instance.get_run_record_by_id(run.run_id)
         stats = instance.get_run_stats(run.run_id)
@@ -780,8 +852,8 @@ def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, bro
     rows = []
     operations = ",".join(BREAK_OPERATIONS[cap.name]) if broken else ""
     for variant in variants:
-        env = reset_stack(endpoint)
-        c = clients(endpoint)
+        env = {**reset_stack(endpoint), **cap.run_env}
+        c = clients(endpoint, cap.dynamodb_endpoint)
         cap.seed(c, env)
         print(f"  {cap.name} / {variant}: seeded {cap.size:,} {cap.unit}", file=sys.stderr, flush=True)
         hook = None
@@ -789,15 +861,15 @@ def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, bro
         if variant in cap.variants:
             if broken:
                 uninstall = breaking.install(operations)
-            moto_server.calls(endpoint, reset=True)
+            server_calls(endpoint, cap.dynamodb_endpoint, reset=True)
             with HookCalls() as hook_counter:
                 start = time.perf_counter()
                 try:
-                    cap.variants[variant](clients(endpoint), env)
+                    cap.variants[variant](clients(endpoint, cap.dynamodb_endpoint), env)
                 except Exception as exc:  # a broken variant may also crash: record it, verify what was done
                     note = f"raised {type(exc).__name__}: {str(exc)[:120]}"
                 seconds = time.perf_counter() - start
-            server = moto_server.calls(endpoint)
+            server = server_calls(endpoint, cap.dynamodb_endpoint)
             if broken:
                 uninstall()
             hook = sum(hook_counter.counts.values())
@@ -876,6 +948,7 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--plain", action="store_true", help="plain moto (default: transactions + sqs-retention)")
     parser.add_argument("--break", dest="broken", action="store_true", help="break every variant: must fail")
+    parser.add_argument("--dynamodb-local", action="store_true", help="reclaim on DynamoDB Local, grouped writes")
     parser.add_argument("--code-root", type=Path, default=ROOT, help="checkout the CLI and daemon runs load")
     args = parser.parse_args()
     global CODE_ROOT
@@ -885,9 +958,19 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="whole-run-"))
     moto, endpoint = moto_server.start(patches, log=open(work / "moto.log", "wb"))
     os.environ.update(local_aws_env(endpoint))
+    stack = contextlib.ExitStack()
+    local = None
+    if args.dynamodb_local:
+        from infra import dynamodb_local
+
+        target = stack.enter_context(dynamodb_local.running())
+        proxy, local = counting_proxy.start(target)
+        stack.callback(proxy.wait, timeout=30)
+        stack.callback(proxy.terminate)
+        dynamodb_local.wait_until_serving(local, proxy)
     caps = {
         "termination": lambda: termination(args.messages),
-        "reclaim": lambda: reclaim(args.agendas, args.stale_percent),
+        "reclaim": lambda: reclaim(args.agendas, args.stale_percent, local),
         "batching": lambda: batching(args.records),
     }
     lines = [
@@ -910,6 +993,7 @@ def main() -> int:
     finally:
         moto.terminate()
         moto.wait(timeout=30)
+        stack.close()
     lines.append(f"load average after: {os.getloadavg()[0]:.1f}; work files in {work}")
     print("\n".join(lines))
     if not all_ok:
