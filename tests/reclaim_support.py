@@ -80,6 +80,64 @@ def plain_table_with_stale(ddb, name: str, count: int, prefix: str, age_ms: int 
     return ids
 
 
+def heartbeat(ddb, item_id: str, table: str = PROGRESS_TABLE) -> bool:
+    """What a live executor does: touch its progress, only while it is still EXECUTING."""
+    try:
+        ddb.update_item(
+            TableName=table,
+            Key={"id": {"S": item_id}},
+            UpdateExpression="SET updatedTime = :now, heartbeat = :yes",
+            ConditionExpression="processingState = :executing",
+            ExpressionAttributeValues={
+                ":now": {"N": str(int(time.time() * 1000))},
+                ":yes": {"BOOL": True},
+                ":executing": {"S": "EXECUTING"},
+            },
+        )
+        return True
+    except ddb.exceptions.ConditionalCheckFailedException:
+        return False  # the reclaim failed it first: the executor sees the timeout and stops
+
+
+def race_reclaims_and_an_executor(client_for, table: str, stale: list[str], run) -> None:
+    """Two reclaims (``run(client)`` returns its Counts) and an executor heartbeating every third
+    stale item, on threads at once; then every item was failed exactly once or kept by the executor."""
+    import json
+    import threading
+
+    results, beats = [], []
+
+    def reclaim():
+        results.append(run(client_for()))
+
+    def executor():
+        own = client_for()
+        for item_id in stale[::3]:
+            if heartbeat(own, item_id, table):
+                beats.append(item_id)
+
+    threads = [threading.Thread(target=f) for f in (reclaim, reclaim, executor)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    items = items_by_id(client_for(), table)
+    failed = {k for k, v in items.items() if v["processingState"] == "COMPLETE"}
+    # every failure was counted exactly once across both runs; every other match lost a race
+    assert sum(r.reclaimed for r in results) == len(failed)
+    assert [r.reclaimed + r.raced for r in results] == [r.matched for r in results]
+    assert [r.errors for r in results] == [0, 0]
+    assert len(failed) + len(beats) == len(stale)
+    for item_id, item in items.items():
+        if item_id in failed:
+            assert len(json.loads(item["diagnosticEvents"])) == 1
+            assert item["attemptsCompleted"] == 1
+            assert item_id not in beats  # never failed after a heartbeat won
+        else:
+            assert item_id in beats
+            assert item["heartbeat"] is True  # only a live executor keeps it
+
+
 def encrypted_password(kms, password: str) -> str:
     """IDM_ENCRYPTED_PASS: base64 of the KMS ciphertext of ``password``."""
     return encrypt_password(kms, password)

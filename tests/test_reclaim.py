@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import dagster as dg
@@ -23,8 +22,10 @@ from tests.reclaim_support import (
     agenda,
     client,
     create_plain_table,
+    heartbeat,
     items_by_id,
     plain_table_with_stale,
+    race_reclaims_and_an_executor,
     seed_mixed,
     serial_moto,
 )
@@ -173,25 +174,6 @@ class ExecutorFirst:
         return self.inner.apply_many(pairs, now=now, cutoff=cutoff)
 
 
-def heartbeat(ddb, item_id, table=PROGRESS_TABLE) -> bool:
-    """What a live executor does: touch its progress, only while it is still EXECUTING."""
-    try:
-        ddb.update_item(
-            TableName=table,
-            Key={"id": {"S": item_id}},
-            UpdateExpression="SET updatedTime = :now, heartbeat = :yes",
-            ConditionExpression="processingState = :executing",
-            ExpressionAttributeValues={
-                ":now": {"N": str(int(time.time() * 1000))},
-                ":yes": {"BOOL": True},
-                ":executing": {"S": "EXECUTING"},
-            },
-        )
-        return True
-    except ddb.exceptions.ConditionalCheckFailedException:
-        return False  # the reclaim failed it first: the executor sees the timeout and stops
-
-
 def test_an_executor_writing_between_read_and_write_always_wins(aws):
     ddb = aws.client("dynamodb")
     ids = seed_mixed(ddb)
@@ -212,40 +194,10 @@ def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count():
     # requests can both pass a condition), so this test runs on a moto server that serves one
     # request at a time, which restores DynamoDB's guarantee without changing anything else.
     with serial_moto() as endpoint:
-        ddb = client(endpoint, "dynamodb")
-        stale = plain_table_with_stale(ddb, "race-agendas", 60, "r")
+        stale = plain_table_with_stale(client(endpoint, "dynamodb"), "race-agendas", 60, "r")
         params = _params(tableName="race-agendas", objectScanLimit=7, targetBatchSize=5)
-        results, beats = [], []
-
-        def reclaim():
-            results.append(_pass(client(endpoint, "dynamodb"), params))
-
-        def executor():
-            own = client(endpoint, "dynamodb")
-            for item_id in stale[::3]:
-                if heartbeat(own, item_id, "race-agendas"):
-                    beats.append(item_id)
-
-        threads = [threading.Thread(target=f) for f in (reclaim, reclaim, executor)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        items = items_by_id(ddb, "race-agendas")
-    failed = {k for k, v in items.items() if v["processingState"] == "COMPLETE"}
-    # every failure was counted exactly once across both runs; every other match lost a race
-    assert sum(r.reclaimed for r in results) == len(failed)
-    assert [r.reclaimed + r.raced for r in results] == [r.matched for r in results]
-    assert [r.errors for r in results] == [0, 0]
-    assert len(failed) + len(beats) == len(stale)
-    for item_id, item in items.items():
-        if item_id in failed:
-            assert len(json.loads(item["diagnosticEvents"])) == 1
-            assert item["attemptsCompleted"] == 1
-            assert item_id not in beats  # never failed after a heartbeat won
-        else:
-            assert item_id in beats
-            assert item["heartbeat"] is True  # only a live executor keeps it
+        race_reclaims_and_an_executor(lambda: client(endpoint, "dynamodb"), "race-agendas", stale,
+                                      lambda ddb: _pass(ddb, params))  # fmt: skip
 
 
 def test_operation_progress_items_are_failed_with_the_agenda(aws):

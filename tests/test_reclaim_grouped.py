@@ -8,7 +8,6 @@ there and these tests would pass for the wrong reason. DynamoDB Local (Amazon's 
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections import Counter
 
@@ -25,7 +24,15 @@ from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import COMPLETE, Candidate, inspect_table
 from pipelines.reclaim.writers import DONE, RACED, STATEMENTS_PER_CALL, DynamoWriter, ItemError, progress_update
 from tests.iam_support import Stack, load_template
-from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, create_plain_table, items_by_id
+from tests.reclaim_support import (
+    DAY_MS,
+    PROGRESS_TABLE,
+    agenda,
+    create_plain_table,
+    heartbeat,
+    items_by_id,
+    race_reclaims_and_an_executor,
+)
 
 pytestmark = pytest.mark.xdist_group("dynamodb_local")  # one DynamoDB Local (a JVM) for all of them
 
@@ -68,25 +75,6 @@ def run_pass(ddb, w, **overrides):
     policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
     return reclaim_pass(dynamodb=ddb, info=inspect_table(ddb, params), params=params, writer=w,
                         deadline=time.time() + 120, policy=policy)  # fmt: skip
-
-
-def heartbeat(ddb, table: str, item_id: str) -> bool:
-    """A live executor touches its progress while it is still EXECUTING."""
-    try:
-        ddb.update_item(
-            TableName=table,
-            Key={"id": {"S": item_id}},
-            UpdateExpression="SET updatedTime = :now, heartbeat = :yes",
-            ConditionExpression="processingState = :executing",
-            ExpressionAttributeValues={
-                ":now": {"N": str(int(time.time() * 1000))},
-                ":yes": {"BOOL": True},
-                ":executing": {"S": "EXECUTING"},
-            },  # fmt: skip
-        )
-        return True
-    except ddb.exceptions.ConditionalCheckFailedException:
-        return False
 
 
 # ------------------------------------------------------------------ the statement
@@ -139,8 +127,8 @@ class Both:
     def apply_many(self, pairs, *, now, cutoff):
         for c, _ in pairs:
             if c.id in self.revive:  # the executor writes between the scan and the write, in both tables
-                heartbeat(self.grouped.dynamodb, self.grouped.table, c.id)
-                heartbeat(self.single.dynamodb, self.single.table, c.id)
+                heartbeat(self.grouped.dynamodb, c.id, self.grouped.table)
+                heartbeat(self.single.dynamodb, c.id, self.single.table)
         single = self.single.apply_many(pairs, now=now, cutoff=cutoff)
         grouped = self.grouped.apply_many(pairs, now=now, cutoff=cutoff)
         self.outcomes.append((single, grouped))
@@ -200,7 +188,7 @@ def test_a_failed_condition_fails_its_statement_alone(ddb):
             self.inner = inner
 
         def apply_many(self, pairs, *, now, cutoff):
-            heartbeat(ddb, "grouped-a", "a1")  # the time moved on
+            heartbeat(ddb, "a1", "grouped-a")  # the time moved on
             ddb.update_item(  # a retry took over: the fence moved
                 TableName="grouped-a",
                 Key={"id": {"S": "a3"}},
@@ -247,40 +235,13 @@ def test_two_overlapping_grouped_reclaims_and_an_executor_never_double_count(ddb
     create_plain_table(ddb, "race-agendas")
     stale = [f"r{n:03d}" for n in range(90)]
     seed(ddb, "race-agendas", [agenda(i, "EXECUTING", DAY_MS, now=now) for i in stale])
-    results, beats = [], []
 
     def own_client():
         return boto3.client("dynamodb", endpoint_url=dynamodb_local_endpoint, region_name="us-east-1")
 
-    def reclaim():
-        client = own_client()
-        results.append(run_pass(client, writer(client, "race-agendas", grouped=True), tableName="race-agendas",
-                                objectScanLimit=7, targetBatchSize=30))  # fmt: skip
-
-    def executor():
-        client = own_client()
-        for item_id in stale[::3]:
-            if heartbeat(client, "race-agendas", item_id):
-                beats.append(item_id)
-
-    threads = [threading.Thread(target=f) for f in (reclaim, reclaim, executor)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    items = items_by_id(ddb, "race-agendas")
-    failed = {k for k, v in items.items() if v["processingState"] == COMPLETE}
-    assert sum(r.reclaimed for r in results) == len(failed)  # each failure counted exactly once
-    assert [r.reclaimed + r.raced for r in results] == [r.matched for r in results]
-    assert [r.errors for r in results] == [0, 0]
-    assert len(failed) + len(beats) == len(stale)
-    for item_id, item in items.items():
-        if item_id in failed:
-            assert len(json.loads(item["diagnosticEvents"])) == 1
-            assert item["attemptsCompleted"] == 1
-            assert item_id not in beats  # never failed after a heartbeat won
-        else:
-            assert item_id in beats and item["heartbeat"] is True
+    race_reclaims_and_an_executor(own_client, "race-agendas", stale, lambda client: run_pass(
+        client, writer(client, "race-agendas", grouped=True), tableName="race-agendas", objectScanLimit=7,
+        targetBatchSize=30))  # fmt: skip
 
 
 def _item_id(statement: dict) -> str:
