@@ -377,7 +377,8 @@ def test_the_reclaim_job_groups_its_writes_when_the_deployment_says_so(ddb, dyna
     assert result.success
     assert result.output_for_node("report_reclaim")["reclaimed"] == 60
     assert groups == [25, 25, 10]
-    assert any("grouped" in m and "BatchExecuteStatement" in m for m in logs)
+    assert any("writer DynamoDB, grouped writes (up to 25 conditional updates per BatchExecuteStatement)" in m
+               for m in logs)  # fmt: skip
     assert all(v["processingState"] == COMPLETE for v in items_by_id(ddb, PROGRESS_TABLE).values())
 
 

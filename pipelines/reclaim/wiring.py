@@ -105,13 +105,11 @@ def make_writer(
     )
 
 
-def write_mode(writer: DynamoWriter | HttpWriter) -> str:
-    """How this run writes, in one line for the run log."""
-    if isinstance(writer, HttpWriter):
-        return "writes: through the AgendaProgress endpoint (GET, check, PUT per item)"
-    if writer.grouped:
-        return "writes: grouped, up to 25 conditional updates per BatchExecuteStatement (retries: one transaction each)"
-    return "writes: one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES is off)"
+def write_mode(grouped: bool) -> str:
+    """How the DynamoDB writer writes, for the run log's plan line."""
+    if grouped:
+        return "grouped writes (up to 25 conditional updates per BatchExecuteStatement)"
+    return "one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES off)"
 
 
 class KeyValueCursor:

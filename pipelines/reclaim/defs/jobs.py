@@ -130,7 +130,8 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
         f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.dry_run else ''}, "
-        f"writer {'HTTP ' + url if url else 'DynamoDB'}, cutoff {params.reclaimAgeMinutes} min, "
+        f"writer {'HTTP ' + url if url else 'DynamoDB, ' + write_mode(dynamodb.grouped_writes)}, "
+        f"cutoff {params.reclaimAgeMinutes} min, "
         f"budget {params.maximumExecutionSeconds}s, about {info.item_count} item(s) in the table"
     )
     if info.index and params.segments > 1:
@@ -169,7 +170,6 @@ def reclaim_segment(
                 endpoint=endpoint_settings(agenda),
                 grouped_writes=dynamodb.grouped_writes,
             )
-            context.log.info(write_mode(writer))
         operations = (
             OperationProgressWriter(client, params.operationProgressTableName)
             if params.operationProgressTableName and not params.dry_run
