@@ -8,6 +8,8 @@
 - ``aws_shared`` (function): the same stack without a reset: it deploys only when the stack is not
   there (the first test of a worker, or after a test that reset moto). For logic tests that keep to
   names of their own (a receiver, an agenda, a job id of their own), so they need no redeploy.
+- ``atomic_aws`` (function): a moto server of the test's own whose DynamoDB writes are isolated as
+  DynamoDB's are, the template deployed: for tests of concurrent writers.
 - ``dynamodb_local_endpoint`` (session): Amazon's DynamoDB Local (``infra/dynamodb_local.py``), for
   what moto cannot serve faithfully (PartiQL conditions). Its tests share one xdist group.
 - A guard fails any AWS call whose endpoint is not on 127.0.0.1.
@@ -20,6 +22,8 @@ import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -82,26 +86,58 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+# moto's server applies concurrent DynamoDB requests without isolation: two conditional writes or
+# transactions on one item, arriving at once, can both pass their conditions. DynamoDB serializes
+# conditional writes on an item (a transaction is all-or-nothing and isolated). This server takes
+# one lock around moto's DynamoDB writes, which gives it DynamoDB's guarantee; everything else is
+# moto's (SQS included, whose concurrent deletes may be lost: redeliveries the drains must handle).
+ATOMIC_DYNAMODB_SERVER = """
+import sys, threading
+import moto.dynamodb.models as models
+lock = threading.RLock()
+for name in ("transact_write_items", "update_item", "put_item", "delete_item"):
+    def locked(self, *args, _original=getattr(models.DynamoDBBackend, name), **kwargs):
+        with lock:
+            return _original(self, *args, **kwargs)
+    setattr(models.DynamoDBBackend, name, locked)
+from moto.server import main
+main(["-H", "127.0.0.1", "-p", sys.argv[1]])
+"""
+
+
+@contextmanager
+def moto_server(log_path: Path, script: str | None = None) -> Iterator[str]:
+    """A moto server on a free loopback port for the duration of the block; yields its endpoint.
+    ``script``: Python source of a patched server, given the port as its argument."""
+    port = _free_port()
+    cmd = ["-c", script, str(port)] if script else ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT)
+        endpoint = f"http://127.0.0.1:{port}"
+        try:
+            wait_for_endpoint(endpoint, timeout_seconds=120)
+            yield endpoint
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
 @pytest.fixture(scope="session")
 def moto_endpoint(tmp_path_factory):
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+    with moto_server(tmp_path_factory.mktemp("moto") / "moto.log") as endpoint:
         yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+
+
+@pytest.fixture
+def atomic_aws(monkeypatch, tmp_path) -> Iterator[LocalAWS]:
+    """A moto server of this test's own whose DynamoDB writes are atomic with respect to each other,
+    as DynamoDB's are, with the template deployed: for tests of concurrent writers."""
+    with moto_server(tmp_path / "moto-atomic.log", ATOMIC_DYNAMODB_SERVER) as endpoint:
+        yield _use_stack(endpoint, monkeypatch, deploy(_cloudformation(endpoint)))
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 from botocore.exceptions import ClientError
 
@@ -229,59 +228,3 @@ def refused(client, operation: str, code: str, message: str, when: Callable[[dic
         yield
     finally:
         client.meta.events.unregister(event, hook)
-
-
-# moto's server applies concurrent DynamoDB requests without isolation: two transactions on one item,
-# arriving at once, can both pass their conditions. DynamoDB serializes conditional writes on an
-# item (a transaction is all-or-nothing and isolated). This server takes one lock around moto's
-# DynamoDB writes, which gives it DynamoDB's guarantee; everything else is moto's (SQS included,
-# whose concurrent deletes may be lost: redeliveries the drains must handle).
-_ATOMIC_DYNAMODB_SERVER = """
-import sys, threading
-import moto.dynamodb.models as models
-lock = threading.RLock()
-for name in ("transact_write_items", "update_item", "put_item", "delete_item"):
-    def locked(self, *args, _original=getattr(models.DynamoDBBackend, name), **kwargs):
-        with lock:
-            return _original(self, *args, **kwargs)
-    setattr(models.DynamoDBBackend, name, locked)
-from moto.server import main
-main(["-H", "127.0.0.1", "-p", sys.argv[1]])
-"""
-
-
-@contextmanager
-def dynamodb_atomic_aws(monkeypatch, log_dir: Path) -> Iterator:
-    """A moto server of its own whose DynamoDB writes are atomic with respect to each other, as
-    DynamoDB's are, with the template deployed: a ``LocalAWS`` for tests of concurrent consumers."""
-    import socket
-    import subprocess
-    import sys
-
-    import boto3
-
-    from infra.deploy import deploy, wait_for_endpoint
-    from tests.conftest import LocalAWS
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    log_file = open(log_dir / "moto-atomic.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _ATOMIC_DYNAMODB_SERVER, str(port)], stdout=log_file, stderr=subprocess.STDOUT
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_endpoint(endpoint, timeout_seconds=120)
-        env = {"AWS_ENDPOINT_URL": endpoint}
-        env.update(deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1")))
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        yield LocalAWS(endpoint=endpoint, env=env)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log_file.close()

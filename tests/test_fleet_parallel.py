@@ -53,12 +53,11 @@ def test_the_sensor_fills_free_drain_slots_with_distinct_run_keys(aws, monkeypat
         assert busy.skip_message.count("is still queued") == 3
 
 
-def test_three_drains_at_once_apply_every_message_exactly_once(monkeypatch, tmp_path):
+def test_three_drains_at_once_apply_every_message_exactly_once(atomic_aws):
     """200 jobs, 40 of their messages sent twice, 4 poison messages: three drains of one queue at
     once (competing consumers, as three drain runs are), until the queue is empty. On a moto server
-    whose DynamoDB writes are isolated as DynamoDB's are (``fs.dynamodb_atomic_aws``)."""
-    with fs.dynamodb_atomic_aws(monkeypatch, tmp_path) as aws:
-        _three_drains(aws)
+    whose DynamoDB writes are isolated as DynamoDB's are (the ``atomic_aws`` fixture)."""
+    _three_drains(atomic_aws)
 
 
 def _three_drains(aws):
