@@ -70,7 +70,6 @@ import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -87,7 +86,7 @@ import moto_server  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
-from pipelines.common import iso, to_item  # noqa: E402
+from pipelines.common import iso  # noqa: E402
 
 SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
 BREAK_OPERATIONS = {  # the writes --break skips (the 2nd, 22nd, 42nd... call returns success, does nothing)
@@ -179,64 +178,8 @@ class Capability:
 def termination(size: int) -> Capability:
     import fleet  # benchmarks/fleet.py: the seed's pattern and the bare batched loop
 
-    bodies: list[str] = []
-
-    def seed_jobs(c, env):
-        now = dt.datetime.now(dt.UTC)
-        jobs = [
-            {
-                "job_id": f"job-{uuid.uuid4().hex[:12]}",
-                "instance_id": f"i-{uuid.uuid4().int % 16**17:017x}",
-                "status": "running",
-                "started_at": iso(now - dt.timedelta(minutes=3)),
-            }
-            for _ in range(size)
-        ]
-        table = env["RUNS_FLEET_JOBS_TABLE"]
-        for start in range(0, size, 25):
-            c["dynamodb"].batch_write_item(
-                RequestItems={table: [{"PutRequest": {"Item": to_item(j)}} for j in jobs[start : start + 25]]}
-            )
-        with ThreadPoolExecutor(8) as pool:
-            list(
-                pool.map(
-                    lambda j: c["ssm"].put_parameter(
-                        Name=f"/runs-fleet/runners/{j['instance_id']}/config", Type="String", Value="{}"
-                    ),
-                    jobs,
-                )
-            )
-        bodies[:] = []
-        for k, job in enumerate(jobs):
-            ok = k % 5 != 0
-            bodies.append(
-                json.dumps(
-                    {
-                        "instance_id": job["instance_id"],
-                        "job_id": job["job_id"],
-                        "status": "success" if ok else "failure",
-                        "exit_code": 0 if ok else 1,
-                        "duration_seconds": 100 + k % 50,
-                        "started_at": iso(now - dt.timedelta(minutes=3)),
-                        "completed_at": iso(now),
-                        "error": "" if ok else "exit code 1",
-                    }
-                )
-            )
-
-    def send_messages(c, env):
-        url = env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
-
-        def send(start):
-            entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(bodies[start : start + 10])]
-            c["sqs"].send_message_batch(QueueUrl=url, Entries=entries)
-
-        with ThreadPoolExecutor(8) as pool:
-            list(pool.map(send, range(0, len(bodies), 10)))
-
     def seed(c, env):
-        seed_jobs(c, env)
-        send_messages(c, env)
+        fleet.seed_jobs(c, env, size)  # running jobs, their runner parameters, one message each (20% failures)
 
     def verify(c, env):
         final = fleet.completed(c, env)
