@@ -428,10 +428,10 @@ def bare_batched(clients, env) -> int:
 # --------------------------------------------------------------------------- measures
 
 
-def fleet_context(calls: Calls, env):
+def fleet_context(c: dict, env):
+    """The FleetContext of the drains, over the clients ``c`` (service -> client)."""
     from pipelines.fleet.aws import FleetContext
 
-    c = calls.clients
     return FleetContext(
         ec2=c["ec2"],
         ssm=c["ssm"],
@@ -450,7 +450,7 @@ def drain_pure(calls: Calls, env, concurrency=10):
     from pipelines.fleet.termination import termination_drain
 
     drain = termination_drain(
-        fleet_context(calls, env),
+        fleet_context(calls.clients, env),
         sqs=calls.clients["sqs"],
         queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
         dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
@@ -720,7 +720,7 @@ def bench_old_jobs(endpoint: str, n: int) -> list[str]:
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
         else:
-            ctx = fleet_context(calls, env)
+            ctx = fleet_context(calls.clients, env)
             tasks = Housekeeping()
             result = tasks.run(ctx, tasks.parse({"task_type": "old_jobs", "params": {}})).summary
             assert result["archived"] == n, result

@@ -195,23 +195,10 @@ def termination(size: int) -> Capability:
         return final, problems
 
     def core(c, env):
-        import logging
-
-        from pipelines.fleet.aws import FleetContext
         from pipelines.fleet.drain import DrainLimits
         from pipelines.fleet.termination import termination_drain
 
-        ctx = FleetContext(
-            ec2=c["ec2"],
-            ssm=c["ssm"],
-            dynamodb=c["dynamodb"],
-            cloudwatch=c["cloudwatch"],
-            s3=c["s3"],
-            jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
-            archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
-            namespace="RunsFleet",
-            log=logging.getLogger("bench"),
-        )
+        ctx = fleet.fleet_context(c, env)
         termination_drain(
             ctx,
             sqs=c["sqs"],
