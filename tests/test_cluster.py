@@ -30,7 +30,7 @@ from infra import cluster as cl
 from infra.deploy import deploy, wait_for_endpoint
 from tests import fleet_support as fs
 from tests.batching_helpers import pending_ids, put_receiver, put_records
-from tests.conftest import LocalAWS, _free_port
+from tests.conftest import ATOMIC_DYNAMODB_SERVER, LocalAWS, _free_port
 
 pytestmark = pytest.mark.xdist_group("cluster")  # make test: --dist loadgroup keeps them on one xdist worker
 
@@ -111,8 +111,9 @@ def cluster(tmp_path_factory):
     logs = root / "logs"
     logs.mkdir()
     port = _free_port()
+    # DynamoDB writes isolated as DynamoDB's are: three drains of one queue write at once
     moto = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-c", ATOMIC_DYNAMODB_SERVER, str(port)],
         stdout=open(logs / "moto.log", "wb"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
