@@ -88,6 +88,7 @@ def java_command(jar_dir: Path, port: int) -> list[str]:
         str(jar_dir / "DynamoDBLocal.jar"),
         "-inMemory",
         "-sharedDb",  # one database whatever the credentials and region
+        "-disableTelemetry",
         "-port",
         str(port),
     ]
@@ -131,7 +132,9 @@ def running(port: int | None = None, *, home: Path = HOME) -> Iterator[str]:
     """A DynamoDB Local on 127.0.0.1 for the duration of the block; yields its endpoint URL."""
     jar_dir = fetch(home)
     port = port or free_port()
-    proc = subprocess.Popen(java_command(jar_dir, port), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # its working directory gets its metadata file (dynamodb-local-metadata.json): keep it in HOME
+    proc = subprocess.Popen(java_command(jar_dir, port), cwd=home, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(endpoint, proc)
