@@ -68,7 +68,7 @@ from pipelines.fleet.aws import (
 )
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
-from pipelines.retry.aws import is_transient
+from pipelines.retry.aws import TRANSIENT_ITEM_CODES, is_transient
 
 TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
@@ -187,9 +187,6 @@ def _retry_transaction(exc: BaseException) -> bool:
     return isinstance(exc, _TransactionConflict) or is_transient(exc)
 
 
-_TRANSIENT_REASONS = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded"}
-
-
 @dataclass
 class Transacted:
     """What :func:`transact_each` did with each job."""
@@ -254,7 +251,7 @@ def _transact(dynamodb, part: list[_Job], build: Callable[[_Job], dict[str, Any]
                     if code == "ConditionalCheckFailed":
                         j.current = from_item(r["Item"]) if r.get("Item") else {}
                         out.conditional.append(j)
-                    elif code != "None" and code not in _TRANSIENT_REASONS:
+                    elif code != "None" and code not in TRANSIENT_ITEM_CODES:
                         out.refused.append((j, _one_line(f"job update refused: {code}: {r.get('Message') or ''}")))
                     else:
                         continue

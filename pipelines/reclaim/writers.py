@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -39,7 +41,7 @@ from pipelines.reclaim.source import (
     Candidate,
     TableError,
 )
-from pipelines.retry import ATTEMPT_ID_ATTR, dynamodb_fence, retry_call
+from pipelines.retry import ATTEMPT_ID_ATTR, TRANSIENT_ITEM_CODES, dynamodb_fence, is_transient, retry_call
 from pipelines.retry.policy import Formula
 
 DONE, RACED = "done", "raced"
@@ -52,22 +54,18 @@ STATEMENT_POLICY = Formula(
     source="reclaim: statements of a BatchExecuteStatement that DynamoDB throttled are sent again",
 )
 """Statements that came back throttled (or with a transient server error) inside a successful
-``BatchExecuteStatement``: botocore retries failed calls, not failed statements of a call."""
-# A statement's error code (BatchStatementError) -> the call error code that the retry library's
-# classification knows as transient.
-TRANSIENT_STATEMENT_CODES = {
-    "ProvisionedThroughputExceeded": "ProvisionedThroughputExceededException",
-    "ThrottlingError": "ThrottlingException",
-    "RequestLimitExceeded": "RequestLimitExceeded",
-    "TransactionConflict": "TransactionConflictException",
-    "InternalServerError": "InternalServerError",
-}
+``BatchExecuteStatement`` (``TRANSIENT_ITEM_CODES``): botocore retries failed calls, not failed
+statements of a call."""
 ITEM_STATEMENT_CODES = frozenset({"ValidationError", "ItemCollectionSizeLimitExceeded", "DuplicateItem"})
 OPERATION_LINK_ATTR = "agendaProgressId"  # OperationProgress -> its AgendaProgress (contract extension)
 
 
 class ItemError(RuntimeError):
     """This one item could not be written (bad data, endpoint error): logged, counted, run goes on."""
+
+
+class _StatementsThrottled(Exception):
+    """Some statements of a ``BatchExecuteStatement`` came back throttled: worth another call."""
 
 
 def _code(exc: ClientError) -> str:
@@ -262,14 +260,14 @@ class DynamoWriter:
     """
 
     def __init__(self, dynamodb, *, table: str, time_field: str, ready_table: str | None, action: str,
-                 grouped: bool = False, sleep: Any = None) -> None:  # fmt: skip
+                 grouped: bool = False, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
         self.dynamodb = dynamodb
         self.table = table
         self.time_field = time_field
         self.ready_table = ready_table
         self.action = action
         self.grouped = grouped
-        self.sleep = sleep  # None: time.sleep (tests pass their own)
+        self.sleep = sleep  # between retries of throttled statements (tests pass their own)
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
         u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
@@ -288,10 +286,12 @@ class DynamoWriter:
     def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
         """Outcomes in the order of ``pairs``. Retries and queued retries stay one transaction each
         (the ReadyAgenda put goes with the update); the rest are grouped when ``grouped``."""
+        if not self.grouped:
+            return apply_each(self, pairs, now=now, cutoff=cutoff)
         outcomes: dict[int, Outcome] = {}
         statements: list[tuple[int, dict[str, Any]]] = []
         for i, (c, d) in enumerate(pairs):
-            if not self.grouped or d.kind in (RETRY, QUEUE):
+            if d.kind in (RETRY, QUEUE):
                 outcomes[i] = apply_each(self, [(c, d)], now=now, cutoff=cutoff)[0]
                 continue
             u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
@@ -312,7 +312,7 @@ class DynamoWriter:
         def attempt() -> None:
             nonlocal pending
             response = self.dynamodb.batch_execute_statement(Statements=[statement for _, statement in pending])
-            throttled, last = [], {}
+            throttled, codes = [], set()
             for (i, statement), answer in zip(pending, response["Responses"], strict=True):
                 error = answer.get("Error")
                 code = (error or {}).get("Code", "")
@@ -320,9 +320,9 @@ class DynamoWriter:
                     outcomes[i] = DONE
                 elif code == "ConditionalCheckFailed":
                     outcomes[i] = RACED
-                elif code in TRANSIENT_STATEMENT_CODES:
+                elif code in TRANSIENT_ITEM_CODES:
                     throttled.append((i, statement))
-                    last = error
+                    codes.add(code)
                 elif code in ITEM_STATEMENT_CODES:
                     outcomes[i] = ItemError(f"{pairs[i][0].id}: {code}: {error.get('Message', '')}")
                 else:  # ResourceNotFound, AccessDenied: the call's own failure, as UpdateItem would raise it
@@ -330,23 +330,26 @@ class DynamoWriter:
                                       "BatchExecuteStatement")  # fmt: skip
             pending = throttled
             if throttled:
-                raise ClientError({"Error": {"Code": TRANSIENT_STATEMENT_CODES[last["Code"]],
-                                             "Message": f"{len(throttled)} statement(s) of the batch: "
-                                             f"{last.get('Message', '')}"}}, "BatchExecuteStatement")  # fmt: skip
+                raise _StatementsThrottled(", ".join(sorted(codes)))
 
         try:
-            retry_call(attempt, STATEMENT_POLICY, **({"sleep": self.sleep} if self.sleep else {}))
+            retry_call(attempt, STATEMENT_POLICY, retryable=lambda exc: isinstance(exc, _StatementsThrottled),
+                       sleep=self.sleep)  # fmt: skip
+        except _StatementsThrottled as exc:
+            for i, _ in pending:  # still throttled when the policy stopped: left for the next pass
+                outcomes[i] = ItemError(f"{pairs[i][0].id}: still throttled after {STATEMENT_POLICY.max_attempts} "
+                                        f"attempts ({exc}); the next pass sees it again")  # fmt: skip
         except ClientError as exc:
             if _code(exc) == "ValidationException":
                 # The call as a whole was refused (a statement it could not take): this group goes
                 # one item at a time, so that only the bad item is an error.
                 found = apply_each(self, [pairs[i] for i, _ in pending], now=now, cutoff=cutoff)
                 return {**outcomes, **{i: o for (i, _), o in zip(pending, found, strict=True)}}
-            if _code(exc) not in TRANSIENT_STATEMENT_CODES.values():
+            if not is_transient(exc):
                 raise
-            for i, _ in pending:  # still throttled when the policy stopped: left for the next pass
-                outcomes[i] = ItemError(f"{pairs[i][0].id}: still throttled after {STATEMENT_POLICY.max_attempts} "
-                                        f"attempts ({_code(exc)}); the next pass sees it again")  # fmt: skip
+            for i, _ in pending:  # the call itself failed after botocore's retries: left for the next pass
+                outcomes[i] = ItemError(f"{pairs[i][0].id}: {_code(exc)} after botocore's retries; "
+                                        "the next pass sees it again")  # fmt: skip
         return outcomes
 
     def _transact(self, update: dict[str, Any], ready: dict[str, Any], item_id: str) -> str:

@@ -39,7 +39,7 @@ of every op), ``pipelines.retry.defs`` (the ``retry_policies`` asset and the ret
 """
 
 from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id
-from pipelines.retry.aws import Classification, ErrorKind, classify_aws_error, is_transient
+from pipelines.retry.aws import TRANSIENT_ITEM_CODES, Classification, ErrorKind, classify_aws_error, is_transient
 from pipelines.retry.call import retry_call
 from pipelines.retry.config import policy_from_json, policy_from_text
 from pipelines.retry.policy import (
@@ -73,6 +73,7 @@ __all__ = [
     "function",
     "human",
     "is_transient",
+    "TRANSIENT_ITEM_CODES",
     "new_attempt_id",
     "none",
     "policy_from_json",
