@@ -129,7 +129,7 @@ class Bench:
     def workers_up(self, names: tuple[str, ...]) -> None:
         for name, proc in list(self.workers.items()):
             if name not in names:
-                cl.stop(proc, quiet=True)
+                cl.stop(proc)
                 del self.workers[name]
         for name in names:
             if name not in self.workers:
@@ -262,7 +262,7 @@ def main() -> int:
     finally:
         if bench is not None:
             for proc in bench.workers.values():
-                cl.stop(proc, quiet=True)
+                cl.stop(proc)
         moto.terminate()
         try:
             moto.wait(timeout=30)

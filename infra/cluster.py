@@ -46,6 +46,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 
+from infra.local import stop
+
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".groundskeeper"
 INSTANCE_FILE = ROOT / "infra" / "dagster.cluster.yaml"
@@ -221,23 +223,6 @@ def start_daemon(env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
 def start_webserver(env: Mapping[str, str], port: str, log_path: Path) -> subprocess.Popen:
     args = [str(BIN / "dagster-webserver"), "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", port]
     return _spawn(args, env, log_path)
-
-
-def stop(proc: subprocess.Popen | None, name: str = "", sig: int = signal.SIGTERM, quiet: bool = False) -> None:
-    """Stop a process started here, with its process group (a worker's Celery child too)."""
-    if proc is None or proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, sig)
-        proc.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    if name and not quiet:
-        print(f"stopped {name}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------------- runs

@@ -10,6 +10,7 @@ and the tests), so the local platform is exactly what the template describes.
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -126,13 +127,25 @@ def stack_env(cfn, stack_name: str = DEFAULT_STACK_NAME) -> dict[str, str]:
     return env
 
 
-def wait_for_endpoint(url: str, timeout_seconds: float = 30) -> None:
-    """Block until an HTTP endpoint answers (the moto server has started)."""
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_endpoint(url: str, timeout_seconds: float = 30, proc: subprocess.Popen | None = None) -> None:
+    """Block until an HTTP endpoint answers (the moto server has started). ``proc``: the server's
+    process; its exit ends the wait at once."""
     import urllib.error
     import urllib.request
 
     deadline = time.monotonic() + timeout_seconds
     while True:
+        if proc is not None and proc.poll() is not None:
+            raise DeployError(f"the server for {url} exited at start with code {proc.returncode}")
         try:
             urllib.request.urlopen(url + "/moto-api/", timeout=2).read()
             return

@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import hashlib
 import shutil
-import socket
 import subprocess
 import sys
 import tarfile
@@ -30,12 +29,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from infra.deploy import DeployError, free_port, wait_for_endpoint
+from infra.local import stop
+
 ROOT = Path(__file__).resolve().parent.parent
 HOME = ROOT / ".groundskeeper" / "dynamodb-local"
 PACKAGE = "amplify-dynamodb-simulator@2.9.30"
 VERSION = "1.25.1"  # the DynamoDB Local that PACKAGE ships
 TARBALL_SHA256 = "3503ffac19f183407909fecdacf4db51ab1fdad1da7b2f177016670b2d80e4b9"
-JAR_DIR = HOME / "emulator"
 
 
 class DynamoDBLocalError(RuntimeError):
@@ -94,37 +95,12 @@ def java_command(jar_dir: Path, port: int) -> list[str]:
     ]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_until_serving(endpoint: str, proc: subprocess.Popen, timeout_seconds: float = 180) -> None:
-    """Block until ``ListTables`` answers (the JVM takes a few seconds; longer on a loaded machine)."""
-    import boto3
-    from botocore.config import Config
-
-    client = boto3.client(
-        "dynamodb",
-        endpoint_url=endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="local",
-        aws_secret_access_key="local",
-        config=Config(retries={"max_attempts": 1}, connect_timeout=2, read_timeout=10),
-    )
-    deadline = time.monotonic() + timeout_seconds
-    while True:
-        if proc.poll() is not None:
-            raise DynamoDBLocalError(f"DynamoDB Local exited at start with code {proc.returncode}")
-        try:
-            client.list_tables(Limit=1)
-            return
-        except Exception:
-            if time.monotonic() > deadline:
-                message = f"DynamoDB Local at {endpoint} did not answer within {timeout_seconds:.0f}s"
-                raise DynamoDBLocalError(message) from None
-            time.sleep(0.2)
+    """Block until DynamoDB Local answers (the JVM takes a few seconds; longer on a loaded machine)."""
+    try:
+        wait_for_endpoint(endpoint, timeout_seconds=timeout_seconds, proc=proc)
+    except DeployError as exc:
+        raise DynamoDBLocalError(f"DynamoDB Local: {exc}") from None
 
 
 @contextlib.contextmanager
@@ -134,18 +110,13 @@ def running(port: int | None = None, *, home: Path = HOME) -> Iterator[str]:
     port = port or free_port()
     # its working directory gets its metadata file (dynamodb-local-metadata.json): keep it in HOME
     proc = subprocess.Popen(java_command(jar_dir, port), cwd=home, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)  # fmt: skip
+                            stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     endpoint = f"http://127.0.0.1:{port}"
     try:
         wait_until_serving(endpoint, proc)
         yield endpoint
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def main(argv: list[str] | None = None) -> int:

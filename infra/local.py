@@ -104,18 +104,22 @@ def start_progressor_database(state: Path) -> tuple[str, object | None]:
     return dsn, server
 
 
-def _stop(proc: subprocess.Popen | None, name: str) -> None:
+def stop(proc: subprocess.Popen | None, name: str = "", sig: int = signal.SIGTERM) -> None:
+    """Stop a process started in a session of its own (``start_new_session=True``), with its
+    process group (a worker's Celery child too): ``sig``, then SIGKILL after 20 s."""
     if proc is None or proc.poll() is not None:
         return
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=15)
+        os.killpg(proc.pid, sig)
+        proc.wait(timeout=20)
     except (ProcessLookupError, subprocess.TimeoutExpired):
         try:
             os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
-    print(f"stopped {name}", file=sys.stderr)
+    if name:
+        print(f"stopped {name}", file=sys.stderr)
 
 
 def main() -> int:
@@ -191,11 +195,11 @@ def main() -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        _stop(dagster, "dagster dev")
+        stop(dagster, "dagster dev")
         if agenda_endpoint is not None:
             agenda_endpoint.__exit__(None, None, None)
             print("stopped the AgendaProgress endpoint", file=sys.stderr)
-        _stop(moto, "moto server")
+        stop(moto, "moto server")
         if progressor_pg is not None:
             progressor_pg.cleanup()
             print("stopped embedded PostgreSQL", file=sys.stderr)

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -33,7 +32,8 @@ import botocore.client
 import pytest
 from botocore.exceptions import ClientError
 
-from infra.deploy import DeployError, deploy, stack_env, wait_for_endpoint
+from infra.deploy import DeployError, deploy, free_port, stack_env, wait_for_endpoint
+from infra.local import stop
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,12 +80,6 @@ def _guarded_make_api_call(self, operation_name, api_params):
 botocore.client.BaseClient._make_api_call = _guarded_make_api_call
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 # moto's server applies concurrent DynamoDB requests without isolation: two conditional writes or
 # transactions on one item, arriving at once, can both pass their conditions. DynamoDB serializes
 # conditional writes on an item (a transaction is all-or-nothing and isolated). This server takes
@@ -109,21 +103,16 @@ main(["-H", "127.0.0.1", "-p", sys.argv[1]])
 def moto_server(log_path: Path, script: str | None = None) -> Iterator[str]:
     """A moto server on a free loopback port for the duration of the block; yields its endpoint.
     ``script``: Python source of a patched server, given the port as its argument."""
-    port = _free_port()
+    port = free_port()
     cmd = ["-c", script, str(port)] if script else ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen([sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         endpoint = f"http://127.0.0.1:{port}"
         try:
-            wait_for_endpoint(endpoint, timeout_seconds=120)
+            wait_for_endpoint(endpoint, timeout_seconds=120, proc=proc)
             yield endpoint
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            stop(proc)
 
 
 @pytest.fixture(scope="session")

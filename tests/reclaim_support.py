@@ -2,17 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 
 import boto3
 
 from infra.agenda_endpoint import encrypt_password
-from infra.deploy import wait_for_endpoint
 from pipelines.common import from_item, to_item
 
 DAY_MS = 86_400_000
@@ -141,32 +135,6 @@ def race_reclaims_and_an_executor(client_for, table: str, stale: list[str], run)
 def encrypted_password(kms, password: str) -> str:
     """IDM_ENCRYPTED_PASS: base64 of the KMS ciphertext of ``password``."""
     return encrypt_password(kms, password)
-
-
-SERIAL_MOTO = """
-import sys
-from werkzeug.serving import run_simple
-from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-run_simple("127.0.0.1", int(sys.argv[1]), DomainDispatcherApplication(create_backend_app), threaded=False)
-"""
-
-
-@contextlib.contextmanager
-def serial_moto() -> Iterator[str]:
-    """A moto server that serves one request at a time (so a conditional write is atomic, as in DynamoDB)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SERIAL_MOTO, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
-        yield endpoint
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def client(endpoint: str, service: str):

@@ -10,6 +10,7 @@ are submitted to the run queue (``infra.cluster.launch_runs``) and launched by t
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -27,10 +28,10 @@ import psycopg2
 import pytest
 
 from infra import cluster as cl
-from infra.deploy import deploy, wait_for_endpoint
+from infra.deploy import deploy, free_port
 from tests import fleet_support as fs
 from tests.batching_helpers import pending_ids, put_receiver, put_records
-from tests.conftest import ATOMIC_DYNAMODB_SERVER, LocalAWS, _free_port
+from tests.conftest import ATOMIC_DYNAMODB_SERVER, LocalAWS, moto_server
 
 pytestmark = pytest.mark.xdist_group("cluster")  # make test: --dist loadgroup keeps them on one xdist worker
 
@@ -110,20 +111,13 @@ def cluster(tmp_path_factory):
         cur.execute(f'CREATE DATABASE "{db_name}"')
     logs = root / "logs"
     logs.mkdir()
-    port = _free_port()
-    # DynamoDB writes isolated as DynamoDB's are: three drains of one queue write at once
-    moto = subprocess.Popen(
-        [sys.executable, "-c", ATOMIC_DYNAMODB_SERVER, str(port)],
-        stdout=open(logs / "moto.log", "wb"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    procs: list[subprocess.Popen] = [moto]
+    procs: list[subprocess.Popen] = []
     state = None
     mp = pytest.MonkeyPatch()
+    servers = contextlib.ExitStack()
     try:
-        endpoint = f"http://127.0.0.1:{port}"
-        wait_for_endpoint(endpoint, timeout_seconds=120)
+        # DynamoDB writes isolated as DynamoDB's are: three drains of one queue write at once
+        endpoint = servers.enter_context(moto_server(logs / "moto.log", ATOMIC_DYNAMODB_SERVER))
         stack = deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1"))
         aws = LocalAWS(endpoint=endpoint, env={"AWS_ENDPOINT_URL": endpoint, **stack})
         home = root / "home"
@@ -150,10 +144,11 @@ def cluster(tmp_path_factory):
     finally:
         if state is not None:
             for proc in state.workers.values():
-                cl.stop(proc, quiet=True)
+                cl.stop(proc)
             state.instance.dispose()
         for proc in reversed(procs):
-            cl.stop(proc, quiet=True)
+            cl.stop(proc)
+        servers.close()
         mp.undo()
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
@@ -324,7 +319,7 @@ def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_change
     else:
         raise AssertionError("no segment started on w1")
     time.sleep(1.0)  # let it write some
-    cl.stop(cluster.workers["w1"], sig=signal.SIGKILL, quiet=True)
+    cl.stop(cluster.workers["w1"], sig=signal.SIGKILL)
 
     (record,) = cluster.wait([run_id])
     assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(run_id)
@@ -342,7 +337,7 @@ def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_change
 
 
 def test_an_unreachable_broker_or_database_is_one_line_naming_what_to_check():
-    closed = _free_port()
+    closed = free_port()
     with pytest.raises(cl.ClusterError) as broker:
         cl.check_broker(f"pyamqp://guest:secret@127.0.0.1:{closed}//", timeout=2)
     assert str(broker.value).startswith(
@@ -358,7 +353,7 @@ def test_an_unreachable_broker_or_database_is_one_line_naming_what_to_check():
 def test_a_worker_without_the_code_location_exits_at_start_with_one_line(tmp_path):
     # The venv's editable install makes the real code importable from anywhere on this machine, so
     # a module the worker cannot import stands in for a worker machine without the repository.
-    config = cl.write_worker_config(tmp_path / "celery.yaml", f"pyamqp://guest:guest@127.0.0.1:{_free_port()}//")
+    config = cl.write_worker_config(tmp_path / "celery.yaml", f"pyamqp://guest:guest@127.0.0.1:{free_port()}//")
     env = {
         **os.environ,
         "DAGSTER_HOME": str(tmp_path),
@@ -370,7 +365,7 @@ def test_a_worker_without_the_code_location_exits_at_start_with_one_line(tmp_pat
         with pytest.raises(cl.ClusterError) as exc:
             cl.wait_worker_ready(proc, "w9", log)
     finally:
-        cl.stop(proc, quiet=True)
+        cl.stop(proc)
     message = str(exc.value)
     assert "\n" not in message
     assert "No module named 'pipelines_elsewhere'" in message

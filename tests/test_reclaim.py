@@ -16,6 +16,7 @@ from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_param
 from pipelines.reclaim.source import TableError, inspect_table, parse_time
 from pipelines.reclaim.targets import load_targets
 from pipelines.reclaim.writers import DynamoWriter, OperationProgressWriter
+from tests.conftest import ATOMIC_DYNAMODB_SERVER, moto_server
 from tests.reclaim_support import (
     DAY_MS,
     PROGRESS_TABLE,
@@ -27,7 +28,6 @@ from tests.reclaim_support import (
     plain_table_with_stale,
     race_reclaims_and_an_executor,
     seed_mixed,
-    serial_moto,
 )
 
 BASE = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime", "reclaimAgeMinutes": 60}
@@ -189,11 +189,11 @@ def test_an_executor_writing_between_read_and_write_always_wins(aws):
         assert items[item_id]["heartbeat"] is True
 
 
-def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count():
+def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count(tmp_path):
     # DynamoDB applies a conditional write atomically per item. The threaded moto server does not (two
-    # requests can both pass a condition), so this test runs on a moto server that serves one
-    # request at a time, which restores DynamoDB's guarantee without changing anything else.
-    with serial_moto() as endpoint:
+    # requests can both pass a condition), so this test runs on a moto server whose DynamoDB writes
+    # are serialized, which restores DynamoDB's guarantee without changing anything else.
+    with moto_server(tmp_path / "moto.log", ATOMIC_DYNAMODB_SERVER) as endpoint:
         stale = plain_table_with_stale(client(endpoint, "dynamodb"), "race-agendas", 60, "r")
         params = _params(tableName="race-agendas", objectScanLimit=7, targetBatchSize=5)
         race_reclaims_and_an_executor(lambda: client(endpoint, "dynamodb"), "race-agendas", stale,
