@@ -410,18 +410,10 @@ def main() -> int:
             stack_env = deploy(boto3.client("cloudformation"))
         except DeployError as exc:
             raise ClusterError(f"the infra template failed to deploy: {exc}") from None
-        env = {
-            **os.environ,
-            **local_aws_env(endpoint),
-            **stack_env,
-            **cluster_env(home=home, pg_url=pg_url, broker=broker),
-        }
-        env["DAGSTER_DEPLOYMENT"] = "cluster"
-        (STATE / "cluster.env").write_text(
-            "".join(f"{k}={v}\n" for k, v in {**local_aws_env(endpoint), **stack_env, **cluster_env(
-                home=home, pg_url=pg_url, broker=broker)}.items())
-        )  # fmt: skip
-        os.environ.update(env)
+        cluster_vars = {**local_aws_env(endpoint), **stack_env, **cluster_env(home=home, pg_url=pg_url, broker=broker)}
+        (STATE / "cluster.env").write_text("".join(f"{k}={v}\n" for k, v in cluster_vars.items()))
+        os.environ.update(cluster_vars)
+        env = dict(os.environ)
         counts = seed(env)
         print("seeded demo data: " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
         migrate(env)

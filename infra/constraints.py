@@ -10,10 +10,10 @@ tests ran with. ``infra/Dockerfile`` installs exactly these, then the project wi
 from __future__ import annotations
 
 import importlib.metadata as md
-import re
 
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 HEADER = """\
 # Exact versions of every runtime dependency of the image: infra/Dockerfile installs these
@@ -21,10 +21,6 @@ HEADER = """\
 # They are the versions the tests ran with. Regenerate after a dependency change:
 #   .venv/bin/python -m infra.constraints > infra/constraints.txt
 """
-
-
-def _canonical(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def runtime_closure(project: str = "groundskeeper") -> dict[str, str]:
@@ -39,12 +35,12 @@ def runtime_closure(project: str = "groundskeeper") -> dict[str, str]:
         return any(req.marker.evaluate({**environment, "extra": extra}) for extra in (extras or ("",)))
 
     def visit(name: str, extras: tuple[str, ...]) -> None:
-        key = (_canonical(name), tuple(sorted(extras)))
+        key = (canonicalize_name(name), tuple(sorted(extras)))
         if key in expanded:
             return
         expanded.add(key)
         dist = md.distribution(name)
-        found[_canonical(name)] = f"{dist.metadata['Name']}=={dist.version}"
+        found[canonicalize_name(name)] = f"{dist.metadata['Name']}=={dist.version}"
         for raw in dist.requires or []:
             req = Requirement(raw)
             if wanted(req, extras):
