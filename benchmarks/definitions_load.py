@@ -15,8 +15,9 @@ one warm-up import (the deployed case: an image or a ``pip install`` has the byt
 second row, with ``PYTHONDONTWRITEBYTECODE=1`` and no cache (every import compiles the project's
 sources, as on a machine that sets that variable).
 
-It also prints which heavy libraries the load imports, per deployment: loading the code location
-must not import dagster-aws, pandas, boto3 or dagster-celery (they are imported where used).
+It also prints which heavy libraries the load imports, per deployment: pandas and dagster-celery
+must not be among them (they are imported where used; ``tests/test_import_cost.py`` checks it);
+dagster-aws is, with boto3 and SQLAlchemy, because the resources build on it.
 """
 
 from __future__ import annotations

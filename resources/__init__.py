@@ -34,8 +34,6 @@ from resources.settings import (
     fleet_settings_from_env,
 )
 
-DEPLOYMENTS = ("local", "prod", "cluster")
-
 IO_PREFIX = "dagster-io"
 """Where the ``cluster`` deployment's step outputs go in the archive bucket (``RUNS_FLEET_ARCHIVE_BUCKET``)."""
 
@@ -72,43 +70,43 @@ def _settings() -> dict[str, Any]:
     }
 
 
-def _step_outputs_in_s3(region: str) -> dict[str, Any]:
+def _step_outputs_in_s3(s3: S3Resource) -> dict[str, Any]:
     """The IO manager of the ``cluster`` deployment: step outputs pickled into the archive bucket."""
     import dagster as dg
     from dagster_aws.s3 import S3PickleIOManager
 
     return {
         "io_manager": S3PickleIOManager(
-            s3_resource=S3Resource(region_name=region, max_attempts=8),
-            s3_bucket=dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET"),
-            s3_prefix=IO_PREFIX,
+            s3_resource=s3, s3_bucket=dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET"), s3_prefix=IO_PREFIX
         )
     }
 
 
-def _region() -> str:
-    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+def _local(region: str) -> dict[str, Any]:
+    # The moto server. A few fast retries: a local endpoint either answers or is down. moto ignores
+    # PartiQL WHERE conditions, so conditional writes go one UpdateItem at a time.
+    return {**_aws_resources(region_name=region, max_attempts=2, grouped_writes=False), **_settings()}
 
 
-def resources_by_deployment() -> dict[str, dict[str, Any]]:
-    region = _region()
-    return {
-        # Local: the moto server. A few fast retries: a local endpoint either answers or is down.
-        # moto ignores PartiQL WHERE conditions, so conditional writes go one UpdateItem at a time.
-        "local": {**_aws_resources(region_name=region, max_attempts=2, grouped_writes=False), **_settings()},
-        # Production: real AWS, standard retry mode with more attempts for throttling; grouped writes.
-        "prod": {**_aws_resources(region_name=region, max_attempts=8, grouped_writes=True), **_settings()},
-        # Cluster: prod's retries against local endpoints (moto under make cluster), step outputs in S3.
-        "cluster": {
-            **_aws_resources(region_name=region, max_attempts=8, grouped_writes=False),
-            **_settings(),
-            **_step_outputs_in_s3(region),
-        },
-    }
+def _prod(region: str) -> dict[str, Any]:
+    # Real AWS: standard retry mode with more attempts for throttling; grouped writes.
+    return {**_aws_resources(region_name=region, max_attempts=8, grouped_writes=True), **_settings()}
+
+
+def _cluster(region: str) -> dict[str, Any]:
+    # Prod's retries against local endpoints (moto under make cluster), step outputs in S3.
+    aws = _aws_resources(region_name=region, max_attempts=8, grouped_writes=False)
+    return {**aws, **_settings(), **_step_outputs_in_s3(aws["s3"])}
+
+
+RESOURCES_BY_DEPLOYMENT = {"local": _local, "prod": _prod, "cluster": _cluster}
+"""Deployment -> the builder of its resources (only the chosen deployment's are built)."""
+DEPLOYMENTS = tuple(RESOURCES_BY_DEPLOYMENT)
 
 
 def resources_for(deployment: str | None = None) -> dict[str, Any]:
-    return resources_by_deployment()[deployment or deployment_name()]
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return RESOURCES_BY_DEPLOYMENT[deployment or deployment_name()](region)
 
 
 __all__ = [
@@ -126,6 +124,6 @@ __all__ = [
     "SSMResource",
     "deployment_name",
     "explain_aws_error",
-    "resources_by_deployment",
+    "RESOURCES_BY_DEPLOYMENT",
     "resources_for",
 ]

@@ -15,10 +15,12 @@ import dagster as dg
 from pipelines.common.defs import ACTIVE_STATUSES, aws_errors, still_going
 from pipelines.fleet.aws import queue_depth, queue_name
 from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
+from pipelines.fleet.drain import DrainLimits
 from resources import FleetSettings
 
-MESSAGES_PER_RUN = 100
-"""One more drain run per this many waiting messages (a termination round), up to the free slots."""
+MESSAGES_PER_RUN = 10 * DrainLimits().concurrency
+"""One more drain run per this many waiting messages (a full round of the default drain: 10
+receives of 10 per worker), up to the free slots."""
 
 
 def slot_tag(queue_tag: str, slot: int) -> str:
@@ -30,7 +32,7 @@ def plan_drain_runs(visible: int, slots: int, busy: set[str], queue_tag: str) ->
     """The free slots to launch a drain run in: one per ``MESSAGES_PER_RUN`` waiting (at least one),
     at most the free slots."""
     free = [k for k in range(1, slots + 1) if slot_tag(queue_tag, k) not in busy]
-    wanted = max(1, math.ceil(visible / MESSAGES_PER_RUN)) if visible > 0 else 0
+    wanted = math.ceil(visible / MESSAGES_PER_RUN)
     return free[:wanted]
 
 
