@@ -11,7 +11,7 @@ from pathlib import Path
 import dagster as dg
 
 from pipelines.batching.defs import build_defs as batching_defs
-from pipelines.common.defs import fan_out_executor, operations_summary_asset, run_fan_out_on
+from pipelines.common.defs import fan_out_executor, operations_summary_asset
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.defs import build_defs as fleet_defs
@@ -55,12 +55,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
     capabilities = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
-        # cluster: termination drains are competing consumers on the Celery workers
-        run_fan_out_on(
-            fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
-            deployment,
-            ["process_termination_queue"],
-        ),
+        fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
         pool_audit_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),

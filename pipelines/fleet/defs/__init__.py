@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
+from pipelines.common.defs import run_fan_out_on
 from pipelines.fleet.defs.checks import DLQ_ASSETS, DLQ_CHECKS, dead_letter_checks_job
 from pipelines.fleet.defs.jobs import (
     QUEUE_TAG,
@@ -25,12 +26,13 @@ def build_defs(
     housekeeping_tasks: Mapping[str, Task] | None = None,
     result_hooks: Mapping[str, ResultHook] | None = None,
 ) -> dg.Definitions:
-    """The same in every deployment: the fleet processors run wherever the queues are.
+    """The same in every deployment (the fleet processors run wherever the queues are), but for the
+    termination drain's executor under ``cluster``.
 
     ``housekeeping_tasks`` are dispatched besides runs-fleet's own; ``result_hooks`` record a task's
     typed result as Dagster events (both wired in by ``pipelines/definitions.py``)."""
     process_housekeeping_queue, housekeeping = housekeeping_jobs(Housekeeping(housekeeping_tasks), result_hooks)
-    return dg.Definitions(
+    defs = dg.Definitions(
         assets=list(DLQ_ASSETS.values()),
         asset_checks=DLQ_CHECKS,
         jobs=[
@@ -43,6 +45,8 @@ def build_defs(
         schedules=schedules(),
         sensors=[termination_queue_sensor, housekeeping_queue_sensor],
     )
+    # cluster: termination drains are competing consumers on the Celery workers
+    return run_fan_out_on(defs, deployment, [process_termination_queue.name])
 
 
 __all__ = ["QUEUE_TAG", "build_defs", "process_termination_queue", "termination_queue_sensor"]
