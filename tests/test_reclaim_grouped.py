@@ -11,7 +11,6 @@ import json
 import time
 from collections import Counter
 
-import boto3
 import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
@@ -31,8 +30,10 @@ from tests.reclaim_support import (
     create_plain_table,
     heartbeat,
     items_by_id,
+    plain_table_with_stale,
     race_reclaims_and_an_executor,
 )
+from tests.reclaim_support import client as support_client
 
 pytestmark = pytest.mark.xdist_group("dynamodb_local")  # one DynamoDB Local (a JVM) for all of them
 
@@ -43,7 +44,7 @@ BASE = {"tableName": "grouped-a", "idFieldName": "id", "timeFieldName": "updated
 @pytest.fixture
 def ddb(dynamodb_local_endpoint):
     """A DynamoDB Local client with no tables, and the calls it made (``ddb.calls``)."""
-    client = boto3.client("dynamodb", endpoint_url=dynamodb_local_endpoint, region_name="us-east-1")
+    client = support_client(dynamodb_local_endpoint, "dynamodb")
     for name in client.list_tables()["TableNames"]:
         client.delete_table(TableName=name)
     client.calls = Counter()
@@ -65,9 +66,10 @@ def seed(ddb, table: str, rows: list[dict]) -> None:
         ddb.put_item(TableName=table, Item=to_item(row))
 
 
-def writer(ddb, table: str, *, grouped: bool, action: str = "fail", ready_table: str | None = None) -> DynamoWriter:
+def writer(ddb, table: str, *, grouped: bool, action: str = "fail", ready_table: str | None = None,
+           **kw) -> DynamoWriter:  # fmt: skip
     return DynamoWriter(ddb, table=table, time_field="updatedTime", ready_table=ready_table, action=action,
-                        grouped=grouped)  # fmt: skip
+                        grouped=grouped, **kw)  # fmt: skip
 
 
 def run_pass(ddb, w, **overrides):
@@ -231,13 +233,10 @@ def test_retries_stay_transactions_beside_the_grouped_updates(ddb):
 
 
 def test_two_overlapping_grouped_reclaims_and_an_executor_never_double_count(ddb, dynamodb_local_endpoint):
-    now = int(time.time() * 1000)
-    create_plain_table(ddb, "race-agendas")
-    stale = [f"r{n:03d}" for n in range(90)]
-    seed(ddb, "race-agendas", [agenda(i, "EXECUTING", DAY_MS, now=now) for i in stale])
+    stale = plain_table_with_stale(ddb, "race-agendas", 90, "r")
 
     def own_client():
-        return boto3.client("dynamodb", endpoint_url=dynamodb_local_endpoint, region_name="us-east-1")
+        return support_client(dynamodb_local_endpoint, "dynamodb")
 
     race_reclaims_and_an_executor(own_client, "race-agendas", stale, lambda client: run_pass(
         client, writer(client, "race-agendas", grouped=True), tableName="race-agendas", objectScanLimit=7,
@@ -277,8 +276,7 @@ def test_throttled_statements_are_sent_again_and_left_for_the_next_pass_when_the
     seed(ddb, "grouped-a", [agenda(f"a{n}", "EXECUTING", DAY_MS, now=now) for n in range(6)])
     waits = []
     client = Throttling(ddb, {"a1", "a4"}, times=2)
-    w = DynamoWriter(client, table="grouped-a", time_field="updatedTime", ready_table=None, action="fail",
-                     grouped=True, sleep=waits.append)  # fmt: skip
+    w = writer(client, "grouped-a", grouped=True, sleep=waits.append)
     counts = run_pass(client, w)
     assert (counts.reclaimed, counts.raced, counts.errors) == (6, 0, 0)
     assert client.sent == [6, 2, 2]  # the whole group, then only the two throttled statements, twice
@@ -286,8 +284,7 @@ def test_throttled_statements_are_sent_again_and_left_for_the_next_pass_when_the
 
     seed(ddb, "grouped-a", [agenda(f"b{n}", "EXECUTING", DAY_MS, now=now) for n in range(3)])
     client = Throttling(ddb, {"b1"}, times=100)
-    w = DynamoWriter(client, table="grouped-a", time_field="updatedTime", ready_table=None, action="fail",
-                     grouped=True, sleep=waits.append)  # fmt: skip
+    w = writer(client, "grouped-a", grouped=True, sleep=waits.append)
     counts = run_pass(client, w)
     assert (counts.reclaimed, counts.errors) == (2, 1)  # b1 is an error of this pass; the run goes on
     assert items_by_id(ddb, "grouped-a")["b1"]["processingState"] == "EXECUTING"
