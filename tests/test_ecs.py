@@ -16,17 +16,16 @@ import re
 import shlex
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 
 import dagster as dg
-import psycopg2
 import pytest
 import yaml
 
 from infra.deploy import ECS_OUTPUT_ENV, OUTPUT_ENV, TEMPLATE_PATH, deploy
 from infra.ecs_instance import INSTANCE_TEMPLATE, InstanceConfigError, render, write_instance
 from tests.iam_support import allowed_by, load_template, request
+from tests.progressor_support import PG, scratch_database
 
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"
@@ -35,7 +34,6 @@ SUBNETS = ["subnet-0a1b2c3d", "subnet-0e4f5a6b"]
 SECURITY_GROUPS = ["sg-0123456789abcdef0"]
 ECS_ENV = "ecs"  # the ECS stack's Env, beside the default stack the `aws` fixture deploys
 EXECUTION_POLICY = "AmazonECSTaskExecutionRolePolicy"  # AWS's managed policy for ECS's own calls
-PG = {"host": "127.0.0.1", "port": 5432, "user": os.environ.get("PGUSER", "postgres")}
 
 
 @pytest.fixture
@@ -136,33 +134,26 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
 
 
 @pytest.fixture
-def ecs_instance(tmp_path, monkeypatch, aws, ecs_stack):
+def ecs_instance(tmp_path, monkeypatch, ecs_stack):
     """infra/dagster.ecs.yaml written as `python -m infra.ecs_instance` does, on a fresh PostgreSQL database."""
-    db_name = f"groundskeeper_ecs_{uuid.uuid4().hex[:10]}"
-    admin = psycopg2.connect(dbname="postgres", **PG)
-    admin.autocommit = True
-    with admin.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{db_name}"')
-    variables = {k: v for k, v in ecs_stack.items() if k in ECS_OUTPUT_ENV.values()}
-    variables |= {
-        "DAGSTER_PG_HOST": PG["host"],
-        "DAGSTER_PG_PORT": str(PG["port"]),
-        "DAGSTER_PG_DB": db_name,
-        "DAGSTER_PG_USER": PG["user"],
-        "DAGSTER_PG_PASSWORD": "",
-    }
-    for key, value in variables.items():
-        monkeypatch.setenv(key, value)
-    home = tmp_path / "dagster_home"
-    write_instance(home, os.environ)
-    instance = dg.DagsterInstance.from_config(str(home))
-    try:
-        yield instance
-    finally:
-        instance.dispose()
-        with admin.cursor() as cur:
-            cur.execute(f'DROP DATABASE IF EXISTS "{db_name}" WITH (FORCE)')
-        admin.close()
+    with scratch_database("groundskeeper_ecs") as url:
+        variables = {k: v for k, v in ecs_stack.items() if k in ECS_OUTPUT_ENV.values()}
+        variables |= {
+            "DAGSTER_PG_HOST": PG["host"],
+            "DAGSTER_PG_PORT": str(PG["port"]),
+            "DAGSTER_PG_DB": url.rsplit("/", 1)[1],
+            "DAGSTER_PG_USER": PG["user"],
+            "DAGSTER_PG_PASSWORD": "",
+        }
+        for key, value in variables.items():
+            monkeypatch.setenv(key, value)
+        home = tmp_path / "dagster_home"
+        write_instance(home, os.environ)
+        instance = dg.DagsterInstance.from_config(str(home))
+        try:
+            yield instance
+        finally:
+            instance.dispose()
 
 
 def _run_origin(job_name: str):
