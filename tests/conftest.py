@@ -37,6 +37,14 @@ from infra.local import stop
 
 ROOT = Path(__file__).resolve().parent.parent
 
+# How long a test waits for something to happen (a server to answer, a process to exit, a run to finish)
+# before it calls it hung: long, because the suite must pass on a loaded 2-core machine. A wait ends as
+# soon as its condition holds, so this costs nothing when things work.
+PATIENCE = 600
+
+# tiers, prerequisites, the xdist grouping guard and Dagster's process-wide state
+pytest_plugins = ["pytester", "tests.suite_plugin"]
+
 # Never let a test find real credentials or a real default endpoint.
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_DEFAULT_PROFILE"):
     os.environ.pop(_name, None)
@@ -109,7 +117,7 @@ def moto_server(log_path: Path, script: str | None = None) -> Iterator[str]:
         proc = subprocess.Popen([sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         endpoint = f"http://127.0.0.1:{port}"
         try:
-            wait_for_endpoint(endpoint, timeout_seconds=120, proc=proc)
+            wait_for_endpoint(endpoint, timeout_seconds=PATIENCE, proc=proc)
             yield endpoint
         finally:
             stop(proc)
@@ -154,7 +162,7 @@ class LocalAWS:
 
 
 def reset_moto(endpoint: str) -> None:
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30).read()
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=PATIENCE).read()
 
 
 def _use_stack(moto_endpoint: str, monkeypatch, stack_env: dict[str, str]) -> LocalAWS:
@@ -188,35 +196,3 @@ def shared_stack(moto_endpoint: str) -> dict[str, str]:
 def aws_shared(moto_endpoint, monkeypatch) -> LocalAWS:
     """The deployed platform as earlier tests left it (deployed once if it is not there)."""
     return _use_stack(moto_endpoint, monkeypatch, shared_stack(moto_endpoint))
-
-
-def clear_dangling_defs_state_storage() -> bool:
-    """Drop Dagster's current ``DefsStateStorage`` if its instance is gone. Returns whether it did.
-
-    ``DagsterInstance.__enter__`` puts the instance's defs-state storage in a context variable, and
-    ``__exit__`` resets it to what it was before, so an instance exited out of order (one entered
-    inside another's ``with`` and exited after it, e.g. from ``__del__``) leaves the outer one's
-    storage behind after that instance is gone. From then on every ``Definitions`` resolution in
-    the process fails with "Attempted to resolve undefined DagsterInstance weakref": that failed
-    16 tests of one xdist worker in a fresh-clone CI run. ``test_harness`` reproduces it with one
-    such path (a resource init context built inside ``instance_for_test`` and collected after it);
-    which Dagster call left it behind in that CI run is not traced (no test builds such a context
-    in a normal run). The leftover is Dagster's process state, not the next test's.
-    """
-    from dagster._core.storage.defs_state.base import DefsStateStorage, _current_storage
-
-    storage = DefsStateStorage.get()
-    if storage is None:
-        return False
-    ref = getattr(storage, "_instance_weakref", None)
-    if ref is not None and ref() is not None:
-        return False
-    _current_storage.set(None)
-    return True
-
-
-@pytest.fixture(autouse=True)
-def _no_dangling_defs_state_storage():
-    """Every test starts without a defs-state storage whose instance is gone (see above)."""
-    clear_dangling_defs_state_storage()
-    yield

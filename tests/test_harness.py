@@ -30,14 +30,14 @@ def test_each_test_starts_from_the_template_alone(aws):
 
 
 def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests():
-    """The leak the autouse guard in conftest handles, reproduced: without the guard, every later
+    """The leak tests/suite_plugin.py handles, reproduced: without the guard, every later
     Definitions resolution in the process fails."""
     import gc
 
     import dagster as dg
     from dagster._core.execution.context.init import build_init_resource_context
 
-    from tests.conftest import clear_dangling_defs_state_storage
+    from tests.suite_plugin import clear_dangling_defs_state_storage
 
     with dg.instance_for_test():
         leftover = build_init_resource_context()  # enters an ephemeral instance; exits in __del__
