@@ -22,6 +22,7 @@ import dagster as dg
 
 from pipelines.definitions import ROOT_DIR
 from tests import fleet_support as fs
+from tests.conftest import PATIENCE
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 N = 100
@@ -90,7 +91,7 @@ def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_pa
         fs.wait_until_completed(aws, STOP_AFTER, lambda: proc.poll() is None)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        proc.wait(timeout=PATIENCE)
         log.close()
     state = _settled_state(aws)
     params = fs.runner_parameters(aws)
@@ -122,7 +123,7 @@ def test_sigterm_stops_the_drain_run_gracefully_and_nothing_is_applied_twice(aws
     try:
         fs.wait_until_completed(aws, STOP_AFTER, lambda: proc.poll() is None)
         os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=120)
+        proc.wait(timeout=PATIENCE)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)

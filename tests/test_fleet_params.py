@@ -1,8 +1,6 @@
 """Every numeric parameter of the fleet processors and the pool audit has a range; a value outside
 it is refused with one line that names the key and the value."""
 
-import time
-
 import pytest
 
 from pipelines.common.params import ParamsError, parse_params, specs
@@ -50,9 +48,9 @@ def test_a_slow_redrive_stops_at_max_seconds_instead_of_sleeping_on(aws_shared):
     dlq = sqs.create_queue(QueueName="redrive-slow-dlq")["QueueUrl"]
     source = sqs.create_queue(QueueName="redrive-slow")["QueueUrl"]
     try:
-        sqs.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(3)])
+        sqs.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(10)])
+        sqs.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(n), "MessageBody": f"n{n}"} for n in range(10)])
         settings, _ = parse_params(RedriveSettings, {"rate_per_second": 0.1, "max_seconds": 1})
-        began = time.monotonic()
         out = redrive(
             sqs,
             aws.client("s3"),
@@ -62,10 +60,11 @@ def test_a_slow_redrive_stops_at_max_seconds_instead_of_sleeping_on(aws_shared):
             settings=settings,
             log=fs.log,
         )
-        # at 0.1/s, 3 redrives alone would wait 30 s; the 1 s budget cuts the waits (a generous bound: loaded CI)
-        assert time.monotonic() - began < 25
         assert out["stopped_by"] == "max_seconds"
-        assert out["redriven"] == 3
+        assert 1 <= out["redriven"] < 20  # the rest stays in the dead-letter queue for the next run
+        # At 0.1/s, the first receive's redrives alone would have it wait at least 10 s per message (a sleep
+        # never returns early); the budget cut that wait. This bounds the rule, not the machine's speed.
+        assert out["seconds"] < out["redriven"] / 0.1, out
     finally:
         sqs.delete_queue(QueueUrl=dlq)
         sqs.delete_queue(QueueUrl=source)

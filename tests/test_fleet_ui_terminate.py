@@ -32,6 +32,7 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 
 from pipelines.definitions import ROOT_DIR, defs
 from tests import fleet_support as fs
+from tests.conftest import PATIENCE
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 N = 100
@@ -82,7 +83,7 @@ def _stop_process_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    proc.wait(timeout=30)
+    proc.wait(timeout=PATIENCE)
 
 
 def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
@@ -116,7 +117,7 @@ def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
             # The UI's "Terminate": the terminateRun mutation, run coordinator -> run launcher.
             result = execute_dagster_graphql(request_context, TERMINATE_RUN_JOB_MUTATION, {"runId": run.run_id})
             assert result.data["terminateRun"]["__typename"] == "TerminateRunSuccess", result.data
-            finished = poll_for_finished_run(instance, run.run_id, timeout=60)
+            finished = poll_for_finished_run(instance, run.run_id, timeout=PATIENCE)
             messages = [e.message for e in instance.all_logs(run.run_id)]
             step_errors = [
                 e.dagster_event.step_failure_data.error.cls_name

@@ -34,6 +34,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+from tests.conftest import PATIENCE
 from tests.iam_support import Stack, allowed_by, load_template
 from tests.test_iam_static import calls
 
@@ -45,7 +46,7 @@ def _reset_auth(endpoint: str, count: str) -> None:
     # text/plain: a form content type would make moto's Flask read the body as a form, and see none.
     headers = {"Content-Type": "text/plain"}
     req = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=count.encode(), headers=headers, method="POST")
-    urllib.request.urlopen(req, timeout=30).read()
+    urllib.request.urlopen(req, timeout=PATIENCE).read()
 
 
 def _signing_name(service: str) -> str:
