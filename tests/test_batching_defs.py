@@ -157,6 +157,7 @@ def test_asset_checks_flag_invalid_receivers_orphans_and_malformed_records(aws):
     assert malformed.metadata["malformed_pending"].value == 1
 
 
+@pytest.mark.cli
 def test_backfill_partition_through_the_cli(aws, tmp_path):
     put_receiver(aws, "acme", number_per_day=4, max_batch_size=100)
     put_records(aws, "acme", [dt.datetime(2026, 11, 18, 5, tzinfo=UTC), dt.datetime(2026, 11, 18, 13, tzinfo=UTC)])

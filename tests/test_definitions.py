@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import ROOT_DIR, build_definitions, defs
 
@@ -32,6 +33,7 @@ def test_an_unknown_deployment_is_refused(monkeypatch):
         deployment_name()
 
 
+@pytest.mark.cli
 def test_dagster_definitions_validate_cli():
     result = subprocess.run(
         [sys.executable, "-m", "dagster", "definitions", "validate", "-w", "workspace.yaml"],

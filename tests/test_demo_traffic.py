@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import ROOT_DIR, build_definitions
 from pipelines.demo.defs import demo_traffic_step
@@ -118,6 +119,7 @@ def test_demo_traffic_job_in_process(aws):
     assert _count(aws, "BATCH_RECORDS_TABLE") == 12
 
 
+@pytest.mark.cli
 def test_demo_traffic_job_through_the_dagster_cli(aws):
     before = _count(aws, "AGENDA_PROGRESS_TABLE")
     result = subprocess.run(

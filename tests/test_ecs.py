@@ -27,6 +27,8 @@ from infra.ecs_instance import INSTANCE_TEMPLATE, InstanceConfigError, render, w
 from tests.iam_support import allowed_by, load_template, request
 from tests.progressor_support import PG, scratch_database
 
+pytestmark = [pytest.mark.ecs, pytest.mark.postgres]
+
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/groundskeeper:test"

@@ -19,10 +19,13 @@ import sys
 import time
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import ROOT_DIR
 from tests import fleet_support as fs
 from tests.conftest import PATIENCE
+
+pytestmark = pytest.mark.cli  # dagster job execute in a subprocess
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 N = 100

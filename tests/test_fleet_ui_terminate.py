@@ -22,6 +22,7 @@ import sys
 import time
 
 import dagster as dg
+import pytest
 from dagster._core.test_utils import poll_for_finished_run
 from dagster._core.workspace.context import WorkspaceProcessContext
 from dagster._core.workspace.load_target import GrpcServerTarget
@@ -33,6 +34,8 @@ from dagster_graphql.test.utils import execute_dagster_graphql
 from pipelines.definitions import ROOT_DIR, defs
 from tests import fleet_support as fs
 from tests.conftest import PATIENCE
+
+pytestmark = pytest.mark.cli  # a code server and a run worker in subprocesses
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 N = 100

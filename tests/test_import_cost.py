@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.cli  # loads the code location in fresh interpreters
+
 ROOT = Path(__file__).resolve().parent.parent
 NOT_AT_LOAD = ("pandas", "dagster_celery", "celery")
 

@@ -14,6 +14,8 @@ import pytest
 
 from pipelines.definitions import ROOT_DIR, build_definitions
 
+pytestmark = pytest.mark.postgres
+
 PG = {"host": "127.0.0.1", "port": 5432, "user": os.environ.get("PGUSER", "postgres")}
 
 

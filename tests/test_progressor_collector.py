@@ -11,6 +11,8 @@ from pipelines.progressor.params import ParamsError, collect_params
 from pipelines.progressor.schema import NamespaceError, create_namespace
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
 
+pytestmark = pytest.mark.postgres
+
 ZOMBIE_AGE = 200  # seconds; the default threshold is 60 + 31 + 5 = 96 s
 
 

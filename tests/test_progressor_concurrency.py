@@ -15,6 +15,8 @@ from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
 
+pytestmark = pytest.mark.postgres
+
 ZOMBIES = 40
 
 

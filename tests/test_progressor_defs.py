@@ -26,6 +26,8 @@ from resources.aws import CloudWatchResource
 from resources.postgres import ProgressorDatabase
 from tests.progressor_support import scratch_database, unique_namespace
 
+pytestmark = pytest.mark.postgres
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -258,6 +260,7 @@ def test_retry_preset_progressor_in_the_library():
     assert [policy.delay(n) for n in (1, 2)] == [5.0, 5.0]
 
 
+@pytest.mark.cli
 def test_cli_runs_the_flat_config(dsn, zombie_ns, aws, tmp_path):
     config = tmp_path / "cfg.json"
     config.write_text(json.dumps({"namespace": zombie_ns, "action": "retry"}))

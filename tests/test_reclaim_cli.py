@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import dagster as dg
+import pytest
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from tests.reclaim_support import PROGRESS_TABLE, encrypted_password, items_by_id, seed_mixed
+
+pytestmark = pytest.mark.cli
 
 SAMPLE = Path(__file__).with_name("data") / "pop_reclaim_sample.json"
 
