@@ -163,6 +163,8 @@ class AgendaProgressEndpoint:
         return redact(text, self._secrets)
 
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
+        if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
+            raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {self.url}")
         url = f"{self.url}/{quote(item_id, safe='')}"
         for attempt in (1, 2):
             if self._token is None:
