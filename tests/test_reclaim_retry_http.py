@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -470,48 +468,6 @@ def test_an_endpoint_echoing_the_token_never_puts_it_in_the_run_output(aws, endp
 # ------------------------------------------------------------------ no credential follows a redirect
 
 
-class RecordingServer:
-    """A second local HTTP server: records every request (method, path, ``Authorization`` header) and
-    answers each with HTTP 200 and a body its caller accepts (a token, an empty result), so that a
-    followed redirect would look like success."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, str, str | None]] = []
-        recorder = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def _record(self) -> None:
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                recorder.requests.append((self.command, self.path, self.headers.get("Authorization")))
-                raw = json.dumps({"token": "from-elsewhere", "all": [], "count": 0, "errorResponse": None}).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
-
-            do_GET = do_PUT = do_POST = _record  # noqa: N815
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
-
-    def __enter__(self) -> RecordingServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 @pytest.mark.parametrize("status", [302, 307])
 @pytest.mark.parametrize("method", ["GET", "PUT"])
 @pytest.mark.parametrize("named_by", ["agendaProgressEndpointURL", "AGENDA_PROGRESS_URL"])
@@ -524,10 +480,11 @@ def test_a_redirect_from_the_endpoint_is_an_item_error_and_the_token_never_follo
         settings = dataclasses.replace(settings, progress_url=None, allowed_urls=endpoint.progress_url)
         overrides = {"agendaProgressEndpointURL": endpoint.progress_url}
     log = ListLog()
-    with RecordingServer() as elsewhere:
+    with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:  # another server
+        elsewhere.tokens = endpoint.tokens  # it takes the token: a followed redirect would look like success
         endpoint.redirects = {method: (status, elsewhere.base)}
         counts = run(aws, endpoint=settings, log=log, **overrides)
-        assert elsewhere.requests == []  # not one request, so never the bearer token
+        assert elsewhere.requests == [] and elsewhere.seen_auth == []  # not one request, never the token
     assert (counts.reclaimed, counts.errors) == (0, len(ids["stale"]))
     assert (method, f"/progress/{ids['stale'][0]}") in endpoint.requests  # the redirect was answered
     redirects = [line for line in log.lines if "redirect" in line]
@@ -542,11 +499,11 @@ def test_a_redirect_from_the_endpoint_is_an_item_error_and_the_token_never_follo
 @pytest.mark.parametrize("status", [302, 303, 307])
 def test_a_redirect_from_the_identity_login_fails_the_run_and_the_password_never_follows_it(aws, endpoint, status):
     seed_mixed(aws.client("dynamodb"))
-    with RecordingServer() as elsewhere:
+    with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:
         endpoint.redirects = {"POST": (status, elsewhere.base)}
         with pytest.raises(EndpointError) as info:
             run(aws, endpoint=endpoint_settings(aws, endpoint))
-        assert elsewhere.requests == []
+        assert elsewhere.requests == [] and elsewhere.seen_auth == []
     message = str(info.value)
     assert message.splitlines() == [message]
     assert f"HTTP {status}, a redirect to {elsewhere.base}/login: not followed" in message
