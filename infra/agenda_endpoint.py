@@ -8,7 +8,9 @@ It has the endpoint's semantics (``docs/contracts.md``) over a DynamoDB AgendaPr
   need ``Authorization: Bearer <token>`` and answer ``{"all", "count", "errorResponse"}``;
 - ids in ``error_ids`` get HTTP 200 with an ``errorResponse`` (a processing error); with
   ``echo_auth`` set, that error echoes the request's ``Authorization`` header, as a careless
-  endpoint might (the tests check the token never reaches a log).
+  endpoint might (the tests check the token never reaches a log);
+- a method in ``redirects`` (``"GET"``, ``"PUT"`` or ``"POST"``) is answered with that redirect:
+  ``(status, base)`` sends ``Location: base + path`` (the tests check no credential follows it).
 
 Local use only (never started in production); it binds 127.0.0.1 (``make dev`` on
 ``AGENDA_ENDPOINT_PORT``, default 5056; the tests on a free port). The password is the one given,
@@ -48,6 +50,7 @@ class LocalAgendaEndpoint:
         self.tokens: set[str] = set()
         self.error_ids: set[str] = set()
         self.echo_auth = False
+        self.redirects: dict[str, tuple[int, str]] = {}
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions and counting
         self.seen_auth: list[str] = []
         self._lock = threading.Lock()
@@ -122,6 +125,19 @@ class LocalAgendaEndpoint:
                 self.end_headers()
                 self.wfile.write(raw)
 
+            def _redirected(self, method: str) -> bool:
+                """Answers the redirect configured for ``method``, if any (the request is recorded)."""
+                if method not in endpoint.redirects:
+                    return False
+                endpoint.requests.append((method, self.path))
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))  # read before answering
+                status, base = endpoint.redirects[method]
+                self.send_response(status)
+                self.send_header("Location", base.rstrip("/") + self.path)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return True
+
             def _body(self) -> Any:
                 length = int(self.headers.get("Content-Length") or 0)
                 try:
@@ -138,6 +154,8 @@ class LocalAgendaEndpoint:
                 self._send(200, {"all": found, "count": len(found), "errorResponse": error})
 
             def do_POST(self) -> None:  # noqa: N802
+                if self._redirected("POST"):
+                    return
                 endpoint.requests.append(("POST", self.path))
                 body = self._body() or {}
                 if self.path != "/login":
@@ -161,12 +179,16 @@ class LocalAgendaEndpoint:
                 return unquote(self.path[len(prefix) :])
 
             def do_GET(self) -> None:  # noqa: N802
+                if self._redirected("GET"):
+                    return
                 item_id = self._item_id("GET")
                 if item_id is not None:
                     found = endpoint._load(item_id)
                     self._answer([found] if found else [])
 
             def do_PUT(self) -> None:  # noqa: N802
+                if self._redirected("PUT"):
+                    return
                 item_id = self._item_id("PUT")
                 if item_id is None:
                     return

@@ -240,7 +240,10 @@ def test_tags_and_namespaces_outside_the_code_are_denied(stack):
     other_tag = request("ec2:CreateTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG, "Name"]})
     unmanaged = request("ec2:TerminateInstances", INSTANCE, {f"aws:ResourceTag/{MANAGED_TAG}": "false"})
     other_namespace = request("cloudwatch:PutMetricData", "*", {"cloudwatch:namespace": "AWS/EC2"})
-    for req in (other_tag, unmanaged, other_namespace):
+    # A DeleteTags without Tags deletes every tag (runs-fleet:managed too) and sends no aws:TagKeys,
+    # which ForAllValues alone lets through.
+    every_tag = [request(f"ec2:{action}", INSTANCE, MANAGED) for action in ("DeleteTags", "CreateTags")]
+    for req in (other_tag, unmanaged, other_namespace, *every_tag):
         assert not any(allowed_by(st, req) for st in statements), req
 
 

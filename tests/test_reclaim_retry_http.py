@@ -463,3 +463,114 @@ def test_an_endpoint_echoing_the_token_never_puts_it_in_the_run_output(aws, endp
         for where, text in (("event log", log), ("stdout", output.out), ("stderr", output.err)):
             assert secret not in text, f"a secret reached the {where}"
     assert "request had Authorization: Bearer ***" in log  # the echo arrived, redacted
+
+
+# ------------------------------------------------------------------ no credential follows a redirect
+
+
+@pytest.mark.parametrize("status", [302, 307])
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+@pytest.mark.parametrize("named_by", ["agendaProgressEndpointURL", "AGENDA_PROGRESS_URL"])
+def test_a_redirect_from_the_endpoint_is_an_item_error_and_the_token_never_follows_it(
+    aws, endpoint, named_by, method, status
+):
+    ids = seed_mixed(aws.client("dynamodb"))
+    settings, overrides = endpoint_settings(aws, endpoint), {}
+    if named_by == "agendaProgressEndpointURL":  # the run config names it, under an allowed prefix
+        settings = dataclasses.replace(settings, progress_url=None, allowed_urls=endpoint.progress_url)
+        overrides = {"agendaProgressEndpointURL": endpoint.progress_url}
+    log = ListLog()
+    with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:  # another server
+        elsewhere.tokens = endpoint.tokens  # it takes the token: a followed redirect would look like success
+        endpoint.redirects = {method: (status, elsewhere.base)}
+        counts = run(aws, endpoint=settings, log=log, **overrides)
+        assert elsewhere.requests == [] and elsewhere.seen_auth == []  # not one request, never the token
+    assert (counts.reclaimed, counts.errors) == (0, len(ids["stale"]))
+    assert (method, f"/progress/{ids['stale'][0]}") in endpoint.requests  # the redirect was answered
+    redirects = [line for line in log.lines if "redirect" in line]
+    assert len(redirects) == len(ids["stale"])
+    for line in redirects:
+        assert line.splitlines() == [line]
+        assert f"{method} " in line and f"HTTP {status}" in line and elsewhere.base in line and "not followed" in line
+    items = items_by_id(aws.client("dynamodb"))
+    assert {items[i]["processingState"] for i in ids["stale"]} == {"EXECUTING"}
+
+
+@pytest.mark.parametrize("status", [302, 303, 307])
+def test_a_redirect_from_the_identity_login_fails_the_run_and_the_password_never_follows_it(aws, endpoint, status):
+    seed_mixed(aws.client("dynamodb"))
+    with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:
+        endpoint.redirects = {"POST": (status, elsewhere.base)}
+        with pytest.raises(EndpointError) as info:
+            run(aws, endpoint=endpoint_settings(aws, endpoint))
+        assert elsewhere.requests == [] and elsewhere.seen_auth == []
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert f"HTTP {status}, a redirect to {elsewhere.base}/login: not followed" in message
+    assert endpoint.password not in message
+    assert endpoint.requests == [("POST", "/login")]  # no item call without a token
+
+
+# ------------------------------------------------------------------ dot segments
+
+
+DOT_PATHS = ["/../../evil", "/%2e%2e/%2E%2E/evil", "/.%2e/evil", "/..;/evil", "/./x", "/..%2fevil", "/..%5cevil"]
+
+
+def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():
+    from pipelines.reclaim.wiring import url_allowed
+
+    prefix = "https://agenda.example.com/pop/progress"
+    assert url_allowed(f"{prefix}/x", [prefix])
+    for tail in DOT_PATHS:
+        assert not url_allowed(prefix + tail, [prefix]), tail
+
+
+@pytest.mark.parametrize("tail", DOT_PATHS)
+def test_every_url_a_credential_goes_to_is_refused_with_dot_segments(aws, endpoint, tail):
+    from pipelines.reclaim.wiring import endpoint_url
+
+    settings = dataclasses.replace(endpoint_settings(aws, endpoint), allowed_urls=endpoint.progress_url)
+    for name, settings_, overrides in (
+        ("agendaProgressEndpointURL", settings, {"agendaProgressEndpointURL": endpoint.progress_url + tail}),
+        ("AGENDA_PROGRESS_URL", dataclasses.replace(settings, progress_url=endpoint.progress_url + tail), {}),
+        ("IDENTITY_URL", dataclasses.replace(settings, identity_url=endpoint.identity_url + tail), {}),
+    ):
+        with pytest.raises(ParamsError) as info:
+            params = parse_params({**BASE, **overrides})
+            endpoint_url(params, settings_)
+            make_writer(params, dynamodb=None, kms=None, ready_table=None, endpoint=settings_)
+        message = str(info.value)
+        assert message.splitlines() == [message]
+        assert message.startswith(f"{name} ") and "dot segment" in message
+    assert endpoint.requests == []
+
+
+@pytest.mark.parametrize("tail", ["/../../evil", "/%2e%2e/%2e%2e/evil"])
+def test_a_run_config_endpoint_with_dot_segments_makes_no_request_and_fails_with_one_line(
+    aws, endpoint, monkeypatch, tail
+):
+    seed_mixed(aws.client("dynamodb"))
+    _endpoint_env(aws, endpoint, monkeypatch, AGENDA_PROGRESS_ALLOWED_URLS=endpoint.progress_url)
+    url = endpoint.progress_url + tail
+    result = _reclaim_job().execute_in_process(
+        run_config={**BASE, "agendaProgressEndpointURL": url}, raise_on_error=False
+    )
+    assert not result.success
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description.splitlines() == [description]
+    assert url in description and "dot segment" in description
+    assert endpoint.requests == [] and endpoint.seen_auth == []  # not even a login
+    assert items_by_id(aws.client("dynamodb"))["stale-0"]["processingState"] == "EXECUTING"
+
+
+def test_an_item_id_that_is_a_dot_segment_is_an_item_error_and_never_sent(aws, endpoint):
+    now = int(time.time() * 1000)
+    put(aws, agenda("..", "EXECUTING", DAY_MS, now=now), agenda(".", "EXECUTING", DAY_MS, now=now),
+        agenda("plain", "EXECUTING", DAY_MS, now=now))  # fmt: skip
+    log = ListLog()
+    counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
+    assert (counts.reclaimed, counts.errors) == (1, 2)
+    assert [p for _, p in endpoint.requests if p != "/login"] == ["/progress/plain", "/progress/plain"]
+    refused = [line for line in log.lines if "not sent" in line]
+    assert len(refused) == 2 and all(line.splitlines() == [line] for line in refused)

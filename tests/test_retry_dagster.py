@@ -369,6 +369,20 @@ def test_a_run_tag_naming_an_unregistered_function_is_refused_before_import(inst
     assert json.loads(data.cursor)["pending"] == {}
 
 
+@pytest.mark.parametrize("path", ["tests.retry_delay_functions:sys.exit", "tests.retry_delay_functions:exits"])
+def test_a_run_tag_whose_delay_function_would_exit_leaves_the_sensor_running(instance, tmp_path, path):
+    # The sensor calls the delay function with the attempt number from the run's tag: sys.exit(n) (or a
+    # registered function raising SystemExit) would end the daemon. The path is refused, or the raise
+    # is a policy error: the run is not retried and the tick completes.
+    sensor, defs, first = _first_failure(
+        instance, tmp_path, {"kind": "function", "path": path, "maxAttempts": 3}, failures=9, **{ATTEMPT_TAG: "1"}
+    )
+    assert not first.success
+    data = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, cursor=None, definitions=defs))
+    assert not data.run_requests
+    assert json.loads(data.cursor)["pending"] == {}
+
+
 def test_locally_retry_policies_is_materialized_once_when_never_materialized(instance):
     from pipelines.definitions import build_definitions
 

@@ -456,9 +456,42 @@ def test_every_number_of_a_json_policy_has_a_range(obj, field):
     assert " to " in str(info.value) and "\n" not in str(info.value)
 
 
-def test_a_delay_function_answering_more_than_the_longest_wait_is_a_policy_error(monkeypatch):
-    import tests.retry_delay_functions as functions
-
-    monkeypatch.setattr(functions, "linear", lambda n: float("inf"), raising=True)
+def test_a_delay_function_answering_more_than_the_longest_wait_is_a_policy_error():
     with pytest.raises(DelayFunctionError, match="returned inf"):
-        function("tests.retry_delay_functions:linear").delay(1)
+        function("tests.retry_delay_functions:endless").delay(1)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "tests.retry_delay_functions:sys.exit",  # a dotted walk through what the module imported
+        "tests.retry_delay_functions:os.close",
+        "tests.retry_delay_functions:time.sleep",
+        "tests.retry_delay_functions:linear.__globals__",
+        "tests.retry_delay_functions:close",  # a builtin under a public name of the module
+        "tests.retry_delay_functions:sleep",
+        "tests.retry_delay_functions:imported_helper",  # a function defined in an unregistered module
+        "tests.retry_delay_functions:sys",  # a module
+        "tests.retry_delay_functions:Escape",  # a class
+    ],
+)
+def test_a_function_policy_names_only_a_function_defined_in_a_registered_module(path):
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json({"kind": "function", "path": path, "maxAttempts": 3})
+    assert (info.value.field, info.value.value) == ("path", path)
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert repr(path) in message
+
+
+@pytest.mark.parametrize(
+    ("name", "raised"), [("exits", "SystemExit"), ("interrupted", "KeyboardInterrupt"), ("escapes", "Escape")]
+)
+def test_a_delay_function_raising_any_base_exception_is_a_policy_error_never_an_exit(name, raised):
+    policy = function(f"tests.retry_delay_functions:{name}", 5)
+    with pytest.raises(DelayFunctionError) as info:
+        policy.delay(1)
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert f"'tests.retry_delay_functions:{name}' failed for n=1: {raised}" in message
+    assert not policy.is_retryable(info.value)

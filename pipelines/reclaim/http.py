@@ -10,6 +10,10 @@ Login: the original identity protocol is not public, so it sits behind one adapt
 <password>}`` answers ``{"token": "..."}``; every endpoint call then carries ``Authorization: Bearer
 <token>``. The password is ``IDM_ENCRYPTED_PASS``: base64 of a KMS ciphertext, decrypted once per run.
 
+No request follows a redirect: every one carries the token (or, the login, the password), and a
+redirect would take it to a URL nobody checked. A 3xx answer is an error naming its ``Location``:
+for one item (``GET``/``PUT``) or for the run (the login).
+
 Secrets (password, token) are held in :class:`Secret`, whose ``repr``/``str`` never show the value,
 and no error message includes a request body or a header. What the endpoint answers can still hold
 them (an ``errorResponse`` that echoes the ``Authorization`` header): every message built from an
@@ -26,7 +30,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
@@ -69,6 +73,27 @@ def redact(text: str, secrets: list[Secret]) -> str:
     return text
 
 
+class Redirected(Exception):
+    """The server answered a redirect, which is never followed (``where``: its ``Location`` without
+    query or fragment, cut short)."""
+
+    def __init__(self, status: int, location: str | None) -> None:
+        super().__init__(status, location)
+        self.status = status
+        parts = urlsplit(location or "")
+        self.where = f"{parts.scheme}://{parts.netloc}{parts.path}"[:200] if parts.netloc else (parts.path[:200] or "?")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """Answers a 3xx as it is (an ``HTTPError``), never with a request to the new location."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def decrypt_password(kms, encrypted_b64: str) -> Secret:
     """``IDM_ENCRYPTED_PASS``: base64-decode, then KMS-decrypt."""
     try:
@@ -89,9 +114,11 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
         url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
     )
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_SECONDS) as resp:
+        with _OPENER.open(req, timeout=TIMEOUT_SECONDS) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
+        if 300 <= exc.code < 400:
+            raise Redirected(exc.code, exc.headers.get("Location")) from None
         status, raw = exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
@@ -104,7 +131,13 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
 
 def login(identity_url: str, username: str, password: Secret) -> Secret:
     """The identity adapter (assumed protocol, see the module doc): returns the bearer token."""
-    status, body = _request("POST", identity_url, {"username": username, "password": password.reveal()})
+    try:
+        status, body = _request("POST", identity_url, {"username": username, "password": password.reveal()})
+    except Redirected as exc:
+        raise EndpointError(
+            f"identity login at {identity_url} answered HTTP {exc.status}, a redirect to "
+            f"{redact(exc.where, [password])}: not followed (the password goes to IDENTITY_URL only)"
+        ) from None
     token = body.get("token") if isinstance(body, dict) else None
     if status != 200 or not isinstance(token, str) or not token:
         raise EndpointError(f"identity login at {identity_url} as {username!r} failed (HTTP {status})")
@@ -130,12 +163,20 @@ class AgendaProgressEndpoint:
         return redact(text, self._secrets)
 
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
+        if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
+            raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {self.url}")
         url = f"{self.url}/{quote(item_id, safe='')}"
         for attempt in (1, 2):
             if self._token is None:
                 self._token = self.remember(self._authenticate())
             self.calls += 1
-            status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.reveal()}"})
+            try:
+                status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.reveal()}"})
+            except Redirected as exc:
+                raise ItemError(
+                    f"{method} {item_id}: HTTP {exc.status}, a redirect to {self.redact(exc.where)}: not followed "
+                    "(the bearer token goes to the endpoint URL only)"
+                ) from None
             if status == 401 and attempt == 1:
                 self._token = None  # expired: log in again, once
                 continue

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlsplit
 
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
@@ -144,10 +144,27 @@ def parse_params(raw: dict[str, Any]) -> ReclaimParams:
     return params
 
 
+def leaves_its_path(path: str) -> bool:
+    """True when a server or proxy that normalises ``path`` could serve another one: a segment that,
+    percent-decoded, is ``.`` or ``..`` (also before a ``;`` parameter, as some servers read it), or
+    holds an encoded ``/`` or a ``\\``. Such a path is refused rather than normalised."""
+    for segment in path.split("/"):
+        decoded = unquote(segment)
+        if decoded.split(";", 1)[0] in (".", "..") or "/" in decoded or "\\" in decoded:
+            return True
+    return False
+
+
 def check_url(name: str, value: str) -> str:
-    parsed = urlparse(value)
+    """An http(s) URL whose path stays where it says (a credential goes to it); without a trailing ``/``."""
+    parsed = urlsplit(value)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise ParamsError(f"{name} must be an http(s) URL, got {value!r}")
+    if leaves_its_path(parsed.path):
+        raise ParamsError(
+            f"{name} {value!r} has a dot segment ('.' or '..', also percent-encoded) or an encoded '/' or a "
+            "'\\' in its path: refused, a server that normalises the path would serve another one"
+        )
     return value.rstrip("/")
 
 
@@ -166,4 +183,13 @@ def check_max_runtime(params: ReclaimParams, max_runtime_tag: str | None) -> Non
         )
 
 
-__all__ = ["ACTIONS", "MAX_SEGMENTS", "ParamsError", "ReclaimParams", "check_max_runtime", "check_url", "parse_params"]
+__all__ = [
+    "ACTIONS",
+    "MAX_SEGMENTS",
+    "ParamsError",
+    "ReclaimParams",
+    "check_max_runtime",
+    "check_url",
+    "leaves_its_path",
+    "parse_params",
+]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlsplit
 
 from pipelines.reclaim.engine import decode_cursor, encode_cursor
 from pipelines.reclaim.http import AgendaProgressEndpoint, EndpointError, HttpWriter, decrypt_password, login
-from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
+from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url, leaves_its_path
 from pipelines.reclaim.writers import DynamoWriter
 
 
@@ -28,10 +28,13 @@ class EndpointSettings:
 def url_allowed(url: str, prefixes: list[str]) -> bool:
     """True when ``url`` is under one of ``prefixes``: same scheme, same host and port, and a path at
     or below the prefix's path (``https://a.example/p`` allows ``https://a.example/p/x``, never
-    ``https://a.example.evil/p`` or ``https://a.example/px``)."""
-    target = urlparse(url)
+    ``https://a.example.evil/p`` or ``https://a.example/px``). A path a normalising server could read
+    as another (``/p/../x``, ``/p/%2e%2e/x``) is under no prefix."""
+    target = urlsplit(url)
+    if leaves_its_path(target.path):
+        return False
     for prefix in prefixes:
-        allowed = urlparse(prefix)
+        allowed = urlsplit(prefix)
         if (target.scheme, target.netloc.lower()) != (allowed.scheme, allowed.netloc.lower()):
             continue
         base = allowed.path.rstrip("/")

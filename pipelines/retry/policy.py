@@ -8,6 +8,7 @@ reaches ``max_attempts`` the answer is ``STOP``. No Dagster imports here.
 from __future__ import annotations
 
 import importlib
+import inspect
 import math
 import os
 import random
@@ -326,8 +327,9 @@ class FunctionPolicy(RetryPolicy):
     """A user delay function named by a dotted path ``package.module:function``.
 
     The function gets ``n`` and returns seconds, or ``False``/``None``/``STOP`` for "do not
-    retry". If it raises or returns anything else, ``delay`` raises ``DelayFunctionError``
-    naming the function: the caller must treat that as final, never as a reason to retry.
+    retry". If it raises (anything, ``SystemExit`` and ``KeyboardInterrupt`` included) or returns
+    anything else, ``delay`` raises ``DelayFunctionError`` naming the function: the caller must
+    treat that as final, never as a reason to retry, and the process never exits because of it.
     """
 
     path: str = ""
@@ -337,7 +339,7 @@ class FunctionPolicy(RetryPolicy):
     def _call(self, n: int) -> float | _Stop:
         try:
             value = self.function(n)
-        except Exception as exc:  # the retry RFC's warning: identify it, never retry it
+        except BaseException as exc:  # the retry RFC's warning: identify it, never retry it, never exit
             raise DelayFunctionError(self.path, n, f"{type(exc).__name__}: {exc}") from exc
         if value is None or value is False or value is STOP:
             return STOP
@@ -363,7 +365,7 @@ class FunctionPolicy(RetryPolicy):
 # --------------------------------------------------------------------------------------------
 # Constructors (validated)
 
-_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", re.ASCII)
+_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)  # one name after ':', no walk
 
 FUNCTIONS_ENV = "GROUNDSKEEPER_RETRY_FUNCTIONS"
 """Comma-separated module prefixes whose functions a ``function`` policy may name (the deployment
@@ -442,11 +444,16 @@ def exponential(
 def function(
     path: str, max_attempts: int | None = None, *, non_retryable: tuple[str, ...] | list[str] = ()
 ) -> FunctionPolicy:
-    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built."""
+    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built.
+
+    The name after ``:`` is one attribute of the module (no dotted walk), and it must be a plain
+    Python function defined in a registered module (its ``__module__``): not a builtin such as
+    ``sys.exit`` or ``os.close`` that the module imported, nor a function it imported from an
+    unregistered module, nor a class or another callable object."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
-    if not _registered(module_name) or any(part.startswith("_") for part in attr.split(".")):
+    if not _registered(module_name) or attr.startswith("_"):
         registered = ", ".join(registered_function_modules()) or "none"
         raise RetryPolicyError(
             f"path {path!r} is not in a registered module: function policies may name only public functions "
@@ -455,19 +462,40 @@ def function(
             value=path,
         )
     try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
         raise RetryPolicyError(f"path {path!r} cannot be imported: {exc}", field="path", value=path) from exc
-    if not callable(target):
-        raise RetryPolicyError(f"path {path!r} is not callable", field="path", value=path)
+    target = vars(module).get(attr)  # the module's own namespace: no module __getattr__
+    if target is None:
+        raise RetryPolicyError(
+            f"path {path!r} cannot be imported: no {attr!r} in {module_name}", field="path", value=path
+        )
+    if not inspect.isfunction(target) or not _registered(getattr(target, "__module__", None) or ""):
+        raise RetryPolicyError(
+            f"path {path!r} is not a function defined in a registered module ({_describe(target)}): "
+            f"a function policy names a plain function defined in a module of {FUNCTIONS_ENV}",
+            field="path",
+            value=path,
+        )
     return FunctionPolicy(
         path=path,
         function=target,
         max_attempts=_max_attempts("maxAttempts", max_attempts),
         non_retryable=_names(non_retryable),
     )
+
+
+def _describe(value: Any) -> str:
+    """What a path resolved to, for the refusal: ``builtin function sys.exit``, ``function json.dumps``..."""
+    if inspect.isfunction(value):
+        return f"function {value.__module__}.{value.__qualname__}"
+    if inspect.isbuiltin(value):
+        return f"builtin function {getattr(value, '__module__', None) or '?'}.{value.__name__}"
+    if inspect.ismodule(value):
+        return f"module {value.__name__}"
+    if inspect.isclass(value):
+        return f"class {value.__module__}.{value.__qualname__}"
+    return f"a {type(value).__name__}"
 
 
 def _seconds(name: str, value: Any) -> float:
