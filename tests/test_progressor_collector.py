@@ -7,6 +7,7 @@ import pytest
 
 from pipelines.progressor import engine
 from pipelines.progressor.collector import collect_zombies
+from pipelines.progressor.health import measure
 from pipelines.progressor.params import ParamsError, collect_params
 from pipelines.progressor.schema import NamespaceError, create_namespace
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
@@ -29,7 +30,7 @@ def conn(dsn):
 
 def _rows(conn, tables, template: str, *args):
     with conn.cursor() as cur:
-        cur.execute(tables.sql(template), args)
+        cur.execute(tables.sql(template, *args))
         rows = cur.fetchall()
     conn.rollback()
     return rows
@@ -81,11 +82,11 @@ def test_error_action_rows(conn, error_world):
     _collect(conn, ns)
     running = _rows(conn, t, "SELECT process_id FROM {running} ORDER BY 1")
     assert running == [("p-fresh",)], "only the live task still runs"
-    status, finished = _one(conn, t, "SELECT status, finished_time FROM {tasks} WHERE task_id = %s", ids["zombie_task"])
+    status, finished = _one(conn, t, "SELECT status, finished_time FROM {tasks} WHERE task_id = {}", ids["zombie_task"])
     assert status == "error"
     assert finished is not None, "the zombie task gets a finished_time"
     timers = _rows(
-        conn, t, "SELECT status FROM {tasks} WHERE task_id IN (%s, %s)", ids["waiting_timer"], ids["blocked_timer"]
+        conn, t, "SELECT status FROM {tasks} WHERE task_id IN ({}, {})", ids["waiting_timer"], ids["blocked_timer"]
     )
     assert timers == [("cancelled",), ("cancelled",)]
     assert _rows(conn, t, "SELECT task_id FROM {schedule} WHERE process_id = 'p-zombie'") == []
@@ -101,7 +102,7 @@ def test_error_action_rows(conn, error_world):
 def test_error_action_keeps_history(conn, error_world):
     ns, t, _, ids = error_world
     _collect(conn, ns)
-    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = %s", ids["history"]) == ("finished",)
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", ids["history"]) == ("finished",)
     assert _one(conn, t, "SELECT count(*) FROM {events} WHERE process_id = 'p-zombie'") == (1,)
 
 
@@ -110,7 +111,7 @@ def test_error_action_leaves_live_and_idle_processes(conn, error_world):
     _collect(conn, ns)
     statuses = _rows(conn, t, "SELECT process_id, status FROM {processes} WHERE process_id <> 'p-zombie' ORDER BY 1")
     assert statuses == [("p-fresh", "running"), ("p-idle", "running")]
-    assert _one(conn, t, "SELECT status FROM {schedule} WHERE task_id = %s", ids["idle_timer"]) == ("waiting",)
+    assert _one(conn, t, "SELECT status FROM {schedule} WHERE task_id = {}", ids["idle_timer"]) == ("waiting",)
 
 
 def test_error_action_leaves_other_namespace(conn, error_world):
@@ -158,7 +159,7 @@ def test_retry_action_counts(conn, retry_world):
 def test_retry_action_reschedules_the_timer(conn, retry_world):
     ns, t, ids = retry_world
     _collect(conn, ns, action="retry")
-    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = %s", ids["timer"]) == ("error",)
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", ids["timer"]) == ("error",)
     new = _one(
         conn,
         t,
@@ -284,3 +285,37 @@ def test_non_utc_time_zone_warns_and_moves_the_threshold(conn, dsn):
         moscow.close()
     assert counts.found == 0, "a task 200 s old may be 3 h younger when progressor wrote it in Moscow time"
     assert "database TimeZone is 'Europe/Moscow', not UTC" in log.text("warning")
+
+
+@pytest.fixture
+def percent_world(conn):
+    """Namespaces ``pct%s``, ``pct%%`` and ``pct%`` (same suffix), each with one zombie and one live task."""
+    suffix = unique_namespace("")  # "/<hex>"
+    names = {"s": f"pct%s{suffix}", "double": f"pct%%{suffix}", "single": f"pct%{suffix}"}
+    tables = {key: create_namespace(conn, ns) for key, ns in names.items()}
+    with conn, conn.cursor() as cur:
+        for t in tables.values():
+            engine.start_process(cur, t, "p-zombie", age_seconds=ZOMBIE_AGE)
+            engine.start_process(cur, t, "p-live", age_seconds=5)
+    return names, tables
+
+
+def _process_statuses(conn, t) -> dict[str, str]:
+    return dict(_rows(conn, t, "SELECT process_id, status::text FROM {processes}"))
+
+
+@pytest.mark.parametrize("which", ["s", "double"])
+def test_percent_in_namespace_reads_and_writes_only_its_own_tables(conn, percent_world, which):
+    names, tables = percent_world
+    counts, log = _collect(conn, names[which])
+    assert (counts.found, counts.errored) == (1, 1), log.text()
+    assert _process_statuses(conn, tables[which]) == {"p-zombie": "error", "p-live": "running"}
+    for other in set(tables) - {which}:
+        assert _process_statuses(conn, tables[other]) == {"p-zombie": "running", "p-live": "running"}, other
+
+
+def test_percent_in_namespace_health_reads_its_own_tables(conn, percent_world):
+    names, tables = percent_world
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, tables["single"], "p-zombie-2", age_seconds=ZOMBIE_AGE)
+    assert [measure(conn, tables[k]).zombies for k in ("s", "double", "single")] == [1, 1, 2]

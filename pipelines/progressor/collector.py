@@ -151,13 +151,14 @@ def _lock_batch(cur, tables: Tables, batch: list[Zombie], seconds: int) -> list[
             "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, "
             "extract(epoch FROM now() - r.running_time)::float8 "
             "FROM {running} r JOIN {processes} p ON p.process_id = r.process_id "
-            "JOIN unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
+            "JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
             "  ON z.process_id = r.process_id AND z.task_id = r.task_id "
             "WHERE r.running_time < now() - {age} "
             "ORDER BY r.process_id FOR UPDATE OF p, r SKIP LOCKED",
+            [z.process_id for z in batch],
+            [z.task_id for z in batch],
             age=_interval(seconds),
-        ),
-        ([z.process_id for z in batch], [z.task_id for z in batch]),
+        )
     )
     return [Zombie(*row) for row in cur.fetchall()]
 
@@ -168,10 +169,11 @@ def _still_running(cur, tables: Tables, zombies: list[Zombie]) -> int:
         return 0
     cur.execute(
         tables.sql(
-            "SELECT count(*) FROM {running} r JOIN unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
-            "ON z.process_id = r.process_id AND z.task_id = r.task_id"
-        ),
-        ([z.process_id for z in zombies], [z.task_id for z in zombies]),
+            "SELECT count(*) FROM {running} r JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
+            "ON z.process_id = r.process_id AND z.task_id = r.task_id",
+            [z.process_id for z in zombies],
+            [z.task_id for z in zombies],
+        )
     )
     return cur.fetchone()[0]
 
@@ -182,28 +184,29 @@ def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_column
     tids = [z.task_id for z in zombies]
     cur.execute(
         tables.sql(
-            "DELETE FROM {running} r USING unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
-            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id"
-        ),
-        (pids, tids),
+            "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
+            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
+            pids,
+            tids,
+        )
     )
     cur.execute(
         tables.sql(
-            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY(%s) AND status IN ('waiting', 'blocked')"
-        ),
-        (pids,),
+            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
+            pids,
+        )
     )
-    cur.execute(
-        tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY(%s)"), (tids,)
-    )
-    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY(%s)"), (pids,))
+    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
+    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
     extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
     cur.execute(
         tables.sql(
-            "UPDATE {processes} p SET status = 'error', detail = %s, corrupted_by = z.task_id" + extra + " "
-            "FROM unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) WHERE p.process_id = z.process_id"
-        ),
-        (ZOMBIE_ERROR, pids, tids),
+            "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
+            "FROM unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) WHERE p.process_id = z.process_id",
+            ZOMBIE_ERROR,
+            pids,
+            tids,
+        )
     )
 
 
@@ -213,16 +216,14 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
     at now() + timeout) in tasks and schedule; the running row deleted. The process stays running."""
     pids = [z.process_id for z in zombies]
     tids = [z.task_id for z in zombies]
-    cur.execute(
-        tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY(%s)"), (tids,)
-    )
+    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
     cur.execute(
         tables.sql(
-            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY(%s) AND task_type IN ('timeout', 'remove') "
+            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY({}) AND task_type IN ('timeout', 'remove') "
             "AND status IN ('waiting', 'blocked') RETURNING task_id) "
-            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)"
-        ),
-        (pids,),
+            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)",
+            pids,
+        )
     )
     cur.execute(
         tables.sql(
@@ -231,20 +232,22 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
             "    last_retry_interval, attempts_count, context) "
             "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
             "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
-            "  FROM {running} r JOIN unnest(%s::bigint[], %s::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
+            "  FROM {running} r JOIN unnest({}::bigint[], {}::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
             "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
             "    last_retry_interval, attempts_count, context) "
             "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
-            "  last_retry_interval, attempts_count, context) SELECT * FROM new"
-        ),
-        (tids, timeouts),
+            "  last_retry_interval, attempts_count, context) SELECT * FROM new",
+            tids,
+            timeouts,
+        )
     )
     cur.execute(
         tables.sql(
-            "DELETE FROM {running} r USING unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
-            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id"
-        ),
-        (pids, tids),
+            "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
+            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
+            pids,
+            tids,
+        )
     )
 
 
