@@ -319,3 +319,54 @@ def test_percent_in_namespace_health_reads_its_own_tables(conn, percent_world):
     with conn, conn.cursor() as cur:
         engine.start_process(cur, tables["single"], "p-zombie-2", age_seconds=ZOMBIE_AGE)
     assert [measure(conn, tables[k]).zombies for k in ("s", "double", "single")] == [1, 1, 2]
+
+
+OVERFLOWING_POLICY = {"initial_timeout": 2_592_000, "backoff_coefficient": 1000, "max_attempts": 5}
+
+
+@pytest.fixture
+def overflow_world(conn):
+    """A timer zombie due for its second retry under OVERFLOWING_POLICY (the oldest), and a call zombie."""
+    ns = unique_namespace("overflow")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-timer", age_seconds=ZOMBIE_AGE + 100)
+        cur.execute(t.sql("DELETE FROM {running} WHERE process_id = 'p-timer'"))
+        cur.execute(t.sql("UPDATE {tasks} SET status = 'finished' WHERE process_id = 'p-timer'"))
+        timer = engine.run_task(
+            cur, t, "p-timer", "timeout", age_seconds=ZOMBIE_AGE + 100, attempts_count=1, last_retry_interval=2_592_000
+        )
+        call = engine.start_process(cur, t, "p-call", age_seconds=ZOMBIE_AGE, task_type="call")
+    return ns, t, timer, call
+
+
+def test_retry_interval_beyond_integer_is_clamped(conn, overflow_world):
+    ns, t, timer, call = overflow_world
+    counts, log = _collect(conn, ns, action="retry", retry_policy=OVERFLOWING_POLICY)
+    assert (counts.retried, counts.errored, counts.failed) == (1, 1, 0), log.text()
+    assert _one(conn, t, "SELECT attempts_count, last_retry_interval FROM {schedule} WHERE process_id = 'p-timer'") == (
+        2,
+        2**31 - 1,
+    )
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", call) == ("error",)
+
+
+def test_a_refused_row_costs_that_row_only(conn, overflow_world):
+    ns, t, timer, call = overflow_world
+    with conn, conn.cursor() as cur:  # the database refuses to error p-timer's task
+        cur.execute(
+            t.sql(
+                "ALTER TABLE {tasks} ADD CONSTRAINT p_timer_never_errors "
+                "CHECK (process_id <> 'p-timer' OR status <> 'error')"
+            )
+        )
+    counts, log = _collect(conn, ns)
+    assert (counts.found, counts.errored, counts.failed) == (2, 1, 1), log.text()
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", call) == ("error",)
+    assert _one(conn, t, "SELECT status FROM {processes} WHERE process_id = 'p-timer'") == ("running",)
+    assert f"failed: process 'p-timer' task {timer}" in log.text("warning")
+    with conn, conn.cursor() as cur:  # a later zombie: the next run still gets past the refused one
+        later = engine.start_process(cur, t, "p-later", age_seconds=ZOMBIE_AGE)
+    counts, log = _collect(conn, ns)
+    assert (counts.found, counts.errored, counts.failed) == (2, 1, 1), log.text()
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", later) == ("error",)

@@ -8,7 +8,10 @@ batches. Each batch is one transaction with ``SET LOCAL lock_timeout`` that re-s
 candidates with ``FOR UPDATE OF <processes>, <running> SKIP LOCKED``: a process whose row a live
 worker holds (progressor locks the process row, then the running row) is skipped and left for a
 later run instead of deadlocking. A lock timeout or a deadlock on the other rows costs only that
-batch (rolled back, counted), and the run goes on.
+batch (rolled back, counted), and the run goes on. A row the database refuses (a data or integrity
+error: out of range, a constraint) rolls its batch back, and the batch's zombies are then collected
+one per transaction: the refused zombie is left as it is with one warning line (``failed``), every
+other zombie is collected, and later runs go on past it.
 
 Actions (see :func:`collect_zombies`): ``error`` does what progressor's ``collect_zombies`` does
 (and also sets ``previous_status``/``status_changed_at``); ``retry`` re-schedules zombie timers
@@ -56,6 +59,8 @@ BATCH_ERRORS = (
     psycopg2.errors.DeadlockDetected,
     psycopg2.errors.SerializationFailure,
 )
+# Errors caused by one row's data: they cost that row only (its batch is retried one zombie at a time).
+ROW_ERRORS = (psycopg2.DataError, psycopg2.IntegrityError)
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Counts:
     batches: int = 0
     batches_rolled_back: int = 0
     rolled_back_zombies: int = 0
+    failed: int = 0  # refused by the database (data or integrity error), left as they are
     would_error: int = 0
     would_retry: int = 0
 
@@ -309,41 +315,81 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Count
             else:
                 counts.would_error += 1
         return counts
+    run = _BatchRunner(conn, tables, params, seconds, with_status_columns, counts, log, on_batch)
     for start in range(0, len(zombies), params.batch_size):
-        batch = zombies[start : start + params.batch_size]
         counts.batches += 1
+        run.attempt(zombies[start : start + params.batch_size], split=True)
+    return counts
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass
+class _BatchRunner:
+    conn: object
+    tables: Tables
+    params: CollectParams
+    seconds: int
+    with_status_columns: bool
+    counts: Counts
+    log: object
+    on_batch: object
+
+    def attempt(self, batch: list[Zombie], *, split: bool) -> None:
+        """One transaction for ``batch``; a row error splits it into one transaction per zombie."""
+        counts, log = self.counts, self.log
         try:
-            with conn, conn.cursor() as cur:
-                cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
-                locked = _lock_batch(cur, tables, batch, seconds)
-                locked_keys = {(z.process_id, z.task_id) for z in locked}
-                unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
-                still = _still_running(cur, tables, unlocked)
-                if on_batch is not None:
-                    on_batch(counts.batches)
-                retry, timeouts, error, reasons = plan(locked, params)
-                if error:
-                    error_zombies(cur, tables, error, with_status_columns)
-                if retry:
-                    retry_zombies(cur, tables, retry, timeouts)
-            for z, reason in zip(locked, reasons, strict=True):
-                log.info(f"{reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
-            counts.errored += len(error)
-            counts.retried += len(retry)
-            counts.skipped_locked += still
-            counts.vanished += len(unlocked) - still
-            if still:
-                log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
+            self._collect(batch)
         except BATCH_ERRORS as exc:
             counts.batches_rolled_back += 1
             counts.rolled_back_zombies += len(batch)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning(
                 f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back, left for the next run: "
-                f"{exc.pgcode} {first}"
+                f"{exc.pgcode} {_first_line(exc)}"
             )
             time.sleep(0.05)
-    return counts
+        except ROW_ERRORS as exc:
+            if split and len(batch) > 1:
+                log.warning(
+                    f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back by a refused row "
+                    f"({exc.pgcode} {_first_line(exc)}): collecting its zombies one at a time"
+                )
+                for zombie in batch:
+                    self.attempt([zombie], split=False)
+                return
+            counts.failed += len(batch)
+            for zombie in batch:
+                log.warning(
+                    f"failed: {_describe(zombie)} left as it is, the database refused it: "
+                    f"{exc.pgcode} {_first_line(exc)}"
+                )
+
+    def _collect(self, batch: list[Zombie]) -> None:
+        counts, log, tables, params = self.counts, self.log, self.tables, self.params
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
+            locked = _lock_batch(cur, tables, batch, self.seconds)
+            locked_keys = {(z.process_id, z.task_id) for z in locked}
+            unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
+            still = _still_running(cur, tables, unlocked)
+            if self.on_batch is not None:
+                self.on_batch(counts.batches)
+            retry, timeouts, error, reasons = plan(locked, params)
+            if error:
+                error_zombies(cur, tables, error, self.with_status_columns)
+            if retry:
+                retry_zombies(cur, tables, retry, timeouts)
+        for z, reason in zip(locked, reasons, strict=True):
+            log.info(f"{reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
+        counts.errored += len(error)
+        counts.retried += len(retry)
+        counts.skipped_locked += still
+        counts.vanished += len(unlocked) - still
+        if still:
+            log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
 
 
 def progressor_sql(tables: Tables, seconds: int) -> sql.Composed:

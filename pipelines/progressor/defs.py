@@ -52,7 +52,8 @@ def collect_op(
         raise _failure(str(exc)) from None
     context.log.info(
         f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
-        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}"
+        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}, "
+        f"failed {counts.failed}"
         + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
     )
     if not params.dry_run:

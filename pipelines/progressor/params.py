@@ -18,6 +18,7 @@ ACTIONS = ("error", "retry")
 ZOMBIE_ERROR = "zombie detected"  # progressor's detail for a zombie; also the error name retry policies see
 PROTECT_TIMEOUT = 5  # progressor's ?PROTECT_TIMEOUT, seconds added to the threshold
 MONTH = 30 * 86400
+MAX_RETRY_INTERVAL = 2**31 - 1  # last_retry_interval is an INTEGER column: a longer timeout is clamped to it
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,12 @@ class RetryPolicy:
             raise ParamsError(f"non_retryable_errors must be a list of strings, got {self.non_retryable_errors!r}")
 
     def next_timeout(self, last_retry_interval: int) -> int:
-        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient)."""
+        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient),
+        clamped to :data:`MAX_RETRY_INTERVAL` (the INTEGER column it is stored in; a longer one would
+        fail the whole batch with ``NumericValueOutOfRange``)."""
         if last_retry_interval == 0:
-            return self.initial_timeout
-        return math.trunc(last_retry_interval * self.backoff_coefficient)
+            return min(self.initial_timeout, MAX_RETRY_INTERVAL)
+        return min(math.trunc(last_retry_interval * self.backoff_coefficient), MAX_RETRY_INTERVAL)
 
     def decide(self, task_type: str, attempts_count: int, last_retry_interval: int) -> tuple[bool, int, str]:
         """(retry?, timeout, reason) for a zombie task: only timers, within attempts and max_timeout."""
