@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import psycopg2
 import pytest
+from psycopg2 import sql
 
 from pipelines.progressor import engine
-from pipelines.progressor.collector import collect_zombies
+from pipelines.progressor.collector import ClockError, collect_zombies
 from pipelines.progressor.health import measure
 from pipelines.progressor.params import ParamsError, collect_params
 from pipelines.progressor.schema import NamespaceError, create_namespace
@@ -284,7 +287,62 @@ def test_non_utc_time_zone_warns_and_moves_the_threshold(conn, dsn):
     finally:
         moscow.close()
     assert counts.found == 0, "a task 200 s old may be 3 h younger when progressor wrote it in Moscow time"
-    assert "database TimeZone is 'Europe/Moscow', not UTC" in log.text("warning")
+    assert "'Europe/Moscow' (+10800s), not UTC" in log.text("warning")
+
+
+def _progressor_running_task(cur, t, process_id: str, started_seconds_ago: float) -> None:
+    """A running task whose running_time progressor wrote: TO_TIMESTAMP(<UTC text>) in the writer's session."""
+    engine.start_process(cur, t, process_id)
+    utc_text = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=started_seconds_ago)).strftime("%Y-%m-%d %H:%M:%S")
+    cur.execute(
+        t.sql(
+            "UPDATE {running} SET running_time = TO_TIMESTAMP({}, 'YYYY-MM-DD HH24:MI:SS') WHERE process_id = {}",
+            utc_text,
+            process_id,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def tokyo_dsn():
+    """A database whose default TimeZone is Asia/Tokyo: progressor's sessions (no options) write in it."""
+    with scratch_database("gk_progressor_tokyo") as url:
+        admin = psycopg2.connect(url)
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute("SELECT current_database()")
+            cur.execute(
+                sql.SQL("ALTER DATABASE {} SET TimeZone = 'Asia/Tokyo'").format(sql.Identifier(cur.fetchone()[0]))
+            )
+        admin.close()
+        yield url
+
+
+def test_collector_forcing_utc_does_not_collect_a_live_task_written_in_tokyo(tokyo_dsn):
+    ns = unique_namespace("tokyo")
+    writer = psycopg2.connect(tokyo_dsn)  # the database default, as progressor's sessions
+    collector = psycopg2.connect(tokyo_dsn, options="-c TimeZone=UTC")
+    try:
+        t = create_namespace(writer, ns)
+        with writer, writer.cursor() as cur:
+            _progressor_running_task(cur, t, "p-live", started_seconds_ago=2)
+            _progressor_running_task(cur, t, "p-dead", started_seconds_ago=10 * 3600)
+        counts, log = _collect(collector, ns)
+        statuses = dict(_rows(collector, t, "SELECT process_id, status::text FROM {processes}"))
+    finally:
+        writer.close()
+        collector.close()
+    assert statuses == {"p-live": "running", "p-dead": "error"}, log.text()
+    assert counts.errored == 1
+    assert "'Asia/Tokyo' (+32400s)" in log.text("warning")
+
+
+def test_writer_time_zone_unknown_to_postgresql_is_one_line(conn):
+    ns = unique_namespace("tzname")
+    create_namespace(conn, ns)
+    with pytest.raises(ClockError) as info:
+        _collect(conn, ns, writer_time_zone="Mars/Olympus")
+    assert "writer_time_zone 'Mars/Olympus' is not a time zone PostgreSQL knows" == str(info.value)
 
 
 @pytest.fixture

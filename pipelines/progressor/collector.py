@@ -95,39 +95,115 @@ class Zombie:
     age_seconds: float
 
 
+class ClockError(ValueError):
+    """The time zone of progressor's sessions cannot be told; one line."""
+
+
 @dataclass(frozen=True)
 class Clock:
-    """The database's time zone, and how far progressor's ``running_time`` values are shifted by it."""
+    """The time zones progressor's sessions may use, and how far its ``running_time`` values are shifted.
 
-    time_zone: str
-    utc_offset_seconds: int
+    Progressor writes ``running_time`` with ``TO_TIMESTAMP(<UTC text>)``, which reads the text in the
+    writing session's ``TimeZone``: east of UTC every task looks older by the zone's offset. That zone is
+    the database's or the role's default (or the server's), not the collector's session zone, so the
+    collector takes every zone a progressor session may have (``writer_zones``: the explicit
+    ``writer_time_zone``, or else the role settings, the database setting or the server default, and
+    this session's zone) and moves the threshold back by the largest eastward offset: when they
+    disagree a zombie is collected later, a live task never."""
+
+    time_zone: str  # this session's
+    writer_zones: tuple[tuple[str, int], ...]  # (zone, UTC offset in seconds now)
+    explicit: bool = False  # writer_time_zone was set
+
+    @property
+    def utc_offset_seconds(self) -> int:
+        return max(offset for _, offset in self.writer_zones)
 
     @property
     def is_utc(self) -> bool:
-        return self.time_zone.lower() in UTC_NAMES
+        return all(zone.lower() in UTC_NAMES for zone, _ in self.writer_zones)
 
     @property
     def safety_shift_seconds(self) -> int:
-        """Progressor writes running_time with TO_TIMESTAMP(UTC text) in the session's zone: east of UTC
-        that makes every task look older by the offset, so the threshold moves back by it."""
         return 0 if self.is_utc else max(0, self.utc_offset_seconds)
+
+    def describe(self) -> str:
+        return ", ".join(f"{zone!r} ({offset:+d}s)" for zone, offset in self.writer_zones)
 
     def warning(self) -> str | None:
         if self.is_utc:
             return None
+        source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
         return (
-            f"database TimeZone is {self.time_zone!r}, not UTC: progressor's TO_TIMESTAMP running times are shifted "
-            f"by {self.utc_offset_seconds:+d}s; the zombie threshold is moved back {self.safety_shift_seconds}s "
+            f"{source} {self.describe()}, not UTC: progressor's TO_TIMESTAMP running times are shifted by up to "
+            f"{self.utc_offset_seconds:+d}s; the zombie threshold is moved back {self.safety_shift_seconds}s "
             "so that no live task is collected. Set the database's TimeZone to UTC."
         )
 
 
-def database_clock(conn) -> Clock:
-    with conn.cursor() as cur:
-        cur.execute("SELECT current_setting('TimeZone'), extract(timezone FROM now())::int")
-        zone, offset = cur.fetchone()
-    conn.rollback()
-    return Clock(zone, offset)
+def _writer_zone_names(cur) -> list[str]:
+    """The zones a progressor session may get without asking: every role's setting (role-wide or for this
+    database), then the database's setting or, without one, the server's default; this session's last."""
+    cur.execute(
+        "SELECT s.setrole <> 0, substr(c, strpos(c, '=') + 1) FROM pg_db_role_setting s, unnest(s.setconfig) c "
+        "WHERE s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database())) "
+        "AND lower(split_part(c, '=', 1)) = 'timezone' ORDER BY 1, 2"
+    )
+    rows = cur.fetchall()
+    zones = [zone for role_level, zone in rows if role_level]
+    database_zones = [zone for role_level, zone in rows if not role_level]
+    if not database_zones:
+        database_zones = [_server_default_zone(cur)]
+    cur.execute("SELECT current_setting('TimeZone')")
+    return list(dict.fromkeys([*zones, *database_zones, cur.fetchone()[0]]))
+
+
+def _server_default_zone(cur) -> str:
+    """The server's TimeZone (postgresql.conf or ALTER SYSTEM; GMT when neither sets it)."""
+    cur.execute("SAVEPOINT server_zone")
+    try:
+        cur.execute("SELECT setting FROM pg_file_settings WHERE lower(name) = 'timezone' AND applied")
+        row = cur.fetchone()
+        cur.execute("RELEASE SAVEPOINT server_zone")
+        return row[0] if row else "GMT"
+    except psycopg2.errors.InsufficientPrivilege:
+        cur.execute("ROLLBACK TO SAVEPOINT server_zone")
+    cur.execute("SELECT source, setting FROM pg_settings WHERE name = 'TimeZone'")
+    source, setting = cur.fetchone()
+    if source in ("default", "configuration file", "command line", "environment variable"):
+        return setting
+    raise ClockError(
+        f"cannot tell the server's default TimeZone (this session's comes from {source!r} and pg_file_settings "
+        "is not readable): set writer_time_zone to the TimeZone progressor's sessions use"
+    )
+
+
+def _offsets(cur, zones: list[str]) -> tuple[tuple[str, int], ...]:
+    cur.execute(
+        "SELECT z, extract(epoch FROM (now() AT TIME ZONE z) - (now() AT TIME ZONE 'UTC'))::int "
+        "FROM unnest(%s::text[]) WITH ORDINALITY AS u(z, n) ORDER BY n",
+        (zones,),
+    )
+    return tuple(cur.fetchall())
+
+
+def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
+    """The clock of progressor's sessions: ``writer_time_zone`` if given, else every zone they may use."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('TimeZone')")
+            session_zone = cur.fetchone()[0]
+            if writer_time_zone is not None:
+                try:
+                    zones = _offsets(cur, [writer_time_zone])
+                except psycopg2.errors.InvalidParameterValue:
+                    raise ClockError(
+                        f"writer_time_zone {writer_time_zone!r} is not a time zone PostgreSQL knows"
+                    ) from None
+                return Clock(session_zone, zones, explicit=True)
+            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur)))
+    finally:
+        conn.rollback()
 
 
 def _interval(seconds: int) -> sql.Composable:
@@ -282,19 +358,19 @@ def _describe(z: Zombie) -> str:
     )
 
 
-def prepare(conn, namespace: str) -> tuple[Tables, Clock, bool]:
+def prepare(conn, namespace: str, writer_time_zone: str | None = None) -> tuple[Tables, Clock, bool]:
     """Check the namespace's tables and the database clock before anything is written."""
     tables = tables_for(namespace)
     require_tables(conn, tables)
     columns = process_columns(conn, tables)
     conn.rollback()
-    return tables, database_clock(conn), {"previous_status", "status_changed_at"} <= columns
+    return tables, database_clock(conn, writer_time_zone), {"previous_status", "status_changed_at"} <= columns
 
 
 def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Counts:
     """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
     ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking."""
-    tables, clock, with_status_columns = prepare(conn, params.namespace)
+    tables, clock, with_status_columns = prepare(conn, params.namespace, params.writer_time_zone)
     warning = clock.warning()
     if warning:
         log.warning(warning)

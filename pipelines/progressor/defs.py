@@ -15,7 +15,7 @@ from pipelines.common.defs import (
     params_from_config,
     run_summary,
 )
-from pipelines.progressor.collector import Counts, collect_zombies
+from pipelines.progressor.collector import ClockError, Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
 from pipelines.progressor.metrics import collection_datums, health_datums, put_metrics
@@ -48,7 +48,7 @@ def collect_op(
     try:
         with progressor_db.connection() as conn:
             counts: Counts = collect_zombies(conn, params, context.log)
-    except (NamespaceError, ProgressorDatabaseError) as exc:
+    except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
         raise _failure(str(exc)) from None
     context.log.info(
         f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
@@ -109,8 +109,9 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
                     tables_for(namespace),
                     process_step_timeout=target.params.process_step_timeout,
                     task_scan_timeout=target.params.task_scan_timeout,
+                    writer_time_zone=target.params.writer_time_zone,
                 )
-        except (NamespaceError, ProgressorDatabaseError) as exc:
+        except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
             raise _failure(str(exc)) from None
         warning = health.clock.warning()
         if warning:
@@ -136,7 +137,7 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
                 **{f"tasks_{s}": dg.MetadataValue.int(n) for s, n in health.tasks_by_status.items()},
                 "tasks_by_status": dg.MetadataValue.json(health.tasks_by_status),
                 "task_durations": dg.MetadataValue.md(histogram_markdown(health)),
-                "database_time_zone": health.clock.time_zone,
+                "database_time_zone": health.clock.describe(),
             },
             check_results=results,
         )

@@ -47,10 +47,17 @@ def _bucket_case() -> str:
     return f"CASE {cases} ELSE {len(BUCKETS_MS)} END"
 
 
-def measure(conn, tables: Tables, *, process_step_timeout: int = 60, task_scan_timeout: int = 31) -> Health:
+def measure(
+    conn,
+    tables: Tables,
+    *,
+    process_step_timeout: int = 60,
+    task_scan_timeout: int = 31,
+    writer_time_zone: str | None = None,
+) -> Health:
     """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
     require_tables(conn, tables)
-    clock = database_clock(conn)
+    clock = database_clock(conn, writer_time_zone)
     threshold = process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT + clock.safety_shift_seconds
     health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold)
     health.overdue_after_seconds = 2 * task_scan_timeout
