@@ -8,7 +8,7 @@ per target namespace, a health asset per namespace with its checks, and local de
 import dagster as dg
 
 from pipelines.common.defs import (
-    aws_errors,
+    CommittedChangeMetrics,
     exclusive_schedule,
     flat_config,
     metadata_from,
@@ -35,9 +35,12 @@ def _failure(message: str) -> dg.Failure:
     return dg.Failure(description=message, allow_retries=False)
 
 
-def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, datums: list[dict]) -> None:
-    with aws_errors(context):
-        put_metrics(cloudwatch.get_client(), db.metrics_namespace, datums)
+def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, what: str, datums: list[dict]) -> bool:
+    """Publish to the deployment's metrics sink; a failure is a warning, never a failed run. Returns
+    whether the metrics were published."""
+    metrics = CommittedChangeMetrics(context, cloudwatch, what)
+    put_metrics(metrics, db.metrics_namespace, datums)
+    return metrics.published
 
 
 @dg.op(name=OP_NAME, description="Collect the namespace's zombie tasks in SKIP LOCKED batches.")
@@ -56,9 +59,10 @@ def collect_op(
         f"failed {counts.failed}"
         + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
     )
-    if not params.dry_run:
-        _put(context, cloudwatch, progressor_db, collection_datums(params.namespace, counts.collected))
     result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    if not params.dry_run:
+        datums = collection_datums(params.namespace, counts.collected)
+        result["metrics_published"] = _put(context, cloudwatch, progressor_db, f"progressor {params.namespace}", datums)
     counters = {"zombies_collected": counts.collected, "retried": counts.retried, "errored": counts.errored}
     run_summary(context, f"progressor {params.namespace}", counters, "dry run" if params.dry_run else "")
     return dg.Output(result, metadata=metadata_from(result))
@@ -116,7 +120,7 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
         warning = health.clock.warning()
         if warning:
             context.log.warning(warning)
-        _put(context, cloudwatch, progressor_db, health_datums(health))
+        published = _put(context, cloudwatch, progressor_db, f"progressor health {namespace}", health_datums(health))
         results = [
             dg.AssetCheckResult(
                 check_name=c.name,
@@ -138,6 +142,7 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
                 "tasks_by_status": dg.MetadataValue.json(health.tasks_by_status),
                 "task_durations": dg.MetadataValue.md(histogram_markdown(health)),
                 "database_time_zone": health.clock.describe(),
+                "metrics_published": dg.MetadataValue.bool(published),
             },
             check_results=results,
         )
