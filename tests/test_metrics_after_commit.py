@@ -118,3 +118,22 @@ def test_progressor_dimension_values_are_cleaned_as_the_fleets():
 
     [datum] = collection_datums("naïve/défaut", 3)
     assert datum["Dimensions"] == [{"Name": "Namespace", "Value": "na?ve/d?faut"}]
+
+
+def test_fleet_housekeeping_with_cloudwatch_unreachable_warns_and_succeeds(aws, monkeypatch):
+    """The fleet's plain code publishes through the same client: the stale parameter is deleted, the run succeeds."""
+    from pipelines.definitions import build_definitions
+    from tests import fleet_support as fs
+
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH", CLOSED_PORT)
+    job = build_definitions("local").resolve_job_def("housekeeping")
+    instance = dg.DagsterInstance.ephemeral()
+    message = {"task_type": "stale_ssm", "timestamp": "2026-11-22T10:00:00Z", "params": {}}
+    result = job.execute_in_process(run_config=message, instance=instance, raise_on_error=False)
+    logs = [(e.level, e.user_message) for e in instance.all_logs(result.run_id) if e.user_message]
+    assert result.success, logs
+    assert fs.runner_parameters(aws) == set()
+    [output] = [e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT"]
+    assert output.event_specific_data.metadata["metrics_published"].value is False
+    assert [m for level, m in logs if level == 30 and f"fleet: {NOT_PUBLISHED}" in m], logs
