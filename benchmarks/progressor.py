@@ -25,6 +25,7 @@ import uuid
 
 import psycopg2
 import psycopg2.errors
+from psycopg2 import sql
 
 from pipelines.progressor import engine
 from pipelines.progressor.collector import collect_zombies, progressor_sql, progressor_statement
@@ -49,32 +50,43 @@ def load(conn, t: Tables, processes: int, per_process: int, zombies: int) -> Non
         cur.execute(
             t.sql(
                 "INSERT INTO {processes} (process_id, status, previous_status, status_changed_at) "
-                "SELECT 'p' || lpad(i::text, 7, '0'), 'running', 'running', now() FROM generate_series(1, %s) i"
-            ),
-            (processes,),
+                "SELECT 'p' || lpad(i::text, 7, '0'), 'running', 'running', now() FROM generate_series(1, {}) i",
+                processes,
+            )
         )
         cur.execute(
             t.sql(
                 "INSERT INTO {tasks} (task_id, process_id, task_type, status, scheduled_time, running_time, "
                 "finished_time, last_retry_interval, attempts_count) "
-                "SELECT (i - 1) * %(k)s + j, 'p' || lpad(i::text, 7, '0'), "
-                "  (CASE WHEN j %% 3 = 0 THEN 'timeout' ELSE 'call' END)::task_type, "
-                "  (CASE WHEN j < %(k)s THEN 'finished' WHEN i <= %(z)s + %(live)s THEN 'running' "
-                "        WHEN i <= %(z)s + %(live)s + %(timers)s THEN 'waiting' ELSE 'finished' END)::task_status, "
-                "  now() - make_interval(secs => (CASE WHEN i <= %(z)s THEN 300 WHEN i <= %(z)s + %(live)s THEN 10 "
+                "SELECT (i - 1) * {k} + j, 'p' || lpad(i::text, 7, '0'), "
+                "  (CASE WHEN j % 3 = 0 THEN 'timeout' ELSE 'call' END)::task_type, "
+                "  (CASE WHEN j < {k} THEN 'finished' WHEN i <= {z} + {live} THEN 'running' "
+                "        WHEN i <= {z} + {live} + {timers} THEN 'waiting' ELSE 'finished' END)::task_status, "
+                "  now() - make_interval(secs => (CASE WHEN i <= {z} THEN 300 WHEN i <= {z} + {live} THEN 10 "
                 "        ELSE 3600 - j END)), "
-                "  CASE WHEN j = %(k)s AND i > %(z)s + %(live)s AND i <= %(z)s + %(live)s + %(timers)s THEN NULL "
-                "       ELSE now() - make_interval(secs => (CASE WHEN i <= %(z)s THEN 300 "
-                "            WHEN i <= %(z)s + %(live)s THEN 10 ELSE 3600 - j END)) END, "
-                "  CASE WHEN j < %(k)s OR i > %(z)s + %(live)s + %(timers)s "
+                "  CASE WHEN j = {k} AND i > {z} + {live} AND i <= {z} + {live} + {timers} THEN NULL "
+                "       ELSE now() - make_interval(secs => (CASE WHEN i <= {z} THEN 300 "
+                "            WHEN i <= {z} + {live} THEN 10 ELSE 3600 - j END)) END, "
+                "  CASE WHEN j < {k} OR i > {z} + {live} + {timers} "
                 "       THEN now() - make_interval(secs => 3600 - j) + make_interval(secs => random()) END, 0, 0 "
-                "FROM generate_series(1, %(n)s) i, generate_series(1, %(k)s) j"
-            ),
-            {"k": per_process, "z": zombies, "live": live, "timers": timers, "n": processes},
+                "FROM generate_series(1, {n}) i, generate_series(1, {k}) j",
+                **{
+                    name: sql.Literal(value)
+                    for name, value in {
+                        "k": per_process,
+                        "z": zombies,
+                        "live": live,
+                        "timers": timers,
+                        "n": processes,
+                    }.items()
+                },
+            )
         )
         cur.execute(
-            t.sql("SELECT setval(pg_get_serial_sequence(%s, 'task_id'), (SELECT max(task_id) FROM {tasks}))"),
-            (t.tasks.as_string(conn),),
+            t.sql(
+                "SELECT setval(pg_get_serial_sequence({}, 'task_id'), (SELECT max(task_id) FROM {tasks}))",
+                t.tasks.as_string(conn),
+            )
         )
         cur.execute(
             t.sql(
@@ -123,9 +135,9 @@ def measured(conn, t: Tables, fn) -> tuple[float, dict[str, int]]:
     return elapsed, {k.rsplit("_", 1)[1]: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
 
 
-def explain(conn, t: Tables, statement, args=None) -> str:
+def explain(conn, t: Tables, statement) -> str:
     with conn.cursor() as cur:
-        cur.execute(t.sql("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + statement, args)
+        cur.execute(t.sql("EXPLAIN (ANALYZE, BUFFERS, COSTS OFF) ") + statement)
         plan = "\n".join(row[0] for row in cur.fetchall())
     conn.rollback()
     return plan
@@ -137,9 +149,9 @@ def restore_zombies(conn, t: Tables, zombies: int) -> None:
         cur.execute(
             t.sql(
                 "UPDATE {tasks} SET status = 'running', finished_time = NULL WHERE task_id IN (SELECT max(task_id) "
-                "FROM {tasks} WHERE process_id <= 'p' || lpad(%s::text, 7, '0') GROUP BY process_id)"
-            ),
-            (zombies,),
+                "FROM {tasks} WHERE process_id <= 'p' || lpad({}::text, 7, '0') GROUP BY process_id)",
+                zombies,
+            )
         )
         cur.execute(
             t.sql(
@@ -151,9 +163,9 @@ def restore_zombies(conn, t: Tables, zombies: int) -> None:
         cur.execute(
             t.sql(
                 "UPDATE {processes} SET status = 'running', detail = NULL, corrupted_by = NULL "
-                "WHERE process_id <= 'p' || lpad(%s::text, 7, '0')"
-            ),
-            (zombies,),
+                "WHERE process_id <= 'p' || lpad({}::text, 7, '0')",
+                zombies,
+            )
         )
 
 
@@ -164,10 +176,10 @@ def refresh_live(conn, t: Tables, zombies: int) -> None:
             cur.execute(
                 t.sql(
                     "UPDATE {table} SET running_time = now() - interval '10 s' WHERE status = 'running' "
-                    "AND process_id > 'p' || lpad(%s::text, 7, '0')",
+                    "AND process_id > 'p' || lpad({}::text, 7, '0')",
+                    zombies,
                     table=table,
-                ),
-                (zombies,),
+                )
             )
 
 

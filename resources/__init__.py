@@ -21,6 +21,7 @@ from resources.aws import (
     S3Resource,
     SQSResource,
     SSMResource,
+    metrics_sink_from_env,
 )
 from resources.errors import explain_aws_error
 from resources.postgres import ProgressorDatabase, progressor_database_from_env
@@ -55,7 +56,7 @@ def _aws_resources(*, grouped_writes: bool, **boto3_config: Any) -> dict[str, An
         "sqs": SQSResource(**boto3_config),
         "ec2": EC2Resource(**boto3_config),
         "ssm": SSMResource(**boto3_config),
-        "cloudwatch": CloudWatchResource(**boto3_config),
+        "cloudwatch": CloudWatchResource(metrics_sink=metrics_sink_from_env(), **boto3_config),
         "s3": S3Resource(**boto3_config),
         "kms": KMSResource(**boto3_config),
     }

@@ -7,6 +7,7 @@ arguments and never imports Dagster. SSM and S3 come straight from dagster-aws.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar
 
 import boto3
@@ -70,10 +71,27 @@ class EC2Resource(_Boto3ClientResource):
     service_name: ClassVar[str] = "ec2"
 
 
+METRICS_SINKS = ("cloudwatch", "none")
+"""Where the metrics of every capability go (``METRICS_SINK``): CloudWatch, or nowhere."""
+
+
 class CloudWatchResource(_Boto3ClientResource):
-    """A CloudWatch client (``PutMetricData``)."""
+    """A CloudWatch client (``PutMetricData``) and the deployment's metrics sink."""
 
     service_name: ClassVar[str] = "cloudwatch"
+    metrics_sink: str = Field(
+        default="cloudwatch",
+        description="Where metrics go (METRICS_SINK): cloudwatch, or none (no CloudWatch call at all, for a "
+        "deployment without AWS).",
+    )
+
+
+def metrics_sink_from_env(default: str = "cloudwatch") -> str:
+    """``METRICS_SINK`` (unset or empty: ``default``); anything else names the variable."""
+    raw = os.environ.get("METRICS_SINK", "").strip().lower() or default
+    if raw not in METRICS_SINKS:
+        raise ValueError(f"METRICS_SINK={raw!r} is not one of {', '.join(METRICS_SINKS)}")
+    return raw
 
 
 class KMSResource(_Boto3ClientResource):

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import psycopg2
 import pytest
+from psycopg2 import sql
 
 from pipelines.progressor import engine
-from pipelines.progressor.collector import collect_zombies
+from pipelines.progressor.collector import ClockError, collect_zombies
+from pipelines.progressor.health import measure
 from pipelines.progressor.params import ParamsError, collect_params
 from pipelines.progressor.schema import NamespaceError, create_namespace
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
@@ -31,7 +35,7 @@ def conn(dsn):
 
 def _rows(conn, tables, template: str, *args):
     with conn.cursor() as cur:
-        cur.execute(tables.sql(template), args)
+        cur.execute(tables.sql(template, *args))
         rows = cur.fetchall()
     conn.rollback()
     return rows
@@ -83,11 +87,11 @@ def test_error_action_rows(conn, error_world):
     _collect(conn, ns)
     running = _rows(conn, t, "SELECT process_id FROM {running} ORDER BY 1")
     assert running == [("p-fresh",)], "only the live task still runs"
-    status, finished = _one(conn, t, "SELECT status, finished_time FROM {tasks} WHERE task_id = %s", ids["zombie_task"])
+    status, finished = _one(conn, t, "SELECT status, finished_time FROM {tasks} WHERE task_id = {}", ids["zombie_task"])
     assert status == "error"
     assert finished is not None, "the zombie task gets a finished_time"
     timers = _rows(
-        conn, t, "SELECT status FROM {tasks} WHERE task_id IN (%s, %s)", ids["waiting_timer"], ids["blocked_timer"]
+        conn, t, "SELECT status FROM {tasks} WHERE task_id IN ({}, {})", ids["waiting_timer"], ids["blocked_timer"]
     )
     assert timers == [("cancelled",), ("cancelled",)]
     assert _rows(conn, t, "SELECT task_id FROM {schedule} WHERE process_id = 'p-zombie'") == []
@@ -103,7 +107,7 @@ def test_error_action_rows(conn, error_world):
 def test_error_action_keeps_history(conn, error_world):
     ns, t, _, ids = error_world
     _collect(conn, ns)
-    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = %s", ids["history"]) == ("finished",)
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", ids["history"]) == ("finished",)
     assert _one(conn, t, "SELECT count(*) FROM {events} WHERE process_id = 'p-zombie'") == (1,)
 
 
@@ -112,7 +116,7 @@ def test_error_action_leaves_live_and_idle_processes(conn, error_world):
     _collect(conn, ns)
     statuses = _rows(conn, t, "SELECT process_id, status FROM {processes} WHERE process_id <> 'p-zombie' ORDER BY 1")
     assert statuses == [("p-fresh", "running"), ("p-idle", "running")]
-    assert _one(conn, t, "SELECT status FROM {schedule} WHERE task_id = %s", ids["idle_timer"]) == ("waiting",)
+    assert _one(conn, t, "SELECT status FROM {schedule} WHERE task_id = {}", ids["idle_timer"]) == ("waiting",)
 
 
 def test_error_action_leaves_other_namespace(conn, error_world):
@@ -160,7 +164,7 @@ def test_retry_action_counts(conn, retry_world):
 def test_retry_action_reschedules_the_timer(conn, retry_world):
     ns, t, ids = retry_world
     _collect(conn, ns, action="retry")
-    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = %s", ids["timer"]) == ("error",)
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", ids["timer"]) == ("error",)
     new = _one(
         conn,
         t,
@@ -285,4 +289,144 @@ def test_non_utc_time_zone_warns_and_moves_the_threshold(conn, dsn):
     finally:
         moscow.close()
     assert counts.found == 0, "a task 200 s old may be 3 h younger when progressor wrote it in Moscow time"
-    assert "database TimeZone is 'Europe/Moscow', not UTC" in log.text("warning")
+    assert "'Europe/Moscow' (+10800s), not UTC" in log.text("warning")
+
+
+def _progressor_running_task(cur, t, process_id: str, started_seconds_ago: float) -> None:
+    """A running task whose running_time progressor wrote: TO_TIMESTAMP(<UTC text>) in the writer's session."""
+    engine.start_process(cur, t, process_id)
+    utc_text = (dt.datetime.now(dt.UTC) - dt.timedelta(seconds=started_seconds_ago)).strftime("%Y-%m-%d %H:%M:%S")
+    cur.execute(
+        t.sql(
+            "UPDATE {running} SET running_time = TO_TIMESTAMP({}, 'YYYY-MM-DD HH24:MI:SS') WHERE process_id = {}",
+            utc_text,
+            process_id,
+        )
+    )
+
+
+@pytest.fixture(scope="module")
+def tokyo_dsn():
+    """A database whose default TimeZone is Asia/Tokyo: progressor's sessions (no options) write in it."""
+    with scratch_database("gk_progressor_tokyo") as url:
+        admin = psycopg2.connect(url)
+        admin.autocommit = True
+        with admin.cursor() as cur:
+            cur.execute("SELECT current_database()")
+            cur.execute(
+                sql.SQL("ALTER DATABASE {} SET TimeZone = 'Asia/Tokyo'").format(sql.Identifier(cur.fetchone()[0]))
+            )
+        admin.close()
+        yield url
+
+
+def test_collector_forcing_utc_does_not_collect_a_live_task_written_in_tokyo(tokyo_dsn):
+    ns = unique_namespace("tokyo")
+    writer = psycopg2.connect(tokyo_dsn)  # the database default, as progressor's sessions
+    collector = psycopg2.connect(tokyo_dsn, options="-c TimeZone=UTC")
+    try:
+        t = create_namespace(writer, ns)
+        with writer, writer.cursor() as cur:
+            _progressor_running_task(cur, t, "p-live", started_seconds_ago=2)
+            _progressor_running_task(cur, t, "p-dead", started_seconds_ago=10 * 3600)
+        counts, log = _collect(collector, ns)
+        statuses = dict(_rows(collector, t, "SELECT process_id, status::text FROM {processes}"))
+    finally:
+        writer.close()
+        collector.close()
+    assert statuses == {"p-live": "running", "p-dead": "error"}, log.text()
+    assert counts.errored == 1
+    assert "'Asia/Tokyo' (+32400s)" in log.text("warning")
+
+
+def test_writer_time_zone_unknown_to_postgresql_is_one_line(conn):
+    ns = unique_namespace("tzname")
+    create_namespace(conn, ns)
+    with pytest.raises(ClockError) as info:
+        _collect(conn, ns, writer_time_zone="Mars/Olympus")
+    assert "writer_time_zone 'Mars/Olympus' is not a time zone PostgreSQL knows" == str(info.value)
+
+
+@pytest.fixture
+def percent_world(conn):
+    """Namespaces ``pct%s``, ``pct%%`` and ``pct%`` (same suffix), each with one zombie and one live task."""
+    suffix = unique_namespace("")  # "/<hex>"
+    names = {"s": f"pct%s{suffix}", "double": f"pct%%{suffix}", "single": f"pct%{suffix}"}
+    tables = {key: create_namespace(conn, ns) for key, ns in names.items()}
+    with conn, conn.cursor() as cur:
+        for t in tables.values():
+            engine.start_process(cur, t, "p-zombie", age_seconds=ZOMBIE_AGE)
+            engine.start_process(cur, t, "p-live", age_seconds=5)
+    return names, tables
+
+
+def _process_statuses(conn, t) -> dict[str, str]:
+    return dict(_rows(conn, t, "SELECT process_id, status::text FROM {processes}"))
+
+
+@pytest.mark.parametrize("which", ["s", "double"])
+def test_percent_in_namespace_reads_and_writes_only_its_own_tables(conn, percent_world, which):
+    names, tables = percent_world
+    counts, log = _collect(conn, names[which])
+    assert (counts.found, counts.errored) == (1, 1), log.text()
+    assert _process_statuses(conn, tables[which]) == {"p-zombie": "error", "p-live": "running"}
+    for other in set(tables) - {which}:
+        assert _process_statuses(conn, tables[other]) == {"p-zombie": "running", "p-live": "running"}, other
+
+
+def test_percent_in_namespace_health_reads_its_own_tables(conn, percent_world):
+    names, tables = percent_world
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, tables["single"], "p-zombie-2", age_seconds=ZOMBIE_AGE)
+    assert [measure(conn, tables[k]).zombies for k in ("s", "double", "single")] == [1, 1, 2]
+
+
+OVERFLOWING_POLICY = {"initial_timeout": 2_592_000, "backoff_coefficient": 1000, "max_attempts": 5}
+
+
+@pytest.fixture
+def overflow_world(conn):
+    """A timer zombie due for its second retry under OVERFLOWING_POLICY (the oldest), and a call zombie."""
+    ns = unique_namespace("overflow")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-timer", age_seconds=ZOMBIE_AGE + 100)
+        cur.execute(t.sql("DELETE FROM {running} WHERE process_id = 'p-timer'"))
+        cur.execute(t.sql("UPDATE {tasks} SET status = 'finished' WHERE process_id = 'p-timer'"))
+        timer = engine.run_task(
+            cur, t, "p-timer", "timeout", age_seconds=ZOMBIE_AGE + 100, attempts_count=1, last_retry_interval=2_592_000
+        )
+        call = engine.start_process(cur, t, "p-call", age_seconds=ZOMBIE_AGE, task_type="call")
+    return ns, t, timer, call
+
+
+def test_retry_interval_beyond_integer_is_clamped(conn, overflow_world):
+    ns, t, timer, call = overflow_world
+    counts, log = _collect(conn, ns, action="retry", retry_policy=OVERFLOWING_POLICY)
+    assert (counts.retried, counts.errored, counts.failed) == (1, 1, 0), log.text()
+    assert _one(conn, t, "SELECT attempts_count, last_retry_interval FROM {schedule} WHERE process_id = 'p-timer'") == (
+        2,
+        2**31 - 1,
+    )
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", call) == ("error",)
+
+
+def test_a_refused_row_costs_that_row_only(conn, overflow_world):
+    ns, t, timer, call = overflow_world
+    with conn, conn.cursor() as cur:  # the database refuses to error p-timer's task
+        cur.execute(
+            t.sql(
+                "ALTER TABLE {tasks} ADD CONSTRAINT p_timer_never_errors "
+                "CHECK (process_id <> 'p-timer' OR status <> 'error')"
+            )
+        )
+    counts, log = _collect(conn, ns)
+    assert (counts.found, counts.errored, counts.failed) == (2, 1, 1), log.text()
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", call) == ("error",)
+    assert _one(conn, t, "SELECT status FROM {processes} WHERE process_id = 'p-timer'") == ("running",)
+    assert f"failed: process 'p-timer' task {timer}" in log.text("warning")
+    with conn, conn.cursor() as cur:  # a later zombie: the next run still gets past the refused one
+        later = engine.start_process(cur, t, "p-later", age_seconds=ZOMBIE_AGE)
+    counts, log = _collect(conn, ns)
+    assert (counts.found, counts.errored, counts.failed) == (2, 1, 1), log.text()
+    assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", later) == ("error",)

@@ -63,7 +63,7 @@ def raced(dsn):
         worker = psycopg2.connect(dsn)
         try:
             with worker.cursor() as cur:
-                cur.execute(t.sql("UPDATE {processes} SET status = 'running' WHERE process_id = %s"), (crashed,))
+                cur.execute(t.sql("UPDATE {processes} SET status = 'running' WHERE process_id = {}", crashed))
                 held.set()
                 release.wait(30)
             worker.rollback()  # the node dies: nothing of its work is saved

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from decimal import Decimal
 from functools import cache
 from typing import Any
@@ -47,3 +48,13 @@ def now_ms(now: dt.datetime | None = None) -> int:
 def iso(moment: dt.datetime) -> str:
     """ISO-8601 UTC with milliseconds and a Z, e.g. ``2026-11-22T01:02:03.456Z`` (sorts as text)."""
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+_NOT_DIMENSION_TEXT = re.compile(r"[^\x20-\x7e]")
+
+
+def dimension_value(value: Any) -> str:
+    """A CloudWatch dimension value: printable ASCII only (AWS refuses anything else; each other
+    character becomes ``?``), not blank (``none``), at most 255 characters."""
+    text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
+    return text or "none"

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import ClientError
 
-from pipelines.common import iso
+from pipelines.common import dimension_value, iso
 from pipelines.retry import is_transient, preset, retry_call
 
 T = TypeVar("T")
@@ -374,16 +374,6 @@ def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------------- metrics
-
-
-_NOT_DIMENSION_TEXT = re.compile(r"[^\x20-\x7e]")
-
-
-def dimension_value(value: Any) -> str:
-    """A CloudWatch dimension value: printable ASCII only (AWS refuses anything else; each other
-    character becomes ``?``), not blank (``none``), at most 255 characters."""
-    text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
-    return text or "none"
 
 
 class MetricBatch:

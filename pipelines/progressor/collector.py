@@ -8,7 +8,10 @@ batches. Each batch is one transaction with ``SET LOCAL lock_timeout`` that re-s
 candidates with ``FOR UPDATE OF <processes>, <running> SKIP LOCKED``: a process whose row a live
 worker holds (progressor locks the process row, then the running row) is skipped and left for a
 later run instead of deadlocking. A lock timeout or a deadlock on the other rows costs only that
-batch (rolled back, counted), and the run goes on.
+batch (rolled back, counted), and the run goes on. A row the database refuses (a data or integrity
+error: out of range, a constraint) rolls its batch back, and the batch's zombies are then collected
+one per transaction: the refused zombie is left as it is with one warning line (``failed``), every
+other zombie is collected, and later runs go on past it.
 
 Actions (see :func:`collect_zombies`): ``error`` does what progressor's ``collect_zombies`` does
 (and also sets ``previous_status``/``status_changed_at``); ``retry`` re-schedules zombie timers
@@ -56,6 +59,8 @@ BATCH_ERRORS = (
     psycopg2.errors.DeadlockDetected,
     psycopg2.errors.SerializationFailure,
 )
+# Errors caused by one row's data: they cost that row only (its batch is retried one zombie at a time).
+ROW_ERRORS = (psycopg2.DataError, psycopg2.IntegrityError)
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Counts:
     batches: int = 0
     batches_rolled_back: int = 0
     rolled_back_zombies: int = 0
+    failed: int = 0  # refused by the database (data or integrity error), left as they are
     would_error: int = 0
     would_retry: int = 0
 
@@ -89,39 +95,115 @@ class Zombie:
     age_seconds: float
 
 
+class ClockError(ValueError):
+    """The time zone of progressor's sessions cannot be told; one line."""
+
+
 @dataclass(frozen=True)
 class Clock:
-    """The database's time zone, and how far progressor's ``running_time`` values are shifted by it."""
+    """The time zones progressor's sessions may use, and how far its ``running_time`` values are shifted.
 
-    time_zone: str
-    utc_offset_seconds: int
+    Progressor writes ``running_time`` with ``TO_TIMESTAMP(<UTC text>)``, which reads the text in the
+    writing session's ``TimeZone``: east of UTC every task looks older by the zone's offset. That zone is
+    the database's or the role's default (or the server's), not the collector's session zone, so the
+    collector takes every zone a progressor session may have (``writer_zones``: the explicit
+    ``writer_time_zone``, or else the role settings, the database setting or the server default, and
+    this session's zone) and moves the threshold back by the largest eastward offset: when they
+    disagree a zombie is collected later, a live task never."""
+
+    time_zone: str  # this session's
+    writer_zones: tuple[tuple[str, int], ...]  # (zone, UTC offset in seconds now)
+    explicit: bool = False  # writer_time_zone was set
+
+    @property
+    def utc_offset_seconds(self) -> int:
+        return max(offset for _, offset in self.writer_zones)
 
     @property
     def is_utc(self) -> bool:
-        return self.time_zone.lower() in UTC_NAMES
+        return all(zone.lower() in UTC_NAMES for zone, _ in self.writer_zones)
 
     @property
     def safety_shift_seconds(self) -> int:
-        """Progressor writes running_time with TO_TIMESTAMP(UTC text) in the session's zone: east of UTC
-        that makes every task look older by the offset, so the threshold moves back by it."""
         return 0 if self.is_utc else max(0, self.utc_offset_seconds)
+
+    def describe(self) -> str:
+        return ", ".join(f"{zone!r} ({offset:+d}s)" for zone, offset in self.writer_zones)
 
     def warning(self) -> str | None:
         if self.is_utc:
             return None
+        source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
         return (
-            f"database TimeZone is {self.time_zone!r}, not UTC: progressor's TO_TIMESTAMP running times are shifted "
-            f"by {self.utc_offset_seconds:+d}s; the zombie threshold is moved back {self.safety_shift_seconds}s "
+            f"{source} {self.describe()}, not UTC: progressor's TO_TIMESTAMP running times are shifted by up to "
+            f"{self.utc_offset_seconds:+d}s; the zombie threshold is moved back {self.safety_shift_seconds}s "
             "so that no live task is collected. Set the database's TimeZone to UTC."
         )
 
 
-def database_clock(conn) -> Clock:
-    with conn.cursor() as cur:
-        cur.execute("SELECT current_setting('TimeZone'), extract(timezone FROM now())::int")
-        zone, offset = cur.fetchone()
-    conn.rollback()
-    return Clock(zone, offset)
+def _writer_zone_names(cur) -> list[str]:
+    """The zones a progressor session may get without asking: every role's setting (role-wide or for this
+    database), then the database's setting or, without one, the server's default; this session's last."""
+    cur.execute(
+        "SELECT s.setrole <> 0, substr(c, strpos(c, '=') + 1) FROM pg_db_role_setting s, unnest(s.setconfig) c "
+        "WHERE s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database())) "
+        "AND lower(split_part(c, '=', 1)) = 'timezone' ORDER BY 1, 2"
+    )
+    rows = cur.fetchall()
+    zones = [zone for role_level, zone in rows if role_level]
+    database_zones = [zone for role_level, zone in rows if not role_level]
+    if not database_zones:
+        database_zones = [_server_default_zone(cur)]
+    cur.execute("SELECT current_setting('TimeZone')")
+    return list(dict.fromkeys([*zones, *database_zones, cur.fetchone()[0]]))
+
+
+def _server_default_zone(cur) -> str:
+    """The server's TimeZone (postgresql.conf or ALTER SYSTEM; GMT when neither sets it)."""
+    cur.execute("SAVEPOINT server_zone")
+    try:
+        cur.execute("SELECT setting FROM pg_file_settings WHERE lower(name) = 'timezone' AND applied")
+        row = cur.fetchone()
+        cur.execute("RELEASE SAVEPOINT server_zone")
+        return row[0] if row else "GMT"
+    except psycopg2.errors.InsufficientPrivilege:
+        cur.execute("ROLLBACK TO SAVEPOINT server_zone")
+    cur.execute("SELECT source, setting FROM pg_settings WHERE name = 'TimeZone'")
+    source, setting = cur.fetchone()
+    if source in ("default", "configuration file", "command line", "environment variable"):
+        return setting
+    raise ClockError(
+        f"cannot tell the server's default TimeZone (this session's comes from {source!r} and pg_file_settings "
+        "is not readable): set writer_time_zone to the TimeZone progressor's sessions use"
+    )
+
+
+def _offsets(cur, zones: list[str]) -> tuple[tuple[str, int], ...]:
+    cur.execute(
+        "SELECT z, extract(epoch FROM (now() AT TIME ZONE z) - (now() AT TIME ZONE 'UTC'))::int "
+        "FROM unnest(%s::text[]) WITH ORDINALITY AS u(z, n) ORDER BY n",
+        (zones,),
+    )
+    return tuple(cur.fetchall())
+
+
+def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
+    """The clock of progressor's sessions: ``writer_time_zone`` if given, else every zone they may use."""
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('TimeZone')")
+            session_zone = cur.fetchone()[0]
+            if writer_time_zone is not None:
+                try:
+                    zones = _offsets(cur, [writer_time_zone])
+                except psycopg2.errors.InvalidParameterValue:
+                    raise ClockError(
+                        f"writer_time_zone {writer_time_zone!r} is not a time zone PostgreSQL knows"
+                    ) from None
+                return Clock(session_zone, zones, explicit=True)
+            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur)))
+    finally:
+        conn.rollback()
 
 
 def _interval(seconds: int) -> sql.Composable:
@@ -151,13 +233,14 @@ def _lock_batch(cur, tables: Tables, batch: list[Zombie], seconds: int) -> list[
             "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, "
             "extract(epoch FROM now() - r.running_time)::float8 "
             "FROM {running} r JOIN {processes} p ON p.process_id = r.process_id "
-            "JOIN unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
+            "JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
             "  ON z.process_id = r.process_id AND z.task_id = r.task_id "
             "WHERE r.running_time < now() - {age} "
             "ORDER BY r.process_id FOR UPDATE OF p, r SKIP LOCKED",
+            [z.process_id for z in batch],
+            [z.task_id for z in batch],
             age=_interval(seconds),
-        ),
-        ([z.process_id for z in batch], [z.task_id for z in batch]),
+        )
     )
     return [Zombie(*row) for row in cur.fetchall()]
 
@@ -168,10 +251,11 @@ def _still_running(cur, tables: Tables, zombies: list[Zombie]) -> int:
         return 0
     cur.execute(
         tables.sql(
-            "SELECT count(*) FROM {running} r JOIN unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
-            "ON z.process_id = r.process_id AND z.task_id = r.task_id"
-        ),
-        ([z.process_id for z in zombies], [z.task_id for z in zombies]),
+            "SELECT count(*) FROM {running} r JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
+            "ON z.process_id = r.process_id AND z.task_id = r.task_id",
+            [z.process_id for z in zombies],
+            [z.task_id for z in zombies],
+        )
     )
     return cur.fetchone()[0]
 
@@ -182,28 +266,29 @@ def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_column
     tids = [z.task_id for z in zombies]
     cur.execute(
         tables.sql(
-            "DELETE FROM {running} r USING unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
-            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id"
-        ),
-        (pids, tids),
+            "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
+            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
+            pids,
+            tids,
+        )
     )
     cur.execute(
         tables.sql(
-            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY(%s) AND status IN ('waiting', 'blocked')"
-        ),
-        (pids,),
+            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
+            pids,
+        )
     )
-    cur.execute(
-        tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY(%s)"), (tids,)
-    )
-    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY(%s)"), (pids,))
+    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
+    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
     extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
     cur.execute(
         tables.sql(
-            "UPDATE {processes} p SET status = 'error', detail = %s, corrupted_by = z.task_id" + extra + " "
-            "FROM unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) WHERE p.process_id = z.process_id"
-        ),
-        (ZOMBIE_ERROR, pids, tids),
+            "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
+            "FROM unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) WHERE p.process_id = z.process_id",
+            ZOMBIE_ERROR,
+            pids,
+            tids,
+        )
     )
 
 
@@ -213,16 +298,14 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
     at now() + timeout) in tasks and schedule; the running row deleted. The process stays running."""
     pids = [z.process_id for z in zombies]
     tids = [z.task_id for z in zombies]
-    cur.execute(
-        tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY(%s)"), (tids,)
-    )
+    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
     cur.execute(
         tables.sql(
-            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY(%s) AND task_type IN ('timeout', 'remove') "
+            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY({}) AND task_type IN ('timeout', 'remove') "
             "AND status IN ('waiting', 'blocked') RETURNING task_id) "
-            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)"
-        ),
-        (pids,),
+            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)",
+            pids,
+        )
     )
     cur.execute(
         tables.sql(
@@ -231,20 +314,22 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
             "    last_retry_interval, attempts_count, context) "
             "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
             "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
-            "  FROM {running} r JOIN unnest(%s::bigint[], %s::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
+            "  FROM {running} r JOIN unnest({}::bigint[], {}::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
             "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
             "    last_retry_interval, attempts_count, context) "
             "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
-            "  last_retry_interval, attempts_count, context) SELECT * FROM new"
-        ),
-        (tids, timeouts),
+            "  last_retry_interval, attempts_count, context) SELECT * FROM new",
+            tids,
+            timeouts,
+        )
     )
     cur.execute(
         tables.sql(
-            "DELETE FROM {running} r USING unnest(%s::text[], %s::bigint[]) AS z(process_id, task_id) "
-            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id"
-        ),
-        (pids, tids),
+            "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
+            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
+            pids,
+            tids,
+        )
     )
 
 
@@ -273,19 +358,19 @@ def _describe(z: Zombie) -> str:
     )
 
 
-def prepare(conn, namespace: str) -> tuple[Tables, Clock, bool]:
+def prepare(conn, namespace: str, writer_time_zone: str | None = None) -> tuple[Tables, Clock, bool]:
     """Check the namespace's tables and the database clock before anything is written."""
     tables = tables_for(namespace)
     require_tables(conn, tables)
     columns = process_columns(conn, tables)
     conn.rollback()
-    return tables, database_clock(conn), {"previous_status", "status_changed_at"} <= columns
+    return tables, database_clock(conn, writer_time_zone), {"previous_status", "status_changed_at"} <= columns
 
 
 def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Counts:
     """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
     ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking."""
-    tables, clock, with_status_columns = prepare(conn, params.namespace)
+    tables, clock, with_status_columns = prepare(conn, params.namespace, params.writer_time_zone)
     warning = clock.warning()
     if warning:
         log.warning(warning)
@@ -306,41 +391,81 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Count
             else:
                 counts.would_error += 1
         return counts
+    run = _BatchRunner(conn, tables, params, seconds, with_status_columns, counts, log, on_batch)
     for start in range(0, len(zombies), params.batch_size):
-        batch = zombies[start : start + params.batch_size]
         counts.batches += 1
+        run.attempt(zombies[start : start + params.batch_size], split=True)
+    return counts
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass
+class _BatchRunner:
+    conn: object
+    tables: Tables
+    params: CollectParams
+    seconds: int
+    with_status_columns: bool
+    counts: Counts
+    log: object
+    on_batch: object
+
+    def attempt(self, batch: list[Zombie], *, split: bool) -> None:
+        """One transaction for ``batch``; a row error splits it into one transaction per zombie."""
+        counts, log = self.counts, self.log
         try:
-            with conn, conn.cursor() as cur:
-                cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
-                locked = _lock_batch(cur, tables, batch, seconds)
-                locked_keys = {(z.process_id, z.task_id) for z in locked}
-                unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
-                still = _still_running(cur, tables, unlocked)
-                if on_batch is not None:
-                    on_batch(counts.batches)
-                retry, timeouts, error, reasons = plan(locked, params)
-                if error:
-                    error_zombies(cur, tables, error, with_status_columns)
-                if retry:
-                    retry_zombies(cur, tables, retry, timeouts)
-            for z, reason in zip(locked, reasons, strict=True):
-                log.info(f"{reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
-            counts.errored += len(error)
-            counts.retried += len(retry)
-            counts.skipped_locked += still
-            counts.vanished += len(unlocked) - still
-            if still:
-                log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
+            self._collect(batch)
         except BATCH_ERRORS as exc:
             counts.batches_rolled_back += 1
             counts.rolled_back_zombies += len(batch)
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             log.warning(
                 f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back, left for the next run: "
-                f"{exc.pgcode} {first}"
+                f"{exc.pgcode} {_first_line(exc)}"
             )
             time.sleep(0.05)
-    return counts
+        except ROW_ERRORS as exc:
+            if split and len(batch) > 1:
+                log.warning(
+                    f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back by a refused row "
+                    f"({exc.pgcode} {_first_line(exc)}): collecting its zombies one at a time"
+                )
+                for zombie in batch:
+                    self.attempt([zombie], split=False)
+                return
+            counts.failed += len(batch)
+            for zombie in batch:
+                log.warning(
+                    f"failed: {_describe(zombie)} left as it is, the database refused it: "
+                    f"{exc.pgcode} {_first_line(exc)}"
+                )
+
+    def _collect(self, batch: list[Zombie]) -> None:
+        counts, log, tables, params = self.counts, self.log, self.tables, self.params
+        with self.conn, self.conn.cursor() as cur:
+            cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
+            locked = _lock_batch(cur, tables, batch, self.seconds)
+            locked_keys = {(z.process_id, z.task_id) for z in locked}
+            unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
+            still = _still_running(cur, tables, unlocked)
+            if self.on_batch is not None:
+                self.on_batch(counts.batches)
+            retry, timeouts, error, reasons = plan(locked, params)
+            if error:
+                error_zombies(cur, tables, error, self.with_status_columns)
+            if retry:
+                retry_zombies(cur, tables, retry, timeouts)
+        for z, reason in zip(locked, reasons, strict=True):
+            log.info(f"{reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
+        counts.errored += len(error)
+        counts.retried += len(retry)
+        counts.skipped_locked += still
+        counts.vanished += len(unlocked) - still
+        if still:
+            log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
 
 
 def progressor_sql(tables: Tables, seconds: int) -> sql.Composed:

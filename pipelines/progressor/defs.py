@@ -8,14 +8,14 @@ per target namespace, a health asset per namespace with its checks, and local de
 import dagster as dg
 
 from pipelines.common.defs import (
-    aws_errors,
+    CommittedChangeMetrics,
     exclusive_schedule,
     flat_config,
     metadata_from,
     params_from_config,
     run_summary,
 )
-from pipelines.progressor.collector import Counts, collect_zombies
+from pipelines.progressor.collector import ClockError, Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
 from pipelines.progressor.metrics import collection_datums, health_datums, put_metrics
@@ -35,9 +35,12 @@ def _failure(message: str) -> dg.Failure:
     return dg.Failure(description=message, allow_retries=False)
 
 
-def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, datums: list[dict]) -> None:
-    with aws_errors(context):
-        put_metrics(cloudwatch.get_client(), db.metrics_namespace, datums)
+def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, what: str, datums: list[dict]) -> bool:
+    """Publish to the deployment's metrics sink; a failure is a warning, never a failed run. Returns
+    whether the metrics were published."""
+    metrics = CommittedChangeMetrics(context, cloudwatch, what)
+    put_metrics(metrics, db.metrics_namespace, datums)
+    return metrics.published
 
 
 @dg.op(name=OP_NAME, description="Collect the namespace's zombie tasks in SKIP LOCKED batches.")
@@ -48,16 +51,18 @@ def collect_op(
     try:
         with progressor_db.connection() as conn:
             counts: Counts = collect_zombies(conn, params, context.log)
-    except (NamespaceError, ProgressorDatabaseError) as exc:
+    except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
         raise _failure(str(exc)) from None
     context.log.info(
         f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
-        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}"
+        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}, "
+        f"failed {counts.failed}"
         + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
     )
-    if not params.dry_run:
-        _put(context, cloudwatch, progressor_db, collection_datums(params.namespace, counts.collected))
     result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    if not params.dry_run:
+        datums = collection_datums(params.namespace, counts.collected)
+        result["metrics_published"] = _put(context, cloudwatch, progressor_db, f"progressor {params.namespace}", datums)
     counters = {"zombies_collected": counts.collected, "retried": counts.retried, "errored": counts.errored}
     run_summary(context, f"progressor {params.namespace}", counters, "dry run" if params.dry_run else "")
     return dg.Output(result, metadata=metadata_from(result))
@@ -108,13 +113,14 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
                     tables_for(namespace),
                     process_step_timeout=target.params.process_step_timeout,
                     task_scan_timeout=target.params.task_scan_timeout,
+                    writer_time_zone=target.params.writer_time_zone,
                 )
-        except (NamespaceError, ProgressorDatabaseError) as exc:
+        except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
             raise _failure(str(exc)) from None
         warning = health.clock.warning()
         if warning:
             context.log.warning(warning)
-        _put(context, cloudwatch, progressor_db, health_datums(health))
+        published = _put(context, cloudwatch, progressor_db, f"progressor health {namespace}", health_datums(health))
         results = [
             dg.AssetCheckResult(
                 check_name=c.name,
@@ -135,7 +141,8 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
                 **{f"tasks_{s}": dg.MetadataValue.int(n) for s, n in health.tasks_by_status.items()},
                 "tasks_by_status": dg.MetadataValue.json(health.tasks_by_status),
                 "task_durations": dg.MetadataValue.md(histogram_markdown(health)),
-                "database_time_zone": health.clock.time_zone,
+                "database_time_zone": health.clock.describe(),
+                "metrics_published": dg.MetadataValue.bool(published),
             },
             check_results=results,
         )

@@ -38,12 +38,12 @@ class DemoTraffic:
 def _finish_running(cur, t: Tables) -> int:
     cur.execute(
         t.sql(
-            "WITH done AS (DELETE FROM {running} WHERE metadata IS DISTINCT FROM %s::jsonb RETURNING task_id) "
+            "WITH done AS (DELETE FROM {running} WHERE metadata IS DISTINCT FROM {}::jsonb RETURNING task_id) "
             "UPDATE {tasks} SET status = 'finished', "
             "finished_time = running_time + make_interval(secs => 0.02 + random() * random() * 1.2) "
-            "WHERE task_id IN (SELECT task_id FROM done)"
-        ),
-        (CRASHED,),
+            "WHERE task_id IN (SELECT task_id FROM done)",
+            CRASHED,
+        )
     )
     return cur.rowcount
 
@@ -92,7 +92,7 @@ def play(conn, traffic: DemoTraffic, tick: int | None = None, rng: random.Random
             process_id = f"demo-{tick}-{round_id}-crashed"
             task_type = "timeout" if (tick // traffic.crash_every) % 2 else "call"
             engine.start_process(cur, t, process_id, task_type=task_type)
-            cur.execute(t.sql("UPDATE {running} SET metadata = %s::jsonb WHERE process_id = %s"), (CRASHED, process_id))
+            cur.execute(t.sql("UPDATE {running} SET metadata = {}::jsonb WHERE process_id = {}", CRASHED, process_id))
             counts["crashed_workers"] = 1
     return counts
 
@@ -106,6 +106,6 @@ def seed(conn, traffic: DemoTraffic, crashed_minutes_ago: float = 5.0) -> dict[s
         for task_type in ("timeout", "call"):
             process_id = f"demo-seed-crashed-{task_type}-{uuid.uuid4().hex[:8]}"
             engine.start_process(cur, t, process_id, age_seconds=crashed_minutes_ago * 60, task_type=task_type)
-            cur.execute(t.sql("UPDATE {running} SET metadata = %s::jsonb WHERE process_id = %s"), (CRASHED, process_id))
+            cur.execute(t.sql("UPDATE {running} SET metadata = {}::jsonb WHERE process_id = {}", CRASHED, process_id))
     counts["crashed_workers"] += 2
     return counts

@@ -20,9 +20,11 @@ def start_process(cur, tables: Tables, process_id: str, *, age_seconds: float = 
     cur.execute(
         tables.sql(
             "INSERT INTO {processes} (process_id, status, created_at, previous_status, status_changed_at) "
-            "VALUES (%s, 'running', now() - make_interval(secs => %s), 'init', now() - make_interval(secs => %s))"
-        ),
-        (process_id, age_seconds, age_seconds),
+            "VALUES ({}, 'running', now() - make_interval(secs => {}), 'init', now() - make_interval(secs => {}))",
+            process_id,
+            age_seconds,
+            age_seconds,
+        )
     )
     return run_task(cur, tables, process_id, task_type, age_seconds=age_seconds)
 
@@ -40,10 +42,15 @@ def run_task(
     """A task of ``process_id`` running since ``age_seconds`` ago (in tasks and running)."""
     cur.execute(
         tables.sql(
-            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ") VALUES (%s, %s, 'running', "
-            "now() - make_interval(secs => %s), now() - make_interval(secs => %s), %s, %s) RETURNING task_id"
-        ),
-        (process_id, task_type, age_seconds, age_seconds, last_retry_interval, attempts_count),
+            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ") VALUES ({}, {}, 'running', "
+            "now() - make_interval(secs => {}), now() - make_interval(secs => {}), {}, {}) RETURNING task_id",
+            process_id,
+            task_type,
+            age_seconds,
+            age_seconds,
+            last_retry_interval,
+            attempts_count,
+        )
     )
     task_id = cur.fetchone()[0]
     cur.execute(
@@ -51,9 +58,9 @@ def run_task(
             "INSERT INTO {running} (process_id, task_id, task_type, status, scheduled_time, running_time, "
             "last_retry_interval, attempts_count) "
             "SELECT process_id, task_id, task_type, status, scheduled_time, running_time, last_retry_interval, "
-            "attempts_count FROM {tasks} WHERE task_id = %s"
-        ),
-        (task_id,),
+            "attempts_count FROM {tasks} WHERE task_id = {}",
+            task_id,
+        )
     )
     return task_id
 
@@ -64,19 +71,22 @@ def schedule_task(
     """A waiting (or blocked) task of ``process_id`` due in ``in_seconds`` (negative: overdue)."""
     cur.execute(
         tables.sql(
-            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ") VALUES (%s, %s, %s, now() + make_interval(secs => %s), "
-            "NULL, 0, 0) RETURNING task_id"
-        ),
-        (process_id, task_type, status, in_seconds),
+            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ") VALUES ({}, {}, {}, now() + make_interval(secs => {}), "
+            "NULL, 0, 0) RETURNING task_id",
+            process_id,
+            task_type,
+            status,
+            in_seconds,
+        )
     )
     task_id = cur.fetchone()[0]
     cur.execute(
         tables.sql(
             "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, last_retry_interval, "
             "attempts_count) SELECT task_id, process_id, task_type, status, scheduled_time, 0, 0 "
-            "FROM {tasks} WHERE task_id = %s"
-        ),
-        (task_id,),
+            "FROM {tasks} WHERE task_id = {}",
+            task_id,
+        )
     )
     return task_id
 
@@ -85,19 +95,28 @@ def finished_task(cur, tables: Tables, process_id: str, task_type: str, *, durat
     """History: a task that ran ``duration_ms`` and finished ``ago`` seconds ago."""
     cur.execute(
         tables.sql(
-            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ", finished_time) VALUES (%s, %s, 'finished', "
-            "now() - make_interval(secs => %s), now() - make_interval(secs => %s), 0, 0, "
-            "now() - make_interval(secs => %s)) RETURNING task_id"
-        ),
-        (process_id, task_type, ago + duration_ms / 1000.0, ago + duration_ms / 1000.0, ago),
+            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ", finished_time) VALUES ({}, {}, 'finished', "
+            "now() - make_interval(secs => {}), now() - make_interval(secs => {}), 0, 0, "
+            "now() - make_interval(secs => {})) RETURNING task_id",
+            process_id,
+            task_type,
+            ago + duration_ms / 1000.0,
+            ago + duration_ms / 1000.0,
+            ago,
+        )
     )
     return cur.fetchone()[0]
 
 
 def add_event(cur, tables: Tables, process_id: str, task_id: int, event_id: int) -> None:
     cur.execute(
-        tables.sql("INSERT INTO {events} (process_id, task_id, event_id, payload) VALUES (%s, %s, %s, %s)"),
-        (process_id, task_id, event_id, b"event"),
+        tables.sql(
+            "INSERT INTO {events} (process_id, task_id, event_id, payload) VALUES ({}, {}, {}, {})",
+            process_id,
+            task_id,
+            event_id,
+            b"event",
+        )
     )
 
 
@@ -106,17 +125,17 @@ def complete_running(conn, tables: Tables, process_id: str, *, hold_seconds: flo
     (``UPDATE processes``), then (after ``hold_seconds`` of work) the running row and the task. Returns
     False, writing nothing, if the running row is gone (the task was collected meanwhile)."""
     with conn, conn.cursor() as cur:
-        cur.execute(tables.sql("UPDATE {processes} SET status = 'running' WHERE process_id = %s"), (process_id,))
+        cur.execute(tables.sql("UPDATE {processes} SET status = 'running' WHERE process_id = {}", process_id))
         if on_locked is not None:
             on_locked()
         if hold_seconds:
             time.sleep(hold_seconds)
-        cur.execute(tables.sql("DELETE FROM {running} WHERE process_id = %s RETURNING task_id"), (process_id,))
+        cur.execute(tables.sql("DELETE FROM {running} WHERE process_id = {} RETURNING task_id", process_id))
         row = cur.fetchone()
         if row is None:
             conn.rollback()
             return False
         cur.execute(
-            tables.sql("UPDATE {tasks} SET status = 'finished', finished_time = now() WHERE task_id = %s"), (row[0],)
+            tables.sql("UPDATE {tasks} SET status = 'finished', finished_time = now() WHERE task_id = {}", row[0])
         )
         return True

@@ -47,20 +47,27 @@ def _bucket_case() -> str:
     return f"CASE {cases} ELSE {len(BUCKETS_MS)} END"
 
 
-def measure(conn, tables: Tables, *, process_step_timeout: int = 60, task_scan_timeout: int = 31) -> Health:
+def measure(
+    conn,
+    tables: Tables,
+    *,
+    process_step_timeout: int = 60,
+    task_scan_timeout: int = 31,
+    writer_time_zone: str | None = None,
+) -> Health:
     """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
     require_tables(conn, tables)
-    clock = database_clock(conn)
+    clock = database_clock(conn, writer_time_zone)
     threshold = process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT + clock.safety_shift_seconds
     health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold)
     health.overdue_after_seconds = 2 * task_scan_timeout
     with conn.cursor() as cur:
         cur.execute(
             tables.sql(
-                "SELECT count(*) FILTER (WHERE running_time < now() - make_interval(secs => %s)), count(*), "
-                "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running}"
-            ),
-            (threshold,),
+                "SELECT count(*) FILTER (WHERE running_time < now() - make_interval(secs => {})), count(*), "
+                "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running}",
+                threshold,
+            )
         )
         health.zombies, health.running, health.oldest_running_seconds = cur.fetchone()
         cur.execute(
@@ -75,9 +82,9 @@ def measure(conn, tables: Tables, *, process_step_timeout: int = 60, task_scan_t
             tables.sql(
                 "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
                 "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
-                "AND scheduled_time < now() - make_interval(secs => %s)"
-            ),
-            (health.overdue_after_seconds,),
+                "AND scheduled_time < now() - make_interval(secs => {})",
+                health.overdue_after_seconds,
+            )
         )
         health.overdue_timers, health.most_overdue_seconds = cur.fetchone()
         if "status_changed_at" in process_columns(conn, tables):

@@ -8,18 +8,21 @@ Progressor exports only Prometheus histograms and no count of collected zombies,
   as a CloudWatch value/count set, one value per progressor bucket (its upper bound; the overflow bucket
   sends the largest observed duration).
 
-Dimension ``Namespace`` = the progressor namespace id.
+Dimension ``Namespace`` = the progressor namespace id. Dimension values are cleaned as the fleet's
+are (:func:`pipelines.common.dimension_value`: printable ASCII, which CloudWatch requires).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from pipelines.common import dimension_value
 from pipelines.progressor.health import BUCKETS_MS, Health
 
 
 def _dims(namespace: str, **extra: str) -> list[dict[str, str]]:
-    return [{"Name": "Namespace", "Value": namespace}] + [{"Name": k, "Value": v} for k, v in extra.items()]
+    values = {"Namespace": namespace, **extra}
+    return [{"Name": k, "Value": dimension_value(v)} for k, v in values.items()]
 
 
 def collection_datums(namespace: str, collected: int) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ ACTIONS = ("error", "retry")
 ZOMBIE_ERROR = "zombie detected"  # progressor's detail for a zombie; also the error name retry policies see
 PROTECT_TIMEOUT = 5  # progressor's ?PROTECT_TIMEOUT, seconds added to the threshold
 MONTH = 30 * 86400
+MAX_RETRY_INTERVAL = 2**31 - 1  # last_retry_interval is an INTEGER column: a longer timeout is clamped to it
 
 
 @dataclass(frozen=True)
@@ -43,10 +44,12 @@ class RetryPolicy:
             raise ParamsError(f"non_retryable_errors must be a list of strings, got {self.non_retryable_errors!r}")
 
     def next_timeout(self, last_retry_interval: int) -> int:
-        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient)."""
+        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient),
+        clamped to :data:`MAX_RETRY_INTERVAL` (the INTEGER column it is stored in; a longer one would
+        fail the whole batch with ``NumericValueOutOfRange``)."""
         if last_retry_interval == 0:
-            return self.initial_timeout
-        return math.trunc(last_retry_interval * self.backoff_coefficient)
+            return min(self.initial_timeout, MAX_RETRY_INTERVAL)
+        return min(math.trunc(last_retry_interval * self.backoff_coefficient), MAX_RETRY_INTERVAL)
 
     def decide(self, task_type: str, attempts_count: int, last_retry_interval: int) -> tuple[bool, int, str]:
         """(retry?, timeout, reason) for a zombie task: only timers, within attempts and max_timeout."""
@@ -93,6 +96,12 @@ class CollectParams:
         description="error: what progressor does (task and process to error, schedule dropped); retry: zombie "
         "timers (timeout, remove) within their attempts get a new waiting task, the rest get error.",
         choices=ACTIONS,
+    )
+    writer_time_zone: str | None = param(
+        None,
+        description="The TimeZone of progressor's own database sessions, which its TO_TIMESTAMP running times "
+        "depend on; null = every zone they may use (role and database settings, the server default, this "
+        "session's), the threshold moved back by the largest offset east of UTC.",
     )
     dry_run: bool = param(False, description="Log each zombie with what would be done to it; write nothing.")
     batch_size: int = param(100, description="Zombies per transaction.", minimum=1, maximum=10000)

@@ -8,11 +8,16 @@ progressor's four migrations (process_id VARCHAR(256) everywhere, ``previous_sta
 ``status_changed_at`` NOT NULL, ``init`` in ``process_status``, four HASH indexes).
 
 Every identifier is built with ``psycopg2.sql.Identifier``; a namespace that would need anything
-but identifier quoting is refused by :func:`check_namespace`.
+but identifier quoting is refused by :func:`check_namespace`. Values go into a statement as
+``psycopg2.sql.Literal`` (:meth:`Tables.sql`), never as ``%s`` parameters: psycopg2 %-formats the
+whole text of a statement executed with parameters, quoted identifiers included, so a namespace
+such as ``pct%s`` or ``pct%%`` would otherwise change the statement or name another namespace's
+tables.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from psycopg2 import sql
@@ -23,6 +28,7 @@ PROCESS_STATUSES = ("running", "error", "init")
 TASK_STATUSES = ("waiting", "running", "blocked", "error", "finished", "cancelled")
 TASK_TYPES = ("init", "timeout", "call", "notify", "repair", "remove")
 TIMER_TYPES = ("timeout", "remove")
+_PERCENT_PLACEHOLDER = re.compile(r"%[s(]")
 
 
 class NamespaceError(ValueError):
@@ -80,9 +86,14 @@ class Tables:
     def events(self) -> sql.Identifier:
         return self.ident("events")
 
-    def sql(self, template: str, **extra: sql.Composable) -> sql.Composed:
-        """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers."""
+    def sql(self, template: str, *values: object, **extra: sql.Composable) -> sql.Composed:
+        """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers and each
+        ``{}`` by the next of ``values`` as a ``sql.Literal``. Execute the result without parameters:
+        a template with a ``%s`` or ``%(name)s`` placeholder is refused (see the module's docstring)."""
+        if _PERCENT_PLACEHOLDER.search(template):
+            raise ValueError(f"statement template with a %-placeholder: pass values as {{}}, got {template!r}")
         return sql.SQL(template).format(
+            *(v if isinstance(v, sql.Composable) else sql.Literal(v) for v in values),
             processes=self.processes,
             tasks=self.tasks,
             schedule=self.schedule,

@@ -19,7 +19,15 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config, run_summary
+from pipelines.common.defs import (
+    CommittedChangeMetrics,
+    aws_errors,
+    config_schema,
+    flat_config,
+    metadata_from,
+    params_from_config,
+    run_summary,
+)
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
 from pipelines.fleet.drain import DrainLimits, QueueDrain, run_with_graceful_stop
@@ -59,7 +67,7 @@ def _fleet_context(
         ec2=ec2.get_client(),
         ssm=ssm.get_client(),
         dynamodb=dynamodb.get_client(),
-        cloudwatch=cloudwatch.get_client(),
+        cloudwatch=CommittedChangeMetrics(context, cloudwatch, "fleet"),
         s3=s3.get_client(),
         jobs_table=fleet.jobs_table,
         archive_bucket=fleet.archive_bucket,
@@ -120,8 +128,9 @@ def drain_op(
     ) -> dg.Output[dict]:
         limits = params_from_config(context, DrainLimits)
         with aws_errors(context):
+            ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
             drain = make(
-                _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3),
+                ctx,
                 sqs=sqs.get_client(),
                 queue_url=getattr(fleet, f"{queue}_queue_url"),
                 dlq_url=getattr(fleet, f"{queue}_dlq_url"),
@@ -133,6 +142,7 @@ def drain_op(
         _record(context, hooks or {}, results)
         if results:
             output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
+        output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
         return output
 
     return _op
@@ -193,7 +203,9 @@ def housekeeping_jobs(
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         _record(context, hooks, [result])
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
-        metadata = metadata_from({"task_type": request.task_type, **result.summary})
+        metadata = metadata_from(
+            {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
+        )
         return dg.Output(result.summary, metadata=metadata)
 
     @dg.job(

@@ -11,7 +11,14 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, metadata_from, params_from_config, table_from
+from pipelines.common.defs import (
+    CommittedChangeMetrics,
+    aws_errors,
+    config_schema,
+    metadata_from,
+    params_from_config,
+    table_from,
+)
 from pipelines.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
 from pipelines.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
 from pipelines.pool_audit.housekeeping import HousekeepingAudit
@@ -154,11 +161,12 @@ def pool_audit(
     fleet: FleetSettings,
 ) -> dg.MaterializeResult:
     params = params_from_config(context, PoolAuditParams)
+    metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
     with aws_errors(context):
         run = run_pool_audit(
             dynamodb=dynamodb.get_client(),
             ec2=ec2.get_client(),
-            cloudwatch=cloudwatch.get_client(),
+            cloudwatch=metrics,
             s3=s3.get_client(),
             jobs_table=fleet.jobs_table,
             pools_table=fleet.pools_table,
@@ -168,8 +176,11 @@ def pool_audit(
             progress=context.log.info,
         )
     _log_run(context.log, run)
+    metadata = audit_metadata(run)
+    if not params.dry_run:
+        metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
     return dg.MaterializeResult(
-        metadata=audit_metadata(run), check_results=check_results(run, params.idle_cost_threshold_usd_per_hour)
+        metadata=metadata, check_results=check_results(run, params.idle_cost_threshold_usd_per_hour)
     )
 
 

@@ -14,7 +14,15 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config, run_summary
+from pipelines.common.defs import (
+    CommittedChangeMetrics,
+    aws_errors,
+    config_schema,
+    flat_config,
+    metadata_from,
+    params_from_config,
+    run_summary,
+)
 from pipelines.reclaim.engine import Counts, reclaim_pass
 from pipelines.reclaim.http import EndpointError
 from pipelines.reclaim.metrics import put_reclaim_metrics
@@ -214,8 +222,9 @@ def report_reclaim(
     if overlap:
         summary["overlapping_run"] = overlap
     elif not params.dry_run:
-        with aws_errors(context):
-            put_reclaim_metrics(cloudwatch.get_client(), agenda.metrics_namespace, params.tableName, summary)
+        metrics = CommittedChangeMetrics(context, cloudwatch, f"reclaim {params.tableName}")
+        put_reclaim_metrics(metrics, agenda.metrics_namespace, params.tableName, summary)
+        summary["metrics_published"] = metrics.published
     context.log.info(
         f"reclaim {params.tableName}{' (dry run)' if params.dry_run else ''}: scanned {total.scanned}, "
         f"matched {total.matched}, reclaimed {total.reclaimed}, retried {total.retried}, held {total.held}, "
