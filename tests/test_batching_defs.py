@@ -42,6 +42,7 @@ def test_batching_defs_load_in_every_deployment():
         assert defs.resolve_job_def("receiver_batches_job").partitions_def is not None
 
 
+@pytest.mark.slow
 def test_receivers_sync_adds_new_and_removes_deleted_receivers(aws):
     with dg.instance_for_test() as instance:
         put_receiver(aws, "acme")
@@ -63,6 +64,7 @@ def test_receivers_sync_adds_new_and_removes_deleted_receivers(aws):
         assert isinstance(idle, dg.SkipReason)
 
 
+@pytest.mark.slow
 def test_batch_decider_requests_one_run_per_due_receiver(aws):
     put_receiver(aws, "acme", number_per_day=24)
     put_receiver(aws, "globex", number_per_day=96, initial_time="00:05", send_if_empty_batch=True)
@@ -99,6 +101,7 @@ def _materialize(instance, partition, **config):
     )
 
 
+@pytest.mark.slow
 def test_materializing_a_partition_writes_files_with_metadata(aws):
     put_receiver(aws, "acme", max_batch_size=4)
     ids = put_records(aws, "acme", [T10 - dt.timedelta(seconds=s) for s in range(1, 11)])
@@ -122,6 +125,7 @@ def test_materializing_a_partition_writes_files_with_metadata(aws):
         assert sum(len(v) for v in outbox(aws, "acme").values()) == len(ids)
 
 
+@pytest.mark.slow
 def test_invalid_or_deleted_receiver_fails_its_partition_only(aws):
     put_receiver(aws, "broken", initial_time="25:00")
     put_receiver(aws, "fine")

@@ -195,6 +195,7 @@ def test_lease_of_a_dead_run_expires(aws):
 RECORDS = 60
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_never_double_or_lose_a_record(atomic_aws):
     # 12 batch times (every 15 min for 3 hours) of about 5 records, 2 files each. moto copies the
     # whole table for every item of a transaction: more records make the test slower, not stronger.
@@ -252,6 +253,7 @@ def _snapshot(aws, name):
     }
 
 
+@pytest.mark.slow
 def test_backfill_over_three_missed_days_reproduces_the_uninterrupted_schedule(aws):
     days = [f"2026-11-{d}" for d in (16, 17, 18, 19, 20)]
     rng = random.Random(11)

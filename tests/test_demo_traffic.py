@@ -31,6 +31,7 @@ def _queue_depth(aws, queue_env):
     return int(attrs["ApproximateNumberOfMessages"])
 
 
+@pytest.mark.slow
 def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
     now = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
     cfg = DemoConfig(
@@ -105,6 +106,7 @@ def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
     assert len(params) == 10
 
 
+@pytest.mark.slow
 def test_demo_traffic_job_in_process(aws):
     defs = build_definitions("local")
     result = defs.resolve_job_def("demo_traffic").execute_in_process(

@@ -24,6 +24,7 @@ def test_missing_environment_variable_names_it(aws, monkeypatch):
     assert "BATCH_RECORDS_TABLE" in str(info.value)
 
 
+@pytest.mark.slow
 def test_unreachable_endpoint_is_one_clear_line(monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     for name, value in {

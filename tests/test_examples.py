@@ -10,6 +10,7 @@ import random
 from pathlib import Path
 
 import dagster as dg
+import pytest
 import yaml
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
@@ -42,6 +43,7 @@ def test_the_demo_example_reclaims_the_stuck_demo_agendas(aws):
     assert len(failed) == summary["reclaimed"]
 
 
+@pytest.mark.slow
 def test_pop_sample_example_has_no_duplicate_key_and_writes_through_the_local_endpoint(aws, monkeypatch):
     text = (EXAMPLES / "pop_reclaim_sample.json").read_text()
     pairs = json.loads(text, object_pairs_hook=lambda kv: kv)

@@ -38,6 +38,7 @@ def test_the_fleet_definitions_are_in_every_deployment():
     assert tags[QUEUE_TAG] == "runs-fleet-termination"
 
 
+@pytest.mark.slow
 def test_the_termination_job_runs_with_runs_fleets_camel_case_config_and_warns_that_it_is_deprecated(aws, defs):
     jobs = fs.start_jobs(aws, 12)
     fs.send(aws, [fs.termination_body(j) for j in jobs] + ["not json"])
@@ -71,6 +72,7 @@ def test_an_invalid_drain_config_fails_with_one_line(aws, defs):
     )
 
 
+@pytest.mark.slow
 def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
     job = defs.resolve_job_def("housekeeping")
@@ -109,6 +111,7 @@ def _sensor_context(instance, cursor=None):
     )
 
 
+@pytest.mark.slow
 def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, defs):
     sensor = defs.resolve_sensor_def("termination_queue_sensor")
     with dg.instance_for_test() as instance:
@@ -129,6 +132,7 @@ def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, d
         assert "is still queued" in busy.skip_message
 
 
+@pytest.mark.slow
 def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, defs):
     job = defs.resolve_job_def("fleet_dead_letter_checks")
     result = job.execute_in_process(instance=dg.DagsterInstance.ephemeral())
@@ -142,6 +146,7 @@ def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, 
     assert by_asset["housekeeping_dead_letters"].passed
 
 
+@pytest.mark.slow
 def test_redrive_moves_dead_letters_back_and_quarantines_repeat_offenders(aws, defs):
     sqs = aws.client("sqs")
     bodies = [json.dumps({"n": n}) for n in range(3)]

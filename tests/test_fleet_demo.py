@@ -1,12 +1,14 @@
 """Demo traffic feeds every fleet processor: duplicates, malformed messages, old jobs, orphans, pool_audit."""
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 from tests import fleet_support as fs
 
 
+@pytest.mark.slow
 def test_demo_traffic_exercises_the_fleet_processors(aws):
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
     base = dict(new_agendas=1, stuck_agendas=0, records=0, jobs_started=6, jobs_finished=0, malformed_messages=0)

@@ -5,6 +5,7 @@ import json
 import threading
 
 import dagster as dg
+import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.fleet.defs import QUEUE_TAG
@@ -21,6 +22,7 @@ def _tick(sensor, instance, cursor=None):
     return sensor.evaluate_tick(context)
 
 
+@pytest.mark.slow
 def test_the_sensor_fills_free_drain_slots_with_distinct_run_keys(aws, monkeypatch):
     monkeypatch.setenv("RUNS_FLEET_TERMINATION_DRAIN_RUNS", "3")
     defs = build_definitions("local")
@@ -53,6 +55,7 @@ def test_the_sensor_fills_free_drain_slots_with_distinct_run_keys(aws, monkeypat
         assert busy.skip_message.count("is still queued") == 3
 
 
+@pytest.mark.slow
 def test_three_drains_at_once_apply_every_message_exactly_once(atomic_aws):
     """200 jobs, 40 of their messages sent twice, 4 poison messages: three drains of one queue at
     once (competing consumers, as three drain runs are), until the queue is empty. On a moto server

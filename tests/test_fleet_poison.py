@@ -56,6 +56,7 @@ def _one_poison_dead_lettered(aws, result, good: list[dict], poison_job: dict) -
     return reason
 
 
+@pytest.mark.slow
 def test_a_lone_surrogate_in_a_field_is_dead_lettered_and_the_good_messages_of_its_round_are_applied(aws):
     jobs = fs.start_jobs(aws, 21)
     poison_job, good = jobs[0], jobs[1:]
@@ -93,6 +94,7 @@ def test_non_ascii_error_text_reaches_cloudwatch_as_an_ascii_dimension_value(aws
     assert fs.depth(aws, DLQ) == 0
 
 
+@pytest.mark.slow
 def test_two_600_kb_poison_bodies_go_to_the_dead_letter_archive_with_a_pointer(aws):
     jobs = fs.start_jobs(aws, 10)
     big = [
@@ -122,6 +124,7 @@ def test_two_600_kb_poison_bodies_go_to_the_dead_letter_archive_with_a_pointer(a
     assert fs.depth(aws, TQ) == 0
 
 
+@pytest.mark.slow
 def test_a_write_refused_for_one_job_fails_that_job_only(aws):
     jobs = fs.start_jobs(aws, 12)
     refused_job, good = jobs[0], jobs[1:]
@@ -155,6 +158,7 @@ def test_when_the_dead_letter_queue_is_unavailable_poison_stays_in_the_source_qu
     assert fs.depth(aws, DLQ) == 0
 
 
+@pytest.mark.slow
 def test_the_housekeeping_drain_also_survives_an_unavailable_dead_letter_queue(aws):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
     fs.send(aws, [json.dumps({"task_type": "stale_ssm"}), json.dumps({"task_type": "reboot"})], queue_env=HQ)

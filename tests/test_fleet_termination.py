@@ -39,6 +39,7 @@ def _metrics(aws):
     return {"JobSuccess": fs.metric_sum(aws, "JobSuccess"), "JobFailure": failure, "JobDuration": duration}
 
 
+@pytest.mark.slow
 def test_a_drain_applies_jobs_deletes_parameters_publishes_metrics_and_acks(aws):
     jobs = fs.start_jobs(aws, 27)
     bodies = [fs.termination_body(j, STATUSES[k % 4], duration_seconds=60 + k) for k, j in enumerate(jobs)]
@@ -74,6 +75,7 @@ def test_a_drain_applies_jobs_deletes_parameters_publishes_metrics_and_acks(aws)
     assert sorted(json.loads(line)["body"] for line in lines) == sorted(bodies)
 
 
+@pytest.mark.slow
 def test_every_message_delivered_twice_gives_the_state_and_metrics_of_single_delivery(aws):
     jobs = fs.start_jobs(aws, 24)
     bodies = [fs.termination_body(j, STATUSES[k % 4]) for k, j in enumerate(jobs)]
@@ -276,6 +278,7 @@ def test_transient_errors_retry_with_backoff_then_succeed(aws):
     assert fs.runner_parameters(aws) == set()
 
 
+@pytest.mark.slow
 def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_queue(aws, monkeypatch):
     # runs-fleet's 4 attempts, without the waits (their timeline is tested on the policy itself).
     monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
@@ -298,6 +301,7 @@ def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_
     assert all(j["status"] == "running" for j in fs.jobs_state(aws).values())
 
 
+@pytest.mark.slow
 def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     jobs = fs.start_jobs(aws, 60)
     fs.send(aws, [_valid_body(j) for j in jobs])
@@ -332,6 +336,7 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     assert fs.metric_sum(aws, "JobSuccess") == 60
 
 
+@pytest.mark.slow
 def test_a_full_round_of_100_costs_one_transaction_and_one_flush(aws):
     """Defaults: a round of 100 (10 receives), one TransactWriteItems; its flush: one archive write,
     one PutMetricData, one marker; 10 DeleteParameters and 10 DeleteMessageBatch."""
@@ -390,6 +395,7 @@ def test_a_round_cut_short_before_its_clean_up_is_finished_by_the_redelivery(aws
     assert fs.depth(aws, DLQ) == 0
 
 
+@pytest.mark.slow
 def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(aws):
     """A job applied by this same message in a round younger than the visibility timeout and not yet
     done belongs to a run still at work: the copy is neither applied again nor acknowledged. Once
@@ -433,6 +439,7 @@ def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(
     assert fs.metric_sum(aws, "JobSuccess") == 1
 
 
+@pytest.mark.slow
 def test_a_late_copy_for_an_archived_job_is_a_duplicate_and_an_unknown_job_is_dead_lettered(aws, monkeypatch):
     """old_jobs archived and deleted the job; a late copy of its termination message must not bring it
     back. A termination message for a job that never existed is dead-lettered."""
@@ -484,6 +491,7 @@ def test_copies_in_later_rounds_of_the_same_flush_are_duplicates_not_held_elsewh
     assert fs.depth(aws, TQ) == 0
 
 
+@pytest.mark.slow
 def test_a_run_killed_between_rounds_has_acknowledged_nothing_unarchived_or_uncounted(aws):
     """Rounds wait for their flush. A run killed after two rounds (jobs written, no flush) archived,
     counted and acknowledged nothing; the redelivery takes its jobs over and counts each once."""

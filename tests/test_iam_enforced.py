@@ -140,6 +140,7 @@ def _record_calls(monkeypatch) -> list[tuple[str, str, dict]]:
     return recorded
 
 
+@pytest.mark.slow
 def test_every_prod_job_succeeds_with_only_the_templates_policies(aws, monkeypatch, table):
     from pipelines.definitions import build_definitions
 
@@ -210,6 +211,7 @@ OUTSIDE = {
 }
 
 
+@pytest.mark.slow
 def test_actions_outside_the_policy_are_denied(aws, monkeypatch, table):
     _policy_user(aws, monkeypatch, table)
     allowed = []

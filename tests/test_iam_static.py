@@ -193,6 +193,7 @@ def _statements(stack: Stack) -> list[tuple[str, dict]]:
     ]
 
 
+@pytest.mark.slow
 def test_every_call_in_the_code_has_an_iam_mapping(stack, found):
     table = calls(stack)
     missing = {key: sites for key, sites in found.items() if key not in table}

@@ -33,6 +33,7 @@ QUEUES = {
 BUCKETS = ["RUNS_FLEET_ARCHIVE_BUCKET", "BATCH_OUTBOX_BUCKET"]
 
 
+@pytest.mark.slow
 def test_template_passes_cfn_lint():
     from cfnlint.api import ManualArgs, lint_file
 

@@ -4,6 +4,7 @@ them up per capability over 24 hours and 7 days."""
 import datetime as dt
 
 import dagster as dg
+import pytest
 
 from pipelines.common.defs import operations_summary_asset, run_summary
 from pipelines.common.summary import COUNT_TAG_PREFIX, add_up, run_counts, totals
@@ -48,6 +49,7 @@ def redrive_like():
     redrives()
 
 
+@pytest.mark.slow
 def test_runs_are_tagged_and_the_asset_reads_them_back():
     with dg.instance_for_test() as instance:
         first = reclaim_like.execute_in_process(instance=instance)

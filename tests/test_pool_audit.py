@@ -479,6 +479,7 @@ def _materialize(aws, assets, **kwargs):
     return dg.materialize(assets, resources=resources_for("local"), **kwargs)
 
 
+@pytest.mark.slow
 def test_pool_audit_asset_reports_metadata_and_warns(aws):
     _seed_fleet(aws)
     result = _materialize(aws, [pool_audit])
@@ -523,6 +524,7 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws):
     assert not {e.check_name: e for e in strict.get_asset_check_evaluations()}[CHECK_IDLE_COST].passed
 
 
+@pytest.mark.slow
 def test_dry_run_writes_nothing(aws):
     _seed_fleet(aws)
     result = _materialize(aws, [pool_audit], run_config={"ops": {"pool_audit": {"config": {"dry_run": True}}}})
@@ -535,6 +537,7 @@ def test_dry_run_writes_nothing(aws):
     assert aws.client("cloudwatch").list_metrics(Namespace="RunsFleet")["Metrics"] == []
 
 
+@pytest.mark.slow
 def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     _seed_fleet(aws)
     common = _audit_args(aws, prices=PRICES)
@@ -566,6 +569,7 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
 
 
+@pytest.mark.slow
 def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(aws):
     _seed_fleet(aws)
     sqs = aws.client("sqs")

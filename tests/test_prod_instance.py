@@ -47,6 +47,7 @@ def prod_instance(tmp_path, monkeypatch):
         admin.close()
 
 
+@pytest.mark.slow
 def test_prod_instance_uses_postgres_and_records_runs(aws, prod_instance: dg.DagsterInstance):
     assert type(prod_instance.run_storage).__name__ == "PostgresRunStorage"
     assert type(prod_instance.event_log_storage).__name__ == "PostgresEventLogStorage"

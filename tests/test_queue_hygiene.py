@@ -30,6 +30,7 @@ def defs():
     return build_definitions("local")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", EXCLUSIVE)
 def test_a_schedule_skips_while_its_previous_run_is_queued_and_launches_after(defs, name):
     schedule = defs.resolve_schedule_def(name)
@@ -68,6 +69,7 @@ def test_loading_the_definitions_shows_no_beta_or_preview_warning():
     assert noisy == []
 
 
+@pytest.mark.slow
 def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_still_queued(aws):
     import datetime as dt
 

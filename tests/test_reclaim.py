@@ -189,6 +189,7 @@ def test_an_executor_writing_between_read_and_write_always_wins(aws):
         assert items[item_id]["heartbeat"] is True
 
 
+@pytest.mark.slow
 def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count(tmp_path):
     # DynamoDB applies a conditional write atomically per item. The threaded moto server does not (two
     # requests can both pass a condition), so this test runs on a moto server whose DynamoDB writes
@@ -254,6 +255,7 @@ def _logs(instance, run_id) -> list[str]:
     return [e.user_message for e in instance.all_logs(run_id) if e.user_message]
 
 
+@pytest.mark.slow
 def test_dry_run_changes_nothing_and_logs_every_candidate(aws):
     ddb = aws.client("dynamodb")
     ids = seed_mixed(ddb)
@@ -270,6 +272,7 @@ def test_dry_run_changes_nothing_and_logs_every_candidate(aws):
     assert (summary["would_act"], summary["reclaimed"], summary["dry_run"]) == (7, 0, True)
 
 
+@pytest.mark.slow
 def test_job_reports_counts_metadata_and_metrics(aws):
     ddb = aws.client("dynamodb")
     seed_mixed(ddb)
@@ -288,6 +291,7 @@ def test_job_reports_counts_metadata_and_metrics(aws):
     assert {"AgendaReclaimFailed", "AgendaReclaimRaced", "AgendaReclaimSkipped"} <= metrics
 
 
+@pytest.mark.slow
 def test_budget_limited_runs_resume_from_the_instance_cursor(aws):
     ddb = aws.client("dynamodb")
     ids = plain_table_with_stale(ddb, "resume-agendas", 6, "r")
@@ -304,6 +308,7 @@ def test_budget_limited_runs_resume_from_the_instance_cursor(aws):
     assert failed < set(ids)
 
 
+@pytest.mark.slow
 def test_parallel_segments_fan_out_as_separate_ops(aws):
     ddb = aws.client("dynamodb")
     plain_table_with_stale(ddb, "seg-agendas", 20, "s")
@@ -314,6 +319,7 @@ def test_parallel_segments_fan_out_as_separate_ops(aws):
     assert result.output_for_node("report_reclaim")["reclaimed"] == 20
 
 
+@pytest.mark.slow
 def test_job_refuses_budget_at_or_above_max_runtime_and_missing_table(aws):
     result = _run_job({**BASE, "maximumExecutionSeconds": 120}, tags={"dagster/max_runtime": "120"})
     assert not result.success

@@ -261,6 +261,7 @@ def test_retry_failed_handles_each_failure_once(aws):
     assert set(ready_items(aws)) == {"failed-once"}
 
 
+@pytest.mark.slow
 def test_retry_config_through_the_job(aws):
     from pipelines.definitions import build_definitions
 
@@ -444,6 +445,7 @@ def test_a_run_config_naming_another_endpoint_makes_no_request_and_fails_with_on
     assert items_by_id(aws.client("dynamodb"))["stale-0"]["processingState"] == "EXECUTING"
 
 
+@pytest.mark.slow
 def test_an_endpoint_echoing_the_token_never_puts_it_in_the_run_output(aws, endpoint, monkeypatch, capfd):
     import dagster as dg
     from dagster._serdes import serialize_value

@@ -52,6 +52,7 @@ def _redrive(instance, **config):
     )
 
 
+@pytest.mark.slow
 def test_redrive_relaunches_exactly_the_failed_partitions(aws):
     put_receiver(aws, "broken", initial_time="25:00")  # an invalid receiver: its partitions fail
     put_receiver(aws, "fine")
@@ -123,6 +124,7 @@ def test_an_unpartitioned_or_unknown_asset_fails_with_one_line(aws):
         assert "receiver_batches" in message
 
 
+@pytest.mark.slow
 def test_the_daemon_turns_a_redrive_into_asset_only_runs_of_exactly_those_partitions(aws):
     """One pass of the daemon's backfill loop over the code location (in a code server, as under
     ``make dev``): the runs are what a UI backfill of receiver_batches launches too."""

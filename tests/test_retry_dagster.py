@@ -140,6 +140,7 @@ def _first_failure(instance, tmp_path, policy: dict, failures: int, **tags):
     return sensor, defs, first
 
 
+@pytest.mark.slow
 def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(instance, tmp_path, monkeypatch):
     import sensors.run_retries as run_retries
 
@@ -187,6 +188,7 @@ def test_delayed_run_retries_relaunches_after_the_policy_delays_until_success(in
     assert json.loads(cursor)["pending"] == {}
 
 
+@pytest.mark.slow
 def test_the_maximum_number_of_attempts_is_kept(instance, tmp_path):
     sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0, "maxAttempts": 2}, 9)
     data, cursor = _tick(sensor, instance, defs, None)
@@ -200,6 +202,7 @@ def test_the_maximum_number_of_attempts_is_kept(instance, tmp_path):
     assert not data.run_requests  # attempt 2 of 2 failed: STOP
 
 
+@pytest.mark.slow
 def test_terminated_untagged_and_badly_tagged_runs_are_not_relaunched(instance, tmp_path):
     @dg.job
     def plain_job():
@@ -281,6 +284,7 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     assert metadata["policies"].value == len(PRESETS) + 3, "every preset, the job's policy and the two configured"
 
 
+@pytest.mark.slow
 def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
     from pipelines.definitions import build_definitions
 
@@ -300,6 +304,7 @@ def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(inst
     assert third.output_for_node("throttled_until_attempt") == 3
 
 
+@pytest.mark.slow
 def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never_relaunched_again(instance, tmp_path):
     extra = {
         "team": "payments",
@@ -344,6 +349,7 @@ def test_every_retry_config_key_has_a_description(params):
         assert spec.description, spec.name
 
 
+@pytest.mark.slow
 def test_a_bad_retry_demo_config_fails_with_one_line(instance):
     from pipelines.retry.defs import retry_demo
 
@@ -356,6 +362,7 @@ def test_a_bad_retry_demo_config_fails_with_one_line(instance):
     assert description == "invalid run config: seconds must be at least 0, got -1.0"
 
 
+@pytest.mark.slow
 def test_a_run_tag_naming_an_unregistered_function_is_refused_before_import(instance, tmp_path):
     # math:sqrt takes n and returns seconds: without the allow-list the sensor would call it (and os:_exit
     # would have killed the daemon); with it the run is not retried, and the sensor says why in one line.
@@ -383,6 +390,7 @@ def test_a_run_tag_whose_delay_function_would_exit_leaves_the_sensor_running(ins
     assert json.loads(data.cursor)["pending"] == {}
 
 
+@pytest.mark.slow
 def test_locally_retry_policies_is_materialized_once_when_never_materialized(instance):
     from pipelines.definitions import build_definitions
 
