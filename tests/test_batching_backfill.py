@@ -22,6 +22,7 @@ def _backfill_run_job():
     return DEFS.resolve_implicit_global_asset_job_def().get_subset(asset_selection={receiver_batches.key})
 
 
+@pytest.mark.slow
 def test_a_ui_backfill_runs_the_asset_alone_in_process(aws):
     graph = DEFS.resolve_asset_graph()
     assert graph.get_check_keys_for_assets({receiver_batches.key}) == set()
@@ -71,6 +72,7 @@ def test_the_day_partitions_start_a_month_or_two_back_unless_fixed():
         batch_start_date({"BATCH_PARTITIONS_LOOKBACK_DAYS": "0"}, today)
 
 
+@pytest.mark.slow
 def test_a_receiver_added_by_hand_fails_with_one_line_and_the_sync_removes_it(aws):
     put_receiver(aws, "acme")
     with dg.instance_for_test() as instance:

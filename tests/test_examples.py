@@ -28,6 +28,7 @@ def _reclaim(run_config: dict) -> dg.ExecuteInProcessResult:
     return job.execute_in_process(run_config=run_config, instance=dg.DagsterInstance.ephemeral())
 
 
+@pytest.mark.slow
 def test_the_demo_example_reclaims_the_stuck_demo_agendas(aws):
     ddb = aws.client("dynamodb")
     cfg = DemoConfig(new_agendas=3, stuck_agendas=4, seed=7)

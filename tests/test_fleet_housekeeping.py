@@ -65,6 +65,7 @@ def _count_calls(client):
     return calls, hook
 
 
+@pytest.mark.slow
 def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_one(aws, monkeypatch):
     busy = fs.start_jobs(aws, 2)  # running jobs: never orphans
     idle = fs.start_jobs(aws, 3)
@@ -106,6 +107,7 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 2
 
 
+@pytest.mark.slow
 def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_tens(aws, monkeypatch):
     live = fs.start_jobs(aws, 2)
     ended = fs.start_jobs(aws, 3)
@@ -136,6 +138,7 @@ def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_te
     assert fs.metric_sum(aws, "SSMParametersDeleted") == 26
 
 
+@pytest.mark.slow
 def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
     now = dt.datetime.now(dt.UTC)
     statuses = ["completed", "failed", "timeout", "interrupted"]

@@ -110,6 +110,7 @@ def _three_drains(aws):
     assert {m["Body"] for m in fs.read_all(aws, DLQ)} == set(poison)
 
 
+@pytest.mark.slow
 def test_a_flush_later_than_the_visibility_timeout_leaves_jobs_taken_over_to_their_new_run(aws):
     """Drain A writes a round, then stalls past the visibility timeout; drain B receives the messages
     again and takes the jobs over. A's late flush checks that the jobs are still its own: they are

@@ -177,6 +177,7 @@ MALFORMED = {
 }
 
 
+@pytest.mark.slow
 def test_a_corpus_of_malformed_messages_lands_in_the_dead_letter_queue_with_reasons(aws):
     assert len(MALFORMED) >= 20
     jobs = fs.start_jobs(aws, 8)
@@ -367,6 +368,7 @@ def test_a_full_round_of_100_costs_one_transaction_and_one_flush(aws):
     assert sum(calls.values()) / 100 <= 0.36, calls
 
 
+@pytest.mark.slow
 def test_a_round_cut_short_before_its_clean_up_is_finished_by_the_redelivery(aws):
     """The update landed but the clean-up failed (no round marker): the message stays, comes back
     after its visibility timeout, and the next run takes the job over and finishes it, once."""

@@ -29,6 +29,7 @@ def test_each_test_starts_from_the_template_alone(aws):
     assert ddb.scan(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"])["Count"] == 0
 
 
+@pytest.mark.slow
 def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests():
     """The leak tests/suite_plugin.py handles, reproduced: without the guard, every later
     Definitions resolution in the process fails."""

@@ -120,6 +120,7 @@ def test_progressor_dimension_values_are_cleaned_as_the_fleets():
     assert datum["Dimensions"] == [{"Name": "Namespace", "Value": "na?ve/d?faut"}]
 
 
+@pytest.mark.slow
 def test_fleet_housekeeping_with_cloudwatch_unreachable_warns_and_succeeds(aws, monkeypatch):
     """The fleet's plain code publishes through the same client: the stale parameter is deleted, the run succeeds."""
     from pipelines.definitions import build_definitions
