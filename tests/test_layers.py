@@ -83,7 +83,6 @@ def test_the_foundations_import_no_capability_and_no_sensors(foundation):
     assert not offending, "\n".join(offending)
 
 
-@pytest.mark.cli
 def test_only_dagster_layers_import_dagster():
     offending = [
         f"{path.relative_to(ROOT)} imports {name}"
