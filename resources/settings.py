@@ -10,8 +10,9 @@ that line, while the other capabilities load and run.
 
 from __future__ import annotations
 
+import datetime as dt
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import dagster as dg
@@ -70,7 +71,7 @@ class AgendaSettings(dg.ConfigurableResource):
     metrics_namespace: str = "RunsFleet"  # RUNS_FLEET_METRICS_NAMESPACE
 
 
-class BatchingSettings(dg.ConfigurableResource):
+class BatchingSettings(CheckedSettings):
     """ReportStream batching: the receivers and records tables and the outbox bucket."""
 
     receivers_table: str = Field(description="The receivers table (RECEIVERS_TABLE): one item per receiver.")
@@ -102,10 +103,10 @@ def fleet_settings_from_env() -> FleetSettings:
     )
 
 
-def int_env(name: str, default: int, *, minimum: int, maximum: int) -> int:
+def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping[str, str] | None = None) -> int:
     """A whole number from ``minimum`` to ``maximum`` from the environment (unset or empty:
     ``default``); anything else is a ``SettingsError`` naming the variable and the range."""
-    raw = os.environ.get(name, "").strip()
+    raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
     try:
@@ -115,6 +116,18 @@ def int_env(name: str, default: int, *, minimum: int, maximum: int) -> int:
     if value is None or not minimum <= value <= maximum:
         raise SettingsError(f"{name}={raw!r} is invalid: a whole number from {minimum} to {maximum}")
     return value
+
+
+def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | None = None) -> dt.date | None:
+    """A ``YYYY-MM-DD`` date from the environment (unset or empty: ``default``); anything else is a
+    ``SettingsError`` naming the variable."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is invalid: a YYYY-MM-DD date") from None
 
 
 def bool_env(name: str, default: bool) -> bool:
@@ -157,9 +170,32 @@ def agenda_settings_from_env() -> AgendaSettings:
     )
 
 
+MAX_LOOKBACK_DAYS = 366
+DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
+
+
+def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = None) -> tuple[dt.date | None, int]:
+    """``BATCH_PARTITIONS_START_DATE`` (a date, or None) and ``BATCH_PARTITIONS_LOOKBACK_DAYS`` (1 to
+    366, default 30); an invalid one counts as unset and its line goes to ``problems``."""
+    start = checked(problems, date_env, "BATCH_PARTITIONS_START_DATE", None, env=env)
+    lookback = checked(
+        problems,
+        int_env,
+        "BATCH_PARTITIONS_LOOKBACK_DAYS",
+        DEFAULT_PARTITIONS_LOOKBACK_DAYS,
+        minimum=1,
+        maximum=MAX_LOOKBACK_DAYS,
+        env=env,
+    )
+    return start, lookback
+
+
 def batching_settings_from_env() -> BatchingSettings:
+    problems: list[str] = []
+    batch_partitions_env(problems)
     return BatchingSettings(
         receivers_table=dg.EnvVar("RECEIVERS_TABLE"),
         records_table=dg.EnvVar("BATCH_RECORDS_TABLE"),
         outbox_bucket=dg.EnvVar("BATCH_OUTBOX_BUCKET"),
+        invalid="; ".join(problems),
     )

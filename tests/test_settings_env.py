@@ -2,6 +2,9 @@
 settings it is fails its own runs and sensors with one line naming the variable and its allowed
 values, and the rest of the code location loads."""
 
+import subprocess
+import sys
+
 import dagster as dg
 import pytest
 
@@ -58,3 +61,46 @@ def test_an_invalid_grouped_writes_value_loads_and_fails_the_runs_that_use_dynam
     )
     assert not result.success
     assert _resource_failure(result).strip().endswith("DYNAMODB_GROUPED_WRITES='maybe' is invalid: true or false")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "line"),
+    [
+        (
+            "BATCH_PARTITIONS_LOOKBACK_DAYS",
+            "0",
+            "BATCH_PARTITIONS_LOOKBACK_DAYS='0' is invalid: a whole number from 1 to 366",
+        ),
+        (
+            "BATCH_PARTITIONS_START_DATE",
+            "yesterday",
+            "BATCH_PARTITIONS_START_DATE='yesterday' is invalid: a YYYY-MM-DD date",
+        ),
+    ],
+)
+def test_an_invalid_batch_partitions_value_fails_the_batching_runs_only(aws_shared, monkeypatch, name, value, line):
+    monkeypatch.setenv(name, value)
+    defs = build_definitions("local")
+    dg.Definitions.validate_loadable(defs)
+    assert _job_names(defs) == VALID_JOBS
+    assert resources_for("local")["batching"].invalid == line
+    result = defs.resolve_job_def("batching_checks_job").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral(), raise_on_error=False
+    )
+    assert not result.success
+    assert _resource_failure(result).strip().endswith(line)
+
+
+def test_the_code_location_module_loads_with_invalid_values_in_its_environment(aws_shared):
+    """In a fresh process, as a code server imports it: the values are read at import."""
+    env = {
+        **aws_shared.subprocess_env(),
+        "RUNS_FLEET_TERMINATION_DRAIN_RUNS": "9",
+        "BATCH_PARTITIONS_START_DATE": "yesterday",
+        "BATCH_PARTITIONS_LOOKBACK_DAYS": "-1",
+        "DYNAMODB_GROUPED_WRITES": "maybe",
+    }
+    code = "from pipelines.definitions import defs; print(sorted(j.name for j in defs.resolve_all_job_defs()))"
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == str(sorted(VALID_JOBS))
