@@ -17,7 +17,14 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.common.defs import (
+    ACTIVE_STATUSES,
+    aws_errors,
+    config_schema,
+    flat_config,
+    metadata_from,
+    params_from_config,
+)
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import (
     FAILED,
@@ -86,14 +93,6 @@ def _backfill_module():
     return backfill
 
 
-UNFINISHED_RUN_STATUSES = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
-
-
 def unfinished_backfills(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
     """Partition -> backfill id, for the partitions of ``key`` that a backfill still running
     (requested or canceling) targets and has not yet seen materialized or failed: the daemon may
@@ -122,7 +121,7 @@ def _runs_in_flight(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: 
     if not partitions:
         return set()
     runs = instance.get_runs(
-        dg.RunsFilter(statuses=UNFINISHED_RUN_STATUSES, tags={"dagster/partition": partitions}),
+        dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={"dagster/partition": partitions}),
         limit=MAX_FAILED_RUNS,
     )
     return {run.tags["dagster/partition"] for run in runs if not run.asset_selection or key in run.asset_selection}
