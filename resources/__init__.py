@@ -29,9 +29,11 @@ from resources.settings import (
     AgendaSettings,
     BatchingSettings,
     FleetSettings,
+    SettingsError,
     agenda_settings_from_env,
     batching_settings_from_env,
     bool_env,
+    checked,
     fleet_settings_from_env,
 )
 
@@ -49,10 +51,10 @@ def deployment_name() -> str:
 
 def _aws_resources(*, grouped_writes: bool, **boto3_config: Any) -> dict[str, Any]:
     """``grouped_writes``: the deployment's default, unless ``DYNAMODB_GROUPED_WRITES`` says otherwise."""
+    problems: list[str] = []
+    grouped = checked(problems, bool_env, "DYNAMODB_GROUPED_WRITES", grouped_writes)
     return {
-        "dynamodb": DynamoDBResource(
-            grouped_writes=bool_env("DYNAMODB_GROUPED_WRITES", grouped_writes), **boto3_config
-        ),
+        "dynamodb": DynamoDBResource(grouped_writes=grouped, invalid="; ".join(problems), **boto3_config),
         "sqs": SQSResource(**boto3_config),
         "ec2": EC2Resource(**boto3_config),
         "ssm": SSMResource(**boto3_config),
@@ -118,6 +120,7 @@ __all__ = [
     "DynamoDBResource",
     "EC2Resource",
     "FleetSettings",
+    "SettingsError",
     "KMSResource",
     "ProgressorDatabase",
     "S3Resource",

@@ -57,6 +57,13 @@ class DynamoDBResource(_Boto3ClientResource):
         "Needs an endpoint that evaluates each statement's WHERE conditions on its own: AWS and DynamoDB "
         "Local do, moto does not (it ignores them), so the moto-backed deployments set false.",
     )
+    invalid: str = Field(default="", description="DYNAMODB_GROUPED_WRITES when it was invalid: using DynamoDB fails.")
+
+    def setup_for_execution(self, context: Any) -> None:
+        if self.invalid:
+            from resources.settings import SettingsError
+
+            raise SettingsError(self.invalid)
 
 
 class SQSResource(_Boto3ClientResource):

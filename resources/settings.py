@@ -2,17 +2,41 @@
 
 Each capability gets one small settings resource, so that a job needs only the variables it uses.
 Values come through ``dg.EnvVar``: a missing variable fails the run with one line that names it.
+A value read when the code location loads is checked here (``int_env``, ``bool_env``): an invalid
+one never stops the code location from loading; the settings resource keeps one line naming the
+variable and its allowed values (``invalid``) and fails every run and sensor that uses it with
+that line, while the other capabilities load and run.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import dagster as dg
 from pydantic import Field
 
+T = TypeVar("T")
 
-class FleetSettings(dg.ConfigurableResource):
+
+class SettingsError(ValueError):
+    """An environment value out of its allowed values: one line naming the variable and them."""
+
+
+class CheckedSettings(dg.ConfigurableResource):
+    """A settings resource whose environment values were checked at load: ``invalid`` holds the
+    lines of those that were not valid, and using the resource (a run or a sensor) fails with them."""
+
+    invalid: str = ""
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        if self.invalid:
+            raise SettingsError(self.invalid)
+
+
+class FleetSettings(CheckedSettings):
     """runs-fleet: its queues, tables, archive bucket and metric namespace (`RUNS_FLEET_*`)."""
 
     jobs_table: str
@@ -25,8 +49,12 @@ class FleetSettings(dg.ConfigurableResource):
     metrics_namespace: str = "RunsFleet"
     # How many drain runs of each queue the queue sensors keep going at once (competing consumers;
     # RUNS_FLEET_TERMINATION_DRAIN_RUNS, RUNS_FLEET_HOUSEKEEPING_DRAIN_RUNS).
-    termination_drain_runs: int = Field(default=1, ge=1, le=8)
-    housekeeping_drain_runs: int = Field(default=1, ge=1, le=8)
+    # Checked by ``int_env`` (1 to MAX_DRAIN_RUNS) in ``fleet_settings_from_env``.
+    termination_drain_runs: int = 1
+    housekeeping_drain_runs: int = 1
+
+
+MAX_DRAIN_RUNS = 8
 
 
 class AgendaSettings(dg.ConfigurableResource):
@@ -43,7 +71,7 @@ class AgendaSettings(dg.ConfigurableResource):
     metrics_namespace: str = "RunsFleet"  # RUNS_FLEET_METRICS_NAMESPACE
 
 
-class BatchingSettings(dg.ConfigurableResource):
+class BatchingSettings(CheckedSettings):
     """ReportStream batching: the receivers and records tables and the outbox bucket."""
 
     receivers_table: str = Field(description="The receivers table (RECEIVERS_TABLE): one item per receiver.")
@@ -56,6 +84,11 @@ class BatchingSettings(dg.ConfigurableResource):
 
 
 def fleet_settings_from_env() -> FleetSettings:
+    problems: list[str] = []
+    drain_runs = {
+        name: checked(problems, int_env, f"RUNS_FLEET_{name.upper()}", 1, minimum=1, maximum=MAX_DRAIN_RUNS)
+        for name in ("termination_drain_runs", "housekeeping_drain_runs")
+    }
     return FleetSettings(
         jobs_table=dg.EnvVar("RUNS_FLEET_JOBS_TABLE"),
         pools_table=dg.EnvVar("RUNS_FLEET_POOLS_TABLE"),
@@ -65,24 +98,41 @@ def fleet_settings_from_env() -> FleetSettings:
         housekeeping_dlq_url=dg.EnvVar("RUNS_FLEET_HOUSEKEEPING_DLQ_URL"),
         archive_bucket=dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET"),
         metrics_namespace=os.environ.get("RUNS_FLEET_METRICS_NAMESPACE") or "RunsFleet",
-        termination_drain_runs=_int_env("RUNS_FLEET_TERMINATION_DRAIN_RUNS", 1),
-        housekeeping_drain_runs=_int_env("RUNS_FLEET_HOUSEKEEPING_DRAIN_RUNS", 1),
+        invalid="; ".join(problems),
+        **drain_runs,
     )
 
 
-def _int_env(name: str, default: int) -> int:
-    """A whole number from the environment (unset or empty: ``default``); anything else names the variable."""
-    raw = os.environ.get(name, "").strip()
+def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping[str, str] | None = None) -> int:
+    """A whole number from ``minimum`` to ``maximum`` from the environment (unset or empty:
+    ``default``); anything else is a ``SettingsError`` naming the variable and the range."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
     try:
-        return int(raw)
+        value = int(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a whole number") from None
+        value = None
+    if value is None or not minimum <= value <= maximum:
+        raise SettingsError(f"{name}={raw!r} is invalid: a whole number from {minimum} to {maximum}")
+    return value
+
+
+def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | None = None) -> dt.date | None:
+    """A ``YYYY-MM-DD`` date from the environment (unset or empty: ``default``); anything else is a
+    ``SettingsError`` naming the variable."""
+    raw = (os.environ if env is None else env).get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return dt.date.fromisoformat(raw)
+    except ValueError:
+        raise SettingsError(f"{name}={raw!r} is invalid: a YYYY-MM-DD date") from None
 
 
 def bool_env(name: str, default: bool) -> bool:
-    """``true`` or ``false`` from the environment (unset or empty: ``default``); anything else names the variable."""
+    """``true`` or ``false`` from the environment (unset or empty: ``default``); anything else is a
+    ``SettingsError`` naming the variable."""
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
@@ -90,7 +140,16 @@ def bool_env(name: str, default: bool) -> bool:
         return True
     if raw in ("false", "0", "no"):
         return False
-    raise ValueError(f"{name}={raw!r} is not true or false")
+    raise SettingsError(f"{name}={raw!r} is invalid: true or false")
+
+
+def checked(problems: list[str], read: Callable[..., T], name: str, default: T, **allowed: Any) -> T:
+    """``read(name, default, **allowed)``, or ``default`` with the problem's line added to ``problems``."""
+    try:
+        return read(name, default, **allowed)
+    except SettingsError as exc:
+        problems.append(str(exc))
+        return default
 
 
 def _optional_env(name: str) -> dg.EnvVar | None:
@@ -111,9 +170,32 @@ def agenda_settings_from_env() -> AgendaSettings:
     )
 
 
+MAX_LOOKBACK_DAYS = 366
+DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
+
+
+def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = None) -> tuple[dt.date | None, int]:
+    """``BATCH_PARTITIONS_START_DATE`` (a date, or None) and ``BATCH_PARTITIONS_LOOKBACK_DAYS`` (1 to
+    366, default 30); an invalid one counts as unset and its line goes to ``problems``."""
+    start = checked(problems, date_env, "BATCH_PARTITIONS_START_DATE", None, env=env)
+    lookback = checked(
+        problems,
+        int_env,
+        "BATCH_PARTITIONS_LOOKBACK_DAYS",
+        DEFAULT_PARTITIONS_LOOKBACK_DAYS,
+        minimum=1,
+        maximum=MAX_LOOKBACK_DAYS,
+        env=env,
+    )
+    return start, lookback
+
+
 def batching_settings_from_env() -> BatchingSettings:
+    problems: list[str] = []
+    batch_partitions_env(problems)
     return BatchingSettings(
         receivers_table=dg.EnvVar("RECEIVERS_TABLE"),
         records_table=dg.EnvVar("BATCH_RECORDS_TABLE"),
         outbox_bucket=dg.EnvVar("BATCH_OUTBOX_BUCKET"),
+        invalid="; ".join(problems),
     )

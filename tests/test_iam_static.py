@@ -118,7 +118,11 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
         ("kms", "Decrypt"): [request("kms:Decrypt", KEY_ARN)],
         ("s3", "GetObject"): on(
             "s3:GetObject",
-            [f"{archive}/dead-letters/termination/redriven/0f.json", f"{archive}/{POOL_AUDIT_PREFIX}/snapshots/x"],
+            [
+                f"{archive}/dead-letters/termination/redriven/0f.json",
+                f"{archive}/dead-letters/termination/oversized/0f.json",  # a redrive opens an s3 envelope
+                f"{archive}/{POOL_AUDIT_PREFIX}/snapshots/x",
+            ],
         ),
         ("s3", "HeadObject"): on(
             "s3:GetObject", [f"{outbox}/ledger/acme/x.json", f"{archive}/{ROUNDS_PREFIX}/termination/r"]

@@ -7,8 +7,9 @@
 - ``pipelines`` never imports ``sensors`` (the top-level sensors span capabilities and are wired
   in ``pipelines/definitions.py``), so there is no cycle between the two.
 - Dagster is imported only by Dagster layers: ``defs`` modules (``defs.py``, or a module in a
-  ``defs/`` subpackage), the top-level ``sensors`` and ``resources`` packages, and
-  ``pipelines/definitions.py``. Everything else is plain Python over boto3 clients.
+  ``defs/`` subpackage), the top-level ``sensors`` and ``resources`` packages,
+  ``pipelines/definitions.py`` and its command-line entry ``pipelines/cli.py``. Everything else
+  is plain Python over boto3 clients.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _is_dagster_layer(path: Path) -> bool:
     rel = path.relative_to(ROOT)
     return (
         rel.parts[0] in {"sensors", "resources"}
-        or rel == Path("pipelines/definitions.py")
+        or rel in {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
         or path.name in DAGSTER_LAYER_NAMES
         or "defs" in rel.parts[:-1]
     )

@@ -157,3 +157,52 @@ def test_the_daemon_turns_a_redrive_into_asset_only_runs_of_exactly_those_partit
         assert run.asset_selection == {dg.AssetKey("receiver_batches")}
         plan = instance.get_execution_plan_snapshot(run.execution_plan_snapshot_id)
         assert [step.key for step in plan.steps] == ["receiver_batches"]  # no asset check rides along
+
+
+def test_two_redrives_back_to_back_launch_each_partition_once(aws):
+    """No daemon between the two: the first backfill's runs do not exist yet, and the second
+    redrive sees the partitions in that unfinished backfill and leaves them to it."""
+    put_receiver(aws, "broken", initial_time="25:00")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("receivers", ["broken"])
+        for key in ("2026-11-19|broken", "2026-11-20|broken"):
+            BATCH_JOB.execute_in_process(
+                partition_key=key, instance=instance, resources=resources_for("local"), raise_on_error=False
+            )
+        first = _redrive(instance, since_hours=1)
+        second = _redrive(instance, since_hours=1)
+        assert first.success and second.success
+        [backfill] = instance.get_backfills()
+        assert backfill.tags["groundskeeper/redrive"] == first.run_id
+        [output] = [e for e in second.all_events if e.event_type_value == "STEP_OUTPUT"]
+        rows = {
+            r.data["partition"]: (r.data["state"], r.data["outcome"], r.data["detail"])
+            for r in output.event_specific_data.metadata["partitions"].records
+        }
+        detail = f"backfill {backfill.backfill_id} has not finished it yet"
+        assert rows == {
+            "2026-11-19|broken": ("in_backfill", "skipped", detail),
+            "2026-11-20|broken": ("in_backfill", "skipped", detail),
+        }
+        assert second.output_for_node("find_and_relaunch")["backfill_id"] == ""
+
+
+def test_a_run_not_started_yet_of_a_failed_partition_is_not_relaunched(aws):
+    put_receiver(aws, "broken", initial_time="25:00")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("receivers", ["broken"])
+        BATCH_JOB.execute_in_process(
+            partition_key="2026-11-20|broken", instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        instance.create_run_for_job(
+            BATCH_JOB, status=dg.DagsterRunStatus.NOT_STARTED, tags={"dagster/partition": "2026-11-20|broken"}
+        )
+        result = _redrive(instance, since_hours=1)
+        assert result.success
+        assert instance.get_backfills() == []
+        [output] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        rows = {
+            r.data["partition"]: (r.data["state"], r.data["outcome"])
+            for r in output.event_specific_data.metadata["partitions"].records
+        }
+        assert rows == {"2026-11-20|broken": ("in_progress", "skipped")}

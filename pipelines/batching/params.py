@@ -9,10 +9,9 @@ from dataclasses import dataclass
 
 from pipelines.batching.batcher import BatchSettings
 from pipelines.common.params import param
+from resources.settings import MAX_LOOKBACK_DAYS, batch_partitions_env
 
-MAX_LOOKBACK_DAYS = 366
 MAX_LEASE_WAIT_SECONDS = 3600
-DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
 
 
 def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
@@ -23,17 +22,13 @@ def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
     not daily (the partition keys are dates and never change; on the 1st the oldest month leaves the
     picker, while its materializations stay in the event log). 30 to 61 days at 1,000 receivers are at
     most 61,000 partitions, inside Dagster's recommendation of at most 100,000 per asset.
+    An invalid value counts as unset here, so that the code location loads; the batching settings
+    resource fails the batching runs and sensors with its line (``resources.settings``).
     """
-    fixed = env.get("BATCH_PARTITIONS_START_DATE", "").strip()
-    if fixed:
-        try:
-            return dt.date.fromisoformat(fixed).isoformat()
-        except ValueError:
-            raise ValueError(f"BATCH_PARTITIONS_START_DATE={fixed!r} is not a YYYY-MM-DD date") from None
-    raw = env.get("BATCH_PARTITIONS_LOOKBACK_DAYS", "").strip() or str(DEFAULT_PARTITIONS_LOOKBACK_DAYS)
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LOOKBACK_DAYS:
-        raise ValueError(f"BATCH_PARTITIONS_LOOKBACK_DAYS={raw!r} must be a whole number of days, 1 to 366")
-    return (today - dt.timedelta(days=int(raw))).replace(day=1).isoformat()
+    fixed, lookback_days = batch_partitions_env([], env)
+    if fixed is not None:
+        return fixed.isoformat()
+    return (today - dt.timedelta(days=lookback_days)).replace(day=1).isoformat()
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,12 @@
 """Dead letters: redrive to the source queue at a set rate, quarantine what keeps coming back.
 
-Each message is fingerprinted (SHA-256 of its body). A small ledger object per fingerprint in the
+A dead letter goes back as the message it was: the envelope of :func:`pipelines.fleet.aws.dead_letter_entry`
+(``groundskeeper-envelope=attributes``, or ``=s3`` with the whole message in the archive bucket) is
+opened and the original body and attributes are sent (:func:`restore`); the dead-letter attributes
+(reason, source queue, envelope) stay behind. A dead letter whose envelope cannot be opened is
+quarantined with the reason, never sent back as it is.
+
+Each message is fingerprinted (SHA-256 of its original body). A small ledger object per fingerprint in the
 archive bucket (``dead-letters/<queue>/redriven/<fingerprint>.json``) counts its redrives; once a
 message has been redriven ``max_redrives`` times it is quarantined instead
 (``dead-letters/<queue>/quarantine/<fingerprint>.json``: body, attributes, count, last reason)
@@ -9,7 +15,10 @@ and removed from the dead-letter queue, so it cannot loop forever.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
+import hashlib
 import json
 import time
 from collections import Counter
@@ -20,7 +29,18 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import iso
 from pipelines.common.params import param
-from pipelines.fleet.aws import REASON_ATTRIBUTE, aws_call, chunks, delete_messages, queue_name, send_messages
+from pipelines.fleet.aws import (
+    ENVELOPE,
+    ENVELOPE_ATTRIBUTE,
+    MAX_ATTRIBUTES,
+    REASON_ATTRIBUTE,
+    SOURCE_ATTRIBUTE,
+    aws_call,
+    chunks,
+    delete_messages,
+    queue_name,
+    send_entries,
+)
 from pipelines.fleet.messages import fingerprint
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
@@ -98,12 +118,12 @@ class Ledger:
             lambda: self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json", Body=body.encode())
         )
 
-    def quarantine(self, fp: str, message: dict[str, Any], count: int) -> str:
+    def quarantine(self, fp: str, message: dict[str, Any], count: int, reason: str | None = None) -> str:
         key = f"{self.prefix}/quarantine/{fp}.json"
         body = {
             "fingerprint": fp,
             "redrives": count,
-            "last_reason": _reason(message),
+            "last_reason": reason or _reason(message),
             "quarantined_at": iso(_now()),
             "message_id": message.get("MessageId"),
             "body": message.get("Body"),
@@ -119,6 +139,108 @@ class Ledger:
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+class BadEnvelope(ValueError):
+    """A dead letter's envelope that cannot be opened (it is quarantined with this reason)."""
+
+
+DEAD_LETTER_ATTRIBUTES = {REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, ENVELOPE_ATTRIBUTE, REDRIVE_ATTRIBUTE}
+
+
+def _own_attributes(attrs: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The message's own attributes: without those the dead-lettering and the redrive added."""
+    out = {}
+    for name, value in attrs.items():
+        if name in DEAD_LETTER_ATTRIBUTES or name.startswith("groundskeeper-dlq"):
+            continue
+        if not isinstance(value, dict) or not isinstance(value.get("DataType"), str):
+            raise BadEnvelope(f"attribute {name!r} is not an SQS message attribute")
+        clean = {k: v for k, v in value.items() if k in {"DataType", "StringValue", "BinaryValue"}}
+        binary = clean.get("BinaryValue")
+        if isinstance(binary, str):  # as the envelope keeps it: base64
+            try:
+                clean["BinaryValue"] = base64.b64decode(binary, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise BadEnvelope(f"attribute {name!r}: BinaryValue is not base64") from exc
+        if not isinstance(clean.get("StringValue", ""), str) or not isinstance(clean.get("BinaryValue", b""), bytes):
+            raise BadEnvelope(f"attribute {name!r} has a value of the wrong type")
+        out[name] = clean
+    return out
+
+
+def _open_envelope(body: str) -> dict[str, Any]:
+    try:
+        envelope = json.loads(body)
+    except ValueError as exc:
+        raise BadEnvelope(f"the envelope is not JSON: {exc}") from exc
+    if not isinstance(envelope, dict) or envelope.get("envelope") != ENVELOPE:
+        raise BadEnvelope(f'the envelope is not a JSON object with "envelope": "{ENVELOPE}"')
+    return envelope
+
+
+def _archived(s3, bucket: str, envelope: dict[str, Any]) -> dict[str, Any]:
+    """The archived message an ``s3`` envelope points to: only in the archive bucket's
+    ``dead-letters/<queue>/oversized/``, and only if its body has the envelope's SHA-256."""
+    url = envelope.get("body_s3")
+    prefix = f"s3://{bucket}/dead-letters/"
+    if not isinstance(url, str) or not url.startswith(prefix) or "/oversized/" not in url or ".." in url:
+        raise BadEnvelope(f"body_s3 {str(url)[:200]!r} is not in s3://{bucket}/dead-letters/<queue>/oversized/")
+    key = url.removeprefix(f"s3://{bucket}/")
+    try:
+        data = aws_call(lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), what="GetObject (dead letter)")
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+            raise BadEnvelope(f"the archived message {url} does not exist") from exc
+        raise
+    try:
+        record = json.loads(data)
+    except ValueError as exc:
+        raise BadEnvelope(f"the archived message {url} is not JSON") from exc
+    if not isinstance(record, dict) or not isinstance(record.get("body"), str):
+        raise BadEnvelope(f"the archived message {url} has no body")
+    digest = hashlib.sha256(record["body"].encode("utf-8", "surrogatepass")).hexdigest()
+    if digest != envelope.get("body_sha256"):
+        raise BadEnvelope(f"the archived message {url} does not match the envelope's body_sha256")
+    return record
+
+
+def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, dict[str, Any]]]:
+    """The (body, attributes) ``message`` had before it was dead-lettered: its envelope opened
+    (``attributes``: the body and the attributes the envelope holds; ``s3``: the whole message from
+    the archive bucket), the dead-letter and redrive attributes left out. ``BadEnvelope`` if the
+    envelope cannot be opened."""
+    attrs = message.get("MessageAttributes") or {}
+    kind = (attrs.get(ENVELOPE_ATTRIBUTE) or {}).get("StringValue")
+    body = message.get("Body") or ""
+    if kind is None:
+        return body, _own_attributes(attrs)
+    if kind not in ("attributes", "s3"):
+        raise BadEnvelope(f"unknown {ENVELOPE_ATTRIBUTE} {str(kind)[:100]!r} (attributes or s3)")
+    envelope = _open_envelope(body)
+    if kind == "s3":
+        record = _archived(s3, bucket, envelope)
+        moved = record.get("message_attributes") or {}
+        original, restored = record["body"], {}
+    else:
+        original, moved = envelope.get("body"), envelope.get("message_attributes") or {}
+        restored = _own_attributes(attrs)
+    if not isinstance(original, str):
+        raise BadEnvelope("the envelope has no body")
+    if not isinstance(moved, dict):
+        raise BadEnvelope("the envelope's message_attributes is not an object")
+    restored.update(_own_attributes(moved))
+    if len(restored) > MAX_ATTRIBUTES:
+        raise BadEnvelope(f"the envelope holds {len(restored)} attributes, more than SQS's {MAX_ATTRIBUTES}")
+    return original, restored
+
+
+def _outgoing(body: str, attrs: dict[str, dict[str, Any]], count: int) -> tuple[str, dict[str, Any]]:
+    """The message to send back: the original, plus the redrive count when SQS's 10 attributes leave
+    room for it (the ledger counts redrives either way)."""
+    if len(attrs) < MAX_ATTRIBUTES:
+        attrs = {**attrs, REDRIVE_ATTRIBUTE: {"DataType": "String", "StringValue": str(count)}}
+    return body, attrs
 
 
 def redrive(
@@ -157,7 +279,21 @@ def redrive(
         to_send, done = [], []
         for message in messages:
             seen.add(message["MessageId"])
-            fp = fingerprint(message["Body"])
+            try:
+                original = restore(message, s3, bucket)
+            except BadEnvelope as exc:
+                fp = fingerprint(message["Body"])
+                log.warning(
+                    f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): its envelope cannot be opened: {exc}"
+                    + (" (dry run)" if settings.dry_run else "")
+                )
+                if not settings.dry_run:
+                    ledger.quarantine(fp, message, ledger.count(fp), reason=f"envelope cannot be opened: {exc}")
+                    done.append(message)
+                counts["quarantined"] += 1
+                counts["bad_envelope"] += 1
+                continue
+            fp = fingerprint(original[0])
             count = ledger.count(fp)
             if count >= settings.max_redrives:
                 log.warning(
@@ -169,16 +305,17 @@ def redrive(
                     done.append(message)
                 counts["quarantined"] += 1
             else:
-                to_send.append((message, fp, count))
+                to_send.append((message, fp, count, original))
         if settings.dry_run:
             counts["would_redrive"] += len(to_send)
             peeked += messages
             continue
-        for message, fp, count in to_send:  # count first: a crash may skip a redrive, never loop one
+        for message, fp, count, _ in to_send:  # count first: a crash may skip a redrive, never loop one
             ledger.record(fp, count + 1, _reason(message))
-        sent, failed = send_messages(sqs, source_url, [(m, {REDRIVE_ATTRIBUTE: str(c + 1)}) for m, _, c in to_send])
+        errors = send_entries(sqs, source_url, [_outgoing(body, attrs, c + 1) for _, _, c, (body, attrs) in to_send])
+        sent = [m for (m, *_), error in zip(to_send, errors, strict=True) if error is None]
         counts["redriven"] += len(sent)
-        counts["send_failed"] += len(failed)
+        counts["send_failed"] += len(to_send) - len(sent)
         done += sent
         if done:
             delete_messages(sqs, dlq_url, done)

@@ -9,17 +9,27 @@ their own per-partition status, and each run carries the redrive's tags.
 """
 
 import datetime as dt
+import secrets
+import string
 import time
 from collections.abc import Callable
 from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, flat_config, metadata_from, params_from_config
+from pipelines.common.defs import (
+    ACTIVE_STATUSES,
+    aws_errors,
+    config_schema,
+    flat_config,
+    metadata_from,
+    params_from_config,
+)
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import (
     FAILED,
     GONE,
+    IN_BACKFILL,
     IN_PROGRESS,
     LAUNCHED,
     MISSING,
@@ -73,6 +83,50 @@ def _failed_since(instance: dg.DagsterInstance, key: dg.AssetKey, since: dt.date
     return failed
 
 
+def _backfill_module():
+    """Dagster has no public API to launch an asset backfill from code or to list the unfinished
+    ones; ``dagster._core.execution.backfill`` is what the UI's "Launch backfill" and `dagster job
+    backfill` use. The one private import of the code location; imported when a redrive runs (the
+    module costs about 0.1 s, which loading the code location does not need to pay)."""
+    from dagster._core.execution import backfill
+
+    return backfill
+
+
+def unfinished_backfills(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict[str, str]:
+    """Partition -> backfill id, for the partitions of ``key`` that a backfill still running
+    (requested or canceling) targets and has not yet seen materialized or failed: the daemon may
+    not have created their runs yet, so they show in no partition status."""
+    backfill = _backfill_module()
+    pending: dict[str, str] = {}
+    for status in (backfill.BulkActionStatus.REQUESTED, backfill.BulkActionStatus.CANCELING):
+        for action in instance.get_backfills(status=status):
+            data = action.asset_backfill_data
+            if data is None:  # a job backfill: its runs carry the partition tag (see in-flight runs)
+                continue
+            done = {
+                p.partition_key
+                for subset in (data.materialized_subset, data.failed_and_downstream_subset)
+                for p in subset.iterate_asset_partitions()
+                if p.asset_key == key
+            }
+            for p in data.target_subset.iterate_asset_partitions():
+                if p.asset_key == key and p.partition_key and p.partition_key not in done:
+                    pending.setdefault(p.partition_key, action.backfill_id)
+    return pending
+
+
+def _runs_in_flight(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: list[str]) -> set[str]:
+    """Partitions of ``key`` with a queued, starting or started run (also one of a job backfill)."""
+    if not partitions:
+        return set()
+    runs = instance.get_runs(
+        dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={"dagster/partition": partitions}),
+        limit=MAX_FAILED_RUNS,
+    )
+    return {run.tags["dagster/partition"] for run in runs if not run.asset_selection or key in run.asset_selection}
+
+
 def partition_states(
     instance: dg.DagsterInstance,
     key: dg.AssetKey,
@@ -81,9 +135,12 @@ def partition_states(
     since: dt.datetime,
     now: dt.datetime,
     include_missing: bool,
+    backfills: dict[str, str] | None = None,
 ) -> dict[str, str]:
     """Every candidate partition's state: failed (its latest run failed, and a failure is in the
-    window), missing (in the window, never materialized), in_progress, or gone."""
+    window), missing (in the window, never materialized), in_progress (a run queued or running),
+    in_backfill (in ``backfills``, partition -> unfinished backfill), or gone."""
+    backfills = backfills or {}
     existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     candidates = _failed_since(instance, key, since)
     if include_missing:
@@ -91,10 +148,17 @@ def partition_states(
     gone = candidates - set(existing)
     live = sorted(candidates - gone)
     statuses = dict(instance.get_status_by_partition(key, live, partitions_def) or {}) if live else {}
+    in_flight = _runs_in_flight(instance, key, live)
     states = dict.fromkeys(gone, GONE)
     for k in live:
         status = statuses.get(k)
-        if status == dg.AssetPartitionStatus.FAILED:
+        if status == dg.AssetPartitionStatus.MATERIALIZED:
+            continue  # succeeded since it failed; nothing to do
+        if status == dg.AssetPartitionStatus.IN_PROGRESS or k in in_flight:
+            states[k] = IN_PROGRESS
+        elif k in backfills:
+            states[k] = IN_BACKFILL
+        elif status == dg.AssetPartitionStatus.FAILED:
             states[k] = FAILED
         elif status == dg.AssetPartitionStatus.IN_PROGRESS:
             states[k] = IN_PROGRESS
@@ -113,7 +177,7 @@ def _table(outcomes) -> dg.TableMetadataValue:
         schema=dg.TableSchema(
             columns=[
                 dg.TableColumn("partition", "string"),
-                dg.TableColumn("state", "string", description="failed, missing, in_progress or gone"),
+                dg.TableColumn("state", "string", description="failed, missing, in_progress, in_backfill or gone"),
                 dg.TableColumn("outcome", "string", description="launched, would_launch or skipped"),
                 dg.TableColumn("detail", "string"),
             ]
@@ -140,25 +204,30 @@ def build_defs(deployment: str, asset_graph: Callable[[], Any]) -> dg.Definition
         partitions_def = graph.get(key).partitions_def
         now = dt.datetime.now(dt.UTC)
         since = now - dt.timedelta(hours=params.since_hours)
+        backfills = unfinished_backfills(context.instance, key)
         states = partition_states(
-            context.instance, key, partitions_def, since=since, now=now, include_missing=params.include_missing
+            context.instance,
+            key,
+            partitions_def,
+            since=since,
+            now=now,
+            include_missing=params.include_missing,
+            backfills=backfills,
         )
         outcomes = plan(
-            states, include_missing=params.include_missing, max_runs=params.max_runs, dry_run=params.dry_run
+            states,
+            include_missing=params.include_missing,
+            max_runs=params.max_runs,
+            dry_run=params.dry_run,
+            backfills=backfills,
         )
         keys = to_launch(outcomes)
         backfill_id = None
         if keys and not params.dry_run:
-            # Dagster has no public API to launch an asset backfill from code; this is the one the
-            # UI's "Launch backfill" and `dagster job backfill` use. Imported here: the backfill
-            # module costs about 0.1 s, which loading the code location does not need to pay.
-            from dagster._core.execution.backfill import PartitionBackfill
-            from dagster._core.utils import make_new_backfill_id
-
-            backfill_id = make_new_backfill_id()
+            backfill_id = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))  # as Dagster's ids
             tags = {**CAPABILITY, REDRIVE_TAG: context.run_id}
             context.instance.add_backfill(
-                PartitionBackfill.from_asset_partitions(
+                _backfill_module().PartitionBackfill.from_asset_partitions(
                     backfill_id=backfill_id,
                     asset_graph=graph,
                     partition_names=keys,

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 FAILED, MISSING, IN_PROGRESS, GONE = "failed", "missing", "in_progress", "gone"
+IN_BACKFILL = "in_backfill"  # a backfill that has not finished yet (e.g. an earlier redrive) targets it
 LAUNCHED, WOULD_LAUNCH, SKIPPED = "launched", "would_launch", "skipped"
 
 
@@ -15,21 +16,32 @@ class Outcome:
     """One partition: what state it was found in and what the redrive did with it."""
 
     partition: str
-    state: str  # failed | missing | in_progress | gone (no longer a partition, e.g. a deleted receiver)
+    state: str  # failed | missing | in_progress | in_backfill | gone (no longer a partition, e.g. a deleted receiver)
     outcome: str  # launched | would_launch | skipped
     detail: str = ""
 
 
-def plan(states: Mapping[str, str], *, include_missing: bool, max_runs: int, dry_run: bool) -> list[Outcome]:
+def plan(
+    states: Mapping[str, str],
+    *,
+    include_missing: bool,
+    max_runs: int,
+    dry_run: bool,
+    backfills: Mapping[str, str] | None = None,
+) -> list[Outcome]:
     """Failed partitions first, then (if asked) missing ones, each in key order; at most
-    ``max_runs`` are launched, a partition with a run in progress never is."""
-    order = {FAILED: 0, MISSING: 1, IN_PROGRESS: 2, GONE: 3}
+    ``max_runs`` are launched, a partition with a run in progress or an unfinished backfill
+    (``backfills``: partition -> backfill id) never is."""
+    order = {FAILED: 0, MISSING: 1, IN_PROGRESS: 2, IN_BACKFILL: 3, GONE: 4}
+    backfills = backfills or {}
     wanted = [(k, s) for k, s in states.items() if s != MISSING or include_missing]
     out: list[Outcome] = []
     launched = 0
     for key, state in sorted(wanted, key=lambda ks: (order[ks[1]], ks[0])):
         if state == IN_PROGRESS:
             out.append(Outcome(key, state, SKIPPED, "a run of this partition is in progress"))
+        elif state == IN_BACKFILL:
+            out.append(Outcome(key, state, SKIPPED, f"backfill {backfills.get(key, '?')} has not finished it yet"))
         elif state == GONE:
             out.append(Outcome(key, state, SKIPPED, "no longer a partition of the asset"))
         elif launched >= max_runs:

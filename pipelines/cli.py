@@ -1,0 +1,130 @@
+"""Run a job of the code location from the command line, with a bad run config reported in one line.
+
+``dagster job execute -c file`` reports a run config that Dagster refuses before any of our code
+runs (an unknown, missing or mistyped key, a JSON array, invalid YAML) with a Python traceback
+ahead of the useful line. This entry checks the run config first, as Dagster would (each file
+parsed as YAML, which JSON is; a mapping; the job's config schema), and prints one line per problem
+with exit status 2; a config that passes runs through ``dagster job execute`` unchanged::
+
+    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json
+    .venv/bin/python -m pipelines.cli redrive_dead_letters --config-json '{"dry_run": true}'
+    .venv/bin/python -m pipelines.cli receiver_batches_job -c cfg.yaml -- --partition '2026-11-20|acme'
+
+Arguments after ``--`` go to ``dagster job execute`` as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT_DIR = Path(__file__).resolve().parent.parent
+USAGE_ERROR = 2
+
+
+class RunConfigError(ValueError):
+    """A run config that cannot be run: one line each."""
+
+    def __init__(self, lines: Sequence[str]):
+        super().__init__("\n".join(lines))
+        self.lines = list(lines)
+
+
+def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep merge, as Dagster merges several ``-c`` files (later files win)."""
+    for key, value in more.items():
+        if isinstance(value, Mapping) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value
+    return into
+
+
+def _parse(text: str, source: str) -> dict[str, Any]:
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RunConfigError([f"{source}: not valid YAML or JSON{where}: {problem}"]) from None
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        kind = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
+            type(value), type(value).__name__
+        )
+        raise RunConfigError([f"{source}: a run config is a mapping (a JSON object), not {kind}"])
+    return value
+
+
+def read_run_config(files: Sequence[str], config_json: str | None) -> dict[str, Any]:
+    """The run config of ``-c`` files (merged) or of ``--config-json``; ``RunConfigError`` if one is bad."""
+    config: dict[str, Any] = {}
+    for name in files:
+        try:
+            text = Path(name).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RunConfigError([f"{name}: cannot be read: {exc}"]) from None
+        _merge(config, _parse(text, name))
+    if config_json is not None:
+        _merge(config, _parse(config_json, "--config-json"))
+    return config
+
+
+def check_run_config(defs: Any, job_name: str, run_config: Mapping[str, Any]) -> None:
+    """``RunConfigError`` (one line per problem) unless ``job_name`` is a job that accepts ``run_config``."""
+    import dagster as dg
+
+    names = sorted(job.name for job in defs.resolve_all_job_defs() if not job.name.startswith("__"))
+    if job_name not in names:
+        raise RunConfigError([f"no job {job_name!r} in the code location; one of: {', '.join(names)}"])
+    try:
+        dg.validate_run_config(defs.resolve_job_def(job_name), dict(run_config))
+    except dg.DagsterInvalidConfigError as exc:
+        raise RunConfigError(
+            [f"invalid run config for {job_name}: {' '.join(error.message.split())}" for error in exc.errors]
+            or [f"invalid run config for {job_name}: {' '.join(str(exc).split())}"]
+        ) from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    passthrough: list[str] = []
+    if "--" in args:
+        at = args.index("--")
+        args, passthrough = args[:at], args[at + 1 :]
+    parser = argparse.ArgumentParser(prog="python -m pipelines.cli", description=__doc__.splitlines()[0])
+    parser.add_argument("job", help="the job to run")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("-c", "--config", action="append", default=[], help="run config file (YAML or JSON)")
+    source.add_argument("--config-json", help="run config as JSON text")
+    options = parser.parse_args(args)
+    try:
+        run_config = read_run_config(options.config, options.config_json)
+        from pipelines.definitions import defs
+
+        check_run_config(defs, options.job, run_config)
+    except RunConfigError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return USAGE_ERROR
+    with tempfile.TemporaryDirectory(prefix="groundskeeper-run-") as tmp:
+        config_file = Path(tmp, "run_config.json")
+        config_file.write_text(json.dumps(run_config))
+        command = [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions"]
+        command += ["-d", str(ROOT_DIR), "-j", options.job, "-c", str(config_file), *passthrough]
+        return subprocess.run(command, env=os.environ.copy(), check=False).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""``python -m pipelines.cli``: a run config that Dagster would refuse before our code runs is
+reported in one line, without a traceback; a good one runs through ``dagster job execute``."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pipelines import cli
+
+BAD = [
+    ("redrive_dead_letters", "unknown.json", '{"bogus": 1}', 'unexpected config entry "bogus" at the root'),
+    ("housekeeping", "missing.json", "{}", 'Missing required config entry "task_type" at the root'),
+    ("redrive_dead_letters", "type.json", '{"rate_per_second": "fast"}', "root:rate_per_second"),
+    (
+        "redrive_dead_letters",
+        "array.json",
+        "[1, 2]",
+        "array.json: a run config is a mapping (a JSON object), not a list",
+    ),
+    (
+        "redrive_dead_letters",
+        "text.json",
+        '"dry_run"',
+        "text.json: a run config is a mapping (a JSON object), not a string",
+    ),
+    (
+        "redrive_dead_letters",
+        "bad.yaml",
+        "queue: [termination\n",
+        "bad.yaml: not valid YAML or JSON at line 2, column 1",
+    ),
+    ("no_such_job", "empty.json", "{}", "no job 'no_such_job' in the code location; one of: "),
+]
+
+
+@pytest.mark.parametrize(("job", "name", "text", "expected"), BAD, ids=[b[1] for b in BAD])
+def test_a_bad_run_config_is_one_line_and_exit_status_2(tmp_path, capsys, job, name, text, expected):
+    path = tmp_path / name
+    path.write_text(text)
+    assert cli.main([job, "-c", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    [line] = err.splitlines()
+    assert expected in line
+    if not expected.startswith(name) and not line.startswith("no job"):
+        assert line.startswith(f"invalid run config for {job}: ")
+
+
+def test_through_the_command_line_no_traceback_comes_before_the_line(aws_shared, tmp_path):
+    env = {k: v for k, v in aws_shared.subprocess_env().items() if k != "DAGSTER_HOME"}
+    bad = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "redrive_dead_letters", "--config-json", '{"bogus": 1}'],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert bad.returncode == 2
+    assert "Traceback" not in bad.stdout + bad.stderr
+    assert bad.stderr.splitlines()[0].startswith("invalid run config for redrive_dead_letters: Received unexpected")
+
+    good = tmp_path / "redrive.yaml"
+    good.write_text("dry_run: true\nmax_seconds: 1\n")
+    ran = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "redrive_dead_letters", "-c", str(good)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = ran.stdout + ran.stderr
+    assert ran.returncode == 0, output[-4000:]
+    assert "RUN_SUCCESS" in output
+
+
+def test_several_files_merge_as_dagster_merges_them(tmp_path):
+    (tmp_path / "a.yaml").write_text("ops:\n  x:\n    config:\n      a: 1\n      b: 1\n")
+    (tmp_path / "b.json").write_text(json.dumps({"ops": {"x": {"config": {"b": 2}}}}))
+    merged = cli.read_run_config([str(tmp_path / "a.yaml"), str(tmp_path / "b.json")], None)
+    assert merged == {"ops": {"x": {"config": {"a": 1, "b": 2}}}}

@@ -1,0 +1,133 @@
+"""A dead letter goes back as the message it was: poison -> fixed -> redriven -> processed, for a
+plain dead letter and for each envelope kind (``attributes``: attributes beyond SQS's 10 in the
+body; ``s3``: the whole message in the archive bucket)."""
+
+import json
+
+import pytest
+
+from pipelines.common import to_item
+from pipelines.fleet import aws as fleet_aws
+from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.retry import fixed
+from tests import fleet_support as fs
+
+TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+
+
+@pytest.fixture(autouse=True)
+def _no_retry_waits(monkeypatch):
+    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
+
+
+def _redrive(aws, **settings) -> dict:
+    return redrive(
+        aws.client("sqs"),
+        aws.client("s3"),
+        dlq_url=aws.env[DLQ],
+        source_url=aws.env[TQ],
+        bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        settings=RedriveSettings(rate_per_second=100, **settings),
+        log=fs.log,
+    )
+
+
+def _peek(aws, queue_env: str) -> dict:
+    """The queue's one message, left visible for the next reader."""
+    [message] = (
+        aws.client("sqs")
+        .receive_message(
+            QueueUrl=aws.env[queue_env],
+            MaxNumberOfMessages=10,
+            VisibilityTimeout=0,
+            MessageAttributeNames=["All"],
+        )
+        .get("Messages", [])
+    )
+    return message
+
+
+ATTRIBUTES = {
+    "none": {},
+    "attributes": {f"attr-{n}": {"DataType": "String", "StringValue": f"value {n}"} for n in range(9)}
+    | {"blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"}},
+    # 10 binary attributes of 26,000 bytes: with the reason, the envelope would pass 256 KiB
+    "s3": {f"blob-{n}": {"DataType": "Binary", "BinaryValue": bytes([n]) * 26_000} for n in range(10)},
+}
+
+
+@pytest.mark.parametrize("kind", ["none", "attributes", "s3"])
+def test_a_redriven_dead_letter_is_the_original_message_and_is_processed_once_its_cause_is_fixed(aws, kind):
+    (job,) = fs.start_jobs(aws, 1)
+    table = aws.env["RUNS_FLEET_JOBS_TABLE"]
+    ddb = aws.client("dynamodb")
+    ddb.delete_item(TableName=table, Key={"job_id": {"S": job["job_id"]}})  # poison: a job not written yet
+    body, originals = fs.termination_body(job), ATTRIBUTES[kind]
+    aws.client("sqs").send_message(QueueUrl=aws.env[TQ], MessageBody=body, MessageAttributes=originals)
+
+    poisoned = fs.drain(aws)
+    assert poisoned.counts["dead_lettered"] == 1, poisoned.counts
+    dead = _peek(aws, DLQ)
+    assert "unknown job_id" in dead["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    envelope = dead["MessageAttributes"].get("groundskeeper-envelope", {}).get("StringValue", "none")
+    assert envelope == kind
+    if kind != "none":
+        assert json.loads(dead["Body"])["envelope"] == "groundskeeper-dead-letter"
+
+    ddb.put_item(TableName=table, Item=to_item(job))  # the cause is fixed: the job exists now
+    out = _redrive(aws)
+    assert out["redriven"] == 1, out
+    assert fs.depth(aws, DLQ) == 0
+    back = _peek(aws, TQ)
+    assert back["Body"] == body
+    restored = {k: v for k, v in back.get("MessageAttributes", {}).items() if k != "groundskeeper-redrive-count"}
+    assert restored == originals  # the originals, the dead-letter attributes left behind
+    if len(originals) < 10:
+        assert back["MessageAttributes"]["groundskeeper-redrive-count"]["StringValue"] == "1"
+
+    processed = fs.drain(aws)
+    assert processed.counts["applied"] == 1, processed.counts
+    assert processed.counts["dead_lettered"] == 0, processed.counts
+    assert fs.jobs_state(aws)[job["job_id"]]["status"] == "completed"
+    assert fs.depth(aws, TQ) == 0
+    assert fs.depth(aws, DLQ) == 0
+    listed = aws.client("s3").list_objects_v2(Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="dead-letters/")
+    assert not [o["Key"] for o in listed.get("Contents", []) if "/quarantine/" in o["Key"]]
+
+
+def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_reason(aws):
+    sqs, s3, bucket = aws.client("sqs"), aws.client("s3"), aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    envelope = {"DataType": "String", "StringValue": "s3"}
+    bodies = {
+        "not json": "{",
+        "outside the archive": json.dumps(
+            {"envelope": "groundskeeper-dead-letter", "body_s3": "s3://elsewhere/x.json", "body_sha256": "0"}
+        ),
+        "missing": json.dumps(
+            {
+                "envelope": "groundskeeper-dead-letter",
+                "body_s3": f"s3://{bucket}/dead-letters/q/oversized/gone.json",
+                "body_sha256": "0",
+            }
+        ),
+    }
+    for body in bodies.values():
+        sqs.send_message(
+            QueueUrl=aws.env[DLQ], MessageBody=body, MessageAttributes={"groundskeeper-envelope": envelope}
+        )
+    out = _redrive(aws)
+    assert out["quarantined"] == 3 and out["bad_envelope"] == 3, out
+    assert out.get("redriven", 0) == 0
+    assert fs.depth(aws, DLQ) == 0
+    assert fs.depth(aws, TQ) == 0
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="dead-letters/")
+    reasons = sorted(
+        json.loads(s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read())["last_reason"]
+        for o in listed["Contents"]
+        if "/quarantine/" in o["Key"]
+    )
+    assert len(reasons) == 3
+    assert all(r.startswith("envelope cannot be opened: ") for r in reasons)
+    assert any("not JSON" in r for r in reasons)
+    assert any("does not exist" in r for r in reasons)
+    assert any("is not in s3://" in r for r in reasons)
