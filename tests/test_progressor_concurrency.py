@@ -13,6 +13,7 @@ from pipelines.progressor import engine
 from pipelines.progressor.collector import collect_zombies, progressor_statement
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
+from tests.conftest import PATIENCE
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres
@@ -65,10 +66,12 @@ def raced(dsn):
             with worker.cursor() as cur:
                 cur.execute(t.sql("UPDATE {processes} SET status = 'running' WHERE process_id = {}", crashed))
                 held.set()
-                release.wait(30)
+                release.wait(PATIENCE)
             worker.rollback()  # the node dies: nothing of its work is saved
         finally:
             worker.close()
+
+    one_finished = threading.Event()
 
     def completing_worker():
         worker = psycopg2.connect(dsn)
@@ -76,18 +79,28 @@ def raced(dsn):
             for n in reversed(range(0, ZOMBIES, 3)):  # from the end: ahead of the collector
                 if f"p{n:03d}" != crashed and engine.complete_running(worker, t, f"p{n:03d}", hold_seconds=0.02):
                     finished.append(f"p{n:03d}")
+                    one_finished.set()
         finally:
             worker.close()
 
     threads = [threading.Thread(target=crashing_worker), threading.Thread(target=completing_worker)]
     threads[0].start()
-    held.wait(30)
-    threads[1].start()
+    assert held.wait(PATIENCE), "the crashing worker never took its row lock"
+
+    def on_batch(n: int) -> None:
+        # The collector has listed every zombie and holds its first batch: the worker starts now, and the
+        # collector goes on once the worker has finished one (from the end: a zombie listed, not yet
+        # collected), so the race happens whatever the machine's speed.
+        if n == 1:
+            threads[1].start()
+            assert one_finished.wait(PATIENCE), "the completing worker finished nothing"
+        time.sleep(0.05)  # let the worker get further ahead (more races; none is needed for the asserts)
+
     log = ListLog()
-    first = collect_zombies(conn, params, log, on_batch=lambda n: time.sleep(0.1))  # workers get ahead
+    first = collect_zombies(conn, params, log, on_batch=on_batch)
     release.set()
     for thread in threads:
-        thread.join(30)
+        thread.join(PATIENCE)
     second = collect_zombies(conn, params, ListLog())
     rows = _statuses(conn, t)
     yield {"first": first, "second": second, "rows": rows, "finished": finished, "crashed": crashed, "log": log}

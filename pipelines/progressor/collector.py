@@ -333,22 +333,31 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
     )
 
 
-def plan(zombies: list[Zombie], params: CollectParams) -> tuple[list[Zombie], list[int], list[Zombie], list[str]]:
-    """Split zombies into (to retry, their timeouts, to error, a reason per zombie in input order)."""
+@dataclass(frozen=True)
+class Action:
+    """What the collector does with one zombie: retry it (with ``timeout``) or error it, and why."""
+
+    zombie: Zombie
+    retry: bool
+    timeout: int
+    reason: str
+
+    @property
+    def verb(self) -> str:
+        return "retry" if self.retry else "error"
+
+
+def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
+    """One action per zombie, in input order."""
     policy: RetryPolicy = params.policy
-    retry, timeouts, error, reasons = [], [], [], []
+    actions = []
     for z in zombies:
         if params.action == "retry":
             ok, timeout, reason = policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)
         else:
             ok, timeout, reason = False, 0, "action error"
-        if ok:
-            retry.append(z)
-            timeouts.append(timeout)
-        else:
-            error.append(z)
-        reasons.append(("retry: " if ok else "error: ") + reason)
-    return retry, timeouts, error, reasons
+        actions.append(Action(z, ok, timeout if ok else 0, reason))
+    return actions
 
 
 def _describe(z: Zombie) -> str:
@@ -383,10 +392,9 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Count
         f"(action {params.action}{', DRY RUN' if params.dry_run else ''})"
     )
     if params.dry_run:
-        _, _, _, reasons = plan(zombies, params)
-        for z, reason in zip(zombies, reasons, strict=True):
-            log.info(f"dry run: would {reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
-            if reason.startswith("retry"):
+        for action in plan(zombies, params):
+            log.info(f"dry run: would {action.verb} {_describe(action.zombie)}: {action.reason}")
+            if action.retry:
                 counts.would_retry += 1
             else:
                 counts.would_error += 1
@@ -453,13 +461,15 @@ class _BatchRunner:
             still = _still_running(cur, tables, unlocked)
             if self.on_batch is not None:
                 self.on_batch(counts.batches)
-            retry, timeouts, error, reasons = plan(locked, params)
+            actions = plan(locked, params)
+            retry = [a for a in actions if a.retry]
+            error = [a.zombie for a in actions if not a.retry]
             if error:
                 error_zombies(cur, tables, error, self.with_status_columns)
             if retry:
-                retry_zombies(cur, tables, retry, timeouts)
-        for z, reason in zip(locked, reasons, strict=True):
-            log.info(f"{reason.split(': ', 1)[0]} {_describe(z)}: {reason.split(': ', 1)[1]}")
+                retry_zombies(cur, tables, [a.zombie for a in retry], [a.timeout for a in retry])
+        for action in actions:
+            log.info(f"{action.verb} {_describe(action.zombie)}: {action.reason}")
         counts.errored += len(error)
         counts.retried += len(retry)
         counts.skipped_locked += still
