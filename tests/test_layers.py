@@ -8,8 +8,11 @@
   in ``pipelines/definitions.py``), so there is no cycle between the two.
 - Dagster is imported only by Dagster layers: ``defs`` modules (``defs.py``, or a module in a
   ``defs/`` subpackage), the top-level ``sensors`` and ``resources`` packages,
-  ``pipelines/definitions.py`` and its command-line entry ``pipelines/cli.py``. Everything else
-  is plain Python over boto3 clients.
+  ``pipelines/definitions.py`` and its command-line entry ``pipelines/cli.py``. A module is a
+  Dagster layer by where it is, not by its name: a ``checks.py`` or ``jobs.py`` outside ``defs/`` is
+  plain. Everything else is plain Python over boto3 clients.
+- ``infra/`` (the local stack, the cluster profile, deployment helpers) is tooling around the code
+  location: nothing in ``pipelines``, ``resources`` or ``sensors`` imports it.
 """
 
 from __future__ import annotations
@@ -21,7 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOUNDATIONS = {"common", "retry"}
-DAGSTER_LAYER_NAMES = {"defs.py", "jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}
+DAGSTER_ENTRY_POINTS = {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
+PRODUCT_PACKAGES = ("pipelines", "resources", "sensors")
 
 
 def _imports(path: Path) -> list[str]:
@@ -49,8 +53,8 @@ def _is_dagster_layer(path: Path) -> bool:
     rel = path.relative_to(ROOT)
     return (
         rel.parts[0] in {"sensors", "resources"}
-        or rel in {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
-        or path.name in DAGSTER_LAYER_NAMES
+        or rel in DAGSTER_ENTRY_POINTS
+        or path.name == "defs.py"
         or "defs" in rel.parts[:-1]
     )
 
@@ -87,7 +91,7 @@ def test_the_foundations_import_no_capability_and_no_sensors(foundation):
 def test_only_dagster_layers_import_dagster():
     offending = [
         f"{path.relative_to(ROOT)} imports {name}"
-        for package in ("pipelines", "resources", "sensors")
+        for package in PRODUCT_PACKAGES
         for path in _modules(package)
         if not _is_dagster_layer(path)
         for name in _imports(path)
@@ -105,3 +109,21 @@ def test_the_retry_library_modules_import_no_dagster_helpers():
         if name.startswith("pipelines.common.defs")
     ]
     assert not offending, "\n".join(offending)
+
+
+def test_the_product_never_imports_the_tooling_in_infra():
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for package in PRODUCT_PACKAGES
+        for path in _modules(package)
+        for name in _imports(path)
+        if name.split(".")[0] == "infra"
+    ]
+    assert not offending, "\n".join(offending)
+
+
+def test_a_module_named_like_a_dagster_layer_outside_defs_counts_as_plain():
+    assert not _is_dagster_layer(ROOT / "pipelines/pool_audit/checks.py")
+    assert not _is_dagster_layer(ROOT / "pipelines/fleet/jobs.py")
+    assert _is_dagster_layer(ROOT / "pipelines/fleet/defs/jobs.py")
+    assert _is_dagster_layer(ROOT / "pipelines/batching/defs.py")
