@@ -3,6 +3,7 @@
 import datetime as dt
 
 import dagster as dg
+import pytest
 
 from pipelines.batching.defs import receiver_batches, receivers_partitions, receivers_sync
 from pipelines.batching.params import batch_start_date
