@@ -50,6 +50,7 @@ def test_a_bad_run_config_is_one_line_and_exit_status_2(tmp_path, capsys, job, n
         assert line.startswith(f"invalid run config for {job}: ")
 
 
+@pytest.mark.cli
 def test_through_the_command_line_no_traceback_comes_before_the_line(aws_shared, tmp_path):
     env = {k: v for k, v in aws_shared.subprocess_env().items() if k != "DAGSTER_HOME"}
     bad = subprocess.run(

@@ -56,6 +56,7 @@ ATTRIBUTES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["none", "attributes", "s3"])
 def test_a_redriven_dead_letter_is_the_original_message_and_is_processed_once_its_cause_is_fixed(aws, kind):
     (job,) = fs.start_jobs(aws, 1)

@@ -159,6 +159,7 @@ def test_the_daemon_turns_a_redrive_into_asset_only_runs_of_exactly_those_partit
         assert [step.key for step in plan.steps] == ["receiver_batches"]  # no asset check rides along
 
 
+@pytest.mark.slow
 def test_two_redrives_back_to_back_launch_each_partition_once(aws):
     """No daemon between the two: the first backfill's runs do not exist yet, and the second
     redrive sees the partitions in that unfinished backfill and leaves them to it."""
@@ -187,6 +188,7 @@ def test_two_redrives_back_to_back_launch_each_partition_once(aws):
         assert second.output_for_node("find_and_relaunch")["backfill_id"] == ""
 
 
+@pytest.mark.slow
 def test_a_run_not_started_yet_of_a_failed_partition_is_not_relaunched(aws):
     put_receiver(aws, "broken", initial_time="25:00")
     with dg.instance_for_test() as instance:

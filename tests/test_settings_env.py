@@ -91,6 +91,7 @@ def test_an_invalid_batch_partitions_value_fails_the_batching_runs_only(aws_shar
     assert _resource_failure(result).strip().endswith(line)
 
 
+@pytest.mark.cli
 def test_the_code_location_module_loads_with_invalid_values_in_its_environment(aws_shared):
     """In a fresh process, as a code server imports it: the values are read at import."""
     env = {
