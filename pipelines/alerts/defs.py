@@ -37,6 +37,7 @@ ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
 EVENTS_PER_TICK = 200  # run and check events read per tick and kind (the rest next tick)
 TICKS_READ = 10  # latest ticks read per sensor and schedule
+CHECKS_READ = 20  # latest evaluations read per check and tick
 
 
 def now() -> float:
@@ -115,45 +116,48 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
     return out
 
 
-def check_signals(instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    after = book.positions.get("checks")
-    records = instance.get_event_records(
-        dg.EventRecordsFilter(
-            event_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION,
-            after_cursor=after,
-            after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
-        ),
-        limit=EVENTS_PER_TICK,
-        ascending=True,
-    )
+def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
+    """Each asset check of the code location: its evaluations since the last one read, oldest first
+    (the first time, only its latest). Execution ids are global in every storage (SQLite too)."""
+    repository = context.repository_def
+    if repository is None:
+        return []
+    seen = book.positions.setdefault("checks", {})
     out = []
-    for record in records:
-        book.positions["checks"] = record.storage_id
-        data = record.event_log_entry.dagster_event.event_specific_data
-        signal = check_evaluated(
-            data.asset_key.to_user_string(),
-            data.check_name,
-            data.passed,
-            data.severity.value,
-            data.description,
-            run_id=record.run_id,
-            ui_url=cfg.ui_url,
-            muted=cfg.muted_checks,
-        )
-        if signal is not None:
-            out.append(signal)
+    for key in sorted(repository.asset_graph.asset_check_keys, key=str):
+        name = key.to_user_string()
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=CHECKS_READ)
+        last = seen.get(name)
+        new = [r for r in history if last is None or r.id > last][: 1 if last is None else None]
+        for record in sorted(new, key=lambda r: r.id):
+            seen[name] = record.id
+            data = record.evaluation
+            if data is None:  # still running, or the check itself failed to run (its run alerts)
+                continue
+            signal = check_evaluated(
+                data.asset_key.to_user_string(),
+                data.check_name,
+                data.passed,
+                data.severity.value,
+                data.description,
+                run_id=record.run_id,
+                ui_url=cfg.ui_url,
+                muted=cfg.muted_checks,
+            )
+            if signal is not None:
+                out.append(signal)
     return out
 
 
 def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Signal]:
     """Every sensor and schedule the instance knows: N failed ticks in a row fire; a good tick resolves."""
     for state in instance.all_instigator_state():
-        if state.instigator_type not in (dg.InstigatorType.SENSOR, dg.InstigatorType.SCHEDULE):
+        kind = {"SENSOR": "sensor", "SCHEDULE": "schedule"}.get(state.instigator_type.value)
+        if kind is None:
             continue
         ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=TICKS_READ)
         statuses = [tick.status.value for tick in ticks]
         error = next((t.error.message for t in ticks if t.error is not None), None)
-        kind = "sensor" if state.instigator_type == dg.InstigatorType.SENSOR else "schedule"
         signal = ticks_seen(
             state.instigator_name, kind, statuses, error, threshold=cfg.tick_failures, ui_url=cfg.ui_url
         )
@@ -210,7 +214,7 @@ def build_alerts_sensor(*, demo_noise: frozenset[str] = frozenset()) -> dg.Senso
         clock = now()
         signals = [
             *run_signals(context, instance, book, cfg, clock),
-            *check_signals(instance, book, cfg, clock),
+            *check_signals(context, instance, book, cfg),
             *tick_signals(instance, cfg),
             *dead_letter_signals(context, sqs.get_client(), fleet),
         ]
