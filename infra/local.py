@@ -52,10 +52,12 @@ def local_aws_env(endpoint: str) -> dict[str, str]:
 def start_moto(port: int, log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        # moto's server with the template's alarms deployable (infra/moto_server.py)
+        [sys.executable, "-m", "infra.moto_server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        cwd=Path(__file__).resolve().parent.parent,
     )
 
 
