@@ -136,6 +136,20 @@ def test_automatic_retries_do_not_alert_the_last_attempt_does():
                                dagster_max_retries=0)  # fmt: skip
 
 
+def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
+    """Dagster's own decision (dagster/will_retry) wins; without it, a step failure is not retried
+    when retries on asset or op failure are off, as in this project's dagster.yaml."""
+    on = {"dagster_retries": True, "dagster_max_retries": 2}
+    assert not automatic_retry({"dagster/will_retry": "false"}, **on)
+    assert automatic_retry({"dagster/will_retry": "true", "dagster/max_retries": "0"}, **on)
+    step = {"dagster/failure_reason": "STEP_FAILURE"}
+    assert not automatic_retry(step, **on)
+    assert automatic_retry(step, **on, retry_on_step_failure=True)
+    assert not automatic_retry({**step, "dagster/retry_on_asset_or_op_failure": "false"}, **on,
+                               retry_on_step_failure=True)  # fmt: skip
+    assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, **on)
+
+
 def test_every_kind_has_a_runbook():
     from pathlib import Path
 

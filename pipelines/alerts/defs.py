@@ -106,7 +106,10 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
             out += run_succeeded(run.job_name, run.run_id, tags, ui_url=cfg.ui_url)
             continue
         why = automatic_retry(
-            tags, dagster_retries=instance.run_retries_enabled, dagster_max_retries=instance.run_retries_max_retries
+            tags,
+            dagster_retries=instance.run_retries_enabled,
+            dagster_max_retries=instance.run_retries_max_retries,
+            retry_on_step_failure=instance.run_retries_retry_on_asset_or_op_failure,
         )
         if why:
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert, {why}")

@@ -22,6 +22,9 @@ PARTITION_TAG = "dagster/partition"
 DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
 DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"
 DAGSTER_ROOT_TAG = "dagster/root_run_id"
+DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
+DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
+DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
 
 
@@ -45,12 +48,16 @@ def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(ROOT_TAG) or tags.get(DAGSTER_ROOT_TAG) or run_id
 
 
-def automatic_retry(tags: Mapping[str, str], *, dagster_retries: bool, dagster_max_retries: int) -> str | None:
+def automatic_retry(
+    tags: Mapping[str, str], *, dagster_retries: bool, dagster_max_retries: int, retry_on_step_failure: bool = False
+) -> str | None:
     """Why a failed run will be retried automatically (so it does not alert), or None.
 
     - ``groundskeeper/retry_policy``: ``delayed_run_retries`` re-launches it unless its policy says STOP
       (a tag it cannot read: no retry, so the failure alerts);
-    - Dagster's run retries (``dagster/max_retries``, or the instance's default when they are on)."""
+    - Dagster's run retries: its own decision, the ``dagster/will_retry`` tag it puts on a failed run;
+      without that tag, the budget (``dagster/max_retries``, or the instance's default) unless the run
+      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``)."""
     if POLICY_TAG in tags:
         try:
             wait = policy_from_text(tags[POLICY_TAG]).delay(attempt_of(tags))
@@ -58,15 +65,20 @@ def automatic_retry(tags: Mapping[str, str], *, dagster_retries: bool, dagster_m
             wait = STOP
         if wait is not STOP:
             return f"delayed_run_retries retries it ({POLICY_TAG})"
-    if dagster_retries:
-        try:
-            budget = int(tags.get(DAGSTER_MAX_RETRIES_TAG, dagster_max_retries))
-            done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
-        except ValueError:
-            return None
-        if done < budget:
-            return f"Dagster's run retries retry it ({done} of {budget} used)"
-    return None
+    if not dagster_retries:
+        return None
+    decided = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
+    if decided:
+        return "Dagster's run retries retry it (dagster/will_retry)" if decided == "true" else None
+    on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(retry_on_step_failure)).strip().lower()
+    if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
+        return None
+    try:
+        budget = int(tags.get(DAGSTER_MAX_RETRIES_TAG, dagster_max_retries))
+        done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
+    except ValueError:
+        return None
+    return f"Dagster's run retries retry it ({done} of {budget} used)" if done < budget else None
 
 
 def run_alert_key(job: str, tags: Mapping[str, str]) -> str:
