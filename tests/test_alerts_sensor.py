@@ -11,6 +11,7 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInst
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
 from dagster_shared.error import SerializableErrorInfo
 
+from pipelines.alerts import defs as alerts_defs
 from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, incidents, load_book
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
 from pipelines.retry.defs import retry_demo
@@ -143,6 +144,23 @@ def test_a_restart_between_the_failure_and_the_next_tick_neither_loses_nor_repea
     with dg.instance_for_test(temp_dir=str(tmp_path)) as again:
         tick(again, res)
     assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [("run_failure:retry_demo", "firing")]
+
+
+def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(aws, monkeypatch):
+    """Two lineages fail, then a run succeeds; with one event read per tick and kind, the success
+    must still come after both failures: one firing, one resolved, resolved at the end."""
+    monkeypatch.setattr(alerts_defs, "EVENTS_PER_TICK", 1)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        run_demo(instance, 1, succeed_on=1)
+        for _ in range(4):
+            tick(instance, res)
+        assert load_book(instance).incidents["run_failure:retry_demo"]["state"] == "resolved"
+    assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
 
 
 def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws):

@@ -37,6 +37,7 @@ ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
 EVENTS_PER_TICK = 200  # run and check events read per tick and kind (the rest next tick)
 TICKS_READ = 10  # latest ticks read per sensor and schedule
+RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
 
 
@@ -55,9 +56,9 @@ def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
 # ---------------------------------------------------------------------------- what happened
 
 
-def _status_changes(instance, book: AlertBook, event_type, position: str, clock: float) -> list:
-    after = book.positions.get(position)
-    records = instance.fetch_run_status_changes(
+def _status_changes(instance, book: AlertBook, event_type, clock: float) -> list:
+    after = book.positions.get(event_type.value)
+    return instance.fetch_run_status_changes(
         dg.RunStatusChangeRecordsFilter(
             event_type=event_type,
             after_storage_id=after,
@@ -66,9 +67,22 @@ def _status_changes(instance, book: AlertBook, event_type, position: str, clock:
         limit=EVENTS_PER_TICK,
         ascending=True,
     ).records
-    if records:
-        book.positions[position] = records[-1].storage_id
-    return records
+
+
+def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tuple[object, bool]]:
+    """Run failures and successes since the last read, in the order they happened: (record, failed).
+    When one kind has more than a tick reads, the other is read only as far, so that a success is
+    never taken before a failure that happened earlier but is left for the next tick."""
+    kinds = {kind: _status_changes(instance, book, kind, clock) for kind in RUN_STATUS_EVENTS}
+    full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
+    bound = min(full) if full else None
+    changes = []
+    for kind, records in kinds.items():
+        kept = [r for r in records if bound is None or r.storage_id <= bound]
+        if kept:
+            book.positions[kind.value] = kept[-1].storage_id
+        changes += [(r, kind == dg.DagsterEventType.RUN_FAILURE) for r in kept]
+    return sorted(changes, key=lambda pair: pair[0].storage_id)
 
 
 def _first_error(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -89,11 +103,7 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> str:
 def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
     """A run whose lineage finally failed (no automatic retry follows) fires; a success resolves."""
     out: list[Signal] = []
-    changes = [
-        *((r, True) for r in _status_changes(instance, book, dg.DagsterEventType.RUN_FAILURE, "failures", clock)),
-        *((r, False) for r in _status_changes(instance, book, dg.DagsterEventType.RUN_SUCCESS, "successes", clock)),
-    ]
-    changes.sort(key=lambda pair: pair[0].storage_id)  # in the order they happened
+    changes = status_changes_in_order(instance, book, clock)
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
     runs = {r.dagster_run.run_id: r.dagster_run for r in records}
