@@ -208,6 +208,33 @@ def test_a_check_passing_failing_failing_passing_fires_once_and_resolves_once(aw
     ]
 
 
+@dg.asset(key=["alerts_test", "batches"], partitions_def=dg.StaticPartitionsDefinition(["acme", "zeta"]))
+def batches(context: dg.AssetExecutionContext) -> int:
+    if context.run.tags["good"] != "yes":
+        raise RuntimeError(f"receiver {context.partition_key} is unreachable")
+    return 1
+
+
+def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aws):
+    """Runs of Dagster's own asset job (the UI, backfills, redrive_failed_partitions) alert under the
+    assets they selected and their partition."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        for partition, good in (("acme", "no"), ("zeta", "yes"), ("acme", "yes")):
+            result = dg.materialize([batches], instance=instance, partition_key=partition, tags={"good": good},
+                                    raise_on_error=False)  # fmt: skip
+            assert result.success == (good == "yes")
+            tick(instance, res)
+    got = [(m["alert_key"], m["state"]) for m in inbox.read()]
+    assert got == [
+        ("run_failure:alerts_test/batches:acme", "firing"),
+        ("run_failure:alerts_test/batches:acme", "resolved"),
+    ]
+    assert inbox.messages[0]["summary"] == "RuntimeError: receiver acme is unreachable"
+    assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
+
+
 def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
     """Ticks of a sensor ``queue_watch`` as the daemon stores them (state and ticks in the instance)."""
     repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("groundskeeper"), "__repository__")

@@ -93,11 +93,28 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> str:
         if data and data.user_failure_data and data.user_failure_data.description:
             return data.user_failure_data.description
         if data and data.error:
-            return data.error.message
+            error = data.error  # the user's error, not Dagster's wrapping of it
+            while error.cause is not None and error.cls_name.startswith("Dagster"):
+                error = error.cause
+            return error.message
     failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
     for record in failed:
         return record.event_log_entry.dagster_event.message or ""
     return ""
+
+
+def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    """What a run is of, for its alert: its job, or for a run of Dagster's own asset job (a
+    materialization or backfill launched from the UI, a partition redrive) the assets it planned."""
+    if not run.job_name.startswith("__"):
+        return run.job_name
+    keys = set(run.asset_selection or ())
+    if not keys:
+        planned = instance.get_records_for_run(
+            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, limit=100
+        ).records
+        keys = {r.event_log_entry.dagster_event.asset_key for r in planned if r.event_log_entry.dagster_event}
+    return ",".join(sorted(key.to_user_string() for key in keys if key)) or run.job_name
 
 
 def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
@@ -113,7 +130,7 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
             continue
         tags = dict(run.tags)
         if not failed:
-            out += run_succeeded(run.job_name, run.run_id, tags, ui_url=cfg.ui_url)
+            out += run_succeeded(run_target(instance, run), run.run_id, tags, ui_url=cfg.ui_url)
             continue
         why = automatic_retry(
             tags,
@@ -125,7 +142,7 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert, {why}")
             continue
         first = _first_error(instance, lineage_root(run.run_id, tags)) or _first_error(instance, run.run_id)
-        out.append(run_failed(run.job_name, run.run_id, tags, first, ui_url=cfg.ui_url))
+        out.append(run_failed(run_target(instance, run), run.run_id, tags, first, ui_url=cfg.ui_url))
     return out
 
 
