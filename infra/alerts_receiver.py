@@ -15,30 +15,22 @@ import html
 import json
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, TextIO
 
+from infra.local_server import LocalServer
 
-class LocalAlertsReceiver:
+
+class LocalAlertsReceiver(LocalServer):
     def __init__(self, port: int = 0, *, path: str = "/hook", out: TextIO | None = None) -> None:
         self.failures: list[int] = []  # statuses to answer first, one per request
         self.redirect_to: str | None = None
         self.received: list[dict[str, Any]] = []  # the alerts it answered 2xx to
         self.requests = 0
         self._out = out
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}{path}"
-        self.page = f"http://127.0.0.1:{self._server.server_address[1]}/"
-
-    def __enter__(self) -> LocalAlertsReceiver:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._serve(self._handler(), port)
+        self.url = f"{self.base}{path}"
+        self.page = f"{self.base}/"
 
     def _page(self) -> bytes:
         rows = "".join(
