@@ -115,6 +115,23 @@ def test_at_most_max_per_tick_messages_the_rest_in_one_summary():
     assert len(book.open_incidents()) == 25
 
 
+def test_an_outbox_keeps_at_most_its_limit_and_says_what_it_dropped(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 2)
+    book, lines = AlertBook(), []
+    for i in range(3):
+        lines += book.enqueue(book.observe(check_evaluated(f"a{i}", "c", False, "ERROR", "bad", run_id=None,
+                                                           ui_url=None), NOW), ["down"])  # fmt: skip
+    assert [item["message"]["alert_key"] for item in book.outbox["down"]] == [
+        "check_failure:a1:c",
+        "check_failure:a2:c",
+    ]
+    assert lines == [
+        "down has 2 messages waiting: dropped the oldest, check_failure:a0:c#2027-01-15T08:00:00.000Z#firing"
+    ]
+
+
 def test_a_reminder_only_when_asked_for():
     book = AlertBook()
     assert book.observe(_check(False), NOW, remind_seconds=None)["state"] == FIRING

@@ -257,7 +257,8 @@ def build_alerts_sensor(*, demo_noise: frozenset[str] = frozenset()) -> dg.Senso
                 noise.append(signal.alert_key)
                 continue
             changes.append(f"{message['alert_key']} {message['state']}")
-            book.enqueue(message, [sink.name for sink in cfg.sinks])
+            for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
+                context.log.warning(line)
         save_book(instance, book)  # the read positions and the outboxes, before anything is sent
         delivery = book.deliver(
             cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book)

@@ -41,6 +41,7 @@ SUMMARY_CHARS = 300
 RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
 HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
+MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: the oldest give way, with one line each tick
 
 
 def one_line(text: Any, limit: int = SUMMARY_CHARS) -> str:
@@ -226,13 +227,19 @@ class AlertBook:
 
     # ------------------------------------------------------------------ delivery
 
-    def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> None:
-        """Put ``message`` in each sink's outbox, unless the same state change is already there."""
+    def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
+        """Put ``message`` in each sink's outbox, unless the same state change is already there.
+        Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
         mid = message_id(message)
+        dropped = []
         for sink in sinks:
             box = self.outbox.setdefault(sink, [])
             if not any(item["id"] == mid for item in box):
                 box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
+            while len(box) > MAX_KEPT_PER_SINK:
+                gone = box.pop(0)
+                dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped the oldest, {gone['id']}")
+        return dropped
 
     def deliver(
         self,
