@@ -307,6 +307,20 @@ def test_a_topic_of_another_region_is_one_line_and_the_alert_waits(aws):
     assert "sent run_failure:retry_demo" in reason
 
 
+def test_a_topic_of_another_account_is_one_line_and_the_alert_is_kept_for_it(aws):
+    """The deployment cannot publish there (moto: no such topic; AWS: not authorised): one line per
+    tick, the message kept for that sink, the webhook not held back."""
+    other = "arn:aws:sns:us-east-1:210987654321:alerts"
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, sns_topic_arn=other, webhook_url=receiver.url, retry_policy=NO_WAIT)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        first, second = tick(instance, res), tick(instance, res)
+        assert len(receiver.received) == 1
+    for reason in (first, second):
+        assert "sns did not take run_failure:retry_demo" in reason and f"SNS Publish to {other}: " in reason
+        assert "kept for a later tick: 1 for sns" in reason and "Traceback" not in reason
+
+
 @pytest.mark.parametrize("status", [404, 503])
 def test_a_sink_answering_an_error_keeps_the_alert_without_a_traceback(aws, status):
     with webhook_receiver() as receiver, dg.instance_for_test() as instance:
