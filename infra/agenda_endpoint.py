@@ -23,10 +23,11 @@ import base64
 import json
 import secrets
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import unquote
 
+from infra.local_server import LocalServer
 from pipelines.common import from_item, to_item
 
 JSON_ATTRS = ("diagnosticEvents",)  # stored as JSON text in the table, sent as JSON in the API
@@ -39,7 +40,7 @@ def encrypt_password(kms, password: str) -> str:
     return base64.b64encode(blob).decode()
 
 
-class LocalAgendaEndpoint:
+class LocalAgendaEndpoint(LocalServer):
     def __init__(self, dynamodb, table: str, *, id_field: str = "id", username: str = "reclaimer",
                  password: str | None = None, port: int = 0) -> None:  # fmt: skip
         self.dynamodb = dynamodb
@@ -54,13 +55,7 @@ class LocalAgendaEndpoint:
         self.requests: list[tuple[str, str]] = []  # (method, path), for assertions and counting
         self.seen_auth: list[str] = []
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base(self) -> str:
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._serve(self._handler(), port)
 
     @property
     def identity_url(self) -> str:
@@ -69,14 +64,6 @@ class LocalAgendaEndpoint:
     @property
     def progress_url(self) -> str:
         return f"{self.base}/progress"
-
-    def __enter__(self) -> LocalAgendaEndpoint:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._server.shutdown()
-        self._server.server_close()
 
     def deployment_env(self, kms) -> dict[str, str]:
         """The variables that make reclaim write through this endpoint: its URL, the identity

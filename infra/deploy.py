@@ -37,6 +37,8 @@ OUTPUT_ENV = {
     "BatchOutboxBucketName": "BATCH_OUTBOX_BUCKET",
     # The template's MetricsNamespace: the only namespace its policy lets PutMetricData write to.
     "MetricsNamespace": "RUNS_FLEET_METRICS_NAMESPACE",
+    # The topic every alert goes to (the alerts sensor's SNS sink and the template's alarms).
+    "AlertsTopicArn": "ALERTS_SNS_TOPIC_ARN",
 }
 
 # Outputs of the ECS resources (EnableEcs=true), which infra/dagster.ecs.yaml reads; exported when present.

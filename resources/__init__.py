@@ -19,6 +19,7 @@ from resources.aws import (
     EC2Resource,
     KMSResource,
     S3Resource,
+    SNSResource,
     SQSResource,
     SSMResource,
     metrics_sink_from_env,
@@ -27,10 +28,12 @@ from resources.errors import explain_aws_error
 from resources.postgres import ProgressorDatabase, progressor_database_from_env
 from resources.settings import (
     AgendaSettings,
+    AlertSettings,
     BatchingSettings,
     FleetSettings,
     SettingsError,
     agenda_settings_from_env,
+    alert_settings_from_env,
     batching_settings_from_env,
     bool_env,
     checked,
@@ -61,6 +64,7 @@ def _aws_resources(*, grouped_writes: bool, **boto3_config: Any) -> dict[str, An
         "cloudwatch": CloudWatchResource(metrics_sink=metrics_sink_from_env(), **boto3_config),
         "s3": S3Resource(**boto3_config),
         "kms": KMSResource(**boto3_config),
+        "sns": SNSResource(**boto3_config),
     }
 
 
@@ -70,6 +74,7 @@ def _settings() -> dict[str, Any]:
         "agenda": agenda_settings_from_env(),
         "batching": batching_settings_from_env(),
         "progressor_db": progressor_database_from_env(),
+        "alerts": alert_settings_from_env(),
     }
 
 
@@ -115,6 +120,7 @@ def resources_for(deployment: str | None = None) -> dict[str, Any]:
 __all__ = [
     "DEPLOYMENTS",
     "AgendaSettings",
+    "AlertSettings",
     "BatchingSettings",
     "CloudWatchResource",
     "DynamoDBResource",
@@ -124,6 +130,7 @@ __all__ = [
     "KMSResource",
     "ProgressorDatabase",
     "S3Resource",
+    "SNSResource",
     "SQSResource",
     "SSMResource",
     "deployment_name",

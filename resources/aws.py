@@ -22,6 +22,7 @@ __all__ = [
     "EC2Resource",
     "KMSResource",
     "S3Resource",
+    "SNSResource",
     "SQSResource",
     "SSMResource",
 ]
@@ -105,3 +106,9 @@ class KMSResource(_Boto3ClientResource):
     """A KMS client (decrypting ``IDM_ENCRYPTED_PASS``)."""
 
     service_name: ClassVar[str] = "kms"
+
+
+class SNSResource(_Boto3ClientResource):
+    """An SNS client (alerts: ``Publish`` to ``ALERTS_SNS_TOPIC_ARN``)."""
+
+    service_name: ClassVar[str] = "sns"

@@ -83,6 +83,40 @@ class BatchingSettings(CheckedSettings):
     )
 
 
+class AlertSettings(dg.ConfigurableResource):
+    """Alerting (``pipelines/alerts``): its sinks and limits, checked at each tick of the alert sensor
+    (a bad value is one line in its log, never a failed tick). Unset: the default."""
+
+    sns_topic_arn: str | None = None  # ALERTS_SNS_TOPIC_ARN: the template's AlertsTopicArn
+    webhook_url: str | None = None  # ALERTS_WEBHOOK_URL: a secret (the UI shows its name only)
+    remind_hours: str | None = None  # ALERTS_REMIND_HOURS: remind of an open incident this often
+    max_per_tick: str | None = None  # ALERTS_MAX_PER_TICK: messages per sink and tick (default 20)
+    tick_failures: str | None = None  # ALERTS_TICK_FAILURES: failed ticks in a row that page (default 3)
+    retry_policy: str | None = None  # ALERTS_RETRY_POLICY: how a sink that is down is tried again
+    muted_warn_checks: str | None = None  # ALERTS_MUTED_WARN_CHECKS: "asset/key:check" WARN checks that never page
+    ui_url: str | None = None  # DAGSTER_UI_URL: links to run and asset pages
+
+    def as_env(self) -> dict[str, str | None]:
+        """The values by their variable's name, for ``pipelines.alerts.config.alert_config``."""
+        return {env: getattr(self, name) for name, env in ALERT_ENV.items()}
+
+
+ALERT_ENV = {
+    "sns_topic_arn": "ALERTS_SNS_TOPIC_ARN",
+    "webhook_url": "ALERTS_WEBHOOK_URL",
+    "remind_hours": "ALERTS_REMIND_HOURS",
+    "max_per_tick": "ALERTS_MAX_PER_TICK",
+    "tick_failures": "ALERTS_TICK_FAILURES",
+    "retry_policy": "ALERTS_RETRY_POLICY",
+    "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
+    "ui_url": "DAGSTER_UI_URL",
+}
+
+
+def alert_settings_from_env() -> AlertSettings:
+    return AlertSettings(**{name: _optional_env(env) for name, env in ALERT_ENV.items()})
+
+
 def fleet_settings_from_env() -> FleetSettings:
     problems: list[str] = []
     drain_runs = {

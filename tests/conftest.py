@@ -102,7 +102,7 @@ for name in ("transact_write_items", "update_item", "put_item", "delete_item"):
         with lock:
             return _original(self, *args, **kwargs)
     setattr(models.DynamoDBBackend, name, locked)
-from moto.server import main
+from infra.moto_server import main
 main(["-H", "127.0.0.1", "-p", sys.argv[1]])
 """
 
@@ -112,9 +112,12 @@ def moto_server(log_path: Path, script: str | None = None) -> Iterator[str]:
     """A moto server on a free loopback port for the duration of the block; yields its endpoint.
     ``script``: Python source of a patched server, given the port as its argument."""
     port = free_port()
-    cmd = ["-c", script, str(port)] if script else ["-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+    # infra.moto_server: moto's server with the template's alarms deployable (see that module)
+    cmd = ["-c", script, str(port)] if script else ["-m", "infra.moto_server", "-H", "127.0.0.1", "-p", str(port)]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+        )
         endpoint = f"http://127.0.0.1:{port}"
         try:
             wait_for_endpoint(endpoint, timeout_seconds=PATIENCE, proc=proc)

@@ -71,6 +71,7 @@ class Stack:
             "AWS::SQS::Queue": "QueueName",
             "AWS::S3::Bucket": "BucketName",
             "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
+            "AWS::SNS::Topic": "TopicName",
         }[res["Type"]]
         return self.resolve(res["Properties"][key])
 
@@ -81,6 +82,7 @@ class Stack:
             "AWS::DynamoDB::Table": f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{name}",
             "AWS::SQS::Queue": f"arn:{PARTITION}:sqs:{REGION}:{ACCOUNT}:{name}",
             "AWS::S3::Bucket": f"arn:{PARTITION}:s3:::{name}",
+            "AWS::SNS::Topic": f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:{name}",
         }[kind]
 
     def condition(self, name: str) -> bool:
@@ -95,7 +97,10 @@ class Stack:
             return {k: self.resolve(v) for k, v in node.items()}
         ((fn, arg),) = node.items()
         if fn == "Ref":
-            return self.values[arg] if arg in self.values else self.name(arg)
+            if arg in self.values:
+                return self.values[arg]
+            # Ref of a topic is its ARN; of a table, bucket, policy or queue, its name (as resolved here)
+            return self.arn(arg) if self.resource(arg)["Type"] == "AWS::SNS::Topic" else self.name(arg)
         if fn == "Fn::GetAtt":
             logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
             assert attribute == "Arn", f"Fn::GetAtt {logical_id}.{attribute} is not resolved here"

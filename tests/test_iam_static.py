@@ -114,6 +114,8 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
         ("ec2", "DeleteTags"): [request("ec2:DeleteTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG]})],
         ("ec2", "DescribeInstances"): [request("ec2:DescribeInstances", "*")],
         ("ec2", "TerminateInstances"): [request("ec2:TerminateInstances", INSTANCE, MANAGED)],
+        # the alerts sensor: each incident's state changes, to the stack's alerts topic only
+        ("sns", "Publish"): [request("sns:Publish", s.arn("AlertsTopic"))],
         # reclaim over HTTP: IDM_ENCRYPTED_PASS
         ("kms", "Decrypt"): [request("kms:Decrypt", KEY_ARN)],
         ("s3", "GetObject"): on(
@@ -265,9 +267,26 @@ def test_the_metrics_namespace_is_a_parameter_that_the_deployment_exports():
 def test_kms_and_outside_tables_are_granted_only_when_named():
     """IdentityPasswordKeyArn and ReclaimTableArns default to no grant at all."""
     default = Stack(load_template())
-    assert set(default.policies()) == {"DeploymentPolicy"}
+    assert set(default.policies()) == {"DeploymentPolicy", "AlertsPolicy"}
     actions = {a for _, st in _statements(default) for a in st["Action"]}
     assert not any(a.startswith("kms:") for a in actions)
+
+
+def test_alerts_may_publish_to_the_stacks_topic_only(stack):
+    """sns:Publish is granted on AlertsTopic alone, by AlertsPolicy alone (for the role that evaluates
+    sensors; the run tasks' role does not carry it): another topic of the account is denied."""
+    statements = [st for _, st in _statements(stack)]
+    other = request("sns:Publish", f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:someone-elses-topic")
+    assert not any(allowed_by(st, other) for st in statements)
+    (own,) = calls(stack)[("sns", "Publish")]
+    assert own.resource == stack.resolve({"Ref": "AlertsTopic"}) and own.resource.endswith(":groundskeeper-alerts-dev")
+    assert [st for st in statements if "sns:Publish" in st["Action"]] == [
+        st for st in statements if any(a.startswith("sns:") for a in st["Action"])
+    ]
+    assert OUTPUT_ENV["AlertsTopicArn"] == "ALERTS_SNS_TOPIC_ARN"
+    publishing = [name for name, st in _statements(stack) if "sns:Publish" in st["Action"]]
+    assert publishing == ["AlertsPolicy/Alerts"]
+    assert "Roles" not in stack.resource("AlertsPolicy")["Properties"]
 
 
 def test_demo_traffic_is_local_only():

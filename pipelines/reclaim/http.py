@@ -30,8 +30,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
+from pipelines.common.http import NO_REDIRECTS, Redirected
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
 from pipelines.reclaim.writers import DONE, RACED, ItemError, Outcome, apply_each, put_ready_item
@@ -73,25 +74,7 @@ def redact(text: str, secrets: list[Secret]) -> str:
     return text
 
 
-class Redirected(Exception):
-    """The server answered a redirect, which is never followed (``where``: its ``Location`` without
-    query or fragment, cut short)."""
-
-    def __init__(self, status: int, location: str | None) -> None:
-        super().__init__(status, location)
-        self.status = status
-        parts = urlsplit(location or "")
-        self.where = f"{parts.scheme}://{parts.netloc}{parts.path}"[:200] if parts.netloc else (parts.path[:200] or "?")
-
-
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """Answers a 3xx as it is (an ``HTTPError``), never with a request to the new location."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
-
-
-_OPENER = urllib.request.build_opener(_NoRedirects)
+_OPENER = NO_REDIRECTS
 
 
 def decrypt_password(kms, encrypted_b64: str) -> Secret:

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
+from pipelines.common.http import leaves_its_path
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
 
@@ -142,17 +143,6 @@ def parse_params(raw: dict[str, Any]) -> ReclaimParams:
     (The reclaim keys have no old names, so there are no deprecation warnings to pass on.)"""
     params, _ = _parse(ReclaimParams, raw)
     return params
-
-
-def leaves_its_path(path: str) -> bool:
-    """True when a server or proxy that normalises ``path`` could serve another one: a segment that,
-    percent-decoded, is ``.`` or ``..`` (also before a ``;`` parameter, as some servers read it), or
-    holds an encoded ``/`` or a ``\\``. Such a path is refused rather than normalised."""
-    for segment in path.split("/"):
-        decoded = unquote(segment)
-        if decoded.split(";", 1)[0] in (".", "..") or "/" in decoded or "\\" in decoded:
-            return True
-    return False
 
 
 def check_url(name: str, value: str) -> str:

@@ -1,0 +1,314 @@
+"""Incidents, not events: what turns observations into one message per state change. No Dagster.
+
+An observation (:class:`Signal`) says of one ``alert_key`` whether its problem is there now. The
+book (:class:`AlertBook`) keeps one incident per key, ``firing`` or ``resolved``, and emits a
+message only when that changes: one when an incident opens, one when it resolves, nothing while it
+stays open (a reminder every ``remind_seconds`` when that is set).
+
+Each message goes to an outbox per sink: a sink that is down keeps its messages (retried on later
+ticks by the retry library's policy, then every ``policy``'s longest wait until it answers) and
+holds back no other sink. The whole book is one JSON document that the caller keeps durably and
+saves after every message delivered, so a restart neither loses nor repeats one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from pipelines.common import iso
+from pipelines.retry import STOP, RetryPolicy
+
+FIRING, RESOLVED = "firing", "resolved"
+SEVERITIES = ("critical", "warning", "info")
+KINDS = {
+    "run_failure": "a run failed and no automatic retry follows",
+    "check_failure": "an asset check failed (ERROR: critical, WARN: warning)",
+    "tick_failure": "a sensor's or a schedule's ticks fail, N in a row",
+    "dead_letters": "a dead-letter queue holds messages",
+    "progressor_overdue": "progressor's timers are overdue (its timers_on_time check failed)",
+    "reclaim_errors": "a reclaim run ended with item errors",
+    "heartbeat": "the alert sensor stopped publishing its heartbeat (a CloudWatch alarm)",
+    "summary": "more alerts in one tick than ALERTS_MAX_PER_TICK: the rest in one message",
+}
+"""Every alert kind, each with its runbook ``docs/runbooks/<kind>.md``."""
+RUNBOOKS = "docs/runbooks"
+SUMMARY_CHARS = 300
+RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
+HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
+LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
+MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: the oldest give way, with one line each tick
+
+
+def one_line(text: Any, limit: int = SUMMARY_CHARS) -> str:
+    """The first non-blank line of ``text``, cut to ``limit`` characters."""
+    for line in str(text or "").splitlines():
+        if line.strip():
+            line = " ".join(line.split())
+            return line if len(line) <= limit else line[: limit - 1] + "…"
+    return ""
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One observation of one ``alert_key``: ``firing`` True when the problem is there now."""
+
+    alert_key: str
+    kind: str
+    firing: bool
+    severity: str = "critical"
+    title: str = ""
+    summary: str = ""
+    capability: str = ""
+    job: str | None = None
+    run_id: str | None = None
+    asset: str | None = None
+    check: str | None = None
+    url: str | None = None
+    attempts: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown alert kind {self.kind!r}: one of {', '.join(KINDS)}")
+        if self.severity not in SEVERITIES:
+            raise ValueError(f"unknown severity {self.severity!r}: one of {', '.join(SEVERITIES)}")
+
+
+FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capability", "job", "run_id", "asset",
+          "check", "first_seen", "last_seen", "url", "runbook", "attempts", "reminder")  # fmt: skip
+"""The message's fields (``docs/contracts.md``, "Alerts"), in this order."""
+
+
+def message_id(message: Mapping[str, Any]) -> str:
+    """One state change of one incident: the same change always has the same id."""
+    suffix = f"#reminder@{message['last_seen']}" if message.get("reminder") else ""
+    return f"{message['alert_key']}#{message['first_seen']}#{message['state']}{suffix}"
+
+
+def text_of(message: Mapping[str, Any]) -> str:
+    """The one line a chat message or an e-mail subject shows."""
+    mark = {"firing": "FIRING", "resolved": "RESOLVED"}.get(message.get("state", ""), "")
+    if message.get("reminder"):
+        mark = "STILL FIRING"
+    severity = f" [{message['severity']}]" if message.get("state") == FIRING else ""
+    summary = f": {message['summary']}" if message.get("summary") else ""
+    return f"{mark}{severity} {message.get('title') or message['alert_key']}{summary}"
+
+
+class Sink(Protocol):
+    """Where messages go (SNS, a webhook...). ``send`` raises :class:`SinkError` when it did not take it."""
+
+    name: str
+
+    def send(self, message: Mapping[str, Any]) -> None: ...
+
+
+class SinkError(RuntimeError):
+    """A sink did not take a message: one line, with no credential in it."""
+
+
+def iso_seconds(seconds: float) -> str:
+    return iso(dt.datetime.fromtimestamp(seconds, dt.UTC))
+
+
+@dataclass
+class Delivery:
+    """What one :meth:`AlertBook.deliver` did, for the sensor's skip reason and log."""
+
+    sent: list[tuple[str, str]] = dataclasses.field(default_factory=list)  # (sink, message id)
+    failed: list[str] = dataclasses.field(default_factory=list)  # one line per sink that did not answer
+    waiting: dict[str, int] = dataclasses.field(default_factory=dict)  # sink -> messages kept for later
+    summarised: int = 0
+
+    def describe(self) -> str:
+        parts = []
+        if self.sent:
+            parts.append("sent " + ", ".join(f"{mid} to {sink}" for sink, mid in self.sent[:10]))
+            if len(self.sent) > 10:
+                parts.append(f"and {len(self.sent) - 10} more")
+        if self.summarised:
+            parts.append(f"{self.summarised} summarised in one message")
+        parts += self.failed
+        kept = {sink: n for sink, n in self.waiting.items() if n}
+        if kept:
+            parts.append("kept for a later tick: " + ", ".join(f"{n} for {sink}" for sink, n in kept.items()))
+        return "; ".join(parts) or "nothing to send"
+
+
+class AlertBook:
+    """Incidents, per-sink outboxes and read positions, as one JSON-able ``state`` dict."""
+
+    def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        state = dict(state or {})
+        self.incidents: dict[str, dict[str, Any]] = dict(state.get("incidents") or {})
+        self.outbox: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (state.get("outbox") or {}).items()}
+        self.history: list[list[Any]] = list(state.get("history") or [])
+        self.positions: dict[str, Any] = dict(state.get("positions") or {})
+
+    @classmethod
+    def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> AlertBook:
+        """The book saved as ``text``; an unreadable one starts afresh, with one warning line."""
+        if not text:
+            return cls()
+        try:
+            state = json.loads(text)
+            if not isinstance(state, dict):
+                raise ValueError("not an object")
+            return cls(state)
+        except (ValueError, TypeError) as exc:
+            warn(f"alert state unreadable ({exc}): starting afresh")
+            return cls()
+
+    def dumps(self) -> str:
+        state = {"incidents": self.incidents, "outbox": self.outbox, "history": self.history,
+                 "positions": self.positions}  # fmt: skip
+        return json.dumps(state, sort_keys=True, default=str)
+
+    # ------------------------------------------------------------------ incidents
+
+    def observe(self, signal: Signal, now: float, *, remind_seconds: float | None = None) -> dict[str, Any] | None:
+        """Record one observation; returns the message of the state change it makes, or None."""
+        incident = self.incidents.get(signal.alert_key)
+        open_now = incident is not None and incident["state"] == FIRING
+        if signal.firing and not open_now:
+            fields = {name: getattr(signal, name) for name in FIELDS if hasattr(signal, name)}
+            incident = {**fields, "state": FIRING, "first_seen": now, "last_seen": now, "notified": now}
+            incident["summary"] = one_line(signal.summary)
+            self.incidents[signal.alert_key] = incident
+            self.history.append([now, FIRING])
+            return self._message(incident)
+        if signal.firing and open_now:
+            incident["last_seen"] = now
+            if remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds:
+                incident["notified"] = now
+                return self._message(incident, reminder=True)
+            return None
+        if not signal.firing and open_now:
+            incident.update(state=RESOLVED, last_seen=now, resolved_by=one_line(signal.summary))
+            for name in ("run_id", "url"):  # the resolving run's page, when there is one
+                if getattr(signal, name):
+                    incident[name] = getattr(signal, name)
+            self.history.append([now, RESOLVED])
+            return self._message(incident)
+        return None
+
+    def _message(self, incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
+        message = {name: incident.get(name) for name in FIELDS}
+        message["runbook"] = f"{RUNBOOKS}/{incident['kind']}.md"
+        message["first_seen"] = iso_seconds(incident["first_seen"])
+        message["last_seen"] = iso_seconds(incident["last_seen"])
+        message["reminder"] = reminder
+        if incident["state"] == RESOLVED and incident.get("resolved_by"):
+            message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
+        return message
+
+    def open_incidents(self) -> list[dict[str, Any]]:
+        return sorted((i for i in self.incidents.values() if i["state"] == FIRING), key=lambda i: i["first_seen"])
+
+    def counts_since(self, since: float) -> dict[str, int]:
+        counts = {"opened": 0, "resolved": 0}
+        for at, state in self.history:
+            if at >= since:
+                counts["opened" if state == FIRING else "resolved"] += 1
+        return counts
+
+    def prune(self, now: float) -> None:
+        """Forget resolved incidents after a week and history older than a day."""
+        self.incidents = {
+            key: i
+            for key, i in self.incidents.items()
+            if i["state"] == FIRING or now - i["last_seen"] < RESOLVED_KEPT_SECONDS
+        }
+        self.history = [h for h in self.history if now - h[0] < HISTORY_SECONDS]
+
+    # ------------------------------------------------------------------ delivery
+
+    def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
+        """Put ``message`` in each sink's outbox, unless the same state change is already there.
+        Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
+        mid = message_id(message)
+        dropped = []
+        for sink in sinks:
+            box = self.outbox.setdefault(sink, [])
+            if not any(item["id"] == mid for item in box):
+                box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
+            while len(box) > MAX_KEPT_PER_SINK:
+                gone = box.pop(0)
+                dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped the oldest, {gone['id']}")
+        return dropped
+
+    def deliver(
+        self,
+        sinks: Iterable[Sink],
+        now: float,
+        *,
+        policy: RetryPolicy,
+        max_per_tick: int,
+        save: Callable[[], None] = lambda: None,
+    ) -> Delivery:
+        """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
+        summary message. The first failure of a sink stops that sink for this tick (its messages are
+        kept, in order, and tried again after ``policy``'s delay); ``save`` runs after each message a
+        sink took, so that a crash repeats none of them."""
+        done = Delivery()
+        for sink in sinks:
+            box = self.outbox.get(sink.name, [])
+            due = [item for item in box if item["next_try"] <= now]
+            rest: list[dict[str, Any]] = []
+            if len(due) > max_per_tick:
+                due, rest = due[:max_per_tick], due[max_per_tick:]
+            for item in due:
+                if not self._send(sink, item, now, policy, done):
+                    rest = []  # the sink is down: the summary waits too
+                    break
+                save()
+            if rest:
+                summary = self._summary(rest, now)
+                item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
+                if self._send(sink, item, now, policy, done, replaces=rest):
+                    done.summarised += len(rest)
+                    save()
+            done.waiting[sink.name] = len(self.outbox.get(sink.name, []))
+        return done
+
+    def _send(self, sink: Sink, item: dict[str, Any], now: float, policy: RetryPolicy, done: Delivery,
+              replaces: list[dict[str, Any]] | None = None) -> bool:  # fmt: skip
+        box = self.outbox.setdefault(sink.name, [])
+        try:
+            sink.send(item["message"])
+        except SinkError as exc:
+            for kept in replaces or [item]:
+                kept["attempts"] += 1
+                wait = policy.delay(kept["attempts"])
+                kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
+                kept["last_error"] = one_line(exc)
+            done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
+            return False
+        gone = {item["id"]} | {r["id"] for r in replaces or []}
+        self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
+        done.sent.append((sink.name, item["id"]))
+        return True
+
+    def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
+        keys = [f"{i['message']['alert_key']} {i['message']['state']}" for i in rest]
+        shown = ", ".join(keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
+        moment = iso_seconds(now)
+        return {
+            **dict.fromkeys(FIELDS),
+            "alert_key": f"summary@{moment}",
+            "state": FIRING,
+            "severity": SEVERITIES[worst],
+            "kind": "summary",
+            "title": f"{len(rest)} more alerts this tick",
+            "summary": one_line(shown),
+            "capability": "alerts",
+            "first_seen": moment,
+            "last_seen": moment,
+            "runbook": f"{RUNBOOKS}/summary.md",
+            "reminder": False,
+        }

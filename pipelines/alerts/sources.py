@@ -1,0 +1,217 @@
+"""What each source observed, as :class:`Signal` s: plain values in, signals out. No Dagster.
+
+The Dagster layer (``pipelines/alerts/defs.py``) reads runs, check evaluations and ticks from the
+instance and hands their plain values to these functions; the capabilities' own measures (a
+dead-letter queue's depth, the reclaim runs' error counters, progressor's timers check) are mapped
+here too, so that each kind of alert is decided in one place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from urllib.parse import quote
+
+from pipelines.alerts.incidents import Signal, one_line
+from pipelines.common.summary import COUNT_TAG_PREFIX
+from pipelines.retry import STOP, RetryPolicyError, policy_from_text
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, ROOT_TAG
+
+CAPABILITY_TAG = "groundskeeper/capability"
+PARTITION_TAG = "dagster/partition"
+# Dagster's own run retries (run_retries in dagster.yaml, or the dagster/max_retries tag)
+DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
+DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"
+DAGSTER_ROOT_TAG = "dagster/root_run_id"
+DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
+DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
+DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
+
+
+def _ui(ui_url: str | None, path: str) -> str | None:
+    return f"{ui_url}{path}" if ui_url else None
+
+
+def attempt_of(tags: Mapping[str, str]) -> int:
+    """The attempt number of a run in its lineage (1 for the original run)."""
+    for tag, offset in ((ATTEMPT_TAG, 0), (DAGSTER_RETRY_NUMBER_TAG, 1)):
+        try:
+            if tag in tags:
+                return max(1, int(tags[tag]) + offset)
+        except ValueError:
+            continue
+    return 1
+
+
+def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
+    """The original run of a run's retries (ours or Dagster's)."""
+    return tags.get(ROOT_TAG) or tags.get(DAGSTER_ROOT_TAG) or run_id
+
+
+def automatic_retry(
+    tags: Mapping[str, str], *, dagster_retries: bool, dagster_max_retries: int, retry_on_step_failure: bool = False
+) -> str | None:
+    """Why a failed run will be retried automatically (so it does not alert), or None.
+
+    - ``groundskeeper/retry_policy``: ``delayed_run_retries`` re-launches it unless its policy says STOP
+      (a tag it cannot read: no retry, so the failure alerts);
+    - Dagster's run retries: its own decision, the ``dagster/will_retry`` tag it puts on a failed run;
+      without that tag, the budget (``dagster/max_retries``, or the instance's default) unless the run
+      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``)."""
+    if POLICY_TAG in tags:
+        try:
+            wait = policy_from_text(tags[POLICY_TAG]).delay(attempt_of(tags))
+        except (RetryPolicyError, ValueError):
+            wait = STOP
+        if wait is not STOP:
+            return f"delayed_run_retries retries it ({POLICY_TAG})"
+    if not dagster_retries:
+        return None
+    decided = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
+    if decided:
+        return "Dagster's run retries retry it (dagster/will_retry)" if decided == "true" else None
+    on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(retry_on_step_failure)).strip().lower()
+    if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
+        return None
+    try:
+        budget = int(tags.get(DAGSTER_MAX_RETRIES_TAG, dagster_max_retries))
+        done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
+    except ValueError:
+        return None
+    return f"Dagster's run retries retry it ({done} of {budget} used)" if done < budget else None
+
+
+def run_alert_key(job: str, tags: Mapping[str, str]) -> str:
+    """One incident per job and target (its partition, when it has one)."""
+    partition = tags.get(PARTITION_TAG)
+    return f"run_failure:{job}" + (f":{partition}" if partition else "")
+
+
+def run_failed(job: str, run_id: str, tags: Mapping[str, str], first_error: str, *, ui_url: str | None) -> Signal:
+    attempts = attempt_of(tags)
+    partition = tags.get(PARTITION_TAG)
+    target = f" partition {partition}" if partition else ""
+    retries = f" after {attempts} attempts" if attempts > 1 else ""
+    return Signal(
+        alert_key=run_alert_key(job, tags),
+        kind="run_failure",
+        firing=True,
+        severity="critical",
+        title=f"{job}{target} failed{retries}",
+        summary=one_line(first_error) or "the run failed",
+        capability=tags.get(CAPABILITY_TAG, ""),
+        job=job,
+        run_id=run_id,
+        url=_ui(ui_url, f"/runs/{run_id}"),
+        attempts=attempts,
+    )
+
+
+def run_succeeded(job: str, run_id: str, tags: Mapping[str, str], *, ui_url: str | None) -> list[Signal]:
+    """A success resolves its job's (and target's) run failure; a reclaim run also says whether it had item errors."""
+    url = _ui(ui_url, f"/runs/{run_id}")
+    attempts = attempt_of(tags)
+    out = [
+        Signal(
+            alert_key=run_alert_key(job, tags),
+            kind="run_failure",
+            firing=False,
+            summary=f"run {run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
+            job=job,
+            run_id=run_id,
+            url=url,
+        )
+    ]
+    if tags.get(CAPABILITY_TAG) == "reclaim" and f"{COUNT_TAG_PREFIX}errors" in tags:
+        try:
+            errors = int(tags[f"{COUNT_TAG_PREFIX}errors"])
+        except ValueError:
+            errors = 0
+        out.append(
+            Signal(
+                alert_key=f"reclaim_errors:{job}",
+                kind="reclaim_errors",
+                firing=errors > 0,
+                severity="warning",
+                title=f"{job}: items could not be written",
+                summary=f"{errors} item error(s) in run {run_id}: see its log"
+                if errors
+                else f"run {run_id}: no errors",
+                capability="reclaim",
+                job=job,
+                run_id=run_id,
+                url=url,
+            )
+        )
+    return out
+
+
+def check_evaluated(
+    asset: str,
+    check: str,
+    passed: bool,
+    severity: str,
+    description: str | None,
+    *,
+    run_id: str | None,
+    ui_url: str | None,
+    muted: frozenset[str] = frozenset(),
+) -> Signal | None:
+    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when muted."""
+    warn = severity.upper().startswith("WARN")
+    if warn and f"{asset}:{check}" in muted:
+        return None
+    overdue = check == PROGRESSOR_TIMERS_CHECK
+    return Signal(
+        alert_key=f"check_failure:{asset}:{check}",
+        kind="progressor_overdue" if overdue else "check_failure",
+        firing=not passed,
+        severity="warning" if warn else "critical",
+        title=f"check {check} of {asset} " + ("passes" if passed else "fails"),
+        summary=one_line(description) or ("passed" if passed else "failed"),
+        capability="progressor" if overdue else "",
+        run_id=run_id,
+        asset=asset,
+        check=check,
+        url=_ui(ui_url, f"/assets/{quote(asset)}?view=checks"),
+    )
+
+
+def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None, *, threshold: int,
+               ui_url: str | None) -> Signal | None:  # fmt: skip
+    """``statuses``: the latest ticks' statuses, newest first (``FAILURE``, ``SUCCESS``, ``SKIPPED``...).
+    Firing at ``threshold`` failures in a row; resolved by the next tick that did not fail."""
+    done = [s for s in statuses if s in ("FAILURE", "SUCCESS", "SKIPPED")]
+    if not done:
+        return None
+    failures = next((i for i, s in enumerate(done) if s != "FAILURE"), len(done))
+    if 0 < failures < threshold:
+        return None  # failing, not yet often enough; no change either way
+    return Signal(
+        alert_key=f"tick_failure:{name}",
+        kind="tick_failure",
+        firing=failures >= threshold,
+        severity="critical",
+        title=f"{kind} {name}: {failures} failed ticks in a row" if failures else f"{kind} {name} ticks again",
+        summary=one_line(last_error) if failures else "its last tick did not fail",
+        url=_ui(ui_url, f"/automation?search={quote(name)}"),
+    )
+
+
+def dead_letters(queue: str, depth: int | None, *, error: str | None = None) -> Signal | None:
+    """A dead-letter queue's depth (None and ``error``: it could not be read; no change)."""
+    if depth is None:
+        return None
+    return Signal(
+        alert_key=f"dead_letters:{queue}",
+        kind="dead_letters",
+        firing=depth > 0,
+        severity="warning",
+        title=f"{queue} holds {depth} dead letter(s)" if depth else f"{queue} is empty",
+        summary=(
+            f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
+            if depth
+            else "no dead letters left"
+        ),  # fmt: skip
+        capability="fleet",
+    )

@@ -1,0 +1,21 @@
+"""A code location for the alerting daemon test: the alerts sensor and the local retry_demo job, over
+the moto stack the test deployed (its variables come from the environment)."""
+
+import dagster as dg
+
+from pipelines.alerts.defs import build_alerts_sensor
+from pipelines.retry.defs import retry_demo
+from resources import CloudWatchResource, SNSResource, SQSResource
+from resources.settings import AlertSettings, fleet_settings_from_env
+
+defs = dg.Definitions(
+    jobs=[retry_demo],
+    sensors=[build_alerts_sensor()],
+    resources={
+        "alerts": AlertSettings(sns_topic_arn=dg.EnvVar("ALERTS_SNS_TOPIC_ARN")),
+        "fleet": fleet_settings_from_env(),
+        "sns": SNSResource(region_name="us-east-1"),
+        "sqs": SQSResource(region_name="us-east-1"),
+        "cloudwatch": CloudWatchResource(region_name="us-east-1"),
+    },
+)

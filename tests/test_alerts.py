@@ -1,0 +1,253 @@
+"""Alerting's plain logic: incidents open and resolve once, delivery per sink with retries by policy,
+at most ALERTS_MAX_PER_TICK messages per tick, and the sinks' rules (no redirects, no secrets in
+log lines, bad settings as one line each)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipelines.alerts.config import alert_config
+from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, SinkError
+from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
+from pipelines.alerts.sources import automatic_retry, check_evaluated, ticks_seen
+from pipelines.retry import fixed
+from tests.alerts_support import webhook_receiver
+
+NOW = 1_800_000_000.0
+NO_WAIT = fixed(0, None)
+
+
+class ListSink:
+    def __init__(self, name: str = "list", fail: int = 0) -> None:
+        self.name, self.fail, self.messages = name, fail, []
+
+    def send(self, message):
+        if self.fail:
+            self.fail -= 1
+            raise SinkError(f"{self.name} is down")
+        self.messages.append(dict(message))
+
+
+def _run(book: AlertBook, signals, sink, now: float = NOW, **kw):
+    for signal in signals:
+        message = book.observe(signal, now)
+        if message is not None:
+            book.enqueue(message, [sink.name])
+    return book.deliver([sink], now, policy=kw.pop("policy", NO_WAIT), max_per_tick=kw.pop("max_per_tick", 20))
+
+
+def _check(passed: bool, severity: str = "ERROR"):
+    return check_evaluated("orders", "not_empty", passed, severity, "0 rows" if not passed else "12 rows",
+                           run_id="r", ui_url="http://ui")  # fmt: skip
+
+
+def test_check_pass_fail_fail_pass_sends_one_firing_and_one_resolved():
+    book, sink = AlertBook(), ListSink()
+    for i, passed in enumerate([True, False, False, True]):
+        _run(book, [_check(passed)], sink, now=NOW + i)
+    assert [(m["state"], m["kind"], m["severity"]) for m in sink.messages] == [
+        (FIRING, "check_failure", "critical"),
+        (RESOLVED, "check_failure", "critical"),
+    ]
+    firing = sink.messages[0]
+    assert firing["alert_key"] == "check_failure:orders:not_empty" and firing["summary"] == "0 rows"
+    assert firing["runbook"] == "docs/runbooks/check_failure.md" and firing["url"].startswith("http://ui/assets/")
+
+
+def test_a_warn_check_is_a_warning_and_can_be_muted():
+    assert _check(False, "WARN").severity == "warning"
+    muted = check_evaluated("orders", "not_empty", False, "WARN", None, run_id=None, ui_url=None,
+                            muted=frozenset({"orders:not_empty"}))  # fmt: skip
+    assert muted is None
+
+
+def test_three_failing_ticks_fire_once_and_the_next_success_resolves():
+    book, sink = AlertBook(), ListSink()
+    history: list[str] = []
+    for i, status in enumerate(["FAILURE", "FAILURE", "FAILURE", "FAILURE", "FAILURE", "SUCCESS"]):
+        history.insert(0, status)
+        signal = ticks_seen("queue_sensor", "sensor", history, "boom\nTraceback...", threshold=3, ui_url=None)
+        _run(book, [signal] if signal else [], sink, now=NOW + i)
+        if i < 2:
+            assert sink.messages == []
+    assert [m["state"] for m in sink.messages] == [FIRING, RESOLVED]
+    assert sink.messages[0]["summary"] == "boom" and sink.messages[0]["kind"] == "tick_failure"
+
+
+def test_a_sink_that_is_down_keeps_its_messages_and_holds_back_no_other_sink():
+    book, down, up = AlertBook(), ListSink("down", fail=2), ListSink("up")
+    message = book.observe(_check(False), NOW)
+    book.enqueue(message, ["down", "up"])
+    first = book.deliver([down, up], NOW, policy=fixed(60, None), max_per_tick=20)
+    assert len(up.messages) == 1 and down.messages == []
+    assert first.failed == [
+        "down did not take check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#firing (attempt 1): down is down"
+    ]
+    # the policy's delay: not tried again before it is due, then once more (fails), then delivered
+    assert book.deliver([down, up], NOW + 30, policy=fixed(60, None), max_per_tick=20).sent == []
+    book.deliver([down, up], NOW + 60, policy=fixed(60, None), max_per_tick=20)
+    assert down.messages == []
+    book.deliver([down, up], NOW + 120, policy=fixed(60, None), max_per_tick=20)
+    assert [m["state"] for m in down.messages] == [FIRING] and len(up.messages) == 1
+    assert book.outbox == {"down": [], "up": []}
+
+
+def test_the_state_survives_a_save_and_a_load_without_repeating_anything():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_check(False)], sink)
+    again = AlertBook.load(book.dumps())
+    _run(again, [_check(False)], sink, now=NOW + 60)
+    assert len(sink.messages) == 1
+    assert AlertBook.load("not json", warn=lambda line: sink.messages.append({"warned": line})).incidents == {}
+
+
+def test_at_most_max_per_tick_messages_the_rest_in_one_summary():
+    book, sink = AlertBook(), ListSink()
+    signals = [check_evaluated(f"asset_{i}", "c", False, "ERROR", "bad", run_id=None, ui_url=None) for i in range(25)]
+    done = _run(book, signals, sink, max_per_tick=20)
+    assert len(sink.messages) == 21 and done.summarised == 5
+    summary = sink.messages[-1]
+    assert summary["kind"] == "summary" and summary["title"] == "5 more alerts this tick"
+    assert "check_failure:asset_20:c firing" in summary["summary"]
+    assert book.outbox["list"] == []
+    assert len(book.open_incidents()) == 25
+
+
+def test_an_outbox_keeps_at_most_its_limit_and_says_what_it_dropped(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 2)
+    book, lines = AlertBook(), []
+    for i in range(3):
+        lines += book.enqueue(book.observe(check_evaluated(f"a{i}", "c", False, "ERROR", "bad", run_id=None,
+                                                           ui_url=None), NOW), ["down"])  # fmt: skip
+    assert [item["message"]["alert_key"] for item in book.outbox["down"]] == [
+        "check_failure:a1:c",
+        "check_failure:a2:c",
+    ]
+    assert lines == [
+        "down has 2 messages waiting: dropped the oldest, check_failure:a0:c#2027-01-15T08:00:00.000Z#firing"
+    ]
+
+
+def test_a_reminder_only_when_asked_for():
+    book = AlertBook()
+    assert book.observe(_check(False), NOW, remind_seconds=None)["state"] == FIRING
+    assert book.observe(_check(False), NOW + 7200, remind_seconds=None) is None
+    reminder = book.observe(_check(False), NOW + 7200, remind_seconds=3600)
+    assert reminder["reminder"] is True and reminder["state"] == FIRING
+    assert book.observe(_check(False), NOW + 7300, remind_seconds=3600) is None
+
+
+def test_automatic_retries_do_not_alert_the_last_attempt_does():
+    policy = '{"kind": "fixed", "delay": 10, "maxAttempts": 3}'
+    tags = {"groundskeeper/retry_policy": policy}
+    assert automatic_retry({**tags, "groundskeeper/retry_attempt": "2"}, dagster_retries=False, dagster_max_retries=0)
+    assert not automatic_retry({**tags, "groundskeeper/retry_attempt": "3"}, dagster_retries=False,
+                               dagster_max_retries=0)  # fmt: skip
+    assert automatic_retry({"dagster/retry_number": "1"}, dagster_retries=True, dagster_max_retries=2)
+    assert not automatic_retry({"dagster/retry_number": "2"}, dagster_retries=True, dagster_max_retries=2)
+    assert not automatic_retry({"groundskeeper/retry_policy": "nonsense"}, dagster_retries=False,
+                               dagster_max_retries=0)  # fmt: skip
+
+
+def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
+    """Dagster's own decision (dagster/will_retry) wins; without it, a step failure is not retried
+    when retries on asset or op failure are off, as in this project's dagster.yaml."""
+    on = {"dagster_retries": True, "dagster_max_retries": 2}
+    assert not automatic_retry({"dagster/will_retry": "false"}, **on)
+    assert automatic_retry({"dagster/will_retry": "true", "dagster/max_retries": "0"}, **on)
+    step = {"dagster/failure_reason": "STEP_FAILURE"}
+    assert not automatic_retry(step, **on)
+    assert automatic_retry(step, **on, retry_on_step_failure=True)
+    assert not automatic_retry({**step, "dagster/retry_on_asset_or_op_failure": "false"}, **on,
+                               retry_on_step_failure=True)  # fmt: skip
+    assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, **on)
+
+
+def test_every_kind_has_a_runbook():
+    from pathlib import Path
+
+    runbooks = Path(__file__).resolve().parent.parent / "docs" / "runbooks"
+    assert {p.stem for p in runbooks.glob("*.md")} >= set(KINDS)
+
+
+# ------------------------------------------------------------------------------ sinks and settings
+
+
+def _message(book=None):
+    return (book or AlertBook()).observe(_check(False), NOW)
+
+
+def test_the_webhook_posts_text_and_the_contract_fields():
+    with webhook_receiver() as receiver:
+        WebhookSink(receiver.url).send(_message())
+    (body,) = receiver.received
+    assert body["text"].startswith("FIRING [critical] check not_empty of orders fails: 0 rows")
+    assert body["alert_key"] == "check_failure:orders:not_empty" and body["state"] == "firing"
+
+
+def test_the_webhook_follows_no_redirect_and_logs_no_secret_path():
+    with webhook_receiver() as target, webhook_receiver() as receiver:
+        receiver.redirect_to = target.url
+        with pytest.raises(SinkError) as raised:
+            WebhookSink(receiver.url).send(_message())
+    assert target.requests == 0 and receiver.requests == 1
+    assert "HTTP 302, a redirect: not followed" in str(raised.value)
+    assert "secret-token" not in str(raised.value)
+
+
+def test_a_webhook_answering_500_is_one_line_without_the_path():
+    with webhook_receiver() as receiver:
+        receiver.failures = [500]
+        with pytest.raises(SinkError) as raised:
+            WebhookSink(receiver.url).send(_message())
+    assert str(raised.value) == f"webhook at {receiver.url.split('/services')[0]} answered HTTP 500"
+
+
+def test_a_webhook_that_hangs_times_out():
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)  # accepts the connection, never answers
+    try:
+        with pytest.raises(SinkError, match="did not answer within 0.5 s"):
+            WebhookSink(f"http://127.0.0.1:{listener.getsockname()[1]}/hook", timeout=0.5).send(_message())
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(
+    "url", ["ftp://example.com/hook", "file:///etc/passwd", "hooks.example.com/x", "https://h.example/a/../b"]
+)
+def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
+    with pytest.raises(SinkConfigError):
+        WebhookSink(url)
+
+
+def test_a_topic_of_another_region_or_not_a_topic_is_refused():
+    with pytest.raises(SinkConfigError, match="in eu-west-1, not in this deployment's region us-east-1"):
+        SnsSink(None, "arn:aws:sns:eu-west-1:123456789012:alerts", region="us-east-1")
+    with pytest.raises(SinkConfigError, match="is not an SNS topic ARN"):
+        SnsSink(None, "arn:aws:sqs:us-east-1:123456789012:alerts", region="us-east-1")
+
+
+def test_bad_settings_are_one_line_each_and_the_defaults_hold():
+    cfg = alert_config(
+        {
+            "ALERTS_WEBHOOK_URL": "ftp://hooks.example/secret",
+            "ALERTS_SNS_TOPIC_ARN": "arn:aws:sns:eu-west-1:123456789012:alerts",
+            "ALERTS_MAX_PER_TICK": "lots",
+            "ALERTS_REMIND_HOURS": "-1",
+            "ALERTS_RETRY_POLICY": "{",
+            "DAGSTER_UI_URL": "javascript:alert(1)",
+        },
+        region="us-east-1",
+    )
+    assert cfg.sinks == [] and cfg.max_per_tick == 20 and cfg.remind_seconds is None and cfg.ui_url is None
+    assert len(cfg.problems) == 6
+    assert not any("hooks.example" in line for line in cfg.problems)
+    assert json.dumps(cfg.problems)  # plain lines

@@ -1,0 +1,333 @@
+"""The alerts sensor evaluated against a real Dagster instance, with the template deployed into moto:
+what reaches the alerts topic is read back from an SQS queue subscribed to it (raw delivery)."""
+
+import json
+import time
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
+from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
+from dagster_shared.error import SerializableErrorInfo
+
+from pipelines.alerts import defs as alerts_defs
+from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, incidents, load_book
+from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.retry.defs import retry_demo
+from pipelines.retry.tags import ATTEMPT_TAG, RETRY_OF_TAG, ROOT_TAG
+from resources import CloudWatchResource, SNSResource, SQSResource
+from resources.settings import AlertSettings, fleet_settings_from_env
+from tests.alerts_support import tick_in_a_new_process, webhook_receiver
+
+SENSOR = build_alerts_sensor()
+NO_WAIT = '{"kind": "fixed", "delay": 0, "maxAttempts": 100}'  # a sink that is down is tried at the next tick
+
+
+def resources(aws, **settings) -> dict:
+    settings.setdefault("sns_topic_arn", aws.env["ALERTS_SNS_TOPIC_ARN"])
+    return {
+        "alerts": AlertSettings(**settings),
+        "fleet": fleet_settings_from_env(),
+        "sns": SNSResource(region_name="us-east-1"),
+        "sqs": SQSResource(region_name="us-east-1"),
+        "cloudwatch": CloudWatchResource(region_name="us-east-1"),
+    }
+
+
+def tick(instance: dg.DagsterInstance, res: dict, definitions: dg.Definitions | None = None) -> str:
+    """One evaluation of the sensor, as the daemon's; returns its skip reason."""
+    with dg.build_sensor_context(instance=instance, resources=res, definitions=definitions) as context:
+        data = SENSOR.evaluate_tick(context)
+    assert not data.run_requests
+    return data.skip_message or ""
+
+
+class Inbox:
+    """An SQS queue subscribed to the alerts topic with raw delivery: every message published."""
+
+    def __init__(self, aws) -> None:
+        self.sqs = aws.client("sqs")
+        self.url = self.sqs.create_queue(QueueName="alerts-inbox")["QueueUrl"]
+        arn = self.sqs.get_queue_attributes(QueueUrl=self.url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        aws.client("sns").subscribe(
+            TopicArn=aws.env["ALERTS_SNS_TOPIC_ARN"], Protocol="sqs", Endpoint=arn,
+            Attributes={"RawMessageDelivery": "true"},
+        )  # fmt: skip
+        self.messages: list[dict] = []
+
+    def read(self) -> list[dict]:
+        """Everything that arrived since the last read (moto delivers during Publish)."""
+        new = []
+        while True:
+            got = self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10, MessageAttributeNames=["All"])
+            batch = got.get("Messages", [])
+            if not batch:
+                break
+            for m in batch:
+                body = json.loads(m["Body"])
+                body["_attributes"] = {k: v["StringValue"] for k, v in m.get("MessageAttributes", {}).items()}
+                new.append(body)
+                self.sqs.delete_message(QueueUrl=self.url, ReceiptHandle=m["ReceiptHandle"])
+        self.messages += new
+        return new
+
+
+def run_demo(instance, attempt: int, *, succeed_on: int, root: str | None = None, previous: str | None = None):
+    """One run of the local retry_demo job with the tags delayed_run_retries gives attempt ``attempt``."""
+    tags = {ATTEMPT_TAG: str(attempt)}
+    if previous:
+        tags.update({RETRY_OF_TAG: previous, ROOT_TAG: root or previous})
+    config = {"ops": {"throttled_until_attempt": {"config": {"succeed_on_attempt": succeed_on}}}}
+    result = retry_demo.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
+    return result.run_id, result.success
+
+
+@pytest.mark.slow  # runs six jobs
+def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_resolves_once(aws):
+    inbox = Inbox(aws)
+    res = resources(aws, ui_url="http://dagster.example:3000")
+    with dg.instance_for_test() as instance:
+        # retry_demo's policy allows 4 attempts; attempt 5 would succeed, so the whole lineage fails
+        root = previous = None
+        for attempt in range(1, 5):
+            run_id, ok = run_demo(instance, attempt, succeed_on=5, root=root, previous=previous)
+            assert not ok
+            root, previous = root or run_id, run_id
+            tick(instance, res)
+            if attempt < 4:
+                assert inbox.read() == [], f"attempt {attempt} will be retried: no alert"
+        (firing,) = inbox.read()
+        assert firing["state"] == "firing" and firing["kind"] == "run_failure"
+        assert firing["alert_key"] == "run_failure:retry_demo" and firing["job"] == "retry_demo"
+        assert firing["attempts"] == 4 and firing["run_id"] == previous
+        assert "ThrottlingException" in firing["summary"] or "Rate exceeded" in firing["summary"]
+        assert firing["url"] == f"http://dagster.example:3000/runs/{previous}"
+        assert firing["runbook"] == "docs/runbooks/run_failure.md"
+        assert firing["_attributes"] == {
+            "severity": "critical",
+            "state": "firing",
+            "alert_key": "run_failure:retry_demo",
+        }
+
+        # a later lineage: its first attempt fails (retried: no alert), its retry succeeds
+        first, ok = run_demo(instance, 1, succeed_on=2)
+        assert not ok
+        tick(instance, res)
+        assert inbox.read() == []
+        second, ok = run_demo(instance, 2, succeed_on=2, previous=first)
+        assert ok
+        reason = tick(instance, res)
+        (resolved,) = inbox.read()
+        assert resolved["state"] == "resolved" and resolved["alert_key"] == "run_failure:retry_demo"
+        assert resolved["run_id"] == second and resolved["first_seen"] == firing["first_seen"]
+        assert "run_failure:retry_demo" in reason and "resolved" in reason
+        tick(instance, res)
+        assert inbox.read() == []
+    assert [m["state"] for m in inbox.messages] == ["firing", "resolved"]
+
+
+@pytest.mark.slow  # a new Python process
+def test_a_restart_between_the_failure_and_the_next_tick_neither_loses_nor_repeats_the_alert(aws, tmp_path):
+    """The tick after the failure runs in a new process over the same persisted instance storage (as
+    a restarted daemon's); the ones after it in new instance objects."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as instance:
+        tick(instance, res)  # the sensor has run before
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # the lineage's last attempt fails
+    settings = {"sns_topic_arn": aws.env["ALERTS_SNS_TOPIC_ARN"]}
+    reason = tick_in_a_new_process(str(tmp_path), settings, aws.subprocess_env())
+    assert "sent run_failure:retry_demo" in reason
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as restarted:
+        tick(restarted, res)
+    with dg.instance_for_test(temp_dir=str(tmp_path)) as again:
+        tick(again, res)
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [("run_failure:retry_demo", "firing")]
+
+
+def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(aws, monkeypatch):
+    """Two lineages fail, then a run succeeds; with one event read per tick and kind, the success
+    must still come after both failures: one firing, one resolved, resolved at the end."""
+    monkeypatch.setattr(alerts_defs, "EVENTS_PER_TICK", 1)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        run_demo(instance, 1, succeed_on=1)
+        for _ in range(4):
+            tick(instance, res)
+        assert load_book(instance).incidents["run_failure:retry_demo"]["state"] == "resolved"
+    assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
+
+
+def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws):
+    inbox = Inbox(aws)
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        receiver.failures = [500, 500]
+        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reasons = [tick(instance, res) for _ in range(4)]
+        assert receiver.requests == 3
+        (body,) = receiver.received
+        assert body["alert_key"] == "run_failure:retry_demo" and body["state"] == "firing"
+        assert body["text"].startswith("FIRING [critical] retry_demo failed after 4 attempts: ")
+        assert "webhook at http://127.0.0.1" in reasons[0] and "answered HTTP 500" in reasons[0]
+        assert "secret-token" not in " ".join(reasons)
+        # SNS was not held back by the webhook: one message, at the first tick
+        assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+@dg.asset(key=["alerts_test", "orders"])
+def orders() -> int:
+    return 1
+
+
+@dg.asset_check(asset=orders, name="not_empty")
+def not_empty(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    good = context.run.tags["good"] == "yes"
+    return dg.AssetCheckResult(passed=good, description="12 rows" if good else "0 rows")
+
+
+CHECKED = dg.Definitions(assets=[orders], asset_checks=[not_empty], sensors=[SENSOR])
+
+
+def test_a_check_passing_failing_failing_passing_fires_once_and_resolves_once(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        for good in ("yes", "no", "no", "yes"):
+            assert dg.materialize([orders, not_empty], instance=instance, tags={"good": good}).success
+            tick(instance, res, CHECKED)
+    got = [(m["alert_key"], m["state"], m["severity"], m["summary"]) for m in inbox.read()]
+    assert got == [
+        ("check_failure:alerts_test/orders:not_empty", "firing", "critical", "0 rows"),
+        ("check_failure:alerts_test/orders:not_empty", "resolved", "critical", "12 rows (was: 0 rows)"),
+    ]
+
+
+@dg.asset(key=["alerts_test", "batches"], partitions_def=dg.StaticPartitionsDefinition(["acme", "zeta"]))
+def batches(context: dg.AssetExecutionContext) -> int:
+    if context.run.tags["good"] != "yes":
+        raise RuntimeError(f"receiver {context.partition_key} is unreachable")
+    return 1
+
+
+def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aws):
+    """Runs of Dagster's own asset job (the UI, backfills, redrive_failed_partitions) alert under the
+    assets they selected and their partition."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        for partition, good in (("acme", "no"), ("zeta", "yes"), ("acme", "yes")):
+            result = dg.materialize([batches], instance=instance, partition_key=partition, tags={"good": good},
+                                    raise_on_error=False)  # fmt: skip
+            assert result.success == (good == "yes")
+            tick(instance, res)
+    got = [(m["alert_key"], m["state"]) for m in inbox.read()]
+    assert got == [
+        ("run_failure:alerts_test/batches:acme", "firing"),
+        ("run_failure:alerts_test/batches:acme", "resolved"),
+    ]
+    assert inbox.messages[0]["summary"] == "RuntimeError: receiver acme is unreachable"
+    assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
+
+
+def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
+    """Ticks of a sensor ``queue_watch`` as the daemon stores them (state and ticks in the instance)."""
+    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("groundskeeper"), "__repository__")
+    origin = RemoteInstigatorOrigin(repository, "queue_watch")
+    state = InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.RUNNING)
+    if not instance.get_instigator_state(origin.get_id(), state.selector_id):
+        instance.add_instigator_state(state)
+    for status in statuses:
+        error = SerializableErrorInfo("queue_watch: AccessDenied on ReceiveMessage", [], "ClientError")
+        instance.create_tick(
+            TickData(
+                instigator_origin_id=origin.get_id(),
+                instigator_name="queue_watch",
+                instigator_type=InstigatorType.SENSOR,
+                status=status,
+                timestamp=time.time(),
+                selector_id=state.selector_id,
+                error=error if status == TickStatus.FAILURE else None,
+            )
+        )
+
+
+def test_three_failing_ticks_of_a_sensor_fire_once_and_its_next_good_tick_resolves(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        for _ in range(5):
+            _failing_sensor_ticks(instance, [TickStatus.FAILURE])
+            tick(instance, res)
+        _failing_sensor_ticks(instance, [TickStatus.SKIPPED])
+        tick(instance, res)
+    got = [(m["alert_key"], m["state"]) for m in inbox.read()]
+    assert got == [("tick_failure:queue_watch", "firing"), ("tick_failure:queue_watch", "resolved")]
+    assert inbox.messages[0]["summary"] == "queue_watch: AccessDenied on ReceiveMessage"
+
+
+def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    sqs = aws.client("sqs")
+    dlq = aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    with dg.instance_for_test() as instance:
+        sqs.send_message(QueueUrl=dlq, MessageBody="not json")
+        tick(instance, res)
+        tick(instance, res)
+        sqs.purge_queue(QueueUrl=dlq)
+        tick(instance, res)
+        # the incidents asset shows what is open and the day's counts
+        result = dg.materialize([incidents], instance=instance)
+        metadata = result.asset_materializations_for_node(incidents.op.name)[0].metadata
+        assert metadata["opened_24h"].value == 1 and metadata["resolved_24h"].value == 1
+        assert metadata["open"].value == 0
+        assert load_book(instance).incidents["dead_letters:runs-fleet-termination-dlq-dev"]["state"] == "resolved"
+    got = [(m["alert_key"], m["state"], m["severity"]) for m in inbox.read()]
+    assert got == [
+        ("dead_letters:runs-fleet-termination-dlq-dev", "firing", "warning"),
+        ("dead_letters:runs-fleet-termination-dlq-dev", "resolved", "warning"),
+    ]
+    beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
+    assert {m["Namespace"] for m in beats} == {aws.env["RUNS_FLEET_METRICS_NAMESPACE"]}
+    assert ASSET_KEY.to_user_string() == "alerts/incidents"
+
+
+def test_a_topic_of_another_region_is_one_line_and_the_alert_waits(aws):
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, sns_topic_arn="arn:aws:sns:eu-west-1:123456789012:alerts", webhook_url=receiver.url)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reason = tick(instance, res)
+        assert len(receiver.received) == 1  # the webhook still works
+    assert "sent run_failure:retry_demo" in reason
+
+
+def test_a_topic_of_another_account_is_one_line_and_the_alert_is_kept_for_it(aws):
+    """The deployment cannot publish there (moto: no such topic; AWS: not authorised): one line per
+    tick, the message kept for that sink, the webhook not held back."""
+    other = "arn:aws:sns:us-east-1:210987654321:alerts"
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, sns_topic_arn=other, webhook_url=receiver.url, retry_policy=NO_WAIT)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        first, second = tick(instance, res), tick(instance, res)
+        assert len(receiver.received) == 1
+    for reason in (first, second):
+        assert "sns did not take run_failure:retry_demo" in reason and f"SNS Publish to {other}: " in reason
+        assert "kept for a later tick: 1 for sns" in reason and "Traceback" not in reason
+
+
+@pytest.mark.parametrize("status", [404, 503])
+def test_a_sink_answering_an_error_keeps_the_alert_without_a_traceback(aws, status):
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        receiver.failures = [status]
+        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT, sns_topic_arn=None)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        first = tick(instance, res)
+        assert f"answered HTTP {status}" in first and "kept for a later tick: 1 for webhook" in first
+        tick(instance, res)
+        assert len(receiver.received) == 1
