@@ -318,6 +318,7 @@ def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, n
     ``stale_every``-th one EXECUTING for a day (what reclaim fails), the others fresh. Returns the
     ids of the stale ones."""
     from pipelines.common import to_item
+    from pipelines.common.aws_batches import batch_write
 
     try:
         ddb.create_table(
@@ -331,10 +332,7 @@ def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, n
         pass
     items, stale_rows = agenda_rows(count, stale_every, now_ms if now_ms is not None else int(time.time() * 1000))
     stale = [row["id"] for row in stale_rows]
-    for start in range(0, len(items), 25):
-        request = {table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
-        while request:
-            request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or None
+    batch_write(ddb, table, [{"PutRequest": {"Item": to_item(i)}} for i in items])
     return stale
 
 
