@@ -146,14 +146,24 @@ drain_termination_queue = drain_op(
 )
 
 
-@dg.job(
-    description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
-    tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
-    config=flat_config("drain_termination_queue", DrainLimits),
-    executor_def=dg.in_process_executor,
-)
-def process_termination_queue():
-    drain_termination_queue()
+def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the
+    cluster's Celery executor, ``fan_out_executor``: drains are competing consumers on its workers)."""
+
+    @dg.job(
+        name="process_termination_queue",
+        description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
+        tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
+        config=flat_config("drain_termination_queue", DrainLimits),
+        executor_def=executor_def or dg.in_process_executor,
+    )
+    def process_termination_queue():
+        drain_termination_queue()
+
+    return process_termination_queue
+
+
+process_termination_queue = termination_queue_job()
 
 
 def housekeeping_jobs(
