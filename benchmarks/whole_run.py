@@ -196,7 +196,7 @@ def termination(size: int) -> Capability:
         return final, problems
 
     def core(c, env):
-        from pipelines.fleet.drain import DrainLimits
+        from pipelines.fleet.drain import TerminationLimits
         from pipelines.fleet.termination import termination_drain
 
         ctx = fleet.fleet_context(c, env)
@@ -206,7 +206,7 @@ def termination(size: int) -> Capability:
             queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
             dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
             run_id=uuid.uuid4().hex[:8],
-            limits=DrainLimits(wait_seconds=0, max_seconds=3600),
+            limits=TerminationLimits(wait_seconds=0, max_seconds=3600),
         ).run()
 
     return Capability(

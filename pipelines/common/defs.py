@@ -226,7 +226,6 @@ def exclusive_schedule(
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     same_run_tags: Mapping[str, str] | None = None,
-    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
     """A schedule that launches ``job`` (with ``run_config`` and ``tags``) unless a run of the same
     job (with ``same_run_tags``, e.g. the same namespace) is still queued or running: then the tick
@@ -248,7 +247,7 @@ def exclusive_schedule(
         job=job,
         cron_schedule=cron_schedule,
         execution_fn=evaluate,
-        default_status=default_status,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"{description} Skips a tick while the previous run is still queued or running.",
     )
 

@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
+from pipelines.reclaim.policy import policy_from_params
 
 ACTIONS = ("fail", "retry")
 MAX_SEGMENTS = 64
@@ -122,8 +123,6 @@ class ReclaimParams:
         if self.retryPolicy is not None and self.reclaimAction != "retry":
             raise ParamsError("retryPolicy needs reclaimAction 'retry'")
         if self.retryPolicy is not None:
-            from pipelines.reclaim.policy import policy_from_params  # it imports this module
-
             policy_from_params(self.retryPolicy)  # refused here, before the run touches AWS
         if self.agendaProgressEndpointURL is not None:
             check_url("agendaProgressEndpointURL", self.agendaProgressEndpointURL)
