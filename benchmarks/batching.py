@@ -46,6 +46,7 @@ from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.batching.batcher import BatchSettings, ReceiverBatcher  # noqa: E402
 from pipelines.batching.decider import decide  # noqa: E402
 from pipelines.common import iso, to_item  # noqa: E402
+from pipelines.common.aws_batches import chunks  # noqa: E402
 
 UTC = dt.UTC
 TICK = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -131,7 +132,7 @@ def naive_batch(ddb, s3, env, name: str, before: str = iso(TICK)) -> int:
 
     items = store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], name, before=before)
     done = 0
-    for n, group in enumerate(store.chunks(items, MAX_BATCH_SIZE), start=1):
+    for n, group in enumerate(chunks(items, MAX_BATCH_SIZE), start=1):
         batch = f"{name}/naive/{n}"
         mine = []
         for item in group:

@@ -446,7 +446,7 @@ def fleet_context(c: dict, env):
 
 
 def drain_pure(calls: Calls, env, concurrency=10):
-    from pipelines.fleet.drain import DrainLimits
+    from pipelines.fleet.drain import TerminationLimits
     from pipelines.fleet.termination import termination_drain
 
     drain = termination_drain(
@@ -455,7 +455,7 @@ def drain_pure(calls: Calls, env, concurrency=10):
         queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
         dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
         run_id=uuid.uuid4().hex[:8],
-        limits=DrainLimits(concurrency=concurrency, wait_seconds=0, max_seconds=3600),
+        limits=TerminationLimits(concurrency=concurrency, wait_seconds=0, max_seconds=3600),
     )
     result = drain.run()
     if result.stopped_by != "queue empty":

@@ -87,6 +87,7 @@ import moto_server  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import iso  # noqa: E402
+from pipelines.common.aws_batches import chunks  # noqa: E402
 
 SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
 BREAK_OPERATIONS = {  # the writes --break skips (the 2nd, 22nd, 42nd... call returns success, does nothing)
@@ -195,7 +196,7 @@ def termination(size: int) -> Capability:
         return final, problems
 
     def core(c, env):
-        from pipelines.fleet.drain import DrainLimits
+        from pipelines.fleet.drain import TerminationLimits
         from pipelines.fleet.termination import termination_drain
 
         ctx = fleet.fleet_context(c, env)
@@ -205,7 +206,7 @@ def termination(size: int) -> Capability:
             queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
             dlq_url=env["RUNS_FLEET_TERMINATION_DLQ_URL"],
             run_id=uuid.uuid4().hex[:8],
-            limits=DrainLimits(wait_seconds=0, max_seconds=3600),
+            limits=TerminationLimits(wait_seconds=0, max_seconds=3600),
         ).run()
 
     return Capability(
@@ -480,7 +481,7 @@ def batching(size: int) -> Capability:
 
         ddb, table = c["dynamodb"], env["BATCH_RECORDS_TABLE"]
         items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
-        for n, group in enumerate(store.chunks(items, bb.MAX_BATCH_SIZE), start=1):
+        for n, group in enumerate(chunks(items, bb.MAX_BATCH_SIZE), start=1):
             batch = f"{RECEIVER}/bare/{n}"
             ddb.transact_write_items(
                 TransactItems=[

@@ -39,6 +39,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -232,38 +233,20 @@ def launch_runs(
     job: str, run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None, count: int = 1
 ) -> list[str]:
     """Submit ``count`` runs of ``job`` to the run queue of the instance in ``DAGSTER_HOME`` (the
-    daemon launches them within the queue's limits). Loads the workspace once. Returns the run ids."""
-    import dagster as dg
-    from dagster import __version__
-    from dagster._cli.job import _create_run
-    from dagster._cli.workspace.cli_target import (
-        WorkspaceOpts,
-        get_code_location_from_workspace,
-        get_remote_job_from_remote_repo,
-        get_remote_repository_from_code_location,
-        get_workspace_from_cli_opts,
-    )
-
+    daemon launches them within the queue's limits), each with ``dagster job launch`` on the
+    workspace and a run id chosen here. Returns the run ids."""
     ids = []
-    with dg.DagsterInstance.get() as instance:
-        opts = WorkspaceOpts(workspace=(str(ROOT / "workspace.yaml"),))
-        with get_workspace_from_cli_opts(instance, version=__version__, workspace_opts=opts) as workspace:
-            location = get_code_location_from_workspace(workspace, None)
-            repo = get_remote_repository_from_code_location(location, None)
-            remote_job = get_remote_job_from_remote_repo(repo, job)
-            for _ in range(count):
-                run = _create_run(
-                    instance=instance,
-                    code_location=location,
-                    remote_repo=repo,
-                    remote_job=remote_job,
-                    run_config=dict(run_config or {}),
-                    tags=dict(tags or {}),
-                    op_selection=None,
-                    run_id=None,
-                )
-                instance.submit_run(run.run_id, workspace)
-                ids.append(run.run_id)
+    for _ in range(count):
+        run_id = str(uuid.uuid4())
+        args = [str(BIN / "dagster"), "job", "launch", "-w", str(ROOT / "workspace.yaml"), "-j", job]
+        if run_config:
+            args += ["--config-json", json.dumps(dict(run_config))]
+        args += ["--tags", json.dumps(dict(tags or {})), "--run-id", run_id]
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+        if done.returncode != 0:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise ClusterError(f"dagster job launch -j {job} failed ({done.returncode}): {last}")
+        ids.append(run_id)
     return ids
 
 
@@ -318,6 +301,7 @@ def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, n
     ``stale_every``-th one EXECUTING for a day (what reclaim fails), the others fresh. Returns the
     ids of the stale ones."""
     from pipelines.common import to_item
+    from pipelines.common.aws_batches import batch_write
 
     try:
         ddb.create_table(
@@ -331,10 +315,7 @@ def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, n
         pass
     items, stale_rows = agenda_rows(count, stale_every, now_ms if now_ms is not None else int(time.time() * 1000))
     stale = [row["id"] for row in stale_rows]
-    for start in range(0, len(items), 25):
-        request = {table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
-        while request:
-            request = ddb.batch_write_item(RequestItems=request).get("UnprocessedItems") or None
+    batch_write(ddb, table, [{"PutRequest": {"Item": to_item(i)}} for i in items])
     return stale
 
 
@@ -457,8 +438,12 @@ def _launch_main(argv: Sequence[str]) -> int:
     parser.add_argument("--count", type=int, default=1)
     args = parser.parse_args(argv)
     run_config = yaml.safe_load(Path(args.config).read_text()) if args.config else {}
-    for run_id in launch_runs(args.job, run_config, json.loads(args.tags), args.count):
-        print(f"queued run {run_id}")
+    try:
+        for run_id in launch_runs(args.job, run_config, json.loads(args.tags), args.count):
+            print(f"queued run {run_id}")
+    except ClusterError as exc:
+        print(f"launch: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

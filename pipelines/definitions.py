@@ -57,7 +57,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
         demo_defs(deployment),
         reclaim_defs(deployment),
         fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
-        pool_audit_defs(deployment),
+        pool_audit_defs(),
         batching_defs(deployment),
         progressor_defs(deployment),
         alerts_defs(deployment),

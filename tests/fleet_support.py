@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
 from pipelines.fleet.aws import FleetContext
-from pipelines.fleet.drain import DrainLimits
+from pipelines.fleet.drain import TerminationLimits
 from pipelines.fleet.termination import termination_drain
 
 log = logging.getLogger("tests.fleet")
@@ -44,7 +44,7 @@ def make_drain(aws, *, run_id: str | None = None, dlq_url: str | None = None, **
         queue_url=aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
         dlq_url=dlq_url or aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"],
         run_id=run_id or uuid.uuid4().hex[:8],
-        limits=DrainLimits(**limits),
+        limits=TerminationLimits(**limits),
     )
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import boto3
 
@@ -139,3 +140,16 @@ def encrypted_password(kms, password: str) -> str:
 
 def client(endpoint: str, service: str):
     return boto3.client(service, endpoint_url=endpoint, region_name="us-east-1")
+
+
+class MemoryCursor:
+    """A reclaim scan cursor kept in memory; the Dagster layer keeps it in the instance."""
+
+    def __init__(self, key: dict[str, Any] | None = None) -> None:
+        self.key = key
+
+    def load(self) -> dict[str, Any] | None:
+        return self.key
+
+    def save(self, key: dict[str, Any] | None) -> None:
+        self.key = key

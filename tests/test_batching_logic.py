@@ -1,5 +1,6 @@
 """Batching against moto: file sizes, empty batches, cancellation, crash recovery, concurrency, backfill."""
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -394,39 +395,68 @@ def test_payload_lines_are_json(aws):
     }
 
 
-class ConflictingDynamoDB:
-    """A DynamoDB client whose transactions another writer cancels ``conflicts`` times."""
+@contextlib.contextmanager
+def cancelled_by_conflicts(client, conflicts: int, reasons=("None", "TransactionConflict")):
+    """The first ``conflicts`` TransactWriteItems of ``client`` are cancelled by another writer's
+    transaction before they reach the server; counts every call."""
+    calls = {"n": 0}
 
-    def __init__(self, conflicts: int, reasons=("None", "TransactionConflict")):
-        self.conflicts, self.reasons, self.calls = conflicts, reasons, 0
-
-    def transact_write_items(self, TransactItems):
-        self.calls += 1
-        if self.calls <= self.conflicts:
+    def hook(params, **kwargs):
+        calls["n"] += 1
+        if calls["n"] <= conflicts:
             response = {
                 "Error": {"Code": "TransactionCanceledException", "Message": "cancelled"},
-                "CancellationReasons": [{"Code": code} for code in self.reasons],
+                "CancellationReasons": [{"Code": code} for code in reasons],
             }
             raise ClientError(response, "TransactWriteItems")
-        return {}
+
+    event = "provide-client-params.dynamodb.TransactWriteItems"
+    client.meta.events.register(event, hook)
+    try:
+        yield calls
+    finally:
+        client.meta.events.unregister(event, hook)
 
 
-def test_a_transaction_cancelled_by_a_conflict_is_tried_again_by_the_policy():
-    client = ConflictingDynamoDB(conflicts=2)
-    assert store._transact(client, [{}, {}], fence_index=None) == set()
-    assert client.calls == 3
+def _records_table(aws) -> str:
+    ddb = aws.client("dynamodb")
+    table = f"records-{random.getrandbits(48):012x}"
+    ddb.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "record_id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "record_id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for rid in ("r1", "r2"):
+        ddb.put_item(
+            TableName=table,
+            Item={"record_id": {"S": rid}, "batch_id": {"S": "b"}, "next_action": {"S": store.BATCH_ACTION}},
+        )
+    return table
 
 
-def test_conflicts_stop_after_the_policy_attempts_and_condition_failures_are_not_retried(monkeypatch):
+def _finalize(ddb, table: str) -> int:
+    return store.finalize_records(ddb, records_table=table, record_ids=["r1", "r2"], batch="b", batched_at="t")
+
+
+def test_a_transaction_cancelled_by_a_conflict_is_tried_again_by_the_policy(aws_shared):
+    ddb, table = aws_shared.client("dynamodb"), _records_table(aws_shared)
+    with cancelled_by_conflicts(ddb, conflicts=2) as calls:
+        assert _finalize(ddb, table) == 2
+    assert calls["n"] == 3
+
+
+def test_conflicts_stop_after_the_policy_attempts_and_condition_failures_are_not_retried(aws_shared, monkeypatch):
     monkeypatch.setattr(store, "CONFLICT_POLICY", dataclasses.replace(store.CONFLICT_POLICY, formula=lambda n: 0.0))
-    endless = ConflictingDynamoDB(conflicts=99)
-    with pytest.raises(ClientError):
-        store._transact(endless, [{}, {}], fence_index=None)
-    assert endless.calls == store.CONFLICT_POLICY.max_attempts
+    ddb, table = aws_shared.client("dynamodb"), _records_table(aws_shared)
+    with cancelled_by_conflicts(ddb, conflicts=99) as endless:
+        with pytest.raises(ClientError):
+            _finalize(ddb, table)
+    assert endless["n"] == store.CONFLICT_POLICY.max_attempts
 
-    condition = ConflictingDynamoDB(conflicts=99, reasons=("ConditionalCheckFailed", "None"))
-    assert store._transact(condition, [{}, {}], fence_index=None) == {0}
-    assert condition.calls == 1
+    with cancelled_by_conflicts(ddb, conflicts=1, reasons=("ConditionalCheckFailed", "None")) as condition:
+        assert _finalize(ddb, table) == 1  # r1 left out, r2 written at once
+    assert condition["n"] == 2
 
 
 def test_the_conflict_policy_waits_as_before():

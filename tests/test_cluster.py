@@ -346,6 +346,22 @@ def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_change
     assert _state(ddb, "killed-reclaim") == after
 
 
+def test_launching_a_job_the_workspace_lacks_is_one_line(tmp_path):
+    """``python -m infra.cluster launch`` goes through ``dagster job launch``: a refusal is its last
+    line, and no run is queued."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text("run_coordinator:\n  module: dagster\n  class: QueuedRunCoordinator\n")
+    env = {**os.environ, "DAGSTER_HOME": str(home), "PYTHONPATH": str(cl.ROOT)}
+    args = [sys.executable, "-m", "infra.cluster", "launch", "--job", "no_such_job"]
+    done = subprocess.run(args, env=env, cwd=cl.ROOT, capture_output=True, text=True, timeout=RUN_TIMEOUT)
+    assert done.returncode == 1
+    assert done.stderr.startswith("launch: dagster job launch -j no_such_job failed")
+    assert done.stderr.count("\n") == 1 and "no_such_job" in done.stderr
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        assert instance.get_runs() == []
+
+
 def test_an_unreachable_broker_or_database_is_one_line_naming_what_to_check():
     closed = free_port()
     with pytest.raises(cl.ClusterError) as broker:

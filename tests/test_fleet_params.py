@@ -5,13 +5,13 @@ import pytest
 
 from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
-from pipelines.fleet.drain import DrainLimits
+from pipelines.fleet.drain import DrainLimits, TerminationLimits
 from pipelines.pool_audit.housekeeping import message_params
 from pipelines.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from tests import fleet_support as fs
 
 
-@pytest.mark.parametrize("cls", [DrainLimits, RedriveSettings, PoolAuditParams, PoolCostReportParams])
+@pytest.mark.parametrize("cls", [TerminationLimits, RedriveSettings, PoolAuditParams, PoolCostReportParams])
 def test_every_numeric_parameter_has_a_range(cls):
     for spec in specs(cls):
         if spec.kind in (int, float):
@@ -68,3 +68,18 @@ def test_a_slow_redrive_stops_at_max_seconds_instead_of_sleeping_on(aws_shared):
     finally:
         sqs.delete_queue(QueueUrl=dlq)
         sqs.delete_queue(QueueUrl=source)
+
+
+def test_only_the_termination_drain_takes_flush_rounds():
+    from pipelines.definitions import build_definitions
+
+    defs = build_definitions("local")
+
+    def keys(job: str) -> set[str]:
+        return set(defs.resolve_job_def(job).config_mapping.config_schema.config_type.fields)
+
+    assert "flush_rounds" in keys("process_termination_queue")
+    assert "flush_rounds" not in keys("process_housekeeping_queue")
+    assert keys("process_termination_queue") - keys("process_housekeeping_queue") == {"flush_rounds"}
+    with pytest.raises(ParamsError, match="flush_rounds"):
+        parse_params(DrainLimits, {"flush_rounds": 2})

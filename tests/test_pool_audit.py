@@ -27,6 +27,7 @@ import pandas as pd
 import pytest
 
 from pipelines.common import to_item
+from pipelines.common.aws_batches import put_metrics
 from pipelines.common.params import ParamsError
 from pipelines.definitions import build_definitions
 from pipelines.pool_audit import aws as pool_aws
@@ -471,7 +472,7 @@ def test_metrics_are_batched_1000_datums_per_call(aws):
     datums, skipped = pool_aws.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
     assert len(datums) == 1200
     assert skipped == []
-    assert pool_aws.put_metrics(cw, "RunsFleet", datums) == 2
+    assert put_metrics(cw, "RunsFleet", datums) == 2
     assert counter.calls == ["PutMetricData"] * 2
 
 

@@ -11,7 +11,7 @@ import pytest
 from pipelines.common import to_item
 from pipelines.reclaim.defs import build_defs, older_run_on_same_table, schedule_for
 from pipelines.reclaim.defs.jobs import execution_for
-from pipelines.reclaim.engine import MemoryCursor, reclaim_pass
+from pipelines.reclaim.engine import reclaim_pass
 from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
 from pipelines.reclaim.source import TableError, inspect_table, parse_time
 from pipelines.reclaim.targets import load_targets
@@ -20,6 +20,7 @@ from tests.conftest import ATOMIC_DYNAMODB_SERVER, moto_server
 from tests.reclaim_support import (
     DAY_MS,
     PROGRESS_TABLE,
+    MemoryCursor,
     agenda,
     client,
     create_plain_table,

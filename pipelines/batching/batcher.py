@@ -42,6 +42,7 @@ from pipelines.batching.schedule import (
     parse_receiver,
 )
 from pipelines.common import iso
+from pipelines.common.aws_batches import chunks
 
 
 @dataclass
@@ -367,7 +368,7 @@ class ReceiverBatcher:
             resumed_after_file=existing,
         )
         n = existing
-        for group in store.chunks(candidates, cfg.max_batch_size):
+        for group in chunks(candidates, cfg.max_batch_size):
             if not self._still_enabled(cfg, report):
                 if written.files:
                     report.batches.append(written)

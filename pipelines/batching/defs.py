@@ -30,8 +30,8 @@ from pipelines.common.defs import (
     active_run,
     aws_errors,
     config_schema,
+    fan_out_executor,
     params_from_config,
-    run_fan_out_on,
     run_summary,
     still_going,
 )
@@ -128,13 +128,19 @@ receiver_records = dg.AssetSpec(
 )
 
 
-receiver_batches_job = dg.define_asset_job(
-    "receiver_batches_job",
-    selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
-    tags={"groundskeeper/capability": "batching"},
-    description="Batches one (receiver, day) partition; launched by batch_decider or a backfill.",
-    executor_def=dg.in_process_executor,  # one asset: no step worth a process of its own
-)
+def batches_job(executor_def: dg.ExecutorDefinition | None = None):
+    """The ``receiver_batches_job``: in process (one asset, no step worth a process of its own)
+    unless ``executor_def`` is given (the cluster's Celery executor, ``fan_out_executor``)."""
+    return dg.define_asset_job(
+        "receiver_batches_job",
+        selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
+        tags={"groundskeeper/capability": "batching"},
+        description="Batches one (receiver, day) partition; launched by batch_decider or a backfill.",
+        executor_def=executor_def or dg.in_process_executor,
+    )
+
+
+receiver_batches_job = batches_job()
 
 
 @dg.sensor(
@@ -163,7 +169,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 
 @dg.schedule(
     cron_schedule="* * * * *",
-    job=receiver_batches_job,
+    job_name=receiver_batches_job.name,  # the deployment's receiver_batches_job (build_defs)
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Every minute: a run for (receiver, today) per enabled receiver with a batch time in the last 60 s.",
@@ -270,12 +276,12 @@ def build_defs(deployment: str) -> dg.Definitions:
         default_status=dg.DefaultScheduleStatus.RUNNING,
         description="Every 15 minutes: the batching asset checks.",
     )
-    defs = dg.Definitions(
+    # Under the cluster deployment each batch run's step goes to a Celery worker (fan_out_executor).
+    executor = fan_out_executor(deployment)
+    return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
-        jobs=[receiver_batches_job, batching_checks_job],
+        jobs=[batches_job(executor) if executor else receiver_batches_job, batching_checks_job],
         schedules=[batch_decider, checks_schedule],
         sensors=[receivers_sync],
     )
-    # Under the cluster deployment each batch run's step goes to a Celery worker (fan_out_executor).
-    return run_fan_out_on(defs, deployment, [receiver_batches_job.name])

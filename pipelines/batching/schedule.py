@@ -13,7 +13,6 @@ Daylight saving time (``zoneinfo``):
 
 from __future__ import annotations
 
-import bisect
 import datetime as dt
 import re
 from dataclasses import dataclass
@@ -168,9 +167,3 @@ def parse_created_at(text: Any) -> dt.datetime | None:
     if moment.tzinfo is None:
         return None
     return moment.astimezone(dt.UTC)
-
-
-def latest_before(sorted_times: list[dt.datetime], moment: dt.datetime) -> dt.datetime | None:
-    """The last element of ``sorted_times`` strictly before ``moment``."""
-    i = bisect.bisect_left(sorted_times, moment)
-    return sorted_times[i - 1] if i else None

@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from pipelines.batching.schedule import format_batch_time, parse_batch_time
 from pipelines.common import from_item
-from pipelines.retry import is_transient, retry_call
+from pipelines.common.aws_batches import FenceFailed, chunks, error_code, transact_conditional
 from pipelines.retry.policy import Formula
 
 PENDING_INDEX = "pending-index"
@@ -39,15 +39,6 @@ class ReceiverBusy(RuntimeError):
 
 class LeaseLost(RuntimeError):
     """This run no longer holds the receiver's lease (it expired and another run took it)."""
-
-
-def _code(exc: ClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
-
-
-def chunks(items: list, size: int) -> Iterator[list]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 # ------------------------------------------------------------------ batch ids and keys
@@ -131,7 +122,7 @@ def acquire_lease(
                 )["Attributes"]
             )
         except ClientError as exc:
-            if _code(exc) != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
         current = get_receiver(dynamodb, table, receiver)
         if current is None:
@@ -159,7 +150,7 @@ def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_second
             )["Attributes"]
         )
     except ClientError as exc:
-        if _code(exc) == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}") from exc
         raise
 
@@ -174,7 +165,7 @@ def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
             ExpressionAttributeValues={":o": {"S": owner}},
         )
     except ClientError as exc:
-        if _code(exc) != "ConditionalCheckFailedException":
+        if error_code(exc) != "ConditionalCheckFailedException":
             raise
 
 
@@ -221,8 +212,6 @@ def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
-CONFLICT_CODES = frozenset({"TransactionConflict", "ThrottlingError"})
-
 CONFLICT_POLICY = Formula(
     name="transaction-conflicts",
     formula=lambda n: 0.05 * n,
@@ -231,45 +220,6 @@ CONFLICT_POLICY = Formula(
     source="batching: a transaction cancelled by another writer's transaction is simply tried again",
 )
 """Transactions that other writers' transactions cancel: 8 attempts, 50 ms more wait each time."""
-
-
-def _cancellation_codes(exc: BaseException) -> list[str | None] | None:
-    """The per-item codes of a cancelled transaction, or None when ``exc`` is not one."""
-    if not isinstance(exc, ClientError) or _code(exc) != "TransactionCanceledException":
-        return None
-    return [r.get("Code") for r in exc.response.get("CancellationReasons") or []]
-
-
-def _conflicted(exc: BaseException) -> bool:
-    """Worth another try: a transaction cancelled by a conflict (no item's condition failed), or a
-    transient AWS error (throttling, 5xx, connection)."""
-    codes = _cancellation_codes(exc)
-    if codes is None:
-        return is_transient(exc)
-    return "ConditionalCheckFailed" not in codes and (not codes or any(c in CONFLICT_CODES for c in codes))
-
-
-def _transact(dynamodb, actions: list[dict[str, Any]], *, fence_index: int | None) -> set[int]:
-    """Run one transaction; returns the indexes whose condition failed (empty set: all written).
-
-    Conflicts with other transactions are retried by ``CONFLICT_POLICY``. A failed fence raises
-    ``LeaseLost``.
-    """
-
-    def attempt() -> set[int]:
-        try:
-            dynamodb.transact_write_items(TransactItems=actions)
-            return set()
-        except ClientError as exc:
-            codes = _cancellation_codes(exc) or []
-            failed = {i for i, c in enumerate(codes) if c == "ConditionalCheckFailed"}
-            if fence_index is not None and fence_index in failed:
-                raise LeaseLost("the receiver's lease changed hands while locking records") from exc
-            if failed:
-                return failed
-            raise
-
-    return retry_call(attempt, CONFLICT_POLICY, retryable=_conflicted)
 
 
 def _update_in_groups(
@@ -285,29 +235,33 @@ def _update_in_groups(
 ) -> list[str]:
     """Conditional updates in transactions of ``group_size`` (+ ``fence``); returns the ids written.
 
-    Records whose condition fails are dropped from their group and the rest is written again.
+    Records whose condition fails are dropped from their group and the rest is written again;
+    conflicts with other transactions are retried by ``CONFLICT_POLICY``. A failed fence raises
+    ``LeaseLost``.
     """
+
+    def action(rid: str) -> dict[str, Any]:
+        return {
+            "Update": {
+                "TableName": table,
+                "Key": {"record_id": {"S": rid}},
+                "UpdateExpression": update,
+                "ConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+            }
+        }
+
     written: list[str] = []
     for group in chunks(list(record_ids), group_size):
-        remaining = list(group)
-        while remaining:
-            actions = [
-                {
-                    "Update": {
-                        "TableName": table,
-                        "Key": {"record_id": {"S": rid}},
-                        "UpdateExpression": update,
-                        "ConditionExpression": condition,
-                        "ExpressionAttributeValues": values,
-                    }
-                }
-                for rid in remaining
-            ] + ([fence] if fence else [])
-            failed = _transact(dynamodb, actions, fence_index=len(remaining) if fence else None)
-            if not failed:
-                written.extend(remaining)
-                break
-            remaining = [rid for i, rid in enumerate(remaining) if i not in failed]
+        try:
+            result = transact_conditional(dynamodb, group, action, fence=fence, policy=CONFLICT_POLICY)
+        except FenceFailed as exc:
+            raise LeaseLost("the receiver's lease changed hands while locking records") from exc
+        if result.failed:
+            raise result.error
+        if result.refused:
+            raise ValueError(f"record update refused: {'; '.join(f'{rid}: {why}' for rid, why in result.refused)}")
+        written.extend(result.applied)
     return written
 
 

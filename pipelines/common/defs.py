@@ -22,9 +22,10 @@
   money (``*_usd``, ``*_usd_per_hour``) rounded to cents and percentages (``*_pct``) to one decimal.
 - :func:`run_summary`: how every job ends: one log line and the run's counters as run tags
   (``groundskeeper/count/<name>``), which ``operations_summary`` adds up across runs.
-- :func:`fan_out_executor` / :func:`run_fan_out_on`: the one place that picks the executor of the
-  jobs that fan out (reclaim's segments, batching, the termination drain): the Celery workers under
-  the ``cluster`` deployment, the capability's own choice everywhere else.
+- :func:`fan_out_executor`: the one place that picks the executor of the jobs that fan out
+  (reclaim's segments, batching, the termination drain): the Celery workers under the ``cluster``
+  deployment, None (the capability's own choice) everywhere else; each capability's job factory
+  takes it.
 """
 
 from __future__ import annotations
@@ -272,7 +273,6 @@ def exclusive_schedule(
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     same_run_tags: Mapping[str, str] | None = None,
-    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
     """A schedule that launches ``job`` (with ``run_config`` and ``tags``) unless a run of the same
     job (with ``same_run_tags``, e.g. the same namespace) is still queued or running: then the tick
@@ -294,7 +294,7 @@ def exclusive_schedule(
         job=job,
         cron_schedule=cron_schedule,
         execution_fn=evaluate,
-        default_status=default_status,
+        default_status=dg.DefaultScheduleStatus.RUNNING,
         description=f"{description} Skips a tick while the previous run is still queued or running.",
     )
 
@@ -434,44 +434,6 @@ def fan_out_executor(deployment: str) -> dg.ExecutorDefinition | None:
     return celery_executor.configured(celery_executor_config(), name="celery")
 
 
-def _target_name(definition: Any) -> str | None:
-    try:
-        return definition.job_name
-    except Exception:  # a sensor over assets, or over several jobs
-        return None
-
-
-def run_fan_out_on(defs: dg.Definitions, deployment: str, job_names: Iterable[str]) -> dg.Definitions:
-    """``defs`` with the jobs named in ``job_names`` on :func:`fan_out_executor` (unchanged when
-    the deployment has none), and the schedules and sensors that target them re-pointed at them."""
-    executor = fan_out_executor(deployment)
-    names = set(job_names)
-    if executor is None or not names:
-        return defs
-    from dagster_shared.record import copy as copy_record
-
-    jobs, swapped = [], {}
-    for job in defs.jobs or []:
-        if job.name in names:
-            job = (
-                job.with_executor_def(executor)
-                if hasattr(job, "with_executor_def")
-                else copy_record(job, executor_def=executor)
-            )
-            swapped[job.name] = job
-        jobs.append(job)
-    missing = names - set(swapped)
-    if missing:
-        raise ValueError(f"run_fan_out_on: no job named {', '.join(sorted(missing))}")
-    schedules = [
-        s.with_updated_job(swapped[_target_name(s)]) if _target_name(s) in swapped else s for s in defs.schedules or []
-    ]
-    sensors = [
-        s.with_updated_job(swapped[_target_name(s)]) if _target_name(s) in swapped else s for s in defs.sensors or []
-    ]
-    return copy_record(defs, jobs=jobs, schedules=schedules, sensors=sensors)
-
-
 __all__ = [
     "CELERY_BROKER_ENV",
     "CELERY_SETTINGS",
@@ -481,7 +443,6 @@ __all__ = [
     "active_run",
     "exclusive_schedule",
     "fan_out_executor",
-    "run_fan_out_on",
     "still_going",
     "aws_errors",
     "config_schema",

@@ -3,15 +3,17 @@ per entry (reclaim tables, progressor namespaces). No Dagster imports.
 
 The file is named by an environment variable, or is ``<package>/targets/<deployment>.json`` when
 that exists. A bad file or entry is one ``ParamsError`` line naming the file and the entry.
+:func:`read_targets` reads and validates a whole file into :class:`Target` entries.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pipelines.common.params import ParamsError
 
@@ -49,4 +51,50 @@ def target_cron(entry: dict[str, Any], where: str, default: str | None = None) -
     return cron
 
 
-__all__ = ["target_cron", "target_entries", "targets_path"]
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Target(Generic[P]):
+    """One entry of a targets file: its schedule's name and cron, the job's flat run config and
+    that config parsed."""
+
+    name: str
+    cron: str
+    config: dict[str, Any]
+    params: P
+
+
+def read_targets(
+    path: Path | None,
+    what: str,
+    parse: Callable[[dict[str, Any]], P],
+    name_of: Callable[[dict[str, Any], P], str],
+    *,
+    default_cron: str | None = None,
+    not_config: tuple[str, ...] = ("cron",),
+) -> list[Target[P]]:
+    """Parse and validate a targets file (none when ``path`` is None). Each entry's keys but
+    ``not_config`` are the run config, checked by ``parse``; ``name_of(entry, params)`` names the
+    target (a ``ParamsError`` there is the entry's error). Two targets of one name are an error.
+    Any bad entry is one ``ParamsError`` naming the file and the entry."""
+    if path is None:
+        return []
+    targets: list[Target[P]] = []
+    names: set[str] = set()
+    for where, entry in target_entries(path, what):
+        cron = target_cron(entry, where, default_cron)
+        config = {k: v for k, v in entry.items() if k not in not_config}
+        try:
+            params = parse(config)
+            name = name_of(entry, params)
+        except ParamsError as exc:
+            raise ParamsError(f"{where}: {exc}") from None
+        if name in names:
+            raise ParamsError(f"{where}: duplicate target name {name!r}")
+        names.add(name)
+        targets.append(Target(name=name, cron=cron, config=config, params=params))
+    return targets
+
+
+__all__ = ["Target", "read_targets", "target_cron", "target_entries", "targets_path"]

@@ -22,6 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso, now_ms, to_item
+from pipelines.common.aws_batches import batch_write, chunks, error_code
 from pipelines.common.params import param
 
 DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod
@@ -244,7 +245,7 @@ def _transition(dynamodb, table, item_id, from_state, to_state, message, t, extr
         )
         return True
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             return False  # someone else moved it already
         raise
 
@@ -279,7 +280,7 @@ def fleet_traffic(
             )
             counts["pools_created"] += 1
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
 
     running = _demo_instances(ec2)
@@ -314,10 +315,9 @@ def fleet_traffic(
     messages += duplicates
     if cfg.duplicate_messages:
         counts["duplicate_messages"] = len(duplicates)
-    for start in range(0, len(messages), 10):
+    for part in chunks(messages, 10):
         sqs.send_message_batch(
-            QueueUrl=termination_queue_url,
-            Entries=[{"Id": str(n), "MessageBody": body} for n, body in enumerate(messages[start : start + 10])],
+            QueueUrl=termination_queue_url, Entries=[{"Id": str(n), "MessageBody": body} for n, body in enumerate(part)]
         )
     counts["termination_messages"] = len(messages) - counts["malformed_messages"] - len(duplicates)
 
@@ -479,7 +479,7 @@ def receiver_traffic(
             )
             counts["receivers_created"] += 1
         except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            if error_code(exc) != "ConditionalCheckFailedException":
                 raise
     items = []
     for n in range(cfg.records):
@@ -496,10 +496,7 @@ def receiver_traffic(
                 "pending_receiver": receiver,
             }
         )
-    for start in range(0, len(items), 25):
-        request = {records_table: [{"PutRequest": {"Item": to_item(i)}} for i in items[start : start + 25]]}
-        while request:
-            request = dynamodb.batch_write_item(RequestItems=request).get("UnprocessedItems") or None
+    batch_write(dynamodb, records_table, [{"PutRequest": {"Item": to_item(i)}} for i in items])
     counts["records_added"] = len(items)
     return counts
 

@@ -23,9 +23,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from botocore.exceptions import ClientError
-
 from pipelines.common import dimension_value, iso
+from pipelines.common.aws_batches import chunks, error_code, put_metrics
 from pipelines.retry import is_transient, preset, retry_call
 
 T = TypeVar("T")
@@ -62,15 +61,6 @@ def aws_call(
         log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
     return retry_call(operation, POLICY, retryable=retryable, on_retry=note)
-
-
-def chunks(items: Sequence[T], size: int) -> Iterable[Sequence[T]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
-def error_code(exc: BaseException) -> str:
-    return exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else type(exc).__name__
 
 
 # ---------------------------------------------------------------------------------- SQS
@@ -410,13 +400,7 @@ class MetricBatch:
 
     def publish(self, cloudwatch, namespace: str) -> int:
         """Publish everything collected (1000 datums per call). Returns the number of calls."""
-        calls = 0
-        for batch in chunks(self.datums(), 1000):
-            aws_call(
-                lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
-                what="PutMetricData",
-            )
-            calls += 1
+        calls = put_metrics(cloudwatch, namespace, self.datums(), policy=POLICY)
         self._samples.clear()
         return calls
 

@@ -7,8 +7,9 @@ pool of ``concurrency`` workers for its parallel calls.
 
 A handler with a ``flush(pool)`` method keeps part of its work for later (the termination handler
 writes the jobs each round, and archives, cleans up, marks done and acknowledges every few rounds):
-the drain calls ``flush`` after every ``flush_rounds`` rounds, sooner when the handler's
-``flush_due()`` says so, and always before the run ends, however it ends.
+the drain calls ``flush`` after every ``flush_rounds`` rounds (:class:`TerminationLimits`; every
+round with plain :class:`DrainLimits`), sooner when the handler's ``flush_due()`` says so, and
+always before the run ends, however it ends.
 
 Stopping: ``stop`` (a ``threading.Event``) stops receiving. The round in flight always finishes;
 ``run_with_graceful_stop`` waits for it up to a timeout when the run is interrupted (terminate
@@ -32,6 +33,7 @@ from pipelines.fleet.aws import RunArchive, queue_name, receive
 
 log = logging.getLogger(__name__)
 
+PROGRESS_EVERY = 500  # messages between two progress lines in the run log
 # handler(messages, pool, started_at=<wall-clock time at which the round's receive began>) -> counts
 RoundHandler = Callable[..., Counter]
 
@@ -69,6 +71,12 @@ class DrainLimits:
         maximum=900,
         aliases=("stopTimeoutSeconds",),
     )
+
+
+@dataclass(frozen=True)
+class TerminationLimits(DrainLimits):
+    """The termination drain's parameters: a drain's, and how many rounds one flush finishes."""
+
     flush_rounds: int = param(
         3,
         description="Termination queue: rounds whose archive, dead letters, clean-up, done marker and deletes go "
@@ -104,14 +112,12 @@ class QueueDrain:
         limits: DrainLimits,
         *,
         logger: Any = None,
-        progress_every: int = 500,
     ):
         self.sqs, self.queue_url, self.handler, self.limits = sqs, queue_url, handler, limits
         self.log = logger or log
         self.stop = threading.Event()
         self.result = DrainResult()
         self.report_keys: tuple[str, ...] = getattr(handler, "report_keys", ())
-        self.progress_every = progress_every
 
     def _round(self, budget: int) -> list[dict[str, Any]]:
         """One long-poll receive, then (while they come back full) up to ``concurrency - 1`` short polls.
@@ -151,9 +157,10 @@ class QueueDrain:
 
     def _loop(self, pool: ThreadPoolExecutor, started: float) -> None:
         limits, result = self.limits, self.result
-        next_progress = self.progress_every
+        next_progress = PROGRESS_EVERY
         flush_due = getattr(self.handler, "flush_due", None)
         unflushed = 0
+        rounds_per_flush = limits.flush_rounds if isinstance(limits, TerminationLimits) else 1
         while True:
             if self.stop.is_set():
                 result.stopped_by = "stop requested"
@@ -176,11 +183,11 @@ class QueueDrain:
             result.counts.update(self.handler(messages, pool, started_at=round_began))
             result.rounds += 1
             unflushed += 1
-            if unflushed >= limits.flush_rounds or (flush_due is not None and flush_due()):
+            if unflushed >= rounds_per_flush or (flush_due is not None and flush_due()):
                 self._flush(pool)
                 unflushed = 0
             if result.counts["received"] >= next_progress:
-                next_progress += self.progress_every
+                next_progress += PROGRESS_EVERY
                 elapsed = time.monotonic() - started
                 self.log.info(
                     f"{self.queue_url.rsplit('/', 1)[-1]}: {result.counts['received']} received in "

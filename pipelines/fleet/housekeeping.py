@@ -21,14 +21,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common import from_item, iso
+from pipelines.common.aws_batches import batch_write, chunks
 from pipelines.common.params import ParamsError
+from pipelines.fleet import aws as fleet_aws
 from pipelines.fleet.aws import (
     DeadLetterArchive,
     FleetContext,
     RunArchive,
     archived_job_key,
     aws_call,
-    chunks,
     dead_letter_into,
     delete_messages,
     delete_parameters,
@@ -46,7 +47,6 @@ from pipelines.fleet.messages import (
     parse_housekeeping,
     utcnow,
 )
-from pipelines.retry import is_transient
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -242,34 +242,6 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
 # -------------------------------------------------------------------------- old_jobs
 
 
-class _Unprocessed(Exception):
-    """``BatchWriteItem`` left items unprocessed (throttled): worth another try after a wait."""
-
-
-def _retry_batch_write(exc: BaseException) -> bool:
-    return isinstance(exc, _Unprocessed) or is_transient(exc)
-
-
-def batch_delete(dynamodb, table: str, keys: list[dict[str, Any]]) -> int:
-    """``BatchWriteItem`` deletes, 25 a call; ``UnprocessedItems`` are sent again by runs-fleet's
-    retry policy (100 ms, 500 ms, 1 s), then the call fails. Returns the number of calls."""
-    calls = 0
-    for part in chunks(keys, 25):
-        request = {table: [{"DeleteRequest": {"Key": key}} for key in part]}
-
-        def write() -> None:
-            nonlocal request, calls
-            response = dynamodb.batch_write_item(RequestItems=request)
-            calls += 1
-            left = response.get("UnprocessedItems") or {}
-            if left:
-                request = left
-                raise _Unprocessed(f"BatchWriteItem left {len(left[table])} item(s) unprocessed")
-
-        aws_call(write, what="BatchWriteItem", retryable=_retry_batch_write)
-    return calls
-
-
 MARKER_THREADS = 8
 
 
@@ -335,8 +307,11 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
                     )
                     keys_written.append(key)
                     mark_archived(ctx, records, key)
-                    counts["batch_writes"] += batch_delete(
-                        ctx.dynamodb, ctx.jobs_table, [{"job_id": item["job_id"]} for item in items]
+                    counts["batch_writes"] += batch_write(
+                        ctx.dynamodb,
+                        ctx.jobs_table,
+                        [{"DeleteRequest": {"Key": {"job_id": item["job_id"]}}} for item in items],
+                        policy=fleet_aws.POLICY,
                     )
                     counts["archived"] += len(items)
             if "LastEvaluatedKey" not in page:

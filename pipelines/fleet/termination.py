@@ -47,30 +47,27 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError, ParamValidationError
+from botocore.exceptions import ClientError
 
-from pipelines.common import from_item, to_item
+from pipelines.common import to_item
+from pipelines.common.aws_batches import chunks, error_code, transact_conditional
+from pipelines.fleet import aws as fleet_aws
 from pipelines.fleet.aws import (
-    POLICY,
     DeadLetterArchive,
     FleetContext,
     MetricBatch,
     RunArchive,
     archived_job_key,
     aws_call,
-    chunks,
     dead_letter_into,
     delete_messages,
     delete_parameters,
-    error_code,
     message_received_at,
     queue_name,
 )
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
-from pipelines.retry.aws import TRANSIENT_ITEM_CODES, is_transient
 
-TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
 
 
@@ -178,15 +175,6 @@ def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     }
 
 
-class _TransactionConflict(Exception):
-    """A cancelled transaction whose cancellation reasons are neither failed conditions nor
-    validation errors (a conflict with another write): worth another try after a wait."""
-
-
-def _retry_transaction(exc: BaseException) -> bool:
-    return isinstance(exc, _TransactionConflict) or is_transient(exc)
-
-
 @dataclass
 class Transacted:
     """What :func:`transact_each` did with each job."""
@@ -197,17 +185,6 @@ class Transacted:
     refused: list[tuple[_Job, str]] = field(default_factory=list)  # this job's write can never succeed: why
 
 
-def _item_refused(exc: BaseException) -> bool:
-    """An error of a whole call that one bad item can cause (the call does not say which)."""
-    if isinstance(exc, ClientError):
-        return error_code(exc) in ("ValidationException", "SerializationException")
-    return isinstance(exc, ParamValidationError | ValueError | TypeError)
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    return " ".join(text.split())[:limit]
-
-
 def transact_each(
     dynamodb,
     jobs: Sequence[_Job],
@@ -215,72 +192,27 @@ def transact_each(
     *,
     logger: Any = None,
 ) -> Transacted:
-    """Apply one conditional action per job in transactions of up to 100; one job's failure is its own.
-
-    A cancelled transaction names each action's outcome: a failed condition (with the item as it
-    is, where the action asked for ``ALL_OLD``: kept in ``job.current``), or a refusal of that item
-    (``ValidationError`` and the like: ``refused``, with the reason); those jobs leave it and the
-    rest is submitted again at once. A whole call refused for a reason one item can cause
-    (``ValidationException``, a value botocore cannot send) is split in halves until the job that
-    causes it is alone. Transient errors (conflicts, throttling) are retried by runs-fleet's policy;
-    after the last try the jobs left are failed (they stay in the queue). Other errors are raised.
-    """
-    out = Transacted()
-    for part in chunks(list(jobs), TRANSACTION_LIMIT):
-        _transact(dynamodb, list(part), build, out, logger)
+    """Apply one conditional action per job (``transact_conditional``, by runs-fleet's policy); one
+    job's failure is its own. A failed condition keeps the job as it is (where the action asked for
+    ``ALL_OLD``) in ``job.current``; a refused job is dead-lettered with the reason; jobs still
+    failing after the last try stay in the queue."""
+    result = transact_conditional(dynamodb, jobs, build, policy=fleet_aws.POLICY, what="job update")
+    for job, current in result.conditional:
+        job.current = current
+    out = Transacted(
+        applied=result.applied,
+        conditional=[job for job, _ in result.conditional],
+        failed=result.failed,
+        refused=[(job, f"job update refused: {reason}") for job, reason in result.refused],
+    )
+    if logger:
+        for job, reason in out.refused:
+            logger.warning(f"job {job.term.job_id}: {reason}")
+        if out.failed:
+            logger.warning(
+                f"{len(out.failed)} job update(s) still failing after {fleet_aws.POLICY.describe()}; left in the queue"
+            )
     return out
-
-
-def _transact(dynamodb, part: list[_Job], build: Callable[[_Job], dict[str, Any]], out: Transacted, logger) -> None:
-    todo = part
-
-    def submit() -> None:
-        nonlocal todo
-        while todo:
-            try:
-                dynamodb.transact_write_items(TransactItems=[build(job) for job in todo])
-            except ClientError as exc:
-                if error_code(exc) != "TransactionCanceledException":
-                    raise
-                reasons = exc.response.get("CancellationReasons") or []
-                if len(reasons) != len(todo):
-                    raise _TransactionConflict(str(exc)) from exc
-                settled: set[int] = set()
-                for j, r in zip(todo, reasons, strict=True):
-                    code = r.get("Code") or "None"
-                    if code == "ConditionalCheckFailed":
-                        j.current = from_item(r["Item"]) if r.get("Item") else {}
-                        out.conditional.append(j)
-                    elif code != "None" and code not in TRANSIENT_ITEM_CODES:
-                        out.refused.append((j, _one_line(f"job update refused: {code}: {r.get('Message') or ''}")))
-                    else:
-                        continue
-                    settled.add(id(j))
-                if settled:
-                    todo = [j for j in todo if id(j) not in settled]
-                    continue  # resubmit the others at once: their actions were fine
-                raise _TransactionConflict(str(exc)) from exc
-            out.applied.extend(todo)
-            todo = []
-
-    try:
-        aws_call(submit, what="TransactWriteItems", retryable=_retry_transaction)
-    except Exception as exc:
-        if _retry_transaction(exc):
-            out.failed.extend(todo)
-            if logger:
-                logger.warning(f"{len(todo)} job update(s) still failing after {POLICY.describe()}; left in the queue")
-        elif not _item_refused(exc):
-            raise
-        elif len(todo) == 1:
-            reason = _one_line(f"job update refused: {error_code(exc)}: {exc}")
-            if logger:
-                logger.warning(f"job {todo[0].term.job_id}: {reason}")
-            out.refused.append((todo[0], reason))
-        else:
-            half = len(todo) // 2
-            _transact(dynamodb, todo[:half], build, out, logger)
-            _transact(dynamodb, todo[half:], build, out, logger)
 
 
 def job_metrics(batch: MetricBatch, term: Termination) -> None:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
+from pipelines.common.aws_batches import put_metrics
 from pipelines.pool_audit import aws
 from pipelines.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
 from pipelines.pool_audit.prices import PriceList, load_price_list
@@ -81,7 +82,7 @@ def run_pool_audit(
     run.metric_datums = len(datums)
     if dry_run:
         return run
-    run.metric_calls = aws.put_metrics(cloudwatch, namespace, datums)
+    run.metric_calls = put_metrics(cloudwatch, namespace, datums)
     run.snapshot_key = aws.snapshot_key(taken_at)
     aws.put_csv(s3, archive_bucket, run.snapshot_key, snapshot_frame(audit, taken_at))
     return run

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 from botocore.exceptions import ClientError
 
 from pipelines.common import from_item
+from pipelines.common.aws_batches import error_code
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ POOL_TAG = "runs-fleet:pool"
 RUNNING_JOBS_INDEX = "status-instance_id-index"
 AUDITED_STATES = ["pending", "running", "stopping", "stopped"]
 INSTANCES_PAGE_SIZE = 1000  # DescribeInstances' maximum
-METRICS_PER_CALL = 1000  # PutMetricData's limit (and well under its 1 MB payload limit for these datums)
 MAX_DIMENSION_VALUE = 1024
 PREFIX = "pool-audit"
 
@@ -93,10 +93,7 @@ def running_job_instances(dynamodb, jobs_table: str, progress: Progress | None =
     except ClientError as exc:
         # AWS answers ValidationException ("does not have the specified index"), moto ResourceNotFound.
         missing_index = "index" in exc.response["Error"].get("Message", "").lower()
-        if (
-            exc.response["Error"]["Code"] not in {"ValidationException", "ResourceNotFoundException"}
-            or not missing_index
-        ):
+        if error_code(exc) not in {"ValidationException", "ResourceNotFoundException"} or not missing_index:
             raise
     message = f"{jobs_table} has no {RUNNING_JOBS_INDEX}: scanning it for running jobs instead (slow)"
     log.warning(message)
@@ -134,15 +131,6 @@ def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dic
 
 def _datum(name: str, dims: list[dict[str, str]], value: float, unit: str, timestamp: dt.datetime) -> dict[str, Any]:
     return {"MetricName": name, "Dimensions": dims, "Value": float(value), "Unit": unit, "Timestamp": timestamp}
-
-
-def put_metrics(cloudwatch, namespace: str, datums: list[dict[str, Any]]) -> int:
-    """Send the datums in as few PutMetricData calls as the limit allows; returns the number of calls."""
-    calls = 0
-    for start in range(0, len(datums), METRICS_PER_CALL):
-        cloudwatch.put_metric_data(Namespace=namespace, MetricData=datums[start : start + METRICS_PER_CALL])
-        calls += 1
-    return calls
 
 
 # ---------------------------------------------------------------- archive bucket

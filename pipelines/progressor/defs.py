@@ -7,6 +7,7 @@ per target namespace, a health asset per namespace with its checks, and local de
 
 import dagster as dg
 
+from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs import (
     CommittedChangeMetrics,
     exclusive_schedule,
@@ -18,7 +19,7 @@ from pipelines.common.defs import (
 from pipelines.progressor.collector import ClockError, Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
-from pipelines.progressor.metrics import collection_datums, health_datums, put_metrics
+from pipelines.progressor.metrics import collection_datums, health_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
 from pipelines.progressor.targets import Target, load_targets, targets_path

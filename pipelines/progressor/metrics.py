@@ -59,12 +59,3 @@ def health_datums(health: Health) -> list[dict[str, Any]]:
                 }
             )
     return datums
-
-
-def put_metrics(cloudwatch, metrics_namespace: str, datums: list[dict[str, Any]]) -> int:
-    """One PutMetricData per 1000 datums. Returns the number of calls."""
-    calls = 0
-    for start in range(0, len(datums), 1000):
-        cloudwatch.put_metric_data(Namespace=metrics_namespace, MetricData=datums[start : start + 1000])
-        calls += 1
-    return calls

@@ -238,9 +238,3 @@ def create_namespace(conn, namespace: str) -> Tables:
             )
         )
     return tables
-
-
-def drop_namespace(conn, namespace: str) -> None:
-    tables = tables_for(namespace)
-    with conn, conn.cursor() as cur:
-        cur.execute(tables.sql("DROP TABLE IF EXISTS {events}, {running}, {schedule}, {processes}, {tasks} CASCADE"))

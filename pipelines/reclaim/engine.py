@@ -72,19 +72,6 @@ class CursorStore(Protocol):
     def save(self, key: dict[str, Any] | None) -> None: ...
 
 
-class MemoryCursor:
-    """A cursor kept in memory (tests, benchmarks); the Dagster layer keeps it in the instance."""
-
-    def __init__(self, key: dict[str, Any] | None = None) -> None:
-        self.key = key
-
-    def load(self) -> dict[str, Any] | None:
-        return self.key
-
-    def save(self, key: dict[str, Any] | None) -> None:
-        self.key = key
-
-
 def encode_cursor(key: dict[str, Any] | None) -> str:
     return json.dumps(key, sort_keys=True) if key else ""
 

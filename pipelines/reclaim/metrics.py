@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipelines.common.aws_batches import put_metrics
+
 # Counts field -> metric name (namespace RUNS_FLEET_METRICS_NAMESPACE, default RunsFleet).
 ACTION_METRICS = {
     "reclaimed": "AgendaReclaimFailed",
@@ -18,7 +20,8 @@ ACTION_METRICS = {
 
 
 def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str, Any]) -> int:
-    """One PutMetricData call with a datum per action (zeros included, so alarms see quiet runs)."""
+    """One PutMetricData call (retried after a transient error) with a datum per action (zeros
+    included, so alarms see quiet runs)."""
     data = [
         {
             "MetricName": metric,
@@ -28,5 +31,5 @@ def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str
         }
         for field, metric in ACTION_METRICS.items()
     ]
-    cloudwatch.put_metric_data(Namespace=namespace, MetricData=data)
+    put_metrics(cloudwatch, namespace, data)
     return len(data)

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 from pipelines.common.http import leaves_its_path
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
+from pipelines.reclaim.policy import policy_from_params
 
 ACTIONS = ("fail", "retry")
 MAX_SEGMENTS = 64
@@ -123,8 +124,6 @@ class ReclaimParams:
         if self.retryPolicy is not None and self.reclaimAction != "retry":
             raise ParamsError("retryPolicy needs reclaimAction 'retry'")
         if self.retryPolicy is not None:
-            from pipelines.reclaim.policy import policy_from_params  # it imports this module
-
             policy_from_params(self.retryPolicy)  # refused here, before the run touches AWS
         if self.agendaProgressEndpointURL is not None:
             check_url("agendaProgressEndpointURL", self.agendaProgressEndpointURL)

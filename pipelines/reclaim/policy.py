@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.reclaim.params import ParamsError
+from pipelines.common.params import ParamsError
 
 DEFAULT_POLICY_JSON = {"kind": "fixed", "delay": 0, "maxAttempts": None}
 

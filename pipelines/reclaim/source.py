@@ -21,6 +21,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from pipelines.common.aws_batches import error_code
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.retry import ATTEMPT_ID_ATTR
 
@@ -64,7 +65,7 @@ def inspect_table(dynamodb, params: ReclaimParams) -> TableInfo:
     try:
         desc = dynamodb.describe_table(TableName=params.tableName)["Table"]
     except ClientError as exc:
-        if exc.response["Error"]["Code"] == "ResourceNotFoundException":
+        if error_code(exc) == "ResourceNotFoundException":
             raise TableError(f"table {params.tableName!r} does not exist (tableName)") from None
         raise
     keys = {k["KeyType"]: k["AttributeName"] for k in desc["KeySchema"]}

@@ -27,6 +27,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
+from pipelines.common.aws_batches import error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import (
     COMPLETE,
@@ -68,13 +69,9 @@ class _StatementsThrottled(Exception):
     """Some statements of a ``BatchExecuteStatement`` came back throttled: worth another call."""
 
 
-def _code(exc: ClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
-
-
 def _raise_item_error(exc: ClientError, item_id: str) -> None:
-    if _code(exc) in ("ValidationException", "SerializationException"):
-        raise ItemError(f"{item_id}: {_code(exc)}: {exc.response['Error'].get('Message', '')}") from None
+    if error_code(exc) in ("ValidationException", "SerializationException"):
+        raise ItemError(f"{item_id}: {error_code(exc)}: {exc.response['Error'].get('Message', '')}") from None
     raise exc
 
 
@@ -278,7 +275,7 @@ class DynamoWriter:
             self.dynamodb.update_item(**request)
             return DONE
         except ClientError as exc:
-            if _code(exc) == "ConditionalCheckFailedException":
+            if error_code(exc) == "ConditionalCheckFailedException":
                 return RACED
             _raise_item_error(exc, c.id)
         return RACED  # unreachable
@@ -340,7 +337,7 @@ class DynamoWriter:
                 outcomes[i] = ItemError(f"{pairs[i][0].id}: still throttled after {STATEMENT_POLICY.max_attempts} "
                                         f"attempts ({exc}); the next pass sees it again")  # fmt: skip
         except ClientError as exc:
-            if _code(exc) == "ValidationException":
+            if error_code(exc) == "ValidationException":
                 # The call as a whole was refused (a statement it could not take): this group goes
                 # one item at a time, so that only the bad item is an error.
                 found = apply_each(self, [pairs[i] for i, _ in pending], now=now, cutoff=cutoff)
@@ -348,7 +345,7 @@ class DynamoWriter:
             if not is_transient(exc):
                 raise
             for i, _ in pending:  # the call itself failed after botocore's retries: left for the next pass
-                outcomes[i] = ItemError(f"{pairs[i][0].id}: {_code(exc)} after botocore's retries; "
+                outcomes[i] = ItemError(f"{pairs[i][0].id}: {error_code(exc)} after botocore's retries; "
                                         "the next pass sees it again")  # fmt: skip
         return outcomes
 
@@ -370,7 +367,7 @@ class DynamoWriter:
             )
             return DONE
         except ClientError as exc:
-            if _code(exc) == "TransactionCanceledException":
+            if error_code(exc) == "TransactionCanceledException":
                 return RACED  # the progress moved on, or this attempt was queued already
             _raise_item_error(exc, item_id)
         return RACED  # unreachable
@@ -401,7 +398,7 @@ def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> bool:
         dynamodb.put_item(TableName=ready_table, Item=to_item(item), ConditionExpression="attribute_not_exists(id)")
         return True
     except ClientError as exc:
-        if _code(exc) == "ConditionalCheckFailedException":
+        if error_code(exc) == "ConditionalCheckFailedException":
             return False
         raise
 
@@ -419,7 +416,7 @@ class OperationProgressWriter:
         try:
             desc = dynamodb.describe_table(TableName=table)["Table"]
         except ClientError as exc:
-            if _code(exc) == "ResourceNotFoundException":
+            if error_code(exc) == "ResourceNotFoundException":
                 raise TableError(f"table {table!r} does not exist (operationProgressTableName)") from None
             raise
         self.keys = [k["AttributeName"] for k in desc["KeySchema"]]
@@ -474,7 +471,7 @@ class OperationProgressWriter:
                     )
                     failed += 1
                 except ClientError as exc:
-                    if _code(exc) != "ConditionalCheckFailedException":
+                    if error_code(exc) != "ConditionalCheckFailedException":
                         raise
                     raced += 1
             if not page.get("LastEvaluatedKey"):

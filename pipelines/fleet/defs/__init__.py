@@ -6,7 +6,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.common.defs import run_fan_out_on
+from pipelines.common.defs import fan_out_executor
 from pipelines.fleet.defs.checks import DLQ_ASSETS, DLQ_CHECKS, dead_letter_checks_job
 from pipelines.fleet.defs.jobs import (
     QUEUE_TAG,
@@ -14,6 +14,7 @@ from pipelines.fleet.defs.jobs import (
     housekeeping_jobs,
     process_termination_queue,
     redrive_dead_letters,
+    termination_queue_job,
 )
 from pipelines.fleet.defs.schedules import schedules
 from pipelines.fleet.defs.sensors import housekeeping_queue_sensor, termination_queue_sensor
@@ -32,11 +33,12 @@ def build_defs(
     ``housekeeping_tasks`` are dispatched besides runs-fleet's own; ``result_hooks`` record a task's
     typed result as Dagster events (both wired in by ``pipelines/definitions.py``)."""
     process_housekeeping_queue, housekeeping = housekeeping_jobs(Housekeeping(housekeeping_tasks), result_hooks)
-    defs = dg.Definitions(
+    executor = fan_out_executor(deployment)  # cluster: termination drains are competing consumers on the workers
+    return dg.Definitions(
         assets=list(DLQ_ASSETS.values()),
         asset_checks=DLQ_CHECKS,
         jobs=[
-            process_termination_queue,
+            termination_queue_job(executor) if executor else process_termination_queue,
             process_housekeeping_queue,
             housekeeping,
             redrive_dead_letters,
@@ -45,8 +47,6 @@ def build_defs(
         schedules=schedules(),
         sensors=[termination_queue_sensor, housekeeping_queue_sensor],
     )
-    # cluster: termination drains are competing consumers on the Celery workers
-    return run_fan_out_on(defs, deployment, [process_termination_queue.name])
 
 
 __all__ = ["QUEUE_TAG", "build_defs", "process_termination_queue", "termination_queue_sensor"]

@@ -30,7 +30,7 @@ from pipelines.common.defs import (
 )
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
-from pipelines.fleet.drain import DrainLimits, QueueDrain, run_with_graceful_stop
+from pipelines.fleet.drain import DrainLimits, QueueDrain, TerminationLimits, run_with_graceful_stop
 from pipelines.fleet.housekeeping import Housekeeping, TaskResult
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
 from pipelines.fleet.termination import termination_drain
@@ -105,16 +105,21 @@ DrainFactory = Callable[..., QueueDrain]
 
 
 def drain_op(
-    name: str, description: str, queue: str, make: DrainFactory, hooks: Mapping[str, ResultHook] | None = None
+    name: str,
+    description: str,
+    queue: str,
+    make: DrainFactory,
+    hooks: Mapping[str, ResultHook] | None = None,
+    limits_cls: type[DrainLimits] = DrainLimits,
 ) -> dg.OpDefinition:
-    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain; a
-    handler's typed task results, if it has any, go to ``hooks``."""
+    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain,
+    configured by ``limits_cls``; a handler's typed task results, if it has any, go to ``hooks``."""
 
     @dg.op(
         name=name,
         description=description,
         tags={"kind": "sqs"},
-        config_schema=config_schema(DrainLimits),
+        config_schema=config_schema(limits_cls),
     )
     def _op(
         context: dg.OpExecutionContext,
@@ -126,7 +131,7 @@ def drain_op(
         cloudwatch: CloudWatchResource,
         s3: S3Resource,
     ) -> dg.Output[dict]:
-        limits = params_from_config(context, DrainLimits)
+        limits = params_from_config(context, limits_cls)
         with aws_errors(context):
             ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
             drain = make(
@@ -153,17 +158,28 @@ drain_termination_queue = drain_op(
     "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack.",
     "termination",
     termination_drain,
+    limits_cls=TerminationLimits,
 )
 
 
-@dg.job(
-    description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
-    tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
-    config=flat_config("drain_termination_queue", DrainLimits),
-    executor_def=dg.in_process_executor,
-)
-def process_termination_queue():
-    drain_termination_queue()
+def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the
+    cluster's Celery executor, ``fan_out_executor``: drains are competing consumers on its workers)."""
+
+    @dg.job(
+        name="process_termination_queue",
+        description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
+        tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
+        config=flat_config("drain_termination_queue", TerminationLimits),
+        executor_def=executor_def or dg.in_process_executor,
+    )
+    def process_termination_queue():
+        drain_termination_queue()
+
+    return process_termination_queue
+
+
+process_termination_queue = termination_queue_job()
 
 
 def housekeeping_jobs(

@@ -10,7 +10,7 @@ from pipelines.pool_audit.defs.jobs import pool_audit_job, pool_cost_report_job
 from pipelines.pool_audit.defs.schedules import pool_audit_schedule, pool_cost_report_schedule
 
 
-def build_defs(deployment: str) -> dg.Definitions:
+def build_defs() -> dg.Definitions:
     """The same in every deployment: both schedules are on by default."""
     return dg.Definitions(
         assets=[pool_audit, pool_cost_report],

@@ -1,0 +1,255 @@
+"""Batched AWS writes, each call retried by a retry-library policy. Plain functions over boto3
+clients; no Dagster imports.
+
+- :func:`transact_conditional`: one conditional action per item in ``TransactWriteItems`` of up to
+  100 (99 plus an optional fence); one item's failed condition or refusal is its own, the rest is
+  submitted again;
+- :func:`batch_write`: ``BatchWriteItem`` in 25s; ``UnprocessedItems`` are sent again, bounded by
+  the policy;
+- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy;
+- :func:`error_code` and :func:`chunks`.
+
+A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.aws``) is retried after the
+policy's waits (default :data:`CALL_POLICY`); after the last try the error is raised, except by
+:func:`transact_conditional`, which reports the items left over as ``failed``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from botocore.exceptions import ClientError, ParamValidationError
+
+from pipelines.common import from_item
+from pipelines.retry import TRANSIENT_ITEM_CODES, is_transient, preset, retry_call
+from pipelines.retry.aws import error_code_and_message
+from pipelines.retry.policy import RetryPolicy
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+CALL_POLICY = preset("runs-fleet")
+"""One AWS call's retry unless the caller names another: waits 0.1, 0.5, 1 s, 4 attempts."""
+TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
+BATCH_WRITE_LIMIT = 25  # BatchWriteItem requests per call
+METRICS_PER_CALL = 1000  # PutMetricData datums per call
+
+
+def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def error_code(exc: BaseException) -> str:
+    """The AWS error code of a ``ClientError`` (read out of an unparsed XML body too), else the
+    exception's class name."""
+    if isinstance(exc, ClientError):
+        return error_code_and_message(exc.response.get("Error") or {})[0]
+    return type(exc).__name__
+
+
+def _note(what: str) -> Callable[[int, BaseException, float], None]:
+    def note(attempt: int, exc: BaseException, wait: float) -> None:
+        log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
+
+    return note
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
+# ---------------------------------------------------------------------------------- transactions
+
+
+class FenceFailed(RuntimeError):
+    """The fence's condition failed: nothing of that transaction was written."""
+
+
+@dataclass
+class Transacted(Generic[T]):
+    """What :func:`transact_conditional` did with each item."""
+
+    applied: list[T] = field(default_factory=list)
+    conditional: list[tuple[T, dict[str, Any]]] = field(default_factory=list)
+    """The condition failed: the item and its stored values (when its action asked for ``ALL_OLD``, else {})."""
+    refused: list[tuple[T, str]] = field(default_factory=list)  # this item's write can never succeed: why
+    failed: list[T] = field(default_factory=list)  # transient errors after the policy's last try
+    error: BaseException | None = None  # the last of those errors
+
+
+_SETTLED_LATER = frozenset({"", "None", *TRANSIENT_ITEM_CODES})  # a reason that is no verdict on the item
+
+
+def _cancellation_codes(exc: BaseException) -> list[str] | None:
+    """The per-action codes of a cancelled transaction, or None when ``exc`` is not one."""
+    if not isinstance(exc, ClientError) or error_code(exc) != "TransactionCanceledException":
+        return None
+    return [str(r.get("Code") or "None") for r in exc.response.get("CancellationReasons") or []]
+
+
+def _worth_retrying(exc: BaseException) -> bool:
+    """A transaction cancelled by a conflict (no action's own verdict), or a transient AWS error."""
+    codes = _cancellation_codes(exc)
+    if codes is None:
+        return is_transient(exc)
+    return all(code in _SETTLED_LATER for code in codes)
+
+
+def _item_refused(exc: BaseException) -> bool:
+    """An error of a whole call that one bad item can cause (the call does not say which)."""
+    if isinstance(exc, ClientError):
+        return error_code(exc) in ("ValidationException", "SerializationException")
+    return isinstance(exc, ParamValidationError | ValueError | TypeError)
+
+
+def transact_conditional(
+    dynamodb,
+    items: Sequence[T],
+    action: Callable[[T], dict[str, Any]],
+    *,
+    fence: dict[str, Any] | None = None,
+    policy: RetryPolicy = CALL_POLICY,
+    what: str = "TransactWriteItems",
+) -> Transacted[T]:
+    """Apply ``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``, usually
+    conditional) for each item, in transactions of up to 100 actions; ``fence`` (a
+    ``ConditionCheck``) joins every transaction, which then holds 99 items.
+
+    A cancelled transaction names each action's outcome: a failed condition (``conditional``) or a
+    refusal of that item (``refused``, with the reason); those items leave it and the rest is
+    submitted again at once. A whole call refused for a reason one item can cause
+    (``ValidationException``, a value botocore cannot send) is split in halves until that item is
+    alone. A conflict with another transaction and transient errors are retried by ``policy``;
+    after its last try the items left are ``failed``. A failed fence raises :class:`FenceFailed`;
+    other errors are raised.
+    """
+    out: Transacted[T] = Transacted()
+    group = TRANSACTION_LIMIT - (1 if fence else 0)
+    for part in chunks(list(items), group):
+        _transact(dynamodb, list(part), action, fence, policy, what, out)
+    return out
+
+
+def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what: str, out: Transacted[T]) -> None:
+    todo = part
+
+    def submit() -> None:
+        nonlocal todo
+        while todo:
+            try:
+                actions = [action(item) for item in todo] + ([fence] if fence else [])
+                dynamodb.transact_write_items(TransactItems=actions)
+            except ClientError as exc:
+                codes = _cancellation_codes(exc)
+                if codes is None or len(codes) != len(todo) + (1 if fence else 0):
+                    raise
+                if fence and codes[-1] == "ConditionalCheckFailed":
+                    raise FenceFailed(f"{what}: the fence's condition failed") from exc
+                reasons = exc.response["CancellationReasons"]
+                settled: set[int] = set()
+                for n, (item, code) in enumerate(zip(todo, codes, strict=False)):
+                    if code == "ConditionalCheckFailed":
+                        stored = reasons[n].get("Item")
+                        out.conditional.append((item, from_item(stored) if stored else {}))
+                    elif code not in _SETTLED_LATER:
+                        out.refused.append((item, _one_line(f"{code}: {reasons[n].get('Message') or ''}")))
+                    else:
+                        continue
+                    settled.add(n)
+                if not settled:
+                    raise
+                todo = [item for n, item in enumerate(todo) if n not in settled]
+                continue  # the others' actions were fine: submit them again at once
+            out.applied.extend(todo)
+            todo = []
+
+    try:
+        retry_call(submit, policy, retryable=_worth_retrying, on_retry=_note(what))
+    except FenceFailed:
+        raise
+    except Exception as exc:
+        if _worth_retrying(exc):
+            out.failed.extend(todo)
+            out.error = exc
+        elif not _item_refused(exc):
+            raise
+        elif len(todo) == 1:
+            out.refused.append((todo[0], _one_line(f"{error_code(exc)}: {exc}")))
+        else:
+            half = len(todo) // 2
+            _transact(dynamodb, todo[:half], action, fence, policy, what, out)
+            _transact(dynamodb, todo[half:], action, fence, policy, what, out)
+
+
+# ---------------------------------------------------------------------------------- BatchWriteItem
+
+
+class Unprocessed(Exception):
+    """``BatchWriteItem`` left items unprocessed (throttled): worth another try after a wait."""
+
+
+def _retry_batch_write(exc: BaseException) -> bool:
+    return isinstance(exc, Unprocessed) or is_transient(exc)
+
+
+def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, policy: RetryPolicy = CALL_POLICY) -> int:
+    """``BatchWriteItem`` of ``PutRequest``/``DeleteRequest`` entries, 25 a call; ``UnprocessedItems``
+    are sent again after the policy's waits, and once it says stop the call fails (``Unprocessed``).
+    Returns the number of calls."""
+    calls = 0
+    for part in chunks(list(requests), BATCH_WRITE_LIMIT):
+        request = {table: list(part)}
+
+        def write() -> None:
+            nonlocal request, calls
+            response = dynamodb.batch_write_item(RequestItems=request)
+            calls += 1
+            left = response.get("UnprocessedItems") or {}
+            if left:
+                request = left
+                raise Unprocessed(f"BatchWriteItem left {len(left.get(table, []))} item(s) unprocessed")
+
+        retry_call(write, policy, retryable=_retry_batch_write, on_retry=_note("BatchWriteItem"))
+    return calls
+
+
+# ---------------------------------------------------------------------------------- PutMetricData
+
+
+def put_metrics(
+    cloudwatch,
+    namespace: str,
+    datums: Sequence[dict[str, Any]],
+    *,
+    policy: RetryPolicy = CALL_POLICY,
+    per_call: int = METRICS_PER_CALL,
+) -> int:
+    """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` after a
+    transient error. Returns the number of calls."""
+    calls = 0
+    for batch in chunks(list(datums), per_call):
+        retry_call(
+            lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
+            policy,
+            on_retry=_note("PutMetricData"),
+        )
+        calls += 1
+    return calls
+
+
+__all__ = [
+    "CALL_POLICY",
+    "FenceFailed",
+    "Transacted",
+    "Unprocessed",
+    "batch_write",
+    "chunks",
+    "error_code",
+    "put_metrics",
+    "transact_conditional",
+]
