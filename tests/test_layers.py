@@ -88,15 +88,20 @@ def test_the_foundations_import_no_capability_and_no_sensors(foundation):
     assert not offending, "\n".join(offending)
 
 
-def test_only_dagster_layers_import_dagster():
-    offending = [
+def _product_imports(where=lambda path: True, what=lambda name: True) -> list[str]:
+    """``path imports name`` for each product module ``where`` accepts and each import ``what`` accepts."""
+    return [
         f"{path.relative_to(ROOT)} imports {name}"
         for package in PRODUCT_PACKAGES
         for path in _modules(package)
-        if not _is_dagster_layer(path)
+        if where(path)
         for name in _imports(path)
-        if name.split(".")[0].startswith("dagster")
+        if what(name)
     ]
+
+
+def test_only_dagster_layers_import_dagster():
+    offending = _product_imports(lambda path: not _is_dagster_layer(path), lambda name: name.startswith("dagster"))
     assert not offending, "\n".join(offending)
 
 
@@ -112,13 +117,7 @@ def test_the_retry_library_modules_import_no_dagster_helpers():
 
 
 def test_the_product_never_imports_the_tooling_in_infra():
-    offending = [
-        f"{path.relative_to(ROOT)} imports {name}"
-        for package in PRODUCT_PACKAGES
-        for path in _modules(package)
-        for name in _imports(path)
-        if name.split(".")[0] == "infra"
-    ]
+    offending = _product_imports(what=lambda name: name.split(".")[0] == "infra")
     assert not offending, "\n".join(offending)
 
 

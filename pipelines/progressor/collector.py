@@ -260,10 +260,8 @@ def _still_running(cur, tables: Tables, zombies: list[Zombie]) -> int:
     return cur.fetchone()[0]
 
 
-def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_columns: bool) -> None:
-    """Progressor's collect_zombies for these (locked) zombies, plus previous_status/status_changed_at."""
-    pids = [z.process_id for z in zombies]
-    tids = [z.task_id for z in zombies]
+def _delete_running(cur, tables: Tables, pids: list[str], tids: list[int]) -> None:
+    """Progressor's running markers of these tasks go (a collected task is no longer running)."""
     cur.execute(
         tables.sql(
             "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
@@ -272,6 +270,13 @@ def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_column
             tids,
         )
     )
+
+
+def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_columns: bool) -> None:
+    """Progressor's collect_zombies for these (locked) zombies, plus previous_status/status_changed_at."""
+    pids = [z.process_id for z in zombies]
+    tids = [z.task_id for z in zombies]
+    _delete_running(cur, tables, pids, tids)
     cur.execute(
         tables.sql(
             "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
@@ -323,14 +328,7 @@ def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int
             timeouts,
         )
     )
-    cur.execute(
-        tables.sql(
-            "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
-            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
-            pids,
-            tids,
-        )
-    )
+    _delete_running(cur, tables, pids, tids)
 
 
 @dataclass(frozen=True)
