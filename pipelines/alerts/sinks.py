@@ -28,7 +28,7 @@ from pipelines.common.http import NO_REDIRECTS, leaves_its_path
 from pipelines.retry import classify_aws_error
 
 WEBHOOK_TIMEOUT_SECONDS = 10
-_TOPIC_ARN = re.compile(r"^arn:aws(?:-[a-z]+)*:sns:([a-z0-9-]+):(\d{12}):([A-Za-z0-9_-]{1,256})$")
+_TOPIC_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:sns:([a-z0-9-]+):(\d{12}):([A-Za-z0-9_-]{1,256})")
 _SUBJECT_TEXT = re.compile(r"[^\x20-\x7e]")
 
 
@@ -40,7 +40,7 @@ class SnsSink:
     name = "sns"
 
     def __init__(self, sns, topic_arn: str, *, region: str) -> None:
-        found = _TOPIC_ARN.match(topic_arn.strip())
+        found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
             raise SinkConfigError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
         if found.group(1) != region:
