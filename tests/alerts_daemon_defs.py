@@ -10,7 +10,8 @@ from resources.settings import AlertSettings, fleet_settings_from_env
 
 defs = dg.Definitions(
     jobs=[retry_demo],
-    sensors=[build_alerts_sensor()],
+    # ticks every 5 s, not 60: the test waits for a tick after each daemon start
+    sensors=[build_alerts_sensor(minimum_interval_seconds=5)],
     resources={
         "alerts": AlertSettings(sns_topic_arn=dg.EnvVar("ALERTS_SNS_TOPIC_ARN")),
         "fleet": fleet_settings_from_env(),

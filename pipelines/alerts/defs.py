@@ -212,12 +212,15 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
 # ---------------------------------------------------------------------------- the sensor
 
 
-def build_alerts_sensor(*, demo_noise: frozenset[str] = frozenset()) -> dg.SensorDefinition:
-    """``demo_noise``: kinds recorded as incidents but never sent (the local demo's expected dead letters)."""
+def build_alerts_sensor(
+    *, demo_noise: frozenset[str] = frozenset(), minimum_interval_seconds: int = 60
+) -> dg.SensorDefinition:
+    """``demo_noise``: kinds recorded as incidents but never sent (the local demo's expected dead letters).
+    ``minimum_interval_seconds``: how often the daemon evaluates it (the heartbeat alarm allows 10 minutes)."""
 
     @dg.sensor(
         name=SENSOR_NAME,
-        minimum_interval_seconds=60,
+        minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             "Turns failed runs (after their automatic retries), failed asset checks, failing ticks and "
