@@ -234,19 +234,22 @@ def launch_runs(
 ) -> list[str]:
     """Submit ``count`` runs of ``job`` to the run queue of the instance in ``DAGSTER_HOME`` (the
     daemon launches them within the queue's limits), each with ``dagster job launch`` on the
-    workspace and a run id chosen here. Returns the run ids."""
-    ids = []
-    for _ in range(count):
-        run_id = str(uuid.uuid4())
+    workspace and a run id chosen here, the ``count`` launches at once. Returns the run ids."""
+    ids = [str(uuid.uuid4()) for _ in range(count)]
+    launches = []
+    for run_id in ids:
         args = [str(BIN / "dagster"), "job", "launch", "-w", str(ROOT / "workspace.yaml"), "-j", job]
         if run_config:
             args += ["--config-json", json.dumps(dict(run_config))]
         args += ["--tags", json.dumps(dict(tags or {})), "--run-id", run_id]
-        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-            raise ClusterError(f"dagster job launch -j {job} failed ({done.returncode}): {last}")
-        ids.append(run_id)
+        launches.append(subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    failures = []
+    for proc in launches:
+        _, stderr = proc.communicate()
+        if proc.returncode != 0:
+            failures.append(f"({proc.returncode}): {(stderr.strip().splitlines() or ['no output'])[-1]}")
+    if failures:
+        raise ClusterError(f"dagster job launch -j {job} failed {failures[0]}")
     return ids
 
 

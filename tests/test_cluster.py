@@ -202,8 +202,8 @@ def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machin
     cluster.ensure_workers()
     ddb = cluster.aws.client("dynamodb")
     now = int(time.time() * 1000)
-    stale = cl.seed_scan_table(ddb, "cluster-reclaim", 400, now_ms=now)
-    cl.seed_scan_table(ddb, "single-reclaim", 400, now_ms=now)
+    stale = cl.seed_scan_table(ddb, "cluster-reclaim", 200, now_ms=now)
+    cl.seed_scan_table(ddb, "single-reclaim", 200, now_ms=now)
 
     (run_id,) = cluster.launch("reclaim_agendas", cl.reclaim_config("cluster-reclaim", 4))
     (record,) = cluster.wait([run_id])
@@ -224,7 +224,7 @@ def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machin
         assert single.success
         single_counts = _counts(instance, single.run_id)
     assert _counts(cluster.instance, run_id) == single_counts
-    assert single_counts["reclaimed"] == len(stale) == 200
+    assert single_counts["reclaimed"] == len(stale) == 100
     assert _state(ddb, "cluster-reclaim") == _state(ddb, "single-reclaim")
 
 
