@@ -5,12 +5,15 @@ import io
 import json
 import urllib.request
 
+import pytest
+
 from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
 from pipelines.alerts.incidents import AlertBook
 from pipelines.alerts.sinks import SnsSink, WebhookSink
 from pipelines.alerts.sources import dead_letters
 
 
+@pytest.mark.slow
 def test_the_inbox_and_the_receiver_show_what_would_have_paged(aws):
     topic = aws.env["ALERTS_SNS_TOPIC_ARN"]
     sqs = aws.client("sqs")

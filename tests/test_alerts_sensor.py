@@ -20,6 +20,8 @@ from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import tick_in_a_new_process, webhook_receiver
 
+pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
+
 SENSOR = build_alerts_sensor()
 NO_WAIT = '{"kind": "fixed", "delay": 0, "maxAttempts": 100}'  # a sink that is down is tried at the next tick
 

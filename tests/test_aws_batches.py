@@ -343,6 +343,7 @@ def _seed_cluster_table(aws, ddb) -> None:
     seed_scan_table(ddb, aws.env["SEED_TABLE"], 30)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [_seed_demo_records, _seed_cluster_table], ids=["demo records", "cluster seed"])
 def test_seeders_resend_unprocessed_items_and_give_up_after_the_policy(aws_shared, monkeypatch, seed):
     """Demo traffic and the cluster's seed table write through ``batch_write``: unprocessed items are

@@ -96,6 +96,7 @@ def test_a_redriven_dead_letter_is_the_original_message_and_is_processed_once_it
     assert not [o["Key"] for o in listed.get("Contents", []) if "/quarantine/" in o["Key"]]
 
 
+@pytest.mark.slow
 def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_reason(aws):
     sqs, s3, bucket = aws.client("sqs"), aws.client("s3"), aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
     envelope = {"DataType": "String", "StringValue": "s3"}

@@ -42,6 +42,7 @@ def test_the_pool_audit_message_threshold_is_refused_out_of_range():
         message_params({"idle_cost_threshold_usd_per_hour": 1e9}, dry_run=False, what_if=False)
 
 
+@pytest.mark.slow
 def test_a_slow_redrive_stops_at_max_seconds_instead_of_sleeping_on(aws_shared):
     aws = aws_shared
     sqs = aws.client("sqs")

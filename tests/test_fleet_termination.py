@@ -266,6 +266,7 @@ def test_runs_fleets_retry_policy_waits_100_ms_500_ms_then_1_s_and_gives_up():
     assert fleet_aws.POLICY == policy, "the fleet's AWS calls retry by this preset"
 
 
+@pytest.mark.slow
 def test_transient_errors_retry_with_backoff_then_succeed(aws):
     jobs = fs.start_jobs(aws, 5)
     fs.send(aws, [_valid_body(j) for j in jobs])

@@ -92,6 +92,7 @@ def test_metrics_sink_must_be_known(monkeypatch):
         resources_for("local")
 
 
+@pytest.mark.slow
 def test_reclaim_with_cloudwatch_unreachable_warns_and_succeeds(aws, monkeypatch):
     """Another capability through the same rule: DynamoDB on the moto server, CloudWatch at a closed port."""
     from pipelines.definitions import build_definitions

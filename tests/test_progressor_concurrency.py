@@ -140,6 +140,7 @@ def test_locked_process_skipped_then_collected_later(raced):
     assert crashed_row[1] == "error", "the crashed worker's zombie is collected on the next run"
 
 
+@pytest.mark.slow
 def test_progressors_statement_deadlocks_with_a_live_worker(dsn):
     """The contrast: progressor's statement locks running rows first, a worker holds the process row first."""
     conn, ns, t = _world(dsn, "deadlock")

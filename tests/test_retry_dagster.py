@@ -97,6 +97,7 @@ def test_an_op_gives_up_when_the_policy_stops_and_fails_permanent_errors_at_once
     assert (tmp_path / "calls").read_text() == "1"  # a validation error is never retried
 
 
+@pytest.mark.slow
 def test_a_failing_delay_function_fails_the_op_with_the_policy_error(tmp_path):
     policy = '{"kind": "function", "path": "tests.retry_delay_functions:broken", "maxAttempts": 5}'
     result = flaky_job.execute_in_process(
