@@ -53,6 +53,7 @@ MISSING = "missing prerequisite:"
 FIXTURE_MARKERS = {
     "dynamodb_local_endpoint": "dynamodb_local",
     "ddb": "dynamodb_local",
+    "dsn": "postgres",  # a scratch PostgreSQL database (tests/progressor_support.py)
 }
 
 

@@ -139,3 +139,22 @@ def test_fleet_housekeeping_with_cloudwatch_unreachable_warns_and_succeeds(aws, 
     [output] = [e for e in result.all_node_events if e.event_type_value == "STEP_OUTPUT"]
     assert output.event_specific_data.metadata["metrics_published"].value is False
     assert [m for level, m in logs if level == 30 and f"fleet: {NOT_PUBLISHED}" in m], logs
+
+
+def test_a_throttled_metrics_call_is_tried_again_before_it_counts_as_not_published(aws_shared):
+    """The toolkit's put_metrics retries a transient error, and so does the after-commit client behind it:
+    one throttled call is published on its second try, and the run's flag stays true."""
+    from pipelines.common.aws_batches import put_metrics
+    from pipelines.common.defs import CommittedChangeMetrics
+    from resources import CloudWatchResource
+    from tests.test_aws_batches import THROTTLED, failing
+
+    namespace = "AfterCommitRetry"
+    with dg.build_op_context() as context:
+        metrics = CommittedChangeMetrics(context, CloudWatchResource(region_name="us-east-1"), "test")
+        with failing(metrics._client, "PutMetricData", THROTTLED, times=1) as calls:
+            put_metrics(metrics, namespace, [{"MetricName": "Collected", "Value": 1.0, "Unit": "Count"}])
+        assert calls["all"] == 2
+        assert metrics.published
+    cw = aws_shared.client("cloudwatch")
+    assert {m["MetricName"] for m in cw.list_metrics(Namespace=namespace)["Metrics"]} == {"Collected"}

@@ -40,8 +40,10 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from pipelines.common import summary
+from pipelines.common.aws_batches import CALL_POLICY
 from pipelines.common.params import ParamsError, ParamSpec, parse_params, specs
 from pipelines.common.summary import COUNT_TAG_PREFIX
+from pipelines.retry import retry_call
 from pipelines.retry.aws import ErrorKind, classify_aws_error
 from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponential
 from resources.errors import explain_aws_error
@@ -185,8 +187,8 @@ class CommittedChangeMetrics:
     def put_metric_data(self, **request: Any) -> dict[str, Any]:
         if self._client is None:
             return {}
-        try:
-            response = self._client.put_metric_data(**request)
+        try:  # a transient error is tried again first (the toolkit's policy for one call)
+            response = retry_call(lambda: self._client.put_metric_data(**request), CALL_POLICY)
         except Exception as exc:  # any failure: the change is committed, the metrics are not worth a failed run
             self.failures += 1
             if self.failures == 1:
