@@ -33,8 +33,9 @@ lint: $(STAMP)
 
 # A test whose tool is missing (npm for DynamoDB Local, RabbitMQ, PostgreSQL) is skipped with one line at
 # the end naming the tool; .ci/run sets GROUNDSKEEPER_NO_SKIPS=1, under which it fails instead.
+# PYTEST_ARGS: more pytest options, e.g. PYTEST_ARGS=--durations=10 make test
 test: lint
-	$(PYTEST) -q
+	$(PYTEST) -q $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(PYTEST) -q -m "$(FAST_TIER)"
