@@ -210,6 +210,32 @@ def test_a_check_passing_failing_failing_passing_fires_once_and_resolves_once(aw
     ]
 
 
+MID_CHECK: dict = {}
+
+
+@dg.asset_check(asset=orders, name="not_empty")
+def not_empty_ticking(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    """The sensor ticks while this check is being evaluated: its record is planned, not evaluated."""
+    MID_CHECK["skip"] = tick(context.instance, MID_CHECK["resources"], MID_CHECK["definitions"])
+    return dg.AssetCheckResult(passed=False, description="0 rows")
+
+
+def test_a_check_still_being_evaluated_is_read_once_it_is_evaluated(aws):
+    """A tick that meets a planned check (its run still going) neither fails nor skips past it."""
+    inbox = Inbox(aws)
+    MID_CHECK.update(resources=resources(aws))
+    MID_CHECK["definitions"] = dg.Definitions(assets=[orders], asset_checks=[not_empty_ticking], sensors=[SENSOR])
+    with dg.instance_for_test() as instance:
+        assert dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"}).success
+        tick(instance, MID_CHECK["resources"], MID_CHECK["definitions"])  # reads the passing evaluation
+        assert dg.materialize([orders, not_empty_ticking], instance=instance).success
+        assert "skip" in MID_CHECK  # the tick inside the check ran and returned
+        assert inbox.read() == []  # the planned evaluation was not read as anything
+        tick(instance, MID_CHECK["resources"], MID_CHECK["definitions"])
+    got = [(m["alert_key"], m["state"], m["summary"]) for m in inbox.read()]
+    assert got == [("check_failure:alerts_test/orders:not_empty", "firing", "0 rows")]
+
+
 @dg.asset(key=["alerts_test", "batches"], partitions_def=dg.StaticPartitionsDefinition(["acme", "zeta"]))
 def batches(context: dg.AssetExecutionContext) -> int:
     if context.run.tags["good"] != "yes":

@@ -146,6 +146,11 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
     return out
 
 
+def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
+    run = instance.get_run_by_id(run_id)
+    return run is not None and not run.is_finished
+
+
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
     """Each asset check of the code location: its evaluations since the last one read, oldest first
     (the first time, only its latest). Execution ids are global in every storage (SQLite too)."""
@@ -160,9 +165,14 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
         last = seen.get(name)
         new = [r for r in history if last is None or r.id > last][: 1 if last is None else None]
         for record in sorted(new, key=lambda r: r.id):
+            if record.status.value == "PLANNED":  # planned, not yet evaluated
+                if _run_going(instance, record.run_id):
+                    break  # still being evaluated: read it (and what follows) on a later tick
+                seen[name] = record.id  # its run ended without evaluating it (the run alerts)
+                continue
             seen[name] = record.id
             data = record.evaluation
-            if data is None:  # still running, or the check itself failed to run (its run alerts)
+            if not isinstance(data, dg.AssetCheckEvaluation):
                 continue
             signal = check_evaluated(
                 data.asset_key.to_user_string(),
