@@ -7,7 +7,9 @@
 - ``redrive_dead_letters``: by hand; moves dead letters back at a rate, quarantines repeat offenders.
 
 Each job has one op: the in-process executor runs it in the run's own process (no step process),
-where a UI termination or SIGTERM reaches the drain's graceful stop directly.
+where a UI termination or SIGTERM reaches the drain's graceful stop directly. Under ``cluster`` the
+termination drain's step runs on a Celery worker, which no interrupt reaches: the drain reads its
+run's status at each round boundary and stops there once the run is being terminated.
 
 The housekeeping jobs are built by :func:`housekeeping_jobs` from a dispatcher and, per task type,
 a hook that turns a task's typed result into Dagster events (the pool audit's materialization and
