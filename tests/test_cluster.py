@@ -56,7 +56,14 @@ class Cluster:
     config_path: Path
     aws: LocalAWS
     instance: dg.DagsterInstance
+    vhost: str
+    db_name: str
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    daemon: subprocess.Popen | None = None
+
+    def ensure_daemon(self) -> None:
+        if self.daemon is None or self.daemon.poll() is not None:
+            self.daemon = cl.start_daemon(self.env, self.logs / "daemon.log")
 
     def start_worker(self, name: str) -> None:
         log = self.logs / f"{name}.log"
@@ -115,7 +122,6 @@ def cluster(tmp_path_factory):
         cur.execute(f'CREATE DATABASE "{db_name}"')
     logs = root / "logs"
     logs.mkdir()
-    procs: list[subprocess.Popen] = []
     state = None
     mp = pytest.MonkeyPatch()
     servers = contextlib.ExitStack()
@@ -141,19 +147,21 @@ def cluster(tmp_path_factory):
             config_path=cl.write_worker_config(home / "celery.yaml", broker),
             aws=aws,
             instance=dg.DagsterInstance.from_config(str(home)),
+            vhost=vhost,
+            db_name=db_name,
         )
         for name in cl.WORKERS:
             state.start_worker(name)
-        procs.append(cl.start_daemon(env, logs / "daemon.log"))
+        state.ensure_daemon()
         state.ensure_workers()
         yield state
     finally:
         if state is not None:
             for proc in state.workers.values():
                 cl.stop(proc)
+            if state.daemon is not None:
+                cl.stop(state.daemon)
             state.instance.dispose()
-        for proc in reversed(procs):
-            cl.stop(proc)
         servers.close()
         mp.undo()
         with admin.cursor() as cur:
@@ -344,6 +352,223 @@ def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_change
     assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(again)
     assert _counts(cluster.instance, again)["reclaimed"] == 0
     assert _state(ddb, "killed-reclaim") == after
+
+
+# ------------------------------------------------------------------ losses and termination
+
+TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+
+
+def _consumers(vhost: str, queue: str = "dagster") -> int:
+    """Consumers of ``queue`` on the test's own vhost (the workers that take steps)."""
+    done = subprocess.run(
+        ["rabbitmqctl", "list_consumers", "-q", "--no-table-headers", "-p", vhost],
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE,
+    )
+    return sum(1 for line in done.stdout.splitlines() if line.split("\t")[0] == queue) if done.returncode == 0 else 0
+
+
+def _restore_broker(cluster: Cluster) -> None:
+    """The test's vhost back, and both workers consuming from it again (a worker reconnects by itself;
+    one that gave up is started again)."""
+    _rabbitmqctl("add_vhost", cluster.vhost)
+    _rabbitmqctl("set_permissions", "-p", cluster.vhost, "guest", ".*", ".*", ".*")
+    deadline = time.monotonic() + PATIENCE
+    while _consumers(cluster.vhost) < len(cl.WORKERS):
+        if any(proc.poll() is not None for proc in cluster.workers.values()):
+            cluster.ensure_workers()
+        assert time.monotonic() < deadline, f"the workers did not come back to {cluster.vhost} (logs in {cluster.logs})"
+        time.sleep(1)
+
+
+def _run_failure_error(instance: dg.DagsterInstance, run_id: str):
+    (event,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    return event.dagster_event.job_failure_data.error
+
+
+def _assert_one_line(error, starts: str) -> None:
+    """The run failure's error is the line alone: no stack trace, no cause, no credentials."""
+    assert error.message.startswith(starts), error.to_string()
+    assert "\n" not in error.message.strip(), error.to_string()
+    assert error.stack == [] and error.cause is None and error.context is None, error.to_string()
+    assert "guest" not in error.message and "postgres@" not in error.message, error.message
+
+
+def _step_on_worker(cluster: Cluster, run_id: str, prefix: str = "") -> tuple[str, str]:
+    """Wait until a step of the run (its key starting with ``prefix``) has started on a worker."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        started = {k: w for k, w in cl.step_workers(cluster.instance, run_id).items() if k.startswith(prefix)}
+        if started:
+            return next(iter(started.items()))
+        run = cluster.instance.get_run_by_id(run_id)
+        assert run is not None and not run.is_finished, cluster.failure(run_id)
+        time.sleep(0.2)
+    raise AssertionError(f"no step of {run_id} started on a worker (logs in {cluster.logs})")
+
+
+def _step_ended(instance: dg.DagsterInstance, run_id: str, step: str) -> bool:
+    ends = (dg.DagsterEventType.STEP_SUCCESS, dg.DagsterEventType.STEP_FAILURE)
+    return any(e.step_key == step for kind in ends for e in instance.all_logs(run_id, of_type=kind))
+
+
+def _completed(aws, job_ids: set[str]) -> int:
+    state = fs.jobs_state(aws)
+    return sum(1 for j in job_ids if state[j]["status"] == "completed")
+
+
+def _wait_until_completed(cluster: Cluster, run_id: str, job_ids: set[str], at_least: int) -> None:
+    """Until the drain run has completed ``at_least`` of these jobs (it must still be going)."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while _completed(cluster.aws, job_ids) < at_least:
+        assert not cluster.instance.get_run_by_id(run_id).is_finished, cluster.failure(run_id)
+        assert time.monotonic() < deadline, f"the drain run {run_id} did not get going (logs in {cluster.logs})"
+        time.sleep(0.1)
+
+
+def _drain_with_backlog(cluster: Cluster, n: int) -> tuple[str, list[dict]]:
+    """A drain run queued first, then ``n`` termination messages: the run holds the queue's consumer
+    slot from the start, so the termination_queue_sensor launches no drain of its own beside it."""
+    config = {"wait_seconds": 20, "concurrency": 1, "max_messages": n, "max_seconds": 1200}
+    (run_id,) = cluster.launch("process_termination_queue", config)
+    jobs = fs.start_jobs(cluster.aws, n)
+    fs.send(cluster.aws, [fs.termination_body(job) for job in jobs])
+    return run_id, jobs
+
+
+def test_terminating_a_drain_on_a_celery_worker_stops_it_at_a_round_boundary_and_loses_nothing(cluster):
+    from dagster._core.workspace.context import WorkspaceProcessContext
+    from dagster._core.workspace.load_target import EmptyWorkspaceTarget
+    from dagster_graphql.client.client_queries import TERMINATE_RUN_JOB_MUTATION
+    from dagster_graphql.test.utils import execute_dagster_graphql
+
+    cluster.ensure_workers()
+    cluster.ensure_daemon()
+    aws, n, stop_after = cluster.aws, 150, 20
+    successes, dead_letters = fs.metric_sum(aws, "JobSuccess"), fs.depth(aws, DLQ)
+    run_id, jobs = _drain_with_backlog(cluster, n)
+    mine = {j["job_id"] for j in jobs}
+    step, worker = _step_on_worker(cluster, run_id)
+    _wait_until_completed(cluster, run_id, mine, stop_after)
+
+    # The UI's "Terminate": the terminateRun mutation -> run coordinator -> run launcher.
+    with WorkspaceProcessContext(cluster.instance, EmptyWorkspaceTarget()) as workspace:
+        result = execute_dagster_graphql(
+            workspace.create_request_context(), TERMINATE_RUN_JOB_MUTATION, {"runId": run_id}
+        )
+    assert result.data["terminateRun"]["__typename"] == "TerminateRunSuccess", result.data
+    (record,) = cluster.wait([run_id])
+    # every message applied once or still in its queue: nothing in between, nothing lost
+    applied = _completed(aws, mine)
+    left = fs.depth(aws, TQ)
+
+    assert record.dagster_run.status == dg.DagsterRunStatus.CANCELED, cluster.failure(run_id)
+    assert worker.split("@")[0] in cl.WORKERS
+    failures = cluster.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+    assert [e.step_key for e in failures] == [step]
+    error = failures[0].dagster_event.step_failure_data.error
+    assert "run terminated: the runs-fleet-termination-dev drain stopped at a round boundary" in error.message
+    messages = [e.message for e in cluster.instance.all_logs(run_id)]
+    assert any("the run is being terminated: no more receives" in m for m in messages), messages[-20:]
+    assert any(" drain: " in m and "stopped_by=terminated" in m for m in messages), messages[-20:]
+    assert stop_after <= applied < n, applied
+    assert applied + left == n, (applied, left)
+
+    rest = fs.drain(aws)  # a second drain takes exactly what the terminated one left
+    assert rest.counts["applied"] == n - applied
+    assert _completed(aws, mine) == n
+    assert fs.depth(aws, TQ) == 0 and fs.depth(aws, DLQ) == dead_letters
+    assert fs.metric_sum(aws, "JobSuccess") - successes == n  # nothing applied twice
+    assert not {f"/runs-fleet/runners/{j['instance_id']}/config" for j in jobs} & fs.runner_parameters(aws)
+
+
+def test_a_broker_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
+    cluster.ensure_workers()
+    cluster.ensure_daemon()
+    ddb = cluster.aws.client("dynamodb")
+    cl.seed_scan_table(ddb, "broker-lost", 300)
+    # small slow pages: the segment takes seconds, so the broker goes while it runs
+    config = cl.reclaim_config("broker-lost", 1, objectScanLimit=10, targetBatchSize=5, scanDelayMillis=250)
+    (run_id,) = cluster.launch("reclaim_agendas", config)
+    step, _ = _step_on_worker(cluster, run_id, "reclaim_segment")
+    try:
+        _rabbitmqctl("delete_vhost", cluster.vhost)  # the test's own vhost: every connection to it closes
+        (record,) = cluster.wait([run_id])
+    finally:
+        _restore_broker(cluster)
+
+    assert record.dagster_run.status == dg.DagsterRunStatus.FAILURE
+    error = _run_failure_error(cluster.instance, run_id)
+    print(f"run failure: {error.message}")
+    _assert_one_line(error, f"the Celery broker pyamqp://127.0.0.1:5672/{cluster.vhost} was lost: ")
+    assert error.cls_name == "CeleryBrokerLost"
+    # a step already on a worker still ends there (and records its end: the database is not the broker)
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not _step_ended(cluster.instance, run_id, step):
+        assert time.monotonic() < deadline, f"{step} did not end on its worker (logs in {cluster.logs})"
+        time.sleep(0.5)
+
+
+def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
+    """Last of the cluster's tests: losing the database disturbs the daemon too (its code server, not
+    heartbeated meanwhile, shuts down), so the daemon is started afresh at the end."""
+    cluster.ensure_workers()
+    cluster.ensure_daemon()
+    aws, n = cluster.aws, 80
+    sqs = aws.client("sqs")
+    successes = fs.metric_sum(aws, "JobSuccess")
+    # what the stopped drain received but could not acknowledge comes back within seconds, not 5 minutes
+    sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "10"})
+    admin = psycopg2.connect(dbname="postgres", **PG)
+    admin.autocommit = True
+    try:
+        run_id, jobs = _drain_with_backlog(cluster, n)
+        mine = {j["job_id"] for j in jobs}
+        step, worker = _step_on_worker(cluster, run_id)
+        _wait_until_completed(cluster, run_id, mine, 10)
+        log = cluster.logs / f"{worker.split('@')[0]}.log"
+        seen = len(log.read_bytes())
+        try:
+            with admin.cursor() as cur:
+                # the test's own database only: no new connection, and its open ones dropped
+                cur.execute(f'ALTER DATABASE "{cluster.db_name}" WITH ALLOW_CONNECTIONS false')
+                cur.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+                    "AND pid <> pg_backend_pid()",
+                    (cluster.db_name,),
+                )
+            # The drain stops at its next round boundary (its run's status unreadable), and its step
+            # cannot record its end: the task fails on the worker.
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while b"raised unexpected" not in log.read_bytes()[seen:]:
+                assert time.monotonic() < deadline, f"the step's task did not fail (see {log})"
+                time.sleep(0.5)
+        finally:
+            with admin.cursor() as cur:
+                cur.execute(f'ALTER DATABASE "{cluster.db_name}" WITH ALLOW_CONNECTIONS true')
+
+        (record,) = cluster.wait([run_id])
+        assert record.dagster_run.status == dg.DagsterRunStatus.FAILURE
+        error = _run_failure_error(cluster.instance, run_id)
+        print(f"run failure: {error.message}")
+        _assert_one_line(error, f"the Dagster storage database 127.0.0.1:5432/{cluster.db_name} was lost: ")
+        assert error.cls_name == "StorageDatabaseLost"
+        assert f"(step {step} on its Celery worker)" in error.message
+
+        # nothing lost: what the drain did not apply is still in the queue, and a second drain applies it
+        fs.wait_until_visible(aws, TQ)
+        fs.drain(aws)
+        assert _completed(aws, mine) == n
+        assert fs.depth(aws, TQ) == 0
+        assert fs.metric_sum(aws, "JobSuccess") - successes <= n  # nothing applied twice
+    finally:
+        admin.close()
+        sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "300"})
+        cl.stop(cluster.daemon)
+        cluster.daemon = None
+        cluster.ensure_daemon()
 
 
 def test_launching_a_job_the_workspace_lacks_is_one_line(tmp_path):

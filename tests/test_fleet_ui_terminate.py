@@ -132,10 +132,13 @@ def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
     print(f"run status after terminate: {finished.status.value}; {time.monotonic() - started:.1f}s to here")
 
     assert finished.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), finished.status
-    # The op saw the interrupt (and re-raised it after the round in flight) as Dagster's own error.
-    assert step_errors == ["DagsterExecutionInterruptedError"], step_errors
+    # The op saw the interrupt (and re-raised it after the round in flight) as Dagster's own error, or,
+    # when a round boundary fell between the run turning CANCELING and the interrupt's arrival, saw the
+    # status first and failed with its one line: the same graceful stop either way.
+    assert step_errors in (["DagsterExecutionInterruptedError"], ["Failure"]), step_errors
     assert any("finishing the messages in flight" in m for m in messages), messages[-20:]
-    assert any(" drain: " in m and "stopped_by=interrupted" in m for m in messages), messages[-20:]
+    stops = ("stopped_by=interrupted", "stopped_by=terminated")
+    assert any(" drain: " in m and any(stop in m for stop in stops) for m in messages), messages[-20:]
     state = fs.jobs_state(aws)
     done = sum(1 for j in jobs if state[j["job_id"]]["status"] == "completed")
     assert STOP_AFTER <= done < N, done

@@ -428,12 +428,14 @@ def fan_out_executor(deployment: str) -> dg.ExecutorDefinition | None:
     """The executor of the jobs that fan out, or None where each keeps its own choice.
 
     Under ``cluster``: dagster-celery's executor (imported only then), on the broker named by
-    ``CELERY_BROKER_URL``; every step is a Celery task that any worker of the cluster may take."""
+    ``CELERY_BROKER_URL``; every step is a Celery task that any worker of the cluster may take. A
+    broker or instance database lost while a run is going fails it with one line
+    (``resources.cluster``)."""
     if deployment not in FAN_OUT_DEPLOYMENTS:
         return None
-    from dagster_celery import celery_executor
+    from resources.cluster import celery_executor
 
-    return celery_executor.configured(celery_executor_config(), name="celery")
+    return celery_executor().configured(celery_executor_config(), name="celery")
 
 
 __all__ = [

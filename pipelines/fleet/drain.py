@@ -13,11 +13,16 @@ always before the run ends, however it ends.
 
 Stopping: ``stop`` (a ``threading.Event``) stops receiving. The round in flight always finishes;
 ``run_with_graceful_stop`` waits for it up to a timeout when the run is interrupted (terminate
-from the UI, SIGTERM), and whatever was not received stays in the queue.
+from the UI, SIGTERM), and whatever was not received stays in the queue. A drain whose step runs
+where no interrupt reaches it (a Celery worker: cancelling a run there only withdraws the tasks not
+started) learns of a termination from ``terminated``, a check of the run's status made at each round
+boundary: it then stops the same way, with ``stopped_by=terminated`` (``status unreadable`` when the
+status cannot be read: the instance's database is gone, and with it the run's record).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
 import threading
@@ -34,6 +39,10 @@ from pipelines.fleet.aws import RunArchive, queue_name, receive
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 500  # messages between two progress lines in the run log
+TERMINATED = "terminated"
+"""``stopped_by`` of a drain that saw, at a round boundary, that its run is being terminated."""
+STATUS_UNREADABLE = "status unreadable"
+"""``stopped_by`` of a drain whose run's status could not be read at a round boundary."""
 # handler(messages, pool, started_at=<wall-clock time at which the round's receive began>) -> counts
 RoundHandler = Callable[..., Counter]
 
@@ -118,6 +127,20 @@ class QueueDrain:
         self.stop = threading.Event()
         self.result = DrainResult()
         self.report_keys: tuple[str, ...] = getattr(handler, "report_keys", ())
+        self.stop_detail = ""
+        self.terminated: Callable[[], bool] | None = None  # is the run being terminated? (round boundaries)
+
+    def _stop_reason(self) -> str | None:
+        """Why the drain stops at this round boundary: its run is being terminated, or its run's status
+        cannot be read (the instance's database is gone: the run cannot record anything either, so
+        the drain stops rather than work unrecorded), or None."""
+        if self.terminated is None:
+            return None
+        try:
+            return TERMINATED if self.terminated() else None
+        except Exception as exc:
+            self.stop_detail = " ".join(str(exc).split())[:300]
+            return STATUS_UNREADABLE
 
     def _round(self, budget: int) -> list[dict[str, Any]]:
         """One long-poll receive, then (while they come back full) up to ``concurrency - 1`` short polls.
@@ -164,6 +187,18 @@ class QueueDrain:
         while True:
             if self.stop.is_set():
                 result.stopped_by = "stop requested"
+                break
+            reason = self._stop_reason()
+            if reason is not None:
+                self.stop.set()
+                result.stopped_by = reason
+                with contextlib.suppress(Exception):  # the run's log may be gone with its database
+                    self.log.warning(
+                        "the run is being terminated: no more receives; finishing the messages in flight"
+                        if reason == TERMINATED
+                        else f"the run's status cannot be read ({self.stop_detail}): no more receives; "
+                        "finishing the messages in flight"
+                    )
                 break
             if time.monotonic() - started >= limits.max_seconds:
                 result.stopped_by = "max_seconds"
@@ -214,11 +249,17 @@ def _absorb_further_interrupts(drain: QueueDrain) -> dict[int, Any]:
     return previous
 
 
-def run_with_graceful_stop(drain: QueueDrain, *, logger: Any = None) -> tuple[DrainResult, BaseException | None]:
+def run_with_graceful_stop(
+    drain: QueueDrain, *, logger: Any = None, terminated: Callable[[], bool] | None = None
+) -> tuple[DrainResult, BaseException | None]:
     """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread, which is how Dagster
     delivers a UI termination or SIGTERM, sets ``drain.stop`` and waits up to ``stop_timeout_seconds``
-    for the round in flight. Logs the summary; returns the result and the interrupt to re-raise (or None)."""
+    for the round in flight; ``terminated`` (is the run being terminated?), checked at each round
+    boundary, stops it the same way where no interrupt arrives. Logs the summary; returns the result
+    and the interrupt to re-raise (or None)."""
     logger = logger or log
+    if terminated is not None:
+        drain.terminated = terminated
     outcome: dict[str, Any] = {}
     finished = threading.Event()
 

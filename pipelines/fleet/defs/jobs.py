@@ -7,7 +7,9 @@
 - ``redrive_dead_letters``: by hand; moves dead letters back at a rate, quarantines repeat offenders.
 
 Each job has one op: the in-process executor runs it in the run's own process (no step process),
-where a UI termination or SIGTERM reaches the drain's graceful stop directly.
+where a UI termination or SIGTERM reaches the drain's graceful stop directly. Under ``cluster`` the
+termination drain's step runs on a Celery worker, which no interrupt reaches: the drain reads its
+run's status at each round boundary and stops there once the run is being terminated.
 
 The housekeeping jobs are built by :func:`housekeeping_jobs` from a dispatcher and, per task type,
 a hook that turns a task's typed result into Dagster events (the pool audit's materialization and
@@ -30,7 +32,7 @@ from pipelines.common.defs import (
 )
 from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
-from pipelines.fleet.drain import DrainLimits, QueueDrain, TerminationLimits, run_with_graceful_stop
+from pipelines.fleet.drain import TERMINATED, DrainLimits, QueueDrain, TerminationLimits, run_with_graceful_stop
 from pipelines.fleet.housekeeping import Housekeeping, TaskResult
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
 from pipelines.fleet.termination import termination_drain
@@ -85,9 +87,25 @@ def _record(context: dg.OpExecutionContext, hooks: Mapping[str, ResultHook], res
                 context.log_event(event)
 
 
+TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
+
+
+def _run_terminated(context: dg.OpExecutionContext) -> Callable[[], bool]:
+    """Is the op's run being terminated? Read from the instance, so that it works wherever the step
+    runs: in the run's process a termination also arrives as an interrupt, on a Celery worker only
+    this way (cancelling there withdraws only the tasks not started)."""
+
+    def terminated() -> bool:
+        run = context.instance.get_run_by_id(context.run_id)
+        return run is not None and run.status in TERMINATING
+
+    return terminated
+
+
 def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: str) -> dg.Output[dict]:
-    """Run the queue's drain with graceful stop, and report its counts as metadata."""
-    result, interrupt = run_with_graceful_stop(drain, logger=context.log)
+    """Run the queue's drain with graceful stop, and report its counts as metadata. A drain stopped
+    because its run is being terminated fails its step (one line), so the run ends canceled."""
+    result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=_run_terminated(context))
     summary = result.as_dict(drain.report_keys)
     if interrupt is not None:
         raise interrupt
@@ -95,6 +113,13 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     queue = drain.queue_url.rsplit("/", 1)[-1]
     counts = {k: summary[k] for k in drain.report_keys}
     run_summary(context, f"{queue} drain", counts, f"stopped by {result.stopped_by}")
+    if result.stopped_by == TERMINATED:
+        done = ", ".join(f"{k}={v}" for k, v in counts.items())
+        raise dg.Failure(
+            description=f"run terminated: the {queue} drain stopped at a round boundary ({done}); "
+            "what it did not receive is still in the queue",
+            allow_retries=False,
+        )
     keys = drain.handler.archive.keys
     metadata["raw_archive"] = dg.MetadataValue.text(f"s3://{archive_bucket}/{keys[0]}" if keys else "(nothing)")
     return dg.Output(summary, metadata=metadata)

@@ -1,0 +1,236 @@
+"""The ``cluster`` profile's infrastructure, lost after start-up, in one line.
+
+A run of the ``cluster`` deployment depends on two services besides AWS: the Celery broker
+(RabbitMQ, ``CELERY_BROKER_URL``) that carries its steps to the workers, and the PostgreSQL
+database of the Dagster instance (``DAGSTER_PG_URL``) that holds its runs and event log. When one
+of them goes away while a run is going, dagster-celery's execution loop fails the run with the
+driver's exception and its stack trace (kombu, amqp, SQLAlchemy, psycopg2), and a step that failed
+on a worker is reported as "During celery execution errors occurred in workers:" with the
+worker's traceback. :func:`celery_executor` is dagster-celery's executor with one difference: such
+a loss fails the run with one line that names what was lost and where, without credentials::
+
+    the Celery broker pyamqp://127.0.0.1:5672/prod was lost: [Errno 104] Connection reset by peer
+    the Dagster storage database 127.0.0.1:5432/dagster was lost: too many retries for DB connection (step ...)
+
+That line is the run failure's error (the event log's ``RUN_FAILURE``, the UI's run page), with no
+stack trace under it. A database that is lost cannot record the failure: the run's process waits
+for it to answer again (up to :data:`STORAGE_WAIT_SECONDS`), then records the line. Operator
+notes are in ``docs/troubleshooting-cluster.md``.
+
+dagster-celery is imported only when the executor is built (the ``cluster`` deployment).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import dagster as dg
+from dagster._core.errors import DagsterUserCodeProcessError
+
+STORAGE_WAIT_SECONDS = 300.0
+"""How long a run whose storage database was lost waits for it to answer again, to record why it failed."""
+
+BROKER_LOST = "CeleryBrokerLost"
+STORAGE_LOST = "StorageDatabaseLost"
+
+_STORAGE_ERROR_NAMES = frozenset({"DagsterPostgresException", "OperationalError", "InterfaceError", "DatabaseError"})
+_STORAGE_WORDS = ("psycopg2", "postgres", "database", "server closed the connection", "terminating connection")
+
+
+# ------------------------------------------------------------------------------ messages
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def broker_location(url: str) -> str:
+    """``scheme://host:port/vhost`` of a broker URL: no user, no password."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path or '/'}"
+
+
+def database_location(url: str) -> str:
+    """``host:port/dbname`` of a PostgreSQL URL (SQLAlchemy or libpq form): no user, no password."""
+    parts = urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.hostname or 'localhost'}{port}/{unquote(parts.path.lstrip('/'))}"
+
+
+def _reason(exc: BaseException) -> str:
+    """The most telling message of ``exc`` and its causes: the driver's, not the wrapper's."""
+    messages = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = one_line(getattr(current, "orig", None) or current)
+        if text:
+            messages.append(text)
+        current = current.__cause__ or current.__context__
+    return messages[-1] if messages else type(exc).__name__
+
+
+def broker_lost_message(broker_url: str, exc: BaseException) -> str:
+    return f"the Celery broker {broker_location(broker_url)} was lost: {_reason(exc)}"
+
+
+def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str] = ()) -> str:
+    steps = sorted(step_keys)
+    where = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
+    return f"the Dagster storage database {database_location(database_url)} was lost: {one_line(reason)}{where}"
+
+
+# ------------------------------------------------------------------------- classifying
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def is_broker_error(exc: BaseException, connection_errors: tuple[type[BaseException], ...] = ()) -> bool:
+    """A connection or channel error of the broker's transport (kombu, amqp, a socket)."""
+    from amqp.exceptions import AMQPError
+    from kombu.exceptions import OperationalError
+
+    kinds = (OperationalError, AMQPError, ConnectionError, *connection_errors)
+    return any(isinstance(e, kinds) for e in _chain(exc))
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """An error of the instance's PostgreSQL database (SQLAlchemy, psycopg2, dagster-postgres)."""
+    import psycopg2
+    import sqlalchemy.exc
+
+    for e in _chain(exc):
+        if isinstance(e, sqlalchemy.exc.DBAPIError | psycopg2.Error):
+            return True
+        if any(cls.__name__ == "DagsterPostgresException" for cls in type(e).__mro__):
+            return True
+    return False
+
+
+def storage_error_info(infos: Iterable[Any]) -> Any:
+    """The first serialized error (a worker's, dagster's ``SerializableErrorInfo``) that is the
+    instance database's, or None."""
+    for info in infos:
+        current = info
+        while current is not None:
+            name = current.cls_name or ""
+            text = (current.message or "").lower()
+            if name == "DagsterPostgresException" or (
+                name in _STORAGE_ERROR_NAMES and any(word in text for word in _STORAGE_WORDS)
+            ):
+                return current
+            current = current.cause or current.context
+    return None
+
+
+# ---------------------------------------------------------------------------- executor
+
+
+class InfrastructureLost(DagsterUserCodeProcessError):
+    """A lost broker or database, as one line. Raised from the executor: Dagster records a
+    ``DagsterUserCodeProcessError`` with one error as that error alone (how it reports an error
+    prepared in another process), so the run failure's error is the line, with no stack trace."""
+
+    def __init__(self, line: str, kind: str):
+        from dagster._utils.error import SerializableErrorInfo
+
+        info = SerializableErrorInfo(message=line, stack=[], cls_name=kind)
+        super().__init__(line, user_code_process_error_infos=[info])
+
+
+def _database_url(instance: Any) -> str:
+    storage = getattr(instance, "run_storage", None)
+    return getattr(storage, "postgres_url", None) or os.environ.get("DAGSTER_PG_URL", "")
+
+
+def _wait_for_storage(instance: Any, run_id: str, patience: float) -> None:
+    """Until the instance database answers again (at most ``patience`` seconds), so that the run's
+    failure can be recorded at all."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            instance.get_run_by_id(run_id)
+            return
+        except Exception:
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(2)
+
+
+def _is_submission_error(event: Any) -> bool:
+    """dagster-celery's engine event logged just before it re-raises an error of ``apply_async``."""
+    return event.is_engine_event and (event.message or "").startswith("Encountered error during celery task submission")
+
+
+def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.ExecutorDefinition:
+    """dagster-celery's ``celery`` executor (same config schema, same behaviour) whose run fails
+    with one line when the broker or the instance database is lost (see the module docstring)."""
+    from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
+    from dagster._core.errors import DagsterSubprocessError
+    from dagster._core.execution.retries import RetryMode
+    from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
+
+    class LossReportingCeleryExecutor(CeleryExecutor):
+        def execute(self, plan_context, execution_plan):
+            held = None  # dagster-celery's submission error event, multi-line: dropped if the broker was lost
+            try:
+                for event in super().execute(plan_context, execution_plan):
+                    if held is not None:
+                        yield held
+                        held = None
+                    if _is_submission_error(event):
+                        held = event
+                        continue
+                    yield event
+            except Exception as exc:
+                lost = self._lost(plan_context, execution_plan, exc)
+                if lost is None:
+                    if held is not None:
+                        yield held
+                    raise
+                raise lost from None
+            if held is not None:
+                yield held
+
+        def _lost(self, plan_context, execution_plan, exc: Exception) -> InfrastructureLost | None:
+            instance, run_id = plan_context.instance, plan_context.run_id
+            if is_storage_error(exc):
+                _wait_for_storage(instance, run_id, storage_wait_seconds)
+                return InfrastructureLost(storage_lost_message(_database_url(instance), _reason(exc)), STORAGE_LOST)
+            if is_broker_error(exc):
+                return InfrastructureLost(broker_lost_message(self.broker, exc), BROKER_LOST)
+            if isinstance(exc, DagsterSubprocessError):
+                info = storage_error_info(exc.subprocess_error_infos)
+                if info is not None:
+                    _wait_for_storage(instance, run_id, storage_wait_seconds)
+                    steps = [k for k in execution_plan.step_keys_to_execute if f"[{k}]:" in str(exc)]
+                    reason = info.message.split(f"{info.cls_name}: ", 1)[-1]  # without the module.Class prefix
+                    line = storage_lost_message(_database_url(instance), reason, steps)
+                    return InfrastructureLost(line, STORAGE_LOST)
+            return None
+
+    @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=multiple_process_executor_requirements())
+    def _celery_executor(init_context):
+        config = init_context.executor_config
+        return LossReportingCeleryExecutor(
+            broker=config.get("broker"),
+            backend=config.get("backend"),
+            config_source=config.get("config_source"),
+            include=config.get("include"),
+            retries=RetryMode.from_config(config["retries"]),
+        )
+
+    return _celery_executor
