@@ -40,10 +40,10 @@ import moto_server  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import to_item  # noqa: E402
-from pipelines.pool_audit import aws as pool_aws  # noqa: E402
-from pipelines.pool_audit.audit import run_pool_audit  # noqa: E402
-from pipelines.pool_audit.compute import audit_pools, instances_frame  # noqa: E402
-from pipelines.pool_audit.prices import load_price_list  # noqa: E402
+from pipelines.fleet.pool_audit import aws as pool_aws  # noqa: E402
+from pipelines.fleet.pool_audit.audit import run_pool_audit  # noqa: E402
+from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame  # noqa: E402
+from pipelines.fleet.pool_audit.prices import load_price_list  # noqa: E402
 
 AMI = "ami-12c6146b"
 MANAGED = {"Key": "runs-fleet:managed", "Value": "true"}

@@ -14,13 +14,7 @@ from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.common.defs import fan_out_executor, operations_summary_asset
 from pipelines.demo.defs import build_defs as demo_defs
-from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.defs import build_defs as fleet_defs
-from pipelines.fleet.housekeeping import Task, TaskResult
-from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.pool_audit.defs import build_defs as pool_audit_defs
-from pipelines.pool_audit.defs import housekeeping_audit_events
-from pipelines.pool_audit.housekeeping import MESSAGE_PARAMS, housekeeping_audit
 from pipelines.progressor.defs import build_defs as progressor_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.redrive.defs import build_defs as redrive_defs
@@ -31,33 +25,13 @@ from sensors.run_retries import build_delayed_run_retries
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
 
-def _pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
-    """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
-    names = ("dynamodb", "ec2", "cloudwatch", "s3", "jobs_table", "pools_table", "archive_bucket", "namespace")
-    audit = housekeeping_audit(
-        request.task_params,
-        dry_run=request.dry_run,
-        now=request.now() if "now" in request.params else None,
-        progress=ctx.log.info,
-        **{name: getattr(ctx, name) for name in names},
-    )
-    return TaskResult("pool_audit", audit.summary(), detail=audit)
-
-
-# runs-fleet's housekeeping queue also carries pool_audit messages: the fleet's dispatcher runs the
-# pool audit for them, and the pool audit's hook records it as the pool_audit asset.
-HOUSEKEEPING_TASKS = {"pool_audit": Task(_pool_audit_task, MESSAGE_PARAMS)}
-HOUSEKEEPING_HOOKS = {"pool_audit": housekeeping_audit_events}
-
-
 def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
     built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
     capabilities = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
-        fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
-        pool_audit_defs(),
+        fleet_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
         alerts_defs(deployment),

@@ -122,7 +122,7 @@ def test_the_product_never_imports_the_tooling_in_infra():
 
 
 def test_a_module_named_like_a_dagster_layer_outside_defs_counts_as_plain():
-    assert not _is_dagster_layer(ROOT / "pipelines/pool_audit/checks.py")
+    assert not _is_dagster_layer(ROOT / "pipelines/fleet/pool_audit/checks.py")
     assert not _is_dagster_layer(ROOT / "pipelines/fleet/jobs.py")
     assert _is_dagster_layer(ROOT / "pipelines/fleet/defs/jobs.py")
     assert _is_dagster_layer(ROOT / "pipelines/batching/defs.py")

@@ -30,19 +30,14 @@ from pipelines.common import to_item
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.params import ParamsError
 from pipelines.definitions import build_definitions
-from pipelines.pool_audit import aws as pool_aws
-from pipelines.pool_audit.audit import build_daily_report, run_pool_audit
-from pipelines.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
-from pipelines.pool_audit.defs import (
-    CHECK_DESIRED_IDLE,
-    CHECK_IDLE_COST,
-    CHECK_KNOWN_POOLS,
-    pool_audit,
-    pool_cost_report,
-)
-from pipelines.pool_audit.housekeeping import message_params
-from pipelines.pool_audit.prices import PriceList, load_price_list
-from pipelines.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
+from pipelines.fleet.defs.pool_audit import pool_audit, pool_cost_report
+from pipelines.fleet.pool_audit import aws as pool_aws
+from pipelines.fleet.pool_audit.audit import build_daily_report, run_pool_audit
+from pipelines.fleet.pool_audit.checks import CHECK_DESIRED_IDLE, CHECK_IDLE_COST, CHECK_KNOWN_POOLS
+from pipelines.fleet.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
+from pipelines.fleet.pool_audit.housekeeping import message_params
+from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
+from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
 from resources import resources_for
 
 AMI = "ami-12c6146b"

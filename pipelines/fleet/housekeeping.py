@@ -1,10 +1,9 @@
-"""Housekeeping tasks (``orphaned_instances``, ``stale_ssm``, ``old_jobs``) and their dispatcher.
+"""Housekeeping tasks (``orphaned_instances``, ``stale_ssm``, ``old_jobs``, and the pool audit's
+``pool_audit``) and their dispatcher.
 
-``TASKS`` maps a ``task_type`` to its :class:`Task`: a function ``(FleetContext,
-HousekeepingRequest) -> summary`` and the parameter names it accepts besides ``now`` and
-``dryRun``. :class:`Housekeeping` dispatches on ``TASKS`` plus the tasks it is given: other
-capabilities' tasks (the pool audit's ``pool_audit``) are wired in by ``pipelines/definitions.py``,
-so that this package imports no other capability. A task's parameters that are out of range raise
+``TASKS`` maps a ``task_type`` to its function ``(FleetContext, HousekeepingRequest) -> summary``
+(the pool audit's returns its typed audit); ``TASK_PARAMS`` to the parameter names it accepts
+besides ``now`` and ``dryRun``. A task's parameters that are out of range raise
 ``InvalidMessage`` or ``pipelines.common.params.ParamsError``; either dead-letters the message.
 """
 
@@ -15,7 +14,7 @@ import functools
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +46,7 @@ from pipelines.fleet.messages import (
     parse_housekeeping,
     utcnow,
 )
+from pipelines.fleet.pool_audit.housekeeping import MESSAGE_PARAMS, HousekeepingAudit, pool_audit_task
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -57,24 +57,15 @@ _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\
 @dataclass(frozen=True)
 class TaskResult:
     """What one task did. ``summary``: small, JSON-friendly figures (the run's output, its metadata
-    and log). ``detail``: the task's own typed result (e.g. the pool audit's ``HousekeepingAudit``),
-    for the Dagster layer's hook of that task; it is never serialised."""
+    and log). ``audit``: the pool audit's whole typed result, which the Dagster layer records as a
+    ``pool_audit`` materialization with its checks; it is never serialised."""
 
     task_type: str
     summary: dict[str, Any]
-    detail: object | None = None
+    audit: HousekeepingAudit | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {"task_type": self.task_type, **self.summary}
-
-
-@dataclass(frozen=True)
-class Task:
-    """A housekeeping task: ``run(ctx, request)`` returns its summary (a dict of figures) or a
-    :class:`TaskResult`; ``params`` are the names of its own parameters."""
-
-    run: Callable[[FleetContext, HousekeepingRequest], dict[str, Any] | TaskResult]
-    params: frozenset[str] = frozenset()
 
 
 # ------------------------------------------------------------------ orphaned_instances
@@ -337,37 +328,43 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------ dispatcher
 
-TASKS: dict[str, Task] = {
-    "orphaned_instances": Task(orphaned_instances, frozenset({"max_runtime", "confirm_after_minutes"})),
-    "stale_ssm": Task(stale_ssm, frozenset({"terminated_grace_minutes"})),
-    "old_jobs": Task(old_jobs, frozenset({"retention_days"})),
+TASKS: dict[str, Callable[[FleetContext, HousekeepingRequest], dict[str, Any] | HousekeepingAudit]] = {
+    "orphaned_instances": orphaned_instances,
+    "stale_ssm": stale_ssm,
+    "old_jobs": old_jobs,
+    "pool_audit": pool_audit_task,
+}
+TASK_PARAMS: dict[str, frozenset[str]] = {
+    "orphaned_instances": frozenset({"max_runtime", "confirm_after_minutes"}),
+    "stale_ssm": frozenset({"terminated_grace_minutes"}),
+    "old_jobs": frozenset({"retention_days"}),
+    "pool_audit": MESSAGE_PARAMS,
 }
 
 
 class Housekeeping:
-    """The dispatcher: runs-fleet's own ``TASKS`` plus ``extra`` tasks (wired in by the code location)."""
-
-    def __init__(self, extra: Mapping[str, Task] | None = None):
-        self.tasks: dict[str, Task] = {**TASKS, **(extra or {})}
+    """The dispatcher of ``TASKS``."""
 
     def parse(self, data: Any) -> HousekeepingRequest:
         """Validate a message body or run config against the known tasks (``InvalidMessage`` otherwise)."""
-        request = parse_housekeeping(data, allowed_params={name: set(t.params) for name, t in self.tasks.items()})
+        request = parse_housekeeping(data, allowed_params={name: set(p) for name, p in TASK_PARAMS.items()})
         self._task(request)
         return request
 
-    def _task(self, request: HousekeepingRequest) -> Task:
-        if request.task_type in self.tasks:
-            return self.tasks[request.task_type]
+    def _task(self, request: HousekeepingRequest) -> Callable[..., dict[str, Any] | HousekeepingAudit]:
+        if request.task_type in TASKS:
+            return TASKS[request.task_type]
         raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}")
 
     def run(self, ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
         """Run one validated request. Task parameters out of range raise ``InvalidMessage``."""
         try:
-            out = self._task(request).run(ctx, request)
+            out = self._task(request)(ctx, request)
         except ParamsError as exc:
             raise InvalidMessage(str(exc)) from None
-        return out if isinstance(out, TaskResult) else TaskResult(request.task_type, out)
+        if isinstance(out, HousekeepingAudit):
+            return TaskResult(request.task_type, out.summary(), audit=out)
+        return TaskResult(request.task_type, out)
 
     def drain(self, ctx: FleetContext, **kwargs) -> QueueDrain:
         """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from pipelines.common.aws_batches import put_metrics
-from pipelines.pool_audit import aws
-from pipelines.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
-from pipelines.pool_audit.prices import PriceList, load_price_list
-from pipelines.pool_audit.render import cost_chart_svg
+from pipelines.fleet.pool_audit import aws
+from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
+from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
+from pipelines.fleet.pool_audit.render import cost_chart_svg
 
 
 @dataclass
