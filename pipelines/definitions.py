@@ -1,7 +1,9 @@
 """The one ``dg.Definitions`` of the Groundskeeper code location.
 
-Each capability subpackage exposes ``build_defs(deployment)``; resources come from the
-per-deployment dict in ``resources``.
+Each capability subpackage exposes ``build_defs(deployment)`` (``pipelines.common``'s holds what
+spans capabilities: the ``operations_summary`` asset and the default executor); resources come
+from the per-deployment dict in ``resources``; the top-level ``sensors`` span capabilities. This
+module only merges them (``tests/test_layers.py`` checks that it imports nothing else).
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import dagster as dg
 
 from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
-from pipelines.common.defs import fan_out_executor, operations_summary_asset
+from pipelines.common.defs import build_defs as common_defs
 from pipelines.demo.defs import build_defs as demo_defs
 from pipelines.fleet.defs import build_defs as fleet_defs
 from pipelines.progressor.defs import build_defs as progressor_defs
@@ -40,15 +42,9 @@ def build_definitions(deployment: str) -> dg.Definitions:
         capabilities,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(deployment, asset_graph=lambda: built[0].resolve_asset_graph()),
-        # operations_summary spans capabilities: it adds up every job's run_summary counters.
-        dg.Definitions(assets=[operations_summary_asset()]),
-        # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
-        # choose the multiprocess executor themselves): no second process importing the code
-        # location per step, also for asset jobs and backfills launched from the UI. Under the
-        # cluster deployment those asset runs (batching backfills) run their steps on the workers.
-        dg.Definitions(
-            resources=resources_for(deployment), executor=fan_out_executor(deployment) or dg.in_process_executor
-        ),
+        # operations_summary (it adds up every job's run_summary counters) and the default executor.
+        common_defs(deployment),
+        dg.Definitions(resources=resources_for(deployment)),
     )
     retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.

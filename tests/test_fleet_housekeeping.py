@@ -8,8 +8,9 @@ import pytest
 
 from pipelines.common import iso, to_item
 from pipelines.fleet import messages
+from pipelines.fleet.cleanup import SUSPECT_TAG
 from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.housekeeping import SUSPECT_TAG, TASK_PARAMS, TASKS, Housekeeping
+from pipelines.fleet.housekeeping import TASK_PARAMS, TASKS, Housekeeping
 from pipelines.fleet.messages import InvalidMessage
 from tests import fleet_support as fs
 

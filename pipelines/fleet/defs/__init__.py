@@ -5,7 +5,7 @@ schedules, and the recording of a housekeeping ``pool_audit`` task)."""
 
 import dagster as dg
 
-from pipelines.common.defs import fan_out_executor
+from pipelines.common.defs.executors import fan_out_executor
 from pipelines.fleet.defs.checks import DLQ_ASSETS, DLQ_CHECKS, dead_letter_checks_job
 from pipelines.fleet.defs.jobs import (
     QUEUE_TAG,

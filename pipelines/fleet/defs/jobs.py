@@ -17,16 +17,12 @@ from collections.abc import Callable, Iterable
 
 import dagster as dg
 
-from pipelines.common.defs import (
-    CommittedChangeMetrics,
-    aws_errors,
-    config_schema,
-    flat_config,
-    metadata_from,
-    params_from_config,
-    run_summary,
-)
-from pipelines.fleet.aws import FleetContext
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.summary import run_summary
+from pipelines.fleet.context import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
 from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
 from pipelines.fleet.drain import DrainLimits, QueueDrain, TerminationLimits, run_with_graceful_stop

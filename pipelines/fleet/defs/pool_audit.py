@@ -12,14 +12,10 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import (
-    CommittedChangeMetrics,
-    aws_errors,
-    config_schema,
-    metadata_from,
-    params_from_config,
-    table_from,
-)
+from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import metadata_from, table_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
 from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit

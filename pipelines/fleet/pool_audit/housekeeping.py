@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError, parse_params, specs
-from pipelines.fleet.aws import FleetContext
+from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit.audit import AuditRun, run_pool_audit
 from pipelines.fleet.pool_audit.params import AuditMessageParams
