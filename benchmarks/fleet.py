@@ -430,7 +430,7 @@ def bare_batched(clients, env) -> int:
 
 def fleet_context(c: dict, env):
     """The FleetContext of the drains, over the clients ``c`` (service -> client)."""
-    from pipelines.fleet.aws import FleetContext
+    from pipelines.fleet.context import FleetContext
 
     return FleetContext(
         ec2=c["ec2"],

@@ -11,7 +11,7 @@
    as ``make dev`` does (``infra.local``);
 4. ``infra/dagster.cluster.yaml`` as the instance's ``dagster.yaml`` in ``.groundskeeper/cluster_home``,
    and the workers' Celery config (``celery.yaml`` there, written from the same settings as the
-   executor's, ``pipelines.common.defs.celery_executor_config``);
+   executor's, ``pipelines.common.defs.executors.celery_executor_config``);
 5. two Celery workers (``dagster-celery worker start -n w1`` and ``w2``, one process each),
    ``dagster-daemon run`` and ``dagster-webserver`` on 127.0.0.1:3000 (``DAGSTER_PORT``), all with
    ``DAGSTER_DEPLOYMENT=cluster``;
@@ -122,7 +122,7 @@ def write_instance(home: Path, tag_limits: Mapping[str, int] | None = None) -> P
 
 def write_worker_config(path: Path, broker: str) -> Path:
     """The workers' Celery config: the executor's own (same settings, same broker)."""
-    from pipelines.common.defs import celery_executor_config
+    from pipelines.common.defs.executors import celery_executor_config
 
     path.write_text(yaml.safe_dump({"execution": {"config": celery_executor_config(broker=broker)}}))
     return path

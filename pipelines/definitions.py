@@ -1,7 +1,9 @@
 """The one ``dg.Definitions`` of the Groundskeeper code location.
 
-Each capability subpackage exposes ``build_defs(deployment)``; resources come from the
-per-deployment dict in ``resources``.
+Each capability subpackage exposes ``build_defs(deployment)`` (``pipelines.common``'s holds what
+spans capabilities: the ``operations_summary`` asset and the default executor); resources come
+from the per-deployment dict in ``resources``; the top-level ``sensors`` span capabilities. This
+module only merges them (``tests/test_layers.py`` checks that it imports nothing else).
 """
 
 from __future__ import annotations
@@ -12,15 +14,9 @@ import dagster as dg
 
 from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
-from pipelines.common.defs import fan_out_executor, operations_summary_asset
+from pipelines.common.defs import build_defs as common_defs
 from pipelines.demo.defs import build_defs as demo_defs
-from pipelines.fleet.aws import FleetContext
 from pipelines.fleet.defs import build_defs as fleet_defs
-from pipelines.fleet.housekeeping import Task, TaskResult
-from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.pool_audit.defs import build_defs as pool_audit_defs
-from pipelines.pool_audit.defs import housekeeping_audit_events
-from pipelines.pool_audit.housekeeping import MESSAGE_PARAMS, housekeeping_audit
 from pipelines.progressor.defs import build_defs as progressor_defs
 from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.redrive.defs import build_defs as redrive_defs
@@ -31,33 +27,13 @@ from sensors.run_retries import build_delayed_run_retries
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
 
-def _pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
-    """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
-    names = ("dynamodb", "ec2", "cloudwatch", "s3", "jobs_table", "pools_table", "archive_bucket", "namespace")
-    audit = housekeeping_audit(
-        request.task_params,
-        dry_run=request.dry_run,
-        now=request.now() if "now" in request.params else None,
-        progress=ctx.log.info,
-        **{name: getattr(ctx, name) for name in names},
-    )
-    return TaskResult("pool_audit", audit.summary(), detail=audit)
-
-
-# runs-fleet's housekeeping queue also carries pool_audit messages: the fleet's dispatcher runs the
-# pool audit for them, and the pool audit's hook records it as the pool_audit asset.
-HOUSEKEEPING_TASKS = {"pool_audit": Task(_pool_audit_task, MESSAGE_PARAMS)}
-HOUSEKEEPING_HOOKS = {"pool_audit": housekeeping_audit_events}
-
-
 def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
     built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
     capabilities = dg.Definitions.merge(
         demo_defs(deployment),
         reclaim_defs(deployment),
-        fleet_defs(deployment, housekeeping_tasks=HOUSEKEEPING_TASKS, result_hooks=HOUSEKEEPING_HOOKS),
-        pool_audit_defs(),
+        fleet_defs(deployment),
         batching_defs(deployment),
         progressor_defs(deployment),
         alerts_defs(deployment),
@@ -66,15 +42,9 @@ def build_definitions(deployment: str) -> dg.Definitions:
         capabilities,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(deployment, asset_graph=lambda: built[0].resolve_asset_graph()),
-        # operations_summary spans capabilities: it adds up every job's run_summary counters.
-        dg.Definitions(assets=[operations_summary_asset()]),
-        # Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments
-        # choose the multiprocess executor themselves): no second process importing the code
-        # location per step, also for asset jobs and backfills launched from the UI. Under the
-        # cluster deployment those asset runs (batching backfills) run their steps on the workers.
-        dg.Definitions(
-            resources=resources_for(deployment), executor=fan_out_executor(deployment) or dg.in_process_executor
-        ),
+        # operations_summary (it adds up every job's run_summary counters) and the default executor.
+        common_defs(deployment),
+        dg.Definitions(resources=resources_for(deployment)),
     )
     retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.

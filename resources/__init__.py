@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from resources.aws import (
+from resources.clients import (
     CloudWatchResource,
     DynamoDBResource,
     EC2Resource,

@@ -14,7 +14,7 @@ from botocore.exceptions import (
     ParamValidationError,
 )
 
-from pipelines.retry.aws import error_code_and_message
+from pipelines.retry.classify import error_code_and_message
 
 SIGNATURE_ERRORS = frozenset({"SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature"})
 

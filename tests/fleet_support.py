@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
-from pipelines.fleet.aws import FleetContext
+from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import TerminationLimits
 from pipelines.fleet.termination import termination_drain
 

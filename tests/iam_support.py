@@ -218,7 +218,7 @@ def allowed_by(statement: dict[str, Any], req: Request) -> bool:
 
 # ------------------------------------------------------------------------------------ code scan
 
-# The clients the code builds: resources/aws.py's service_name, plus the two dagster-aws resources.
+# The clients the code builds: resources/clients.py's service_name, plus the two dagster-aws resources.
 DAGSTER_AWS_SERVICES = {"S3Resource": "s3", "SSMResource": "ssm"}
 # boto3's own additions to the clients (not in botocore's models).
 BOTO3_INJECTED = {"s3": ("upload_file", "upload_fileobj", "download_file", "download_fileobj", "copy_object")}

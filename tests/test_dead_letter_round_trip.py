@@ -7,7 +7,7 @@ import json
 import pytest
 
 from pipelines.common import to_item
-from pipelines.fleet import aws as fleet_aws
+from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
 from pipelines.retry import fixed
 from tests import fleet_support as fs
@@ -17,7 +17,7 @@ TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 
 @pytest.fixture(autouse=True)
 def _no_retry_waits(monkeypatch):
-    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
+    monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=4))
 
 
 def _redrive(aws, **settings) -> dict:

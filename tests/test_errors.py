@@ -4,7 +4,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs import aws_errors
+from pipelines.common.defs.failures import aws_errors
 from pipelines.definitions import build_definitions
 from resources import explain_aws_error
 

@@ -7,15 +7,15 @@ from collections import Counter
 import pytest
 
 from pipelines.common import iso, to_item
-from pipelines.definitions import HOUSEKEEPING_TASKS
 from pipelines.fleet import messages
+from pipelines.fleet.cleanup import SUSPECT_TAG
 from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.housekeeping import SUSPECT_TAG, TASKS, Housekeeping
+from pipelines.fleet.housekeeping import TASK_PARAMS, TASKS, Housekeeping
 from pipelines.fleet.messages import InvalidMessage
 from tests import fleet_support as fs
 
-# The dispatcher as the code location wires it: runs-fleet's tasks and the pool audit's.
-HOUSEKEEPING = Housekeeping(HOUSEKEEPING_TASKS)
+# The dispatcher: runs-fleet's tasks and the pool audit's.
+HOUSEKEEPING = Housekeeping()
 
 HQ, HDLQ = "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL", "RUNS_FLEET_HOUSEKEEPING_DLQ_URL"
 
@@ -196,9 +196,8 @@ def test_invalid_housekeeping_requests_are_refused_with_a_reason(aws, request_da
         HOUSEKEEPING.run(_ctx(aws), HOUSEKEEPING.parse(request_data))
 
 
-def test_the_dispatcher_is_a_dict_of_tasks_and_takes_more_by_injection():
-    assert set(TASKS) == {"orphaned_instances", "stale_ssm", "old_jobs"}
-    assert set(HOUSEKEEPING.tasks) == {"orphaned_instances", "stale_ssm", "old_jobs", "pool_audit"}
+def test_the_dispatcher_is_a_dict_of_tasks_with_their_parameters():
+    assert set(TASKS) == set(TASK_PARAMS) == {"orphaned_instances", "stale_ssm", "old_jobs", "pool_audit"}
 
 
 def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws):

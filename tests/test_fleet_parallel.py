@@ -117,7 +117,7 @@ def test_a_flush_later_than_the_visibility_timeout_leaves_jobs_taken_over_to_the
     not, so it neither counts nor cleans them up again (B did)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from pipelines.fleet.aws import receive
+    from pipelines.fleet.queues import receive
 
     aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "1"})
     jobs = fs.start_jobs(aws, 5)

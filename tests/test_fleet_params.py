@@ -6,8 +6,8 @@ import pytest
 from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
 from pipelines.fleet.drain import DrainLimits, TerminationLimits
-from pipelines.pool_audit.housekeeping import message_params
-from pipelines.pool_audit.params import PoolAuditParams, PoolCostReportParams
+from pipelines.fleet.pool_audit.housekeeping import message_params
+from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from tests import fleet_support as fs
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from pipelines.fleet import aws as fleet_aws
+from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.drain import DrainLimits
 from pipelines.fleet.housekeeping import Housekeeping
 from pipelines.retry import fixed
@@ -23,7 +23,7 @@ HQ, HDLQ = "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL", "RUNS_FLEET_HOUSEKEEPING_DLQ_URL
 @pytest.fixture(autouse=True)
 def _no_retry_waits(monkeypatch):
     # runs-fleet's 4 attempts, without the waits (their timeline is tested on the policy itself).
-    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
+    monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=4))
 
 
 def _assert_good_applied(aws, result, good: list[dict]) -> None:

@@ -12,7 +12,8 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.fleet import aws as fleet_aws
+from pipelines.fleet import calls as fleet_calls
+from pipelines.fleet import queues
 from pipelines.fleet.drain import run_with_graceful_stop
 from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, runner_parameter
 from pipelines.retry import fixed, preset, timeline
@@ -263,7 +264,7 @@ def test_runs_fleets_retry_policy_waits_100_ms_500_ms_then_1_s_and_gives_up():
     assert timeline(policy).stopped, "the policy stops after its 4th attempt"
     assert policy.max_attempts == 4
     assert "pkg/events/handler.go" in policy.source
-    assert fleet_aws.POLICY == policy, "the fleet's AWS calls retry by this preset"
+    assert fleet_calls.POLICY == policy, "the fleet's AWS calls retry by this preset"
 
 
 @pytest.mark.slow
@@ -283,7 +284,7 @@ def test_transient_errors_retry_with_backoff_then_succeed(aws):
 @pytest.mark.slow
 def test_a_message_that_keeps_failing_stays_and_sqs_moves_it_to_the_dead_letter_queue(aws, monkeypatch):
     # runs-fleet's 4 attempts, without the waits (their timeline is tested on the policy itself).
-    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
+    monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=4))
     sqs = aws.client("sqs")
     sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "1"})
     jobs = fs.start_jobs(aws, 2)
@@ -507,7 +508,7 @@ def test_a_run_killed_between_rounds_has_acknowledged_nothing_unarchived_or_unco
     drain = fs.make_drain(aws, concurrency=1, flush_rounds=3)
     with ThreadPoolExecutor(1) as pool:
         for _ in range(2):
-            messages = fleet_aws.receive(aws.client("sqs"), aws.env[TQ], max_messages=10)
+            messages = queues.receive(aws.client("sqs"), aws.env[TQ], max_messages=10)
             drain.handler(messages, pool, started_at=time.time())
     # Killed here: the handler is dropped before its flush.
     state = fs.jobs_state(aws)
@@ -541,7 +542,7 @@ def test_a_transaction_that_landed_although_its_call_failed_is_finished_not_take
     this round's own: cleaned up, counted and acknowledged now."""
     from botocore.exceptions import ReadTimeoutError
 
-    monkeypatch.setattr(fleet_aws, "POLICY", fixed(0, max_attempts=4))
+    monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=4))
     jobs = fs.start_jobs(aws, 5)
     fs.send(aws, [_valid_body(j) for j in jobs])
     lost = Counter()

@@ -13,6 +13,13 @@
   plain. Everything else is plain Python over boto3 clients.
 - ``infra/`` (the local stack, the cluster profile, deployment helpers) is tooling around the code
   location: nothing in ``pipelines``, ``resources`` or ``sensors`` imports it.
+- ``pipelines/definitions.py`` only merges: it imports the capabilities' (and the foundations')
+  ``build_defs``, ``resources`` and the top-level ``sensors``, and nothing else of the product.
+- The pool audit is the fleet's: nothing outside ``pipelines/fleet`` (in the product or ``infra``)
+  imports ``pipelines.fleet.pool_audit``.
+- Dagster's internals (``dagster._...``, ``dagster_shared``) are imported nowhere in the product
+  or ``infra``, but for the one backfill import of the redrive job (with its reason in its
+  docstring).
 """
 
 from __future__ import annotations
@@ -26,6 +33,10 @@ ROOT = Path(__file__).resolve().parent.parent
 FOUNDATIONS = {"common", "retry"}
 DAGSTER_ENTRY_POINTS = {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
 PRODUCT_PACKAGES = ("pipelines", "resources", "sensors")
+LAYER_NAMES = {"jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}
+DEFINITIONS = ROOT / "pipelines/definitions.py"
+ALLOWED_PRIVATE_DAGSTER = {("pipelines/redrive/defs.py", "dagster._core.execution")}
+"""The one private Dagster import: Dagster has no public API to launch an asset backfill from code."""
 
 
 def _imports(path: Path) -> list[str]:
@@ -122,7 +133,80 @@ def test_the_product_never_imports_the_tooling_in_infra():
 
 
 def test_a_module_named_like_a_dagster_layer_outside_defs_counts_as_plain():
-    assert not _is_dagster_layer(ROOT / "pipelines/pool_audit/checks.py")
+    assert not _is_dagster_layer(ROOT / "pipelines/fleet/pool_audit/checks.py")
     assert not _is_dagster_layer(ROOT / "pipelines/fleet/jobs.py")
     assert _is_dagster_layer(ROOT / "pipelines/fleet/defs/jobs.py")
     assert _is_dagster_layer(ROOT / "pipelines/batching/defs.py")
+
+
+def _named_like_layers_outside_defs() -> list[Path]:
+    return [
+        path
+        for package in PRODUCT_PACKAGES
+        for path in _modules(package)
+        if path.name in LAYER_NAMES and not _is_dagster_layer(path)
+    ]
+
+
+def test_there_are_plain_modules_named_like_dagster_layers():
+    assert ROOT / "pipelines/fleet/pool_audit/checks.py" in _named_like_layers_outside_defs()
+
+
+@pytest.mark.parametrize("path", _named_like_layers_outside_defs(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_plain_module_named_like_a_dagster_layer_imports_no_dagster(path):
+    offending = [name for name in _imports(path) if name.split(".")[0].startswith("dagster")]
+    assert not offending, f"{path.relative_to(ROOT)} imports {offending}"
+
+
+def _import_froms(path: Path) -> list[tuple[str, list[str]]]:
+    """``(module, names)`` of each import statement (``import x`` gives ``(x, [])``)."""
+    out: list[tuple[str, list[str]]] = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            out += [(alias.name, []) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append(("." * node.level + (node.module or ""), [alias.name for alias in node.names]))
+    return out
+
+
+def test_the_definitions_only_merge_build_defs_resources_and_sensors():
+    offending = []
+    for module, names in _import_froms(DEFINITIONS):
+        top = module.split(".")[0]
+        if module in {"__future__", "pathlib", "dagster"} or top in {"resources", "sensors"}:
+            continue
+        parts = module.split(".")
+        if len(parts) == 3 and parts[0] == "pipelines" and parts[2] == "defs" and names == ["build_defs"]:
+            continue
+        offending.append(f"{module}: {names}")
+    assert not offending, "pipelines/definitions.py may import only build_defs, resources and sensors:\n" + (
+        "\n".join(offending)
+    )
+
+
+def _product_and_infra_modules() -> list[Path]:
+    return [path for package in (*PRODUCT_PACKAGES, "infra") for path in _modules(package)]
+
+
+def test_nothing_outside_the_fleet_imports_the_pool_audit():
+    fleet = ROOT / "pipelines/fleet"
+    offending = [
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _product_and_infra_modules()
+        if fleet not in path.parents
+        for name in _imports(path)
+        if name == "pipelines.fleet.pool_audit" or name.startswith("pipelines.fleet.pool_audit.")
+    ]
+    assert not offending, "\n".join(offending)
+
+
+def test_dagster_internals_are_imported_only_for_the_backfill():
+    found = {
+        (str(path.relative_to(ROOT)), name)
+        for path in _product_and_infra_modules()
+        for name in _imports(path)
+        if name.split(".")[0] == "dagster_shared" or name.startswith("dagster._")
+    }
+    assert found == ALLOWED_PRIVATE_DAGSTER
+    redrive = (ROOT / "pipelines/redrive/defs.py").read_text()
+    assert "no public API to launch an asset backfill" in redrive  # the reason, beside the import

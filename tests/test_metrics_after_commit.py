@@ -145,7 +145,7 @@ def test_a_throttled_metrics_call_is_tried_again_before_it_counts_as_not_publish
     """The toolkit's put_metrics retries a transient error, and so does the after-commit client behind it:
     one throttled call is published on its second try, and the run's flag stays true."""
     from pipelines.common.aws_batches import put_metrics
-    from pipelines.common.defs import CommittedChangeMetrics
+    from pipelines.common.defs.metrics import CommittedChangeMetrics
     from resources import CloudWatchResource
     from tests.test_aws_batches import THROTTLED, failing
 

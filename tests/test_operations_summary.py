@@ -6,7 +6,7 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from pipelines.common.defs import operations_summary_asset, run_summary
+from pipelines.common.defs.summary import operations_summary_asset, run_summary
 from pipelines.common.summary import COUNT_TAG_PREFIX, add_up, run_counts, totals
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)

@@ -22,7 +22,7 @@ from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
 from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
-from resources.aws import CloudWatchResource
+from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase
 from tests.progressor_support import scratch_database, unique_namespace
 

@@ -1,5 +1,5 @@
 """Queue hygiene: a schedule whose previous run is still queued or running skips its tick and says
-which run; the one check (``pipelines.common.defs.active_run``) is shared by the exclusive schedules
+which run; the one check (``pipelines.common.defs.active_runs.active_run``) is shared by the exclusive schedules
 (the fleet's queue sensors check per consumer slot)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOr
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.utils import make_new_run_id
 
-from pipelines.common.defs import active_run
+from pipelines.common.defs.active_runs import active_run
 from pipelines.definitions import build_definitions
 from pipelines.progressor.defs import NAMESPACE_TAG
 

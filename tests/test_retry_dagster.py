@@ -9,7 +9,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs import aws_errors, retry_requested
+from pipelines.common.defs.failures import aws_errors, retry_requested
 from pipelines.retry import PRESETS, fixed, none
 from pipelines.retry.defs import RetryDemoParams, RetryPoliciesParams, build_retry_policies_asset
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG

@@ -27,8 +27,8 @@ from pipelines.alerts.sources import (
     run_succeeded,
     ticks_seen,
 )
-from pipelines.common.defs import table_from
-from resources.aws import CloudWatchResource, SNSResource, SQSResource
+from pipelines.common.defs.metadata import table_from
+from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
 
 SENSOR_NAME = "alerts"

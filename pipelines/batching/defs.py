@@ -26,15 +26,11 @@ from pipelines.batching.decider import (
     valid_partition_names,
 )
 from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
-from pipelines.common.defs import (
-    active_run,
-    aws_errors,
-    config_schema,
-    fan_out_executor,
-    params_from_config,
-    run_summary,
-    still_going,
-)
+from pipelines.common.defs.active_runs import active_run, still_going
+from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.executors import fan_out_executor
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.summary import run_summary
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())

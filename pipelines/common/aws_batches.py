@@ -9,7 +9,7 @@ clients; no Dagster imports.
 - :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy;
 - :func:`error_code` and :func:`chunks`.
 
-A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.aws``) is retried after the
+A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.classify``) is retried after the
 policy's waits (default :data:`CALL_POLICY`); after the last try the error is raised, except by
 :func:`transact_conditional`, which reports the items left over as ``failed``.
 """
@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError, ParamValidationError
 
 from pipelines.common import from_item
 from pipelines.retry import TRANSIENT_ITEM_CODES, is_transient, preset, retry_call
-from pipelines.retry.aws import error_code_and_message
+from pipelines.retry.classify import error_code_and_message
 from pipelines.retry.policy import RetryPolicy
 
 T = TypeVar("T")

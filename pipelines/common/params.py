@@ -7,7 +7,7 @@ old names that still work. Everything else is derived from that one declaration:
 - :func:`parse_params` validates a flat dict (a run config, a targets-file entry, a queue
   message): unknown keys, missing keys, types, ranges and choices each fail with one line that
   names the key and the value (:class:`ParamsError`);
-- ``pipelines.common.defs.config_schema`` builds the Dagster config schema, with the
+- ``pipelines.common.defs.config.config_schema`` builds the Dagster config schema, with the
   descriptions that the Launchpad shows;
 - :func:`markdown_table` renders the README table of the keys.
 

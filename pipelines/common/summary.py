@@ -1,6 +1,6 @@
 """What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset.
 
-Every job ends with :func:`pipelines.common.defs.run_summary`, which tags its run with its
+Every job ends with :func:`pipelines.common.defs.summary.run_summary`, which tags its run with its
 counters (``groundskeeper/count/<counter>``). :func:`add_up` sums those tags per capability over
 the last 24 hours and 7 days.
 """

@@ -2,7 +2,9 @@
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors, config_schema, exclusive_schedule, params_from_config
+from pipelines.common.defs.active_runs import exclusive_schedule
+from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.failures import aws_errors
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 from resources import (
     AgendaSettings,

@@ -1,9 +1,13 @@
-"""runs-fleet's queue processors: termination and housekeeping queues, cleanup tasks, dead letters.
+"""runs-fleet's queue processors: termination and housekeeping queues, cleanup tasks, dead letters,
+and the pool audit.
 
 Plain modules over boto3 clients (no Dagster imports): ``messages`` (parsing and validation),
-``aws`` (batched SQS/SSM/S3/CloudWatch helpers, each call retried by runs-fleet's policy),
-``drain`` (the receive loop with graceful stop, and its parameters), ``termination``,
-``housekeeping`` (the tasks and their dispatcher, which takes more tasks by injection),
-``dead_letters`` (redrive and quarantine, and its parameters). The ``defs`` subpackage is the thin
-Dagster layer (jobs, sensors, schedules, checks).
+``calls`` (runs-fleet's retry of one AWS call), ``context`` (the clients and names the processors
+work with), ``queues`` (SQS: depth, receive, batched send and delete), ``dead_lettering`` (sending
+poison messages to a dead-letter queue), ``parameters`` (SSM deletion), ``metrics`` (batched
+CloudWatch metrics), ``archive`` (the raw-message archive and archived-job markers), ``drain``
+(the receive loop with graceful stop, and its parameters), ``termination``, ``cleanup`` (the
+clean-up tasks), ``housekeeping`` (the tasks' dispatcher), ``dead_letters`` (redrive and
+quarantine, and its parameters), and the ``pool_audit`` subpackage. The ``defs`` subpackage is
+the thin Dagster layer (jobs, sensors, schedules, checks, the pool audit's assets).
 """

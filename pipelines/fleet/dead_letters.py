@@ -1,6 +1,6 @@
 """Dead letters: redrive to the source queue at a set rate, quarantine what keeps coming back.
 
-A dead letter goes back as the message it was: the envelope of :func:`pipelines.fleet.aws.dead_letter_entry`
+A dead letter goes back as the message it was: the envelope of :func:`pipelines.fleet.dead_lettering.dead_letter_entry`
 (``groundskeeper-envelope=attributes``, or ``=s3`` with the whole message in the archive bucket) is
 opened and the original body and attributes are sent (:func:`restore`); the dead-letter attributes
 (reason, source queue, envelope) stay behind. A dead letter whose envelope cannot be opened is
@@ -28,20 +28,12 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso
+from pipelines.common.aws_batches import chunks
 from pipelines.common.params import param
-from pipelines.fleet.aws import (
-    ENVELOPE,
-    ENVELOPE_ATTRIBUTE,
-    MAX_ATTRIBUTES,
-    REASON_ATTRIBUTE,
-    SOURCE_ATTRIBUTE,
-    aws_call,
-    chunks,
-    delete_messages,
-    queue_name,
-    send_entries,
-)
+from pipelines.fleet.calls import aws_call
+from pipelines.fleet.dead_lettering import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
 from pipelines.fleet.messages import fingerprint
+from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, queue_name, send_entries
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 

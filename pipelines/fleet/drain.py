@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.common.params import param
-from pipelines.fleet.aws import RunArchive, queue_name, receive
+from pipelines.fleet.archive import RunArchive
+from pipelines.fleet.queues import queue_name, receive
 
 log = logging.getLogger(__name__)
 

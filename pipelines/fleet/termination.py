@@ -51,22 +51,16 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
 from pipelines.common.aws_batches import chunks, error_code, transact_conditional
-from pipelines.fleet import aws as fleet_aws
-from pipelines.fleet.aws import (
-    DeadLetterArchive,
-    FleetContext,
-    MetricBatch,
-    RunArchive,
-    archived_job_key,
-    aws_call,
-    dead_letter_into,
-    delete_messages,
-    delete_parameters,
-    message_received_at,
-    queue_name,
-)
+from pipelines.fleet import calls as fleet_calls
+from pipelines.fleet.archive import RunArchive, archived_job_key
+from pipelines.fleet.calls import aws_call
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.dead_lettering import DeadLetterArchive, dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
+from pipelines.fleet.metrics import MetricBatch
+from pipelines.fleet.parameters import delete_parameters
+from pipelines.fleet.queues import delete_messages, message_received_at, queue_name
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
 
@@ -196,7 +190,7 @@ def transact_each(
     job's failure is its own. A failed condition keeps the job as it is (where the action asked for
     ``ALL_OLD``) in ``job.current``; a refused job is dead-lettered with the reason; jobs still
     failing after the last try stay in the queue."""
-    result = transact_conditional(dynamodb, jobs, build, policy=fleet_aws.POLICY, what="job update")
+    result = transact_conditional(dynamodb, jobs, build, policy=fleet_calls.POLICY, what="job update")
     for job, current in result.conditional:
         job.current = current
     out = Transacted(
@@ -209,9 +203,8 @@ def transact_each(
         for job, reason in out.refused:
             logger.warning(f"job {job.term.job_id}: {reason}")
         if out.failed:
-            logger.warning(
-                f"{len(out.failed)} job update(s) still failing after {fleet_aws.POLICY.describe()}; left in the queue"
-            )
+            policy = fleet_calls.POLICY.describe()
+            logger.warning(f"{len(out.failed)} job update(s) still failing after {policy}; left in the queue")
     return out
 
 

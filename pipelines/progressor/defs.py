@@ -8,14 +8,11 @@ per target namespace, a health asset per namespace with its checks, and local de
 import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs import (
-    CommittedChangeMetrics,
-    exclusive_schedule,
-    flat_config,
-    metadata_from,
-    params_from_config,
-    run_summary,
-)
+from pipelines.common.defs.active_runs import exclusive_schedule
+from pipelines.common.defs.config import flat_config, params_from_config
+from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.summary import run_summary
 from pipelines.progressor.collector import ClockError, Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
@@ -23,7 +20,7 @@ from pipelines.progressor.metrics import collection_datums, health_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
 from pipelines.progressor.targets import Target, load_targets, targets_path
-from resources.aws import CloudWatchResource
+from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 
 JOB_NAME = "collect_zombies"

@@ -17,14 +17,10 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import (
-    ACTIVE_STATUSES,
-    aws_errors,
-    config_schema,
-    flat_config,
-    metadata_from,
-    params_from_config,
-)
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import metadata_from
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import (
     FAILED,

@@ -22,7 +22,7 @@ Public API (import from ``pipelines.retry``)::
 - Bad input raises ``RetryPolicyError`` (a ``ValueError``) with ``.field`` and ``.value``.
 - ``PRESETS``: sidekiq, oban, river, celery, celery-backoff, temporal, step-functions, runs-fleet,
   each with its ``source``.
-- ``classify_aws_error(exc)`` / ``is_transient(exc)`` (``pipelines.retry.aws``): throttling,
+- ``classify_aws_error(exc)`` / ``is_transient(exc)`` (``pipelines.retry.classify``): throttling,
   5xx and connection errors are transient; validation, access denied and other 4xx are not.
 - ``retry_call(fn, policy)`` (``pipelines.retry.call``): retry one call in plain Python (sleeps
   ``policy.delay(n)`` after transient AWS errors), for batch code that should not fail a whole op.
@@ -32,15 +32,15 @@ Public API (import from ``pipelines.retry``)::
 - Run tags of run-level retries (``pipelines.retry.tags``): ``POLICY_TAG``, ``ATTEMPT_TAG``,
   ``RETRY_OF_TAG``, ``ROOT_TAG``.
 
-The Dagster layer is elsewhere: ``pipelines.common.defs.aws_errors`` (the one AWS failure policy
+The Dagster layer is elsewhere: ``pipelines.common.defs.failures.aws_errors`` (the one AWS failure policy
 of every op), ``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job) and
 ``sensors.run_retries`` (the ``delayed_run_retries`` sensor, wired to every job in
 ``pipelines/definitions.py``; nothing in this package imports ``sensors``).
 """
 
 from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id
-from pipelines.retry.aws import TRANSIENT_ITEM_CODES, Classification, ErrorKind, classify_aws_error, is_transient
 from pipelines.retry.call import retry_call
+from pipelines.retry.classify import TRANSIENT_ITEM_CODES, Classification, ErrorKind, classify_aws_error, is_transient
 from pipelines.retry.config import policy_from_json, policy_from_text
 from pipelines.retry.policy import (
     STOP,

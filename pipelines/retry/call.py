@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from pipelines.retry.aws import is_transient
+from pipelines.retry.classify import is_transient
 from pipelines.retry.policy import STOP, RetryPolicy
 
 T = TypeVar("T")

@@ -10,7 +10,9 @@ from dataclasses import dataclass
 import dagster as dg
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs import aws_errors, config_schema, params_from_config, table_from
+from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import param
 from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import RetryPolicyError, none

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from pipelines.common.defs import aws_errors
-from pipelines.fleet.aws import queue_depth, queue_name
+from pipelines.common.defs.failures import aws_errors
 from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
+from pipelines.fleet.queues import queue_depth, queue_name
 from resources import FleetSettings, SQSResource
 
 DLQ_ASSETS = {

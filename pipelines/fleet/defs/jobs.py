@@ -11,27 +11,22 @@ where a UI termination or SIGTERM reaches the drain's graceful stop directly. Un
 termination drain's step runs on a Celery worker, which no interrupt reaches: the drain reads its
 run's status at each round boundary and stops there once the run is being terminated.
 
-The housekeeping jobs are built by :func:`housekeeping_jobs` from a dispatcher and, per task type,
-a hook that turns a task's typed result into Dagster events (the pool audit's materialization and
-check evaluations); ``pipelines/definitions.py`` wires both in.
+A housekeeping ``pool_audit`` task's audit is recorded as a ``pool_audit`` materialization with its
+check evaluations, of the run that ran it (``pool_audit.housekeeping_audit_events``).
 """
 
-from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable
 
 import dagster as dg
 
-from pipelines.common.defs import (
-    CommittedChangeMetrics,
-    aws_errors,
-    config_schema,
-    flat_config,
-    metadata_from,
-    params_from_config,
-    run_summary,
-)
-from pipelines.fleet.aws import FleetContext
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.summary import run_summary
+from pipelines.fleet.context import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
 from pipelines.fleet.drain import TERMINATED, DrainLimits, QueueDrain, TerminationLimits, run_with_graceful_stop
 from pipelines.fleet.housekeeping import Housekeeping, TaskResult
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
@@ -50,9 +45,6 @@ TERMINATION_QUEUE = "runs-fleet-termination"
 HOUSEKEEPING_QUEUE = "runs-fleet-housekeeping"
 QUEUE_TAG = "groundskeeper/queue"
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
-
-ResultHook = Callable[[dg.OpExecutionContext, Any], Iterable[dg.AssetMaterialization | dg.AssetCheckEvaluation]]
-"""Turns a housekeeping task's ``TaskResult.detail`` into events that the op logs."""
 
 
 def _fleet_context(
@@ -79,11 +71,11 @@ def _fleet_context(
     )
 
 
-def _record(context: dg.OpExecutionContext, hooks: Mapping[str, ResultHook], results: Iterable[TaskResult]) -> None:
+def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult]) -> None:
+    """The pool audits among ``results`` as ``pool_audit`` materializations with their checks."""
     for result in results:
-        hook = hooks.get(result.task_type)
-        if hook is not None and result.detail is not None:
-            for event in hook(context, result.detail):
+        if result.audit is not None:
+            for event in housekeeping_audit_events(context, result.audit):
                 context.log_event(event)
 
 
@@ -134,11 +126,10 @@ def drain_op(
     description: str,
     queue: str,
     make: DrainFactory,
-    hooks: Mapping[str, ResultHook] | None = None,
     limits_cls: type[DrainLimits] = DrainLimits,
 ) -> dg.OpDefinition:
     """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain,
-    configured by ``limits_cls``; a handler's typed task results, if it has any, go to ``hooks``."""
+    configured by ``limits_cls``; a handler's task results, if it has any, are recorded."""
 
     @dg.op(
         name=name,
@@ -169,7 +160,7 @@ def drain_op(
             )
             output = _drain(context, drain, fleet.archive_bucket)
         results = getattr(drain.handler, "results", [])
-        _record(context, hooks or {}, results)
+        _record(context, results)
         if results:
             output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
         output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
@@ -207,19 +198,15 @@ def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> 
 process_termination_queue = termination_queue_job()
 
 
-def housekeeping_jobs(
-    dispatcher: Housekeeping, hooks: Mapping[str, ResultHook] | None = None
-) -> tuple[dg.JobDefinition, dg.JobDefinition]:
-    """``process_housekeeping_queue`` and ``housekeeping`` over ``dispatcher``'s tasks; ``hooks``
-    maps a task type to the hook that records its results."""
-    hooks = dict(hooks or {})
+def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
+    """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks."""
+    dispatcher = Housekeeping()
 
     drain_housekeeping_queue = drain_op(
         "drain_housekeeping_queue",
         "Drains the housekeeping queue: dispatches each message on its task_type.",
         "housekeeping",
         dispatcher.drain,
-        hooks,
     )
 
     @dg.op(
@@ -242,7 +229,7 @@ def housekeeping_jobs(
                 result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
-        _record(context, hooks, [result])
+        _record(context, [result])
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
         metadata = metadata_from(
             {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}

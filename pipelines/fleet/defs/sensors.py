@@ -12,10 +12,11 @@ import math
 
 import dagster as dg
 
-from pipelines.common.defs import ACTIVE_STATUSES, aws_errors, still_going
-from pipelines.fleet.aws import queue_depth, queue_name
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
+from pipelines.common.defs.failures import aws_errors
 from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
 from pipelines.fleet.drain import DrainLimits
+from pipelines.fleet.queues import queue_depth, queue_name
 from resources import FleetSettings
 
 MESSAGES_PER_RUN = 10 * DrainLimits().concurrency

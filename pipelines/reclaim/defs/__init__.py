@@ -3,7 +3,7 @@ schedule per target of the deployment's targets file (``schedules.py``)."""
 
 import dagster as dg
 
-from pipelines.common.defs import fan_out_executor
+from pipelines.common.defs.executors import fan_out_executor
 from pipelines.reclaim.defs.jobs import JOB_NAME, SegmentPlan, older_run_on_same_table, reclaim_agendas, reclaim_job
 from pipelines.reclaim.defs.schedules import TABLE_TAG, schedule_for
 from pipelines.reclaim.targets import load_targets, targets_path

@@ -14,15 +14,11 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import (
-    CommittedChangeMetrics,
-    aws_errors,
-    config_schema,
-    flat_config,
-    metadata_from,
-    params_from_config,
-    run_summary,
-)
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.summary import run_summary
 from pipelines.reclaim.engine import Counts, reclaim_pass
 from pipelines.reclaim.http import EndpointError
 from pipelines.reclaim.metrics import put_reclaim_metrics

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.pool_audit.audit import AuditRun
-from pipelines.pool_audit.render import markdown_table
+from pipelines.fleet.pool_audit.audit import AuditRun
+from pipelines.fleet.pool_audit.render import markdown_table
 
 MAX_LISTED = 50
 

@@ -1,6 +1,5 @@
-"""The pool audit as a housekeeping task. No Dagster, and nothing of the fleet package: it takes
-plain values (clients, names, the message's own parameters, ``dry_run`` and ``now``), and
-``pipelines/definitions.py`` wires it into the fleet's housekeeping dispatcher.
+"""The pool audit as a housekeeping task (``pool_audit``), one of the fleet's dispatcher's tasks.
+No Dagster.
 
 Bad parameters raise ``pipelines.common.params.ParamsError`` (the dispatcher dead-letters the
 message). The result is a typed :class:`HousekeepingAudit`: the whole audit for the Dagster layer,
@@ -15,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError, parse_params, specs
-from pipelines.pool_audit.audit import AuditRun, run_pool_audit
-from pipelines.pool_audit.params import AuditMessageParams
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.messages import HousekeepingRequest
+from pipelines.fleet.pool_audit.audit import AuditRun, run_pool_audit
+from pipelines.fleet.pool_audit.params import AuditMessageParams
 
 MESSAGE_PARAMS = frozenset(spec.name for spec in specs(AuditMessageParams))
 """The audit's own parameters in a housekeeping message, besides the fleet's common ``now`` and ``dryRun``."""
@@ -64,3 +65,21 @@ def housekeeping_audit(
         raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
     run = run_pool_audit(dry_run=dry_run, now=now, **audit)
     return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=options.idle_cost_threshold_usd_per_hour)
+
+
+def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> HousekeepingAudit:
+    """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
+    return housekeeping_audit(
+        request.task_params,
+        dry_run=request.dry_run,
+        now=request.now() if "now" in request.params else None,
+        progress=ctx.log.info,
+        dynamodb=ctx.dynamodb,
+        ec2=ctx.ec2,
+        cloudwatch=ctx.cloudwatch,
+        s3=ctx.s3,
+        jobs_table=ctx.jobs_table,
+        pools_table=ctx.pools_table,
+        archive_bucket=ctx.archive_bucket,
+        namespace=ctx.namespace,
+    )

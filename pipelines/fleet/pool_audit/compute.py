@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-from pipelines.pool_audit.prices import PriceList, pool_config
+from pipelines.fleet.pool_audit.prices import PriceList, pool_config
 
 UNTAGGED = "untagged"
 KINDS = ("pool", "untagged", "unknown_pool")

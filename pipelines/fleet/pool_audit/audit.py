@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from pipelines.common.aws_batches import put_metrics
-from pipelines.pool_audit import aws
-from pipelines.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
-from pipelines.pool_audit.prices import PriceList, load_price_list
-from pipelines.pool_audit.render import cost_chart_svg
+from pipelines.fleet.pool_audit import store
+from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
+from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
+from pipelines.fleet.pool_audit.render import cost_chart_svg
 
 
 @dataclass
@@ -50,7 +50,7 @@ def run_pool_audit(
     dry_run: bool = False,
     prices: PriceList | None = None,
     now: dt.datetime | None = None,
-    progress: aws.Progress | None = None,
+    progress: store.Progress | None = None,
 ) -> AuditRun:
     """Read pools, instances and running jobs; compute; publish metrics and the CSV snapshot.
 
@@ -58,9 +58,9 @@ def run_pool_audit(
     """
     prices = prices or load_price_list()
     taken_at = now or dt.datetime.now(dt.UTC)
-    pools = aws.load_pools(dynamodb, pools_table)
-    instances = aws.list_fleet_instances(ec2, progress=progress)
-    busy = aws.running_job_instances(dynamodb, jobs_table, progress=progress)
+    pools = store.load_pools(dynamodb, pools_table)
+    instances = store.list_fleet_instances(ec2, progress=progress)
+    busy = store.running_job_instances(dynamodb, jobs_table, progress=progress)
     if progress:
         progress(f"read {len(pools)} pools, {len(instances)} managed instances, {len(busy)} with running jobs")
 
@@ -78,13 +78,13 @@ def run_pool_audit(
         dry_run=dry_run,
         archive_bucket=archive_bucket,
     )
-    datums, run.metrics_skipped = aws.metric_datums(audit.table, taken_at)
+    datums, run.metrics_skipped = store.metric_datums(audit.table, taken_at)
     run.metric_datums = len(datums)
     if dry_run:
         return run
     run.metric_calls = put_metrics(cloudwatch, namespace, datums)
-    run.snapshot_key = aws.snapshot_key(taken_at)
-    aws.put_csv(s3, archive_bucket, run.snapshot_key, snapshot_frame(audit, taken_at))
+    run.snapshot_key = store.snapshot_key(taken_at)
+    store.put_csv(s3, archive_bucket, run.snapshot_key, snapshot_frame(audit, taken_at))
     return run
 
 
@@ -119,7 +119,7 @@ def build_daily_report(
     max_gap: dt.timedelta = dt.timedelta(minutes=30),
     write: bool = True,
     now: dt.datetime | None = None,
-    progress: aws.Progress | None = None,
+    progress: store.Progress | None = None,
 ) -> DailyReport:
     """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight).
 
@@ -127,13 +127,13 @@ def build_daily_report(
     """
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
-    keys = aws.list_snapshot_keys(s3, archive_bucket, day)
-    before = aws.list_snapshot_keys(s3, archive_bucket, day - dt.timedelta(days=1))
+    keys = store.list_snapshot_keys(s3, archive_bucket, day)
+    before = store.list_snapshot_keys(s3, archive_bucket, day - dt.timedelta(days=1))
     if before:
         keys = [before[-1], *keys]
     frames = []
     for n, key in enumerate(keys, start=1):
-        frames.append(aws.read_snapshot(s3, archive_bucket, key))
+        frames.append(store.read_snapshot(s3, archive_bucket, key))
         if progress and n % 50 == 0:
             progress(f"read {n}/{len(keys)} snapshots")
     snapshots = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -142,8 +142,8 @@ def build_daily_report(
     svg = cost_chart_svg(report, f"Fleet cost per pool on {day:%Y-%m-%d} (USD, UTC day), idle part highlighted")
     result = DailyReport(day=day, report=report, totals=totals, svg=svg, snapshot_keys=keys)
     if write:
-        result.csv_key = aws.report_key(day, "report.csv")
-        result.svg_key = aws.report_key(day, "chart.svg")
-        aws.put_csv(s3, archive_bucket, result.csv_key, report)
-        aws.put_text(s3, archive_bucket, result.svg_key, svg, "image/svg+xml")
+        result.csv_key = store.report_key(day, "report.csv")
+        result.svg_key = store.report_key(day, "chart.svg")
+        store.put_csv(s3, archive_bucket, result.csv_key, report)
+        store.put_text(s3, archive_bucket, result.svg_key, svg, "image/svg+xml")
     return result

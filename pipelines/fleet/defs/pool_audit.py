@@ -1,6 +1,7 @@
-"""The ``pool_audit`` snapshot asset with its checks, the daily partitioned ``pool_cost_report``,
-and :func:`housekeeping_audit_events`: the hook that records a housekeeping ``pool_audit`` task's
-audit as the same materialization and check evaluations.
+"""The pool audit's Dagster layer: the ``pool_audit`` snapshot asset with its checks, the daily
+partitioned ``pool_cost_report``, their jobs and schedules, and :func:`housekeeping_audit_events`:
+a housekeeping ``pool_audit`` task's audit recorded as the same materialization and check
+evaluations.
 
 The logic lives in the plain layer (``audit``, ``checks``, ``compute``); this module reads config,
 calls it, and turns the typed results into metadata and check results.
@@ -11,19 +12,15 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs import (
-    CommittedChangeMetrics,
-    aws_errors,
-    config_schema,
-    metadata_from,
-    params_from_config,
-    table_from,
-)
-from pipelines.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
-from pipelines.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
-from pipelines.pool_audit.housekeeping import HousekeepingAudit
-from pipelines.pool_audit.params import PoolAuditParams, PoolCostReportParams
-from pipelines.pool_audit.render import cost_chart_text
+from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.metadata import metadata_from, table_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
+from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
+from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
+from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
+from pipelines.fleet.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
 ASSET_KEY = dg.AssetKey("pool_audit")
@@ -269,3 +266,46 @@ def report_metadata(result: DailyReport, bucket: str) -> dict[str, Any]:
     if result.svg_key:
         metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{bucket}/{result.svg_key}")
     return metadata
+
+
+# ---------------------------------------------------------------- jobs and schedules
+# One asset each: the in-process executor (no process per step).
+
+pool_audit_job = dg.define_asset_job(
+    "pool_audit_job",
+    selection=dg.AssetSelection.assets(ASSET_KEY),
+    description="Audit every fleet pool now (also run by pool_audit_schedule every 10 minutes).",
+    tags=CAPABILITY_TAGS,
+    executor_def=dg.in_process_executor,
+)
+pool_cost_report_job = dg.define_asset_job(
+    "pool_cost_report_job",
+    selection=dg.AssetSelection.assets(pool_cost_report),
+    partitions_def=daily_partitions,
+    description="Build the daily pool cost report for one UTC day (backfill for a range of days).",
+    tags=CAPABILITY_TAGS,
+    executor_def=dg.in_process_executor,
+)
+
+# Both on by default: a snapshot every 10 minutes, and yesterday's report.
+pool_audit_schedule = dg.ScheduleDefinition(
+    name="pool_audit_schedule",
+    job=pool_audit_job,
+    cron_schedule="*/10 * * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks).",
+)
+
+
+@dg.schedule(
+    name="pool_cost_report_schedule",
+    job=pool_cost_report_job,
+    cron_schedule="20 0 * * *",
+    execution_timezone="UTC",
+    default_status=dg.DefaultScheduleStatus.RUNNING,
+    description="00:20 UTC: the previous (complete) day's pool_cost_report.",
+)
+def pool_cost_report_schedule(context: dg.ScheduleEvaluationContext):
+    day = (context.scheduled_execution_time - dt.timedelta(days=1)).date().isoformat()
+    return dg.RunRequest(run_key=day, partition_key=day)

@@ -1,0 +1,32 @@
+"""The Dagster helpers every capability uses in the same way, one module per kind:
+
+- ``config``: a parameters dataclass as the op's config schema, a flat run config, and the
+  validated parameters inside the op;
+- ``failures``: the one AWS failure policy (:func:`~pipelines.common.defs.failures.aws_errors`);
+- ``metrics``: metrics published after a committed change (``CommittedChangeMetrics``);
+- ``metadata``: a result dict as UI metadata, rows as a table;
+- ``active_runs``: the one "is a run of this job still queued or running" check, and the
+  schedule that skips its tick while one is;
+- ``summary``: how every job ends (``run_summary``) and the ``operations_summary`` asset;
+- ``executors``: the executor of the jobs that fan out (Celery under the ``cluster`` deployment).
+
+:func:`build_defs` holds what spans capabilities: the ``operations_summary`` asset and the code
+location's default executor.
+"""
+
+import dagster as dg
+
+from pipelines.common.defs.executors import fan_out_executor
+from pipelines.common.defs.summary import operations_summary_asset
+
+
+def build_defs(deployment: str) -> dg.Definitions:
+    """``operations_summary`` (it adds up every job's run_summary counters) and the default executor.
+
+    Runs execute in process unless a job has real fan-out (reclaim's parallel-scan segments choose
+    the multiprocess executor themselves): no second process importing the code location per step,
+    also for asset jobs and backfills launched from the UI. Under the cluster deployment those
+    asset runs (batching backfills) run their steps on the workers."""
+    return dg.Definitions(
+        assets=[operations_summary_asset()], executor=fan_out_executor(deployment) or dg.in_process_executor
+    )

@@ -1,0 +1,72 @@
+"""A parameters dataclass (``pipelines.common.params``) as Dagster config.
+
+- :func:`config_schema`: the op's config schema, with descriptions, defaults and ranges;
+- :func:`flat_config`: a flat run config (a ``ConfigMapping``: the top-level keys of the run
+  config are the parameters);
+- :func:`params_from_config`: a validated instance inside the op, with deprecation warnings for
+  old key names in the run log and one-line failures for bad values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+import dagster as dg
+
+from pipelines.common.params import ParamsError, ParamSpec, parse_params, specs
+
+T = TypeVar("T")
+
+
+_DAGSTER_TYPES: dict[type, Any] = {int: dg.Int, float: dg.Float, bool: dg.Bool, str: dg.String, list: dg.Array(dg.Any)}
+
+
+def _field(spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
+    kind = dg.Permissive() if spec.kind is dict else _DAGSTER_TYPES[spec.kind]
+    if spec.optional:
+        kind = dg.Noneable(kind)
+    if spec.required and with_default:
+        return dg.Field(kind, is_required=True, description=description)
+    if with_default and spec.default is not None:
+        return dg.Field(kind, is_required=False, default_value=spec.default, description=description)
+    return dg.Field(kind, is_required=False, description=description)
+
+
+def config_schema(cls: type) -> dict[str, dg.Field]:
+    """The Dagster config schema of a parameters dataclass: every field with its description,
+    default and range; each old name as an optional field that says what replaced it."""
+    schema: dict[str, dg.Field] = {}
+    for spec in specs(cls):
+        schema[spec.name] = _field(spec, spec.describe(), with_default=True)
+        for alias in spec.aliases:
+            schema[alias] = _field(spec, f"Deprecated: the old name of {spec.name}.", with_default=False)
+    return schema
+
+
+def flat_config(
+    op_name: str, cls: type, *, execution: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+) -> dg.ConfigMapping:
+    """A flat run config for a job whose parameters go to one op: ``{"max_messages": 10}``
+    instead of ``{"ops": {op_name: {"config": {...}}}}``. ``execution`` may pick the executor's
+    config from the values (it must not raise: the op validates, with a one-line error)."""
+
+    def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"ops": {op_name: {"config": {k: v for k, v in values.items() if v is not None}}}}
+        if execution is not None:
+            out["execution"] = {"config": execution(values)}
+        return out
+
+    return dg.ConfigMapping(config_fn=mapping, config_schema=config_schema(cls))
+
+
+def params_from_config(context: Any, cls: type[T], raw: Mapping[str, Any] | None = None) -> T:
+    """The op's parameters, validated: old names log a deprecation warning in the run log; a bad
+    value fails the op with one line and no retry. ``raw`` defaults to the op's config."""
+    try:
+        params, warnings = parse_params(cls, context.op_config if raw is None else raw)
+    except ParamsError as exc:
+        raise dg.Failure(description=f"invalid run config: {exc}", allow_retries=False) from None
+    for warning in warnings:
+        context.log.warning(f"run config: {warning}")
+    return params

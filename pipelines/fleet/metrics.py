@@ -1,0 +1,56 @@
+"""The fleet's CloudWatch metrics in as few ``PutMetricData`` calls as possible: 1000 datums a
+call, with ``Values``/``Counts`` so that many samples cost one datum."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from pipelines.common import dimension_value
+from pipelines.common.aws_batches import chunks, put_metrics
+from pipelines.fleet import calls
+
+
+class MetricBatch:
+    """Collects samples and publishes them in as few ``PutMetricData`` calls as possible."""
+
+    def __init__(self) -> None:
+        # (name, dimensions, unit) -> value -> count
+        self._samples: dict[tuple[str, tuple[tuple[str, str], ...], str], dict[float, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+
+    def add(self, name: str, value: float, *, unit: str = "Count", **dimensions: str) -> None:
+        dims = tuple(sorted((k, dimension_value(v)) for k, v in dimensions.items()))
+        self._samples[(name, dims, unit)][float(value)] += 1
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+    def datums(self) -> list[dict[str, Any]]:
+        out = []
+        for (name, dims, unit), values in self._samples.items():
+            pairs = list(values.items())
+            for part in chunks(pairs, 150):  # PutMetricData: at most 150 distinct values per datum
+                datum: dict[str, Any] = {
+                    "MetricName": name,
+                    "Unit": unit,
+                    "Values": [v for v, _ in part],
+                    "Counts": [c for _, c in part],
+                }
+                if dims:
+                    datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in dims]
+                out.append(datum)
+        return out
+
+    def publish(self, cloudwatch, namespace: str) -> int:
+        """Publish everything collected (1000 datums per call). Returns the number of calls."""
+        made = put_metrics(cloudwatch, namespace, self.datums(), policy=calls.POLICY)
+        self._samples.clear()
+        return made
+
+
+def publish_count(cloudwatch, namespace: str, name: str, value: int) -> None:
+    batch = MetricBatch()
+    batch._samples[(name, (), "Count")][float(value)] += 1
+    batch.publish(cloudwatch, namespace)

@@ -1,0 +1,169 @@
+"""SQS for the fleet processors: depth, receive, ``DeleteMessageBatch`` and ``SendMessageBatch``
+within SQS's limits (10 entries, 256 KiB a message, 1 MiB a batch, 10 attributes a message), each
+call retried by runs-fleet's policy (``pipelines.fleet.calls``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pipelines.common.aws_batches import chunks, error_code
+from pipelines.fleet.calls import aws_call
+
+log = logging.getLogger(__name__)
+
+
+def queue_depth(sqs, queue_url: str) -> dict[str, int]:
+    """Visible and in-flight messages (one ``GetQueueAttributes``)."""
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=queue_url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return {
+        "visible": int(attrs.get("ApproximateNumberOfMessages", 0)),
+        "in_flight": int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
+    }
+
+
+def queue_name(queue_url: str) -> str:
+    return queue_url.rstrip("/").rsplit("/", 1)[-1]
+
+
+def receive(sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0) -> list[dict[str, Any]]:
+    return aws_call(
+        lambda: sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=max(1, min(10, max_messages)),
+            WaitTimeSeconds=wait_seconds,
+            AttributeNames=["All"],
+            MessageAttributeNames=["All"],
+        ).get("Messages", []),
+        what="ReceiveMessage",
+    )
+
+
+def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> list[str]:
+    """``DeleteMessageBatch`` in tens. Returns the message ids that could not be deleted."""
+    failed: list[str] = []
+    for batch in chunks(list(messages), 10):
+        entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)]
+        try:
+            response = aws_call(
+                lambda entries=entries: sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries),
+                what="DeleteMessageBatch",
+            )
+        except Exception as exc:  # after runs-fleet's retries: these come back after their visibility timeout
+            log.error("DeleteMessageBatch of %d message(s) failed: %s", len(batch), exc)
+            failed += [m["MessageId"] for m in batch]
+            continue
+        for entry in response.get("Failed", []):
+            message = batch[int(entry["Id"])]
+            failed.append(message["MessageId"])
+            log.warning("could not delete message %s: %s", message["MessageId"], entry.get("Message"))
+    return failed
+
+
+MAX_BATCH_ENTRIES = 10  # SendMessageBatch / DeleteMessageBatch entries
+
+
+MAX_MESSAGE_BYTES = 256 * 1024  # one message, body and attributes; a bigger dead letter goes to S3
+
+
+MAX_BATCH_BYTES = 1024 * 1024  # one SendMessageBatch, all entries together
+
+
+MAX_ATTRIBUTES = 10  # message attributes per message
+
+
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
+
+
+def sqs_text(text: str, limit: int = 1000) -> str:
+    """``text`` as SQS accepts it in an attribute: one line of allowed characters, at most ``limit``."""
+    return _NOT_SQS_TEXT.sub("?", " ".join(text.split()))[:limit]
+
+
+def clean_attribute(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in value.items() if k in {"DataType", "StringValue", "BinaryValue"}}
+
+
+def message_size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
+    """What SQS counts against its size limits: body, and each attribute's name, type and value."""
+    size = len(body.encode("utf-8", "surrogatepass"))
+    for name, value in attributes.items():
+        size += len(name.encode()) + len(value.get("DataType", "").encode())
+        if "StringValue" in value:
+            size += len(value["StringValue"].encode("utf-8", "surrogatepass"))
+        size += len(value.get("BinaryValue", b""))
+    return size
+
+
+def _attributes_for_send(message: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+    attrs = {}
+    for name, value in (message.get("MessageAttributes") or {}).items():
+        if name in extra or name.startswith("groundskeeper-dlq"):
+            continue
+        attrs[name] = clean_attribute(value)
+    for name, value in extra.items():
+        attrs[name] = {"DataType": "String", "StringValue": sqs_text(value)}
+    # SQS allows 10 attributes per message: ours (``extra``, last) are the ones kept.
+    return dict(list(attrs.items())[-MAX_ATTRIBUTES:])
+
+
+def _size_batches(sizes: Sequence[int]) -> Iterable[list[int]]:
+    """Indexes of ``sizes`` grouped by SendMessageBatch's limits: 10 entries and 1 MiB together."""
+    batch: list[int] = []
+    total = 0
+    for n, size in enumerate(sizes):
+        if batch and (len(batch) == MAX_BATCH_ENTRIES or total + size > MAX_BATCH_BYTES):
+            yield batch
+            batch, total = [], 0
+        batch.append(n)
+        total += size
+    if batch:
+        yield batch
+
+
+def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, Any]]]) -> list[str | None]:
+    """``SendMessageBatch`` of (body, attributes) within SQS's batch limits. Returns, per entry, None
+    when sent or why not: a failed entry or a failed call fails those entries only, never the rest."""
+    errors: list[str | None] = [None] * len(outgoing)
+    for batch in _size_batches([message_size(body, attrs) for body, attrs in outgoing]):
+        entries = [{"Id": str(n), "MessageBody": outgoing[n][0], "MessageAttributes": outgoing[n][1]} for n in batch]
+        try:
+            response = aws_call(
+                lambda entries=entries: sqs.send_message_batch(QueueUrl=queue_url, Entries=entries),
+                what="SendMessageBatch",
+            )
+        except Exception as exc:  # after runs-fleet's retries
+            log.error("SendMessageBatch to %s failed for %d message(s): %s", queue_name(queue_url), len(batch), exc)
+            for n in batch:
+                errors[n] = f"{error_code(exc)}: {exc}"
+            continue
+        ok = {entry["Id"] for entry in response.get("Successful", [])}
+        failed = {entry["Id"]: entry for entry in response.get("Failed", [])}
+        for n in batch:
+            if str(n) not in ok:
+                entry = failed.get(str(n), {})
+                errors[n] = f"{entry.get('Code', 'not sent')}: {entry.get('Message', '')}"
+    return errors
+
+
+def send_messages(
+    sqs, queue_url: str, items: Sequence[tuple[dict[str, Any], dict[str, str]]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """``SendMessageBatch`` of (received message, extra string attributes). Returns (sent, failed)."""
+    errors = send_entries(sqs, queue_url, [(m["Body"], _attributes_for_send(m, extra)) for m, extra in items])
+    sent = [m for (m, _), error in zip(items, errors, strict=True) if error is None]
+    failed = [m for (m, _), error in zip(items, errors, strict=True) if error is not None]
+    return sent, failed
+
+
+def message_received_at(message: dict[str, Any], default: dt.datetime | None = None) -> dt.datetime:
+    sent = (message.get("Attributes") or {}).get("SentTimestamp")
+    if sent and str(sent).isdigit():
+        return dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC)
+    return default or dt.datetime.now(dt.UTC)
