@@ -29,6 +29,9 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import dagster as dg
+
+# Dagster has no public API to record a run failure of one line (no stack trace): an error prepared in
+# another process, with one serialized error, is recorded as that error alone.
 from dagster._core.errors import DagsterUserCodeProcessError
 
 STORAGE_WAIT_SECONDS = 300.0
@@ -178,10 +181,8 @@ def _is_submission_error(event: Any) -> bool:
 def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.ExecutorDefinition:
     """dagster-celery's ``celery`` executor (same config schema, same behaviour) whose run fails
     with one line when the broker or the instance database is lost (see the module docstring)."""
-    from dagster._core.definitions.executor_definition import multiple_process_executor_requirements
-    from dagster._core.errors import DagsterSubprocessError
-    from dagster._core.execution.retries import RetryMode
     from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
+    from dagster_celery.executor import celery_executor as dagster_celery_executor
 
     class LossReportingCeleryExecutor(CeleryExecutor):
         def execute(self, plan_context, execution_plan):
@@ -212,7 +213,7 @@ def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.Ex
                 return InfrastructureLost(storage_lost_message(_database_url(instance), _reason(exc)), STORAGE_LOST)
             if is_broker_error(exc):
                 return InfrastructureLost(broker_lost_message(self.broker, exc), BROKER_LOST)
-            if isinstance(exc, DagsterSubprocessError):
+            if isinstance(exc, dg.DagsterSubprocessError):
                 info = storage_error_info(exc.subprocess_error_infos)
                 if info is not None:
                     _wait_for_storage(instance, run_id, storage_wait_seconds)
@@ -222,15 +223,10 @@ def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.Ex
                     return InfrastructureLost(line, STORAGE_LOST)
             return None
 
-    @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=multiple_process_executor_requirements())
+    @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())
     def _celery_executor(init_context):
-        config = init_context.executor_config
-        return LossReportingCeleryExecutor(
-            broker=config.get("broker"),
-            backend=config.get("backend"),
-            config_source=config.get("config_source"),
-            include=config.get("include"),
-            retries=RetryMode.from_config(config["retries"]),
-        )
+        executor = dagster_celery_executor.executor_creation_fn(init_context)  # dagster-celery's, as configured
+        executor.__class__ = LossReportingCeleryExecutor  # the same state; only execute differs
+        return executor
 
     return _celery_executor
