@@ -2,7 +2,8 @@
 
 - ``template_policies(params)``: every ``AWS::IAM::ManagedPolicy`` of ``infra/template.yaml`` whose
   Condition holds, with its intrinsic functions resolved for an account, region and parameters
-  (``Ref``, ``Fn::Sub``, ``Fn::GetAtt ... Arn``, ``Fn::Join``, ``Fn::Equals``, ``Fn::Not``), so
+  (``Ref``, ``Fn::Sub``, ``Fn::GetAtt ... Arn``, ``Fn::Join``, ``Fn::Equals``, ``Fn::Not``,
+  ``Fn::And``, ``Fn::Or``, ``Fn::If``), so
   ARNs come from the template's own resource names.
 - ``allowed_by(statement, request)``: IAM's matching of one Allow statement: action (case-insensitive)
   and resource (case-sensitive) with the ``*`` and ``?`` wildcards, and the condition operators the
@@ -58,6 +59,7 @@ class Stack:
             assert raw is not None, f"template parameter {name} has no default: give it"
             values[name] = str(raw).split(",") if spec["Type"] == "CommaDelimitedList" else str(raw)
         values.update({"AWS::AccountId": ACCOUNT, "AWS::Region": REGION, "AWS::Partition": PARTITION})
+        values["AWS::NoValue"] = None
         self.values = values
 
     def resource(self, logical_id: str) -> dict[str, Any]:
@@ -72,6 +74,9 @@ class Stack:
             "AWS::S3::Bucket": "BucketName",
             "AWS::IAM::ManagedPolicy": "ManagedPolicyName",
             "AWS::SNS::Topic": "TopicName",
+            "AWS::IAM::Role": "RoleName",
+            "AWS::ECS::Cluster": "ClusterName",
+            "AWS::SecretsManager::Secret": "Name",
         }[res["Type"]]
         return self.resolve(res["Properties"][key])
 
@@ -83,24 +88,35 @@ class Stack:
             "AWS::SQS::Queue": f"arn:{PARTITION}:sqs:{REGION}:{ACCOUNT}:{name}",
             "AWS::S3::Bucket": f"arn:{PARTITION}:s3:::{name}",
             "AWS::SNS::Topic": f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:{name}",
+            "AWS::IAM::Role": f"arn:{PARTITION}:iam::{ACCOUNT}:role/{name}",
+            "AWS::ECS::Cluster": f"arn:{PARTITION}:ecs:{REGION}:{ACCOUNT}:cluster/{name}",
+            # Secrets Manager appends six random characters to a secret's name in its ARN.
+            "AWS::SecretsManager::Secret": f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:{name}-AbCdEf",
         }[kind]
 
     def condition(self, name: str) -> bool:
         return bool(self.resolve(self.template["Conditions"][name]))
+
+    def exists(self, logical_id: str) -> bool:
+        """The resource is created with these parameters (no Condition, or a true one)."""
+        condition = self.resource(logical_id).get("Condition")
+        return condition is None or self.condition(condition)
 
     def resolve(self, node: Any) -> Any:
         if isinstance(node, list):
             return [self.resolve(n) for n in node]
         if not isinstance(node, dict):
             return node
-        if len(node) != 1 or not next(iter(node)).startswith(("Ref", "Fn::")):
+        if len(node) != 1 or not next(iter(node)).startswith(("Ref", "Fn::", "Condition")):
             return {k: self.resolve(v) for k, v in node.items()}
         ((fn, arg),) = node.items()
         if fn == "Ref":
             if arg in self.values:
                 return self.values[arg]
-            # Ref of a topic is its ARN; of a table, bucket, policy or queue, its name (as resolved here)
-            return self.arn(arg) if self.resource(arg)["Type"] == "AWS::SNS::Topic" else self.name(arg)
+            # Ref of a topic or secret is its ARN; of a table, bucket, policy, queue, role or cluster, its
+            # name (as resolved here)
+            by_arn = ("AWS::SNS::Topic", "AWS::SecretsManager::Secret")
+            return self.arn(arg) if self.resource(arg)["Type"] in by_arn else self.name(arg)
         if fn == "Fn::GetAtt":
             logical_id, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
             assert attribute == "Arn", f"Fn::GetAtt {logical_id}.{attribute} is not resolved here"
@@ -124,7 +140,34 @@ class Stack:
             return left == right
         if fn == "Fn::Not":
             return not self.resolve(arg[0])
+        if fn == "Fn::And":
+            return all(self.resolve(a) for a in arg)
+        if fn == "Fn::Or":
+            return any(self.resolve(a) for a in arg)
+        if fn == "Condition":
+            return self.condition(arg)
+        if fn == "Fn::If":
+            name, then, otherwise = arg
+            return self.resolve(then if self.condition(name) else otherwise)
         raise AssertionError(f"intrinsic function {fn} is not resolved here")
+
+    def role_policies(self, role: str) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+        """What a role of the template may do: ``({policy: statements}, [AWS managed policy ARNs])``,
+        the policies being the stack's managed policies that name the role in ``Roles`` and the
+        role's own inline ``Policies`` (as ``<role>/<PolicyName>``)."""
+        assert self.exists(role), f"{role} is not created with these parameters"
+        role_name = self.name(role)
+        own: dict[str, list[dict[str, Any]]] = {}
+        for logical_id, res in self.template["Resources"].items():
+            if res["Type"] == "AWS::IAM::ManagedPolicy" and self.exists(logical_id):
+                roles = self.resolve(res["Properties"].get("Roles"))
+                if isinstance(roles, list) and role_name in roles:
+                    own[logical_id] = self.policies()[logical_id]
+        props = self.resource(role)["Properties"]
+        for inline in props.get("Policies", []):
+            statements = self.resolve(inline["PolicyDocument"])["Statement"]
+            own[f"{role}/{inline['PolicyName']}"] = statements if isinstance(statements, list) else [statements]
+        return own, [self.resolve(arn) for arn in props.get("ManagedPolicyArns", [])]
 
     def policies(self) -> dict[str, list[dict[str, Any]]]:
         """Logical id -> statements of every managed policy this stack creates."""

@@ -24,6 +24,7 @@ import yaml
 
 from infra.deploy import ECS_OUTPUT_ENV, OUTPUT_ENV, TEMPLATE_PATH, deploy
 from infra.ecs_instance import INSTANCE_TEMPLATE, InstanceConfigError, render, write_instance
+from tests.ecs_support import IMAGE, ecs_parameters, make_network
 from tests.iam_support import allowed_by, load_template, request
 from tests.progressor_support import PG, scratch_database
 
@@ -31,30 +32,30 @@ pytestmark = [pytest.mark.ecs, pytest.mark.postgres]
 
 ROOT = Path(__file__).resolve().parent.parent
 INFRA = ROOT / "infra"
-IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/groundskeeper:test"
-SUBNETS = ["subnet-0a1b2c3d", "subnet-0e4f5a6b"]
-SECURITY_GROUPS = ["sg-0123456789abcdef0"]
+SUBNETS = ["subnet-0a1b2c3d", "subnet-0e4f5a6b"]  # for the checks on the template alone
+SECURITY_GROUPS = ["sg-0123456789abcdef0"]  # EcsSecurityGroups: further groups of the run tasks
 ECS_ENV = "ecs"  # the ECS stack's Env, beside the default stack the `aws` fixture deploys
 EXECUTION_POLICY = "AmazonECSTaskExecutionRolePolicy"  # AWS's managed policy for ECS's own calls
 
 
 @pytest.fixture
 def ecs_stack(aws) -> dict[str, str]:
-    """A second stack, deployed with EnableEcs=true and every optional grant, as production would."""
+    """A second stack, deployed with EnableEcs=true and every optional grant, as production would, on
+    an existing database (tests/test_ecs_stack.py deploys the one that creates it)."""
+    vpc, subnets = make_network(aws.client("ec2"), 30)
     secrets = aws.client("secretsmanager")
     pg_secret = secrets.create_secret(Name=f"groundskeeper/{ECS_ENV}/dagster-pg", SecretString="pw")["ARN"]
     dsn_secret = secrets.create_secret(Name=f"groundskeeper/{ECS_ENV}/progressor-dsn", SecretString="postgresql://")
     other_table = f"arn:aws:dynamodb:us-east-1:123456789012:table/OperationProgress-{ECS_ENV}"
-    params = {
-        "EnableEcs": "true",
-        "EcsImage": IMAGE,
-        "EcsSubnets": ",".join(SUBNETS),
-        "EcsSecurityGroups": ",".join(SECURITY_GROUPS),
-        "DagsterPgHost": "dagster-db.internal",
-        "DagsterPgPasswordSecretArn": pg_secret,
-        "ProgressorDsnSecretArn": dsn_secret["ARN"],
-        "ReclaimTableArns": other_table,
-    }
+    params = ecs_parameters(
+        vpc,
+        subnets,
+        EcsSecurityGroups=",".join(SECURITY_GROUPS),
+        DagsterPgHost="dagster-db.internal",
+        DagsterPgPasswordSecretArn=pg_secret,
+        ProgressorDsnSecretArn=dsn_secret["ARN"],
+        ReclaimTableArns=other_table,
+    )
     env = deploy(aws.client("cloudformation"), stack_name="groundskeeper-ecs", env=ECS_ENV, parameters=params)
     outputs = aws.client("cloudformation").describe_stacks(StackName="groundskeeper-ecs")["Stacks"][0]["Outputs"]
     return {**env, **{f"output:{o['OutputKey']}": o["OutputValue"] for o in outputs}, **params}
@@ -70,8 +71,12 @@ def test_the_default_stack_has_no_ecs_resources(aws):
 
 def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stack):
     env = ecs_stack
-    assert env["DAGSTER_ECS_SUBNETS"] == ",".join(SUBNETS)
-    assert env["DAGSTER_ECS_SECURITY_GROUPS"] == ",".join(SECURITY_GROUPS)
+    assert env["DAGSTER_ECS_SUBNETS"] == env["EcsSubnets"]
+    # The stack's own run task group (it reaches the database), then the further ones.
+    run_group, *further = env["DAGSTER_ECS_SECURITY_GROUPS"].split(",")
+    assert further == SECURITY_GROUPS and run_group.startswith("sg-")
+    (group,) = aws.client("ec2").describe_security_groups(GroupIds=[run_group])["SecurityGroups"]
+    assert group["VpcId"] == env["EcsVpcId"] and group["IpPermissions"] == []
     ecs, iam = aws.client("ecs"), aws.client("iam")
 
     (cluster,) = ecs.describe_clusters(clusters=[env["DAGSTER_ECS_CLUSTER"]])["clusters"]
@@ -79,7 +84,10 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
 
     log_group_name = env["output:EcsLogGroupName"]
     groups = aws.client("logs").describe_log_groups(logGroupNamePrefix=log_group_name)["logGroups"]
-    assert [(g["logGroupName"], g["retentionInDays"]) for g in groups] == [(log_group_name, 30)]
+    # The run tasks' group, and (tests/test_ecs_stack.py) one per service under it.
+    assert [(g["logGroupName"], g["retentionInDays"]) for g in groups if g["logGroupName"] == log_group_name] == [
+        (log_group_name, 30)
+    ]
 
     task = ecs.describe_task_definition(taskDefinition=env["DAGSTER_ECS_TASK_DEFINITION"])["taskDefinition"]
     assert task["taskDefinitionArn"] == env["DAGSTER_ECS_TASK_DEFINITION"]
@@ -130,9 +138,12 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     assert props["RequiresCompatibilities"] == ["FARGATE"] and props["NetworkMode"] == "awsvpc"
     managed = template["Resources"]["EcsExecutionRole"]["Properties"]["ManagedPolicyArns"]
     assert managed == [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/" + EXECUTION_POLICY}]
-    for policy in ("DeploymentPolicy", "ReclaimTablesPolicy", "IdentityPasswordPolicy"):
+    for policy in ("ReclaimTablesPolicy", "IdentityPasswordPolicy"):
         roles = template["Resources"][policy]["Properties"]["Roles"]
         assert roles == {"Fn::If": ["EcsEnabled", [{"Ref": "EcsTaskRole"}], {"Ref": "AWS::NoValue"}]}, policy
+    # DeploymentPolicy also goes to the code server, whose sensors call AWS (tests/test_iam_static.py).
+    roles = template["Resources"]["DeploymentPolicy"]["Properties"]["Roles"]["Fn::If"][1]
+    assert roles == [{"Ref": "EcsTaskRole"}, {"Ref": "CodeServerTaskRole"}]
 
 
 @pytest.fixture
@@ -202,7 +213,11 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert run_task["cluster"] == ecs_stack["DAGSTER_ECS_CLUSTER"] and run_task["launchType"] == "FARGATE"
     assert run_task["taskDefinition"] == ecs_stack["DAGSTER_ECS_TASK_DEFINITION"]
     assert run_task["networkConfiguration"] == {
-        "awsvpcConfiguration": {"subnets": SUBNETS, "securityGroups": SECURITY_GROUPS, "assignPublicIp": "DISABLED"}
+        "awsvpcConfiguration": {
+            "subnets": ecs_stack["DAGSTER_ECS_SUBNETS"].split(","),
+            "securityGroups": ecs_stack["DAGSTER_ECS_SECURITY_GROUPS"].split(","),
+            "assignPublicIp": "DISABLED",
+        }
     }
     (override,) = run_task["overrides"]["containerOverrides"]
     assert override["name"] == ecs_stack["DAGSTER_ECS_CONTAINER_NAME"]
@@ -356,24 +371,30 @@ def test_constraints_pin_every_runtime_dependency_within_pyproject():
 
 
 def test_the_ecs_resources_and_outputs_exist_only_with_enable_ecs():
-    """EnableEcs (default false) is the one switch: every ECS resource and output hangs on it."""
+    """EnableEcs (default false) is the one switch: every ECS resource and output hangs on it (the
+    database's on CreateDatabase, which implies it)."""
     template = load_template(TEMPLATE_PATH.read_text())
     ecs = {k for k, v in template["Resources"].items() if v.get("Condition") == "EcsEnabled"}
-    assert ecs == {
-        "EcsCluster",
-        "EcsLogGroup",
-        "EcsTaskRole",
-        "EcsExecutionRole",
-        "EcsRunTaskDefinition",
-        "EcsLauncherPolicy",
+    run = {"EcsCluster", "EcsLogGroup", "EcsTaskRole", "EcsExecutionRole", "EcsRunTaskDefinition", "EcsLauncherPolicy"}
+    per_service = {
+        f"{service}{part}"
+        for service in ("CodeServer", "Daemon", "Webserver")
+        for part in ("SecurityGroup", "LogGroup", "TaskRole", "ExecutionRole", "TaskDefinition", "Service")
     }
+    shared = {"LoadBalancerSecurityGroup", "LoadBalancerIngress", "RunTaskSecurityGroup", "ServiceNamespace"}
+    shared |= {"CodeServerDiscovery", "WebserverPolicy", "WebserverLoadBalancer", "WebserverTargetGroup"}
+    assert ecs == run | per_service | shared | {"WebserverListener"}
+    database = {k for k, v in template["Resources"].items() if v.get("Condition") == "CreateDatabase"}
+    assert database == {"DatabaseSecret", "DatabaseSecurityGroup", "DatabaseSubnetGroup", "Database"}
+    create = template["Conditions"]["CreateDatabase"]["Fn::And"]
+    assert {"Condition": "EcsEnabled"} in create
     assert {k for k, v in template["Outputs"].items() if v.get("Condition") == "EcsEnabled"} >= set(ECS_OUTPUT_ENV)
     assert template["Parameters"]["EnableEcs"]["Default"] == "false"
 
 
 def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database():
     """Neither moto nor cfn-lint evaluates a template's Rules; this evaluates the ECS rule's
-    functions (Ref, Equals, Not, Contains) as CloudFormation defines them, on the parameters."""
+    functions (Ref, Equals, Not, And, Or, Contains) as CloudFormation defines them, on the parameters."""
     template = load_template()
     (rule,) = template["Rules"].values()
     defaults = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
@@ -392,21 +413,26 @@ def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database(
                 return ev(arg[0]) == ev(arg[1])
             if fn == "Fn::Not":
                 return not ev(arg[0])
+            if fn == "Fn::And":
+                return all(ev(a) for a in arg)
+            if fn == "Fn::Or":
+                return any(ev(a) for a in arg)
             if fn == "Fn::Contains":
                 return ev(arg[1]) in ev(arg[0])
             raise AssertionError(f"{fn} is not a function of the ECS rule")
 
         return not ev(rule["RuleCondition"]) or all(ev(a["Assert"]) for a in rule["Assertions"])
 
-    complete = {
-        "EnableEcs": "true",
-        "EcsImage": IMAGE,
-        "EcsSubnets": ",".join(SUBNETS),
-        "EcsSecurityGroups": ",".join(SECURITY_GROUPS),
+    complete = ecs_parameters("vpc-0123456789abcdef0", SUBNETS)  # the stack creates the database
+    existing = {
         "DagsterPgHost": "db",
         "DagsterPgPasswordSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:pg",
     }
-    assert holds({}) and holds(complete)  # the default (make dev) and a complete ECS deploy
-    for name in ("EcsImage", "EcsSubnets", "EcsSecurityGroups", "DagsterPgHost", "DagsterPgPasswordSecretArn"):
+    # the default (make dev) and complete ECS deploys, with their own database or an existing one
+    assert holds({}) and holds(complete) and holds({**complete, **existing})
+    assert holds({**complete, "EcsSecurityGroups": ",".join(SECURITY_GROUPS)})  # optional
+    for name in ("EcsImage", "EcsVpcId", "EcsSubnets", "WebserverAccessCidr"):
         assert not holds({**complete, name: ""}), name
+    for name in existing:  # an existing database takes both: its host and its password's secret
+        assert not holds({**complete, name: existing[name]}), name
     assert not holds({**complete, "EcsSubnets": f"{SUBNETS[0]},"})  # a stray comma is an empty id

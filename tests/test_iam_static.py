@@ -286,10 +286,142 @@ def test_alerts_may_publish_to_the_stacks_topic_only(stack):
     assert OUTPUT_ENV["AlertsTopicArn"] == "ALERTS_SNS_TOPIC_ARN"
     publishing = [name for name, st in _statements(stack) if "sns:Publish" in st["Action"]]
     assert publishing == ["AlertsPolicy/Alerts"]
-    assert "Roles" not in stack.resource("AlertsPolicy")["Properties"]
+    # On ECS it is the code server's alone (the run tasks' role does not carry it); otherwise no role's.
+    roles = stack.resource("AlertsPolicy")["Properties"]["Roles"]
+    assert roles == {"Fn::If": ["EcsEnabled", [{"Ref": "CodeServerTaskRole"}], {"Ref": "AWS::NoValue"}]}
 
 
 def test_demo_traffic_is_local_only():
     from pipelines.demo.defs import build_defs
 
     assert not build_defs("prod").jobs
+
+
+# ------------------------------------------------------------------------------------ the ECS roles
+
+ECS_ENV = "prod"
+DB_SECRET = f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:groundskeeper/prod/dagster-pg-AbCdEf"
+DSN_SECRET = f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:groundskeeper/prod/progressor-dsn-AbCdEf"
+ECS_PARAMS = {
+    **PARAMS,
+    "Env": ECS_ENV,
+    "EnableEcs": "true",
+    "EcsImage": "123456789012.dkr.ecr.us-east-1.amazonaws.com/groundskeeper:1",
+    "EcsVpcId": "vpc-0123456789abcdef0",
+    "EcsSubnets": "subnet-0a1b2c3d,subnet-0e4f5a6b",
+    "WebserverAccessCidr": "10.0.0.0/8",
+    "ProgressorDsnSecretArn": DSN_SECRET,
+}
+# AWS's own policy for what ECS does to start a task (pull the image, write its logs), on every execution role.
+TASK_EXECUTION_POLICY = f"arn:{PARTITION}:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
+EXECUTION_ROLES = ("EcsExecutionRole", "CodeServerExecutionRole", "DaemonExecutionRole", "WebserverExecutionRole")
+
+
+@pytest.fixture(scope="module", params=["stack database", "existing database"])
+def ecs_stack(request) -> Stack:
+    """The template with EnableEcs=true: creating its database, or given an existing one's secret."""
+    params = dict(ECS_PARAMS)
+    if request.param == "existing database":
+        params |= {"DagsterPgHost": "dagster-db.internal", "DagsterPgPasswordSecretArn": DB_SECRET}
+    return Stack(load_template(), params)
+
+
+def ecs_role_requests(s: Stack) -> dict[str, list[Request]]:
+    """Role -> the IAM requests its process makes (the task roles) or ECS makes for it (the execution
+    roles). The daemon's are EcsRunLauncher's (dagster-aws): DescribeTaskDefinition when it is built,
+    RunTask (tagging the task, passing the run task's two roles), DescribeTasks for run monitoring,
+    StopTask, and GetLogEvents for a failed task's last lines. The webserver only builds the launcher
+    and stops tasks (the queued run coordinator leaves launching to the daemon)."""
+    cluster = s.arn("EcsCluster")
+    task = f"arn:{PARTITION}:ecs:{REGION}:{ACCOUNT}:task/{s.name('EcsCluster')}/0123456789abcdef"
+    run_definition = f"arn:{PARTITION}:ecs:{REGION}:{ACCOUNT}:task-definition/groundskeeper-run-{ECS_ENV}:3"
+    to_ecs = {"iam:PassedToService": "ecs-tasks.amazonaws.com"}
+    log_stream = f"arn:{PARTITION}:logs:{REGION}:{ACCOUNT}:log-group:/groundskeeper/{ECS_ENV}:log-stream:run/x/y"
+    password = s.resolve(s.template["Outputs"]["DagsterPgPasswordSecretArn"]["Value"])
+    stop = [
+        request("ecs:DescribeTaskDefinition", "*"),
+        request("ecs:DescribeTasks", task),
+        request("ecs:StopTask", task),
+    ]
+    return {
+        "DaemonTaskRole": [
+            *stop,
+            request("ecs:RunTask", run_definition, {"ecs:cluster": cluster}),
+            request("ecs:TagResource", task, {"ecs:CreateAction": "RunTask"}),
+            request("iam:PassRole", s.arn("EcsTaskRole"), to_ecs),
+            request("iam:PassRole", s.arn("EcsExecutionRole"), to_ecs),
+            request("logs:GetLogEvents", log_stream),
+        ],
+        "WebserverTaskRole": stop,
+        # The run tasks get the password and PROGRESSOR_DSN; the services the password only.
+        "EcsExecutionRole": [request("secretsmanager:GetSecretValue", arn) for arn in (password, DSN_SECRET)],
+        "CodeServerExecutionRole": [request("secretsmanager:GetSecretValue", password)],
+        "DaemonExecutionRole": [request("secretsmanager:GetSecretValue", password)],
+        "WebserverExecutionRole": [request("secretsmanager:GetSecretValue", password)],
+    }
+
+
+def test_each_ecs_role_is_allowed_what_its_process_calls_and_nothing_more(ecs_stack):
+    s = ecs_stack
+    for role, requests in ecs_role_requests(s).items():
+        policies, aws_managed = s.role_policies(role)
+        statements = [
+            (f"{policy}/{st.get('Sid', i)}", st) for policy, sts in policies.items() for i, st in enumerate(sts)
+        ]
+        denied = [str(req) for req in requests if not any(allowed_by(st, req) for _, st in statements)]
+        assert not denied, f"{role}: {denied}"
+        unneeded = []
+        for name, st in statements:
+            used = [req for req in requests if allowed_by(st, req)]
+            actions = st["Action"] if isinstance(st["Action"], list) else [st["Action"]]
+            resources = st["Resource"] if isinstance(st["Resource"], list) else [st["Resource"]]
+            unneeded += [f"{name}: {a}" for a in actions if not any(iam_match(a, r.action, case=False) for r in used)]
+            unneeded += [f"{name}: {res}" for res in resources if not any(iam_match(res, r.resource) for r in used)]
+        assert not unneeded, f"{role} has grants its process does not need:\n" + "\n".join(unneeded)
+        assert aws_managed == ([TASK_EXECUTION_POLICY] if role in EXECUTION_ROLES else []), role
+
+
+def test_the_task_roles_carry_the_code_locations_policies_where_its_code_runs(ecs_stack):
+    """The run tasks run jobs (every call of the code: DeploymentPolicy and the optional grants); the
+    code server evaluates sensors (DeploymentPolicy and, alone, AlertsPolicy); the daemon and webserver
+    run no Groundskeeper code and carry none of them."""
+    s = ecs_stack
+    carried = {role: set(s.role_policies(role)[0]) for role in ("EcsTaskRole", "CodeServerTaskRole")}
+    assert carried["EcsTaskRole"] == {"DeploymentPolicy", "ReclaimTablesPolicy", "IdentityPasswordPolicy"}
+    assert carried["CodeServerTaskRole"] == {"DeploymentPolicy", "AlertsPolicy"}
+    assert set(s.role_policies("DaemonTaskRole")[0]) == {"EcsLauncherPolicy"}
+    assert set(s.role_policies("WebserverTaskRole")[0]) == {"WebserverPolicy"}
+    # The alerts sensor's calls, from the code server's role.
+    statements = [st for sts in s.role_policies("CodeServerTaskRole")[0].values() for st in sts]
+    for key in (("sns", "Publish"), ("sqs", "GetQueueAttributes"), ("cloudwatch", "PutMetricData")):
+        assert all(any(allowed_by(st, req) for st in statements) for req in calls(s)[key]), key
+    for role in ("EcsTaskRole", "CodeServerTaskRole", "DaemonTaskRole", "WebserverTaskRole"):
+        assert (
+            "Policies" not in s.resource(role)["Properties"]
+            and "ManagedPolicyArns" not in s.resource(role)["Properties"]
+        )
+        (trust,) = s.resource(role)["Properties"]["AssumeRolePolicyDocument"]["Statement"]
+        assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}, role
+
+
+def test_ecs_roles_are_denied_what_another_role_does(ecs_stack):
+    s = ecs_stack
+    cluster = s.arn("EcsCluster")
+    run_definition = f"arn:{PARTITION}:ecs:{REGION}:{ACCOUNT}:task-definition/groundskeeper-run-{ECS_ENV}:3"
+    other_definition = f"arn:{PARTITION}:ecs:{REGION}:{ACCOUNT}:task-definition/groundskeeper-daemon-{ECS_ENV}:3"
+    to_ecs = {"iam:PassedToService": "ecs-tasks.amazonaws.com"}
+
+    def allowed(role: str, req: Request) -> bool:
+        return any(allowed_by(st, req) for sts in s.role_policies(role)[0].values() for st in sts)
+
+    launch = request("ecs:RunTask", run_definition, {"ecs:cluster": cluster})
+    assert allowed("DaemonTaskRole", launch) and not allowed("WebserverTaskRole", launch)
+    assert not allowed("DaemonTaskRole", request("ecs:RunTask", other_definition, {"ecs:cluster": cluster}))
+    assert not allowed("DaemonTaskRole", request("ecs:RunTask", run_definition, {"ecs:cluster": cluster + "x"}))
+    for role in ("CodeServerTaskRole", "DaemonTaskRole", "WebserverTaskRole"):
+        # No task role may hand its own role (or any role but the run task's two) to ECS.
+        assert not allowed("DaemonTaskRole", request("iam:PassRole", s.arn(role), to_ecs)), role
+    other_secret = f"arn:{PARTITION}:secretsmanager:{REGION}:{ACCOUNT}:secret:someone-elses-AbCdEf"
+    for role in EXECUTION_ROLES:
+        assert not allowed(role, request("secretsmanager:GetSecretValue", other_secret)), role
+    assert not allowed("CodeServerExecutionRole", request("secretsmanager:GetSecretValue", DSN_SECRET))
