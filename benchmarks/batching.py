@@ -10,6 +10,8 @@ with ``--records`` pending records each, then measures, each beside a naive base
 - partitions: how many (receiver, day) partitions 100 receivers make over a year, and the time to
   load the asset's partition status (all keys + materialized subset) from a Dagster instance.
 
+Each part runs ``--repeat`` rounds, the variants in rotating order (``benchmarks/trials.py``); a
+batching run starts on a fresh deployment holding only the receivers it batches.
 API calls are counted with a botocore ``before-call`` hook. Both batching variants are checked:
 every record of the receivers they batched must be finalized in the table (``batch_id`` set,
 no longer pending) and appear exactly once in the outbox files; the figures divide by the records

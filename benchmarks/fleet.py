@@ -16,7 +16,10 @@ Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measur
 4. ``old_jobs``: calls per deleted record (archive writes not counted) against a naive scan +
    ``DeleteItem`` per record.
 
-API calls are counted with botocore ``before-call`` event hooks on the clients.
+API calls are counted with botocore ``before-call`` event hooks on the clients. The termination
+variants and old_jobs run ``--repeat`` times (3) in rotating order, each from fresh work
+(``benchmarks/trials.py``); their ratios are taken per round. Termination's ratio baseline is
+``fair``, a bare loop doing what the drain does (rounds of 100, flushed every 3 rounds).
 
 Every termination variant and the backlog check their own work before a figure is printed: the
 queue is empty (nothing visible, nothing in flight: a message in flight once a variant has returned

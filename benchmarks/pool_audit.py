@@ -10,6 +10,9 @@ on its tag; for each running instance, one Query of ``instance_id-index`` for a 
 PutMetricData calls per pool. It is slow in moto (minutes for a few hundred instances), so it visits
 the first ``--naive-pools`` pools only; its calls per instance do not depend on how many it visits.
 
+The audit and the naive loop run ``--rounds`` times in rotating order (``benchmarks/trials.py``),
+each verified (the audit's instance count; the naive loop's agreement with the audit's rows).
+
 Every instance is launched in its own reservation, as the fleet launches one runner per job:
 moto pages DescribeInstances by reservation, AWS by instance, and this way both agree.
 

@@ -1,6 +1,7 @@
 """Reclaim benchmark (POP's agenda reclaimer): a 100,000-item AgendaProgress table, 1% stale, in a local moto server.
 
-Three ways to fail the same 1,000 stale items, measured in the same run:
+Three ways to fail the same 1,000 stale items, measured in the same run, each ``--repeat`` times
+in rotating order (``benchmarks/trials.py``; the stale items are put back before every run):
 
 - baseline, the original Lambda's way: a filtered scan, then a GET and a PUT per item over HTTP
   (against the local AgendaProgress endpoint, ``infra.agenda_endpoint``);

@@ -12,6 +12,9 @@ Scenario 2, permanent errors: items that DynamoDB refuses (ValidationException).
 
 Scenario 3, the pure library: ``policy.delay`` throughput.
 
+Each scenario runs ``--repeat`` rounds, the modes in rotating order (``benchmarks/trials.py``);
+every run is verified (scenario 1: every item read back; scenario 2: every item refused).
+
     .venv/bin/python benchmarks/retry.py [--items 400] [--threads 8] [--rate 50]
 """
 

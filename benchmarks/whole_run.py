@@ -11,8 +11,11 @@ Variants:
 - ``naive``: the original systems' per-item loop (the seed's termination handler; POP's reclaim:
   scan + HTTP GET + PUT per item; one conditional UpdateItem per record to lock and another to
   finalize);
-- ``bare``: the bare *batched* boto3 loop: the same calls as Groundskeeper's, inline, no
-  validation, no Dagster: the ratio baseline;
+- ``bare``: the bare *batched* boto3 loop: batched calls inline, no validation, no Dagster (for
+  termination, rounds of 10: 0.60 calls per message);
+- ``fair`` (termination only): a bare loop doing what the drain does, rounds of 100 flushed every
+  3 rounds (``fleet.fair_batched``, 0.32 calls per message): termination's ratio baseline; the other
+  capabilities' baseline is ``bare``;
 - ``core``: the capability's plain module call in this process (no Dagster);
 - ``cli``: ``dagster job execute -m pipelines.definitions -j <job> -c <config>`` with a fresh
   ``DAGSTER_HOME`` (the repo's ``dagster.yaml``), timed wall-clock end to end: the CLI's start-up,
@@ -25,6 +28,12 @@ Variants:
   worker. ``s`` is from the run's creation to its success (launch, run worker start-up and import,
   the work); ``e2e s`` from the daemon's start (its code server's start-up and the sensor's first
   tick included). The calls counted include the sensor's.
+
+Every variant runs ``--repeat`` times (3), in an order that rotates each round
+(``benchmarks/trials.py``); the tables give min / median / max seconds and each ratio per round
+(median and range). ``--messages 500,2000`` measures termination at two sizes and fits time =
+fixed + n x per message for each variant (the whole-run ratio at 2,000 and 10,000 messages
+follows from it); ``--cprofile`` adds one untimed core run per capability under cProfile.
 
 AWS calls are counted by the moto server itself (``count-calls`` in ``benchmarks/moto_server.py``),
 so the calls made in a CLI or daemon subprocess are counted too; for the in-process variants a
@@ -576,7 +585,13 @@ def fresh_home(base: Path, label: str, broken: str) -> Path:
 
 
 def run_cli(
-    cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str, profile: bool = False
+    cap: Capability,
+    endpoint: str,
+    env: dict[str, str],
+    home: Path,
+    broken: str,
+    profile: bool = False,
+    cprofile: Path | None = None,
 ) -> dict:
     config = home / "config.json"
     config.write_text(json.dumps(cap.cli_config(env)))
@@ -599,6 +614,8 @@ def run_cli(
     sub_env = subprocess_env(endpoint, env, home, broken)
     if cap.setup_instance:
         cap.setup_instance(home, sub_env)
+    if cprofile:  # the CLI's process (the run is in process) under cProfile
+        cmd = [sys.executable, "-m", "cProfile", "-o", str(cprofile), *cmd[1:]]
     if profile:  # every process of the run (the CLI and anything it starts), 100 samples a second
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--rate", "100",
                "--format", "raw", "--output", str(home / "profile.txt"), "--", *cmd]  # fmt: skip
@@ -879,12 +896,25 @@ def fit(by_size: dict[int, dict[str, list[trials.Run]]], baseline: str) -> list[
     return out
 
 
-def cprofile_core(cap: Capability, endpoint: str, top: int = 25) -> list[str]:
-    """One more run of the core loop under cProfile (not timed): where its time goes."""
+def cprofile_runs(cap: Capability, endpoint: str, work: Path, top: int = 30) -> list[str]:
+    """One more core run under cProfile, and one CLI run with its process under cProfile (neither
+    timed): where their time goes."""
     import cProfile
     import io
     import pstats
 
+    def stats_lines(stats: pstats.Stats, title: str) -> list[str]:
+        out = []
+        for key in ("tottime", "cumulative"):
+            buf = io.StringIO()
+            stats.stream = buf
+            stats.sort_stats(key).print_stats(top)
+            body = [x for x in buf.getvalue().splitlines() if x.strip()]
+            first = next((k for k, x in enumerate(body) if x.lstrip().startswith("ncalls")), 0)
+            out += ["", f"{title}, top {top} by {key}:", "```", *body[first:], "```"]
+        return out
+
+    out = []
     env = {**reset_stack(endpoint), **cap.run_env}
     c = clients(endpoint, cap.dynamodb_endpoint)
     cap.seed(c, env)
@@ -893,11 +923,20 @@ def cprofile_core(cap: Capability, endpoint: str, top: int = 25) -> list[str]:
     cap.variants["core"](clients(endpoint, cap.dynamodb_endpoint), env)
     profiler.disable()
     done, problems = cap.verify(c, env)
-    out = [f"cProfile of the {cap.name} core loop ({done:,} {cap.unit} verified; {'ok' if not problems else problems})"]
-    for key in ("tottime", "cumulative"):
-        buf = io.StringIO()
-        pstats.Stats(profiler, stream=buf).sort_stats(key).print_stats(top)
-        out += ["", f"by {key}:", "```", *[x for x in buf.getvalue().splitlines() if x.strip()][-(top + 1) :], "```"]
+    title = f"cProfile of the {cap.name} core loop ({done:,} {cap.unit} verified: {'ok' if not problems else problems})"
+    out += stats_lines(pstats.Stats(profiler), title)
+
+    env = {**reset_stack(endpoint), **cap.run_env}
+    c = clients(endpoint, cap.dynamodb_endpoint)
+    cap.seed(c, env)
+    home = fresh_home(work, f"{cap.name}-cprofile", "")
+    result = run_cli(cap, endpoint, env, home, "", cprofile=home / "cli.prof")
+    done, problems = cap.verify(c, env)
+    title = (
+        f"cProfile of the {cap.name} CLI run's process ({done:,} {cap.unit} verified: "
+        f"{'ok' if not problems else problems}; {result['seconds']:.1f} s under the profiler)"
+    )
+    out += stats_lines(pstats.Stats(str(home / "cli.prof")), title)
     return out
 
 
@@ -968,7 +1007,7 @@ def main() -> int:
                 lines += out + [""]
                 print("\n".join(out) + "\n", file=sys.stderr, flush=True)
             if args.cprofile and "core" in cap.variants:
-                out = cprofile_core(cap, endpoint)
+                out = cprofile_runs(cap, endpoint, work)
                 lines += out + [""]
     finally:
         moto.terminate()
