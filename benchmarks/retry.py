@@ -21,6 +21,7 @@ every run is verified (scenario 1: every item read back; scenario 2: every item 
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -193,6 +194,7 @@ def main() -> int:
     parser.add_argument("--events", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=3, help="rounds (the modes' order rotates each round)")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
     print(trials.machine_line("retry.py"), flush=True)
     labels = {
         "baseline": "baseline: retry at once",
