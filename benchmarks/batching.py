@@ -28,7 +28,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -342,11 +341,7 @@ def main() -> int:
             print("\nBATCHING BENCHMARK FAILED: a variant left work undone (see the check column).")
             failed = True
     finally:
-        moto.terminate()
-        try:
-            moto.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            moto.kill()
+        moto_server.stop(moto)
 
     # ---- partitions
     part = partitions_benchmark(args.receivers)

@@ -727,8 +727,7 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
                 daemon.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(daemon.pid, signal.SIGKILL)
-        server.terminate()
-        server.wait(timeout=30)
+        moto_server.stop(server)
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -887,8 +886,7 @@ def main() -> int:
         print(f"FAILED: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
         print(trials.after_line(), flush=True)
     return 0
 

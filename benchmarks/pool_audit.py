@@ -310,8 +310,7 @@ def main() -> int:
             audit_pools(pools, instances_frame(rows), busy, prices)
             timings.append(time.perf_counter() - t0)
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
         log.close()
 
     audited = run.instances

@@ -374,8 +374,7 @@ def run_moto(args, stale_every: int) -> tuple[dict, dict, dict, int, int]:
         mem = {"small": measure_memory(endpoint, small, args.scan_limit),
                "big": measure_memory(endpoint, big, args.scan_limit)}  # fmt: skip
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
     return results, mem["small"], mem["big"], stale, small_stale
 
 

@@ -238,12 +238,7 @@ def main() -> int:
         )
         print("\n".join(trials.table(two, baseline="baseline", unit="items", labels=labels2)))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        moto_server.stop(proc)
 
     print(f"\nScenario 3: the pure library ({args.events} operations per run)")
     print("\n".join(library(args.events, args.repeat)))

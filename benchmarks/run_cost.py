@@ -202,8 +202,7 @@ def main() -> int:
                     ok = f"no (see {work}/{job}.log)"
             print(f"| {label} | " + " | ".join(cells) + f" | {ok} |", flush=True)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        moto_server.stop(server)
     print(trials.after_line())
     return 0
 

@@ -1010,8 +1010,7 @@ def main() -> int:
                 out = cprofile_runs(cap, endpoint, work)
                 lines += out + [""]
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
         stack.close()
     lines.append(trials.after_line() + f"; work files in {work}")
     print("\n".join(lines))
