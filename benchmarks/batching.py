@@ -249,7 +249,7 @@ def main() -> int:
     # per transaction (same semantics, see benchmarks/moto_server.py).
     moto, endpoint = moto_server.start(("transactions",))
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         os.environ.update(
             {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
         )

@@ -654,7 +654,7 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
     home = Path(tempfile.mkdtemp(prefix="fleet-backlog-"))
     daemon = None
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         calls = Calls(endpoint)
         env = reset(endpoint)
         seeding = time.perf_counter()
@@ -871,7 +871,7 @@ def main() -> int:
     os.environ.update(local_aws_env(endpoint))  # the same variables make dev uses
     print(trials.machine_line("fleet.py"), flush=True)
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         if "termination" not in args.skip:
             print(
                 "\n".join(bench_termination(endpoint, args.messages, args.break_variant, args.repeat) + [""]),

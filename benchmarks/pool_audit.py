@@ -247,7 +247,7 @@ def main() -> int:
     moto, endpoint = moto_server.start(("ec2-tags",), log=log)
     os.environ.update(local_aws_env(endpoint))  # the same variables make dev uses
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         env = deploy(boto3.client("cloudformation"))
         started = time.perf_counter()
         seeded = seed(env, args.pools, args.instances)

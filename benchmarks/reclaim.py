@@ -355,7 +355,7 @@ def read_lines(results: dict[str, list[trials.Run]]) -> list[str]:
 def run_moto(args, stale_every: int) -> tuple[dict, dict, dict, int, int]:
     moto, endpoint = moto_server.start()  # plain moto
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         deploy(client(endpoint, "cloudformation"))  # the real template: its table and index definitions
         print(f"moto on {endpoint}; loading tables ...", flush=True)
         big, small = "bench-agendas-big", "bench-agendas-small"

@@ -96,7 +96,7 @@ def naive_retry(fn, tries: int):
 def start_moto() -> tuple[subprocess.Popen, str]:
     with tempfile.NamedTemporaryFile(prefix="bench-retry-moto-", suffix=".log", delete=False) as log:
         proc, endpoint = moto_server.start(log=log)
-    wait_for_endpoint(endpoint, timeout_seconds=60)
+    wait_for_endpoint(endpoint, timeout_seconds=300)
     return proc, endpoint
 
 

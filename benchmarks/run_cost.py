@@ -152,7 +152,7 @@ def main() -> int:
     server, endpoint = moto_server.start()
     print(trials.machine_line("run_cost.py"), flush=True)
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         os.environ.update(local_aws_env(endpoint))
         import boto3
 
