@@ -981,8 +981,7 @@ def main() -> int:
 
         target = stack.enter_context(dynamodb_local.running())
         proxy, local = counting_proxy.start(target)
-        stack.callback(proxy.wait, timeout=30)
-        stack.callback(proxy.terminate)
+        stack.callback(moto_server.stop, proxy)
         dynamodb_local.wait_until_serving(local, proxy)
     caps = {
         "termination": [lambda n=int(n): termination(n) for n in args.messages.split(",")],
