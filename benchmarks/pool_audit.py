@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
+from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -253,9 +254,11 @@ def main() -> int:
         seeded = seed(env, args.pools, args.instances)
         print(f"seeded in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{k}={v}" for k, v in seeded.items()))
 
-        clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")}
+        # moto answers a page of 1,000 instances slowly on a loaded machine: wait for it, as AWS would answer.
+        patient = Config(read_timeout=600)
+        clients = {name: boto3.client(name, config=patient) for name in ("dynamodb", "ec2", "cloudwatch", "s3")}
         counter = CallCounter(clients.values())
-        naive_clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "cloudwatch")}
+        naive_clients = {name: boto3.client(name, config=patient) for name in ("dynamodb", "ec2", "cloudwatch")}
         naive_counter = CallCounter(naive_clients.values())
         expected_managed = seeded.get("managed_instances")
         outcome: dict = {}
