@@ -300,7 +300,7 @@ def main() -> int:
 
         results = trials.interleaved(["audit", "naive"], args.rounds, once, label="pool audit / ")
         run, naive = outcome["run"], outcome["naive"]
-        ours_calls = results["audit"][0].detail
+        ours_calls = next((r.detail for r in results["audit"] if r.ok), {})
 
         # The pandas computation alone, on the inputs the audit read.
         prices = load_price_list()
@@ -336,7 +336,8 @@ def main() -> int:
     }
     print("\n".join(trials.table(results, baseline="naive", unit="instances", labels=labels)))
     print("pool audit calls by operation: " + ", ".join(f"{k}={v}" for k, v in sorted(ours_calls.items())))
-    print("naive calls by operation: " + ", ".join(f"{k}={v}" for k, v in sorted(results["naive"][0].detail.items())))
+    naive_calls = next((r.detail for r in results["naive"] if r.ok), {})
+    print("naive calls by operation: " + ", ".join(f"{k}={v}" for k, v in sorted(naive_calls.items())))
     print(
         f"pandas computation alone ({len(rows)} instances, {len(pools)} pools, n={args.repeat}): "
         f"median {statistics.median(timings):.3f} s, min {min(timings):.3f} s, max {max(timings):.3f} s"
