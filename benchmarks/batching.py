@@ -10,6 +10,8 @@ with ``--records`` pending records each, then measures, each beside a naive base
 - partitions: how many (receiver, day) partitions 100 receivers make over a year, and the time to
   load the asset's partition status (all keys + materialized subset) from a Dagster instance.
 
+Each part runs ``--repeat`` rounds, the variants in rotating order (``benchmarks/trials.py``); a
+batching run starts on a fresh deployment holding only the receivers it batches.
 API calls are counted with a botocore ``before-call`` hook. Both batching variants are checked:
 every record of the receivers they batched must be finalized in the table (``batch_id`` set,
 no longer pending) and appear exactly once in the outbox files; the figures divide by the records
@@ -26,7 +28,6 @@ import argparse
 import datetime as dt
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 import breaking  # noqa: E402
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.batching.batcher import BatchSettings, ReceiverBatcher  # noqa: E402
@@ -238,14 +240,16 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--batch-receivers", type=int, default=5, help="receivers batched by ReceiverBatcher")
     parser.add_argument("--naive-receivers", type=int, default=2, help="receivers batched by the baseline")
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (the variants' order rotates each round)")
     parser.add_argument("--break", dest="broken", action="store_true", help="lose some writes: must fail")
     args = parser.parse_args()
+    print(trials.machine_line("batching.py"), flush=True)
     failed = False
     # moto's TransactWriteItems copies the whole table once per item; the server copies it once
     # per transaction (same semantics, see benchmarks/moto_server.py).
     moto, endpoint = moto_server.start(("transactions",))
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         os.environ.update(
             {"AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1"}
         )
@@ -262,99 +266,82 @@ def main() -> int:
         )
         counter = CallCounter(ddb, s3)
 
-        # ---- decider tick
-        counter.reset()
-        start = time.perf_counter()
-        decision = decide(
-            ddb, receivers_table=env["RECEIVERS_TABLE"], records_table=env["BATCH_RECORDS_TABLE"], tick=TICK
-        )
-        tick_s = time.perf_counter() - start
-        tick_calls = counter.total()
-        assert len(decision.due) == args.receivers and all(d.pending == args.records for d in decision.due)
-        counter.reset()
-        start = time.perf_counter()
-        naive_counts = naive_decider(ddb, env)
-        naive_tick_s = time.perf_counter() - start
-        naive_tick_calls = counter.total()
-        assert all(naive_counts[n] == args.records for n in names)
-        due = len(decision.due)
-        print("\n## decider tick")
-        print("| what | due receivers | API calls | calls per due receiver | tick s |")
-        print("|---|---:|---:|---:|---:|")
-        for label, calls, secs in (
-            ("baseline: scan the records table", naive_tick_calls, naive_tick_s),
-            ("decide: scan receivers + COUNT per due", tick_calls, tick_s),
-        ):
-            print(f"| {label} | {due} | {calls} | {calls / due:.2f} | {secs:.2f} |")
+        # ---- decider tick (reads only: every round on the same table)
+        def tick(variant: str, _round: int) -> trials.Run:
+            counter.reset()
+            started = time.perf_counter()
+            if variant == "decide":
+                decision = decide(
+                    ddb, receivers_table=env["RECEIVERS_TABLE"], records_table=env["BATCH_RECORDS_TABLE"], tick=TICK
+                )
+                counts = {d.receiver: d.pending for d in decision.due}
+            else:
+                counts = naive_decider(ddb, env)
+            seconds = time.perf_counter() - started
+            right = sum(1 for n in names if counts.get(n) == args.records)
+            problems = [] if right == len(names) else [f"{len(names) - right} receivers not due with {args.records}"]
+            return trials.Run(seconds, right, problems, calls=counter.total(), detail=dict(counter.calls))
 
-        # ---- batching, on a fresh deployment: moto's transactions cost O(table size), so the table
-        # holds only the receivers being batched (real DynamoDB transactions do not depend on it).
-        urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=60)
-        env = deploy(client("cloudformation"))
-        start = time.perf_counter()
-        names = load(ddb, env, args.batch_receivers + args.naive_receivers, args.records)
-        print(f"\nbatching table: {len(names)} receivers x {args.records} records ({time.perf_counter() - start:.1f}s)")
-        settings = BatchSettings(
-            receivers_table=env["RECEIVERS_TABLE"],
-            records_table=env["BATCH_RECORDS_TABLE"],
-            outbox_bucket=env["BATCH_OUTBOX_BUCKET"],
-        )
-        ours = names[: args.batch_receivers]
-        naive = names[args.batch_receivers : args.batch_receivers + args.naive_receivers]
-        # --break: the variants get clients of their own, made after the breaking hook is installed
-        work_ddb, work_s3 = ddb, s3
-        undo = None
-        if args.broken:
-            undo = breaking.install("TransactWriteItems,UpdateItem")
+        labels = {"naive": "baseline: scan the records table", "decide": "decide: scan receivers + COUNT per due"}
+        ticks = trials.interleaved(["naive", "decide"], args.repeat, tick, label="decider tick / ")
+        print("\n## decider tick (verified: every receiver due with all its pending records)")
+        print("\n".join(trials.table(ticks, baseline="naive", unit="due receivers", labels=labels)))
+        print("(calls per item: calls per due receiver)")
+
+        # ---- batching: each run on a fresh deployment holding only the receivers it batches (moto's
+        # transactions cost O(table size); real DynamoDB transactions do not depend on it).
+        def batch(variant: str, _round: int) -> trials.Run:
+            urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=60)
+            env = deploy(client("cloudformation"))
+            count = args.batch_receivers if variant == "ours" else args.naive_receivers
+            names = load(ddb, env, count, args.records)
+            settings = BatchSettings(
+                receivers_table=env["RECEIVERS_TABLE"],
+                records_table=env["BATCH_RECORDS_TABLE"],
+                outbox_bucket=env["BATCH_OUTBOX_BUCKET"],
+            )
+            # --break: the variants get clients of their own, made after the breaking hook is installed
+            undo = breaking.install("TransactWriteItems,UpdateItem") if args.broken else None
             work_ddb, work_s3 = client("dynamodb"), client("s3")
-            counter = CallCounter(work_ddb, work_s3)
-        counter.reset()
-        start = time.perf_counter()
-        reported, ours_raised = 0, []
-        for name in ours:
-            # The decider's run at 10:00 (the day's earlier batch times are already in the ledger).
+            work_counter = CallCounter(work_ddb, work_s3)
+            started = time.perf_counter()
+            reported, raised = 0, []
             try:
-                report = ReceiverBatcher(work_ddb, work_s3, settings).run(name, DAY, now=TICK)
-                reported += report.records_batched
-            except Exception as exc:  # noqa: BLE001 (a broken run: recorded, then its work is verified)
-                ours_raised.append(f"{name}: raised {type(exc).__name__}: {str(exc)[:100]}")
-        ours_s = time.perf_counter() - start
-        ours_calls = counter.total()
-        ours_detail = dict(counter.calls)
-        counter.reset()
-        start = time.perf_counter()
-        naive_reported = sum(naive_batch(work_ddb, work_s3, env, name) for name in naive)
-        naive_s = time.perf_counter() - start
-        naive_calls = counter.total()
-        if undo:
-            undo()
-        batched, ours_problems = verify_batched(ddb, s3, env, ours, args.records)
-        naive_batched, naive_problems = verify_batched(ddb, s3, env, naive, args.records)
-        ours_problems += ours_raised
-        if reported != batched and not ours_raised:
-            ours_problems.append(f"ReceiverBatcher reported {reported} records batched")
-        if naive_reported != naive_batched:
-            naive_problems.append(f"the baseline reported {naive_reported} records batched")
-        print("\n## batching")
-        print("| what | records verified batched | API calls | calls per record | records/s | check |")
-        print("|---|---:|---:|---:|---:|---|")
-        for label, done, calls, secs, problems in (
-            ("baseline: UpdateItem per record", naive_batched, naive_calls, naive_s, naive_problems),
-            ("ReceiverBatcher (grouped)", batched, ours_calls, ours_s, ours_problems),
-        ):
-            check = "ok" if not problems else "**FAILED**: " + "; ".join(problems)
-            per = f"{calls / done:.3f}" if done else "n/a"
-            print(f"| {label} | {done} | {calls} | {per} | {done / secs:.0f} | {check} |")
-        if naive_problems or ours_problems:
-            print("\nBATCHING BENCHMARK FAILED: a variant left records unbatched (see the check column).")
+                if variant == "ours":
+                    for name in names:
+                        # The decider's run at 10:00 (the day's earlier batch times are written to the ledger too).
+                        try:
+                            reported += (
+                                ReceiverBatcher(work_ddb, work_s3, settings).run(name, DAY, now=TICK).records_batched
+                            )
+                        except Exception as exc:  # noqa: BLE001 (a broken run: recorded, then its work is verified)
+                            raised.append(f"{name}: raised {type(exc).__name__}: {str(exc)[:100]}")
+                else:
+                    reported = sum(naive_batch(work_ddb, work_s3, env, name) for name in names)
+            finally:
+                if undo:
+                    undo()
+            seconds = time.perf_counter() - started
+            done, problems = verify_batched(ddb, s3, env, names, args.records)
+            problems += raised
+            if reported != done and not raised:
+                problems.append(f"the variant reported {reported} records batched")
+            return trials.Run(seconds, done, problems, calls=work_counter.total(), detail=dict(work_counter.calls))
+
+        labels = {"naive": "baseline: UpdateItem per record (lock + finalize)", "ours": "ReceiverBatcher (grouped)"}
+        batches = trials.interleaved(["naive", "ours"], args.repeat, batch, label="batching / ")
+        print(
+            f"\n## batching ({args.records} records per receiver; ReceiverBatcher {args.batch_receivers} receivers, "
+            f"baseline {args.naive_receivers}; verified: every record finalized and once in the outbox files)"
+        )
+        print("\n".join(trials.table(batches, baseline="naive", unit="records", labels=labels)))
+        for key, runs in batches.items():
+            print(f"{labels[key]} calls by operation: {json.dumps(runs[0].detail, sort_keys=True)}")
+        if not trials.all_ok(ticks, batches):
+            print("\nBATCHING BENCHMARK FAILED: a variant left work undone (see the check column).")
             failed = True
-        print(f"\nReceiverBatcher calls by operation: {json.dumps(ours_detail, sort_keys=True)}")
     finally:
-        moto.terminate()
-        try:
-            moto.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            moto.kill()
+        moto_server.stop(moto)
 
     # ---- partitions
     part = partitions_benchmark(args.receivers)
@@ -362,6 +349,7 @@ def main() -> int:
     print("| receivers | partitions over a year | materialized (30 days) | status load s |")
     print("|---:|---:|---:|---:|")
     print(f"| {args.receivers} | {part['partitions']} | {part['materialized']} | {part['status_load_s']:.2f} |")
+    print(trials.after_line())
     return 1 if failed else 0
 
 

@@ -33,6 +33,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trials  # noqa: E402
+
 HEAVY = ("dagster_aws", "pandas", "boto3", "s3transfer", "urllib3", "dagster_celery", "celery", "sqlalchemy")
 GOAL_RATIO = 1.5
 
@@ -96,12 +100,13 @@ def main() -> int:
             rows.append((f"{prefix}dagster definitions validate", validate, env_for(root, cache), root))
     for _, cmd, env, cwd in rows:  # warm-up: writes the bytecode cache, fills the OS page cache
         run(cmd, env, cwd)
-    times: dict[str, list[float]] = {label: [] for label, *_ in rows}
-    for _ in range(args.repeat):
-        for label, cmd, env, cwd in rows:
-            times[label].append(run(cmd, env, cwd))
+    print(trials.machine_line("definitions_load.py"), flush=True)
+    specs = {label: (cmd, env, cwd) for label, cmd, env, cwd in rows}
+    # Each run must exit 0 (``run`` checks it): the import or validation did its work.
+    results = trials.interleaved(list(specs), args.repeat, lambda label, _r: trials.Run(run(*specs[label]), 1))
+    times = {label: [r.seconds for r in runs] for label, runs in results.items()}
     base = statistics.median(times["baseline: import dagster"])
-    print(f"load average before: {os.getloadavg()[0]:.1f}; n={args.repeat}, interleaved")
+    print(f"n={args.repeat}, order rotating each round (benchmarks/trials.py)")
     print("| what | median s | min s | max s | vs import dagster |\n|---|---:|---:|---:|---:|")
     for label, t in times.items():
         med = statistics.median(t)
@@ -119,7 +124,8 @@ def main() -> int:
         for deployment in deployments(root, cache):
             found = heavy_imports(root, deployment, cache)
             print(f"  {prefix or 'this checkout: '}{deployment}: {', '.join(found) or 'none'}")
-    return 0
+    print(trials.after_line())
+    return 0 if trials.all_ok(results) else 1
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import trials  # noqa: E402
+
 CASES = {
     "import dagster": "import dagster",
     "import pipelines.definitions": "import pipelines.definitions as d; d.defs.resolve_job_def('reclaim_agendas')",
@@ -28,17 +32,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    rows: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for _ in range(args.repeat):
-        for name, code in CASES.items():
-            for how in ("normal exit", "os._exit"):
-                tail = "; import os; os._exit(0)" if how == "os._exit" else ""
-                src = (f"import time, sys; t = time.perf_counter(); {code}; "
-                       f"sys.stderr.write(repr(time.perf_counter() - t)); sys.stderr.flush(){tail}")  # fmt: skip
-                start = time.perf_counter()
-                out = subprocess.run([sys.executable, "-c", src], cwd=ROOT, capture_output=True, text=True, check=True)
-                wall = time.perf_counter() - start
-                rows.setdefault((name, how), []).append((wall, float(out.stderr.strip().splitlines()[-1])))
+    print(trials.machine_line("exit_cost.py"), flush=True)
+    cases = {(name, how): code for name, code in CASES.items() for how in ("normal exit", "os._exit")}
+
+    def once(case: tuple[str, str], _round: int) -> trials.Run:
+        tail = "; import os; os._exit(0)" if case[1] == "os._exit" else ""
+        src = (f"import time, sys; t = time.perf_counter(); {cases[case]}; "
+               f"sys.stderr.write(repr(time.perf_counter() - t)); sys.stderr.flush(){tail}")  # fmt: skip
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-c", src], cwd=ROOT, capture_output=True, text=True, check=True)
+        wall = time.perf_counter() - start  # the process exited 0: it did its work
+        return trials.Run(wall, 1, extra={"inside": float(out.stderr.strip().splitlines()[-1])})
+
+    results = trials.interleaved(list(cases), args.repeat, once)
+    rows = {case: [(r.seconds, r.extra["inside"]) for r in runs] for case, runs in results.items()}
     print("| what | exit | median wall s | median in-process s | after the last statement s |")
     print("|---|---|---:|---:|---:|")
     for (name, how), values in rows.items():
@@ -46,6 +53,7 @@ def main() -> int:
         inside = statistics.median(i for _, i in values)
         after = statistics.median(w - i for w, i in values)
         print(f"| `{name}` | {how} | {wall:.2f} | {inside:.2f} | {after:.2f} |")
+    print(trials.after_line())
     return 0
 
 

@@ -16,7 +16,10 @@ Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measur
 4. ``old_jobs``: calls per deleted record (archive writes not counted) against a naive scan +
    ``DeleteItem`` per record.
 
-API calls are counted with botocore ``before-call`` event hooks on the clients.
+API calls are counted with botocore ``before-call`` event hooks on the clients. The termination
+variants and old_jobs run ``--repeat`` times (3) in rotating order, each from fresh work
+(``benchmarks/trials.py``); their ratios are taken per round. Termination's ratio baseline is
+``fair``, a bare loop doing what the drain does (rounds of 100, flushed every 3 rounds).
 
 Every termination variant and the backlog check their own work before a figure is printed: the
 queue is empty (nothing visible, nothing in flight: a message in flight once a variant has returned
@@ -55,10 +58,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import iso, to_item  # noqa: E402
+from pipelines.common.aws_batches import chunks  # noqa: E402
 
 SERVICES = ("sqs", "dynamodb", "ssm", "cloudwatch", "s3", "ec2")
 log = logging.getLogger("bench")
@@ -425,6 +430,71 @@ def bare_batched(clients, env) -> int:
         done += len(messages)
 
 
+FAIR_ROUND, FAIR_FLUSH_ROUNDS = 100, 3
+
+
+def fair_batched(clients, env, round_size: int = FAIR_ROUND, flush_rounds: int = FAIR_FLUSH_ROUNDS) -> int:
+    """What the drain does, as a bare loop: rounds of up to 100 messages (receives of 10), one
+    TransactWriteItems of the round's conditional job updates; every 3 rounds one flush: the raw
+    messages archived in one object, the runner parameters deleted 10 a call (on 10 threads, as the
+    drain's pool does), one PutMetricData, the messages deleted 10 a call. About 0.32 calls per
+    message. No validation, no duplicate, crash or take-over handling, no round markers, no Dagster."""
+    sqs, url = clients["sqs"], env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+    table, bucket = env["RUNS_FLEET_JOBS_TABLE"], env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    done, flushes = 0, 0
+    held: list[dict] = []
+    rounds = 0
+
+    def flush(pool) -> int:
+        nonlocal flushes
+        if not held:
+            return 0
+        flushes += 1
+        clients["s3"].put_object(
+            Bucket=bucket, Key=f"raw/fair/{flushes}.jsonl", Body="\n".join(m["Body"] for m in held).encode()
+        )
+        bodies = [json.loads(m["Body"]) for m in held]
+        names = [f"/runs-fleet/runners/{b['instance_id']}/config" for b in bodies]
+        list(pool.map(lambda part: clients["ssm"].delete_parameters(Names=part), chunks(names, 10)))
+        ok = sum(1 for b in bodies if b["status"] == "success")
+        clients["cloudwatch"].put_metric_data(
+            Namespace="RunsFleetFair",
+            MetricData=[
+                {"MetricName": "JobDuration", "Values": [b["duration_seconds"] for b in bodies]},
+                {"MetricName": "JobSuccess", "Value": ok},
+                {"MetricName": "JobFailure", "Value": len(bodies) - ok},
+            ],
+        )
+        for part in chunks(held, 10):
+            sqs.delete_message_batch(
+                QueueUrl=url, Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(part)]
+            )
+        n = len(held)
+        held.clear()
+        return n
+
+    with ThreadPoolExecutor(10) as pool:
+        while True:
+            messages: list[dict] = []
+            while len(messages) < round_size:
+                got = sqs.receive_message(
+                    QueueUrl=url, MaxNumberOfMessages=min(10, round_size - len(messages)), WaitTimeSeconds=0
+                ).get("Messages", [])
+                messages += got
+                if len(got) < 10:
+                    break
+            if not messages:
+                return done + flush(pool)
+            bodies = [json.loads(m["Body"]) for m in messages]
+            clients["dynamodb"].transact_write_items(
+                TransactItems=[{"Update": {"TableName": table, **job_update(b)}} for b in bodies]
+            )
+            held.extend(messages)
+            rounds += 1
+            if rounds % flush_rounds == 0:
+                done += flush(pool)
+
+
 # --------------------------------------------------------------------------- measures
 
 
@@ -480,41 +550,36 @@ def timed(fn):
     return out, time.perf_counter() - start
 
 
-VARIANTS = ("seed", "bare", "drain", "job")
+VARIANTS = ("seed", "bare", "fair", "drain", "job")
+LABELS = {
+    "seed": "seed pattern (per-message calls, 5 workers)",
+    "bare": "bare batched boto3 loop (rounds of 10)",
+    "fair": "bare loop doing what the drain does (rounds of 100, flushed every 3)",
+    "drain": "drain, plain module (defaults: rounds of 100, flushed every 3)",
+    "job": "drain run: process_termination_queue job in process",
+}
 
 
-def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[str]:
+def bench_termination(endpoint: str, n: int, break_variant: str = "", repeat: int = 3) -> list[str]:
     import dagster as dg
 
-    lines = []
     calls = Calls(endpoint)
-    rows = []
-    # (key, name, run -> the variant's own count of jobs applied, metrics namespace, is a drain)
-    variants = [
-        (
-            "seed",
-            "seed pattern (per-message calls, 5 workers)",
-            lambda env: seed_pattern(calls.clients, env),
-            "RunsFleetSeed",
-            False,
-        ),
-        ("bare", "bare batched boto3 loop", lambda env: bare_batched(calls.clients, env), "RunsFleetBare", False),
-        (
-            "drain",
-            "drain, plain module (defaults: rounds of 100, flushed every 3)",
-            lambda env: drain_pure(calls, env).counts["applied"],
-            "RunsFleet",
-            True,
-        ),
-        (
-            "job",
-            "drain run: process_termination_queue job in process",
+    # key -> (run -> the variant's own count of jobs applied, metrics namespace, is a drain)
+    variants = {
+        "seed": (lambda env: seed_pattern(calls.clients, env), "RunsFleetSeed", False),
+        "bare": (lambda env: bare_batched(calls.clients, env), "RunsFleetBare", False),
+        "fair": (lambda env: fair_batched(calls.clients, env), "RunsFleetFair", False),
+        "drain": (lambda env: drain_pure(calls, env).counts["applied"], "RunsFleet", True),
+        "job": (
             lambda env: drain_job({"wait_seconds": 0, "max_seconds": 3600}, dg.DagsterInstance.ephemeral())["applied"],
             "RunsFleet",
             True,
         ),
-    ]
-    for key, name, run, namespace, is_drain in variants:
+    }
+
+    def once(key: str, _round: int) -> trials.Run:
+        run, namespace, is_drain = variants[key]
+        name = LABELS[key]
         env = reset(endpoint)
         if key == "seed":  # its lost deletes come back after this, and it must wait for them
             calls.clients["sqs"].set_queue_attributes(
@@ -525,9 +590,12 @@ def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[st
         calls.reset()
         TIMES.reset()
         BREAKER.arm(key, break_variant)
+        problems = []
         try:
             with AllCalls() as all_calls:
-                own, seconds = timed(lambda run=run, env=env: run(env))
+                own, seconds = timed(lambda: run(env))
+        except Incomplete as exc:
+            own, seconds, problems = -1, 0.0, [str(exc)]
         finally:
             dropped, BREAKER.operations = BREAKER.dropped, ()
         if key == break_variant:
@@ -535,30 +603,31 @@ def bench_termination(endpoint: str, n: int, break_variant: str = "") -> list[st
             print(f"  {name}: BROKEN on purpose: {dropped} {ops} entries dropped", file=sys.stderr)
         counted = calls.reset() + all_calls.counts
         times = TIMES.reset()
-        done = verify(calls.clients, env, jobs, namespace, drain=is_drain, name=name)
-        if own != done:
-            raise Incomplete(f"{name}: INCOMPLETE: it reports {own} applied, the table and metrics say {done}")
-        total = sum(counted.values())
-        rows.append((name, done, seconds, total, counted, times))
-        print(f"  {name}: {done} msgs applied and verified in {seconds:.2f}s, {total} calls", file=sys.stderr)
-    seed_rate = rows[0][1] / rows[0][2]
-    bare_rate = rows[1][1] / rows[1][2]
-    lines.append(f"Termination, {n} messages (all valid, full rounds), same moto server; every variant verified:")
+        try:
+            done = verify(calls.clients, env, jobs, namespace, drain=is_drain, name=name)
+        except Incomplete as exc:
+            done, problems = completed(calls.clients, env), [*problems, str(exc)]
+        if own != done and not problems:
+            problems.append(f"{name}: INCOMPLETE: it reports {own} applied, the table and metrics say {done}")
+        return trials.Run(seconds, done, problems, calls=sum(counted.values()), detail=dict(counted),
+                          extra={"times": times})  # fmt: skip
+
+    results = trials.interleaved(list(variants), repeat, once, label="termination / ")
+    lines = [f"Termination, {n} messages (all valid, full rounds), same moto server; every run verified:", ""]
+    lines += trials.table(results, baseline="fair", unit="msgs", labels=LABELS)
     lines.append("")
-    lines.append("| variant | msgs/s | vs seed pattern | vs bare batched loop | API calls per message |")
-    lines.append("|---|---:|---:|---:|---:|")
-    for name, done, seconds, total, _counted, _times in rows:
-        rate = done / seconds
-        lines.append(f"| {name} | {rate:.0f} | {rate / seed_rate:.2f} | {rate / bare_rate:.2f} | {total / done:.3f} |")
+    seed_ratio = trials.spread(trials.ratios(results, "drain", "seed"))
+    if seed_ratio:
+        lines.append(f"Drain vs seed pattern, per round: {seed_ratio.fmt()}")
+    for key, runs in results.items():
+        lines.append(f"{LABELS[key]} calls: " + ", ".join(f"{k} {v}" for k, v in sorted(runs[0].detail.items())))
     lines.append("")
-    lines.append("Drain calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[2][4].items())))
-    lines.append("Drain run calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[3][4].items())))
-    lines.append("Seed pattern calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[0][4].items())))
-    lines.append("")
-    lines.append("Client seconds by operation (summed over threads):")
-    for name, _done, seconds, _total, _counted, times in rows:
-        top = ", ".join(f"{k} {v:.1f}" for k, v in times.most_common(5))
-        lines.append(f"- {name} ({seconds:.1f}s): {top}")
+    lines.append("Client seconds by operation (summed over threads), first round:")
+    for key, runs in results.items():
+        top = ", ".join(f"{k} {v:.1f}" for k, v in runs[0].extra["times"].most_common(5))
+        lines.append(f"- {LABELS[key]} ({runs[0].seconds:.1f}s): {top}")
+    if not trials.all_ok(results):
+        raise Incomplete("\n".join(lines))
     return lines
 
 
@@ -585,7 +654,7 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
     home = Path(tempfile.mkdtemp(prefix="fleet-backlog-"))
     daemon = None
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         calls = Calls(endpoint)
         env = reset(endpoint)
         seeding = time.perf_counter()
@@ -658,8 +727,7 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
                 daemon.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(daemon.pid, signal.SIGKILL)
-        server.terminate()
-        server.wait(timeout=30)
+        moto_server.stop(server)
         shutil.rmtree(home, ignore_errors=True)
 
 
@@ -686,12 +754,24 @@ def metric_total(clients, namespace: str = "RunsFleet") -> float:
     return total
 
 
-def bench_old_jobs(endpoint: str, n: int) -> list[str]:
+def bench_old_jobs(endpoint: str, n: int, repeat: int = 3) -> list[str]:
+    """old_jobs against a naive scan + PutObject + DeleteItem per record, each run on a fresh table:
+    n finished records older than 7 days among n / 10 running ones. Verified: every old record gone
+    from the table and archived in S3, every running one left."""
     from pipelines.fleet.housekeeping import Housekeeping
 
     calls = Calls(endpoint)
-    rows = []
-    for variant in ("naive scan + DeleteItem", "old_jobs task"):
+
+    def archived_objects(env) -> Counter:
+        """Objects in the archive bucket by their first path segment (jobs/, archived-jobs/, naive/)."""
+        out: Counter = Counter()
+        for page in (
+            calls.clients["s3"].get_paginator("list_objects_v2").paginate(Bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"])
+        ):
+            out.update(o["Key"].split("/", 1)[0] + "/" for o in page.get("Contents", []))
+        return out
+
+    def once(variant: str, _round: int) -> trials.Run:
         env = reset(endpoint)
         ddb, table = calls.clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"]
         old = iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=9))
@@ -704,13 +784,15 @@ def bench_old_jobs(endpoint: str, n: int) -> list[str]:
             )
         calls.reset()
         start = time.perf_counter()
-        if variant.startswith("naive"):
+        if variant == "naive":
             kwargs = {"TableName": table}
+            cutoff = iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=7))
             while True:
                 page = ddb.scan(**kwargs)
                 for item in page["Items"]:
-                    if item.get("status", {}).get("S") in statuses and item.get("completed_at", {}).get("S", "z") < iso(
-                        dt.datetime.now(dt.UTC) - dt.timedelta(days=7)
+                    if (
+                        item.get("status", {}).get("S") in statuses
+                        and item.get("completed_at", {}).get("S", "z") < cutoff
                     ):
                         calls.clients["s3"].put_object(
                             Bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"], Key=f"naive/{item['job_id']['S']}", Body=b"{}"
@@ -719,25 +801,42 @@ def bench_old_jobs(endpoint: str, n: int) -> list[str]:
                 if "LastEvaluatedKey" not in page:
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+            reported = n
         else:
             ctx = fleet_context(calls.clients, env)
             tasks = Housekeeping()
-            result = tasks.run(ctx, tasks.parse({"task_type": "old_jobs", "params": {}})).summary
-            assert result["archived"] == n, result
+            reported = tasks.run(ctx, tasks.parse({"task_type": "old_jobs", "params": {}})).summary["archived"]
         seconds = time.perf_counter() - start
         counted = calls.reset()
         left = ddb.scan(TableName=table, Select="COUNT")["Count"]
-        assert left == n // 10, left
+        objects = archived_objects(env)
+        problems = []
+        if left != n // 10:
+            problems.append(f"{left} records left, expected the {n // 10} running ones")
+        if reported != n:
+            problems.append(f"reported {reported} archived, expected {n}")
+        if not objects:
+            problems.append("nothing archived in S3")
         archive = counted.get("PutObject", 0)
-        without = sum(counted.values()) - archive
-        rows.append((variant, seconds, without, archive, counted))
-    out = [f"old_jobs: {n} finished records older than 7 days among {n // 10} running ones:", ""]
-    out += ["| variant | seconds | API calls per deleted record (archive writes excluded) | archive writes |"]
-    out += ["|---|---:|---:|---:|"]
-    for variant, seconds, without, archive, _counted in rows:
-        out.append(f"| {variant} | {seconds:.2f} | {without / n:.3f} | {archive} |")
+        return trials.Run(seconds, n + (n // 10) - left, problems, calls=sum(counted.values()) - archive,
+                          detail=dict(counted), extra={"archive_writes": archive, "objects": objects})  # fmt: skip
+
+    labels = {"naive": "naive: Scan + PutObject + DeleteItem per record", "task": "`old_jobs` task"}
+    results = trials.interleaved(["naive", "task"], repeat, once, label="old_jobs / ")
+    out = [f"old_jobs: {n} finished records older than 7 days among {n // 10} running ones, every run verified:", ""]
+    out += trials.table(results, baseline="naive", unit="records", labels=labels)
+    out.append("(calls per item: API calls per deleted record, archive writes excluded)")
     out.append("")
-    out.append("old_jobs calls by operation: " + ", ".join(f"{k} {v}" for k, v in sorted(rows[1][4].items())))
+    for key, runs in results.items():
+        r = runs[0]
+        out.append(
+            f"- {labels[key]}: PutObject calls {r.extra['archive_writes']}; objects in the archive bucket by prefix "
+            + ", ".join(f"{k} {v}" for k, v in sorted(r.extra["objects"].items()))
+            + "; calls: "
+            + ", ".join(f"{k} {v}" for k, v in sorted(r.detail.items()))
+        )
+    if not trials.all_ok(results):
+        raise Incomplete("\n".join(out))
     return out
 
 
@@ -758,6 +857,7 @@ def main() -> int:
         default="",
         help="break one termination variant on purpose (drops every 10th message delete): the benchmark must fail",
     )
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (the variants' order rotates each round)")
     parser.add_argument("--backlog-drain-runs", type=int, default=1, help="RUNS_FLEET_TERMINATION_DRAIN_RUNS")
     parser.add_argument(
         "--patched",
@@ -769,12 +869,16 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
     moto, endpoint = moto_server.start(("transactions", "sqs-retention") if args.patched else ())
     os.environ.update(local_aws_env(endpoint))  # the same variables make dev uses
+    print(trials.machine_line("fleet.py"), flush=True)
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         if "termination" not in args.skip:
-            print("\n".join(bench_termination(endpoint, args.messages, args.break_variant) + [""]), flush=True)
+            print(
+                "\n".join(bench_termination(endpoint, args.messages, args.break_variant, args.repeat) + [""]),
+                flush=True,
+            )
         if "old_jobs" not in args.skip:
-            print("\n".join(bench_old_jobs(endpoint, args.old_jobs) + [""]), flush=True)
+            print("\n".join(bench_old_jobs(endpoint, args.old_jobs, args.repeat) + [""]), flush=True)
         if args.backlog:
             lines = bench_backlog(args.backlog, patched=not args.plain_backlog, drain_runs=args.backlog_drain_runs)
             print("\n".join(lines), flush=True)
@@ -782,8 +886,8 @@ def main() -> int:
         print(f"FAILED: {exc}", file=sys.stderr, flush=True)
         return 1
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
+        print(trials.after_line(), flush=True)
     return 0
 
 

@@ -37,6 +37,16 @@ ROOT = Path(__file__).resolve().parent.parent
 PATCHES = ("transactions", "sqs-retention", "ec2-tags", "count-calls")
 
 
+def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """Stop a server started here: SIGTERM, then SIGKILL if it has not exited within ``timeout``."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -112,8 +112,7 @@ def main() -> int:
                     failures += (not same) and name.startswith("DynamoDB Local")
                     print(f"| {case} | {expected} | {answered} | {'same' if same else 'DIFFERENT'} |")
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
     return 1 if failures else 0
 
 

@@ -10,6 +10,9 @@ on its tag; for each running instance, one Query of ``instance_id-index`` for a 
 PutMetricData calls per pool. It is slow in moto (minutes for a few hundred instances), so it visits
 the first ``--naive-pools`` pools only; its calls per instance do not depend on how many it visits.
 
+The audit and the naive loop run ``--rounds`` times in rotating order (``benchmarks/trials.py``),
+each verified (the audit's instance count; the naive loop's agreement with the audit's rows).
+
 Every instance is launched in its own reservation, as the fleet launches one runner per job:
 moto pages DescribeInstances by reservation, AWS by instance, and this way both agree.
 
@@ -31,11 +34,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import boto3
+from botocore.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
@@ -208,14 +213,16 @@ def pandas_only(pools: int, instances: int, repeat: int) -> bool:
         rows.append({"instance_id": f"i-{n:017x}", "state": state, "pool": pool, "instance_type": "x"})
         if state == "running" and rng.random() < 0.7:
             busy.add(f"i-{n:017x}")
-    timings = []
+    timings, cpu = [], []
     for _ in range(repeat):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         result = audit_pools(pool_items, instances_frame(rows), busy, prices)
         timings.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)  # the work itself, whatever else the machine runs
     print(
         f"pandas computation alone, synthetic ({instances} instances, {pools} pools, n={repeat}): "
-        f"median {statistics.median(timings):.3f} s, min {min(timings):.3f} s, max {max(timings):.3f} s "
+        f"median {statistics.median(timings):.3f} s, min {min(timings):.3f} s, max {max(timings):.3f} s; "
+        f"CPU seconds median {statistics.median(cpu):.3f}, min {min(cpu):.3f}, max {max(cpu):.3f} "
         f"(running={result.totals['running']}, busy={result.totals['busy']})"
     )
     ok = statistics.median(timings) <= 2.0
@@ -231,8 +238,10 @@ def main() -> int:
     parser.add_argument(
         "--naive-pools", type=int, default=10, help="pools the naive baseline visits (it is slow in moto)"
     )
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of audit and naive loop (order rotates)")
     parser.add_argument("--pandas-only", action="store_true", help="time the pandas computation alone, no moto")
     args = parser.parse_args()
+    print(trials.machine_line("pool_audit.py"), flush=True)
     if args.pandas_only:
         return 0 if pandas_only(args.pools, args.instances, args.repeat) else 1
     log = tempfile.NamedTemporaryFile(prefix="moto-bench-", suffix=".log", delete=False)
@@ -241,32 +250,59 @@ def main() -> int:
     moto, endpoint = moto_server.start(("ec2-tags",), log=log)
     os.environ.update(local_aws_env(endpoint))  # the same variables make dev uses
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         env = deploy(boto3.client("cloudformation"))
         started = time.perf_counter()
         seeded = seed(env, args.pools, args.instances)
         print(f"seeded in {time.perf_counter() - started:.1f} s: " + ", ".join(f"{k}={v}" for k, v in seeded.items()))
 
-        clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")}
+        # moto answers a page of 1,000 instances slowly on a loaded machine: wait for it, as AWS would answer.
+        patient = Config(read_timeout=600)
+        clients = {name: boto3.client(name, config=patient) for name in ("dynamodb", "ec2", "cloudwatch", "s3")}
         counter = CallCounter(clients.values())
-        started = time.perf_counter()
-        run = run_pool_audit(
-            **clients,
-            jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
-            pools_table=env["RUNS_FLEET_POOLS_TABLE"],
-            archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
-            namespace="RunsFleet",
-        )
-        ours_s = time.perf_counter() - started
-        ours_calls = dict(counter.calls)
-
-        naive_clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "cloudwatch")}
+        naive_clients = {name: boto3.client(name, config=patient) for name in ("dynamodb", "ec2", "cloudwatch")}
         naive_counter = CallCounter(naive_clients.values())
-        started = time.perf_counter()
-        naive = naive_audit(
-            env, naive_clients["dynamodb"], naive_clients["ec2"], naive_clients["cloudwatch"], args.naive_pools
-        )
-        naive_s = time.perf_counter() - started
+        expected_managed = seeded.get("managed_instances")
+        outcome: dict = {}
+
+        # Both read the same fleet (their writes are metrics and a CSV): every round on the same data.
+        # Verified: the audit's instance count is the fleet's managed instances, and the naive loop's
+        # running and busy agree with the audit's rows for the pools it visited.
+        def once(variant: str, _round: int) -> trials.Run:
+            problems: list[str] = []
+            if variant == "audit":
+                counter.calls.clear()
+                started = time.perf_counter()
+                run = run_pool_audit(
+                    **clients,
+                    jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
+                    pools_table=env["RUNS_FLEET_POOLS_TABLE"],
+                    archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
+                    namespace="RunsFleet",
+                )
+                seconds = time.perf_counter() - started
+                outcome["run"] = run
+                if expected_managed is not None and run.instances != expected_managed:
+                    problems.append(f"audited {run.instances}, the fleet has {expected_managed} managed")
+                return trials.Run(seconds, run.instances, problems, calls=sum(counter.calls.values()),
+                                  detail=dict(counter.calls))  # fmt: skip
+            naive_counter.calls.clear()
+            started = time.perf_counter()
+            naive = naive_audit(
+                env, naive_clients["dynamodb"], naive_clients["ec2"], naive_clients["cloudwatch"], args.naive_pools
+            )
+            seconds = time.perf_counter() - started
+            outcome["naive"] = naive
+            if "run" in outcome:
+                sampled = outcome["run"].audit.table.loc[outcome["run"].audit.table["pool"].isin(naive["pools"])]
+                if naive["busy"] != sampled["busy"].sum() or naive["running"] != sampled["running"].sum():
+                    problems.append("running / busy differ from the audit's rows for the same pools")
+            return trials.Run(seconds, naive["audited"], problems, calls=naive_counter.total,
+                              detail=dict(naive_counter.calls))  # fmt: skip
+
+        results = trials.interleaved(["audit", "naive"], args.rounds, once, label="pool audit / ")
+        run, naive = outcome["run"], outcome["naive"]
+        ours_calls = next((r.detail for r in results["audit"] if r.ok), {})
 
         # The pandas computation alone, on the inputs the audit read.
         prices = load_price_list()
@@ -279,8 +315,7 @@ def main() -> int:
             audit_pools(pools, instances_frame(rows), busy, prices)
             timings.append(time.perf_counter() - t0)
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
         log.close()
 
     audited = run.instances
@@ -297,14 +332,14 @@ def main() -> int:
         f"for them on running and busy: {agree}"
     )
     print()
-    print(f"{'what':40s} {'instances':>9s} {'AWS calls':>9s} {'calls/instance':>14s} {'wall s':>8s} {'inst/s':>7s}")
-    for label, n, calls, seconds in (
-        ("pool audit (run_pool_audit), all pools", audited, sum(ours_calls.values()), ours_s),
-        (f"naive baseline, {len(naive['pools'])} pools", naive["audited"], naive_counter.total, naive_s),
-    ):
-        print(f"{label:40s} {n:9d} {calls:9d} {calls / n:14.4f} {seconds:8.2f} {n / seconds:7.0f}")
+    labels = {
+        "audit": "pool audit (`run_pool_audit`), all pools",
+        "naive": f"naive baseline, {len(naive['pools'])} pools",
+    }
+    print("\n".join(trials.table(results, baseline="naive", unit="instances", labels=labels)))
     print("pool audit calls by operation: " + ", ".join(f"{k}={v}" for k, v in sorted(ours_calls.items())))
-    print("naive calls by operation: " + ", ".join(f"{k}={v}" for k, v in sorted(naive_counter.calls.items())))
+    naive_calls = next((r.detail for r in results["naive"] if r.ok), {})
+    print("naive calls by operation: " + ", ".join(f"{k}={v}" for k, v in sorted(naive_calls.items())))
     print(
         f"pandas computation alone ({len(rows)} instances, {len(pools)} pools, n={args.repeat}): "
         f"median {statistics.median(timings):.3f} s, min {min(timings):.3f} s, max {max(timings):.3f} s"
@@ -313,7 +348,8 @@ def main() -> int:
     pandas_ok = statistics.median(timings) <= 2.0
     print(f"target <= 0.1 AWS calls per instance: {'met' if calls_ok else 'NOT met'}")
     print(f"target pandas <= 2 s: {'met' if pandas_ok else 'NOT met'}")
-    return 0 if calls_ok and pandas_ok else 1
+    print(trials.after_line())
+    return 0 if calls_ok and pandas_ok and trials.all_ok(results) else 1
 
 
 if __name__ == "__main__":

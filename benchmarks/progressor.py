@@ -11,7 +11,11 @@ running task (10 s), a waiting timer, or finished. Measures, for each of the two
 1. the time to collect every zombie, and the rows read (pg_stat_user_tables deltas);
 2. ``EXPLAIN (ANALYZE, BUFFERS)`` of the statements (in transactions rolled back);
 3. what happens when a live worker holds one zombie's process row (progressor's lock order: process
-   row, then running row) while it runs.
+   row, then running row) while it runs: once with the worker holding it 0.5 s, once for longer than
+   the server's ``deadlock_timeout``, which decides which side PostgreSQL's deadlock detector aborts.
+
+The collections run ``--repeat`` rounds, the two in rotating order, each from the zombies put back
+as they were, each verified (no zombie left; the collector's own count is the zombies).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import uuid
 
 import psycopg2
 import psycopg2.errors
+import trials  # noqa: I001 (benchmarks/trials.py, beside this file)
 from psycopg2 import sql
 
 from pipelines.progressor import engine
@@ -191,18 +196,29 @@ def zombie_count(conn, t: Tables) -> int:
     return n
 
 
-def with_live_worker(url: str, t: Tables, process_id: str, run) -> dict:
-    """A worker holds ``process_id``'s row, then (0.5 s later) deletes its running row, while ``run`` runs."""
+def held_task(conn, t: Tables, process_id: str) -> str:
+    """The status of ``process_id``'s last task and of the process, after a live-worker scenario."""
+    with conn.cursor() as cur:
+        cur.execute(t.sql("SELECT status FROM {tasks} WHERE process_id = {} ORDER BY task_id DESC LIMIT 1", process_id))
+        task = cur.fetchone()[0]
+        cur.execute(t.sql("SELECT status FROM {processes} WHERE process_id = {}", process_id))
+        process = cur.fetchone()[0]
+    conn.rollback()
+    return f"task {task}, process {process}"
+
+
+def with_live_worker(url: str, t: Tables, process_id: str, run, hold_seconds: float = 0.5) -> dict:
+    """A worker holds ``process_id``'s row, then (``hold_seconds`` later) deletes its running row,
+    while ``run`` runs."""
     locked, outcome = threading.Event(), {}
 
     def worker():
         conn = psycopg2.connect(url)
         try:
-            outcome["worker_finished_task"] = engine.complete_running(
-                conn, t, process_id, hold_seconds=0.5, on_locked=locked.set
-            )
+            finished = engine.complete_running(conn, t, process_id, hold_seconds=hold_seconds, on_locked=locked.set)
+            outcome["worker"] = "finished its task" if finished else "found its running row gone (task collected)"
         except psycopg2.errors.DeadlockDetected as exc:
-            outcome["worker"] = f"40P01 {str(exc).splitlines()[0]}"
+            outcome["worker"] = f"40P01 {str(exc).splitlines()[0]}: the worker's transaction rolled back"
         finally:
             conn.close()
 
@@ -222,7 +238,9 @@ def main() -> int:
     parser.add_argument("--processes", type=int, default=100_000)
     parser.add_argument("--tasks-per-process", type=int, default=10)
     parser.add_argument("--zombies", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=5, help="rounds of the two collections (order rotates)")
     args = parser.parse_args()
+    print(trials.machine_line("progressor.py"), flush=True)
     name = f"gk_bench_progressor_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(f"{BASE_URL}/postgres")
     admin.autocommit = True
@@ -266,37 +284,66 @@ def main() -> int:
                 "WHERE r.running_time < now() - interval '96 s' FOR UPDATE OF p, r SKIP LOCKED"
             ),
         )
-        counts_holder = {}
-        elapsed, read = measured(conn, ours, lambda: counts_holder.update(c=collect_zombies(conn, params, QuietLog())))
-        report["collector"] = {"seconds": round(elapsed, 3), "rows_read": read, "counts": counts_holder["c"].as_dict()}
-        elapsed, read = measured(conn, theirs, lambda: progressor_statement(conn, theirs, THRESHOLD))
-        report["progressor"] = {
-            "seconds": round(elapsed, 3),
-            "rows_read": read,
-            "zombies_left": zombie_count(conn, theirs),
-        }
-        print(json.dumps({k: v for k, v in report.items() if not k.startswith("explain")}, indent=1))
-        # A live worker holds one zombie's process row.
-        held = "p" + str(args.zombies // 2).zfill(7)
-        for t in (ours, theirs):
+
+        def once(which: str, _round: int) -> trials.Run:
+            t = ours if which == "collector" else theirs
             restore_zombies(conn, t, args.zombies)
             refresh_live(conn, t, args.zombies)
-        report["collector_with_live_worker"] = with_live_worker(
-            url, ours, held, lambda: collect_zombies(conn, params, QuietLog()).as_dict()
-        )
-        report["collector_with_live_worker"]["zombies_left"] = zombie_count(conn, ours)
-        report["progressor_with_live_worker"] = with_live_worker(
-            url, theirs, held, lambda: progressor_statement(conn, theirs, THRESHOLD) or "completed"
-        )
-        report["progressor_with_live_worker"]["zombies_left"] = zombie_count(conn, theirs)
+            holder: dict = {}
+            if which == "collector":
+                elapsed, read = measured(conn, t, lambda: holder.update(c=collect_zombies(conn, params, QuietLog())))
+            else:
+                elapsed, read = measured(conn, t, lambda: progressor_statement(conn, t, THRESHOLD))
+            left = zombie_count(conn, t)
+            problems = [f"{left} zombies left"] if left else []
+            if "c" in holder and holder["c"].collected != args.zombies:
+                problems.append(f"the collector counted {holder['c'].collected} collected")
+            return trials.Run(elapsed, args.zombies - left, problems, detail=read,
+                              extra={"counts": holder["c"].as_dict() if "c" in holder else None})  # fmt: skip
+
+        labels = {
+            "progressor": "progressor's statement (corrected semantics, one transaction)",
+            "collector": "Groundskeeper's collector (error action, batches of 100)",
+        }
+        results = trials.interleaved(["progressor", "collector"], args.repeat, once, label="collect / ")
+        report["table"] = trials.table(results, baseline="progressor", unit="zombies", labels=labels, digits=3)
+        report["rows_read"] = {k: runs[0].detail for k, runs in results.items()}
+        report["collector_counts"] = results["collector"][0].extra["counts"]
+        report["ok"] = trials.all_ok(results)
+        # A live worker holds one zombie's process row, briefly, then past deadlock_timeout.
+        with conn.cursor() as cur:
+            cur.execute("SHOW deadlock_timeout")
+            deadlock_timeout = cur.fetchone()[0]
+        conn.rollback()
+        timeout_s = float(deadlock_timeout.rstrip("ms")) / (1000 if deadlock_timeout.endswith("ms") else 1)
+        report["deadlock_timeout"] = deadlock_timeout
+        held = "p" + str(args.zombies // 2).zfill(7)
+        report["live_worker"] = []
+        for hold in (0.5, timeout_s + 1.0):
+            for which, t in (("collector", ours), ("progressor", theirs)):
+                restore_zombies(conn, t, args.zombies)
+                refresh_live(conn, t, args.zombies)
+                if which == "collector":
+                    out = with_live_worker(
+                        url, t, held, lambda: collect_zombies(conn, params, QuietLog()).as_dict(), hold
+                    )
+                else:
+                    out = with_live_worker(
+                        url, t, held, lambda t=t: progressor_statement(conn, t, THRESHOLD) or "completed", hold
+                    )
+                out["zombies_left"] = zombie_count(conn, t)
+                out["held_process_after"] = held_task(conn, t, held)
+                report["live_worker"].append({"hold_seconds": hold, "who": which, **out})
         conn.close()
     finally:
         admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         admin.close()
     for key in ("explain_progressor", "explain_collector_listing", "explain_collector_batch_lock"):
         print(f"\n== {key}\n{report.pop(key)}")
-    print(json.dumps(report, indent=1))
-    return 0
+    print("\n" + "\n".join(report.pop("table")))
+    print(json.dumps(report, indent=1, default=str))
+    print(trials.after_line())
+    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

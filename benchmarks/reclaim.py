@@ -1,6 +1,7 @@
 """Reclaim benchmark (POP's agenda reclaimer): a 100,000-item AgendaProgress table, 1% stale, in a local moto server.
 
-Three ways to fail the same 1,000 stale items, measured in the same run:
+Three ways to fail the same 1,000 stale items, measured in the same run, each ``--repeat`` times
+in rotating order (``benchmarks/trials.py``; the stale items are put back before every run):
 
 - baseline, the original Lambda's way: a filtered scan, then a GET and a PUT per item over HTTP
   (against the local AgendaProgress endpoint, ``infra.agenda_endpoint``);
@@ -49,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 import boto3  # noqa: E402
 import breaking  # noqa: E402
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra import dynamodb_local  # noqa: E402
 from infra.agenda_endpoint import LocalAgendaEndpoint  # noqa: E402
@@ -304,77 +306,86 @@ def measure_memory(endpoint: str, table: str, scan_limit: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def line(label: str, r: dict) -> str:
-    """One row; every rate divides by the items verified reclaimed, not by what the path reported."""
-    per = max(r["verified"], 1)
-    check = "ok" if not r["problems"] else "**FAILED**: " + "; ".join(r["problems"])
-    return (
-        f"| {label} | {r['verified']:,} | {r['seconds']:.1f} | {r['verified'] / r['seconds']:.0f} | "
-        f"{r['calls']:,} | {r['calls'] / per:.3f} | {r['read']:,} | {r['read'] / per:.2f} | {check} |"
-    )
+LABELS = {
+    "baseline": "baseline: scan + HTTP GET + PUT per item",
+    "scan": "scan path (conditional UpdateItem)",
+    "index": "index path (query GSI + conditional UpdateItem)",
+    "single": "index path, conditional UpdateItem per item (baseline)",
+    "grouped": "index path, grouped: BatchExecuteStatement of 25",
+}
 
 
-def checked(endpoint: str, table: str, count: int, stale_every: int, broken: bool, path) -> dict:
-    """Run one path (broken if asked), then verify its work."""
+def checked(endpoint: str, table: str, count: int, stale_every: int, broken: bool, path) -> trials.Run:
+    """Put the stale items back, run one path (broken if asked), then verify its work."""
+    reset_stale(endpoint, table, count, stale_every)
     undo = breaking.install("UpdateItem,PutItem,TransactWriteItems,BatchExecuteStatement") if broken else None
     try:
         result = path()
     finally:
         if undo:
             undo()
-    result["verified"], result["problems"] = verify(endpoint, table, count, stale_every)
-    if result["reclaimed"] != result["verified"]:
-        result["problems"].append(f"the path reported {result['reclaimed']:,} reclaimed")
-    state = "ok" if not result["problems"] else "FAILED: " + "; ".join(result["problems"])
-    print(f"  {result['verified']:,} verified reclaimed: {state}", flush=True)
-    return result
+    verified, problems = verify(endpoint, table, count, stale_every)
+    if result["reclaimed"] != verified:
+        problems.append(f"the path reported {result['reclaimed']:,} reclaimed")
+    return trials.Run(
+        seconds=result["seconds"],
+        done=verified,
+        problems=problems,
+        calls=result["calls"],
+        detail=result["call_detail"],
+        extra={"read": result["read"], "backend_calls": result.get("backend_calls")},
+    )
+
+
+def read_lines(results: dict[str, list[trials.Run]]) -> list[str]:
+    out = []
+    for name, runs in results.items():
+        reads = sorted({round(r.extra["read"] / max(r.done, 1), 2) for r in runs})
+        out.append(
+            f"- {name}: items read per reclaimed {', '.join(f'{x:.2f}' for x in reads)}; calls: {runs[0].detail}"
+            + (
+                f"; behind the HTTP API {runs[0].extra['backend_calls']:,} DynamoDB calls"
+                if runs[0].extra.get("backend_calls")
+                else ""
+            )  # fmt: skip
+        )
+    return out
 
 
 def run_moto(args, stale_every: int) -> tuple[dict, dict, dict, int, int]:
     moto, endpoint = moto_server.start()  # plain moto
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         deploy(client(endpoint, "cloudformation"))  # the real template: its table and index definitions
         print(f"moto on {endpoint}; loading tables ...", flush=True)
         big, small = "bench-agendas-big", "bench-agendas-small"
         stale = load(endpoint, big, args.items, stale_every)
         small_stale = load(endpoint, small, args.small, stale_every)
-        results = {}
-        print("baseline: scan + GET + PUT per item over HTTP ...", flush=True)
         check = (endpoint, big, args.items, stale_every, args.broken)
-        results["baseline"] = checked(*check, lambda: run_baseline(endpoint, big, args.scan_limit))
-        reset_stale(endpoint, big, args.items, stale_every)
-        print("scan path ...", flush=True)
-        results["scan"] = checked(*check, lambda: run_ours(endpoint, big, args.scan_limit, use_index=False))
-        reset_stale(endpoint, big, args.items, stale_every)
-        print("index path ...", flush=True)
-        results["index"] = checked(*check, lambda: run_ours(endpoint, big, args.scan_limit, use_index=True))
+        paths = {
+            "baseline": lambda: run_baseline(endpoint, big, args.scan_limit),
+            "scan": lambda: run_ours(endpoint, big, args.scan_limit, use_index=False),
+            "index": lambda: run_ours(endpoint, big, args.scan_limit, use_index=True),
+        }
+        results = trials.interleaved(list(paths), args.repeat, lambda name, _r: checked(*check, paths[name]),
+                                     label="moto ")  # fmt: skip
         reset_stale(endpoint, big, args.items, stale_every)
         print("memory: subprocesses through the scan path ...", flush=True)
         mem = {"small": measure_memory(endpoint, small, args.scan_limit),
                "big": measure_memory(endpoint, big, args.scan_limit)}  # fmt: skip
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
     return results, mem["small"], mem["big"], stale, small_stale
 
 
 def print_moto(args, results: dict, mem_small: dict, mem_big: dict, stale: int, small_stale: int) -> None:
     print()
-    print(f"table: {args.items:,} items, {stale:,} stale ({args.stale_percent:g}%), page limit {args.scan_limit}")
-    print("| path | verified reclaimed | s | reclaimed/s | API calls | calls per reclaimed | items read "
-          "| read per reclaimed | check |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    print(line("baseline: scan + HTTP GET + PUT per item", results["baseline"]))
-    print(line("scan path (conditional UpdateItem)", results["scan"]))
-    print(line("index path (query GSI + conditional UpdateItem)", results["index"]))
-    for name, r in results.items():
-        print(f"  {name} calls: {r['call_detail']}")
-    print(f"  baseline endpoint backend DynamoDB calls (GetItem/PutItem behind the HTTP API): "
-          f"{results['baseline']['backend_calls']:,}")  # fmt: skip
+    print(f"moto: {args.items:,} items, {stale:,} stale ({args.stale_percent:g}%), page limit {args.scan_limit}")
+    print("\n".join(trials.table(results, baseline="baseline", unit="reclaimed", labels=LABELS)))
+    print("\n".join(read_lines(results)))
     index = results["index"]
-    read_ok = index["read"] / max(index["verified"], 1) <= 1.1
-    calls_ok = index["calls"] / max(index["verified"], 1) <= 1.2
+    read_ok = all(r.extra["read"] / max(r.done, 1) <= 1.1 for r in index)
+    calls_ok = all(r.calls / max(r.done, 1) <= 1.2 for r in index)
     print(f"index path targets: read per reclaimed <= 1.1: {'met' if read_ok else 'NOT met'}; "
           f"calls per reclaimed <= 1.2: {'met' if calls_ok else 'NOT met'}")  # fmt: skip
     print()
@@ -389,39 +400,30 @@ def print_moto(args, results: dict, mem_small: dict, mem_big: dict, stale: int, 
 
 
 def run_dynamodb_local(args) -> dict:
-    """The index path's writes on DynamoDB Local: one UpdateItem per item, then grouped statements."""
+    """The index path's writes on DynamoDB Local: one UpdateItem per item against grouped statements."""
     stale_every = round(100 / args.local_stale_percent)
     table = "bench-agendas-local"
-    results = {}
     with dynamodb_local.running() as endpoint:
         print(f"DynamoDB Local on {endpoint}; loading ...", flush=True)
         stale = load(endpoint, table, args.local_items, stale_every)
         check = (endpoint, table, args.local_items, stale_every, args.broken)
-        print("index path, one conditional UpdateItem per item ...", flush=True)
-        results["single"] = checked(*check, lambda: run_ours(endpoint, table, args.scan_limit, use_index=True))
-        reset_stale(endpoint, table, args.local_items, stale_every)
-        print("index path, grouped (BatchExecuteStatement, 25 statements per call) ...", flush=True)
-        results["grouped"] = checked(*check, lambda: run_ours(endpoint, table, args.scan_limit, use_index=True,
-                                                               grouped=True))  # fmt: skip
+        paths = {
+            "single": lambda: run_ours(endpoint, table, args.scan_limit, use_index=True),
+            "grouped": lambda: run_ours(endpoint, table, args.scan_limit, use_index=True, grouped=True),
+        }
+        results = trials.interleaved(list(paths), args.local_repeat, lambda name, _r: checked(*check, paths[name]),
+                                     label="DynamoDB Local ")  # fmt: skip
     print()
     print(f"DynamoDB Local 1.25.1: {args.local_items:,} items, {stale:,} stale ({args.local_stale_percent:g}%), "
           f"page limit {args.scan_limit}")  # fmt: skip
-    print("| path | verified reclaimed | s | reclaimed/s | API calls | calls per reclaimed | items read "
-          "| read per reclaimed | check |")  # fmt: skip
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
-    print(line("index path, conditional UpdateItem per item (baseline)", results["single"]))
-    print(line("index path, grouped: BatchExecuteStatement of 25", results["grouped"]))
-    for name, r in results.items():
-        print(f"  {name} calls: {r['call_detail']}")
-    single, grouped = results["single"], results["grouped"]
-    if not single["problems"] and not grouped["problems"]:
-        speed = (grouped["verified"] / grouped["seconds"]) / (single["verified"] / single["seconds"])
-        writes = {n: sum(v for k, v in r["call_detail"].items() if k in ("UpdateItem", "BatchExecuteStatement"))
-                  for n, r in results.items()}  # fmt: skip
-        print(
-            f"grouped vs per item: {speed:.2f}x the throughput; write calls per reclaimed "
-            f"{writes['grouped'] / grouped['verified']:.3f} vs {writes['single'] / single['verified']:.3f}"
-        )
+    print("\n".join(trials.table(results, baseline="single", unit="reclaimed", labels=LABELS)))
+    print("\n".join(read_lines(results)))
+    if trials.all_ok(results):
+        writes = {n: sum(v for k, v in runs[0].detail.items() if k in ("UpdateItem", "BatchExecuteStatement"))
+                  / runs[0].done for n, runs in results.items()}  # fmt: skip
+        speed = trials.spread(trials.ratios(results, "grouped", "single"))
+        print(f"grouped vs per item: {speed.fmt()}x the throughput (median (range) over rounds); write calls per "
+              f"reclaimed {writes['grouped']:.3f} vs {writes['single']:.3f}")  # fmt: skip
     return results
 
 
@@ -434,6 +436,8 @@ def main() -> int:
     parser.add_argument("--break", dest="broken", action="store_true", help="lose some writes: must fail")
     parser.add_argument("--local-items", type=int, default=20_000, help="DynamoDB Local table size")
     parser.add_argument("--local-stale-percent", type=float, default=5.0)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of the moto paths (order rotates)")
+    parser.add_argument("--local-repeat", type=int, default=5, help="rounds of the DynamoDB Local paths")
     parser.add_argument("--only", choices=("moto", "dynamodb-local"), help="run one of the two parts")
     parser.add_argument("--child", nargs=2, metavar=("ENDPOINT", "TABLE"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -443,6 +447,7 @@ def main() -> int:
         child_memory(args.child[0], args.child[1], args.scan_limit)
         return 0
 
+    print(trials.machine_line("reclaim.py"), flush=True)
     results: dict = {}
     if args.only in (None, "moto"):
         moto_results, mem_small, mem_big, stale, small_stale = run_moto(args, round(100 / args.stale_percent))
@@ -450,7 +455,8 @@ def main() -> int:
         results.update(moto_results)
     if args.only in (None, "dynamodb-local"):
         results.update({f"dynamodb-local {k}": v for k, v in run_dynamodb_local(args).items()})
-    failed = [name for name, r in results.items() if r["problems"]]
+    print(trials.after_line())
+    failed = [name for name, runs in results.items() if not trials.ok(runs)]
     if failed:
         print(f"\nRECLAIM BENCHMARK FAILED: {', '.join(failed)} left stale items behind (see the check column).")
         return 1

@@ -12,12 +12,16 @@ Scenario 2, permanent errors: items that DynamoDB refuses (ValidationException).
 
 Scenario 3, the pure library: ``policy.delay`` throughput.
 
+Each scenario runs ``--repeat`` rounds, the modes in rotating order (``benchmarks/trials.py``);
+every run is verified (scenario 1: every item read back; scenario 2: every item refused).
+
     .venv/bin/python benchmarks/retry.py [--items 400] [--threads 8] [--rate 50]
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import tempfile
@@ -36,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.retry import (  # noqa: E402
@@ -91,7 +96,7 @@ def naive_retry(fn, tries: int):
 def start_moto() -> tuple[subprocess.Popen, str]:
     with tempfile.NamedTemporaryFile(prefix="bench-retry-moto-", suffix=".log", delete=False) as log:
         proc, endpoint = moto_server.start(log=log)
-    wait_for_endpoint(endpoint, timeout_seconds=60)
+    wait_for_endpoint(endpoint, timeout_seconds=300)
     return proc, endpoint
 
 
@@ -108,16 +113,29 @@ def client(endpoint: str, hook) -> object:
     return c
 
 
+def written(endpoint: str, table: str, prefix: str) -> int:
+    """Items of ``table`` whose id starts with ``prefix`` (a scan, read back after a run)."""
+    c = client(endpoint, lambda **_: None)
+    kwargs = {"TableName": table, "Select": "COUNT", "FilterExpression": "begins_with(id, :p)",
+              "ExpressionAttributeValues": {":p": {"S": prefix}}}  # fmt: skip
+    total = 0
+    while True:
+        page = c.scan(**kwargs)
+        total += page["Count"]
+        if "LastEvaluatedKey" not in page:
+            return total
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+
 def throttling(endpoint: str, table: str, items: int, threads: int, rate: float, mode: str) -> dict:
     bucket = TokenBucket(rate, burst=10)
     c = client(endpoint, bucket)
     policy = exponential(0.01, 2, 1.0, None, "full")
+    prefix = f"{mode}-{uuid.uuid4().hex[:8]}-"
 
     def put(i: int) -> None:
         def call():
-            return c.put_item(
-                TableName=table, Item={"id": {"S": f"{mode}-{i}-{uuid.uuid4().hex}"}, "added": {"N": "1"}}
-            )
+            return c.put_item(TableName=table, Item={"id": {"S": f"{prefix}{i}"}, "added": {"N": "1"}})
 
         if mode == "baseline":
             naive_retry(call, 100_000)
@@ -128,7 +146,9 @@ def throttling(endpoint: str, table: str, items: int, threads: int, rate: float,
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(put, range(items)))
     elapsed = time.perf_counter() - start
-    return {"items/s": items / elapsed, "calls/item": bucket.calls / items, "throttled/item": bucket.throttled / items}
+    done = written(endpoint, table, prefix)
+    return trials.Run(elapsed, done, [] if done == items else [f"{items - done} of {items} items not written"],
+                      calls=bucket.calls, extra={"throttled": bucket.throttled})  # fmt: skip
 
 
 def permanent(endpoint: str, table: str, items: int, mode: str) -> dict:
@@ -145,21 +165,25 @@ def permanent(endpoint: str, table: str, items: int, mode: str) -> dict:
         try:
             naive_retry(call, 5) if mode == "baseline" else retry_call(call, policy)
         except ClientError as exc:
-            assert not is_transient(exc)
-            failed += 1
+            failed += not is_transient(exc)
     elapsed = time.perf_counter() - start
-    assert failed == items
-    return {"items/s": items / elapsed, "calls/item": counter.calls / items, "throttled/item": 0.0}
+    problems = [] if failed == items else [f"{items - failed} of {items} refused items did not fail"]
+    return trials.Run(elapsed, failed, problems, calls=counter.calls)
 
 
-def library(events: int) -> list[tuple[str, float, str]]:
-    rows = []
-    for name, policy in (("exponential", exponential(5, 2, 3600, None, "full")), ("sidekiq", preset("sidekiq"))):
+def library(events: int, repeat: int) -> list[str]:
+    policies = {"exponential": exponential(5, 2, 3600, None, "full"), "sidekiq": preset("sidekiq")}
+
+    def once(name: str, _round: int) -> trials.Run:
+        policy = policies[name]
         start = time.perf_counter()
-        for i in range(events):
-            policy.delay(1 + i % 20)
-        rows.append((f"{name}.delay(n)", events / (time.perf_counter() - start), "calls/s"))
-    return rows
+        delays = [policy.delay(1 + i % 20) for i in range(events)]
+        elapsed = time.perf_counter() - start
+        ok = sum(1 for d in delays if d >= 0)
+        return trials.Run(elapsed, ok, [] if ok == events else [f"{events - ok} negative delays"])
+
+    results = trials.interleaved(list(policies), repeat, once, label="library / ")
+    return trials.table(results, baseline=None, unit="delay() calls", labels={k: f"`{k}.delay(n)`" for k in policies})
 
 
 def main() -> int:
@@ -168,8 +192,14 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rate", type=float, default=50.0, help="calls per second the token bucket lets through")
     parser.add_argument("--events", type=int, default=20_000)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds (the modes' order rotates each round)")
     args = parser.parse_args()
-
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # so that `finally` stops the moto server
+    print(trials.machine_line("retry.py"), flush=True)
+    labels = {
+        "baseline": "baseline: retry at once",
+        "policy": "policy: `retry_call`, exponential 10 ms x2 (max 1 s), full jitter",
+    }
     proc, endpoint = start_moto()
     try:
         env = deploy(
@@ -183,29 +213,37 @@ def main() -> int:
             stack_name="bench-retry",
         )
         table = env["AGENDA_READY_TABLE"]
-        print(f"Scenario 1: {args.items} PutItem over {args.threads} threads, throttled above {args.rate:g} calls/s")
-        print(f"{'mode':44s} {'items/s':>9s} {'API calls/item':>15s} {'throttled/item':>15s}")
-        for mode, label in (
-            ("baseline", "baseline: retry at once"),
-            ("policy", "policy: retry_call, exponential+full jitter"),
-        ):
-            r = throttling(endpoint, table, args.items, args.threads, args.rate, mode)
-            print(f"{label:44s} {r['items/s']:9.1f} {r['calls/item']:15.2f} {r['throttled/item']:15.2f}")
-        print(f"\nScenario 2: {args.items // 4} PutItem refused with ValidationException")
-        for mode, label in (
-            ("baseline", "baseline: retry every error 5 times"),
-            ("policy", "policy: retry_call (permanent: no retry)"),
-        ):
-            r = permanent(endpoint, table, args.items // 4, mode)
-            print(f"{label:44s} {r['items/s']:9.1f} {r['calls/item']:15.2f}")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        print(f"\nScenario 1: {args.items} PutItem over {args.threads} threads, throttled above {args.rate:g} calls/s "
+              "(verified: every item read back)")  # fmt: skip
 
-    print(f"\nScenario 3: the pure library ({args.events} operations)")
-    for label, value, unit in library(args.events):
-        print(f"{label:44s} {value:12.0f} {unit}")
-    return 0
+        def one_run(mode, _round):
+            return throttling(endpoint, table, args.items, args.threads, args.rate, mode)
+
+        one = trials.interleaved(["baseline", "policy"], args.repeat, one_run, label="throttled / ")
+        print("\n".join(trials.table(one, baseline="baseline", unit="items", labels=labels)))
+        for mode, runs in one.items():
+            per = sorted({round(r.extra["throttled"] / args.items, 2) for r in runs})
+            print(f"- {labels[mode]}: throttled calls per item {', '.join(f'{x:.2f}' for x in per)}")
+        n = args.items // 4
+        print(f"\nScenario 2: {n} PutItem refused with ValidationException (verified: every one failed, as permanent)")
+        labels2 = {
+            "baseline": "baseline: retry every error 5 times",
+            "policy": "policy: `retry_call` (permanent: no retry)",
+        }
+        two = trials.interleaved(
+            ["baseline", "policy"],
+            args.repeat,
+            lambda mode, _r: permanent(endpoint, table, n, mode),
+            label="permanent / ",
+        )
+        print("\n".join(trials.table(two, baseline="baseline", unit="items", labels=labels2)))
+    finally:
+        moto_server.stop(proc)
+
+    print(f"\nScenario 3: the pure library ({args.events} operations per run)")
+    print("\n".join(library(args.events, args.repeat)))
+    print(trials.after_line())
+    return 0 if trials.all_ok(one, two) else 1
 
 
 if __name__ == "__main__":

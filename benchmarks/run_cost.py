@@ -11,9 +11,10 @@ is left out. Each run gets a fresh ``DAGSTER_HOME`` (SQLite storage, telemetry o
 
     .venv/bin/python benchmarks/run_cost.py [--code-root DIR] [--before DIR] [--jobs a,b] [--repeat 1]
 
-``--code-root`` measures another checkout (e.g. ``git worktree add /tmp/before <commit>``): the CLI
-runs there with ``PYTHONPATH`` pointing at it. ``--before DIR`` measures DIR beside it in the same
-run, each job alternately on both (before, after, before, after...), so that load hits both alike.
+``--code-root`` measures another checkout (e.g. ``git archive <commit> | tar -x -C /tmp/before``):
+the CLI runs there with ``PYTHONPATH`` pointing at it. ``--before DIR`` measures DIR beside it in the
+same run: each job runs ``--repeat`` times on both, in an order that rotates each round
+(``benchmarks/trials.py``), so that load hits both alike; a run must exit 0.
 Goal: at most 2 CPU-seconds for the small jobs.
 """
 
@@ -35,6 +36,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
@@ -140,7 +142,7 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--code-root", type=Path, default=ROOT, help="the checkout whose code location runs")
     parser.add_argument("--jobs", default=",".join(JOBS), help="comma-separated job names")
-    parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", type=Path, help="another checkout, measured beside it in the same run")
     args = parser.parse_args()
     code_root = args.code_root.resolve()
@@ -148,8 +150,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="run-cost-"))
     (work / "bench_trivial.py").write_text(TRIVIAL)
     server, endpoint = moto_server.start()
+    print(trials.machine_line("run_cost.py"), flush=True)
     try:
-        wait_for_endpoint(endpoint, timeout_seconds=60)
+        wait_for_endpoint(endpoint, timeout_seconds=300)
         os.environ.update(local_aws_env(endpoint))
         import boto3
 
@@ -171,31 +174,36 @@ def main() -> int:
         roots = [("", code_root)] + ([("before", args.before.resolve())] if args.before else [])
         print(f"code: {code_root} (commit {git_head(code_root)}); processes counted: {namespace}")
         if args.before:
-            print(f"before: {args.before} (commit {git_head(args.before)}); each job runs before, then after, "
-                  f"{args.repeat} time(s), interleaved")  # fmt: skip
+            print(f"before: {args.before} (commit {git_head(args.before)}); each job runs on both "
+                  f"{args.repeat} time(s), the order rotating each round")  # fmt: skip
         header = "| job | " + " | ".join(
             f"{name or 'after'} CPU-s | {name or 'after'} wall s | {name or 'after'} processes" for name, _ in roots
         )
         print(header + " | ok |\n|---|" + "---:|---:|---:|" * len(roots) + "---|")
         for label, cmd in rows:
-            results: dict[str, list[dict]] = {name: [] for name, _ in roots}
             job = label.split(":")[0].replace(" ", "-")
-            for _ in range(args.repeat):
-                for name, root in reversed(roots):  # before first, then after
-                    env = {**base_env, "PYTHONPATH": str(root), "DAGSTER_HOME": str(fresh_home(work, root, job))}
-                    results[name].append(measure(cmd, env, root, work / f"{job}.log", namespace))
+            where = dict(roots)
+
+            def once(name: str, _round: int, cmd=cmd, job=job, where=where) -> trials.Run:
+                root = where[name]
+                env = {**base_env, "PYTHONPATH": str(root), "DAGSTER_HOME": str(fresh_home(work, root, job))}
+                r = measure(cmd, env, root, work / f"{job}.log", namespace)
+                problems = [] if r["rc"] == 0 else [f"exit status {r['rc']}"]
+                return trials.Run(r["wall"], 1 if not problems else 0, problems, extra=r)
+
+            results = trials.interleaved([name for name, _ in roots], args.repeat, once, label=f"{job} / ")
             cells, ok = [], "yes"
             for name, _ in roots:
-                cpu = statistics.median(r["cpu"] for r in results[name])
-                wall = statistics.median(r["wall"] for r in results[name])
-                procs = results[name][0]["processes"]
+                cpu = statistics.median(r.extra["cpu"] for r in results[name])
+                wall = statistics.median(r.extra["wall"] for r in results[name])
+                procs = results[name][0].extra["processes"]
                 cells.append(f"{cpu:.1f} | {wall:.1f} | {procs if procs is not None else 'n/a'}")
-                if not all(r["rc"] == 0 for r in results[name]):
+                if not trials.ok(results[name]):
                     ok = f"no (see {work}/{job}.log)"
             print(f"| {label} | " + " | ".join(cells) + f" | {ok} |", flush=True)
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        moto_server.stop(server)
+    print(trials.after_line())
     return 0
 
 

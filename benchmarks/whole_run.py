@@ -11,8 +11,11 @@ Variants:
 - ``naive``: the original systems' per-item loop (the seed's termination handler; POP's reclaim:
   scan + HTTP GET + PUT per item; one conditional UpdateItem per record to lock and another to
   finalize);
-- ``bare``: the bare *batched* boto3 loop: the same calls as Groundskeeper's, inline, no
-  validation, no Dagster: the ratio baseline;
+- ``bare``: the bare *batched* boto3 loop: batched calls inline, no validation, no Dagster (for
+  termination, rounds of 10: 0.60 calls per message);
+- ``fair`` (termination only): a bare loop doing what the drain does, rounds of 100 flushed every
+  3 rounds (``fleet.fair_batched``, 0.32 calls per message): termination's ratio baseline; the other
+  capabilities' baseline is ``bare``;
 - ``core``: the capability's plain module call in this process (no Dagster);
 - ``cli``: ``dagster job execute -m pipelines.definitions -j <job> -c <config>`` with a fresh
   ``DAGSTER_HOME`` (the repo's ``dagster.yaml``), timed wall-clock end to end: the CLI's start-up,
@@ -25,6 +28,12 @@ Variants:
   worker. ``s`` is from the run's creation to its success (launch, run worker start-up and import,
   the work); ``e2e s`` from the daemon's start (its code server's start-up and the sensor's first
   tick included). The calls counted include the sensor's.
+
+Every variant runs ``--repeat`` times (3), in an order that rotates each round
+(``benchmarks/trials.py``); the tables give min / median / max seconds and each ratio per round
+(median and range). ``--messages 500,2000`` measures termination at two sizes and fits time =
+fixed + n x per message for each variant (the whole-run ratio at 2,000 and 10,000 messages
+follows from it); ``--cprofile`` adds one untimed core run per capability under cProfile.
 
 AWS calls are counted by the moto server itself (``count-calls`` in ``benchmarks/moto_server.py``),
 so the calls made in a CLI or daemon subprocess are counted too; for the in-process variants a
@@ -83,6 +92,7 @@ import boto3  # noqa: E402
 import breaking  # noqa: E402
 import counting_proxy  # noqa: E402
 import moto_server  # noqa: E402
+import trials  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
@@ -171,6 +181,7 @@ class Capability:
     notes: list[str] = field(default_factory=list)
     dynamodb_endpoint: str | None = None  # DynamoDB Local's counting proxy, else moto serves DynamoDB too
     run_env: dict[str, str] = field(default_factory=dict)  # added to the CLI's and the daemon's environment
+    baseline: str = "bare"  # the variant the ratios are taken against
 
 
 # ---- termination (runs-fleet)
@@ -219,13 +230,17 @@ def termination(size: int) -> Capability:
         variants={
             "naive": lambda c, env: fleet.seed_pattern(c, env),
             "bare": lambda c, env: fleet.bare_batched(c, env),
+            "fair": lambda c, env: fleet.fair_batched(c, env),
             "core": core,
         },
         cli_config=lambda env: {"wait_seconds": 0, "max_seconds": 3600},
         sensor="termination_queue_sensor",
+        baseline="fair",
         notes=[
             "seed pattern: ReceiveMessage of 10, then 5 calls per message on 5 threads; bare batched loop: rounds "
-            "of 10, one TransactWriteItems, DeleteParameters, PutMetricData, DeleteMessageBatch each"
+            "of 10, one TransactWriteItems, DeleteParameters, PutMetricData, DeleteMessageBatch each; the ratio's "
+            "baseline is the bare loop doing what the drain does: rounds of 100 (one TransactWriteItems), every 3 "
+            "rounds one archive object, DeleteParameters and DeleteMessageBatch of 10, one PutMetricData"
         ],
     )
 
@@ -570,7 +585,13 @@ def fresh_home(base: Path, label: str, broken: str) -> Path:
 
 
 def run_cli(
-    cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str, profile: bool = False
+    cap: Capability,
+    endpoint: str,
+    env: dict[str, str],
+    home: Path,
+    broken: str,
+    profile: bool = False,
+    cprofile: Path | None = None,
 ) -> dict:
     config = home / "config.json"
     config.write_text(json.dumps(cap.cli_config(env)))
@@ -593,6 +614,8 @@ def run_cli(
     sub_env = subprocess_env(endpoint, env, home, broken)
     if cap.setup_instance:
         cap.setup_instance(home, sub_env)
+    if cprofile:  # the CLI's process (the run is in process) under cProfile
+        cmd = [sys.executable, "-m", "cProfile", "-o", str(cprofile), *cmd[1:]]
     if profile:  # every process of the run (the CLI and anything it starts), 100 samples a second
         cmd = [str(Path(sys.executable).parent / "py-spy"), "record", "--subprocesses", "--rate", "100",
                "--format", "raw", "--output", str(home / "profile.txt"), "--", *cmd]  # fmt: skip
@@ -609,23 +632,24 @@ def run_cli(
     return out
 
 
-def run_phases(home: Path, started_at: float, ended_at: float) -> str:
-    """The CLI's wall time split at the run's RUN_START and RUN_SUCCESS/FAILURE (its event log)."""
+def run_phases(home: Path, started_at: float, ended_at: float) -> dict[str, float]:
+    """The CLI's wall time split at the run's RUN_START and RUN_SUCCESS/FAILURE (its event log):
+    ``startup`` (CLI, imports, instance, run creation), ``run``, ``exit`` (after the run's last event)."""
     import dagster as dg
 
     instance = dg.DagsterInstance.from_config(str(home))
     try:
         runs = instance.get_runs(limit=1)
         if not runs:
-            return "no run recorded"
+            return {}
         stats = instance.get_run_stats(runs[0].run_id)
         if not stats.start_time or not stats.end_time:
-            return "run not finished"
-        return (
-            f"start-up {stats.start_time - started_at:.1f}s (CLI, imports, instance, run creation), "
-            f"run {stats.end_time - stats.start_time:.1f}s (RUN_START to its end), "
-            f"exit {ended_at - stats.end_time:.1f}s (after the run's last event)"
-        )
+            return {}
+        return {
+            "startup": stats.start_time - started_at,
+            "run": stats.end_time - stats.start_time,
+            "exit": ended_at - stats.end_time,
+        }
     finally:
         instance.dispose()
 
@@ -749,42 +773,32 @@ def _ticked(instance) -> bool:
     return any(instance.get_ticks(s.instigator_origin_id, s.selector_id, limit=1) for s in states)
 
 
-@dataclass
-class Row:
-    variant: str
-    done: int
-    seconds: float
-    calls: int
-    problems: list[str]
-    hook_calls: int | None = None
-    e2e: float | None = None
-    detail: dict = field(default_factory=dict)
-    note: str = ""
-
-
 LABELS = {
     "naive": "naive per-item loop (the original system's pattern)",
     "bare": "bare batched boto3 loop",
+    "fair": "bare loop doing what the drain does (rounds of 100, flushed every 3)",
     "core": "core loop: plain module call, in process",
     "cli": "whole run: `dagster job execute` (wall clock, CLI start to exit)",
-    "daemon": "whole run: launched by a sensor under `dagster-daemon`",
+    "daemon": "whole run: launched by a sensor under `dagster-daemon` (run creation to its end)",
     "profile": "whole run: `dagster job execute` under py-spy (slower: not a throughput figure)",
 }
+SUBPROCESS_VARIANTS = ("cli", "daemon", "profile")
 
 
-def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, broken: bool) -> list[Row]:
-    rows = []
+def measure(
+    cap: Capability, endpoint: str, variants: list[str], work: Path, broken: bool, repeat: int
+) -> dict[str, list[trials.Run]]:
+    """Every variant of ``cap`` ``repeat`` times, in rotating order, each from fresh work, each verified."""
     operations = ",".join(BREAK_OPERATIONS[cap.name]) if broken else ""
-    for variant in variants:
+    variants = [v for v in variants if v in cap.variants or v in SUBPROCESS_VARIANTS]
+
+    def once(variant: str, round_index: int) -> trials.Run:
         env = {**reset_stack(endpoint), **cap.run_env}
         c = clients(endpoint, cap.dynamodb_endpoint)
         cap.seed(c, env)
-        print(f"  {cap.name} / {variant}: seeded {cap.size:,} {cap.unit}", file=sys.stderr, flush=True)
-        hook = None
-        note = ""
+        note, extra = "", {}
         if variant in cap.variants:
-            if broken:
-                uninstall = breaking.install(operations)
+            uninstall = breaking.install(operations) if broken else None
             server_calls(endpoint, cap.dynamodb_endpoint, reset=True)
             with HookCalls() as hook_counter:
                 start = time.perf_counter()
@@ -794,67 +808,136 @@ def measure(cap: Capability, endpoint: str, variants: list[str], work: Path, bro
                     note = f"raised {type(exc).__name__}: {str(exc)[:120]}"
                 seconds = time.perf_counter() - start
             server = server_calls(endpoint, cap.dynamodb_endpoint)
-            if broken:
+            if uninstall:
                 uninstall()
             hook = sum(hook_counter.counts.values())
-            e2e = None
+            if hook != sum(server.values()):
+                extra["hook_mismatch"] = f"botocore hook counted {hook} calls, the server {sum(server.values())}"
         else:
-            home = fresh_home(work, f"{cap.name}-{variant}", operations)
+            home = fresh_home(work, f"{cap.name}-{variant}-{round_index}", operations)
             if variant in ("cli", "profile"):
                 out = run_cli(cap, endpoint, env, home, operations, profile=variant == "profile")
-                note = out["phases"]
+                extra["phases"] = out["phases"]
                 if variant == "profile":
-                    note += "; samples: " + "; ".join(f"{k} {v:.0%}" for k, v in out["profile"].items())
+                    extra["profile"] = out["profile"]
             else:
                 out = run_daemon(cap, endpoint, env, home, operations, c)
                 note = f"{out['runs']} run(s), {out['status']}"
-            seconds, server, e2e = out["seconds"], out["server_calls"], out.get("e2e")
+                extra["e2e"] = out["e2e"]
+            seconds, server = out["seconds"], out["server_calls"]
             if out["rc"] != 0:
                 note = (note + "; " if note else "") + f"exit status {out['rc']}, see {out['log']}"
         done, problems = cap.verify(c, env)
         if note.startswith("raised") or "exit status" in note:
             problems = [*problems, note]
-        rows.append(Row(variant, done, seconds, sum(server.values()), problems, hook, e2e, server, note))
-        state = "ok" if not problems else "FAILED: " + "; ".join(problems)
-        print(
-            f"  {cap.name} / {variant}: {done:,} verified done in {seconds:.1f}s, {sum(server.values())} calls; "
-            f"{state}",
-            file=sys.stderr,
-            flush=True,
-        )
-    return rows
+        return trials.Run(seconds, done, problems, calls=sum(server.values()), detail=server, note=note, extra=extra)
+
+    return trials.interleaved(variants, repeat, once, label=f"{cap.name} / ")
 
 
-def table(cap: Capability, rows: list[Row]) -> tuple[list[str], bool]:
-    bare = next((r for r in rows if r.variant == "bare"), None)
-    bare_rate = bare.done / bare.seconds if bare and bare.done and not bare.problems else None
-    out = [f"### {cap.name}: {cap.size:,} {cap.unit}", ""]
+def table(cap: Capability, results: dict[str, list[trials.Run]]) -> tuple[list[str], bool]:
+    baseline = cap.baseline if cap.baseline in results else None
+    out = [f"#### {cap.name}: {cap.size:,} {cap.unit}", ""]
     out += [f"- {n}" for n in cap.notes]
-    out += [
+    out += [""] + trials.table(results, baseline=baseline, unit=cap.unit, labels=LABELS, digits=1) + [""]
+    for variant, runs in results.items():
+        first = next((r for r in runs if r.ok), runs[0])
+        detail = ", ".join(f"{k} {v}" for k, v in sorted(first.detail.items()))
+        line = f"- {variant} calls: {detail}"
+        phases = [r.extra["phases"] for r in runs if r.extra.get("phases")]
+        if phases:
+            parts = {k: trials.spread([p[k] for p in phases]) for k in ("startup", "run", "exit")}
+            line += (
+                f" (median (range) over {len(phases)} runs: start-up {parts['startup'].fmt(1)} s, run "
+                f"{parts['run'].fmt(1)} s, exit {parts['exit'].fmt(1)} s)"
+            )
+        e2e = [r.extra["e2e"] for r in runs if r.extra.get("e2e")]
+        if e2e:
+            line += f" (from the daemon's start to the run's end: {trials.spread(e2e).fmt(1)} s)"
+        mismatches = {r.extra["hook_mismatch"] for r in runs if r.extra.get("hook_mismatch")}
+        if mismatches:
+            line += "; " + "; ".join(sorted(mismatches))
+        for r in runs:
+            if r.extra.get("profile"):
+                line += "; samples: " + "; ".join(f"{k} {v:.0%}" for k, v in r.extra["profile"].items())
+        out.append(line)
+    return out, trials.all_ok(results)
+
+
+def fit(by_size: dict[int, dict[str, list[trials.Run]]], baseline: str) -> list[str]:
+    """time = fixed + n x per_item from each variant's median seconds at the two sizes; the per-item
+    part against the baseline's, and the whole-run ratio it gives at 2,000 and 10,000 items."""
+    sizes = sorted(by_size)[:1] + sorted(by_size)[-1:]
+    if len(set(sizes)) < 2:
+        return []
+    n1, n2 = sizes
+    med = {(n, v): trials.spread([r.seconds for r in runs if r.ok]) for n in sizes for v, runs in by_size[n].items()}
+    variants = [v for v in by_size[n2] if med.get((n1, v)) and med.get((n2, v))]
+    if baseline not in variants:
+        return []
+    coef = {}
+    for v in variants:
+        per = (med[(n2, v)].median - med[(n1, v)].median) / (n2 - n1)
+        coef[v] = (med[(n1, v)].median - per * n1, per)
+    out = [
+        f"Fit of the median seconds at {n1:,} and {n2:,}: time = fixed + n x per item.",
         "",
-        f"| variant | verified done | s | {cap.unit}/s | vs bare batched loop | API calls | calls per item "
-        "| e2e s | check |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|",
+        f"| variant | fixed s | per item ms | per item vs {baseline} | whole-run ratio at 2,000 "
+        f"(rate vs {baseline}) | at 10,000 |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
-    ok = True
-    for r in rows:
-        rate = r.done / r.seconds if r.seconds else 0
-        ratio = f"{rate / bare_rate:.2f}" if bare_rate else "n/a"
-        per = f"{r.calls / r.done:.3f}" if r.done else "n/a"
-        e2e = f"{r.e2e:.1f}" if r.e2e is not None else ""
-        check = "ok" if not r.problems else "**FAILED**: " + "; ".join(r.problems)
-        ok = ok and not r.problems
+    bf, bp = coef[baseline]
+    for v in variants:
+        fixed, per = coef[v]
+        at = [(bf + n * bp) / (fixed + n * per) for n in (2000, 10_000)]
         out.append(
-            f"| {LABELS[r.variant]} | {r.done:,} | {r.seconds:.1f} | {rate:.1f} | {ratio} | {r.calls:,} | {per} | "
-            f"{e2e} | {check} |"
+            f"| {LABELS.get(v, v)} | {fixed:.1f} | {per * 1000:.2f} | {per / bp:.2f}x | {at[0]:.2f} | {at[1]:.2f} |"
         )
-    out.append("")
-    for r in rows:
-        if r.hook_calls is not None and r.hook_calls != r.calls:
-            out.append(f"- {r.variant}: botocore hook counted {r.hook_calls} calls, the server {r.calls}")
-        detail = ", ".join(f"{k} {v}" for k, v in sorted(r.detail.items()))
-        out.append(f"- {r.variant} calls: {detail}" + (f" ({r.note})" if r.note else ""))
-    return out, ok
+    return out
+
+
+def cprofile_runs(cap: Capability, endpoint: str, work: Path, top: int = 30) -> list[str]:
+    """One more core run under cProfile, and one CLI run with its process under cProfile (neither
+    timed): where their time goes."""
+    import cProfile
+    import io
+    import pstats
+
+    def stats_lines(stats: pstats.Stats, title: str) -> list[str]:
+        out = []
+        for key in ("tottime", "cumulative"):
+            buf = io.StringIO()
+            stats.stream = buf
+            stats.sort_stats(key).print_stats(top)
+            body = [x for x in buf.getvalue().splitlines() if x.strip()]
+            first = next((k for k, x in enumerate(body) if x.lstrip().startswith("ncalls")), 0)
+            out += ["", f"{title}, top {top} by {key}:", "```", *body[first:], "```"]
+        return out
+
+    out = []
+    env = {**reset_stack(endpoint), **cap.run_env}
+    c = clients(endpoint, cap.dynamodb_endpoint)
+    cap.seed(c, env)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    cap.variants["core"](clients(endpoint, cap.dynamodb_endpoint), env)
+    profiler.disable()
+    done, problems = cap.verify(c, env)
+    title = f"cProfile of the {cap.name} core loop ({done:,} {cap.unit} verified: {'ok' if not problems else problems})"
+    out += stats_lines(pstats.Stats(profiler), title)
+
+    env = {**reset_stack(endpoint), **cap.run_env}
+    c = clients(endpoint, cap.dynamodb_endpoint)
+    cap.seed(c, env)
+    home = fresh_home(work, f"{cap.name}-cprofile", "")
+    result = run_cli(cap, endpoint, env, home, "", cprofile=home / "cli.prof")
+    done, problems = cap.verify(c, env)
+    title = (
+        f"cProfile of the {cap.name} CLI run's process ({done:,} {cap.unit} verified: "
+        f"{'ok' if not problems else problems}; {result['seconds']:.1f} s under the profiler)"
+    )
+    out += stats_lines(pstats.Stats(str(home / "cli.prof")), title)
+    return out
 
 
 def _head(path: Path) -> str:
@@ -865,11 +948,13 @@ def _head(path: Path) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", default="termination,reclaim,batching")
-    parser.add_argument("--variants", default="naive,bare,core,cli,daemon")
-    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--variants", default="naive,bare,fair,core,cli,daemon")
+    parser.add_argument("--messages", default="2000", help="termination sizes, comma separated (two: a fit)")
     parser.add_argument("--agendas", type=int, default=10_000)
     parser.add_argument("--stale-percent", type=float, default=20.0)
     parser.add_argument("--records", type=int, default=1000)
+    parser.add_argument("--repeat", type=int, default=3, help="rounds; the variants' order rotates each round")
+    parser.add_argument("--cprofile", action="store_true", help="then one core run per capability under cProfile")
     parser.add_argument("--plain", action="store_true", help="plain moto (default: transactions + sqs-retention)")
     parser.add_argument("--break", dest="broken", action="store_true", help="break every variant: must fail")
     parser.add_argument("--dynamodb-local", action="store_true", help="reclaim on DynamoDB Local, grouped writes")
@@ -880,6 +965,13 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     patches = ("count-calls",) if args.plain else ("count-calls", "transactions", "sqs-retention")
     work = Path(tempfile.mkdtemp(prefix="whole-run-"))
+    lines = [
+        trials.machine_line("whole_run.py")
+        + f"; moto {'plain' if args.plain else 'with the transactions and sqs-retention patches'}"
+        + f"; code {_head(CODE_ROOT)}"
+        + ("; **--break: every variant deliberately loses writes**" if args.broken else ""),
+        "",
+    ]
     moto, endpoint = moto_server.start(patches, log=open(work / "moto.log", "wb"))
     os.environ.update(local_aws_env(endpoint))
     stack = contextlib.ExitStack()
@@ -889,36 +981,37 @@ def main() -> int:
 
         target = stack.enter_context(dynamodb_local.running())
         proxy, local = counting_proxy.start(target)
-        stack.callback(proxy.wait, timeout=30)
-        stack.callback(proxy.terminate)
+        stack.callback(moto_server.stop, proxy)
         dynamodb_local.wait_until_serving(local, proxy)
     caps = {
-        "termination": lambda: termination(args.messages),
-        "reclaim": lambda: reclaim(args.agendas, args.stale_percent, local),
-        "batching": lambda: batching(args.records),
+        "termination": [lambda n=int(n): termination(n) for n in args.messages.split(",")],
+        "reclaim": [lambda: reclaim(args.agendas, args.stale_percent, local)],
+        "batching": [lambda: batching(args.records)],
     }
-    lines = [
-        f"Command: `{' '.join(['.venv/bin/python', 'benchmarks/whole_run.py', *sys.argv[1:]])}`; moto "
-        f"{'plain' if args.plain else 'with the transactions and sqs-retention patches'}; "
-        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; load average {os.getloadavg()[0]:.1f}"
-        + ("; **--break: every variant deliberately loses writes**" if args.broken else ""),
-        "",
-    ]
     all_ok = True
     try:
         wait_for_endpoint(endpoint, timeout_seconds=120)
         for name in args.only.split(","):
-            cap = caps[name]()
-            rows = measure(cap, endpoint, args.variants.split(","), work, args.broken)
-            out, ok = table(cap, rows)
-            all_ok = all_ok and ok
-            lines += out + [""]
-            print("\n".join(out) + "\n", file=sys.stderr, flush=True)
+            by_size = {}
+            for make in caps[name]:
+                cap = make()
+                results = measure(cap, endpoint, args.variants.split(","), work, args.broken, args.repeat)
+                by_size[cap.size] = results
+                out, ok = table(cap, results)
+                all_ok = all_ok and ok
+                lines += out + [""]
+                print("\n".join(out) + "\n", file=sys.stderr, flush=True)
+            if len(by_size) > 1:
+                out = fit(by_size, cap.baseline)
+                lines += out + [""]
+                print("\n".join(out) + "\n", file=sys.stderr, flush=True)
+            if args.cprofile and "core" in cap.variants:
+                out = cprofile_runs(cap, endpoint, work)
+                lines += out + [""]
     finally:
-        moto.terminate()
-        moto.wait(timeout=30)
+        moto_server.stop(moto)
         stack.close()
-    lines.append(f"load average after: {os.getloadavg()[0]:.1f}; work files in {work}")
+    lines.append(trials.after_line() + f"; work files in {work}")
     print("\n".join(lines))
     if not all_ok:
         print("\nWHOLE RUN BENCHMARK FAILED: a variant did not do all its work (see the check column).")
