@@ -126,7 +126,7 @@ def wait_for_line(log: Path, text: str, proc: subprocess.Popen, timeout: float) 
     raise SystemExit(f"no {text!r} after {timeout:.0f}s:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-def stop_schedules(env: dict, names: tuple[str, ...]) -> list[str]:
+def stop_schedules(env: dict, names: tuple[str, ...], code: Path) -> list[str]:
     stopped = []
     for name in names:
         done = subprocess.run(
@@ -136,7 +136,7 @@ def stop_schedules(env: dict, names: tuple[str, ...]) -> list[str]:
                 "stop",
                 name,
                 "-w",
-                str(ROOT / "workspace.yaml"),
+                str(code / "workspace.yaml"),
             ],
             env=env,
             cwd=env.get("DAGSTER_HOME", ROOT),
@@ -165,12 +165,17 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=120, help="seconds between ready and the measurement")
     parser.add_argument("--interval", type=float, default=10, help="seconds between two samples")
     parser.add_argument("--keep-demo", action="store_true", help="leave the local demo traffic on")
+    parser.add_argument(
+        "--code", type=Path, default=ROOT, help="the checkout whose deployment is measured (e.g. a git archive of main)"
+    )
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="idle-cost-"))
     log = tmp / "deployment.log"
     ports = {k: str(free_port()) for k in ("MOTO_PORT", "DAGSTER_PORT", "AGENDA_ENDPOINT_PORT", "ALERTS_RECEIVER_PORT")}
-    env = {**os.environ, **ports, "PYTHONPATH": str(ROOT)}
+    code = args.code.resolve()
+    ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())
+    env = {**os.environ, **ports, "PYTHONPATH": str(code)}
     if not args.keep_demo:
         env["GROUNDSKEEPER_DEMO"] = "0"
     cleanup = []
@@ -199,20 +204,20 @@ def main() -> int:
         env["CELERY_BROKER_URL"] = f"pyamqp://guest:guest@127.0.0.1:5672/{vhost}"
         env["DAGSTER_PG_URL"] = f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db}"
         command, ready = [sys.executable, "-m", "infra.cluster"], "Dagster UI on"
-        home = ROOT / ".groundskeeper" / "cluster_home"
-        env_file = ROOT / ".groundskeeper" / "cluster.env"
+        home = code / ".groundskeeper" / "cluster_home"
+        env_file = code / ".groundskeeper" / "cluster.env"
     else:
         command, ready = [sys.executable, "-m", "infra.local"], "Dagster UI on"
-        home = ROOT / ".groundskeeper" / "dagster_home"
-        env_file = ROOT / ".groundskeeper" / "local.env"
+        home = code / ".groundskeeper" / "dagster_home"
+        env_file = code / ".groundskeeper" / "local.env"
     deployment = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
+        command, cwd=code, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True
     )
     try:
         wait_for_line(log, ready, deployment, timeout=900)
         run_env = {**env, **dict(line.split("=", 1) for line in env_file.read_text().splitlines() if "=" in line)}
         run_env["DAGSTER_HOME"] = str(home)
-        stopped = [] if args.keep_demo or args.profile != "local" else stop_schedules(run_env, DEMO_SCHEDULES)
+        stopped = [] if args.keep_demo or args.profile != "local" else stop_schedules(run_env, DEMO_SCHEDULES, code)
         print(f"{args.profile}: ready; demo schedules stopped: {', '.join(stopped) or 'none'}", flush=True)
         time.sleep(args.warmup)
         top = psutil.Process(deployment.pid)
@@ -235,7 +240,11 @@ def main() -> int:
         machine = psutil.cpu_times()
         busy = sum(getattr(machine, f) - getattr(machine_cpu, f) for f in ("user", "system", "nice", "irq", "softirq"))
         load_after = Path("/proc/loadavg").read_text().split()[:3]
-        runs = runs_between(home, start_wall, end_wall)
+        os.environ.update({k: v for k, v in run_env.items() if k.startswith(("DAGSTER_", "AWS_"))})
+        try:
+            runs = runs_between(home, start_wall, end_wall)
+        except Exception as exc:  # the figures above do not depend on it
+            runs = collections.Counter({f"(could not read the runs: {exc})": 1})
     finally:
         try:
             os.killpg(deployment.pid, signal.SIGINT)
@@ -248,7 +257,7 @@ def main() -> int:
 
     print()
     print(
-        f"profile {args.profile}, {seconds / 60:.1f} min from {start_wall:%Y-%m-%d %H:%M} UTC, "
+        f"profile {args.profile} ({code}), {seconds / 60:.1f} min from {start_wall:%Y-%m-%d %H:%M} UTC, "
         f"load average before {' '.join(load_before)}, after {' '.join(load_after)}, "
         f"the machine's busy CPU {busy / seconds:.2f} of {psutil.cpu_count()} cores"
     )
