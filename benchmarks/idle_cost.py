@@ -96,22 +96,31 @@ def tree(proc: psutil.Process) -> list[psutil.Process]:
         return []
 
 
-def sample(groups: dict[str, list[psutil.Process]]) -> dict[str, tuple[float, int, int]]:
-    """Per group: CPU seconds so far (its live processes' own and their waited-for children's), RSS
-    bytes, number of live processes."""
+def is_server(proc: psutil.Process) -> bool:
+    """One of the group's own long-lived processes (daemon, webserver, code server, worker), not a run."""
+    return group_of(proc.cmdline()) is not None
+
+
+def sample(groups: dict[str, list[psutil.Process]]) -> dict[str, tuple[float, float, int, int]]:
+    """Per group: CPU seconds so far of its servers' own threads; CPU seconds so far of what they
+    started (runs, replaced code servers: live ones and those waited for); RSS bytes; live processes."""
     out = {}
     for group, procs in groups.items():
-        cpu, rss, count = 0.0, 0, 0
+        own, started, rss, count = 0.0, 0.0, 0, 0
         for top in procs:
             for p in tree(top):
                 try:
                     t = p.cpu_times()
-                    cpu += t.user + t.system + t.children_user + t.children_system
+                    if p.pid == top.pid or is_server(p):
+                        own += t.user + t.system
+                    else:
+                        started += t.user + t.system
+                    started += t.children_user + t.children_system
                     rss += p.memory_info().rss
                     count += 1
                 except psutil.NoSuchProcess:
                     pass
-        out[group] = (cpu, rss, count)
+        out[group] = (own, started, rss, count)
     return out
 
 
@@ -231,7 +240,7 @@ def main() -> int:
         machine_cpu = psutil.cpu_times()
         while time.monotonic() - start < args.minutes * 60:
             time.sleep(min(args.interval, max(0.0, args.minutes * 60 - (time.monotonic() - start))))
-            for group, (_, r, n) in sample(groups).items():
+            for group, (_, _, r, n) in sample(groups).items():
                 rss[group].append(r)
                 procs[group].append(n)
         last = sample(groups)
