@@ -1,22 +1,35 @@
-"""The cluster profile: the same work on 1 Celery worker and on 2, in one run.
+"""The cluster profile: the same work on 1 Celery worker and on 2.
 
-- reclaim: a ``reclaim_agendas`` scan in 8 parallel-scan segments of an AgendaProgress table without
-  the GSI (``--items``, default 200,000; ``--stale-percent`` of them stuck, failed by the run);
-- termination: a backlog of ``--messages`` (default 5,000) termination messages drained by two
-  ``process_termination_queue`` runs at once (competing consumers).
+- reclaim: a ``reclaim_agendas`` scan in ``--segments`` (default 8) parallel-scan segments of an
+  AgendaProgress table without the GSI (``--items``, default 200,000; ``--stale-percent`` of them
+  stuck, failed by the run);
+- termination: a backlog of ``--messages`` (default 5,000) termination messages drained by
+  ``--drains`` (default 2) ``process_termination_queue`` runs at once (competing consumers).
 
-Each is run with only ``w1`` up, then (the work put back as it was) with ``w1`` and ``w2``. Runs go
-through ``dagster job execute`` with ``DAGSTER_DEPLOYMENT=cluster``: the run's process orchestrates,
-its steps are Celery tasks. The seconds are a run's own (its start to its end in the run storage);
-the ratio is the speedup. CPU seconds of moto, the workers and the brokers' client side are read
-from /proc (psutil) around each run, to show what bounds it: moto serves every AWS call from one
-Python process (one core at most), the machine has two.
+Each is run with only ``w1`` up and with ``w1`` and ``w2`` (the work put back as it was before
+every run), ``--repeat`` times, the two variants interleaved (1, 2; then 2, 1; ...), so that a
+change in the machine's load hits both alike; the median run of each is compared. Every run's work
+is checked: all stale agendas failed (none left EXECUTING as seeded), every message applied, the
+queue empty and no bench job left running; a run that fell short stops the benchmark.
+
+Runs go through ``dagster job execute`` with ``DAGSTER_DEPLOYMENT=cluster``: the run's process
+orchestrates, its steps are Celery tasks. The seconds are a run's own (its start to its end in the
+run storage; for the drains, the first start to the last end); the ratio is the speedup. CPU
+seconds of moto and of the workers are read from /proc (psutil) around each run, to show what
+bounds it: moto serves every AWS call from one Python process (one core at most), the machine has
+two.
+
+``--latency-ms N`` puts ``benchmarks/latency_proxy.py`` between the runs and workers and moto:
+every AWS request waits N ms more, as over a network (15: about a round trip to a real AWS
+region). Seeding and checking go to moto directly.
 
 Needs the local RabbitMQ (a vhost of its own, removed at the end) and PostgreSQL on 127.0.0.1:5432
 (a database of its own, dropped at the end). Moto runs with the ``transactions``, ``sqs-retention``
 and ``ec2-tags`` patches of ``benchmarks/moto_server.py`` (performance only, same API behaviour).
 
     PYTHONPATH=. .venv/bin/python benchmarks/cluster.py [--items 200000] [--messages 5000]
+    PYTHONPATH=. .venv/bin/python benchmarks/cluster.py --latency-ms 15 --repeat 3 \\
+        --items 2000 --stale-percent 50 --segments 4 --messages 2000
 """
 
 from __future__ import annotations
@@ -27,6 +40,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -41,6 +55,7 @@ import psycopg2
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
+import latency_proxy  # noqa: E402
 import moto_server  # noqa: E402
 
 from infra import cluster as cl  # noqa: E402
@@ -49,6 +64,10 @@ from pipelines.common import iso, to_item  # noqa: E402
 
 TABLE = "POP-ProgressAgenda-bench"
 SEGMENTS = 8
+
+
+def load() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 def rabbit(*args: str) -> None:
@@ -174,12 +193,62 @@ class Bench:
         return {"seconds": span, "moto_cpu": moto_cpu, "worker_cpu": worker_cpu, "counts": counts, "workers": workers}
 
 
+def stuck_left(ddb, table: str, stale: list[dict]) -> int:
+    """How many of the ``stale`` agendas are still EXECUTING as seeded (0 once a reclaim has failed them)."""
+    wanted = {row["id"]: row["updatedTime"] for row in stale}
+    left = 0
+    for page in ddb.get_paginator("scan").paginate(
+        TableName=table, ProjectionExpression="id, processingState, updatedTime"
+    ):
+        for item in page["Items"]:
+            key = item["id"]["S"]
+            if key in wanted and item["processingState"]["S"] == "EXECUTING":
+                left += int(item["updatedTime"]["N"]) == wanted[key]
+    return left
+
+
+def backlog_left(env: dict, count: int) -> tuple[int, int]:
+    """(messages still in the termination queue, bench jobs still running) after a drain."""
+    ddb, sqs = boto3.client("dynamodb"), boto3.client("sqs")
+    attrs = sqs.get_queue_attributes(
+        QueueUrl=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    queued = sum(int(v) for v in attrs.values())
+    running = 0
+    for page in ddb.get_paginator("scan").paginate(
+        TableName=env["RUNS_FLEET_JOBS_TABLE"],
+        ProjectionExpression="job_id, #s",
+        ExpressionAttributeNames={"#s": "status"},
+    ):
+        running += sum(
+            1 for i in page["Items"] if i["job_id"]["S"].startswith("bench-job-") and i["status"]["S"] == "running"
+        )
+    return queued, running
+
+
+def variant_order(repeat: int) -> list[tuple[str, ...]]:
+    """1 worker, 2 workers; then 2, 1; then 1, 2... (interleaved, so that a change of load hits both)."""
+    order: list[tuple[str, ...]] = []
+    for rep in range(repeat):
+        pair = [("w1",), ("w1", "w2")]
+        order += pair if rep % 2 == 0 else pair[::-1]
+    return order
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--items", type=int, default=200_000)
-    parser.add_argument("--stale-percent", type=float, default=5.0)
-    parser.add_argument("--messages", type=int, default=5_000)
+    parser.add_argument("--items", type=int, default=200_000, help="agendas in the reclaim table")
+    parser.add_argument("--stale-percent", type=float, default=5.0, help="of them stuck, failed by the run")
+    parser.add_argument("--segments", type=int, default=SEGMENTS, help="reclaim's parallel-scan segments")
+    parser.add_argument("--messages", type=int, default=5_000, help="termination backlog of each drain")
+    parser.add_argument("--drains", type=int, default=2, help="process_termination_queue runs started together")
+    parser.add_argument("--concurrency", type=int, default=4, help="each drain's concurrency")
+    parser.add_argument("--latency-ms", type=float, default=0, help="network latency added to every AWS request")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each variant (the median is reported)")
+    parser.add_argument("--work", default="reclaim,termination", help="reclaim, termination or both")
     args = parser.parse_args()
+    works = [w.strip() for w in args.work.split(",") if w.strip()]
 
     tag = uuid.uuid4().hex[:8]
     vhost, db = f"groundskeeper-bench-{tag}", f"groundskeeper_bench_{tag}"
@@ -193,18 +262,23 @@ def main() -> int:
     logs = tmp / "logs"
     logs.mkdir()
     moto, endpoint = moto_server.start(("transactions", "sqs-retention", "ec2-tags"))
+    proxy = None
     bench = None
     try:
         wait_for_endpoint(endpoint, timeout_seconds=120)
         os.environ.update(
             {
-                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_ENDPOINT_URL": endpoint,  # this process seeds and checks without the latency
                 "AWS_REGION": "us-east-1",
                 "AWS_DEFAULT_REGION": "us-east-1",
                 "AWS_ACCESS_KEY_ID": "bench",
                 "AWS_SECRET_ACCESS_KEY": "bench",
             }
         )
+        runs_endpoint = endpoint
+        if args.latency_ms:
+            proxy, runs_endpoint = latency_proxy.start(endpoint, args.latency_ms)
+            wait_for_endpoint(runs_endpoint, timeout_seconds=120)
         stack = deploy(boto3.client("cloudformation"))
         home = tmp / "home"
         cl.write_instance(home)
@@ -216,58 +290,92 @@ def main() -> int:
                 pg_url=f"postgresql+psycopg2://postgres@127.0.0.1:5432/{db}",
                 broker=f"pyamqp://guest:guest@127.0.0.1:5672/{vhost}",
             ),
+            "AWS_ENDPOINT_URL": runs_endpoint,  # the runs and the workers: through the latency proxy
         }
         cl.migrate(env)
         os.environ.update({k: env[k] for k in ("DAGSTER_PG_URL", "DAGSTER_HOME")})
         bench = Bench(env, home, logs, moto.pid)
         ddb = boto3.client("dynamodb")
+        print(f"load average {load()} (start)", flush=True)
 
-        started = time.monotonic()
-        stale_every = max(1, round(100 / args.stale_percent))
-        rows, stale = cl.agenda_rows(args.items, stale_every, int(time.time() * 1000))
-        cl.seed_scan_table(ddb, TABLE, 0)
-        batch_put(ddb, TABLE, rows)
-        del rows
-        print(f"seeded {args.items:,} agendas ({len(stale):,} stale) in {time.monotonic() - started:.0f}s", flush=True)
-        config = cl.reclaim_config(TABLE, SEGMENTS, objectScanLimit=1000, targetBatchSize=100)
-        config["maximumExecutionSeconds"] = 850
-        results = {}
-        for names in (("w1",), ("w1", "w2")):
-            bench.workers_up(names)
-            if len(names) == 2:
-                batch_put(ddb, TABLE, stale)  # put the reclaimed items back as they were
-            results[("reclaim", len(names))] = r = bench.execute("reclaim_agendas", config)
-            print(f"reclaim on {len(names)} worker(s): {r}", flush=True)
-        for names in (("w1",), ("w1", "w2")):
-            bench.workers_up(names)
+        results: dict[tuple[str, int], list[dict]] = {}
+        if "reclaim" in works:
             started = time.monotonic()
-            termination_backlog(env, args.messages)
-            print(f"seeded {args.messages:,} termination messages in {time.monotonic() - started:.0f}s", flush=True)
-            drain = {"wait_seconds": 0, "concurrency": 4}
-            results[("termination", len(names))] = r = bench.execute("process_termination_queue", drain, copies=2)
-            print(f"termination on {len(names)} worker(s): {r}", flush=True)
-
-        print()
-        print("| work | workers | s | speedup | moto CPU s | moto CPU / s | workers' CPU s | counts |")
-        print("|---|---:|---:|---:|---:|---:|---:|---|")
-        for (work, n), r in results.items():
-            base = results[(work, 1)]["seconds"]
-            counts = ", ".join(f"{k} {v:,}" for k, v in r["counts"].items() if v)
-            who = ", ".join(sorted(r["workers"]))
+            stale_every = max(1, round(100 / args.stale_percent))
+            rows, stale = cl.agenda_rows(args.items, stale_every, int(time.time() * 1000))
+            cl.seed_scan_table(ddb, TABLE, 0)
+            batch_put(ddb, TABLE, rows)
+            del rows
             print(
-                f"| {work} | {n} ({who}) | {r['seconds']:.1f} | {base / r['seconds']:.2f} | "
-                f"{r['moto_cpu']:.1f} | {r['moto_cpu'] / r['seconds']:.2f} | {r['worker_cpu']:.1f} | {counts} |"
+                f"seeded {args.items:,} agendas ({len(stale):,} stale) in {time.monotonic() - started:.0f}s", flush=True
+            )
+            config = cl.reclaim_config(TABLE, args.segments, objectScanLimit=1000, targetBatchSize=100)
+            config["maximumExecutionSeconds"] = 850
+            for n, names in enumerate(variant_order(args.repeat)):
+                bench.workers_up(names)
+                if n:
+                    batch_put(ddb, TABLE, stale)  # put the reclaimed items back as they were
+                r = bench.execute("reclaim_agendas", config)
+                left = stuck_left(ddb, TABLE, stale)
+                r["verified"] = r["counts"].get("reclaimed") == len(stale) and left == 0
+                if not r["verified"]:
+                    raise SystemExit(
+                        f"reclaim on {len(names)} worker(s) did not fail every stale agenda: {r} ({left} left)"
+                    )
+                results.setdefault(("reclaim", len(names)), []).append(r)
+                print(f"reclaim on {len(names)} worker(s): {r} (load {load()})", flush=True)
+        if "termination" in works:
+            for names in variant_order(args.repeat):
+                bench.workers_up(names)
+                started = time.monotonic()
+                termination_backlog(env, args.messages)
+                print(f"seeded {args.messages:,} termination messages in {time.monotonic() - started:.0f}s", flush=True)
+                drain = {"wait_seconds": 0, "concurrency": args.concurrency}
+                r = bench.execute("process_termination_queue", drain, copies=args.drains)
+                queued, running = backlog_left(env, args.messages)
+                r["verified"] = r["counts"].get("applied") == args.messages and queued == 0 and running == 0
+                if not r["verified"]:
+                    raise SystemExit(
+                        f"termination on {len(names)} worker(s) left work: {r} ({queued} queued, {running} running)"
+                    )
+                results.setdefault(("termination", len(names)), []).append(r)
+                print(f"termination on {len(names)} worker(s): {r} (load {load()})", flush=True)
+
+        print(f"load average {load()} (end)")
+        print()
+        print(
+            f"latency {args.latency_ms:g} ms a request; {args.repeat} run(s) of each variant, interleaved; "
+            "s: the median run (every run listed)"
+        )
+        print()
+        print("| work | workers | s (median) | runs, s | speedup | moto CPU / s | workers' CPU s | counts | verified |")
+        print("|---|---:|---:|---|---:|---:|---:|---|---|")
+        for (work, n), runs in results.items():
+            median = statistics.median(r["seconds"] for r in runs)
+            base = statistics.median(r["seconds"] for r in results[(work, 1)])
+            mid = sorted(runs, key=lambda r: r["seconds"])[len(runs) // 2]
+            counts = ", ".join(f"{k} {v:,}" for k, v in mid["counts"].items() if v)
+            who = ", ".join(sorted(set().union(*(r["workers"] for r in runs))))
+            each = ", ".join(f"{r['seconds']:.1f}" for r in runs)
+            moto_share = statistics.median(r["moto_cpu"] / r["seconds"] for r in runs)
+            print(
+                f"| {work} | {n} ({who}) | {median:.1f} | {each} | {base / median:.2f} | "
+                f"{moto_share:.2f} | {statistics.median(r['worker_cpu'] for r in runs):.1f} | {counts} | "
+                f"{'all' if all(r['verified'] for r in runs) else 'NO'} |"
             )
         return 0
     finally:
         if bench is not None:
             for proc in bench.workers.values():
                 cl.stop(proc)
-        moto.terminate()
-        try:
-            moto.wait(timeout=30)
-        except subprocess.TimeoutExpired:  # a loaded machine: do not leave the database and vhost behind
-            moto.kill()
+        for proc in (proxy, moto):
+            if proc is None:
+                continue
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a loaded machine: do not leave the database and vhost behind
+                proc.kill()
         with admin.cursor() as cur:
             cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         admin.close()

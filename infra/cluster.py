@@ -12,9 +12,11 @@
 4. ``infra/dagster.cluster.yaml`` as the instance's ``dagster.yaml`` in ``.groundskeeper/cluster_home``,
    and the workers' Celery config (``celery.yaml`` there, written from the same settings as the
    executor's, ``pipelines.common.defs.executors.celery_executor_config``);
-5. two Celery workers (``dagster-celery worker start -n w1`` and ``w2``, one process each),
-   ``dagster-daemon run`` and ``dagster-webserver`` on 127.0.0.1:3000 (``DAGSTER_PORT``), all with
-   ``DAGSTER_DEPLOYMENT=cluster``;
+5. the code location's gRPC server (``dagster code-server start`` on 127.0.0.1:4000,
+   ``DAGSTER_CODE_SERVER_PORT``) and a workspace file that points at it
+   (``.groundskeeper/cluster_home/workspace.yaml``), two Celery workers (``dagster-celery worker
+   start -n w1`` and ``w2``, one process each), ``dagster-daemon run`` and ``dagster-webserver`` on
+   127.0.0.1:3000 (``DAGSTER_PORT``) on that workspace, all with ``DAGSTER_DEPLOYMENT=cluster``;
 6. once the workers are ready, one ``reclaim_agendas`` run with ``segments: 4`` on the demo table,
    through the run queue: its page in the UI shows steps of both workers (the "Executing steps ...
    in celery worker" events, with the worker's name).
@@ -162,6 +164,7 @@ def _spawn(args: Sequence[str], env: Mapping[str, str], log_path: Path, cwd: Pat
 
 
 CODE_LOCATION_MODULE = "pipelines.definitions"
+LOCATION_NAME = "groundskeeper"
 
 
 def start_worker(
@@ -217,12 +220,51 @@ def wait_worker_ready(proc: subprocess.Popen, name: str, log_path: Path, timeout
     raise ClusterError(f"Celery worker {name} not ready after {timeout:.0f}s (see {log_path})")
 
 
-def start_daemon(env: Mapping[str, str], log_path: Path) -> subprocess.Popen:
-    return _spawn([str(BIN / "dagster-daemon"), "run", "-w", str(ROOT / "workspace.yaml")], env, log_path)
+def start_code_server(env: Mapping[str, str], port: int, log_path: Path) -> subprocess.Popen:
+    """The code location's own gRPC server (``dagster code-server start``), which the daemon and the
+    webserver reach through :func:`write_workspace`'s file. With the repository's ``workspace.yaml``
+    (a ``python_module``) instead, the daemon would start a fresh code server process every minute
+    (it reloads its workspace every 60 s), importing the code location each time: most of an idle
+    cluster's CPU. The UI's "Reload" restarts the code under this server."""
+    args = [str(BIN / "dagster"), "code-server", "start", "-m", CODE_LOCATION_MODULE, "-d", str(ROOT)]
+    args += ["-h", "127.0.0.1", "-p", str(port), "--location-name", LOCATION_NAME]
+    return _spawn(args, env, log_path)
 
 
-def start_webserver(env: Mapping[str, str], port: str, log_path: Path) -> subprocess.Popen:
-    args = [str(BIN / "dagster-webserver"), "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", port]
+def write_workspace(path: Path, port: int, host: str = "127.0.0.1") -> Path:
+    """A workspace file that reaches the code server of :func:`start_code_server`."""
+    entry = {"grpc_server": {"host": host, "port": port, "location_name": LOCATION_NAME}}
+    path.write_text(yaml.safe_dump({"load_from": [entry]}, sort_keys=False))
+    return path
+
+
+def wait_code_server(proc: subprocess.Popen, port: int, log_path: Path, timeout: float = 300) -> None:
+    """Wait until the code server answers its health check (it has loaded the code location)."""
+    from dagster._grpc.client import DagsterGrpcClient
+
+    client = DagsterGrpcClient(port=port, host="127.0.0.1")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            lines = log_path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
+            raise ClusterError(f"the code server exited ({proc.returncode}): {lines[-1]} (see {log_path})")
+        try:
+            client.list_repositories()  # answers once the code location is loaded
+            return
+        except Exception:  # not listening yet, or still loading
+            pass
+        time.sleep(0.5)
+    raise ClusterError(f"the code server not serving after {timeout:.0f}s (see {log_path})")
+
+
+def start_daemon(env: Mapping[str, str], log_path: Path, workspace: Path = ROOT / "workspace.yaml") -> subprocess.Popen:
+    return _spawn([str(BIN / "dagster-daemon"), "run", "-w", str(workspace)], env, log_path)
+
+
+def start_webserver(
+    env: Mapping[str, str], port: str, log_path: Path, workspace: Path = ROOT / "workspace.yaml"
+) -> subprocess.Popen:
+    args = [str(BIN / "dagster-webserver"), "-w", str(workspace), "-h", "127.0.0.1", "-p", port]
     return _spawn(args, env, log_path)
 
 
@@ -363,6 +405,7 @@ def main() -> int:
 
     moto_port = int(os.environ.get("MOTO_PORT", "5055"))
     port = os.environ.get("DAGSTER_PORT", "3000")
+    code_port = int(os.environ.get("DAGSTER_CODE_SERVER_PORT", "4000"))
     broker = os.environ.get("CELERY_BROKER_URL") or DEFAULT_BROKER
     endpoint = f"http://127.0.0.1:{moto_port}"
     home = STATE / "cluster_home"
@@ -401,10 +444,13 @@ def main() -> int:
         counts = seed(env)
         print("seeded demo data: " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
         migrate(env)
+        procs["code server"] = start_code_server(env, code_port, logs / "code_server.log")
         for name in WORKERS:
             procs[f"worker {name}"] = start_worker(name, env, config_path, logs / f"{name}.log")
-        procs["dagster-daemon"] = start_daemon(env, logs / "daemon.log")
-        procs["dagster-webserver"] = start_webserver(env, port, logs / "webserver.log")
+        wait_code_server(procs["code server"], code_port, logs / "code_server.log")
+        workspace = write_workspace(home / "workspace.yaml", code_port)
+        procs["dagster-daemon"] = start_daemon(env, logs / "daemon.log", workspace)
+        procs["dagster-webserver"] = start_webserver(env, port, logs / "webserver.log", workspace)
         for name in WORKERS:
             wait_worker_ready(procs[f"worker {name}"], name, logs / f"{name}.log")
         print(f"Celery workers {', '.join(WORKERS)} ready (logs in {logs})", file=sys.stderr)

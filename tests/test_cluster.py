@@ -4,7 +4,8 @@ One module-scoped cluster serves every test: a RabbitMQ vhost and a PostgreSQL d
 (created here, removed at the end), its own moto server with the template deployed, the instance
 file ``infra/dagster.cluster.yaml`` (with the per-queue limit raised to 3, for three drains of
 one queue at once), ``dagster instance migrate``, then two workers
-``w1`` and ``w2`` (``dagster-celery worker start``, one process each) and ``dagster-daemon``. Runs
+``w1`` and ``w2`` (``dagster-celery worker start``, one process each), the code location's gRPC
+server (``dagster code-server start``) and ``dagster-daemon`` on a workspace that points at it. Runs
 are submitted to the run queue (``infra.cluster.launch_runs``) and launched by the daemon.
 """
 
@@ -60,10 +61,12 @@ class Cluster:
     db_name: str
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
     daemon: subprocess.Popen | None = None
+    code_server: subprocess.Popen | None = None
+    workspace: Path = cl.ROOT / "workspace.yaml"
 
     def ensure_daemon(self) -> None:
         if self.daemon is None or self.daemon.poll() is not None:
-            self.daemon = cl.start_daemon(self.env, self.logs / "daemon.log")
+            self.daemon = cl.start_daemon(self.env, self.logs / "daemon.log", self.workspace)
 
     def start_worker(self, name: str) -> None:
         log = self.logs / f"{name}.log"
@@ -152,6 +155,11 @@ def cluster(tmp_path_factory):
         )
         for name in cl.WORKERS:
             state.start_worker(name)
+        # as make cluster does: the code location in a gRPC server of its own, which the daemon reaches
+        code_port = free_port()
+        state.code_server = cl.start_code_server(env, code_port, logs / "code_server.log")
+        cl.wait_code_server(state.code_server, code_port, logs / "code_server.log", timeout=PATIENCE)
+        state.workspace = cl.write_workspace(home / "workspace.yaml", code_port)
         state.ensure_daemon()
         state.ensure_workers()
         yield state
@@ -159,8 +167,9 @@ def cluster(tmp_path_factory):
         if state is not None:
             for proc in state.workers.values():
                 cl.stop(proc)
-            if state.daemon is not None:
-                cl.stop(state.daemon)
+            for proc in (state.daemon, state.code_server):
+                if proc is not None:
+                    cl.stop(proc)
             state.instance.dispose()
         servers.close()
         mp.undo()
@@ -512,8 +521,8 @@ def test_a_broker_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
 
 
 def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
-    """Last of the cluster's tests: losing the database disturbs the daemon too (its code server, not
-    heartbeated meanwhile, shuts down), so the daemon is started afresh at the end."""
+    """Last of the cluster's tests: losing the database disturbs the daemon too, so the daemon is
+    started afresh at the end (on the same code server)."""
     cluster.ensure_workers()
     cluster.ensure_daemon()
     aws, n = cluster.aws, 80
