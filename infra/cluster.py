@@ -240,6 +240,7 @@ def write_workspace(path: Path, port: int, host: str = "127.0.0.1") -> Path:
 
 def wait_code_server(proc: subprocess.Popen, port: int, log_path: Path, timeout: float = 300) -> None:
     """Wait until the code server answers its health check (it has loaded the code location)."""
+    # Dagster has no public client to ask a code server whether it has loaded its code location.
     from dagster._grpc.client import DagsterGrpcClient
 
     client = DagsterGrpcClient(port=port, host="127.0.0.1")

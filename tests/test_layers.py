@@ -39,10 +39,12 @@ ALLOWED_PRIVATE_DAGSTER = {
     ("pipelines/redrive/defs.py", "dagster._core.execution"),
     ("resources/cluster.py", "dagster._core.errors"),
     ("resources/cluster.py", "dagster._utils.error"),
+    ("infra/cluster.py", "dagster._grpc.client"),
 }
 """The private Dagster imports, each with its reason beside it: Dagster has no public API to launch an
 asset backfill from code, nor to fail a run with an error of one line and no stack trace (the lost
-broker or database of the cluster executor)."""
+broker or database of the cluster executor), nor to ask a code server whether it has loaded its code
+location (``make cluster`` waits for that)."""
 
 
 def _imports(path: Path) -> list[str]:
@@ -217,3 +219,4 @@ def test_dagster_internals_are_imported_only_where_no_public_api_exists():
     redrive = (ROOT / "pipelines/redrive/defs.py").read_text()
     assert "no public API to launch an asset backfill" in redrive  # the reason, beside the import
     assert "no public API to record a run failure of one line" in (ROOT / "resources/cluster.py").read_text()
+    assert "no public client to ask a code server" in (ROOT / "infra/cluster.py").read_text()
