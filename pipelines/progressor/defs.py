@@ -15,7 +15,7 @@ from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
 from pipelines.progressor.collector import ClockError, Counts, collect_zombies
 from pipelines.progressor.demo import DemoTraffic, play
-from pipelines.progressor.health import CHECKS, checks, histogram_markdown, measure
+from pipelines.progressor.health import CHECKS, checks, durations_chart, measure
 from pipelines.progressor.metrics import collection_datums, health_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
@@ -138,7 +138,7 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
                 "running": dg.MetadataValue.int(health.running),
                 **{f"tasks_{s}": dg.MetadataValue.int(n) for s, n in health.tasks_by_status.items()},
                 "tasks_by_status": dg.MetadataValue.json(health.tasks_by_status),
-                "task_durations": dg.MetadataValue.md(histogram_markdown(health)),
+                "task_durations": dg.MetadataValue.md(durations_chart(health)),
                 "database_time_zone": health.clock.describe(),
                 "metrics_published": dg.MetadataValue.bool(published),
             },
