@@ -172,7 +172,11 @@ def build_defs(deployment: str) -> dg.Definitions:
     jobs: list = [collect_zombies_job]
     if assets:
         health_job = dg.define_asset_job(
-            "progressor_health_job", selection=dg.AssetSelection.groups("progressor"), tags=CAPABILITY
+            "progressor_health_job",
+            selection=dg.AssetSelection.groups("progressor"),
+            tags=CAPABILITY,
+            description="Progressor health of every target namespace (zombies, overdue timers, the oldest running "
+            "task, recent process errors, task durations) with its checks; launched by progressor_health_schedule.",
         )
         jobs.append(health_job)
         schedules.append(
