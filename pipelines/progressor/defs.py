@@ -195,7 +195,7 @@ def build_defs(deployment: str) -> dg.Definitions:
                 name="progressor_demo_traffic_schedule",
                 job=progressor_demo_traffic,
                 cron_schedule="* * * * *",
-                description="Local only: progressor demo traffic every minute.",
+                description="Local only: progressor demo traffic (every minute when GROUNDSKEEPER_DEMO=busy).",
             )
         )
     return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules)
