@@ -6,6 +6,7 @@ import datetime as dt
 import dagster as dg
 import pytest
 
+from pipelines.common.demo import seeded
 from pipelines.definitions import build_definitions
 from pipelines.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, QUIET_CRONS, demo_mode
 
@@ -102,3 +103,11 @@ def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):
     with pytest.warns(UserWarning, match="is invalid"):
         defs = _local(monkeypatch, "loud")
     assert _crons(defs)["demo_traffic_schedule"] == QUIET_CRONS["demo_traffic_schedule"]
+
+
+def test_a_failure_the_demo_causes_says_so_in_the_local_deployment_only():
+    note = "the demo seeds this on purpose: it keeps a retired pool"
+    assert seeded("local", False, "1 instance", "it keeps a retired pool") == (f"1 instance ({note})", {"demo": note})
+    assert seeded("local", True, "0 instances", "it keeps a retired pool") == ("0 instances", {})
+    assert seeded("local", False, "1 instance", None) == ("1 instance", {})  # not one the demo causes
+    assert seeded("prod", False, "1 instance", "it keeps a retired pool") == ("1 instance", {})
