@@ -381,6 +381,8 @@ DATA_IMAGES = (
 
 
 def step_progressor_chart(page, url: str) -> str:
+    # one step of progressor's demo traffic first: it finishes the running tasks, so there are durations
+    wait_run(url, launch_job(url, "progressor_demo_traffic", {}), "progressor_demo_traffic")
     run_id = launch_job(url, "progressor_health_job", {})
     wait_run(url, run_id, "progressor_health_job")
     goto(page, f"{url}/assets/progressor/health_default_default")
