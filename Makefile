@@ -5,7 +5,8 @@
 #   make ui-test  drive make dev's UI in headless Chromium (not part of make test)
 #   make cluster  the cluster profile on this machine: PostgreSQL, RabbitMQ, 2 Celery workers, daemon, UI
 
-PYTHON ?= python3.11
+# Python 3.11+: PYTHON if given, else python3.11 if it is on PATH, else python3 (checked to be 3.11+ below)
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -17,7 +18,7 @@ FAST_TIER := not (cluster or cli or ecs or dynamodb_local or slow)
 .PHONY: dev test test-fast lint install bench clean ui-test cluster
 
 $(PY):
-	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) (Python 3.11+)"; exit 1; }
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 || { echo "make: needs Python 3.11+, and $(PYTHON) is missing or older: install python3.11 or pick one with PYTHON=/path/to/python3.12 make $@"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 

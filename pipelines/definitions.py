@@ -30,13 +30,16 @@ ROOT_DIR = Path(__file__).resolve().parent.parent
 def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
     built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
-    capabilities = dg.Definitions.merge(
-        demo_defs(deployment),
-        reclaim_defs(deployment),
-        fleet_defs(deployment),
-        batching_defs(deployment),
-        progressor_defs(deployment),
-        alerts_defs(deployment),
+    # The local deployment's demo: its traffic, and the cadence of every schedule (GROUNDSKEEPER_DEMO).
+    capabilities = demo_defs(
+        deployment,
+        dg.Definitions.merge(
+            reclaim_defs(deployment),
+            fleet_defs(deployment),
+            batching_defs(deployment),
+            progressor_defs(deployment),
+            alerts_defs(deployment),
+        ),
     )
     base = dg.Definitions.merge(
         capabilities,

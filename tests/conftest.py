@@ -48,6 +48,7 @@ pytest_plugins = ["pytester", "tests.suite_plugin"]
 # Never let a test find real credentials or a real default endpoint.
 for _name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_DEFAULT_PROFILE"):
     os.environ.pop(_name, None)
+os.environ.pop("GROUNDSKEEPER_DEMO", None)  # the local deployment at its default demo cadence (quiet)
 os.environ.update(
     {
         "AWS_ACCESS_KEY_ID": "testing",

@@ -30,6 +30,7 @@ import pytest
 
 from infra import cluster as cl
 from infra.deploy import deploy, free_port
+from pipelines.common.summary import run_counters
 from tests import fleet_support as fs
 from tests.batching_helpers import pending_ids, put_receiver, put_records
 from tests.conftest import ATOMIC_DYNAMODB_SERVER, PATIENCE, LocalAWS, moto_server
@@ -210,9 +211,7 @@ def _most_at_once(records) -> int:
 
 
 def _counts(instance: dg.DagsterInstance, run_id: str) -> dict[str, int]:
-    tags = instance.get_run_by_id(run_id).tags
-    prefix = "groundskeeper/count/"
-    return {k.removeprefix(prefix): int(v) for k, v in tags.items() if k.startswith(prefix)}
+    return run_counters(instance.get_run_by_id(run_id).tags)
 
 
 def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machine_run(cluster, monkeypatch):

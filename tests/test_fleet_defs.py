@@ -93,7 +93,8 @@ def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs):
     assert "idle_cost_threshold_usd_per_hour" in str(bad.get_step_failure_events()[0].event_specific_data.error)
 
 
-def test_the_schedules_launch_the_housekeeping_job_with_their_task(defs):
+def test_the_schedules_launch_the_housekeeping_job_with_their_task():
+    defs = build_definitions("prod")  # runs-fleet's cadences (make dev's quiet demo slows one: test_demo_cadence)
     moment = dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)
     for task, cron in [("orphaned_instances", "*/5 * * * *"), ("stale_ssm", "*/15 * * * *"), ("old_jobs", "0 * * * *")]:
         schedule = defs.resolve_schedule_def(f"housekeeping_{task}_schedule")

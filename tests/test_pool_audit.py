@@ -476,7 +476,7 @@ def _materialize(aws, assets, **kwargs):
 
 
 @pytest.mark.slow
-def test_pool_audit_asset_reports_metadata_and_warns(aws):
+def test_pool_audit_asset_reports_metadata_and_warns(aws, monkeypatch):
     _seed_fleet(aws)
     result = _materialize(aws, [pool_audit])
     assert result.success
@@ -513,11 +513,18 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws):
     assert not checks[CHECK_KNOWN_POOLS].passed
     assert "ghost" in checks[CHECK_KNOWN_POOLS].metadata["instances"].value
     assert all(e.severity == dg.AssetCheckSeverity.WARN for e in checks.values())
+    # the local deployment says which failures its demo causes on purpose (the retired pool), only those
+    assert checks[CHECK_KNOWN_POOLS].metadata["demo"].value.startswith("the demo seeds this on purpose: ")
+    assert checks[CHECK_KNOWN_POOLS].description.endswith("legacy-pool)")
+    assert "demo" not in checks[CHECK_DESIRED_IDLE].metadata and "demo" not in checks[CHECK_IDLE_COST].metadata
 
+    monkeypatch.setenv("DAGSTER_DEPLOYMENT", "prod")
     strict = _materialize(
         aws, [pool_audit], run_config={"ops": {"pool_audit": {"config": {"idle_cost_threshold_usd_per_hour": 0.1}}}}
     )
-    assert not {e.check_name: e for e in strict.get_asset_check_evaluations()}[CHECK_IDLE_COST].passed
+    strict_checks = {e.check_name: e for e in strict.get_asset_check_evaluations()}
+    assert not strict_checks[CHECK_IDLE_COST].passed
+    assert not any("demo" in e.metadata or "demo seeds" in (e.description or "") for e in strict_checks.values())
 
 
 @pytest.mark.slow

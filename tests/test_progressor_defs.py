@@ -10,6 +10,7 @@ import dagster as dg
 import psycopg2
 import pytest
 
+from pipelines.common.charts import INLINE_MARKDOWN_LIMIT
 from pipelines.progressor import engine
 from pipelines.progressor.defs import (
     collect_zombies_job,
@@ -216,10 +217,14 @@ def test_health_recent_errors_warn_after_collection(dsn, zombie_ns):
     assert (evaluation.passed, evaluation.severity) == (False, dg.AssetCheckSeverity.WARN)
 
 
-def test_health_histogram_is_a_picture(dsn, zombie_ns):
+def test_health_task_durations_chart_shows_inline(dsn, zombie_ns):
     result = _health(dsn, zombie_ns)
     [materialization] = result.asset_materializations_for_node(result.all_node_events[0].node_name)
-    assert "data:image/svg+xml;base64," in materialization.metadata["task_durations"].value
+    chart = materialization.metadata["task_durations"].value
+    # text bars in a code block under the UI's inline limit: no image (a data: one never shows)
+    assert "data:" not in chart and "![" not in chart
+    assert len(chart) < INLINE_MARKDOWN_LIMIT
+    assert chart.startswith("```\n<=50 ") and "█" in chart and "(max " in chart
 
 
 def test_health_sends_overdue_timers_and_durations(dsn, zombie_ns):

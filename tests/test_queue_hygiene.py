@@ -90,7 +90,7 @@ def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_sti
             )
             return batch_decider(context)
 
-        assert [r.tags[RECEIVER_TAG] for r in tick()] == ["globex"]
+        assert [r.partition_key.keys_by_dimension["receiver"] for r in tick()] == ["globex"]
         _run(instance, receiver_batches_job.name, dg.DagsterRunStatus.STARTED, {RECEIVER_TAG: "globex"})
         skipped = tick()
         assert isinstance(skipped, dg.SkipReason)

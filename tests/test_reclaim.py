@@ -404,6 +404,7 @@ def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
 
 def test_local_deployment_reclaims_the_demo_table_every_five_minutes(monkeypatch):
     monkeypatch.delenv("RECLAIM_TARGETS_FILE", raising=False)
+    monkeypatch.setenv("GROUNDSKEEPER_DEMO", "busy")  # the targets file's cadence (quiet: test_demo_cadence)
     from pipelines.definitions import build_definitions
 
     defs = build_definitions("local")

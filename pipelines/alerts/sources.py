@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from urllib.parse import quote
 
 from pipelines.alerts.incidents import Signal, one_line
-from pipelines.common.summary import COUNT_TAG_PREFIX
+from pipelines.common.summary import run_counters
 from pipelines.retry import STOP, RetryPolicyError, policy_from_text
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, ROOT_TAG
 
@@ -122,11 +122,9 @@ def run_succeeded(job: str, run_id: str, tags: Mapping[str, str], *, ui_url: str
             url=url,
         )
     ]
-    if tags.get(CAPABILITY_TAG) == "reclaim" and f"{COUNT_TAG_PREFIX}errors" in tags:
-        try:
-            errors = int(tags[f"{COUNT_TAG_PREFIX}errors"])
-        except ValueError:
-            errors = 0
+    counters = run_counters(tags)
+    if tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
+        errors = counters["errors"]
         out.append(
             Signal(
                 alert_key=f"reclaim_errors:{job}",

@@ -109,7 +109,9 @@ def receiver_batches(
     return dg.MaterializeResult(metadata=metadata)
 
 
-RECEIVER_TAG = "groundskeeper/receiver"  # on every batch run the decider launches
+RECEIVER_TAG = "dagster/partition/receiver"
+"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key
+(hidden in the runs list, which shows the partition itself)."""
 
 # ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
 # function: nothing materializes it, so no backfill or asset job ever includes its checks.
@@ -190,6 +192,9 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
         return dg.SkipReason("; ".join(busy))
     for line in busy:
         context.log.info(f"left out of this tick: {line}")
+    for d in due:  # on the tick's page (the run shows its partition, its counts once it ends)
+        context.log.info(f"{d.receiver}: batch time {d.run_key.split('@', 1)[1]}, {d.pending} record(s) pending, "
+                         f"{d.expected_files} file(s) expected")  # fmt: skip
     known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     new = sorted({d.receiver for d in due} - known)
     if new:  # receivers_sync has not seen them yet: add them now rather than miss a batch
@@ -198,12 +203,6 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
         dg.RunRequest(
             run_key=d.run_key,
             partition_key=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
-            tags={
-                RECEIVER_TAG: d.receiver,
-                "groundskeeper/batch_time": d.run_key.split("@", 1)[1],
-                "groundskeeper/pending": str(d.pending),
-                "groundskeeper/expected_files": str(d.expected_files),
-            },
         )
         for d in due
     ]

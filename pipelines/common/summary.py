@@ -1,46 +1,98 @@
 """What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset.
 
 Every job ends with :func:`pipelines.common.defs.summary.run_summary`, which tags its run with its
-counters (``groundskeeper/count/<counter>``). :func:`add_up` sums those tags per capability over
-the last 24 hours and 7 days.
+counters: one compact JSON tag, ``groundskeeper/counts`` (``{"reclaimed":3,"retried":1}``), so that
+the runs list stays short. :func:`run_counters` reads it (and the one tag per counter,
+``groundskeeper/count/<counter>``, of runs tagged before). :func:`add_up` sums the counters per
+capability over the last 24 hours and 7 days.
+
+A run's capability is its ``groundskeeper/capability`` tag (every job sets it); a run of Dagster's own
+asset job (launched from an asset page, a backfill or a sensor, ``__ASSET_JOB``) has none and takes
+the capability of the assets it selected; only a run with neither is listed under its job's name.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+COUNTS_TAG = "groundskeeper/counts"
 COUNT_TAG_PREFIX = "groundskeeper/count/"
+"""One tag per counter: how runs were tagged before :data:`COUNTS_TAG` (still read)."""
 CAPABILITY_TAG = "groundskeeper/capability"
 COUNTERS = ("reclaimed", "retried", "dead_lettered", "redriven", "batches_sent", "zombies_collected")
 """The counters the summary shows, in this order; a run's other counters stay on the run."""
+FIGURES = {
+    "reclaimed": ("reclaimed", None),
+    "agendas_retried": ("retried", "reclaim"),
+    "timers_retried": ("retried", "progressor"),
+    "dead_lettered": ("dead_lettered", None),
+    "redriven": ("redriven", None),
+    "batches_sent": ("batches_sent", None),
+    "zombies_collected": ("zombies_collected", None),
+}
+"""The key figures (last 24 hours), in order: figure -> (counter, capability, None for every one).
+Reclaim's retries (agendas sent to ReadyAgenda again) and progressor's (zombie timers retried) are
+different things, so they are two figures."""
 WINDOWS = {"last_24h": dt.timedelta(hours=24), "last_7d": dt.timedelta(days=7)}
+
+
+def counts_tag(counters: Mapping[str, int]) -> dict[str, str]:
+    """The run tag that carries ``counters``: ``{"groundskeeper/counts": '{"reclaimed":3}'}``."""
+    return {COUNTS_TAG: json.dumps({name: int(value) for name, value in counters.items()}, separators=(",", ":"))}
+
+
+def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
+    """Every counter a run is tagged with (:data:`COUNTS_TAG`, and the older one tag per counter);
+    values that are not whole numbers are left out."""
+    out: dict[str, int] = {}
+    for key, value in tags.items():
+        if key.startswith(COUNT_TAG_PREFIX):
+            out[key[len(COUNT_TAG_PREFIX) :]] = value
+    try:
+        packed = json.loads(tags.get(COUNTS_TAG) or "{}")
+    except ValueError:
+        packed = {}
+    if isinstance(packed, dict):
+        out.update(packed)
+    counters = {}
+    for name, value in out.items():
+        try:
+            counters[str(name)] = int(value)
+        except (TypeError, ValueError):
+            continue
+    return counters
+
+
+def capability_of(job_name: str, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()) -> str:
+    """A run's capability: its tag, else that of the assets it selected (joined with ``+`` when
+    they belong to several), else its job's name."""
+    if tags.get(CAPABILITY_TAG):
+        return tags[CAPABILITY_TAG]
+    from_assets = sorted(set(filter(None, asset_capabilities)))
+    return "+".join(from_assets) if from_assets else job_name
 
 
 @dataclass(frozen=True)
 class RunCounts:
-    """One run's counters: its capability (or job name), when it was created, its count tags."""
+    """One run's counters: its capability, when it was created, its tags."""
 
     capability: str
     created: dt.datetime
     tags: Mapping[str, str]
 
     def counts(self) -> dict[str, int]:
-        out = {}
-        for key, value in self.tags.items():
-            if key.startswith(COUNT_TAG_PREFIX) and key[len(COUNT_TAG_PREFIX) :] in COUNTERS:
-                try:
-                    out[key[len(COUNT_TAG_PREFIX) :]] = int(value)
-                except ValueError:
-                    continue
-        return out
+        return {name: value for name, value in run_counters(self.tags).items() if name in COUNTERS}
 
 
-def run_counts(job_name: str, created: dt.datetime, tags: Mapping[str, str]) -> RunCounts:
+def run_counts(
+    job_name: str, created: dt.datetime, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()
+) -> RunCounts:
     if created.tzinfo is None:
         created = created.replace(tzinfo=dt.UTC)
-    return RunCounts(tags.get(CAPABILITY_TAG) or job_name, created, tags)
+    return RunCounts(capability_of(job_name, tags, asset_capabilities), created, tags)
 
 
 def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:
@@ -65,8 +117,10 @@ def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:
 
 
 def totals(rows: Iterable[Mapping]) -> dict[str, int]:
-    """Each counter over every capability in the last 24 hours (key figures for the Plots tab)."""
-    out = dict.fromkeys(COUNTERS, 0)
+    """The key figures (:data:`FIGURES`) over the last 24 hours, for the Plots tab."""
+    out = dict.fromkeys(FIGURES, 0)
     for row in rows:
-        out[row["counter"]] += row["last_24h"]
+        for figure, (counter, capability) in FIGURES.items():
+            if row["counter"] == counter and capability in (None, row["capability"]):
+                out[figure] += row["last_24h"]
     return out

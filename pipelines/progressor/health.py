@@ -7,15 +7,14 @@ The figures come from the namespace's tables, with the database clock (``now()``
   ``scheduled_time`` (progressor's timer scanner is behind or stopped);
 - the oldest running task; processes that went to ``error`` in the last 24 h; tasks by status;
 - task durations (``finished_time - running_time``) of the last 24 h per ``task_type``, in
-  progressor's histogram buckets.
+  progressor's histogram buckets (:func:`durations_chart`: text bars, shown inline on the asset page).
 """
 
 from __future__ import annotations
 
-import base64
 from dataclasses import dataclass, field
-from html import escape
 
+from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
 from pipelines.progressor.collector import Clock, database_clock
 from pipelines.progressor.params import PROTECT_TIMEOUT
 from pipelines.progressor.schema import TASK_STATUSES, Tables, process_columns, require_tables
@@ -193,42 +192,20 @@ def durations_markdown(health: Health) -> str:
     return "\n".join(lines) if health.durations else "no finished tasks in the last 24 h"
 
 
-COLORS = ("#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2")
-
-
-def histogram_svg(health: Health, width: int = 640, height: int = 260) -> str:
-    """Grouped bars: per bucket, one bar per task_type. Self-contained SVG, no plotting library."""
+def durations_chart(health: Health) -> str:
+    """Task durations of the last 24 h as text bars the asset page shows inline (the one chart
+    renderer, ``pipelines.common.charts``): per bucket (ms), a part per task_type, then the count;
+    the legend names each task_type with its longest duration. The per-type table follows when the
+    whole still shows inline."""
+    if not health.durations:
+        return durations_markdown(health)
     types = sorted(health.durations)
-    top = max((c for counts in health.durations.values() for c in counts), default=0) or 1
-    left, bottom, plot_h = 50, 40, height - 70
-    group_w = (width - left - 10) / len(BUCKET_LABELS)
-    bar_w = max(2.0, (group_w - 8) / max(1, len(types)))
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
-        'font-size="11">',
-        f'<text x="{left}" y="14">task durations, last 24 h ({escape(health.namespace)}), count per bucket (ms)</text>',
-        f'<line x1="{left}" y1="{height - bottom}" x2="{width - 10}" y2="{height - bottom}" stroke="#333"/>',
-        f'<text x="5" y="{height - bottom - plot_h + 4}">{top}</text>',
+    bars = [
+        Bar(label, [health.durations[t][i] for t in types], str(sum(health.durations[t][i] for t in types)))
+        for i, label in enumerate(BUCKET_LABELS)
     ]
-    for i, label in enumerate(BUCKET_LABELS):
-        x0 = left + i * group_w
-        parts.append(f'<text x="{x0 + 4:.1f}" y="{height - bottom + 14}">{escape(label)}</text>')
-        for j, task_type in enumerate(types):
-            count = health.durations[task_type][i]
-            h = plot_h * count / top
-            parts.append(
-                f'<rect x="{x0 + 4 + j * bar_w:.1f}" y="{height - bottom - h:.1f}" width="{bar_w - 1:.1f}" '
-                f'height="{h:.1f}" fill="{COLORS[j % len(COLORS)]}"><title>{escape(task_type)} {label}: {count}'
-                "</title></rect>"
-            )
-    for j, task_type in enumerate(types):
-        x = left + j * 90
-        parts.append(f'<rect x="{x}" y="{height - 16}" width="10" height="10" fill="{COLORS[j % len(COLORS)]}"/>')
-        parts.append(f'<text x="{x + 14}" y="{height - 7}">{escape(task_type)}</text>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
-def histogram_markdown(health: Health) -> str:
-    data = base64.b64encode(histogram_svg(health).encode()).decode()
-    return f"![task durations](data:image/svg+xml;base64,{data})\n\n{durations_markdown(health)}"
+    legend = [f"{t} (max {health.duration_max_ms[t]:.0f} ms)" for t in types]
+    chart = text_bars(bars, legend, more="buckets", visible_parts=True)
+    table = durations_markdown(health)
+    both = f"{chart}\n\n{table}"
+    return both if len(both) < INLINE_MARKDOWN_LIMIT else chart

@@ -16,7 +16,12 @@ Not part of ``make test``: pytest does not collect this file (its name matches n
       timeline table inline;
    d. launches a 3-partition backfill of ``receiver_batches`` from the asset's Materialize dialog
       (or, printing a ``note:`` line, GraphQL ``launchPartitionBackfill`` if the dialog cannot be
-      driven) and watches it finish on the UI's backfill page.
+      driven) and watches it finish on the UI's backfill page;
+   e. ``progressor/health_default_default`` asset page, after ``progressor_health_job``: the
+      ``task_durations`` chart is text bars inline, and the page has no ``data:`` image;
+   f. ``operations_summary``, materialized after that backfill: its runs count under ``batching``,
+      and no row names Dagster's ``__ASSET_JOB``;
+   g. the runs list shows at most 3 tags per run.
 
 One screenshot per step goes to ``.groundskeeper/ui-test/`` of this repository; their paths are
 printed. ``UI_TEST_URL=http://127.0.0.1:3000`` drives a ``make dev`` already running instead
@@ -53,6 +58,8 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 LOCATION = "groundskeeper"
+COUNTS_TAG = "groundskeeper/counts"  # a run's counters, one JSON tag (pipelines/common/summary.py)
+MAX_RUN_TAGS = 3  # tags the runs list shows per run (it hides Dagster's own but dagster/partition)
 REPOSITORY = "__repository__"
 STACK_TIMEOUT_S = 600  # moto + CloudFormation + embedded PostgreSQL + dagster dev, on a busy 2-core machine
 RUN_TIMEOUT_S = 600
@@ -250,9 +257,8 @@ def step_reclaim(page, url: str) -> str:
     page.wait_for_url(re.compile(r"/runs/[0-9a-f-]{36}"), timeout=120_000)
     run_id = re.search(r"/runs/([0-9a-f-]{36})", page.url).group(1)
     run = wait_run(url, run_id, "reclaim_agendas from the Launchpad")
-    prefix = "groundskeeper/count/"
-    counts = {t["key"].removeprefix(prefix): t["value"] for t in run["tags"] if t["key"].startswith(prefix)}
-    reclaimed = int(counts.get("reclaimed", "0") or 0)
+    counts = json.loads(next((t["value"] for t in run["tags"] if t["key"] == COUNTS_TAG), "{}"))
+    reclaimed = int(counts.get("reclaimed", 0) or 0)
     goto(page, f"{url}/runs/{run_id}")
     expect_text(page, re.compile(r"summary: reclaim"), "reclaim run page (summary log line)")
     expect_text(page, re.compile(r"reclaimed=[1-9]"), "reclaim run page (non-zero reclaimed count)")
@@ -369,6 +375,76 @@ def step_backfill(page, url: str) -> str:
     return f"receiver_batches backfill {backfill_id} (launched from the {how}): {', '.join(mine)} done"
 
 
+DATA_IMAGES = (
+    "() => [...document.querySelectorAll('img')].filter(i => (i.getAttribute('src') || '').startsWith('data:')).length"
+)
+
+
+def step_progressor_chart(page, url: str) -> str:
+    # one step of progressor's demo traffic first: it finishes the running tasks, so there are durations
+    wait_run(url, launch_job(url, "progressor_demo_traffic", {}), "progressor_demo_traffic")
+    run_id = launch_job(url, "progressor_health_job", {})
+    wait_run(url, run_id, "progressor_health_job")
+    goto(page, f"{url}/assets/progressor/health_default_default")
+    # task_durations: text bars per bucket in a code block, drawn like the pool cost chart
+    chart = page.locator("pre, code").filter(has_text=re.compile(r"<=50 ")).filter(has_text=re.compile(r"[█░▓▒]"))
+    show_inline(
+        page, chart, "progressor health: no inline task_durations chart (code block with bars)", "8-progressor-chart"
+    )
+    images = page.evaluate(DATA_IMAGES)
+    if images or page.get_by_text("[Show Markdown]").count():
+        raise UIFailure(f"progressor health: {images} data: image(s) or a [Show Markdown] link on {page.url}")
+    return "progressor task_durations: chart inline, no data: image"
+
+
+def step_operations_summary(page, url: str) -> str:
+    """After the UI backfill of receiver_batches (Dagster's __ASSET_JOB): operations_summary counts
+    its runs under batching, with no __ASSET_JOB row."""
+    params = {
+        "selector": {
+            "repositoryLocationName": LOCATION,
+            "repositoryName": REPOSITORY,
+            "jobName": "__ASSET_JOB",
+            "assetSelection": [{"path": ["operations_summary"]}],
+        },
+        "runConfigData": {},
+    }
+    result = gql(url, LAUNCH_MUTATION, {"params": params})["launchRun"]
+    if result["__typename"] != "LaunchRunSuccess":
+        raise UIFailure(f"cannot materialize operations_summary: {json.dumps(result)[:300]}")
+    wait_run(url, result["run"]["runId"], "operations_summary")
+    goto(page, f"{url}/assets/operations_summary")
+    table = page.locator("table").filter(has_text="batches_sent").filter(has_text="batching")
+    show_inline(page, table, "operations_summary: no per_capability row of batching", "9-operations-summary")
+    if page.get_by_text("__ASSET_JOB").count():
+        raise UIFailure(f"operations_summary lists a capability __ASSET_JOB on {page.url}")
+    return "operations_summary: the backfill's runs count under batching, no __ASSET_JOB row"
+
+
+# the runs list (Dagster 1.13): a row per run, its tags (BaseTag) in the RunRowTags wrapper of the ID cell
+RUN_TAG_COUNTS = """() => [...document.querySelectorAll('[class*="RunsFeedRow_rowGrid"]')].map(row => {
+  const id = row.querySelector('a[href^="/runs/"]');
+  const tags = [...row.querySelectorAll('[class*="RunRowTags_runTagsWrapper"] [class*="BaseTag_baseTag"]')];
+  return [id ? id.innerText.trim() : '?', tags.length, tags.map(t => t.innerText.trim())];
+})"""
+
+
+def step_runs_list(page, url: str) -> str:
+    goto(page, f"{url}/runs")
+    page.get_by_text(re.compile(r"^View all tags")).first.wait_for(state="visible", timeout=120_000)
+    dismiss_community_modal(page)
+    page.wait_for_timeout(2000)
+    rows = page.evaluate(RUN_TAG_COUNTS)
+    shot(page, "10-runs-list")
+    if not rows or not any(count for _, count, _ in rows):
+        raise UIFailure(f"runs list: no run tags found on {page.url} (the page changed?)")
+    crowded = [(run, tags) for run, count, tags in rows if count > MAX_RUN_TAGS]
+    if crowded:
+        run, tags = crowded[0]
+        raise UIFailure(f"runs list: run {run} shows {len(tags)} tags (at most {MAX_RUN_TAGS}): {', '.join(tags)}")
+    return f"runs list: {len(rows)} runs, at most {max(c for _, c, _ in rows)} tags each"
+
+
 def main() -> int:
     if not Path(CHROMIUM).exists():
         print(f"ui-test FAILED: {CHROMIUM} is missing (sudo apt-get install chromium)", file=sys.stderr)
@@ -391,7 +467,16 @@ def main() -> int:
             page = browser.new_page(viewport={"width": 1600, "height": 1000})
             page.set_default_timeout(60_000)
             try:
-                for step in (step_reclaim, step_pool_cost_report, step_retry_policies, step_backfill):
+                steps = (
+                    step_reclaim,
+                    step_pool_cost_report,
+                    step_retry_policies,
+                    step_backfill,
+                    step_progressor_chart,
+                    step_operations_summary,
+                    step_runs_list,
+                )
+                for step in steps:
                     results.append(step(page, stack.url))
                     print(f"ok: {results[-1]}", flush=True)
             except Exception as exc:

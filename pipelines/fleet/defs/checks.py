@@ -3,9 +3,10 @@
 import dagster as dg
 
 from pipelines.common.defs.failures import aws_errors
+from pipelines.common.demo import seeded
 from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
 from pipelines.fleet.queues import queue_depth, queue_name
-from resources import FleetSettings, SQSResource
+from resources import FleetSettings, SQSResource, deployment_name
 
 DLQ_ASSETS = {
     "termination": dg.AssetSpec(
@@ -23,6 +24,10 @@ DLQ_ASSETS = {
 }
 
 
+DEMO_SEEDED = {"termination": "demo_traffic sends malformed termination messages, which the drain dead-letters"}
+"""What make dev's demo does that fails a queue's check (said on a failed check, local deployment only)."""
+
+
 def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=spec.key,
@@ -34,11 +39,23 @@ def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
         with aws_errors(context):
             depth = queue_depth(sqs.get_client(), url)
         total = depth["visible"] + depth["in_flight"]
+        description, demo = seeded(
+            deployment_name(),
+            total == 0,
+            f"{total} message(s) in {queue_name(url)}" + (": see redrive_dead_letters" if total else ""),
+            DEMO_SEEDED.get(label),
+        )
         return dg.AssetCheckResult(
             passed=total == 0,
             severity=dg.AssetCheckSeverity.WARN,
-            description=f"{total} message(s) in {queue_name(url)}" + (": see redrive_dead_letters" if total else ""),
-            metadata={"depth": total, "visible": depth["visible"], "in_flight": depth["in_flight"], "queue": url},
+            description=description,
+            metadata={
+                "depth": total,
+                "visible": depth["visible"],
+                "in_flight": depth["in_flight"],
+                "queue": url,
+                **demo,
+            },
         )
 
     return _check

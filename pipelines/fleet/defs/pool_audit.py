@@ -16,12 +16,19 @@ from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import aws_errors
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.demo import seeded
 from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
-from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
+from pipelines.fleet.pool_audit.checks import (
+    CHECK_DESCRIPTIONS,
+    CHECK_IDLE_COST,
+    CHECK_KNOWN_POOLS,
+    CheckOutcome,
+    evaluate_checks,
+)
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
 from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
-from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
+from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource, deployment_name
 
 ASSET_KEY = dg.AssetKey("pool_audit")
 REPORT_START = "2026-11-01"
@@ -108,17 +115,27 @@ def _check_metadata(outcome: CheckOutcome) -> dict[str, Any]:
     return metadata
 
 
+DEMO_SEEDED = {
+    CHECK_IDLE_COST: "it keeps idle runners warm, linux-small wants 1 idle and gets 2",
+    CHECK_KNOWN_POOLS: "it keeps an instance without a pool tag and one tagged with the retired pool legacy-pool",
+}
+"""What make dev's demo traffic does that fails each check (said on a failed check, local deployment only)."""
+
+
 def check_results(run: AuditRun, idle_cost_threshold: float) -> list[dg.AssetCheckResult]:
-    return [
-        dg.AssetCheckResult(
-            check_name=c.check_name,
-            passed=c.passed,
-            description=c.description,
-            metadata=_check_metadata(c),
-            severity=dg.AssetCheckSeverity.WARN,
+    results = []
+    for c in evaluate_checks(run, idle_cost_threshold):
+        description, demo = seeded(deployment_name(), c.passed, c.description, DEMO_SEEDED.get(c.check_name))
+        results.append(
+            dg.AssetCheckResult(
+                check_name=c.check_name,
+                passed=c.passed,
+                description=description,
+                metadata={**_check_metadata(c), **demo},
+                severity=dg.AssetCheckSeverity.WARN,
+            )
         )
-        for c in evaluate_checks(run, idle_cost_threshold)
-    ]
+    return results
 
 
 def _log_run(log, run: AuditRun) -> None:

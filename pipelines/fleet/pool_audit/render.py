@@ -1,10 +1,6 @@
 """Markdown tables and the daily cost chart, with no plotting dependency: a self-contained SVG
-(stored in the archive bucket) and the same bars as text for the asset page.
-
-How the Dagster UI (1.13) shows markdown metadata on an asset page: inline when it is shorter
-than 1,000 characters, else behind "[Show Markdown]"; and its markdown renderer drops image
-sources other than http(s), so a ``data:`` image never shows. Hence :func:`cost_chart_text`:
-block-character bars in a code block, kept under that limit, so the chart is on the page itself.
+(stored in the archive bucket) and the same bars as text for the asset page (:func:`cost_chart_text`,
+drawn by the one text-chart renderer, ``pipelines.common.charts``, so that it shows inline).
 """
 
 from __future__ import annotations
@@ -12,6 +8,8 @@ from __future__ import annotations
 import math
 from html import escape
 from typing import TYPE_CHECKING
+
+from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -74,32 +72,24 @@ def cost_chart_svg(report: pd.DataFrame, title: str, max_pools: int = 40) -> str
     return "\n".join(parts)
 
 
-INLINE_MARKDOWN_LIMIT = 1000
-"""The Dagster UI shows markdown metadata shorter than this inline on the asset page."""
-
-
 def cost_chart_text(report: pd.DataFrame, width: int = 24, limit: int = INLINE_MARKDOWN_LIMIT) -> str:
     """The cost chart as markdown the asset page shows inline: per pool, ``█`` for the busy part
     and ``░`` for the idle part of its USD (bars scaled to the dearest pool), then the USD and
     idle share. As many pools as fit under ``limit`` characters; the rest are counted."""
-    if report.empty:
-        return "no priced snapshots for this day"
-    top_cost = float(report["cost_usd"].max())
-    scale = width / top_cost if top_cost > 0 else 0.0
-    label_w = min(16, max(len(str(p)) for p in report["pool"]))
-    lines: list[str] = []
-    for n, row in enumerate(report.itertuples(index=False)):
-        name = str(row.pool) if len(str(row.pool)) <= label_w else str(row.pool)[: label_w - 1] + "~"
-        busy = round(max(0.0, float(row.busy_cost_usd)) * scale)
-        idle = round(max(0.0, float(row.idle_cost_usd)) * scale)
-        bar = ("█" * busy + "░" * idle).ljust(width)
-        line = f"{name.ljust(label_w)} {bar} ${row.cost_usd:,.2f} idle {row.idle_share_pct:.1f}%"
-        more = len(report) - n - 1
-        footer = f"█ busy  ░ idle{f'  (+{more} more pools in the CSV)' if more else ''}"
-        if len("```\n" + "\n".join([*lines, line, footer]) + "\n```") >= limit:
-            lines.append(f"█ busy  ░ idle  (+{len(report) - n} more pools in the CSV)")
-            break
-        lines.append(line)
-    else:
-        lines.append("█ busy  ░ idle")
-    return "```\n" + "\n".join(lines) + "\n```"
+    bars = [
+        Bar(
+            str(row.pool),
+            (float(row.busy_cost_usd), float(row.idle_cost_usd)),
+            f"${row.cost_usd:,.2f} idle {row.idle_share_pct:.1f}%",
+            total=float(row.cost_usd),
+        )
+        for row in report.itertuples(index=False)
+    ]
+    return text_bars(
+        bars,
+        ("busy", "idle"),
+        width=width,
+        limit=limit,
+        empty="no priced snapshots for this day",
+        more="more pools in the CSV",
+    )

@@ -1,0 +1,78 @@
+"""Bar charts as text, for asset pages: the one chart renderer of every capability. No Dagster.
+
+How the Dagster UI (1.13) shows markdown metadata on an asset page: inline when it is shorter than
+1,000 characters, else behind "[Show Markdown]"; and its markdown renderer drops image sources other
+than http(s), so a ``data:`` image never shows. A chart is therefore drawn with block characters in
+a code block, kept under that limit, so that it is on the page itself: :func:`text_bars`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+INLINE_MARKDOWN_LIMIT = 1000
+"""The Dagster UI shows markdown metadata shorter than this inline on the asset page."""
+
+MARKS = ("█", "░", "▓", "▒", "#", "=")
+"""The character of each stacked part of a bar, in legend order (the first two: a part and the rest)."""
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One line of a chart: its label, the stacked parts (in legend order), the text after the bar,
+    and the total the bar's length stands for (default: the sum of its parts)."""
+
+    label: str
+    parts: Sequence[float]
+    note: str = ""
+    total: float | None = None
+
+    @property
+    def length(self) -> float:
+        return float(self.total) if self.total is not None else float(sum(max(0.0, p) for p in self.parts))
+
+
+def text_bars(
+    bars: Sequence[Bar],
+    legend: Sequence[str],
+    *,
+    width: int = 24,
+    label_width: int = 16,
+    limit: int = INLINE_MARKDOWN_LIMIT,
+    empty: str = "no data",
+    more: str = "more",
+    visible_parts: bool = False,
+) -> str:
+    """Horizontal stacked bars as markdown the asset page shows inline: per bar its label, each part
+    drawn with its :data:`MARKS` character (bars scaled to the longest), then its note; a last line
+    names the parts (``legend``). As many bars as fit under ``limit`` characters; the ones left out
+    are counted in that line (``(+3 <more>)``). ``visible_parts``: a part above 0 is drawn with at
+    least one character (counts, where 1 matters), instead of rounding to none."""
+    if not bars:
+        return empty
+    if len(legend) > len(MARKS):
+        raise ValueError(f"at most {len(MARKS)} parts per bar, not {len(legend)}")
+    top = max(bar.length for bar in bars)
+    scale = width / top if top > 0 else 0.0
+    label_w = min(label_width, max(len(bar.label) for bar in bars))
+    key = "  ".join(f"{mark} {name}" for mark, name in zip(MARKS, legend, strict=False))
+    lines: list[str] = []
+    for n, bar in enumerate(bars):
+        name = bar.label if len(bar.label) <= label_w else bar.label[: label_w - 1] + "~"
+        drawn = "".join(mark * _marks(part, scale, visible_parts) for mark, part in zip(MARKS, bar.parts, strict=False))
+        line = f"{name.ljust(label_w)} {drawn.ljust(width)} {bar.note}".rstrip()
+        left = len(bars) - n - 1
+        footer = key + (f"  (+{left} {more})" if left else "")
+        if len("```\n" + "\n".join([*lines, line, footer]) + "\n```") >= limit:
+            lines.append(f"{key}  (+{len(bars) - n} {more})")
+            break
+        lines.append(line)
+    else:
+        lines.append(key)
+    return "```\n" + "\n".join(lines) + "\n```"
+
+
+def _marks(part: float, scale: float, visible: bool) -> int:
+    n = round(max(0.0, float(part)) * scale)
+    return max(n, 1) if visible and part > 0 and scale > 0 else n

@@ -1,0 +1,113 @@
+"""The local demo's cadence, GROUNDSKEEPER_DEMO (off, quiet, busy): a fresh make dev starts a few
+dozen runs in half an hour instead of over a hundred, production's cadences never change."""
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+
+from pipelines.common.demo import seeded
+from pipelines.definitions import build_definitions
+from pipelines.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, QUIET_CRONS, demo_mode
+
+
+def _local(monkeypatch, mode: str | None) -> dg.Definitions:
+    if mode is None:
+        monkeypatch.delenv(DEMO_ENV, raising=False)
+    else:
+        monkeypatch.setenv(DEMO_ENV, mode)
+    return build_definitions("local")
+
+
+def _crons(defs: dg.Definitions) -> dict[str, str]:
+    return {s.name: s.cron_schedule for s in defs.schedules}
+
+
+def _matches(field: str, value: int) -> bool:
+    """One cron field (``*``, ``n``, ``a-b``, with ``/step``, comma lists) against a value."""
+    for part in field.split(","):
+        spread, _, step = part.partition("/")
+        low, high = (0, 59) if spread == "*" else map(int, (spread.split("-") * 2)[:2])
+        if (
+            low <= value <= (high if step or "-" in spread or spread == "*" else low)
+            and (value - low) % int(step or 1) == 0
+        ):
+            return True
+    return False
+
+
+def _fires_in_30_minutes(cron: str) -> int:
+    """How often ``cron`` fires from 10:00 to 10:29 of a weekday (hour, day fields: ``*`` or a number)."""
+    minute, hour = cron.split()[:2]
+    return sum(1 for m in range(30) if _matches(minute, m) and _matches(hour, 10))
+
+
+def test_quiet_is_the_default_and_slows_the_frequent_local_schedules(monkeypatch):
+    quiet, busy = _crons(_local(monkeypatch, None)), _crons(_local(monkeypatch, "busy"))
+    assert set(QUIET_CRONS) <= set(quiet)  # the table names schedules that exist
+    assert {name: quiet[name] for name in QUIET_CRONS} == QUIET_CRONS
+    assert {name: cron for name, cron in quiet.items() if name not in QUIET_CRONS} == {
+        name: cron for name, cron in busy.items() if name not in QUIET_CRONS
+    }
+    # what the schedules alone start in 30 minutes (the batch decider starts a run only when a batch is due)
+    launched = {name: _fires_in_30_minutes(cron) for name, cron in quiet.items() if name != "batch_decider"}
+    assert sum(launched.values()) < 40, launched
+    assert sum(_fires_in_30_minutes(c) for n, c in busy.items() if n != "batch_decider") > 100
+
+
+def test_busy_keeps_every_schedule_at_its_own_cadence_and_prod_never_reads_the_variable(monkeypatch):
+    busy = _local(monkeypatch, "busy")
+    crons = _crons(busy)
+    assert crons["demo_traffic_schedule"] == "*/2 * * * *"
+    assert crons["progressor_demo_traffic_schedule"] == crons["collect_zombies_default_default"] == "* * * * *"
+    assert crons["housekeeping_orphaned_instances_schedule"] == "*/5 * * * *"
+    monkeypatch.setenv(DEMO_ENV, "off")
+    prod = build_definitions("prod")
+    assert _crons(prod) == {name: cron for name, cron in crons.items() if name in _crons(prod)}
+    assert all(s.default_status == dg.DefaultScheduleStatus.RUNNING for s in prod.schedules)
+
+
+def test_off_stops_the_demo_traffic_and_says_so(monkeypatch):
+    off = _local(monkeypatch, "off")
+    for name in DEMO_TRAFFIC_SCHEDULES:
+        schedule = off.resolve_schedule_def(name)
+        assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED
+        assert f"Stopped by {DEMO_ENV}=off" in schedule.description
+    assert off.resolve_schedule_def("reclaim_demo_agendas").default_status == dg.DefaultScheduleStatus.RUNNING
+
+
+def test_a_slowed_schedule_launches_what_it_launched_and_its_description_says_when(monkeypatch):
+    moment = dt.datetime(2026, 11, 24, 10, 15, tzinfo=dt.UTC)
+    quiet, busy = _local(monkeypatch, "quiet"), _local(monkeypatch, "busy")
+    for name in ("housekeeping_orphaned_instances_schedule", "collect_zombies_default_default", "reclaim_demo_agendas"):
+        slow, own = quiet.resolve_schedule_def(name), busy.resolve_schedule_def(name)
+        assert f"Under make dev ({DEMO_ENV}=quiet) it runs on {QUIET_CRONS[name]}, not {own.cron_schedule}." in (
+            slow.description
+        )
+        assert (slow.job_name, slow.tags, slow.execution_timezone) == (own.job_name, own.tags, own.execution_timezone)
+        requests = []
+        for schedule in (slow, own):
+            with dg.build_schedule_context(
+                instance=dg.DagsterInstance.ephemeral(), scheduled_execution_time=moment
+            ) as context:
+                (request,) = schedule.evaluate_tick(context).run_requests
+            requests.append((request.run_config, request.tags, request.run_key))
+        assert requests[0] == requests[1]
+
+
+def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):
+    assert demo_mode({}) == ("quiet", None)
+    assert demo_mode({DEMO_ENV: " Busy "}) == ("busy", None)
+    mode, problem = demo_mode({DEMO_ENV: "loud"})
+    assert mode == "quiet" and problem == f"{DEMO_ENV}='loud' is invalid: one of off, quiet, busy; using quiet"
+    with pytest.warns(UserWarning, match="is invalid"):
+        defs = _local(monkeypatch, "loud")
+    assert _crons(defs)["demo_traffic_schedule"] == QUIET_CRONS["demo_traffic_schedule"]
+
+
+def test_a_failure_the_demo_causes_says_so_in_the_local_deployment_only():
+    note = "the demo seeds this on purpose: it keeps a retired pool"
+    assert seeded("local", False, "1 instance", "it keeps a retired pool") == (f"1 instance ({note})", {"demo": note})
+    assert seeded("local", True, "0 instances", "it keeps a retired pool") == ("0 instances", {})
+    assert seeded("local", False, "1 instance", None) == ("1 instance", {})  # not one the demo causes
+    assert seeded("prod", False, "1 instance", "it keeps a retired pool") == ("1 instance", {})
