@@ -24,8 +24,10 @@ every AWS request waits N ms more, as over a network (15: about a round trip to 
 region). Seeding and checking go to moto directly.
 
 Needs the local RabbitMQ (a vhost of its own, removed at the end) and PostgreSQL on 127.0.0.1:5432
-(a database of its own, dropped at the end). Moto runs with the ``transactions``, ``sqs-retention``
-and ``ec2-tags`` patches of ``benchmarks/moto_server.py`` (performance only, same API behaviour).
+(a database of its own, dropped at the end). Moto runs with the ``transactions``,
+``sqs-retention``, ``sqs-deletes``, ``hot-paths`` and ``ec2-tags`` patches of
+``benchmarks/moto_server.py`` (performance only, same API behaviour; ``sqs-deletes`` makes two
+drains' deletes as safe as SQS's).
 
     PYTHONPATH=. .venv/bin/python benchmarks/cluster.py [--items 200000] [--messages 5000]
     PYTHONPATH=. .venv/bin/python benchmarks/cluster.py --latency-ms 15 --repeat 3 \\
@@ -226,6 +228,37 @@ def backlog_left(env: dict, count: int) -> tuple[int, int]:
     return queued, running
 
 
+def leftovers(env: dict, patience: float = 400) -> list[dict]:
+    """What a drain left in the termination queue, once visible again (at most ``patience`` s): each
+    message's job id, receive count and send time, to tell a copy sent twice from one never handled."""
+    sqs = boto3.client("sqs")
+    url = env["RUNS_FLEET_TERMINATION_QUEUE_URL"]
+    found: list[dict] = []
+    deadline = time.monotonic() + patience
+    while time.monotonic() < deadline:
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1, AttributeNames=["All"]).get(
+            "Messages", []
+        )
+        for m in got:
+            found.append(
+                {
+                    "job_id": json.loads(m["Body"]).get("job_id"),
+                    "receives": m["Attributes"].get("ApproximateReceiveCount"),
+                    "sent": m["Attributes"].get("SentTimestamp"),
+                    "first_received": m["Attributes"].get("ApproximateFirstReceiveTimestamp"),
+                }
+            )
+        attrs = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+        if (
+            not got
+            and attrs["ApproximateNumberOfMessages"] == "0"
+            and attrs["ApproximateNumberOfMessagesNotVisible"] == "0"
+        ):
+            break
+        time.sleep(2)
+    return found
+
+
 def variant_order(repeat: int) -> list[tuple[str, ...]]:
     """1 worker, 2 workers; then 2, 1; then 1, 2... (interleaved, so that a change of load hits both)."""
     order: list[tuple[str, ...]] = []
@@ -260,9 +293,10 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     logs = tmp / "logs"
     logs.mkdir()
-    moto, endpoint = moto_server.start(("transactions", "sqs-retention", "ec2-tags"))
+    moto, endpoint = moto_server.start(("transactions", "sqs-retention", "sqs-deletes", "hot-paths", "ec2-tags"))
     proxy = None
     bench = None
+    keep_logs = False
     try:
         wait_for_endpoint(endpoint, timeout_seconds=120)
         os.environ.update(
@@ -334,6 +368,8 @@ def main() -> int:
                 queued, running = backlog_left(env, args.messages)
                 r["verified"] = r["counts"].get("applied") == args.messages and queued == 0 and running == 0
                 if not r["verified"]:
+                    print(f"left in the queue: {leftovers(env)} (logs kept in {logs})", flush=True)
+                    keep_logs = True
                     raise SystemExit(
                         f"termination on {len(names)} worker(s) left work: {r} ({queued} queued, {running} running)"
                     )
@@ -379,7 +415,8 @@ def main() -> int:
             cur.execute(f'DROP DATABASE IF EXISTS "{db}" WITH (FORCE)')
         admin.close()
         rabbit("delete_vhost", vhost)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if not keep_logs:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

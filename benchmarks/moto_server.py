@@ -2,16 +2,26 @@
 
 The patches change how long moto takes, never what an API does:
 
-- ``transactions``: moto's ``TransactWriteItems`` deep-copies the whole table once per item of the
-  transaction, to roll back on failure (moto/dynamodb/models/__init__.py, ``original_table_state``).
-  The copies are all taken before any write, so one copy per table per transaction is the same
-  backup; the patch memoizes it. Without it a transaction costs O(items x table size), which real
-  DynamoDB does not, and a 10,000-job table makes every write take seconds.
+- ``transactions``: moto's ``TransactWriteItems`` deep-copies every table it writes, whole, to roll
+  back on failure (moto/dynamodb/models/__init__.py, ``original_table_state``), and a rollback puts
+  the copies back in place of the tables. With the patch it backs up only the items the
+  transaction writes and a rollback restores those: the same all-or-nothing answer, without a cost
+  that grows with the table (a 10,000-job table makes every write take seconds), and without
+  moto's rollback undoing other requests' writes made to the table meanwhile (DynamoDB does not).
 - ``sqs-retention``: moto's ``ReceiveMessage`` checks each message it returns against the queue's
   retention period by computing *every* queue attribute (``get_queue_attributes``), approximate
   counts included, which scans the whole queue: a receive of 10 scans it 30 times. With the patch
   the check reads the retention period alone (same check). Without it, a receive from a
   10,000-message queue takes seconds.
+- ``sqs-deletes``: moto's ``DeleteMessage`` rebuilds the queue's message list without the queue's
+  lock, so two deletes at once (two drains of one queue) can each write back a list that still
+  holds the other's message: a deleted message comes back after its visibility timeout, which SQS
+  never does. With the patch a delete holds the queue's own lock (the one ``SendMessage`` takes).
+- ``hot-paths``: two costs of moto's own that a receive or any request pays: every ``ReceiveMessage``
+  asks each message of the queue whether it is visible and whether it is delayed, and each asks
+  the clock through ``datetime`` objects (``unix_time_millis``); with the patch SQS's models read
+  ``time.time()`` (the same milliseconds). And every request lists moto's package directory from
+  disk to route it (``list_of_moto_modules``); with the patch the list is read once.
 - ``ec2-tags``: moto looks up an EC2 resource's tags by scanning every tag of the account
   (``describe_tags`` with a ``resource-id`` filter), once per instance it launches, filters or
   describes: quadratic in the number of instances, hours for 10,000 on a 2-core machine. With the
@@ -34,7 +44,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PATCHES = ("transactions", "sqs-retention", "ec2-tags", "count-calls")
+PATCHES = ("transactions", "sqs-retention", "sqs-deletes", "hot-paths", "ec2-tags", "count-calls")
 
 
 def stop(proc: subprocess.Popen, timeout: float = 30) -> None:
@@ -58,31 +68,68 @@ def patch_transactions() -> None:
     import threading
 
     import moto.dynamodb.models as models
+    from moto.dynamodb.models.dynamo_type import DynamoType
     from moto.dynamodb.models.table import Table
 
     local = threading.local()
 
-    class _CopyOncePerTransaction:
+    class _NoTableCopy:
+        """moto's ``copy`` module, except that inside a patched transaction a table "copied" for the
+        rollback is the table itself: the items the transaction touches are backed up instead."""
+
         def deepcopy(self, obj, memo=None):
-            cache = getattr(local, "cache", None)
-            if cache is None or not isinstance(obj, Table):
-                return copy.deepcopy(obj, memo)
-            if id(obj) not in cache:
-                cache[id(obj)] = copy.deepcopy(obj, memo)
-            return cache[id(obj)]
+            if getattr(local, "active", False) and isinstance(obj, Table):
+                return obj
+            return copy.deepcopy(obj, memo)
 
         def __getattr__(self, name):
             return getattr(copy, name)
 
-    models.copy = _CopyOncePerTransaction()
+    models.copy = _NoTableCopy()
     original = models.DynamoDBBackend.transact_write_items
 
+    def backups(backend, transact_items) -> list | None:
+        """(table, hash key, range key, copy of the item or None) of every item the transaction
+        writes; None if one cannot be named (then moto's own path answers, whole-table copies and all)."""
+        found = []
+        try:
+            for entry in transact_items:
+                _, op = next(iter(entry.items()))
+                table = backend.tables.get(op.get("TableName"))
+                if table is None:
+                    continue
+                attrs = op.get("Key") or op.get("Item") or {}
+                hash_key = DynamoType(attrs[table.hash_key_attr])
+                range_key = DynamoType(attrs[table.range_key_attr]) if table.range_key_attr else None
+                found.append((table, hash_key, range_key, copy.deepcopy(table.get_item(hash_key, range_key))))
+        except Exception:
+            return None
+        return found
+
+    def restore(saved: list) -> None:
+        for table, hash_key, range_key, item in reversed(saved):
+            if range_key is None:
+                if item is None:
+                    table.items.pop(hash_key, None)
+                else:
+                    table.items[hash_key] = item
+            elif item is None:
+                table.items.get(hash_key, {}).pop(range_key, None)
+            else:
+                table.items[hash_key][range_key] = item
+
     def transact_write_items(self, transact_items):
-        local.cache = {}
+        saved = backups(self, transact_items)
+        if saved is None:
+            return original(self, transact_items)
+        local.active = True
         try:
             return original(self, transact_items)
+        except Exception:
+            restore(saved)  # moto's own rollback put back the same table objects: a no-op
+            raise
         finally:
-            local.cache = None
+            local.active = False
 
     models.DynamoDBBackend.transact_write_items = transact_write_items
 
@@ -96,6 +143,35 @@ def patch_sqs_retention() -> None:
         return retention_period + message.sent_timestamp / 1000 > unix_time()
 
     SQSBackend.is_message_valid_based_on_retention_period = is_message_valid_based_on_retention_period
+
+
+def patch_sqs_deletes() -> None:
+    from moto.sqs.models import Queue
+
+    original = Queue.delete_message
+
+    def delete_message(self, receipt_handle: str) -> None:
+        with self._messages_lock:
+            return original(self, receipt_handle)
+
+    Queue.delete_message = delete_message
+
+
+def patch_hot_paths() -> None:
+    import functools
+    import time
+
+    import moto.backends as backends
+    import moto.sqs.models as sqs_models
+
+    original_millis = sqs_models.unix_time_millis
+
+    def unix_time_millis(dt=None) -> float:
+        return time.time() * 1000.0 if dt is None else original_millis(dt)
+
+    sqs_models.unix_time_millis = unix_time_millis
+    original_modules = backends.list_of_moto_modules
+    backends.list_of_moto_modules = functools.cache(lambda: tuple(original_modules()))
 
 
 def patch_ec2_tags() -> None:
@@ -187,6 +263,8 @@ def serve(port: int, patches: list[str]) -> None:
         patch = {
             "transactions": patch_transactions,
             "sqs-retention": patch_sqs_retention,
+            "sqs-deletes": patch_sqs_deletes,
+            "hot-paths": patch_hot_paths,
             "ec2-tags": patch_ec2_tags,
             "count-calls": patch_count_calls,
         }
