@@ -21,7 +21,9 @@ The patches change how long moto takes, never what an API does:
   asks each message of the queue whether it is visible and whether it is delayed, and each asks
   the clock through ``datetime`` objects (``unix_time_millis``); with the patch SQS's models read
   ``time.time()`` (the same milliseconds). And every request lists moto's package directory from
-  disk to route it (``list_of_moto_modules``); with the patch the list is read once.
+  disk to route it (``list_of_moto_modules``); with the patch the list is read once. And every
+  ``SendMessage`` computes all the queue's attributes, counting its messages three times, to read
+  one (``ContentBasedDeduplication``); with the patch a send skips the counts.
 - ``ec2-tags``: moto looks up an EC2 resource's tags by scanning every tag of the account
   (``describe_tags`` with a ``resource-id`` filter), once per instance it launches, filters or
   describes: quadratic in the number of instances, hours for 10,000 on a 2-core machine. With the
@@ -159,6 +161,7 @@ def patch_sqs_deletes() -> None:
 
 def patch_hot_paths() -> None:
     import functools
+    import threading
     import time
 
     import moto.backends as backends
@@ -172,6 +175,27 @@ def patch_hot_paths() -> None:
     sqs_models.unix_time_millis = unix_time_millis
     original_modules = backends.list_of_moto_modules
     backends.list_of_moto_modules = functools.cache(lambda: tuple(original_modules()))
+
+    # SendMessage reads one queue attribute (ContentBasedDeduplication) through ``Queue.attributes``,
+    # which also counts the queue's messages three times: while sending, those counts are not asked
+    sending = threading.local()
+    for name in ("messages", "messages_not_visible", "messages_delayed"):
+        counted = getattr(sqs_models.Queue, f"approximate_number_of_{name}")
+
+        def count(self, _counted=counted) -> int:
+            return 0 if getattr(sending, "active", False) else _counted.fget(self)
+
+        setattr(sqs_models.Queue, f"approximate_number_of_{name}", property(count))
+    original_send = sqs_models.SQSBackend.send_message
+
+    def send_message(self, *args, **kwargs):
+        sending.active = True
+        try:
+            return original_send(self, *args, **kwargs)
+        finally:
+            sending.active = False
+
+    sqs_models.SQSBackend.send_message = send_message
 
 
 def patch_ec2_tags() -> None:

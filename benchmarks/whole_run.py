@@ -58,7 +58,7 @@ statements); moto cannot serve that path faithfully (it ignores PartiQL conditio
 
 Sizes: termination ``--messages`` (2,000), reclaim ``--agendas`` with ``--stale-percent`` (10,000,
 20%: 2,000 to reclaim), batching ``--records`` for one receiver (1,000). By default moto runs with
-the ``transactions`` and ``sqs-retention`` patches (same API behaviour, see moto_server.py);
+the ``transactions``, ``sqs-retention`` and ``hot-paths`` patches (same API behaviour, see moto_server.py);
 ``--plain`` runs plain moto (its transaction and receive costs grow with the table and queue).
 """
 
@@ -955,7 +955,9 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--repeat", type=int, default=3, help="rounds; the variants' order rotates each round")
     parser.add_argument("--cprofile", action="store_true", help="then one core run per capability under cProfile")
-    parser.add_argument("--plain", action="store_true", help="plain moto (default: transactions + sqs-retention)")
+    parser.add_argument(
+        "--plain", action="store_true", help="plain moto (default: transactions, sqs-retention, hot-paths)"
+    )
     parser.add_argument("--break", dest="broken", action="store_true", help="break every variant: must fail")
     parser.add_argument("--dynamodb-local", action="store_true", help="reclaim on DynamoDB Local, grouped writes")
     parser.add_argument("--code-root", type=Path, default=ROOT, help="checkout the CLI and daemon runs load")
@@ -963,11 +965,11 @@ def main() -> int:
     global CODE_ROOT
     CODE_ROOT = args.code_root.resolve()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    patches = ("count-calls",) if args.plain else ("count-calls", "transactions", "sqs-retention")
+    patches = ("count-calls",) if args.plain else ("count-calls", "transactions", "sqs-retention", "hot-paths")
     work = Path(tempfile.mkdtemp(prefix="whole-run-"))
     lines = [
         trials.machine_line("whole_run.py")
-        + f"; moto {'plain' if args.plain else 'with the transactions and sqs-retention patches'}"
+        + f"; moto {'plain' if args.plain else 'with the transactions, sqs-retention and hot-paths patches'}"
         + f"; code {_head(CODE_ROOT)}"
         + ("; **--break: every variant deliberately loses writes**" if args.broken else ""),
         "",
