@@ -4,9 +4,15 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import one_line_failures
 from pipelines.definitions import build_definitions
 from resources import explain_aws_error
+
+
+@one_line_failures
+def _aws_work(context, exc: Exception):
+    """A body under the one AWS failure policy whose AWS work raises ``exc``."""
+    raise exc
 
 
 def _run_demo(instance):
@@ -57,21 +63,19 @@ def test_missing_table_is_explained():
     )
     assert "check the table, queue and bucket environment variables" in explain_aws_error(exc)
     with dg.build_op_context() as context, pytest.raises(dg.Failure, match="PutItem: ResourceNotFoundException"):
-        with aws_errors(context):
-            raise exc
+        _aws_work(context, exc)
 
 
 def test_a_sensor_fails_its_tick_with_the_same_line_and_is_not_retried():
     exc = ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "GetQueueAttributes")
-    with pytest.raises(dg.Failure, match="GetQueueAttributes was throttled"):
-        with aws_errors(dg.build_sensor_context()):
-            raise exc
+    with pytest.raises(dg.Failure, match="GetQueueAttributes was throttled") as info:
+        _aws_work(dg.build_sensor_context(), exc)
+    assert not info.value.allow_retries
 
 
-def test_other_errors_pass_through_untouched():
+def test_where_nothing_retries_other_errors_pass_through_untouched():
     with dg.build_op_context() as context, pytest.raises(KeyError):
-        with aws_errors(context):
-            raise KeyError("x")
+        _aws_work(context, KeyError("x"))
 
 
 SIGNATURE_XML = (
@@ -101,8 +105,7 @@ def test_a_wrong_secret_key_is_one_line_that_names_the_setting(error, code):
     assert "\n" not in explained and "<" not in explained
     assert code in explained and "AWS_SECRET_ACCESS_KEY" in explained
     with dg.build_op_context() as context, pytest.raises(dg.Failure) as info:
-        with aws_errors(context):
-            raise exc
+        _aws_work(context, exc)
     assert info.value.description == explained
 
 

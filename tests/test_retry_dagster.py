@@ -1,5 +1,6 @@
-"""Dagster integration of retries: the op helper, the ``delayed_run_retries`` sensor end to end on
-a persistent test instance, and the ``retry_policies`` asset."""
+"""Dagster integration of retries: the declared retry policy and the one-line failures of op
+bodies, the ``delayed_run_retries`` sensor end to end on a persistent test instance, and the
+``retry_policies`` asset."""
 
 import json
 import time
@@ -9,9 +10,20 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.common.defs.failures import aws_errors, retry_requested
-from pipelines.retry import PRESETS, fixed, none
-from pipelines.retry.defs import RetryDemoParams, RetryPoliciesParams, build_retry_policies_asset
+from pipelines.common.defs.failures import (
+    AWS_RETRY_POLICY,
+    DEFAULT_OP_POLICY,
+    dagster_retry_policy,
+    has_one_line_failures,
+    one_line_failures,
+)
+from pipelines.retry import PRESETS, RetryPolicyError, exponential, fixed, none
+from pipelines.retry.defs import (
+    RetryDemoParams,
+    RetryPoliciesParams,
+    build_retry_policies_asset,
+    throttled_until_attempt,
+)
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from sensors.run_retries import build_delayed_run_retries
 
@@ -22,8 +34,7 @@ INVALID = {"Error": {"Code": "ValidationException", "Message": "bad key"}}
 class FlakyConfig(dg.Config):
     counter: str  # a file counting calls, so the op fails the first `failures` times
     failures: int = 2
-    error: str = "throttled"
-    op_policy: str = "none"  # the op-level policy (run-level retries are the sensor's)
+    error: str = "throttled"  # throttled, invalid (permanent), other (not AWS), failure, interrupt
 
 
 def _call_aws(config: FlakyConfig) -> int:
@@ -31,82 +42,173 @@ def _call_aws(config: FlakyConfig) -> int:
     calls = int(path.read_text()) + 1 if path.exists() else 1
     path.write_text(str(calls))
     if calls <= config.failures:
+        if config.error == "other":
+            raise ValueError("not an AWS error")
+        if config.error == "failure":
+            raise dg.Failure(description="the body's own failure")
+        if config.error == "interrupt":
+            raise dg.DagsterExecutionInterruptedError()
         raise ClientError(THROTTLED if config.error == "throttled" else INVALID, "Query")
     return calls
 
 
 @dg.op
+@one_line_failures
 def flaky_aws_call(context: dg.OpExecutionContext, config: FlakyConfig) -> int:
-    from pipelines.retry import policy_from_text
+    return _call_aws(config)
 
-    with aws_errors(context, policy_from_text(config.op_policy)):
-        return _call_aws(config)
+
+@dg.op(out=dg.Out(int))
+@one_line_failures
+def flaky_aws_outputs(context: dg.OpExecutionContext, config: FlakyConfig):
+    context.log.info("a generator body")
+    yield dg.Output(_call_aws(config))
 
 
 @dg.job(tags={POLICY_TAG: json.dumps({"kind": "exponential", "initial": 1, "coefficient": 2, "maxAttempts": 5})})
 def flaky_job():
+    """No retry policy: a failed run is retried by the run-level policy of its tag (the sensor)."""
     flaky_aws_call()
 
 
-def _config(tmp_path, **extra):
-    return {"ops": {"flaky_aws_call": {"config": {"counter": str(tmp_path / "calls"), **extra}}}}
+RETRY_AT_ONCE = dg.RetryPolicy(max_retries=AWS_RETRY_POLICY.max_retries)
+"""The declared policy's retries, without its waits."""
 
 
-# -- op level ----------------------------------------------------------------------------------
+@dg.job(op_retry_policy=RETRY_AT_ONCE)
+def retried_job():
+    flaky_aws_call()
 
 
-def test_retry_requested_follows_the_policy_and_the_error_class():
-    throttled = ClientError(THROTTLED, "Query")
-    request = retry_requested(fixed(7, 3), throttled, retry_number=0)
-    assert request.max_retries == 2
-    assert request.seconds_to_wait == 7
-    assert retry_requested(fixed(7, 3), throttled, retry_number=2) is None  # 3 attempts made: STOP
-    assert retry_requested(fixed(7, 3), ClientError(INVALID, "Query"), 0) is None  # permanent
-    assert retry_requested(fixed(7, 3, non_retryable=["ThrottlingException"]), throttled, 0) is None
-    assert retry_requested(none(), throttled, 0) is None
-    assert retry_requested(fixed(7, 3), ValueError("not aws"), 0) is None
+@dg.job(op_retry_policy=RETRY_AT_ONCE)
+def retried_generator_job():
+    flaky_aws_outputs()
 
 
-def test_an_op_retries_transient_aws_errors_by_its_policy(tmp_path):
-    result = flaky_job.execute_in_process(
-        run_config=_config(tmp_path, op_policy='{"kind": "fixed", "delay": 0.1, "maxAttempts": 3}'),
-        tags={POLICY_TAG: "none"},
-    )
+def _config(tmp_path, op="flaky_aws_call", **extra):
+    return {"ops": {op: {"config": {"counter": str(tmp_path / "calls"), **extra}}}}
+
+
+def _retries(result) -> int:
+    return sum(1 for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY)
+
+
+def _failure(result):
+    (event,) = result.get_step_failure_events()
+    return event.step_failure_data
+
+
+# -- op level: Dagster's retry policy, declared -------------------------------------------------
+
+
+def test_the_declared_policy_is_the_default_op_policy_in_dagsters_terms():
+    assert AWS_RETRY_POLICY.max_retries == DEFAULT_OP_POLICY.max_attempts - 1
+    assert AWS_RETRY_POLICY.jitter == dg.Jitter.FULL
+    nominal = AWS_RETRY_POLICY._replace(jitter=None)
+    for n in range(1, AWS_RETRY_POLICY.max_retries + 1):
+        assert nominal.calculate_delay(n) == DEFAULT_OP_POLICY.nominal(n)  # 2 s, then 4 s
+        assert 0 <= AWS_RETRY_POLICY.calculate_delay(n) <= DEFAULT_OP_POLICY.bounds(n)[1]
+
+    assert dagster_retry_policy(none()) is None
+    assert dagster_retry_policy(fixed(5, 4)) == dg.RetryPolicy(max_retries=3, delay=5.0)
+    with pytest.raises(RetryPolicyError, match="number of attempts"):
+        dagster_retry_policy(fixed(5, None))
+    with pytest.raises(RetryPolicyError, match="no jitter 'plus-minus'"):
+        dagster_retry_policy(exponential(initial=1, coefficient=2, max_attempts=3, jitter="plus-minus"))
+
+
+def test_a_transient_aws_error_is_retried_by_the_declared_policy_until_success(tmp_path, instance):
+    result = retried_job.execute_in_process(run_config=_config(tmp_path), instance=instance)
     assert result.success
     assert result.output_for_node("flaky_aws_call") == 3
-    retries = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_UP_FOR_RETRY]
-    assert len(retries) == 2
+    assert _retries(result) == 2
+    messages = [e.user_message for e in instance.all_logs(result.run_id)]
+    warnings = [m for m in messages if "failed with a transient AWS error" in m]
+    assert [w.split(" failed", 1)[0] for w in warnings] == ["attempt 1", "attempt 2"]
+    assert "(Query was throttled (ThrottlingException))" in warnings[0]
 
 
-def test_an_op_gives_up_when_the_policy_stops_and_fails_permanent_errors_at_once(tmp_path):
-    result = flaky_job.execute_in_process(
-        run_config=_config(tmp_path, failures=5, op_policy='{"kind": "fixed", "delay": 0, "maxAttempts": 2}'),
-        raise_on_error=False,
-    )
+def test_a_generator_body_is_retried_the_same_way(tmp_path):
+    result = retried_generator_job.execute_in_process(run_config=_config(tmp_path, op="flaky_aws_outputs"))
+    assert result.success
+    assert result.output_for_node("flaky_aws_outputs") == 3
+    assert _retries(result) == 2
+
+
+def test_the_last_attempt_gives_up_in_one_line(tmp_path):
+    result = retried_job.execute_in_process(run_config=_config(tmp_path, failures=5), raise_on_error=False)
     assert not result.success
-    failure = result.get_step_failure_events()[0].step_failure_data
-    assert "gave up after 2 attempt(s)" in failure.user_failure_data.description
-    assert (tmp_path / "calls").read_text() == "2"
+    description = _failure(result).user_failure_data.description
+    assert description.startswith("gave up after 3 attempt(s) (2 retries): Query was throttled")
+    assert "\n" not in description
+    assert (tmp_path / "calls").read_text() == "3"
 
-    (tmp_path / "calls").unlink()
-    result = flaky_job.execute_in_process(
-        run_config=_config(tmp_path, error="invalid", op_policy="river"), raise_on_error=False
-    )
+
+def test_a_permanent_aws_error_fails_in_one_line_without_a_retry(tmp_path):
+    result = retried_job.execute_in_process(run_config=_config(tmp_path, error="invalid"), raise_on_error=False)
     assert not result.success
-    assert "ValidationException" in result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
-    assert (tmp_path / "calls").read_text() == "1"  # a validation error is never retried
+    assert "Query: ValidationException" in _failure(result).user_failure_data.description
+    assert _retries(result) == 0
+    assert (tmp_path / "calls").read_text() == "1"
 
 
-@pytest.mark.slow
-def test_a_failing_delay_function_fails_the_op_with_the_policy_error(tmp_path):
-    policy = '{"kind": "function", "path": "tests.retry_delay_functions:broken", "maxAttempts": 5}'
-    result = flaky_job.execute_in_process(
-        run_config=_config(tmp_path, failures=5, op_policy=policy), raise_on_error=False
-    )
-    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
-    assert "retry policy error" in description
-    assert "tests.retry_delay_functions:broken" in description
-    assert (tmp_path / "calls").read_text() == "2"  # delay(1) worked, delay(2) raised: no third call
+@pytest.mark.parametrize("error", ["other", "failure", "interrupt"])
+def test_an_error_that_is_not_aws_is_never_retried(tmp_path, error):
+    # a retry policy retries any error; the body's decorator leaves it only the transient AWS ones
+    # (an interrupt is how a run's termination reaches the op: Dagster would start it again)
+    result = retried_job.execute_in_process(run_config=_config(tmp_path, error=error), raise_on_error=False)
+    assert not result.success
+    assert _retries(result) == 0
+    assert (tmp_path / "calls").read_text() == "1"
+    failure = _failure(result)
+    if error == "other":  # the error itself is the cause, with its traceback
+        assert failure.user_failure_data.description == "ValueError: not an AWS error"
+        assert failure.error.cause.cls_name == "ValueError"
+
+
+def test_without_a_retry_policy_a_transient_error_fails_at_once_in_one_line(tmp_path):
+    result = flaky_job.execute_in_process(run_config=_config(tmp_path), raise_on_error=False)
+    assert not result.success
+    assert _failure(result).user_failure_data.description == "Query was throttled (ThrottlingException)"
+    assert _retries(result) == 0
+
+
+def test_a_body_must_take_the_context_first():
+    with pytest.raises(TypeError, match="the context as the first parameter"):
+
+        @one_line_failures
+        def no_context(config: FlakyConfig) -> int:
+            return 0
+
+
+@pytest.mark.parametrize("deployment", ["local", "prod"])
+def test_every_op_asset_and_check_with_an_aws_client_declares_the_retry_policy(deployment):
+    """So that a new one cannot forget it: every op of every job (the asset jobs, Dagster's
+    ``__ASSET_JOB`` of every asset and check included) that requires an AWS client resource runs
+    under ``one_line_failures`` with ``AWS_RETRY_POLICY``. The ``cloudwatch`` resource aside: only
+    ``CommittedChangeMetrics`` uses it, and a metric never fails a step."""
+    import resources.clients
+    from pipelines.definitions import build_definitions
+
+    aws = tuple(getattr(resources.clients, name) for name in resources.clients.__all__)  # one per AWS service
+    defs = build_definitions(deployment)
+    clients = {key for key, r in defs.resources.items() if isinstance(r, aws)} - {"cloudwatch"}
+    assert {"dynamodb", "s3", "sqs"} <= clients
+    jobs = defs.resolve_all_job_defs()
+    assert "__ASSET_JOB" in {job.name for job in jobs}  # every asset and check, also those in no job of ours
+    checked, missing = set(), []
+    for job in jobs:
+        for handle in job.graph.iterate_node_handles():
+            op_def = job.get_node(handle).definition
+            if not isinstance(op_def, dg.OpDefinition) or not op_def.required_resource_keys & clients:
+                continue
+            checked.add(op_def.name)
+            if not has_one_line_failures(op_def.compute_fn):
+                missing.append(f"{job.name}/{handle}: its body lacks @one_line_failures")
+            if job.get_retry_policy_for_handle(handle) != AWS_RETRY_POLICY:
+                missing.append(f"{job.name}/{handle}: retry policy {job.get_retry_policy_for_handle(handle)}")
+    assert not missing, "\n".join(missing)
+    assert {"receiver_batches", "drain_termination_queue", "plan_reclaim", "reclaim_segment"} <= checked
 
 
 # -- run level: delayed_run_retries ------------------------------------------------------------
@@ -298,6 +400,7 @@ def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(inst
 
     # the demo job fails with a transient error until its third attempt, read from the run tag
     demo = local.resolve_job_def("retry_demo")
+    assert demo.op_retry_policy is None and throttled_until_attempt.retry_policy is None  # the run is retried
     first = demo.execute_in_process(instance=instance, raise_on_error=False)
     assert not first.success
     assert "throttled" in first.get_step_failure_events()[0].step_failure_data.user_failure_data.description

@@ -29,7 +29,7 @@ from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
 from pipelines.common.defs.active_runs import active_run, still_going
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.executors import fan_out_executor
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.summary import run_summary
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
@@ -70,7 +70,9 @@ def report_metadata(report: RunReport) -> dict:
     kinds={"s3", "dynamodb"},
     group_name="batching",
     config_schema=config_schema(ReceiverBatchesParams),
+    retry_policy=AWS_RETRY_POLICY,
 )
+@one_line_failures
 def receiver_batches(
     context: dg.AssetExecutionContext,
     dynamodb: DynamoDBResource,
@@ -88,11 +90,10 @@ def receiver_batches(
     batcher = ReceiverBatcher(
         dynamodb.get_client(), s3.get_client(), settings, owner=f"run-{context.run_id}", log=context.log.info
     )
-    with aws_errors(context):
-        try:
-            report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=params.dry_run)
-        except store.ReceiverBusy as exc:
-            raise dg.Failure(str(exc)) from exc
+    try:
+        report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=params.dry_run)
+    except store.ReceiverBusy as exc:
+        raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
     for problem in report.invalid_records[:20]:
         context.log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
@@ -146,9 +147,9 @@ receiver_batches_job = batches_job()
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Keeps the `receivers` dynamic partitions equal to the receivers table.",
 )
+@one_line_failures
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
-    with aws_errors(context):
-        items = store.scan_receivers(dynamodb.get_client(), batching.receivers_table)
+    items = store.scan_receivers(dynamodb.get_client(), batching.receivers_table)
     wanted, bad = valid_partition_names(items)
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
@@ -172,15 +173,15 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     default_status=dg.DefaultScheduleStatus.RUNNING,
     description="Every minute: a run for (receiver, today) per enabled receiver with a batch time in the last 60 s.",
 )
+@one_line_failures
 def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
     tick = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
-    with aws_errors(context):
-        decision = decide(
-            dynamodb.get_client(),
-            receivers_table=batching.receivers_table,
-            records_table=batching.records_table,
-            tick=tick.astimezone(dt.UTC),
-        )
+    decision = decide(
+        dynamodb.get_client(),
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+        tick=tick.astimezone(dt.UTC),
+    )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
     # A receiver whose previous batch run is still queued or running is left out: that run sends its records.
@@ -208,12 +209,16 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
     ]
 
 
-@dg.asset_check(asset=receiver_records.key, description="Every receiver's configuration can be scheduled.")
+@dg.asset_check(
+    asset=receiver_records.key,
+    description="Every receiver's configuration can be scheduled.",
+    retry_policy=AWS_RETRY_POLICY,
+)
+@one_line_failures
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    with aws_errors(context):
-        invalid = invalid_receivers(dynamodb.get_client(), batching.receivers_table)
+    invalid = invalid_receivers(dynamodb.get_client(), batching.receivers_table)
     return dg.AssetCheckResult(
         passed=not invalid,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -222,14 +227,18 @@ def receiver_configs_valid(
     )
 
 
-@dg.asset_check(asset=receiver_records.key, description="No deleted receiver still has pending records.")
+@dg.asset_check(
+    asset=receiver_records.key,
+    description="No deleted receiver still has pending records.",
+    retry_policy=AWS_RETRY_POLICY,
+)
+@one_line_failures
 def no_orphaned_pending_records(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    with aws_errors(context):
-        orphans = orphaned_pending(
-            dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
-        )
+    orphans = orphaned_pending(
+        dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
+    )
     return dg.AssetCheckResult(
         passed=not orphans,
         severity=dg.AssetCheckSeverity.WARN,
@@ -241,12 +250,13 @@ def no_orphaned_pending_records(
 @dg.asset_check(
     asset=receiver_records.key,
     description="No pending record lacks receiver/created_at (such records are invisible to the pending-index).",
+    retry_policy=AWS_RETRY_POLICY,
 )
+@one_line_failures
 def pending_records_well_formed(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    with aws_errors(context):
-        total, sample = malformed_pending(dynamodb.get_client(), batching.records_table)
+    total, sample = malformed_pending(dynamodb.get_client(), batching.records_table)
     return dg.AssetCheckResult(
         passed=total == 0,
         severity=dg.AssetCheckSeverity.WARN,

@@ -8,7 +8,7 @@ import dagster as dg
 
 from pipelines.common.defs.active_runs import exclusive_schedule
 from pipelines.common.defs.config import config_schema, params_from_config
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, demo_mode, local_cron
 from pipelines.demo.traffic import DemoConfig, run_demo_traffic
 from resources import (
@@ -25,7 +25,9 @@ from resources import (
 @dg.op(
     description="One step of demo traffic across agendas, the fleet and receivers (local only).",
     config_schema=config_schema(DemoConfig),
+    retry_policy=AWS_RETRY_POLICY,  # transient AWS errors retry with backoff, others fail in one line
 )
+@one_line_failures
 def demo_traffic_step(
     context: dg.OpExecutionContext,
     dynamodb: DynamoDBResource,
@@ -46,15 +48,14 @@ def demo_traffic_step(
         "RECEIVERS_TABLE": batching.receivers_table,
         "BATCH_RECORDS_TABLE": batching.records_table,
     }
-    with aws_errors(context):  # transient AWS errors retry with backoff, others fail in one line
-        counts = run_demo_traffic(
-            dynamodb=dynamodb.get_client(),
-            ec2=ec2.get_client(),
-            ssm=ssm.get_client(),
-            sqs=sqs.get_client(),
-            env=env,
-            cfg=cfg,
-        )
+    counts = run_demo_traffic(
+        dynamodb=dynamodb.get_client(),
+        ec2=ec2.get_client(),
+        ssm=ssm.get_client(),
+        sqs=sqs.get_client(),
+        env=env,
+        cfg=cfg,
+    )
     context.log.info("demo traffic: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
     return dg.Output(counts, metadata={k: dg.MetadataValue.int(v) for k, v in counts.items()})
 

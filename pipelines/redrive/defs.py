@@ -19,7 +19,7 @@ import dagster as dg
 
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import (
@@ -184,7 +184,13 @@ def _table(outcomes) -> dg.TableMetadataValue:
 def build_defs(deployment: str, asset_graph: Callable[[], Any]) -> dg.Definitions:
     """``asset_graph`` gives the code location's asset graph (resolved when a run needs it)."""
 
-    @dg.op(name=OP_NAME, config_schema=config_schema(RedriveParams), description="Relaunch failed partitions.")
+    @dg.op(
+        name=OP_NAME,
+        config_schema=config_schema(RedriveParams),
+        description="Relaunch failed partitions.",
+        retry_policy=AWS_RETRY_POLICY,
+    )
+    @one_line_failures
     def redrive_op(context: dg.OpExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.Output[dict]:
         params = params_from_config(context, RedriveParams)
         key = dg.AssetKey(params.asset_path)
@@ -245,10 +251,7 @@ def build_defs(deployment: str, asset_graph: Callable[[], Any]) -> dg.Definition
             outcomes=outcomes,
         )
         s3_key = report_key(params.asset, context.run_id)
-        with aws_errors(context):
-            s3.get_client().put_object(
-                Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json"
-            )
+        s3.get_client().put_object(Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json")
         totals = counts(outcomes)
         context.log.info(
             f"redrive {params.asset} (last {params.since_hours} h): {sum(1 for s in states.values() if s == FAILED)} "

@@ -32,8 +32,10 @@ Public API (import from ``pipelines.retry``)::
 - Run tags of run-level retries (``pipelines.retry.tags``): ``POLICY_TAG``, ``ATTEMPT_TAG``,
   ``RETRY_OF_TAG``, ``ROOT_TAG``.
 
-The Dagster layer is elsewhere: ``pipelines.common.defs.failures.aws_errors`` (the one AWS failure policy
-of every op), ``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job) and
+The Dagster layer is elsewhere: ``pipelines.common.defs.failures`` (the one AWS failure policy:
+Dagster's ``AWS_RETRY_POLICY``, derived from ``DEFAULT_OP_POLICY`` and declared on every op, asset
+and check that does AWS work, and the ``one_line_failures`` decorator of their bodies),
+``pipelines.retry.defs`` (the ``retry_policies`` asset and the retry demo job) and
 ``sensors.run_retries`` (the ``delayed_run_retries`` sensor, wired to every job in
 ``pipelines/definitions.py``; nothing in this package imports ``sensors``).
 """

@@ -11,11 +11,11 @@ import dagster as dg
 from botocore.exceptions import ClientError
 
 from pipelines.common.defs.config import config_schema, params_from_config
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import param
 from pipelines.retry.config import policy_from_text
-from pipelines.retry.policy import RetryPolicyError, none
+from pipelines.retry.policy import RetryPolicyError
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
@@ -128,15 +128,15 @@ class RetryDemoParams:
 @dg.op(
     description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.",
     config_schema=config_schema(RetryDemoParams),
-)
+)  # no retry policy: the run fails in one line, and delayed_run_retries re-launches it
+@one_line_failures
 def throttled_until_attempt(context: dg.OpExecutionContext) -> int:
     params = params_from_config(context, RetryDemoParams)
     attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
     time.sleep(params.seconds)
-    with aws_errors(context, none()):  # no op-level retry: the run fails, the sensor re-launches it
-        if attempt < params.succeed_on_attempt:
-            error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
-            raise ClientError(error, "Query")
+    if attempt < params.succeed_on_attempt:
+        error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
+        raise ClientError(error, "Query")
     context.log.info(f"attempt {attempt} succeeded")
     return attempt
 

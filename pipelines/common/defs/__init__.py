@@ -2,7 +2,8 @@
 
 - ``config``: a parameters dataclass as the op's config schema, a flat run config, and the
   validated parameters inside the op;
-- ``failures``: the one AWS failure policy (:func:`~pipelines.common.defs.failures.aws_errors`);
+- ``failures``: the one AWS failure policy (the declared ``retry_policy=AWS_RETRY_POLICY`` and the
+  body's :func:`~pipelines.common.defs.failures.one_line_failures`);
 - ``metrics``: metrics published after a committed change (``CommittedChangeMetrics``);
 - ``metadata``: a result dict as UI metadata, rows as a table;
 - ``active_runs``: the one "is a run of this job still queued or running" check, and the

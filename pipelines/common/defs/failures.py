@@ -1,18 +1,30 @@
 """The one AWS failure policy of ops, assets, asset checks and sensors.
 
-:func:`aws_errors`, around AWS work: a transient AWS error (throttling, 5xx, connection) is retried
-by the retry library's policy (``dg.RetryRequested`` with the policy's wait, in ops and assets), a
-permanent one fails with the one line of ``resources.errors``. Plain-Python code that works
-through a batch retries single calls with ``pipelines.retry.retry_call`` and the same kind of
-policy, so that one throttled call does not restart a whole op.
+Retries are Dagster's own, declared on the definitions: an op, asset or asset check that does AWS
+work declares ``retry_policy=AWS_RETRY_POLICY`` (Dagster's ``RetryPolicy`` derived from the retry
+library's :data:`DEFAULT_OP_POLICY`), and its body carries :func:`one_line_failures`, which narrows
+what that policy retries to transient AWS errors:
+
+- a transient AWS error (throttling, 5xx, connection) is left to the step's retry policy, after
+  one warning line, until the policy's last attempt;
+- a permanent AWS error, a transient one on the last attempt, or one where there is no retry
+  policy (a sensor, a schedule, an op that leaves retries to the run) fails with the one line of
+  ``resources.errors``: ``dg.Failure(allow_retries=False)``;
+- any other error is never retried: under a retry policy it fails the step as
+  ``dg.Failure(allow_retries=False)`` raised from it (its traceback is the cause), elsewhere it passes
+  through unchanged; an interrupt (the run is being terminated) fails the step without a retry.
+
+Plain-Python code that works through a batch retries single calls with
+``pipelines.retry.retry_call`` and the same kind of policy, so that one throttled call does not
+restart a whole op.
 """
 
 from __future__ import annotations
 
-import contextlib
-import random
-from collections.abc import Iterator
-from typing import Any
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -21,59 +33,159 @@ from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponent
 from resources.errors import explain_aws_error
 
 DEFAULT_OP_POLICY = exponential(initial=2, coefficient=2, max_delay=60, max_attempts=3, jitter="full")
-"""Ops that name no policy: 3 attempts, waits up to 2 s then 4 s (full jitter). botocore already
-retries each call a few times; this is the second layer, for outages longer than a call."""
+"""The retry library's policy of ops, assets and checks: 3 attempts, waits up to 2 s then 4 s (full
+jitter); its non-retryable errors, if it names any, are never retried. botocore already retries
+each call a few times; this is the second layer, for outages longer than a call. Dagster applies
+it as :data:`AWS_RETRY_POLICY`."""
+
+_BACKOFFS = (None, dg.Backoff.LINEAR, dg.Backoff.EXPONENTIAL)
+_JITTERS = {"none": None, "full": dg.Jitter.FULL}
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-UNLIMITED_RETRIES = 10_000
-"""``max_retries`` given to Dagster for a policy without ``max_attempts`` (Dagster needs a number)."""
+def dagster_retry_policy(policy: RetryPolicy) -> dg.RetryPolicy | None:
+    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt: no retry).
 
-
-def retry_requested(
-    policy: RetryPolicy, error: BaseException, retry_number: int, rng: random.Random | None = None
-) -> dg.RetryRequested | None:
-    """The ``dg.RetryRequested`` for ``error`` after ``retry_number + 1`` attempts, or None when
-    the error is not a transient AWS error, is non-retryable for the policy, or the policy says
-    STOP. Raises ``RetryPolicyError`` if the policy itself fails (a user delay function)."""
-    if not classify_aws_error(error).transient or not policy.is_retryable(error):
+    Its retries are ``max_attempts - 1`` and its delay the policy's first wait; of Dagster's backoffs
+    (none: the delay each time, ``LINEAR``: ``n * delay``, ``EXPONENTIAL``: ``(2**n - 1) * delay``) it
+    takes the one whose waits come closest to the policy's. Exponential from 2 s doubling waits 2 s,
+    4 s: Dagster's ``LINEAR`` from 2 s gives exactly those two, its ``EXPONENTIAL`` 2 s, 6 s. Jitter
+    is none or full (Dagster's ``FULL``: uniform from 0 to the wait, as the library's). A policy that
+    Dagster cannot state (unlimited attempts, another jitter) raises ``RetryPolicyError``."""
+    if policy.max_attempts is None:
+        raise RetryPolicyError("a Dagster retry policy needs a number of attempts", field="maxAttempts", value=None)
+    jitter = policy.jitter.name
+    if jitter not in _JITTERS:
+        raise RetryPolicyError(f"Dagster has no jitter {jitter!r} (only none or full)", field="jitter", value=jitter)
+    retries = policy.max_attempts - 1
+    if retries < 1:
         return None
-    wait = policy.delay(retry_number + 1, rng)
-    if wait is STOP:
+    waits = [policy.nominal(n) for n in range(1, retries + 1)]
+    if any(wait is STOP for wait in waits):
+        raise RetryPolicyError(f"{policy.describe()} stops before its last attempt", field="maxAttempts")
+
+    def distance(backoff: dg.Backoff | None) -> float:
+        candidate = dg.RetryPolicy(max_retries=retries, delay=waits[0], backoff=backoff)
+        return sum(abs(candidate.calculate_delay(n) - wait) for n, wait in enumerate(waits, start=1))
+
+    backoff = min(_BACKOFFS, key=distance)  # the first of equals: no backoff before linear before exponential
+    return dg.RetryPolicy(max_retries=retries, delay=waits[0], backoff=backoff, jitter=_JITTERS[jitter])
+
+
+AWS_RETRY_POLICY: dg.RetryPolicy = dagster_retry_policy(DEFAULT_OP_POLICY)  # type: ignore[assignment]
+"""Declared by every op, asset and asset check that does AWS work (``retry_policy=``): 2 retries,
+waits of up to 2 s then 4 s (``LINEAR`` from 2 s, full jitter)."""
+
+
+def describe_retry_policy(policy: dg.RetryPolicy) -> str:
+    """``2 retries, 2s linear backoff, full jitter``: a Dagster retry policy on one line."""
+    parts = [f"{policy.max_retries} retr{'y' if policy.max_retries == 1 else 'ies'}"]
+    if policy.delay:
+        backoff = policy.backoff.value.lower() if policy.backoff else "fixed"
+        parts.append(f"{policy.delay:g}s {backoff}" + (" backoff" if policy.backoff else " delay"))
+    if policy.jitter:
+        parts.append(f"{policy.jitter.value.lower().replace('_', '-')} jitter")
+    return ", ".join(parts)
+
+
+def step_retry_policy(context: Any) -> dg.RetryPolicy | None:
+    """The retry policy Dagster applies to the running step (the node's, the op's or the job's
+    ``op_retry_policy``), or None: no policy, a sensor or schedule, or a body invoked directly."""
+    op_context = getattr(context, "op_execution_context", context)  # an asset's or a check's context
+    if not isinstance(op_context, dg.OpExecutionContext):
         return None
-    max_retries = policy.max_attempts - 1 if policy.max_attempts is not None else UNLIMITED_RETRIES
-    return dg.RetryRequested(max_retries=max_retries, seconds_to_wait=wait)
-
-
-@contextlib.contextmanager
-def aws_errors(context: Any, policy: RetryPolicy | None = None) -> Iterator[None]:
-    """Around AWS work: retry transient AWS errors by ``policy`` (ops and assets; a sensor or an
-    asset check cannot be retried, so there the error fails the tick or check), fail clearly
-    otherwise. Errors that are not AWS errors pass through unchanged."""
-    policy = policy or DEFAULT_OP_POLICY
     try:
-        yield
-    except Exception as exc:
-        classified = classify_aws_error(exc)
-        if classified.kind is ErrorKind.NOT_AWS:
-            raise
-        retry_number = getattr(context, "retry_number", None)
-        attempts = (retry_number or 0) + 1
-        if isinstance(retry_number, int):
+        return op_context.job_def.get_retry_policy_for_handle(op_context.op_handle)
+    except dg.DagsterError:  # invoked directly (build_op_context): no job, no policy
+        return None
+
+
+def _final(message: str, cause: BaseException | None) -> dg.Failure:
+    """``dg.Failure(message, allow_retries=False)`` as ``raise ... from cause`` would leave it: the
+    error under it is ``cause`` (None: nothing, the line says it all)."""
+    failure = dg.Failure(description=message, allow_retries=False)
+    failure.__cause__ = cause
+    failure.__suppress_context__ = True
+    return failure
+
+
+def _instead_of(context: Any, exc: BaseException) -> BaseException:
+    """What the body raises instead of ``exc``: ``exc`` itself when the step's retry policy is to
+    retry it, or when it passes through."""
+    if isinstance(exc, dg.RetryRequested | dg.DagsterError):
+        return exc  # an explicit retry request, or Dagster's own error (which no policy retries)
+    policy = step_retry_policy(context)
+    if isinstance(exc, dg.DagsterExecutionInterruptedError | KeyboardInterrupt):
+        # Dagster retries an interrupted step that has a retry policy (dagster-io/dagster#15026, under
+        # the in-process executor): terminating the run would start the step again. It fails instead.
+        return exc if policy is None else _final("interrupted (the run is being terminated): not retried", exc)
+    if isinstance(exc, dg.Failure):
+        if policy is not None:
+            exc.allow_retries = False  # a failure the body chose is final
+        return exc
+    classified = classify_aws_error(exc)
+    if classified.kind is ErrorKind.NOT_AWS:
+        return exc if policy is None else _final(f"{type(exc).__name__}: {exc}", exc)
+    retryable = classified.transient and DEFAULT_OP_POLICY.is_retryable(exc)
+    attempts = context.retry_number + 1 if policy is not None else 1
+    if policy is not None and retryable and attempts <= policy.max_retries:
+        context.log.warning(
+            f"attempt {attempts} failed with a transient AWS error ({classified.reason}); "
+            f"the step's retry policy tries again ({describe_retry_policy(policy)})"
+        )
+        return exc
+    explained = explain_aws_error(exc)
+    message = explained or classified.reason
+    if classified.transient and not retryable:
+        message = f"{message} (non-retryable for the policy {DEFAULT_OP_POLICY.describe()})"
+    elif classified.transient and policy is not None:
+        message = f"gave up after {attempts} attempt(s) ({describe_retry_policy(policy)}): {message}"
+    return _final(message, None if explained else exc)  # an explained error needs no botocore stack trace
+
+
+_CAUGHT = (Exception, dg.DagsterExecutionInterruptedError, KeyboardInterrupt)
+
+
+def one_line_failures(fn: F) -> F:
+    """The body of an op, asset, asset check, sensor or schedule under the one AWS failure policy
+    (see the module): transient AWS errors are left to the step's retry policy (declare
+    ``retry_policy=AWS_RETRY_POLICY``), anything else fails in one line and is never retried.
+
+    ``fn`` takes the context first; plain and generator bodies alike. The signature is ``fn``'s
+    (``functools.wraps``), so Dagster sees its context, config and resource parameters as written."""
+    params = list(inspect.signature(fn).parameters)
+    if not params or params[0] != "context":
+        raise TypeError(f"{fn.__qualname__}: one_line_failures needs the context as the first parameter, `context`")
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
-                request = retry_requested(policy, exc, retry_number)
-            except RetryPolicyError as policy_error:
-                raise dg.Failure(description=f"retry policy error: {policy_error}", allow_retries=False) from exc
-            if request is not None:
-                context.log.warning(
-                    f"attempt {attempts} failed with a transient AWS error ({classified.reason}); "
-                    f"retrying in {request.seconds_to_wait:.1f}s ({policy.describe()})"
-                )
-                raise request from exc
-        explained = explain_aws_error(exc)
-        message = explained or classified.reason
-        if classified.transient and not policy.is_retryable(exc):
-            message = f"{message} (non-retryable for the policy {policy.describe()})"
-        elif classified.transient and isinstance(retry_number, int):
-            message = f"gave up after {attempts} attempt(s) ({policy.describe()}): {message}"
-        # an explained error needs no botocore stack trace under it
-        raise dg.Failure(description=message, allow_retries=False) from (None if explained else exc)
+                return (yield from fn(*args, **kwargs))
+            except _CAUGHT as exc:
+                instead = _instead_of(args[0] if args else kwargs["context"], exc)
+                if instead is exc:
+                    raise
+                raise instead from instead.__cause__
+
+    else:
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except _CAUGHT as exc:
+                instead = _instead_of(args[0] if args else kwargs["context"], exc)
+                if instead is exc:
+                    raise
+                raise instead from instead.__cause__
+
+    wrapper.one_line_failures = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def has_one_line_failures(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` (an op's compute function) is a body under :func:`one_line_failures`."""
+    return getattr(getattr(fn, "decorated_fn", fn), "one_line_failures", False) is True

@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.demo import seeded
 from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
 from pipelines.fleet.queues import queue_depth, queue_name
@@ -33,11 +33,12 @@ def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
         asset=spec.key,
         name="dead_letter_depth",
         description=f"Messages in the {label} dead-letter queue (warns above 0).",
+        retry_policy=AWS_RETRY_POLICY,
     )
+    @one_line_failures
     def _check(context: dg.AssetCheckExecutionContext, sqs: SQSResource, fleet: FleetSettings) -> dg.AssetCheckResult:
         url = getattr(fleet, f"{label}_dlq_url")
-        with aws_errors(context):
-            depth = queue_depth(sqs.get_client(), url)
+        depth = queue_depth(sqs.get_client(), url)
         total = depth["visible"] + depth["in_flight"]
         description, demo = seeded(
             deployment_name(),

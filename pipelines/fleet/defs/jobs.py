@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 import dagster as dg
 
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
@@ -136,7 +136,9 @@ def drain_op(
         description=description,
         tags={"kind": "sqs"},
         config_schema=config_schema(limits_cls),
+        retry_policy=AWS_RETRY_POLICY,
     )
+    @one_line_failures
     def _op(
         context: dg.OpExecutionContext,
         fleet: FleetSettings,
@@ -148,17 +150,16 @@ def drain_op(
         s3: S3Resource,
     ) -> dg.Output[dict]:
         limits = params_from_config(context, limits_cls)
-        with aws_errors(context):
-            ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
-            drain = make(
-                ctx,
-                sqs=sqs.get_client(),
-                queue_url=getattr(fleet, f"{queue}_queue_url"),
-                dlq_url=getattr(fleet, f"{queue}_dlq_url"),
-                run_id=context.run_id,
-                limits=limits,
-            )
-            output = _drain(context, drain, fleet.archive_bucket)
+        ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
+        drain = make(
+            ctx,
+            sqs=sqs.get_client(),
+            queue_url=getattr(fleet, f"{queue}_queue_url"),
+            dlq_url=getattr(fleet, f"{queue}_dlq_url"),
+            run_id=context.run_id,
+            limits=limits,
+        )
+        output = _drain(context, drain, fleet.archive_bucket)
         results = getattr(drain.handler, "results", [])
         _record(context, results)
         if results:
@@ -212,7 +213,9 @@ def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
     @dg.op(
         description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
         config_schema=config_schema(HousekeepingRequest),
+        retry_policy=AWS_RETRY_POLICY,
     )
+    @one_line_failures
     def run_housekeeping_task(
         context: dg.OpExecutionContext,
         fleet: FleetSettings,
@@ -224,9 +227,8 @@ def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
     ) -> dg.Output[dict]:
         try:
             request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
-            with aws_errors(context):
-                ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
-                result = dispatcher.run(ctx, request)
+            ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
+            result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         _record(context, [result])
@@ -260,7 +262,9 @@ def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
 @dg.op(
     description="Moves dead letters back to their source queue at a rate; quarantines repeat offenders.",
     config_schema=config_schema(RedriveSettings),
+    retry_policy=AWS_RETRY_POLICY,
 )
+@one_line_failures
 def redrive_dead_letter_queue(
     context: dg.OpExecutionContext, sqs: SQSResource, s3: S3Resource, fleet: FleetSettings
 ) -> dg.Output[dict]:
@@ -269,16 +273,15 @@ def redrive_dead_letter_queue(
         "termination": (fleet.termination_queue_url, fleet.termination_dlq_url),
         "housekeeping": (fleet.housekeeping_queue_url, fleet.housekeeping_dlq_url),
     }[settings.queue]
-    with aws_errors(context):
-        result = redrive(
-            sqs.get_client(),
-            s3.get_client(),
-            dlq_url=dlq,
-            source_url=source,
-            bucket=fleet.archive_bucket,
-            settings=settings,
-            log=context.log,
-        )
+    result = redrive(
+        sqs.get_client(),
+        s3.get_client(),
+        dlq_url=dlq,
+        source_url=source,
+        bucket=fleet.archive_bucket,
+        settings=settings,
+        log=context.log,
+    )
     counts = {"redriven": 0, **{k: v for k, v in result.items() if isinstance(v, int) and not isinstance(v, bool)}}
     run_summary(context, f"{settings.queue} dead-letter redrive", counts, "dry run" if settings.dry_run else "")
     return dg.Output(result, metadata=metadata_from(result))

@@ -13,7 +13,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines.common.defs.config import config_schema, params_from_config
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.demo import seeded
@@ -165,7 +165,9 @@ def _log_run(log, run: AuditRun) -> None:
     check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
     config_schema=config_schema(PoolAuditParams),
     tags=CAPABILITY_TAGS,
+    retry_policy=AWS_RETRY_POLICY,
 )
+@one_line_failures
 def pool_audit(
     context: dg.AssetExecutionContext,
     dynamodb: DynamoDBResource,
@@ -176,19 +178,18 @@ def pool_audit(
 ) -> dg.MaterializeResult:
     params = params_from_config(context, PoolAuditParams)
     metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
-    with aws_errors(context):
-        run = run_pool_audit(
-            dynamodb=dynamodb.get_client(),
-            ec2=ec2.get_client(),
-            cloudwatch=metrics,
-            s3=s3.get_client(),
-            jobs_table=fleet.jobs_table,
-            pools_table=fleet.pools_table,
-            archive_bucket=fleet.archive_bucket,
-            namespace=fleet.metrics_namespace,
-            dry_run=params.dry_run,
-            progress=context.log.info,
-        )
+    run = run_pool_audit(
+        dynamodb=dynamodb.get_client(),
+        ec2=ec2.get_client(),
+        cloudwatch=metrics,
+        s3=s3.get_client(),
+        jobs_table=fleet.jobs_table,
+        pools_table=fleet.pools_table,
+        archive_bucket=fleet.archive_bucket,
+        namespace=fleet.metrics_namespace,
+        dry_run=params.dry_run,
+        progress=context.log.info,
+    )
     _log_run(context.log, run)
     metadata = audit_metadata(run)
     if not params.dry_run:
@@ -240,18 +241,19 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date=REPORT_START, timezon
     ),
     config_schema=config_schema(PoolCostReportParams),
     tags=CAPABILITY_TAGS,
+    retry_policy=AWS_RETRY_POLICY,
 )
+@one_line_failures
 def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.MaterializeResult:
     params = params_from_config(context, PoolCostReportParams)
     day = dt.date.fromisoformat(context.partition_key)
-    with aws_errors(context):
-        result = build_daily_report(
-            s3=s3.get_client(),
-            archive_bucket=fleet.archive_bucket,
-            day=day,
-            max_gap=dt.timedelta(minutes=params.max_gap_minutes),
-            progress=context.log.info,
-        )
+    result = build_daily_report(
+        s3=s3.get_client(),
+        archive_bucket=fleet.archive_bucket,
+        day=day,
+        max_gap=dt.timedelta(minutes=params.max_gap_minutes),
+        progress=context.log.info,
+    )
     t = result.totals
     context.log.info(
         f"pool cost report {day}: {len(result.snapshot_keys)} snapshots, {t['hours_covered']:.2f} h covered, "

@@ -13,7 +13,7 @@ import math
 import dagster as dg
 
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import one_line_failures
 from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
 from pipelines.fleet.drain import DrainLimits
 from pipelines.fleet.queues import queue_depth, queue_name
@@ -49,12 +49,12 @@ def queue_sensor(
         f"up to FleetSettings.{runs_field} at once.",
         required_resource_keys={"sqs", "fleet"},
     )
+    @one_line_failures
     def _sensor(context: dg.SensorEvaluationContext):
         fleet: FleetSettings = context.resources.fleet
         url = getattr(fleet, queue_field)
         slots = getattr(fleet, runs_field)
-        with aws_errors(context):
-            depth = queue_depth(context.resources.sqs.get_client(), url)
+        depth = queue_depth(context.resources.sqs.get_client(), url)
         if depth["visible"] == 0:
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
         active = context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES))

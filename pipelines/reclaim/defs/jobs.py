@@ -15,7 +15,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
@@ -105,7 +105,9 @@ def _one_line(exc: Exception) -> dg.Failure:
     config_schema=config_schema(ReclaimParams),
     out=dg.DynamicOut(SegmentPlan),
     description="Validate the parameters, check the table (and index), refuse overlaps, fan out the segments.",
+    retry_policy=AWS_RETRY_POLICY,
 )
+@one_line_failures
 def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, agenda: AgendaSettings):
     params = params_from_config(context, ReclaimParams)
     try:
@@ -123,13 +125,12 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     except ParamsError as exc:
         raise _one_line(exc) from None
     client = dynamodb.get_client()
-    with aws_errors(context):
-        try:
-            info = inspect_table(client, params)
-            if params.operationProgressTableName:
-                OperationProgressWriter(client, params.operationProgressTableName)
-        except TableError as exc:
-            raise _one_line(exc) from None
+    try:
+        info = inspect_table(client, params)
+        if params.operationProgressTableName:
+            OperationProgressWriter(client, params.operationProgressTableName)
+    except TableError as exc:
+        raise _one_line(exc) from None
     segments = 1 if info.index else params.segments
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
@@ -144,7 +145,11 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
         yield dg.DynamicOutput(SegmentPlan(params, segment, deadline, info=info), mapping_key=f"segment_{segment}")
 
 
-@dg.op(description="Reclaim one parallel-scan segment (or the index queries): read, batch, act.")
+@dg.op(
+    description="Reclaim one parallel-scan segment (or the index queries): read, batch, act.",
+    retry_policy=AWS_RETRY_POLICY,
+)
+@one_line_failures
 def reclaim_segment(
     context: dg.OpExecutionContext,
     plan: SegmentPlan,
@@ -179,20 +184,19 @@ def reclaim_segment(
             if params.operationProgressTableName and not params.dry_run
             else None
         )
-        with aws_errors(context):
-            counts = reclaim_pass(
-                dynamodb=client,
-                info=info,
-                params=params,
-                writer=writer,
-                deadline=plan.deadline,
-                segment=plan.segment,
-                cursor=cursor if info.index is None else None,
-                policy=policy,
-                operations=operations,
-                log=context.log,
-                run_id=context.run_id,
-            )
+        counts = reclaim_pass(
+            dynamodb=client,
+            info=info,
+            params=params,
+            writer=writer,
+            deadline=plan.deadline,
+            segment=plan.segment,
+            cursor=cursor if info.index is None else None,
+            policy=policy,
+            operations=operations,
+            log=context.log,
+            run_id=context.run_id,
+        )
     except (ParamsError, EndpointError, TableError) as exc:
         raise _one_line(exc) from None
     result = counts.as_dict()
