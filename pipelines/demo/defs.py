@@ -10,7 +10,7 @@ from pipelines.common.defs.active_runs import exclusive_schedule
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import aws_errors
 from pipelines.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, demo_mode, local_cron
-from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+from pipelines.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
 from resources import (
     AgendaSettings,
     BatchingSettings,
@@ -24,7 +24,7 @@ from resources import (
 
 @dg.op(
     description="One step of demo traffic across agendas, the fleet and receivers (local only).",
-    config_schema=config_schema(DemoConfig),
+    config_schema={key: value for kind in DEMO_PARAMS for key, value in config_schema(kind).items()},
 )
 def demo_traffic_step(
     context: dg.OpExecutionContext,
@@ -36,23 +36,23 @@ def demo_traffic_step(
     fleet: FleetSettings,
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
-    cfg = params_from_config(context, DemoConfig)
-    env = {
-        "AGENDA_PROGRESS_TABLE": agenda.progress_table,
-        "RUNS_FLEET_JOBS_TABLE": fleet.jobs_table,
-        "RUNS_FLEET_POOLS_TABLE": fleet.pools_table,
-        "RUNS_FLEET_TERMINATION_QUEUE_URL": fleet.termination_queue_url,
-        "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL": fleet.housekeeping_queue_url,
-        "RECEIVERS_TABLE": batching.receivers_table,
-        "BATCH_RECORDS_TABLE": batching.records_table,
-    }
+    cfg = DemoConfig.from_flat(context.op_config, lambda kind, raw: params_from_config(context, kind, raw))
+    targets = DemoTargets(
+        agenda_progress_table=agenda.progress_table,
+        jobs_table=fleet.jobs_table,
+        pools_table=fleet.pools_table,
+        termination_queue_url=fleet.termination_queue_url,
+        housekeeping_queue_url=fleet.housekeeping_queue_url,
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+    )
     with aws_errors(context):  # transient AWS errors retry with backoff, others fail in one line
         counts = run_demo_traffic(
             dynamodb=dynamodb.get_client(),
             ec2=ec2.get_client(),
             ssm=ssm.get_client(),
             sqs=sqs.get_client(),
-            env=env,
+            targets=targets,
             cfg=cfg,
         )
     context.log.info("demo traffic: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
