@@ -24,7 +24,7 @@
    daemon) at WARNING and above (``GROUNDSKEEPER_LOG_LEVEL``: ``info`` adds every sensor and
    schedule tick).
 
-The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``pipelines/demo/cadence.py``,
+The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``pipelines/common/cadence.py``,
 ``docs/demo.md``).
 
 Ctrl-C (or SIGTERM) stops everything it started.
@@ -46,7 +46,7 @@ import boto3
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
 from infra.deploy import DeployError, deploy, wait_for_endpoint
-from pipelines.demo.cadence import DEMO_ENV, demo_mode
+from pipelines.common.cadence import DEMO_ENV, demo_mode
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".groundskeeper"
