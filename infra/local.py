@@ -24,7 +24,7 @@
    daemon) at WARNING and above (``GROUNDSKEEPER_LOG_LEVEL``: ``info`` adds every sensor and
    schedule tick).
 
-The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``pipelines/demo/cadence.py``,
+The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``pipelines/common/cadence.py``,
 ``docs/demo.md``).
 
 Ctrl-C (or SIGTERM) stops everything it started.
@@ -46,7 +46,7 @@ import boto3
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
 from infra.deploy import DeployError, deploy, wait_for_endpoint
-from pipelines.demo.cadence import DEMO_ENV, demo_mode
+from pipelines.common.cadence import DEMO_ENV, demo_mode
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".groundskeeper"
@@ -77,22 +77,27 @@ def start_moto(port: int, log_path: Path) -> subprocess.Popen:
 
 
 def seed(env: dict[str, str]) -> dict[str, int]:
-    from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+    """``make dev``'s first demo data: one larger step of each capability's demo traffic."""
+    from pipelines.batching.demo import RecordTraffic
+    from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
+    from pipelines.fleet.demo import FleetTraffic
+    from pipelines.reclaim.demo import AgendaTraffic
 
     clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
     cfg = DemoConfig(
-        new_agendas=30,
-        stuck_agendas=5,
-        jobs_started=12,
-        jobs_finished=0,
-        records=200,
-        duplicate_messages=0,
-        old_jobs=5,
-        orphan_instances=1,
-        pool_audit_messages=1,
+        reclaim=AgendaTraffic(new_agendas=30, stuck_agendas=5),
+        fleet=FleetTraffic(
+            jobs_started=12,
+            jobs_finished=0,
+            duplicate_messages=0,
+            old_jobs=5,
+            orphan_instances=1,
+            pool_audit_messages=1,
+        ),
+        batching=RecordTraffic(records=200),
         seed=7,
     )
-    return run_demo_traffic(env=env, cfg=cfg, **clients)
+    return run_demo_traffic(targets=DemoTargets.from_env(env), cfg=cfg, **clients)
 
 
 PROGRESSOR_NAMESPACE = "default/default"

@@ -30,19 +30,14 @@ ROOT_DIR = Path(__file__).resolve().parent.parent
 def build_definitions(deployment: str) -> dg.Definitions:
     """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
     built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
-    # The local deployment's demo: its traffic, and the cadence of every schedule (GROUNDSKEEPER_DEMO).
-    capabilities = demo_defs(
-        deployment,
-        dg.Definitions.merge(
-            reclaim_defs(deployment),
-            fleet_defs(deployment),
-            batching_defs(deployment),
-            progressor_defs(deployment),
-            alerts_defs(deployment),
-        ),
-    )
     base = dg.Definitions.merge(
-        capabilities,
+        reclaim_defs(deployment),
+        fleet_defs(deployment),
+        batching_defs(deployment),
+        progressor_defs(deployment),
+        alerts_defs(deployment),
+        # The local deployment's demo traffic (each schedule has the demo's cadence from its factory).
+        demo_defs(deployment),
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(deployment, asset_graph=lambda: built[0].resolve_asset_graph()),
         # operations_summary (it adds up every job's run_summary counters) and the default executor.

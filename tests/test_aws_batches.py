@@ -325,13 +325,13 @@ def test_read_targets_names_the_entry_of_a_bad_config_and_of_a_duplicate_name(tm
 def _seed_demo_records(aws, ddb) -> None:
     import random
 
-    from pipelines.demo.traffic import DemoConfig, receiver_traffic
+    from pipelines.batching.demo import RecordTraffic, receiver_traffic
 
     receiver_traffic(
         ddb,
         receivers_table=aws.env["RECEIVERS_TABLE"],
         records_table=aws.env["BATCH_RECORDS_TABLE"],
-        cfg=DemoConfig(records=30),
+        traffic=RecordTraffic(records=30),
         rng=random.Random(7),
         now=dt.datetime.now(dt.UTC),
     )

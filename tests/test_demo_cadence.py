@@ -6,9 +6,17 @@ import datetime as dt
 import dagster as dg
 import pytest
 
+from pipelines.common.cadence import (
+    DEMO_ENV,
+    DEMO_TRAFFIC_SCHEDULES,
+    QUIET_CRONS,
+    Cadence,
+    demo_mode,
+    deployment_cadence,
+    local_cadence,
+)
 from pipelines.common.demo import seeded
 from pipelines.definitions import build_definitions
-from pipelines.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, QUIET_CRONS, demo_mode
 
 
 def _local(monkeypatch, mode: str | None) -> dg.Definitions:
@@ -93,6 +101,46 @@ def test_a_slowed_schedule_launches_what_it_launched_and_its_description_says_wh
                 (request,) = schedule.evaluate_tick(context).run_requests
             requests.append((request.run_config, request.tags, request.run_key))
         assert requests[0] == requests[1]
+
+
+def test_each_capability_builds_its_schedules_at_the_demo_cadence(monkeypatch):
+    from pipelines.demo.defs import build_defs as demo_defs
+    from pipelines.fleet.defs import build_defs as fleet_defs
+    from pipelines.progressor.defs import build_defs as progressor_defs
+    from pipelines.reclaim.defs import build_defs as reclaim_defs
+
+    monkeypatch.setenv(DEMO_ENV, "off")
+    built = {
+        schedule.name: schedule
+        for build in (reclaim_defs, fleet_defs, progressor_defs, demo_defs)
+        for schedule in build("local").schedules
+    }
+    assert {name: built[name].cron_schedule for name in QUIET_CRONS} == QUIET_CRONS
+    stopped = {name for name, s in built.items() if s.default_status == dg.DefaultScheduleStatus.STOPPED}
+    assert stopped == set(DEMO_TRAFFIC_SCHEDULES)
+
+
+def test_a_cadence_is_the_schedule_own_but_in_the_local_deployment():
+    own = "*/10 * * * *"
+    assert local_cadence("pool_audit_schedule", own, "busy") == Cadence(own)
+    assert local_cadence("pool_audit_schedule", own, "quiet") == Cadence(
+        QUIET_CRONS["pool_audit_schedule"],
+        note=f"Under make dev ({DEMO_ENV}=quiet) it runs on {QUIET_CRONS['pool_audit_schedule']}, not {own}.",
+    )
+    assert local_cadence("batch_decider", "* * * * *", "off") == Cadence("* * * * *")  # not in the table
+    assert local_cadence("demo_traffic_schedule", QUIET_CRONS["demo_traffic_schedule"], "off") == Cadence(
+        QUIET_CRONS["demo_traffic_schedule"],
+        stopped=True,
+        note=f"Stopped by {DEMO_ENV}=off: start it here for demo traffic.",
+    )
+    for deployment in ("prod", "cluster"):
+        assert deployment_cadence(deployment, "demo_traffic_schedule", "*/2 * * * *", {DEMO_ENV: "off"}) == Cadence(
+            "*/2 * * * *"
+        )
+    assert (
+        deployment_cadence("local", "pool_audit_schedule", own, {DEMO_ENV: "loud"}).cron
+        == QUIET_CRONS["pool_audit_schedule"]
+    )
 
 
 def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):

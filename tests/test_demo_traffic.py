@@ -9,9 +9,13 @@ import sys
 import dagster as dg
 import pytest
 
+from pipelines.batching.demo import DEMO_RECEIVERS, RecordTraffic
+from pipelines.common.params import ParamsError
 from pipelines.definitions import ROOT_DIR, build_definitions
 from pipelines.demo.defs import demo_traffic_step
-from pipelines.demo.traffic import DEMO_POOLS, DEMO_RECEIVERS, DemoConfig, run_demo_traffic
+from pipelines.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
+from pipelines.fleet.demo import DEMO_POOLS, FleetTraffic
+from pipelines.reclaim.demo import AgendaTraffic
 
 NO_LEFTOVERS = {"duplicate_messages": 0, "old_jobs": 0, "orphan_instances": 0}
 
@@ -35,16 +39,13 @@ def _queue_depth(aws, queue_env):
 def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
     now = dt.datetime(2026, 11, 22, 12, 0, tzinfo=dt.UTC)
     cfg = DemoConfig(
-        new_agendas=6,
-        stuck_agendas=2,
-        jobs_started=5,
-        jobs_finished=3,
-        malformed_messages=2,
-        records=30,
-        **NO_LEFTOVERS,
+        reclaim=AgendaTraffic(new_agendas=6, stuck_agendas=2),
+        fleet=FleetTraffic(jobs_started=5, jobs_finished=3, malformed_messages=2, **NO_LEFTOVERS),
+        batching=RecordTraffic(records=30),
         seed=1,
     )
-    first = run_demo_traffic(env=aws.env, cfg=cfg, now=now, **_clients(aws))
+    targets = DemoTargets.from_env(aws.env)
+    first = run_demo_traffic(targets=targets, cfg=cfg, now=now, **_clients(aws))
     assert first["agendas_added"] == 6
     assert first["agendas_stuck"] == 2
     assert first["agendas_started"] == 6  # every WAITING agenda was picked up
@@ -53,8 +54,8 @@ def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
     assert first["pools_created"] == len(DEMO_POOLS)
     assert first["receivers_created"] == len(DEMO_RECEIVERS)
 
-    cfg = DemoConfig(**{**cfg.__dict__, "seed": 2})  # a new seed: new ids
-    second = run_demo_traffic(env=aws.env, cfg=cfg, now=now + dt.timedelta(seconds=30), **_clients(aws))
+    cfg = dataclasses.replace(cfg, seed=2)  # a new seed: new ids
+    second = run_demo_traffic(targets=targets, cfg=cfg, now=now + dt.timedelta(seconds=30), **_clients(aws))
     assert second["pools_created"] == 0
     assert second["receivers_created"] == 0  # idempotent set-up
     assert second["agendas_completed"] >= 6  # the ones started in step one completed
@@ -140,15 +141,54 @@ def test_demo_traffic_job_through_the_dagster_cli(aws):
 
 def test_the_job_and_the_plain_step_share_one_declaration_with_the_job_defaults():
     schema = demo_traffic_step.config_schema.config_type.fields
-    assert set(schema) == {f.name for f in dataclasses.fields(DemoConfig)}
-    for f in dataclasses.fields(DemoConfig):
+    declared = [f for kind in DEMO_PARAMS for f in dataclasses.fields(kind)]
+    assert len(schema) == len(declared)  # each capability's keys, no two with one name
+    assert set(schema) == {f.name for f in declared}
+    for f in declared:
         assert schema[f.name].description, f"{f.name} has no description"
     defaults = DemoConfig()
     # what make dev's demo_traffic_schedule has always made every 2 minutes
-    assert (defaults.duplicate_messages, defaults.old_jobs, defaults.orphan_instances) == (1, 2, 1)
-    for f in dataclasses.fields(DemoConfig):
+    assert (defaults.fleet.duplicate_messages, defaults.fleet.old_jobs, defaults.fleet.orphan_instances) == (1, 2, 1)
+    assert DemoConfig.from_flat({}) == defaults
+    for f in declared:
         if f.default is not None:
             assert schema[f.name].default_value == f.default, f.name
+
+
+def test_the_flat_run_config_gives_each_capability_its_keys():
+    cfg = DemoConfig.from_flat({"new_agendas": 3, "jobs_started": 2, "records": 5, "seed": 9})
+    assert cfg == DemoConfig(
+        reclaim=AgendaTraffic(new_agendas=3),
+        fleet=FleetTraffic(jobs_started=2),
+        batching=RecordTraffic(records=5),
+        seed=9,
+    )
+    with pytest.raises(ParamsError, match="^max_instances must be at most 500, got 501$"):
+        DemoConfig.from_flat({"max_instances": 501})
+    with pytest.raises(ParamsError, match="^unknown parameter\\(s\\) record; known: new_agendas, "):
+        DemoConfig.from_flat({"record": 5})
+
+
+def test_the_targets_come_from_the_contract_variables_by_name():
+    env = {
+        "AGENDA_PROGRESS_TABLE": "agendas",
+        "RUNS_FLEET_JOBS_TABLE": "jobs",
+        "RUNS_FLEET_POOLS_TABLE": "pools",
+        "RUNS_FLEET_TERMINATION_QUEUE_URL": "termination",
+        "RUNS_FLEET_HOUSEKEEPING_QUEUE_URL": "housekeeping",
+        "RECEIVERS_TABLE": "receivers",
+        "BATCH_RECORDS_TABLE": "records",
+        "BATCH_OUTBOX_BUCKET": "outbox",  # not the demo's
+    }
+    assert DemoTargets.from_env(env) == DemoTargets(
+        agenda_progress_table="agendas",
+        jobs_table="jobs",
+        pools_table="pools",
+        termination_queue_url="termination",
+        housekeeping_queue_url="housekeeping",
+        receivers_table="receivers",
+        records_table="records",
+    )
 
 
 def test_a_bad_demo_config_fails_with_one_line(aws):

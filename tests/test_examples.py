@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
-from pipelines.demo.traffic import DemoConfig, agenda_traffic
+from pipelines.reclaim.demo import AgendaTraffic, agenda_traffic
 from tests.reclaim_support import PROGRESS_TABLE, items_by_id, seed_mixed
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"
@@ -31,8 +31,8 @@ def _reclaim(run_config: dict) -> dg.ExecuteInProcessResult:
 @pytest.mark.slow
 def test_the_demo_example_reclaims_the_stuck_demo_agendas(aws):
     ddb = aws.client("dynamodb")
-    cfg = DemoConfig(new_agendas=3, stuck_agendas=4, seed=7)
-    made = agenda_traffic(ddb, PROGRESS_TABLE, cfg, random.Random(7), dt.datetime.now(dt.UTC))
+    traffic = AgendaTraffic(new_agendas=3, stuck_agendas=4)
+    made = agenda_traffic(ddb, PROGRESS_TABLE, traffic, random.Random(7), dt.datetime.now(dt.UTC))
     assert made["agendas_stuck"] == 4
     config = yaml.safe_load((EXAMPLES / "reclaim_demo.yaml").read_text())
     result = _reclaim(config)

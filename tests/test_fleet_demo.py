@@ -4,7 +4,7 @@ import dagster as dg
 import pytest
 
 from pipelines.definitions import build_definitions
-from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 from tests import fleet_support as fs
 
 
@@ -13,16 +13,22 @@ def test_demo_traffic_exercises_the_fleet_processors(aws):
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
     base = dict(new_agendas=1, stuck_agendas=0, records=0, jobs_started=6, jobs_finished=0, malformed_messages=0)
     quiet = dict(duplicate_messages=0, old_jobs=0, orphan_instances=0)  # the defaults are the demo job's
-    run_demo_traffic(env=aws.env, cfg=DemoConfig(**base, **quiet, seed=1), **clients)
+    targets = DemoTargets.from_env(aws.env)
+    run_demo_traffic(targets=targets, cfg=DemoConfig.from_flat({**base, **quiet, "seed": 1}), **clients)
     second = run_demo_traffic(
-        env=aws.env,
-        cfg=DemoConfig(
-            **{**base, "jobs_started": 0, "jobs_finished": 4, "malformed_messages": 2},
-            duplicate_messages=2,
-            old_jobs=3,
-            orphan_instances=1,
-            pool_audit_messages=1,
-            seed=2,
+        targets=targets,
+        cfg=DemoConfig.from_flat(
+            {
+                **base,
+                "jobs_started": 0,
+                "jobs_finished": 4,
+                "malformed_messages": 2,
+                "duplicate_messages": 2,
+                "old_jobs": 3,
+                "orphan_instances": 1,
+                "pool_audit_messages": 1,
+                "seed": 2,
+            }
         ),
         **clients,
     )

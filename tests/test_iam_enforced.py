@@ -33,7 +33,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 from tests.conftest import PATIENCE
 from tests.iam_support import Stack, allowed_by, load_template
 from tests.test_iam_static import calls
@@ -111,20 +111,22 @@ def table():
 def _seed(aws) -> list[str]:
     """Demo data for every job (as the local demo makes it); returns the receivers."""
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
-    cfg = DemoConfig(
-        new_agendas=2,
-        stuck_agendas=3,
-        jobs_started=4,
-        jobs_finished=2,
-        malformed_messages=1,
-        records=6,
-        duplicate_messages=1,
-        old_jobs=2,
-        orphan_instances=1,
-        pool_audit_messages=1,
-        seed=13,
+    cfg = DemoConfig.from_flat(
+        {
+            "new_agendas": 2,
+            "stuck_agendas": 3,
+            "jobs_started": 4,
+            "jobs_finished": 2,
+            "malformed_messages": 1,
+            "records": 6,
+            "duplicate_messages": 1,
+            "old_jobs": 2,
+            "orphan_instances": 1,
+            "pool_audit_messages": 1,
+            "seed": 13,
+        }
     )
-    run_demo_traffic(env=aws.env, cfg=cfg, **clients)
+    run_demo_traffic(targets=DemoTargets.from_env(aws.env), cfg=cfg, **clients)
     return [i["receiver"]["S"] for i in aws.client("dynamodb").scan(TableName=aws.env["RECEIVERS_TABLE"])["Items"]]
 
 

@@ -29,6 +29,7 @@ from tests.iam_support import (
     ACCOUNT,
     PARTITION,
     REGION,
+    ROOT,
     Request,
     Stack,
     allowed_by,
@@ -38,9 +39,10 @@ from tests.iam_support import (
     request,
 )
 
-# Only in the local deployment (``pipelines/demo`` builds no definitions in prod): its calls
-# (RunInstances, PutParameter, SendMessage...) are moto seeding, never granted.
-LOCAL_ONLY = ("pipelines/demo/",)
+# Only in the local deployment (``pipelines/demo`` builds no definitions in prod, and it alone runs
+# the capabilities' demo modules): their calls (RunInstances, PutParameter, SendMessage...) are moto
+# seeding, never granted.
+LOCAL_ONLY = ("pipelines/demo/", *(f"{p.relative_to(ROOT)}:" for p in sorted((ROOT / "pipelines").glob("*/demo.py"))))
 # ``.<op>(`` matches that are not AWS calls: path -> the service operations it matched.
 NOT_AWS_CALLS = {"pipelines/batching/batcher.py": {("kms", "ListKeys")}}  # store.list_keys: an S3 listing helper
 

@@ -3,6 +3,9 @@
 - A capability (a subpackage of ``pipelines`` other than ``common`` and ``retry``) imports no
   other capability: only ``resources``, ``pipelines.common`` and the retry library. The wiring
   between capabilities is in ``pipelines/definitions.py``.
+- The local demo (``pipelines/demo``) composes each capability's demo traffic: of the other
+  capabilities it imports their ``demo`` modules only (``pipelines/<capability>/demo.py``), and
+  those are plain: no Dagster, no Dagster layer.
 - ``pipelines.common`` and the retry library import no capability and nothing from ``sensors``.
 - ``pipelines`` never imports ``sensors`` (the top-level sensors span capabilities and are wired
   in ``pipelines/definitions.py``), so there is no cycle between the two.
@@ -31,6 +34,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOUNDATIONS = {"common", "retry"}
+DEMO = "demo"  # the local demo's composition: it may import the capabilities' demo modules
 DAGSTER_ENTRY_POINTS = {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
 PRODUCT_PACKAGES = ("pipelines", "resources", "sensors")
 LAYER_NAMES = {"jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}
@@ -93,11 +97,47 @@ def _imports_of_packages_or_sensors(package: str, packages: set[str]) -> list[st
     ]
 
 
+def _demo_modules() -> dict[str, Path]:
+    """The capabilities' demo modules (``pipelines/<capability>/demo.py``) by module name."""
+    return {
+        f"pipelines.{c}.demo": ROOT / "pipelines" / c / "demo.py"
+        for c in _capabilities()
+        if c != DEMO and (ROOT / "pipelines" / c / "demo.py").exists()
+    }
+
+
 @pytest.mark.parametrize("capability", _capabilities())
 def test_a_capability_imports_no_other_capability(capability):
     others = {f"pipelines.{c}" for c in _capabilities() if c != capability}
-    offending = _imports_of_packages_or_sensors(f"pipelines/{capability}", others)
+    allowed = set(_demo_modules()) if capability == DEMO else set()
+    offending = [
+        line
+        for line in _imports_of_packages_or_sensors(f"pipelines/{capability}", others)
+        if line.split(" imports ")[1] not in allowed
+    ]
     assert not offending, "\n".join(offending)
+
+
+def test_the_demo_imports_each_capability_demo_module_and_nothing_else_of_theirs():
+    capabilities = {f"pipelines.{c}" for c in _capabilities() if c != DEMO}
+    imported = {
+        name
+        for path in _modules(f"pipelines/{DEMO}")
+        for name in _imports(path)
+        if any(name == c or name.startswith(c + ".") for c in capabilities)
+    }
+    assert {"pipelines.reclaim.demo", "pipelines.fleet.demo", "pipelines.batching.demo"} <= imported
+    assert imported <= set(_demo_modules()), sorted(imported - set(_demo_modules()))
+
+
+@pytest.mark.parametrize("module", sorted(_demo_modules()))
+def test_a_capability_demo_module_is_plain(module):
+    path = _demo_modules()[module]
+    assert not _is_dagster_layer(path)
+    offending = [
+        name for name in _imports(path) if name.split(".")[0].startswith("dagster") or "defs" in name.split(".")
+    ]
+    assert not offending, f"{path.relative_to(ROOT)} imports {offending}"
 
 
 @pytest.mark.parametrize("foundation", sorted(FOUNDATIONS))

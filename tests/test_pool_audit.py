@@ -647,23 +647,24 @@ def test_schedules_and_definitions():
 
 
 def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_instances(aws):
-    from pipelines.demo.traffic import DemoConfig, run_demo_traffic
+    import dataclasses
+
+    from pipelines.batching.demo import RecordTraffic
+    from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
+    from pipelines.fleet.demo import FleetTraffic
+    from pipelines.reclaim.demo import AgendaTraffic
 
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
+    targets = DemoTargets.from_env(aws.env)
     cfg = DemoConfig(
-        new_agendas=1,
-        stuck_agendas=0,
-        jobs_started=3,
-        jobs_finished=0,
-        records=0,
-        duplicate_messages=0,
-        old_jobs=0,
-        orphan_instances=0,
+        reclaim=AgendaTraffic(new_agendas=1, stuck_agendas=0),
+        fleet=FleetTraffic(jobs_started=3, jobs_finished=0, duplicate_messages=0, old_jobs=0, orphan_instances=0),
+        batching=RecordTraffic(records=0),
         seed=3,
     )
-    assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 6
-    cfg = DemoConfig(**{**cfg.__dict__, "seed": 4})  # a new seed: new job ids
-    assert run_demo_traffic(env=aws.env, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
+    assert run_demo_traffic(targets=targets, cfg=cfg, **clients)["standing_instances_started"] == 6
+    cfg = dataclasses.replace(cfg, seed=4)  # a new seed: new job ids
+    assert run_demo_traffic(targets=targets, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
     run = run_pool_audit(**_audit_args(aws, dry_run=True))
     rows = run.audit.table.set_index("pool")
     assert rows.loc["linux-small", "idle"] == 2

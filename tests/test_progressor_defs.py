@@ -155,15 +155,16 @@ def test_config_fields_have_descriptions():
     assert missing == []
 
 
-def test_local_targets_make_one_schedule_every_minute():
+def test_local_targets_make_one_schedule_every_minute(monkeypatch):
+    monkeypatch.setenv("GROUNDSKEEPER_DEMO", "busy")  # the targets file's cadence (quiet: test_demo_cadence)
     [target] = load_targets(ROOT / "pipelines" / "progressor" / "targets" / "local.json")
-    schedule = schedule_for(target)
+    schedule = schedule_for(target, "local")
     assert (schedule.name, schedule.cron_schedule) == ("collect_zombies_default_default", "* * * * *")
 
 
 def test_schedule_run_config_is_flat():
     [target] = load_targets(ROOT / "pipelines" / "progressor" / "targets" / "local.json")
-    schedule = schedule_for(target)
+    schedule = schedule_for(target, "local")
     data = schedule.evaluate_tick(dg.build_schedule_context())
     [request] = data.run_requests
     assert request.run_config["namespace"] == "default/default"

@@ -389,7 +389,7 @@ def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
     path.write_text(json.dumps([{**BASE, "cron": "*/5 * * * *"}, {**BASE, "tableName": "t-two", "cron": "0 * * * *"}]))
     targets = load_targets(path)
     assert [t.name for t in targets] == ["POP_ProgressAgenda_dev", "t_two"]
-    schedule = schedule_for(targets[0])
+    schedule = schedule_for(targets[0], "prod")
     with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
         (request,) = schedule.evaluate_tick(context).run_requests
     assert request.run_config == {**BASE}

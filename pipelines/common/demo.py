@@ -1,17 +1,56 @@
-"""Failures make dev's demo causes on purpose, said where an operator sees them. No Dagster.
+"""What the local demo shares across capabilities. No Dagster.
 
-The local deployment's demo traffic (``pipelines/demo``, ``pipelines/progressor/demo.py``) makes some
-checks fail on purpose, so that each capability has something to show: an instance tagged with a
-pool that no longer exists, idle runners kept warm, malformed termination messages (dead-lettered),
-progressor workers that crash (zombies, overdue timers, errored processes). A check that fails that
-way says so in the local deployment only: its description ends with :data:`SEEDED` and what the demo
-did, and its metadata has a ``demo`` entry with the same words (the alerts it opens carry the
-description). In ``prod`` and ``cluster`` nothing is added.
+Each capability's demo traffic is beside it (``pipelines/<capability>/demo.py``); the local
+deployment's ``demo_traffic`` job (``pipelines/demo``) runs them in turn with one step's random
+generator and moment (:func:`demo_step`): one generator for all, so the same seed makes the same
+traffic. They draw ids from it (:func:`demo_uuid`) and write their fixed demo items once
+(:func:`put_once`).
+
+The demo makes some checks fail on purpose, so that each capability has something to show: an
+instance tagged with a pool that no longer exists, idle runners kept warm, malformed termination
+messages (dead-lettered), progressor workers that crash (zombies, overdue timers, errored
+processes). A check that fails that way says so in the local deployment only (:func:`seeded`): its
+description ends with :data:`SEEDED` and what the demo did, and its metadata has a ``demo`` entry
+with the same words (the alerts it opens carry the description). In ``prod`` and ``cluster``
+nothing is added.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import random
+import uuid
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from pipelines.common import to_item
+from pipelines.common.aws_batches import error_code
+
 SEEDED = "the demo seeds this on purpose"
+
+
+def demo_step(seed: int | None, now: dt.datetime | None = None) -> tuple[random.Random, dt.datetime]:
+    """One step's random generator (repeatable with ``seed``; None: different every step) and its
+    moment (``now``, or the current time in UTC)."""
+    return random.Random(seed), now or dt.datetime.now(dt.UTC)
+
+
+def demo_uuid(rng: random.Random) -> str:
+    """A UUID drawn from ``rng`` (the same seed, the same ids)."""
+    return str(uuid.UUID(int=rng.getrandbits(128)))
+
+
+def put_once(dynamodb, table: str, item: dict[str, Any], key: str) -> bool:
+    """Write ``item`` unless an item with its ``key`` exists (the demo's pools, receivers): True
+    when written, False when it was there already."""
+    try:
+        dynamodb.put_item(TableName=table, Item=to_item(item), ConditionExpression=f"attribute_not_exists({key})")
+        return True
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return False
 
 
 def seeded(deployment: str, passed: bool, description: str, what: str | None) -> tuple[str, dict[str, str]]:

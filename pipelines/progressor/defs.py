@@ -9,6 +9,7 @@ import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.active_runs import exclusive_schedule
+from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.defs.config import flat_config, params_from_config
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
@@ -91,7 +92,7 @@ def collect_zombies_job():
     collect_op()
 
 
-def schedule_for(target: Target) -> dg.ScheduleDefinition:
+def schedule_for(target: Target, deployment: str) -> dg.ScheduleDefinition:
     return exclusive_schedule(
         name=f"collect_zombies_{target.name}",
         job=collect_zombies_job,
@@ -100,6 +101,7 @@ def schedule_for(target: Target) -> dg.ScheduleDefinition:
         tags={**CAPABILITY, NAMESPACE_TAG: target.params.namespace},
         same_run_tags={NAMESPACE_TAG: target.params.namespace},
         description=f"Collect progressor zombies of {target.params.namespace} ({target.cron}).",
+        deployment=deployment,
     )
 
 
@@ -185,7 +187,7 @@ def build_defs(deployment: str) -> dg.Definitions:
     """The job everywhere; per target namespace a schedule and a health asset (checks every 5 minutes)."""
     targets = load_targets(targets_path(deployment))
     assets = [health_asset(t) for t in targets]
-    schedules = [schedule_for(t) for t in targets]
+    schedules = [schedule_for(t, deployment) for t in targets]
     jobs: list = [collect_zombies_job]
     if assets:
         health_job = dg.define_asset_job(
@@ -196,13 +198,14 @@ def build_defs(deployment: str) -> dg.Definitions:
             "task, recent process errors, task durations) with its checks; launched by progressor_health_schedule.",
         )
         jobs.append(health_job)
+        cadence = schedule_cadence(deployment, "progressor_health_schedule", "*/5 * * * *")
         schedules.append(
             dg.ScheduleDefinition(
                 name="progressor_health_schedule",
                 job=health_job,
-                cron_schedule="*/5 * * * *",
-                default_status=dg.DefaultScheduleStatus.RUNNING,
-                description="Progressor health of every target namespace, with its checks.",
+                cron_schedule=cadence.cron_schedule,
+                default_status=cadence.default_status,
+                description=cadence.describe("Progressor health of every target namespace, with its checks."),
             )
         )
     if deployment == "local":
@@ -213,6 +216,7 @@ def build_defs(deployment: str) -> dg.Definitions:
                 job=progressor_demo_traffic,
                 cron_schedule="* * * * *",
                 description="Local only: progressor demo traffic (every minute when GROUNDSKEEPER_DEMO=busy).",
+                deployment=deployment,
             )
         )
     return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules)

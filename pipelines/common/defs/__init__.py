@@ -8,6 +8,8 @@
 - ``metadata``: a result dict as UI metadata, rows as a table;
 - ``active_runs``: the one "is a run of this job still queued or running" check, and the
   schedule that skips its tick while one is;
+- ``cadence``: a schedule's cron, default status and description as its factory builds it (in
+  the local deployment at the demo's cadence, ``pipelines.common.cadence``);
 - ``summary``: how every job ends (``run_summary``) and the ``operations_summary`` asset;
 - ``executors``: the executor of the jobs that fan out (Celery under the ``cluster`` deployment).
 

@@ -9,6 +9,8 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.common.defs.cadence import schedule_cadence
+
 ACTIVE_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
     dg.DagsterRunStatus.NOT_STARTED,
@@ -38,14 +40,17 @@ def exclusive_schedule(
     job: Any,
     cron_schedule: str,
     description: str,
+    deployment: str,
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     same_run_tags: Mapping[str, str] | None = None,
 ) -> dg.ScheduleDefinition:
     """A schedule that launches ``job`` (with ``run_config`` and ``tags``) unless a run of the same
     job (with ``same_run_tags``, e.g. the same namespace) is still queued or running: then the tick
-    skips and says which run."""
+    skips and says which run. ``cron_schedule`` is its own cadence: the local deployment's is the
+    demo's (``schedule_cadence``)."""
     job_name = job.name
+    cadence = schedule_cadence(deployment, name, cron_schedule)
 
     def evaluate(context: dg.ScheduleEvaluationContext):
         try:
@@ -60,8 +65,8 @@ def exclusive_schedule(
     return dg.ScheduleDefinition(
         name=name,
         job=job,
-        cron_schedule=cron_schedule,
+        cron_schedule=cadence.cron_schedule,
         execution_fn=evaluate,
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=f"{description} Skips a tick while the previous run is still queued or running.",
+        default_status=cadence.default_status,
+        description=cadence.describe(f"{description} Skips a tick while the previous run is still queued or running."),
     )

@@ -43,7 +43,7 @@ def build_defs(deployment: str) -> dg.Definitions:
             pool_audit_job,
             pool_cost_report_job,
         ],
-        schedules=[*schedules(), pool_audit_schedule, pool_cost_report_schedule],
+        schedules=[*schedules(deployment), pool_audit_schedule(deployment), pool_cost_report_schedule],
         sensors=[termination_queue_sensor, housekeeping_queue_sensor],
     )
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
@@ -306,15 +307,18 @@ pool_cost_report_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
+
 # Both on by default: a snapshot every 10 minutes, and yesterday's report.
-pool_audit_schedule = dg.ScheduleDefinition(
-    name="pool_audit_schedule",
-    job=pool_audit_job,
-    cron_schedule="*/10 * * * *",
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks).",
-)
+def pool_audit_schedule(deployment: str) -> dg.ScheduleDefinition:
+    cadence = schedule_cadence(deployment, "pool_audit_schedule", "*/10 * * * *")
+    return dg.ScheduleDefinition(
+        name="pool_audit_schedule",
+        job=pool_audit_job,
+        cron_schedule=cadence.cron_schedule,
+        execution_timezone="UTC",
+        default_status=cadence.default_status,
+        description=cadence.describe("Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks)."),
+    )
 
 
 @dg.schedule(

@@ -2,6 +2,8 @@
 
 import dagster as dg
 
+from pipelines.common.defs.cadence import schedule_cadence
+
 HOUSEKEEPING_SCHEDULES = {
     "orphaned_instances": "*/5 * * * *",
     "stale_ssm": "*/15 * * * *",
@@ -9,13 +11,18 @@ HOUSEKEEPING_SCHEDULES = {
 }
 
 
-def housekeeping_schedule(task_type: str, cron: str) -> dg.ScheduleDefinition:
+def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.ScheduleDefinition:
+    name = f"housekeeping_{task_type}_schedule"
+    cadence = schedule_cadence(deployment, name, cron)
+
     @dg.schedule(
-        name=f"housekeeping_{task_type}_schedule",
+        name=name,
         job_name="housekeeping",
-        cron_schedule=cron,
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=f"Runs the {task_type} housekeeping task ({cron}), as runs-fleet's EventBridge rules do.",
+        cron_schedule=cadence.cron_schedule,
+        default_status=cadence.default_status,
+        description=cadence.describe(
+            f"Runs the {task_type} housekeeping task ({cron}), as runs-fleet's EventBridge rules do."
+        ),
     )
     def _schedule(context: dg.ScheduleEvaluationContext):
         moment = context.scheduled_execution_time
@@ -28,9 +35,9 @@ def housekeeping_schedule(task_type: str, cron: str) -> dg.ScheduleDefinition:
     return _schedule
 
 
-def schedules() -> list[dg.ScheduleDefinition]:
+def schedules(deployment: str) -> list[dg.ScheduleDefinition]:
     return [
-        *(housekeeping_schedule(task, cron) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
+        *(housekeeping_schedule(task, cron, deployment) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
         dg.ScheduleDefinition(
             name="fleet_dead_letter_checks_schedule",
             job_name="fleet_dead_letter_checks",

@@ -15,7 +15,7 @@ def build_defs(deployment: str) -> dg.Definitions:
     targets = load_targets(targets_path(deployment))
     executor = fan_out_executor(deployment)
     job = reclaim_job(executor) if executor else reclaim_agendas
-    return dg.Definitions(jobs=[job], schedules=[schedule_for(t, job) for t in targets])
+    return dg.Definitions(jobs=[job], schedules=[schedule_for(t, deployment, job) for t in targets])
 
 
 __all__ = [

@@ -10,12 +10,16 @@ is about 270 runs an hour, which buries a run an operator launches. So, in the l
 - ``off``: the quiet cadences, and the demo traffic schedules (:data:`DEMO_TRAFFIC_SCHEDULES`) are
   stopped (start them in the UI); ``make dev`` still seeds its demo data once.
 
-The ``prod`` and ``cluster`` deployments never read the variable.
+The ``prod`` and ``cluster`` deployments never read the variable. No built schedule is changed
+afterwards: each schedule factory named here builds its schedule at its cadence
+(:func:`deployment_cadence`, through ``pipelines.common.defs.cadence.schedule_cadence``), with its
+own cron as the argument.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 DEMO_ENV = "GROUNDSKEEPER_DEMO"
 MODES = ("off", "quiet", "busy")
@@ -52,3 +56,36 @@ def demo_mode(environ: Mapping[str, str]) -> tuple[str, str | None]:
 def local_cron(name: str, cron: str, mode: str) -> str:
     """The cron of schedule ``name`` (own cron ``cron``) in the local deployment under ``mode``."""
     return cron if mode == "busy" else QUIET_CRONS.get(name, cron)
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """When a schedule runs: its cron, whether it starts stopped, and what its description adds
+    (empty when it runs at its own cadence)."""
+
+    cron: str
+    stopped: bool = False
+    note: str = ""
+
+
+def local_cadence(name: str, cron: str, mode: str) -> Cadence:
+    """The cadence of schedule ``name`` (own cron ``cron``) in the local deployment under ``mode``:
+    under ``quiet`` and ``off`` the frequent ones slower, under ``off`` the demo traffic stopped,
+    under ``busy`` its own. The note says what changed."""
+    local = local_cron(name, cron, mode)
+    stopped = mode == "off" and name in DEMO_TRAFFIC_SCHEDULES
+    notes = []
+    if local != cron:
+        notes.append(f"Under make dev ({DEMO_ENV}={mode}) it runs on {local}, not {cron}.")
+    if stopped:
+        notes.append(f"Stopped by {DEMO_ENV}=off: start it here for demo traffic.")
+    return Cadence(local, stopped, " ".join(notes))
+
+
+def deployment_cadence(deployment: str, name: str, cron: str, environ: Mapping[str, str]) -> Cadence:
+    """The cadence of schedule ``name`` (own cron ``cron``) in ``deployment``: in the local one the
+    mode ``environ`` names (an invalid value: ``quiet``; the demo's wiring says so once), elsewhere
+    its own."""
+    if deployment != "local":
+        return Cadence(cron)
+    return local_cadence(name, cron, demo_mode(environ)[0])
