@@ -238,22 +238,35 @@ def write_workspace(path: Path, port: int, host: str = "127.0.0.1") -> Path:
     return path
 
 
+CODE_SERVER_HEALTH_SERVICE = "DagsterApi"
+"""The service name under which Dagster's gRPC server reports its health (what ``dagster api
+grpc-health-check`` asks for): SERVING once the server listens, which ``dagster code-server start``
+does only after it has loaded the code location (or failed to, which it then serves as the error)."""
+
+
+def code_server_serving(port: int, host: str = "127.0.0.1", timeout: float = 10) -> bool:
+    """Whether the code server on ``host:port`` answers the standard gRPC health check as SERVING."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc  # grpcio-health-checking, a dependency of dagster
+
+    request = health_pb2.HealthCheckRequest(service=CODE_SERVER_HEALTH_SERVICE)
+    with grpc.insecure_channel(f"{host}:{port}") as channel:
+        try:
+            response = health_pb2_grpc.HealthStub(channel).Check(request, timeout=timeout)
+        except grpc.RpcError:  # not listening yet, or the service not registered yet
+            return False
+    return response.status == health_pb2.HealthCheckResponse.SERVING
+
+
 def wait_code_server(proc: subprocess.Popen, port: int, log_path: Path, timeout: float = 300) -> None:
     """Wait until the code server answers its health check (it has loaded the code location)."""
-    # Dagster has no public client to ask a code server whether it has loaded its code location.
-    from dagster._grpc.client import DagsterGrpcClient
-
-    client = DagsterGrpcClient(port=port, host="127.0.0.1")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             lines = log_path.read_text(errors="replace").strip().splitlines() or ["(no output)"]
             raise ClusterError(f"the code server exited ({proc.returncode}): {lines[-1]} (see {log_path})")
-        try:
-            client.list_repositories()  # answers once the code location is loaded
+        if code_server_serving(port):
             return
-        except Exception:  # not listening yet, or still loading
-            pass
         time.sleep(0.5)
     raise ClusterError(f"the code server not serving after {timeout:.0f}s (see {log_path})")
 

@@ -1,7 +1,8 @@
 """The one ``dg.Definitions`` of the Groundskeeper code location.
 
 Each capability subpackage exposes ``build_defs(deployment)`` (``pipelines.common``'s holds what
-spans capabilities: the ``operations_summary`` asset and the default executor); resources come
+spans capabilities: the ``operations_summary`` asset and the default executor; redrive's is the same
+in every deployment and takes the code location's asset graph instead); resources come
 from the per-deployment dict in ``resources``; the top-level ``sensors`` span capabilities. This
 module only merges them (``tests/test_layers.py`` checks that it imports nothing else).
 """
@@ -39,7 +40,7 @@ def build_definitions(deployment: str) -> dg.Definitions:
         # The local deployment's demo traffic (each schedule has the demo's cadence from its factory).
         demo_defs(deployment),
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
-        redrive_defs(deployment, asset_graph=lambda: built[0].resolve_asset_graph()),
+        redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
         # operations_summary (it adds up every job's run_summary counters) and the default executor.
         common_defs(deployment),
         dg.Definitions(resources=resources_for(deployment)),

@@ -30,8 +30,11 @@ from urllib.parse import unquote, urlsplit
 
 import dagster as dg
 
-# Dagster has no public API to record a run failure of one line (no stack trace): an error prepared in
-# another process, with one serialized error, is recorded as that error alone.
+# Dagster has no public API to record a run failure of one line (no stack trace): the run worker records
+# an executor's exception with its stack trace and causes, except a DagsterUserCodeProcessError (an error
+# prepared in another process) with one serialized error, which it records as that error alone. Neither
+# that class, nor SerializableErrorInfo, nor the RUN_FAILURE event's data (to report the failure through
+# the instance) is exported by ``dagster``.
 from dagster._core.errors import DagsterUserCodeProcessError
 
 STORAGE_WAIT_SECONDS = 300.0

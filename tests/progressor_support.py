@@ -1,4 +1,5 @@
-"""Databases for the progressor tests on the local PostgreSQL (127.0.0.1:5432), created and dropped here."""
+"""Databases for the progressor tests on the local PostgreSQL (127.0.0.1:5432), created and dropped here,
+and history rows (finished tasks, events) beside what ``pipelines.progressor.engine`` writes."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import os
 import uuid
 
 import psycopg2
+
+from pipelines.progressor.schema import Tables
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": os.environ.get("PGUSER", "postgres")}
 
@@ -52,3 +55,34 @@ class ListLog:
 
     def text(self, level: str | None = None) -> str:
         return "\n".join(m for lvl, m in self.lines if level in (None, lvl))
+
+
+def finished_task(cur, tables: Tables, process_id: str, task_type: str, *, duration_ms: float, ago: float = 0) -> int:
+    """History: a task that ran ``duration_ms`` and finished ``ago`` seconds ago."""
+    cur.execute(
+        tables.sql(
+            "INSERT INTO {tasks} (process_id, task_type, status, scheduled_time, running_time, last_retry_interval, "
+            "attempts_count, finished_time) VALUES ({}, {}, 'finished', "
+            "now() - make_interval(secs => {}), now() - make_interval(secs => {}), 0, 0, "
+            "now() - make_interval(secs => {})) RETURNING task_id",
+            process_id,
+            task_type,
+            ago + duration_ms / 1000.0,
+            ago + duration_ms / 1000.0,
+            ago,
+        )
+    )
+    return cur.fetchone()[0]
+
+
+def add_event(cur, tables: Tables, process_id: str, task_id: int, event_id: int) -> None:
+    """History: an event of the task, as progressor's workers write them."""
+    cur.execute(
+        tables.sql(
+            "INSERT INTO {events} (process_id, task_id, event_id, payload) VALUES ({}, {}, {}, {})",
+            process_id,
+            task_id,
+            event_id,
+            b"event",
+        )
+    )

@@ -21,8 +21,8 @@
 - The pool audit is the fleet's: nothing outside ``pipelines/fleet`` (in the product or ``infra``)
   imports ``pipelines.fleet.pool_audit``.
 - Dagster's internals (``dagster._...``, ``dagster_shared``) are imported nowhere in the product
-  or ``infra``, but for the one backfill import of the redrive job (with its reason in its
-  docstring).
+  or ``infra``, but for the backfill import of the redrive job and the cluster executor's one-line
+  run failure (each with its reason beside it).
 """
 
 from __future__ import annotations
@@ -43,12 +43,10 @@ ALLOWED_PRIVATE_DAGSTER = {
     ("pipelines/redrive/defs.py", "dagster._core.execution"),
     ("resources/cluster.py", "dagster._core.errors"),
     ("resources/cluster.py", "dagster._utils.error"),
-    ("infra/cluster.py", "dagster._grpc.client"),
 }
 """The private Dagster imports, each with its reason beside it: Dagster has no public API to launch an
 asset backfill from code, nor to fail a run with an error of one line and no stack trace (the lost
-broker or database of the cluster executor), nor to ask a code server whether it has loaded its code
-location (``make cluster`` waits for that)."""
+broker or database of the cluster executor)."""
 
 
 def _imports(path: Path) -> list[str]:
@@ -259,4 +257,3 @@ def test_dagster_internals_are_imported_only_where_no_public_api_exists():
     redrive = (ROOT / "pipelines/redrive/defs.py").read_text()
     assert "no public API to launch an asset backfill" in redrive  # the reason, beside the import
     assert "no public API to record a run failure of one line" in (ROOT / "resources/cluster.py").read_text()
-    assert "no public client to ask a code server" in (ROOT / "infra/cluster.py").read_text()

@@ -13,7 +13,7 @@ from pipelines.progressor.collector import ClockError, collect_zombies
 from pipelines.progressor.health import measure
 from pipelines.progressor.params import ParamsError, collect_params
 from pipelines.progressor.schema import NamespaceError, create_namespace
-from tests.progressor_support import ListLog, scratch_database, unique_namespace
+from tests.progressor_support import ListLog, add_event, finished_task, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres
 
@@ -63,8 +63,8 @@ def error_world(conn):
     ids = {}
     with conn, conn.cursor() as cur:
         ids["zombie_task"] = engine.start_process(cur, t, "p-zombie", age_seconds=ZOMBIE_AGE, task_type="call")
-        ids["history"] = engine.finished_task(cur, t, "p-zombie", "init", duration_ms=120, ago=300)
-        engine.add_event(cur, t, "p-zombie", ids["history"], 1)
+        ids["history"] = finished_task(cur, t, "p-zombie", "init", duration_ms=120, ago=300)
+        add_event(cur, t, "p-zombie", ids["history"], 1)
         ids["waiting_timer"] = engine.schedule_task(cur, t, "p-zombie", "timeout", in_seconds=30)
         ids["blocked_timer"] = engine.schedule_task(cur, t, "p-zombie", "timeout", in_seconds=30, status="blocked")
         ids["fresh_task"] = engine.start_process(cur, t, "p-fresh", age_seconds=10)

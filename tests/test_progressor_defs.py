@@ -25,7 +25,7 @@ from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
 from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase
-from tests.progressor_support import scratch_database, unique_namespace
+from tests.progressor_support import finished_task, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres
 
@@ -64,7 +64,7 @@ def zombie_ns(dsn):
         engine.start_process(cur, t, "p-call", age_seconds=300, task_type="call")
         engine.start_process(cur, t, "p-live", age_seconds=5)
         for ms in (30, 120, 400, 2000):
-            engine.finished_task(cur, t, "p-live", "call", duration_ms=ms, ago=60)
+            finished_task(cur, t, "p-live", "call", duration_ms=ms, ago=60)
         engine.schedule_task(cur, t, "p-live", "timeout", in_seconds=-200)  # overdue timer
     conn.close()
     return ns

@@ -196,8 +196,8 @@ def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None
     )
 
 
-def dead_letters(queue: str, depth: int | None, *, error: str | None = None) -> Signal | None:
-    """A dead-letter queue's depth (None and ``error``: it could not be read; no change)."""
+def dead_letters(queue: str, depth: int | None) -> Signal | None:
+    """A dead-letter queue's depth (None: it could not be read; no change)."""
     if depth is None:
         return None
     return Signal(

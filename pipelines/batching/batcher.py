@@ -317,7 +317,7 @@ class ReceiverBatcher:
             batched_at=iso(dt.datetime.now(dt.UTC)),
         )
 
-    def _upload_and_finalize(self, receiver: str, batch: str, key: str, records: list[_Record]) -> FileWritten:
+    def _upload_and_finalize(self, batch: str, key: str, records: list[_Record]) -> FileWritten:
         lines = [store.record_line(r.item, batch) for r in records]
         store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
         self._finalize(batch, records)
@@ -338,7 +338,7 @@ class ReceiverBatcher:
         if in_s3:  # the upload happened; only the final updates were missing
             self._finalize(batch, records)
         else:
-            self._upload_and_finalize(cfg.receiver, batch, key, records)
+            self._upload_and_finalize(batch, key, records)
             self._note_file(moment, n)
         self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
         report.recovered.append(entry)
@@ -395,7 +395,7 @@ class ReceiverBatcher:
             if not mine:
                 n -= 1
                 continue
-            written.files.append(self._upload_and_finalize(cfg.receiver, batch, key, mine))
+            written.files.append(self._upload_and_finalize(batch, key, mine))
             self._note_file(moment, n)
             self.log(f"{cfg.receiver} {written.batch_time}: wrote {key} ({len(mine)} records)")
         if not written.files and existing == 0 and cfg.send_if_empty_batch:

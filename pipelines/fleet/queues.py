@@ -101,18 +101,6 @@ def message_size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
     return size
 
 
-def _attributes_for_send(message: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
-    attrs = {}
-    for name, value in (message.get("MessageAttributes") or {}).items():
-        if name in extra or name.startswith("groundskeeper-dlq"):
-            continue
-        attrs[name] = clean_attribute(value)
-    for name, value in extra.items():
-        attrs[name] = {"DataType": "String", "StringValue": sqs_text(value)}
-    # SQS allows 10 attributes per message: ours (``extra``, last) are the ones kept.
-    return dict(list(attrs.items())[-MAX_ATTRIBUTES:])
-
-
 def _size_batches(sizes: Sequence[int]) -> Iterable[list[int]]:
     """Indexes of ``sizes`` grouped by SendMessageBatch's limits: 10 entries and 1 MiB together."""
     batch: list[int] = []
@@ -150,16 +138,6 @@ def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, An
                 entry = failed.get(str(n), {})
                 errors[n] = f"{entry.get('Code', 'not sent')}: {entry.get('Message', '')}"
     return errors
-
-
-def send_messages(
-    sqs, queue_url: str, items: Sequence[tuple[dict[str, Any], dict[str, str]]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """``SendMessageBatch`` of (received message, extra string attributes). Returns (sent, failed)."""
-    errors = send_entries(sqs, queue_url, [(m["Body"], _attributes_for_send(m, extra)) for m, extra in items])
-    sent = [m for (m, _), error in zip(items, errors, strict=True) if error is None]
-    failed = [m for (m, _), error in zip(items, errors, strict=True) if error is not None]
-    return sent, failed
 
 
 def message_received_at(message: dict[str, Any], default: dt.datetime | None = None) -> dt.datetime:

@@ -91,35 +91,6 @@ def schedule_task(
     return task_id
 
 
-def finished_task(cur, tables: Tables, process_id: str, task_type: str, *, duration_ms: float, ago: float = 0) -> int:
-    """History: a task that ran ``duration_ms`` and finished ``ago`` seconds ago."""
-    cur.execute(
-        tables.sql(
-            "INSERT INTO {tasks} (" + _TASK_COLUMNS + ", finished_time) VALUES ({}, {}, 'finished', "
-            "now() - make_interval(secs => {}), now() - make_interval(secs => {}), 0, 0, "
-            "now() - make_interval(secs => {})) RETURNING task_id",
-            process_id,
-            task_type,
-            ago + duration_ms / 1000.0,
-            ago + duration_ms / 1000.0,
-            ago,
-        )
-    )
-    return cur.fetchone()[0]
-
-
-def add_event(cur, tables: Tables, process_id: str, task_id: int, event_id: int) -> None:
-    cur.execute(
-        tables.sql(
-            "INSERT INTO {events} (process_id, task_id, event_id, payload) VALUES ({}, {}, {}, {})",
-            process_id,
-            task_id,
-            event_id,
-            b"event",
-        )
-    )
-
-
 def complete_running(conn, tables: Tables, process_id: str, *, hold_seconds: float = 0.0, on_locked=None) -> bool:
     """A live worker finishes the process's running task, in progressor's lock order: the process row
     (``UPDATE processes``), then (after ``hold_seconds`` of work) the running row and the task. Returns

@@ -8,7 +8,7 @@ README tables are derived.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError, param, parse_params
@@ -133,9 +133,6 @@ class CollectParams:
     def threshold_seconds(self) -> int:
         """Progressor's zombie age: process_step_timeout + task_scan_timeout + 5 s (96 s by default)."""
         return self.process_step_timeout + self.task_scan_timeout + PROTECT_TIMEOUT
-
-    def as_config(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def collect_params(raw: Any) -> CollectParams:

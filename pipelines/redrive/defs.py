@@ -181,7 +181,7 @@ def _table(outcomes) -> dg.TableMetadataValue:
     )
 
 
-def build_defs(deployment: str, asset_graph: Callable[[], Any]) -> dg.Definitions:
+def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
     """``asset_graph`` gives the code location's asset graph (resolved when a run needs it)."""
 
     @dg.op(
