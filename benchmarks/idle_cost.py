@@ -5,8 +5,8 @@ Starts a deployment as its own command does (``--profile local``: ``python -m in
 RabbitMQ vhost and a PostgreSQL database of its own, removed at the end), on free ports, with every
 sensor and schedule as the deployment sets them. The local demo traffic generators
 (``demo_traffic_schedule``, ``progressor_demo_traffic_schedule``) are stopped first
-(``dagster schedule stop``), so no work arrives, unless ``--keep-demo``; with the
-``GROUNDSKEEPER_DEMO`` switch, if the deployment knows it, it is set to 0 as well.
+(``dagster schedule stop``), so no work arrives, unless ``--keep-demo``; ``GROUNDSKEEPER_DEMO``
+is set to ``off`` as well (``make dev``'s switch: the demo traffic stopped, the quiet cadences).
 
 After ``--warmup`` seconds (the first ticks, the startup reclaim of ``make cluster``), it reads
 the CPU time of every process of each group for ``--minutes`` minutes, every ``--interval``
@@ -186,7 +186,7 @@ def main() -> int:
     ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())
     env = {**os.environ, **ports, "PYTHONPATH": str(code)}
     if not args.keep_demo:
-        env["GROUNDSKEEPER_DEMO"] = "0"
+        env["GROUNDSKEEPER_DEMO"] = "off"
     cleanup = []
     if args.profile == "cluster":
         import psycopg2

@@ -21,6 +21,7 @@ from pipelines.batching.batcher import ReceiverBatcher, RunReport
 from pipelines.batching.decider import (
     decide,
     invalid_receivers,
+    look_at_receivers,
     malformed_pending,
     orphaned_pending,
     valid_partition_names,
@@ -30,7 +31,9 @@ from pipelines.common.defs.active_runs import active_run, still_going
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.executors import fan_out_executor
 from pipelines.common.defs.failures import aws_errors
+from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.summary import run_summary
+from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -263,13 +266,31 @@ batching_checks_job = dg.define_asset_job(
 )
 
 
+CHECKS_REFRESH = dt.timedelta(hours=1)
+"""The batching checks run at least this often, whatever their schedule's look finds."""
+
+
+def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
+    batching: BatchingSettings = context.resources.batching
+    return look_at_receivers(
+        context.resources.dynamodb.get_client(),
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+    )
+
+
 def build_defs(deployment: str) -> dg.Definitions:
-    checks_schedule = dg.ScheduleDefinition(
+    checks_schedule = looking_schedule(
         name="batching_checks_schedule",
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Every 15 minutes: the batching asset checks.",
+        look=_receivers_look,
+        refresh=CHECKS_REFRESH,
+        required_resource_keys={"dynamodb", "batching"},
+        description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
+        "of the pending-index) and runs them when the invalid receivers or the pending records of deleted "
+        "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
+        "check scans the whole records table: it runs on that hourly refresh, or with the others).",
     )
     # Under the cluster deployment each batch run's step goes to a Celery worker (fan_out_executor).
     executor = fan_out_executor(deployment)
