@@ -183,7 +183,8 @@ def main() -> int:
     log = tmp / "deployment.log"
     ports = {k: str(free_port()) for k in ("MOTO_PORT", "DAGSTER_PORT", "AGENDA_ENDPOINT_PORT", "ALERTS_RECEIVER_PORT")}
     code = args.code.resolve()
-    ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())
+    if args.profile == "cluster":  # make cluster's code server; dg dev's code server would take it too and fail
+        ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())
     env = {**os.environ, **ports, "PYTHONPATH": str(code)}
     if not args.keep_demo:
         env["GROUNDSKEEPER_DEMO"] = "off"
@@ -258,7 +259,9 @@ def main() -> int:
         try:
             os.killpg(deployment.pid, signal.SIGINT)
             deployment.wait(timeout=120)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except ProcessLookupError:  # it exited by itself (a failed start)
+            pass
+        except subprocess.TimeoutExpired:
             os.killpg(deployment.pid, signal.SIGKILL)
         for step in reversed(cleanup):
             step()

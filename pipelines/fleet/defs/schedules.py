@@ -44,12 +44,24 @@ def _request(task_type: str, context: dg.ScheduleEvaluationContext) -> dict:
     return {"task_type": task_type, "timestamp": moment.isoformat() if moment else None, "params": {}}
 
 
-def _fleet_context(context: dg.ScheduleEvaluationContext) -> FleetContext:
+LOOK_CLIENTS = {
+    "orphaned_instances": ("ec2", "dynamodb"),
+    "stale_ssm": ("ssm", "ec2"),
+    "old_jobs": ("dynamodb",),
+}
+"""The clients each look reads with (the others are not built)."""
+
+
+def _fleet_context(context: dg.ScheduleEvaluationContext, services: tuple[str, ...]) -> FleetContext:
     fleet: FleetSettings = context.resources.fleet
+
+    def client(service: str):
+        return getattr(context.resources, service).get_client() if service in services else None
+
     return FleetContext(
-        ec2=context.resources.ec2.get_client(),
-        ssm=context.resources.ssm.get_client(),
-        dynamodb=context.resources.dynamodb.get_client(),
+        ec2=client("ec2"),
+        ssm=client("ssm"),
+        dynamodb=client("dynamodb"),
         cloudwatch=None,
         s3=None,
         jobs_table=fleet.jobs_table,
@@ -65,7 +77,7 @@ def housekeeping_schedule(task_type: str, cron: str) -> dg.ScheduleDefinition:
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         request = DISPATCHER.parse({k: v for k, v in _request(task_type, context).items() if v is not None})
-        return look_task(_fleet_context(context), request)
+        return look_task(_fleet_context(context, LOOK_CLIENTS[task_type]), request)
 
     def request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         config = _request(task_type, context)
@@ -81,7 +93,7 @@ def housekeeping_schedule(task_type: str, cron: str) -> dg.ScheduleDefinition:
         cron_schedule=cron,
         look=look,
         request=request,
-        required_resource_keys={"fleet", "ec2", "ssm", "dynamodb"},
+        required_resource_keys={"fleet", *LOOK_CLIENTS[task_type]},
         description=f"Runs the {task_type} housekeeping task ({cron}), as runs-fleet's EventBridge rules do. "
         f"Looks first at {LOOKED_AT[task_type]} and skips the tick when the task would change nothing.",
     )
