@@ -13,6 +13,7 @@
 import datetime as dt
 import json
 import os
+import time
 
 import dagster as dg
 
@@ -144,10 +145,26 @@ def batches_job(executor_def: dg.ExecutorDefinition | None = None):
 receiver_batches_job = batches_job()
 
 
+SYNC_REFRESH_SECONDS = 600
+"""receivers_sync compares the receivers table with the partitions themselves at least this often;
+in between, with the table as its last tick read it (its cursor): partitions added or removed by
+hand are put right within this time, a changed table at the next tick."""
+
+
+def _synced(cursor: str | None) -> tuple[list[str], float] | None:
+    """(the receiver names, when) the sync last found the partitions equal to, from its cursor."""
+    try:
+        seen = json.loads(cursor or "")
+        return list(seen["receivers"]), float(seen["at"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 @dg.sensor(
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Keeps the `receivers` dynamic partitions equal to the receivers table.",
+    description="Keeps the `receivers` dynamic partitions equal to the receivers table (reads the partitions "
+    "when the table changed, and at least every 10 minutes).",
 )
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
     with aws_errors(context):
@@ -155,9 +172,15 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     wanted, bad = valid_partition_names(items)
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
+    clock, names = time.time(), sorted(wanted)
+    seen = _synced(context.cursor)
+    if seen is not None and seen[0] == names and clock - seen[1] < SYNC_REFRESH_SECONDS:
+        return dg.SkipReason(f"{len(names)} receiver(s), the table unchanged since the partitions were in sync")
     current = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     add, remove = sorted(wanted - current), sorted(current - wanted)
+    cursor = json.dumps({"receivers": names, "at": clock})
     if not add and not remove:
+        context.update_cursor(cursor)
         return dg.SkipReason(f"{len(current)} receiver partition(s), all in sync")
     context.log.info(f"receivers: adding {add[:20]}, removing {remove[:20]}")
     requests = []
@@ -165,7 +188,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
         requests.append(receivers_partitions.build_add_request(add))
     if remove:
         requests.append(receivers_partitions.build_delete_request(remove))
-    return dg.SensorResult(dynamic_partitions_requests=requests)
+    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
 
 
 @dg.schedule(
