@@ -5,8 +5,8 @@ Starts a deployment as its own command does (``--profile local``: ``python -m in
 RabbitMQ vhost and a PostgreSQL database of its own, removed at the end), on free ports, with every
 sensor and schedule as the deployment sets them. The local demo traffic generators
 (``demo_traffic_schedule``, ``progressor_demo_traffic_schedule``) are stopped first
-(``dagster schedule stop``), so no work arrives, unless ``--keep-demo``; with the
-``GROUNDSKEEPER_DEMO`` switch, if the deployment knows it, it is set to 0 as well.
+(``dagster schedule stop``), so no work arrives, unless ``--keep-demo``; ``GROUNDSKEEPER_DEMO``
+is set to ``off`` as well (``make dev``'s switch: the demo traffic stopped, the quiet cadences).
 
 After ``--warmup`` seconds (the first ticks, the startup reclaim of ``make cluster``), it reads
 the CPU time of every process of each group for ``--minutes`` minutes, every ``--interval``
@@ -183,10 +183,11 @@ def main() -> int:
     log = tmp / "deployment.log"
     ports = {k: str(free_port()) for k in ("MOTO_PORT", "DAGSTER_PORT", "AGENDA_ENDPOINT_PORT", "ALERTS_RECEIVER_PORT")}
     code = args.code.resolve()
-    ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())
+    if args.profile == "cluster":  # make cluster's code server; dg dev's code server would take it too and fail
+        ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())
     env = {**os.environ, **ports, "PYTHONPATH": str(code)}
     if not args.keep_demo:
-        env["GROUNDSKEEPER_DEMO"] = "0"
+        env["GROUNDSKEEPER_DEMO"] = "off"
     cleanup = []
     if args.profile == "cluster":
         import psycopg2
@@ -258,7 +259,9 @@ def main() -> int:
         try:
             os.killpg(deployment.pid, signal.SIGINT)
             deployment.wait(timeout=120)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
+        except ProcessLookupError:  # it exited by itself (a failed start)
+            pass
+        except subprocess.TimeoutExpired:
             os.killpg(deployment.pid, signal.SIGKILL)
         for step in reversed(cleanup):
             step()

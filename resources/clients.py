@@ -8,6 +8,7 @@ arguments and never imports Dagster. SSM and S3 come straight from dagster-aws.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, ClassVar
 
 import boto3
@@ -28,13 +29,43 @@ __all__ = [
 ]
 
 
+SESSION_ENV = (
+    "AWS_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+)
+"""The environment a boto3 session reads once (its credentials): a session is shared while they stay."""
+
+_sessions: dict[tuple[str | None, ...], boto3.session.Session] = {}
+_sessions_lock = threading.Lock()
+
+
+def _shared_session(profile_name: str | None) -> boto3.session.Session:
+    """One boto3 session per process, profile and credentials in the environment (call with the
+    lock held). A new session reads botocore's endpoint and service model files again: 80 to 230 ms
+    of CPU for each client, against 3 to 30 ms from a session that has read them; the code server
+    builds clients at every sensor and schedule tick, a run several."""
+    key = (profile_name, *(os.environ.get(name) for name in SESSION_ENV))
+    session = _sessions.get(key)
+    if session is None:
+        session = _sessions[key] = boto3.session.Session(profile_name=profile_name)
+    return session
+
+
 class _Boto3ClientResource(ResourceWithBoto3Configuration):
-    """Builds one boto3 client for ``service_name`` from the shared boto3 configuration."""
+    """Builds one boto3 client for ``service_name`` from the shared boto3 configuration, from the
+    process's shared boto3 session (a client is thread-safe; the session is used under a lock)."""
 
     service_name: ClassVar[str]
 
     def get_client(self) -> Any:
-        session = boto3.session.Session(profile_name=self.profile_name)
+        with _sessions_lock:
+            return self._client(_shared_session(self.profile_name))
+
+    def _client(self, session: boto3.session.Session) -> Any:
         return session.client(
             self.service_name,
             region_name=self.region_name,

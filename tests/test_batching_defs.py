@@ -61,8 +61,19 @@ def test_receivers_sync_adds_new_and_removes_deleted_receivers(aws):
         assert list(delete.partition_keys) == ["old"]
         instance.delete_dynamic_partition("receivers", "old")
 
-        idle = receivers_sync(dg.build_sensor_context(instance=instance, resources=_resources()))
+        context = dg.build_sensor_context(instance=instance, resources=_resources())
+        idle = receivers_sync(context)
         assert isinstance(idle, dg.SkipReason)
+        assert "all in sync" in idle.skip_message
+
+        # While the table stays as the last tick read it, the sync does not read the partitions (no instance).
+        unchanged = receivers_sync(dg.build_sensor_context(cursor=context.cursor, resources=_resources()))
+        assert "the table unchanged since the partitions were in sync" in unchanged.skip_message
+        put_receiver(aws, "initech")
+        later = dg.build_sensor_context(instance=instance, cursor=context.cursor, resources=_resources())
+        with_new = receivers_sync(later)
+        [add] = with_new.dynamic_partitions_requests
+        assert list(add.partition_keys) == ["initech"]
 
 
 @pytest.mark.slow

@@ -1,6 +1,7 @@
 """The Dagster layer of progressor zombie collection: the job (in process and via the CLI), the schedules,
 the health asset and its checks, the demo traffic and the retry preset."""
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from pipelines.progressor import engine
 from pipelines.progressor.defs import (
     collect_zombies_job,
     health_asset,
+    health_schedule,
     progressor_demo_traffic,
     schedule_for,
 )
@@ -168,6 +170,54 @@ def test_schedule_run_config_is_flat():
     data = schedule.evaluate_tick(dg.build_schedule_context())
     [request] = data.run_requests
     assert request.run_config["namespace"] == "default/default"
+
+
+def _tick(schedule, dsn, instance=None, at=None):
+    context = dg.build_schedule_context(
+        instance=instance,
+        resources={"progressor_db": ProgressorDatabase(dsn=dsn)},
+        scheduled_execution_time=at or dt.datetime.now(dt.UTC),
+    )
+    return schedule.evaluate_tick(context)
+
+
+def test_collect_zombies_schedule_skips_without_zombies_and_runs_with_them(dsn, zombie_ns):
+    calm = unique_namespace("calm")
+    conn = psycopg2.connect(dsn)
+    t = create_namespace(conn, calm)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-live", age_seconds=5)
+    conn.close()
+    with dg.instance_for_test() as instance:
+        idle = _tick(schedule_for(load_targets_for(calm)[0]), dsn, instance)
+        assert idle.run_requests == []
+        assert idle.skip_message == f"no running task of {calm} older than 96s"
+        schedule = schedule_for(load_targets_for(zombie_ns)[0])
+        (request,) = _tick(schedule, dsn, instance).run_requests
+        assert request.run_config == {"namespace": zombie_ns}
+        # While that run is queued, the next tick does not queue another.
+        instance.create_run_for_job(collect_zombies_job, run_config=request.run_config, tags=request.tags)
+        assert "is still queued" in _tick(schedule, dsn, instance).skip_message
+
+
+def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn, zombie_ns):
+    [target] = load_targets_for(zombie_ns)
+    job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
+    defs = dg.Definitions(assets=[health_asset(target)], jobs=[job], resources=_resources(dsn))
+    schedule = health_schedule([target], job)
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(schedule, dsn, instance).run_requests
+        run = defs.resolve_job_def("progressor_health_job").execute_in_process(instance=instance, tags=first.tags)
+        assert run.success
+        same = _tick(schedule, dsn, instance)
+        assert same.run_requests == []
+        assert f"{zombie_ns}: failing no_zombies, timers_on_time, oldest_running_task: unchanged" in same.skip_message
+
+        _run(dsn, {"namespace": zombie_ns})  # the zombies are collected: no_zombies passes now
+        (changed,) = _tick(schedule, dsn, instance).run_requests
+        assert changed.tags != first.tags
+        an_hour_on = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        assert len(_tick(schedule, dsn, instance, at=an_hour_on).run_requests) == 1
 
 
 def test_bad_target_is_one_line(tmp_path):

@@ -506,3 +506,6 @@ def test_locally_retry_policies_is_materialized_once_when_never_materialized(ins
     dg.materialize([local.resolve_assets_def("retry_policies")], instance=instance)
     again = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=local))
     assert not again.run_requests and "is materialized" in again.skip_message
+    # Its cursor remembers it: later ticks do not read the instance again (a context without one).
+    later = sensor.evaluate_tick(dg.build_sensor_context(cursor=again.cursor, definitions=local))
+    assert not later.run_requests and "is materialized" in later.skip_message

@@ -21,6 +21,7 @@ from pipelines.batching.schedule import (
     receiver_errors,
 )
 from pipelines.common import iso
+from pipelines.common.looks import Look
 
 
 @dataclass(frozen=True)
@@ -82,14 +83,18 @@ def decide(
 # ------------------------------------------------------------------ audits (asset checks)
 
 
-def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
-    """receiver -> the problems with its configuration, for every invalid receiver."""
+def _invalid(items: list[dict[str, Any]]) -> dict[str, list[str]]:
     out = {}
-    for item in store.scan_receivers(dynamodb, receivers_table):
+    for item in items:
         errors = receiver_errors(item)
         if errors:
             out[str(item.get("receiver"))] = errors
     return out
+
+
+def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
+    """receiver -> the problems with its configuration, for every invalid receiver."""
+    return _invalid(store.scan_receivers(dynamodb, receivers_table))
 
 
 def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
@@ -110,10 +115,28 @@ def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
 
+def _orphaned(items: list[dict[str, Any]], pending: dict[str, int]) -> dict[str, int]:
+    known = {str(i.get("receiver")) for i in items}
+    return {name: n for name, n in pending.items() if name not in known}
+
+
 def orphaned_pending(dynamodb, *, receivers_table: str, records_table: str) -> dict[str, int]:
     """Receivers that are gone from the receivers table but still have pending records."""
-    known = {str(i.get("receiver")) for i in store.scan_receivers(dynamodb, receivers_table)}
-    return {name: n for name, n in pending_by_receiver(dynamodb, records_table).items() if name not in known}
+    return _orphaned(store.scan_receivers(dynamodb, receivers_table), pending_by_receiver(dynamodb, records_table))
+
+
+def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> Look:
+    """A schedule's look before the batching checks, as a state look: what two of the three checks
+    read and record (one scan of the receivers table, one of the sparse pending-index). The third,
+    malformed pending records, needs a full scan of the records table: its schedule's refresh
+    covers it."""
+    items = store.scan_receivers(dynamodb, receivers_table)
+    invalid = _invalid(items)
+    orphans = _orphaned(items, pending_by_receiver(dynamodb, records_table))
+    return Look.state(
+        {"invalid_receivers": invalid, "orphaned_pending": orphans},
+        f"{len(items)} receiver(s), {len(invalid)} invalid; pending records of {len(orphans)} deleted receiver(s)",
+    )
 
 
 def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:

@@ -13,6 +13,7 @@
 import datetime as dt
 import json
 import os
+import time
 
 import dagster as dg
 
@@ -21,6 +22,7 @@ from pipelines.batching.batcher import ReceiverBatcher, RunReport
 from pipelines.batching.decider import (
     decide,
     invalid_receivers,
+    look_at_receivers,
     malformed_pending,
     orphaned_pending,
     valid_partition_names,
@@ -30,7 +32,9 @@ from pipelines.common.defs.active_runs import active_run, still_going
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.executors import fan_out_executor
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
+from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.summary import run_summary
+from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -142,10 +146,26 @@ def batches_job(executor_def: dg.ExecutorDefinition | None = None):
 receiver_batches_job = batches_job()
 
 
+SYNC_REFRESH_SECONDS = 600
+"""receivers_sync compares the receivers table with the partitions themselves at least this often;
+in between, with the table as its last tick read it (its cursor): partitions added or removed by
+hand are put right within this time, a changed table at the next tick."""
+
+
+def _synced(cursor: str | None) -> tuple[list[str], float] | None:
+    """(the receiver names, when) the sync last found the partitions equal to, from its cursor."""
+    try:
+        seen = json.loads(cursor or "")
+        return list(seen["receivers"]), float(seen["at"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 @dg.sensor(
     minimum_interval_seconds=30,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Keeps the `receivers` dynamic partitions equal to the receivers table.",
+    description="Keeps the `receivers` dynamic partitions equal to the receivers table (reads the partitions "
+    "when the table changed, and at least every 10 minutes).",
 )
 @one_line_failures
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
@@ -153,9 +173,15 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     wanted, bad = valid_partition_names(items)
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
+    clock, names = time.time(), sorted(wanted)
+    seen = _synced(context.cursor)
+    if seen is not None and seen[0] == names and clock - seen[1] < SYNC_REFRESH_SECONDS:
+        return dg.SkipReason(f"{len(names)} receiver(s), the table unchanged since the partitions were in sync")
     current = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     add, remove = sorted(wanted - current), sorted(current - wanted)
+    cursor = json.dumps({"receivers": names, "at": clock})
     if not add and not remove:
+        context.update_cursor(cursor)
         return dg.SkipReason(f"{len(current)} receiver partition(s), all in sync")
     context.log.info(f"receivers: adding {add[:20]}, removing {remove[:20]}")
     requests = []
@@ -163,7 +189,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
         requests.append(receivers_partitions.build_add_request(add))
     if remove:
         requests.append(receivers_partitions.build_delete_request(remove))
-    return dg.SensorResult(dynamic_partitions_requests=requests)
+    return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
 
 
 @dg.schedule(
@@ -273,13 +299,32 @@ batching_checks_job = dg.define_asset_job(
 )
 
 
+CHECKS_REFRESH = dt.timedelta(hours=1)
+"""The batching checks run at least this often, whatever their schedule's look finds."""
+
+
+def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
+    batching: BatchingSettings = context.resources.batching
+    return look_at_receivers(
+        context.resources.dynamodb.get_client(),
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+    )
+
+
 def build_defs(deployment: str) -> dg.Definitions:
-    checks_schedule = dg.ScheduleDefinition(
+    checks_schedule = looking_schedule(
         name="batching_checks_schedule",
+        deployment=deployment,
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description="Every 15 minutes: the batching asset checks.",
+        look=_receivers_look,
+        refresh=CHECKS_REFRESH,
+        required_resource_keys={"dynamodb", "batching"},
+        description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
+        "of the pending-index) and runs them when the invalid receivers or the pending records of deleted "
+        "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
+        "check scans the whole records table: it runs on that hourly refresh, or with the others).",
     )
     # Under the cluster deployment each batch run's step goes to a Celery worker (fan_out_executor).
     executor = fan_out_executor(deployment)

@@ -27,6 +27,7 @@ import psycopg2
 import psycopg2.errors
 from psycopg2 import sql
 
+from pipelines.common.looks import Look
 from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, RetryPolicy
 from pipelines.progressor.schema import Tables, process_columns, require_tables, tables_for
 
@@ -224,6 +225,23 @@ def list_zombies(conn, tables: Tables, seconds: int) -> list[Zombie]:
         rows = cur.fetchall()
     conn.rollback()
     return [Zombie(*row) for row in rows]
+
+
+def look_for_zombies(conn, params: CollectParams) -> Look:
+    """A schedule's look before a collection: one count of the running table's rows older than the
+    zombie threshold. Without the clock's safety shift (:class:`Clock`), so it counts at least the
+    zombies a run would find."""
+    tables = tables_for(params.namespace)
+    seconds = params.threshold_seconds
+    with conn.cursor() as cur:
+        cur.execute(
+            tables.sql("SELECT count(*) FROM {running} WHERE running_time < now() - {age}", age=_interval(seconds))
+        )
+        found = cur.fetchone()[0]
+    conn.rollback()
+    if found:
+        return Look.work(f"{found} running task(s) of {params.namespace} older than {seconds}s")
+    return Look.idle(f"no running task of {params.namespace} older than {seconds}s")
 
 
 def _lock_batch(cur, tables: Tables, batch: list[Zombie], seconds: int) -> list[Zombie]:

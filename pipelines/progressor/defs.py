@@ -5,19 +5,23 @@ per target namespace, a health asset per namespace with its checks, and local de
 ``{"namespace": "default/default", "action": "retry"}``.
 """
 
+import datetime as dt
+from typing import Any
+
 import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.active_runs import exclusive_schedule
-from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.defs.config import flat_config, params_from_config
+from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.demo import seeded
-from pipelines.progressor.collector import ClockError, Counts, collect_zombies
+from pipelines.common.looks import Look
+from pipelines.progressor.collector import ClockError, Counts, collect_zombies, look_for_zombies
 from pipelines.progressor.demo import DemoTraffic, play
-from pipelines.progressor.health import CHECKS, checks, durations_chart, measure
+from pipelines.progressor.health import CHECKS, checks, durations_chart, measure, recorded_state
 from pipelines.progressor.metrics import collection_datums, health_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
@@ -93,15 +97,66 @@ def collect_zombies_job():
 
 
 def schedule_for(target: Target, deployment: str) -> dg.ScheduleDefinition:
-    return exclusive_schedule(
+    namespace = target.params.namespace
+
+    def look(context: dg.ScheduleEvaluationContext) -> Look:
+        with context.resources.progressor_db.connection() as conn:
+            return look_for_zombies(conn, target.params)
+
+    return looking_schedule(
         name=f"collect_zombies_{target.name}",
+        deployment=deployment,
         job=collect_zombies_job,
         cron_schedule=target.cron,
-        run_config=target.config,
-        tags={**CAPABILITY, NAMESPACE_TAG: target.params.namespace},
-        same_run_tags={NAMESPACE_TAG: target.params.namespace},
-        description=f"Collect progressor zombies of {target.params.namespace} ({target.cron}).",
+        look=look,
+        request=lambda _context: dg.RunRequest(
+            run_config=dict(target.config), tags={**CAPABILITY, NAMESPACE_TAG: namespace}
+        ),
+        required_resource_keys={"progressor_db"},
+        same_run_tags={NAMESPACE_TAG: namespace},
+        description=f"Collect progressor zombies of {namespace} ({target.cron}). Looks first (one count of the "
+        "running tasks older than the zombie threshold) and skips the tick when there is none, or while the "
+        "previous run is still queued or running.",
+    )
+
+
+HEALTH_REFRESH = dt.timedelta(hours=1)
+"""The health checks run at least this often, whatever their schedule's look finds."""
+
+
+def health_schedule(targets: list[Target], job: Any, deployment: str) -> dg.ScheduleDefinition:
+    """Every 5 minutes, a health run of every target namespace when a check's outcome or a count
+    changed since the last run (or that run is an hour old)."""
+
+    def look(context: dg.ScheduleEvaluationContext) -> Look:
+        states, said = {}, []
+        with context.resources.progressor_db.connection() as conn:
+            for target in targets:
+                params = target.params
+                health = measure(
+                    conn,
+                    tables_for(params.namespace),
+                    process_step_timeout=params.process_step_timeout,
+                    task_scan_timeout=params.task_scan_timeout,
+                    writer_time_zone=params.writer_time_zone,
+                )
+                states[params.namespace] = recorded_state(health)
+                failing = [c.name for c in checks(health) if not c.passed]
+                said.append(f"{params.namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
+        return Look.state(states, "; ".join(said))
+
+    return looking_schedule(
+        name="progressor_health_schedule",
         deployment=deployment,
+        job=job,
+        cron_schedule="*/5 * * * *",
+        look=look,
+        refresh=HEALTH_REFRESH,
+        required_resource_keys={"progressor_db"},
+        description="Progressor health of every target namespace, with its checks. Looks first (the health "
+        "figures' own queries) and runs when a check's outcome or a count (zombies, overdue timers, running "
+        "tasks, process errors, tasks by status) differs from what the last run recorded, and at least every "
+        "hour.",
     )
 
 
@@ -184,7 +239,8 @@ def progressor_demo_traffic():
 
 
 def build_defs(deployment: str) -> dg.Definitions:
-    """The job everywhere; per target namespace a schedule and a health asset (checks every 5 minutes)."""
+    """The job everywhere; per target namespace a schedule and a health asset (its checks run when they
+    would change, and at least hourly)."""
     targets = load_targets(targets_path(deployment))
     assets = [health_asset(t) for t in targets]
     schedules = [schedule_for(t, deployment) for t in targets]
@@ -198,16 +254,7 @@ def build_defs(deployment: str) -> dg.Definitions:
             "task, recent process errors, task durations) with its checks; launched by progressor_health_schedule.",
         )
         jobs.append(health_job)
-        cadence = schedule_cadence(deployment, "progressor_health_schedule", "*/5 * * * *")
-        schedules.append(
-            dg.ScheduleDefinition(
-                name="progressor_health_schedule",
-                job=health_job,
-                cron_schedule=cadence.cron_schedule,
-                default_status=cadence.default_status,
-                description=cadence.describe("Progressor health of every target namespace, with its checks."),
-            )
-        )
+        schedules.append(health_schedule(targets, health_job, deployment))
     if deployment == "local":
         jobs.append(progressor_demo_traffic)
         schedules.append(

@@ -13,6 +13,7 @@ The figures come from the namespace's tables, with the database clock (``now()``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
 from pipelines.progressor.collector import Clock, database_clock
@@ -181,6 +182,20 @@ def checks(health: Health) -> list[CheckOutcome]:
         ),
     ]
     return out
+
+
+def recorded_state(health: Health) -> dict[str, Any]:
+    """What a health run records that does not move with the clock alone: each check's outcome and
+    the counts (a schedule's look compares it with the last run's; the ages and durations are left
+    out)."""
+    return {
+        "checks": {c.name: c.passed for c in checks(health)},
+        "zombies": health.zombies,
+        "overdue_timers": health.overdue_timers,
+        "running": health.running,
+        "errored_24h": health.errored_24h,
+        "tasks_by_status": health.tasks_by_status,
+    }
 
 
 def durations_markdown(health: Health) -> str:

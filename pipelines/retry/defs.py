@@ -150,6 +150,10 @@ def retry_demo():
     throttled_until_attempt()
 
 
+MATERIALIZED = "materialized"
+"""retry_policies_on_start's cursor once it has seen the asset materialized."""
+
+
 def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorDefinition:
     """Local only: materializes ``asset`` once when it was never materialized, so ``make dev``
     opens on a rendered ``retry_policies`` page rather than "Never materialized"."""
@@ -158,11 +162,14 @@ def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorD
         name="retry_policies_on_start",
         target=asset,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=600,  # its first tick is at the start; later ones only find it materialized
         description="Local only: materializes retry_policies once when it was never materialized.",
     )
     def retry_policies_on_start(context: dg.SensorEvaluationContext):
+        if context.cursor == MATERIALIZED:  # seen before: no need to read the instance again
+            return dg.SkipReason(f"{asset.key.to_user_string()} is materialized; nothing to do")
         if context.instance.get_latest_materialization_event(asset.key) is not None:
+            context.update_cursor(MATERIALIZED)
             return dg.SkipReason(f"{asset.key.to_user_string()} is materialized; nothing to do")
         # the run key makes this one run per instance, also if it is still queued on the next tick
         return dg.RunRequest(run_key="first-materialization")

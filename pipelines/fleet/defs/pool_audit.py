@@ -12,13 +12,14 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
+from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.demo import seeded
-from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, run_pool_audit
+from pipelines.common.looks import Look
+from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, look_at_fleet, run_pool_audit
 from pipelines.fleet.pool_audit.checks import (
     CHECK_DESCRIPTIONS,
     CHECK_IDLE_COST,
@@ -294,7 +295,8 @@ def report_metadata(result: DailyReport, bucket: str) -> dict[str, Any]:
 pool_audit_job = dg.define_asset_job(
     "pool_audit_job",
     selection=dg.AssetSelection.assets(ASSET_KEY),
-    description="Audit every fleet pool now (also run by pool_audit_schedule every 10 minutes).",
+    description="Audit every fleet pool now (also run by pool_audit_schedule when the fleet changes, and at "
+    "least every 20 minutes).",
     tags=CAPABILITY_TAGS,
     executor_def=dg.in_process_executor,
 )
@@ -307,17 +309,37 @@ pool_cost_report_job = dg.define_asset_job(
     executor_def=dg.in_process_executor,
 )
 
+POOL_AUDIT_REFRESH = dt.timedelta(minutes=20)
+"""The schedule takes a snapshot at least this often, changed fleet or not: the cost report counts a
+snapshot for at most ``max_gap_minutes`` (30 by default)."""
 
-# Both on by default: a snapshot every 10 minutes, and yesterday's report.
+
+def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
+    fleet: FleetSettings = context.resources.fleet
+    return look_at_fleet(
+        dynamodb=context.resources.dynamodb.get_client(),
+        ec2=context.resources.ec2.get_client(),
+        jobs_table=fleet.jobs_table,
+        pools_table=fleet.pools_table,
+    )
+
+
+# Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does
+# not), and yesterday's report.
 def pool_audit_schedule(deployment: str) -> dg.ScheduleDefinition:
-    cadence = schedule_cadence(deployment, "pool_audit_schedule", "*/10 * * * *")
-    return dg.ScheduleDefinition(
+    return looking_schedule(
         name="pool_audit_schedule",
+        deployment=deployment,
         job=pool_audit_job,
-        cron_schedule=cadence.cron_schedule,
+        cron_schedule="*/10 * * * *",
         execution_timezone="UTC",
-        default_status=cadence.default_status,
-        description=cadence.describe("Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks)."),
+        look=_fleet_look,
+        refresh=POOL_AUDIT_REFRESH,
+        required_resource_keys={"fleet", "dynamodb", "ec2"},
+        description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks). Looks first (the audit's own "
+        "reads: the pools table, the managed instances, the running jobs) and takes the snapshot when the fleet "
+        "differs from the last snapshot's, and at least every 20 minutes (the cost report counts a snapshot for "
+        "at most 30).",
     )
 
 

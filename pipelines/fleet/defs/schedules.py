@@ -1,8 +1,22 @@
-"""The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule."""
+"""The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule.
+
+Each looks before it launches a run (``pipelines.common.defs.looks``): a housekeeping schedule
+reads what its task would act on (``pipelines.fleet.cleanup.LOOKS``) and skips the tick when there
+is nothing; the dead-letter checks run when a dead-letter queue's depth differs from what the last
+checks recorded, and at least every :data:`DEAD_LETTER_REFRESH`.
+"""
+
+import datetime as dt
 
 import dagster as dg
 
-from pipelines.common.defs.cadence import schedule_cadence
+from pipelines.common.defs.looks import looking_schedule, scheduled_time, tick_time
+from pipelines.common.looks import Look
+from pipelines.fleet.cleanup import LOOKS
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.housekeeping import Housekeeping
+from pipelines.fleet.queues import queue_depth, queue_name
+from resources import FleetSettings
 
 HOUSEKEEPING_SCHEDULES = {
     "orphaned_instances": "*/5 * * * *",
@@ -10,39 +24,103 @@ HOUSEKEEPING_SCHEDULES = {
     "old_jobs": "0 * * * *",
 }
 
+LOOKED_AT = {
+    "orphaned_instances": "managed instances launched before the task's cutoff (DescribeInstances, then a "
+    "running-job query per such instance)",
+    "stale_ssm": "the runner parameters and their instances (GetParametersByPath, DescribeInstances)",
+    "old_jobs": "finished jobs completed before the retention cutoff (one Query of one item per final status)",
+}
+"""What each housekeeping schedule reads before it launches a run (said in its description)."""
+
+DEAD_LETTER_REFRESH = dt.timedelta(hours=1)
+"""The dead-letter checks run at least this often, whatever the depths."""
+
+DISPATCHER = Housekeeping()
+
+
+def _request(task_type: str, context: dg.ScheduleEvaluationContext) -> dict:
+    """The run config of the task's run at this tick: runs-fleet's housekeeping message."""
+    moment = scheduled_time(context)
+    return {"task_type": task_type, "timestamp": moment.isoformat() if moment else None, "params": {}}
+
+
+LOOK_CLIENTS = {
+    "orphaned_instances": ("ec2", "dynamodb"),
+    "stale_ssm": ("ssm", "ec2"),
+    "old_jobs": ("dynamodb",),
+}
+"""The clients each look reads with (the others are not built)."""
+
+
+def _fleet_context(context: dg.ScheduleEvaluationContext, services: tuple[str, ...]) -> FleetContext:
+    fleet: FleetSettings = context.resources.fleet
+
+    def client(service: str):
+        return getattr(context.resources, service).get_client() if service in services else None
+
+    return FleetContext(
+        ec2=client("ec2"),
+        ssm=client("ssm"),
+        dynamodb=client("dynamodb"),
+        cloudwatch=None,
+        s3=None,
+        jobs_table=fleet.jobs_table,
+        archive_bucket=fleet.archive_bucket,
+        namespace=fleet.metrics_namespace,
+        log=context.log,
+        pools_table=fleet.pools_table,
+    )
+
 
 def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.ScheduleDefinition:
-    name = f"housekeeping_{task_type}_schedule"
-    cadence = schedule_cadence(deployment, name, cron)
+    look_task = LOOKS[task_type]
 
-    @dg.schedule(
-        name=name,
-        job_name="housekeeping",
-        cron_schedule=cadence.cron_schedule,
-        default_status=cadence.default_status,
-        description=cadence.describe(
-            f"Runs the {task_type} housekeeping task ({cron}), as runs-fleet's EventBridge rules do."
-        ),
-    )
-    def _schedule(context: dg.ScheduleEvaluationContext):
-        moment = context.scheduled_execution_time
+    def look(context: dg.ScheduleEvaluationContext) -> Look:
+        request = DISPATCHER.parse({k: v for k, v in _request(task_type, context).items() if v is not None})
+        return look_task(_fleet_context(context, LOOK_CLIENTS[task_type]), request)
+
+    def request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        config = _request(task_type, context)
         return dg.RunRequest(
-            run_key=f"{task_type}-{moment.isoformat()}" if moment else None,
-            run_config={"task_type": task_type, "timestamp": moment.isoformat() if moment else None, "params": {}},
+            run_key=f"{task_type}-{config['timestamp']}" if config["timestamp"] else None,
+            run_config=config,
             tags={"groundskeeper/task": task_type},
         )
 
-    return _schedule
+    return looking_schedule(
+        name=f"housekeeping_{task_type}_schedule",
+        deployment=deployment,
+        job_name="housekeeping",
+        cron_schedule=cron,
+        look=look,
+        request=request,
+        required_resource_keys={"fleet", *LOOK_CLIENTS[task_type]},
+        description=f"Runs the {task_type} housekeeping task ({cron}), as runs-fleet's EventBridge rules do. "
+        f"Looks first at {LOOKED_AT[task_type]} and skips the tick when the task would change nothing.",
+    )
+
+
+def _dead_letter_look(context: dg.ScheduleEvaluationContext) -> Look:
+    fleet: FleetSettings = context.resources.fleet
+    sqs = context.resources.sqs.get_client()
+    depths = {queue_name(url): queue_depth(sqs, url) for url in (fleet.termination_dlq_url, fleet.housekeeping_dlq_url)}
+    said = ", ".join(f"{name} {d['visible'] + d['in_flight']}" for name, d in depths.items())
+    return Look.state(depths, f"dead letters at {tick_time(context):%H:%M}: {said}")
 
 
 def schedules(deployment: str) -> list[dg.ScheduleDefinition]:
     return [
         *(housekeeping_schedule(task, cron, deployment) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
-        dg.ScheduleDefinition(
+        looking_schedule(
             name="fleet_dead_letter_checks_schedule",
+            deployment=deployment,
             job_name="fleet_dead_letter_checks",
             cron_schedule="*/10 * * * *",
-            default_status=dg.DefaultScheduleStatus.RUNNING,
-            description="Every 10 minutes: depth of each fleet dead-letter queue.",
+            look=_dead_letter_look,
+            refresh=DEAD_LETTER_REFRESH,
+            required_resource_keys={"fleet", "sqs"},
+            description="Every 10 minutes: depth of each fleet dead-letter queue. Looks first (one "
+            "GetQueueAttributes per dead-letter queue) and runs the checks when a depth differs from what "
+            "the last checks recorded, and at least every hour.",
         ),
     ]

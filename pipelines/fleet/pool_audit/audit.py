@@ -7,6 +7,7 @@ The ``pool_audit`` asset, its schedule and the housekeeping ``pool_audit`` task 
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from pipelines.common.aws_batches import put_metrics
+from pipelines.common.looks import Look
 from pipelines.fleet.pool_audit import store
 from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
 from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
@@ -86,6 +88,20 @@ def run_pool_audit(
     run.snapshot_key = store.snapshot_key(taken_at)
     store.put_csv(s3, archive_bucket, run.snapshot_key, snapshot_frame(audit, taken_at))
     return run
+
+
+def look_at_fleet(*, dynamodb, ec2, jobs_table: str, pools_table: str) -> Look:
+    """A schedule's look before an audit: the audit's own reads (pools, managed instances, running
+    jobs), as a state look: an audit of the same state gives the same snapshot."""
+    pools = store.load_pools(dynamodb, pools_table)
+    instances = store.list_fleet_instances(ec2)
+    busy = store.running_job_instances(dynamodb, jobs_table)
+    state = {
+        "pools": sorted(json.dumps(pool, sort_keys=True, default=str) for pool in pools),
+        "instances": sorted(instances, key=lambda row: row["instance_id"]),
+        "busy": sorted(busy),
+    }
+    return Look.state(state, f"{len(pools)} pools, {len(instances)} managed instances, {len(busy)} with running jobs")
 
 
 def snapshot_frame(audit: PoolAudit, taken_at: dt.datetime) -> pd.DataFrame:

@@ -1,0 +1,187 @@
+"""Schedules that look before they launch a run (``pipelines.common.looks``): :func:`looking_schedule`.
+
+At each tick the schedule's look reads what the run would read first, in the process that
+evaluates the schedule (no run process):
+
+- a work look that finds nothing to do skips the tick with its reason;
+- a state look (asset checks, snapshots) runs when what it read differs from what the last run of
+  this schedule read (the run's ``groundskeeper/look`` tag), when that run did not succeed, and at
+  least every ``refresh``: a check result or snapshot is never older than that;
+- a look that fails (AWS or the database unreachable, a permission missing) does not hide the
+  problem: the run is launched, and fails or succeeds with its own one line.
+
+A run a looking schedule launches is known by Dagster's own ``dagster/schedule_name`` tag (hidden in
+the runs list) and, after a state look, carries ``groundskeeper/look`` (its fingerprint).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import dagster as dg
+
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES, active_run, still_going
+from pipelines.common.defs.cadence import schedule_cadence
+from pipelines.common.looks import Look
+
+SCHEDULE_TAG = "dagster/schedule_name"
+"""Dagster's tag on every run a schedule launches: which schedule (the last run of this schedule)."""
+
+LOOK_TAG = "groundskeeper/look"
+"""The fingerprint of the state the schedule's look read before the run (state looks)."""
+
+REFRESH_SLACK = dt.timedelta(minutes=1)
+"""A run created a few seconds after its tick still counts as of that tick: the refresh is due at
+the first tick at least ``refresh`` minus this after the last run was created."""
+
+LookFn = Callable[[dg.ScheduleEvaluationContext], Look]
+RequestFn = Callable[[dg.ScheduleEvaluationContext], dg.RunRequest]
+
+
+def scheduled_time(context: dg.ScheduleEvaluationContext) -> dt.datetime | None:
+    """The tick's scheduled time, or None for a context built without one (a test's)."""
+    try:
+        return context.scheduled_execution_time
+    except Exception:  # build_schedule_context() without scheduled_execution_time: Dagster's check fails
+        return None
+
+
+def tick_time(context: dg.ScheduleEvaluationContext) -> dt.datetime:
+    """The tick's scheduled time (UTC), or now for a context built without one."""
+    return (scheduled_time(context) or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+
+
+def _instance(context: dg.ScheduleEvaluationContext) -> dg.DagsterInstance | None:
+    try:
+        return context.instance
+    except dg.DagsterInvariantViolationError:  # a bare build_schedule_context() in a test: no runs
+        return None
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+
+
+def _ago(delta: dt.timedelta) -> str:
+    minutes = int(delta.total_seconds() // 60)
+    return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
+
+
+def against_last_run(
+    context: dg.ScheduleEvaluationContext, look: Look, *, job_name: str, schedule_name: str, refresh: dt.timedelta
+) -> Look:
+    """A state look decided against the last run this schedule launched: due when there is none, it
+    did not succeed, it read another state, or it is ``refresh`` old; not due while it is still
+    queued or running on the same state."""
+    instance = _instance(context)
+    records = (
+        instance.get_run_records(dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: schedule_name}), limit=1)
+        if instance is not None
+        else []
+    )
+    if not records:
+        return Look(True, f"{look.reason}; no earlier run of this schedule", look.fingerprint)
+    run, created = records[0].dagster_run, _utc(records[0].create_timestamp)
+    same = run.tags.get(LOOK_TAG) == look.fingerprint
+    if not same:
+        return Look(True, f"{look.reason}; changed since run {run.run_id[:8]}", look.fingerprint)
+    if run.status in ACTIVE_STATUSES:
+        return Look(False, f"{look.reason}: unchanged, and run {still_going(run)}", look.fingerprint)
+    if run.status != dg.DagsterRunStatus.SUCCESS:
+        status = run.status.value.lower()
+        return Look(True, f"{look.reason}; the last run {run.run_id[:8]} ended {status}", look.fingerprint)
+    age = tick_time(context) - created
+    if age >= refresh - REFRESH_SLACK:
+        return Look(
+            True,
+            f"{look.reason}; unchanged, the last run {run.run_id[:8]} was {_ago(age)} ago "
+            f"(at least every {_ago(refresh)})",
+            look.fingerprint,
+        )
+    return Look(
+        False,
+        f"{look.reason}: unchanged since run {run.run_id[:8]} at {created:%H:%M} UTC; runs when it changes, "
+        f"and by {created + refresh:%H:%M} UTC at the latest",
+        look.fingerprint,
+    )
+
+
+def evaluate_look(
+    context: dg.ScheduleEvaluationContext,
+    look: LookFn,
+    *,
+    job_name: str,
+    schedule_name: str,
+    refresh: dt.timedelta | None = None,
+) -> Look:
+    """The look's finding (a state look decided by :func:`against_last_run`); a look that raises
+    is a due look whose reason names the error, so that the run shows the problem."""
+    try:
+        found = look(context)
+    except Exception as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        return Look(True, f"could not look ({type(exc).__name__}: {first[:300]}): running to be sure")
+    if found.fingerprint is not None:
+        if refresh is None:
+            raise ValueError(f"{schedule_name}: a state look needs a refresh interval")
+        return against_last_run(context, found, job_name=job_name, schedule_name=schedule_name, refresh=refresh)
+    return found
+
+
+def looked_request(request: dg.RunRequest, schedule_name: str, found: Look) -> dg.RunRequest:
+    """``request`` with the look's tag (the fingerprint of a state look); Dagster adds the schedule's."""
+    tags = dict(request.tags or {})
+    if found.fingerprint is not None:
+        tags[LOOK_TAG] = found.fingerprint
+    return request.with_replaced_attrs(tags=tags)
+
+
+def looking_schedule(
+    *,
+    name: str,
+    cron_schedule: str,
+    description: str,
+    deployment: str,
+    look: LookFn,
+    job: Any = None,
+    job_name: str | None = None,
+    request: RequestFn | None = None,
+    refresh: dt.timedelta | None = None,
+    required_resource_keys: set[str] | None = None,
+    same_run_tags: Mapping[str, str] | None = None,
+    execution_timezone: str | None = None,
+) -> dg.ScheduleDefinition:
+    """A schedule (on by default) that looks first (``look``, with ``required_resource_keys``) and
+    launches ``request(context)`` (default: a plain ``RunRequest``) only when the look finds it due.
+    ``same_run_tags``: also skip while a run of the job with these tags is still queued or running.
+    ``refresh``: for a state look, the longest time between two runs. ``cron_schedule`` is its own
+    cadence: the local deployment's is the demo's (``schedule_cadence``)."""
+    target = job.name if job is not None else job_name
+    assert target is not None, "looking_schedule needs job or job_name"
+    cadence = schedule_cadence(deployment, name, cron_schedule)
+
+    def evaluate(context: dg.ScheduleEvaluationContext):
+        if same_run_tags is not None:
+            instance = _instance(context)
+            previous = active_run(instance, target, same_run_tags) if instance is not None else None
+            if previous is not None:
+                return dg.SkipReason(f"the previous {target} run {still_going(previous)}: not queueing another")
+        found = evaluate_look(context, look, job_name=target, schedule_name=name, refresh=refresh)
+        if not found.due:
+            return dg.SkipReason(found.reason)
+        context.log.info(f"launching {target}: {found.reason}")
+        return looked_request(request(context) if request else dg.RunRequest(), name, found)
+
+    return dg.ScheduleDefinition(
+        name=name,
+        job=job,
+        job_name=None if job is not None else job_name,
+        cron_schedule=cadence.cron_schedule,
+        execution_fn=evaluate,
+        execution_timezone=execution_timezone,
+        default_status=cadence.default_status,
+        required_resource_keys=set(required_resource_keys or ()),
+        description=cadence.describe(description),
+    )

@@ -1,0 +1,225 @@
+"""Schedules that look before they launch a run (``pipelines.common.defs.looks``): each skips its tick,
+saying why, when the run would do nothing, and launches the run when there is work (or, for the
+checks and the pool audit, when what they record changed or is old)."""
+
+import datetime as dt
+
+import dagster as dg
+import pytest
+
+from pipelines.common import iso, to_item
+from pipelines.common.defs.looks import LOOK_TAG, SCHEDULE_TAG, looking_schedule
+from pipelines.common.looks import Look
+from pipelines.definitions import build_definitions
+from pipelines.fleet import messages
+from pipelines.fleet.cleanup import SUSPECT_TAG
+from resources import resources_for
+from tests import fleet_support as fs
+from tests.batching_helpers import put_receiver
+
+DLQ = "RUNS_FLEET_TERMINATION_DLQ_URL"
+
+
+@pytest.fixture
+def defs(aws):
+    return build_definitions("prod")  # the production cadences, resources from the test's moto
+
+
+def _tick(defs, name: str, instance=None, at: dt.datetime | None = None):
+    schedule = defs.resolve_schedule_def(name)
+    context = dg.build_schedule_context(
+        instance=instance,
+        resources=resources_for("local"),
+        scheduled_execution_time=at or dt.datetime.now(dt.UTC).replace(second=0, microsecond=0),
+    )
+    return schedule.evaluate_tick(context)
+
+
+def _run(defs, job_name: str, instance, request: dg.RunRequest) -> None:
+    """The run a tick asked for, as the daemon would launch it (its tags, in the instance)."""
+    result = defs.resolve_job_def(job_name).execute_in_process(
+        instance=instance, tags=request.tags, resources=resources_for("local")
+    )
+    assert result.success
+
+
+# ---------------------------------------------------------------- housekeeping: work looks
+
+
+def _drop_job(aws, job: dict) -> None:
+    """The instance keeps running without its job: an orphan."""
+    aws.client("dynamodb").delete_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Key={"job_id": {"S": job["job_id"]}})
+
+
+def test_orphaned_instances_skips_when_no_instance_is_old_enough_and_runs_when_one_is_orphaned(aws, defs, monkeypatch):
+    name = "housekeeping_orphaned_instances_schedule"
+    fs.start_jobs(aws, 1)  # a young managed instance with a running job
+    idle = _tick(defs, name)
+    assert idle.run_requests == []
+    assert "no managed instance launched before" in idle.skip_message
+    assert "(1 running or pending)" in idle.skip_message
+
+    # Seven hours on: the instance is past max_runtime (6 h) + 10 min, but its job still runs.
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=7)
+    monkeypatch.setattr(messages, "utcnow", lambda: later)
+    busy = _tick(defs, name)
+    assert busy.run_requests == []
+    assert "none to tag, untag or terminate" in busy.skip_message
+
+    # An instance without a running job is an orphan: the run tags it.
+    (orphan,) = fs.start_jobs(aws, 1)
+    _drop_job(aws, orphan)
+    (request,) = _tick(defs, name).run_requests
+    assert request.run_config["task_type"] == "orphaned_instances"
+    assert request.tags[SCHEDULE_TAG] == name
+
+
+def test_orphaned_instances_runs_for_a_suspect_that_is_due_for_termination(aws, defs, monkeypatch):
+    (job,) = fs.start_jobs(aws, 1)
+    _drop_job(aws, job)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=7)
+    aws.client("ec2").create_tags(
+        Resources=[job["instance_id"]], Tags=[{"Key": SUSPECT_TAG, "Value": iso(later - dt.timedelta(minutes=1))}]
+    )
+    monkeypatch.setattr(messages, "utcnow", lambda: later)
+    waiting = _tick(defs, "housekeeping_orphaned_instances_schedule")
+    assert "1 suspect(s) waiting for their confirmation" in waiting.skip_message
+    monkeypatch.setattr(messages, "utcnow", lambda: later + dt.timedelta(minutes=10))
+    (request,) = _tick(defs, "housekeeping_orphaned_instances_schedule").run_requests
+    assert request.run_config["task_type"] == "orphaned_instances"
+
+
+def test_stale_ssm_skips_while_every_parameter_has_its_instance_and_runs_for_a_gone_one(aws, defs):
+    name = "housekeeping_stale_ssm_schedule"
+    none = _tick(defs, name)
+    assert none.run_requests == []
+    assert "no runner parameters" in none.skip_message
+    fs.start_jobs(aws, 2)
+    live = _tick(defs, name)
+    assert "2 instance(s) with runner parameters, none gone" in live.skip_message
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    (request,) = _tick(defs, name).run_requests
+    assert request.run_config == {"task_type": "stale_ssm", "timestamp": request.run_config["timestamp"], "params": {}}
+
+
+def test_old_jobs_skips_when_no_finished_job_is_past_the_retention_and_runs_when_one_is(aws, defs):
+    name = "housekeeping_old_jobs_schedule"
+    table = aws.env["RUNS_FLEET_JOBS_TABLE"]
+    now = dt.datetime.now(dt.UTC)
+    recent = {"job_id": "recent", "status": "completed", "completed_at": iso(now - dt.timedelta(days=1))}
+    aws.client("dynamodb").put_item(TableName=table, Item=to_item(recent))
+    idle = _tick(defs, name)
+    assert idle.run_requests == []
+    assert "no finished job completed before" in idle.skip_message
+    old = {"job_id": "old", "status": "timeout", "completed_at": iso(now - dt.timedelta(days=8))}
+    aws.client("dynamodb").put_item(TableName=table, Item=to_item(old))
+    (request,) = _tick(defs, name).run_requests
+    assert request.run_config["task_type"] == "old_jobs"
+
+
+# ---------------------------------------------------------------- state looks: checks and snapshots
+
+
+@pytest.mark.slow
+def test_dead_letter_checks_run_when_a_depth_changes_and_at_least_hourly(aws, defs):
+    name = "fleet_dead_letter_checks_schedule"
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(defs, name, instance).run_requests
+        _run(defs, "fleet_dead_letter_checks", instance, first)
+
+        same = _tick(defs, name, instance)
+        assert same.run_requests == []
+        assert "unchanged since run" in same.skip_message
+
+        aws.client("sqs").send_message(QueueUrl=aws.env[DLQ], MessageBody="x")
+        (changed,) = _tick(defs, name, instance).run_requests
+        assert changed.tags[LOOK_TAG] != first.tags[LOOK_TAG]
+        _run(defs, "fleet_dead_letter_checks", instance, changed)
+        assert _tick(defs, name, instance).run_requests == []
+
+        an_hour_on = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+        (refresh,) = _tick(defs, name, instance, at=an_hour_on).run_requests
+        assert refresh.tags[LOOK_TAG] == changed.tags[LOOK_TAG]
+
+
+@pytest.mark.slow
+def test_the_pool_audit_snapshots_a_changed_fleet_and_an_unchanged_one_every_20_minutes(aws, defs):
+    name = "pool_audit_schedule"
+    fs.start_jobs(aws, 2)
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(defs, name, instance).run_requests
+        _run(defs, "pool_audit_job", instance, first)
+        same = _tick(defs, name, instance)
+        assert same.run_requests == []
+        assert "0 pools, 2 managed instances, 2 with running jobs: unchanged since run" in same.skip_message
+
+        fs.start_jobs(aws, 1)
+        (changed,) = _tick(defs, name, instance).run_requests
+        _run(defs, "pool_audit_job", instance, changed)
+        assert _tick(defs, name, instance).run_requests == []
+        later = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=20)
+        assert len(_tick(defs, name, instance, at=later).run_requests) == 1
+
+
+@pytest.mark.slow
+def test_batching_checks_run_when_a_receiver_becomes_invalid(aws, defs):
+    name = "batching_checks_schedule"
+    put_receiver(aws, "fine")
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(defs, name, instance).run_requests
+        _run(defs, "batching_checks_job", instance, first)
+        same = _tick(defs, name, instance)
+        assert same.run_requests == []
+        assert "1 receiver(s), 0 invalid" in same.skip_message
+
+        put_receiver(aws, "broken", number_per_day=0)
+        (changed,) = _tick(defs, name, instance).run_requests
+        assert changed.tags[SCHEDULE_TAG] == name
+
+
+# ---------------------------------------------------------------- the looking schedule itself
+
+
+@dg.op
+def _noop():
+    return None
+
+
+@dg.job
+def _looked_job():
+    _noop()
+
+
+def _schedule(look, refresh=None) -> dg.ScheduleDefinition:
+    return looking_schedule(
+        name="looked",
+        job=_looked_job,
+        cron_schedule="* * * * *",
+        description="a test",
+        deployment="prod",
+        look=look,
+        refresh=refresh,
+    )
+
+
+def test_a_look_that_fails_launches_the_run_and_says_why():
+    def look(_context):
+        raise ConnectionError("endpoint unreachable\nsecond line")
+
+    with dg.instance_for_test() as instance:
+        tick = _schedule(look).evaluate_tick(dg.build_schedule_context(instance=instance))
+    (request,) = tick.run_requests
+    assert request.tags[SCHEDULE_TAG] == "looked"
+
+
+def test_a_state_look_runs_again_after_a_failed_run_and_skips_while_the_run_is_queued():
+    schedule = _schedule(lambda _context: Look.state({"depth": 1}, "depth 1"), refresh=dt.timedelta(hours=1))
+    with dg.instance_for_test() as instance:
+        (request,) = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+        run = instance.create_run_for_job(_looked_job, tags=request.tags)
+        queued = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+        assert queued.run_requests == []
+        assert f"unchanged, and run {run.run_id} is still" in queued.skip_message
+        instance.report_run_failed(run)
+        (again,) = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
+        assert again.tags[LOOK_TAG] == request.tags[LOOK_TAG]
