@@ -189,10 +189,10 @@ def test_collect_zombies_schedule_skips_without_zombies_and_runs_with_them(dsn, 
         engine.start_process(cur, t, "p-live", age_seconds=5)
     conn.close()
     with dg.instance_for_test() as instance:
-        idle = _tick(schedule_for(load_targets_for(calm)[0]), dsn, instance)
+        idle = _tick(schedule_for(load_targets_for(calm)[0], "prod"), dsn, instance)
         assert idle.run_requests == []
         assert idle.skip_message == f"no running task of {calm} older than 96s"
-        schedule = schedule_for(load_targets_for(zombie_ns)[0])
+        schedule = schedule_for(load_targets_for(zombie_ns)[0], "prod")
         (request,) = _tick(schedule, dsn, instance).run_requests
         assert request.run_config == {"namespace": zombie_ns}
         # While that run is queued, the next tick does not queue another.
@@ -204,7 +204,7 @@ def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn,
     [target] = load_targets_for(zombie_ns)
     job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
     defs = dg.Definitions(assets=[health_asset(target)], jobs=[job], resources=_resources(dsn))
-    schedule = health_schedule([target], job)
+    schedule = health_schedule([target], job, "prod")
     with dg.instance_for_test() as instance:
         (first,) = _tick(schedule, dsn, instance).run_requests
         run = defs.resolve_job_def("progressor_health_job").execute_in_process(instance=instance, tags=first.tags)
