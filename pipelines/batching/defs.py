@@ -162,10 +162,11 @@ def _synced(cursor: str | None) -> tuple[list[str], float] | None:
 
 
 @dg.sensor(
-    minimum_interval_seconds=30,
+    # A new receiver's first batch does not wait for it (batch_decider adds a missing partition itself).
+    minimum_interval_seconds=120,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Keeps the `receivers` dynamic partitions equal to the receivers table (reads the partitions "
-    "when the table changed, and at least every 10 minutes).",
+    description="Every 2 minutes: keeps the `receivers` dynamic partitions equal to the receivers table (reads "
+    "the partitions when the table changed, and at least every 10 minutes).",
 )
 @one_line_failures
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):

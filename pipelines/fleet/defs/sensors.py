@@ -24,6 +24,12 @@ MESSAGES_PER_RUN = 10 * DrainLimits().concurrency
 receives of 10 per worker), up to the free slots."""
 
 
+HOUSEKEEPING_SENSOR_INTERVAL = 120
+"""Seconds between two looks at the housekeeping queue: its tasks are periodic clean-ups (the
+housekeeping schedules run them directly), not waited for; the termination queue is looked at
+every 30 s. Every tick costs the daemon and the code server whatever it finds."""
+
+
 def slot_tag(queue_tag: str, slot: int) -> str:
     """The ``groundskeeper/queue`` value of consumer slot ``slot`` (1-based) of a queue."""
     return queue_tag if slot == 1 else f"{queue_tag}#{slot}"
@@ -38,15 +44,15 @@ def plan_drain_runs(visible: int, slots: int, busy: set[str], queue_tag: str) ->
 
 
 def queue_sensor(
-    name: str, job_name: str, queue_field: str, label: str, queue_tag: str, runs_field: str
+    name: str, job_name: str, queue_field: str, label: str, queue_tag: str, runs_field: str, interval: int = 30
 ) -> dg.SensorDefinition:
     @dg.sensor(
         name=name,
         job_name=job_name,
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Launches {job_name} runs when messages wait on the {label} queue (one GetQueueAttributes), "
-        f"up to FleetSettings.{runs_field} at once.",
+        description=f"Launches {job_name} runs when messages wait on the {label} queue (one GetQueueAttributes "
+        f"every {interval} s), up to FleetSettings.{runs_field} at once.",
         required_resource_keys={"sqs", "fleet"},
     )
     @one_line_failures
@@ -92,4 +98,5 @@ housekeeping_queue_sensor = queue_sensor(
     "housekeeping",
     HOUSEKEEPING_QUEUE,
     "housekeeping_drain_runs",
+    interval=HOUSEKEEPING_SENSOR_INTERVAL,
 )
