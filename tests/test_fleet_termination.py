@@ -2,6 +2,7 @@
 path traversal, transient failures and SQS's redrive, graceful stop, and API calls per message."""
 
 import json
+import logging
 import os
 import signal
 import threading
@@ -14,7 +15,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet import queues
-from pipelines.fleet.drain import run_with_graceful_stop
+from pipelines.fleet.drain import STATUS_UNREADABLE, run_with_graceful_stop
 from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, runner_parameter
 from pipelines.retry import fixed, preset, timeline
 from tests import fleet_support as fs
@@ -337,6 +338,34 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     assert rest.counts["duplicates"] == 0
     assert all(j["status"] == "completed" for j in fs.jobs_state(aws).values())
     assert fs.metric_sum(aws, "JobSuccess") == 60
+
+
+def test_a_drain_whose_run_status_cannot_be_read_stops_at_the_round_boundary_without_writing_to_the_run(aws, caplog):
+    """The instance's database is gone (the status read fails): the drain stops at the round boundary,
+    finishes what it applied, and says so in the process's log only: a write to the run's log would
+    only wait out the storage's connection retries."""
+    jobs = fs.start_jobs(aws, 30)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    drain = fs.make_drain(aws, concurrency=1)
+    reads = []
+
+    def status() -> bool:
+        reads.append(1)
+        if len(reads) > 1:
+            raise RuntimeError("too many retries for DB connection")
+        return False
+
+    run_log = logging.getLogger("tests.fleet.run-log")
+    with caplog.at_level(logging.INFO):
+        result, interrupt = run_with_graceful_stop(drain, logger=run_log, terminated=status)
+    assert interrupt is None
+    assert result.stopped_by == STATUS_UNREADABLE
+    assert result.counts["received"] == result.counts["applied"] == result.counts["deleted"] == 10
+    lines = [r for r in caplog.records if "status cannot be read" in r.getMessage()]
+    assert [r.name for r in lines] == ["pipelines.fleet.drain"], [(r.name, r.getMessage()) for r in caplog.records]
+    assert "too many retries for DB connection" in lines[0].getMessage()
+    assert fs.depth(aws, TQ) == 20  # never received: still in the queue
+    assert fs.drain(aws).counts["applied"] == 20
 
 
 @pytest.mark.slow

@@ -22,7 +22,6 @@ status cannot be read: the instance's database is gone, and with it the run's re
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import signal
 import threading
@@ -193,11 +192,11 @@ class QueueDrain:
             if reason is not None:
                 self.stop.set()
                 result.stopped_by = reason
-                with contextlib.suppress(Exception):  # the run's log may be gone with its database
-                    self.log.warning(
-                        "the run is being terminated: no more receives; finishing the messages in flight"
-                        if reason == TERMINATED
-                        else f"the run's status cannot be read ({self.stop_detail}): no more receives; "
+                if reason == TERMINATED:
+                    self.log.warning("the run is being terminated: no more receives; finishing the messages in flight")
+                else:  # the run's log is gone with its database: a write to it only waits out its retries
+                    log.warning(
+                        f"the run's status cannot be read ({self.stop_detail}): no more receives; "
                         "finishing the messages in flight"
                     )
                 break

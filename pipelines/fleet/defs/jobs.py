@@ -27,7 +27,14 @@ from pipelines.common.defs.summary import run_summary
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.dead_letters import RedriveSettings, redrive
 from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
-from pipelines.fleet.drain import TERMINATED, DrainLimits, QueueDrain, TerminationLimits, run_with_graceful_stop
+from pipelines.fleet.drain import (
+    STATUS_UNREADABLE,
+    TERMINATED,
+    DrainLimits,
+    QueueDrain,
+    TerminationLimits,
+    run_with_graceful_stop,
+)
 from pipelines.fleet.housekeeping import Housekeeping, TaskResult
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
 from pipelines.fleet.termination import termination_drain
@@ -101,8 +108,16 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     summary = result.as_dict(drain.report_keys)
     if interrupt is not None:
         raise interrupt
-    metadata = metadata_from({k: v for k, v in summary.items() if isinstance(v, int | float | str)})
     queue = drain.queue_url.rsplit("/", 1)[-1]
+    if result.stopped_by == STATUS_UNREADABLE:
+        # the instance's database is gone: no summary or metadata can be recorded, and each try to
+        # write one would only wait out the storage's connection retries
+        raise dg.Failure(
+            description=f"the run's status cannot be read ({drain.stop_detail}): the {queue} drain stopped at "
+            "a round boundary; what it did not acknowledge comes back to the queue",
+            allow_retries=False,
+        )
+    metadata = metadata_from({k: v for k, v in summary.items() if isinstance(v, int | float | str)})
     counts = {k: summary[k] for k in drain.report_keys}
     run_summary(context, f"{queue} drain", counts, f"stopped by {result.stopped_by}")
     if result.stopped_by == TERMINATED:
