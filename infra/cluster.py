@@ -25,7 +25,8 @@ Ctrl-C (or SIGTERM) stops everything it started. Workers import the code when th
 a change to the code, restart ``make cluster`` (or the workers).
 
 ``python -m infra.cluster launch --job JOB [--config FILE] [--tags JSON] [--count N]`` submits runs
-to the run queue of the instance in ``DAGSTER_HOME`` (source ``.groundskeeper/cluster.env`` first);
+to the run queue of the instance in ``DAGSTER_HOME`` (source ``.groundskeeper/cluster.env`` first),
+reading the job from the running code server (``DAGSTER_HOME/workspace.yaml``);
 ``python -m infra.cluster worker-config celery.yaml`` writes the workers' Celery config for
 ``CELERY_BROKER_URL``.
 """
@@ -231,6 +232,10 @@ def start_code_server(env: Mapping[str, str], port: int, log_path: Path) -> subp
     return _spawn(args, env, log_path)
 
 
+WORKSPACE_FILE = "workspace.yaml"
+"""The name of the code server's workspace file in ``DAGSTER_HOME`` (``make cluster`` writes it)."""
+
+
 def write_workspace(path: Path, port: int, host: str = "127.0.0.1") -> Path:
     """A workspace file that reaches the code server of :func:`start_code_server`."""
     entry = {"grpc_server": {"host": host, "port": port, "location_name": LOCATION_NAME}}
@@ -285,16 +290,31 @@ def start_webserver(
 # --------------------------------------------------------------------------------- runs
 
 
+def launch_workspace() -> Path:
+    """The workspace that ``launch`` reads the job from: the running code server's
+    (``DAGSTER_HOME/workspace.yaml``, which ``make cluster`` writes), so that a launch loads no code of
+    its own and sees the code the daemon runs; else the repository's ``workspace.yaml``."""
+    home = os.environ.get("DAGSTER_HOME")
+    served = Path(home) / WORKSPACE_FILE if home else None
+    return served if served is not None and served.is_file() else ROOT / "workspace.yaml"
+
+
 def launch_runs(
-    job: str, run_config: Mapping[str, Any] | None = None, tags: Mapping[str, str] | None = None, count: int = 1
+    job: str,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+    count: int = 1,
+    workspace: Path | None = None,
 ) -> list[str]:
     """Submit ``count`` runs of ``job`` to the run queue of the instance in ``DAGSTER_HOME`` (the
-    daemon launches them within the queue's limits), each with ``dagster job launch`` on the
-    workspace and a run id chosen here, the ``count`` launches at once. Returns the run ids."""
+    daemon launches them within the queue's limits), each with ``dagster job launch`` on
+    ``workspace`` (default :func:`launch_workspace`) and a run id chosen here, the ``count``
+    launches at once. Returns the run ids."""
     ids = [str(uuid.uuid4()) for _ in range(count)]
+    workspace = workspace or launch_workspace()
     launches = []
     for run_id in ids:
-        args = [str(BIN / "dagster"), "job", "launch", "-w", str(ROOT / "workspace.yaml"), "-j", job]
+        args = [str(BIN / "dagster"), "job", "launch", "-w", str(workspace), "-j", job]
         if run_config:
             args += ["--config-json", json.dumps(dict(run_config))]
         args += ["--tags", json.dumps(dict(tags or {})), "--run-id", run_id]
@@ -462,7 +482,7 @@ def main() -> int:
         for name in WORKERS:
             procs[f"worker {name}"] = start_worker(name, env, config_path, logs / f"{name}.log")
         wait_code_server(procs["code server"], code_port, logs / "code_server.log")
-        workspace = write_workspace(home / "workspace.yaml", code_port)
+        workspace = write_workspace(home / WORKSPACE_FILE, code_port)
         procs["dagster-daemon"] = start_daemon(env, logs / "daemon.log", workspace)
         procs["dagster-webserver"] = start_webserver(env, port, logs / "webserver.log", workspace)
         for name in WORKERS:
@@ -471,7 +491,7 @@ def main() -> int:
         stale = seed_scan_table(boto3.client("dynamodb"), SCAN_TABLE, 2000)
         print(f"seeded {SCAN_TABLE}: 2000 agendas, {len(stale)} stuck for a day", file=sys.stderr)
         run_config = reclaim_config(SCAN_TABLE, 4)
-        ids = launch_runs("reclaim_agendas", run_config, {"groundskeeper/table": run_config["tableName"]})
+        ids = launch_runs("reclaim_agendas", run_config, {"groundskeeper/table": run_config["tableName"]}, 1, workspace)
         print(f"queued reclaim_agendas run {ids[0]} (segments: 4): http://127.0.0.1:{port}/runs/{ids[0]}",
               file=sys.stderr)  # fmt: skip
         print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops everything)", file=sys.stderr)

@@ -160,7 +160,7 @@ def cluster(tmp_path_factory):
         code_port = free_port()
         state.code_server = cl.start_code_server(env, code_port, logs / "code_server.log")
         cl.wait_code_server(state.code_server, code_port, logs / "code_server.log", timeout=PATIENCE)
-        state.workspace = cl.write_workspace(home / "workspace.yaml", code_port)
+        state.workspace = cl.write_workspace(home / cl.WORKSPACE_FILE, code_port)  # launches read it too
         state.ensure_daemon()
         state.ensure_workers()
         yield state
@@ -290,7 +290,7 @@ def test_a_batching_backfill_of_more_partitions_than_its_limit_keeps_to_the_limi
             "job",
             "backfill",
             "-w",
-            str(cl.ROOT / "workspace.yaml"),
+            str(cluster.workspace),  # the code server's: the backfill loads no code of its own
             "-j",
             "receiver_batches_job",
             "--partitions",
@@ -355,7 +355,7 @@ def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_change
     assert sum(1 for v in after.values() if v[0] == "EXECUTING") == 300 - len(stale)
 
     cluster.ensure_workers()
-    (again,) = cluster.launch("reclaim_agendas", config)
+    (again,) = cluster.launch("reclaim_agendas", {**config, "scanDelayMillis": 0})  # unpaced: no kill this time
     (record,) = cluster.wait([again])
     assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(again)
     assert _counts(cluster.instance, again)["reclaimed"] == 0
