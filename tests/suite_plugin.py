@@ -28,7 +28,10 @@ Dagster's process-wide state
     resolution in that test fails with "Attempted to resolve undefined DagsterInstance weakref".
     So each test's garbage is collected at its own teardown, in order, and what survives is frozen
     (``gc.freeze``) so that no later collection runs an earlier test's ``__del__`` (which also keeps
-    each collection cheap); a storage left without its instance is dropped before and after each test.
+    each collection cheap); a storage still set is dropped before and after each test (no instance
+    context spans tests: one that is set was put back by such an exit, and its instance may be gone
+    or alive with its directory removed, which fails every resolution with "unable to open database
+    file").
 """
 
 from __future__ import annotations
@@ -214,16 +217,16 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def clear_dangling_defs_state_storage() -> bool:
-    """Drop Dagster's current ``DefsStateStorage`` if its instance is gone. Returns whether it did."""
+    """Drop Dagster's current ``DefsStateStorage``, if one is set: between tests none may be. No
+    instance context spans tests, so one that is set was put back by a context exited out of order
+    (by ``__del__``): its instance may be gone, or alive with its directory removed (an
+    ``instance_for_test`` that has ended), and every later ``Definitions`` resolution would fail on it.
+    Returns whether it dropped one."""
     if "dagster" not in sys.modules:
         return False
     from dagster._core.storage.defs_state.base import DefsStateStorage, _current_storage
 
-    storage = DefsStateStorage.get()
-    if storage is None:
-        return False
-    ref = getattr(storage, "_instance_weakref", None)
-    if ref is not None and ref() is not None:
+    if DefsStateStorage.get() is None:
         return False
     _current_storage.set(None)
     return True

@@ -51,6 +51,30 @@ def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests
     assert not clear_dangling_defs_state_storage()
 
 
+@pytest.mark.slow
+def test_a_storage_put_back_for_an_ended_test_instance_is_dropped_between_tests():
+    """The same leak, with the storage's instance still alive but its directory removed: a context
+    entered inside ``instance_for_test`` and exited (by ``__del__``) after it puts back that
+    instance's storage, and every later resolution fails to open its database."""
+    import gc
+
+    import dagster as dg
+    from dagster._core.execution.context.init import build_init_resource_context
+
+    from tests.suite_plugin import clear_dangling_defs_state_storage
+
+    with dg.instance_for_test() as instance:
+        leftover = build_init_resource_context()  # enters an ephemeral instance; exits in __del__
+    del leftover
+    gc.collect()
+    assert instance is not None  # alive, its directory gone
+    with pytest.raises(Exception, match="unable to open database file"):
+        dg.Definitions(assets=[]).resolve_all_job_defs()
+    assert clear_dangling_defs_state_storage()
+    dg.Definitions(assets=[]).resolve_all_job_defs()
+    assert not clear_dangling_defs_state_storage()
+
+
 def test_the_shared_stack_is_deployed_once_and_keeps_what_earlier_tests_wrote(moto_endpoint):
     from tests.conftest import reset_moto, shared_stack
 
