@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
+import runpy
 import sys
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -121,9 +120,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="groundskeeper-run-") as tmp:
         config_file = Path(tmp, "run_config.json")
         config_file.write_text(json.dumps(run_config))
-        command = [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions"]
+        command = ["job", "execute", "-m", "pipelines.definitions"]
         command += ["-d", str(ROOT_DIR), "-j", options.job, "-c", str(config_file), *passthrough]
-        return subprocess.run(command, env=os.environ.copy(), check=False).returncode
+        return dagster_cli(command)
+
+
+def dagster_cli(args: Sequence[str]) -> int:
+    """``python -m dagster <args>`` in this process; returns its exit status. In this process rather
+    than a new one: Dagster and the code location are loaded already (a new process would load both
+    again, a few seconds)."""
+    argv = sys.argv
+    sys.argv = ["dagster", *args]
+    try:
+        runpy.run_module("dagster", run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    finally:
+        sys.argv = argv
+    return 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 Each is a ``ResourceWithBoto3Configuration`` (region, profile, endpoint, retries...) whose
 ``get_client()`` returns a plain boto3 client. The capability logic takes those clients as
-arguments and never imports Dagster. SSM and S3 come straight from dagster-aws.
+arguments and never imports Dagster. SSM and S3 are dagster-aws's resources (their configuration),
+whose clients come from the process's shared boto3 session as the others' do.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import threading
 from typing import Any, ClassVar
 
 import boto3
-from dagster_aws.s3 import S3Resource
-from dagster_aws.ssm import SSMResource
+from dagster_aws.s3 import S3Resource as DagsterAwsS3Resource
+from dagster_aws.s3.utils import disable_signing
+from dagster_aws.ssm import SSMResource as DagsterAwsSSMResource
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
 from pydantic import Field
 
@@ -55,28 +57,50 @@ def _shared_session(profile_name: str | None) -> boto3.session.Session:
     return session
 
 
+def _shared_client(service_name: str, configuration: ResourceWithBoto3Configuration) -> Any:
+    """A boto3 client for ``service_name`` from the shared boto3 configuration, from the process's
+    shared boto3 session (a client is thread-safe; the session is used under a lock)."""
+    with _sessions_lock:
+        return _shared_session(configuration.profile_name).client(
+            service_name,
+            region_name=configuration.region_name,
+            endpoint_url=configuration.endpoint_url,
+            use_ssl=configuration.use_ssl,
+            verify=configuration.verify,
+            aws_access_key_id=configuration.aws_access_key_id,
+            aws_secret_access_key=configuration.aws_secret_access_key,
+            aws_session_token=configuration.aws_session_token,
+            config=construct_boto_client_retry_config(configuration.max_attempts),
+        )
+
+
 class _Boto3ClientResource(ResourceWithBoto3Configuration):
     """Builds one boto3 client for ``service_name`` from the shared boto3 configuration, from the
-    process's shared boto3 session (a client is thread-safe; the session is used under a lock)."""
+    process's shared boto3 session."""
 
     service_name: ClassVar[str]
 
     def get_client(self) -> Any:
-        with _sessions_lock:
-            return self._client(_shared_session(self.profile_name))
+        return _shared_client(self.service_name, self)
 
-    def _client(self, session: boto3.session.Session) -> Any:
-        return session.client(
-            self.service_name,
-            region_name=self.region_name,
-            endpoint_url=self.endpoint_url,
-            use_ssl=self.use_ssl,
-            verify=self.verify,
-            aws_access_key_id=self.aws_access_key_id,
-            aws_secret_access_key=self.aws_secret_access_key,
-            aws_session_token=self.aws_session_token,
-            config=construct_boto_client_retry_config(self.max_attempts),
-        )
+
+class S3Resource(DagsterAwsS3Resource):
+    """dagster-aws's S3 resource, whose client comes from the shared boto3 session (dagster-aws's own
+    builds a session, and reads botocore's files again, for each client)."""
+
+    def get_client(self) -> Any:
+        client = _shared_client("s3", self)
+        if self.use_unsigned_session:
+            client.meta.events.register("choose-signer.s3.*", disable_signing)
+        return client
+
+
+class SSMResource(DagsterAwsSSMResource):
+    """dagster-aws's SSM resource, whose client comes from the shared boto3 session (dagster-aws's
+    own builds a session, and reads botocore's files again, for each client)."""
+
+    def get_client(self) -> Any:
+        return _shared_client("ssm", self)
 
 
 class DynamoDBResource(_Boto3ClientResource):

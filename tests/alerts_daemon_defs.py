@@ -10,8 +10,9 @@ from resources.settings import AlertSettings, fleet_settings_from_env
 
 defs = dg.Definitions(
     jobs=[retry_demo],
-    # ticks every 5 s, not 60: the test waits for a tick after each daemon start
-    sensors=[build_alerts_sensor(minimum_interval_seconds=5)],
+    # due again 1 s after a tick, not 60: the test waits for a tick after each daemon start, and the
+    # restarted daemon's first pass (5 s after the last, at the earliest) finds it due at once
+    sensors=[build_alerts_sensor(minimum_interval_seconds=1)],
     resources={
         "alerts": AlertSettings(sns_topic_arn=dg.EnvVar("ALERTS_SNS_TOPIC_ARN")),
         "fleet": fleet_settings_from_env(),

@@ -108,13 +108,37 @@ main(["-H", "127.0.0.1", "-p", sys.argv[1]])
 """
 
 
+# The benchmarks' patches that change how long moto takes and never what an API answers
+# (benchmarks/moto_server.py, checked by tests/test_benchmark_moto.py): a ReceiveMessage that does
+# not compute every queue attribute for each message it returns, SQS's clock read without datetime
+# objects, moto's module list read once instead of from disk at every request, and each EC2
+# resource's own tags read directly. Not its other patches: they change what moto does (its
+# transaction rollback, its concurrent SQS deletes), which the tests meet as they are.
+FAST_SERVER = """
+import sys
+sys.path.insert(0, "benchmarks")
+import moto_server as bench
+bench.patch_sqs_retention()
+bench.patch_hot_paths()
+bench.patch_ec2_tags()
+"""
+SERVER = (
+    FAST_SERVER
+    + """
+from infra.moto_server import main
+main(["-H", "127.0.0.1", "-p", sys.argv[1]])
+"""
+)
+
+
 @contextmanager
 def moto_server(log_path: Path, script: str | None = None) -> Iterator[str]:
     """A moto server on a free loopback port for the duration of the block; yields its endpoint.
-    ``script``: Python source of a patched server, given the port as its argument."""
+    ``script``: Python source of a patched server, given the port as its argument (default: moto's
+    server with the performance patches of ``FAST_SERVER``)."""
     port = free_port()
     # infra.moto_server: moto's server with the template's alarms deployable (see that module)
-    cmd = ["-c", script, str(port)] if script else ["-m", "infra.moto_server", "-H", "127.0.0.1", "-p", str(port)]
+    cmd = ["-c", script or SERVER, str(port)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
@@ -137,7 +161,7 @@ def moto_endpoint(tmp_path_factory):
 def atomic_aws(monkeypatch, tmp_path) -> Iterator[LocalAWS]:
     """A moto server of this test's own whose DynamoDB writes are atomic with respect to each other,
     as DynamoDB's are, with the template deployed: for tests of concurrent writers."""
-    with moto_server(tmp_path / "moto-atomic.log", ATOMIC_DYNAMODB_SERVER) as endpoint:
+    with moto_server(tmp_path / "moto-atomic.log", FAST_SERVER + ATOMIC_DYNAMODB_SERVER) as endpoint:
         yield _use_stack(endpoint, monkeypatch, deploy(_cloudformation(endpoint)))
 
 

@@ -38,7 +38,7 @@ def _wait_for(what: str, condition, log: Path):
         found = condition()
         if found:
             return found
-        time.sleep(0.5)  # polling a condition, not waiting for time to pass
+        time.sleep(0.1)  # polling a condition, not waiting for time to pass
     raise AssertionError(f"no {what} within {PATIENCE} s; daemon log:\n{log.read_text()[-5000:]}")
 
 

@@ -11,6 +11,7 @@ from pipelines.definitions import build_definitions
 from pipelines.fleet.defs import QUEUE_TAG
 from resources import SQSResource, fleet_settings_from_env
 from tests import fleet_support as fs
+from tests.conftest import PATIENCE
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 
@@ -69,7 +70,10 @@ def _three_drains(aws):
     jobs = fs.start_jobs(aws, 200)
     bodies = [fs.termination_body(j, "success") for j in jobs]
     poison = [json.dumps({"job_id": f"bad-{k}", "status": "exploded"}) for k in range(4)]
-    fs.send(aws, bodies[:100] + bodies[:40] + poison + bodies[100:])
+    # The copies right behind their originals: the drains' first rounds (30 messages each) share
+    # them, so the copies a drain leaves to another's unflushed round are received at the start,
+    # and the wait for them to come back ends one visibility timeout after the start.
+    fs.send(aws, bodies[:40] + bodies[:40] + poison + bodies[40:])
 
     results, errors = [], []
 
@@ -87,11 +91,11 @@ def _three_drains(aws):
         for t in threads:
             t.start()
         for t in threads:
-            t.join(timeout=600)
+            t.join(timeout=PATIENCE)
         assert not errors, errors
         if fs.depth(aws, TQ) == 0:
             break
-        fs.wait_until_visible(aws, TQ, timeout=visibility * 3)
+        fs.wait_until_visible(aws, TQ, timeout=PATIENCE)
     assert fs.depth(aws, TQ) == 0
     first_wave = [r for w, r in results if w == 0]
     assert sum(1 for r in first_wave if r.counts["applied"]) >= 2, [r.counts for r in first_wave]

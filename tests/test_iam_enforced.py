@@ -22,6 +22,7 @@ worker) run unauthenticated as before.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import urllib.request
 from contextlib import contextmanager
@@ -49,6 +50,7 @@ def _reset_auth(endpoint: str, count: str) -> None:
     urllib.request.urlopen(req, timeout=PATIENCE).read()
 
 
+@functools.cache  # each lookup loads the service's model: once per service, not once per action
 def _signing_name(service: str) -> str:
     model = botocore.session.get_session().get_service_model(service)
     return model.signing_name or model.endpoint_prefix
