@@ -10,7 +10,9 @@ PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || ec
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-PYTEST_WORKERS ?= 2
+# 3 xdist workers on 2 cores: the cluster's tests (one worker, mostly waiting on their processes) run
+# beside two workers for the rest; the suite is mostly waits, not CPU (about 1.5 cores busy)
+PYTEST_WORKERS ?= 3
 # --dist loadgroup comes from pyproject.toml: an xdist_group's tests share one worker (tests/suite_plugin.py checks it)
 PYTEST := $(PY) -m pytest -n $(PYTEST_WORKERS)
 FAST_TIER := not (cluster or cli or ecs or dynamodb_local or slow)

@@ -35,10 +35,10 @@ from tests import fleet_support as fs
 from tests.batching_helpers import pending_ids, put_receiver, put_records
 from tests.conftest import ATOMIC_DYNAMODB_SERVER, PATIENCE, LocalAWS, moto_server
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.xdist_group("cluster"),
-]  # make test: --dist loadgroup keeps them on one xdist worker
+pytestmark = pytest.mark.cluster
+# The tests of the one cluster share one xdist worker (make test: --dist loadgroup), never two
+# clusters at once; the module's other tests start no cluster and run anywhere.
+ONE_CLUSTER = pytest.mark.xdist_group("cluster")
 
 PG = {"host": "127.0.0.1", "port": 5432, "user": "postgres"}
 BACKFILL_LIMIT = 2
@@ -84,7 +84,9 @@ class Cluster:
             cl.wait_worker_ready(self.workers[name], name, self.logs / f"{name}.log")
 
     def launch(self, job: str, run_config: dict | None = None, tags: dict | None = None, count: int = 1) -> list[str]:
-        """Submit runs to the queue from a subprocess with the cluster's environment."""
+        """Submit runs to the queue from a subprocess with the cluster's environment (the daemon
+        that launches them started first, if a test stopped it)."""
+        self.ensure_daemon()
         args = [sys.executable, "-m", "infra.cluster", "launch", "--job", job, "--count", str(count)]
         if run_config is not None:
             path = self.home / f"config-{uuid.uuid4().hex[:8]}.json"
@@ -214,6 +216,7 @@ def _counts(instance: dg.DagsterInstance, run_id: str) -> dict[str, int]:
     return run_counters(instance.get_run_by_id(run_id).tags)
 
 
+@ONE_CLUSTER
 def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machine_run(cluster, monkeypatch):
     cluster.ensure_workers()
     ddb = cluster.aws.client("dynamodb")
@@ -244,6 +247,7 @@ def test_reclaim_with_4_segments_runs_on_both_workers_and_equals_a_single_machin
     assert _state(ddb, "cluster-reclaim") == _state(ddb, "single-reclaim")
 
 
+@ONE_CLUSTER
 def test_three_drains_on_one_queue_apply_every_message_exactly_once(cluster):
     cluster.ensure_workers()
     aws = cluster.aws
@@ -273,6 +277,7 @@ def test_three_drains_on_one_queue_apply_every_message_exactly_once(cluster):
         assert workers and workers <= {"w1", "w2"}, workers
 
 
+@ONE_CLUSTER
 def test_a_batching_backfill_of_more_partitions_than_its_limit_keeps_to_the_limit(cluster):
     cluster.ensure_workers()
     aws = cluster.aws
@@ -321,6 +326,7 @@ def test_a_batching_backfill_of_more_partitions_than_its_limit_keeps_to_the_limi
     assert workers and workers <= {"w1", "w2"}, workers
 
 
+@ONE_CLUSTER
 def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_changes_nothing(cluster):
     cluster.ensure_workers()
     ddb = cluster.aws.client("dynamodb")
@@ -446,6 +452,7 @@ def _drain_with_backlog(cluster: Cluster, n: int) -> tuple[str, list[dict]]:
     return run_id, jobs
 
 
+@ONE_CLUSTER
 def test_terminating_a_drain_on_a_celery_worker_stops_it_at_a_round_boundary_and_loses_nothing(cluster):
     from dagster._core.workspace.context import WorkspaceProcessContext
     from dagster._core.workspace.load_target import EmptyWorkspaceTarget
@@ -492,6 +499,7 @@ def test_terminating_a_drain_on_a_celery_worker_stops_it_at_a_round_boundary_and
     assert not {f"/runs-fleet/runners/{j['instance_id']}/config" for j in jobs} & fs.runner_parameters(aws)
 
 
+@ONE_CLUSTER
 def test_a_broker_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
     cluster.ensure_workers()
     cluster.ensure_daemon()
@@ -519,9 +527,10 @@ def test_a_broker_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
         time.sleep(0.5)
 
 
+@ONE_CLUSTER
 def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(cluster):
     """Last of the cluster's tests: losing the database disturbs the daemon too, so the daemon is
-    started afresh at the end (on the same code server)."""
+    stopped at the end, and a later launch starts it afresh (on the same code server)."""
     cluster.ensure_workers()
     cluster.ensure_daemon()
     aws, n = cluster.aws, 80
@@ -576,7 +585,6 @@ def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(clu
         sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "300"})
         cl.stop(cluster.daemon)
         cluster.daemon = None
-        cluster.ensure_daemon()
 
 
 def test_launching_a_job_the_workspace_lacks_is_one_line(tmp_path):
