@@ -4,11 +4,12 @@
 runs (an unknown, missing or mistyped key, a JSON array, invalid YAML) with a Python traceback
 ahead of the useful line. This entry checks the run config first, as Dagster would (each file
 parsed as YAML, which JSON is; a mapping; the job's config schema), and prints one line per problem
-with exit status 2; a config that passes runs through ``dagster job execute`` unchanged::
+with exit status 2; a config that passes runs through ``dagster job execute`` unchanged (which has
+no partition option: a partition is materialized with ``dagster asset materialize --partition``)::
 
     .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json
     .venv/bin/python -m pipelines.cli redrive_dead_letters --config-json '{"dry_run": true}'
-    .venv/bin/python -m pipelines.cli receiver_batches_job -c cfg.yaml -- --partition '2026-11-20|acme'
+    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json -- --tags '{"team": "platform"}'
 
 Arguments after ``--`` go to ``dagster job execute`` as they are.
 """
