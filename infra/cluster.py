@@ -491,7 +491,9 @@ def main() -> int:
         stale = seed_scan_table(boto3.client("dynamodb"), SCAN_TABLE, 2000)
         print(f"seeded {SCAN_TABLE}: 2000 agendas, {len(stale)} stuck for a day", file=sys.stderr)
         run_config = reclaim_config(SCAN_TABLE, 4)
-        ids = launch_runs("reclaim_agendas", run_config, {"groundskeeper/table": run_config["tableName"]}, 1, workspace)
+        ids = launch_runs(
+            "reclaim_agendas", run_config, {"groundskeeper/table": run_config["tableName"]}, workspace=workspace
+        )
         print(f"queued reclaim_agendas run {ids[0]} (segments: 4): http://127.0.0.1:{port}/runs/{ids[0]}",
               file=sys.stderr)  # fmt: skip
         print(f"Dagster UI on http://127.0.0.1:{port} (Ctrl-C stops everything)", file=sys.stderr)
