@@ -12,9 +12,13 @@ a loss fails the run with one line that names what was lost and where, without c
     the Celery broker pyamqp://127.0.0.1:5672/prod was lost: [Errno 104] Connection reset by peer
     the Dagster storage database 127.0.0.1:5432/dagster was lost: too many retries for DB connection (step ...)
 
-That line is the run failure's error (the event log's ``RUN_FAILURE``, the UI's run page), with no
-stack trace under it. A database that is lost cannot record the failure: the run's process waits
-for it to answer again (up to :data:`STORAGE_WAIT_SECONDS`), then records the line. Operator
+That line is the run failure's message (the event log's ``RUN_FAILURE``, the UI's run page, the
+alert), with no stack trace under it: the executor records the failure through the instance
+(``DagsterInstance.report_run_failed``, as Dagster's run monitoring and run launchers fail a run
+from outside its steps), then ends the run's execution as interrupted, which Dagster notes once
+as "interrupted for a run that was already in a failure state". A database that is lost cannot
+record the failure: the run's process waits for it to answer again (up to
+:data:`STORAGE_WAIT_SECONDS`), then records the line. Operator
 notes are in ``docs/troubleshooting-cluster.md``.
 
 dagster-celery is imported only when the executor is built (the ``cluster`` deployment).
@@ -30,18 +34,8 @@ from urllib.parse import unquote, urlsplit
 
 import dagster as dg
 
-# Dagster has no public API to record a run failure of one line (no stack trace): the run worker records
-# an executor's exception with its stack trace and causes, except a DagsterUserCodeProcessError (an error
-# prepared in another process) with one serialized error, which it records as that error alone. Neither
-# that class, nor SerializableErrorInfo, nor the RUN_FAILURE event's data (to report the failure through
-# the instance) is exported by ``dagster``.
-from dagster._core.errors import DagsterUserCodeProcessError
-
 STORAGE_WAIT_SECONDS = 300.0
 """How long a run whose storage database was lost waits for it to answer again, to record why it failed."""
-
-BROKER_LOST = "CeleryBrokerLost"
-STORAGE_LOST = "StorageDatabaseLost"
 
 _STORAGE_ERROR_NAMES = frozenset({"DagsterPostgresException", "OperationalError", "InterfaceError", "DatabaseError"})
 _STORAGE_WORDS = ("psycopg2", "postgres", "database", "server closed the connection", "terminating connection")
@@ -145,18 +139,6 @@ def storage_error_info(infos: Iterable[Any]) -> Any:
 # ---------------------------------------------------------------------------- executor
 
 
-class InfrastructureLost(DagsterUserCodeProcessError):
-    """A lost broker or database, as one line. Raised from the executor: Dagster records a
-    ``DagsterUserCodeProcessError`` with one error as that error alone (how it reports an error
-    prepared in another process), so the run failure's error is the line, with no stack trace."""
-
-    def __init__(self, line: str, kind: str):
-        from dagster._utils.error import SerializableErrorInfo
-
-        info = SerializableErrorInfo(message=line, stack=[], cls_name=kind)
-        super().__init__(line, user_code_process_error_infos=[info])
-
-
 def _database_url(instance: Any) -> str:
     storage = getattr(instance, "run_storage", None)
     return getattr(storage, "postgres_url", None) or os.environ.get("DAGSTER_PG_URL", "")
@@ -174,6 +156,15 @@ def _wait_for_storage(instance: Any, run_id: str, patience: float) -> None:
             if time.monotonic() >= deadline:
                 return
             time.sleep(2)
+
+
+def _fail_run(plan_context: Any, line: str) -> None:
+    """Record the run's failure as ``line`` alone: a ``RUN_FAILURE`` whose message is the line, with no
+    error under it (an exception raised from the executor would be recorded with its stack trace)."""
+    instance = plan_context.instance
+    run = instance.get_run_by_id(plan_context.run_id)
+    if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
+        instance.report_run_failed(run, message=line)  # a run being terminated ends as Dagster ends it
 
 
 def _is_submission_error(event: Any) -> bool:
@@ -205,25 +196,26 @@ def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.Ex
                     if held is not None:
                         yield held
                     raise
-                raise lost from None
+                _fail_run(plan_context, lost)
+                raise dg.DagsterExecutionInterruptedError(lost) from None
             if held is not None:
                 yield held
 
-        def _lost(self, plan_context, execution_plan, exc: Exception) -> InfrastructureLost | None:
+        def _lost(self, plan_context, execution_plan, exc: Exception) -> str | None:
+            """The line for a lost broker or database, or None for any other error."""
             instance, run_id = plan_context.instance, plan_context.run_id
             if is_storage_error(exc):
                 _wait_for_storage(instance, run_id, storage_wait_seconds)
-                return InfrastructureLost(storage_lost_message(_database_url(instance), _reason(exc)), STORAGE_LOST)
+                return storage_lost_message(_database_url(instance), _reason(exc))
             if is_broker_error(exc):
-                return InfrastructureLost(broker_lost_message(self.broker, exc), BROKER_LOST)
+                return broker_lost_message(self.broker, exc)
             if isinstance(exc, dg.DagsterSubprocessError):
                 info = storage_error_info(exc.subprocess_error_infos)
                 if info is not None:
                     _wait_for_storage(instance, run_id, storage_wait_seconds)
                     steps = [k for k in execution_plan.step_keys_to_execute if f"[{k}]:" in str(exc)]
                     reason = info.message.split(f"{info.cls_name}: ", 1)[-1]  # without the module.Class prefix
-                    line = storage_lost_message(_database_url(instance), reason, steps)
-                    return InfrastructureLost(line, STORAGE_LOST)
+                    return storage_lost_message(_database_url(instance), reason, steps)
             return None
 
     @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())

@@ -41,12 +41,9 @@ LAYER_NAMES = {"jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"
 DEFINITIONS = ROOT / "pipelines/definitions.py"
 ALLOWED_PRIVATE_DAGSTER = {
     ("pipelines/redrive/defs.py", "dagster._core.execution"),
-    ("resources/cluster.py", "dagster._core.errors"),
-    ("resources/cluster.py", "dagster._utils.error"),
 }
 """The private Dagster imports, each with its reason beside it: Dagster has no public API to launch an
-asset backfill from code, nor to fail a run with an error of one line and no stack trace (the lost
-broker or database of the cluster executor)."""
+asset backfill from code."""
 
 
 def _imports(path: Path) -> list[str]:
@@ -256,4 +253,3 @@ def test_dagster_internals_are_imported_only_where_no_public_api_exists():
     assert found == ALLOWED_PRIVATE_DAGSTER
     redrive = (ROOT / "pipelines/redrive/defs.py").read_text()
     assert "no public API to launch an asset backfill" in redrive  # the reason, beside the import
-    assert "no public API to record a run failure of one line" in (ROOT / "resources/cluster.py").read_text()
