@@ -23,6 +23,12 @@ two.
 every AWS request waits N ms more, as over a network (15: about a round trip to a real AWS
 region). Seeding and checking go to moto directly.
 
+``--dynamodb-apart`` serves DynamoDB from a second moto process (the same template deployed into
+it, so its tables are the stack's), every other service from the first: boto3 sends DynamoDB's
+requests to ``AWS_ENDPOINT_URL_DYNAMODB`` (each moto process behind its own latency proxy). On
+AWS each service is a fleet of its own; one moto process serving them all is one Python process
+(one core at most) that the two workers' calls queue for.
+
 Needs the local RabbitMQ (a vhost of its own, removed at the end) and PostgreSQL on 127.0.0.1:5432
 (a database of its own, dropped at the end). Moto runs with the ``transactions``,
 ``sqs-retention``, ``sqs-deletes``, ``hot-paths`` and ``ec2-tags`` patches of
@@ -90,6 +96,11 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
+def busy_seconds(times) -> float:
+    """CPU-seconds the machine's cores spent busy (all but idle and iowait) since boot."""
+    return sum(times) - times.idle - getattr(times, "iowait", 0.0)
+
+
 def batch_put(ddb, table: str, items: list[dict], threads: int = 4) -> None:
     def put(part: list[dict]) -> None:
         for start in range(0, len(part), 25):
@@ -143,8 +154,8 @@ def termination_backlog(env: dict, count: int) -> None:
 
 
 class Bench:
-    def __init__(self, env: dict, home: Path, logs: Path, moto_pid: int) -> None:
-        self.env, self.home, self.logs, self.moto_pid = env, home, logs, moto_pid
+    def __init__(self, env: dict, home: Path, logs: Path, moto_pids: list[int]) -> None:
+        self.env, self.home, self.logs, self.moto_pids = env, home, logs, moto_pids
         self.workers: dict[str, subprocess.Popen] = {}
         self.config_path = cl.write_worker_config(home / "celery.yaml", env["CELERY_BROKER_URL"])
 
@@ -169,8 +180,10 @@ class Bench:
         tag = uuid.uuid4().hex[:8]
         args = [str(cl.BIN / "dagster"), "job", "execute", "-m", "pipelines.definitions", "-j", job, "-c", str(path)]
         args += ["--tags", json.dumps({"bench": tag})]
-        watched = [self.moto_pid] + [p.pid for p in self.workers.values()]
-        moto_cpu, worker_cpu = cpu_seconds([self.moto_pid]), cpu_seconds(watched[1:])
+        workers = [p.pid for p in self.workers.values()]
+        moto_cpu = [cpu_seconds([pid]) for pid in self.moto_pids]
+        worker_cpu = cpu_seconds(workers)
+        machine, wall = psutil.cpu_times(), time.monotonic()
         procs = [
             subprocess.Popen(args, env=self.env, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
             for _ in range(copies)
@@ -179,7 +192,10 @@ class Bench:
             _, err = proc.communicate()
             if proc.returncode != 0:
                 raise SystemExit(f"{job} failed: {err.decode()[-2000:]}")
-        moto_cpu, worker_cpu = cpu_seconds([self.moto_pid]) - moto_cpu, cpu_seconds(watched[1:]) - worker_cpu
+        moto_cpu = [cpu_seconds([pid]) - before for pid, before in zip(self.moto_pids, moto_cpu, strict=True)]
+        worker_cpu = cpu_seconds(workers) - worker_cpu
+        machine_busy = busy_seconds(psutil.cpu_times()) - busy_seconds(machine)
+        wall = time.monotonic() - wall
         with dg.DagsterInstance.from_config(str(self.home)) as instance:
             records = instance.get_run_records(dg.RunsFilter(tags={"bench": tag}))
             assert len(records) == copies and all(r.dagster_run.status == dg.DagsterRunStatus.SUCCESS for r in records)
@@ -187,11 +203,19 @@ class Bench:
             for r in records:
                 for key, value in run_counters(r.dagster_run.tags).items():
                     counts[key] = counts.get(key, 0) + value
-            workers = set()
+            used = set()
             for r in records:
-                workers |= {w.split("@")[0] for w in cl.step_workers(instance, r.dagster_run.run_id).values()}
+                used |= {w.split("@")[0] for w in cl.step_workers(instance, r.dagster_run.run_id).values()}
         span = max(r.end_time for r in records) - min(r.start_time for r in records)
-        return {"seconds": span, "moto_cpu": moto_cpu, "worker_cpu": worker_cpu, "counts": counts, "workers": workers}
+        return {
+            "seconds": span,
+            "moto_cpu": sum(moto_cpu),
+            "moto_cpu_each": moto_cpu,
+            "worker_cpu": worker_cpu,
+            "machine_cores": machine_busy / wall,  # over the commands' whole life, their start and exit too
+            "counts": counts,
+            "workers": used,
+        }
 
 
 def stuck_left(ddb, table: str, stale: list[dict]) -> int:
@@ -279,6 +303,9 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=float, default=0, help="network latency added to every AWS request")
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant (the median is reported)")
     parser.add_argument("--work", default="reclaim,termination", help="reclaim, termination or both")
+    parser.add_argument(
+        "--dynamodb-apart", action="store_true", help="DynamoDB from a moto process of its own, the rest from another"
+    )
     args = parser.parse_args()
     works = [w.strip() for w in args.work.split(",") if w.strip()]
 
@@ -293,8 +320,14 @@ def main() -> int:
     tmp = Path(tempfile.mkdtemp(prefix="cluster-bench-"))
     logs = tmp / "logs"
     logs.mkdir()
-    moto, endpoint = moto_server.start(("transactions", "sqs-retention", "sqs-deletes", "hot-paths", "ec2-tags"))
-    proxy = None
+    patches = ("transactions", "sqs-retention", "sqs-deletes", "hot-paths", "ec2-tags")
+    moto, endpoint = moto_server.start(patches)
+    motos = [moto]
+    ddb_endpoint = None
+    if args.dynamodb_apart:
+        ddb_moto, ddb_endpoint = moto_server.start(patches)
+        motos.append(ddb_moto)
+    proxies: list[subprocess.Popen] = []
     bench = None
     keep_logs = False
     try:
@@ -308,10 +341,19 @@ def main() -> int:
                 "AWS_SECRET_ACCESS_KEY": "bench",
             }
         )
-        runs_endpoint = endpoint
+        runs_endpoint, runs_ddb_endpoint = endpoint, ddb_endpoint
         if args.latency_ms:
             proxy, runs_endpoint = latency_proxy.start(endpoint, args.latency_ms)
+            proxies.append(proxy)
             wait_for_endpoint(runs_endpoint, timeout_seconds=120)
+        if ddb_endpoint:
+            wait_for_endpoint(ddb_endpoint, timeout_seconds=120)
+            deploy(boto3.client("cloudformation", endpoint_url=ddb_endpoint))  # the same tables, in the second process
+            os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = ddb_endpoint
+            if args.latency_ms:
+                proxy, runs_ddb_endpoint = latency_proxy.start(ddb_endpoint, args.latency_ms)
+                proxies.append(proxy)
+                wait_for_endpoint(runs_ddb_endpoint, timeout_seconds=120)
         stack = deploy(boto3.client("cloudformation"))
         home = tmp / "home"
         cl.write_instance(home)
@@ -324,10 +366,11 @@ def main() -> int:
                 broker=f"pyamqp://guest:guest@127.0.0.1:5672/{vhost}",
             ),
             "AWS_ENDPOINT_URL": runs_endpoint,  # the runs and the workers: through the latency proxy
+            **({"AWS_ENDPOINT_URL_DYNAMODB": runs_ddb_endpoint} if runs_ddb_endpoint else {}),
         }
         cl.migrate(env)
         os.environ.update({k: env[k] for k in ("DAGSTER_PG_URL", "DAGSTER_HOME")})
-        bench = Bench(env, home, logs, moto.pid)
+        bench = Bench(env, home, logs, [m.pid for m in motos])
         ddb = boto3.client("dynamodb")
         print(f"load average {load()} (start)", flush=True)
 
@@ -378,13 +421,19 @@ def main() -> int:
 
         print(f"load average {load()} (end)")
         print()
+        served = "one moto process"
+        if ddb_endpoint:
+            served = "DynamoDB from a moto process of its own, the rest from another"
         print(
-            f"latency {args.latency_ms:g} ms a request; {args.repeat} run(s) of each variant, interleaved; "
-            "s: the median run (every run listed)"
+            f"latency {args.latency_ms:g} ms a request; {served}; {args.repeat} run(s) of each variant, "
+            "interleaved; s: the median run (every run listed); moto CPU / s: all moto processes (each)"
         )
         print()
-        print("| work | workers | s (median) | runs, s | speedup | moto CPU / s | workers' CPU s | counts | verified |")
-        print("|---|---:|---:|---|---:|---:|---:|---|---|")
+        print(
+            "| work | workers | s (median) | runs, s | speedup | moto CPU / s | workers' CPU s | machine's busy cores "
+            "| counts | verified |"
+        )
+        print("|---|---:|---:|---|---:|---:|---:|---:|---|---|")
         for (work, n), runs in results.items():
             median = statistics.median(r["seconds"] for r in runs)
             base = statistics.median(r["seconds"] for r in results[(work, 1)])
@@ -393,9 +442,14 @@ def main() -> int:
             who = ", ".join(sorted(set().union(*(r["workers"] for r in runs))))
             each = ", ".join(f"{r['seconds']:.1f}" for r in runs)
             moto_share = statistics.median(r["moto_cpu"] / r["seconds"] for r in runs)
+            moto_each = "/".join(
+                f"{statistics.median(r['moto_cpu_each'][k] / r['seconds'] for r in runs):.2f}"
+                for k in range(len(motos))
+            )
             print(
                 f"| {work} | {n} ({who}) | {median:.1f} | {each} | {base / median:.2f} | "
-                f"{moto_share:.2f} | {statistics.median(r['worker_cpu'] for r in runs):.1f} | {counts} | "
+                f"{moto_share:.2f} ({moto_each}) | {statistics.median(r['worker_cpu'] for r in runs):.1f} | "
+                f"{statistics.median(r['machine_cores'] for r in runs):.2f} | {counts} | "
                 f"{'all' if all(r['verified'] for r in runs) else 'NO'} |"
             )
         return 0
@@ -403,9 +457,7 @@ def main() -> int:
         if bench is not None:
             for proc in bench.workers.values():
                 cl.stop(proc)
-        for proc in (proxy, moto):
-            if proc is None:
-                continue
+        for proc in (*proxies, *motos):
             proc.terminate()
             try:
                 proc.wait(timeout=30)

@@ -132,3 +132,81 @@ def test_a_received_message_stays_hidden_for_its_visibility_timeout_and_a_delaye
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0)
     (again,) = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
     assert again["Body"] == "now"
+
+
+UPDATES = [
+    # (update expression, condition, values): applied in order to one item, each answer compared
+    ("SET #a = :s, #b = :n, #c = if_not_exists(#c, :n)", None, {":s": {"S": "x"}, ":n": {"N": "1"}}),
+    (
+        "SET #b = #b + :n, #l = list_append(if_not_exists(#l, :empty), :list)",
+        "#a = :s",
+        {":n": {"N": "2"}, ":s": {"S": "x"}, ":empty": {"L": []}, ":list": {"L": [{"S": "y"}]}},
+    ),
+    (
+        "SET #m = :map",
+        "attribute_exists(#a) AND (attribute_not_exists(#z) OR #z = :s)",
+        {":map": {"M": {"inner": {"N": "5"}}}, ":s": {"S": "x"}},
+    ),
+    ("SET #m.#inner = #m.#inner - :n REMOVE #c ADD #set :set", None, {":n": {"N": "1"}, ":set": {"SS": ["p", "q"]}}),
+    ("SET #a = :s", "#b = :wrong", {":s": {"S": "z"}, ":wrong": {"N": "99"}}),  # the condition fails
+    ("SET #k = :s", None, {":s": {"S": "other"}}),  # a key attribute: refused
+    ("SET #a = :s SET #b = :s", None, {":s": {"S": "z"}}),  # two SET clauses: refused
+    ("SET #a = :missing", None, {":s": {"S": "z"}}),  # an undefined value: refused
+    ("SET #b = #a + :n", None, {":n": {"N": "1"}}),  # a string plus a number: refused
+    ("SET #a = #nothere", None, {}),  # a path that does not exist: refused
+]
+NAMES = {"#" + n: n for n in ("a", "b", "c", "l", "m", "z", "inner", "set", "k", "nothere")}
+
+
+def _answers(endpoint: str) -> list:
+    ddb = _client("dynamodb", endpoint)
+    ddb.create_table(
+        TableName="expressions",
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    answers = []
+    for expression, condition, values in UPDATES:
+        used = {name: attr for name, attr in NAMES.items() if name in expression or name in (condition or "")}
+        call = {
+            "TableName": "expressions",
+            "Key": {"k": {"S": "one"}},
+            "UpdateExpression": expression,
+            "ExpressionAttributeNames": used,
+            "ReturnValues": "ALL_NEW",
+        }
+        if values:
+            call["ExpressionAttributeValues"] = values
+        if condition:
+            call["ConditionExpression"] = condition
+        try:
+            answers.append(ddb.update_item(**call)["Attributes"])
+        except botocore.exceptions.ClientError as exc:
+            answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+        # the same update, one of 100 in a transaction
+        transact = {k: v for k, v in call.items() if k != "ReturnValues"}
+        items = [{"Update": {**transact, "Key": {"k": {"S": f"t{n}"}}}} for n in range(100)]
+        try:
+            ddb.transact_write_items(TransactItems=items)
+            answers.append(ddb.get_item(TableName="expressions", Key={"k": {"S": "t42"}}).get("Item"))
+        except botocore.exceptions.ClientError as exc:
+            answers.append((exc.response["Error"]["Code"], exc.response["Error"]["Message"]))
+    return answers
+
+
+def test_update_expressions_answer_as_unpatched_moto_answers():
+    """The ``hot-paths`` patch of moto's walks of an update expression: every answer (the item after
+    it, or the error) is the one unpatched moto gives, alone and in a transaction of 100."""
+    answers = []
+    for patches in ((), ("transactions", "hot-paths")):
+        proc, url = moto_server.start(patches)
+        try:
+            wait_for_endpoint(url, timeout_seconds=120)
+            answers.append(_answers(url))
+        finally:
+            moto_server.stop(proc)
+    plain, patched = answers
+    assert patched == plain
+    assert sum(isinstance(a, tuple) for a in plain) >= 10, plain  # the refusals are refused
+    assert isinstance(plain[0], dict) and plain[0]["c"] == {"N": "1"}, plain[0]
