@@ -111,8 +111,9 @@ main(["-H", "127.0.0.1", "-p", sys.argv[1]])
 # The benchmarks' patches that change how long moto takes and never what an API answers
 # (benchmarks/moto_server.py, checked by tests/test_benchmark_moto.py): a ReceiveMessage that does
 # not compute every queue attribute for each message it returns, SQS's clock read without datetime
-# objects, moto's module list read once instead of from disk at every request, and each EC2
-# resource's own tags read directly. Not its other patches: they change what moto does (its
+# objects, moto's module list read once instead of from disk at every request, DynamoDB update
+# expressions parsed once per text and their trees walked with class tests looked up by class, and
+# each EC2 resource's own tags read directly. Not its other patches: they change what moto does (its
 # transaction rollback, its concurrent SQS deletes), which the tests meet as they are.
 FAST_SERVER = """
 import sys
