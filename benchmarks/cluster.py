@@ -23,11 +23,14 @@ two.
 every AWS request waits N ms more, as over a network (15: about a round trip to a real AWS
 region). Seeding and checking go to moto directly.
 
-``--dynamodb-apart`` serves DynamoDB from a second moto process (the same template deployed into
-it, so its tables are the stack's), every other service from the first: boto3 sends DynamoDB's
-requests to ``AWS_ENDPOINT_URL_DYNAMODB`` (each moto process behind its own latency proxy). On
-AWS each service is a fleet of its own; one moto process serving them all is one Python process
-(one core at most) that the two workers' calls queue for.
+``--dynamodb moto`` serves DynamoDB from a moto process of its own, ``--dynamodb local`` from
+DynamoDB Local (``infra/dynamodb_local.py``: Amazon's emulator, a JVM with threads of its own);
+every other service stays on the first moto (``--dynamodb shared``, the default: one moto for
+all). The DynamoDB server gets the stack's tables as deployed into the first moto (the same
+key schemas and indexes), and boto3 sends DynamoDB's requests to ``AWS_ENDPOINT_URL_DYNAMODB``,
+behind a latency proxy of its own. On AWS each service is a fleet of its own; one moto process
+serving them all is one Python process (one core at most, one GIL) that every call of both
+workers queues for.
 
 Needs the local RabbitMQ (a vhost of its own, removed at the end) and PostgreSQL on 127.0.0.1:5432
 (a database of its own, dropped at the end). Moto runs with the ``transactions``,
@@ -67,6 +70,7 @@ import latency_proxy  # noqa: E402
 import moto_server  # noqa: E402
 
 from infra import cluster as cl  # noqa: E402
+from infra import dynamodb_local  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.common import iso, to_item  # noqa: E402
 from pipelines.common.summary import run_counters  # noqa: E402
@@ -94,6 +98,27 @@ def cpu_seconds(pids: list[int]) -> float:
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+def copy_tables(source, target) -> None:
+    """Create in ``target`` every table of ``source`` (the stack's, as deployed), with its key
+    schema, attribute definitions and global secondary indexes, on demand."""
+    for page in source.get_paginator("list_tables").paginate():
+        for name in page["TableNames"]:
+            table = source.describe_table(TableName=name)["Table"]
+            spec = {
+                "TableName": name,
+                "KeySchema": table["KeySchema"],
+                "AttributeDefinitions": table["AttributeDefinitions"],
+                "BillingMode": "PAY_PER_REQUEST",
+            }
+            indexes = [
+                {"IndexName": i["IndexName"], "KeySchema": i["KeySchema"], "Projection": i["Projection"]}
+                for i in table.get("GlobalSecondaryIndexes", [])
+            ]
+            if indexes:
+                spec["GlobalSecondaryIndexes"] = indexes
+            target.create_table(**spec)
 
 
 def busy_seconds(times) -> float:
@@ -304,7 +329,10 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="runs of each variant (the median is reported)")
     parser.add_argument("--work", default="reclaim,termination", help="reclaim, termination or both")
     parser.add_argument(
-        "--dynamodb-apart", action="store_true", help="DynamoDB from a moto process of its own, the rest from another"
+        "--dynamodb",
+        choices=("shared", "moto", "local"),
+        default="shared",
+        help="DynamoDB from the one moto (shared), a moto of its own, or DynamoDB Local",
     )
     args = parser.parse_args()
     works = [w.strip() for w in args.work.split(",") if w.strip()]
@@ -322,11 +350,22 @@ def main() -> int:
     logs.mkdir()
     patches = ("transactions", "sqs-retention", "sqs-deletes", "hot-paths", "ec2-tags")
     moto, endpoint = moto_server.start(patches)
-    motos = [moto]
+    motos = [moto]  # the servers whose CPU is measured: the moto, then the DynamoDB server if apart
     ddb_endpoint = None
-    if args.dynamodb_apart:
+    if args.dynamodb == "moto":
         ddb_moto, ddb_endpoint = moto_server.start(patches)
         motos.append(ddb_moto)
+    elif args.dynamodb == "local":
+        ddb_endpoint = f"http://127.0.0.1:{moto_server.free_port()}"
+        jar_dir = dynamodb_local.fetch()
+        motos.append(
+            subprocess.Popen(
+                dynamodb_local.java_command(jar_dir, int(ddb_endpoint.rsplit(":", 1)[1])),
+                cwd=dynamodb_local.HOME,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
     proxies: list[subprocess.Popen] = []
     bench = None
     keep_logs = False
@@ -346,15 +385,15 @@ def main() -> int:
             proxy, runs_endpoint = latency_proxy.start(endpoint, args.latency_ms)
             proxies.append(proxy)
             wait_for_endpoint(runs_endpoint, timeout_seconds=120)
+        stack = deploy(boto3.client("cloudformation"))
         if ddb_endpoint:
-            wait_for_endpoint(ddb_endpoint, timeout_seconds=120)
-            deploy(boto3.client("cloudformation", endpoint_url=ddb_endpoint))  # the same tables, in the second process
+            wait_for_endpoint(ddb_endpoint, timeout_seconds=180, proc=motos[-1])
+            copy_tables(boto3.client("dynamodb"), boto3.client("dynamodb", endpoint_url=ddb_endpoint))
             os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = ddb_endpoint
             if args.latency_ms:
                 proxy, runs_ddb_endpoint = latency_proxy.start(ddb_endpoint, args.latency_ms)
                 proxies.append(proxy)
                 wait_for_endpoint(runs_ddb_endpoint, timeout_seconds=120)
-        stack = deploy(boto3.client("cloudformation"))
         home = tmp / "home"
         cl.write_instance(home)
         env = {
@@ -421,17 +460,19 @@ def main() -> int:
 
         print(f"load average {load()} (end)")
         print()
-        served = "one moto process"
-        if ddb_endpoint:
-            served = "DynamoDB from a moto process of its own, the rest from another"
+        served = {
+            "shared": "one moto process for every service",
+            "moto": "DynamoDB from a moto process of its own, the rest from another",
+            "local": "DynamoDB from DynamoDB Local, the rest from moto",
+        }[args.dynamodb]
         print(
             f"latency {args.latency_ms:g} ms a request; {served}; {args.repeat} run(s) of each variant, "
-            "interleaved; s: the median run (every run listed); moto CPU / s: all moto processes (each)"
+            "interleaved; s: the median run (every run listed); server CPU / s: all servers (moto/DynamoDB's)"
         )
         print()
         print(
-            "| work | workers | s (median) | runs, s | speedup | moto CPU / s | workers' CPU s | machine's busy cores "
-            "| counts | verified |"
+            "| work | workers | s (median) | runs, s | speedup | server CPU / s | workers' CPU s "
+            "| machine's busy cores | counts | verified |"
         )
         print("|---|---:|---:|---|---:|---:|---:|---:|---|---|")
         for (work, n), runs in results.items():
