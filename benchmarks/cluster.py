@@ -40,7 +40,7 @@ drains' deletes as safe as SQS's).
 
     PYTHONPATH=. .venv/bin/python benchmarks/cluster.py [--items 200000] [--messages 5000]
     PYTHONPATH=. .venv/bin/python benchmarks/cluster.py --latency-ms 15 --repeat 3 \\
-        --items 2000 --stale-percent 50 --segments 4 --messages 2000
+        --items 2000 --stale-percent 50 --segments 4 --messages 2000 --dynamodb local
 """
 
 from __future__ import annotations
