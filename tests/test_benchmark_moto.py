@@ -34,6 +34,16 @@ def _client(service: str, endpoint: str):
     )
 
 
+def _hash_table(ddb, name: str) -> None:
+    """A table keyed by the string ``k`` alone."""
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+
+
 def _update(table: str, key: dict, expression: str, values: dict, condition: str | None = None) -> dict:
     op = {"TableName": table, "Key": key, "UpdateExpression": expression, "ExpressionAttributeValues": values}
     if condition:
@@ -43,12 +53,7 @@ def _update(table: str, key: dict, expression: str, values: dict, condition: str
 
 def test_a_cancelled_transaction_leaves_every_item_as_it_was_and_a_committed_one_writes_all(endpoint):
     ddb = _client("dynamodb", endpoint)
-    ddb.create_table(
-        TableName="hash-only",
-        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    _hash_table(ddb, "hash-only")
     ddb.create_table(
         TableName="with-range",
         KeySchema=[{"AttributeName": "h", "KeyType": "HASH"}, {"AttributeName": "s", "KeyType": "RANGE"}],
@@ -160,12 +165,7 @@ NAMES = {"#" + n: n for n in ("a", "b", "c", "l", "m", "z", "inner", "set", "k",
 
 def _answers(endpoint: str) -> list:
     ddb = _client("dynamodb", endpoint)
-    ddb.create_table(
-        TableName="expressions",
-        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
-        BillingMode="PAY_PER_REQUEST",
-    )
+    _hash_table(ddb, "expressions")
     answers = []
     for expression, condition, values in UPDATES:
         used = {name: attr for name, attr in NAMES.items() if name in expression or name in (condition or "")}
