@@ -179,8 +179,8 @@ def termination_backlog(env: dict, count: int) -> None:
 
 
 class Bench:
-    def __init__(self, env: dict, home: Path, logs: Path, moto_pids: list[int]) -> None:
-        self.env, self.home, self.logs, self.moto_pids = env, home, logs, moto_pids
+    def __init__(self, env: dict, home: Path, logs: Path, server_pids: list[int]) -> None:
+        self.env, self.home, self.logs, self.server_pids = env, home, logs, server_pids
         self.workers: dict[str, subprocess.Popen] = {}
         self.config_path = cl.write_worker_config(home / "celery.yaml", env["CELERY_BROKER_URL"])
 
@@ -206,7 +206,7 @@ class Bench:
         args = [str(cl.BIN / "dagster"), "job", "execute", "-m", "pipelines.definitions", "-j", job, "-c", str(path)]
         args += ["--tags", json.dumps({"bench": tag})]
         workers = [p.pid for p in self.workers.values()]
-        moto_cpu = [cpu_seconds([pid]) for pid in self.moto_pids]
+        server_cpu = [cpu_seconds([pid]) for pid in self.server_pids]
         worker_cpu = cpu_seconds(workers)
         machine, wall = psutil.cpu_times(), time.monotonic()
         procs = [
@@ -217,7 +217,7 @@ class Bench:
             _, err = proc.communicate()
             if proc.returncode != 0:
                 raise SystemExit(f"{job} failed: {err.decode()[-2000:]}")
-        moto_cpu = [cpu_seconds([pid]) - before for pid, before in zip(self.moto_pids, moto_cpu, strict=True)]
+        server_cpu = [cpu_seconds([pid]) - before for pid, before in zip(self.server_pids, server_cpu, strict=True)]
         worker_cpu = cpu_seconds(workers) - worker_cpu
         machine_busy = busy_seconds(psutil.cpu_times()) - busy_seconds(machine)
         wall = time.monotonic() - wall
@@ -234,8 +234,8 @@ class Bench:
         span = max(r.end_time for r in records) - min(r.start_time for r in records)
         return {
             "seconds": span,
-            "moto_cpu": sum(moto_cpu),
-            "moto_cpu_each": moto_cpu,
+            "server_cpu": sum(server_cpu),
+            "server_cpu_each": server_cpu,
             "worker_cpu": worker_cpu,
             "machine_cores": machine_busy / wall,  # over the commands' whole life, their start and exit too
             "counts": counts,
@@ -350,22 +350,14 @@ def main() -> int:
     logs.mkdir()
     patches = ("transactions", "sqs-retention", "sqs-deletes", "hot-paths", "ec2-tags")
     moto, endpoint = moto_server.start(patches)
-    motos = [moto]  # the servers whose CPU is measured: the moto, then the DynamoDB server if apart
+    servers = [moto]  # the servers whose CPU is measured: the moto, then the DynamoDB server if apart
     ddb_endpoint = None
     if args.dynamodb == "moto":
         ddb_moto, ddb_endpoint = moto_server.start(patches)
-        motos.append(ddb_moto)
+        servers.append(ddb_moto)
     elif args.dynamodb == "local":
-        ddb_endpoint = f"http://127.0.0.1:{moto_server.free_port()}"
-        jar_dir = dynamodb_local.fetch()
-        motos.append(
-            subprocess.Popen(
-                dynamodb_local.java_command(jar_dir, int(ddb_endpoint.rsplit(":", 1)[1])),
-                cwd=dynamodb_local.HOME,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
+        ddb_local, ddb_endpoint = dynamodb_local.start()
+        servers.append(ddb_local)
     proxies: list[subprocess.Popen] = []
     bench = None
     keep_logs = False
@@ -387,7 +379,7 @@ def main() -> int:
             wait_for_endpoint(runs_endpoint, timeout_seconds=120)
         stack = deploy(boto3.client("cloudformation"))
         if ddb_endpoint:
-            wait_for_endpoint(ddb_endpoint, timeout_seconds=180, proc=motos[-1])
+            wait_for_endpoint(ddb_endpoint, timeout_seconds=180, proc=servers[-1])
             copy_tables(boto3.client("dynamodb"), boto3.client("dynamodb", endpoint_url=ddb_endpoint))
             os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = ddb_endpoint
             if args.latency_ms:
@@ -409,7 +401,7 @@ def main() -> int:
         }
         cl.migrate(env)
         os.environ.update({k: env[k] for k in ("DAGSTER_PG_URL", "DAGSTER_HOME")})
-        bench = Bench(env, home, logs, [m.pid for m in motos])
+        bench = Bench(env, home, logs, [m.pid for m in servers])
         ddb = boto3.client("dynamodb")
         print(f"load average {load()} (start)", flush=True)
 
@@ -482,14 +474,14 @@ def main() -> int:
             counts = ", ".join(f"{k} {v:,}" for k, v in mid["counts"].items() if v)
             who = ", ".join(sorted(set().union(*(r["workers"] for r in runs))))
             each = ", ".join(f"{r['seconds']:.1f}" for r in runs)
-            moto_share = statistics.median(r["moto_cpu"] / r["seconds"] for r in runs)
-            moto_each = "/".join(
-                f"{statistics.median(r['moto_cpu_each'][k] / r['seconds'] for r in runs):.2f}"
-                for k in range(len(motos))
+            server_share = statistics.median(r["server_cpu"] / r["seconds"] for r in runs)
+            server_each = "/".join(
+                f"{statistics.median(r['server_cpu_each'][k] / r['seconds'] for r in runs):.2f}"
+                for k in range(len(servers))
             )
             print(
                 f"| {work} | {n} ({who}) | {median:.1f} | {each} | {base / median:.2f} | "
-                f"{moto_share:.2f} ({moto_each}) | {statistics.median(r['worker_cpu'] for r in runs):.1f} | "
+                f"{server_share:.2f} ({server_each}) | {statistics.median(r['worker_cpu'] for r in runs):.1f} | "
                 f"{statistics.median(r['machine_cores'] for r in runs):.2f} | {counts} | "
                 f"{'all' if all(r['verified'] for r in runs) else 'NO'} |"
             )
@@ -498,7 +490,7 @@ def main() -> int:
         if bench is not None:
             for proc in bench.workers.values():
                 cl.stop(proc)
-        for proc in (*proxies, *motos):
+        for proc in (*proxies, *servers):
             proc.terminate()
             try:
                 proc.wait(timeout=30)

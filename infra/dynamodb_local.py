@@ -116,15 +116,21 @@ def wait_until_serving(endpoint: str, proc: subprocess.Popen, timeout_seconds: f
         raise DynamoDBLocalError(f"DynamoDB Local: {exc}") from None
 
 
-@contextlib.contextmanager
-def running(port: int | None = None, *, home: Path = HOME) -> Iterator[str]:
-    """A DynamoDB Local on 127.0.0.1 for the duration of the block; yields its endpoint URL."""
+def start(port: int | None = None, *, home: Path = HOME) -> tuple[subprocess.Popen, str]:
+    """Start a DynamoDB Local on 127.0.0.1 (fetched first if need be): (its process, its endpoint
+    URL). Wait with :func:`wait_until_serving`; stop with ``infra.local.stop``."""
     jar_dir = fetch(home)
     port = port or free_port()
     # its working directory gets its metadata file (dynamodb-local-metadata.json): keep it in HOME
     proc = subprocess.Popen(java_command(jar_dir, port), cwd=home, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
-    endpoint = f"http://127.0.0.1:{port}"
+    return proc, f"http://127.0.0.1:{port}"
+
+
+@contextlib.contextmanager
+def running(port: int | None = None, *, home: Path = HOME) -> Iterator[str]:
+    """A DynamoDB Local on 127.0.0.1 for the duration of the block; yields its endpoint URL."""
+    proc, endpoint = start(port, home=home)
     try:
         wait_until_serving(endpoint, proc)
         yield endpoint
