@@ -364,6 +364,10 @@ def test_a_drain_whose_run_status_cannot_be_read_stops_at_the_round_boundary_wit
     lines = [r for r in caplog.records if "status cannot be read" in r.getMessage()]
     assert [r.name for r in lines] == ["pipelines.fleet.drain"], [(r.name, r.getMessage()) for r in caplog.records]
     assert "too many retries for DB connection" in lines[0].getMessage()
+    # the summary too goes to the process's log only
+    assert not [r.getMessage() for r in caplog.records if r.name == run_log.name]
+    (summary,) = [r for r in caplog.records if " drain: " in r.getMessage()]
+    assert summary.name == "pipelines.fleet.drain" and "applied=10" in summary.getMessage()
     assert fs.depth(aws, TQ) == 20  # never received: still in the queue
     assert fs.drain(aws).counts["applied"] == 20
 

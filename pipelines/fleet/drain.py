@@ -300,7 +300,10 @@ def run_with_graceful_stop(
         if interrupt is not None:
             result.stopped_by = "interrupted"
         summary = result.as_dict(drain.report_keys)
-        logger.info(f"{drain.queue_url.rsplit('/', 1)[-1]} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items()))
+        # with the run's status unreadable its log is gone too: a write to it only waits out the retries
+        (log if result.stopped_by == STATUS_UNREADABLE else logger).info(
+            f"{drain.queue_url.rsplit('/', 1)[-1]} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items())
+        )
         return result, interrupt
     finally:
         for sig, handler in restore.items():
