@@ -3,6 +3,7 @@ a consumer slot of its own, and three drains at once apply every message exactly
 
 import json
 import threading
+import time
 
 import dagster as dg
 import pytest
@@ -128,8 +129,9 @@ def test_a_flush_later_than_the_visibility_timeout_leaves_jobs_taken_over_to_the
     fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
     a = fs.make_drain(aws).handler
     with ThreadPoolExecutor(1) as pool:
-        a(receive(aws.client("sqs"), aws.env[TQ], max_messages=10), pool)
-        fs.wait_until_visible(aws, TQ)
+        began = time.time()  # as the drain does: a round begins when its receive does
+        a(receive(aws.client("sqs"), aws.env[TQ], max_messages=10), pool, started_at=began)
+        fs.wait_until_visible(aws, TQ)  # and A's round, begun before the receive, is older than the timeout
         b = fs.drain(aws)
         assert b.counts["taken_over"] == 5
         late = a.flush(pool)

@@ -441,7 +441,9 @@ def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(
     from pipelines.fleet.messages import fingerprint
     from pipelines.fleet.termination import new_round_id
 
-    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "3"})
+    # the drain below must look within the timeout of the round written here: long beside a loaded
+    # machine's few calls in between
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "10"})
     (job,) = fs.start_jobs(aws, 1)
     body = _valid_body(job)
     # Another run applied this message a moment ago and has not finished its clean-up.
@@ -461,7 +463,8 @@ def test_a_copy_of_a_message_another_run_is_still_handling_is_left_in_the_queue(
     assert held.counts["applied"] == 0
     assert fs.metric_sum(aws, "JobSuccess") == 0
     assert fs.depth(aws, TQ) == 1
-    time.sleep(3.2)  # the other run's hold has lapsed, and the message is visible again
+    # visible again: received after the round began, so the other run's hold has lapsed too
+    fs.wait_until_visible(aws, TQ)
     taken = fs.drain(aws)
     assert taken.counts["taken_over"] == 1
     assert taken.counts["deleted"] == 1
@@ -534,15 +537,17 @@ def test_a_run_killed_between_rounds_has_acknowledged_nothing_unarchived_or_unco
     counted and acknowledged nothing; the redelivery takes its jobs over and counts each once."""
     from concurrent.futures import ThreadPoolExecutor
 
-    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "2"})
+    # long beside a loaded machine's first round: the second receive must not get its messages again
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": "10"})
     jobs = fs.start_jobs(aws, 20)
     bodies = [_valid_body(j) for j in jobs]
     fs.send(aws, bodies + bodies[:5])
     drain = fs.make_drain(aws, concurrency=1, flush_rounds=3)
     with ThreadPoolExecutor(1) as pool:
         for _ in range(2):
+            began = time.time()  # as the drain does: a round begins when its receive does
             messages = queues.receive(aws.client("sqs"), aws.env[TQ], max_messages=10)
-            drain.handler(messages, pool, started_at=time.time())
+            drain.handler(messages, pool, started_at=began)
     # Killed here: the handler is dropped before its flush.
     state = fs.jobs_state(aws)
     written = [j for j in jobs if state[j["job_id"]]["status"] == "completed"]
@@ -552,8 +557,7 @@ def test_a_run_killed_between_rounds_has_acknowledged_nothing_unarchived_or_unco
     assert fs.metric_sum(aws, "JobSuccess") == 0
     assert fs.depth(aws, TQ) == 25  # nothing acknowledged
     assert len(fs.runner_parameters(aws)) == 20
-    fs.wait_until_visible(aws, TQ)
-    time.sleep(0.5)  # the killed rounds are older than the visibility timeout
+    fs.wait_until_visible(aws, TQ)  # and the killed rounds, begun before their receives, are older than it
     second = fs.drain(aws)
     assert second.counts["applied"] == 20
     assert second.counts["taken_over"] == len(written)
