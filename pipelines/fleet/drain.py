@@ -194,8 +194,8 @@ class QueueDrain:
                 result.stopped_by = reason
                 if reason == TERMINATED:
                     self.log.warning("the run is being terminated: no more receives; finishing the messages in flight")
-                else:  # the run's log is gone with its database: a write to it only waits out its retries
-                    log.warning(
+                else:
+                    writable_log(result, self.log).warning(
                         f"the run's status cannot be read ({self.stop_detail}): no more receives; "
                         "finishing the messages in flight"
                     )
@@ -228,6 +228,13 @@ class QueueDrain:
                     f"{self.queue_url.rsplit('/', 1)[-1]}: {result.counts['received']} received in "
                     f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
                 )
+
+
+def writable_log(result: DrainResult, run_log: Any) -> Any:
+    """Where a drain's lines go: ``run_log``, except once its run's status is unreadable. The run's
+    log is then gone with the instance's database, and a write to it would only wait out the
+    storage's connection retries: the process's own log takes the lines instead."""
+    return log if result.stopped_by == STATUS_UNREADABLE else run_log
 
 
 def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits) -> QueueDrain:
@@ -300,8 +307,7 @@ def run_with_graceful_stop(
         if interrupt is not None:
             result.stopped_by = "interrupted"
         summary = result.as_dict(drain.report_keys)
-        # with the run's status unreadable its log is gone too: a write to it only waits out the retries
-        (log if result.stopped_by == STATUS_UNREADABLE else logger).info(
+        writable_log(result, logger).info(
             f"{drain.queue_url.rsplit('/', 1)[-1]} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items())
         )
         return result, interrupt
