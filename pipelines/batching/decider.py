@@ -63,7 +63,9 @@ def decide(
             decision.skipped[name] = f"invalid config: {exc}"
             continue
         if not cfg.batching_enabled:
-            decision.skipped[name] = "batching_enabled is false"
+            decision.skipped[name] = (
+                "customerStatus is inactive" if cfg.customer_status == "inactive" else "batching_enabled is false"
+            )
             continue
         for moment in due_in_window(cfg, tick, window_seconds):
             pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))

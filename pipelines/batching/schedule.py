@@ -26,6 +26,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -174,13 +175,20 @@ def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default
     return value
 
 
+def _integral(value: Any) -> Any:
+    """A whole ``Decimal`` (a number inside a DynamoDB map) as an int; anything else as it is."""
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
 def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
     """The config fields of an item that carries ReportStream's ``timing`` block."""
     timing = item.get("timing")
     if not isinstance(timing, dict):
         errors.append(f"timing must be a map (ReportStream's Receiver.Timing), got {timing!r}")
         timing = {}
-    values = {**REPORTSTREAM_DEFAULTS, **timing}
+    values = {**REPORTSTREAM_DEFAULTS, **{k: _integral(v) for k, v in timing.items()}}
     number = _int_field(values, "numberPerDay", 1, 1440, errors)
     size = _int_field(values, "maxReportCount", 1, MAX_BATCH_SIZE_LIMIT, errors)
     initial = values.get("initialTime")
