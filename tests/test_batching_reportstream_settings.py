@@ -243,6 +243,7 @@ def test_bad_entries_are_listed_one_line_each_and_the_rest_imported(aws, tmp_pat
     - name: "has space"
       timing: {numberPerDay: 24}
     - "not a map"
+    - {timing: {numberPerDay: 1}}
     - name: "no-timing"
     - name: "good"
       customerStatus: active
@@ -255,6 +256,8 @@ def test_bad_entries_are_listed_one_line_each_and_the_rest_imported(aws, tmp_pat
     )
     out = _import(aws, tmp_path)
     skipped = {c["receiver"]: c["detail"] for c in out["changes"] if c["action"] == "skipped"}
+    lines = [(c["receiver"], c["detail"]) for c in out["changes"] if c["action"] == "skipped"]
+    assert [name for name, _ in lines].count("bad.?") == 2  # the receiver that is not a map, the one without a name
     assert sorted(skipped) == ["bad.?", "bad.has space", "bad.never", "bad.no-timing", "bad.zone"]
     assert "ATLANTIS" in skipped["bad.zone"]
     assert len(out["not_read"]) == 2  # the broken file, the organization without a name

@@ -196,7 +196,9 @@ def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     """The receiver item for one receiver of ReportStream's settings, or its problem."""
     if not isinstance(receiver, dict):
         return Entry(f"{organization}.?", organization, source, problem=f"a receiver is a map, got {receiver!r:.80}")
-    name = f"{organization}.{receiver.get('name')}"
+    if not isinstance(receiver.get("name"), str) or not receiver["name"]:
+        return Entry(f"{organization}.?", organization, source, problem=f"a receiver without a name: {receiver!r:.80}")
+    name = f"{organization}.{receiver['name']}"
     entry = Entry(name, organization, source)
     if not RECEIVER_NAME.match(name):
         entry.problem = f"{name!r:.120} cannot be a receiver name (it must match {RECEIVER_NAME.pattern})"
