@@ -175,12 +175,11 @@ def test_timing_defaults_are_reportstreams():
 
 
 def test_the_whole_2022_organizations_file_reads():
-    entries, problems, organizations = entries_of(read_sources(str(DATA / "organizations-2022-04-29.yml"))[0])
+    entries, problems, _ = entries_of(read_sources(str(DATA / "organizations-2022-04-29.yml"))[0])
     assert problems == []
     assert len(entries) == 106
     assert sum(1 for e in entries if e.item) == 93
     assert sum(1 for e in entries if e.problem) == 13
-    assert len(organizations) == 130
 
 
 # ---------------------------------------------------------------- the import job
@@ -226,6 +225,11 @@ def test_changed_and_removed_receivers_are_changed_and_disabled(aws, tmp_path):
     assert items["rs-forms.michigan"]["timing"]["numberPerDay"] == 48
     assert items["rs-forms.utc"]["batching_enabled"] is False
     assert _import(aws, folder)["disable"] == 0
+    forms.write_text(text.replace('    - name: "utc-renamed"', '    - name: "utc"'))  # back in the settings
+    back = {c["receiver"]: c for c in _import(aws, folder)["changes"]}
+    assert back["rs-forms.utc"]["action"] == "unchanged"
+    assert "set it to true" in back["rs-forms.utc"]["detail"]
+    assert _items(aws)["rs-forms.utc"]["batching_enabled"] is False  # an import never enables
 
 
 @pytest.mark.slow

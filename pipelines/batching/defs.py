@@ -336,7 +336,7 @@ def import_receiver_settings_op(
     for change in changes:
         if change.action == SKIPPED:
             context.log.warning(change.line())
-        elif change.action != UNCHANGED:
+        elif change.action != UNCHANGED or change.detail:
             context.log.info(change.line())
     counts = {a: sum(1 for c in changes if c.action == a) for a in (ADD, CHANGE, DISABLE, UNCHANGED, SKIPPED)}
     conflicts = sum(1 for c in changes if c.outcome.startswith("conflict"))

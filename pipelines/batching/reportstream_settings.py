@@ -305,8 +305,10 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
             changes.append(Change(entry.receiver, SKIPPED, f"{entry.source}: {entry.problem}"))
             continue
         importable.add(entry.receiver)
-        notes = "; ".join(entry.notes)
         old = existing.get(entry.receiver)
+        if old is not None and old.get("batching_enabled") is False:
+            entry.notes.append("batching_enabled is false: an import never enables, set it to true to batch again")
+        notes = "; ".join(entry.notes)
         if old is None:
             changes.append(Change(entry.receiver, ADD, notes, item=entry.item))
         elif old.get("settings_source") != SETTINGS_SOURCE:
@@ -324,6 +326,7 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
             changes.append(
                 Change(entry.receiver, CHANGE, detail, item=entry.item, expected_digest=old.get("settings_digest"))
             )
+    listed = {entry.receiver for entry in entries}
     for name, old in sorted(existing.items()):
         if (
             old.get("settings_source") == SETTINGS_SOURCE
@@ -331,7 +334,11 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
             and name not in importable
             and old.get("batching_enabled", True) is not False
         ):
-            why = "no longer in its organization's settings with a timing block"
+            why = (
+                "its settings can no longer be honoured (its skipped line says why)"
+                if name in listed
+                else "no longer in its organization's settings with a timing block"
+            )
             changes.append(Change(name, DISABLE, why, expected_digest=old.get("settings_digest")))
     return changes
 
