@@ -2,7 +2,10 @@
 ReportStream's own ``Receiver.Timing.batchInPrevious60Seconds``, and what each timing form does."""
 
 import datetime as dt
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
@@ -332,3 +335,16 @@ def test_customer_status_inactive_is_disabled_and_testing_batches(aws):
     assert decision.skipped["o.inactive"] == "customerStatus is inactive"
     report = batcher(aws).run("o.inactive", "2026-11-20", dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC))
     assert report.status == "disabled"
+
+
+@pytest.mark.cli
+def test_the_cli_imports_and_shows_a_dry_run(aws, tmp_path):
+    env = {**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text("")
+    config = json.dumps({"path": str(SLICE / "reportstream-forms.yml"), "dry_run": True})
+    cmd = [sys.executable, "-m", "pipelines.cli", "import_receiver_settings", "--config-json", config]
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "rs-forms.puerto-rico: add -> would" in result.stdout + result.stderr
+    assert _items(aws) == {}
