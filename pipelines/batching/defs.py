@@ -348,12 +348,11 @@ def import_receiver_settings_op(
     )
     rows = [{"receiver": c.receiver, "action": c.action, "outcome": c.outcome, "detail": c.detail} for c in changes]
     result = {"path": params.path, "dry_run": params.dry_run, **counts, "conflicts": conflicts, "not_read": problems}
-    run_summary(
-        context,
-        "ReportStream receiver settings",
-        {"receivers_imported": 0 if params.dry_run else counts[ADD] + counts[CHANGE]},
-        "dry run" if params.dry_run else "",
-    )
+    written = {
+        f"receivers_{w}": 0 if params.dry_run else counts[a]
+        for a, w in [(ADD, "added"), (CHANGE, "changed"), (DISABLE, "disabled")]
+    }
+    run_summary(context, "ReportStream receiver settings", written, "dry run" if params.dry_run else "")
     metadata = {
         **{k: dg.MetadataValue.int(v) for k, v in counts.items()},
         "dry_run": dg.MetadataValue.bool(params.dry_run),
