@@ -60,16 +60,24 @@ def test_spring_forward_gap_time_fires_after_the_gap_and_once():
     assert dt.datetime(2026, 3, 8, 7, 30, tzinfo=UTC) in times  # 02:30 EST == 03:30 EDT == 07:30Z
 
 
-def test_fall_back_repeated_time_fires_once():
-    # New York, 2026-11-01: 02:00 EDT falls back to 01:00 EST. 01:30 happens twice.
+def test_fall_back_repeated_time_fires_at_both_occurrences():
+    # New York, 2026-11-01: 02:00 EDT falls back to 01:00 EST. 01:30 happens twice, and fires
+    # twice, as ReportStream's wall-clock rule has it (one batch an hour, the 25-hour day's 25).
     cfg = _cfg(number_per_day=24, initial_time="00:30", time_zone="America/New_York")
     zone = cfg.zone
     times = batch_times(cfg, dt.datetime(2026, 11, 1, 0, 0, tzinfo=zone), dt.datetime(2026, 11, 2, 0, 0, tzinfo=zone))
-    assert len(times) == 24
+    assert len(times) == 25
     assert dt.datetime(2026, 11, 1, 5, 30, tzinfo=UTC) in times  # the first 01:30 (EDT)
-    assert dt.datetime(2026, 11, 1, 6, 30, tzinfo=UTC) not in times  # the second 01:30 (EST)
+    assert dt.datetime(2026, 11, 1, 6, 30, tzinfo=UTC) in times  # the second 01:30 (EST)
     gaps = {(b - a) for a, b in zip(times, times[1:], strict=False)}
-    assert gaps == {dt.timedelta(hours=1), dt.timedelta(hours=2)}
+    assert gaps == {dt.timedelta(hours=1)}
+
+
+def test_fall_back_keeps_a_minutely_receiver_batching_through_the_repeated_hour():
+    cfg = _cfg(number_per_day=1440, initial_time="00:00", time_zone="America/New_York")
+    start = dt.datetime(2026, 11, 1, 5, 0, tzinfo=UTC)  # 01:00 EDT; 06:00Z is 01:00 EST
+    ticks = [start + dt.timedelta(minutes=m) for m in range(120)]
+    assert [t for t in ticks if not due_in_window(cfg, t)] == []
 
 
 def test_uneven_cadence_uses_whole_minutes_and_wraps_midnight():

@@ -28,6 +28,7 @@ PAGES = {
     "receiver_batches_job": "batching.md",
     "receiver_batches": "batching.md",
     "redrive_failed_partitions": "batching.md",
+    "import_receiver_settings": "batching.md",
     "collect_zombies": "progressor.md",
     "demo_traffic": "operator-guide.md",
 }

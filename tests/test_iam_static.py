@@ -44,7 +44,10 @@ from tests.iam_support import (
 # seeding, never granted.
 LOCAL_ONLY = ("pipelines/demo/", *(f"{p.relative_to(ROOT)}:" for p in sorted((ROOT / "pipelines").glob("*/demo.py"))))
 # ``.<op>(`` matches that are not AWS calls: path -> the service operations it matched.
-NOT_AWS_CALLS = {"pipelines/batching/batcher.py": {("kms", "ListKeys")}}  # store.list_keys: an S3 listing helper
+NOT_AWS_CALLS = {  # store.list_keys: an S3 listing helper
+    "pipelines/batching/batcher.py": {("kms", "ListKeys")},
+    "pipelines/batching/reportstream_settings.py": {("kms", "ListKeys")},
+}
 
 KEY_ARN = f"arn:{PARTITION}:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
 # reclaim_agendas on tables outside the stack (ReclaimTableArns): another AgendaProgress, an OperationProgress.

@@ -37,6 +37,7 @@ from pipelines.batching.schedule import (
     batch_times,
     batch_times_in_day,
     format_batch_time,
+    item_enabled,
     parse_batch_time,
     parse_created_at,
     parse_receiver,
@@ -302,9 +303,12 @@ class ReceiverBatcher:
             self.owner,
             lease_seconds=self.settings.lease_seconds,
         )
-        if item.get("batching_enabled", True) is False:
+        if not item_enabled(item):
             report.status = "cancelled"
-            self.log(f"batching_enabled is false for {cfg.receiver}: stopping before the next file")
+            self.log(
+                f"{cfg.receiver} is disabled (batching_enabled false or customerStatus inactive): "
+                "stopping before the next file"
+            )
             return False
         return True
 
@@ -344,6 +348,23 @@ class ReceiverBatcher:
         report.recovered.append(entry)
         return True
 
+    def _may_send_empty(self, cfg: ReceiverConfig, moment: dt.datetime, report: RunReport) -> bool:
+        """Whether batch time ``moment`` may write an empty file: always, unless ``onlyOncePerDay``
+        and another batch time of the receiver's local day has (the claim on the receiver item)."""
+        if not cfg.empty_once_per_day:
+            return True
+        day = cfg.local_day(moment)
+        if report.dry_run:
+            item = store.get_receiver(self.dynamodb, self.settings.receivers_table, cfg.receiver) or {}
+            claimed = item.get("empty_batch_day"), item.get("empty_batch_time")
+            return claimed[0] is None or claimed[0] < day or claimed == (day, format_batch_time(moment))
+        if store.claim_empty_batch(self.dynamodb, self.settings.receivers_table, cfg.receiver, self.owner, day, moment):
+            return True
+        self.log(
+            f"{cfg.receiver} {format_batch_time(moment)}: the empty file of {day} is already sent (onlyOncePerDay)"
+        )
+        return False
+
     def _object_exists(self, key: str) -> bool:
         try:
             self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
@@ -368,7 +389,7 @@ class ReceiverBatcher:
             resumed_after_file=existing,
         )
         n = existing
-        for group in chunks(candidates, cfg.max_batch_size):
+        for group in chunks(candidates, cfg.file_size):
             if not self._still_enabled(cfg, report):
                 if written.files:
                     report.batches.append(written)
@@ -398,7 +419,12 @@ class ReceiverBatcher:
             written.files.append(self._upload_and_finalize(batch, key, mine))
             self._note_file(moment, n)
             self.log(f"{cfg.receiver} {written.batch_time}: wrote {key} ({len(mine)} records)")
-        if not written.files and existing == 0 and cfg.send_if_empty_batch:
+        if (
+            not written.files
+            and existing == 0
+            and cfg.send_if_empty_batch
+            and self._may_send_empty(cfg, moment, report)
+        ):
             if not self._still_enabled(cfg, report):
                 return None
             key = store.file_key(cfg.receiver, moment, 1)

@@ -15,6 +15,7 @@ from pipelines.batching import store
 from pipelines.batching.schedule import (
     RECEIVER_NAME,
     InvalidReceiver,
+    ReceiverConfig,
     due_in_window,
     format_batch_time,
     parse_receiver,
@@ -62,22 +63,37 @@ def decide(
             decision.skipped[name] = f"invalid config: {exc}"
             continue
         if not cfg.batching_enabled:
-            decision.skipped[name] = "batching_enabled is false"
+            decision.skipped[name] = (
+                "customerStatus is inactive" if cfg.customer_status == "inactive" else "batching_enabled is false"
+            )
             continue
         for moment in due_in_window(cfg, tick, window_seconds):
             pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))
-            if pending == 0 and not cfg.send_if_empty_batch:
-                decision.skipped[name] = f"nothing pending before {format_batch_time(moment)}"
+            empty = cfg.send_if_empty_batch and not _empty_sent(cfg, item, moment)
+            if pending == 0 and not empty:
+                decision.skipped[name] = f"nothing pending before {format_batch_time(moment)}" + (
+                    f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
+                )
                 continue
             decision.due.append(
                 DueBatch(
                     receiver=cfg.receiver,
                     batch_time=moment,
                     pending=pending,
-                    expected_files=max(1 if cfg.send_if_empty_batch else 0, math.ceil(pending / cfg.max_batch_size)),
+                    expected_files=max(1 if empty else 0, math.ceil(pending / cfg.file_size)),
                 )
             )
     return decision
+
+
+def _empty_sent(cfg: ReceiverConfig, item: dict[str, Any], moment: dt.datetime) -> bool:
+    """``onlyOncePerDay`` and another batch time of the local day already has the empty file."""
+    if not cfg.empty_once_per_day:
+        return False
+    day, when = item.get("empty_batch_day"), item.get("empty_batch_time")
+    return isinstance(day, str) and (
+        day > cfg.local_day(moment) or (day == cfg.local_day(moment) and when != format_batch_time(moment))
+    )
 
 
 # ------------------------------------------------------------------ audits (asset checks)

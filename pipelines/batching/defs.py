@@ -27,12 +27,14 @@ from pipelines.batching.decider import (
     orphaned_pending,
     valid_partition_names,
 )
-from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
+from pipelines.batching.params import ImportReceiverSettingsParams, ReceiverBatchesParams, batch_start_date
+from pipelines.batching.reportstream_settings import ADD, CHANGE, DISABLE, SKIPPED, UNCHANGED, import_settings
 from pipelines.common.defs.active_runs import active_run, still_going
-from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.executors import fan_out_executor
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.looks import looking_schedule
+from pipelines.common.defs.metadata import table_from
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -313,6 +315,69 @@ def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
     )
 
 
+IMPORT_OP = "import_reportstream_receivers"
+
+
+@dg.op(
+    name=IMPORT_OP,
+    description="Reads ReportStream's receiver settings and adds, changes or disables receiver items to match.",
+    retry_policy=AWS_RETRY_POLICY,
+)
+@one_line_failures
+def import_receiver_settings_op(
+    context: dg.OpExecutionContext, dynamodb: DynamoDBResource, s3: S3Resource, batching: BatchingSettings
+) -> dg.Output[dict]:
+    params = params_from_config(context, ImportReceiverSettingsParams)
+    changes, problems = import_settings(
+        dynamodb.get_client(), s3.get_client(), table=batching.receivers_table, path=params.path, dry_run=params.dry_run
+    )
+    for line in problems:
+        context.log.warning(line)
+    for change in changes:
+        if change.action == SKIPPED:
+            context.log.warning(change.line())
+        elif change.action != UNCHANGED or change.detail:
+            context.log.info(change.line())
+    counts = {a: sum(1 for c in changes if c.action == a) for a in (ADD, CHANGE, DISABLE, UNCHANGED, SKIPPED)}
+    conflicts = sum(1 for c in changes if c.outcome.startswith("conflict"))
+    verb = "would " if params.dry_run else ""
+    context.log.info(
+        f"ReportStream settings {params.path}: {verb}add {counts[ADD]}, {verb}change {counts[CHANGE]}, "
+        f"{verb}disable {counts[DISABLE]}; {counts[UNCHANGED]} unchanged, {counts[SKIPPED]} skipped, "
+        f"{len(problems)} file(s) or organization(s) not read" + (f", {conflicts} conflict(s)" if conflicts else "")
+    )
+    rows = [{"receiver": c.receiver, "action": c.action, "outcome": c.outcome, "detail": c.detail} for c in changes]
+    result = {"path": params.path, "dry_run": params.dry_run, **counts, "conflicts": conflicts, "not_read": problems}
+    written = {
+        f"receivers_{w}": 0 if params.dry_run else counts[a]
+        for a, w in [(ADD, "added"), (CHANGE, "changed"), (DISABLE, "disabled")]
+    }
+    run_summary(context, "ReportStream receiver settings", written, "dry run" if params.dry_run else "")
+    metadata = {
+        **{k: dg.MetadataValue.int(v) for k, v in counts.items()},
+        "dry_run": dg.MetadataValue.bool(params.dry_run),
+        "conflicts": dg.MetadataValue.int(conflicts),
+        "not_read": dg.MetadataValue.json(problems),
+        "receivers": table_from(
+            rows, {"receiver": "receiver", "action": "action", "outcome": "outcome", "detail": "detail"}
+        ),
+    }
+    return dg.Output({**result, "changes": rows}, metadata=metadata)
+
+
+@dg.job(
+    name="import_receiver_settings",
+    config=flat_config(IMPORT_OP, ImportReceiverSettingsParams),
+    description="ReportStream's receiver settings (organizations.yml or a folder of organization files, local "
+    "or s3://) into the receivers table: adds, changes and disables receivers `<organization>.<receiver>`; "
+    "`dry_run` shows what it would do.",
+    tags={"groundskeeper/capability": "batching"},
+    executor_def=dg.in_process_executor,
+)
+def import_receiver_settings():
+    import_receiver_settings_op()
+
+
 def build_defs(deployment: str) -> dg.Definitions:
     checks_schedule = looking_schedule(
         name="batching_checks_schedule",
@@ -332,7 +397,11 @@ def build_defs(deployment: str) -> dg.Definitions:
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
-        jobs=[batches_job(executor) if executor else receiver_batches_job, batching_checks_job],
+        jobs=[
+            batches_job(executor) if executor else receiver_batches_job,
+            batching_checks_job,
+            import_receiver_settings,
+        ],
         schedules=[batch_decider, checks_schedule],
         sensors=[receivers_sync],
     )

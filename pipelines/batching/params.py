@@ -61,3 +61,16 @@ class ReceiverBatchesParams:
             lookback=dt.timedelta(days=self.lookback_days),
             lease_wait_seconds=self.lease_wait_seconds,
         )
+
+
+@dataclass(frozen=True)
+class ImportReceiverSettingsParams:
+    """The run config of ``import_receiver_settings`` (flat: ``{"path": ..., "dry_run": true}``)."""
+
+    path: str = param(
+        description=(
+            "ReportStream's settings: organizations.yml, or a folder of per-organization files "
+            "(settings/STLTs), as a local path or an s3:// URL (a key, or a prefix ending in /)."
+        )
+    )
+    dry_run: bool = param(False, description="Report what the import would add, change and disable; write nothing.")

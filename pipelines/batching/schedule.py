@@ -1,13 +1,23 @@
 """Receiver configuration and batch-time math (ReportStream's receivers). No AWS, no Dagster.
 
-A receiver's batch times are ``initial_time + k * (1440 / number_per_day)`` minutes in its time
-zone: a fixed set of wall-clock minutes that every local day repeats. Minutes are whole, so for a
-``number_per_day`` that does not divide 1440 the k-th offset is ``floor(k * 1440 / n)``.
+A receiver item has one of two forms:
 
+- Groundskeeper's: ``number_per_day``, ``initial_time``, ``time_zone`` (IANA), ``max_batch_size``,
+  ``send_if_empty_batch``; batch times ``initial_time + floor(k * 1440 / number_per_day)`` minutes;
+- ReportStream's ``timing`` block as ReportStream writes it (``numberPerDay``, ``initialTime``,
+  ``timeZone`` as a ``USTimeZone`` name or an IANA zone, ``maxReportCount``, ``whenEmpty``,
+  ``operation``) and ``customerStatus``; batch times by ReportStream's own rule
+  (``Receiver.Timing.batchInPrevious60Seconds``): periods of ``86400 / numberPerDay`` seconds
+  (integer division) from ``initialTime`` on the local wall clock, a batch due at the first whole
+  minute at or after a period's end (the decider tick whose last 60 seconds hold it).
+
+Either way the batch times are a fixed set of wall-clock minutes that every local day repeats.
 Daylight saving time (``zoneinfo``):
 - a wall time that does not exist (spring forward, e.g. 02:30 in New York) fires at the same
-  distance after the gap (03:30 local), i.e. it keeps its UTC offset from before the change;
-- a wall time that happens twice (fall back) fires once, at its first occurrence;
+  distance after the gap (03:30 local), i.e. it keeps its UTC offset from before the change
+  (ReportStream's rule loses it: its wall clock never shows 02:30 that day);
+- a wall time that happens twice (fall back) fires at both occurrences, as ReportStream's rule does
+  (its wall clock shows 01:30 twice);
 - two wall times that land on one instant fire once.
 """
 
@@ -16,13 +26,53 @@ from __future__ import annotations
 import datetime as dt
 import re
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 RECEIVER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 HHMM = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)\Z")
+HHMMSS = re.compile(r"^([01]\d|2[0-3]):([0-5]\d)(?::([0-5]\d))?\Z")
 MAX_BATCH_SIZE_LIMIT = 100_000
 BATCH_TIME_FORMAT = "%Y-%m-%dT%H:%MZ"
+
+US_TIME_ZONES: dict[str, str] = {
+    "PACIFIC": "America/Los_Angeles",
+    "MOUNTAIN": "America/Denver",
+    "ARIZONA": "America/Phoenix",
+    "CENTRAL": "America/Chicago",
+    "EASTERN": "America/New_York",
+    "SAMOA": "Pacific/Pago_Pago",
+    "HAWAII": "Pacific/Honolulu",
+    "EAST_INDIANA": "America/Indiana/Indianapolis",
+    "INDIANA_STARKE": "America/Indiana/Knox",
+    "MICHIGAN": "America/Detroit",
+    "CHAMORRO": "Pacific/Guam",
+    "ALASKA": "America/Anchorage",
+    "PUERTO_RICO": "America/Puerto_Rico",  # no daylight saving (a mapping to Cuba would add it)
+    "US_VIRGIN_ISLANDS": "America/St_Thomas",
+    "CHUUK": "Pacific/Chuuk",
+    "POHNPEI": "Pacific/Pohnpei",
+    "KOSRAE": "Pacific/Kosrae",
+    "NORTHERN_MARIANA_ISLANDS": "Pacific/Saipan",
+    "UTC": "UTC",
+    "MAJURO": "Pacific/Majuro",
+}
+"""ReportStream's ``USTimeZone`` names -> the IANA zone each denotes (ReportStream's own ``US/...``
+names are aliases of these)."""
+
+REPORTSTREAM_DEFAULTS: dict[str, Any] = {
+    "operation": "NONE",
+    "numberPerDay": 1,
+    "initialTime": "00:00",
+    "timeZone": "EASTERN",
+    "maxReportCount": 100,
+}
+"""ReportStream's ``Receiver.Timing`` defaults, for a key its ``timing`` block leaves out."""
+
+OPERATIONS = ("MERGE", "NONE")
+EMPTY_ACTIONS = ("NONE", "SEND")
+CUSTOMER_STATUSES = ("active", "testing", "inactive")
 
 
 @dataclass(frozen=True)
@@ -34,18 +84,50 @@ class ReceiverConfig:
     max_batch_size: int
     send_if_empty_batch: bool
     batching_enabled: bool
+    reportstream_timing: bool = False  # the item carries ReportStream's timing block: its rule
+    operation: str = "MERGE"  # NONE: one file per record (ReportStream sends each report on its own)
+    empty_once_per_day: bool = False  # whenEmpty.onlyOncePerDay: at most one empty file a local day
+    customer_status: str = "active"
 
     @property
     def zone(self) -> ZoneInfo:
         return ZoneInfo(self.time_zone)
 
     @property
+    def file_size(self) -> int:
+        """Records per batch file: one with ``operation: NONE``, else ``max_batch_size``."""
+        return 1 if self.operation == "NONE" else self.max_batch_size
+
+    @property
     def wall_minutes(self) -> list[int]:
         """The receiver's batch times as minutes after local midnight, sorted."""
-        hours, minutes = (int(x) for x in self.initial_time.split(":"))
+        if self.reportstream_timing:
+            return reportstream_wall_minutes(self.number_per_day, self.initial_time)
+        hours, minutes = (int(x) for x in self.initial_time.split(":")[:2])
         start = hours * 60 + minutes
         n = self.number_per_day
         return sorted({(start + (k * 1440) // n) % 1440 for k in range(n)})
+
+    def local_day(self, moment: dt.datetime) -> str:
+        """The receiver's local date of an instant, ``YYYY-MM-DD``."""
+        return moment.astimezone(self.zone).date().isoformat()
+
+
+def reportstream_wall_minutes(number_per_day: int, initial_time: str) -> list[int]:
+    """ReportStream's batch times of a local day as minutes after midnight, sorted.
+
+    ``batchInPrevious60Seconds`` is true at local second-of-day ``s`` when
+    ``((s - initial + 86400 - 60) % period) - period >= -60`` with ``period = 86400 / numberPerDay``
+    (integer division) and Kotlin's ``%`` (negative for a negative left side): when one of the
+    period ends ``b = initial - 86400 + k * period`` (k >= 0) lies in ``(s - 60, s]`` and
+    ``s >= initial - 86340``. A decider ticks at whole minutes, so ``b`` is due at minute
+    ``ceil(b / 60)`` of the day.
+    """
+    parts = [int(x) for x in initial_time.split(":")]
+    initial = parts[0] * 3600 + parts[1] * 60 + (parts[2] if len(parts) > 2 else 0)
+    period = 86400 // number_per_day
+    minutes = {-(-b // 60) for b in range(initial - 86400, 86400, period)}
+    return sorted(m for m in minutes if 0 <= m < 1440 and m * 60 >= initial - 86340)
 
 
 class InvalidReceiver(ValueError):
@@ -68,43 +150,127 @@ def _bool_field(item: dict[str, Any], name: str, default: bool, errors: list[str
     return value
 
 
-def receiver_errors(item: dict[str, Any]) -> list[str]:
-    """Every problem with a receiver item (plain values, as ``from_item`` gives); empty when valid."""
-    errors: list[str] = []
-    name = item.get("receiver")
-    if not isinstance(name, str) or not RECEIVER_NAME.match(name):
-        errors.append(f"receiver name must match {RECEIVER_NAME.pattern} (it is a partition key and an S3 path)")
-    _int_field(item, "number_per_day", 1, 1440, errors)
-    _int_field(item, "max_batch_size", 1, MAX_BATCH_SIZE_LIMIT, errors)
+def _is_zone(zone: Any) -> bool:
+    try:
+        if not isinstance(zone, str) or not zone or zone.startswith("/") or ".." in zone:
+            return False
+        ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return False
+    return True
+
+
+def iana_zone(name: Any) -> str | None:
+    """The IANA zone of a ``USTimeZone`` name or of an IANA name; None when it is neither."""
+    if isinstance(name, str) and name in US_TIME_ZONES:
+        return US_TIME_ZONES[name]
+    return name if _is_zone(name) else None
+
+
+def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default: str, errors: list[str]) -> str:
+    value = values.get(name, default)
+    if value not in choices:
+        errors.append(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        return default
+    return value
+
+
+def _integral(value: Any) -> Any:
+    """A whole ``Decimal`` (a number inside a DynamoDB map) as an int; anything else as it is."""
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    return value
+
+
+def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
+    """The config fields of an item that carries ReportStream's ``timing`` block."""
+    timing = item.get("timing")
+    if not isinstance(timing, dict):
+        errors.append(f"timing must be a map (ReportStream's Receiver.Timing), got {timing!r}")
+        timing = {}
+    values = {**REPORTSTREAM_DEFAULTS, **{k: _integral(v) for k, v in timing.items()}}
+    number = _int_field(values, "numberPerDay", 1, 1440, errors)
+    size = _int_field(values, "maxReportCount", 1, MAX_BATCH_SIZE_LIMIT, errors)
+    initial = values.get("initialTime")
+    if not isinstance(initial, str) or not HHMMSS.match(initial):
+        errors.append(f"initialTime must be HH:MM (00:00 to 23:59), got {initial!r}")
+        initial = "00:00"
+    zone = iana_zone(values.get("timeZone"))
+    if zone is None:
+        errors.append(
+            f"timeZone must be a ReportStream USTimeZone name ({', '.join(US_TIME_ZONES)}) or an IANA zone, "
+            f"got {values.get('timeZone')!r}"
+        )
+        zone = "UTC"
+    when_empty = values.get("whenEmpty", {})
+    if not isinstance(when_empty, dict):
+        errors.append(f"whenEmpty must be a map (action, onlyOncePerDay), got {when_empty!r}")
+        when_empty = {}
+    status = _choice(item, "customerStatus", CUSTOMER_STATUSES, "active", errors)
+    return {
+        "number_per_day": number,
+        "initial_time": initial,
+        "time_zone": zone,
+        "max_batch_size": size,
+        "send_if_empty_batch": _choice(when_empty, "action", EMPTY_ACTIONS, "NONE", errors) == "SEND",
+        "empty_once_per_day": _bool_field(when_empty, "onlyOncePerDay", False, errors),
+        "operation": _choice(values, "operation", OPERATIONS, "NONE", errors),
+        "customer_status": status,
+        "reportstream_timing": True,
+    }
+
+
+def _groundskeeper_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
+    """The config fields of an item in Groundskeeper's own form."""
+    number = _int_field(item, "number_per_day", 1, 1440, errors)
+    size = _int_field(item, "max_batch_size", 1, MAX_BATCH_SIZE_LIMIT, errors)
     initial = item.get("initial_time")
     if not isinstance(initial, str) or not HHMM.match(initial):
         errors.append(f"initial_time must be HH:MM (00:00 to 23:59), got {initial!r}")
     zone = item.get("time_zone", "UTC")
-    try:
-        if not isinstance(zone, str) or not zone or zone.startswith("/") or ".." in zone:
-            raise ZoneInfoNotFoundError(zone)
-        ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    if not _is_zone(zone):
         errors.append(f"time_zone must be an IANA zone name, got {zone!r}")
-    _bool_field(item, "send_if_empty_batch", False, errors)
-    _bool_field(item, "batching_enabled", True, errors)
-    return errors
+    return {
+        "number_per_day": number,
+        "initial_time": initial,
+        "time_zone": zone,
+        "max_batch_size": size,
+        "send_if_empty_batch": _bool_field(item, "send_if_empty_batch", False, errors),
+    }
+
+
+def _fields(item: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    errors: list[str] = []
+    name = item.get("receiver")
+    if not isinstance(name, str) or not RECEIVER_NAME.match(name):
+        errors.append(f"receiver name must match {RECEIVER_NAME.pattern} (it is a partition key and an S3 path)")
+    fields = _timing_fields(item, errors) if "timing" in item else _groundskeeper_fields(item, errors)
+    fields["batching_enabled"] = _bool_field(item, "batching_enabled", True, errors)
+    return fields, errors
+
+
+def receiver_errors(item: dict[str, Any]) -> list[str]:
+    """Every problem with a receiver item (plain values, as ``from_item`` gives); empty when valid."""
+    return _fields(item)[1]
+
+
+def item_enabled(item: dict[str, Any]) -> bool:
+    """Whether a receiver item lets batching go on: ``batching_enabled`` is not false and its
+    ``customerStatus`` (ReportStream's) is not ``inactive``."""
+    return item.get("batching_enabled", True) is not False and item.get("customerStatus") != "inactive"
 
 
 def parse_receiver(item: dict[str, Any]) -> ReceiverConfig:
-    """A validated ``ReceiverConfig`` from a receiver item, or ``InvalidReceiver`` naming every problem."""
-    errors = receiver_errors(item)
+    """A validated ``ReceiverConfig`` from a receiver item, or ``InvalidReceiver`` naming every problem.
+
+    ``batching_enabled`` of the result is false also for ``customerStatus: inactive``; ``testing``
+    batches as ``active`` does (ReportStream routes and sends to every receiver that is not inactive).
+    """
+    fields, errors = _fields(item)
     if errors:
         raise InvalidReceiver(f"receiver {item.get('receiver')!r}: " + "; ".join(errors))
-    return ReceiverConfig(
-        receiver=item["receiver"],
-        number_per_day=item["number_per_day"],
-        initial_time=item["initial_time"],
-        time_zone=item.get("time_zone", "UTC"),
-        max_batch_size=item["max_batch_size"],
-        send_if_empty_batch=item.get("send_if_empty_batch", False),
-        batching_enabled=item.get("batching_enabled", True),
-    )
+    fields["batching_enabled"] = item_enabled(item)
+    return ReceiverConfig(receiver=item["receiver"], **fields)
 
 
 def batch_times(cfg: ReceiverConfig, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
@@ -117,12 +283,22 @@ def batch_times(cfg: ReceiverConfig, start: dt.datetime, end: dt.datetime) -> li
     day = first
     while day <= last:
         for m in minutes:
-            local = dt.datetime(day.year, day.month, day.day, m // 60, m % 60, tzinfo=zone)  # fold=0
-            moment = local.astimezone(dt.UTC)
-            if start <= moment < end:
-                out.add(moment)
+            for moment in _instants(dt.datetime(day.year, day.month, day.day, m // 60, m % 60), zone):
+                if start <= moment < end:
+                    out.add(moment)
         day += dt.timedelta(days=1)
     return sorted(out)
+
+
+def _instants(wall: dt.datetime, zone: ZoneInfo) -> tuple[dt.datetime, ...]:
+    """The UTC instants of a naive local wall time: one, two when a fall-back repeats it (both
+    occurrences), and for a time in a spring-forward gap the instant at the same distance after
+    the gap (the UTC offset of before the change, ``fold=0``)."""
+    first = wall.replace(tzinfo=zone).astimezone(dt.UTC)
+    second = wall.replace(tzinfo=zone, fold=1).astimezone(dt.UTC)
+    if first == second or second.astimezone(zone).replace(tzinfo=None) != wall:
+        return (first,)  # unambiguous, or in a gap (fold=1 does not round-trip there)
+    return (first, second)
 
 
 def day_bounds(day: str | dt.date) -> tuple[dt.datetime, dt.datetime]:

@@ -169,6 +169,36 @@ def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
             raise
 
 
+def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str, batch_time) -> bool:
+    """Claim the one empty file of local day ``day`` (``whenEmpty.onlyOncePerDay``) for batch time T.
+
+    Sets ``empty_batch_day``/``empty_batch_time`` on the receiver item, only while this run holds
+    the lease and no other batch time has the day: True when T has it (now, or from an earlier
+    run of T that died before its ledger entry), False when another batch time of the day (or a
+    later day) has sent the empty file.
+    """
+    when = format_batch_time(batch_time)
+    try:
+        dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": receiver}},
+            UpdateExpression="SET empty_batch_day = :d, empty_batch_time = :t",
+            ConditionExpression=(
+                "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
+                "OR (empty_batch_day = :d AND empty_batch_time = :t))"
+            ),
+            ExpressionAttributeValues={":o": {"S": owner}, ":d": {"S": day}, ":t": {"S": when}},
+        )
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        current = get_receiver(dynamodb, table, receiver) or {}
+        if current.get("batch_lease_owner") != owner:
+            raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}") from exc
+        return False
+    return True
+
+
 # ------------------------------------------------------------------ pending records
 
 

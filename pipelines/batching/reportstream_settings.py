@@ -1,0 +1,403 @@
+"""Import ReportStream's receiver settings into the receivers table. No Dagster.
+
+Reads ReportStream's settings files as ReportStream writes them: ``organizations.yml`` (a list of
+organizations) or a folder of per-organization files (``settings/STLTs/*/*.yml``), from a local path
+or an ``s3://`` URL. Each receiver with a ``timing`` block becomes the receiver item
+``<organization>.<receiver>`` carrying that block as it is (``timing``: ``numberPerDay``,
+``initialTime``, ``timeZone``, ``maxReportCount``, ``whenEmpty``, ``operation``) and its
+``customerStatus`` (ReportStream's default ``inactive`` when the file has none).
+
+Settings are untrusted: YAML is read with a safe loader (ReportStream's ``!<HL7>`` type tags read as
+plain maps; ``12:30`` stays text, not YAML 1.1's base-60 number), a file is at most
+``MAX_FILE_BYTES``, and every entry that cannot be imported (no ``timing``, an invalid value, a name
+that cannot be a receiver key) is one line, never a crash and never dropped silently.
+
+Writes are conditional, so running the same import twice changes nothing and a concurrent writer's
+change is reported, not overwritten:
+
+- add: only where no item of that name exists;
+- change: only where the item still has the digest this plan read (``settings_digest``);
+- disable (``batching_enabled = false``): an imported receiver of an organization in the input that
+  the input no longer lists with a ``timing`` block. An import never enables a receiver; an item not
+  written by an import (no ``settings_source``) is left alone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from botocore.exceptions import ClientError
+
+from pipelines.batching import store
+from pipelines.batching.schedule import RECEIVER_NAME, receiver_errors
+from pipelines.common import to_item
+from pipelines.common.aws_batches import error_code
+
+MAX_FILE_BYTES = 5_000_000
+"""A settings file larger than this is refused (ReportStream's whole 2022 organizations.yml is 132 KB)."""
+MAX_FILES = 1000
+SETTINGS_SOURCE = "reportstream"
+TIMING_KEYS = ("operation", "numberPerDay", "initialTime", "timeZone", "maxReportCount", "whenEmpty")
+WHEN_EMPTY_KEYS = ("action", "onlyOncePerDay")
+ADD, CHANGE, DISABLE, UNCHANGED, SKIPPED = "add", "change", "disable", "unchanged", "skipped"
+
+
+# ------------------------------------------------------------------ reading the files
+
+
+class _SettingsLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that reads any tag (Jackson's ``!<HL7>``) as the plain node under it and
+    does not read ``HH:MM`` as a base-60 integer (ReportStream's Jackson reads it as text)."""
+
+
+def _plain(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+    if isinstance(node, yaml.MappingNode):
+        return loader.construct_mapping(node, deep=True)
+    if isinstance(node, yaml.SequenceNode):
+        return loader.construct_sequence(node, deep=True)
+    return loader.construct_scalar(node)
+
+
+_SettingsLoader.add_multi_constructor("", _plain)
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_SettingsLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_SettingsLoader.add_implicit_resolver(
+    _INT,
+    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
+    list("-+0123456789"),
+)
+_SettingsLoader.add_implicit_resolver(
+    _FLOAT,
+    re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+    list("-+0123456789."),
+)
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """One settings file's document; ``ValueError`` with one line when it is not YAML."""
+    try:
+        return yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise ValueError(f"{source}: not valid YAML{where}: {problem}") from None
+
+
+def _is_settings_file(name: str) -> bool:
+    return name.endswith((".yml", ".yaml"))
+
+
+def _decode(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: not UTF-8 text") from None
+
+
+def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
+    """``(source, text)`` of every settings file at ``path`` (a file, a folder, ``s3://bucket/key``
+    or ``s3://bucket/prefix/``), and one line per file that could not be read."""
+    texts: list[tuple[str, str]] = []
+    problems: list[str] = []
+    if path.startswith("s3://"):
+        bucket, _, key = path[5:].partition("/")
+        if s3 is None or not bucket:
+            return [], [f"{path}: an s3:// URL needs a bucket and an S3 client"]
+        keys = [key] if _is_settings_file(key) else _s3_keys(s3, bucket, key)
+        for name in keys[:MAX_FILES]:
+            source = f"s3://{bucket}/{name}"
+            try:
+                head = s3.head_object(Bucket=bucket, Key=name)
+                if head["ContentLength"] > MAX_FILE_BYTES:
+                    problems.append(f"{source}: {head['ContentLength']} bytes, over the {MAX_FILE_BYTES} allowed")
+                    continue
+                body = s3.get_object(Bucket=bucket, Key=name)["Body"].read(MAX_FILE_BYTES + 1)
+                texts.append((source, _decode(body, source)))
+            except ClientError as exc:
+                problems.append(f"{source}: cannot be read: {error_code(exc)}")
+            except ValueError as exc:
+                problems.append(str(exc))
+    else:
+        root = Path(path)
+        if root.is_dir():
+            files = sorted(p for p in root.rglob("*") if p.is_file() and _is_settings_file(p.name))
+        elif root.is_file():
+            files = [root]
+        else:
+            return [], [f"{path}: no such file or folder"]
+        for file in files[:MAX_FILES]:
+            try:
+                if file.stat().st_size > MAX_FILE_BYTES:
+                    problems.append(f"{file}: {file.stat().st_size} bytes, over the {MAX_FILE_BYTES} allowed")
+                    continue
+                texts.append((str(file), _decode(file.read_bytes(), str(file))))
+            except OSError as exc:
+                problems.append(f"{file}: cannot be read: {exc.strerror or exc}")
+            except ValueError as exc:
+                problems.append(str(exc))
+        if len(files) > MAX_FILES:
+            problems.append(f"{path}: {len(files)} settings files, only the first {MAX_FILES} read")
+    if not texts and not problems:
+        problems.append(f"{path}: no .yml or .yaml settings file")
+    return texts, problems
+
+
+def _s3_keys(s3, bucket: str, prefix: str) -> list[str]:
+    return [k for k in store.list_keys(s3, bucket, prefix) if _is_settings_file(k)]
+
+
+# ------------------------------------------------------------------ receivers of the settings
+
+
+@dataclass
+class Entry:
+    """One receiver of the settings: its item, or why it cannot be imported."""
+
+    receiver: str
+    organization: str
+    source: str
+    item: dict[str, Any] | None = None
+    problem: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def digest(item: dict[str, Any]) -> str:
+    """What an import writes of a receiver, as one value (unchanged settings, unchanged digest)."""
+    owned = {k: item.get(k) for k in ("organization", "timing", "customerStatus")}
+    return hashlib.sha256(json.dumps(owned, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _timing_as_written(timing: dict[str, Any], notes: list[str]) -> dict[str, Any]:
+    """The keys of ReportStream's timing block that batching reads, as written; the rest noted."""
+    out = {k: timing[k] for k in TIMING_KEYS if k in timing and timing[k] is not None}
+    if isinstance(out.get("whenEmpty"), dict):
+        out["whenEmpty"] = {k: v for k, v in out["whenEmpty"].items() if k in WHEN_EMPTY_KEYS and v is not None}
+    between = timing.get("timeBetweenBatches")
+    if between not in (None, 0):
+        notes.append(f"timeBetweenBatches {between!r} is not honoured: a batch's files are written one after another")
+    other = sorted(str(k) for k in timing if k not in TIMING_KEYS and k != "timeBetweenBatches")
+    if other:
+        notes.append(f"timing keys not read by batching: {', '.join(other)}")
+    return out
+
+
+def entry_for(organization: str, receiver: Any, source: str) -> Entry:
+    """The receiver item for one receiver of ReportStream's settings, or its problem."""
+    if not isinstance(receiver, dict):
+        return Entry(f"{organization}.?", organization, source, problem=f"a receiver is a map, got {receiver!r:.80}")
+    if not isinstance(receiver.get("name"), str) or not receiver["name"]:
+        return Entry(f"{organization}.?", organization, source, problem=f"a receiver without a name: {receiver!r:.80}")
+    name = f"{organization}.{receiver['name']}"
+    entry = Entry(name, organization, source)
+    if not RECEIVER_NAME.match(name):
+        entry.problem = f"{name!r:.120} cannot be a receiver name (it must match {RECEIVER_NAME.pattern})"
+        return entry
+    timing = receiver.get("timing")
+    if timing is None:
+        entry.problem = "no timing block: ReportStream does not batch this receiver"
+        return entry
+    if not isinstance(timing, dict):
+        entry.problem = f"timing must be a map, got {timing!r:.80}"
+        return entry
+    item = {
+        "receiver": name,
+        "organization": organization,
+        "timing": _timing_as_written(timing, entry.notes),
+        "customerStatus": receiver.get("customerStatus", "inactive"),  # ReportStream's default
+        "settings_source": SETTINGS_SOURCE,
+    }
+    errors = receiver_errors(item)
+    if errors:
+        entry.problem = "; ".join(errors)
+        return entry
+    if item["customerStatus"] == "inactive":
+        entry.notes.append("customerStatus inactive: imported disabled (no batches)")
+    item["settings_digest"] = digest(item)
+    entry.item = item
+    return entry
+
+
+def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], set[str]]:
+    """The receivers of every settings file, one line per file or organization that cannot be
+    read, and the organizations the files list."""
+    entries: list[Entry] = []
+    problems: list[str] = []
+    organizations: set[str] = set()
+    for source, text in sources:
+        try:
+            doc = parse_yaml(text, source)
+        except ValueError as exc:
+            problems.append(str(exc))
+            continue
+        orgs = doc if isinstance(doc, list) else [doc] if isinstance(doc, dict) else None
+        if orgs is None:
+            problems.append(f"{source}: a settings file is a list of organizations, got {type(doc).__name__}")
+            continue
+        for n, org in enumerate(orgs, 1):
+            name = org.get("name") if isinstance(org, dict) else None
+            if not isinstance(name, str) or not name:
+                problems.append(f"{source}: organization #{n} has no name; its receivers are not read")
+                continue
+            receivers = org.get("receivers") or []
+            if not isinstance(receivers, list):
+                problems.append(f"{source}: organization {name!r:.80}: receivers must be a list")
+                continue
+            organizations.add(name)
+            entries.extend(entry_for(name, r, source) for r in receivers)
+    seen: set[str] = set()
+    for entry in entries:
+        if entry.item is not None and entry.receiver in seen:
+            entry.problem, entry.item = "listed again; the first one is imported", None
+        elif entry.item is not None:
+            seen.add(entry.receiver)
+    return entries, problems, organizations
+
+
+# ------------------------------------------------------------------ plan and apply
+
+
+@dataclass
+class Change:
+    receiver: str
+    action: str  # add | change | disable | unchanged | skipped
+    detail: str = ""
+    item: dict[str, Any] | None = None
+    expected_digest: str | None = None
+    outcome: str = ""  # after apply: done | conflict (another writer changed it) | would (dry run)
+
+    def line(self) -> str:
+        text = f"{self.receiver}: {self.action}"
+        if self.detail:
+            text += f" ({self.detail})"
+        return text + (f" -> {self.outcome}" if self.outcome else "")
+
+
+def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
+    parts = []
+    for key in ("organization", "customerStatus"):
+        if old.get(key) != new.get(key):
+            parts.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
+    before, after = old.get("timing") or {}, new.get("timing") or {}
+    for key in TIMING_KEYS:
+        if before.get(key) != after.get(key):
+            parts.append(f"{key} {before.get(key)!r} -> {after.get(key)!r}")
+    return ", ".join(parts) or "settings digest differs"
+
+
+def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[str, Any]]) -> list[Change]:
+    """What an import of ``entries`` does to the receivers table as ``current`` has it."""
+    existing = {str(i.get("receiver")): i for i in current}
+    changes: list[Change] = []
+    importable: set[str] = set()
+    for entry in entries:
+        if entry.item is None:
+            changes.append(Change(entry.receiver, SKIPPED, f"{entry.source}: {entry.problem}"))
+            continue
+        importable.add(entry.receiver)
+        old = existing.get(entry.receiver)
+        if old is not None and old.get("batching_enabled") is False:
+            entry.notes.append("batching_enabled is false: an import never enables, set it to true to batch again")
+        notes = "; ".join(entry.notes)
+        if old is None:
+            changes.append(Change(entry.receiver, ADD, notes, item=entry.item))
+        elif old.get("settings_source") != SETTINGS_SOURCE:
+            changes.append(
+                Change(
+                    entry.receiver,
+                    SKIPPED,
+                    "already in the receivers table, not from ReportStream settings; left alone",
+                )
+            )
+        elif old.get("settings_digest") == entry.item["settings_digest"]:
+            changes.append(Change(entry.receiver, UNCHANGED, notes))
+        else:
+            detail = _differences(old, entry.item) + (f"; {notes}" if notes else "")
+            changes.append(
+                Change(entry.receiver, CHANGE, detail, item=entry.item, expected_digest=old.get("settings_digest"))
+            )
+    listed = {entry.receiver for entry in entries}
+    for name, old in sorted(existing.items()):
+        if (
+            old.get("settings_source") == SETTINGS_SOURCE
+            and old.get("organization") in organizations
+            and name not in importable
+            and old.get("batching_enabled", True) is not False
+        ):
+            why = (
+                "its settings can no longer be honoured (its skipped line says why)"
+                if name in listed
+                else "no longer in its organization's settings with a timing block"
+            )
+            changes.append(Change(name, DISABLE, why, expected_digest=old.get("settings_digest")))
+    return changes
+
+
+def _conditional(write: Callable[..., Any], **kwargs: Any) -> str:
+    try:
+        write(**kwargs)
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return "conflict: the item changed since the plan read it; run the import again"
+    return "done"
+
+
+def apply(dynamodb, table: str, changes: list[Change]) -> None:
+    """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
+    for change in changes:
+        key = {"receiver": {"S": change.receiver}}
+        ours = {":src": {"S": SETTINGS_SOURCE}, ":old": {"S": change.expected_digest or ""}}
+        if change.action == ADD:
+            change.outcome = _conditional(
+                dynamodb.put_item,
+                TableName=table,
+                Item=to_item(change.item),
+                ConditionExpression="attribute_not_exists(receiver)",
+            )
+        elif change.action == CHANGE:
+            values = to_item({f":{k}": change.item[k] for k in ("organization", "timing", "customerStatus")})
+            values[":d"] = {"S": change.item["settings_digest"]}
+            change.outcome = _conditional(
+                dynamodb.update_item,
+                TableName=table,
+                Key=key,
+                UpdateExpression="SET organization = :organization, timing = :timing, "
+                "customerStatus = :customerStatus, settings_digest = :d",
+                ConditionExpression="settings_source = :src AND settings_digest = :old",
+                ExpressionAttributeValues={**values, **ours},
+            )
+        elif change.action == DISABLE:
+            change.outcome = _conditional(
+                dynamodb.update_item,
+                TableName=table,
+                Key=key,
+                UpdateExpression="SET batching_enabled = :f",
+                ConditionExpression="settings_source = :src AND settings_digest = :old",
+                ExpressionAttributeValues={":f": {"BOOL": False}, **ours},
+            )
+
+
+def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:
+    """Read the settings at ``path``, plan against the receivers table, apply unless ``dry_run``.
+    Returns every change (with its outcome) and one line per file or organization not read."""
+    sources, problems = read_sources(path, s3)
+    entries, more, organizations = entries_of(sources)
+    changes = plan(entries, organizations, store.scan_receivers(dynamodb, table))
+    if dry_run:
+        for change in changes:
+            if change.action in (ADD, CHANGE, DISABLE):
+                change.outcome = "would"
+    else:
+        apply(dynamodb, table, changes)
+    return changes, problems + more
