@@ -261,6 +261,93 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert not any(allowed_by(st, other_cluster) for st in statements)
 
 
+# A run launched from the Launchpad (or the GraphQL API) carries whatever tags its launcher typed.
+OTHER_ROLE = "arn:aws:iam::123456789012:role/someone-elses"
+DANGEROUS_TAGS = {
+    "ecs/container_overrides": {"command": ["sh", "-c", "env"], "environment": [{"name": "X", "value": "1"}]},
+    "ecs/task_overrides": {"taskRoleArn": OTHER_ROLE, "executionRoleArn": OTHER_ROLE},
+    "ecs/run_task_kwargs": {
+        "networkConfiguration": {"awsvpcConfiguration": {"subnets": ["subnet-0ffffff"], "assignPublicIp": "ENABLED"}},
+        "launchType": "EC2",
+    },
+}
+
+
+def _launch(instance, tags: dict[str, str]):
+    """Launch a run with ``tags`` through the instance's launcher: (the run after, the ECS calls made)."""
+    from dagster._core.test_utils import create_run_for_test
+
+    launcher = instance.run_launcher
+    sent: list[tuple[str, dict]] = []
+    launcher.ecs.meta.events.register(
+        "provide-client-params.ecs.*", lambda params, model, **_: sent.append((model.name, dict(params)))
+    )
+    run = create_run_for_test(
+        instance, job_name="pool_audit_job", job_code_origin=_run_origin("pool_audit_job"), tags=tags
+    )
+    instance.launch_run(run.run_id, workspace=None)
+    return instance.get_run_by_id(run.run_id), sent
+
+
+def _failure_lines(instance, run_id: str) -> list[str]:
+    (failure,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    return failure.dagster_event.message.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("tags", "refused"),
+    [
+        *(({key: json.dumps(value)}, key) for key, value in DANGEROUS_TAGS.items()),
+        (
+            {"ecs/cpu": "1024", "ecs/container_overrides": json.dumps(DANGEROUS_TAGS["ecs/container_overrides"])},
+            "ecs/container_overrides",
+        ),
+        ({"ecs/future_setting": "x"}, "ecs/future_setting"),  # an ecs/ tag a later dagster-aws may read
+        ({"ecs/cpu": "lots"}, "ecs/cpu"),  # an allowed tag with a value the launcher would crash on
+        ({"ecs/memory": "2048; launchType=EC2"}, "ecs/memory"),
+    ],
+    ids=["container_overrides", "task_overrides", "run_task_kwargs", "with_sizing", "unknown", "cpu", "memory"],
+)
+def test_a_run_tag_that_changes_the_run_task_fails_the_run_before_any_run_task(aws, ecs_instance, tags, refused):
+    """The stack's EcsLauncherPolicy allows any RunTask of its task definition in its cluster: the
+    launcher itself refuses a run whose tags would change the task's command, environment, secrets,
+    role, network or launch type, with one line, and starts no task."""
+    run, sent = _launch(ecs_instance, tags)
+    assert [name for name, _ in sent if name != "DescribeTaskDefinition"] == []
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    (line,) = _failure_lines(ecs_instance, run.run_id)
+    assert line.startswith(f"run tag {refused} refused: ")
+    assert aws.client("ecs").list_tasks(cluster=ecs_instance.run_launcher.run_task_kwargs["cluster"])["taskArns"] == []
+
+
+def test_an_allowed_sizing_tag_launches_the_run_with_that_size(aws, ecs_stack, ecs_instance):
+    run, sent = _launch(ecs_instance, {"ecs/cpu": "1024", "ecs/memory": "2048", "ecs/task_arn": "inherited"})
+    assert run.status == dg.DagsterRunStatus.STARTING
+    (run_task,) = [params for name, params in sent if name == "RunTask"]
+    assert run_task["taskDefinition"] == ecs_stack["DAGSTER_ECS_TASK_DEFINITION"]
+    assert (run_task["overrides"]["cpu"], run_task["overrides"]["memory"]) == ("1024", "2048")
+    (override,) = run_task["overrides"]["containerOverrides"]
+    assert override["command"][-3:-1] == ["api", "execute_run"]
+    assert run_task["networkConfiguration"]["awsvpcConfiguration"]["assignPublicIp"] == "DISABLED"
+    assert run.tags["ecs/task_arn"] != "inherited"  # the launcher's own record of the task it started
+
+
+def test_the_allowlist_is_the_deployments_and_replaces_the_default():
+    from infra.ecs_launcher import SIZING_TAGS, RestrictedEcsRunLauncher, refusal
+
+    launcher = yaml.safe_load(INSTANCE_TEMPLATE.read_text())["run_launcher"]
+    assert (launcher["module"], launcher["class"]) == ("infra.ecs_launcher", "RestrictedEcsRunLauncher")
+    assert launcher["config"]["allowed_run_tags"] == list(SIZING_TAGS)
+    default = RestrictedEcsRunLauncher.config_type()["allowed_run_tags"].default_value
+    assert default == list(SIZING_TAGS)
+    command = json.dumps(DANGEROUS_TAGS["ecs/container_overrides"])
+    assert refusal({"ecs/container_overrides": command}, SIZING_TAGS) is not None
+    assert refusal({"ecs/container_overrides": command}, [*SIZING_TAGS, "ecs/container_overrides"]) is None
+    assert refusal({"ecs/container_overrides": "[1]"}, ["ecs/container_overrides"]) is not None  # not an object
+    assert refusal({"ecs/cpu": "1024"}, []) is not None  # an empty list allows no ecs/ tag
+    assert refusal({"dagster/priority": "1", "team": "fleet", "ecs/cluster": "x"}, []) is None
+
+
 def test_instance_file_renders_lists_and_refuses_missing_or_malformed_ids(tmp_path):
     template = yaml.safe_load(INSTANCE_TEMPLATE.read_text())
     env = {"DAGSTER_ECS_SUBNETS": " subnet-1 , subnet-2", "DAGSTER_ECS_SECURITY_GROUPS": "sg-1"}
@@ -274,13 +361,14 @@ def test_instance_file_renders_lists_and_refuses_missing_or_malformed_ids(tmp_pa
     # A typo fails Dagster's own schemas: the instance file's, and the launcher's for its config.
     from dagster._config import validate_config
     from dagster._core.instance.config import dagster_instance_config_schema
-    from dagster_aws.ecs import EcsRunLauncher
+
+    from infra.ecs_launcher import RestrictedEcsRunLauncher
 
     def valid(config: dict) -> bool:
         launcher = config["run_launcher"]["config"]
         return (
             validate_config(dg.Shape(dagster_instance_config_schema()), config).success
-            and validate_config(dg.Shape(EcsRunLauncher.config_type()), launcher).success
+            and validate_config(dg.Shape(RestrictedEcsRunLauncher.config_type()), launcher).success
         )
 
     rendered = render(template, env)

@@ -324,7 +324,8 @@ def test_the_services_instance_and_workspace_files_pass_dagsters_schemas_with_th
     from dagster._config import process_config
     from dagster._core.instance.config import dagster_instance_config_schema
     from dagster._core.workspace.config_schema import process_workspace_config
-    from dagster_aws.ecs import EcsRunLauncher
+
+    from infra.ecs_launcher import RestrictedEcsRunLauncher
 
     s = stacks[env]
     instance_template = yaml.safe_load(INSTANCE_TEMPLATE.read_text())
@@ -341,9 +342,10 @@ def test_the_services_instance_and_workspace_files_pass_dagsters_schemas_with_th
             rendered = render(instance_template, environment)
             result = process_config(dg.Shape(dagster_instance_config_schema()), rendered)
             assert result.success, (service, [e.message for e in result.errors])
-            launcher = process_config(dg.Shape(EcsRunLauncher.config_type()), rendered["run_launcher"]["config"])
+            launcher_schema = dg.Shape(RestrictedEcsRunLauncher.config_type())
+            launcher = process_config(launcher_schema, rendered["run_launcher"]["config"])
             assert launcher.success, (service, [e.message for e in launcher.errors])
-            # Every variable the files name (EcsRunLauncher reads its own `{env: ...}` itself) is set.
+            # Every variable the files name (the launcher reads its own `{env: ...}` itself) is set.
             named = set(re.findall(r"\{'env': '([A-Z_]+)'\}", str(rendered)))
             if service != "code-server":
                 named |= set(re.findall(r"\{'env': '([A-Z_]+)'\}", str(workspace)))
