@@ -141,9 +141,12 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     for policy in ("ReclaimTablesPolicy", "IdentityPasswordPolicy"):
         roles = template["Resources"][policy]["Properties"]["Roles"]
         assert roles == {"Fn::If": ["EcsEnabled", [{"Ref": "EcsTaskRole"}], {"Ref": "AWS::NoValue"}]}, policy
-    # DeploymentPolicy also goes to the code server, whose sensors call AWS (tests/test_iam_static.py).
+    # DeploymentPolicy (the runs' writes) is the run tasks' alone; the code server, whose sensors and
+    # schedules only read and publish, carries SensorsPolicy (tests/test_iam_static.py).
     roles = template["Resources"]["DeploymentPolicy"]["Properties"]["Roles"]["Fn::If"][1]
-    assert roles == [{"Ref": "EcsTaskRole"}, {"Ref": "CodeServerTaskRole"}]
+    assert roles == [{"Ref": "EcsTaskRole"}]
+    roles = template["Resources"]["SensorsPolicy"]["Properties"]["Roles"]["Fn::If"][1]
+    assert roles == [{"Ref": "CodeServerTaskRole"}]
 
 
 @pytest.fixture
