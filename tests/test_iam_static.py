@@ -116,8 +116,13 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
         ("ec2", "DeleteTags"): [request("ec2:DeleteTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG]})],
         ("ec2", "DescribeInstances"): [request("ec2:DescribeInstances", "*")],
         ("ec2", "TerminateInstances"): [request("ec2:TerminateInstances", INSTANCE, MANAGED)],
-        # the alerts sensor: each incident's state changes, to the stack's alerts topic only
-        ("sns", "Publish"): [request("sns:Publish", s.arn("AlertsTopic"))],
+        # the alerts sensor: each incident's state changes, to the stack's alerts topic only, which is
+        # encrypted: SNS uses the topic's key as the publisher
+        ("sns", "Publish"): [
+            request("sns:Publish", s.arn("AlertsTopic")),
+            request("kms:GenerateDataKey", s.arn("AlertsTopicKey")),
+            request("kms:Decrypt", s.arn("AlertsTopicKey")),
+        ],
         # reclaim over HTTP: IDM_ENCRYPTED_PASS
         ("kms", "Decrypt"): [request("kms:Decrypt", KEY_ARN)],
         ("s3", "GetObject"): on(
@@ -302,11 +307,14 @@ def test_the_metrics_namespace_is_a_parameter_that_the_deployment_exports():
 
 
 def test_kms_and_outside_tables_are_granted_only_when_named():
-    """IdentityPasswordKeyArn and ReclaimTableArns default to no grant at all."""
+    """IdentityPasswordKeyArn and ReclaimTableArns default to no grant at all (the one KMS grant is
+    the alerts topic's own key, to publish)."""
     default = Stack(load_template())
     assert set(default.policies()) == {"DeploymentPolicy", "SensorsPolicy", "AlertsPolicy"}
-    actions = {a for _, st in _statements(default) for a in st["Action"]}
-    assert not any(a.startswith("kms:") for a in actions)
+    kms = [
+        (name, st["Resource"]) for name, st in _statements(default) if any(a.startswith("kms:") for a in st["Action"])
+    ]
+    assert kms == [("AlertsPolicy/AlertsTopicKey", default.arn("AlertsTopicKey"))]
 
 
 def test_alerts_may_publish_to_the_stacks_topic_only(stack):
@@ -315,7 +323,8 @@ def test_alerts_may_publish_to_the_stacks_topic_only(stack):
     statements = [st for _, st in _statements(stack)]
     other = request("sns:Publish", f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:someone-elses-topic")
     assert not any(allowed_by(st, other) for st in statements)
-    (own,) = calls(stack)[("sns", "Publish")]
+    (own, *topic_key) = calls(stack)[("sns", "Publish")]
+    assert {req.resource for req in topic_key} == {stack.arn("AlertsTopicKey")}
     assert own.resource == stack.resolve({"Ref": "AlertsTopic"}) and own.resource.endswith(":groundskeeper-alerts-dev")
     assert [st for st in statements if "sns:Publish" in st["Action"]] == [
         st for st in statements if any(a.startswith("sns:") for a in st["Action"])
