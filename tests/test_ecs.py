@@ -24,7 +24,7 @@ import yaml
 
 from infra.deploy import ECS_OUTPUT_ENV, OUTPUT_ENV, TEMPLATE_PATH, deploy
 from infra.ecs_instance import INSTANCE_TEMPLATE, InstanceConfigError, render, write_instance
-from tests.ecs_support import IMAGE, ecs_parameters, make_network
+from tests.ecs_support import IMAGE, LOGIN, ecs_parameters, make_network
 from tests.iam_support import allowed_by, load_template, request
 from tests.progressor_support import PG, scratch_database
 
@@ -483,37 +483,42 @@ def test_the_ecs_resources_and_outputs_exist_only_with_enable_ecs():
     assert template["Parameters"]["EnableEcs"]["Default"] == "false"
 
 
-def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database():
-    """Neither moto nor cfn-lint evaluates a template's Rules; this evaluates the ECS rule's
-    functions (Ref, Equals, Not, And, Or, Contains) as CloudFormation defines them, on the parameters."""
+def rules_hold(params: dict[str, str]) -> bool:
+    """Whether CloudFormation accepts these parameters by the template's Rules. Neither moto nor cfn-lint
+    evaluates Rules; this evaluates their functions (Ref, Equals, Not, And, Or, Contains) as
+    CloudFormation defines them, on the parameters (a rule without RuleCondition always applies)."""
     template = load_template()
-    (rule,) = template["Rules"].values()
     defaults = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
+    values = {**defaults, **params}
 
-    def holds(params: dict[str, str]) -> bool:
-        values = {**defaults, **params}
+    def ev(node):
+        if not isinstance(node, dict):
+            return node
+        ((fn, arg),) = node.items()
+        if fn == "Ref":
+            kind = template["Parameters"][arg]["Type"]
+            return values[arg].split(",") if kind == "CommaDelimitedList" else values[arg]
+        if fn == "Fn::Equals":
+            return ev(arg[0]) == ev(arg[1])
+        if fn == "Fn::Not":
+            return not ev(arg[0])
+        if fn == "Fn::And":
+            return all(ev(a) for a in arg)
+        if fn == "Fn::Or":
+            return any(ev(a) for a in arg)
+        if fn == "Fn::Contains":
+            return ev(arg[1]) in ev(arg[0])
+        raise AssertionError(f"{fn} is not a function of the template's rules")
 
-        def ev(node):
-            if not isinstance(node, dict):
-                return node
-            ((fn, arg),) = node.items()
-            if fn == "Ref":
-                kind = template["Parameters"][arg]["Type"]
-                return values[arg].split(",") if kind == "CommaDelimitedList" else values[arg]
-            if fn == "Fn::Equals":
-                return ev(arg[0]) == ev(arg[1])
-            if fn == "Fn::Not":
-                return not ev(arg[0])
-            if fn == "Fn::And":
-                return all(ev(a) for a in arg)
-            if fn == "Fn::Or":
-                return any(ev(a) for a in arg)
-            if fn == "Fn::Contains":
-                return ev(arg[1]) in ev(arg[0])
-            raise AssertionError(f"{fn} is not a function of the ECS rule")
+    return all(
+        all(ev(a["Assert"]) for a in rule["Assertions"])
+        for rule in template["Rules"].values()
+        if "RuleCondition" not in rule or ev(rule["RuleCondition"])
+    )
 
-        return not ev(rule["RuleCondition"]) or all(ev(a["Assert"]) for a in rule["Assertions"])
 
+def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database():
+    holds = rules_hold  # the ECS rule among them
     complete = ecs_parameters("vpc-0123456789abcdef0", SUBNETS)  # the stack creates the database
     existing = {
         "DagsterPgHost": "db",
@@ -527,3 +532,17 @@ def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database(
     for name in existing:  # an existing database takes both: its host and its password's secret
         assert not holds({**complete, name: existing[name]}), name
     assert not holds({**complete, "EcsSubnets": f"{SUBNETS[0]},"})  # a stray comma is an empty id
+
+
+def test_the_template_refuses_a_webserver_open_to_everyone_without_its_login():
+    """The Dagster UI has no login of its own: 0.0.0.0/0 is refused unless the HTTPS listener's
+    OpenID Connect sign-in is on, and the sign-in takes all its settings."""
+    complete = ecs_parameters("vpc-0123456789abcdef0", SUBNETS)
+    everyone = {**complete, "WebserverAccessCidr": "0.0.0.0/0"}
+    assert not rules_hold(everyone)
+    assert rules_hold({**everyone, **LOGIN})
+    assert rules_hold({**complete, **LOGIN})
+    assert rules_hold(complete)  # a VPN's range, no login: allowed (docs/deployment-ecs.md says why not to)
+    for name in LOGIN:
+        if name != "WebserverCertificateArn":
+            assert not rules_hold({**complete, **LOGIN, name: ""}), name
