@@ -15,6 +15,10 @@ deploy the same template as production and can describe what it made:
   (:class:`PrivateDnsNamespace`, :class:`DiscoveryService`): Cloud Map's ``create_private_dns_namespace``
   and ``create_service``.
 
+One model of moto's own is mended: ``AWS::KMS::Key`` keeps its ``KeyPolicy`` as the template's
+mapping, where moto's KMS API expects the policy's JSON text (every call naming the key failed with
+an internal error): :func:`_key_policy_as_text` hands moto the text.
+
 Run as ``python -m infra.moto_server -H 127.0.0.1 -p <port>`` (moto's server arguments).
 """
 
@@ -26,6 +30,7 @@ from typing import Any
 
 from moto.cloudwatch.models import cloudwatch_backends
 from moto.core.common_models import CloudFormationModel
+from moto.kms.models import Key
 from moto.secretsmanager.models import secretsmanager_backends
 from moto.servicediscovery.models import servicediscovery_backends
 
@@ -279,6 +284,25 @@ class DiscoveryService(CloudFormationModel):
         cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str
     ) -> None:
         servicediscovery_backends[account_id][region_name].delete_service(resource_name)
+
+
+_create_key = Key.create_from_cloudformation_json.__func__
+
+
+def _key_policy_as_text(
+    cls, resource_name: str, cloudformation_json: dict[str, Any], account_id: str, region_name: str, **kwargs: Any
+) -> Key:
+    """moto's ``Key.create_from_cloudformation_json``, given the key policy as JSON text."""
+    props = cloudformation_json["Properties"]
+    if isinstance(props.get("KeyPolicy"), dict):
+        cloudformation_json = {
+            **cloudformation_json,
+            "Properties": {**props, "KeyPolicy": json.dumps(props["KeyPolicy"])},
+        }
+    return _create_key(cls, resource_name, cloudformation_json, account_id, region_name, **kwargs)
+
+
+Key.create_from_cloudformation_json = classmethod(_key_policy_as_text)  # type: ignore[method-assign]
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,6 +6,16 @@ from __future__ import annotations
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/groundskeeper:test"
 ACCESS_CIDR = "10.0.0.0/8"  # WebserverAccessCidr: e.g. the VPN's range
+# The webserver's login: the HTTPS listener's certificate and an OpenID Connect identity provider.
+LOGIN = {
+    "WebserverCertificateArn": "arn:aws:acm:us-east-1:123456789012:certificate/0f0e0d0c-0b0a-0908-0706-050403020100",
+    "OidcIssuer": "https://login.example.com",
+    "OidcAuthorizationEndpoint": "https://login.example.com/authorize",
+    "OidcTokenEndpoint": "https://login.example.com/token",
+    "OidcUserInfoEndpoint": "https://login.example.com/userinfo",
+    "OidcClientId": "dagster-ui",
+    "OidcClientSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:groundskeeper/oidc-AbCdEf",
+}
 
 
 def make_network(ec2, second_octet: int) -> tuple[str, list[str]]:

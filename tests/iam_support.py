@@ -82,6 +82,8 @@ class Stack:
 
     def arn(self, logical_id: str) -> str:
         kind = self.resource(logical_id)["Type"]
+        if kind == "AWS::KMS::Key":  # named by the id KMS gives it: the logical id stands for it here
+            return f"arn:{PARTITION}:kms:{REGION}:{ACCOUNT}:key/{logical_id}"
         name = self.name(logical_id)
         return {
             "AWS::DynamoDB::Table": f"arn:{PARTITION}:dynamodb:{REGION}:{ACCOUNT}:table/{name}",

@@ -2,6 +2,7 @@
 ALERTS_SNS_TOPIC_ARN), the heartbeat alarm (missing data breaching) and an alarm per dead-letter
 queue, each firing to the topic with its runbook in AlarmDescription."""
 
+import json
 import re
 from pathlib import Path
 
@@ -38,3 +39,21 @@ def test_the_template_deploys_the_topic_the_heartbeat_alarm_and_the_dead_letter_
         assert alarm["AlarmActions"] == [topic], name
         runbook = re.search(r"Runbook: (docs/runbooks/[a-z_]+\.md)", alarm["AlarmDescription"])
         assert runbook and (ROOT / runbook.group(1)).is_file(), name
+
+
+def test_the_alerts_topic_is_encrypted_with_a_key_its_alarms_may_use(aws):
+    """A customer managed key, not alias/aws/sns: CloudWatch alarms publish to an encrypted topic only
+    when the key's policy lets cloudwatch.amazonaws.com use it, which the AWS managed key's does not."""
+    topic = aws.env["ALERTS_SNS_TOPIC_ARN"]
+    key = aws.client("sns").get_topic_attributes(TopicArn=topic)["Attributes"].get("KmsMasterKeyId")
+    assert key and not key.startswith("alias/aws/")
+    kms = aws.client("kms")
+    metadata = kms.describe_key(KeyId=key)["KeyMetadata"]
+    assert metadata["KeyManager"] == "CUSTOMER"
+    assert kms.get_key_rotation_status(KeyId=key)["KeyRotationEnabled"]
+    policy = json.loads(kms.get_key_policy(KeyId=key, PolicyName="default")["Policy"])
+    (alarms,) = [st for st in policy["Statement"] if st.get("Principal") == {"Service": "cloudwatch.amazonaws.com"}]
+    assert set(alarms["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+    assert alarms["Condition"] == {"StringEquals": {"aws:SourceAccount": metadata["AWSAccountId"]}}
+    alarm_actions = {a for alarm in _alarms(aws).values() for a in alarm["AlarmActions"]}
+    assert alarm_actions == {topic}

@@ -24,7 +24,7 @@ import yaml
 
 from infra.deploy import ECS_OUTPUT_ENV, OUTPUT_ENV, TEMPLATE_PATH, deploy
 from infra.ecs_instance import INSTANCE_TEMPLATE, InstanceConfigError, render, write_instance
-from tests.ecs_support import IMAGE, ecs_parameters, make_network
+from tests.ecs_support import IMAGE, LOGIN, ecs_parameters, make_network
 from tests.iam_support import allowed_by, load_template, request
 from tests.progressor_support import PG, scratch_database
 
@@ -141,9 +141,12 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     for policy in ("ReclaimTablesPolicy", "IdentityPasswordPolicy"):
         roles = template["Resources"][policy]["Properties"]["Roles"]
         assert roles == {"Fn::If": ["EcsEnabled", [{"Ref": "EcsTaskRole"}], {"Ref": "AWS::NoValue"}]}, policy
-    # DeploymentPolicy also goes to the code server, whose sensors call AWS (tests/test_iam_static.py).
+    # DeploymentPolicy (the runs' writes) is the run tasks' alone; the code server, whose sensors and
+    # schedules only read and publish, carries SensorsPolicy (tests/test_iam_static.py).
     roles = template["Resources"]["DeploymentPolicy"]["Properties"]["Roles"]["Fn::If"][1]
-    assert roles == [{"Ref": "EcsTaskRole"}, {"Ref": "CodeServerTaskRole"}]
+    assert roles == [{"Ref": "EcsTaskRole"}]
+    roles = template["Resources"]["SensorsPolicy"]["Properties"]["Roles"]["Fn::If"][1]
+    assert roles == [{"Ref": "CodeServerTaskRole"}]
 
 
 @pytest.fixture
@@ -261,6 +264,93 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert not any(allowed_by(st, other_cluster) for st in statements)
 
 
+# A run launched from the Launchpad (or the GraphQL API) carries whatever tags its launcher typed.
+OTHER_ROLE = "arn:aws:iam::123456789012:role/someone-elses"
+DANGEROUS_TAGS = {
+    "ecs/container_overrides": {"command": ["sh", "-c", "env"], "environment": [{"name": "X", "value": "1"}]},
+    "ecs/task_overrides": {"taskRoleArn": OTHER_ROLE, "executionRoleArn": OTHER_ROLE},
+    "ecs/run_task_kwargs": {
+        "networkConfiguration": {"awsvpcConfiguration": {"subnets": ["subnet-0ffffff"], "assignPublicIp": "ENABLED"}},
+        "launchType": "EC2",
+    },
+}
+
+
+def _launch(instance, tags: dict[str, str]):
+    """Launch a run with ``tags`` through the instance's launcher: (the run after, the ECS calls made)."""
+    from dagster._core.test_utils import create_run_for_test
+
+    launcher = instance.run_launcher
+    sent: list[tuple[str, dict]] = []
+    launcher.ecs.meta.events.register(
+        "provide-client-params.ecs.*", lambda params, model, **_: sent.append((model.name, dict(params)))
+    )
+    run = create_run_for_test(
+        instance, job_name="pool_audit_job", job_code_origin=_run_origin("pool_audit_job"), tags=tags
+    )
+    instance.launch_run(run.run_id, workspace=None)
+    return instance.get_run_by_id(run.run_id), sent
+
+
+def _failure_lines(instance, run_id: str) -> list[str]:
+    (failure,) = instance.all_logs(run_id, of_type=dg.DagsterEventType.RUN_FAILURE)
+    return failure.dagster_event.message.splitlines()
+
+
+@pytest.mark.parametrize(
+    ("tags", "refused"),
+    [
+        *(({key: json.dumps(value)}, key) for key, value in DANGEROUS_TAGS.items()),
+        (
+            {"ecs/cpu": "1024", "ecs/container_overrides": json.dumps(DANGEROUS_TAGS["ecs/container_overrides"])},
+            "ecs/container_overrides",
+        ),
+        ({"ecs/future_setting": "x"}, "ecs/future_setting"),  # an ecs/ tag a later dagster-aws may read
+        ({"ecs/cpu": "lots"}, "ecs/cpu"),  # an allowed tag with a value the launcher would crash on
+        ({"ecs/memory": "2048; launchType=EC2"}, "ecs/memory"),
+    ],
+    ids=["container_overrides", "task_overrides", "run_task_kwargs", "with_sizing", "unknown", "cpu", "memory"],
+)
+def test_a_run_tag_that_changes_the_run_task_fails_the_run_before_any_run_task(aws, ecs_instance, tags, refused):
+    """The stack's EcsLauncherPolicy allows any RunTask of its task definition in its cluster: the
+    launcher itself refuses a run whose tags would change the task's command, environment, secrets,
+    role, network or launch type, with one line, and starts no task."""
+    run, sent = _launch(ecs_instance, tags)
+    assert [name for name, _ in sent if name != "DescribeTaskDefinition"] == []
+    assert run.status == dg.DagsterRunStatus.FAILURE
+    (line,) = _failure_lines(ecs_instance, run.run_id)
+    assert line.startswith(f"run tag {refused} refused: ")
+    assert aws.client("ecs").list_tasks(cluster=ecs_instance.run_launcher.run_task_kwargs["cluster"])["taskArns"] == []
+
+
+def test_an_allowed_sizing_tag_launches_the_run_with_that_size(aws, ecs_stack, ecs_instance):
+    run, sent = _launch(ecs_instance, {"ecs/cpu": "1024", "ecs/memory": "2048", "ecs/task_arn": "inherited"})
+    assert run.status == dg.DagsterRunStatus.STARTING
+    (run_task,) = [params for name, params in sent if name == "RunTask"]
+    assert run_task["taskDefinition"] == ecs_stack["DAGSTER_ECS_TASK_DEFINITION"]
+    assert (run_task["overrides"]["cpu"], run_task["overrides"]["memory"]) == ("1024", "2048")
+    (override,) = run_task["overrides"]["containerOverrides"]
+    assert override["command"][-3:-1] == ["api", "execute_run"]
+    assert run_task["networkConfiguration"]["awsvpcConfiguration"]["assignPublicIp"] == "DISABLED"
+    assert run.tags["ecs/task_arn"] != "inherited"  # the launcher's own record of the task it started
+
+
+def test_the_allowlist_is_the_deployments_and_replaces_the_default():
+    from infra.ecs_launcher import SIZING_TAGS, RestrictedEcsRunLauncher, refusal
+
+    launcher = yaml.safe_load(INSTANCE_TEMPLATE.read_text())["run_launcher"]
+    assert (launcher["module"], launcher["class"]) == ("infra.ecs_launcher", "RestrictedEcsRunLauncher")
+    assert launcher["config"]["allowed_run_tags"] == list(SIZING_TAGS)
+    default = RestrictedEcsRunLauncher.config_type()["allowed_run_tags"].default_value
+    assert default == list(SIZING_TAGS)
+    command = json.dumps(DANGEROUS_TAGS["ecs/container_overrides"])
+    assert refusal({"ecs/container_overrides": command}, SIZING_TAGS) is not None
+    assert refusal({"ecs/container_overrides": command}, [*SIZING_TAGS, "ecs/container_overrides"]) is None
+    assert refusal({"ecs/container_overrides": "[1]"}, ["ecs/container_overrides"]) is not None  # not an object
+    assert refusal({"ecs/cpu": "1024"}, []) is not None  # an empty list allows no ecs/ tag
+    assert refusal({"dagster/priority": "1", "team": "fleet", "ecs/cluster": "x"}, []) is None
+
+
 def test_instance_file_renders_lists_and_refuses_missing_or_malformed_ids(tmp_path):
     template = yaml.safe_load(INSTANCE_TEMPLATE.read_text())
     env = {"DAGSTER_ECS_SUBNETS": " subnet-1 , subnet-2", "DAGSTER_ECS_SECURITY_GROUPS": "sg-1"}
@@ -274,13 +364,14 @@ def test_instance_file_renders_lists_and_refuses_missing_or_malformed_ids(tmp_pa
     # A typo fails Dagster's own schemas: the instance file's, and the launcher's for its config.
     from dagster._config import validate_config
     from dagster._core.instance.config import dagster_instance_config_schema
-    from dagster_aws.ecs import EcsRunLauncher
+
+    from infra.ecs_launcher import RestrictedEcsRunLauncher
 
     def valid(config: dict) -> bool:
         launcher = config["run_launcher"]["config"]
         return (
             validate_config(dg.Shape(dagster_instance_config_schema()), config).success
-            and validate_config(dg.Shape(EcsRunLauncher.config_type()), launcher).success
+            and validate_config(dg.Shape(RestrictedEcsRunLauncher.config_type()), launcher).success
         )
 
     rendered = render(template, env)
@@ -392,37 +483,42 @@ def test_the_ecs_resources_and_outputs_exist_only_with_enable_ecs():
     assert template["Parameters"]["EnableEcs"]["Default"] == "false"
 
 
-def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database():
-    """Neither moto nor cfn-lint evaluates a template's Rules; this evaluates the ECS rule's
-    functions (Ref, Equals, Not, And, Or, Contains) as CloudFormation defines them, on the parameters."""
+def rules_hold(params: dict[str, str]) -> bool:
+    """Whether CloudFormation accepts these parameters by the template's Rules. Neither moto nor cfn-lint
+    evaluates Rules; this evaluates their functions (Ref, Equals, Not, And, Or, Contains) as
+    CloudFormation defines them, on the parameters (a rule without RuleCondition always applies)."""
     template = load_template()
-    (rule,) = template["Rules"].values()
     defaults = {name: spec.get("Default", "") for name, spec in template["Parameters"].items()}
+    values = {**defaults, **params}
 
-    def holds(params: dict[str, str]) -> bool:
-        values = {**defaults, **params}
+    def ev(node):
+        if not isinstance(node, dict):
+            return node
+        ((fn, arg),) = node.items()
+        if fn == "Ref":
+            kind = template["Parameters"][arg]["Type"]
+            return values[arg].split(",") if kind == "CommaDelimitedList" else values[arg]
+        if fn == "Fn::Equals":
+            return ev(arg[0]) == ev(arg[1])
+        if fn == "Fn::Not":
+            return not ev(arg[0])
+        if fn == "Fn::And":
+            return all(ev(a) for a in arg)
+        if fn == "Fn::Or":
+            return any(ev(a) for a in arg)
+        if fn == "Fn::Contains":
+            return ev(arg[1]) in ev(arg[0])
+        raise AssertionError(f"{fn} is not a function of the template's rules")
 
-        def ev(node):
-            if not isinstance(node, dict):
-                return node
-            ((fn, arg),) = node.items()
-            if fn == "Ref":
-                kind = template["Parameters"][arg]["Type"]
-                return values[arg].split(",") if kind == "CommaDelimitedList" else values[arg]
-            if fn == "Fn::Equals":
-                return ev(arg[0]) == ev(arg[1])
-            if fn == "Fn::Not":
-                return not ev(arg[0])
-            if fn == "Fn::And":
-                return all(ev(a) for a in arg)
-            if fn == "Fn::Or":
-                return any(ev(a) for a in arg)
-            if fn == "Fn::Contains":
-                return ev(arg[1]) in ev(arg[0])
-            raise AssertionError(f"{fn} is not a function of the ECS rule")
+    return all(
+        all(ev(a["Assert"]) for a in rule["Assertions"])
+        for rule in template["Rules"].values()
+        if "RuleCondition" not in rule or ev(rule["RuleCondition"])
+    )
 
-        return not ev(rule["RuleCondition"]) or all(ev(a["Assert"]) for a in rule["Assertions"])
 
+def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database():
+    holds = rules_hold  # the ECS rule among them
     complete = ecs_parameters("vpc-0123456789abcdef0", SUBNETS)  # the stack creates the database
     existing = {
         "DagsterPgHost": "db",
@@ -436,3 +532,17 @@ def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database(
     for name in existing:  # an existing database takes both: its host and its password's secret
         assert not holds({**complete, name: existing[name]}), name
     assert not holds({**complete, "EcsSubnets": f"{SUBNETS[0]},"})  # a stray comma is an empty id
+
+
+def test_the_template_refuses_a_webserver_open_to_everyone_without_its_login():
+    """The Dagster UI has no login of its own: 0.0.0.0/0 is refused unless the HTTPS listener's
+    OpenID Connect sign-in is on, and the sign-in takes all its settings."""
+    complete = ecs_parameters("vpc-0123456789abcdef0", SUBNETS)
+    everyone = {**complete, "WebserverAccessCidr": "0.0.0.0/0"}
+    assert not rules_hold(everyone)
+    assert rules_hold({**everyone, **LOGIN})
+    assert rules_hold({**complete, **LOGIN})
+    assert rules_hold(complete)  # a VPN's range, no login: allowed (docs/deployment-ecs.md says why not to)
+    for name in LOGIN:
+        if name != "WebserverCertificateArn":
+            assert not rules_hold({**complete, **LOGIN, name: ""}), name

@@ -32,7 +32,7 @@ import yaml
 from infra.deploy import OUTPUT_ENV, deploy, free_port
 from infra.ecs_instance import INSTANCE_TEMPLATE, render
 from tests.conftest import PATIENCE, moto_server
-from tests.ecs_support import ACCESS_CIDR, IMAGE, ecs_parameters, make_network
+from tests.ecs_support import ACCESS_CIDR, IMAGE, LOGIN, ecs_parameters, make_network
 from tests.iam_support import load_template
 
 # One deploy of both stacks for the module: its tests stay on one xdist worker.
@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.ecs, pytest.mark.xdist_group("ecs_stack")]
 
 ROOT = Path(__file__).resolve().parent.parent
 OWN, EXISTING = "prod", "ext"  # the stack's Env: it creates its database / it is given one
+LOGIN_ENV = "login"  # a stack whose webserver has the login in front, open to every address
 EXISTING_HOST = "dagster-db.internal"
 SERVICES = {"CodeServer": "code-server", "Daemon": "daemon", "Webserver": "webserver"}
 WORKSPACE = ["-w", "infra/workspace.ecs.yaml"]
@@ -78,10 +79,17 @@ def stacks(tmp_path_factory) -> dict[str, Deployed]:
 
         cfn, ec2 = client("cloudformation"), client("ec2")
         secret = client("secretsmanager").create_secret(Name=f"groundskeeper/{EXISTING}/pg", SecretString="pw")
+        certificate = client("acm").request_certificate(DomainName="dagster.example.com")["CertificateArn"]
         params = {
             OWN: ecs_parameters(*make_network(ec2, 40)),
             EXISTING: ecs_parameters(
                 *make_network(ec2, 41), DagsterPgHost=EXISTING_HOST, DagsterPgPasswordSecretArn=secret["ARN"]
+            ),
+            LOGIN_ENV: ecs_parameters(
+                *make_network(ec2, 42),
+                DagsterPgHost=EXISTING_HOST,
+                DagsterPgPasswordSecretArn=secret["ARN"],
+                **{**LOGIN, "WebserverCertificateArn": certificate, "WebserverAccessCidr": "0.0.0.0/0"},
             ),
         }
         out = {}
@@ -203,6 +211,7 @@ def test_the_webserver_is_behind_an_internal_load_balancer_checking_server_info(
     assert sorted(az["SubnetId"] for az in lb["AvailabilityZones"]) == sorted(s.params["EcsSubnets"].split(","))
     assert lb["SecurityGroups"] == [s.resources["LoadBalancerSecurityGroup"]]
     assert s.outputs["EcsWebserverUrl"] == f"http://{lb['DNSName']}"
+    # No login (the default): plain HTTP to the webserver, port 80 only.
     (listener,) = elb.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"]
     assert (listener["Protocol"], listener["Port"]) == ("HTTP", 80)
     (action,) = listener["DefaultActions"]
@@ -211,6 +220,60 @@ def test_the_webserver_is_behind_an_internal_load_balancer_checking_server_info(
     assert (group["TargetType"], group["Protocol"], group["Port"]) == ("ip", "HTTP", 3000)
     assert group["VpcId"] == s.params["EcsVpcId"]
     assert (group["HealthCheckPath"], group["Matcher"]) == ("/server_info", {"HttpCode": "200"})
+
+
+def test_with_the_login_every_request_signs_in_before_it_reaches_the_webserver(stacks):
+    """WebserverCertificateArn and the Oidc* parameters: HTTPS on 443 with the certificate, an
+    authenticate-oidc action before the forward; port 80 only redirects there. Then (and only then,
+    by the template's rule) every address may reach the load balancer."""
+    s = stacks[LOGIN_ENV]
+    elb, ec2 = s.client("elbv2"), s.client("ec2")
+    (lb,) = elb.describe_load_balancers(LoadBalancerArns=[s.resources["WebserverLoadBalancer"]])["LoadBalancers"]
+    assert lb["Scheme"] == "internal"
+    assert s.outputs["EcsWebserverUrl"] == f"https://{lb['DNSName']}"
+    listeners = {
+        listener["Port"]: listener
+        for listener in elb.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"]
+    }
+    assert set(listeners) == {80, 443}
+    https = listeners[443]
+    assert https["Protocol"] == "HTTPS"
+    assert [c["CertificateArn"] for c in https["Certificates"]] == [s.params["WebserverCertificateArn"]]
+    login, forward = https["DefaultActions"]  # in the template's order (moto keeps only the first's Order)
+    assert (login["Type"], login["Order"]) == ("authenticate-oidc", 1)
+    config = login["AuthenticateOidcConfig"]
+    for key in ("Issuer", "AuthorizationEndpoint", "TokenEndpoint", "UserInfoEndpoint", "ClientId"):
+        assert config[key] == s.params[f"Oidc{key}"], key
+    assert config["OnUnauthenticatedRequest"] == "authenticate"
+    assert (forward["Type"], forward["TargetGroupArn"]) == ("forward", s.resources["WebserverTargetGroup"])
+    (redirect,) = listeners[80]["DefaultActions"]
+    assert redirect["Type"] == "redirect"
+    assert (redirect["RedirectConfig"]["Protocol"], redirect["RedirectConfig"]["Port"]) == ("HTTPS", "443")
+    assert _ingress(ec2, s.resources["LoadBalancerSecurityGroup"]) == {
+        ("tcp", 80, 80, "0.0.0.0/0"),
+        ("tcp", 443, 443, "0.0.0.0/0"),
+    }
+    # The client secret reaches the listener by dynamic reference to its secret, never as a parameter.
+    template = load_template()
+    actions = template["Resources"]["WebserverHttpsListener"]["Properties"]["DefaultActions"]
+    assert [(a["Type"], a["Order"]) for a in actions] == [("authenticate-oidc", 1), ("forward", 2)]
+    assert actions[0]["AuthenticateOidcConfig"]["ClientSecret"] == {
+        "Fn::Sub": "{{resolve:secretsmanager:${OidcClientSecretArn}:SecretString}}"
+    }
+
+
+def test_the_template_lints_with_and_without_the_login():
+    """cfn-lint (its informational checks too) with the parameters of each way."""
+    from cfnlint.api import ManualArgs, lint_file
+
+    from infra.deploy import TEMPLATE_PATH
+
+    plain = ecs_parameters("vpc-0123456789abcdef0", ["subnet-0a1b2c3d", "subnet-0e4f5a6b"])
+    plain["EcsSubnets"] = plain["EcsSubnets"].split(",")
+    for params in (plain, {**plain, **LOGIN, "WebserverAccessCidr": "0.0.0.0/0"}):
+        config = ManualArgs(regions=["us-east-1"], include_checks=["I"], parameters=[params])
+        matches = lint_file(TEMPLATE_PATH, config=config)
+        assert not matches, "\n".join(str(m) for m in matches)
 
 
 def _ingress(ec2, group_id: str) -> set[tuple]:
@@ -324,7 +387,8 @@ def test_the_services_instance_and_workspace_files_pass_dagsters_schemas_with_th
     from dagster._config import process_config
     from dagster._core.instance.config import dagster_instance_config_schema
     from dagster._core.workspace.config_schema import process_workspace_config
-    from dagster_aws.ecs import EcsRunLauncher
+
+    from infra.ecs_launcher import RestrictedEcsRunLauncher
 
     s = stacks[env]
     instance_template = yaml.safe_load(INSTANCE_TEMPLATE.read_text())
@@ -341,9 +405,10 @@ def test_the_services_instance_and_workspace_files_pass_dagsters_schemas_with_th
             rendered = render(instance_template, environment)
             result = process_config(dg.Shape(dagster_instance_config_schema()), rendered)
             assert result.success, (service, [e.message for e in result.errors])
-            launcher = process_config(dg.Shape(EcsRunLauncher.config_type()), rendered["run_launcher"]["config"])
+            launcher_schema = dg.Shape(RestrictedEcsRunLauncher.config_type())
+            launcher = process_config(launcher_schema, rendered["run_launcher"]["config"])
             assert launcher.success, (service, [e.message for e in launcher.errors])
-            # Every variable the files name (EcsRunLauncher reads its own `{env: ...}` itself) is set.
+            # Every variable the files name (the launcher reads its own `{env: ...}` itself) is set.
             named = set(re.findall(r"\{'env': '([A-Z_]+)'\}", str(rendered)))
             if service != "code-server":
                 named |= set(re.findall(r"\{'env': '([A-Z_]+)'\}", str(workspace)))

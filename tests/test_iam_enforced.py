@@ -37,7 +37,7 @@ from botocore.exceptions import ClientError
 from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 from tests.conftest import PATIENCE
 from tests.iam_support import Stack, allowed_by, load_template
-from tests.test_iam_static import calls
+from tests.test_iam_static import ECS_PARAMS, calls, sensor_calls
 
 MOTO_CHECKS_ARNS = {"sqs", "s3", "iam"}
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation")
@@ -77,12 +77,15 @@ def moto_dialect(statements: list[dict], table: dict) -> list[dict]:
     return out
 
 
-def _policy_user(aws, monkeypatch, table) -> None:
-    """A user holding the moto copies of the stack's managed policies; the env gets its keys."""
+def _policy_user(aws, monkeypatch, table, names: set[str] | None = None) -> None:
+    """A user holding the moto copies of the stack's managed policies (those in ``names`` only, when
+    given); the env gets its keys."""
     iam = aws.client("iam")
     iam.create_user(UserName="groundskeeper-run")
     for policy in iam.list_policies(Scope="Local")["Policies"]:
         if not policy["PolicyName"].startswith("groundskeeper-"):
+            continue
+        if names is not None and policy["PolicyName"] not in names:
             continue
         version = iam.get_policy(PolicyArn=policy["Arn"])["Policy"]["DefaultVersionId"]
         document = iam.get_policy_version(PolicyArn=policy["Arn"], VersionId=version)["PolicyVersion"]["Document"]
@@ -223,6 +226,114 @@ def test_actions_outside_the_policy_are_denied(aws, monkeypatch, table):
         for name, (service, call) in OUTSIDE.items():
             try:
                 call(_client(aws, service), aws.env)
+                allowed.append(name)
+            except ClientError as exc:
+                error = exc.response["Error"]
+                assert "AccessDenied" in str(error) or error["Code"] in DENIED, (name, error)
+    assert not allowed
+
+
+# ------------------------------------------------------------------------------ the code server
+
+
+def _code_server_policies() -> set[str]:
+    """The names (in the default stack) of the managed policies the template gives the code server's
+    role, where sensors and schedules run."""
+    on_ecs = Stack(load_template(), ECS_PARAMS)
+    default = Stack(load_template())
+    return {default.name(logical_id) for logical_id in on_ecs.role_policies("CodeServerTaskRole")[0]}
+
+
+def _record_denials(monkeypatch) -> list[str]:
+    """Every call that moto refused (a look catches its error and launches its run anyway)."""
+    denied: list[str] = []
+    make_api_call = botocore.client.BaseClient._make_api_call
+
+    def noting(client, operation, params):
+        try:
+            return make_api_call(client, operation, params)
+        except ClientError as exc:
+            error = exc.response["Error"]
+            if "AccessDenied" in str(error) or error["Code"] in DENIED:
+                denied.append(f"{client.meta.service_model.service_name}.{operation}: {error.get('Message')}")
+            raise
+
+    monkeypatch.setattr(botocore.client.BaseClient, "_make_api_call", noting)
+    return denied
+
+
+@pytest.mark.slow
+def test_every_sensor_and_schedule_tick_is_allowed_by_the_code_servers_policies_alone(aws, monkeypatch, table):
+    """Each sensor and schedule of the prod definitions evaluated once over the demo's data (and a
+    failed run, so that the alerts sensor publishes), as the code server's role: no call is denied,
+    and every call is one of test_iam_static's sensor_calls()."""
+    from dagster._core.test_utils import create_run_for_test
+
+    from pipelines.definitions import build_definitions
+    from resources import resources_for
+
+    _seed(aws)
+    _policy_user(aws, monkeypatch, table, _code_server_policies())
+    recorded = _record_calls(monkeypatch)
+    denied = _record_denials(monkeypatch)
+    repository = build_definitions("prod").get_repository_def()
+    resources = resources_for("prod")
+    now = dt.datetime.now(dt.UTC)
+    evaluated = []
+    with dg.instance_for_test() as instance, enforced(aws.endpoint):
+        instance.report_run_failed(create_run_for_test(instance, job_name="pool_audit_job"))
+        for schedule in repository.schedule_defs:
+            context = dg.build_schedule_context(
+                instance=instance, resources=resources, scheduled_execution_time=now, repository_def=repository
+            )
+            schedule.evaluate_tick(context)
+            evaluated.append(schedule.name)
+        for sensor in repository.sensor_defs:
+            with dg.build_sensor_context(
+                instance=instance, resources=resources, repository_def=repository, sensor_name=sensor.name
+            ) as context:
+                sensor.evaluate_tick(context)
+            evaluated.append(sensor.name)
+    assert {"alerts", "termination_queue_sensor", "pool_audit_schedule"} <= set(evaluated)
+    assert not denied, "\n".join(denied)
+    made = {(svc, op) for svc, op, _ in recorded}
+    expected = set(sensor_calls(Stack(load_template())))
+    assert made <= expected, made - expected
+    assert {("sns", "Publish"), ("ssm", "GetParametersByPath"), ("cloudwatch", "PutMetricData")} <= made
+
+
+CODE_SERVER_WRITES = {
+    "TerminateInstances": ("ec2", lambda c, env, iid: c.terminate_instances(InstanceIds=[iid])),
+    "DeleteParameters": (
+        "ssm",
+        lambda c, env, iid: c.delete_parameters(Names=[f"/runs-fleet/runners/{iid}/config"]),
+    ),
+    "PutItem": (
+        "dynamodb",
+        lambda c, env, iid: c.put_item(TableName=env["RUNS_FLEET_JOBS_TABLE"], Item={"job_id": {"S": "x"}}),
+    ),
+    "SendMessage": (
+        "sqs",
+        lambda c, env, iid: c.send_message(QueueUrl=env["RUNS_FLEET_TERMINATION_QUEUE_URL"], MessageBody="{}"),
+    ),
+    "PutObject": (
+        "s3",
+        lambda c, env, iid: c.put_object(Bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"], Key="raw/x", Body=b"x"),
+    ),
+}
+
+
+@pytest.mark.slow
+def test_a_write_from_the_code_servers_role_is_denied(aws, monkeypatch, table):
+    _seed(aws)
+    instances = aws.client("ec2").describe_instances()["Reservations"]
+    (iid, *_) = [i["InstanceId"] for r in instances for i in r["Instances"]]
+    _policy_user(aws, monkeypatch, table, _code_server_policies())
+    allowed = []
+    with enforced(aws.endpoint):
+        for name, (service, call) in CODE_SERVER_WRITES.items():
+            try:
+                call(_client(aws, service), aws.env, iid)
                 allowed.append(name)
             except ClientError as exc:
                 error = exc.response["Error"]

@@ -119,8 +119,13 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
         ("ec2", "DeleteTags"): [request("ec2:DeleteTags", INSTANCE, {**MANAGED, "aws:TagKeys": [SUSPECT_TAG]})],
         ("ec2", "DescribeInstances"): [request("ec2:DescribeInstances", "*")],
         ("ec2", "TerminateInstances"): [request("ec2:TerminateInstances", INSTANCE, MANAGED)],
-        # the alerts sensor: each incident's state changes, to the stack's alerts topic only
-        ("sns", "Publish"): [request("sns:Publish", s.arn("AlertsTopic"))],
+        # the alerts sensor: each incident's state changes, to the stack's alerts topic only, which is
+        # encrypted: SNS uses the topic's key as the publisher
+        ("sns", "Publish"): [
+            request("sns:Publish", s.arn("AlertsTopic")),
+            request("kms:GenerateDataKey", s.arn("AlertsTopicKey")),
+            request("kms:Decrypt", s.arn("AlertsTopicKey")),
+        ],
         # reclaim over HTTP: IDM_ENCRYPTED_PASS
         ("kms", "Decrypt"): [request("kms:Decrypt", KEY_ARN)],
         ("s3", "GetObject"): on(
@@ -158,6 +163,39 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
         # authorised against the path itself (SSM): parameter/runs-fleet/runners, no trailing /*
         ("ssm", "GetParametersByPath"): [request("ssm:GetParametersByPath", f"{ssm}{RUNNER_PREFIX.rstrip('/')}")],
     }
+
+
+def sensor_calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
+    """The calls sensors and schedules make (in the code server): the reads of their looks, the queue
+    sensors' depths, the alerts sensor's dead-letter depths, heartbeat and publishing. Each is one of
+    ``calls()``; ``test_iam_enforced`` evaluates every sensor and schedule and checks that they make
+    no call outside this table."""
+    jobs = s.arn("JobsTable")
+    table = calls(s)
+    reads = {
+        ("dynamodb", "Query"): [
+            f"{jobs}/index/instance_id-index",  # orphaned_instances' look: a suspect's running job
+            f"{jobs}/index/completed_at-index",  # old_jobs' look
+            f"{jobs}/index/status-instance_id-index",  # the pool audit's look: running jobs
+        ],
+        ("dynamodb", "Scan"): [
+            s.arn("ReceiversTable"),  # receivers_sync, batch_decider, the batching checks' look
+            f"{s.arn('BatchRecordsTable')}/index/pending-index",  # the batching checks' look
+            s.arn("PoolsTable"),  # the pool audit's look
+            jobs,  # the pool audit's look without its index
+        ],
+    }
+    out = {key: [req for req in table[key] if req.resource in resources] for key, resources in reads.items()}
+    assert all(len(out[key]) == len(resources) for key, resources in reads.items()), out
+    for key in (
+        ("cloudwatch", "PutMetricData"),  # the alerts heartbeat
+        ("ec2", "DescribeInstances"),  # orphaned_instances', stale_ssm's and the pool audit's looks
+        ("sns", "Publish"),  # the alerts sensor
+        ("sqs", "GetQueueAttributes"),  # the queue sensors, the dead-letter checks' look, the alerts sensor
+        ("ssm", "GetParametersByPath"),  # stale_ssm's look
+    ):
+        out[key] = table[key]
+    return out
 
 
 def library_calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
@@ -263,18 +301,23 @@ def test_the_metrics_namespace_is_a_parameter_that_the_deployment_exports():
     """The namespace condition follows the MetricsNamespace parameter, and deploy exports it as
     RUNS_FLEET_METRICS_NAMESPACE, so the code writes where the policy allows."""
     custom = Stack(load_template(), {**PARAMS, "MetricsNamespace": "Fleet/Staging"})
-    metrics = [st for _, st in _statements(custom) if "cloudwatch:PutMetricData" in st["Action"]]
-    assert [st["Condition"] for st in metrics] == [{"StringEquals": {"cloudwatch:namespace": "Fleet/Staging"}}]
+    metrics = [name for name, st in _statements(custom) if "cloudwatch:PutMetricData" in st["Action"]]
+    assert metrics == ["SensorsPolicy/Metrics", "DeploymentPolicy/Metrics"]  # the code server's, the runs'
+    conditions = [st["Condition"] for _, st in _statements(custom) if "cloudwatch:PutMetricData" in st["Action"]]
+    assert conditions == [{"StringEquals": {"cloudwatch:namespace": "Fleet/Staging"}}] * 2
     assert custom.resolve(custom.template["Outputs"]["MetricsNamespace"]["Value"]) == "Fleet/Staging"
     assert OUTPUT_ENV["MetricsNamespace"] == "RUNS_FLEET_METRICS_NAMESPACE"
 
 
 def test_kms_and_outside_tables_are_granted_only_when_named():
-    """IdentityPasswordKeyArn and ReclaimTableArns default to no grant at all."""
+    """IdentityPasswordKeyArn and ReclaimTableArns default to no grant at all (the one KMS grant is
+    the alerts topic's own key, to publish)."""
     default = Stack(load_template())
-    assert set(default.policies()) == {"DeploymentPolicy", "AlertsPolicy"}
-    actions = {a for _, st in _statements(default) for a in st["Action"]}
-    assert not any(a.startswith("kms:") for a in actions)
+    assert set(default.policies()) == {"DeploymentPolicy", "SensorsPolicy", "AlertsPolicy"}
+    kms = [
+        (name, st["Resource"]) for name, st in _statements(default) if any(a.startswith("kms:") for a in st["Action"])
+    ]
+    assert kms == [("AlertsPolicy/AlertsTopicKey", default.arn("AlertsTopicKey"))]
 
 
 def test_alerts_may_publish_to_the_stacks_topic_only(stack):
@@ -283,7 +326,8 @@ def test_alerts_may_publish_to_the_stacks_topic_only(stack):
     statements = [st for _, st in _statements(stack)]
     other = request("sns:Publish", f"arn:{PARTITION}:sns:{REGION}:{ACCOUNT}:someone-elses-topic")
     assert not any(allowed_by(st, other) for st in statements)
-    (own,) = calls(stack)[("sns", "Publish")]
+    (own, *topic_key) = calls(stack)[("sns", "Publish")]
+    assert {req.resource for req in topic_key} == {stack.arn("AlertsTopicKey")}
     assert own.resource == stack.resolve({"Ref": "AlertsTopic"}) and own.resource.endswith(":groundskeeper-alerts-dev")
     assert [st for st in statements if "sns:Publish" in st["Action"]] == [
         st for st in statements if any(a.startswith("sns:") for a in st["Action"])
@@ -349,6 +393,8 @@ def ecs_role_requests(s: Stack) -> dict[str, list[Request]]:
         request("ecs:StopTask", task),
     ]
     return {
+        # Sensors and schedules: reads and metrics (SensorsPolicy), publishing alerts (AlertsPolicy).
+        "CodeServerTaskRole": [req for reqs in sensor_calls(s).values() for req in reqs],
         "DaemonTaskRole": [
             *stop,
             request("ecs:RunTask", run_definition, {"ecs:cluster": cluster}),
@@ -388,12 +434,13 @@ def test_each_ecs_role_is_allowed_what_its_process_calls_and_nothing_more(ecs_st
 
 def test_the_task_roles_carry_the_code_locations_policies_where_its_code_runs(ecs_stack):
     """The run tasks run jobs (every call of the code: DeploymentPolicy and the optional grants); the
-    code server evaluates sensors (DeploymentPolicy and, alone, AlertsPolicy); the daemon and webserver
-    run no Groundskeeper code and carry none of them."""
+    code server evaluates sensors and schedules (SensorsPolicy: reads and metrics, and, alone,
+    AlertsPolicy); the daemon and webserver run no Groundskeeper code (the daemon asks the code server
+    to evaluate sensors and schedules, over gRPC) and carry none of them."""
     s = ecs_stack
     carried = {role: set(s.role_policies(role)[0]) for role in ("EcsTaskRole", "CodeServerTaskRole")}
     assert carried["EcsTaskRole"] == {"DeploymentPolicy", "ReclaimTablesPolicy", "IdentityPasswordPolicy"}
-    assert carried["CodeServerTaskRole"] == {"DeploymentPolicy", "AlertsPolicy"}
+    assert carried["CodeServerTaskRole"] == {"SensorsPolicy", "AlertsPolicy"}
     assert set(s.role_policies("DaemonTaskRole")[0]) == {"EcsLauncherPolicy"}
     assert set(s.role_policies("WebserverTaskRole")[0]) == {"WebserverPolicy"}
     # The alerts sensor's calls, from the code server's role.
@@ -430,3 +477,18 @@ def test_ecs_roles_are_denied_what_another_role_does(ecs_stack):
     for role in EXECUTION_ROLES:
         assert not allowed(role, request("secretsmanager:GetSecretValue", other_secret)), role
     assert not allowed("CodeServerExecutionRole", request("secretsmanager:GetSecretValue", DSN_SECRET))
+
+
+def test_the_code_server_role_is_denied_every_call_of_the_runs_that_sensors_do_not_make(ecs_stack):
+    """Sensors and schedules only read and publish: from the code server's role, every other request
+    of the code (terminating and tagging instances, deleting runner parameters, writing tables, queues
+    and buckets, and the runs' own reads) is denied."""
+    s = ecs_stack
+    statements = [st for sts in s.role_policies("CodeServerTaskRole")[0].values() for st in sts]
+    sensors = {req for reqs in sensor_calls(s).values() for req in reqs}
+    others = [req for reqs in calls(s).values() for req in reqs if req not in sensors]
+    writes = {"ec2:TerminateInstances", "ec2:CreateTags", "ssm:DeleteParameters", "dynamodb:PutItem"}
+    writes |= {"dynamodb:UpdateItem", "dynamodb:BatchWriteItem", "sqs:SendMessage", "sqs:DeleteMessage"}
+    assert writes | {"s3:PutObject"} <= {req.action for req in others}
+    allowed = [str(req) for req in others if any(allowed_by(st, req) for st in statements)]
+    assert not allowed, "the code server may:\n" + "\n".join(allowed)

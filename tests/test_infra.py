@@ -35,9 +35,11 @@ BUCKETS = ["RUNS_FLEET_ARCHIVE_BUCKET", "BATCH_OUTBOX_BUCKET"]
 
 @pytest.mark.slow
 def test_template_passes_cfn_lint():
+    """Its informational checks too (I3011: a stateful resource without DeletionPolicy and
+    UpdateReplacePolicy is deleted on replacement, dead letters and all)."""
     from cfnlint.api import ManualArgs, lint_file
 
-    matches = lint_file(TEMPLATE_PATH, config=ManualArgs(regions=["us-east-1"]))
+    matches = lint_file(TEMPLATE_PATH, config=ManualArgs(regions=["us-east-1"], include_checks=["I"]))
     assert not matches, "\n".join(str(m) for m in matches)
 
 
@@ -125,3 +127,35 @@ def test_reclaim_may_be_granted_tables_outside_the_stack(aws):
     version = iam.get_policy(PolicyArn=names["groundskeeper-reclaim-tables-dev"])["Policy"]["DefaultVersionId"]
     document = iam.get_policy_version(PolicyArn=names["groundskeeper-reclaim-tables-dev"], VersionId=version)
     assert document["PolicyVersion"]["Document"]["Statement"][0]["Resource"] == arns.split(",")
+
+
+STATEFUL = {
+    "AWS::DynamoDB::Table",
+    "AWS::SQS::Queue",
+    "AWS::S3::Bucket",
+    "AWS::Logs::LogGroup",
+    "AWS::SecretsManager::Secret",
+    "AWS::KMS::Key",
+    "AWS::RDS::DBInstance",
+}
+
+
+def test_stateful_resources_outlive_deletion_and_replacement_and_tables_recover_to_a_point_in_time():
+    """A replaced queue would drop its waiting messages and dead letters, a replaced log group its
+    logs, a deleted secret the password of the database's snapshots: each is kept (Retain, or a
+    Snapshot of the database). moto ignores DeletionPolicy and PITR: checked on the template."""
+    from tests.iam_support import load_template
+
+    resources = load_template()["Resources"]
+    stateful = {name: res for name, res in resources.items() if res["Type"] in STATEFUL}
+    assert {"TerminationDeadLetterQueue", "HousekeepingDeadLetterQueue", "DatabaseSecret", "EcsLogGroup"} <= set(
+        stateful
+    )
+    for name, res in stateful.items():
+        assert res.get("DeletionPolicy") in ("Retain", "Snapshot"), name
+        assert res.get("UpdateReplacePolicy") == res["DeletionPolicy"], name
+    tables = [name for name, res in stateful.items() if res["Type"] == "AWS::DynamoDB::Table"]
+    assert len(tables) == 6
+    for name in tables:
+        pitr = resources[name]["Properties"].get("PointInTimeRecoverySpecification")
+        assert pitr == {"PointInTimeRecoveryEnabled": True}, name
