@@ -253,3 +253,23 @@ def test_dagster_internals_are_imported_only_where_no_public_api_exists():
     assert found == ALLOWED_PRIVATE_DAGSTER
     redrive = (ROOT / "pipelines/redrive/defs.py").read_text()
     assert "no public API to launch an asset backfill" in redrive  # the reason, beside the import
+
+
+def _modules_named_like_run_config() -> list[Path]:
+    return [
+        path
+        for package in PRODUCT_PACKAGES
+        for path in _modules(package)
+        if path.stem.startswith("param") and path != ROOT / "pipelines/common/params.py"
+    ]
+
+
+def test_there_are_run_config_modules_to_check():
+    assert ROOT / "pipelines/reclaim/params.py" in _modules_named_like_run_config()
+
+
+@pytest.mark.parametrize("path", _modules_named_like_run_config(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_module_named_params_declares_run_config(path):
+    """``params`` means run config: a module named so declares its parameters through
+    ``pipelines.common.params`` (an SSM parameter module is named for SSM, ``ssm_parameters``)."""
+    assert "pipelines.common.params" in _imports(path)

@@ -55,12 +55,12 @@ from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_lettering import DeadLetterArchive, dead_letter_into
+from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 from pipelines.fleet.metrics import MetricBatch
-from pipelines.fleet.parameters import delete_parameters
 from pipelines.fleet.queues import delete_messages, message_received_at, queue_name
+from pipelines.fleet.ssm_parameters import delete_parameters
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
 

@@ -25,7 +25,7 @@ from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
 from pipelines.fleet.drain import (
     STATUS_UNREADABLE,

@@ -2,7 +2,7 @@
 attributes: :func:`dead_letter_entry` (the message as it goes, in an envelope when its attributes
 or its size do not fit), :func:`dead_letter` and :func:`dead_letter_into`; a dead letter too big
 for SQS goes whole to the archive bucket (:class:`DeadLetterArchive`). Sending them back is
-``pipelines.fleet.dead_letters``."""
+``pipelines.fleet.dead_letter_redrive``."""
 
 from __future__ import annotations
 
