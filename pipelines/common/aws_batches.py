@@ -23,7 +23,7 @@ from typing import Any, Generic, TypeVar
 
 from botocore.exceptions import ClientError, ParamValidationError
 
-from pipelines.common import from_item
+from pipelines.common import first_line, from_item
 from pipelines.retry import TRANSIENT_ITEM_CODES, is_transient, preset, retry_call
 from pipelines.retry.classify import error_code_and_message
 from pipelines.retry.policy import RetryPolicy
@@ -57,10 +57,6 @@ def _note(what: str) -> Callable[[int, BaseException, float], None]:
         log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
     return note
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    return " ".join(text.split())[:limit]
 
 
 # ---------------------------------------------------------------------------------- transactions
@@ -157,7 +153,7 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
                         stored = reasons[n].get("Item")
                         out.conditional.append((item, from_item(stored) if stored else {}))
                     elif code not in _SETTLED_LATER:
-                        out.refused.append((item, _one_line(f"{code}: {reasons[n].get('Message') or ''}")))
+                        out.refused.append((item, first_line(f"{code}: {reasons[n].get('Message') or ''}")))
                     else:
                         continue
                     settled.add(n)
@@ -179,7 +175,7 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
         elif not _item_refused(exc):
             raise
         elif len(todo) == 1:
-            out.refused.append((todo[0], _one_line(f"{error_code(exc)}: {exc}")))
+            out.refused.append((todo[0], first_line(f"{error_code(exc)}: {exc}")))
         else:
             half = len(todo) // 2
             _transact(dynamodb, todo[:half], action, fence, policy, what, out)

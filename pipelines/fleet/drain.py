@@ -32,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.common import first_line
 from pipelines.common.params import param
 from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.queues import queue_name, receive
@@ -139,7 +140,7 @@ class QueueDrain:
         try:
             return TERMINATED if self.terminated() else None
         except Exception as exc:
-            self.stop_detail = " ".join(str(exc).split())[:300]
+            self.stop_detail = first_line(exc)
             return STATUS_UNREADABLE
 
     def _round(self, budget: int) -> list[dict[str, Any]]:

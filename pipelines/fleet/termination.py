@@ -49,7 +49,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipelines.common import to_item
+from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, error_code, transact_conditional
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import RunArchive, archived_job_key
@@ -215,8 +215,7 @@ def job_metrics(batch: MetricBatch, term: Termination) -> None:
     if term.status == "success":
         batch.add("JobSuccess", 1)
     else:
-        error = (term.error or "").strip()
-        batch.add("JobFailure", 1, Error=error.splitlines()[0] if error else term.status)
+        batch.add("JobFailure", 1, Error=first_line(term.error) or term.status)
 
 
 class TerminationHandler:
