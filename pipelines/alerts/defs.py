@@ -29,6 +29,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.defs.metadata import table_from
+from pipelines.common.sqs import dead_letter_depth, queue_name
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
 
@@ -208,10 +209,9 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
 
 def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
     for url in (fleet.termination_dlq_url, fleet.housekeeping_dlq_url):
-        name = url.rstrip("/").rsplit("/", 1)[-1]
+        name = queue_name(url)
         try:
-            attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-            depth = int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+            depth = dead_letter_depth(sqs, url)["depth"]
         except Exception as exc:  # one line; the incident keeps its state until the queue can be read
             context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
             continue

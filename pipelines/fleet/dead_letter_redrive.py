@@ -33,10 +33,11 @@ from botocore.exceptions import ClientError
 from pipelines.common import iso
 from pipelines.common.aws_batches import chunks
 from pipelines.common.params import param
+from pipelines.common.sqs import queue_name
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.dead_letter_send import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
 from pipelines.fleet.messages import fingerprint
-from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, queue_name, send_entries
+from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, send_entries
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 

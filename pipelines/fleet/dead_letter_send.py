@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.common.sqs import queue_name
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.messages import fingerprint
 from pipelines.fleet.queues import (
@@ -20,7 +21,6 @@ from pipelines.fleet.queues import (
     MAX_MESSAGE_BYTES,
     clean_attribute,
     message_size,
-    queue_name,
     send_entries,
     sqs_text,
 )

@@ -51,6 +51,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, error_code, transact_conditional
+from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import aws_call
@@ -59,7 +60,7 @@ from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 from pipelines.fleet.metrics import MetricBatch
-from pipelines.fleet.queues import delete_messages, message_received_at, queue_name
+from pipelines.fleet.queues import delete_messages, message_received_at
 from pipelines.fleet.ssm_parameters import delete_parameters
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
