@@ -171,8 +171,10 @@ def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
 
 
 @dataclass
-class Transacted:
-    """What :func:`transact_each` did with each job."""
+class JobOutcomes:
+    """What :func:`transact_each` (or settling a failed condition) did with each job: the toolkit's
+    ``Transacted`` per job, a failed condition's stored values in ``job.current`` and a refusal's
+    reason worded for the job's dead letter."""
 
     applied: list[_Job] = field(default_factory=list)
     conditional: list[_Job] = field(default_factory=list)  # the condition failed (``job.current`` as it is)
@@ -186,7 +188,7 @@ def transact_each(
     build: Callable[[_Job], dict[str, Any]],
     *,
     logger: Any = None,
-) -> Transacted:
+) -> JobOutcomes:
     """Apply one conditional action per job (``transact_conditional``, by runs-fleet's policy); one
     job's failure is its own. A failed condition keeps the job as it is (where the action asked for
     ``ALL_OLD``) in ``job.current``; a refused job is dead-lettered with the reason; jobs still
@@ -194,7 +196,7 @@ def transact_each(
     result = transact_conditional(dynamodb, jobs, build, policy=fleet_calls.POLICY, what="job update")
     for job, current in result.conditional:
         job.current = current
-    out = Transacted(
+    out = JobOutcomes(
         applied=result.applied,
         conditional=[job for job, _ in result.conditional],
         failed=result.failed,
@@ -357,7 +359,7 @@ class TerminationHandler:
             self._visibility_timeout = float(attrs.get("VisibilityTimeout", 30))
         return self._visibility_timeout
 
-    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> Transacted:
+    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
         """Jobs whose condition failed: duplicates (``conditional``), taken over by this round
         (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter).
 
@@ -369,7 +371,7 @@ class TerminationHandler:
         younger round's run may still be at work, so the message is left in the queue (counted
         ``held_elsewhere``).
         """
-        out = Transacted()
+        out = JobOutcomes()
         unfinished: list[_Job] = []
         own: list[_Job] = []
         for job in jobs:

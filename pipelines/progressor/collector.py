@@ -29,7 +29,7 @@ from psycopg2 import sql
 
 from pipelines.common import first_line
 from pipelines.common.looks import Look
-from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, RetryPolicy
+from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, ProgressorRetryPolicy
 from pipelines.progressor.schema import Tables, process_columns, require_tables, tables_for
 
 UTC_NAMES = frozenset(
@@ -366,7 +366,7 @@ class Action:
 
 def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
     """One action per zombie, in input order."""
-    policy: RetryPolicy = params.policy
+    policy: ProgressorRetryPolicy = params.policy
     actions = []
     for z in zombies:
         if params.action == "retry":
