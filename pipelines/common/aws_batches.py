@@ -6,7 +6,8 @@ clients; no Dagster imports.
   submitted again;
 - :func:`batch_write`: ``BatchWriteItem`` in 25s; ``UnprocessedItems`` are sent again, bounded by
   the policy;
-- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy;
+- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy (the only retry of
+  a metrics call; after a committed change a failure is a warning, not an error);
 - :func:`error_code` and :func:`chunks`.
 
 A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.classify``) is retried after the
@@ -226,14 +227,24 @@ def put_metrics(
     per_call: int = METRICS_PER_CALL,
 ) -> int:
     """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` after a
-    transient error. Returns the number of calls."""
+    transient error: the one retry of a metrics call. After the policy's last try the error is raised,
+    unless ``cloudwatch`` is a sink of metrics after a committed change (it has ``not_published(exc)``:
+    ``pipelines.common.defs.metrics.CommittedChangeMetrics``), which is told instead, and the next
+    call goes on. Returns the number of calls that went through."""
+    not_published = getattr(cloudwatch, "not_published", None)
     calls = 0
     for batch in chunks(list(datums), per_call):
-        retry_call(
-            lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
-            policy,
-            on_retry=_note("PutMetricData"),
-        )
+        try:
+            retry_call(
+                lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
+                policy,
+                on_retry=_note("PutMetricData"),
+            )
+        except Exception as exc:
+            if not_published is None:
+                raise
+            not_published(exc)
+            continue
         calls += 1
     return calls
 
