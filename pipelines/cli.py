@@ -27,6 +27,8 @@ from typing import Any
 
 import yaml
 
+from pipelines.common import first_line
+
 ROOT_DIR = Path(__file__).resolve().parent.parent
 USAGE_ERROR = 2
 
@@ -55,7 +57,7 @@ def _parse(text: str, source: str) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        problem = getattr(exc, "problem", None) or first_line(exc, None)
         raise RunConfigError([f"{source}: not valid YAML or JSON{where}: {problem}"]) from None
     if value is None:
         return {}

@@ -34,6 +34,8 @@ from urllib.parse import unquote, urlsplit
 
 import dagster as dg
 
+from pipelines.common import first_line
+
 STORAGE_WAIT_SECONDS = 300.0
 """How long a run whose storage database was lost waits for it to answer again, to record why it failed."""
 
@@ -42,10 +44,6 @@ _STORAGE_WORDS = ("psycopg2", "postgres", "database", "server closed the connect
 
 
 # ------------------------------------------------------------------------------ messages
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 def broker_location(url: str) -> str:
@@ -69,7 +67,7 @@ def _reason(exc: BaseException) -> str:
     current: BaseException | None = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
-        text = one_line(getattr(current, "orig", None) or current)
+        text = first_line(getattr(current, "orig", None) or current, None)
         if text:
             messages.append(text)
         current = current.__cause__ or current.__context__
@@ -83,7 +81,7 @@ def broker_lost_message(broker_url: str, exc: BaseException) -> str:
 def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str] = ()) -> str:
     steps = sorted(step_keys)
     where = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
-    return f"the Dagster storage database {database_location(database_url)} was lost: {one_line(reason)}{where}"
+    return f"the Dagster storage database {database_location(database_url)} was lost: {first_line(reason, None)}{where}"
 
 
 # ------------------------------------------------------------------------- classifying

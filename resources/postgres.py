@@ -15,6 +15,8 @@ import psycopg2
 import psycopg2.extensions
 from pydantic import Field
 
+from pipelines.common import first_line
+
 
 class ProgressorDatabaseError(ConnectionError):
     """The progressor database cannot be reached; one line."""
@@ -36,7 +38,7 @@ def connect(dsn: str, *, connect_timeout: int = 10, application_name: str = "gro
     except psycopg2.OperationalError as exc:
         reason = (str(exc).strip().splitlines() or ["unknown error"])[-1].strip()
         if reason.startswith("Is the server running"):
-            reason = str(exc).strip().splitlines()[0]
+            reason = first_line(exc, None)
         raise ProgressorDatabaseError(
             f"cannot reach the progressor database at {describe_dsn(dsn)} (PROGRESSOR_DSN): {reason}"
         ) from None

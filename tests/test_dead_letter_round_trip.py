@@ -8,7 +8,7 @@ import pytest
 
 from pipelines.common import to_item
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.retry import fixed
 from tests import fleet_support as fs
 

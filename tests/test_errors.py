@@ -115,3 +115,52 @@ def test_an_unparsed_xml_error_is_read_for_its_code_and_message():
     explained = explain_aws_error(exc)
     assert explained.startswith("ListQueues: AccessDenied: The request signature")
     assert "<" not in explained and "\n" not in explained
+
+
+# ------------------------------------------------------------------ the first line of an error
+
+
+def test_the_first_line_of_an_error_is_its_first_non_blank_line_collapsed():
+    from pipelines.common import first_line
+
+    assert first_line(ValueError("\n  relation  x\tdoes not exist \nLINE 1: SELECT ...")) == "relation x does not exist"
+
+
+def test_a_first_line_that_introduces_what_follows_keeps_it():
+    from botocore.exceptions import ParamValidationError
+
+    from pipelines.common import first_line
+
+    exc = ParamValidationError(report="Invalid type for parameter Item.v, value: 1")
+    assert first_line(exc) == "Parameter validation failed: Invalid type for parameter Item.v, value: 1"
+
+
+def test_an_error_without_text_is_its_class_name_and_no_text_is_empty():
+    from pipelines.common import first_line
+
+    assert [first_line(TimeoutError()), first_line(None), first_line("  \n ")] == ["TimeoutError", "", ""]
+
+
+def test_a_long_first_line_is_cut_to_the_limit_with_an_ellipsis():
+    from pipelines.common import first_line
+
+    assert first_line("x" * 500, 10) == "x" * 9 + "…"
+
+
+def _product_functions_named(names: set[str]) -> list[str]:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for package in ("pipelines", "resources", "sensors"):
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef) and node.name.lstrip("_") in names:
+                    found.append(f"{path.relative_to(root)} {node.name}")
+    return found
+
+
+def test_one_helper_gives_the_first_line_of_an_error():
+    """``pipelines.common.first_line`` is the one rule; no module keeps its own copy."""
+    assert _product_functions_named({"one_line", "first_line"}) == ["pipelines/common/__init__.py first_line"]

@@ -3,6 +3,7 @@ camelCase names, deprecated), sensors, schedules, the dead-letter asset checks a
 
 import datetime as dt
 import json
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
@@ -13,6 +14,7 @@ from resources import SQSResource, fleet_settings_from_env
 from tests import fleet_support as fs
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
+HOUSEKEEPING_DLQ = "RUNS_FLEET_HOUSEKEEPING_DLQ_URL"
 
 
 @pytest.fixture
@@ -145,6 +147,61 @@ def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, 
     assert by_asset["termination_dead_letters"].severity == dg.AssetCheckSeverity.WARN
     assert by_asset["termination_dead_letters"].metadata["depth"].value == 1
     assert by_asset["housekeeping_dead_letters"].passed
+
+
+def test_the_checks_and_the_alerts_read_a_dead_letter_being_looked_at_as_one_depth(aws, defs):
+    """A dead letter received (in flight: being redriven or inspected) is still one: the check and the
+    alert that watch the queue say the same depth."""
+    from pipelines.alerts.defs import dead_letter_signals
+
+    sqs = aws.client("sqs")
+    sqs.send_message(QueueUrl=aws.env[DLQ], MessageBody="x")
+    assert sqs.receive_message(QueueUrl=aws.env[DLQ], VisibilityTimeout=600)["Messages"]
+    result = defs.resolve_job_def("fleet_dead_letter_checks").execute_in_process(
+        instance=dg.DagsterInstance.ephemeral()
+    )
+    by_asset = {e.asset_key.path[-1]: e for e in result.get_asset_check_evaluations()}
+    assert by_asset["termination_dead_letters"].metadata["depth"].value == 1
+    with dg.build_sensor_context() as context:
+        fleet = SimpleNamespace(termination_dlq_url=aws.env[DLQ], housekeeping_dlq_url=aws.env[HOUSEKEEPING_DLQ])
+        signals = {s.alert_key: s for s in dead_letter_signals(context, sqs, fleet)}
+    assert (
+        signals["dead_letters:runs-fleet-termination-dlq-dev"].title
+        == "runs-fleet-termination-dlq-dev holds 1 dead letter(s)"
+    )
+
+
+def test_a_queue_is_named_by_the_last_segment_of_its_url_one_way():
+    from pipelines.common.sqs import queue_name
+
+    names = [queue_name(url) for url in ("http://127.0.0.1:5000/123456789012/q-dlq", "https://sqs/1/q-dlq/")]
+    assert names == ["q-dlq", "q-dlq"]
+
+
+def test_no_product_module_takes_a_queue_name_apart_itself():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    copies = [
+        str(path.relative_to(root))
+        for package in ("pipelines", "resources", "sensors")
+        for path in sorted((root / package).rglob("*.py"))
+        if path != root / "pipelines/common/sqs.py"
+        and any(text in path.read_text() for text in ('rsplit("/", 1)[-1]', "rsplit('/', 1)[-1]"))
+    ]
+    assert copies == []
+
+
+def test_a_look_and_a_run_build_their_fleet_context_the_same_way():
+    from pipelines.fleet.context import fleet_context
+
+    fleet = SimpleNamespace(
+        jobs_table="jobs", archive_bucket="archive", metrics_namespace="RunsFleet", pools_table="pools"
+    )
+    ctx = fleet_context(fleet, log=None, dynamodb="dynamodb client")
+    names = (ctx.jobs_table, ctx.archive_bucket, ctx.namespace, ctx.pools_table)
+    assert names == ("jobs", "archive", "RunsFleet", "pools")
+    assert (ctx.dynamodb, ctx.ec2, ctx.cloudwatch) == ("dynamodb client", None, None)
 
 
 @pytest.mark.slow

@@ -4,7 +4,7 @@ it is refused with one line that names the key and the value."""
 import pytest
 
 from pipelines.common.params import ParamsError, parse_params, specs
-from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.fleet.drain import DrainLimits, TerminationLimits
 from pipelines.fleet.pool_audit.housekeeping import message_params
 from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams

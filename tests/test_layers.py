@@ -253,3 +253,51 @@ def test_dagster_internals_are_imported_only_where_no_public_api_exists():
     assert found == ALLOWED_PRIVATE_DAGSTER
     redrive = (ROOT / "pipelines/redrive/defs.py").read_text()
     assert "no public API to launch an asset backfill" in redrive  # the reason, beside the import
+
+
+def _modules_named_like_run_config() -> list[Path]:
+    return [
+        path
+        for package in PRODUCT_PACKAGES
+        for path in _modules(package)
+        if path.stem.startswith("param") and path != ROOT / "pipelines/common/params.py"
+    ]
+
+
+def test_there_are_run_config_modules_to_check():
+    assert ROOT / "pipelines/reclaim/params.py" in _modules_named_like_run_config()
+
+
+@pytest.mark.parametrize("path", _modules_named_like_run_config(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_module_named_params_declares_run_config(path):
+    """``params`` means run config: a module named so declares its parameters through
+    ``pipelines.common.params`` (an SSM parameter module is named for SSM, ``ssm_parameters``)."""
+    assert "pipelines.common.params" in _imports(path)
+
+
+FOUNDATION_PACKAGES = ("pipelines/common", "pipelines/retry", "resources")
+
+
+def _classes(paths) -> dict[str, list[str]]:
+    """Class name -> the modules (relative paths) that define a class of that name."""
+    found: dict[str, list[str]] = {}
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.ClassDef):
+                found.setdefault(node.name, []).append(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_a_capability_does_not_reuse_the_name_of_a_foundation_class():
+    """One name, one thing: ``Transacted`` is the toolkit's, ``RetryPolicy`` the retry library's."""
+    foundations = _classes(path for package in FOUNDATION_PACKAGES for path in _modules(package))
+    capabilities = _classes(
+        path
+        for package in PRODUCT_PACKAGES
+        for path in _modules(package)
+        if not any(path.is_relative_to(ROOT / foundation) for foundation in FOUNDATION_PACKAGES)
+    )
+    reused = sorted(
+        f"{name}: {capabilities[name]} and {where}" for name, where in foundations.items() if name in capabilities
+    )
+    assert reused == []

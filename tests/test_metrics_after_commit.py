@@ -141,20 +141,75 @@ def test_fleet_housekeeping_with_cloudwatch_unreachable_warns_and_succeeds(aws, 
     assert [m for level, m in logs if level == 30 and f"fleet: {NOT_PUBLISHED}" in m], logs
 
 
-def test_a_throttled_metrics_call_is_tried_again_before_it_counts_as_not_published(aws_shared):
-    """The toolkit's put_metrics retries a transient error, and so does the after-commit client behind it:
-    one throttled call is published on its second try, and the run's flag stays true."""
-    from pipelines.common.aws_batches import put_metrics
+class _Log:
+    """Where the after-commit client writes its run-log lines."""
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+
+    def warning(self, message: str) -> None:
+        self.warnings.append(message)
+
+
+def _after_commit(**cloudwatch):
+    from types import SimpleNamespace
+
     from pipelines.common.defs.metrics import CommittedChangeMetrics
     from resources import CloudWatchResource
+
+    log = _Log()
+    client = CommittedChangeMetrics(
+        SimpleNamespace(log=log), CloudWatchResource(region_name="us-east-1", **cloudwatch), "test"
+    )
+    return client, log
+
+
+DATUMS = [{"MetricName": "Collected", "Value": 1.0, "Unit": "Count"}]
+
+
+def test_a_throttled_metrics_call_is_retried_once_by_put_metrics_and_published(aws_shared, caplog):
+    """One layer retries a metrics call, the toolkit's put_metrics: its retry note is the one line of
+    the retry, the second try goes through and the run's flag stays true."""
+    from pipelines.common.aws_batches import put_metrics
     from tests.test_aws_batches import THROTTLED, failing
 
     namespace = "AfterCommitRetry"
-    with dg.build_op_context() as context:
-        metrics = CommittedChangeMetrics(context, CloudWatchResource(region_name="us-east-1"), "test")
-        with failing(metrics._client, "PutMetricData", THROTTLED, times=1) as calls:
-            put_metrics(metrics, namespace, [{"MetricName": "Collected", "Value": 1.0, "Unit": "Count"}])
-        assert calls["all"] == 2
-        assert metrics.published
+    metrics, log = _after_commit()
+    with failing(metrics._client, "PutMetricData", THROTTLED, times=1) as calls:
+        with caplog.at_level("WARNING", logger="pipelines.common.aws_batches"):
+            put_metrics(metrics, namespace, DATUMS)
+    assert calls["all"] == 2
+    assert len([r for r in caplog.records if r.getMessage().startswith("PutMetricData failed")]) == 1
+    assert metrics.published
+    assert log.warnings == []
     cw = aws_shared.client("cloudwatch")
     assert {m["MetricName"] for m in cw.list_metrics(Namespace=namespace)["Metrics"]} == {"Collected"}
+
+
+def test_the_put_metrics_policy_is_the_only_retry_of_a_metrics_call(aws_shared):
+    """With one attempt allowed, a throttled call is not tried again behind put_metrics' back."""
+    from pipelines.common.aws_batches import put_metrics
+    from pipelines.retry import fixed
+    from tests.test_aws_batches import THROTTLED, failing
+
+    metrics, log = _after_commit()
+    with failing(metrics._client, "PutMetricData", THROTTLED, times=1) as calls:
+        put_metrics(metrics, "AfterCommitOneTry", DATUMS, policy=fixed(0, max_attempts=1))
+    assert calls["all"] == 1
+    assert not metrics.published
+
+
+def test_cloudwatch_unreachable_after_a_commit_is_one_line_after_the_policys_tries_and_no_error():
+    """CloudWatch at a closed port: put_metrics tries as its policy says (2 attempts, each one
+    botocore attempt), then the after-commit client says so in one line; nothing is raised."""
+    from pipelines.common.aws_batches import put_metrics
+    from pipelines.retry import fixed
+    from tests.test_aws_batches import failing
+
+    metrics, log = _after_commit(endpoint_url=CLOSED_PORT, max_attempts=1)
+    with failing(metrics._client, "PutMetricData", {}, times=0) as calls:
+        put_metrics(metrics, "AfterCommitDown", DATUMS + DATUMS, policy=fixed(0, max_attempts=2), per_call=1)
+    assert calls["all"] == 4  # two calls of one datum, each tried twice
+    assert len(log.warnings) == 1
+    assert log.warnings[0].startswith(f"test: {NOT_PUBLISHED} (cannot reach the AWS endpoint {CLOSED_PORT}")
+    assert not metrics.published

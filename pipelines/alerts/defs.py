@@ -17,7 +17,7 @@ import dagster as dg
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds, one_line
+from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds
 from pipelines.alerts.sources import (
     automatic_retry,
     check_evaluated,
@@ -27,7 +27,9 @@ from pipelines.alerts.sources import (
     run_succeeded,
     ticks_seen,
 )
+from pipelines.common import first_line
 from pipelines.common.defs.metadata import table_from
+from pipelines.common.sqs import dead_letter_depth, queue_name
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
 
@@ -207,12 +209,11 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
 
 def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
     for url in (fleet.termination_dlq_url, fleet.housekeeping_dlq_url):
-        name = url.rstrip("/").rsplit("/", 1)[-1]
+        name = queue_name(url)
         try:
-            attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
-            depth = int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+            depth = dead_letter_depth(sqs, url)["depth"]
         except Exception as exc:  # one line; the incident keeps its state until the queue can be read
-            context.log.warning(f"dead letters of {name}: not read this tick ({one_line(exc, 200)})")
+            context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
             continue
         signal = dead_letters(name, depth)
         if signal is not None:
@@ -283,7 +284,7 @@ def build_alerts_sensor(
         try:
             publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace)
         except Exception as exc:
-            context.log.warning(f"heartbeat not published: {one_line(exc, 200)}")
+            context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
         parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)"]
         if not cfg.sinks:
             parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from pipelines.common import iso
+from pipelines.common import first_line, iso
 from pipelines.retry import STOP, RetryPolicy
 
 FIRING, RESOLVED = "firing", "resolved"
@@ -42,15 +42,6 @@ RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a we
 HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
 MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: the oldest give way, with one line each tick
-
-
-def one_line(text: Any, limit: int = SUMMARY_CHARS) -> str:
-    """The first non-blank line of ``text``, cut to ``limit`` characters."""
-    for line in str(text or "").splitlines():
-        if line.strip():
-            line = " ".join(line.split())
-            return line if len(line) <= limit else line[: limit - 1] + "…"
-    return ""
 
 
 @dataclass(frozen=True)
@@ -177,7 +168,7 @@ class AlertBook:
         if signal.firing and not open_now:
             fields = {name: getattr(signal, name) for name in FIELDS if hasattr(signal, name)}
             incident = {**fields, "state": FIRING, "first_seen": now, "last_seen": now, "notified": now}
-            incident["summary"] = one_line(signal.summary)
+            incident["summary"] = first_line(signal.summary, SUMMARY_CHARS)
             self.incidents[signal.alert_key] = incident
             self.history.append([now, FIRING])
             return self._message(incident)
@@ -188,7 +179,7 @@ class AlertBook:
                 return self._message(incident, reminder=True)
             return None
         if not signal.firing and open_now:
-            incident.update(state=RESOLVED, last_seen=now, resolved_by=one_line(signal.summary))
+            incident.update(state=RESOLVED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
             for name in ("run_id", "url"):  # the resolving run's page, when there is one
                 if getattr(signal, name):
                     incident[name] = getattr(signal, name)
@@ -285,7 +276,7 @@ class AlertBook:
                 kept["attempts"] += 1
                 wait = policy.delay(kept["attempts"])
                 kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
-                kept["last_error"] = one_line(exc)
+                kept["last_error"] = first_line(exc, SUMMARY_CHARS)
             done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
             return False
         gone = {item["id"]} | {r["id"] for r in replaces or []}
@@ -305,7 +296,7 @@ class AlertBook:
             "severity": SEVERITIES[worst],
             "kind": "summary",
             "title": f"{len(rest)} more alerts this tick",
-            "summary": one_line(shown),
+            "summary": first_line(shown, SUMMARY_CHARS),
             "capability": "alerts",
             "first_seen": moment,
             "last_seen": moment,

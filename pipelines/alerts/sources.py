@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from urllib.parse import quote
 
-from pipelines.alerts.incidents import Signal, one_line
+from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
+from pipelines.common import first_line
 from pipelines.common.summary import run_counters
 from pipelines.retry import STOP, RetryPolicyError, policy_from_text
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, ROOT_TAG
@@ -98,7 +99,7 @@ def run_failed(job: str, run_id: str, tags: Mapping[str, str], first_error: str,
         firing=True,
         severity="critical",
         title=f"{job}{target} failed{retries}",
-        summary=one_line(first_error) or "the run failed",
+        summary=first_line(first_error, SUMMARY_CHARS) or "the run failed",
         capability=tags.get(CAPABILITY_TAG, ""),
         job=job,
         run_id=run_id,
@@ -166,7 +167,7 @@ def check_evaluated(
         firing=not passed,
         severity="warning" if warn else "critical",
         title=f"check {check} of {asset} " + ("passes" if passed else "fails"),
-        summary=one_line(description) or ("passed" if passed else "failed"),
+        summary=first_line(description, SUMMARY_CHARS) or ("passed" if passed else "failed"),
         capability="progressor" if overdue else "",
         run_id=run_id,
         asset=asset,
@@ -191,7 +192,7 @@ def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None
         firing=failures >= threshold,
         severity="critical",
         title=f"{kind} {name}: {failures} failed ticks in a row" if failures else f"{kind} {name} ticks again",
-        summary=one_line(last_error) if failures else "its last tick did not fail",
+        summary=first_line(last_error, SUMMARY_CHARS) if failures else "its last tick did not fail",
         url=_ui(ui_url, f"/automation?search={quote(name)}"),
     )
 

@@ -58,3 +58,17 @@ def dimension_value(value: Any) -> str:
     character becomes ``?``), not blank (``none``), at most 255 characters."""
     text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
     return text or "none"
+
+
+def first_line(error: Any, limit: int | None = 300) -> str:
+    """The first line of an error (an exception, or its text), for a one-line message or a metric
+    dimension: its first non-blank line, whitespace collapsed, cut to ``limit`` characters (the last
+    one ``…``; None: not cut). A first line that ends with ``:`` only introduces what follows
+    (botocore's ``Parameter validation failed:``), so the lines under it join it. An exception
+    without text gives its class name; no text gives ``""``."""
+    lines = [" ".join(line.split()) for line in str("" if error is None else error).splitlines()]
+    lines = [line for line in lines if line]
+    if not lines:
+        return type(error).__name__ if isinstance(error, BaseException) else ""
+    line = " ".join(lines) if lines[0].endswith(":") else lines[0]
+    return line if limit is None or len(line) <= limit else line[: limit - 1] + "…"

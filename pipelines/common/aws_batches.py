@@ -6,7 +6,8 @@ clients; no Dagster imports.
   submitted again;
 - :func:`batch_write`: ``BatchWriteItem`` in 25s; ``UnprocessedItems`` are sent again, bounded by
   the policy;
-- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy;
+- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy (the only retry of
+  a metrics call; after a committed change a failure is a warning, not an error);
 - :func:`error_code` and :func:`chunks`.
 
 A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.classify``) is retried after the
@@ -23,7 +24,7 @@ from typing import Any, Generic, TypeVar
 
 from botocore.exceptions import ClientError, ParamValidationError
 
-from pipelines.common import from_item
+from pipelines.common import first_line, from_item
 from pipelines.retry import TRANSIENT_ITEM_CODES, is_transient, preset, retry_call
 from pipelines.retry.classify import error_code_and_message
 from pipelines.retry.policy import RetryPolicy
@@ -57,10 +58,6 @@ def _note(what: str) -> Callable[[int, BaseException, float], None]:
         log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
     return note
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    return " ".join(text.split())[:limit]
 
 
 # ---------------------------------------------------------------------------------- transactions
@@ -157,7 +154,7 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
                         stored = reasons[n].get("Item")
                         out.conditional.append((item, from_item(stored) if stored else {}))
                     elif code not in _SETTLED_LATER:
-                        out.refused.append((item, _one_line(f"{code}: {reasons[n].get('Message') or ''}")))
+                        out.refused.append((item, first_line(f"{code}: {reasons[n].get('Message') or ''}")))
                     else:
                         continue
                     settled.add(n)
@@ -179,7 +176,7 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
         elif not _item_refused(exc):
             raise
         elif len(todo) == 1:
-            out.refused.append((todo[0], _one_line(f"{error_code(exc)}: {exc}")))
+            out.refused.append((todo[0], first_line(f"{error_code(exc)}: {exc}")))
         else:
             half = len(todo) // 2
             _transact(dynamodb, todo[:half], action, fence, policy, what, out)
@@ -230,14 +227,24 @@ def put_metrics(
     per_call: int = METRICS_PER_CALL,
 ) -> int:
     """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` after a
-    transient error. Returns the number of calls."""
+    transient error: the one retry of a metrics call. After the policy's last try the error is raised,
+    unless ``cloudwatch`` is a sink of metrics after a committed change (it has ``not_published(exc)``:
+    ``pipelines.common.defs.metrics.CommittedChangeMetrics``), which is told instead, and the next
+    call goes on. Returns the number of calls that went through."""
+    not_published = getattr(cloudwatch, "not_published", None)
     calls = 0
     for batch in chunks(list(datums), per_call):
-        retry_call(
-            lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
-            policy,
-            on_retry=_note("PutMetricData"),
-        )
+        try:
+            retry_call(
+                lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
+                policy,
+                on_retry=_note("PutMetricData"),
+            )
+        except Exception as exc:
+            if not_published is None:
+                raise
+            not_published(exc)
+            continue
         calls += 1
     return calls
 

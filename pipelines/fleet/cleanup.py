@@ -30,7 +30,7 @@ from pipelines.fleet.messages import (
     utcnow,
 )
 from pipelines.fleet.metrics import publish_count
-from pipelines.fleet.parameters import delete_parameters
+from pipelines.fleet.ssm_parameters import delete_parameters
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"

@@ -20,3 +20,31 @@ class FleetContext:
     log: Any
     ec2: Any = None  # only the housekeeping tasks need EC2
     pools_table: str = ""  # only the pool_audit task reads the pools table
+
+
+def fleet_context(
+    fleet: Any,
+    *,
+    log: Any,
+    ec2: Any = None,
+    ssm: Any = None,
+    dynamodb: Any = None,
+    cloudwatch: Any = None,
+    s3: Any = None,
+) -> FleetContext:
+    """The one way to build a :class:`FleetContext`: the names from the fleet settings (``fleet``:
+    ``FleetSettings``, or anything with its ``jobs_table``, ``archive_bucket``, ``metrics_namespace``
+    and ``pools_table``), and the clients the caller has (a schedule's look builds only those it reads;
+    a run gives metrics after a commit as its ``cloudwatch``)."""
+    return FleetContext(
+        ec2=ec2,
+        ssm=ssm,
+        dynamodb=dynamodb,
+        cloudwatch=cloudwatch,
+        s3=s3,
+        jobs_table=fleet.jobs_table,
+        archive_bucket=fleet.archive_bucket,
+        namespace=fleet.metrics_namespace,
+        log=log,
+        pools_table=fleet.pools_table,
+    )

@@ -32,9 +32,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from pipelines.common import first_line
 from pipelines.common.params import param
+from pipelines.common.sqs import queue_name
 from pipelines.fleet.archive import RunArchive
-from pipelines.fleet.queues import queue_name, receive
+from pipelines.fleet.queues import receive
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +141,7 @@ class QueueDrain:
         try:
             return TERMINATED if self.terminated() else None
         except Exception as exc:
-            self.stop_detail = " ".join(str(exc).split())[:300]
+            self.stop_detail = first_line(exc)
             return STATUS_UNREADABLE
 
     def _round(self, budget: int) -> list[dict[str, Any]]:
@@ -225,7 +227,7 @@ class QueueDrain:
                 next_progress += PROGRESS_EVERY
                 elapsed = time.monotonic() - started
                 self.log.info(
-                    f"{self.queue_url.rsplit('/', 1)[-1]}: {result.counts['received']} received in "
+                    f"{queue_name(self.queue_url)}: {result.counts['received']} received in "
                     f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
                 )
 
@@ -308,7 +310,7 @@ def run_with_graceful_stop(
             result.stopped_by = "interrupted"
         summary = result.as_dict(drain.report_keys)
         writable_log(result, logger).info(
-            f"{drain.queue_url.rsplit('/', 1)[-1]} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items())
+            f"{queue_name(drain.queue_url)} drain: " + ", ".join(f"{k}={v}" for k, v in summary.items())
         )
         return result, interrupt
     finally:

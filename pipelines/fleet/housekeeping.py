@@ -22,7 +22,7 @@ from pipelines.common.params import ParamsError
 from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.cleanup import old_jobs, orphaned_instances, stale_ssm
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_lettering import DeadLetterArchive, dead_letter_into
+from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
 from pipelines.fleet.pool_audit.housekeeping import MESSAGE_PARAMS, HousekeepingAudit, pool_audit_task

@@ -1,4 +1,4 @@
-"""SQS for the fleet processors: depth, receive, ``DeleteMessageBatch`` and ``SendMessageBatch``
+"""SQS for the fleet processors: receive, ``DeleteMessageBatch`` and ``SendMessageBatch``
 within SQS's limits (10 entries, 256 KiB a message, 1 MiB a batch, 10 attributes a message), each
 call retried by runs-fleet's policy (``pipelines.fleet.calls``)."""
 
@@ -11,25 +11,10 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from pipelines.common.aws_batches import chunks, error_code
+from pipelines.common.sqs import queue_name
 from pipelines.fleet.calls import aws_call
 
 log = logging.getLogger(__name__)
-
-
-def queue_depth(sqs, queue_url: str) -> dict[str, int]:
-    """Visible and in-flight messages (one ``GetQueueAttributes``)."""
-    attrs = sqs.get_queue_attributes(
-        QueueUrl=queue_url,
-        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
-    )["Attributes"]
-    return {
-        "visible": int(attrs.get("ApproximateNumberOfMessages", 0)),
-        "in_flight": int(attrs.get("ApproximateNumberOfMessagesNotVisible", 0)),
-    }
-
-
-def queue_name(queue_url: str) -> str:
-    return queue_url.rstrip("/").rsplit("/", 1)[-1]
 
 
 def receive(sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0) -> list[dict[str, Any]]:

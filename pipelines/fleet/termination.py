@@ -49,18 +49,19 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipelines.common import to_item
+from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, error_code, transact_conditional
+from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_lettering import DeadLetterArchive, dead_letter_into
+from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 from pipelines.fleet.metrics import MetricBatch
-from pipelines.fleet.parameters import delete_parameters
-from pipelines.fleet.queues import delete_messages, message_received_at, queue_name
+from pipelines.fleet.queues import delete_messages, message_received_at
+from pipelines.fleet.ssm_parameters import delete_parameters
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
 
@@ -170,8 +171,10 @@ def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
 
 
 @dataclass
-class Transacted:
-    """What :func:`transact_each` did with each job."""
+class JobOutcomes:
+    """What :func:`transact_each` (or settling a failed condition) did with each job: the toolkit's
+    ``Transacted`` per job, a failed condition's stored values in ``job.current`` and a refusal's
+    reason worded for the job's dead letter."""
 
     applied: list[_Job] = field(default_factory=list)
     conditional: list[_Job] = field(default_factory=list)  # the condition failed (``job.current`` as it is)
@@ -185,7 +188,7 @@ def transact_each(
     build: Callable[[_Job], dict[str, Any]],
     *,
     logger: Any = None,
-) -> Transacted:
+) -> JobOutcomes:
     """Apply one conditional action per job (``transact_conditional``, by runs-fleet's policy); one
     job's failure is its own. A failed condition keeps the job as it is (where the action asked for
     ``ALL_OLD``) in ``job.current``; a refused job is dead-lettered with the reason; jobs still
@@ -193,7 +196,7 @@ def transact_each(
     result = transact_conditional(dynamodb, jobs, build, policy=fleet_calls.POLICY, what="job update")
     for job, current in result.conditional:
         job.current = current
-    out = Transacted(
+    out = JobOutcomes(
         applied=result.applied,
         conditional=[job for job, _ in result.conditional],
         failed=result.failed,
@@ -215,8 +218,7 @@ def job_metrics(batch: MetricBatch, term: Termination) -> None:
     if term.status == "success":
         batch.add("JobSuccess", 1)
     else:
-        error = (term.error or "").strip()
-        batch.add("JobFailure", 1, Error=error.splitlines()[0] if error else term.status)
+        batch.add("JobFailure", 1, Error=first_line(term.error) or term.status)
 
 
 class TerminationHandler:
@@ -357,7 +359,7 @@ class TerminationHandler:
             self._visibility_timeout = float(attrs.get("VisibilityTimeout", 30))
         return self._visibility_timeout
 
-    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> Transacted:
+    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
         """Jobs whose condition failed: duplicates (``conditional``), taken over by this round
         (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter).
 
@@ -369,7 +371,7 @@ class TerminationHandler:
         younger round's run may still be at work, so the message is left in the queue (counted
         ``held_elsewhere``).
         """
-        out = Transacted()
+        out = JobOutcomes()
         unfinished: list[_Job] = []
         own: list[_Job] = []
         for job in jobs:

@@ -27,8 +27,9 @@ import psycopg2
 import psycopg2.errors
 from psycopg2 import sql
 
+from pipelines.common import first_line
 from pipelines.common.looks import Look
-from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, RetryPolicy
+from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, ProgressorRetryPolicy
 from pipelines.progressor.schema import Tables, process_columns, require_tables, tables_for
 
 UTC_NAMES = frozenset(
@@ -365,7 +366,7 @@ class Action:
 
 def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
     """One action per zombie, in input order."""
-    policy: RetryPolicy = params.policy
+    policy: ProgressorRetryPolicy = params.policy
     actions = []
     for z in zombies:
         if params.action == "retry":
@@ -422,11 +423,6 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Count
     return counts
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 @dataclass
 class _BatchRunner:
     conn: object
@@ -448,14 +444,14 @@ class _BatchRunner:
             counts.rolled_back_zombies += len(batch)
             log.warning(
                 f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back, left for the next run: "
-                f"{exc.pgcode} {_first_line(exc)}"
+                f"{exc.pgcode} {first_line(exc)}"
             )
             time.sleep(0.05)
         except ROW_ERRORS as exc:
             if split and len(batch) > 1:
                 log.warning(
                     f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back by a refused row "
-                    f"({exc.pgcode} {_first_line(exc)}): collecting its zombies one at a time"
+                    f"({exc.pgcode} {first_line(exc)}): collecting its zombies one at a time"
                 )
                 for zombie in batch:
                     self.attempt([zombie], split=False)
@@ -464,7 +460,7 @@ class _BatchRunner:
             for zombie in batch:
                 log.warning(
                     f"failed: {_describe(zombie)} left as it is, the database refused it: "
-                    f"{exc.pgcode} {_first_line(exc)}"
+                    f"{exc.pgcode} {first_line(exc)}"
                 )
 
     def _collect(self, batch: list[Zombie]) -> None:

@@ -22,8 +22,11 @@ MAX_RETRY_INTERVAL = 2**31 - 1  # last_retry_interval is an INTEGER column: a lo
 
 
 @dataclass(frozen=True)
-class RetryPolicy:
-    """Progressor's retry policy (``retry_policy()`` in progressor.hrl), with its defaults."""
+class ProgressorRetryPolicy:
+    """Progressor's retry policy (``retry_policy()`` in progressor.hrl), with its defaults: the
+    ``retry_policy`` run config field, deciding per zombie task from its stored ``last_retry_interval``.
+    Not the retry library's ``RetryPolicy`` (a delay per attempt, ``pipelines.retry``), whose
+    ``progressor`` preset states the same timing."""
 
     initial_timeout: int = param(5, description="Seconds before the first retry.", minimum=0, maximum=MONTH)
     backoff_coefficient: float = param(
@@ -66,9 +69,9 @@ class RetryPolicy:
         return True, timeout, f"attempt {attempt + 1} of {self.max_attempts} in {timeout}s"
 
 
-def parse_policy(raw: Any) -> RetryPolicy:
+def parse_policy(raw: Any) -> ProgressorRetryPolicy:
     try:
-        policy, _ = parse_params(RetryPolicy, raw or {}, what="retry_policy field")
+        policy, _ = parse_params(ProgressorRetryPolicy, raw or {}, what="retry_policy field")
     except ParamsError as exc:
         raise ParamsError(f"retry_policy: {exc}") from None
     return policy
@@ -126,7 +129,7 @@ class CollectParams:
         parse_policy(self.retry_policy)
 
     @property
-    def policy(self) -> RetryPolicy:
+    def policy(self) -> ProgressorRetryPolicy:
         return parse_policy(self.retry_policy)
 
     @property
@@ -141,4 +144,12 @@ def collect_params(raw: Any) -> CollectParams:
     return params
 
 
-__all__ = ["ACTIONS", "ZOMBIE_ERROR", "CollectParams", "ParamsError", "RetryPolicy", "collect_params", "parse_policy"]
+__all__ = [
+    "ACTIONS",
+    "ZOMBIE_ERROR",
+    "CollectParams",
+    "ParamsError",
+    "ProgressorRetryPolicy",
+    "collect_params",
+    "parse_policy",
+]

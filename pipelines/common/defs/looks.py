@@ -22,6 +22,7 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.common import first_line
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, active_run, still_going
 from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.looks import Look
@@ -121,8 +122,7 @@ def evaluate_look(
     try:
         found = look(context)
     except Exception as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return Look(True, f"could not look ({type(exc).__name__}: {first[:300]}): running to be sure")
+        return Look(True, f"could not look ({type(exc).__name__}: {first_line(exc)}): running to be sure")
     if found.fingerprint is not None:
         if refresh is None:
             raise ValueError(f"{schedule_name}: a state look needs a refresh interval")

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipelines.common.aws_batches import CALL_POLICY
-from pipelines.retry import retry_call
 from pipelines.retry.classify import classify_aws_error
 from resources.errors import explain_aws_error
 
@@ -21,8 +19,10 @@ class CommittedChangeMetrics:
     instances), so a metrics failure must not fail the run: a retried op would redo that work, and a
     deployment without AWS would never succeed. ``put_metric_data`` goes to the deployment's metrics
     sink (the ``cloudwatch`` resource's ``metrics_sink``, ``METRICS_SINK``): CloudWatch, or none (no
-    call at all). A failed call is one warning in the run log (the first; later ones are counted)
-    and the run goes on; :attr:`published` is the ``metrics_published`` metadata flag."""
+    call at all). It is used through the toolkit's ``put_metrics``, whose policy is the one retry of
+    each call; a call still failing after it is :meth:`not_published`: one warning in the run log (the
+    first; later ones are counted) and the run goes on. :attr:`published` is the
+    ``metrics_published`` metadata flag."""
 
     def __init__(self, context: Any, cloudwatch: Any, what: str) -> None:
         self._log = context.log
@@ -33,21 +33,23 @@ class CommittedChangeMetrics:
         self.failures = 0
 
     def put_metric_data(self, **request: Any) -> dict[str, Any]:
+        """One ``PutMetricData`` to the sink (none: no call); an error goes to ``put_metrics``' retry."""
         if self._client is None:
             return {}
-        try:  # a transient error is tried again first (the toolkit's policy for one call)
-            response = retry_call(lambda: self._client.put_metric_data(**request), CALL_POLICY)
-        except Exception as exc:  # any failure: the change is committed, the metrics are not worth a failed run
-            self.failures += 1
-            if self.failures == 1:
-                reason = explain_aws_error(exc) or classify_aws_error(exc).reason
-                self._log.warning(
-                    f"{self._what}: metrics not published to CloudWatch ({reason}); what the run changed is "
-                    "committed, the run goes on (metadata metrics_published: false)"
-                )
-            return {}
+        response = self._client.put_metric_data(**request)
         self.calls += 1
         return response
+
+    def not_published(self, exc: BaseException) -> None:
+        """A call still failing after ``put_metrics``' retries: the change is committed, the metrics
+        are not worth a failed run."""
+        self.failures += 1
+        if self.failures == 1:
+            reason = explain_aws_error(exc) or classify_aws_error(exc).reason
+            self._log.warning(
+                f"{self._what}: metrics not published to CloudWatch ({reason}); what the run changed is "
+                "committed, the run goes on (metadata metrics_published: false)"
+            )
 
     @property
     def published(self) -> bool:

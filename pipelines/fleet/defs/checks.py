@@ -4,8 +4,8 @@ import dagster as dg
 
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.demo import seeded
+from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
-from pipelines.fleet.queues import queue_depth, queue_name
 from resources import FleetSettings, SQSResource, deployment_name
 
 DLQ_ASSETS = {
@@ -38,8 +38,8 @@ def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
     @one_line_failures
     def _check(context: dg.AssetCheckExecutionContext, sqs: SQSResource, fleet: FleetSettings) -> dg.AssetCheckResult:
         url = getattr(fleet, f"{label}_dlq_url")
-        depth = queue_depth(sqs.get_client(), url)
-        total = depth["visible"] + depth["in_flight"]
+        depth = dead_letter_depth(sqs.get_client(), url)
+        total = depth["depth"]
         description, demo = seeded(
             deployment_name(),
             total == 0,

@@ -24,8 +24,9 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
-from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letters import RedriveSettings, redrive
+from pipelines.common.sqs import queue_name
+from pipelines.fleet.context import FleetContext, fleet_context
+from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
 from pipelines.fleet.drain import (
     STATUS_UNREADABLE,
@@ -54,7 +55,7 @@ QUEUE_TAG = "groundskeeper/queue"
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
 
 
-def _fleet_context(
+def _run_context(
     context: dg.OpExecutionContext,
     fleet: FleetSettings,
     *,
@@ -64,17 +65,15 @@ def _fleet_context(
     cloudwatch: CloudWatchResource,
     s3: S3Resource,
 ) -> FleetContext:
-    return FleetContext(
+    """A run's context: every client, and metrics after a commit as its ``cloudwatch``."""
+    return fleet_context(
+        fleet,
+        log=context.log,
         ec2=ec2.get_client(),
         ssm=ssm.get_client(),
         dynamodb=dynamodb.get_client(),
         cloudwatch=CommittedChangeMetrics(context, cloudwatch, "fleet"),
         s3=s3.get_client(),
-        jobs_table=fleet.jobs_table,
-        archive_bucket=fleet.archive_bucket,
-        namespace=fleet.metrics_namespace,
-        log=context.log,
-        pools_table=fleet.pools_table,
     )
 
 
@@ -108,7 +107,7 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     summary = result.as_dict(drain.report_keys)
     if interrupt is not None:
         raise interrupt
-    queue = drain.queue_url.rsplit("/", 1)[-1]
+    queue = queue_name(drain.queue_url)
     if result.stopped_by == STATUS_UNREADABLE:
         # the instance's database is gone: no summary or metadata can be recorded, and each try to
         # write one would only wait out the storage's connection retries
@@ -165,7 +164,7 @@ def drain_op(
         s3: S3Resource,
     ) -> dg.Output[dict]:
         limits = params_from_config(context, limits_cls)
-        ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
+        ctx = _run_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
         drain = make(
             ctx,
             sqs=sqs.get_client(),
@@ -242,7 +241,7 @@ def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
     ) -> dg.Output[dict]:
         try:
             request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
-            ctx = _fleet_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
+            ctx = _run_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
             result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None

@@ -12,10 +12,10 @@ import dagster as dg
 
 from pipelines.common.defs.looks import looking_schedule, scheduled_time, tick_time
 from pipelines.common.looks import Look
+from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.fleet.cleanup import LOOKS
-from pipelines.fleet.context import FleetContext
+from pipelines.fleet.context import FleetContext, fleet_context
 from pipelines.fleet.housekeeping import Housekeeping
-from pipelines.fleet.queues import queue_depth, queue_name
 from resources import FleetSettings
 
 HOUSEKEEPING_SCHEDULES = {
@@ -52,24 +52,10 @@ LOOK_CLIENTS = {
 """The clients each look reads with (the others are not built)."""
 
 
-def _fleet_context(context: dg.ScheduleEvaluationContext, services: tuple[str, ...]) -> FleetContext:
-    fleet: FleetSettings = context.resources.fleet
-
-    def client(service: str):
-        return getattr(context.resources, service).get_client() if service in services else None
-
-    return FleetContext(
-        ec2=client("ec2"),
-        ssm=client("ssm"),
-        dynamodb=client("dynamodb"),
-        cloudwatch=None,
-        s3=None,
-        jobs_table=fleet.jobs_table,
-        archive_bucket=fleet.archive_bucket,
-        namespace=fleet.metrics_namespace,
-        log=context.log,
-        pools_table=fleet.pools_table,
-    )
+def _look_context(context: dg.ScheduleEvaluationContext, services: tuple[str, ...]) -> FleetContext:
+    """A look's context: only the clients it reads with (``services``), no metrics."""
+    clients = {service: getattr(context.resources, service).get_client() for service in services}
+    return fleet_context(context.resources.fleet, log=context.log, **clients)
 
 
 def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.ScheduleDefinition:
@@ -77,7 +63,7 @@ def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.Sche
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         request = DISPATCHER.parse({k: v for k, v in _request(task_type, context).items() if v is not None})
-        return look_task(_fleet_context(context, LOOK_CLIENTS[task_type]), request)
+        return look_task(_look_context(context, LOOK_CLIENTS[task_type]), request)
 
     def request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         config = _request(task_type, context)
@@ -103,8 +89,9 @@ def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.Sche
 def _dead_letter_look(context: dg.ScheduleEvaluationContext) -> Look:
     fleet: FleetSettings = context.resources.fleet
     sqs = context.resources.sqs.get_client()
-    depths = {queue_name(url): queue_depth(sqs, url) for url in (fleet.termination_dlq_url, fleet.housekeeping_dlq_url)}
-    said = ", ".join(f"{name} {d['visible'] + d['in_flight']}" for name, d in depths.items())
+    urls = (fleet.termination_dlq_url, fleet.housekeeping_dlq_url)
+    depths = {queue_name(url): dead_letter_depth(sqs, url) for url in urls}
+    said = ", ".join(f"{name} {d['depth']}" for name, d in depths.items())
     return Look.state(depths, f"dead letters at {tick_time(context):%H:%M}: {said}")
 
 

@@ -14,9 +14,9 @@ import dagster as dg
 
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.failures import one_line_failures
+from pipelines.common.sqs import queue_depth, queue_name
 from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
 from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.queues import queue_depth, queue_name
 from resources import FleetSettings
 
 MESSAGES_PER_RUN = 10 * DrainLimits().concurrency

@@ -14,6 +14,7 @@ from typing import Any
 
 import dagster as dg
 
+from pipelines.common import first_line
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
@@ -96,8 +97,9 @@ def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: st
     return None
 
 
-def _one_line(exc: Exception) -> dg.Failure:
-    return dg.Failure(description=str(exc), allow_retries=False)
+def _failure(exc: Exception) -> dg.Failure:
+    """The run's one line for a refused parameter, endpoint or table: a final failure, never retried."""
+    return dg.Failure(description=first_line(exc, None), allow_retries=False)
 
 
 @dg.op(
@@ -113,7 +115,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     try:
         check_max_runtime(params, context.run.tags.get("dagster/max_runtime"))
     except ParamsError as exc:
-        raise _one_line(exc) from None
+        raise _failure(exc) from None
     deadline = time.time() + params.maximumExecutionSeconds
     older = older_run_on_same_table(context.instance, context.run_id, params.tableName)
     if older:
@@ -123,14 +125,14 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     try:
         url = endpoint_url(params, endpoint_settings(agenda))  # refuses an endpoint the deployment does not name
     except ParamsError as exc:
-        raise _one_line(exc) from None
+        raise _failure(exc) from None
     client = dynamodb.get_client()
     try:
         info = inspect_table(client, params)
         if params.operationProgressTableName:
             OperationProgressWriter(client, params.operationProgressTableName)
     except TableError as exc:
-        raise _one_line(exc) from None
+        raise _failure(exc) from None
     segments = 1 if info.index else params.segments
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
@@ -198,7 +200,7 @@ def reclaim_segment(
             run_id=context.run_id,
         )
     except (ParamsError, EndpointError, TableError) as exc:
-        raise _one_line(exc) from None
+        raise _failure(exc) from None
     result = counts.as_dict()
     context.log.info(f"segment {plan.segment}: " + ", ".join(f"{k}={v}" for k, v in result.items() if v))
     return dg.Output(counts, metadata=metadata_from(result))

@@ -2,7 +2,7 @@
 attributes: :func:`dead_letter_entry` (the message as it goes, in an envelope when its attributes
 or its size do not fit), :func:`dead_letter` and :func:`dead_letter_into`; a dead letter too big
 for SQS goes whole to the archive bucket (:class:`DeadLetterArchive`). Sending them back is
-``pipelines.fleet.dead_letters``."""
+``pipelines.fleet.dead_letter_redrive``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipelines.common.sqs import queue_name
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.messages import fingerprint
 from pipelines.fleet.queues import (
@@ -20,7 +21,6 @@ from pipelines.fleet.queues import (
     MAX_MESSAGE_BYTES,
     clean_attribute,
     message_size,
-    queue_name,
     send_entries,
     sqs_text,
 )

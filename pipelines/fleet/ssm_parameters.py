@@ -1,4 +1,6 @@
-"""The runners' SSM parameters: ``DeleteParameters`` in tens, retried by runs-fleet's policy."""
+"""Deleting the runners' SSM parameters (the ``stale_ssm`` and termination clean-up): ``DeleteParameters``
+in tens, retried by runs-fleet's policy. Run config parameters are declared in ``params`` modules
+(``pipelines.common.params``), not here."""
 
 from __future__ import annotations
 

@@ -1,10 +1,13 @@
-"""Dead letters: redrive to the source queue at a set rate, quarantine what keeps coming back.
+"""Dead-letter redrive (the ``redrive_dead_letters`` job): SQS dead letters back to their source queue at
+a set rate, quarantine for what keeps coming back. Not to be confused with ``pipelines.redrive``
+(``redrive_failed_partitions``), which relaunches failed partitions of an asset.
 
-A dead letter goes back as the message it was: the envelope of :func:`pipelines.fleet.dead_lettering.dead_letter_entry`
-(``groundskeeper-envelope=attributes``, or ``=s3`` with the whole message in the archive bucket) is
-opened and the original body and attributes are sent (:func:`restore`); the dead-letter attributes
-(reason, source queue, envelope) stay behind. A dead letter whose envelope cannot be opened is
-quarantined with the reason, never sent back as it is.
+A dead letter goes back as the message it was: the envelope of
+:func:`pipelines.fleet.dead_letter_send.dead_letter_entry` (``groundskeeper-envelope=attributes``,
+or ``=s3`` with the whole message in the archive bucket) is opened and the original body and
+attributes are sent (:func:`restore`); the dead-letter attributes (reason, source queue, envelope)
+stay behind. A dead letter whose envelope cannot be opened is quarantined with the reason, never
+sent back as it is.
 
 Each message is fingerprinted (SHA-256 of its original body). A small ledger object per fingerprint in the
 archive bucket (``dead-letters/<queue>/redriven/<fingerprint>.json``) counts its redrives; once a
@@ -30,10 +33,11 @@ from botocore.exceptions import ClientError
 from pipelines.common import iso
 from pipelines.common.aws_batches import chunks
 from pipelines.common.params import param
+from pipelines.common.sqs import queue_name
 from pipelines.fleet.calls import aws_call
-from pipelines.fleet.dead_lettering import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
+from pipelines.fleet.dead_letter_send import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
 from pipelines.fleet.messages import fingerprint
-from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, queue_name, send_entries
+from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, send_entries
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
