@@ -20,6 +20,7 @@ within their attempts, like progressor's worker does for a failed timer.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import time
 from dataclasses import asdict, dataclass
@@ -224,7 +225,27 @@ def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
                 return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True)
             return Clock(session_zone, _offsets(cur, _writer_zone_names(cur)))
     finally:
+        _rollback(conn)
+
+
+def _rollback(conn) -> None:
+    """End the transaction, unless the connection is gone: then the error that lost it stands (a rollback
+    would replace it by psycopg2's "connection already closed")."""
+    if not conn.closed:
         conn.rollback()
+
+
+@contextlib.contextmanager
+def _transaction(conn):
+    """A cursor in one transaction: committed when the block ends, rolled back when it raises (as
+    psycopg2's ``with conn``, but a lost connection's own error is the one that surfaces)."""
+    try:
+        with conn.cursor() as cur:
+            yield cur
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
 
 
 def _interval(seconds: int) -> sql.Composable:
@@ -515,7 +536,7 @@ class _BatchRunner:
 
     def _collect(self, batch: list[Zombie]) -> None:
         counts, log, tables, params = self.counts, self.log, self.tables, self.params
-        with self.conn, self.conn.cursor() as cur:
+        with _transaction(self.conn) as cur:
             cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
             locked = _lock_batch(cur, tables, batch, self.threshold)
             locked_keys = {(z.process_id, z.task_id) for z in locked}
