@@ -294,8 +294,8 @@ def list_zombies(conn, tables: Tables, threshold: Threshold) -> list[Zombie]:
 
 def look_for_zombies(conn, params: CollectParams) -> Look:
     """A schedule's look before a collection: one count of the running table's rows older than the
-    zombie threshold. Without the clock's safety shift (:class:`Clock`), so it counts at least the
-    zombies a run would find."""
+    zombie threshold. Each ``running_time`` as stored, not read back in the writers' zones
+    (:class:`Clock`): it counts at least the zombies a run would find."""
     tables = tables_for(params.namespace)
     seconds = params.threshold_seconds
     with conn.cursor() as cur:
