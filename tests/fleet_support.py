@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
+import http.client
 import json
 import logging
+import threading
 import time
+import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from botocore.exceptions import ClientError
 
@@ -160,13 +164,17 @@ def runner_parameters(aws) -> set[str]:
     return names
 
 
+def jobs_done(aws) -> int:
+    """How many jobs are no longer running."""
+    return sum(1 for j in jobs_state(aws).values() if j["status"] != "running")
+
+
 def wait_until_completed(aws, at_least: int, still_running, timeout: float = 120) -> None:
     """Wait until ``at_least`` jobs are no longer running; ``still_running()`` must stay true meanwhile
     (the run under test must not end before the test stops it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = sum(1 for j in jobs_state(aws).values() if j["status"] != "running")
-        if done >= at_least:
+        if jobs_done(aws) >= at_least:
             return
         assert still_running(), "the run ended before it could be stopped"
         time.sleep(0.05)
@@ -228,3 +236,88 @@ def refused(client, operation: str, code: str, message: str, when: Callable[[dic
         yield
     finally:
         client.meta.events.unregister(event, hook)
+
+
+_HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
+
+
+class ReceiveHold:
+    """Holds a drain run in a subprocess at a round boundary until the test has stopped it.
+
+    An HTTP proxy to moto (give the run ``AWS_ENDPOINT_URL`` = :attr:`endpoint`) that forwards every
+    request, except that the first SQS ``ReceiveMessage`` sent once ``until()`` is true waits until
+    :meth:`release` (or the end of the block). A drain receives only between rounds, so while it is
+    held (:meth:`wait_held`) what it has done is fixed: the test terminates or signals the run there,
+    whatever the machine's speed, and then releases it."""
+
+    def __init__(self, upstream: str, until: Callable[[], bool]) -> None:
+        self._upstream = urllib.parse.urlsplit(upstream).netloc
+        self._until = until
+        self._held = threading.Event()
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._server.daemon_threads = True
+        self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> ReceiveHold:
+        threading.Thread(target=self._server.serve_forever, name="receive-hold", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def wait_held(self, still_running: Callable[[], bool], timeout: float = 120) -> None:
+        """Until the run is held; ``still_running()`` must stay true meanwhile."""
+        deadline = time.monotonic() + timeout
+        while not self._held.wait(0.05):
+            assert still_running(), "the run ended before it could be held"
+            assert time.monotonic() < deadline, "the drain run did not get going"
+
+    def release(self) -> None:
+        self._released.set()
+
+    def _hold(self, target: str) -> None:
+        if target != "AmazonSQS.ReceiveMessage" or self._released.is_set():
+            return
+        with self._lock:
+            if self._held.is_set() or not self._until():
+                return
+            self._held.set()
+        self._released.wait()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        hold = self
+
+        class Forward(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive and Expect: 100-continue, as boto3 uses them
+
+            def _forward(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                hold._hold(self.headers.get("X-Amz-Target", ""))
+                upstream = http.client.HTTPConnection(hold._upstream, timeout=300)
+                try:
+                    headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
+                    upstream.request(self.command, self.path, body=body, headers=headers)
+                    response = upstream.getresponse()
+                    data = response.read()
+                finally:
+                    upstream.close()
+                self.send_response(response.status, response.reason)
+                for key, value in response.getheaders():
+                    if key.lower() not in _HOP_BY_HOP:
+                        self.send_header(key, value)
+                length = response.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", length or str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+        return Forward

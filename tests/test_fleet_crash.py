@@ -7,8 +7,9 @@ flight, and nothing is lost or applied twice.
 The job runs its one op in the run's own process (in-process executor), so the signal reaches the
 drain directly. The run starts first and long-polls the empty queue while the test builds the
 backlog (the run's start-up is most of the time). One round holds 10 messages (concurrency 1), and
-a flush finishes 3 rounds (flush_rounds 3, the default): the run is stopped once 20 jobs are
-written, with most of the backlog still to come.
+a flush finishes 3 rounds (flush_rounds 3, the default). The run reaches moto through a proxy that
+holds it at its first receive once 20 jobs are written (``fs.ReceiveHold``): it is stopped there, with
+most of the backlog still to come however fast it is, and released once it has stopped receiving.
 """
 
 import json
@@ -36,7 +37,7 @@ STOP_AFTER = 20  # jobs done before the run is stopped
 VISIBILITY_SECONDS = 10
 
 
-def _start_drain_run(aws, tmp_path):
+def _start_drain_run(aws, tmp_path, endpoint: str):
     cfg = tmp_path / "drain.json"
     # A 20 s long poll: the run waits for the backlog instead of finding the queue empty.
     cfg.write_text(json.dumps({"concurrency": 1, "max_messages": 0, "max_seconds": 300, "wait_seconds": 20}))
@@ -45,7 +46,7 @@ def _start_drain_run(aws, tmp_path):
         [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions"]
         + ["-j", "process_termination_queue", "-c", str(cfg)],
         cwd=ROOT_DIR,
-        env={**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path)},
+        env={**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path), "AWS_ENDPOINT_URL": endpoint},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -53,13 +54,19 @@ def _start_drain_run(aws, tmp_path):
     return proc, log
 
 
-def _run_with_backlog(aws, tmp_path):
-    """Start the drain run, then build the backlog it drains: N running jobs and their messages."""
+def _held(aws) -> fs.ReceiveHold:
+    """Holds the run at its first receive once STOP_AFTER jobs are done."""
+    return fs.ReceiveHold(aws.endpoint, until=lambda: fs.jobs_done(aws) >= STOP_AFTER)
+
+
+def _run_with_backlog(aws, tmp_path, endpoint: str):
+    """Start the drain run (its AWS at ``endpoint``), then build the backlog it drains: N running jobs
+    and their messages."""
     (tmp_path / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
     aws.client("sqs").set_queue_attributes(
         QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": str(VISIBILITY_SECONDS)}
     )
-    proc, log = _start_drain_run(aws, tmp_path)
+    proc, log = _start_drain_run(aws, tmp_path, endpoint)
     try:
         jobs = fs.start_jobs(aws, N)
         fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
@@ -91,14 +98,28 @@ def _settled_state(aws) -> dict:
         state = again
 
 
-def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_path):
-    jobs, proc, log = _run_with_backlog(aws, tmp_path)
+def _wait_for_log(tmp_path, text: str, proc) -> None:
+    """Until the run's event log has a line with ``text``; the run must still be going."""
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    deadline = time.monotonic() + PATIENCE
     try:
-        fs.wait_until_completed(aws, STOP_AFTER, lambda: proc.poll() is None)
+        while not any(text in e.message for run in instance.get_runs() for e in instance.all_logs(run.run_id)):
+            assert proc.poll() is None, "the run ended before it logged " + repr(text)
+            assert time.monotonic() < deadline, "the run did not log " + repr(text)
+            time.sleep(0.1)
     finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=PATIENCE)
-        log.close()
+        instance.dispose()
+
+
+def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_path):
+    with _held(aws) as hold:
+        jobs, proc, log = _run_with_backlog(aws, tmp_path, hold.endpoint)
+        try:
+            hold.wait_held(lambda: proc.poll() is None)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=PATIENCE)
+            log.close()
     state = _settled_state(aws)
     params = fs.runner_parameters(aws)
     done = fs.rounds_done(aws)
@@ -125,15 +146,18 @@ def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_pa
 
 
 def test_sigterm_stops_the_drain_run_gracefully_and_nothing_is_applied_twice(aws, tmp_path):
-    jobs, proc, log = _run_with_backlog(aws, tmp_path)
-    try:
-        fs.wait_until_completed(aws, STOP_AFTER, lambda: proc.poll() is None)
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=PATIENCE)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        log.close()
+    with _held(aws) as hold:
+        jobs, proc, log = _run_with_backlog(aws, tmp_path, hold.endpoint)
+        try:
+            hold.wait_held(lambda: proc.poll() is None)
+            os.killpg(proc.pid, signal.SIGTERM)
+            _wait_for_log(tmp_path, "finishing the messages in flight", proc)  # no more receives
+            hold.release()
+            proc.wait(timeout=PATIENCE)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+            log.close()
     instance = dg.DagsterInstance.from_config(str(tmp_path))
     try:
         (run,) = instance.get_runs()

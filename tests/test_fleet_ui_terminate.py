@@ -12,7 +12,9 @@ ends as interrupted; the rest reappear after their visibility timeout and a seco
 exactly them, so nothing is lost and nothing is applied twice.
 
 The code server starts first and the test builds the backlog while it comes up (start-up is most
-of the time).
+of the time). The run reaches moto through a proxy that holds it at its first receive after
+``STOP_AFTER`` jobs are done (``fs.ReceiveHold``), until the terminate has been requested: however
+fast the drain, it cannot finish the backlog before the terminate arrives.
 """
 
 import os
@@ -39,23 +41,29 @@ pytestmark = pytest.mark.cli  # a code server and a run worker in subprocesses
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 N = 100
-STOP_AFTER = 20  # jobs done before the run is terminated
-VISIBILITY_SECONDS = 3  # short, so that what the terminated run held comes back quickly
+# Jobs done when the run is held: three rounds of 10, which a flush has acknowledged (deleted) before the
+# fourth receive, so nothing the run received waits undeleted while it is held.
+STOP_AFTER = 30
+# Short, so that what the terminated run held comes back within seconds; long beside a round and its flush
+# on a loaded machine, as in test_fleet_crash.py (a message seen again after it was applied is no longer
+# one the second drain applies).
+VISIBILITY_SECONDS = 10
 LOCATION = "groundskeeper"
 JOB = "process_termination_queue"
 RUN_CONFIG = {"concurrency": 1, "max_messages": 0, "max_seconds": 300, "wait_seconds": 0}
 
 
-def _start_code_server(aws, tmp_path) -> tuple[subprocess.Popen, int]:
+def _start_code_server(aws, tmp_path, endpoint: str) -> tuple[subprocess.Popen, int]:
     """``dagster api grpc`` for the code location, in its own process group (with the run worker it
-    spawns), so that one ``killpg`` cleans up all of them. Returns at once; see ``_wait_for``."""
+    spawns), so that one ``killpg`` cleans up all of them; its AWS is at ``endpoint``. Returns at
+    once; see ``_wait_for``."""
     port = find_free_port()
     log = open(tmp_path / "code_server.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster", "api", "grpc", "-m", "pipelines.definitions"]
         + ["-d", str(ROOT_DIR), "-h", "127.0.0.1", "-p", str(port), "--location-name", LOCATION],
         cwd=ROOT_DIR,
-        env={**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path)},
+        env={**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path), "AWS_ENDPOINT_URL": endpoint},
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -96,40 +104,42 @@ def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
         QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": str(VISIBILITY_SECONDS)}
     )
     instance = dg.DagsterInstance.from_config(str(tmp_path))
-    server, port = _start_code_server(aws, tmp_path)
-    try:
-        jobs = fs.start_jobs(aws, N)
-        fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
-        _wait_for(server, port, tmp_path)
-        with WorkspaceProcessContext(
-            instance, GrpcServerTarget(host="127.0.0.1", port=port, socket=None, location_name=LOCATION)
-        ) as process_context:
-            request_context = process_context.create_request_context()
-            location = request_context.get_code_location(LOCATION)
-            (repository,) = location.get_repositories().values()
-            remote_job = repository.get_full_job(JOB)
-            run = instance.create_run_for_job(
-                job_def=defs.get_job_def(JOB),
-                run_config=RUN_CONFIG,
-                remote_job_origin=remote_job.get_remote_origin(),
-                job_code_origin=remote_job.get_python_origin(),
-            )
-            instance.launch_run(run.run_id, request_context)
-            fs.wait_until_completed(aws, STOP_AFTER, lambda: not instance.get_run_by_id(run.run_id).is_finished)
+    with fs.ReceiveHold(aws.endpoint, until=lambda: fs.jobs_done(aws) >= STOP_AFTER) as hold:
+        server, port = _start_code_server(aws, tmp_path, hold.endpoint)
+        try:
+            jobs = fs.start_jobs(aws, N)
+            fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
+            _wait_for(server, port, tmp_path)
+            with WorkspaceProcessContext(
+                instance, GrpcServerTarget(host="127.0.0.1", port=port, socket=None, location_name=LOCATION)
+            ) as process_context:
+                request_context = process_context.create_request_context()
+                location = request_context.get_code_location(LOCATION)
+                (repository,) = location.get_repositories().values()
+                remote_job = repository.get_full_job(JOB)
+                run = instance.create_run_for_job(
+                    job_def=defs.get_job_def(JOB),
+                    run_config=RUN_CONFIG,
+                    remote_job_origin=remote_job.get_remote_origin(),
+                    job_code_origin=remote_job.get_python_origin(),
+                )
+                instance.launch_run(run.run_id, request_context)
+                hold.wait_held(lambda: not instance.get_run_by_id(run.run_id).is_finished)
 
-            # The UI's "Terminate": the terminateRun mutation, run coordinator -> run launcher.
-            result = execute_dagster_graphql(request_context, TERMINATE_RUN_JOB_MUTATION, {"runId": run.run_id})
-            assert result.data["terminateRun"]["__typename"] == "TerminateRunSuccess", result.data
-            finished = poll_for_finished_run(instance, run.run_id, timeout=PATIENCE)
-            messages = [e.message for e in instance.all_logs(run.run_id)]
-            step_errors = [
-                e.dagster_event.step_failure_data.error.cls_name
-                for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
-            ]
-            retries = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
-    finally:
-        _stop_process_group(server)
-        instance.dispose()
+                # The UI's "Terminate": the terminateRun mutation, run coordinator -> run launcher.
+                result = execute_dagster_graphql(request_context, TERMINATE_RUN_JOB_MUTATION, {"runId": run.run_id})
+                hold.release()
+                assert result.data["terminateRun"]["__typename"] == "TerminateRunSuccess", result.data
+                finished = poll_for_finished_run(instance, run.run_id, timeout=PATIENCE)
+                messages = [e.message for e in instance.all_logs(run.run_id)]
+                step_errors = [
+                    e.dagster_event.step_failure_data.error.cls_name
+                    for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
+                ]
+                retries = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
+        finally:
+            _stop_process_group(server)
+            instance.dispose()
     print(f"run status after terminate: {finished.status.value}; {time.monotonic() - started:.1f}s to here")
 
     assert finished.status in (dg.DagsterRunStatus.CANCELED, dg.DagsterRunStatus.FAILURE), finished.status

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 
 import psycopg2
@@ -305,35 +306,53 @@ def _progressor_running_task(cur, t, process_id: str, started_seconds_ago: float
     )
 
 
-@pytest.fixture(scope="module")
-def tokyo_dsn():
-    """A database whose default TimeZone is Asia/Tokyo: progressor's sessions (no options) write in it."""
-    with scratch_database("gk_progressor_tokyo") as url:
+@contextlib.contextmanager
+def _database_in_zone(zone: str):
+    """A scratch database whose default TimeZone (progressor's sessions') is ``zone``."""
+    with scratch_database("gk_progressor_dst") as url:
         admin = psycopg2.connect(url)
         admin.autocommit = True
         with admin.cursor() as cur:
             cur.execute("SELECT current_database()")
             cur.execute(
-                sql.SQL("ALTER DATABASE {} SET TimeZone = 'Asia/Tokyo'").format(sql.Identifier(cur.fetchone()[0]))
+                sql.SQL("ALTER DATABASE {} SET TimeZone = {}").format(
+                    sql.Identifier(cur.fetchone()[0]), sql.Literal(zone)
+                )
             )
         admin.close()
         yield url
 
 
-def test_collector_forcing_utc_does_not_collect_a_live_task_written_in_tokyo(tokyo_dsn):
-    ns = unique_namespace("tokyo")
-    writer = psycopg2.connect(tokyo_dsn)  # the database default, as progressor's sessions
-    collector = psycopg2.connect(tokyo_dsn, options="-c TimeZone=UTC")
+@pytest.fixture(scope="module")
+def tokyo_dsn():
+    """A database whose default TimeZone is Asia/Tokyo: progressor's sessions (no options) write in it."""
+    with _database_in_zone("Asia/Tokyo") as url:
+        yield url
+
+
+def _collect_live_and_dead(url: str, label: str, *, live_seconds: float, collector_options: str = ""):
+    """Progressor's sessions (the database's default zone) start a task ``live_seconds`` ago and one 10 h
+    ago; the collector (``collector_options``) collects. Returns the counts, the log and the statuses."""
+    ns = unique_namespace(label)
+    writer = psycopg2.connect(url)
+    collector = psycopg2.connect(url, options=collector_options)
     try:
         t = create_namespace(writer, ns)
         with writer, writer.cursor() as cur:
-            _progressor_running_task(cur, t, "p-live", started_seconds_ago=2)
+            _progressor_running_task(cur, t, "p-live", started_seconds_ago=live_seconds)
             _progressor_running_task(cur, t, "p-dead", started_seconds_ago=10 * 3600)
         counts, log = _collect(collector, ns)
         statuses = dict(_rows(collector, t, "SELECT process_id, status::text FROM {processes}"))
     finally:
         writer.close()
         collector.close()
+    return counts, log, statuses
+
+
+def test_collector_forcing_utc_does_not_collect_a_live_task_written_in_tokyo(tokyo_dsn):
+    counts, log, statuses = _collect_live_and_dead(
+        tokyo_dsn, "tokyo", live_seconds=2, collector_options="-c TimeZone=UTC"
+    )
     assert statuses == {"p-live": "running", "p-dead": "error"}, log.text()
     assert counts.errored == 1
     assert "'Asia/Tokyo' (+32400s)" in log.text("warning")
@@ -344,7 +363,88 @@ def test_writer_time_zone_unknown_to_postgresql_is_one_line(conn):
     create_namespace(conn, ns)
     with pytest.raises(ClockError) as info:
         _collect(conn, ns, writer_time_zone="Mars/Olympus")
-    assert "writer_time_zone 'Mars/Olympus' is not a time zone PostgreSQL knows" == str(info.value)
+    assert str(info.value).startswith(
+        "writer_time_zone 'Mars/Olympus' is not an IANA time zone name PostgreSQL knows"
+    ), str(info.value)
+
+
+@pytest.mark.parametrize("offset", ["+09:00", "UTC+9"])
+def test_writer_time_zone_as_an_offset_is_refused_with_one_line(tokyo_dsn, offset):
+    """PostgreSQL reads '+09:00' and 'UTC+9' as POSIX zones, 9 h west: on a Tokyo database that shift would be
+    0 s and a live task would be collected."""
+    ns = unique_namespace("tzoffset")
+    writer = psycopg2.connect(tokyo_dsn)
+    try:
+        t = create_namespace(writer, ns)
+        with writer, writer.cursor() as cur:
+            _progressor_running_task(cur, t, "p-live", started_seconds_ago=2)
+        with pytest.raises(ClockError) as info:
+            _collect(writer, ns, writer_time_zone=offset)
+        statuses = dict(_rows(writer, t, "SELECT process_id, status::text FROM {processes}"))
+    finally:
+        writer.close()
+    assert str(info.value).startswith(f"writer_time_zone {offset!r} is not an IANA time zone name"), str(info.value)
+    assert "\n" not in str(info.value)
+    assert statuses == {"p-live": "running"}
+
+
+def _task_written_at(cur, t, process_id: str, started: dt.datetime) -> None:
+    """A running task progressor started at ``started`` (UTC): TO_TIMESTAMP(<UTC text>) in this session."""
+    engine.start_process(cur, t, process_id)
+    cur.execute(
+        t.sql(
+            "UPDATE {running} SET running_time = TO_TIMESTAMP({}, 'YYYY-MM-DD HH24:MI:SS') WHERE process_id = {}",
+            started.strftime("%Y-%m-%d %H:%M:%S"),
+            process_id,
+        )
+    )
+
+
+# Daylight-saving fall-backs (UTC) and an instant within "offset now" hours after each.
+FALL_BACKS = {
+    "Europe/Berlin": dt.datetime(2026, 10, 25, 1, 0, tzinfo=dt.UTC) + dt.timedelta(hours=1),
+    "Australia/Sydney": dt.datetime(2026, 4, 4, 16, 0, tzinfo=dt.UTC) + dt.timedelta(hours=5),
+}
+
+
+@pytest.mark.parametrize("explicit", [False, True], ids=["database_zone", "writer_time_zone"])
+@pytest.mark.parametrize("zone", sorted(FALL_BACKS))
+def test_live_task_just_after_a_fall_back_is_not_collected(zone, explicit):
+    """After a fall-back a task progressor started 30 s ago was written with its summer offset, an hour
+    more than the zone's offset now; it is live, and a task started 10 hours ago is a zombie."""
+    now = FALL_BACKS[zone]
+    ns = unique_namespace("dst")
+    with _database_in_zone(zone) as url:
+        writer = psycopg2.connect(url)
+        try:
+            t = create_namespace(writer, ns)
+            with writer, writer.cursor() as cur:
+                _task_written_at(cur, t, "p-live", now - dt.timedelta(seconds=30))
+                _task_written_at(cur, t, "p-dead", now - dt.timedelta(hours=10))
+            config = {"namespace": ns, "dry_run": True, **({"writer_time_zone": zone} if explicit else {})}
+            log = ListLog()
+            counts = collect_zombies(writer, collect_params(config), log, now=now)
+        finally:
+            writer.close()
+    assert counts.would_error == 1, log.text()
+    assert "process 'p-dead'" in log.text("info")
+    assert "process 'p-live'" not in log.text("info")
+
+
+def _zone_that_fell_back(ago: dt.timedelta) -> str:
+    """A POSIX zone 4 h east in summer and 3 h east in winter whose summer time ended ``ago`` before now."""
+    ended = dt.datetime.now(dt.UTC) - ago + dt.timedelta(hours=4)  # the summer wall clock at the change
+    end_day = ended.timetuple().tm_yday - 1  # zero-based, leap days counted
+    return f"<+03>-3<+04>-4,{(end_day + 180) % 365}/0,{end_day}/{ended:%H:%M:%S}"
+
+
+def test_database_zone_that_fell_back_two_hours_ago_does_not_collect_a_live_task():
+    """The database's TimeZone left summer time 2 h ago: a task started 30 s ago was written with the
+    summer offset (4 h), not the offset now (3 h)."""
+    with _database_in_zone(_zone_that_fell_back(dt.timedelta(hours=2))) as url:
+        counts, log, statuses = _collect_live_and_dead(url, "fellback", live_seconds=30)
+    assert statuses == {"p-live": "running", "p-dead": "error"}, log.text()
+    assert counts.errored == 1
 
 
 @pytest.fixture

@@ -3,9 +3,11 @@
 import datetime as dt
 import json
 import logging
+from pathlib import Path
 
 import dagster as dg
 import pytest
+import yaml
 
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.definitions import ROOT_DIR, build_definitions
@@ -208,3 +210,39 @@ def test_a_run_not_started_yet_of_a_failed_partition_is_not_relaunched(aws):
             for r in output.event_specific_data.metadata["partitions"].records
         }
         assert rows == {"2026-11-20|broken": ("in_progress", "skipped")}
+
+
+INSTANCE_FILES = ("dagster.yaml", "infra/dagster.prod.yaml", "infra/dagster.ecs.yaml", "infra/dagster.cluster.yaml")
+
+
+def _tag_limits(path: str) -> list[dict]:
+    config = yaml.safe_load((Path(ROOT_DIR) / path).read_text())
+    runs = config.get("concurrency", {}).get("runs", {})
+    return runs.get("tag_concurrency_limits") or config["run_coordinator"]["config"]["tag_concurrency_limits"]
+
+
+@pytest.mark.parametrize("path", INSTANCE_FILES)
+def test_two_redrives_queued_together_run_one_at_a_time(path):
+    """The run queue's pass over two queued redrive runs (launched at the same instant): the first is
+    dequeued, the second waits for it (and then re-reads the partitions, see the back-to-back test)."""
+    from dagster._utils.tags import TagConcurrencyLimitsCounter
+
+    first, second = (dg.DagsterRun(job_name=REDRIVE_JOB.name, tags=REDRIVE_JOB.tags) for _ in range(2))
+    counter = TagConcurrencyLimitsCounter(_tag_limits(path), [])
+    assert not counter.is_blocked(first)
+    counter.update_counters_with_launched_item(first)
+    assert counter.is_blocked(second)
+
+
+def test_a_redrive_without_its_exclusive_tag_fails_with_one_line(aws):
+    with dg.instance_for_test() as instance:
+        result = REDRIVE_JOB.execute_in_process(
+            run_config={},
+            instance=instance,
+            resources=resources_for("local"),
+            tags={"groundskeeper/exclusive": "mine"},
+            raise_on_error=False,
+        )
+        assert instance.get_backfills() == []
+    message = result.get_step_failure_events()[0].step_failure_data.error.message
+    assert "run tag groundskeeper/exclusive must be 'redrive_failed_partitions'" in message

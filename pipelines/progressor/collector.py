@@ -20,6 +20,8 @@ within their attempts, like progressor's worker does for a failed timer.
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import time
 from dataclasses import asdict, dataclass
 
@@ -103,31 +105,40 @@ class ClockError(ValueError):
 
 @dataclass(frozen=True)
 class Clock:
-    """The time zones progressor's sessions may use, and how far its ``running_time`` values are shifted.
+    """The time zones progressor's sessions may use, and how a ``running_time`` value is read back.
 
-    Progressor writes ``running_time`` with ``TO_TIMESTAMP(<UTC text>)``, which reads the text in the
-    writing session's ``TimeZone``: east of UTC every task looks older by the zone's offset. That zone is
-    the database's or the role's default (or the server's), not the collector's session zone, so the
-    collector takes every zone a progressor session may have (``writer_zones``: the explicit
-    ``writer_time_zone``, or else the role settings, the database setting or the server default, and
-    this session's zone) and moves the threshold back by the largest eastward offset: when they
-    disagree a zombie is collected later, a live task never."""
+    Progressor writes ``running_time`` with ``TO_TIMESTAMP(<UTC text>)``, which reads the text as a wall
+    clock in the writing session's ``TimeZone``: east of UTC a task looks older by the offset that zone
+    had *at that wall-clock time* (after a daylight-saving fall-back that is an hour more than its offset
+    now). Its other writes store the instant itself. That zone is the database's or the role's default
+    (or the server's), not the collector's session zone, so the collector takes every zone a progressor
+    session may have (``writer_zones``: the explicit ``writer_time_zone``, or else the role settings, the
+    database setting or the server default, and this session's zone) and reads each ``running_time``
+    back in each of them (:meth:`started`): the task's wall clock in that zone, taken as UTC. The latest
+    of these readings and the value as stored is when the task may have started: when they disagree a
+    zombie is collected later, a live task never."""
 
     time_zone: str  # this session's
     writer_zones: tuple[tuple[str, int], ...]  # (zone, UTC offset in seconds now)
     explicit: bool = False  # writer_time_zone was set
 
     @property
-    def utc_offset_seconds(self) -> int:
-        return max(offset for _, offset in self.writer_zones)
+    def shifted_zones(self) -> tuple[str, ...]:
+        return tuple(zone for zone, _ in self.writer_zones if zone.lower() not in UTC_NAMES)
 
     @property
     def is_utc(self) -> bool:
-        return all(zone.lower() in UTC_NAMES for zone, _ in self.writer_zones)
+        return not self.shifted_zones
 
-    @property
-    def safety_shift_seconds(self) -> int:
-        return 0 if self.is_utc else max(0, self.utc_offset_seconds)
+    def started(self, column: sql.Composable) -> sql.Composable:
+        """The latest instant a ``running_time`` value can stand for (see the class)."""
+        readings = [
+            sql.SQL("(({} AT TIME ZONE {}) AT TIME ZONE 'UTC')").format(column, sql.Literal(zone))
+            for zone in self.shifted_zones
+        ]
+        if not readings:
+            return column
+        return sql.SQL("GREATEST({})").format(sql.SQL(", ").join([column, *readings]))
 
     def describe(self) -> str:
         return ", ".join(f"{zone!r} ({offset:+d}s)" for zone, offset in self.writer_zones)
@@ -137,9 +148,10 @@ class Clock:
             return None
         source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
         return (
-            f"{source} {self.describe()}, not UTC: progressor's TO_TIMESTAMP running times are shifted by up to "
-            f"{self.utc_offset_seconds:+d}s; the zombie threshold is moved back {self.safety_shift_seconds}s "
-            "so that no live task is collected. Set the database's TimeZone to UTC."
+            f"{source} {self.describe()}, not UTC (offsets now): progressor's TO_TIMESTAMP running times are "
+            "shifted by the offset in force at the time they were written; each running time is read back in "
+            "those zones and the latest reading counts, so that no live task is collected. "
+            "Set the database's TimeZone to UTC."
         )
 
 
@@ -189,6 +201,21 @@ def _offsets(cur, zones: list[str]) -> tuple[tuple[str, int], ...]:
     return tuple(cur.fetchall())
 
 
+def _iana_zone(cur, writer_time_zone: object) -> str:
+    """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError. An offset such as
+    ``+09:00`` or ``UTC+9`` is a POSIX zone to PostgreSQL, whose signs count west of UTC: refused."""
+    if isinstance(writer_time_zone, str):
+        cur.execute("SELECT name FROM pg_timezone_names WHERE lower(name) = lower(%s) LIMIT 1", (writer_time_zone,))
+        row = cur.fetchone()
+        if row is not None:
+            return row[0]
+    raise ClockError(
+        f"writer_time_zone {writer_time_zone!r} is not an IANA time zone name PostgreSQL knows (such as "
+        "Asia/Tokyo or Europe/Berlin; offsets such as '+09:00' or 'UTC+9' are read with POSIX signs, "
+        "west of UTC)"
+    )
+
+
 def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
     """The clock of progressor's sessions: ``writer_time_zone`` if given, else every zone they may use."""
     try:
@@ -196,31 +223,69 @@ def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
             cur.execute("SELECT current_setting('TimeZone')")
             session_zone = cur.fetchone()[0]
             if writer_time_zone is not None:
-                try:
-                    zones = _offsets(cur, [writer_time_zone])
-                except psycopg2.errors.InvalidParameterValue:
-                    raise ClockError(
-                        f"writer_time_zone {writer_time_zone!r} is not a time zone PostgreSQL knows"
-                    ) from None
-                return Clock(session_zone, zones, explicit=True)
+                return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True)
             return Clock(session_zone, _offsets(cur, _writer_zone_names(cur)))
     finally:
+        _rollback(conn)
+
+
+def _rollback(conn) -> None:
+    """End the transaction, unless the connection is gone: then the error that lost it stands (a rollback
+    would replace it by psycopg2's "connection already closed")."""
+    if not conn.closed:
         conn.rollback()
+
+
+@contextlib.contextmanager
+def _transaction(conn):
+    """A cursor in one transaction: committed when the block ends, rolled back when it raises (as
+    psycopg2's ``with conn``, but a lost connection's own error is the one that surfaces)."""
+    try:
+        with conn.cursor() as cur:
+            yield cur
+        conn.commit()
+    except BaseException:
+        _rollback(conn)
+        raise
 
 
 def _interval(seconds: int) -> sql.Composable:
     return sql.SQL("make_interval(secs => {})").format(sql.Literal(seconds))
 
 
-def list_zombies(conn, tables: Tables, seconds: int) -> list[Zombie]:
+@dataclass(frozen=True)
+class Threshold:
+    """Which running tasks are zombies: those that started (:meth:`Clock.started`) more than ``seconds``
+    before ``now`` (the database's ``now()`` unless given)."""
+
+    clock: Clock
+    seconds: int
+    now: dt.datetime | None = None
+
+    def _now(self) -> sql.Composable:
+        return sql.SQL("now()") if self.now is None else sql.SQL("{}::timestamptz").format(sql.Literal(self.now))
+
+    def age(self, column: sql.Composable) -> sql.Composable:
+        """Seconds since the task started, read the youngest way."""
+        return sql.SQL("extract(epoch FROM {} - {})::float8").format(self._now(), self.clock.started(column))
+
+    def older(self, column: sql.Composable) -> sql.Composable:
+        """True for a zombie's ``running_time``."""
+        return sql.SQL("{} < {} - {}").format(self.clock.started(column), self._now(), _interval(self.seconds))
+
+
+_RUNNING_TIME = sql.SQL("r.running_time")
+
+
+def list_zombies(conn, tables: Tables, threshold: Threshold) -> list[Zombie]:
     """Zombie candidates, oldest first, read without locks (one pass over the running table)."""
     with conn.cursor() as cur:
         cur.execute(
             tables.sql(
-                "SELECT process_id, task_id, task_type::text, attempts_count, last_retry_interval, "
-                "extract(epoch FROM now() - running_time)::float8 FROM {running} "
-                "WHERE running_time < now() - {age} ORDER BY running_time, process_id",
-                age=_interval(seconds),
+                "SELECT process_id, task_id, task_type::text, attempts_count, last_retry_interval, {age} "
+                "FROM {running} r WHERE {older} ORDER BY running_time, process_id",
+                age=threshold.age(_RUNNING_TIME),
+                older=threshold.older(_RUNNING_TIME),
             )
         )
         rows = cur.fetchall()
@@ -230,8 +295,8 @@ def list_zombies(conn, tables: Tables, seconds: int) -> list[Zombie]:
 
 def look_for_zombies(conn, params: CollectParams) -> Look:
     """A schedule's look before a collection: one count of the running table's rows older than the
-    zombie threshold. Without the clock's safety shift (:class:`Clock`), so it counts at least the
-    zombies a run would find."""
+    zombie threshold. Each ``running_time`` as stored, not read back in the writers' zones
+    (:class:`Clock`): it counts at least the zombies a run would find."""
     tables = tables_for(params.namespace)
     seconds = params.threshold_seconds
     with conn.cursor() as cur:
@@ -245,20 +310,20 @@ def look_for_zombies(conn, params: CollectParams) -> Look:
     return Look.idle(f"no running task of {params.namespace} older than {seconds}s")
 
 
-def _lock_batch(cur, tables: Tables, batch: list[Zombie], seconds: int) -> list[Zombie]:
+def _lock_batch(cur, tables: Tables, batch: list[Zombie], threshold: Threshold) -> list[Zombie]:
     """Re-select the batch's zombies that are still zombies and not locked by anyone, and lock them."""
     cur.execute(
         tables.sql(
-            "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, "
-            "extract(epoch FROM now() - r.running_time)::float8 "
+            "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, {age} "
             "FROM {running} r JOIN {processes} p ON p.process_id = r.process_id "
             "JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
             "  ON z.process_id = r.process_id AND z.task_id = r.task_id "
-            "WHERE r.running_time < now() - {age} "
+            "WHERE {older} "
             "ORDER BY r.process_id FOR UPDATE OF p, r SKIP LOCKED",
             [z.process_id for z in batch],
             [z.task_id for z in batch],
-            age=_interval(seconds),
+            age=threshold.age(_RUNNING_TIME),
+            older=threshold.older(_RUNNING_TIME),
         )
     )
     return [Zombie(*row) for row in cur.fetchall()]
@@ -393,16 +458,18 @@ def prepare(conn, namespace: str, writer_time_zone: str | None = None) -> tuple[
     return tables, database_clock(conn, writer_time_zone), {"previous_status", "status_changed_at"} <= columns
 
 
-def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Counts:
+def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.datetime | None = None) -> Counts:
     """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
-    ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking."""
+    ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking;
+    ``now`` (tests) replaces the database's ``now()`` in telling a zombie."""
     tables, clock, with_status_columns = prepare(conn, params.namespace, params.writer_time_zone)
     warning = clock.warning()
     if warning:
         log.warning(warning)
-    seconds = params.threshold_seconds + clock.safety_shift_seconds
+    seconds = params.threshold_seconds
+    threshold = Threshold(clock, seconds, now)
     counts = Counts()
-    zombies = list_zombies(conn, tables, seconds)
+    zombies = list_zombies(conn, tables, threshold)
     counts.found = len(zombies)
     log.info(
         f"progressor namespace {params.namespace!r}: {counts.found} zombie(s) older than {seconds}s "
@@ -416,7 +483,7 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None) -> Count
             else:
                 counts.would_error += 1
         return counts
-    run = _BatchRunner(conn, tables, params, seconds, with_status_columns, counts, log, on_batch)
+    run = _BatchRunner(conn, tables, params, threshold, with_status_columns, counts, log, on_batch)
     for start in range(0, len(zombies), params.batch_size):
         counts.batches += 1
         run.attempt(zombies[start : start + params.batch_size], split=True)
@@ -428,7 +495,7 @@ class _BatchRunner:
     conn: object
     tables: Tables
     params: CollectParams
-    seconds: int
+    threshold: Threshold
     with_status_columns: bool
     counts: Counts
     log: object
@@ -465,9 +532,9 @@ class _BatchRunner:
 
     def _collect(self, batch: list[Zombie]) -> None:
         counts, log, tables, params = self.counts, self.log, self.tables, self.params
-        with self.conn, self.conn.cursor() as cur:
+        with _transaction(self.conn) as cur:
             cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
-            locked = _lock_batch(cur, tables, batch, self.seconds)
+            locked = _lock_batch(cur, tables, batch, self.threshold)
             locked_keys = {(z.process_id, z.task_id) for z in locked}
             unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
             still = _still_running(cur, tables, unlocked)

@@ -34,6 +34,9 @@ JOB_NAME = "collect_zombies"
 OP_NAME = "collect_namespace_zombies"
 CAPABILITY = {"groundskeeper/capability": "progressor"}
 NAMESPACE_TAG = "groundskeeper/progressor_namespace"
+MAX_RUNTIME = {"dagster/max_runtime": "1800"}
+"""A collection run is canceled by run monitoring after 30 minutes, whatever holds it (each statement is
+bounded too: see ``resources.postgres``)."""
 
 
 CRASHED_WORKERS = (
@@ -90,7 +93,7 @@ def collect_op(
     config=flat_config(OP_NAME, CollectParams),
     description="Progressor: collect zombie tasks (running rows left by dead workers) without disturbing live "
     "workers; error them as progressor does, or retry zombie timers.",
-    tags=CAPABILITY,
+    tags={**CAPABILITY, **MAX_RUNTIME},
 )
 def collect_zombies_job():
     collect_op()

@@ -15,8 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from psycopg2 import sql
+
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
-from pipelines.progressor.collector import Clock, database_clock
+from pipelines.progressor.collector import Clock, Threshold, database_clock
 from pipelines.progressor.params import PROTECT_TIMEOUT
 from pipelines.progressor.schema import TASK_STATUSES, Tables, process_columns, require_tables
 
@@ -58,15 +60,15 @@ def measure(
     """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
     require_tables(conn, tables)
     clock = database_clock(conn, writer_time_zone)
-    threshold = process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT + clock.safety_shift_seconds
-    health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold)
+    threshold = Threshold(clock, process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT)
+    health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold.seconds)
     health.overdue_after_seconds = 2 * task_scan_timeout
     with conn.cursor() as cur:
         cur.execute(
             tables.sql(
-                "SELECT count(*) FILTER (WHERE running_time < now() - make_interval(secs => {})), count(*), "
-                "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running}",
-                threshold,
+                "SELECT count(*) FILTER (WHERE {older}), count(*), "
+                "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running} r",
+                older=threshold.older(sql.SQL("r.running_time")),
             )
         )
         health.zombies, health.running, health.oldest_running_seconds = cur.fetchone()

@@ -103,8 +103,9 @@ class CollectParams:
     writer_time_zone: str | None = param(
         None,
         description="The TimeZone of progressor's own database sessions, which its TO_TIMESTAMP running times "
-        "depend on; null = every zone they may use (role and database settings, the server default, the "
-        "collector's own), the threshold moved back by the largest offset east of UTC.",
+        "depend on, as an IANA name (Asia/Tokyo); null = every zone they may use (role and database settings, "
+        "the server default, the collector's own). Each running time is read back in each zone at its own "
+        "wall-clock time and the latest reading counts.",
     )
     dry_run: bool = param(False, description="Log each zombie with what would be done to it; write nothing.")
     batch_size: int = param(100, description="Zombies per transaction.", minimum=1, maximum=10000)

@@ -37,9 +37,13 @@ from pipelines.redrive.plan import (
 )
 from resources import FleetSettings, S3Resource
 
+JOB_NAME = "redrive_failed_partitions"
 OP_NAME = "find_and_relaunch"
 REDRIVE_TAG = "groundskeeper/redrive"
 CAPABILITY = {"groundskeeper/capability": "redrive"}
+EXCLUSIVE_TAG = "groundskeeper/exclusive"
+"""One run at a time per value (a tag concurrency limit of every instance): a redrive run reads the
+partitions' states and launches their backfill with no other redrive in between."""
 
 
 def _in_window(partitions_def: dg.PartitionsDefinition, key: str, start: dt.datetime, end: dt.datetime) -> bool:
@@ -193,6 +197,12 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
     @one_line_failures
     def redrive_op(context: dg.OpExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.Output[dict]:
         params = params_from_config(context, RedriveParams)
+        if context.run.tags.get(EXCLUSIVE_TAG) != JOB_NAME:
+            raise dg.Failure(
+                description=f"run tag {EXCLUSIVE_TAG} must be {JOB_NAME!r} (the job's own, got "
+                f"{context.run.tags.get(EXCLUSIVE_TAG)!r}): two redrives at once would launch a partition twice",
+                allow_retries=False,
+            )
         key = dg.AssetKey(params.asset_path)
         graph = asset_graph()
         if not graph.has(key) or graph.get(key).partitions_def is None:
@@ -269,13 +279,13 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         return dg.Output(result, metadata={"partitions": _table(outcomes), **metadata_from(result)})
 
     @dg.job(
-        name="redrive_failed_partitions",
+        name=JOB_NAME,
         config=flat_config(OP_NAME, RedriveParams),
         description=(
             "Relaunch the failed (optionally missing) partitions of a partitioned asset in a time window, "
             "bounded by max_runs, as one tagged backfill; reports each partition's outcome."
         ),
-        tags=CAPABILITY,
+        tags={**CAPABILITY, EXCLUSIVE_TAG: JOB_NAME},
         executor_def=dg.in_process_executor,
     )
     def redrive_failed_partitions():

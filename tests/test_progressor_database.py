@@ -1,0 +1,123 @@
+"""Nothing holds a progressor collection for ever: bounded statements, lock waits and connections on a real
+PostgreSQL, a run bounded by run monitoring, and a connection lost mid-batch reported by its own cause."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import psycopg2
+import pytest
+import yaml
+
+from pipelines.progressor import engine
+from pipelines.progressor.collector import collect_zombies
+from pipelines.progressor.defs import collect_zombies_job
+from pipelines.progressor.params import collect_params
+from pipelines.progressor.schema import create_namespace
+from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
+from tests.progressor_support import ListLog, admin_connection, scratch_database, unique_namespace
+from tests.test_progressor_defs import RecordingCloudWatch
+
+pytestmark = pytest.mark.postgres
+
+ROOT = Path(__file__).resolve().parent.parent
+GUARD_SECONDS = 120  # only the unbounded code waits this long: then the hold ends and the test fails
+
+
+@pytest.fixture(scope="module")
+def dsn():
+    with scratch_database() as url:
+        yield url
+
+
+@pytest.fixture
+def zombies(dsn):
+    """A namespace with three zombies."""
+    ns = unique_namespace("bounded")
+    conn = psycopg2.connect(dsn)
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        for n in range(3):
+            engine.start_process(cur, t, f"p-{n}", age_seconds=300)
+    conn.close()
+    return ns, t
+
+
+def test_a_statement_waiting_on_a_lock_is_cancelled_with_one_line(dsn, zombies):
+    ns, t = zombies
+    holder = psycopg2.connect(dsn)
+    with holder.cursor() as cur:
+        cur.execute(t.sql("LOCK TABLE {running} IN ACCESS EXCLUSIVE MODE"))
+    guard = threading.Timer(GUARD_SECONDS, holder.rollback)
+    guard.start()
+    try:
+        result = collect_zombies_job.execute_in_process(
+            run_config={"namespace": ns},
+            resources={
+                "progressor_db": ProgressorDatabase(dsn=dsn, lock_timeout=1),
+                "cloudwatch": RecordingCloudWatch(),
+            },
+            raise_on_error=False,
+        )
+    finally:
+        guard.cancel()
+        holder.close()
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    line = failure.event_specific_data.error.message.strip()
+    assert line.endswith("(PROGRESSOR_DSN) failed: canceling statement due to lock timeout"), line
+    assert "\n" not in line
+
+
+def test_a_statement_running_too_long_is_cancelled_with_one_line(dsn):
+    db = ProgressorDatabase(dsn=dsn, statement_timeout=1)
+    with pytest.raises(ProgressorDatabaseError) as info:
+        with db.connection() as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_sleep(%s)", (GUARD_SECONDS,))
+    assert str(info.value).endswith(
+        "(PROGRESSOR_DSN) was cancelled: canceling statement due to statement timeout (statement_timeout 1s)"
+    ), str(info.value)
+
+
+def test_connection_keeps_tcp_alive(dsn):
+    with ProgressorDatabase(dsn=dsn).connection() as conn:
+        parameters = conn.info.dsn_parameters
+    assert (parameters.get("keepalives"), parameters.get("tcp_user_timeout")) == ("1", "60000")
+
+
+def test_options_in_the_dsn_are_kept(dsn):
+    with ProgressorDatabase(dsn=f"{dsn}?options=-c%20TimeZone%3DAsia/Tokyo").connection() as conn:
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('TimeZone'), current_setting('statement_timeout')")
+            settings = cur.fetchone()
+    assert settings == ("Asia/Tokyo", "1min")
+
+
+def test_a_backend_killed_mid_batch_is_reported_by_its_cause(dsn, zombies):
+    ns, _ = zombies
+    admin = admin_connection()
+
+    def kill(_batch: int) -> None:
+        with admin.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s, 60000)", (conn.get_backend_pid(),))
+
+    try:
+        with pytest.raises(ProgressorDatabaseError) as info:
+            with ProgressorDatabase(dsn=dsn).connection() as conn:
+                collect_zombies(conn, collect_params({"namespace": ns}), ListLog(), on_batch=kill)
+    finally:
+        admin.close()
+    assert "server closed the connection unexpectedly" in str(info.value)
+    assert str(info.value).startswith("lost the progressor database at "), str(info.value)
+
+
+def test_collect_zombies_runs_have_a_max_runtime():
+    assert int(collect_zombies_job.tags["dagster/max_runtime"]) > 0
+
+
+@pytest.mark.parametrize(
+    "path", ["dagster.yaml", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "infra").glob("dagster.*.yaml"))]
+)
+def test_every_instance_monitors_runs(path):
+    """dagster/max_runtime is enforced by run monitoring only."""
+    assert yaml.safe_load((ROOT / path).read_text())["run_monitoring"]["enabled"] is True
