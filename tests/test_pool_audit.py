@@ -77,7 +77,7 @@ EXPECTED_TOTALS = {
     "compute_cost_usd_per_hour": 3 * 0.0208 + 2 * 0.0595,  # 0.1814
     "idle_cost_usd_per_hour": 0.0208 + 2 * 0.0595,  # 0.1398
     "utilization_pct": 40.0,  # 2 busy of 5 running
-    "pools_with_problems": 2,
+    "pools_with_problems": 4,  # mystery, neg, untagged, ghost: the rows of the problems table
     "untagged_instances": 1,
     "unknown_pool_instances": 1,
     "running_left_out_of_totals": 3,  # mystery, untagged, ghost
@@ -488,7 +488,8 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws, monkeypatch):
     assert (counters["running"], counters["busy"], counters["idle"]) == (6, 3, 3)
     assert counters["untagged_instances"] == 1
     assert counters["unknown_pool_instances"] == 1
-    assert meta["pools_with_problems"].value == 2
+    assert meta["pools_with_problems"].value == 4
+    assert len(meta["problems"].value.records) == 4  # the rows pools_with_problems counts
     expected_compute = 4 * 0.0208 + 2 * 0.17 * load_price_list().spot_factor + 0  # shipped list prices
     assert meta["total_compute_cost_usd_per_hour"].value == round(expected_compute, 2)  # cents
     assert counters["pools"] == 5
