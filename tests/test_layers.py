@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -275,7 +276,8 @@ def _dotted(path: Path) -> str:
     return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
 
 
-def _project_imports(path: Path) -> set[Path]:
+@functools.cache
+def _project_imports(path: Path) -> frozenset[Path]:
     """The project modules that importing ``path`` runs: each module it imports (every import statement,
     also those inside functions; ``from a import b`` is ``a`` and, if it is one, the submodule ``a.b``;
     relative imports resolved), with the packages above each and above ``path`` itself (their
@@ -297,9 +299,10 @@ def _project_imports(path: Path) -> set[Path]:
             module = _module_path(".".join(parts[:i]))
             if module is not None and module != path:
                 found.add(module)
-    return found
+    return frozenset(found)
 
 
+@functools.cache
 def _imports_dagster(path: Path) -> bool:
     return any(name.split(".")[0].startswith("dagster") for name in _imports(path))
 
