@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from pipelines.common.env import SettingsError, bool_env, checked
 from resources.clients import (
     CloudWatchResource,
     DynamoDBResource,
@@ -31,12 +32,9 @@ from resources.settings import (
     AlertSettings,
     BatchingSettings,
     FleetSettings,
-    SettingsError,
     agenda_settings_from_env,
     alert_settings_from_env,
     batching_settings_from_env,
-    bool_env,
-    checked,
     fleet_settings_from_env,
 )
 

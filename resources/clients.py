@@ -117,7 +117,7 @@ class DynamoDBResource(_Boto3ClientResource):
 
     def setup_for_execution(self, context: Any) -> None:
         if self.invalid:
-            from resources.settings import SettingsError
+            from pipelines.common.env import SettingsError
 
             raise SettingsError(self.invalid)
 

@@ -2,27 +2,20 @@
 
 Each capability gets one small settings resource, so that a job needs only the variables it uses.
 Values come through ``dg.EnvVar``: a missing variable fails the run with one line that names it.
-A value read when the code location loads is checked here (``int_env``, ``bool_env``): an invalid
-one never stops the code location from loading; the settings resource keeps one line naming the
-variable and its allowed values (``invalid``) and fails every run and sensor that uses it with
-that line, while the other capabilities load and run.
+A value read when the code location loads is checked by the plain readers of ``pipelines/common/env.py``
+(``int_env``, ``bool_env``): an invalid one never stops the code location from loading; the settings
+resource keeps one line naming the variable and its allowed values (``invalid``) and fails every run
+and sensor that uses it with that line, while the other capabilities load and run.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
 
 import dagster as dg
 from pydantic import Field
 
-T = TypeVar("T")
-
-
-class SettingsError(ValueError):
-    """An environment value out of its allowed values: one line naming the variable and them."""
+from pipelines.common.env import SettingsError, batch_partitions_env, checked, int_env
 
 
 class CheckedSettings(dg.ConfigurableResource):
@@ -137,55 +130,6 @@ def fleet_settings_from_env() -> FleetSettings:
     )
 
 
-def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping[str, str] | None = None) -> int:
-    """A whole number from ``minimum`` to ``maximum`` from the environment (unset or empty:
-    ``default``); anything else is a ``SettingsError`` naming the variable and the range."""
-    raw = (os.environ if env is None else env).get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = None
-    if value is None or not minimum <= value <= maximum:
-        raise SettingsError(f"{name}={raw!r} is invalid: a whole number from {minimum} to {maximum}")
-    return value
-
-
-def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | None = None) -> dt.date | None:
-    """A ``YYYY-MM-DD`` date from the environment (unset or empty: ``default``); anything else is a
-    ``SettingsError`` naming the variable."""
-    raw = (os.environ if env is None else env).get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return dt.date.fromisoformat(raw)
-    except ValueError:
-        raise SettingsError(f"{name}={raw!r} is invalid: a YYYY-MM-DD date") from None
-
-
-def bool_env(name: str, default: bool) -> bool:
-    """``true`` or ``false`` from the environment (unset or empty: ``default``); anything else is a
-    ``SettingsError`` naming the variable."""
-    raw = os.environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in ("true", "1", "yes"):
-        return True
-    if raw in ("false", "0", "no"):
-        return False
-    raise SettingsError(f"{name}={raw!r} is invalid: true or false")
-
-
-def checked(problems: list[str], read: Callable[..., T], name: str, default: T, **allowed: Any) -> T:
-    """``read(name, default, **allowed)``, or ``default`` with the problem's line added to ``problems``."""
-    try:
-        return read(name, default, **allowed)
-    except SettingsError as exc:
-        problems.append(str(exc))
-        return default
-
-
 def _optional_env(name: str) -> dg.EnvVar | None:
     """An optional variable: read at run time when it is set (the UI shows its name, not its value)."""
     return dg.EnvVar(name) if os.environ.get(name) else None
@@ -202,26 +146,6 @@ def agenda_settings_from_env() -> AgendaSettings:
         idm_encrypted_pass=_optional_env("IDM_ENCRYPTED_PASS"),
         metrics_namespace=os.environ.get("RUNS_FLEET_METRICS_NAMESPACE") or "RunsFleet",
     )
-
-
-MAX_LOOKBACK_DAYS = 366
-DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
-
-
-def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = None) -> tuple[dt.date | None, int]:
-    """``BATCH_PARTITIONS_START_DATE`` (a date, or None) and ``BATCH_PARTITIONS_LOOKBACK_DAYS`` (1 to
-    366, default 30); an invalid one counts as unset and its line goes to ``problems``."""
-    start = checked(problems, date_env, "BATCH_PARTITIONS_START_DATE", None, env=env)
-    lookback = checked(
-        problems,
-        int_env,
-        "BATCH_PARTITIONS_LOOKBACK_DAYS",
-        DEFAULT_PARTITIONS_LOOKBACK_DAYS,
-        minimum=1,
-        maximum=MAX_LOOKBACK_DAYS,
-        env=env,
-    )
-    return start, lookback
 
 
 def batching_settings_from_env() -> BatchingSettings:

@@ -253,7 +253,8 @@ def conditions_hold(conditions: dict[str, Any], context: dict[str, Any]) -> bool
 
 def allowed_by(statement: dict[str, Any], req: Request) -> bool:
     unsupported = {"NotAction", "NotResource", "Principal", "NotPrincipal"} & set(statement)
-    assert not unsupported and statement["Effect"] == "Allow", f"statement not evaluated here: {statement}"
+    assert not unsupported, f"statement not evaluated here: {statement}"
+    assert statement["Effect"] == "Allow", f"statement not evaluated here: {statement}"
     if not any(iam_match(a, req.action, case=False) for a in _as_list(statement["Action"])):
         return False
     if not any(iam_match(r, req.resource) for r in _as_list(statement["Resource"])):

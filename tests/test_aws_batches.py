@@ -112,7 +112,8 @@ def test_failed_conditions_leave_the_transaction_and_the_rest_is_written(aws_sha
         ("k1", {"id": "k1", "v": "old"}),
         ("k3", {"id": "k3", "v": "old"}),
     ]
-    assert result.refused == [] and result.failed == []
+    assert result.refused == []
+    assert result.failed == []
     assert calls["all"] == 2  # the cancelled one, then the rest at once
     assert {k: v["v"] for k, v in _items(aws_shared, table).items()} == {
         "k0": "new",
@@ -134,7 +135,8 @@ def test_items_go_in_transactions_of_100_or_99_beside_a_fence(aws_shared):
     assert sorted(result.applied) == keys
 
     with counted(ddb, "TransactWriteItems") as calls:
-        assert transact_conditional(ddb, keys[:100], _put_new(table), policy=NO_WAIT).conditional
+        again = transact_conditional(ddb, keys[:100], _put_new(table), policy=NO_WAIT)
+    assert sorted(item for item, _ in again.conditional) == keys[:100]  # each one there: a failed condition
     assert calls["all"] == 1
 
 
@@ -162,7 +164,8 @@ def test_an_item_the_whole_call_refuses_is_found_by_halving_and_the_others_are_w
     finally:
         ddb.meta.events.unregister(event, refuse_k5)
     assert [item for item, _ in result.refused] == ["k5"]
-    assert "ValidationException" in result.refused[0][1] and "\n" not in result.refused[0][1]
+    assert "ValidationException" in result.refused[0][1]
+    assert "\n" not in result.refused[0][1]
     assert sorted(result.applied) == [k for k in keys if k != "k5"]
     assert set(_items(aws_shared, table)) == set(keys) - {"k5"}
 
@@ -183,11 +186,13 @@ def test_conflicts_and_throttling_are_retried_by_the_policy(aws_shared):
     cancelled = {"Code": "TransactionCanceledException", "Message": "cancelled"}
     with failing(ddb, "TransactWriteItems", cancelled, times=2, extra=conflict) as calls:
         result = transact_conditional(ddb, ["a", "b"], _put_new(table), policy=NO_WAIT)
-    assert calls["all"] == 3 and sorted(result.applied) == ["a", "b"]
+    assert calls["all"] == 3
+    assert sorted(result.applied) == ["a", "b"]
 
     with failing(ddb, "TransactWriteItems", THROTTLED, times=2) as calls:
         result = transact_conditional(ddb, ["c"], _put_new(table), policy=NO_WAIT)
-    assert calls["all"] == 3 and result.applied == ["c"]
+    assert calls["all"] == 3
+    assert result.applied == ["c"]
 
 
 def test_items_still_failing_after_the_policy_are_reported_not_raised(aws_shared):
@@ -195,7 +200,8 @@ def test_items_still_failing_after_the_policy_are_reported_not_raised(aws_shared
     with failing(ddb, "TransactWriteItems", THROTTLED, times=99) as calls:
         result = transact_conditional(ddb, ["a", "b"], _put_new(table), policy=NO_WAIT)
     assert calls["all"] == NO_WAIT.max_attempts
-    assert result.failed == ["a", "b"] and result.applied == []
+    assert result.failed == ["a", "b"]
+    assert result.applied == []
     assert error_code(result.error) == "ThrottlingException"
     assert _items(aws_shared, table) == {}
 

@@ -210,4 +210,5 @@ def test_update_expressions_answer_as_unpatched_moto_answers():
     plain, patched = answers
     assert patched == plain
     assert sum(isinstance(a, tuple) for a in plain) >= 10, plain  # the refusals are refused
-    assert isinstance(plain[0], dict) and plain[0]["c"] == {"N": "1"}, plain[0]
+    assert isinstance(plain[0], dict), plain[0]
+    assert plain[0]["c"] == {"N": "1"}, plain[0]

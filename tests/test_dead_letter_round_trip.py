@@ -118,7 +118,8 @@ def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_r
             QueueUrl=aws.env[DLQ], MessageBody=body, MessageAttributes={"groundskeeper-envelope": envelope}
         )
     out = _redrive(aws)
-    assert out["quarantined"] == 3 and out["bad_envelope"] == 3, out
+    assert out["quarantined"] == 3, out
+    assert out["bad_envelope"] == 3, out
     assert out.get("redriven", 0) == 0
     assert fs.depth(aws, DLQ) == 0
     assert fs.depth(aws, TQ) == 0

@@ -147,7 +147,8 @@ def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):
     assert demo_mode({}) == ("quiet", None)
     assert demo_mode({DEMO_ENV: " Busy "}) == ("busy", None)
     mode, problem = demo_mode({DEMO_ENV: "loud"})
-    assert mode == "quiet" and problem == f"{DEMO_ENV}='loud' is invalid: one of off, quiet, busy; using quiet"
+    assert mode == "quiet"
+    assert problem == f"{DEMO_ENV}='loud' is invalid: one of off, quiet, busy; using quiet"
     with pytest.warns(UserWarning, match="is invalid"):
         defs = _local(monkeypatch, "loud")
     assert _crons(defs)["demo_traffic_schedule"] == QUIET_CRONS["demo_traffic_schedule"]

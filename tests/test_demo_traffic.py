@@ -114,7 +114,6 @@ def test_demo_traffic_job_in_process(aws):
         run_config={"ops": {"demo_traffic_step": {"config": {"seed": 3, "records": 12}}}},
         instance=dg.DagsterInstance.ephemeral(),
     )
-    assert result.success
     counts = result.output_for_node("demo_traffic_step")
     assert counts["records_added"] == 12
     mat = result.get_step_success_events()[0]

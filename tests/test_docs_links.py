@@ -71,7 +71,8 @@ def test_a_relative_link_points_at_an_existing_file_and_heading(page, target):
     where = page if not path else (page.parent / unquote(path)).resolve()
     assert where.exists(), f"{page.relative_to(ROOT)}: link {target!r}: {path} does not exist"
     if anchor:
-        assert where.is_file() and where.suffix == ".md", f"{page.relative_to(ROOT)}: link {target!r}: not a page"
+        assert where.is_file(), f"{page.relative_to(ROOT)}: link {target!r}: not a page"
+        assert where.suffix == ".md", f"{page.relative_to(ROOT)}: link {target!r}: not a page"
         assert anchor in anchors(where), (
             f"{page.relative_to(ROOT)}: link {target!r}: {where.relative_to(ROOT)} has no heading #{anchor}"
         )

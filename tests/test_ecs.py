@@ -74,13 +74,16 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     assert env["DAGSTER_ECS_SUBNETS"] == env["EcsSubnets"]
     # The stack's own run task group (it reaches the database), then the further ones.
     run_group, *further = env["DAGSTER_ECS_SECURITY_GROUPS"].split(",")
-    assert further == SECURITY_GROUPS and run_group.startswith("sg-")
+    assert further == SECURITY_GROUPS
+    assert run_group.startswith("sg-")
     (group,) = aws.client("ec2").describe_security_groups(GroupIds=[run_group])["SecurityGroups"]
-    assert group["VpcId"] == env["EcsVpcId"] and group["IpPermissions"] == []
+    assert group["VpcId"] == env["EcsVpcId"]
+    assert group["IpPermissions"] == []
     ecs, iam = aws.client("ecs"), aws.client("iam")
 
     (cluster,) = ecs.describe_clusters(clusters=[env["DAGSTER_ECS_CLUSTER"]])["clusters"]
-    assert cluster["status"] == "ACTIVE" and cluster["clusterName"] == f"groundskeeper-{ECS_ENV}"
+    assert cluster["status"] == "ACTIVE"
+    assert cluster["clusterName"] == f"groundskeeper-{ECS_ENV}"
 
     log_group_name = env["output:EcsLogGroupName"]
     groups = aws.client("logs").describe_log_groups(logGroupNamePrefix=log_group_name)["logGroups"]
@@ -92,7 +95,8 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     task = ecs.describe_task_definition(taskDefinition=env["DAGSTER_ECS_TASK_DEFINITION"])["taskDefinition"]
     assert task["taskDefinitionArn"] == env["DAGSTER_ECS_TASK_DEFINITION"]
     (container,) = task["containerDefinitions"]
-    assert container["name"] == env["DAGSTER_ECS_CONTAINER_NAME"] and container["image"] == IMAGE
+    assert container["name"] == env["DAGSTER_ECS_CONTAINER_NAME"]
+    assert container["image"] == IMAGE
     assert container["logConfiguration"] == {
         "logDriver": "awslogs",
         "options": {"awslogs-group": log_group_name, "awslogs-region": "us-east-1", "awslogs-stream-prefix": "run"},
@@ -102,8 +106,10 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     environment = {e["name"]: e["value"] for e in container["environment"]}
     for env_name in OUTPUT_ENV.values():
         assert environment.get(env_name) == env[env_name], env_name
-    assert environment["DAGSTER_DEPLOYMENT"] == "prod" and environment["AWS_REGION"] == "us-east-1"
-    assert environment["DAGSTER_PG_HOST"] == "dagster-db.internal" and environment["DAGSTER_PG_PORT"] == "5432"
+    assert environment["DAGSTER_DEPLOYMENT"] == "prod"
+    assert environment["AWS_REGION"] == "us-east-1"
+    assert environment["DAGSTER_PG_HOST"] == "dagster-db.internal"
+    assert environment["DAGSTER_PG_PORT"] == "5432"
     assert {"DAGSTER_PG_DB", "DAGSTER_PG_USER"} <= set(environment)
     assert {s["name"]: s["valueFrom"] for s in container["secrets"]} == {
         "DAGSTER_PG_PASSWORD": env["DagsterPgPasswordSecretArn"],
@@ -135,7 +141,8 @@ def test_ecs_stack_has_cluster_task_definition_roles_and_log_group(aws, ecs_stac
     props = template["Resources"]["EcsRunTaskDefinition"]["Properties"]
     assert props["TaskRoleArn"] == {"Fn::GetAtt": ["EcsTaskRole", "Arn"]}
     assert props["ExecutionRoleArn"] == {"Fn::GetAtt": ["EcsExecutionRole", "Arn"]}
-    assert props["RequiresCompatibilities"] == ["FARGATE"] and props["NetworkMode"] == "awsvpc"
+    assert props["RequiresCompatibilities"] == ["FARGATE"]
+    assert props["NetworkMode"] == "awsvpc"
     managed = template["Resources"]["EcsExecutionRole"]["Properties"]["ManagedPolicyArns"]
     assert managed == [{"Fn::Sub": "arn:${AWS::Partition}:iam::aws:policy/service-role/" + EXECUTION_POLICY}]
     for policy in ("ReclaimTablesPolicy", "IdentityPasswordPolicy"):
@@ -188,11 +195,13 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert type(instance.run_storage).__name__ == "PostgresRunStorage"
     assert type(instance.event_log_storage).__name__ == "PostgresEventLogStorage"
     assert type(instance.run_coordinator).__name__ == "QueuedRunCoordinator"
-    assert instance.run_monitoring_enabled and instance.run_retries_enabled
+    assert instance.run_monitoring_enabled
+    assert instance.run_retries_enabled
     prod = yaml.safe_load((INFRA / "dagster.prod.yaml").read_text())
     ecs = yaml.safe_load(INSTANCE_TEMPLATE.read_text())
     assert ecs["concurrency"] == prod["concurrency"]  # one drain per queue, one reclaim per table
-    assert ecs["storage"] == prod["storage"] and ecs["run_retries"] == prod["run_retries"]
+    assert ecs["storage"] == prod["storage"]
+    assert ecs["run_retries"] == prod["run_retries"]
     limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     assert {limit["key"] for limit in limits} == {
         "groundskeeper/queue",
@@ -204,7 +213,8 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert isinstance(launcher, EcsRunLauncher)
     assert launcher.task_definition == ecs_stack["DAGSTER_ECS_TASK_DEFINITION"]
     assert launcher.container_name == ecs_stack["DAGSTER_ECS_CONTAINER_NAME"]
-    assert not launcher.include_sidecars and not launcher.use_current_ecs_task_config
+    assert not launcher.include_sidecars
+    assert not launcher.use_current_ecs_task_config
     assert launcher.secrets_tags == []
 
     sent: list[tuple[str, dict]] = []
@@ -217,7 +227,8 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert run.status == dg.DagsterRunStatus.STARTING
 
     (run_task,) = [params for name, params in sent if name == "RunTask"]
-    assert run_task["cluster"] == ecs_stack["DAGSTER_ECS_CLUSTER"] and run_task["launchType"] == "FARGATE"
+    assert run_task["cluster"] == ecs_stack["DAGSTER_ECS_CLUSTER"]
+    assert run_task["launchType"] == "FARGATE"
     assert run_task["taskDefinition"] == ecs_stack["DAGSTER_ECS_TASK_DEFINITION"]
     assert run_task["networkConfiguration"] == {
         "awsvpcConfiguration": {
@@ -391,7 +402,8 @@ def test_instance_file_renders_lists_and_refuses_missing_or_malformed_ids(tmp_pa
         capture_output=True,
         text=True,
     )
-    assert result.returncode == 2 and result.stderr.strip().splitlines() == [
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
         "ecs instance: DAGSTER_ECS_SUBNETS is not set: it must list at least one id (comma-separated)"
     ]
 
@@ -410,13 +422,16 @@ def test_dockerfile_copies_what_exists_and_serves_the_code_location_on_the_works
     steps = _dockerfile()
     assert steps[0] == ("FROM", "python:3.11-slim")
     copied = [src for kind, args in steps if kind == "COPY" for src in shlex.split(args)[:-1]]
-    assert copied and all((ROOT / src).exists() for src in copied), [s for s in copied if not (ROOT / s).exists()]
+    assert copied, "the Dockerfile copies nothing"
+    assert all((ROOT / src).exists() for src in copied), [s for s in copied if not (ROOT / s).exists()]
     ignore = (INFRA / "Dockerfile.dockerignore").read_text().splitlines()
     included = {line[1:] for line in ignore if line.startswith("!")}
-    assert ignore[ignore.index("*")] == "*" and all(src.split("/")[0] in included for src in copied)
+    assert ignore[ignore.index("*")] == "*"
+    assert all(src.split("/")[0] in included for src in copied)
     runs = " ".join(args for kind, args in steps if kind == "RUN")
     assert "pip install --no-cache-dir -r infra/constraints.txt" in runs
-    assert "pip install --no-cache-dir --no-deps ." in runs and " -e " not in runs  # not editable
+    assert "pip install --no-cache-dir --no-deps ." in runs
+    assert " -e " not in runs  # not editable
     (user,) = [args for kind, args in steps if kind == "USER"]
     assert user not in ("root", "0")
     assert [kind for kind, _ in steps].index("USER") > max(i for i, (kind, _) in enumerate(steps) if kind == "RUN")
@@ -529,7 +544,9 @@ def test_the_template_rule_refuses_enable_ecs_without_image_network_or_database(
         "DagsterPgPasswordSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:pg",
     }
     # the default (make dev) and complete ECS deploys, with their own database or an existing one
-    assert holds({}) and holds(complete) and holds({**complete, **existing})
+    assert holds({})
+    assert holds(complete)
+    assert holds({**complete, **existing})
     assert holds({**complete, "EcsSecurityGroups": ",".join(SECURITY_GROUPS)})  # optional
     for name in ("EcsImage", "EcsVpcId", "EcsSubnets", "WebserverAccessCidr"):
         assert not holds({**complete, name: ""}), name

@@ -127,11 +127,14 @@ def test_three_services_run_their_own_task_definitions_logs_and_health_checks(st
     assert s.outputs["EcsServices"] == ",".join(SERVICES.values())
     for service in SERVICES.values():
         (described,) = ecs.describe_services(cluster=cluster, services=[service])["services"]
-        assert described["desiredCount"] == 1 and described["status"] == "ACTIVE", service
+        assert described["desiredCount"] == 1, service
+        assert described["status"] == "ACTIVE", service
         task = s.task_definition(service)
         assert task["family"] == f"groundskeeper-{service}-{env}"
         container = s.container(service)
-        assert container["name"] == service and container["image"] == IMAGE and container["essential"]
+        assert container["name"] == service
+        assert container["image"] == IMAGE
+        assert container["essential"] is True
         assert container.get("command") == COMMANDS[service], service
         group = f"/groundskeeper/{env}/{service}"
         assert container["logConfiguration"] == {
@@ -141,14 +144,17 @@ def test_three_services_run_their_own_task_definitions_logs_and_health_checks(st
         (found,) = logs.describe_log_groups(logGroupNamePrefix=group)["logGroups"]
         assert found["retentionInDays"] == 30
         check = container["healthCheck"]
-        assert check["command"][0] == "CMD" and check["startPeriod"] >= 120 and check["retries"] == 3
+        assert check["command"][0] == "CMD"
+        assert check["startPeriod"] >= 120
+        assert check["retries"] == 3
         # The password only from Secrets Manager, never a plain variable.
         assert [s_["name"] for s_ in container["secrets"]] == ["DAGSTER_PG_PASSWORD"]
         assert not {"DAGSTER_PG_PASSWORD", "PROGRESSOR_DSN"} & set(_env(container))
     health = {service: s.container(service)["healthCheck"]["command"][1:] for service in SERVICES.values()}
     assert health["code-server"] == ["dagster", "api", "grpc-health-check", "--port", "4000"]
     assert health["daemon"] == ["dagster-daemon", "liveness-check"]
-    assert health["webserver"][:2] == ["python", "-c"] and "127.0.0.1:3000/server_info" in health["webserver"][2]
+    assert health["webserver"][:2] == ["python", "-c"]
+    assert "127.0.0.1:3000/server_info" in health["webserver"][2]
     assert [p["containerPort"] for p in s.container("code-server")["portMappings"]] == [4000]
     assert [p["containerPort"] for p in s.container("webserver")["portMappings"]] == [3000]
     assert "portMappings" not in s.container("daemon") or not s.container("daemon")["portMappings"]
@@ -160,16 +166,19 @@ def test_what_moto_drops_of_the_services_is_on_the_template(template):
     resources = template["Resources"]
     for logical in SERVICES:
         props = resources[f"{logical}Service"]["Properties"]
-        assert props["LaunchType"] == "FARGATE" and props["DesiredCount"] == 1
+        assert props["LaunchType"] == "FARGATE"
+        assert props["DesiredCount"] == 1
         assert props["TaskDefinition"] == {"Ref": f"{logical}TaskDefinition"}
         vpc = props["NetworkConfiguration"]["AwsvpcConfiguration"]
-        assert vpc["AssignPublicIp"] == "DISABLED" and vpc["Subnets"] == {"Ref": "EcsSubnets"}
+        assert vpc["AssignPublicIp"] == "DISABLED"
+        assert vpc["Subnets"] == {"Ref": "EcsSubnets"}
         assert vpc["SecurityGroups"] == [{"Fn::GetAtt": [f"{logical}SecurityGroup", "GroupId"]}]
         assert props["DeploymentConfiguration"]["DeploymentCircuitBreaker"] == {"Enable": True, "Rollback": True}
         task = resources[f"{logical}TaskDefinition"]["Properties"]
         assert task["TaskRoleArn"] == {"Fn::GetAtt": [f"{logical}TaskRole", "Arn"]}
         assert task["ExecutionRoleArn"] == {"Fn::GetAtt": [f"{logical}ExecutionRole", "Arn"]}
-        assert task["RequiresCompatibilities"] == ["FARGATE"] and task["NetworkMode"] == "awsvpc"
+        assert task["RequiresCompatibilities"] == ["FARGATE"]
+        assert task["NetworkMode"] == "awsvpc"
     assert resources["CodeServerService"]["Properties"]["ServiceRegistries"] == [
         {"RegistryArn": {"Fn::GetAtt": ["CodeServerDiscovery", "Arn"]}}
     ]
@@ -186,7 +195,8 @@ def test_the_daemon_and_webserver_find_the_code_server_by_its_cloud_map_name(sta
     s = stacks[env]
     sd = s.client("servicediscovery")
     (namespace,) = [ns for ns in sd.list_namespaces()["Namespaces"] if ns["Id"] == s.resources["ServiceNamespace"]]
-    assert namespace["Type"] == "DNS_PRIVATE" and namespace["Name"] == f"{env}.groundskeeper.internal"
+    assert namespace["Type"] == "DNS_PRIVATE"
+    assert namespace["Name"] == f"{env}.groundskeeper.internal"
     service = sd.get_service(Id=s.resources["CodeServerDiscovery"])["Service"]
     assert service["NamespaceId"] == namespace["Id"]
     assert service["DnsConfig"]["DnsRecords"] == [{"Type": "A", "TTL": 10}]
@@ -206,7 +216,8 @@ def test_the_webserver_is_behind_an_internal_load_balancer_checking_server_info(
     s = stacks[env]
     elb = s.client("elbv2")
     (lb,) = elb.describe_load_balancers(LoadBalancerArns=[s.resources["WebserverLoadBalancer"]])["LoadBalancers"]
-    assert lb["Scheme"] == "internal" and lb["Type"] == "application"
+    assert lb["Scheme"] == "internal"
+    assert lb["Type"] == "application"
     assert lb["VpcId"] == s.params["EcsVpcId"]
     assert sorted(az["SubnetId"] for az in lb["AvailabilityZones"]) == sorted(s.params["EcsSubnets"].split(","))
     assert lb["SecurityGroups"] == [s.resources["LoadBalancerSecurityGroup"]]
@@ -215,7 +226,8 @@ def test_the_webserver_is_behind_an_internal_load_balancer_checking_server_info(
     (listener,) = elb.describe_listeners(LoadBalancerArn=lb["LoadBalancerArn"])["Listeners"]
     assert (listener["Protocol"], listener["Port"]) == ("HTTP", 80)
     (action,) = listener["DefaultActions"]
-    assert action["Type"] == "forward" and action["TargetGroupArn"] == s.resources["WebserverTargetGroup"]
+    assert action["Type"] == "forward"
+    assert action["TargetGroupArn"] == s.resources["WebserverTargetGroup"]
     (group,) = elb.describe_target_groups(TargetGroupArns=[action["TargetGroupArn"]])["TargetGroups"]
     assert (group["TargetType"], group["Protocol"], group["Port"]) == ("ip", "HTTP", 3000)
     assert group["VpcId"] == s.params["EcsVpcId"]
@@ -298,7 +310,8 @@ def test_security_groups_let_in_only_what_each_service_serves(stacks, env):
     assert _ingress(ec2, sg["Webserver"]) == {("tcp", 3000, 3000, sg["LoadBalancer"])}
     # gRPC from the two processes that load the workspace; run tasks load the code from their own image.
     assert _ingress(ec2, sg["CodeServer"]) == {("tcp", 4000, 4000, sg["Daemon"]), ("tcp", 4000, 4000, sg["Webserver"])}
-    assert _ingress(ec2, sg["Daemon"]) == set() and _ingress(ec2, sg["RunTask"]) == set()
+    assert _ingress(ec2, sg["Daemon"]) == set()
+    assert _ingress(ec2, sg["RunTask"]) == set()
     # The run tasks start in the stack's run task group (it reaches the database).
     assert s.outputs["EcsSecurityGroups"] == sg["RunTask"]
     for name in SERVICES.values():
@@ -316,7 +329,9 @@ def test_the_stack_creates_the_database_with_a_generated_password(stacks, templa
     rds, secrets = s.client("rds"), s.client("secretsmanager")
     (db,) = rds.describe_db_instances(DBInstanceIdentifier=f"groundskeeper-{OWN}")["DBInstances"]
     assert (db["Engine"], db["DBName"], db["MasterUsername"]) == ("postgres", "dagster", "dagster")
-    assert db["Endpoint"]["Port"] == 5432 and db["DBInstanceClass"] == "db.t4g.small" and not db["MultiAZ"]
+    assert db["Endpoint"]["Port"] == 5432
+    assert db["DBInstanceClass"] == "db.t4g.small"
+    assert not db["MultiAZ"]
     assert db["DBSubnetGroup"]["DBSubnetGroupName"] == f"groundskeeper-{OWN}"
     assert sorted(sub["SubnetIdentifier"] for sub in db["DBSubnetGroup"]["Subnets"]) == sorted(
         s.params["EcsSubnets"].split(",")
@@ -325,7 +340,8 @@ def test_the_stack_creates_the_database_with_a_generated_password(stacks, templa
     secret_arn = s.outputs["DagsterPgPasswordSecretArn"]
     assert secret_arn == s.resources["DatabaseSecret"]
     value = json.loads(secrets.get_secret_value(SecretId=secret_arn)["SecretString"])
-    assert value["username"] == "dagster" and re.fullmatch(r"[A-Za-z0-9]{32}", value["password"])
+    assert value["username"] == "dagster"
+    assert re.fullmatch(r"[A-Za-z0-9]{32}", value["password"])
     task_definitions = [s.task_definition(name) for name in SERVICES.values()]
     task_definitions.append(
         s.client("ecs").describe_task_definition(taskDefinition=s.outputs["EcsRunTaskDefinitionArn"])["taskDefinition"]
@@ -348,7 +364,8 @@ def test_the_stack_creates_the_database_with_a_generated_password(stacks, templa
     assert props["VPCSecurityGroups"] == [{"Fn::GetAtt": ["DatabaseSecurityGroup", "GroupId"]}]
     assert props["DeletionProtection"] == {"Fn::If": ["DatabaseDeletionProtectionOn", True, False]}
     assert props["MultiAZ"] == {"Fn::If": ["DatabaseMultiAzOn", True, False]}
-    assert props["StorageEncrypted"] is True and props["PubliclyAccessible"] is False
+    assert props["StorageEncrypted"] is True
+    assert props["PubliclyAccessible"] is False
     assert template["Parameters"]["DatabaseDeletionProtection"]["Default"] == "true"
     assert template["Resources"]["Database"]["DeletionPolicy"] == "Snapshot"
     assert "NoEcho" not in json.dumps(template["Parameters"])  # no parameter carries a password
@@ -374,7 +391,8 @@ def test_an_existing_database_is_named_by_its_secret(stacks):
         )
         text = document["PolicyDocument"]
         text = text if isinstance(text, str) else json.dumps(text)
-        assert secret_arn in text and "secretsmanager:GetSecretValue" in text, role
+        assert secret_arn in text, role
+        assert "secretsmanager:GetSecretValue" in text, role
 
 
 @pytest.mark.parametrize("env", [OWN, EXISTING])
@@ -412,7 +430,8 @@ def test_the_services_instance_and_workspace_files_pass_dagsters_schemas_with_th
             named = set(re.findall(r"\{'env': '([A-Z_]+)'\}", str(rendered)))
             if service != "code-server":
                 named |= set(re.findall(r"\{'env': '([A-Z_]+)'\}", str(workspace)))
-            assert named and named <= set(environment), (service, named - set(environment))
+            assert named, service
+            assert named <= set(environment), (service, named - set(environment))
             assert environment["DAGSTER_ECS_TASK_DEFINITION"] == s.outputs["EcsRunTaskDefinitionArn"]
             if service != "code-server":
                 processed = process_workspace_config(workspace)

@@ -102,8 +102,10 @@ def test_a_wrong_secret_key_is_one_line_that_names_the_setting(error, code):
     exc = ClientError({"Error": error, "ResponseMetadata": {"HTTPStatusCode": 403}}, "ListQueues")
     explained = explain_aws_error(exc)
     assert explained is not None
-    assert "\n" not in explained and "<" not in explained
-    assert code in explained and "AWS_SECRET_ACCESS_KEY" in explained
+    assert "\n" not in explained
+    assert "<" not in explained
+    assert code in explained
+    assert "AWS_SECRET_ACCESS_KEY" in explained
     with dg.build_op_context() as context, pytest.raises(dg.Failure) as info:
         _aws_work(context, exc)
     assert info.value.description == explained
@@ -114,7 +116,8 @@ def test_an_unparsed_xml_error_is_read_for_its_code_and_message():
     exc = ClientError({"Error": {"Code": "403", "Message": xml}}, "ListQueues")
     explained = explain_aws_error(exc)
     assert explained.startswith("ListQueues: AccessDenied: The request signature")
-    assert "<" not in explained and "\n" not in explained
+    assert "<" not in explained
+    assert "\n" not in explained
 
 
 # ------------------------------------------------------------------ the first line of an error

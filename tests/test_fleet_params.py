@@ -15,7 +15,8 @@ from tests import fleet_support as fs
 def test_every_numeric_parameter_has_a_range(cls):
     for spec in specs(cls):
         if spec.kind in (int, float):
-            assert spec.minimum is not None and spec.maximum is not None, f"{cls.__name__}.{spec.name} has no range"
+            assert spec.minimum is not None, f"{cls.__name__}.{spec.name} has no range"
+            assert spec.maximum is not None, f"{cls.__name__}.{spec.name} has no range"
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,8 @@ def test_a_lone_surrogate_in_a_field_is_dead_lettered_and_the_good_messages_of_i
     fs.send(aws, [poison] + [fs.termination_body(j) for j in good])
     result = fs.drain(aws)
     reason = _one_poison_dead_lettered(aws, result, good, poison_job)
-    assert "surrogate" in reason and "error" in reason
+    assert "surrogate" in reason
+    assert "error" in reason
 
 
 def test_non_ascii_error_text_reaches_cloudwatch_as_an_ascii_dimension_value(aws):
@@ -142,7 +143,8 @@ def test_a_write_refused_for_one_job_fails_that_job_only(aws):
     ):
         result = fs.drain(aws)
     reason = _one_poison_dead_lettered(aws, result, good, refused_job)
-    assert "ValidationException" in reason and "Item size" in reason
+    assert "ValidationException" in reason
+    assert "Item size" in reason
 
 
 def test_when_the_dead_letter_queue_is_unavailable_poison_stays_in_the_source_queue_and_good_is_applied(aws):

@@ -367,7 +367,8 @@ def test_a_drain_whose_run_status_cannot_be_read_stops_at_the_round_boundary_wit
     # the summary too goes to the process's log only
     assert not [r.getMessage() for r in caplog.records if r.name == run_log.name]
     (summary,) = [r for r in caplog.records if " drain: " in r.getMessage()]
-    assert summary.name == "pipelines.fleet.drain" and "applied=10" in summary.getMessage()
+    assert summary.name == "pipelines.fleet.drain"
+    assert "applied=10" in summary.getMessage()
     assert fs.depth(aws, TQ) == 20  # never received: still in the queue
     assert fs.drain(aws).counts["applied"] == 20
 

@@ -36,12 +36,11 @@ def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests
     import gc
 
     import dagster as dg
-    from dagster._core.execution.context.init import build_init_resource_context
 
     from tests.suite_plugin import clear_dangling_defs_state_storage
 
     with dg.instance_for_test():
-        leftover = build_init_resource_context()  # enters an ephemeral instance; exits in __del__
+        leftover = dg.build_init_resource_context()  # enters an ephemeral instance; exits in __del__
     del leftover
     gc.collect()
     with pytest.raises(dg.DagsterInvariantViolationError, match="undefined DagsterInstance weakref"):
@@ -59,12 +58,11 @@ def test_a_storage_put_back_for_an_ended_test_instance_is_dropped_between_tests(
     import gc
 
     import dagster as dg
-    from dagster._core.execution.context.init import build_init_resource_context
 
     from tests.suite_plugin import clear_dangling_defs_state_storage
 
     with dg.instance_for_test() as instance:
-        leftover = build_init_resource_context()  # enters an ephemeral instance; exits in __del__
+        leftover = dg.build_init_resource_context()  # enters an ephemeral instance; exits in __del__
     del leftover
     gc.collect()
     assert instance is not None  # alive, its directory gone

@@ -267,8 +267,6 @@ def test_every_sensor_and_schedule_tick_is_allowed_by_the_code_servers_policies_
     """Each sensor and schedule of the prod definitions evaluated once over the demo's data (and a
     failed run, so that the alerts sensor publishes), as the code server's role: no call is denied,
     and every call is one of test_iam_static's sensor_calls()."""
-    from dagster._core.test_utils import create_run_for_test
-
     from pipelines.definitions import build_definitions
     from resources import resources_for
 
@@ -281,7 +279,8 @@ def test_every_sensor_and_schedule_tick_is_allowed_by_the_code_servers_policies_
     now = dt.datetime.now(dt.UTC)
     evaluated = []
     with dg.instance_for_test() as instance, enforced(aws.endpoint):
-        instance.report_run_failed(create_run_for_test(instance, job_name="pool_audit_job"))
+        failed = instance.create_run_for_job(repository.get_job("pool_audit_job"), status=dg.DagsterRunStatus.STARTED)
+        instance.report_run_failed(failed)
         for schedule in repository.schedule_defs:
             context = dg.build_schedule_context(
                 instance=instance, resources=resources, scheduled_execution_time=now, repository_def=repository

@@ -328,7 +328,8 @@ def test_alerts_may_publish_to_the_stacks_topic_only(stack):
     assert not any(allowed_by(st, other) for st in statements)
     (own, *topic_key) = calls(stack)[("sns", "Publish")]
     assert {req.resource for req in topic_key} == {stack.arn("AlertsTopicKey")}
-    assert own.resource == stack.resolve({"Ref": "AlertsTopic"}) and own.resource.endswith(":groundskeeper-alerts-dev")
+    assert own.resource == stack.resolve({"Ref": "AlertsTopic"})
+    assert own.resource.endswith(":groundskeeper-alerts-dev")
     assert [st for st in statements if "sns:Publish" in st["Action"]] == [
         st for st in statements if any(a.startswith("sns:") for a in st["Action"])
     ]
@@ -448,10 +449,8 @@ def test_the_task_roles_carry_the_code_locations_policies_where_its_code_runs(ec
     for key in (("sns", "Publish"), ("sqs", "GetQueueAttributes"), ("cloudwatch", "PutMetricData")):
         assert all(any(allowed_by(st, req) for st in statements) for req in calls(s)[key]), key
     for role in ("EcsTaskRole", "CodeServerTaskRole", "DaemonTaskRole", "WebserverTaskRole"):
-        assert (
-            "Policies" not in s.resource(role)["Properties"]
-            and "ManagedPolicyArns" not in s.resource(role)["Properties"]
-        )
+        assert "Policies" not in s.resource(role)["Properties"]
+        assert "ManagedPolicyArns" not in s.resource(role)["Properties"]
         (trust,) = s.resource(role)["Properties"]["AssumeRolePolicyDocument"]["Statement"]
         assert trust["Principal"] == {"Service": "ecs-tasks.amazonaws.com"}, role
 
@@ -467,7 +466,8 @@ def test_ecs_roles_are_denied_what_another_role_does(ecs_stack):
         return any(allowed_by(st, req) for sts in s.role_policies(role)[0].values() for st in sts)
 
     launch = request("ecs:RunTask", run_definition, {"ecs:cluster": cluster})
-    assert allowed("DaemonTaskRole", launch) and not allowed("WebserverTaskRole", launch)
+    assert allowed("DaemonTaskRole", launch)
+    assert not allowed("WebserverTaskRole", launch)
     assert not allowed("DaemonTaskRole", request("ecs:RunTask", other_definition, {"ecs:cluster": cluster}))
     assert not allowed("DaemonTaskRole", request("ecs:RunTask", run_definition, {"ecs:cluster": cluster + "x"}))
     for role in ("CodeServerTaskRole", "DaemonTaskRole", "WebserverTaskRole"):

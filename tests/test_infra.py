@@ -101,7 +101,8 @@ def test_termination_round_markers_expire_only_after_sqs_could_redeliver():
     assert not errors
     rules = template["Resources"]["ArchiveBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
     (rule,) = [r for r in rules if r.get("Prefix") == f"{ROUNDS_PREFIX}/"]
-    assert rule["Status"] == "Enabled" and rule["ExpirationInDays"] > 14  # SQS keeps a message 14 days at most
+    assert rule["Status"] == "Enabled"
+    assert rule["ExpirationInDays"] > 14  # SQS keeps a message 14 days at most
 
 
 def test_reclaim_may_be_granted_tables_outside_the_stack(aws):
@@ -114,7 +115,8 @@ def test_reclaim_may_be_granted_tables_outside_the_stack(aws):
     policy = template["Resources"]["ReclaimTablesPolicy"]
     assert policy["Condition"] == "HasReclaimTableArns"
     (granted,) = policy["Properties"]["PolicyDocument"]["Statement"]
-    assert granted["Resource"] == {"Ref": "ReclaimTableArns"} and "dynamodb:UpdateItem" in granted["Action"]
+    assert granted["Resource"] == {"Ref": "ReclaimTableArns"}
+    assert "dynamodb:UpdateItem" in granted["Action"]
     local = aws.client("iam").list_policies(Scope="Local")["Policies"]
     assert "groundskeeper-reclaim-tables-dev" not in {p["PolicyName"] for p in local}  # the default: none
     arns = "arn:aws:dynamodb:us-east-1:123456789012:table/OperationProgress-dev"
@@ -123,7 +125,8 @@ def test_reclaim_may_be_granted_tables_outside_the_stack(aws):
     assert env == {k: v for k, v in aws.env.items() if k in OUTPUT_ENV.values()}
     iam = aws.client("iam")
     names = {p["PolicyName"]: p["Arn"] for p in iam.list_policies(Scope="Local")["Policies"]}
-    assert "groundskeeper-reclaim-tables-dev" in names and "groundskeeper-dev" in names
+    assert "groundskeeper-reclaim-tables-dev" in names
+    assert "groundskeeper-dev" in names
     version = iam.get_policy(PolicyArn=names["groundskeeper-reclaim-tables-dev"])["Policy"]["DefaultVersionId"]
     document = iam.get_policy_version(PolicyArn=names["groundskeeper-reclaim-tables-dev"], VersionId=version)
     assert document["PolicyVersion"]["Document"]["Statement"][0]["Resource"] == arns.split(",")

@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -301,3 +302,95 @@ def test_a_capability_does_not_reuse_the_name_of_a_foundation_class():
         f"{name}: {capabilities[name]} and {where}" for name, where in foundations.items() if name in capabilities
     )
     assert reused == []
+
+
+PROJECT_PACKAGES = (*PRODUCT_PACKAGES, "infra")
+"""Where an import is followed: the product and the tooling beside it."""
+
+
+def _module_path(name: str) -> Path | None:
+    """The file of module ``name`` in the project (``a/b.py`` or ``a/b/__init__.py``), or None."""
+    if name.split(".")[0] not in PROJECT_PACKAGES:
+        return None
+    base = ROOT.joinpath(*name.split("."))
+    for path in (base.with_suffix(".py"), base / "__init__.py"):
+        if path.exists():
+            return path
+    return None
+
+
+def _dotted(path: Path) -> str:
+    rel = path.relative_to(ROOT).with_suffix("")
+    return ".".join(rel.parts[:-1] if rel.name == "__init__" else rel.parts)
+
+
+@functools.cache
+def _project_imports(path: Path) -> frozenset[Path]:
+    """The project modules that importing ``path`` runs: each module it imports (every import statement,
+    also those inside functions; ``from a import b`` is ``a`` and, if it is one, the submodule ``a.b``;
+    relative imports resolved), with the packages above each and above ``path`` itself (their
+    ``__init__.py`` runs first)."""
+    package = _dotted(path).split(".") if path.name == "__init__.py" else _dotted(path).split(".")[:-1]
+    names: list[str] = [".".join(package)]
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names)]
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):
+            module = _module_path(".".join(parts[:i]))
+            if module is not None and module != path:
+                found.add(module)
+    return frozenset(found)
+
+
+@functools.cache
+def _imports_dagster(path: Path) -> bool:
+    return any(name.split(".")[0].startswith("dagster") for name in _imports(path))
+
+
+def _path_to_dagster(start: Path) -> list[Path] | None:
+    """The shortest chain of project imports from ``start`` to a module that imports Dagster, or None."""
+    seen, frontier = {start}, [[start]]
+    while frontier:
+        nxt = []
+        for chain in frontier:
+            for module in sorted(_project_imports(chain[-1])):
+                if module in seen:
+                    continue
+                if _imports_dagster(module):
+                    return [*chain, module]
+                seen.add(module)
+                nxt.append([*chain, module])
+        frontier = nxt
+    return None
+
+
+def _plain_modules() -> list[Path]:
+    return [path for package in PRODUCT_PACKAGES for path in _modules(package) if not _is_dagster_layer(path)]
+
+
+def test_no_plain_module_reaches_dagster_through_the_modules_it_imports():
+    """Transitively: a plain module imports no Dagster layer, and no module (plain, or in ``infra``) that
+    does, however many imports away. The chain is named (``a -> b -> c``, ``c`` importing Dagster)."""
+    offending = []
+    for path in _plain_modules():
+        chain = _path_to_dagster(path)
+        if chain is not None:
+            offending.append(" -> ".join(str(p.relative_to(ROOT)) for p in chain))
+    assert offending == [], "\n".join(offending)
+
+
+def test_the_transitive_check_follows_imports_through_plain_modules_and_packages():
+    assert ROOT / "pipelines/retry/call.py" in _project_imports(ROOT / "pipelines/retry/__init__.py")
+    assert ROOT / "pipelines/__init__.py" in _project_imports(ROOT / "pipelines/common/params.py")
+    assert ROOT / "pipelines/batching/__init__.py" in _project_imports(ROOT / "pipelines/batching/batcher.py")
+    chain = _path_to_dagster(ROOT / "pipelines/definitions.py")
+    assert chain is not None
+    assert _imports_dagster(chain[-1])

@@ -83,7 +83,9 @@ def test_collect_zombies_with_cloudwatch_unreachable_warns_and_succeeds(dsn, mon
     assert (out["errored"], out["metrics_published"]) == (1, False)
     assert _statuses(dsn, ns) == {"p-zombie": "error", "p-live": "running"}
     warnings = [m for level, m in logs if level == 30 and NOT_PUBLISHED in m]
-    assert len(warnings) == 1 and f"progressor {ns}" in warnings[0] and CLOSED_PORT in warnings[0], logs
+    assert len(warnings) == 1, logs
+    assert f"progressor {ns}" in warnings[0], logs
+    assert CLOSED_PORT in warnings[0], logs
 
 
 def test_metrics_sink_must_be_known(monkeypatch):

@@ -106,7 +106,8 @@ def test_runs_are_tagged_and_the_asset_reads_them_back():
         table = meta["per_capability"].value
         assert len(table.schema.columns) <= 4
         rows = {(r.data["capability"], r.data["counter"]): r.data for r in table.records}
-        assert rows[("reclaim", "reclaimed")]["24 h"] == 10 and rows[("reclaim", "reclaimed")]["7 days"] == 10
+        assert rows[("reclaim", "reclaimed")]["24 h"] == 10
+        assert rows[("reclaim", "reclaimed")]["7 days"] == 10
         assert rows[("reclaim", "retried")]["24 h"] == 2
         assert rows[("fleet", "redriven")]["7 days"] == 4
 

@@ -61,9 +61,9 @@ def test_prod_instance_uses_postgres_and_records_runs(aws, prod_instance: dg.Dag
             run_config={"ops": {"demo_traffic_step": {"config": {"seed": 5, "records": 3}}}}, instance=prod_instance
         )
     )
-    assert result.success
     stored = prod_instance.get_run_by_id(result.run_id)
-    assert stored is not None and stored.status == dg.DagsterRunStatus.SUCCESS
+    assert stored is not None
+    assert stored.status == dg.DagsterRunStatus.SUCCESS
 
 
 def test_prod_yaml_and_local_yaml_agree_on_retries_and_concurrency():

@@ -276,7 +276,8 @@ def test_namespace_too_long_is_refused():
 def test_bad_values_are_one_line(config, message):
     with pytest.raises(ParamsError) as info:
         collect_params({"namespace": "default/default", **config})
-    assert str(info.value).startswith(message) and "\n" not in str(info.value), str(info.value)
+    assert str(info.value).startswith(message), str(info.value)
+    assert "\n" not in str(info.value), str(info.value)
 
 
 def test_non_utc_time_zone_warns_and_moves_the_threshold(conn, dsn):

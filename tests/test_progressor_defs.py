@@ -207,8 +207,9 @@ def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn,
     schedule = health_schedule([target], job, "prod")
     with dg.instance_for_test() as instance:
         (first,) = _tick(schedule, dsn, instance).run_requests
-        run = defs.resolve_job_def("progressor_health_job").execute_in_process(instance=instance, tags=first.tags)
-        assert run.success
+        defs.resolve_job_def("progressor_health_job").execute_in_process(
+            instance=instance, tags=first.tags
+        )  # raises on failure
         same = _tick(schedule, dsn, instance)
         assert same.run_requests == []
         assert f"{zombie_ns}: failing no_zombies, timers_on_time, oldest_running_task: unchanged" in same.skip_message
@@ -273,9 +274,12 @@ def test_health_task_durations_chart_shows_inline(dsn, zombie_ns):
     [materialization] = result.asset_materializations_for_node(result.all_node_events[0].node_name)
     chart = materialization.metadata["task_durations"].value
     # text bars in a code block under the UI's inline limit: no image (a data: one never shows)
-    assert "data:" not in chart and "![" not in chart
+    assert "data:" not in chart
+    assert "![" not in chart
     assert len(chart) < INLINE_MARKDOWN_LIMIT
-    assert chart.startswith("```\n<=50 ") and "█" in chart and "(max " in chart
+    assert chart.startswith("```\n<=50 ")
+    assert "█" in chart
+    assert "(max " in chart
 
 
 def test_health_sends_overdue_timers_and_durations(dsn, zombie_ns):

@@ -361,19 +361,12 @@ def test_unknown_config_key_is_refused():
 
 
 def test_a_second_run_on_the_same_table_does_nothing(aws):
-    from dagster._core.test_utils import create_run_for_test
-
     ddb = aws.client("dynamodb")
     seed_mixed(ddb)
     instance = dg.DagsterInstance.ephemeral()
-    older = create_run_for_test(
-        instance, job_name="reclaim_agendas", run_config=BASE, status=dg.DagsterRunStatus.STARTED
-    )
-    other_table = create_run_for_test(
-        instance,
-        job_name="reclaim_agendas",
-        run_config={**BASE, "tableName": "other"},
-        status=dg.DagsterRunStatus.STARTED,
+    older = instance.create_run_for_job(_job(), run_config=BASE, status=dg.DagsterRunStatus.STARTED)
+    other_table = instance.create_run_for_job(
+        _job(), run_config={**BASE, "tableName": "other"}, status=dg.DagsterRunStatus.STARTED
     )
     assert older_run_on_same_table(instance, "not-a-run", "other") == other_table.run_id
     result = _run_job(BASE, instance)

@@ -55,7 +55,6 @@ def test_pop_sample_in_process_direct_dynamodb_writer(aws):
     job = build_definitions("local").resolve_job_def("reclaim_agendas")
     instance = dg.DagsterInstance.ephemeral()
     result = job.execute_in_process(run_config=config, instance=instance)
-    assert result.success
     logs = [e.user_message for e in instance.all_logs(result.run_id)]
     assert any("writer DynamoDB" in m for m in logs)
     _assert_only_stale_failed(ddb, ids)

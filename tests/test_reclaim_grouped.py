@@ -167,14 +167,18 @@ def test_grouped_writes_leave_exactly_what_one_update_item_per_item_leaves(ddb):
         assert grouped == single
     a, b = items_by_id(ddb, "grouped-a"), items_by_id(ddb, "single-b")
     for item_id in both.revive:  # the heartbeats' own times differ by a few ms between the tables
-        assert a[item_id].pop("updatedTime") > now - 60_000 and b[item_id].pop("updatedTime") > now - 60_000
+        assert a[item_id].pop("updatedTime") > now - 60_000
+        assert b[item_id].pop("updatedTime") > now - 60_000
     assert a == b
-    assert a["t00"]["processingState"] == "WAITING" and a["t00"]["retryAt"] > now
+    assert a["t00"]["processingState"] == "WAITING"
+    assert a["t00"]["retryAt"] > now
     assert a["iso"]["processingState"] == "WAITING"
     assert a["fenced"]["attemptId"] != "att-0"
-    assert a["last"]["processingState"] == COMPLETE and a["last"]["retryDecision"] == "exhausted"
+    assert a["last"]["processingState"] == COMPLETE
+    assert a["last"]["retryDecision"] == "exhausted"
     assert a["failed-out"]["retryDecision"] == "exhausted"
-    assert a["t03"]["processingState"] == "EXECUTING" and a["t03"]["heartbeat"] is True
+    assert a["t03"]["processingState"] == "EXECUTING"
+    assert a["t03"]["heartbeat"] is True
     # 35 matched: 25 + 10 statements for table A, where table B took 35 UpdateItem calls (+ 2 x 3 heartbeats)
     assert ddb.calls["BatchExecuteStatement"] == 2
     assert ddb.calls["UpdateItem"] == 35 + 6
@@ -205,7 +209,8 @@ def test_a_failed_condition_fails_its_statement_alone(ddb):
     assert (counts.matched, counts.reclaimed, counts.raced, counts.errors) == (5, 2, 3, 0)
     items = items_by_id(ddb, "grouped-a")
     assert {k for k, v in items.items() if v["processingState"] == COMPLETE} == {"a0", "a2"}
-    assert items["a3"]["processingState"] == "EXECUTING" and "diagnosticEvents" in items["a3"]
+    assert items["a3"]["processingState"] == "EXECUTING"
+    assert "diagnosticEvents" in items["a3"]
     assert json.loads(items["a1"]["diagnosticEvents"]) == []
     assert "a4" not in items  # a statement on a missing item is a failed condition, never an insert
     assert ddb.calls["BatchExecuteStatement"] == 1
@@ -371,7 +376,6 @@ def test_the_reclaim_job_groups_its_writes_when_the_deployment_says_so(ddb, dyna
     with dg.instance_for_test() as instance:
         result = job.execute_in_process(run_config=config, instance=instance)
         logs = [e.user_message for e in instance.all_logs(result.run_id)]
-    assert result.success
     assert result.output_for_node("report_reclaim")["reclaimed"] == 60
     assert groups == [25, 25, 10]
     assert any("writer DynamoDB, grouped writes (up to 25 conditional updates per BatchExecuteStatement)" in m

@@ -104,9 +104,7 @@ def test_redrive_relaunches_exactly_the_failed_partitions(aws):
         # The receiver is fixed and its partitions succeed; the deleted one is reported, not launched.
         put_receiver(aws, "broken")
         for key in ("2026-11-19|broken", "2026-11-20|broken"):
-            assert BATCH_JOB.execute_in_process(
-                partition_key=key, instance=instance, resources=resources_for("local")
-            ).success
+            BATCH_JOB.execute_in_process(partition_key=key, instance=instance, resources=resources_for("local"))
         instance.delete_dynamic_partition("receivers", "ghost")
         dry = _redrive(instance, since_hours=1, dry_run=True)
         [output] = [e for e in dry.all_events if e.event_type_value == "STEP_OUTPUT"]
@@ -174,7 +172,8 @@ def test_two_redrives_back_to_back_launch_each_partition_once(aws):
             )
         first = _redrive(instance, since_hours=1)
         second = _redrive(instance, since_hours=1)
-        assert first.success and second.success
+        assert first.success
+        assert second.success
         [backfill] = instance.get_backfills()
         assert backfill.tags["groundskeeper/redrive"] == first.run_id
         [output] = [e for e in second.all_events if e.event_type_value == "STEP_OUTPUT"]

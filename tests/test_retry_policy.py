@@ -453,7 +453,8 @@ def test_every_number_of_a_json_policy_has_a_range(obj, field):
     with pytest.raises(RetryPolicyError) as info:
         policy_from_json(obj)
     assert info.value.field == field
-    assert " to " in str(info.value) and "\n" not in str(info.value)
+    assert " to " in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_a_delay_function_answering_more_than_the_longest_wait_is_a_policy_error():

@@ -30,7 +30,8 @@ def test_an_invalid_drain_runs_value_fails_the_fleet_only_with_one_line_naming_i
     defs = build_definitions("local")
     dg.Definitions.validate_loadable(defs)
     assert _job_names(defs) == VALID_JOBS  # every capability's jobs are there
-    assert "receiver_batches_job" in VALID_JOBS and "process_termination_queue" in VALID_JOBS
+    assert "receiver_batches_job" in VALID_JOBS
+    assert "process_termination_queue" in VALID_JOBS
     resources = resources_for("local")
     assert resources["fleet"].invalid == line
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests import assert_counts
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow  # each test starts pytest (and some, two xdist workers) in a subprocess
@@ -137,3 +138,58 @@ def test_in_ci_a_missing_tool_fails_its_tests_and_the_run(suite, monkeypatch):
             "*1 test(s) skipped while GROUNDSKEEPER_NO_SKIPS is set: CI runs every test*",
         ]
     )
+
+
+# ---------------------------------------------------------------- asserts that check less than they seem
+
+
+def test_no_chained_assert_and_no_success_assert_on_a_run_that_raises():
+    """(a) and (b) of tests/assert_counts.py: none outside their justification lists."""
+    bad = assert_counts.unjustified(assert_counts.count())
+    assert bad["chained asserts"] == [], "one assert per fact:\n" + "\n".join(bad["chained asserts"])
+    assert bad["redundant success asserts"] == [], "the run raises on failure already:\n" + "\n".join(
+        bad["redundant success asserts"]
+    )
+
+
+def test_the_test_files_import_dagster_internals_only_where_no_public_api_does_it():
+    """(d): each test file importing ``dagster._...`` or ``dagster_shared`` is listed with its reason."""
+    counts = assert_counts.count()
+    assert assert_counts.unjustified(counts)["test files importing Dagster internals"] == []
+    stale = sorted(set(assert_counts.ALLOWED_PRIVATE_DAGSTER) - set(counts.private_dagster))
+    assert stale == [], "listed but no longer importing Dagster's internals: drop them from the list"
+
+
+COUNTED = """
+import dagster as dg
+from dagster._core.utils import make_new_run_id
+
+
+def helper(job):
+    return job.execute_in_process()
+
+
+def test_sample(job, runs):
+    result = job.execute_in_process()
+    assert result.success
+    assert result.success and runs
+    assert job.execute_in_process(run_config={}).success
+    assert helper(job).success
+    assert dg.materialize([]).success
+    lenient = job.execute_in_process(raise_on_error=False)
+    assert lenient.success
+    assert runs
+    assert runs[0]
+    assert not runs
+    assert len(runs) == 2
+    assert any(runs)
+"""
+
+
+def test_the_counts_find_each_kind_and_only_it():
+    counts = assert_counts.Counts()
+    assert_counts.count_source(COUNTED, "tests/test_sample.py", counts)
+    assert [line for _, _, line in counts.chained] == [13]
+    assert [line for _, _, line in counts.redundant_success] == [12, 14, 15, 16]
+    assert [line for _, _, line in counts.bare_truthiness] == [12, 14, 15, 16, 18, 19, 20]  # not 21, 22, 23
+    assert counts.private_dagster == {"tests/test_sample.py": ["dagster._core.utils"]}

@@ -34,7 +34,7 @@ from pipelines.common.defs.config import config_schema, flat_config, params_from
 from pipelines.common.defs.executors import fan_out_executor
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.looks import looking_schedule
-from pipelines.common.defs.metadata import table_from
+from pipelines.common.defs.metadata import rounded, table_from
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -51,7 +51,8 @@ def report_metadata(report: RunReport) -> dict:
     return {
         "status": dg.MetadataValue.text(report.status),
         "dry_run": dg.MetadataValue.bool(report.dry_run),
-        "batch_times_written": dg.MetadataValue.json([b.batch_time for b in report.batches]),
+        "batch_times_written": dg.MetadataValue.json([b.batch_time for b in report.batches if b.files]),
+        "batch_times_without_records": dg.MetadataValue.json([b.batch_time for b in report.batches if not b.files]),
         "batch_times_already_done": dg.MetadataValue.int(len(report.already_done)),
         "files_written": dg.MetadataValue.int(len(files)),
         "files": dg.MetadataValue.json([f.key for f in files]),
@@ -63,7 +64,9 @@ def report_metadata(report: RunReport) -> dict:
         "invalid_record_count": dg.MetadataValue.int(len(report.invalid_records)),
         "pending_before": dg.MetadataValue.int(report.pending_before),
         "still_pending": dg.MetadataValue.int(report.still_pending),
-        "oldest_pending_age_seconds": dg.MetadataValue.float(report.oldest_pending_age_seconds or 0.0),
+        "oldest_pending_age_seconds": dg.MetadataValue.float(
+            rounded("oldest_pending_age_seconds", report.oldest_pending_age_seconds or 0.0)
+        ),
     }
 
 

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pipelines.batching.batcher import BatchSettings
+from pipelines.common.env import MAX_LOOKBACK_DAYS, batch_partitions_env
 from pipelines.common.params import param
-from resources.settings import MAX_LOOKBACK_DAYS, batch_partitions_env
 
 MAX_LEASE_WAIT_SECONDS = 3600
 

@@ -218,6 +218,11 @@ def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, pol
 # ---------------------------------------------------------------------------------- PutMetricData
 
 
+def _not_published(sink) -> Any:
+    """A metrics sink's ``not_published(exc)``, or None for a raw client (which raises instead)."""
+    return getattr(sink, "not_published", None)
+
+
 def put_metrics(
     cloudwatch,
     namespace: str,
@@ -231,7 +236,7 @@ def put_metrics(
     unless ``cloudwatch`` is a sink of metrics after a committed change (it has ``not_published(exc)``:
     ``pipelines.common.defs.metrics.CommittedChangeMetrics``), which is told instead, and the next
     call goes on. Returns the number of calls that went through."""
-    not_published = getattr(cloudwatch, "not_published", None)
+    not_published = _not_published(cloudwatch)
     calls = 0
     for batch in chunks(list(datums), per_call):
         try:

@@ -14,7 +14,7 @@ from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.active_runs import exclusive_schedule
 from pipelines.common.defs.config import flat_config, params_from_config
 from pipelines.common.defs.looks import looking_schedule
-from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metadata import metadata_from, rounded
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.demo import seeded
@@ -209,7 +209,9 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
             metadata={
                 "zombies": dg.MetadataValue.int(health.zombies),
                 "overdue_timers": dg.MetadataValue.int(health.overdue_timers),
-                "oldest_running_seconds": dg.MetadataValue.float(float(health.oldest_running_seconds)),
+                "oldest_running_seconds": dg.MetadataValue.float(
+                    rounded("oldest_running_seconds", float(health.oldest_running_seconds))
+                ),
                 "oldest_running": health.oldest_running or "none",
                 "errored_24h": dg.MetadataValue.int(health.errored_24h),
                 "running": dg.MetadataValue.int(health.running),

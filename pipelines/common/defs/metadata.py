@@ -1,6 +1,6 @@
 """Results as UI metadata: :func:`metadata_from` (a result dict) and :func:`table_from` (rows as a
-table); money (``*_usd``, ``*_usd_per_hour``) rounded to cents and percentages (``*_pct``) to one
-decimal (:func:`rounded`)."""
+table); money (``*_usd``, ``*_usd_per_hour``) rounded to cents, percentages (``*_pct``) to one
+decimal and durations (``seconds``, ``*_seconds``) to 0.1 s (:func:`rounded`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import dagster as dg
 
 
 def rounded(key: str, value: Any) -> Any:
-    """Money to cents, percentages to one decimal, by the key's suffix; NaN as None."""
+    """Money to cents, percentages to one decimal, seconds to 0.1 s (under a second, two significant
+    digits: 0.035, not 0.0), by the key's suffix; NaN as None."""
     if isinstance(value, bool) or not isinstance(value, float):
         return value
     if math.isnan(value):
@@ -21,6 +22,8 @@ def rounded(key: str, value: Any) -> Any:
         return round(value, 2)
     if key.endswith("_pct"):
         return round(value, 1)
+    if key == "seconds" or key.endswith("_seconds"):
+        return round(value, 1) if abs(value) >= 1 else float(f"{value:.2g}")
     return value
 
 

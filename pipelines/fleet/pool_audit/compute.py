@@ -64,7 +64,13 @@ class PoolAudit:
 
     @property
     def problems(self) -> pd.DataFrame:
-        return self.table.loc[self.table["problem"] != "", ["pool", "kind", "problem"]]
+        return problem_rows(self.table)
+
+
+def problem_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """The rows left out of the totals for a problem (pools, the untagged instances, unknown pool tags):
+    what the asset's ``problems`` table shows and ``pools_with_problems`` counts."""
+    return table.loc[table["problem"] != "", ["pool", "kind", "problem"]]
 
 
 def _empty_instances() -> pd.DataFrame:
@@ -170,7 +176,7 @@ def totals_of(table: pd.DataFrame) -> dict[str, float | int]:
         "compute_cost_usd_per_hour": float(valid["compute_cost_usd_per_hour"].sum()),
         "idle_cost_usd_per_hour": float(valid["idle_cost_usd_per_hour"].sum()),
         "utilization_pct": 100.0 * busy / running if running else 0.0,
-        "pools_with_problems": int(((table["kind"] == "pool") & ~table["in_totals"]).sum()),
+        "pools_with_problems": len(problem_rows(table)),
         "untagged_instances": int(
             table.loc[table["kind"] == "untagged", ["running", "pending", "stopped"]].to_numpy().sum()
         ),
