@@ -515,7 +515,7 @@ def registered_package(monkeypatch):
 
 @pytest.mark.parametrize(
     "path",
-    [f"{PACKAGE}.__main__:main", f"{PACKAGE}._private:delay", f"_{PACKAGE}:delay", f"{PACKAGE}.__init__:delay"],
+    [f"{PACKAGE}.__main__:main", f"{PACKAGE}._private:delay", f"{PACKAGE}.__init__:delay"],
 )
 def test_a_function_path_through_a_private_module_is_refused_and_never_imported(registered_package, path):
     import sys

@@ -459,18 +459,18 @@ def function(
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
-    if any(part.startswith("_") for part in [*module_name.split("."), attr]):
-        raise RetryPolicyError(
-            f"path {path!r} has a part that starts with '_' (a private module or name, or a package's "
-            "__main__, which runs its command line): a function policy names a public function of a public module",
-            field="path",
-            value=path,
-        )
     if not _registered(module_name):
         registered = ", ".join(registered_function_modules()) or "none"
         raise RetryPolicyError(
             f"path {path!r} is not in a registered module: function policies may name only public functions "
             f"of the modules in {FUNCTIONS_ENV} (registered: {registered})",
+            field="path",
+            value=path,
+        )
+    if any(part.startswith("_") for part in [*module_name.split("."), attr]):
+        raise RetryPolicyError(
+            f"path {path!r} has a part that starts with '_' (a private module or name, or a package's "
+            "__main__, which runs its command line): a function policy names a public function of a public module",
             field="path",
             value=path,
         )
