@@ -31,6 +31,7 @@ from resources.settings import (
     AlertSettings,
     BatchingSettings,
     FleetSettings,
+    LoadSettingError,
     SettingsError,
     agenda_settings_from_env,
     alert_settings_from_env,
@@ -47,8 +48,8 @@ IO_PREFIX = "dagster-io"
 def deployment_name() -> str:
     """The current deployment (``DAGSTER_DEPLOYMENT``, default ``local``); anything else is an error."""
     name = os.environ.get("DAGSTER_DEPLOYMENT", "local")
-    if name not in DEPLOYMENTS:
-        raise ValueError(f"DAGSTER_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
+    if name not in DEPLOYMENTS:  # one line where the code location's load error is shown, no traceback
+        raise LoadSettingError(f"DAGSTER_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
     return name
 
 
@@ -126,6 +127,7 @@ __all__ = [
     "DynamoDBResource",
     "EC2Resource",
     "FleetSettings",
+    "LoadSettingError",
     "SettingsError",
     "KMSResource",
     "ProgressorDatabase",
