@@ -248,6 +248,10 @@ def test_a_webhook_url_with_user_info_a_fragment_nul_or_non_ascii_is_refused_wit
     assert "s3cr3t-Pa55" not in message
 
 
+def test_a_webhook_at_an_ipv6_address_is_shown_by_scheme_and_host():
+    assert WebhookSink("http://[::1]:8080/services/T0/B0/s3cr3t-Pa55").where == "http://[::1]:8080"
+
+
 def test_a_ui_url_with_user_info_is_refused_without_showing_it():
     cfg = alert_config({"DAGSTER_UI_URL": "https://admin:s3cr3t-Pa55@dagster.example"})
     assert cfg.ui_url is None  # no message carries the password in its links

@@ -54,7 +54,7 @@ class UnsafeURL(ValueError):
     """A URL a credential would go to, refused: one line naming the setting, never its value."""
 
 
-_HOST = re.compile(r"[A-Za-z0-9.\-]+|\[[0-9A-Fa-f:.]+\]", re.ASCII)
+_HOST = re.compile(r"[A-Za-z0-9.\-]+|[0-9A-Fa-f:.]*:[0-9A-Fa-f:.]*", re.ASCII)  # a name, IPv4, or IPv6
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
 
 
@@ -69,9 +69,11 @@ def _parts(url: str) -> SplitResult | None:
 
 def _host(parts: SplitResult | None) -> str:
     """``scheme://host[:port]`` of a URL when it can be shown (no user info), else ``""``."""
-    if parts is None or parts.scheme not in ("http", "https") or not _HOST.fullmatch(parts.hostname or ""):
+    host = parts.hostname or "" if parts is not None else ""
+    if parts is None or parts.scheme not in ("http", "https") or not _HOST.fullmatch(host):
         return ""
-    return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port is not None else "")
+    host = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme}://{host}" + (f":{parts.port}" if parts.port is not None else "")
 
 
 def location(url: str, *, path: bool = True) -> str:
