@@ -31,6 +31,21 @@ from pipelines.common import first_line
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 USAGE_ERROR = 2
+SETTINGS_ERROR = 1
+MAX_DEPTH = 100  # levels of nesting in a run config (Dagster's own nest a few)
+MAX_VALUES = 100_000  # values in a run config, aliases counted each time they are used
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class _RunConfigLoader(yaml.SafeLoader):
+    """YAML as Dagster reads a run config: safe, and without timestamps (``2026-13-45``, and any
+    date, stays text)."""
+
+
+_RunConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 class RunConfigError(ValueError):
@@ -52,13 +67,20 @@ def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:
+    """One file's run config, read as Dagster reads it (its YAML loader: a date stays text)."""
     try:
-        value = yaml.safe_load(text)
+        value = yaml.load(text, Loader=_RunConfigLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or first_line(exc, None)
         raise RunConfigError([f"{source}: not valid YAML or JSON{where}: {problem}"]) from None
+    except RecursionError:
+        raise RunConfigError([f"{source}: nested too deeply (a run config nests at most {MAX_DEPTH} levels)"]) from None
+    except Exception as exc:  # a value its tag refuses: !!timestamp 2026-13-45, !!float x...
+        problem = " ".join(str(exc).split())[:200]
+        raise RunConfigError([f"{source}: not valid YAML or JSON: {type(exc).__name__}: {problem}"]) from None
+    _check_shape(value, source)
     if value is None:
         return {}
     if not isinstance(value, dict):
@@ -67,6 +89,35 @@ def _parse(text: str, source: str) -> dict[str, Any]:
         )
         raise RunConfigError([f"{source}: a run config is a mapping (a JSON object), not {kind}"])
     return value
+
+
+def _check_shape(value: Any, source: str) -> None:
+    """``RunConfigError`` unless ``value`` is what Dagster takes: mappings with text keys, lists and
+    scalars, at most ``MAX_DEPTH`` deep and ``MAX_VALUES`` values (iterative: no recursion)."""
+    stack: list[tuple[Any, str, int]] = [(value, "root", 0)]
+    seen = 0
+    while stack:
+        node, where, depth = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            raise RunConfigError([f"{source}: more than {MAX_VALUES} values: too large for a run config"])
+        if depth > MAX_DEPTH:
+            raise RunConfigError([f"{source}: nested too deeply (a run config nests at most {MAX_DEPTH} levels)"])
+        if isinstance(node, dict):
+            for key, child in node.items():
+                if not isinstance(key, str):
+                    raise RunConfigError(
+                        [f"{source}: the key {repr(key)[:50]} at {where[:200]} is not text: quote it (a run config's "
+                         "keys are text)"]
+                    )  # fmt: skip
+                stack.append((child, f"{where}:{key}", depth + 1))
+        elif isinstance(node, list):
+            stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(node))
+        elif not isinstance(node, _SCALARS):
+            raise RunConfigError(
+                [f"{source}: the value at {where[:200]} is {type(node).__name__}: a run config holds text, numbers, "
+                 "booleans, null, lists and mappings"]
+            )  # fmt: skip
 
 
 def read_run_config(files: Sequence[str], config_json: str | None) -> dict[str, Any]:
@@ -113,8 +164,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(args)
     try:
         run_config = read_run_config(options.config, options.config_json)
-        from pipelines.definitions import defs
+    except RunConfigError as exc:
+        for line in exc.lines:
+            print(line, file=sys.stderr)
+        return USAGE_ERROR
+    from resources import LoadSettingError
 
+    try:
+        from pipelines.definitions import defs
+    except LoadSettingError as exc:  # DAGSTER_DEPLOYMENT, METRICS_SINK: the code location cannot load
+        print(exc, file=sys.stderr)
+        return SETTINGS_ERROR
+    try:
         check_run_config(defs, options.job, run_config)
     except RunConfigError as exc:
         for line in exc.lines:

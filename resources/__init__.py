@@ -32,6 +32,7 @@ from resources.settings import (
     AlertSettings,
     BatchingSettings,
     FleetSettings,
+    LoadSettingError,
     agenda_settings_from_env,
     alert_settings_from_env,
     batching_settings_from_env,
@@ -45,8 +46,8 @@ IO_PREFIX = "dagster-io"
 def deployment_name() -> str:
     """The current deployment (``DAGSTER_DEPLOYMENT``, default ``local``); anything else is an error."""
     name = os.environ.get("DAGSTER_DEPLOYMENT", "local")
-    if name not in DEPLOYMENTS:
-        raise ValueError(f"DAGSTER_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
+    if name not in DEPLOYMENTS:  # one line where the code location's load error is shown, no traceback
+        raise LoadSettingError(f"DAGSTER_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
     return name
 
 
@@ -124,6 +125,7 @@ __all__ = [
     "DynamoDBResource",
     "EC2Resource",
     "FleetSettings",
+    "LoadSettingError",
     "SettingsError",
     "KMSResource",
     "ProgressorDatabase",

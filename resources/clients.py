@@ -19,6 +19,8 @@ from dagster_aws.ssm import SSMResource as DagsterAwsSSMResource
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
 from pydantic import Field
 
+from resources.settings import LoadSettingError
+
 __all__ = [
     "CloudWatchResource",
     "DynamoDBResource",
@@ -153,7 +155,7 @@ def metrics_sink_from_env(default: str = "cloudwatch") -> str:
     """``METRICS_SINK`` (unset or empty: ``default``); anything else names the variable."""
     raw = os.environ.get("METRICS_SINK", "").strip().lower() or default
     if raw not in METRICS_SINKS:
-        raise ValueError(f"METRICS_SINK={raw!r} is not one of {', '.join(METRICS_SINKS)}")
+        raise LoadSettingError(f"METRICS_SINK={raw!r} is not one of {', '.join(METRICS_SINKS)}")
     return raw
 
 

@@ -14,6 +14,7 @@ from botocore.exceptions import (
     ParamValidationError,
 )
 
+from pipelines.common.http import location
 from pipelines.retry.classify import error_code_and_message
 
 SIGNATURE_ERRORS = frozenset({"SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature"})
@@ -23,7 +24,7 @@ def explain_aws_error(exc: BaseException) -> str | None:
     """A one-line explanation for environment-level AWS failures, or None for anything else."""
     if isinstance(exc, EndpointConnectionError):
         return (
-            f"cannot reach the AWS endpoint {exc.kwargs.get('endpoint_url')}: is the local AWS "
+            f"cannot reach the AWS endpoint {location(str(exc.kwargs.get('endpoint_url') or ''))}: is the local AWS "
             "running (`make dev`), or is AWS_ENDPOINT_URL / the network wrong?"
         )
     if isinstance(exc, NoCredentialsError):

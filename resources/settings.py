@@ -13,9 +13,29 @@ from __future__ import annotations
 import os
 
 import dagster as dg
+
+# No public API shows a code location's load error without a stack: Dagster hoists the one error
+# info of a user code process error (see LoadSettingError).
+from dagster._core.errors import DagsterUserCodeProcessError
+from dagster_shared.error import SerializableErrorInfo
 from pydantic import Field
 
 from pipelines.common.env import SettingsError, batch_partitions_env, checked, int_env
+
+
+class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
+    """A setting without which the code location cannot load (``DAGSTER_DEPLOYMENT``,
+    ``METRICS_SINK``): its one line, and nothing else, is what the operator reads.
+
+    Dagster shows a load error as its error info, message and stack; for a
+    ``DagsterUserCodeProcessError`` carrying one error info it shows that one instead (its code
+    server, ``dagster definitions validate``, the UI's code location error). So this error carries
+    the line with no stack: no traceback. (A ``SystemExit`` would give ``definitions validate`` one
+    line too, but the UI would show only "gRPC server exited with return code 1" and its command.)"""
+
+    def __init__(self, line: str) -> None:
+        info = SerializableErrorInfo(message=line, stack=[], cls_name=type(self).__name__)
+        super().__init__(line, user_code_process_error_infos=[info])
 
 
 class CheckedSettings(dg.ConfigurableResource):

@@ -238,6 +238,38 @@ def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
         WebhookSink(url)
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://bot:s3cr3t-Pa55@hooks.example/services/T0/B0/s3cr3t-Pa55",  # user info
+        "https://hooks.example/services/T0/B0/s3cr3t-Pa55#frag",
+        "https://hooks.example/services/T0/B0/s3cr3t-Pa55/..%00",
+        "https://hooks.example/services/T0/B0/s3cr3t-Pa55/%c0%ae%c0%ae",
+        "https://hooks.example/services/T0/B0/s3cr3t-Pa55/\uff0e\uff0e",
+        "https://hooks.example/services/T0/B0/s3cr3t-Pa55/%zz",
+    ],
+)
+def test_a_webhook_url_with_user_info_a_fragment_nul_or_non_ascii_is_refused_without_showing_it(url):
+    with pytest.raises(SinkConfigError) as info:
+        WebhookSink(url)
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert message.startswith("ALERTS_WEBHOOK_URL ")
+    assert "s3cr3t-Pa55" not in message
+
+
+def test_a_webhook_at_an_ipv6_address_is_shown_by_scheme_and_host():
+    assert WebhookSink("http://[::1]:8080/services/T0/B0/s3cr3t-Pa55").where == "http://[::1]:8080"
+
+
+def test_a_ui_url_with_user_info_is_refused_without_showing_it():
+    cfg = alert_config({"DAGSTER_UI_URL": "https://admin:s3cr3t-Pa55@dagster.example"})
+    assert cfg.ui_url is None  # no message carries the password in its links
+    (line,) = cfg.problems
+    assert line.startswith("DAGSTER_UI_URL ")
+    assert "s3cr3t-Pa55" not in line
+
+
 def test_a_topic_of_another_region_or_not_a_topic_is_refused():
     with pytest.raises(SinkConfigError, match="in eu-west-1, not in this deployment's region us-east-1"):
         SnsSink(None, "arn:aws:sns:eu-west-1:123456789012:alerts", region="us-east-1")

@@ -15,7 +15,7 @@ from pipelines.alerts import defs as alerts_defs
 from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, incidents, load_book
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
 from pipelines.retry.defs import retry_demo
-from pipelines.retry.tags import ATTEMPT_TAG, RETRY_OF_TAG, ROOT_TAG
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import tick_in_a_new_process, webhook_receiver
@@ -169,6 +169,32 @@ def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(
             tick(instance, res)
         assert load_book(instance).incidents["run_failure:retry_demo"]["state"] == "resolved"
     assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
+
+
+def test_a_run_tagged_with_a_registered_packages_command_line_alerts_and_the_ticks_go_on(aws, monkeypatch):
+    """Importing the package's __main__ would run its command line, which exits: the tag is a policy
+    error (no automatic retry), so that run's failure alerts, and the next ticks resolve it."""
+    import sys
+
+    package = "tests.retry_function_package"
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", f"tests.retry_delay_functions,{package}")
+    monkeypatch.delitem(sys.modules, f"{package}.__main__", raising=False)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    cli = json.dumps({"kind": "function", "path": f"{package}.__main__:main", "maxAttempts": 3})
+    config = {"ops": {"throttled_until_attempt": {"config": {"succeed_on_attempt": 5}}}}
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        failed = retry_demo.execute_in_process(
+            run_config=config, instance=instance, tags={POLICY_TAG: cli}, raise_on_error=False
+        )
+        tick(instance, res)
+        (firing,) = inbox.read()
+        assert (firing["state"], firing["run_id"]) == ("firing", failed.run_id)
+        run_demo(instance, 1, succeed_on=1)
+        tick(instance, res)
+        assert [m["state"] for m in inbox.read()] == ["resolved"]
+    assert f"{package}.__main__" not in sys.modules
 
 
 def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws):

@@ -34,6 +34,20 @@ BAD = [
         "bad.yaml: not valid YAML or JSON at line 2, column 1",
     ),
     ("no_such_job", "empty.json", "{}", "no job 'no_such_job' in the code location; one of: "),
+    # an impossible date is text, as Dagster reads it (its YAML loader has no timestamps)...
+    ("redrive_dead_letters", "date.yaml", "dry_run: 2026-13-45\n", 'Value "2026-13-45"'),
+    # ... unless tagged as one
+    ("redrive_dead_letters", "tagged.yaml", "dry_run: !!timestamp 2026-13-45\n", "tagged.yaml: not valid YAML"),
+    ("redrive_dead_letters", "deep.json", '{"a": ' + "[" * 50_000 + "]" * 50_000 + "}", "deep.json: nested too deeply"),
+    ("redrive_dead_letters", "deeper.json", '{"a": ' + "[" * 500 + "]" * 500 + "}", "deeper.json: nested too deeply"),
+    ("redrive_dead_letters", "key.yaml", "1: x\n", "key.yaml: the key 1 at root is not text"),
+    ("redrive_dead_letters", "inner.yaml", "queue: {true: x}\n", "inner.yaml: the key True at root:queue is not text"),
+    (
+        "redrive_dead_letters",
+        "bytes.yaml",
+        "queue: !!binary aGVsbG8=\n",
+        "bytes.yaml: the value at root:queue is bytes",
+    ),
 ]
 
 
@@ -85,3 +99,20 @@ def test_several_files_merge_as_dagster_merges_them(tmp_path):
     (tmp_path / "b.json").write_text(json.dumps({"ops": {"x": {"config": {"b": 2}}}}))
     merged = cli.read_run_config([str(tmp_path / "a.yaml"), str(tmp_path / "b.json")], None)
     assert merged == {"ops": {"x": {"config": {"a": 1, "b": 2}}}}
+
+
+@pytest.mark.cli
+def test_an_unknown_deployment_is_one_line_and_exit_status_1(tmp_path):
+    import os
+
+    env = {**os.environ, "DAGSTER_DEPLOYMENT": "staging"}
+    done = subprocess.run(
+        [sys.executable, "-m", "pipelines.cli", "redrive_dead_letters", "--config-json", "{}"],
+        cwd=cli.ROOT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == ["DAGSTER_DEPLOYMENT='staging' is not one of local, prod, cluster"]

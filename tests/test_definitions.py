@@ -45,6 +45,52 @@ def test_an_unknown_deployment_is_refused(monkeypatch):
         deployment_name()
 
 
+@pytest.mark.parametrize(
+    ("variable", "line"),
+    [
+        ("DAGSTER_DEPLOYMENT", "DAGSTER_DEPLOYMENT='staging' is not one of local, prod, cluster"),
+        ("METRICS_SINK", "METRICS_SINK='staging' is not one of cloudwatch, none"),
+    ],
+)
+def test_a_setting_that_stops_the_code_location_is_its_one_line_where_dagster_shows_the_load_error(
+    monkeypatch, variable, line
+):
+    # What the code server keeps as the code location's load error, and the UI and
+    # `dagster definitions validate` show: the line alone, no stack.
+    from dagster._utils.error import serializable_error_info_from_exc_info
+
+    from resources import deployment_name, resources_for
+
+    monkeypatch.setenv(variable, "staging")
+    with pytest.raises(ValueError) as info:
+        resources_for("local") if variable == "METRICS_SINK" else deployment_name()
+    shown = serializable_error_info_from_exc_info((info.type, info.value, info.tb))
+    assert shown.message == line
+    assert shown.stack == []
+    assert shown.to_string() == line
+
+
+@pytest.mark.cli
+def test_dagster_definitions_validate_shows_an_unknown_deployment_in_one_line_without_a_traceback(tmp_path):
+    import os
+
+    env = {**os.environ, "DAGSTER_DEPLOYMENT": "staging", "DAGSTER_HOME": str(tmp_path)}
+    (tmp_path / "dagster.yaml").write_text("")
+    result = subprocess.run(
+        [sys.executable, "-m", "dagster", "definitions", "validate", "-m", "pipelines.definitions"],
+        cwd=ROOT_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 1
+    assert "DAGSTER_DEPLOYMENT='staging' is not one of local, prod, cluster" in output
+    assert "Stack Trace" not in output
+    assert "Traceback" not in output
+
+
 @pytest.mark.cli
 def test_dagster_definitions_validate_cli():
     result = subprocess.run(

@@ -568,11 +568,131 @@ def test_a_run_config_endpoint_with_dot_segments_makes_no_request_and_fails_with
     assert not result.success
     description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
     assert description.splitlines() == [description]
-    assert url in description
     assert "dot segment" in description
+    assert tail not in description  # the value is not shown
     assert endpoint.requests == []
     assert endpoint.seen_auth == []  # not even a login
     assert items_by_id(aws.client("dynamodb"))["stale-0"]["processingState"] == "EXECUTING"
+
+
+# ------------------------------------------------------------------ what a credential's URL may hold
+
+SECRET = "s3cr3t-Pa55"
+
+
+def _refusal(params_overrides: dict, settings) -> str:
+    """The one line refusing a URL: at parse time (the run config) or when the writer is built."""
+    from pipelines.reclaim.wiring import endpoint_url
+
+    with pytest.raises(ParamsError) as info:
+        params = parse_params({**BASE, **params_overrides})
+        endpoint_url(params, settings)
+        make_writer(params, dynamodb=None, kms=None, ready_table=None, endpoint=settings)
+    return str(info.value)
+
+
+def _named(name: str, url: str, settings, prefix: str):
+    """(run config overrides, settings) that put ``url`` under the setting ``name``."""
+    if name == "agendaProgressEndpointURL":
+        return {name: url}, dataclasses.replace(settings, allowed_urls=prefix)
+    if name == "AGENDA_PROGRESS_ALLOWED_URLS":
+        return {"agendaProgressEndpointURL": prefix}, dataclasses.replace(settings, allowed_urls=url, progress_url=None)
+    field = {"AGENDA_PROGRESS_URL": "progress_url", "IDENTITY_URL": "identity_url"}[name]
+    return {}, dataclasses.replace(settings, **{field: url})
+
+
+URL_SETTINGS = ["agendaProgressEndpointURL", "AGENDA_PROGRESS_URL", "AGENDA_PROGRESS_ALLOWED_URLS", "IDENTITY_URL"]
+
+
+@pytest.mark.parametrize("name", URL_SETTINGS)
+def test_user_info_in_a_url_a_credential_goes_to_is_refused_and_never_shown(aws, endpoint, name):
+    settings = endpoint_settings(aws, endpoint)
+    url = {"IDENTITY_URL": endpoint.identity_url}.get(name, endpoint.progress_url)
+    with_user = url.replace("http://", f"http://svc:{SECRET}@")
+    message = _refusal(*_named(name, with_user, settings, endpoint.progress_url))
+    assert message.splitlines() == [message]
+    assert message.startswith(f"{name} ")
+    assert "user info" in message
+    assert SECRET not in message
+    assert endpoint.requests == []
+
+
+@pytest.mark.parametrize("name", ["agendaProgressEndpointURL", "AGENDA_PROGRESS_URL", "AGENDA_PROGRESS_ALLOWED_URLS"])
+def test_a_query_on_an_endpoint_url_is_refused_and_never_shown(aws, endpoint, name):
+    settings = endpoint_settings(aws, endpoint)
+    message = _refusal(*_named(name, f"{endpoint.progress_url}?token={SECRET}", settings, endpoint.progress_url))
+    assert message.splitlines() == [message]
+    assert message.startswith(f"{name} ")
+    assert SECRET not in message
+    assert endpoint.requests == []
+
+
+def test_a_query_on_the_identity_url_is_never_shown(aws, endpoint):
+    # IDENTITY_URL may carry a query (nothing is appended to it), but no line shows it.
+    seed_mixed(aws.client("dynamodb"))
+    settings = dataclasses.replace(
+        endpoint_settings(aws, endpoint), identity_url=f"http://127.0.0.1:9/login?key={SECRET}"
+    )
+    with pytest.raises(EndpointError) as info:
+        run(aws, endpoint=settings)
+    message = str(info.value)
+    assert message.startswith("cannot reach POST http://127.0.0.1:9/login: ")
+    assert SECRET not in message
+
+
+UNSAFE_TAILS = {
+    "fragment": "#x",
+    "NUL after dots": "/..%00",
+    "encoded dots and NUL": "/%2e%2e%00",
+    "fullwidth dots": "/\uff0e\uff0e/evil",
+    "encoded fullwidth dots": "/%ef%bc%8e%ef%bc%8e/evil",
+    "overlong UTF-8 dots": "/%c0%ae%c0%ae/evil",
+    "invalid percent-encoding": "/%zz",
+    "a raw NUL": "/\x00",
+    "a blank": "/a b",
+}
+
+
+@pytest.mark.parametrize("tail", list(UNSAFE_TAILS.values()), ids=list(UNSAFE_TAILS))
+@pytest.mark.parametrize("name", URL_SETTINGS)
+def test_a_fragment_nul_or_non_ascii_in_a_url_a_credential_goes_to_is_refused(aws, endpoint, name, tail):
+    settings = endpoint_settings(aws, endpoint)
+    url = {"IDENTITY_URL": endpoint.identity_url}.get(name, endpoint.progress_url) + tail
+    message = _refusal(*_named(name, url, settings, endpoint.progress_url))
+    assert message.splitlines() == [message]
+    assert message.startswith(f"{name} ")
+    assert tail not in message
+    assert endpoint.requests == []
+
+
+def test_a_fragment_in_the_run_configs_endpoint_makes_no_request_and_fails_with_one_line(aws, endpoint, monkeypatch):
+    # Before, '#x' swallowed the item id: every GET and PUT went to the collection URL.
+    seed_mixed(aws.client("dynamodb"))
+    _endpoint_env(aws, endpoint, monkeypatch, AGENDA_PROGRESS_ALLOWED_URLS=endpoint.progress_url)
+    result = _reclaim_job().execute_in_process(
+        run_config={**BASE, "agendaProgressEndpointURL": endpoint.progress_url + "#x"}, raise_on_error=False
+    )
+    assert not result.success
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description.splitlines() == [description]
+    assert "agendaProgressEndpointURL" in description
+    assert "fragment" in description
+    assert endpoint.requests == []
+    assert endpoint.seen_auth == []
+    assert items_by_id(aws.client("dynamodb"))["stale-0"]["processingState"] == "EXECUTING"
+
+
+def test_user_info_in_agenda_progress_url_fails_the_run_with_one_line_without_it(aws, endpoint, monkeypatch):
+    seed_mixed(aws.client("dynamodb"))
+    with_user = endpoint.progress_url.replace("http://", f"http://svc:{SECRET}@")
+    _endpoint_env(aws, endpoint, monkeypatch, AGENDA_PROGRESS_URL=with_user)
+    result = _reclaim_job().execute_in_process(run_config=BASE, raise_on_error=False)
+    assert not result.success
+    description = result.get_step_failure_events()[0].step_failure_data.user_failure_data.description
+    assert description.splitlines() == [description]
+    assert description.startswith("AGENDA_PROGRESS_URL ")
+    assert SECRET not in description
+    assert [p for _, p in endpoint.requests if p != "/login"] == []
 
 
 def test_an_item_id_that_is_a_dot_segment_is_an_item_error_and_never_sent(aws, endpoint):

@@ -494,6 +494,35 @@ def test_a_run_tag_whose_delay_function_would_exit_leaves_the_sensor_running(ins
     assert json.loads(data.cursor)["pending"] == {}
 
 
+CLI_PACKAGE = "tests.retry_function_package"
+
+
+@pytest.mark.slow
+def test_a_run_tag_naming_a_registered_packages_command_line_leaves_the_sensor_retrying_other_runs(
+    instance, tmp_path, monkeypatch
+):
+    # The package is registered; importing its __main__ would run its command line, which exits.
+    # That run is not retried (one line in the tick's log) and the tick goes on with the next run.
+    import sys
+
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", f"tests.retry_delay_functions,{CLI_PACKAGE}")
+    monkeypatch.delitem(sys.modules, f"{CLI_PACKAGE}.__main__", raising=False)
+    cli = {"kind": "function", "path": f"{CLI_PACKAGE}.__main__:main", "maxAttempts": 3}
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "good").mkdir()
+    sensor, defs, bad = _first_failure(instance, tmp_path / "bad", cli, failures=9)
+    good = flaky_job.execute_in_process(
+        run_config=_config(tmp_path / "good", failures=9),
+        tags={POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})},
+        instance=instance,
+        raise_on_error=False,
+    )
+    for tick in range(2):  # and on the next tick too
+        data, _ = _tick(sensor, instance, defs, None)
+        assert [r.run_key for r in data.run_requests] == [good.run_id], f"tick {tick}"
+    assert f"{CLI_PACKAGE}.__main__" not in sys.modules
+
+
 @pytest.mark.slow
 def test_locally_retry_policies_is_materialized_once_when_never_materialized(instance):
     from pipelines.definitions import build_definitions

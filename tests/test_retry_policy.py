@@ -434,7 +434,7 @@ def test_without_registered_modules_no_function_policy_is_allowed(monkeypatch):
     monkeypatch.delenv("GROUNDSKEEPER_RETRY_FUNCTIONS")
     with pytest.raises(RetryPolicyError, match=r"registered: none"):
         policy_from_json({"kind": "function", "path": "tests.retry_delay_functions:linear"})
-    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", " other.pkg , tests ")
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", " other.pkg , tests.retry_delay_functions ")
     assert policy_from_json({"kind": "function", "path": "tests.retry_delay_functions:linear"}).delay(1) == 10.0
 
 
@@ -496,3 +496,65 @@ def test_a_delay_function_raising_any_base_exception_is_a_policy_error_never_an_
     assert message.splitlines() == [message]
     assert f"'tests.retry_delay_functions:{name}' failed for n=1: {raised}" in message
     assert not policy.is_retryable(info.value)
+
+
+# -- a registered package with a command line ------------------------------------------------
+
+PACKAGE = "tests.retry_function_package"
+
+
+@pytest.fixture
+def registered_package(monkeypatch):
+    """``tests.retry_function_package`` registered beside the conftest's module; none of its modules
+    that exit on import is loaded."""
+    import sys
+
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", f"tests.retry_delay_functions,{PACKAGE}")
+    for name in ("__main__", "_private", "tool"):
+        monkeypatch.delitem(sys.modules, f"{PACKAGE}.{name}", raising=False)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [f"{PACKAGE}.__main__:main", f"{PACKAGE}._private:delay", f"{PACKAGE}.__init__:delay"],
+)
+def test_a_function_path_through_a_private_module_is_refused_and_never_imported(registered_package, path):
+    import sys
+
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json({"kind": "function", "path": path})
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert "'_'" in message
+    assert info.value.field == "path"
+    assert f"{PACKAGE}.__main__" not in sys.modules
+    assert f"{PACKAGE}._private" not in sys.modules
+
+
+def test_a_module_the_registry_has_not_imported_is_refused_and_never_imported(registered_package):
+    import sys
+
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json({"kind": "function", "path": f"{PACKAGE}.tool:delay"})
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert "not imported" in message
+    assert f"{PACKAGE}.tool" not in sys.modules
+    assert policy_from_json({"kind": "function", "path": f"{PACKAGE}:delay"}).delay(2) == 10.0
+
+
+@pytest.mark.parametrize("raised", ["SystemExit", "KeyboardInterrupt", "Escape"])
+def test_anything_a_registered_module_raises_on_import_is_a_policy_error(monkeypatch, raised):
+    monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", "tests.retry_raising_module")
+    monkeypatch.setenv("RETRY_TEST_IMPORT_RAISES", raised)
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_json({"kind": "function", "path": "tests.retry_raising_module:delay"})
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert f"cannot be imported: {raised}" in message
+
+
+def test_a_policy_nested_too_deeply_is_a_policy_error():
+    with pytest.raises(RetryPolicyError) as info:
+        policy_from_text('{"kind": ' + "[" * 50_000 + "]" * 50_000 + "}")
+    assert info.value.field == "policy"

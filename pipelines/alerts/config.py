@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from pipelines.alerts.incidents import Sink
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
+from pipelines.common.http import UnsafeURL, credential_url
 from pipelines.retry import RetryPolicy, RetryPolicyError, exponential, policy_from_text
 
 DEFAULT_MAX_PER_TICK = 20
@@ -71,9 +71,12 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
             problems.append(f"ALERTS_RETRY_POLICY: {exc}: using {policy.describe()}")
     remind = _number(settings.get("ALERTS_REMIND_HOURS"), "ALERTS_REMIND_HOURS", None, float, 0.01, 24 * 365, problems)
     ui_url = (settings.get("DAGSTER_UI_URL") or "").strip().rstrip("/") or None
-    if ui_url and (urlsplit(ui_url).scheme not in ("http", "https") or not urlsplit(ui_url).netloc):
-        problems.append(f"DAGSTER_UI_URL={ui_url!r} is not an http(s) URL: messages carry no link")
-        ui_url = None
+    if ui_url:  # every message carries links under it: no user info, query or fragment
+        try:
+            ui_url = credential_url("DAGSTER_UI_URL", ui_url)
+        except UnsafeURL as exc:
+            problems.append(f"{exc}: messages carry no link")
+            ui_url = None
     muted = frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip())
     return AlertConfig(
         sinks=sinks,

@@ -21,10 +21,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlsplit
 
 from pipelines.alerts.incidents import SinkError, text_of
-from pipelines.common.http import NO_REDIRECTS, leaves_its_path
+from pipelines.common.http import NO_REDIRECTS, UnsafeURL, credential_url, location
 from pipelines.retry import classify_aws_error
 
 WEBHOOK_TIMEOUT_SECONDS = 10
@@ -70,17 +69,12 @@ class WebhookSink:
     name = "webhook"
 
     def __init__(self, url: str, *, timeout: float = WEBHOOK_TIMEOUT_SECONDS) -> None:
-        parts = urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise SinkConfigError("ALERTS_WEBHOOK_URL is not an http(s) URL (its value is not shown: it is a secret)")
-        if leaves_its_path(parts.path):
-            raise SinkConfigError(
-                f"ALERTS_WEBHOOK_URL (to {parts.scheme}://{parts.hostname}) has a dot segment or an encoded '/' "
-                "or '\\' in its path: refused, a server that normalises the path would serve another one"
-            )
-        self.url, self.timeout = url.strip(), timeout
-        port = f":{parts.port}" if parts.port else ""
-        self.where = f"{parts.scheme}://{parts.hostname}{port}"  # what a log line may show
+        try:
+            self.url = credential_url("ALERTS_WEBHOOK_URL", url, query=True)  # a chat webhook's query may hold its key
+        except UnsafeURL as exc:
+            raise SinkConfigError(str(exc)) from None
+        self.timeout = timeout
+        self.where = location(self.url, path=False)  # what a log line may show: its path is the secret
 
     def send(self, message: Mapping[str, Any]) -> None:
         body = json.dumps({"text": text_of(message), **message}, default=str).encode()

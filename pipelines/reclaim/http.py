@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
-from pipelines.common.http import NO_REDIRECTS, Redirected
+from pipelines.common.http import NO_REDIRECTS, Redirected, location
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
 from pipelines.reclaim.writers import DONE, RACED, ItemError, Outcome, apply_each, put_ready_item
@@ -105,7 +105,7 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
         status, raw = exc.code, exc.read()
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
-        raise EndpointError(f"cannot reach {method} {url.split('?')[0]}: {reason}") from None
+        raise EndpointError(f"cannot reach {method} {location(url)}: {reason}") from None
     try:
         return status, json.loads(raw) if raw else None
     except ValueError:
@@ -118,12 +118,12 @@ def login(identity_url: str, username: str, password: Secret) -> Secret:
         status, body = _request("POST", identity_url, {"username": username, "password": password.reveal()})
     except Redirected as exc:
         raise EndpointError(
-            f"identity login at {identity_url} answered HTTP {exc.status}, a redirect to "
+            f"identity login at {location(identity_url)} answered HTTP {exc.status}, a redirect to "
             f"{redact(exc.where, [password])}: not followed (the password goes to IDENTITY_URL only)"
         ) from None
     token = body.get("token") if isinstance(body, dict) else None
     if status != 200 or not isinstance(token, str) or not token:
-        raise EndpointError(f"identity login at {identity_url} as {username!r} failed (HTTP {status})")
+        raise EndpointError(f"identity login at {location(identity_url)} as {username!r} failed (HTTP {status})")
     return Secret(token)
 
 
@@ -147,7 +147,7 @@ class AgendaProgressEndpoint:
 
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
         if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
-            raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {self.url}")
+            raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
         url = f"{self.url}/{quote(item_id, safe='')}"
         for attempt in (1, 2):
             if self._token is None:
@@ -165,7 +165,7 @@ class AgendaProgressEndpoint:
                 continue
             break
         if status == 401:
-            raise EndpointError(f"{method} {self.url}/...: HTTP 401 after a fresh login")
+            raise EndpointError(f"{method} {location(self.url)}/...: HTTP 401 after a fresh login")
         if status != 200 or not isinstance(answer, dict):
             raise ItemError(f"{method} {item_id}: HTTP {status}")
         if answer.get("errorResponse"):

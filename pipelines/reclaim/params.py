@@ -10,9 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-from pipelines.common.http import leaves_its_path
+from pipelines.common.http import UnsafeURL, credential_url, leaves_its_path
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
 from pipelines.reclaim.policy import policy_from_params
@@ -144,17 +143,13 @@ def parse_params(raw: dict[str, Any]) -> ReclaimParams:
     return params
 
 
-def check_url(name: str, value: str) -> str:
-    """An http(s) URL whose path stays where it says (a credential goes to it); without a trailing ``/``."""
-    parsed = urlsplit(value)
-    if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise ParamsError(f"{name} must be an http(s) URL, got {value!r}")
-    if leaves_its_path(parsed.path):
-        raise ParamsError(
-            f"{name} {value!r} has a dot segment ('.' or '..', also percent-encoded) or an encoded '/' or a "
-            "'\\' in its path: refused, a server that normalises the path would serve another one"
-        )
-    return value.rstrip("/")
+def check_url(name: str, value: str, *, query: bool = False) -> str:
+    """``credential_url`` (a credential goes to it) as a ``ParamsError``; without a trailing ``/``.
+    ``query``: a query may follow (``IDENTITY_URL``; never a base URL an item id is appended to)."""
+    try:
+        return credential_url(name, value, query=query).rstrip("/")
+    except UnsafeURL as exc:
+        raise ParamsError(str(exc)) from None
 
 
 def check_max_runtime(params: ReclaimParams, max_runtime_tag: str | None) -> None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from pipelines.common.http import location
 from pipelines.reclaim.engine import decode_cursor, encode_cursor
 from pipelines.reclaim.http import AgendaProgressEndpoint, EndpointError, HttpWriter, decrypt_password, login
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url, leaves_its_path
@@ -53,10 +54,12 @@ def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | Non
     if not params.agendaProgressEndpointURL:
         return configured
     url = check_url("agendaProgressEndpointURL", params.agendaProgressEndpointURL)
-    prefixes = [p.strip() for p in (endpoint.allowed_urls or "").split(",") if p.strip()]
+    prefixes = [
+        check_url("AGENDA_PROGRESS_ALLOWED_URLS", p) for p in (endpoint.allowed_urls or "").split(",") if p.strip()
+    ]
     if not url_allowed(url, prefixes + ([configured] if configured else [])):
         raise ParamsError(
-            f"agendaProgressEndpointURL {url!r} is not an endpoint this deployment names: it must be "
+            f"agendaProgressEndpointURL {location(url)} is not an endpoint this deployment names: it must be "
             "AGENDA_PROGRESS_URL or under a prefix in AGENDA_PROGRESS_ALLOWED_URLS (the bearer token goes to it)"
         )
     return url
@@ -90,8 +93,10 @@ def make_writer(
     }
     missing = [name for name, value in login_settings.items() if not value]
     if missing:
-        raise EndpointError(f"the AgendaProgress endpoint {url} needs {', '.join(missing)} in the environment")
-    identity_url = check_url("IDENTITY_URL", endpoint.identity_url)
+        raise EndpointError(
+            f"the AgendaProgress endpoint {location(url)} needs {', '.join(missing)} in the environment"
+        )
+    identity_url = check_url("IDENTITY_URL", endpoint.identity_url, query=True)
     user, encrypted = endpoint.idm_user, endpoint.idm_encrypted_pass
 
     def authenticate():

@@ -37,6 +37,8 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
             obj = json.loads(obj)
         except json.JSONDecodeError as exc:
             raise p.RetryPolicyError(f"policy is not valid JSON: {exc}", field="policy", value=obj) from None
+        except RecursionError:
+            raise p.RetryPolicyError("policy is nested too deeply to be a policy", field="policy", value=None) from None
     if not isinstance(obj, dict):
         raise p.RetryPolicyError(f"policy must be a JSON object, got {obj!r}", field="policy", value=obj)
     kind = obj.get("kind")

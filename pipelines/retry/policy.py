@@ -13,6 +13,7 @@ import math
 import os
 import random
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -340,7 +341,7 @@ class FunctionPolicy(RetryPolicy):
         try:
             value = self.function(n)
         except BaseException as exc:  # the retry RFC's warning: identify it, never retry it, never exit
-            raise DelayFunctionError(self.path, n, f"{type(exc).__name__}: {exc}") from exc
+            raise DelayFunctionError(self.path, n, _one_line(exc)) from exc
         if value is None or value is False or value is STOP:
             return STOP
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DELAY_SECONDS:
@@ -446,14 +447,19 @@ def function(
 ) -> FunctionPolicy:
     """Resolve ``package.module:function`` now, so a bad path fails when the policy is built.
 
-    The name after ``:`` is one attribute of the module (no dotted walk), and it must be a plain
-    Python function defined in a registered module (its ``__module__``): not a builtin such as
-    ``sys.exit`` or ``os.close`` that the module imported, nor a function it imported from an
-    unregistered module, nor a class or another callable object."""
+    No part of the path starts with ``_`` (``pkg.__main__``, ``pkg._private``, ``:_exit``). The
+    module is a registered module or one of its submodules, and the check never imports it: the
+    registered module (the deployment's own name in ``GROUNDSKEEPER_RETRY_FUNCTIONS``) is imported,
+    and the path's module must then be loaded already (the registered module itself, or a
+    submodule it imports). The name after ``:`` is one attribute of that module (no dotted walk),
+    and it must be a plain Python function defined in a registered module (its ``__module__``): not
+    a builtin such as ``sys.exit`` or ``os.close`` that the module imported, nor a function it
+    imported from an unregistered module, nor a class or another callable object. Anything raised
+    while resolving it (``SystemExit`` included) is a ``RetryPolicyError``."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
-    if not _registered(module_name) or attr.startswith("_"):
+    if not _registered(module_name):
         registered = ", ".join(registered_function_modules()) or "none"
         raise RetryPolicyError(
             f"path {path!r} is not in a registered module: function policies may name only public functions "
@@ -461,10 +467,50 @@ def function(
             field="path",
             value=path,
         )
+    if any(part.startswith("_") for part in [*module_name.split("."), attr]):
+        raise RetryPolicyError(
+            f"path {path!r} has a part that starts with '_' (a private module or name, or a package's "
+            "__main__, which runs its command line): a function policy names a public function of a public module",
+            field="path",
+            value=path,
+        )
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RetryPolicyError(f"path {path!r} cannot be imported: {exc}", field="path", value=path) from exc
+        target = _resolve(path, module_name, attr)
+    except RetryPolicyError:
+        raise
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt...: a policy error, never an exit
+        raise RetryPolicyError(
+            f"path {path!r} cannot be resolved: {_one_line(exc)}", field="path", value=path
+        ) from None
+    return FunctionPolicy(
+        path=path,
+        function=target,
+        max_attempts=_max_attempts("maxAttempts", max_attempts),
+        non_retryable=_names(non_retryable),
+    )
+
+
+def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
+    """The function ``path`` names, importing only the registered modules it is under."""
+    for registered in (p.rstrip(".") for p in registered_function_modules()):
+        if module_name == registered or module_name.startswith(registered + "."):
+            try:
+                importlib.import_module(registered)
+            except BaseException as exc:  # a registered module that exits on import is a policy error
+                raise RetryPolicyError(
+                    f"path {path!r} cannot be imported: {_one_line(exc)} (importing {registered}, "
+                    f"registered in {FUNCTIONS_ENV})",
+                    field="path",
+                    value=path,
+                ) from None
+    module = sys.modules.get(module_name)
+    if module is None:
+        raise RetryPolicyError(
+            f"path {path!r}: {module_name} is not imported by its registered module, and a policy never imports "
+            f"one: register {module_name} itself in {FUNCTIONS_ENV}",
+            field="path",
+            value=path,
+        )
     target = vars(module).get(attr)  # the module's own namespace: no module __getattr__
     if target is None:
         raise RetryPolicyError(
@@ -477,12 +523,13 @@ def function(
             field="path",
             value=path,
         )
-    return FunctionPolicy(
-        path=path,
-        function=target,
-        max_attempts=_max_attempts("maxAttempts", max_attempts),
-        non_retryable=_names(non_retryable),
-    )
+    return target
+
+
+def _one_line(exc: BaseException) -> str:
+    """``Type: message`` on one line, cut short."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
 
 def _describe(value: Any) -> str:

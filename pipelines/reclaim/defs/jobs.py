@@ -20,6 +20,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
+from pipelines.common.http import location
 from pipelines.reclaim.engine import Counts, reclaim_pass
 from pipelines.reclaim.http import EndpointError
 from pipelines.reclaim.metrics import put_reclaim_metrics
@@ -137,7 +138,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
         f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.dry_run else ''}, "
-        f"writer {'HTTP ' + url if url else 'DynamoDB, ' + write_mode(dynamodb.grouped_writes)}, "
+        f"writer {'HTTP ' + location(url) if url else 'DynamoDB, ' + write_mode(dynamodb.grouped_writes)}, "
         f"cutoff {params.reclaimAgeMinutes} min, "
         f"budget {params.maximumExecutionSeconds}s, about {info.item_count} item(s) in the table"
     )
