@@ -1,5 +1,5 @@
 """Databases for the progressor tests on the local PostgreSQL (127.0.0.1:5432), created and dropped here,
-and history rows (finished tasks, events) beside what ``pipelines.progressor.engine`` writes."""
+and history rows (finished tasks, events) beside what ``infra.demo.progressor_engine`` writes."""
 
 from __future__ import annotations
 

@@ -10,6 +10,7 @@ from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOr
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.utils import make_new_run_id
 
+from infra.demo.definitions import build_local_definitions
 from pipelines.common.defs.active_runs import active_run
 from pipelines.definitions import build_definitions
 from pipelines.progressor.defs import NAMESPACE_TAG
@@ -19,7 +20,7 @@ EXCLUSIVE = ["demo_traffic_schedule", "progressor_demo_traffic_schedule", "colle
 
 def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatus, tags: dict) -> dg.DagsterRun:
     """A run record as the queue holds it (no plan: the jobs need the deployment's environment)."""
-    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="pipelines.definitions"))
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="infra.demo.definitions"))
     origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_name)
     run = dg.DagsterRun(job_name=job_name, run_id=make_new_run_id(), status=status, tags=tags, remote_job_origin=origin)
     return instance.add_run(run)
@@ -27,7 +28,7 @@ def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatu
 
 @pytest.fixture(scope="module")
 def defs():
-    return build_definitions("local")
+    return build_local_definitions()
 
 
 @pytest.mark.slow

@@ -196,7 +196,6 @@ def _schedule(look, refresh=None) -> dg.ScheduleDefinition:
         job=_looked_job,
         cron_schedule="* * * * *",
         description="a test",
-        deployment="prod",
         look=look,
         refresh=refresh,
     )

@@ -40,17 +40,18 @@ def exclusive_schedule(
     job: Any,
     cron_schedule: str,
     description: str,
-    deployment: str,
+    crons: Mapping[str, str] | None = None,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     same_run_tags: Mapping[str, str] | None = None,
 ) -> dg.ScheduleDefinition:
     """A schedule that launches ``job`` (with ``run_config`` and ``tags``) unless a run of the same
     job (with ``same_run_tags``, e.g. the same namespace) is still queued or running: then the tick
-    skips and says which run. ``cron_schedule`` is its own cadence: the local deployment's is the
-    demo's (``schedule_cadence``)."""
+    skips and says which run. ``cron_schedule`` is its own cadence, unless ``crons`` names another
+    (``schedule_cadence``)."""
     job_name = job.name
-    cadence = schedule_cadence(deployment, name, cron_schedule)
+    cadence = schedule_cadence(name, cron_schedule, crons, default_status)
 
     def evaluate(context: dg.ScheduleEvaluationContext):
         try:

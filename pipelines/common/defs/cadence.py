@@ -1,14 +1,13 @@
-"""A schedule's cadence as its factory passes it to Dagster: the cron, the default status and the
-description, in the local deployment at the demo's cadence (``pipelines.common.cadence``)."""
+"""A schedule's cadence as its factory passes it to Dagster: its own cron, or the one the code
+location gives it by name (``crons``, passed in by ``pipelines/definitions.py``), and a description
+that says so."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import dagster as dg
-
-from pipelines.common.cadence import deployment_cadence
 
 
 @dataclass(frozen=True)
@@ -26,9 +25,13 @@ class ScheduleCadence:
 
 
 def schedule_cadence(
-    deployment: str, name: str, cron: str, status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING
+    name: str,
+    cron: str,
+    crons: Mapping[str, str] | None = None,
+    status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> ScheduleCadence:
-    """The cadence of schedule ``name`` (its own cron ``cron`` and default ``status``) in
-    ``deployment``: only the local deployment reads ``GROUNDSKEEPER_DEMO``."""
-    cadence = deployment_cadence(deployment, name, cron, os.environ)
-    return ScheduleCadence(cadence.cron, dg.DefaultScheduleStatus.STOPPED if cadence.stopped else status, cadence.note)
+    """The cadence of schedule ``name`` (its own cron ``cron`` and default ``status``): the cron
+    ``crons`` names for it, when it names one, else its own."""
+    given = (crons or {}).get(name, cron)
+    note = f"This code location runs it on {given}, not {cron}." if given != cron else ""
+    return ScheduleCadence(given, status, note)

@@ -143,8 +143,8 @@ def looking_schedule(
     name: str,
     cron_schedule: str,
     description: str,
-    deployment: str,
     look: LookFn,
+    crons: Mapping[str, str] | None = None,
     job: Any = None,
     job_name: str | None = None,
     request: RequestFn | None = None,
@@ -157,10 +157,10 @@ def looking_schedule(
     launches ``request(context)`` (default: a plain ``RunRequest``) only when the look finds it due.
     ``same_run_tags``: also skip while a run of the job with these tags is still queued or running.
     ``refresh``: for a state look, the longest time between two runs. ``cron_schedule`` is its own
-    cadence: the local deployment's is the demo's (``schedule_cadence``)."""
+    cadence, unless ``crons`` names another (``schedule_cadence``)."""
     target = job.name if job is not None else job_name
     assert target is not None, "looking_schedule needs job or job_name"
-    cadence = schedule_cadence(deployment, name, cron_schedule)
+    cadence = schedule_cadence(name, cron_schedule, crons)
 
     def evaluate(context: dg.ScheduleEvaluationContext):
         if same_run_tags is not None:

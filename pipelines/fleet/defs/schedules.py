@@ -7,6 +7,7 @@ checks recorded, and at least every :data:`DEAD_LETTER_REFRESH`.
 """
 
 import datetime as dt
+from collections.abc import Mapping
 
 import dagster as dg
 
@@ -72,7 +73,7 @@ def _fleet_context(context: dg.ScheduleEvaluationContext, services: tuple[str, .
     )
 
 
-def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.ScheduleDefinition:
+def housekeeping_schedule(task_type: str, cron: str, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     look_task = LOOKS[task_type]
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
@@ -89,7 +90,7 @@ def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.Sche
 
     return looking_schedule(
         name=f"housekeeping_{task_type}_schedule",
-        deployment=deployment,
+        crons=crons,
         job_name="housekeeping",
         cron_schedule=cron,
         look=look,
@@ -108,12 +109,12 @@ def _dead_letter_look(context: dg.ScheduleEvaluationContext) -> Look:
     return Look.state(depths, f"dead letters at {tick_time(context):%H:%M}: {said}")
 
 
-def schedules(deployment: str) -> list[dg.ScheduleDefinition]:
+def schedules(crons: Mapping[str, str] | None = None) -> list[dg.ScheduleDefinition]:
     return [
-        *(housekeeping_schedule(task, cron, deployment) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
+        *(housekeeping_schedule(task, cron, crons) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
         looking_schedule(
             name="fleet_dead_letter_checks_schedule",
-            deployment=deployment,
+            crons=crons,
             job_name="fleet_dead_letter_checks",
             cron_schedule="*/10 * * * *",
             look=_dead_letter_look,

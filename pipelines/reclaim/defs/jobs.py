@@ -239,7 +239,7 @@ def report_reclaim(
 def reclaim_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The ``reclaim_agendas`` job. By default its segments run on the multiprocess executor
     (:func:`execution_for`); with ``executor_def`` (the cluster's Celery executor,
-    ``fan_out_executor``) every segment is a task any worker may take."""
+    ``celery_fan_out_executor``) every segment is a task any worker may take."""
 
     @dg.job(
         name=JOB_NAME,

@@ -1,5 +1,7 @@
 """One schedule per reclaim target (the targets file, ``pipelines.reclaim.targets``)."""
 
+from collections.abc import Mapping
+
 import dagster as dg
 
 from pipelines.common.defs.cadence import schedule_cadence
@@ -9,10 +11,12 @@ from pipelines.reclaim.targets import Target
 TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
 
 
-def schedule_for(target: Target, deployment: str, job: dg.JobDefinition = reclaim_agendas) -> dg.ScheduleDefinition:
+def schedule_for(
+    target: Target, job: dg.JobDefinition = reclaim_agendas, crons: Mapping[str, str] | None = None
+) -> dg.ScheduleDefinition:
     table = target.config["tableName"]
     name = f"reclaim_{target.name}"
-    cadence = schedule_cadence(deployment, name, target.cron)
+    cadence = schedule_cadence(name, target.cron, crons)
     return dg.ScheduleDefinition(
         name=name,
         job=job,

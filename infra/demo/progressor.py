@@ -16,7 +16,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.schema import Tables, create_namespace
 
 CRASHED = '{"demo": "crashed worker"}'
