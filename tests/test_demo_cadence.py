@@ -8,8 +8,8 @@ import pytest
 
 from infra.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, QUIET_CRONS, demo_crons, demo_mode
 from infra.demo.definitions import CHECK_NOTES, build_local_definitions
-from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.defs.metadata import noted
+from pipelines.common.defs.schedules import schedule_cadence
 from pipelines.definitions import build_definitions
 
 

@@ -7,9 +7,9 @@ import dagster as dg
 from infra.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, demo_crons
 from infra.demo.progressor import DemoTraffic, play
 from infra.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
-from pipelines.common.defs.active_runs import exclusive_schedule
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
+from pipelines.common.defs.schedules import schedule
 from resources import (
     AgendaSettings,
     BatchingSettings,
@@ -103,11 +103,12 @@ def demo_defs(mode: str) -> dg.Definitions:
     }
     jobs = {"demo_traffic_schedule": demo_traffic, "progressor_demo_traffic_schedule": progressor_demo_traffic}
     schedules = [
-        exclusive_schedule(
+        schedule(
             name=name,
             job=jobs[name],
             cron_schedule=OWN_CRONS[name],
-            description=descriptions[name] + off,
+            description=f"{descriptions[name]}{off} Skips a tick while the previous run is still queued or running.",
+            skip_while_running={},
             crons=crons,
             default_status=status,
         )

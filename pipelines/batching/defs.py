@@ -31,7 +31,7 @@ from pipelines.batching.params import ReceiverBatchesParams, batch_start_date
 from pipelines.common.defs.active_runs import active_run, still_going
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.looks import looking_schedule
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -314,7 +314,7 @@ def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
 
 def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
     """Batching; each batch run's step on ``executor`` when given (the cluster's Celery workers)."""
-    checks_schedule = looking_schedule(
+    checks_schedule = schedule(
         name="batching_checks_schedule",
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",

@@ -14,9 +14,9 @@ import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.config import flat_config, params_from_config
-from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted
 from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.looks import Look
 from pipelines.progressor.collector import ClockError, Counts, collect_zombies, look_for_zombies
@@ -89,7 +89,7 @@ def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.S
         with context.resources.progressor_db.connection() as conn:
             return look_for_zombies(conn, target.params)
 
-    return looking_schedule(
+    return schedule(
         name=f"collect_zombies_{target.name}",
         crons=crons,
         job=collect_zombies_job,
@@ -99,7 +99,7 @@ def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.S
             run_config=dict(target.config), tags={**CAPABILITY, NAMESPACE_TAG: namespace}
         ),
         required_resource_keys={"progressor_db"},
-        same_run_tags={NAMESPACE_TAG: namespace},
+        skip_while_running={NAMESPACE_TAG: namespace},
         description=f"Collect progressor zombies of {namespace} ({target.cron}). Looks first (one count of the "
         "running tasks older than the zombie threshold) and skips the tick when there is none, or while the "
         "previous run is still queued or running.",
@@ -131,7 +131,7 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
                 said.append(f"{params.namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
         return Look.state(states, "; ".join(said))
 
-    return looking_schedule(
+    return schedule(
         name="progressor_health_schedule",
         crons=crons,
         job=job,

@@ -15,9 +15,9 @@ import dagster as dg
 
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.looks import Look
 from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, look_at_fleet, run_pool_audit
 from pipelines.fleet.pool_audit.checks import (
@@ -329,7 +329,7 @@ def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
 # Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does
 # not), and yesterday's report.
 def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
-    return looking_schedule(
+    return schedule(
         name="pool_audit_schedule",
         crons=crons,
         job=pool_audit_job,
@@ -345,14 +345,16 @@ def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDe
     )
 
 
-@dg.schedule(
+def _previous_day(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    day = (context.scheduled_execution_time - dt.timedelta(days=1)).date().isoformat()
+    return dg.RunRequest(run_key=day, partition_key=day)
+
+
+pool_cost_report_schedule = schedule(
     name="pool_cost_report_schedule",
     job=pool_cost_report_job,
     cron_schedule="20 0 * * *",
     execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+    request=_previous_day,
     description="00:20 UTC: the previous (complete) day's pool_cost_report.",
 )
-def pool_cost_report_schedule(context: dg.ScheduleEvaluationContext):
-    day = (context.scheduled_execution_time - dt.timedelta(days=1)).date().isoformat()
-    return dg.RunRequest(run_key=day, partition_key=day)

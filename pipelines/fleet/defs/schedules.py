@@ -1,6 +1,6 @@
 """The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule.
 
-Each looks before it launches a run (``pipelines.common.defs.looks``): a housekeeping schedule
+Each looks before it launches a run (``pipelines.common.defs.schedules``): a housekeeping schedule
 reads what its task would act on (``pipelines.fleet.cleanup.LOOKS``) and skips the tick when there
 is nothing; the dead-letter checks run when a dead-letter queue's depth differs from what the last
 checks recorded, and at least every :data:`DEAD_LETTER_REFRESH`.
@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.common.defs.looks import looking_schedule, scheduled_time, tick_time
+from pipelines.common.defs.schedules import schedule, scheduled_time, tick_time
 from pipelines.common.looks import Look
 from pipelines.fleet.cleanup import LOOKS
 from pipelines.fleet.context import FleetContext
@@ -88,7 +88,7 @@ def housekeeping_schedule(task_type: str, cron: str, crons: Mapping[str, str] | 
             tags={"groundskeeper/task": task_type},
         )
 
-    return looking_schedule(
+    return schedule(
         name=f"housekeeping_{task_type}_schedule",
         crons=crons,
         job_name="housekeeping",
@@ -112,7 +112,7 @@ def _dead_letter_look(context: dg.ScheduleEvaluationContext) -> Look:
 def schedules(crons: Mapping[str, str] | None = None) -> list[dg.ScheduleDefinition]:
     return [
         *(housekeeping_schedule(task, cron, crons) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
-        looking_schedule(
+        schedule(
             name="fleet_dead_letter_checks_schedule",
             crons=crons,
             job_name="fleet_dead_letter_checks",

@@ -4,7 +4,7 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.common.defs.cadence import schedule_cadence
+from pipelines.common.defs.schedules import schedule
 from pipelines.reclaim.defs.jobs import reclaim_agendas
 from pipelines.reclaim.targets import Target
 
@@ -16,13 +16,12 @@ def schedule_for(
 ) -> dg.ScheduleDefinition:
     table = target.config["tableName"]
     name = f"reclaim_{target.name}"
-    cadence = schedule_cadence(name, target.cron, crons)
-    return dg.ScheduleDefinition(
+    return schedule(
         name=name,
         job=job,
-        cron_schedule=cadence.cron_schedule,
+        cron_schedule=target.cron,
         run_config=target.config,
         tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},
-        default_status=cadence.default_status,
-        description=cadence.describe(f"Reclaim stale agendas of {table} ({target.cron})."),
+        crons=crons,
+        description=f"Reclaim stale agendas of {table} ({target.cron}).",
     )

@@ -1,6 +1,13 @@
-"""Schedules that look before they launch a run (``pipelines.common.looks``): :func:`looking_schedule`.
+"""The one schedule factory, :func:`schedule`: a job (or its name) and a cron, with an optional
+look (``pipelines.common.looks``), run config and tags, and an optional overlap rule. Every
+schedule of the code location is built by it.
 
-At each tick the schedule's look reads what the run would read first, in the process that
+- Its cron is its own, unless the code location gives it another by name (``crons``, passed in by
+  ``pipelines/definitions.py``; ``make dev``'s demo does): its description then says so.
+- ``skip_while_running``: a tick skips, naming the run, while a run of the job with these tags
+  (``{}``: any run of the job) is still queued or running, instead of queueing another behind it.
+
+With a look, at each tick the schedule's look reads what the run would read first, in the process that
 evaluates the schedule (no run process):
 
 - a work look that finds nothing to do skips the tick with its reason;
@@ -10,7 +17,7 @@ evaluates the schedule (no run process):
 - a look that fails (AWS or the database unreachable, a permission missing) does not hide the
   problem: the run is launched, and fails or succeeds with its own one line.
 
-A run a looking schedule launches is known by Dagster's own ``dagster/schedule_name`` tag (hidden in
+A run a schedule launches is known by Dagster's own ``dagster/schedule_name`` tag (hidden in
 the runs list) and, after a state look, carries ``groundskeeper/look`` (its fingerprint).
 """
 
@@ -18,12 +25,12 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, active_run, still_going
-from pipelines.common.defs.cadence import schedule_cadence
 from pipelines.common.looks import Look
 
 SCHEDULE_TAG = "dagster/schedule_name"
@@ -138,41 +145,80 @@ def looked_request(request: dg.RunRequest, schedule_name: str, found: Look) -> d
     return request.with_replaced_attrs(tags=tags)
 
 
-def looking_schedule(
+@dataclass(frozen=True)
+class ScheduleCadence:
+    """What the factory passes to Dagster: ``cron_schedule``, ``default_status``, and its
+    description with the note (:meth:`describe`)."""
+
+    cron_schedule: str
+    default_status: dg.DefaultScheduleStatus
+    note: str = ""
+
+    def describe(self, description: str) -> str:
+        """``description``, with the note when the cadence is not the schedule's own."""
+        return f"{description} {self.note}".strip() if self.note else description
+
+
+def schedule_cadence(
+    name: str,
+    cron: str,
+    crons: Mapping[str, str] | None = None,
+    status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
+) -> ScheduleCadence:
+    """The cadence of schedule ``name`` (its own cron ``cron`` and default ``status``): the cron
+    ``crons`` names for it, when it names one, else its own."""
+    given = (crons or {}).get(name, cron)
+    note = f"This code location runs it on {given}, not {cron}." if given != cron else ""
+    return ScheduleCadence(given, status, note)
+
+
+def schedule(
     *,
     name: str,
     cron_schedule: str,
     description: str,
-    look: LookFn,
-    crons: Mapping[str, str] | None = None,
     job: Any = None,
     job_name: str | None = None,
-    request: RequestFn | None = None,
+    look: LookFn | None = None,
     refresh: dt.timedelta | None = None,
+    request: RequestFn | None = None,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
+    skip_while_running: Mapping[str, str] | None = None,
     required_resource_keys: set[str] | None = None,
-    same_run_tags: Mapping[str, str] | None = None,
     execution_timezone: str | None = None,
+    crons: Mapping[str, str] | None = None,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
-    """A schedule (on by default) that looks first (``look``, with ``required_resource_keys``) and
-    launches ``request(context)`` (default: a plain ``RunRequest``) only when the look finds it due.
-    ``same_run_tags``: also skip while a run of the job with these tags is still queued or running.
-    ``refresh``: for a state look, the longest time between two runs. ``cron_schedule`` is its own
-    cadence, unless ``crons`` names another (``schedule_cadence``)."""
+    """A schedule of ``job`` (or ``job_name``) on ``cron_schedule`` (or the cron ``crons`` names for
+    it). Each tick launches ``request(context)`` (default: a ``RunRequest`` with ``run_config`` and
+    ``tags``), unless:
+
+    - ``skip_while_running`` is given and a run of the job with those tags is still queued or running;
+    - ``look`` is given (with ``required_resource_keys``) and does not find the run due (``refresh``:
+      for a state look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
-    assert target is not None, "looking_schedule needs job or job_name"
-    cadence = schedule_cadence(name, cron_schedule, crons)
+    assert target is not None, "schedule needs job or job_name"
+    cadence = schedule_cadence(name, cron_schedule, crons, default_status)
+
+    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        if request is not None:
+            return request(context)
+        return dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
 
     def evaluate(context: dg.ScheduleEvaluationContext):
-        if same_run_tags is not None:
+        if skip_while_running is not None:
             instance = _instance(context)
-            previous = active_run(instance, target, same_run_tags) if instance is not None else None
+            previous = active_run(instance, target, skip_while_running) if instance is not None else None
             if previous is not None:
                 return dg.SkipReason(f"the previous {target} run {still_going(previous)}: not queueing another")
+        if look is None:
+            return launch(context)
         found = evaluate_look(context, look, job_name=target, schedule_name=name, refresh=refresh)
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")
-        return looked_request(request(context) if request else dg.RunRequest(), name, found)
+        return looked_request(launch(context), name, found)
 
     return dg.ScheduleDefinition(
         name=name,
