@@ -25,7 +25,7 @@ from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
 from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase
-from tests.progressor_support import finished_task, scratch_database, unique_namespace
+from tests.progressor_support import finished_task, local_run_limits, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres
 
@@ -186,7 +186,7 @@ def test_collect_zombies_schedule_skips_without_zombies_and_runs_with_them(dsn, 
     with conn, conn.cursor() as cur:
         engine.start_process(cur, t, "p-live", age_seconds=5)
     conn.close()
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test(overrides=local_run_limits()) as instance:
         idle = _tick(schedule_for(load_targets_for(calm)[0]), dsn, instance)
         assert idle.run_requests == []
         assert idle.skip_message == f"no running task of {calm} older than 96s"

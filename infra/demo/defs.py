@@ -9,7 +9,7 @@ from infra.demo.progressor import DemoTraffic, play
 from infra.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.schedules import schedule
+from pipelines.common.defs.schedules import one_at_a_time, schedule
 from resources import (
     AgendaSettings,
     BatchingSettings,
@@ -62,7 +62,7 @@ def demo_traffic_step(
 
 @dg.job(
     description="Local only: keeps the demo platform alive (agendas, fleet jobs, queue messages, records).",
-    tags={"groundskeeper/capability": "demo"},
+    tags={"groundskeeper/capability": "demo", **one_at_a_time("demo_traffic")},
     executor_def=dg.in_process_executor,  # one op
 )
 def demo_traffic():
@@ -80,7 +80,10 @@ def play_progressor(context: dg.OpExecutionContext, progressor_db: ProgressorDat
     return counts
 
 
-@dg.job(description="Local only: progressor demo traffic.", tags={"groundskeeper/capability": "progressor"})
+@dg.job(
+    description="Local only: progressor demo traffic.",
+    tags={"groundskeeper/capability": "progressor", **one_at_a_time("progressor_demo_traffic")},
+)
 def progressor_demo_traffic():
     play_progressor()
 
@@ -108,7 +111,6 @@ def demo_defs(mode: str) -> dg.Definitions:
             job=jobs[name],
             cron_schedule=OWN_CRONS[name],
             description=f"{descriptions[name]}{off} Skips a tick while the previous run is still queued or running.",
-            skip_while_running={},
             crons=crons,
             default_status=status,
         )

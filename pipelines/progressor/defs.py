@@ -99,7 +99,6 @@ def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.S
             run_config=dict(target.config), tags={**CAPABILITY, NAMESPACE_TAG: namespace}
         ),
         required_resource_keys={"progressor_db"},
-        skip_while_running={NAMESPACE_TAG: namespace},
         description=f"Collect progressor zombies of {namespace} ({target.cron}). Looks first (one count of the "
         "running tasks older than the zombie threshold) and skips the tick when there is none, or while the "
         "previous run is still queued or running.",

@@ -1,6 +1,6 @@
-"""The one "is a run of this job still queued or running" check (:func:`active_run`), for sensors
-and schedules that skip their tick (with a ``SkipReason`` naming the run, :func:`still_going`)
-instead of piling up runs in the queue (the schedule factory's ``skip_while_running``)."""
+"""Is a run still queued or running: :data:`ACTIVE_STATUSES`, :func:`active_run` (the batching
+decider's per-receiver check) and how a skip reason names such a run (:func:`still_going`, also
+the schedule factory's when a tag concurrency limit holds its run)."""
 
 from __future__ import annotations
 

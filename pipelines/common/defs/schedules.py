@@ -4,8 +4,11 @@ schedule of the code location is built by it.
 
 - Its cron is its own, unless the code location gives it another by name (``crons``, passed in by
   ``pipelines/definitions.py``; ``make dev``'s demo does): its description then says so.
-- ``skip_while_running``: a tick skips, naming the run, while a run of the job with these tags
-  (``{}``: any run of the job) is still queued or running, instead of queueing another behind it.
+- One run at a time is one rule, the instance's tag concurrency limits (``dagster.yaml`` and
+  ``infra/dagster.*.yaml``: one run per value of ``groundskeeper/queue``, ``groundskeeper/table``,
+  ``groundskeeper/progressor_namespace`` and ``groundskeeper/one_at_a_time``). A tick whose run
+  would only wait on such a limit (a run holding the same tag value is still queued or running)
+  skips and names that run, instead of queueing another behind it (:func:`held_by`).
 
 With a look, at each tick the schedule's look reads what the run would read first, in the process that
 evaluates the schedule (no run process):
@@ -30,11 +33,22 @@ from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs.active_runs import ACTIVE_STATUSES, active_run, still_going
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.looks import Look
 
 SCHEDULE_TAG = "dagster/schedule_name"
 """Dagster's tag on every run a schedule launches: which schedule (the last run of this schedule)."""
+
+ONE_AT_A_TIME_TAG = "groundskeeper/one_at_a_time"
+"""A job tagged with its own name here (``one_at_a_time``) runs one at a time: the instance limits
+this tag to one run per value, as it does ``groundskeeper/queue``, ``groundskeeper/table`` and
+``groundskeeper/progressor_namespace``."""
+
+
+def one_at_a_time(job_name: str) -> dict[str, str]:
+    """The tag that makes the instance run ``job_name`` one run at a time (a job's own tags)."""
+    return {ONE_AT_A_TIME_TAG: job_name}
+
 
 LOOK_TAG = "groundskeeper/look"
 """The fingerprint of the state the schedule's look read before the run (state looks)."""
@@ -172,6 +186,20 @@ def schedule_cadence(
     return ScheduleCadence(given, status, note)
 
 
+def held_by(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> Any:
+    """The newest queued or running run that holds a value of ``tags`` up to one of the instance's
+    tag concurrency limits (a run with ``tags`` would wait for it), or None."""
+    queue = instance.get_concurrency_config().run_queue_config
+    for limit in queue.tag_concurrency_limits if queue is not None else ():
+        key, value = limit["key"], limit.get("value")
+        if key not in tags or (value is not None and not isinstance(value, dict) and value != tags[key]):
+            continue
+        held = dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={key: tags[key]})
+        if instance.get_runs_count(held) >= limit["limit"]:
+            return instance.get_runs(held, limit=1)[0]
+    return None
+
+
 def schedule(
     *,
     name: str,
@@ -184,7 +212,6 @@ def schedule(
     request: RequestFn | None = None,
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
-    skip_while_running: Mapping[str, str] | None = None,
     required_resource_keys: set[str] | None = None,
     execution_timezone: str | None = None,
     crons: Mapping[str, str] | None = None,
@@ -194,7 +221,8 @@ def schedule(
     it). Each tick launches ``request(context)`` (default: a ``RunRequest`` with ``run_config`` and
     ``tags``), unless:
 
-    - ``skip_while_running`` is given and a run of the job with those tags is still queued or running;
+    - the run would wait on the instance's tag concurrency limits (the job's tags and the request's:
+      :func:`held_by`);
     - ``look`` is given (with ``required_resource_keys``) and does not find the run due (``refresh``:
       for a state look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
@@ -206,19 +234,21 @@ def schedule(
             return request(context)
         return dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
 
+    job_tags = dict(getattr(job, "tags", None) or {})
+
     def evaluate(context: dg.ScheduleEvaluationContext):
-        if skip_while_running is not None:
-            instance = _instance(context)
-            previous = active_run(instance, target, skip_while_running) if instance is not None else None
-            if previous is not None:
-                return dg.SkipReason(f"the previous {target} run {still_going(previous)}: not queueing another")
+        run = launch(context)
+        instance = _instance(context)
+        previous = held_by(instance, {**job_tags, **(run.tags or {})}) if instance is not None else None
+        if previous is not None:
+            return dg.SkipReason(f"the previous {previous.job_name} run {still_going(previous)}: not queueing another")
         if look is None:
-            return launch(context)
+            return run
         found = evaluate_look(context, look, job_name=target, schedule_name=name, refresh=refresh)
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")
-        return looked_request(launch(context), name, found)
+        return looked_request(run, name, found)
 
     return dg.ScheduleDefinition(
         name=name,
