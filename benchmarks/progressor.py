@@ -32,7 +32,7 @@ import psycopg2.errors
 import trials  # noqa: I001 (benchmarks/trials.py, beside this file)
 from psycopg2 import sql
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.collector import collect_zombies, progressor_sql, progressor_statement
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import SUFFIXES, Tables, create_namespace

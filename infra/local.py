@@ -24,7 +24,7 @@
    daemon) at WARNING and above (``GROUNDSKEEPER_LOG_LEVEL``: ``info`` adds every sensor and
    schedule tick).
 
-The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``pipelines/common/cadence.py``,
+The demo's cadence is ``GROUNDSKEEPER_DEMO`` (``off``, ``quiet``, ``busy``; ``infra/demo/cadence.py``,
 ``docs/demo.md``).
 
 Ctrl-C (or SIGTERM) stops everything it started.
@@ -45,8 +45,8 @@ import boto3
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
+from infra.demo.cadence import DEMO_ENV, demo_mode
 from infra.deploy import DeployError, deploy, wait_for_endpoint
-from pipelines.common.cadence import DEMO_ENV, demo_mode
 
 ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".groundskeeper"
@@ -78,10 +78,10 @@ def start_moto(port: int, log_path: Path) -> subprocess.Popen:
 
 def seed(env: dict[str, str]) -> dict[str, int]:
     """``make dev``'s first demo data: one larger step of each capability's demo traffic."""
-    from pipelines.batching.demo import RecordTraffic
-    from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
-    from pipelines.fleet.demo import FleetTraffic
-    from pipelines.reclaim.demo import AgendaTraffic
+    from infra.demo.batching import RecordTraffic
+    from infra.demo.fleet import FleetTraffic
+    from infra.demo.reclaim import AgendaTraffic
+    from infra.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 
     clients = {name: boto3.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
     cfg = DemoConfig(
@@ -108,7 +108,7 @@ def start_progressor_database(state: Path) -> tuple[str, object | None]:
     ``.cleanup()``). Either way the ``default/default`` namespace exists and has demo traffic."""
     import psycopg2
 
-    from pipelines.progressor.demo import DemoTraffic, seed
+    from infra.demo.progressor import DemoTraffic, seed
 
     dsn, server = os.environ.get("PROGRESSOR_DSN"), None
     if not dsn:

@@ -1,14 +1,22 @@
 """The one ``dg.Definitions`` of the Groundskeeper code location.
 
-Each capability subpackage exposes ``build_defs(deployment)`` (``pipelines.common``'s holds what
-spans capabilities: the ``operations_summary`` asset and the default executor; redrive's is the same
-in every deployment and takes the code location's asset graph instead); resources come
-from the per-deployment dict in ``resources``; the top-level ``sensors`` span capabilities. This
-module only merges them (``tests/test_layers.py`` checks that it imports nothing else).
+The deployment is decided here, once (``DAGSTER_DEPLOYMENT``, :func:`resources.deployment_name`),
+and what differs by it is passed to the capabilities as plain values: the executor of the jobs that
+fan out (Celery under ``cluster``), the targets files (``RECLAIM_TARGETS_FILE``,
+``PROGRESSOR_TARGETS_FILE``) and the resources. Each capability subpackage exposes ``build_defs``
+(``pipelines.common``'s holds what spans capabilities: the ``operations_summary`` asset and the
+default executor; redrive's takes the code location's asset graph); the top-level ``sensors`` span
+capabilities. This module only merges them (``tests/test_layers.py`` checks what it imports).
+
+A development code location adds to it through :class:`Additions` (``make dev``'s demo,
+``infra/demo/definitions.py``: its jobs and schedules, its targets files, slower crons, notes on the
+checks it fails on purpose); production builds it with none.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
@@ -16,10 +24,14 @@ import dagster as dg
 from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.common.defs import build_defs as common_defs
-from pipelines.demo.defs import build_defs as demo_defs
+from pipelines.common.defs.executors import celery_fan_out_executor
+from pipelines.common.defs.metadata import CheckNotes
+from pipelines.common.targets import targets_path
 from pipelines.fleet.defs import build_defs as fleet_defs
 from pipelines.progressor.defs import build_defs as progressor_defs
+from pipelines.progressor.targets import TARGETS_ENV as PROGRESSOR_TARGETS_ENV
 from pipelines.reclaim.defs import build_defs as reclaim_defs
+from pipelines.reclaim.targets import TARGETS_ENV as RECLAIM_TARGETS_ENV
 from pipelines.redrive.defs import build_defs as redrive_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
@@ -27,25 +39,56 @@ from sensors.run_retries import build_delayed_run_retries
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
+FAN_OUT_ON_CELERY = ("cluster",)
+"""The deployments whose fan-out jobs (reclaim's segments, batching, the termination drain) run
+their steps on Celery workers; elsewhere each job keeps its own executor."""
 
-def build_definitions(deployment: str) -> dg.Definitions:
-    """Everything the code location serves in ``deployment`` (``local`` or ``prod``)."""
+
+@dataclass(frozen=True)
+class Additions:
+    """What a development code location adds to the product's definitions; production adds none.
+
+    ``defs``: its own jobs and schedules (the delayed_run_retries sensor and the retry_policies
+    asset cover them too); ``crons``: schedule name -> the cron it runs on instead of its own;
+    ``reclaim_targets`` / ``progressor_targets``: the targets files when the variables name none;
+    ``check_notes``: what a failed check's description adds; ``alert_noise``: incident kinds
+    recorded but never sent; ``retry_demo``: the ``retry_demo`` job and the sensor that materializes
+    ``retry_policies`` once."""
+
+    defs: dg.Definitions = field(default_factory=dg.Definitions)
+    crons: Mapping[str, str] = field(default_factory=dict)
+    reclaim_targets: Path | None = None
+    progressor_targets: Path | None = None
+    check_notes: CheckNotes = field(default_factory=dict)
+    alert_noise: frozenset[str] = frozenset()
+    retry_demo: bool = False
+
+
+def build_definitions(deployment: str, additions: Additions | None = None) -> dg.Definitions:
+    """Everything the code location serves in ``deployment`` (``local``, ``prod`` or ``cluster``),
+    with what ``additions`` adds (none in production)."""
+    add = additions or Additions()
+    executor = celery_fan_out_executor() if deployment in FAN_OUT_ON_CELERY else None
+    crons, notes = add.crons, add.check_notes
     built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
     base = dg.Definitions.merge(
-        reclaim_defs(deployment),
-        fleet_defs(deployment),
-        batching_defs(deployment),
-        progressor_defs(deployment),
-        alerts_defs(deployment),
-        # The local deployment's demo traffic (each schedule has the demo's cadence from its factory).
-        demo_defs(deployment),
+        reclaim_defs(
+            targets_file=targets_path(RECLAIM_TARGETS_ENV) or add.reclaim_targets, executor=executor, crons=crons
+        ),
+        fleet_defs(executor=executor, crons=crons, check_notes=notes),
+        batching_defs(executor=executor),
+        progressor_defs(
+            targets_file=targets_path(PROGRESSOR_TARGETS_ENV) or add.progressor_targets, crons=crons, check_notes=notes
+        ),
+        alerts_defs(noise=add.alert_noise),
+        add.defs,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
         # operations_summary (it adds up every job's run_summary counters) and the default executor.
-        common_defs(deployment),
+        common_defs(executor),
         dg.Definitions(resources=resources_for(deployment)),
     )
-    retry = retry_defs(deployment, jobs=list(base.jobs or []))  # renders the jobs' retry policies
+    retry = retry_defs(list(base.jobs or []), demo=add.retry_demo)  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
     jobs = [*(base.jobs or []), *(retry.jobs or [])]
     built.append(dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)])))

@@ -1,5 +1,5 @@
 """Databases for the progressor tests on the local PostgreSQL (127.0.0.1:5432), created and dropped here,
-and history rows (finished tasks, events) beside what ``pipelines.progressor.engine`` writes."""
+and history rows (finished tasks, events) beside what ``infra.demo.progressor_engine`` writes."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import contextlib
 import logging
 import os
 import uuid
+from pathlib import Path
 
 import psycopg2
 
@@ -86,3 +87,12 @@ def add_event(cur, tables: Tables, process_id: str, task_id: int, event_id: int)
             b"event",
         )
     )
+
+
+def local_run_limits() -> dict:
+    """``dagster.yaml``'s run concurrency as ``instance_for_test`` overrides: its tag concurrency
+    limits (one collection per namespace at a time) are what a schedule skips its tick on."""
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    return {"concurrency": yaml.safe_load((root / "dagster.yaml").read_text())["concurrency"]}

@@ -331,7 +331,7 @@ def test_read_targets_names_the_entry_of_a_bad_config_and_of_a_duplicate_name(tm
 def _seed_demo_records(aws, ddb) -> None:
     import random
 
-    from pipelines.batching.demo import RecordTraffic, receiver_traffic
+    from infra.demo.batching import RecordTraffic, receiver_traffic
 
     receiver_traffic(
         ddb,

@@ -6,6 +6,7 @@ import sys
 import dagster as dg
 import pytest
 
+from infra.demo.definitions import build_local_definitions
 from pipelines.definitions import ROOT_DIR, build_definitions, defs
 
 
@@ -13,8 +14,8 @@ def test_definitions_are_loadable():
     dg.Definitions.validate_loadable(defs)
 
 
-def test_each_deployment_is_loadable_and_demo_traffic_is_local_only():
-    local, prod = build_definitions("local"), build_definitions("prod")
+def test_each_deployment_is_loadable_and_demo_traffic_is_make_devs_only():
+    local, prod = build_local_definitions(), build_definitions("prod")
     dg.Definitions.validate_loadable(local)
     dg.Definitions.validate_loadable(prod)
     assert local.resolve_job_def("demo_traffic").name == "demo_traffic"

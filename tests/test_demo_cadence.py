@@ -6,16 +6,10 @@ import datetime as dt
 import dagster as dg
 import pytest
 
-from pipelines.common.cadence import (
-    DEMO_ENV,
-    DEMO_TRAFFIC_SCHEDULES,
-    QUIET_CRONS,
-    Cadence,
-    demo_mode,
-    deployment_cadence,
-    local_cadence,
-)
-from pipelines.common.demo import seeded
+from infra.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, QUIET_CRONS, demo_crons, demo_mode
+from infra.demo.definitions import CHECK_NOTES, build_local_definitions
+from pipelines.common.defs.metadata import noted
+from pipelines.common.defs.schedules import schedule_cadence
 from pipelines.definitions import build_definitions
 
 
@@ -24,7 +18,7 @@ def _local(monkeypatch, mode: str | None) -> dg.Definitions:
         monkeypatch.delenv(DEMO_ENV, raising=False)
     else:
         monkeypatch.setenv(DEMO_ENV, mode)
-    return build_definitions("local")
+    return build_local_definitions()
 
 
 def _crons(defs: dg.Definitions) -> dict[str, str]:
@@ -89,9 +83,7 @@ def test_a_slowed_schedule_launches_what_it_launched_and_its_description_says_wh
     quiet, busy = _local(monkeypatch, "quiet"), _local(monkeypatch, "busy")
     for name in ("housekeeping_orphaned_instances_schedule", "collect_zombies_default_default", "reclaim_demo_agendas"):
         slow, own = quiet.resolve_schedule_def(name), busy.resolve_schedule_def(name)
-        assert f"Under make dev ({DEMO_ENV}=quiet) it runs on {QUIET_CRONS[name]}, not {own.cron_schedule}." in (
-            slow.description
-        )
+        assert f"This code location runs it on {QUIET_CRONS[name]}, not {own.cron_schedule}." in slow.description
         assert (slow.job_name, slow.tags, slow.execution_timezone) == (own.job_name, own.tags, own.execution_timezone)
         requests = []
         for schedule in (slow, own):
@@ -103,44 +95,39 @@ def test_a_slowed_schedule_launches_what_it_launched_and_its_description_says_wh
         assert requests[0] == requests[1]
 
 
-def test_each_capability_builds_its_schedules_at_the_demo_cadence(monkeypatch):
-    from pipelines.demo.defs import build_defs as demo_defs
+def test_each_capability_builds_its_schedules_at_the_crons_it_is_given():
+    from infra.demo.definitions import TARGETS_DIR
+    from infra.demo.defs import demo_defs
     from pipelines.fleet.defs import build_defs as fleet_defs
     from pipelines.progressor.defs import build_defs as progressor_defs
     from pipelines.reclaim.defs import build_defs as reclaim_defs
 
-    monkeypatch.setenv(DEMO_ENV, "off")
+    crons = demo_crons("off")
     built = {
         schedule.name: schedule
-        for build in (reclaim_defs, fleet_defs, progressor_defs, demo_defs)
-        for schedule in build("local").schedules
+        for defs in (
+            reclaim_defs(targets_file=TARGETS_DIR / "reclaim.json", crons=crons),
+            fleet_defs(crons=crons),
+            progressor_defs(targets_file=TARGETS_DIR / "progressor.json", crons=crons),
+            demo_defs("off"),
+        )
+        for schedule in defs.schedules
     }
     assert {name: built[name].cron_schedule for name in QUIET_CRONS} == QUIET_CRONS
     stopped = {name for name, s in built.items() if s.default_status == dg.DefaultScheduleStatus.STOPPED}
     assert stopped == set(DEMO_TRAFFIC_SCHEDULES)
 
 
-def test_a_cadence_is_the_schedule_own_but_in_the_local_deployment():
+def test_a_cadence_is_the_schedule_own_unless_the_crons_name_another():
     own = "*/10 * * * *"
-    assert local_cadence("pool_audit_schedule", own, "busy") == Cadence(own)
-    assert local_cadence("pool_audit_schedule", own, "quiet") == Cadence(
-        QUIET_CRONS["pool_audit_schedule"],
-        note=f"Under make dev ({DEMO_ENV}=quiet) it runs on {QUIET_CRONS['pool_audit_schedule']}, not {own}.",
-    )
-    assert local_cadence("batch_decider", "* * * * *", "off") == Cadence("* * * * *")  # not in the table
-    assert local_cadence("demo_traffic_schedule", QUIET_CRONS["demo_traffic_schedule"], "off") == Cadence(
-        QUIET_CRONS["demo_traffic_schedule"],
-        stopped=True,
-        note=f"Stopped by {DEMO_ENV}=off: start it here for demo traffic.",
-    )
-    for deployment in ("prod", "cluster"):
-        assert deployment_cadence(deployment, "demo_traffic_schedule", "*/2 * * * *", {DEMO_ENV: "off"}) == Cadence(
-            "*/2 * * * *"
-        )
-    assert (
-        deployment_cadence("local", "pool_audit_schedule", own, {DEMO_ENV: "loud"}).cron
-        == QUIET_CRONS["pool_audit_schedule"]
-    )
+    assert demo_crons("busy") == {}
+    assert demo_crons("quiet") == demo_crons("off") == QUIET_CRONS
+    assert schedule_cadence("pool_audit_schedule", own).cron_schedule == own
+    assert schedule_cadence("pool_audit_schedule", own).note == ""
+    given = schedule_cadence("pool_audit_schedule", own, QUIET_CRONS)
+    assert given.cron_schedule == QUIET_CRONS["pool_audit_schedule"]
+    assert given.note == f"This code location runs it on {QUIET_CRONS['pool_audit_schedule']}, not {own}."
+    assert schedule_cadence("batch_decider", "* * * * *", QUIET_CRONS).cron_schedule == "* * * * *"  # not named
 
 
 def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):
@@ -154,9 +141,17 @@ def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):
     assert _crons(defs)["demo_traffic_schedule"] == QUIET_CRONS["demo_traffic_schedule"]
 
 
-def test_a_failure_the_demo_causes_says_so_in_the_local_deployment_only():
-    note = "the demo seeds this on purpose: it keeps a retired pool"
-    assert seeded("local", False, "1 instance", "it keeps a retired pool") == (f"1 instance ({note})", {"demo": note})
-    assert seeded("local", True, "0 instances", "it keeps a retired pool") == ("0 instances", {})
-    assert seeded("local", False, "1 instance", None) == ("1 instance", {})  # not one the demo causes
-    assert seeded("prod", False, "1 instance", "it keeps a retired pool") == ("1 instance", {})
+def test_a_failure_the_demo_causes_says_so_only_where_the_notes_are_given():
+    check = dg.AssetCheckKey(dg.AssetKey("pool_audit"), "instances_tag_known_pools")
+    note = CHECK_NOTES[check]
+    assert note.startswith("the demo seeds this on purpose: ")
+    assert noted(check, False, "1 instance", CHECK_NOTES) == (f"1 instance ({note})", {"demo": note})
+    assert noted(check, True, "0 instances", CHECK_NOTES) == ("0 instances", {})
+    other = dg.AssetCheckKey(dg.AssetKey("pool_audit"), "no_such_check")
+    assert noted(other, False, "1 instance", CHECK_NOTES) == ("1 instance", {})  # not one the demo causes
+    assert noted(check, False, "1 instance", None) == ("1 instance", {})  # production: no notes
+
+
+def test_every_check_note_names_a_check_of_the_local_definitions():
+    local = build_local_definitions({})
+    assert set(CHECK_NOTES) <= set(local.resolve_asset_graph().asset_check_keys)

@@ -9,13 +9,14 @@ import sys
 import dagster as dg
 import pytest
 
-from pipelines.batching.demo import DEMO_RECEIVERS, RecordTraffic
+from infra.demo.batching import DEMO_RECEIVERS, RecordTraffic
+from infra.demo.definitions import build_local_definitions
+from infra.demo.defs import demo_traffic_step
+from infra.demo.fleet import DEMO_POOLS, FleetTraffic
+from infra.demo.reclaim import AgendaTraffic
+from infra.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
 from pipelines.common.params import ParamsError
-from pipelines.definitions import ROOT_DIR, build_definitions
-from pipelines.demo.defs import demo_traffic_step
-from pipelines.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
-from pipelines.fleet.demo import DEMO_POOLS, FleetTraffic
-from pipelines.reclaim.demo import AgendaTraffic
+from pipelines.definitions import ROOT_DIR
 
 NO_LEFTOVERS = {"duplicate_messages": 0, "old_jobs": 0, "orphan_instances": 0}
 
@@ -109,7 +110,7 @@ def test_demo_steps_move_agendas_run_jobs_and_add_records(aws):
 
 @pytest.mark.slow
 def test_demo_traffic_job_in_process(aws):
-    defs = build_definitions("local")
+    defs = build_local_definitions()
     result = defs.resolve_job_def("demo_traffic").execute_in_process(
         run_config={"ops": {"demo_traffic_step": {"config": {"seed": 3, "records": 12}}}},
         instance=dg.DagsterInstance.ephemeral(),
@@ -125,7 +126,7 @@ def test_demo_traffic_job_in_process(aws):
 def test_demo_traffic_job_through_the_dagster_cli(aws):
     before = _count(aws, "AGENDA_PROGRESS_TABLE")
     result = subprocess.run(
-        [sys.executable, "-m", "dagster", "job", "execute", "-m", "pipelines.definitions", "-j", "demo_traffic"],
+        [sys.executable, "-m", "dagster", "job", "execute", "-m", "infra.demo.definitions", "-j", "demo_traffic"],
         cwd=ROOT_DIR,
         env=aws.subprocess_env(),
         capture_output=True,
@@ -192,7 +193,7 @@ def test_the_targets_come_from_the_contract_variables_by_name():
 
 def test_a_bad_demo_config_fails_with_one_line(aws):
     result = (
-        build_definitions("local")
+        build_local_definitions()
         .resolve_job_def("demo_traffic")
         .execute_in_process(
             run_config={"ops": {"demo_traffic_step": {"config": {"records": -1}}}},

@@ -206,7 +206,8 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert {limit["key"] for limit in limits} == {
         "groundskeeper/queue",
         "groundskeeper/table",
-        "groundskeeper/exclusive",
+        "groundskeeper/progressor_namespace",
+        "groundskeeper/one_at_a_time",
     }
 
     launcher = instance.run_launcher  # built now: it describes the task definition in moto
@@ -445,7 +446,7 @@ def test_dockerfile_copies_what_exists_and_serves_the_code_location_on_the_works
     assert int(expose) == port
     (local,) = yaml.safe_load((ROOT / "workspace.yaml").read_text())["load_from"]
     (remote,) = yaml.safe_load((INFRA / "workspace.ecs.yaml").read_text())["load_from"]
-    assert local["python_module"]["module_name"] == "pipelines.definitions"
+    assert local["python_module"]["module_name"] == "infra.demo.definitions"  # make dev's, with the demo
     assert remote["grpc_server"]["port"] == port
     assert remote["grpc_server"]["location_name"] == local["python_module"]["location_name"]
     assert cmd[cmd.index("--location-name") + 1] == local["python_module"]["location_name"]

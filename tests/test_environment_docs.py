@@ -16,6 +16,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = [
     ROOT / "infra" / "local.py",
+    *sorted((ROOT / "infra" / "demo").rglob("*.py")),
     *sorted((ROOT / "resources").rglob("*.py")),
     *sorted((ROOT / "pipelines").rglob("*.py")),
     *sorted((ROOT / "sensors").rglob("*.py")),

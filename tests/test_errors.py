@@ -4,8 +4,8 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
+from infra.demo.definitions import build_local_definitions
 from pipelines.common.defs.failures import one_line_failures
-from pipelines.definitions import build_definitions
 from resources import explain_aws_error
 
 
@@ -17,7 +17,7 @@ def _aws_work(context, exc: Exception):
 
 def _run_demo(instance):
     return (
-        build_definitions("local")
+        build_local_definitions()
         .resolve_job_def("demo_traffic")
         .execute_in_process(instance=instance, raise_on_error=False)
     )

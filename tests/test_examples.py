@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
-from pipelines.reclaim.demo import AgendaTraffic, agenda_traffic
+from infra.demo.reclaim import AgendaTraffic, agenda_traffic
 from tests.reclaim_support import PROGRESS_TABLE, items_by_id, seed_mixed
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "docs" / "examples"

@@ -3,8 +3,8 @@
 import dagster as dg
 import pytest
 
+from infra.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 from pipelines.definitions import build_definitions
-from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 from tests import fleet_support as fs
 
 

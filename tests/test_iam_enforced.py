@@ -34,7 +34,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
-from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
+from infra.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 from tests.conftest import PATIENCE
 from tests.iam_support import Stack, allowed_by, load_template
 from tests.test_iam_static import ECS_PARAMS, calls, sensor_calls

@@ -29,7 +29,6 @@ from tests.iam_support import (
     ACCOUNT,
     PARTITION,
     REGION,
-    ROOT,
     Request,
     Stack,
     allowed_by,
@@ -39,10 +38,6 @@ from tests.iam_support import (
     request,
 )
 
-# Only in the local deployment (``pipelines/demo`` builds no definitions in prod, and it alone runs
-# the capabilities' demo modules): their calls (RunInstances, PutParameter, SendMessage...) are moto
-# seeding, never granted.
-LOCAL_ONLY = ("pipelines/demo/", *(f"{p.relative_to(ROOT)}:" for p in sorted((ROOT / "pipelines").glob("*/demo.py"))))
 # ``.<op>(`` matches that are not AWS calls: path -> the service operations it matched.
 NOT_AWS_CALLS = {  # store.list_keys: an S3 listing helper
     "pipelines/batching/batcher.py": {("kms", "ListKeys")},
@@ -226,11 +221,7 @@ def found() -> dict[tuple[str, str], list[str]]:
     """The calls of code deployed to prod."""
     out = {}
     for key, sites in code_calls().items():
-        sites = [
-            site
-            for site in sites
-            if not site.startswith(LOCAL_ONLY) and key not in NOT_AWS_CALLS.get(site.split(":")[0], set())
-        ]
+        sites = [site for site in sites if key not in NOT_AWS_CALLS.get(site.split(":")[0], set())]
         if sites:
             out[key] = sites
     return out
@@ -341,10 +332,13 @@ def test_alerts_may_publish_to_the_stacks_topic_only(stack):
     assert roles == {"Fn::If": ["EcsEnabled", [{"Ref": "CodeServerTaskRole"}], {"Ref": "AWS::NoValue"}]}
 
 
-def test_demo_traffic_is_local_only():
-    from pipelines.demo.defs import build_defs
+def test_demo_traffic_is_not_in_prod():
+    """The demo's calls (RunInstances, PutParameter, SendMessage...: moto seeding) are never granted:
+    its code is outside the scanned product (``infra/demo``) and its jobs are not in prod."""
+    from pipelines.definitions import build_definitions
 
-    assert not build_defs("prod").jobs
+    jobs = {job.name for job in build_definitions("prod").resolve_all_job_defs()}
+    assert not {"demo_traffic", "progressor_demo_traffic"} & jobs
 
 
 # ------------------------------------------------------------------------------------ the ECS roles

@@ -3,9 +3,10 @@
 - A capability (a subpackage of ``pipelines`` other than ``common`` and ``retry``) imports no
   other capability: only ``resources``, ``pipelines.common`` and the retry library. The wiring
   between capabilities is in ``pipelines/definitions.py``.
-- The local demo (``pipelines/demo``) composes each capability's demo traffic: of the other
-  capabilities it imports their ``demo`` modules only (``pipelines/<capability>/demo.py``), and
-  those are plain: no Dagster, no Dagster layer.
+- The demo is ``make dev``'s alone (``infra/demo``, a dev-only package): nothing in the product, nor
+  the rest of ``infra`` but ``infra/local.py``, imports it; its traffic modules are plain (no
+  Dagster), its Dagster layer is ``infra/demo/defs.py`` and its code location
+  ``infra/demo/definitions.py``.
 - ``pipelines.common`` and the retry library import no capability and nothing from ``sensors``.
 - ``pipelines`` never imports ``sensors`` (the top-level sensors span capabilities and are wired
   in ``pipelines/definitions.py``), so there is no cycle between the two.
@@ -17,7 +18,8 @@
 - ``infra/`` (the local stack, the cluster profile, deployment helpers) is tooling around the code
   location: nothing in ``pipelines``, ``resources`` or ``sensors`` imports it.
 - ``pipelines/definitions.py`` only merges: it imports the capabilities' (and the foundations')
-  ``build_defs``, ``resources`` and the top-level ``sensors``, and nothing else of the product.
+  ``build_defs``, ``resources`` and the top-level ``sensors``, and of the rest of the product only
+  what it passes to them per deployment (:data:`DEFINITIONS_ALSO`).
 - The pool audit is the fleet's: nothing outside ``pipelines/fleet`` (in the product or ``infra``)
   imports ``pipelines.fleet.pool_audit``.
 - Dagster's internals (``dagster._...``, ``dagster_shared``) are imported nowhere in the product
@@ -35,7 +37,19 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 FOUNDATIONS = {"common", "retry"}
-DEMO = "demo"  # the local demo's composition: it may import the capabilities' demo modules
+DEMO_PACKAGE = ROOT / "infra" / "demo"
+DEMO_LAYERS = {"defs.py", "definitions.py"}
+DEMO_IMPORTERS = {Path("infra/local.py")}
+"""Besides the dev package itself, the one module that imports it: ``make dev``'s launcher."""
+DEFINITIONS_ALSO = {
+    ("pipelines.common.defs.executors", ("celery_fan_out_executor",)),
+    ("pipelines.common.defs.metadata", ("CheckNotes",)),
+    ("pipelines.common.targets", ("targets_path",)),
+    ("pipelines.progressor.targets", ("TARGETS_ENV",)),
+    ("pipelines.reclaim.targets", ("TARGETS_ENV",)),
+}
+"""What ``pipelines/definitions.py`` imports of the product besides ``build_defs``: the values it
+decides per deployment (the cluster's executor, the targets files' variables) and their types."""
 DAGSTER_ENTRY_POINTS = {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
 PRODUCT_PACKAGES = ("pipelines", "resources", "sensors")
 LAYER_NAMES = {"jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}
@@ -95,43 +109,30 @@ def _imports_of_packages_or_sensors(package: str, packages: set[str]) -> list[st
     ]
 
 
-def _demo_modules() -> dict[str, Path]:
-    """The capabilities' demo modules (``pipelines/<capability>/demo.py``) by module name."""
-    return {
-        f"pipelines.{c}.demo": ROOT / "pipelines" / c / "demo.py"
-        for c in _capabilities()
-        if c != DEMO and (ROOT / "pipelines" / c / "demo.py").exists()
-    }
-
-
 @pytest.mark.parametrize("capability", _capabilities())
 def test_a_capability_imports_no_other_capability(capability):
     others = {f"pipelines.{c}" for c in _capabilities() if c != capability}
-    allowed = set(_demo_modules()) if capability == DEMO else set()
+    offending = _imports_of_packages_or_sensors(f"pipelines/{capability}", others)
+    assert not offending, "\n".join(offending)
+
+
+def _demo_modules() -> list[Path]:
+    return sorted(DEMO_PACKAGE.rglob("*.py"))
+
+
+def test_only_make_devs_launcher_imports_the_dev_package():
     offending = [
-        line
-        for line in _imports_of_packages_or_sensors(f"pipelines/{capability}", others)
-        if line.split(" imports ")[1] not in allowed
+        f"{path.relative_to(ROOT)} imports {name}"
+        for path in _product_and_infra_modules()
+        if not path.is_relative_to(DEMO_PACKAGE) and path.relative_to(ROOT) not in DEMO_IMPORTERS
+        for name in _imports(path)
+        if name == "infra.demo" or name.startswith("infra.demo.")
     ]
     assert not offending, "\n".join(offending)
 
 
-def test_the_demo_imports_each_capability_demo_module_and_nothing_else_of_theirs():
-    capabilities = {f"pipelines.{c}" for c in _capabilities() if c != DEMO}
-    imported = {
-        name
-        for path in _modules(f"pipelines/{DEMO}")
-        for name in _imports(path)
-        if any(name == c or name.startswith(c + ".") for c in capabilities)
-    }
-    assert {"pipelines.reclaim.demo", "pipelines.fleet.demo", "pipelines.batching.demo"} <= imported
-    assert imported <= set(_demo_modules()), sorted(imported - set(_demo_modules()))
-
-
-@pytest.mark.parametrize("module", sorted(_demo_modules()))
-def test_a_capability_demo_module_is_plain(module):
-    path = _demo_modules()[module]
-    assert not _is_dagster_layer(path)
+@pytest.mark.parametrize("path", [p for p in _demo_modules() if p.name not in DEMO_LAYERS], ids=lambda p: p.name)
+def test_the_demo_traffic_modules_are_plain(path):
     offending = [
         name for name in _imports(path) if name.split(".")[0].startswith("dagster") or "defs" in name.split(".")
     ]
@@ -219,15 +220,16 @@ def test_the_definitions_only_merge_build_defs_resources_and_sensors():
     offending = []
     for module, names in _import_froms(DEFINITIONS):
         top = module.split(".")[0]
-        if module in {"__future__", "pathlib", "dagster"} or top in {"resources", "sensors"}:
+        if module in {"__future__", "collections.abc", "dataclasses", "pathlib", "dagster"}:
+            continue
+        if top in {"resources", "sensors"} or (module, tuple(names)) in DEFINITIONS_ALSO:
             continue
         parts = module.split(".")
         if len(parts) == 3 and parts[0] == "pipelines" and parts[2] == "defs" and names == ["build_defs"]:
             continue
         offending.append(f"{module}: {names}")
-    assert not offending, "pipelines/definitions.py may import only build_defs, resources and sensors:\n" + (
-        "\n".join(offending)
-    )
+    said = "pipelines/definitions.py may import only build_defs, resources, sensors and DEFINITIONS_ALSO:\n"
+    assert not offending, said + "\n".join(offending)
 
 
 def _product_and_infra_modules() -> list[Path]:

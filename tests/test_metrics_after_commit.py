@@ -7,7 +7,7 @@ import dagster as dg
 import psycopg2
 import pytest
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.defs import collect_zombies_job
 from pipelines.progressor.schema import create_namespace
 from resources import resources_for

@@ -478,9 +478,12 @@ def _materialize(aws, assets, **kwargs):
 
 
 @pytest.mark.slow
-def test_pool_audit_asset_reports_metadata_and_warns(aws, monkeypatch):
+def test_pool_audit_asset_reports_metadata_and_warns(aws):
     _seed_fleet(aws)
-    result = _materialize(aws, [pool_audit])
+    from infra.demo.definitions import CHECK_NOTES
+    from pipelines.fleet.defs.pool_audit import pool_audit_asset
+
+    result = _materialize(aws, [pool_audit_asset(CHECK_NOTES)])  # make dev's: the demo's notes
     assert result.success
     meta = result.asset_materializations_for_node("pool_audit")[0].metadata
     # Without the pending hook moto shows small4 running, with its running job: busy.
@@ -516,14 +519,13 @@ def test_pool_audit_asset_reports_metadata_and_warns(aws, monkeypatch):
     assert not checks[CHECK_KNOWN_POOLS].passed
     assert "ghost" in checks[CHECK_KNOWN_POOLS].metadata["instances"].value
     assert all(e.severity == dg.AssetCheckSeverity.WARN for e in checks.values())
-    # the local deployment says which failures its demo causes on purpose (the retired pool), only those
+    # make dev says which failures its demo causes on purpose (the retired pool), only those
     assert checks[CHECK_KNOWN_POOLS].metadata["demo"].value.startswith("the demo seeds this on purpose: ")
     assert checks[CHECK_KNOWN_POOLS].description.endswith("legacy-pool)")
     assert "demo" not in checks[CHECK_DESIRED_IDLE].metadata
     assert "demo" not in checks[CHECK_IDLE_COST].metadata
 
-    monkeypatch.setenv("DAGSTER_DEPLOYMENT", "prod")
-    strict = _materialize(
+    strict = _materialize(  # production's: no notes
         aws, [pool_audit], run_config={"ops": {"pool_audit": {"config": {"idle_cost_threshold_usd_per_hour": 0.1}}}}
     )
     strict_checks = {e.check_name: e for e in strict.get_asset_check_evaluations()}
@@ -655,10 +657,10 @@ def test_schedules_and_definitions():
 def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_instances(aws):
     import dataclasses
 
-    from pipelines.batching.demo import RecordTraffic
-    from pipelines.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
-    from pipelines.fleet.demo import FleetTraffic
-    from pipelines.reclaim.demo import AgendaTraffic
+    from infra.demo.batching import RecordTraffic
+    from infra.demo.fleet import FleetTraffic
+    from infra.demo.reclaim import AgendaTraffic
+    from infra.demo.traffic import DemoConfig, DemoTargets, run_demo_traffic
 
     clients = {name: aws.client(name) for name in ("dynamodb", "ec2", "ssm", "sqs")}
     targets = DemoTargets.from_env(aws.env)

@@ -12,7 +12,8 @@ import dagster as dg
 import psycopg2
 import pytest
 
-from pipelines.definitions import ROOT_DIR, build_definitions
+from infra.demo.definitions import build_local_definitions
+from pipelines.definitions import ROOT_DIR
 
 pytestmark = pytest.mark.postgres
 
@@ -55,7 +56,7 @@ def test_prod_instance_uses_postgres_and_records_runs(aws, prod_instance: dg.Dag
     assert prod_instance.run_retries_enabled
     assert not prod_instance.run_retries_retry_on_asset_or_op_failure
     result = (
-        build_definitions("local")
+        build_local_definitions()
         .resolve_job_def("demo_traffic")
         .execute_in_process(
             run_config={"ops": {"demo_traffic_step": {"config": {"seed": 5, "records": 3}}}}, instance=prod_instance

@@ -9,7 +9,7 @@ import psycopg2
 import pytest
 from psycopg2 import sql
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.collector import ClockError, collect_zombies
 from pipelines.progressor.health import measure
 from pipelines.progressor.params import ParamsError, collect_params

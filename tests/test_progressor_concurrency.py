@@ -9,7 +9,7 @@ import psycopg2
 import psycopg2.errors
 import pytest
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.collector import collect_zombies, progressor_statement
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace

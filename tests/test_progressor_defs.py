@@ -1,5 +1,5 @@
 """The Dagster layer of progressor zombie collection: the job (in process and via the CLI), the schedules,
-the health asset and its checks, the demo traffic and the retry preset."""
+the health asset and its checks and the retry preset."""
 
 import datetime as dt
 import json
@@ -11,23 +11,21 @@ import dagster as dg
 import psycopg2
 import pytest
 
+from infra.demo import progressor_engine as engine
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT
-from pipelines.progressor import engine
 from pipelines.progressor.defs import (
     collect_zombies_job,
     health_asset,
     health_schedule,
-    progressor_demo_traffic,
     schedule_for,
 )
-from pipelines.progressor.demo import DemoTraffic, play, seed
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace
 from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
 from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase
-from tests.progressor_support import finished_task, scratch_database, unique_namespace
+from tests.progressor_support import finished_task, local_run_limits, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres
 
@@ -159,14 +157,14 @@ def test_config_fields_have_descriptions():
 
 def test_local_targets_make_one_schedule_every_minute(monkeypatch):
     monkeypatch.setenv("GROUNDSKEEPER_DEMO", "busy")  # the targets file's cadence (quiet: test_demo_cadence)
-    [target] = load_targets(ROOT / "pipelines" / "progressor" / "targets" / "local.json")
-    schedule = schedule_for(target, "local")
+    [target] = load_targets(ROOT / "infra" / "demo" / "targets" / "progressor.json")
+    schedule = schedule_for(target)
     assert (schedule.name, schedule.cron_schedule) == ("collect_zombies_default_default", "* * * * *")
 
 
 def test_schedule_run_config_is_flat():
-    [target] = load_targets(ROOT / "pipelines" / "progressor" / "targets" / "local.json")
-    schedule = schedule_for(target, "local")
+    [target] = load_targets(ROOT / "infra" / "demo" / "targets" / "progressor.json")
+    schedule = schedule_for(target)
     data = schedule.evaluate_tick(dg.build_schedule_context())
     [request] = data.run_requests
     assert request.run_config["namespace"] == "default/default"
@@ -188,11 +186,11 @@ def test_collect_zombies_schedule_skips_without_zombies_and_runs_with_them(dsn, 
     with conn, conn.cursor() as cur:
         engine.start_process(cur, t, "p-live", age_seconds=5)
     conn.close()
-    with dg.instance_for_test() as instance:
-        idle = _tick(schedule_for(load_targets_for(calm)[0], "prod"), dsn, instance)
+    with dg.instance_for_test(overrides=local_run_limits()) as instance:
+        idle = _tick(schedule_for(load_targets_for(calm)[0]), dsn, instance)
         assert idle.run_requests == []
         assert idle.skip_message == f"no running task of {calm} older than 96s"
-        schedule = schedule_for(load_targets_for(zombie_ns)[0], "prod")
+        schedule = schedule_for(load_targets_for(zombie_ns)[0])
         (request,) = _tick(schedule, dsn, instance).run_requests
         assert request.run_config == {"namespace": zombie_ns}
         # While that run is queued, the next tick does not queue another.
@@ -204,7 +202,7 @@ def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn,
     [target] = load_targets_for(zombie_ns)
     job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
     defs = dg.Definitions(assets=[health_asset(target)], jobs=[job], resources=_resources(dsn))
-    schedule = health_schedule([target], job, "prod")
+    schedule = health_schedule([target], job)
     with dg.instance_for_test() as instance:
         (first,) = _tick(schedule, dsn, instance).run_requests
         defs.resolve_job_def("progressor_health_job").execute_in_process(
@@ -286,33 +284,6 @@ def test_health_sends_overdue_timers_and_durations(dsn, zombie_ns):
     _health(dsn, zombie_ns)
     names = [d["MetricName"] for call in _Recorder.calls for d in call["MetricData"]]
     assert names == ["ProgressorOverdueTimers", "ProgressorTaskDuration"]
-
-
-def test_demo_traffic_crashes_a_worker(dsn):
-    conn = psycopg2.connect(dsn)
-    try:
-        counts = play(conn, DemoTraffic(namespace=unique_namespace("demo"), crash_every=1), tick=7)
-    finally:
-        conn.close()
-    assert counts["crashed_workers"] == 1
-
-
-def test_make_devs_seed_runs_again_on_the_same_database(dsn):
-    """A restarted ``make dev`` seeds the database it kept: the same round again adds new processes."""
-    traffic = DemoTraffic(namespace=unique_namespace("reseed"))
-    conn = psycopg2.connect(dsn)
-    try:
-        first = seed(conn, traffic)
-        again = seed(conn, traffic)
-    finally:
-        conn.close()
-    assert again["new_processes"] == first["new_processes"], "the second seed adds as many processes as the first"
-    assert again["crashed_workers"] == 2, "and two crashed workers again"
-
-
-def test_demo_traffic_job_runs(dsn):
-    result = progressor_demo_traffic.execute_in_process(resources=_resources(dsn))
-    assert result.output_for_node("play_progressor")["new_processes"] == 6
 
 
 def test_retry_preset_progressor_in_the_library():

@@ -1,25 +1,34 @@
-"""Queue hygiene: a schedule whose previous run is still queued or running skips its tick and says
-which run; the one check (``pipelines.common.defs.active_runs.active_run``) is shared by the exclusive schedules
-(the fleet's queue sensors check per consumer slot)."""
+"""Queue hygiene: one run at a time is the instance's tag concurrency limits (``dagster.yaml``); a
+schedule whose run would only wait on one (a run holding the same tag value is still queued or
+running) skips its tick and says which run (the fleet's queue sensors check per consumer slot)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import dagster as dg
 import pytest
+import yaml
 from dagster._core.remote_origin import InProcessCodeLocationOrigin, RemoteJobOrigin, RemoteRepositoryOrigin
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.utils import make_new_run_id
 
+from infra.demo.definitions import build_local_definitions
 from pipelines.common.defs.active_runs import active_run
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.definitions import build_definitions
 from pipelines.progressor.defs import NAMESPACE_TAG
+from tests.progressor_support import local_run_limits
 
 EXCLUSIVE = ["demo_traffic_schedule", "progressor_demo_traffic_schedule", "collect_zombies_default_default"]
+ROOT = Path(__file__).resolve().parent.parent
+LIMITS = local_run_limits()
+"""The local instance's run concurrency (its tag concurrency limits: the one overlap rule)."""
 
 
 def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatus, tags: dict) -> dg.DagsterRun:
     """A run record as the queue holds it (no plan: the jobs need the deployment's environment)."""
-    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="pipelines.definitions"))
+    location = InProcessCodeLocationOrigin(LoadableTargetOrigin(module_name="infra.demo.definitions"))
     origin = RemoteJobOrigin(RemoteRepositoryOrigin(location, "__repository__"), job_name)
     run = dg.DagsterRun(job_name=job_name, run_id=make_new_run_id(), status=status, tags=tags, remote_job_origin=origin)
     return instance.add_run(run)
@@ -27,7 +36,7 @@ def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatu
 
 @pytest.fixture(scope="module")
 def defs():
-    return build_definitions("local")
+    return build_local_definitions()
 
 
 @pytest.mark.slow
@@ -35,9 +44,9 @@ def defs():
 def test_a_schedule_skips_while_its_previous_run_is_queued_and_launches_after(defs, name):
     schedule = defs.resolve_schedule_def(name)
     job = defs.resolve_job_def(schedule.job_name)
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test(overrides=LIMITS) as instance:
         [first] = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
-        run = _run(instance, job.name, dg.DagsterRunStatus.QUEUED, dict(first.tags))
+        run = _run(instance, job.name, dg.DagsterRunStatus.QUEUED, {**job.tags, **first.tags})  # as launched
         busy = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
         assert not busy.run_requests
         assert busy.skip_message == f"the previous {job.name} run {run.run_id} is still queued: not queueing another"
@@ -49,7 +58,7 @@ def test_a_schedule_skips_while_its_previous_run_is_queued_and_launches_after(de
 def test_a_started_run_is_running_and_a_run_of_another_namespace_does_not_count(defs):
     schedule = defs.resolve_schedule_def("collect_zombies_default_default")
     job = defs.resolve_job_def(schedule.job_name)
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test(overrides=LIMITS) as instance:
         _run(instance, job.name, dg.DagsterRunStatus.STARTED, {NAMESPACE_TAG: "other/ns"})
         assert len(schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests) == 1
         assert active_run(instance, job.name, {NAMESPACE_TAG: "default/default"}) is None
@@ -81,7 +90,7 @@ def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_sti
     for name in ("acme", "globex"):
         put_receiver(aws, name, number_per_day=24)
         put_records(aws, name, [t10 - dt.timedelta(minutes=1)])
-    with dg.instance_for_test() as instance:
+    with dg.instance_for_test(overrides=LIMITS) as instance:
         queued = _run(instance, receiver_batches_job.name, dg.DagsterRunStatus.QUEUED, {RECEIVER_TAG: "acme"})
 
         def tick():
@@ -97,3 +106,24 @@ def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_sti
         assert f"acme: the previous batch run {queued.run_id} is still queued" in skipped.skip_message
         assert "globex: the previous batch run " in skipped.skip_message
         assert "is still running" in skipped.skip_message
+
+
+def test_a_hand_launched_demo_run_holds_the_schedule_too(defs):
+    """The rule is the run's tag, which the job itself carries: a run launched from the Launchpad
+    (no schedule, no request tags) makes the schedule skip as well."""
+    schedule = defs.resolve_schedule_def("demo_traffic_schedule")
+    job = defs.resolve_job_def(schedule.job_name)
+    with dg.instance_for_test(overrides=LIMITS) as instance:
+        run = _run(instance, job.name, dg.DagsterRunStatus.STARTED, dict(job.tags))
+        busy = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
+    assert busy.skip_message == f"the previous demo_traffic run {run.run_id} is still running: not queueing another"
+
+
+def test_every_one_at_a_time_tag_has_its_limit_in_every_instance():
+    keys = {"groundskeeper/queue", "groundskeeper/table", "groundskeeper/progressor_namespace", ONE_AT_A_TIME_TAG}
+    for name in ("dagster.yaml", "infra/dagster.prod.yaml", "infra/dagster.ecs.yaml", "infra/dagster.cluster.yaml"):
+        config = yaml.safe_load((ROOT / name).read_text())
+        runs = config["concurrency"]["runs"] if "concurrency" in config else config["run_coordinator"]["config"]
+        limits = runs["tag_concurrency_limits"]
+        one = {lim["key"] for lim in limits if lim["limit"] == 1 and lim["value"] == {"applyLimitPerUniqueValue": True}}
+        assert keys <= one, name

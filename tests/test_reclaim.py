@@ -382,7 +382,7 @@ def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
     path.write_text(json.dumps([{**BASE, "cron": "*/5 * * * *"}, {**BASE, "tableName": "t-two", "cron": "0 * * * *"}]))
     targets = load_targets(path)
     assert [t.name for t in targets] == ["POP_ProgressAgenda_dev", "t_two"]
-    schedule = schedule_for(targets[0], "prod")
+    schedule = schedule_for(targets[0])
     with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
         (request,) = schedule.evaluate_tick(context).run_requests
     assert request.run_config == {**BASE}
@@ -391,16 +391,18 @@ def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
     with pytest.raises(ParamsError, match="entry 0: targetBatchSize"):
         load_targets(path)
     monkeypatch.setenv("RECLAIM_TARGETS_FILE", str(tmp_path / "none.json"))
-    with pytest.raises(ParamsError, match="none.json"):
-        build_defs("prod")
-
-
-def test_local_deployment_reclaims_the_demo_table_every_five_minutes(monkeypatch):
-    monkeypatch.delenv("RECLAIM_TARGETS_FILE", raising=False)
-    monkeypatch.setenv("GROUNDSKEEPER_DEMO", "busy")  # the targets file's cadence (quiet: test_demo_cadence)
     from pipelines.definitions import build_definitions
 
-    defs = build_definitions("local")
+    with pytest.raises(ParamsError, match="none.json"):
+        build_definitions("prod")
+
+
+def test_make_dev_reclaims_the_demo_table_every_five_minutes(monkeypatch):
+    monkeypatch.delenv("RECLAIM_TARGETS_FILE", raising=False)
+    monkeypatch.setenv("GROUNDSKEEPER_DEMO", "busy")  # the targets file's cadence (quiet: test_demo_cadence)
+    from infra.demo.definitions import build_local_definitions
+
+    defs = build_local_definitions()
     schedule = defs.resolve_schedule_def("reclaim_demo_agendas")
     assert schedule.cron_schedule == "*/5 * * * *"
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
@@ -408,7 +410,7 @@ def test_local_deployment_reclaims_the_demo_table_every_five_minutes(monkeypatch
         (request,) = schedule.evaluate_tick(context).run_requests
     assert request.run_config["reclaimAgeMinutes"] == 120  # younger ones: docs/examples/reclaim_demo.yaml
     assert request.run_config["tableName"] == PROGRESS_TABLE
-    assert not build_defs("prod").schedules
+    assert not build_defs().schedules
 
 
 @pytest.mark.parametrize(

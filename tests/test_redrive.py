@@ -239,9 +239,9 @@ def test_a_redrive_without_its_exclusive_tag_fails_with_one_line(aws):
             run_config={},
             instance=instance,
             resources=resources_for("local"),
-            tags={"groundskeeper/exclusive": "mine"},
+            tags={"groundskeeper/one_at_a_time": "mine"},
             raise_on_error=False,
         )
         assert instance.get_backfills() == []
     message = result.get_step_failure_events()[0].step_failure_data.error.message
-    assert "run tag groundskeeper/exclusive must be 'redrive_failed_partitions'" in message
+    assert "run tag groundskeeper/one_at_a_time must be 'redrive_failed_partitions'" in message

@@ -179,17 +179,18 @@ def test_a_body_must_take_the_context_first():
             return 0
 
 
-@pytest.mark.parametrize("deployment", ["local", "prod"])
+@pytest.mark.parametrize("deployment", ["make dev", "local", "prod"])
 def test_every_op_asset_and_check_with_an_aws_client_declares_the_retry_policy(deployment):
     """So that a new one cannot forget it: every op of every job (the asset jobs, Dagster's
     ``__ASSET_JOB`` of every asset and check included) that requires an AWS client resource runs
     under ``one_line_failures`` with ``AWS_RETRY_POLICY``. The ``cloudwatch`` resource aside: only
     ``CommittedChangeMetrics`` uses it, and a metric never fails a step."""
     import resources.clients
+    from infra.demo.definitions import build_local_definitions
     from pipelines.definitions import build_definitions
 
     aws = tuple(getattr(resources.clients, name) for name in resources.clients.__all__)  # one per AWS service
-    defs = build_definitions(deployment)
+    defs = build_local_definitions() if deployment == "make dev" else build_definitions(deployment)
     clients = {key for key, r in defs.resources.items() if isinstance(r, aws)} - {"cloudwatch"}
     assert {"dynamodb", "s3", "sqs"} <= clients
     jobs = defs.resolve_all_job_defs()
@@ -388,9 +389,10 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
 
 @pytest.mark.slow
 def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
+    from infra.demo.definitions import build_local_definitions
     from pipelines.definitions import build_definitions
 
-    local = build_definitions("local")
+    local = build_local_definitions()
     sensor = local.resolve_sensor_def("delayed_run_retries")
     assert {"demo_traffic", "retry_demo"} <= {target.job_name for target in sensor.targets}
     assert sensor.default_status == dg.DefaultSensorStatus.RUNNING
@@ -528,7 +530,9 @@ def test_locally_retry_policies_is_materialized_once_when_never_materialized(ins
     from pipelines.definitions import build_definitions
 
     assert "retry_policies_on_start" not in {s.name for s in build_definitions("prod").sensors or []}
-    local = build_definitions("local")
+    from infra.demo.definitions import build_local_definitions
+
+    local = build_local_definitions()
     sensor = local.resolve_sensor_def("retry_policies_on_start")
     first = sensor.evaluate_tick(dg.build_sensor_context(instance=instance, definitions=local))
     assert [r.run_key for r in first.run_requests] == ["first-materialization"]

@@ -1,14 +1,16 @@
-"""Schedules that look before they launch a run (``pipelines.common.defs.looks``): each skips its tick,
+"""Schedules that look before they launch a run (``pipelines.common.defs.schedules``): each skips its tick,
 saying why, when the run would do nothing, and launches the run when there is work (or, for the
 checks and the pool audit, when what they record changed or is old)."""
 
+import ast
 import datetime as dt
+from pathlib import Path
 
 import dagster as dg
 import pytest
 
 from pipelines.common import iso, to_item
-from pipelines.common.defs.looks import LOOK_TAG, SCHEDULE_TAG, looking_schedule
+from pipelines.common.defs.schedules import LOOK_TAG, SCHEDULE_TAG, schedule
 from pipelines.common.looks import Look
 from pipelines.definitions import build_definitions
 from pipelines.fleet import messages
@@ -16,6 +18,8 @@ from pipelines.fleet.cleanup import SUSPECT_TAG
 from resources import resources_for
 from tests import fleet_support as fs
 from tests.batching_helpers import put_receiver
+
+ROOT = Path(__file__).resolve().parent.parent
 
 DLQ = "RUNS_FLEET_TERMINATION_DLQ_URL"
 
@@ -190,12 +194,11 @@ def _looked_job():
 
 
 def _schedule(look, refresh=None) -> dg.ScheduleDefinition:
-    return looking_schedule(
+    return schedule(
         name="looked",
         job=_looked_job,
         cron_schedule="* * * * *",
         description="a test",
-        deployment="prod",
         look=look,
         refresh=refresh,
     )
@@ -222,3 +225,35 @@ def test_a_state_look_runs_again_after_a_failed_run_and_skips_while_the_run_is_q
         instance.report_run_failed(run)
         (again,) = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
         assert again.tags[LOOK_TAG] == request.tags[LOOK_TAG]
+
+
+SCHEDULE_MAKERS = {"ScheduleDefinition", "schedule"}
+"""Dagster's two ways to make a schedule: the class and the ``@dg.schedule`` decorator."""
+OWN_SCHEDULE = {Path("pipelines/common/defs/schedules.py"), Path("pipelines/batching/defs.py")}
+"""The factory itself, and the batching decider (one run per due receiver: a schedule of its own)."""
+
+
+def _dagster_schedule_makers(path: Path) -> list[str]:
+    """``path:line dg.<maker>`` for each call of Dagster's schedule class or decorator in ``path``."""
+    made = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.FunctionDef):
+            made.extend(d for d in node.decorator_list if isinstance(d, ast.Attribute))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            made.append(node.func)
+    return [
+        f"{path.relative_to(ROOT)}:{m.lineno} {m.value.id}.{m.attr}"
+        for m in made
+        if m.attr in SCHEDULE_MAKERS and isinstance(m.value, ast.Name) and m.value.id in {"dg", "dagster"}
+    ]
+
+
+def test_every_schedule_is_built_by_the_one_factory():
+    sources = [p for top in ("pipelines", "sensors", "infra/demo") for p in sorted((ROOT / top).rglob("*.py"))]
+    offending = [
+        line
+        for path in sources
+        if path.relative_to(ROOT) not in OWN_SCHEDULE
+        for line in _dagster_schedule_makers(path)
+    ]
+    assert not offending, "\n".join(offending)

@@ -327,8 +327,8 @@ def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     )
 
 
-def build_defs(deployment: str) -> dg.Definitions:
+def build_defs(*, noise: frozenset[str] = frozenset()) -> dg.Definitions:
     """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
-    the ``alerts/incidents`` asset. Locally, the demo's dead letters are noise, never sent."""
-    noise = frozenset({"dead_letters"}) if deployment == "local" else frozenset()
+    the ``alerts/incidents`` asset. The incidents of the kinds in ``noise`` are recorded, never sent
+    (``make dev``'s demo dead-letters on purpose)."""
     return dg.Definitions(assets=[incidents], sensors=[build_alerts_sensor(demo_noise=noise)])

@@ -31,10 +31,9 @@ from pipelines.batching.params import ImportReceiverSettingsParams, ReceiverBatc
 from pipelines.batching.reportstream_settings import ADD, CHANGE, DISABLE, SKIPPED, UNCHANGED, import_settings
 from pipelines.common.defs.active_runs import active_run, still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.executors import fan_out_executor
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.looks import looking_schedule
 from pipelines.common.defs.metadata import rounded, table_from
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -138,7 +137,7 @@ receiver_records = dg.AssetSpec(
 
 def batches_job(executor_def: dg.ExecutorDefinition | None = None):
     """The ``receiver_batches_job``: in process (one asset, no step worth a process of its own)
-    unless ``executor_def`` is given (the cluster's Celery executor, ``fan_out_executor``)."""
+    unless ``executor_def`` is given (the cluster's Celery executor, ``celery_fan_out_executor``)."""
     return dg.define_asset_job(
         "receiver_batches_job",
         selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
@@ -381,10 +380,10 @@ def import_receiver_settings():
     import_receiver_settings_op()
 
 
-def build_defs(deployment: str) -> dg.Definitions:
-    checks_schedule = looking_schedule(
+def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
+    """Batching; each batch run's step on ``executor`` when given (the cluster's Celery workers)."""
+    checks_schedule = schedule(
         name="batching_checks_schedule",
-        deployment=deployment,
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",
         look=_receivers_look,
@@ -395,8 +394,6 @@ def build_defs(deployment: str) -> dg.Definitions:
         "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
         "check scans the whole records table: it runs on that hourly refresh, or with the others).",
     )
-    # Under the cluster deployment each batch run's step goes to a Celery worker (fan_out_executor).
-    executor = fan_out_executor(deployment)
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],

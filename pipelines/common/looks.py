@@ -9,7 +9,7 @@ found, in one line (the schedule's tick shows it). Two kinds:
   the look reads whether there is any (:meth:`Look.work`, :meth:`Look.idle`);
 - *state*: the run records what it reads (asset checks, snapshots): the look reads the same state and
   gives its :func:`fingerprint`; the schedule runs when it differs from the last run's, and at
-  least every so often (``pipelines.common.defs.looks``).
+  least every so often (``pipelines.common.defs.schedules``).
 """
 
 from __future__ import annotations

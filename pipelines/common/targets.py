@@ -1,8 +1,8 @@
 """Targets files: a JSON list of entries, each a job's flat run config plus a ``cron``, one schedule
 per entry (reclaim tables, progressor namespaces). No Dagster imports.
 
-The file is named by an environment variable, or is ``<package>/targets/<deployment>.json`` when
-that exists. A bad file or entry is one ``ParamsError`` line naming the file and the entry.
+The file is named by an environment variable (:func:`targets_path`; ``pipelines/definitions.py``
+reads it, or is given another file). A bad file or entry is one ``ParamsError`` line naming the file and the entry.
 :func:`read_targets` reads and validates a whole file into :class:`Target` entries.
 """
 
@@ -18,13 +18,10 @@ from typing import Any, Generic, TypeVar
 from pipelines.common.params import ParamsError
 
 
-def targets_path(env_var: str, targets_dir: Path, deployment: str) -> Path | None:
-    """``$env_var`` when set, else ``targets_dir/<deployment>.json`` if it exists, else None."""
+def targets_path(env_var: str) -> Path | None:
+    """``$env_var`` when set, else None (no targets)."""
     explicit = os.environ.get(env_var)
-    if explicit:
-        return Path(explicit)
-    default = targets_dir / f"{deployment}.json"
-    return default if default.exists() else None
+    return Path(explicit) if explicit else None
 
 
 def target_entries(path: Path, what: str) -> Iterator[tuple[str, dict[str, Any]]]:

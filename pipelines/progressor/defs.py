@@ -1,32 +1,30 @@
 """Dagster wiring for progressor: the ``collect_zombies`` job (flat run config), one schedule
-per target namespace, a health asset per namespace with its checks, and local demo traffic.
+per target namespace, a health asset per namespace with its checks.
 
 ``dagster job execute -m pipelines.definitions -j collect_zombies -c cfg.json`` with
 ``{"namespace": "default/default", "action": "retry"}``.
 """
 
 import datetime as dt
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.active_runs import exclusive_schedule
 from pipelines.common.defs.config import flat_config, params_from_config
-from pipelines.common.defs.looks import looking_schedule
-from pipelines.common.defs.metadata import metadata_from, rounded
+from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, rounded
 from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
-from pipelines.common.demo import seeded
 from pipelines.common.looks import Look
 from pipelines.progressor.collector import ClockError, Counts, collect_zombies, look_for_zombies
-from pipelines.progressor.demo import DemoTraffic, play
 from pipelines.progressor.health import CHECKS, checks, durations_chart, measure, recorded_state
 from pipelines.progressor.metrics import collection_datums, health_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
-from pipelines.progressor.targets import Target, load_targets, targets_path
-from resources import deployment_name
+from pipelines.progressor.targets import Target, load_targets
 from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 
@@ -37,18 +35,6 @@ NAMESPACE_TAG = "groundskeeper/progressor_namespace"
 MAX_RUNTIME = {"dagster/max_runtime": "1800"}
 """A collection run is canceled by run monitoring after 30 minutes, whatever holds it (each statement is
 bounded too: see ``resources.postgres``)."""
-
-
-CRASHED_WORKERS = (
-    "progressor_demo_traffic crashes a worker every third step, and collect_zombies collects its task later"
-)
-DEMO_SEEDED = {
-    "no_zombies": CRASHED_WORKERS,
-    "oldest_running_task": CRASHED_WORKERS,
-    "timers_on_time": "progressor_demo_traffic plays the timer scanner only when it runs, so timers wait between",
-    "no_recent_process_errors": "collect_zombies errors the processes of the demo's crashed workers",
-}
-"""What make dev's demo does that fails each health check (said on a failed check, local deployment only)."""
 
 
 def _failure(message: str) -> dg.Failure:
@@ -99,16 +85,16 @@ def collect_zombies_job():
     collect_op()
 
 
-def schedule_for(target: Target, deployment: str) -> dg.ScheduleDefinition:
+def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     namespace = target.params.namespace
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         with context.resources.progressor_db.connection() as conn:
             return look_for_zombies(conn, target.params)
 
-    return looking_schedule(
+    return schedule(
         name=f"collect_zombies_{target.name}",
-        deployment=deployment,
+        crons=crons,
         job=collect_zombies_job,
         cron_schedule=target.cron,
         look=look,
@@ -116,7 +102,6 @@ def schedule_for(target: Target, deployment: str) -> dg.ScheduleDefinition:
             run_config=dict(target.config), tags={**CAPABILITY, NAMESPACE_TAG: namespace}
         ),
         required_resource_keys={"progressor_db"},
-        same_run_tags={NAMESPACE_TAG: namespace},
         description=f"Collect progressor zombies of {namespace} ({target.cron}). Looks first (one count of the "
         "running tasks older than the zombie threshold) and skips the tick when there is none, or while the "
         "previous run is still queued or running.",
@@ -127,7 +112,7 @@ HEALTH_REFRESH = dt.timedelta(hours=1)
 """The health checks run at least this often, whatever their schedule's look finds."""
 
 
-def health_schedule(targets: list[Target], job: Any, deployment: str) -> dg.ScheduleDefinition:
+def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     """Every 5 minutes, a health run of every target namespace when a check's outcome or a count
     changed since the last run (or that run is an hour old)."""
 
@@ -148,9 +133,9 @@ def health_schedule(targets: list[Target], job: Any, deployment: str) -> dg.Sche
                 said.append(f"{params.namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
         return Look.state(states, "; ".join(said))
 
-    return looking_schedule(
+    return schedule(
         name="progressor_health_schedule",
-        deployment=deployment,
+        crons=crons,
         job=job,
         cron_schedule="*/5 * * * *",
         look=look,
@@ -163,7 +148,8 @@ def health_schedule(targets: list[Target], job: Any, deployment: str) -> dg.Sche
     )
 
 
-def health_asset(target: Target) -> dg.AssetsDefinition:
+def health_asset(target: Target, notes: CheckNotes | None = None) -> dg.AssetsDefinition:
+    """The namespace's health asset with its checks (a failed one adds its note from ``notes``)."""
     key = dg.AssetKey(["progressor", f"health_{target.name}"])
     namespace = target.params.namespace
 
@@ -195,7 +181,7 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
         published = _put(context, cloudwatch, progressor_db, f"progressor health {namespace}", health_datums(health))
         results = []
         for c in checks(health):
-            description, demo = seeded(deployment_name(), c.passed, c.description, DEMO_SEEDED.get(c.name))
+            description, demo = noted(dg.AssetCheckKey(key, c.name), c.passed, c.description, notes)
             results.append(
                 dg.AssetCheckResult(
                     check_name=c.name,
@@ -227,28 +213,18 @@ def health_asset(target: Target) -> dg.AssetsDefinition:
     return progressor_health
 
 
-@dg.op(description="Local only: play a progressor (processes, timers, calls, sometimes a crashed worker).")
-def play_progressor(context: dg.OpExecutionContext, progressor_db: ProgressorDatabase) -> dict:
-    try:
-        with progressor_db.connection() as conn:
-            counts = play(conn, DemoTraffic())
-    except ProgressorDatabaseError as exc:
-        raise _failure(str(exc)) from None
-    context.log.info("progressor demo: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
-    return counts
-
-
-@dg.job(description="Local only: progressor demo traffic.", tags=CAPABILITY)
-def progressor_demo_traffic():
-    play_progressor()
-
-
-def build_defs(deployment: str) -> dg.Definitions:
-    """The job everywhere; per target namespace a schedule and a health asset (its checks run when they
-    would change, and at least hourly)."""
-    targets = load_targets(targets_path(deployment))
-    assets = [health_asset(t) for t in targets]
-    schedules = [schedule_for(t, deployment) for t in targets]
+def build_defs(
+    *,
+    targets_file: Path | None = None,
+    crons: Mapping[str, str] | None = None,
+    check_notes: CheckNotes | None = None,
+) -> dg.Definitions:
+    """The job; per target namespace of ``targets_file`` a schedule and a health asset (its checks run
+    when they would change, and at least hourly). Schedules at the crons ``crons`` names; a failed
+    check with its note from ``check_notes``."""
+    targets = load_targets(targets_file)
+    assets = [health_asset(t, check_notes) for t in targets]
+    schedules = [schedule_for(t, crons) for t in targets]
     jobs: list = [collect_zombies_job]
     if assets:
         health_job = dg.define_asset_job(
@@ -259,16 +235,5 @@ def build_defs(deployment: str) -> dg.Definitions:
             "task, recent process errors, task durations) with its checks; launched by progressor_health_schedule.",
         )
         jobs.append(health_job)
-        schedules.append(health_schedule(targets, health_job, deployment))
-    if deployment == "local":
-        jobs.append(progressor_demo_traffic)
-        schedules.append(
-            exclusive_schedule(
-                name="progressor_demo_traffic_schedule",
-                job=progressor_demo_traffic,
-                cron_schedule="* * * * *",
-                description="Local only: progressor demo traffic (every minute when GROUNDSKEEPER_DEMO=busy).",
-                deployment=deployment,
-            )
-        )
+        schedules.append(health_schedule(targets, health_job, crons))
     return dg.Definitions(assets=assets, jobs=jobs, schedules=schedules)

@@ -4,7 +4,7 @@
 
 ``cron`` is optional (default every minute); every other key is validated like the job's run config.
 The target's name is the namespace as a Dagster name (``default/default`` -> ``default_default``).
-The file is ``PROGRESSOR_TARGETS_FILE``, or ``pipelines/progressor/targets/<deployment>.json`` if it exists.
+The file is ``PROGRESSOR_TARGETS_FILE`` (none: no schedules), unless the code location is given another.
 """
 
 from __future__ import annotations
@@ -14,20 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.common.targets import Target, read_targets
-from pipelines.common.targets import targets_path as common_targets_path
 from pipelines.progressor.params import CollectParams, collect_params
 
-TARGETS_DIR = Path(__file__).with_name("targets")
 TARGETS_ENV = "PROGRESSOR_TARGETS_FILE"
 DEFAULT_CRON = "* * * * *"
 
 
 def dagster_name(namespace: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", namespace)
-
-
-def targets_path(deployment: str) -> Path | None:
-    return common_targets_path(TARGETS_ENV, TARGETS_DIR, deployment)
 
 
 def _name(entry: dict[str, Any], params: CollectParams) -> str:
@@ -39,4 +33,4 @@ def load_targets(path: Path | None) -> list[Target[CollectParams]]:
     return read_targets(path, "progressor targets file", collect_params, _name, default_cron=DEFAULT_CRON)
 
 
-__all__ = ["Target", "dagster_name", "load_targets", "targets_path"]
+__all__ = ["TARGETS_ENV", "Target", "dagster_name", "load_targets"]

@@ -5,7 +5,7 @@
 
 ``name`` (optional, default from the table name) names the schedule ``reclaim_<name>``;
 ``cron`` is required; every other key is a run parameter, validated like the job's run config.
-The file is ``RECLAIM_TARGETS_FILE``, or ``pipelines/reclaim/targets/<deployment>.json`` if it exists.
+The file is ``RECLAIM_TARGETS_FILE`` (none: no schedules), unless the code location is given another.
 """
 
 from __future__ import annotations
@@ -15,16 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from pipelines.common.targets import Target, read_targets
-from pipelines.common.targets import targets_path as common_targets_path
 from pipelines.reclaim.params import ParamsError, ReclaimParams, parse_params
 
-TARGETS_DIR = Path(__file__).with_name("targets")
 TARGETS_ENV = "RECLAIM_TARGETS_FILE"
 NAME_RE = re.compile(r"[A-Za-z0-9_]{1,60}")
-
-
-def targets_path(deployment: str) -> Path | None:
-    return common_targets_path(TARGETS_ENV, TARGETS_DIR, deployment)
 
 
 def _name(entry: dict[str, Any], params: ReclaimParams) -> str:

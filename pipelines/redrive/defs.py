@@ -21,6 +21,7 @@ from pipelines.common.defs.active_runs import ACTIVE_STATUSES
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import (
     FAILED,
@@ -41,7 +42,6 @@ JOB_NAME = "redrive_failed_partitions"
 OP_NAME = "find_and_relaunch"
 REDRIVE_TAG = "groundskeeper/redrive"
 CAPABILITY = {"groundskeeper/capability": "redrive"}
-EXCLUSIVE_TAG = "groundskeeper/exclusive"
 """One run at a time per value (a tag concurrency limit of every instance): a redrive run reads the
 partitions' states and launches their backfill with no other redrive in between."""
 
@@ -197,10 +197,10 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
     @one_line_failures
     def redrive_op(context: dg.OpExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.Output[dict]:
         params = params_from_config(context, RedriveParams)
-        if context.run.tags.get(EXCLUSIVE_TAG) != JOB_NAME:
+        if context.run.tags.get(ONE_AT_A_TIME_TAG) != JOB_NAME:
             raise dg.Failure(
-                description=f"run tag {EXCLUSIVE_TAG} must be {JOB_NAME!r} (the job's own, got "
-                f"{context.run.tags.get(EXCLUSIVE_TAG)!r}): two redrives at once would launch a partition twice",
+                description=f"run tag {ONE_AT_A_TIME_TAG} must be {JOB_NAME!r} (the job's own, got "
+                f"{context.run.tags.get(ONE_AT_A_TIME_TAG)!r}): two redrives at once would launch a partition twice",
                 allow_retries=False,
             )
         key = dg.AssetKey(params.asset_path)
@@ -285,7 +285,7 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
             "Relaunch the failed (optionally missing) partitions of a partitioned asset in a time window, "
             "bounded by max_runs, as one tagged backfill; reports each partition's outcome."
         ),
-        tags={**CAPABILITY, EXCLUSIVE_TAG: JOB_NAME},
+        tags={**CAPABILITY, ONE_AT_A_TIME_TAG: JOB_NAME},
         executor_def=dg.in_process_executor,
     )
     def redrive_failed_partitions():

@@ -177,10 +177,10 @@ def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorD
     return retry_policies_on_start
 
 
-def build_defs(deployment: str, jobs: Sequence = ()) -> dg.Definitions:
+def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
     """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
-    with) and, locally, the ``retry_demo`` job and the sensor that materializes the asset once."""
-    own_jobs = [retry_demo] if deployment == "local" else []
+    with) and, with ``demo``, the ``retry_demo`` job and the sensor that materializes the asset once."""
+    own_jobs = [retry_demo] if demo else []
     asset = build_retry_policies_asset([*jobs, *own_jobs])
-    sensors = [build_first_materialization_sensor(asset)] if deployment == "local" else []
+    sensors = [build_first_materialization_sensor(asset)] if demo else []
     return dg.Definitions(assets=[asset], jobs=own_jobs, sensors=sensors)

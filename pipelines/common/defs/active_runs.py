@@ -1,6 +1,6 @@
-"""The one "is a run of this job still queued or running" check (:func:`active_run`), for sensors
-and schedules that skip their tick (with a ``SkipReason`` naming the run, :func:`still_going`)
-instead of piling up runs in the queue; :func:`exclusive_schedule` is such a schedule."""
+"""Is a run still queued or running: :data:`ACTIVE_STATUSES`, :func:`active_run` (the batching
+decider's per-receiver check) and how a skip reason names such a run (:func:`still_going`, also
+the schedule factory's when a tag concurrency limit holds its run)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
-
-from pipelines.common.defs.cadence import schedule_cadence
 
 ACTIVE_STATUSES = [
     dg.DagsterRunStatus.QUEUED,
@@ -32,41 +30,3 @@ def still_going(run: Any) -> str:
     """How a skip reason names the run that is still going: ``<run id> is still queued``."""
     state = "queued" if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED) else "running"
     return f"{run.run_id} is still {state}"
-
-
-def exclusive_schedule(
-    *,
-    name: str,
-    job: Any,
-    cron_schedule: str,
-    description: str,
-    deployment: str,
-    run_config: Mapping[str, Any] | None = None,
-    tags: Mapping[str, str] | None = None,
-    same_run_tags: Mapping[str, str] | None = None,
-) -> dg.ScheduleDefinition:
-    """A schedule that launches ``job`` (with ``run_config`` and ``tags``) unless a run of the same
-    job (with ``same_run_tags``, e.g. the same namespace) is still queued or running: then the tick
-    skips and says which run. ``cron_schedule`` is its own cadence: the local deployment's is the
-    demo's (``schedule_cadence``)."""
-    job_name = job.name
-    cadence = schedule_cadence(deployment, name, cron_schedule)
-
-    def evaluate(context: dg.ScheduleEvaluationContext):
-        try:
-            instance = context.instance
-        except dg.DagsterInvariantViolationError:  # a bare build_schedule_context() in a test: no runs
-            instance = None
-        previous = active_run(instance, job_name, same_run_tags) if instance is not None else None
-        if previous is not None:
-            return dg.SkipReason(f"the previous {job_name} run {still_going(previous)}: not queueing another")
-        return dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
-
-    return dg.ScheduleDefinition(
-        name=name,
-        job=job,
-        cron_schedule=cadence.cron_schedule,
-        execution_fn=evaluate,
-        default_status=cadence.default_status,
-        description=cadence.describe(f"{description} Skips a tick while the previous run is still queued or running."),
-    )

@@ -1,7 +1,7 @@
-"""The one place that picks the executor of the jobs that fan out (reclaim's segments, batching,
-the termination drain): :func:`fan_out_executor`, the Celery workers under the ``cluster``
-deployment, None (the capability's own choice) everywhere else; each capability's job factory
-takes it."""
+"""The Celery executor of the jobs that fan out (reclaim's segments, batching, the termination
+drain) under the ``cluster`` deployment: :func:`celery_fan_out_executor`. ``pipelines/definitions.py``
+picks it for that deployment and passes it (or None: each capability's own choice) to each
+capability's job factory."""
 
 from __future__ import annotations
 
@@ -33,9 +33,6 @@ CELERY_SETTINGS: dict[str, Any] = {
 them into the workers' config file), so both sides agree."""
 
 
-FAN_OUT_DEPLOYMENTS = ("cluster",)
-
-
 def celery_executor_config(broker: Any = None) -> dict[str, Any]:
     """The celery executor's config: the broker (default: the ``CELERY_BROKER_URL`` variable), the
     rpc result backend and :data:`CELERY_SETTINGS`. Also what the workers' config file holds."""
@@ -46,15 +43,11 @@ def celery_executor_config(broker: Any = None) -> dict[str, Any]:
     }
 
 
-def fan_out_executor(deployment: str) -> dg.ExecutorDefinition | None:
-    """The executor of the jobs that fan out, or None where each keeps its own choice.
-
-    Under ``cluster``: dagster-celery's executor (imported only then), on the broker named by
-    ``CELERY_BROKER_URL``; every step is a Celery task that any worker of the cluster may take. A
-    broker or instance database lost while a run is going fails it with one line
-    (``resources.cluster``)."""
-    if deployment not in FAN_OUT_DEPLOYMENTS:
-        return None
+def celery_fan_out_executor() -> dg.ExecutorDefinition:
+    """The executor of the jobs that fan out under ``cluster``: dagster-celery's executor (imported
+    only when this is called), on the broker named by ``CELERY_BROKER_URL``; every step is a Celery
+    task that any worker of the cluster may take. A broker or instance database lost while a run is
+    going fails it with one line (``resources.cluster``)."""
     from resources.cluster import celery_executor
 
     return celery_executor().configured(celery_executor_config(), name="celery")

@@ -67,3 +67,20 @@ def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) ->
         records.append(dg.TableRecord(data=data))
     schema = dg.TableSchema(columns=[dg.TableColumn(header, kinds[key]) for key, header in columns.items()])
     return dg.TableMetadataValue(records=records, schema=schema)
+
+
+CheckNotes = Mapping[dg.AssetCheckKey, str]
+"""What a failed check's description adds, by check: given by the code location (``make dev``'s
+demo says which failures it causes on purpose); empty in production."""
+
+
+def noted(
+    check: dg.AssetCheckKey, passed: bool, description: str, notes: CheckNotes | None
+) -> tuple[str, dict[str, str]]:
+    """A check's description, and metadata to add: for a failed ``check`` that ``notes`` has a note
+    on, ``"<description> (<note>)"`` and ``{"demo": note}``; otherwise the description unchanged
+    and nothing."""
+    note = (notes or {}).get(check)
+    if passed or not note:
+        return description, {}
+    return (f"{description} ({note})" if description else note), {"demo": note}

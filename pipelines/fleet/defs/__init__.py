@@ -3,10 +3,12 @@ jobs), ``sensors`` (one per queue), ``schedules`` (housekeeping, dead-letter che
 ``checks`` (the dead-letter queues' depth) and ``pool_audit`` (the pool audit's assets, jobs and
 schedules, and the recording of a housekeeping ``pool_audit`` task)."""
 
+from collections.abc import Mapping
+
 import dagster as dg
 
-from pipelines.common.defs.executors import fan_out_executor
-from pipelines.fleet.defs.checks import DLQ_ASSETS, DLQ_CHECKS, dead_letter_checks_job
+from pipelines.common.defs.metadata import CheckNotes
+from pipelines.fleet.defs.checks import DLQ_ASSETS, dead_letter_checks_job, dlq_checks
 from pipelines.fleet.defs.jobs import (
     QUEUE_TAG,
     housekeeping_jobs,
@@ -15,7 +17,7 @@ from pipelines.fleet.defs.jobs import (
     termination_queue_job,
 )
 from pipelines.fleet.defs.pool_audit import (
-    pool_audit,
+    pool_audit_asset,
     pool_audit_job,
     pool_audit_schedule,
     pool_cost_report,
@@ -26,14 +28,20 @@ from pipelines.fleet.defs.schedules import schedules
 from pipelines.fleet.defs.sensors import housekeeping_queue_sensor, termination_queue_sensor
 
 
-def build_defs(deployment: str) -> dg.Definitions:
-    """The same in every deployment (the fleet processors run wherever the queues are; both pool
-    audit schedules are on by default), but for the termination drain's executor under ``cluster``."""
-    process_housekeeping_queue, housekeeping = housekeeping_jobs()
-    executor = fan_out_executor(deployment)  # cluster: termination drains are competing consumers on the workers
+def build_defs(
+    *,
+    executor: dg.ExecutorDefinition | None = None,
+    crons: Mapping[str, str] | None = None,
+    check_notes: CheckNotes | None = None,
+) -> dg.Definitions:
+    """The fleet processors (they run wherever the queues are; both pool audit schedules are on by
+    default): the termination drain on ``executor`` when given (the cluster's Celery workers: drains
+    are competing consumers there), schedules at the crons ``crons`` names, a failed check with its
+    note from ``check_notes``."""
+    process_housekeeping_queue, housekeeping = housekeeping_jobs(check_notes)
     return dg.Definitions(
-        assets=[*DLQ_ASSETS.values(), pool_audit, pool_cost_report],
-        asset_checks=DLQ_CHECKS,
+        assets=[*DLQ_ASSETS.values(), pool_audit_asset(check_notes), pool_cost_report],
+        asset_checks=dlq_checks(check_notes),
         jobs=[
             termination_queue_job(executor) if executor else process_termination_queue,
             process_housekeeping_queue,
@@ -43,7 +51,7 @@ def build_defs(deployment: str) -> dg.Definitions:
             pool_audit_job,
             pool_cost_report_job,
         ],
-        schedules=[*schedules(deployment), pool_audit_schedule(deployment), pool_cost_report_schedule],
+        schedules=[*schedules(crons), pool_audit_schedule(crons), pool_cost_report_schedule],
         sensors=[termination_queue_sensor, housekeeping_queue_sensor],
     )
 

@@ -3,10 +3,10 @@
 import dagster as dg
 
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.demo import seeded
+from pipelines.common.defs.metadata import CheckNotes, noted
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
-from resources import FleetSettings, SQSResource, deployment_name
+from resources import FleetSettings, SQSResource
 
 DLQ_ASSETS = {
     "termination": dg.AssetSpec(
@@ -24,14 +24,12 @@ DLQ_ASSETS = {
 }
 
 
-DEMO_SEEDED = {"termination": "demo_traffic sends malformed termination messages, which the drain dead-letters"}
-"""What make dev's demo does that fails a queue's check (said on a failed check, local deployment only)."""
+def _dlq_check(label: str, spec: dg.AssetSpec, notes: CheckNotes | None) -> dg.AssetChecksDefinition:
+    key = dg.AssetCheckKey(spec.key, "dead_letter_depth")
 
-
-def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
     @dg.asset_check(
         asset=spec.key,
-        name="dead_letter_depth",
+        name=key.name,
         description=f"Messages in the {label} dead-letter queue (warns above 0).",
         retry_policy=AWS_RETRY_POLICY,
     )
@@ -40,11 +38,11 @@ def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
         url = getattr(fleet, f"{label}_dlq_url")
         depth = dead_letter_depth(sqs.get_client(), url)
         total = depth["depth"]
-        description, demo = seeded(
-            deployment_name(),
+        description, note = noted(
+            key,
             total == 0,
             f"{total} message(s) in {queue_name(url)}" + (": see redrive_dead_letters" if total else ""),
-            DEMO_SEEDED.get(label),
+            notes,
         )
         return dg.AssetCheckResult(
             passed=total == 0,
@@ -55,14 +53,19 @@ def _dlq_check(label: str, spec: dg.AssetSpec) -> dg.AssetChecksDefinition:
                 "visible": depth["visible"],
                 "in_flight": depth["in_flight"],
                 "queue": url,
-                **demo,
+                **note,
             },
         )
 
     return _check
 
 
-DLQ_CHECKS = [_dlq_check(label, spec) for label, spec in DLQ_ASSETS.items()]
+def dlq_checks(notes: CheckNotes | None = None) -> list[dg.AssetChecksDefinition]:
+    """The depth check of each dead-letter queue (a failed one adds its note from ``notes``)."""
+    return [_dlq_check(label, spec, notes) for label, spec in DLQ_ASSETS.items()]
+
+
+DLQ_CHECKS = dlq_checks()
 dead_letter_checks_job = dg.define_asset_job(
     "fleet_dead_letter_checks",
     selection=dg.AssetSelection.checks(*DLQ_CHECKS),

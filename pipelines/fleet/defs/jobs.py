@@ -21,7 +21,7 @@ import dagster as dg
 
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metadata import CheckNotes, metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.sqs import queue_name
@@ -77,11 +77,11 @@ def _run_context(
     )
 
 
-def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult]) -> None:
+def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None) -> None:
     """The pool audits among ``results`` as ``pool_audit`` materializations with their checks."""
     for result in results:
         if result.audit is not None:
-            for event in housekeeping_audit_events(context, result.audit):
+            for event in housekeeping_audit_events(context, result.audit, notes):
                 context.log_event(event)
 
 
@@ -141,9 +141,11 @@ def drain_op(
     queue: str,
     make: DrainFactory,
     limits_cls: type[DrainLimits] = DrainLimits,
+    notes: CheckNotes | None = None,
 ) -> dg.OpDefinition:
     """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain,
-    configured by ``limits_cls``; a handler's task results, if it has any, are recorded."""
+    configured by ``limits_cls``; a handler's task results, if it has any, are recorded (a pool
+    audit's failed check with its note from ``notes``)."""
 
     @dg.op(
         name=name,
@@ -175,7 +177,7 @@ def drain_op(
         )
         output = _drain(context, drain, fleet.archive_bucket)
         results = getattr(drain.handler, "results", [])
-        _record(context, results)
+        _record(context, results, notes)
         if results:
             output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
         output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
@@ -195,7 +197,7 @@ drain_termination_queue = drain_op(
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the
-    cluster's Celery executor, ``fan_out_executor``: drains are competing consumers on its workers)."""
+    cluster's Celery executor, ``celery_fan_out_executor``: drains are competing consumers on its workers)."""
 
     @dg.job(
         name="process_termination_queue",
@@ -213,8 +215,9 @@ def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> 
 process_termination_queue = termination_queue_job()
 
 
-def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
-    """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks."""
+def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition, dg.JobDefinition]:
+    """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks (a pool audit's
+    failed check adds its note from ``notes``)."""
     dispatcher = Housekeeping()
 
     drain_housekeeping_queue = drain_op(
@@ -222,6 +225,7 @@ def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
         "Drains the housekeeping queue: dispatches each message on its task_type.",
         "housekeeping",
         dispatcher.drain,
+        notes=notes,
     )
 
     @dg.op(
@@ -245,7 +249,7 @@ def housekeeping_jobs() -> tuple[dg.JobDefinition, dg.JobDefinition]:
             result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
-        _record(context, [result])
+        _record(context, [result], notes)
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
         metadata = metadata_from(
             {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}

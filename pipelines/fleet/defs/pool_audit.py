@@ -8,29 +8,27 @@ calls it, and turns the typed results into metadata and check results.
 """
 
 import datetime as dt
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
 
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.looks import looking_schedule
-from pipelines.common.defs.metadata import metadata_from, table_from
+from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
-from pipelines.common.demo import seeded
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.looks import Look
 from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, look_at_fleet, run_pool_audit
 from pipelines.fleet.pool_audit.checks import (
     CHECK_DESCRIPTIONS,
-    CHECK_IDLE_COST,
-    CHECK_KNOWN_POOLS,
     CheckOutcome,
     evaluate_checks,
 )
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
 from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
-from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource, deployment_name
+from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
 ASSET_KEY = dg.AssetKey("pool_audit")
 REPORT_START = "2026-11-01"
@@ -117,17 +115,13 @@ def _check_metadata(outcome: CheckOutcome) -> dict[str, Any]:
     return metadata
 
 
-DEMO_SEEDED = {
-    CHECK_IDLE_COST: "it keeps idle runners warm, linux-small wants 1 idle and gets 2",
-    CHECK_KNOWN_POOLS: "it keeps an instance without a pool tag and one tagged with the retired pool legacy-pool",
-}
-"""What make dev's demo traffic does that fails each check (said on a failed check, local deployment only)."""
-
-
-def check_results(run: AuditRun, idle_cost_threshold: float) -> list[dg.AssetCheckResult]:
+def check_results(
+    run: AuditRun, idle_cost_threshold: float, notes: CheckNotes | None = None
+) -> list[dg.AssetCheckResult]:
     results = []
     for c in evaluate_checks(run, idle_cost_threshold):
-        description, demo = seeded(deployment_name(), c.passed, c.description, DEMO_SEEDED.get(c.check_name))
+        check = dg.AssetCheckKey(ASSET_KEY, c.check_name)
+        description, demo = noted(check, c.passed, c.description, notes)
         results.append(
             dg.AssetCheckResult(
                 check_name=c.check_name,
@@ -155,54 +149,62 @@ def _log_run(log, run: AuditRun) -> None:
 # ---------------------------------------------------------------- assets
 
 
-@dg.asset(
-    key=ASSET_KEY,
-    group_name="fleet",
-    kinds={"pandas", "s3", "cloudwatch"},
-    description=(
-        "Snapshot of every fleet pool: running, pending, stopped, busy and idle instances, what they cost "
-        "per hour and what idle capacity costs. Publishes PoolComputeCost, PoolIdleCost and PoolUtilization "
-        "and stores the table as CSV under `s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/snapshots/`."
-    ),
-    check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
-    config_schema=config_schema(PoolAuditParams),
-    tags=CAPABILITY_TAGS,
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
-def pool_audit(
-    context: dg.AssetExecutionContext,
-    dynamodb: DynamoDBResource,
-    ec2: EC2Resource,
-    cloudwatch: CloudWatchResource,
-    s3: S3Resource,
-    fleet: FleetSettings,
-) -> dg.MaterializeResult:
-    params = params_from_config(context, PoolAuditParams)
-    metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
-    run = run_pool_audit(
-        dynamodb=dynamodb.get_client(),
-        ec2=ec2.get_client(),
-        cloudwatch=metrics,
-        s3=s3.get_client(),
-        jobs_table=fleet.jobs_table,
-        pools_table=fleet.pools_table,
-        archive_bucket=fleet.archive_bucket,
-        namespace=fleet.metrics_namespace,
-        dry_run=params.dry_run,
-        progress=context.log.info,
+def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
+    """The ``pool_audit`` snapshot asset with its checks (a failed one adds its note from ``notes``)."""
+
+    @dg.asset(
+        key=ASSET_KEY,
+        group_name="fleet",
+        kinds={"pandas", "s3", "cloudwatch"},
+        description=(
+            "Snapshot of every fleet pool: running, pending, stopped, busy and idle instances, what they cost "
+            "per hour and what idle capacity costs. Publishes PoolComputeCost, PoolIdleCost and PoolUtilization "
+            "and stores the table as CSV under `s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/snapshots/`."
+        ),
+        check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
+        config_schema=config_schema(PoolAuditParams),
+        tags=CAPABILITY_TAGS,
+        retry_policy=AWS_RETRY_POLICY,
     )
-    _log_run(context.log, run)
-    metadata = audit_metadata(run)
-    if not params.dry_run:
-        metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
-    return dg.MaterializeResult(
-        metadata=metadata, check_results=check_results(run, params.idle_cost_threshold_usd_per_hour)
-    )
+    @one_line_failures
+    def pool_audit(
+        context: dg.AssetExecutionContext,
+        dynamodb: DynamoDBResource,
+        ec2: EC2Resource,
+        cloudwatch: CloudWatchResource,
+        s3: S3Resource,
+        fleet: FleetSettings,
+    ) -> dg.MaterializeResult:
+        params = params_from_config(context, PoolAuditParams)
+        metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
+        run = run_pool_audit(
+            dynamodb=dynamodb.get_client(),
+            ec2=ec2.get_client(),
+            cloudwatch=metrics,
+            s3=s3.get_client(),
+            jobs_table=fleet.jobs_table,
+            pools_table=fleet.pools_table,
+            archive_bucket=fleet.archive_bucket,
+            namespace=fleet.metrics_namespace,
+            dry_run=params.dry_run,
+            progress=context.log.info,
+        )
+        _log_run(context.log, run)
+        metadata = audit_metadata(run)
+        if not params.dry_run:
+            metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
+        return dg.MaterializeResult(
+            metadata=metadata, check_results=check_results(run, params.idle_cost_threshold_usd_per_hour, notes)
+        )
+
+    return pool_audit
+
+
+pool_audit = pool_audit_asset()
 
 
 def housekeeping_audit_events(
-    context: dg.OpExecutionContext, audit: HousekeepingAudit
+    context: dg.OpExecutionContext, audit: HousekeepingAudit, notes: CheckNotes | None = None
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """A housekeeping ``pool_audit`` task's audit as a ``pool_audit`` materialization of the run that
     ran it, with its check evaluations, exactly as the asset records them."""
@@ -212,7 +214,7 @@ def housekeeping_audit_events(
     events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = [
         dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata)
     ]
-    for result in check_results(audit.run, audit.idle_cost_threshold_usd_per_hour):
+    for result in check_results(audit.run, audit.idle_cost_threshold_usd_per_hour, notes):
         events.append(
             dg.AssetCheckEvaluation(
                 asset_key=ASSET_KEY,
@@ -326,10 +328,10 @@ def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
 
 # Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does
 # not), and yesterday's report.
-def pool_audit_schedule(deployment: str) -> dg.ScheduleDefinition:
-    return looking_schedule(
+def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
+    return schedule(
         name="pool_audit_schedule",
-        deployment=deployment,
+        crons=crons,
         job=pool_audit_job,
         cron_schedule="*/10 * * * *",
         execution_timezone="UTC",
@@ -343,14 +345,16 @@ def pool_audit_schedule(deployment: str) -> dg.ScheduleDefinition:
     )
 
 
-@dg.schedule(
+def _previous_day(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+    day = (context.scheduled_execution_time - dt.timedelta(days=1)).date().isoformat()
+    return dg.RunRequest(run_key=day, partition_key=day)
+
+
+pool_cost_report_schedule = schedule(
     name="pool_cost_report_schedule",
     job=pool_cost_report_job,
     cron_schedule="20 0 * * *",
     execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
+    request=_previous_day,
     description="00:20 UTC: the previous (complete) day's pool_cost_report.",
 )
-def pool_cost_report_schedule(context: dg.ScheduleEvaluationContext):
-    day = (context.scheduled_execution_time - dt.timedelta(days=1)).date().isoformat()
-    return dg.RunRequest(run_key=day, partition_key=day)

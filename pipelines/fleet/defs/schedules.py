@@ -1,16 +1,17 @@
 """The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule.
 
-Each looks before it launches a run (``pipelines.common.defs.looks``): a housekeeping schedule
+Each looks before it launches a run (``pipelines.common.defs.schedules``): a housekeeping schedule
 reads what its task would act on (``pipelines.fleet.cleanup.LOOKS``) and skips the tick when there
 is nothing; the dead-letter checks run when a dead-letter queue's depth differs from what the last
 checks recorded, and at least every :data:`DEAD_LETTER_REFRESH`.
 """
 
 import datetime as dt
+from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.common.defs.looks import looking_schedule, scheduled_time, tick_time
+from pipelines.common.defs.schedules import schedule, scheduled_time, tick_time
 from pipelines.common.looks import Look
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.fleet.cleanup import LOOKS
@@ -58,7 +59,7 @@ def _look_context(context: dg.ScheduleEvaluationContext, services: tuple[str, ..
     return fleet_context(context.resources.fleet, log=context.log, **clients)
 
 
-def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.ScheduleDefinition:
+def housekeeping_schedule(task_type: str, cron: str, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     look_task = LOOKS[task_type]
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
@@ -73,9 +74,9 @@ def housekeeping_schedule(task_type: str, cron: str, deployment: str) -> dg.Sche
             tags={"groundskeeper/task": task_type},
         )
 
-    return looking_schedule(
+    return schedule(
         name=f"housekeeping_{task_type}_schedule",
-        deployment=deployment,
+        crons=crons,
         job_name="housekeeping",
         cron_schedule=cron,
         look=look,
@@ -95,12 +96,12 @@ def _dead_letter_look(context: dg.ScheduleEvaluationContext) -> Look:
     return Look.state(depths, f"dead letters at {tick_time(context):%H:%M}: {said}")
 
 
-def schedules(deployment: str) -> list[dg.ScheduleDefinition]:
+def schedules(crons: Mapping[str, str] | None = None) -> list[dg.ScheduleDefinition]:
     return [
-        *(housekeeping_schedule(task, cron, deployment) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
-        looking_schedule(
+        *(housekeeping_schedule(task, cron, crons) for task, cron in HOUSEKEEPING_SCHEDULES.items()),
+        schedule(
             name="fleet_dead_letter_checks_schedule",
-            deployment=deployment,
+            crons=crons,
             job_name="fleet_dead_letter_checks",
             cron_schedule="*/10 * * * *",
             look=_dead_letter_look,

@@ -83,7 +83,12 @@ def _table_of(run_config: dict) -> str | None:
 
 
 def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: str) -> str | None:
-    """The id of an earlier-started reclaim run still working on ``table``, if any."""
+    """The id of an earlier-started reclaim run still working on ``table``, if any.
+
+    One run per table is the instance's tag concurrency limit on ``groundskeeper/table``, which a
+    scheduled run carries. A run launched from the Launchpad names its table in run config only and
+    Dagster cannot derive a run tag from run config, so this check in the run stays: it covers the
+    untagged runs the limit cannot hold."""
     records = instance.get_run_records(
         dg.RunsFilter(job_name=JOB_NAME, statuses=[dg.DagsterRunStatus.STARTED]), limit=100
     )
@@ -242,7 +247,7 @@ def report_reclaim(
 def reclaim_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The ``reclaim_agendas`` job. By default its segments run on the multiprocess executor
     (:func:`execution_for`); with ``executor_def`` (the cluster's Celery executor,
-    ``fan_out_executor``) every segment is a task any worker may take."""
+    ``celery_fan_out_executor``) every segment is a task any worker may take."""
 
     @dg.job(
         name=JOB_NAME,

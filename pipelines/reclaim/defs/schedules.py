@@ -1,24 +1,27 @@
 """One schedule per reclaim target (the targets file, ``pipelines.reclaim.targets``)."""
 
+from collections.abc import Mapping
+
 import dagster as dg
 
-from pipelines.common.defs.cadence import schedule_cadence
+from pipelines.common.defs.schedules import schedule
 from pipelines.reclaim.defs.jobs import reclaim_agendas
 from pipelines.reclaim.targets import Target
 
 TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
 
 
-def schedule_for(target: Target, deployment: str, job: dg.JobDefinition = reclaim_agendas) -> dg.ScheduleDefinition:
+def schedule_for(
+    target: Target, job: dg.JobDefinition = reclaim_agendas, crons: Mapping[str, str] | None = None
+) -> dg.ScheduleDefinition:
     table = target.config["tableName"]
     name = f"reclaim_{target.name}"
-    cadence = schedule_cadence(deployment, name, target.cron)
-    return dg.ScheduleDefinition(
+    return schedule(
         name=name,
         job=job,
-        cron_schedule=cadence.cron_schedule,
+        cron_schedule=target.cron,
         run_config=target.config,
         tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},
-        default_status=cadence.default_status,
-        description=cadence.describe(f"Reclaim stale agendas of {table} ({target.cron})."),
+        crons=crons,
+        description=f"Reclaim stale agendas of {table} ({target.cron}).",
     )

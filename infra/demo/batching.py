@@ -1,7 +1,7 @@
 """Batching's demo traffic for the local deployment: demo receivers and their pending records. No Dagster.
 
 Each step creates the demo receivers (once) and adds pending records for them, now and then one
-whose payload is not JSON. The local deployment's ``demo_traffic`` job (``pipelines/demo``) runs
+whose payload is not JSON. The local deployment's ``demo_traffic`` job (``infra/demo/defs.py``) runs
 it with the other capabilities' traffic.
 """
 
@@ -12,9 +12,9 @@ import json
 import random
 from dataclasses import dataclass
 
+from infra.demo.common import demo_uuid, put_once
 from pipelines.common import iso, to_item
 from pipelines.common.aws_batches import batch_write
-from pipelines.common.demo import demo_uuid, put_once
 from pipelines.common.params import param
 
 DEMO_RECEIVERS = [

@@ -2,7 +2,7 @@
 
 Each step adds WAITING agendas, moves WAITING -> EXECUTING and fresh EXECUTING -> COMPLETE, and
 leaves a few agendas stuck in EXECUTING (10 to 180 minutes old) for the reclaim job. The local
-deployment's ``demo_traffic`` job (``pipelines/demo``) runs it with the other capabilities' traffic.
+deployment's ``demo_traffic`` job (``infra/demo/defs.py``) runs it with the other capabilities' traffic.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from infra.demo.common import demo_uuid
 from pipelines.common import now_ms, to_item
 from pipelines.common.aws_batches import error_code
-from pipelines.common.demo import demo_uuid
 from pipelines.common.params import param
 
 

@@ -1,13 +1,13 @@
 """One step of the local demo's traffic: each capability's demo module in turn. No Dagster.
 
-- reclaim (``pipelines/reclaim/demo.py``): agendas move WAITING -> EXECUTING -> COMPLETE, and a
+- reclaim (``infra/demo/reclaim.py``): agendas move WAITING -> EXECUTING -> COMPLETE, and a
   few get stuck in EXECUTING (POP's agenda reclaimer);
-- fleet (``pipelines/fleet/demo.py``): pools of tagged fleet instances run jobs; finished jobs send
+- fleet (``infra/demo/fleet.py``): pools of tagged fleet instances run jobs; finished jobs send
   termination messages, a few of them malformed, and now and then a housekeeping message arrives;
   the pool audit's standing capacity stays in place (runs-fleet);
-- batching (``pipelines/batching/demo.py``): receivers' records accumulate (ReportStream's batching).
+- batching (``infra/demo/batching.py``): receivers' records accumulate (ReportStream's batching).
 
-Progressor's demo traffic is its own job (``pipelines/progressor/demo.py``). One random generator
+Progressor's demo traffic is its own job (``infra/demo/progressor.py``). One random generator
 serves the whole step, in that order: the same seed makes the same traffic.
 """
 
@@ -19,11 +19,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from pipelines.batching.demo import RecordTraffic, receiver_traffic
-from pipelines.common.demo import demo_step
+from infra.demo.batching import RecordTraffic, receiver_traffic
+from infra.demo.common import demo_step
+from infra.demo.fleet import FleetTraffic, fleet_traffic, standing_instances_traffic
+from infra.demo.reclaim import AgendaTraffic, agenda_traffic
 from pipelines.common.params import ParamsError, param, parse_params
-from pipelines.fleet.demo import FleetTraffic, fleet_traffic, standing_instances_traffic
-from pipelines.reclaim.demo import AgendaTraffic, agenda_traffic
 
 T = TypeVar("T")
 

@@ -1,12 +1,18 @@
 """Local demo traffic that plays a progressor node, so that ``make dev`` shows real collections. No Dagster.
 
-Each call (one a minute under ``make dev``) acts like progressor's workers and scanners in one namespace:
+Each call (every 10 minutes under the quiet ``make dev``, every minute under busy) acts like
+progressor's workers and scanners in one namespace:
 
-1. workers finish every running task (a duration of 20 ms to 1.2 s), except those of crashed workers;
-2. the scanners start the due timers and the waiting calls of idle processes;
-3. new processes start (``init`` running), half with a timer, half with a call waiting;
-4. every ``crash_every``-th call a worker crashes: a new process's task (a ``timeout`` one call, a
-   ``call`` the next) is left in the running table for good, and becomes a zombie after 96 s.
+1. the scanners start the due timers and the waiting calls of idle processes;
+2. new processes start (``init`` running), half with a timer, half with a call waiting;
+3. every ``crash_every``-th call a worker crashes: a new process's task (a ``timeout`` one call, a
+   ``call`` the next) is left in the running table for good, and becomes a zombie after 96 s;
+4. the live workers finish every task that is running (a duration of 20 ms to 1.2 s), except those
+   of crashed workers.
+
+A live worker's task is done within the step that started it, as progressor's are within seconds:
+nothing but a crashed worker's task outlives the zombie threshold, whatever the time to the next
+step (10 minutes under quiet, much longer than the threshold).
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.schema import Tables, create_namespace
 
 CRASHED = '{"demo": "crashed worker"}'
@@ -78,7 +84,6 @@ def play(conn, traffic: DemoTraffic, tick: int | None = None, rng: random.Random
     t = create_namespace(conn, traffic.namespace)
     counts = {"finished": 0, "started_from_schedule": 0, "new_processes": 0, "crashed_workers": 0}
     with conn, conn.cursor() as cur:
-        counts["finished"] = _finish_running(cur, t)
         counts["started_from_schedule"] = _scan(cur, t)
         for n in range(traffic.new_processes):
             process_id = f"demo-{tick}-{round_id}-{n}"
@@ -94,6 +99,7 @@ def play(conn, traffic: DemoTraffic, tick: int | None = None, rng: random.Random
             engine.start_process(cur, t, process_id, task_type=task_type)
             cur.execute(t.sql("UPDATE {running} SET metadata = {}::jsonb WHERE process_id = {}", CRASHED, process_id))
             counts["crashed_workers"] = 1
+        counts["finished"] = _finish_running(cur, t)
     return counts
 
 

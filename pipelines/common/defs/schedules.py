@@ -1,6 +1,16 @@
-"""Schedules that look before they launch a run (``pipelines.common.looks``): :func:`looking_schedule`.
+"""The one schedule factory, :func:`schedule`: a job (or its name) and a cron, with an optional
+look (``pipelines.common.looks``), run config and tags, and an optional overlap rule. Every
+schedule of the code location is built by it.
 
-At each tick the schedule's look reads what the run would read first, in the process that
+- Its cron is its own, unless the code location gives it another by name (``crons``, passed in by
+  ``pipelines/definitions.py``; ``make dev``'s demo does): its description then says so.
+- One run at a time is one rule, the instance's tag concurrency limits (``dagster.yaml`` and
+  ``infra/dagster.*.yaml``: one run per value of ``groundskeeper/queue``, ``groundskeeper/table``,
+  ``groundskeeper/progressor_namespace`` and ``groundskeeper/one_at_a_time``). A tick whose run
+  would only wait on such a limit (a run holding the same tag value is still queued or running)
+  skips and names that run, instead of queueing another behind it (:func:`held_by`).
+
+With a look, at each tick the schedule's look reads what the run would read first, in the process that
 evaluates the schedule (no run process):
 
 - a work look that finds nothing to do skips the tick with its reason;
@@ -10,7 +20,7 @@ evaluates the schedule (no run process):
 - a look that fails (AWS or the database unreachable, a permission missing) does not hide the
   problem: the run is launched, and fails or succeeds with its own one line.
 
-A run a looking schedule launches is known by Dagster's own ``dagster/schedule_name`` tag (hidden in
+A run a schedule launches is known by Dagster's own ``dagster/schedule_name`` tag (hidden in
 the runs list) and, after a state look, carries ``groundskeeper/look`` (its fingerprint).
 """
 
@@ -18,17 +28,28 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
 
 from pipelines.common import first_line
-from pipelines.common.defs.active_runs import ACTIVE_STATUSES, active_run, still_going
-from pipelines.common.defs.cadence import schedule_cadence
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.looks import Look
 
 SCHEDULE_TAG = "dagster/schedule_name"
 """Dagster's tag on every run a schedule launches: which schedule (the last run of this schedule)."""
+
+ONE_AT_A_TIME_TAG = "groundskeeper/one_at_a_time"
+"""A job tagged with its own name here (``one_at_a_time``) runs one at a time: the instance limits
+this tag to one run per value, as it does ``groundskeeper/queue``, ``groundskeeper/table`` and
+``groundskeeper/progressor_namespace``."""
+
+
+def one_at_a_time(job_name: str) -> dict[str, str]:
+    """The tag that makes the instance run ``job_name`` one run at a time (a job's own tags)."""
+    return {ONE_AT_A_TIME_TAG: job_name}
+
 
 LOOK_TAG = "groundskeeper/look"
 """The fingerprint of the state the schedule's look read before the run (state looks)."""
@@ -138,41 +159,96 @@ def looked_request(request: dg.RunRequest, schedule_name: str, found: Look) -> d
     return request.with_replaced_attrs(tags=tags)
 
 
-def looking_schedule(
+@dataclass(frozen=True)
+class ScheduleCadence:
+    """What the factory passes to Dagster: ``cron_schedule``, ``default_status``, and its
+    description with the note (:meth:`describe`)."""
+
+    cron_schedule: str
+    default_status: dg.DefaultScheduleStatus
+    note: str = ""
+
+    def describe(self, description: str) -> str:
+        """``description``, with the note when the cadence is not the schedule's own."""
+        return f"{description} {self.note}".strip() if self.note else description
+
+
+def schedule_cadence(
+    name: str,
+    cron: str,
+    crons: Mapping[str, str] | None = None,
+    status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
+) -> ScheduleCadence:
+    """The cadence of schedule ``name`` (its own cron ``cron`` and default ``status``): the cron
+    ``crons`` names for it, when it names one, else its own."""
+    given = (crons or {}).get(name, cron)
+    note = f"This code location runs it on {given}, not {cron}." if given != cron else ""
+    return ScheduleCadence(given, status, note)
+
+
+def held_by(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> Any:
+    """The newest queued or running run that holds a value of ``tags`` up to one of the instance's
+    tag concurrency limits (a run with ``tags`` would wait for it), or None."""
+    queue = instance.get_concurrency_config().run_queue_config
+    for limit in queue.tag_concurrency_limits if queue is not None else ():
+        key, value = limit["key"], limit.get("value")
+        if key not in tags or (value is not None and not isinstance(value, dict) and value != tags[key]):
+            continue
+        held = dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={key: tags[key]})
+        if instance.get_runs_count(held) >= limit["limit"]:
+            return instance.get_runs(held, limit=1)[0]
+    return None
+
+
+def schedule(
     *,
     name: str,
     cron_schedule: str,
     description: str,
-    deployment: str,
-    look: LookFn,
     job: Any = None,
     job_name: str | None = None,
-    request: RequestFn | None = None,
+    look: LookFn | None = None,
     refresh: dt.timedelta | None = None,
+    request: RequestFn | None = None,
+    run_config: Mapping[str, Any] | None = None,
+    tags: Mapping[str, str] | None = None,
     required_resource_keys: set[str] | None = None,
-    same_run_tags: Mapping[str, str] | None = None,
     execution_timezone: str | None = None,
+    crons: Mapping[str, str] | None = None,
+    default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
-    """A schedule (on by default) that looks first (``look``, with ``required_resource_keys``) and
-    launches ``request(context)`` (default: a plain ``RunRequest``) only when the look finds it due.
-    ``same_run_tags``: also skip while a run of the job with these tags is still queued or running.
-    ``refresh``: for a state look, the longest time between two runs. ``cron_schedule`` is its own
-    cadence: the local deployment's is the demo's (``schedule_cadence``)."""
+    """A schedule of ``job`` (or ``job_name``) on ``cron_schedule`` (or the cron ``crons`` names for
+    it). Each tick launches ``request(context)`` (default: a ``RunRequest`` with ``run_config`` and
+    ``tags``), unless:
+
+    - the run would wait on the instance's tag concurrency limits (the job's tags and the request's:
+      :func:`held_by`);
+    - ``look`` is given (with ``required_resource_keys``) and does not find the run due (``refresh``:
+      for a state look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
-    assert target is not None, "looking_schedule needs job or job_name"
-    cadence = schedule_cadence(deployment, name, cron_schedule)
+    assert target is not None, "schedule needs job or job_name"
+    cadence = schedule_cadence(name, cron_schedule, crons, default_status)
+
+    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
+        if request is not None:
+            return request(context)
+        return dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
+
+    job_tags = dict(getattr(job, "tags", None) or {})
 
     def evaluate(context: dg.ScheduleEvaluationContext):
-        if same_run_tags is not None:
-            instance = _instance(context)
-            previous = active_run(instance, target, same_run_tags) if instance is not None else None
-            if previous is not None:
-                return dg.SkipReason(f"the previous {target} run {still_going(previous)}: not queueing another")
+        run = launch(context)
+        instance = _instance(context)
+        previous = held_by(instance, {**job_tags, **(run.tags or {})}) if instance is not None else None
+        if previous is not None:
+            return dg.SkipReason(f"the previous {previous.job_name} run {still_going(previous)}: not queueing another")
+        if look is None:
+            return run
         found = evaluate_look(context, look, job_name=target, schedule_name=name, refresh=refresh)
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")
-        return looked_request(request(context) if request else dg.RunRequest(), name, found)
+        return looked_request(run, name, found)
 
     return dg.ScheduleDefinition(
         name=name,

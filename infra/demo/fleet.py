@@ -4,7 +4,7 @@ Each step creates the demo pools (once), finishes some running jobs (their insta
 a termination message is sent, a few of them malformed or sent twice), starts new jobs on new
 managed instances, and sends housekeeping messages; it leaves long-finished job records and a
 managed instance with no job for the cleanup tasks. :func:`standing_instances_traffic` keeps the
-pool audit's demo capacity in place. The local deployment's ``demo_traffic`` job (``pipelines/demo``)
+pool audit's demo capacity in place. The local deployment's ``demo_traffic`` job (``infra/demo/defs.py``)
 runs them with the other capabilities' traffic.
 """
 
@@ -16,9 +16,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from infra.demo.common import put_once
 from pipelines.common import iso, to_item
 from pipelines.common.aws_batches import chunks
-from pipelines.common.demo import put_once
 from pipelines.common.params import param
 
 DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod

@@ -1,7 +1,7 @@
-"""What the local demo shares across capabilities. No Dagster.
+"""What the demo shares across capabilities. No Dagster.
 
-Each capability's demo traffic is beside it (``pipelines/<capability>/demo.py``); the local
-deployment's ``demo_traffic`` job (``pipelines/demo``) runs them in turn with one step's random
+Each capability's demo traffic is a module of this package (``infra/demo/<capability>.py``); the
+``demo_traffic`` job (``infra/demo/defs.py``) runs them in turn with one step's random
 generator and moment (:func:`demo_step`): one generator for all, so the same seed makes the same
 traffic. They draw ids from it (:func:`demo_uuid`) and write their fixed demo items once
 (:func:`put_once`).
@@ -9,10 +9,9 @@ traffic. They draw ids from it (:func:`demo_uuid`) and write their fixed demo it
 The demo makes some checks fail on purpose, so that each capability has something to show: an
 instance tagged with a pool that no longer exists, idle runners kept warm, malformed termination
 messages (dead-lettered), progressor workers that crash (zombies, overdue timers, errored
-processes). A check that fails that way says so in the local deployment only (:func:`seeded`): its
-description ends with :data:`SEEDED` and what the demo did, and its metadata has a ``demo`` entry
-with the same words (the alerts it opens carry the description). In ``prod`` and ``cluster``
-nothing is added.
+processes). A check that fails that way says so (``infra/demo/definitions.py`` passes the notes to
+the product's definitions): its description ends with :data:`SEEDED` and what the demo did, and
+its metadata has a ``demo`` entry with the same words (the alerts it opens carry the description).
 """
 
 from __future__ import annotations
@@ -51,13 +50,3 @@ def put_once(dynamodb, table: str, item: dict[str, Any], key: str) -> bool:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
         return False
-
-
-def seeded(deployment: str, passed: bool, description: str, what: str | None) -> tuple[str, dict[str, str]]:
-    """The check's description, and metadata to add: in the local deployment, for a failed check the
-    demo causes (``what`` says how), ``"<description> (the demo seeds this on purpose: <what>)"`` and
-    ``{"demo": ...}``; otherwise the description unchanged and nothing."""
-    if deployment != "local" or passed or not what:
-        return description, {}
-    note = f"{SEEDED}: {what}"
-    return (f"{description} ({note})" if description else note), {"demo": note}

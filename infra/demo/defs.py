@@ -1,0 +1,119 @@
+"""Dagster wiring of the demo traffic: the ``demo_traffic`` job (one step of each capability's
+demo traffic, ``infra.demo.traffic``), the ``progressor_demo_traffic`` job (``infra.demo.progressor``)
+and their schedules, at the demo's cadence (``GROUNDSKEEPER_DEMO``, ``infra.demo.cadence``)."""
+
+import dagster as dg
+
+from infra.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, demo_crons
+from infra.demo.progressor import DemoTraffic, play
+from infra.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
+from pipelines.common.defs.config import config_schema, params_from_config
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
+from pipelines.common.defs.schedules import one_at_a_time, schedule
+from resources import (
+    AgendaSettings,
+    BatchingSettings,
+    DynamoDBResource,
+    EC2Resource,
+    FleetSettings,
+    SQSResource,
+    SSMResource,
+)
+from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
+
+
+@dg.op(
+    description="One step of demo traffic across agendas, the fleet and receivers (local only).",
+    config_schema={key: value for kind in DEMO_PARAMS for key, value in config_schema(kind).items()},
+    retry_policy=AWS_RETRY_POLICY,  # transient AWS errors retry with backoff, others fail in one line
+)
+@one_line_failures
+def demo_traffic_step(
+    context: dg.OpExecutionContext,
+    dynamodb: DynamoDBResource,
+    ec2: EC2Resource,
+    ssm: SSMResource,
+    sqs: SQSResource,
+    agenda: AgendaSettings,
+    fleet: FleetSettings,
+    batching: BatchingSettings,
+) -> dg.Output[dict]:
+    cfg = DemoConfig.from_flat(context.op_config, lambda kind, raw: params_from_config(context, kind, raw))
+    targets = DemoTargets(
+        agenda_progress_table=agenda.progress_table,
+        jobs_table=fleet.jobs_table,
+        pools_table=fleet.pools_table,
+        termination_queue_url=fleet.termination_queue_url,
+        housekeeping_queue_url=fleet.housekeeping_queue_url,
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+    )
+    counts = run_demo_traffic(
+        dynamodb=dynamodb.get_client(),
+        ec2=ec2.get_client(),
+        ssm=ssm.get_client(),
+        sqs=sqs.get_client(),
+        targets=targets,
+        cfg=cfg,
+    )
+    context.log.info("demo traffic: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return dg.Output(counts, metadata={k: dg.MetadataValue.int(v) for k, v in counts.items()})
+
+
+@dg.job(
+    description="Local only: keeps the demo platform alive (agendas, fleet jobs, queue messages, records).",
+    tags={"groundskeeper/capability": "demo", **one_at_a_time("demo_traffic")},
+    executor_def=dg.in_process_executor,  # one op
+)
+def demo_traffic():
+    demo_traffic_step()
+
+
+@dg.op(description="Local only: play a progressor (processes, timers, calls, sometimes a crashed worker).")
+def play_progressor(context: dg.OpExecutionContext, progressor_db: ProgressorDatabase) -> dict:
+    try:
+        with progressor_db.connection() as conn:
+            counts = play(conn, DemoTraffic())
+    except ProgressorDatabaseError as exc:
+        raise dg.Failure(description=str(exc), allow_retries=False) from None
+    context.log.info("progressor demo: " + ", ".join(f"{k}={v}" for k, v in counts.items()))
+    return counts
+
+
+@dg.job(
+    description="Local only: progressor demo traffic.",
+    tags={"groundskeeper/capability": "progressor", **one_at_a_time("progressor_demo_traffic")},
+)
+def progressor_demo_traffic():
+    play_progressor()
+
+
+OWN_CRONS = {"demo_traffic_schedule": "*/2 * * * *", "progressor_demo_traffic_schedule": "* * * * *"}
+"""The demo traffic schedules' own cadence (``GROUNDSKEEPER_DEMO=busy``)."""
+
+
+def demo_defs(mode: str) -> dg.Definitions:
+    """The demo traffic jobs and their schedules under ``mode`` (``off``, ``quiet``, ``busy``): the
+    demo's cadence, stopped under ``off``."""
+    crons = demo_crons(mode)
+    stopped = mode == "off"
+    status = dg.DefaultScheduleStatus.STOPPED if stopped else dg.DefaultScheduleStatus.RUNNING
+    off = f" Stopped by {DEMO_ENV}=off: start it here for demo traffic." if stopped else ""
+    descriptions = {
+        "demo_traffic_schedule": "One step of demo traffic on the local moto platform (every 2 minutes when "
+        f"{DEMO_ENV}=busy).",
+        "progressor_demo_traffic_schedule": f"Local only: progressor demo traffic (every minute when {DEMO_ENV}=busy).",
+    }
+    jobs = {"demo_traffic_schedule": demo_traffic, "progressor_demo_traffic_schedule": progressor_demo_traffic}
+    schedules = [
+        schedule(
+            name=name,
+            job=jobs[name],
+            cron_schedule=OWN_CRONS[name],
+            description=f"{descriptions[name]}{off} Skips a tick while the previous run is still queued or running.",
+            crons=crons,
+            default_status=status,
+        )
+        for name in DEMO_TRAFFIC_SCHEDULES
+    ]
+    return dg.Definitions(jobs=list(jobs.values()), schedules=schedules)
