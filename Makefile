@@ -1,5 +1,5 @@
 # Groundskeeper: two commands on a fresh machine.
-#   make dev   local AWS (moto) from infra/template.yaml, demo data, Dagster UI on 127.0.0.1:3000
+#   make dev   local AWS (moto; DynamoDB Local for DynamoDB) from infra/template.yaml, demo data, Dagster UI on 127.0.0.1:3000
 #   make test  create .venv if missing, install the project with its dev extra, ruff, the whole suite (CI runs it)
 #   make test-fast  the inner loop: the suite without its slow tiers (cluster, cli, ecs, dynamodb_local, slow)
 #   make ui-test  drive make dev's UI in headless Chromium (not part of make test)

@@ -100,27 +100,6 @@ def cpu_seconds(pids: list[int]) -> float:
     return total
 
 
-def copy_tables(source, target) -> None:
-    """Create in ``target`` every table of ``source`` (the stack's, as deployed), with its key
-    schema, attribute definitions and global secondary indexes, on demand."""
-    for page in source.get_paginator("list_tables").paginate():
-        for name in page["TableNames"]:
-            table = source.describe_table(TableName=name)["Table"]
-            spec = {
-                "TableName": name,
-                "KeySchema": table["KeySchema"],
-                "AttributeDefinitions": table["AttributeDefinitions"],
-                "BillingMode": "PAY_PER_REQUEST",
-            }
-            indexes = [
-                {"IndexName": i["IndexName"], "KeySchema": i["KeySchema"], "Projection": i["Projection"]}
-                for i in table.get("GlobalSecondaryIndexes", [])
-            ]
-            if indexes:
-                spec["GlobalSecondaryIndexes"] = indexes
-            target.create_table(**spec)
-
-
 def busy_seconds(times) -> float:
     """CPU-seconds the machine's cores spent busy (all but idle and iowait) since boot."""
     return sum(times) - times.idle - getattr(times, "iowait", 0.0)
@@ -380,7 +359,7 @@ def main() -> int:
         stack = deploy(boto3.client("cloudformation"))
         if ddb_endpoint:
             wait_for_endpoint(ddb_endpoint, timeout_seconds=180, proc=servers[-1])
-            copy_tables(boto3.client("dynamodb"), boto3.client("dynamodb", endpoint_url=ddb_endpoint))
+            dynamodb_local.copy_tables(boto3.client("dynamodb"), boto3.client("dynamodb", endpoint_url=ddb_endpoint))
             os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = ddb_endpoint
             if args.latency_ms:
                 proxy, runs_ddb_endpoint = latency_proxy.start(ddb_endpoint, args.latency_ms)

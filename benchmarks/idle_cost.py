@@ -181,7 +181,10 @@ def main() -> int:
 
     tmp = Path(tempfile.mkdtemp(prefix="idle-cost-"))
     log = tmp / "deployment.log"
-    ports = {k: str(free_port()) for k in ("MOTO_PORT", "DAGSTER_PORT", "AGENDA_ENDPOINT_PORT", "ALERTS_RECEIVER_PORT")}
+    ports = {
+        k: str(free_port())
+        for k in ("MOTO_PORT", "DAGSTER_PORT", "AGENDA_ENDPOINT_PORT", "ALERTS_RECEIVER_PORT", "DYNAMODB_LOCAL_PORT")
+    }
     code = args.code.resolve()
     if args.profile == "cluster":  # make cluster's code server; dg dev's code server would take it too and fail
         ports["DAGSTER_CODE_SERVER_PORT"] = str(free_port())

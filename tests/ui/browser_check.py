@@ -122,6 +122,7 @@ class Stack:
             "MOTO_PORT": str(free_port()),
             "AGENDA_ENDPOINT_PORT": str(free_port()),
             "ALERTS_RECEIVER_PORT": str(free_port()),
+            "DYNAMODB_LOCAL_PORT": str(free_port()),
         }
         env.pop("PROGRESSOR_DSN", None)  # the copy's own embedded PostgreSQL
         log = open(self.log_path, "wb")

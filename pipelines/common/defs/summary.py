@@ -9,7 +9,8 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -45,7 +46,9 @@ def asset_capabilities(asset_graph: Any) -> dict[Any, str]:
 
 def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg.AssetsDefinition:
     """The ``operations_summary`` asset: per capability, the counters of the runs of the last 24
-    hours and 7 days (their ``groundskeeper/counts`` tag, see :func:`run_summary`). A run launched
+    hours and 7 days (their ``groundskeeper/counts`` tag, see :func:`run_summary`), of every run of
+    the 7 days (:func:`window_runs`, a page at a time; metadata ``runs_read``, and ``window_complete``:
+    no run of the window was left out). A run launched
     from an asset page or a backfill (Dagster's ``__ASSET_JOB``) counts under its assets' capability,
     told by the code location's assets (``asset_graph()``, default: the run's repository)."""
 
@@ -55,41 +58,145 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
         description=(
             "What the jobs did, per capability, over the last 24 hours and 7 days: reclaimed, retried "
             "(reclaim's agendas and progressor's timers apart), dead-lettered, redriven, batches sent, zombies "
-            "collected. Added up from the runs' `groundskeeper/counts` tag, which every job sets as it ends; "
-            "a run launched from an asset page or a backfill counts under its assets' capability."
+            "collected. Added up from the runs' `groundskeeper/counts` tag, which every job sets as it ends, of "
+            "every run of the 7 days whatever their number (`runs_read`; `window_complete`); a run launched from "
+            "an asset page or a backfill counts under its assets' capability."
         ),
         tags={"groundskeeper/capability": "operations"},
     )
     def operations_summary(context) -> dg.MaterializeResult:  # no annotation: this module has lazy annotations
         now = dt.datetime.now(dt.UTC)
-        records = context.instance.get_run_records(
-            filters=dg.RunsFilter(created_after=now - summary.WINDOWS["last_7d"]), limit=SUMMARY_RUN_LIMIT
-        )
         try:
             of_asset = asset_capabilities(asset_graph() if asset_graph else context.repository_def.asset_graph)
         except Exception:  # materialized alone (dg.materialize): no code location to tell the assets by
             of_asset = {}
-        runs = []
-        for record in records:
-            run = record.dagster_run
-            selected = [*(run.asset_selection or ()), *(k.asset_key for k in run.asset_check_selection or ())]
-            assets = (of_asset.get(key) for key in selected)
-            runs.append(summary.run_counts(run.job_name, record.create_timestamp, run.tags, assets))
-        rows = summary.add_up(runs, now)
+        read = 0
+
+        def runs() -> Iterator[summary.RunCounts]:  # every run of the 7 days, a page at a time
+            nonlocal read
+            for run in window_runs(context.instance, now - summary.WINDOWS["last_7d"]):
+                read += 1
+                yield summary.run_counts(run.job_name, run.created, run.tags, (of_asset.get(k) for k in run.selected))
+
+        rows = summary.add_up(runs(), now)
         figures = summary.totals(rows)
         context.log.info(
-            f"summary: operations over {len(runs)} runs of the last 7 days; last 24 h: "
+            f"summary: operations over all {read} runs of the last 7 days; last 24 h: "
             + ", ".join(f"{k}={v}" for k, v in figures.items())
         )
         metadata = metadata_from({f"{k}_24h": v for k, v in figures.items()})
         metadata["per_capability"] = table_from(
             rows, {"capability": "capability", "counter": "counter", "last_24h": "24 h", "last_7d": "7 days"}
         )
-        metadata["runs_read"] = dg.MetadataValue.int(len(runs))
+        metadata["runs_read"] = dg.MetadataValue.int(read)
+        metadata["window_complete"] = dg.MetadataValue.bool(True)
         return dg.MaterializeResult(metadata=metadata)
 
     return operations_summary
 
 
-SUMMARY_RUN_LIMIT = 20_000
-"""Runs ``operations_summary`` reads at most (the newest of the last 7 days)."""
+PAGE_RUNS = 5_000
+"""Runs read from the run storage at a time: what ``operations_summary`` holds in memory at most."""
+
+
+@dataclass(frozen=True)
+class WindowRun:
+    """What ``operations_summary`` needs of a run: its job, creation time, summary tags (capability
+    and counters) and, for a run without a capability tag that has counters, the assets it selected."""
+
+    job_name: str
+    created: dt.datetime
+    tags: Mapping[str, str]
+    selected: tuple[Any, ...] = ()
+
+
+def _summary_tag(key: str) -> bool:
+    return key in (summary.COUNTS_TAG, summary.CAPABILITY_TAG) or key.startswith(summary.COUNT_TAG_PREFIX)
+
+
+def _needs_selection(tags: Mapping[str, str]) -> bool:
+    """A run without a capability tag counts under its assets: only worth reading if it has counters."""
+    return not tags.get(summary.CAPABILITY_TAG) and bool(summary.run_counters(tags))
+
+
+def _selection(run: Any) -> tuple[Any, ...]:
+    return (*(run.asset_selection or ()), *(k.asset_key for k in run.asset_check_selection or ()))
+
+
+def window_runs(instance: Any, since: dt.datetime, page: int = PAGE_RUNS) -> Iterator[WindowRun]:
+    """Every run created after ``since``, oldest first, ``page`` runs at a time (memory stays
+    bounded whatever the history holds). On a SQL run storage (SQLite, PostgreSQL, MySQL: every
+    Dagster instance Groundskeeper runs on) only the runs' id, job and creation time and their
+    summary tags are read, in one query per page: no run body is read or deserialized but those
+    of runs that count under their assets. Any other storage is paged through ``get_run_records``."""
+    from dagster._core.storage.runs.sql_run_storage import SqlRunStorage
+
+    storage = instance.run_storage
+    if isinstance(storage, SqlRunStorage):
+        yield from _sql_window_runs(instance, storage, since, page)
+    else:
+        yield from _records_window_runs(instance, since, page)
+
+
+def _sql_window_runs(instance: Any, storage: Any, since: dt.datetime, page: int) -> Iterator[WindowRun]:
+    # Dagster's own run tables (dagster._core.storage.runs.schema), queried as its SqlRunStorage
+    # queries them: create_timestamp holds naive UTC, as RunsFilter(created_after=...) compares it.
+    import sqlalchemy as db
+    from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
+    from dagster._time import utc_datetime_from_naive
+
+    after = since.astimezone(dt.UTC).replace(tzinfo=None)
+    last_id = -1
+    while True:
+        runs = (
+            db.select(RunsTable.c.id, RunsTable.c.run_id, RunsTable.c.pipeline_name, RunsTable.c.create_timestamp)
+            .where(RunsTable.c.create_timestamp > after, RunsTable.c.id > last_id)
+            .order_by(RunsTable.c.id)
+            .limit(page)
+            .subquery()
+        )
+        tag = db.and_(
+            RunTagsTable.c.run_id == runs.c.run_id,
+            db.or_(
+                RunTagsTable.c.key.in_([summary.COUNTS_TAG, summary.CAPABILITY_TAG]),
+                RunTagsTable.c.key.startswith(summary.COUNT_TAG_PREFIX, autoescape=True),
+            ),
+        )
+        query = (
+            db.select(runs, RunTagsTable.c.key, RunTagsTable.c.value)
+            .select_from(runs.outerjoin(RunTagsTable, tag))
+            .order_by(runs.c.id)
+        )
+        found: dict[int, tuple[str, str, dt.datetime, dict[str, str]]] = {}
+        for row in storage.fetchall(query):
+            run = found.setdefault(
+                row["id"], (row["run_id"], row["pipeline_name"], utc_datetime_from_naive(row["create_timestamp"]), {})
+            )
+            if row["key"] is not None and _summary_tag(row["key"]):
+                run[3][row["key"]] = row["value"]
+        if not found:
+            return
+        wanted = [run_id for run_id, _, _, tags in found.values() if _needs_selection(tags)]
+        selected = {}
+        if wanted:
+            records = instance.get_run_records(filters=dg.RunsFilter(run_ids=wanted))
+            selected = {r.dagster_run.run_id: _selection(r.dagster_run) for r in records}
+        for run_id, job_name, created, tags in found.values():
+            yield WindowRun(job_name, created, tags, selected.get(run_id, ()))
+        last_id = max(found)
+
+
+def _records_window_runs(instance: Any, since: dt.datetime, page: int) -> Iterator[WindowRun]:
+    cursor = None
+    while True:
+        records = instance.get_run_records(
+            filters=dg.RunsFilter(created_after=since), limit=page, cursor=cursor, ascending=True
+        )
+        for record in records:
+            run = record.dagster_run
+            tags = {k: v for k, v in run.tags.items() if _summary_tag(k)}
+            selected = _selection(run) if _needs_selection(tags) else ()
+            yield WindowRun(run.job_name, record.create_timestamp, tags, selected)
+        if len(records) < page:
+            return
+        cursor = records[-1].dagster_run.run_id
