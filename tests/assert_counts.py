@@ -45,6 +45,7 @@ ALLOWED_PRIVATE_DAGSTER: dict[str, str] = {
     "tests/test_queue_hygiene.py": "a queued run record needs a remote job origin: no public API builds one",
     "tests/test_fleet_ui_terminate.py": "terminates a run from the UI: a gRPC code server and its workspace context",
     "tests/test_redrive.py": "runs the daemon's backfill iteration in process: no public API runs a backfill",
+    "tests/test_operations_summary.py": "50,000 run records in one transaction: no public API adds runs in bulk",
     "tests/test_definitions.py": "what the code server keeps as a load error: Dagster's own serialization of it",
 }
 """file -> reason: the test files that import Dagster's internals, each because no public API does it."""

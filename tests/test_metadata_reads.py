@@ -8,6 +8,7 @@ import datetime as dt
 
 import pytest
 
+from infra.demo import progressor_engine as engine
 from pipelines.batching.batcher import BatchWritten, FileWritten, RunReport
 from pipelines.batching.defs import report_metadata
 from pipelines.common.defs.metadata import metadata_from, rounded
@@ -15,7 +16,6 @@ from pipelines.fleet.defs.pool_audit import audit_metadata
 from pipelines.fleet.pool_audit.audit import AuditRun
 from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame
 from pipelines.fleet.pool_audit.prices import PriceList
-from pipelines.progressor import engine
 from pipelines.progressor.defs import health_asset
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace

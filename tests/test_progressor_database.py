@@ -10,7 +10,7 @@ import psycopg2
 import pytest
 import yaml
 
-from pipelines.progressor import engine
+from infra.demo import progressor_engine as engine
 from pipelines.progressor.collector import collect_zombies
 from pipelines.progressor.defs import collect_zombies_job
 from pipelines.progressor.params import collect_params

@@ -341,7 +341,7 @@ class FunctionPolicy(RetryPolicy):
         try:
             value = self.function(n)
         except BaseException as exc:  # the retry RFC's warning: identify it, never retry it, never exit
-            raise DelayFunctionError(self.path, n, _one_line(exc)) from exc
+            raise DelayFunctionError(self.path, n, _type_and_message(exc)) from exc
         if value is None or value is False or value is STOP:
             return STOP
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_DELAY_SECONDS:
@@ -480,7 +480,7 @@ def function(
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt...: a policy error, never an exit
         raise RetryPolicyError(
-            f"path {path!r} cannot be resolved: {_one_line(exc)}", field="path", value=path
+            f"path {path!r} cannot be resolved: {_type_and_message(exc)}", field="path", value=path
         ) from None
     return FunctionPolicy(
         path=path,
@@ -498,7 +498,7 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
                 importlib.import_module(registered)
             except BaseException as exc:  # a registered module that exits on import is a policy error
                 raise RetryPolicyError(
-                    f"path {path!r} cannot be imported: {_one_line(exc)} (importing {registered}, "
+                    f"path {path!r} cannot be imported: {_type_and_message(exc)} (importing {registered}, "
                     f"registered in {FUNCTIONS_ENV})",
                     field="path",
                     value=path,
@@ -526,7 +526,7 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
     return target
 
 
-def _one_line(exc: BaseException) -> str:
+def _type_and_message(exc: BaseException) -> str:
     """``Type: message`` on one line, cut short."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
