@@ -40,6 +40,7 @@ ALLOWED_PRIVATE_DAGSTER: dict[str, str] = {
     "tests/suite_plugin.py": "drops the defs-state storage Dagster leaves set between tests: a private global",
     "tests/test_alerts_sensor.py": "records failed and skipped sensor ticks: no public API writes ticks",
     "tests/test_cluster.py": "terminates a run through the UI's GraphQL mutation, which needs a workspace context",
+    "tests/test_config_enums.py": "asks the UI's GraphQL isPipelineConfigValid, which needs a workspace context",
     "tests/test_ecs.py": "a run with a Python code origin (the ECS launcher's task command) and the instance schema",
     "tests/test_ecs_stack.py": "validates the ECS instance and workspace files against Dagster's own config schemas",
     "tests/test_queue_hygiene.py": "a queued run record needs a remote job origin: no public API builds one",

@@ -15,6 +15,13 @@ BAD = [
     ("redrive_dead_letters", "unknown.json", '{"bogus": 1}', 'unexpected config entry "bogus" at the root'),
     ("housekeeping", "missing.json", "{}", 'Missing required config entry "task_type" at the root'),
     ("redrive_dead_letters", "type.json", '{"rate_per_second": "fast"}', "root:rate_per_second"),
+    # a value outside the declared choices, refused by Dagster's config validation (an enum)
+    (
+        "redrive_dead_letters",
+        "choice.json",
+        '{"queue": "everything"}',
+        "root:queue not in enum type RedriveSettings_queue",
+    ),
     (
         "redrive_dead_letters",
         "array.json",

@@ -8,7 +8,8 @@ old names that still work. Everything else is derived from that one declaration:
   message): unknown keys, missing keys, types, ranges and choices each fail with one line that
   names the key and the value (:class:`ParamsError`);
 - ``pipelines.common.defs.config.config_schema`` builds the Dagster config schema, with the
-  descriptions that the Launchpad shows;
+  descriptions that the Launchpad shows; choices (strings, matched exactly) become an enum there,
+  so the Launchpad refuses any other value before a run starts;
 - :func:`markdown_table` renders the README table of the keys.
 
 Old names (``aliases``) are accepted and reported back, so that the Dagster layer can log a

@@ -1,6 +1,8 @@
 """A parameters dataclass (``pipelines.common.params``) as Dagster config.
 
-- :func:`config_schema`: the op's config schema, with descriptions, defaults and ranges;
+- :func:`config_schema`: the op's config schema, with descriptions, defaults and ranges; a field
+  with choices is a ``dg.Enum`` (named ``<Class>_<field>``), so Dagster's own config validation
+  (the Launchpad, ``dagster job execute``) refuses any other value before a run starts;
 - :func:`flat_config`: a flat run config (a ``ConfigMapping``: the top-level keys of the run
   config are the parameters);
 - :func:`params_from_config`: a validated instance inside the op, with deprecation warnings for
@@ -22,8 +24,33 @@ T = TypeVar("T")
 _DAGSTER_TYPES: dict[type, Any] = {int: dg.Int, float: dg.Float, bool: dg.Bool, str: dg.String, list: dg.Array(dg.Any)}
 
 
-def _field(spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
-    kind = dg.Permissive() if spec.kind is dict else _DAGSTER_TYPES[spec.kind]
+# One dg.Enum per name in the code location: Dagster tells config types apart by name, so a name
+# means one set of values; the same declaration gets the same object each time.
+_ENUMS: dict[str, tuple[tuple[str, ...], dg.Enum]] = {}
+
+
+def _enum(cls: type, spec: ParamSpec) -> dg.Enum:
+    """The choices of ``cls.<field>`` as a Dagster enum named ``<Class>_<field>``."""
+    name = f"{cls.__name__}_{spec.name}"
+    values = tuple(spec.choices or ())
+    known = _ENUMS.get(name)
+    if known is None:
+        known = _ENUMS[name] = (values, dg.Enum(name, [dg.EnumValue(v) for v in values]))
+    elif known[0] != values:
+        raise TypeError(f"two parameter declarations make the config enum {name} with other choices: rename one")
+    return known[1]
+
+
+def _kind(cls: type, spec: ParamSpec) -> Any:
+    if spec.kind is dict:
+        return dg.Permissive()
+    if spec.choices and spec.kind is str and all(isinstance(c, str) for c in spec.choices):
+        return _enum(cls, spec)
+    return _DAGSTER_TYPES[spec.kind]
+
+
+def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
+    kind = _kind(cls, spec)
     if spec.optional:
         kind = dg.Noneable(kind)
     if spec.required and with_default:
@@ -35,12 +62,13 @@ def _field(spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field
 
 def config_schema(cls: type) -> dict[str, dg.Field]:
     """The Dagster config schema of a parameters dataclass: every field with its description,
-    default and range; each old name as an optional field that says what replaced it."""
+    default and range (choices as an enum); each old name as an optional field that says what
+    replaced it."""
     schema: dict[str, dg.Field] = {}
     for spec in specs(cls):
-        schema[spec.name] = _field(spec, spec.describe(), with_default=True)
+        schema[spec.name] = _field(cls, spec, spec.describe(), with_default=True)
         for alias in spec.aliases:
-            schema[alias] = _field(spec, f"Deprecated: the old name of {spec.name}.", with_default=False)
+            schema[alias] = _field(cls, spec, f"Deprecated: the old name of {spec.name}.", with_default=False)
     return schema
 
 
