@@ -191,7 +191,11 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
     assert ecs["concurrency"] == prod["concurrency"]  # one drain per queue, one reclaim per table
     assert ecs["storage"] == prod["storage"] and ecs["run_retries"] == prod["run_retries"]
     limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-    assert {limit["key"] for limit in limits} == {"groundskeeper/queue", "groundskeeper/table"}
+    assert {limit["key"] for limit in limits} == {
+        "groundskeeper/queue",
+        "groundskeeper/table",
+        "groundskeeper/batching",
+    }
 
     launcher = instance.run_launcher  # built now: it describes the task definition in moto
     assert isinstance(launcher, EcsRunLauncher)
