@@ -77,7 +77,7 @@ def test_receivers_sync_adds_new_and_removes_deleted_receivers(aws):
 
 
 @pytest.mark.slow
-def test_batch_decider_requests_one_run_per_due_receiver(aws):
+def test_batch_decider_requests_one_minute_run_for_the_due_receivers(aws):
     put_receiver(aws, "acme", number_per_day=24)
     put_receiver(aws, "globex", number_per_day=96, initial_time="00:05", send_if_empty_batch=True)
     put_receiver(aws, "off", batching_enabled=False)
@@ -89,11 +89,11 @@ def test_batch_decider_requests_one_run_per_due_receiver(aws):
 
 def _decider_ticks(instance):
     context = dg.build_schedule_context(instance=instance, scheduled_execution_time=T10, resources=_resources())
-    requests = batch_decider(context)
-    assert [(r.run_key, r.partition_key) for r in requests] == [("acme@2026-11-20T10:00Z", "2026-11-20|acme")]
-    assert not requests[0].tags  # the runs list shows the partition; the receiver's tag is Dagster's own
-    assert receiver_batches.partitions_def.get_tags_for_partition_key(requests[0].partition_key)[RECEIVER_TAG] == "acme"
-    assert "acme" in instance.get_dynamic_partitions("receivers")  # added so the run can be launched
+    request = batch_decider(context)
+    assert (request.run_key, request.run_config["partitions"]) == ("minute@2026-11-20T10:00Z", ["2026-11-20|acme"])
+    assert request.partition_key is None  # a minute run is no partition's run; it reports each partition it writes
+    assert RECEIVER_TAG not in request.tags
+    assert "acme" in instance.get_dynamic_partitions("receivers")  # added so its materialization has a partition
 
     quiet = dg.build_schedule_context(
         instance=instance, scheduled_execution_time=T10 + dt.timedelta(minutes=1), resources=_resources()
@@ -102,7 +102,7 @@ def _decider_ticks(instance):
     at_0505 = dg.build_schedule_context(
         instance=instance, scheduled_execution_time=T10 + dt.timedelta(minutes=5), resources=_resources()
     )
-    assert [r.run_key for r in batch_decider(at_0505)] == ["globex@2026-11-20T10:05Z"]  # empty, but flagged
+    assert batch_decider(at_0505).run_config["partitions"] == ["2026-11-20|globex"]  # empty, but flagged
 
 
 def _materialize(instance, partition, **config):

@@ -29,6 +29,7 @@ PAGES = {
     "receiver_batches": "batching.md",
     "redrive_failed_partitions": "batching.md",
     "import_receiver_settings": "batching.md",
+    "batch_minute_job": "batching.md",
     "collect_zombies": "progressor.md",
     "demo_traffic": "operator-guide.md",
 }

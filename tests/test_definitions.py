@@ -26,13 +26,15 @@ def test_each_deployment_is_loadable_and_demo_traffic_is_make_devs_only():
 
 def test_the_cluster_runs_the_fan_out_jobs_on_celery_and_their_schedule_and_sensor_launch_those():
     cluster, local = build_definitions("cluster"), build_definitions("local")
-    fan_out = ("reclaim_agendas", "receiver_batches_job", "process_termination_queue")
+    fan_out = ("reclaim_agendas", "receiver_batches_job", "batch_minute_job", "process_termination_queue")
     executors = {name: cluster.resolve_job_def(name).executor_def.name for name in fan_out}
     assert executors == dict.fromkeys(fan_out, "celery")
     assert local.resolve_job_def("receiver_batches_job").executor_def.name == "in_process"
+    assert local.resolve_job_def("batch_minute_job").executor_def.name == "in_process"
     assert local.resolve_job_def("process_termination_queue").executor_def.name == "in_process"
     assert cluster.resolve_job_def("process_housekeeping_queue").executor_def.name == "in_process"
-    assert cluster.resolve_schedule_def("batch_decider").job_name == "receiver_batches_job"
+    assert cluster.resolve_schedule_def("batch_decider").job_name == "batch_minute_job"
+    assert cluster.resolve_sensor_def("batch_failures_handoff").job_name == "receiver_batches_job"
     assert cluster.resolve_sensor_def("termination_queue_sensor").job_name == "process_termination_queue"
 
 

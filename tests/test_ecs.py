@@ -208,6 +208,7 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
         "groundskeeper/table",
         "groundskeeper/progressor_namespace",
         "groundskeeper/one_at_a_time",
+        "groundskeeper/batching",
     }
 
     launcher = instance.run_launcher  # built now: it describes the task definition in moto

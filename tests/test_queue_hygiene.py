@@ -79,10 +79,10 @@ def test_loading_the_definitions_shows_no_beta_or_preview_warning():
 
 
 @pytest.mark.slow
-def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_still_queued(aws):
+def test_the_batch_decider_skips_its_tick_while_the_previous_minute_run_is_queued_not_while_it_runs(aws):
     import datetime as dt
 
-    from pipelines.batching.defs import RECEIVER_TAG, batch_decider, receiver_batches_job
+    from pipelines.batching.defs import MINUTE_JOB, batch_decider
     from resources import resources_for
     from tests.batching_helpers import put_receiver, put_records
 
@@ -90,8 +90,7 @@ def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_sti
     for name in ("acme", "globex"):
         put_receiver(aws, name, number_per_day=24)
         put_records(aws, name, [t10 - dt.timedelta(minutes=1)])
-    with dg.instance_for_test(overrides=LIMITS) as instance:
-        queued = _run(instance, receiver_batches_job.name, dg.DagsterRunStatus.QUEUED, {RECEIVER_TAG: "acme"})
+    with dg.instance_for_test() as instance:
 
         def tick():
             context = dg.build_schedule_context(
@@ -99,13 +98,13 @@ def test_the_batch_decider_leaves_out_a_receiver_whose_previous_batch_run_is_sti
             )
             return batch_decider(context)
 
-        assert [r.partition_key.keys_by_dimension["receiver"] for r in tick()] == ["globex"]
-        _run(instance, receiver_batches_job.name, dg.DagsterRunStatus.STARTED, {RECEIVER_TAG: "globex"})
+        running = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.STARTED, {})
+        assert tick().run_config["partitions"] == ["2026-11-20|acme", "2026-11-20|globex"]  # the lease keeps them apart
+        instance.report_run_canceled(running)
+        queued = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.QUEUED, {})
         skipped = tick()
         assert isinstance(skipped, dg.SkipReason)
-        assert f"acme: the previous batch run {queued.run_id} is still queued" in skipped.skip_message
-        assert "globex: the previous batch run " in skipped.skip_message
-        assert "is still running" in skipped.skip_message
+        assert f"the previous minute run {queued.run_id} is still queued" in skipped.skip_message
 
 
 def test_a_hand_launched_demo_run_holds_the_schedule_too(defs):
@@ -127,3 +126,29 @@ def test_every_one_at_a_time_tag_has_its_limit_in_every_instance():
         limits = runs["tag_concurrency_limits"]
         one = {lim["key"] for lim in limits if lim["limit"] == 1 and lim["value"] == {"applyLimitPerUniqueValue": True}}
         assert keys <= one, name
+
+
+def test_a_drain_leaves_the_run_queue_before_a_batching_backlog_which_keeps_to_its_own_slots(defs):
+    """Dagster's own dequeue (one pass of the daemon's run queue) over the instance dagster.yaml
+    configures, the runs tagged as the code location's jobs tag them."""
+    from pathlib import Path
+
+    import yaml
+    from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
+
+    from pipelines.definitions import ROOT_DIR
+
+    def queue(instance, job_name: str, n: int = 1) -> list[str]:
+        tags = dict(defs.resolve_job_def(job_name).tags)
+        return [_run(instance, job_name, dg.DagsterRunStatus.QUEUED, tags).run_id for _ in range(n)]
+
+    config = yaml.safe_load((Path(ROOT_DIR) / "dagster.yaml").read_text())
+    with dg.instance_for_test(overrides={"concurrency": config["concurrency"]}) as instance:
+        minutes = queue(instance, "batch_minute_job", 6)
+        partitions = queue(instance, "receiver_batches_job", 6)
+        [drain] = queue(instance, "process_termination_queue")
+        daemon = QueuedRunCoordinatorDaemon(interval_seconds=2)
+        picked = [r.run_id for r in daemon._get_runs_to_dequeue(instance, instance.get_concurrency_config(), None)]
+    assert picked[0] == drain
+    assert len([r for r in picked if r in minutes]) == 2
+    assert len([r for r in picked if r in partitions]) == 2

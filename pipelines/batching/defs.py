@@ -3,7 +3,10 @@
 - ``receivers`` dynamic partitions, kept equal to the receivers table by the ``receivers_sync`` sensor;
 - ``receiver_batches``: an asset partitioned by receiver x UTC day; materializing (r, d) writes every
   batch of r whose batch time falls in d, up to now, that is not written yet (logic in ``batcher``);
-- ``batch_decider``: every minute, one run per receiver with a batch time in the last 60 s;
+- ``batch_decider``: every minute, at most one ``batch_minute_job`` run for all the receivers with a batch
+  time in that minute; the run batches each of them in its (receiver, day) partition of
+  ``receiver_batches`` (materializations reported per partition, logic in ``minute``), and
+  ``batch_failures_handoff`` gives each receiver that failed in it a ``receiver_batches_job`` run of its own;
 - ``receiver_records`` (the receivers and records tables, kept by ReportStream) and its asset checks:
   invalid receiver configs, pending records of deleted receivers, malformed records. The checks sit
   on the tables, not on ``receiver_batches``, so that a backfill of ``receiver_batches`` (whatever
@@ -27,9 +30,17 @@ from pipelines.batching.decider import (
     orphaned_pending,
     valid_partition_names,
 )
-from pipelines.batching.params import ImportReceiverSettingsParams, ReceiverBatchesParams, batch_start_date
+from pipelines.batching.minute import Due, Outcome, batch_share, parse_partitions, shares
+from pipelines.batching.params import (
+    BatchMinuteParams,
+    ImportReceiverSettingsParams,
+    ReceiverBatchesParams,
+    batch_start_date,
+)
 from pipelines.batching.reportstream_settings import ADD, CHANGE, DISABLE, SKIPPED, UNCHANGED, import_settings
-from pipelines.common.defs.active_runs import active_run, still_going
+from pipelines.batching.schedule import format_batch_time
+from pipelines.common import iso
+from pipelines.common.defs.active_runs import still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import rounded, table_from
@@ -103,19 +114,32 @@ def receiver_batches(
     except store.ReceiverBusy as exc:
         raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
-    for problem in report.invalid_records[:20]:
-        context.log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
     if report.status in {"invalid_config", "receiver_missing"}:
+        _log_invalid_records(context.log, report)
         raise dg.Failure(description="; ".join(report.errors), metadata=metadata, allow_retries=False)
+    _log_report(context.log, report)
+    run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
+    return dg.MaterializeResult(metadata=metadata)
+
+
+def _log_invalid_records(log, report: RunReport) -> None:
+    for problem in report.invalid_records[:20]:
+        log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
+
+
+def _log_report(log, report: RunReport) -> None:
+    """The lines of one partition's batching (its run's, or its part of a minute run's log)."""
+    _log_invalid_records(log, report)
     if report.status in {"disabled", "cancelled"}:
-        context.log.warning(f"{receiver}: batching_enabled is false ({report.status}); remaining batches wait")
-    context.log.info(
-        f"{receiver} {day}: {len(report.batches)} batch time(s), {len(report.files)} file(s), "
+        log.warning(f"{report.receiver}: batching_enabled is false ({report.status}); remaining batches wait")
+    log.info(
+        f"{report.receiver} {report.day}: {len(report.batches)} batch time(s), {len(report.files)} file(s), "
         f"{report.records_batched} record(s); {report.still_pending} still pending"
     )
-    counters = {"batches_sent": 0 if params.dry_run else len(report.files), "records_batched": report.records_batched}
-    run_summary(context, f"batches of {receiver} for {day}", counters, "dry run" if params.dry_run else "")
-    return dg.MaterializeResult(metadata=metadata)
+
+
+def _counters(report: RunReport) -> dict[str, int]:
+    return {"batches_sent": 0 if report.dry_run else len(report.files), "records_batched": report.records_batched}
 
 
 RECEIVER_TAG = "dagster/partition/receiver"
@@ -135,19 +159,141 @@ receiver_records = dg.AssetSpec(
 )
 
 
+BATCHING_TAG = "groundskeeper/batching"
+"""Every batching run that the decider or a backfill launches: ``minute`` (a decider minute's run) or
+``partition`` (one partition); the run queue gives each value at most 2 runs at once (dagster.yaml)."""
+
+
 def batches_job(executor_def: dg.ExecutorDefinition | None = None):
     """The ``receiver_batches_job``: in process (one asset, no step worth a process of its own)
     unless ``executor_def`` is given (the cluster's Celery executor, ``celery_fan_out_executor``)."""
     return dg.define_asset_job(
         "receiver_batches_job",
         selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
-        tags={"groundskeeper/capability": "batching"},
-        description="Batches one (receiver, day) partition; launched by batch_decider or a backfill.",
+        tags={"groundskeeper/capability": "batching", BATCHING_TAG: "partition"},
+        description="Batches one (receiver, day) partition: a backfill, a redrive, a launch by hand, or a receiver "
+        "that failed in a batch_minute_job run (batch_failures_handoff).",
         executor_def=executor_def or dg.in_process_executor,
     )
 
 
 receiver_batches_job = batches_job()
+
+
+MINUTE_JOB = "batch_minute_job"
+MINUTE_OP = "plan_batch_minute"
+BATCH_TIME_TAG = "groundskeeper/batch_time"
+"""The decider minute of a ``batch_minute_job`` run; the next tick's window starts there."""
+HANDOFF_TAG = "groundskeeper/handoff"
+"""``pending`` on a minute run in which receivers failed; their partitions are in :data:`FAILED_TAG`."""
+FAILED_TAG = "groundskeeper/failed_partitions"
+HANDOFF_OF_TAG = "groundskeeper/handoff_of"
+"""On a ``receiver_batches_job`` run of a receiver that failed in a minute run: that run's id."""
+MAX_WINDOW_SECONDS = 15 * 60
+"""A tick after skipped ones takes the batch times since the last minute run, at most this far back
+(older ones are missed batches: a backfill of their day sends them)."""
+
+
+@dg.op(
+    name=MINUTE_OP,
+    out=dg.DynamicOut(dict),
+    description="The partitions due in the decider's minute, in shares of at most 25 receivers (a step each).",
+)
+@one_line_failures
+def plan_batch_minute(context: dg.OpExecutionContext):
+    params = params_from_config(context, BatchMinuteParams)
+    due, problems = parse_partitions(params.partitions)
+    for line in problems:
+        context.log.error(line)
+    parts = shares(due)
+    context.log.info(f"minute {params.batch_time}: {len(due)} partition(s) in {len(parts)} share(s)")
+    for i, share in enumerate(parts):
+        yield dg.DynamicOutput(
+            {"batch_time": params.batch_time, "dry_run": params.dry_run, "partitions": [d.partition for d in share]},
+            mapping_key=f"share_{i}",
+        )
+
+
+@dg.op(description="Batches a share's receivers on a few threads; a materialization per partition written.")
+@one_line_failures
+def batch_receivers(
+    context: dg.OpExecutionContext,
+    share: dict,
+    dynamodb: DynamoDBResource,
+    s3: S3Resource,
+    batching: BatchingSettings,
+) -> dg.Output[dict]:
+    settings = ReceiverBatchesParams().settings(
+        receivers_table=batching.receivers_table,
+        records_table=batching.records_table,
+        outbox_bucket=batching.outbox_bucket,
+    )
+    ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
+    due, _ = parse_partitions(share["partitions"])
+    totals = {"batches_sent": 0, "records_batched": 0}
+
+    def report(outcome: Outcome) -> None:  # in the step's own thread: the run's log and events
+        d = outcome.due
+        for line in outcome.lines:
+            context.log.info(line)
+        if outcome.failed:
+            context.log.error(
+                f"{d.receiver} {d.day}: {outcome.error} (handed to a receiver_batches_job run of its own)"
+            )
+            return
+        _log_report(context.log, outcome.report)
+        for name, value in _counters(outcome.report).items():
+            totals[name] += value
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=receiver_batches.key,
+                partition=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
+                metadata=report_metadata(outcome.report),
+            )
+        )
+
+    outcomes = batch_share(
+        lambda: ReceiverBatcher(ddb, s3_client, settings, owner=owner),
+        due,
+        dt.datetime.now(dt.UTC),
+        dry_run=share["dry_run"],
+        done=report,
+    )
+    failed = [o.due.partition for o in outcomes if o.failed]
+    result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed}
+    return dg.Output(result, metadata={k: dg.MetadataValue.int(result[k]) for k in ("batched", *totals)})
+
+
+@dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
+def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> None:
+    failed = sorted(p for r in results for p in r["failed"])
+    batch_time, dry_run = results[0]["batch_time"], results[0]["dry_run"]
+    if failed and not dry_run:
+        context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
+    batched = sum(r["batched"] for r in results)
+    counters = {name: sum(r[name] for r in results) for name in ("batches_sent", "records_batched")}
+    detail = ("dry run; " if dry_run else "") + (f"failed: {', '.join(failed)}" if failed else "")
+    run_summary(context, f"batch minute {batch_time}: {batched} partition(s) batched", counters, detail)
+
+
+def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+    """The ``batch_minute_job``: in process by default (its shares one after another, each on its
+    threads); with ``executor_def`` (the cluster's Celery executor) every share is a task any worker takes."""
+
+    @dg.job(
+        name=MINUTE_JOB,
+        config=flat_config(MINUTE_OP, BatchMinuteParams),
+        description="Batches every (receiver, day) partition due in one decider minute; launched by batch_decider.",
+        tags={"groundskeeper/capability": "batching", BATCHING_TAG: "minute"},
+        executor_def=executor_def or dg.in_process_executor,
+    )
+    def batch_minute_job():
+        report_batch_minute(plan_batch_minute().map(batch_receivers).collect())
+
+    return batch_minute_job
+
+
+batch_minute_job = minute_job()
 
 
 SYNC_REFRESH_SECONDS = 600
@@ -199,45 +345,100 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 
 @dg.schedule(
     cron_schedule="* * * * *",
-    job_name=receiver_batches_job.name,  # the deployment's receiver_batches_job (build_defs)
+    job_name=MINUTE_JOB,  # the deployment's batch_minute_job (build_defs)
     execution_timezone="UTC",
     default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Every minute: a run for (receiver, today) per enabled receiver with a batch time in the last 60 s.",
+    description="Every minute: one batch_minute_job run for every enabled receiver with a batch time in the minute "
+    "(none when no receiver is due; the tick skips while the previous minute run is still queued).",
 )
 @one_line_failures
 def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
-    tick = context.scheduled_execution_time or dt.datetime.now(dt.UTC)
+    tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)
+    previous = runs[0] if runs else None
+    if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
+        # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
+        return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
+    window = _window_seconds(previous, tick)
     decision = decide(
         dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
-        tick=tick.astimezone(dt.UTC),
+        tick=tick,
+        window_seconds=window,
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
-    # A receiver whose previous batch run is still queued or running is left out: that run sends its records.
-    previous = {d.receiver: active_run(context.instance, receiver_batches_job.name, {RECEIVER_TAG: d.receiver})
-                for d in decision.due}  # fmt: skip
-    busy = [f"{receiver}: the previous batch run {still_going(run)}" for receiver, run in previous.items() if run]
-    due = [d for d in decision.due if previous[d.receiver] is None]
-    if not due:
-        return dg.SkipReason("; ".join(busy))
-    for line in busy:
-        context.log.info(f"left out of this tick: {line}")
-    for d in due:  # on the tick's page (the run shows its partition, its counts once it ends)
+    for d in decision.due:  # on the tick's page (the run shows its partitions, their counts once it ends)
         context.log.info(f"{d.receiver}: batch time {d.run_key.split('@', 1)[1]}, {d.pending} record(s) pending, "
                          f"{d.expected_files} file(s) expected")  # fmt: skip
+    due = list(dict.fromkeys(Due(d.receiver, d.day) for d in decision.due))
     known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     new = sorted({d.receiver for d in due} - known)
     if new:  # receivers_sync has not seen them yet: add them now rather than miss a batch
         context.instance.add_dynamic_partitions(receivers_partitions.name, new)
-    return [
-        dg.RunRequest(
-            run_key=d.run_key,
-            partition_key=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
-        )
-        for d in due
-    ]
+    return dg.RunRequest(
+        run_key=f"minute@{format_batch_time(tick)}",
+        run_config={"batch_time": iso(tick), "partitions": [d.partition for d in due]},
+        tags={BATCH_TIME_TAG: iso(tick)},
+    )
+
+
+def _window_seconds(previous, tick: dt.datetime) -> int:
+    """The decider's window: the minute, or back to the last minute run's minute after skipped ticks."""
+    try:
+        since = dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG]) if previous is not None else None
+    except (KeyError, ValueError):
+        since = None
+    gap = int((tick - since).total_seconds()) if since is not None else 60
+    return gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
+
+
+HANDOFF_MARGIN_SECONDS = 600
+"""The handoff sensor looks this far behind its cursor again (a run's update time and the sensor's
+clock may disagree); a partition handed off already is not launched twice (its run key)."""
+
+
+@dg.sensor(
+    job_name=receiver_batches_job.name,
+    minimum_interval_seconds=60,
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    description="Every minute: a receiver_batches_job run of its own for each receiver that failed in a "
+    "batch_minute_job run, so its partition fails (or succeeds) by Dagster's own rules and the alert names it.",
+)
+@one_line_failures
+def batch_failures_handoff(context: dg.SensorEvaluationContext):
+    try:
+        since = float(context.cursor) if context.cursor else time.time() - MAX_WINDOW_SECONDS
+    except ValueError:
+        since = time.time() - MAX_WINDOW_SECONDS
+    records = context.instance.get_run_records(
+        filters=dg.RunsFilter(
+            job_name=MINUTE_JOB,
+            tags={HANDOFF_TAG: "pending"},
+            statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
+            updated_after=dt.datetime.fromtimestamp(since - HANDOFF_MARGIN_SECONDS, dt.UTC),
+        ),
+        limit=100,
+    )
+    newest, requests = since, []
+    for record in records:
+        run = record.dagster_run
+        newest = max(newest, record.update_timestamp.timestamp())
+        due, problems = parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
+        for line in problems:
+            context.log.warning(f"minute run {run.run_id}: {line}")
+        requests += [
+            dg.RunRequest(
+                run_key=f"{run.run_id}:{d.partition}",
+                partition_key=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
+                tags={HANDOFF_OF_TAG: run.run_id},
+            )
+            for d in due
+        ]
+    if not requests:
+        return dg.SensorResult(skip_reason="no receiver failed in a minute run", cursor=str(newest))
+    return dg.SensorResult(run_requests=requests, cursor=str(newest))
 
 
 @dg.asset_check(
@@ -394,14 +595,17 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
         "check scans the whole records table: it runs on that hourly refresh, or with the others).",
     )
+    # Under the cluster deployment each share of a minute run (and each partition run's step) goes to a
+    # Celery worker (``executor``, decided in pipelines/definitions.py).
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
         jobs=[
             batches_job(executor) if executor else receiver_batches_job,
+            minute_job(executor) if executor else batch_minute_job,
             batching_checks_job,
             import_receiver_settings,
         ],
         schedules=[batch_decider, checks_schedule],
-        sensors=[receivers_sync],
+        sensors=[receivers_sync, batch_failures_handoff],
     )

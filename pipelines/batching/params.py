@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from pipelines.batching.batcher import BatchSettings
 from pipelines.common.env import MAX_LOOKBACK_DAYS, batch_partitions_env
-from pipelines.common.params import param
+from pipelines.common.params import ParamsError, param
 
 MAX_LEASE_WAIT_SECONDS = 3600
 
@@ -74,3 +74,22 @@ class ImportReceiverSettingsParams:
         )
     )
     dry_run: bool = param(False, description="Report what the import would add, change and disable; write nothing.")
+
+
+@dataclass(frozen=True)
+class BatchMinuteParams:
+    """The run config of ``batch_minute_job`` (flat), written by ``batch_decider``: the partitions
+    due in its minute. Launched by hand, an entry that is not a partition key is one line and skipped."""
+
+    batch_time: str = param(description="The decider minute (UTC, ISO 8601) whose due receivers this run batches.")
+    partitions: list = param(
+        description="The (receiver, day) partitions of receiver_batches to batch, as their partition keys "
+        "(the day YYYY-MM-DD, a vertical bar, the receiver)."
+    )
+    dry_run: bool = param(False, description="Report what would be written; take no lease, lock and write nothing.")
+
+    def __post_init__(self):
+        try:
+            dt.datetime.fromisoformat(self.batch_time)
+        except ValueError:
+            raise ParamsError(f"batch_time {self.batch_time!r} is not an ISO 8601 time") from None

@@ -53,6 +53,9 @@ TERMINATION_QUEUE = "runs-fleet-termination"
 HOUSEKEEPING_QUEUE = "runs-fleet-housekeeping"
 QUEUE_TAG = "groundskeeper/queue"
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
+DRAIN_PRIORITY = {"dagster/priority": "10"}
+"""A drain run leaves the run queue before other capabilities' runs (default priority 0): a batching
+or backfill backlog never delays the queue drains."""
 
 
 def _run_context(
@@ -202,7 +205,7 @@ def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> 
     @dg.job(
         name="process_termination_queue",
         description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
-        tags={**CAPABILITY_TAGS, QUEUE_TAG: TERMINATION_QUEUE},
+        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: TERMINATION_QUEUE},
         config=flat_config("drain_termination_queue", TerminationLimits),
         executor_def=executor_def or dg.in_process_executor,
     )
@@ -258,7 +261,7 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
 
     @dg.job(
         description="Drain the housekeeping queue (launched by housekeeping_queue_sensor; one run per consumer slot).",
-        tags={**CAPABILITY_TAGS, QUEUE_TAG: HOUSEKEEPING_QUEUE},
+        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: HOUSEKEEPING_QUEUE},
         config=flat_config("drain_housekeeping_queue", DrainLimits),
         executor_def=dg.in_process_executor,
     )

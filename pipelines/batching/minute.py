@@ -1,0 +1,117 @@
+"""A decider minute's batching: every due (receiver, day) in one run, a few receivers at a time. No Dagster.
+
+A batch time is not a run of its own: the decider's minute hands the (receiver, day) partitions due
+in it to one run, which splits them into shares of at most :data:`SHARE_SIZE` (one step each: on the
+cluster profile each share is a Celery task) and batches a share's receivers on a pool of
+:data:`WORKERS` threads. Each receiver is batched by :class:`ReceiverBatcher` exactly as a run of
+its own partition would (lease, crash recovery, ledger, missed batches); one receiver's failure is
+its own outcome and never stops its neighbours.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pipelines.batching import store
+from pipelines.batching.batcher import ReceiverBatcher, RunReport
+from pipelines.batching.schedule import RECEIVER_NAME
+
+SHARE_SIZE = 25
+"""The most receivers one step batches: a minute with more due receivers is several steps."""
+
+WORKERS = 4
+"""Threads batching a share's receivers at once (each its own batcher; the boto3 clients are shared:
+clients are thread-safe, sessions are not). Their work waits on DynamoDB and S3, not the CPU."""
+
+FAILED_STATUSES = ("invalid_config", "receiver_missing")
+"""Report statuses that fail a partition (as a run of that partition fails)."""
+
+
+@dataclass(frozen=True)
+class Due:
+    """One (receiver, UTC day) partition of ``receiver_batches`` that a minute run batches."""
+
+    receiver: str
+    day: str
+
+    @property
+    def partition(self) -> str:
+        """The partition key as Dagster writes a MultiPartitionKey of (day, receiver)."""
+        return f"{self.day}|{self.receiver}"
+
+
+@dataclass
+class Outcome:
+    due: Due
+    report: RunReport | None = None
+    error: str | None = None  # one line: the partition failed
+    lines: list[str] = field(default_factory=list)  # the batcher's log lines, for the caller's thread to log
+
+    @property
+    def failed(self) -> bool:
+        return self.error is not None
+
+
+def parse_partitions(entries: Iterable[object]) -> tuple[list[Due], list[str]]:
+    """The run config's ``partitions`` (``<day>|<receiver>`` keys) as :class:`Due` (first of each
+    kept, in order), and one line for each entry that is not such a key."""
+    wanted: list[Due] = []
+    problems: list[str] = []
+    for entry in entries:
+        day, _, receiver = entry.partition("|") if isinstance(entry, str) else ("", "", "")
+        try:
+            valid_day = dt.date.fromisoformat(day).isoformat() == day
+        except ValueError:
+            valid_day = False
+        if not (valid_day and RECEIVER_NAME.match(receiver)):
+            problems.append(f"partition {entry!r} is not <YYYY-MM-DD>|<receiver>: skipped")
+            continue
+        due = Due(receiver, day)
+        if due not in wanted:
+            wanted.append(due)
+    return wanted, problems
+
+
+def shares(due: list[Due], size: int = SHARE_SIZE) -> list[list[Due]]:
+    """``due`` in consecutive shares of at most ``size``."""
+    return [due[i : i + size] for i in range(0, len(due), size)]
+
+
+def batch_one(batcher: ReceiverBatcher, due: Due, now: dt.datetime, *, dry_run: bool = False) -> Outcome:
+    """Batch one partition; whatever goes wrong is the outcome's one line, not an exception."""
+    outcome = Outcome(due)
+    batcher.log = outcome.lines.append
+    try:
+        outcome.report = batcher.run(due.receiver, due.day, now, dry_run=dry_run)
+    except store.ReceiverBusy as exc:
+        outcome.error = str(exc)
+    except Exception as exc:  # noqa: BLE001 - one receiver's failure is its own, never its neighbours'
+        outcome.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    else:
+        if outcome.report.status in FAILED_STATUSES:
+            outcome.error = "; ".join(outcome.report.errors) or outcome.report.status
+    return outcome
+
+
+def batch_share(
+    make_batcher: Callable[[], ReceiverBatcher],
+    share: list[Due],
+    now: dt.datetime,
+    *,
+    workers: int = WORKERS,
+    dry_run: bool = False,
+    done: Callable[[Outcome], None] | None = None,
+) -> list[Outcome]:
+    """Batch every partition of ``share`` on ``workers`` threads, each with its own batcher;
+    ``done`` is called with each outcome as it comes (in the caller's thread, in ``share``'s order)."""
+    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(share))), thread_name_prefix="batch") as pool:
+        futures = [pool.submit(batch_one, make_batcher(), d, now, dry_run=dry_run) for d in share]
+        outcomes = []
+        for future in futures:
+            outcomes.append(future.result())
+            if done is not None:
+                done(outcomes[-1])
+    return outcomes

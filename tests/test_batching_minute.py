@@ -1,0 +1,167 @@
+"""Runs sized by the work: one batch_minute_job run for all receivers due in a decider minute, a
+materialization per partition written, a failing receiver handed to a run of its own partition."""
+
+import datetime as dt
+import json
+
+import dagster as dg
+import pytest
+
+from pipelines.batching.defs import (
+    BATCH_TIME_TAG,
+    FAILED_TAG,
+    HANDOFF_OF_TAG,
+    MINUTE_JOB,
+    batch_decider,
+    batch_failures_handoff,
+    receiver_batches,
+    receivers_partitions,
+)
+from pipelines.batching.minute import parse_partitions, shares
+from pipelines.definitions import build_definitions
+from resources import resources_for
+from tests.batching_helpers import outbox, pending_ids, put_receiver, put_records
+
+UTC = dt.UTC
+T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
+DEFS = build_definitions("local")
+MINUTE = DEFS.resolve_job_def(MINUTE_JOB)
+BATCH_JOB = DEFS.resolve_job_def("receiver_batches_job")
+RECEIVERS = ["acme", "globex", "initech"]
+
+
+def _tick(instance, at):
+    return batch_decider(
+        dg.build_schedule_context(instance=instance, scheduled_execution_time=at, resources=resources_for("local"))
+    )
+
+
+def _statuses(instance, partitions):
+    status = instance.get_status_by_partition(receiver_batches.key, partitions, receiver_batches.partitions_def)
+    return {k: (v.value if v is not None else None) for k, v in status.items()}
+
+
+def _ledger(aws, name):
+    s3 = aws.client("s3")
+    listed = s3.list_objects_v2(Bucket=aws.env["BATCH_OUTBOX_BUCKET"], Prefix=f"ledger/{name}/")
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
+def _run_minute(instance, request):
+    return MINUTE.execute_in_process(
+        run_config=request.run_config,
+        instance=instance,
+        tags={**request.tags, "dagster/schedule_name": "batch_decider"},
+        resources=resources_for("local"),
+        raise_on_error=False,
+    )
+
+
+def _put_due(aws):
+    for name in RECEIVERS:
+        put_receiver(aws, name, number_per_day=24, max_batch_size=3)
+        put_records(aws, name, [T10 - dt.timedelta(seconds=s) for s in range(1, 6)])
+
+
+@pytest.mark.slow
+def test_the_decider_requests_one_minute_run_for_every_due_receiver(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        request = _tick(instance, T10)
+        assert isinstance(request, dg.RunRequest)
+        assert request.run_config["partitions"] == [f"2026-11-20|{n}" for n in RECEIVERS]
+        assert request.run_key == "minute@2026-11-20T10:00Z"
+        assert request.tags[BATCH_TIME_TAG] == "2026-11-20T10:00:00.000Z"
+        assert set(instance.get_dynamic_partitions(receivers_partitions.name)) == set(RECEIVERS)
+
+
+@pytest.mark.slow
+def test_a_minute_run_batches_each_due_receiver_once_with_a_materialization_per_partition(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        result = _run_minute(instance, _tick(instance, T10))
+        assert result.success
+        materialized = result.asset_materializations_for_node("batch_receivers")
+        assert sorted(m.partition for m in materialized) == [f"2026-11-20|{n}" for n in RECEIVERS]
+        assert {m.metadata["records_batched"].value for m in materialized} == {5}
+        assert _statuses(instance, [f"2026-11-20|{n}" for n in RECEIVERS]) == dict.fromkeys(
+            [f"2026-11-20|{n}" for n in RECEIVERS], "MATERIALIZED"
+        )
+        for name in RECEIVERS:
+            lines = [line["record_id"] for lines in outbox(aws, name).values() for line in lines]
+            assert sorted(lines) == sorted(set(lines))  # none batched twice
+            assert len(lines) == 5
+            assert pending_ids(aws, name) == set()
+            assert len(_ledger(aws, name)) == 24  # every batch time of the (past) day, once
+        counts = json.loads(instance.get_run_by_id(result.run_id).tags["groundskeeper/counts"])
+        assert counts["records_batched"] == 15
+
+
+@pytest.mark.slow
+def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        request = _tick(instance, T10)
+        put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")  # broken after the decider's look
+        minute = _run_minute(instance, request)
+        assert minute.success  # its neighbours are batched; the failure is globex's own
+        errors = [e.message for e in instance.all_logs(minute.run_id) if e.level >= 40]
+        assert [m for m in errors if "globex" in m] == [m for m in errors]
+        assert len(errors) == 1
+        assert "initial_time must be HH:MM" in errors[0]
+        assert pending_ids(aws, "acme") == set()
+        assert pending_ids(aws, "initech") == set()
+        assert len(pending_ids(aws, "globex")) == 5
+        assert instance.get_run_by_id(minute.run_id).tags[FAILED_TAG] == "2026-11-20|globex"
+
+        handoff = batch_failures_handoff(dg.build_sensor_context(instance=instance))
+        [again] = handoff.run_requests
+        assert again.partition_key == "2026-11-20|globex"
+        assert again.tags[HANDOFF_OF_TAG] == minute.run_id
+        # The daemon launches it as a run of receiver_batches_job for that partition: it fails there.
+        run = BATCH_JOB.execute_in_process(
+            partition_key=again.partition_key,
+            instance=instance,
+            tags=again.tags,
+            resources=resources_for("local"),
+            raise_on_error=False,
+        )
+        assert not run.success
+        assert "initial_time must be HH:MM" in run.get_step_failure_events()[0].step_failure_data.error.message
+        assert run.dagster_run.tags["dagster/partition"] == "2026-11-20|globex"  # what the alert names
+        statuses = _statuses(instance, ["2026-11-20|acme", "2026-11-20|globex", "2026-11-20|initech"])
+        assert statuses == {
+            "2026-11-20|acme": "MATERIALIZED",
+            "2026-11-20|globex": "FAILED",
+            "2026-11-20|initech": "MATERIALIZED",
+        }
+
+
+@pytest.mark.slow
+def test_the_decider_skips_while_the_previous_minute_run_is_queued_and_then_covers_its_minute(aws):
+    put_receiver(aws, "hourly", number_per_day=24, initial_time="00:00", max_batch_size=3)
+    put_records(aws, "hourly", [T10 - dt.timedelta(minutes=5)])
+    with dg.instance_for_test() as instance:
+        queued = instance.create_run_for_job(
+            MINUTE,
+            run_config={"batch_time": "2026-11-20T09:59:00.000Z", "partitions": []},
+            tags={BATCH_TIME_TAG: "2026-11-20T09:59:00.000Z"},
+        )
+        skipped = _tick(instance, T10)
+        assert isinstance(skipped, dg.SkipReason)
+        assert queued.run_id in skipped.skip_message
+        instance.report_run_canceled(queued)
+        later = _tick(instance, T10 + dt.timedelta(minutes=1))  # its window reaches back to 09:59: 10:00 is in it
+        assert later.run_config["partitions"] == ["2026-11-20|hourly"]
+
+
+def test_run_config_partitions_that_are_not_keys_are_lines_and_skipped():
+    entries = ["2026-11-20|acme", "acme", "2026-13-01|acme", "2026-11-20|a b", 7, "2026-11-20|acme"]
+    due, problems = parse_partitions(entries)
+    assert [d.partition for d in due] == ["2026-11-20|acme"]
+    assert len(problems) == 4
+
+
+def test_a_minute_is_split_into_shares_of_at_most_25_receivers():
+    due, _ = parse_partitions([f"2026-11-20|r{i}" for i in range(60)])
+    assert [len(s) for s in shares(due)] == [25, 25, 10]
