@@ -323,10 +323,3 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
                 "a clock in the future is only allowed with dryRun"
             )
     return HousekeepingRequest(task_type=task_type, timestamp=timestamp, params=dict(params))
-
-
-def int_param(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    """A whole-number task parameter within bounds (``InvalidMessage`` otherwise)."""
-    if params.get(name) is None:
-        return default
-    return _integer(params[name], f"params.{name}", low, high)
