@@ -54,6 +54,26 @@ def test_each_task_parameter_is_validated_by_its_declaration_with_one_line(task)
             Housekeeping().parse({"task_type": task.name, "params": {spec.name: bad}})
 
 
+def _task_rows() -> dict[str, str]:
+    text = (ROOT / "docs/fleet.md").read_text()
+    section = text[text.index("### Housekeeping") : text.index("### Redrive dead letters")]
+    return {task.name: row for task in TASKS for row in section.splitlines() if row.startswith(f"| `{task.name}` |")}
+
+
+@pytest.mark.parametrize("task", TASKS, ids=_ids(TASKS))
+def test_the_fleet_page_lists_each_task_with_its_declared_parameters(task):
+    row = _task_rows().get(task.name, "")
+    for spec in specs(task.params):
+        assert f"`{spec.name}`" in row
+        assert f"({spec.default};" in row
+        assert f"{spec.minimum:g} to {spec.maximum:g})" in row
+
+
+def test_an_unknown_task_is_refused_with_the_known_ones():
+    with pytest.raises(InvalidMessage, match="^unknown task_type 'defragment'; known: orphaned_instances, stale_ssm, "):
+        Housekeeping().parse({"task_type": "defragment"})
+
+
 def _param_reads(path: Path) -> list[str]:
     """``int_param(...)`` calls and ``<x>.params[...]`` / ``<x>.params.get(...)`` reads in ``path``."""
     found = []
