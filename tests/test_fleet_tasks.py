@@ -148,6 +148,14 @@ def test_the_adapter_skips_a_tick_with_the_tasks_own_look(aws, defs, task, monke
     assert result.skip_message == expected.reason
 
 
+@pytest.mark.parametrize("task", TASKS, ids=_ids(TASKS))
+def test_the_housekeeping_runs_give_each_task_the_clients_of_its_pass(defs, task):
+    for job_name, op_name in (("housekeeping", "run_housekeeping_task"), ("process_housekeeping_queue", None)):
+        nodes = defs.resolve_job_def(job_name).graph.node_dict
+        op = nodes[op_name] if op_name else next(iter(nodes.values()))
+        assert set(task.clients) <= set(op.definition.required_resource_keys), job_name
+
+
 def test_only_tasks_with_a_look_have_a_schedule(defs):
     names = {s.name for s in defs.schedules if s.name.startswith("housekeeping_")}
     assert names == {f"housekeeping_{task.name}_schedule" for task in SCHEDULED}
