@@ -14,7 +14,7 @@ from pipelines.common.defs.schedules import LOOK_TAG, SCHEDULE_TAG, schedule
 from pipelines.common.looks import Look
 from pipelines.definitions import build_definitions
 from pipelines.fleet import messages
-from pipelines.fleet.cleanup import SUSPECT_TAG
+from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
 from resources import resources_for
 from tests import fleet_support as fs
 from tests.batching_helpers import put_receiver

@@ -2,31 +2,33 @@
 :class:`HousekeepingHandler` drains the housekeeping queue with it (identical requests in a round run
 once).
 
-``TASKS`` maps a ``task_type`` to its function ``(FleetContext, HousekeepingRequest) -> summary``:
-runs-fleet's clean-up tasks (``pipelines.fleet.cleanup``) and the pool audit (its typed audit);
-``TASK_PARAMS`` maps it to the parameter names it accepts besides ``now`` and ``dryRun``. A task's
-parameters that are out of range raise ``InvalidMessage`` or ``pipelines.common.params.ParamsError``;
-either dead-letters the message.
+``TASKS`` is the one list of housekeeping tasks (``pipelines.common.task.Task``, one line each):
+runs-fleet's clean-up tasks (``pipelines.fleet.tasks``) and the pool audit (its typed audit). The
+dispatcher's accepted parameters (each task's declared ones, besides ``now`` and ``dryRun``), its
+lookup of a message's task, and the schedules and their looks (``pipelines.fleet.defs.schedules``)
+all come from it. A task's parameters that are unknown or out of range dead-letter the message with
+one line that names the key and the value.
 """
 
 from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError
+from pipelines.common.task import Task
 from pipelines.fleet.archive import RunArchive
-from pipelines.fleet.cleanup import old_jobs, orphaned_instances, stale_ssm
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
-from pipelines.fleet.pool_audit.housekeeping import MESSAGE_PARAMS, HousekeepingAudit, pool_audit_task
+from pipelines.fleet.pool_audit import housekeeping as pool_audit
+from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
 from pipelines.fleet.queues import delete_messages
+from pipelines.fleet.tasks import old_jobs, orphaned_instances, stale_ssm
 
 
 @dataclass(frozen=True)
@@ -45,40 +47,48 @@ class TaskResult:
 
 # ------------------------------------------------------------------------ dispatcher
 
-TASKS: dict[str, Callable[[FleetContext, HousekeepingRequest], dict[str, Any] | HousekeepingAudit]] = {
-    "orphaned_instances": orphaned_instances,
-    "stale_ssm": stale_ssm,
-    "old_jobs": old_jobs,
-    "pool_audit": pool_audit_task,
-}
+TASKS: tuple[Task, ...] = (
+    orphaned_instances.TASK,
+    stale_ssm.TASK,
+    old_jobs.TASK,
+    pool_audit.TASK,
+)
+"""The housekeeping tasks: adding one is its module and one line here."""
 
-
-TASK_PARAMS: dict[str, frozenset[str]] = {
-    "orphaned_instances": frozenset({"max_runtime", "confirm_after_minutes"}),
-    "stale_ssm": frozenset({"terminated_grace_minutes"}),
-    "old_jobs": frozenset({"retention_days"}),
-    "pool_audit": MESSAGE_PARAMS,
-}
+TASKS_BY_NAME: dict[str, Task] = {task.name: task for task in TASKS}
 
 
 class Housekeeping:
     """The dispatcher of ``TASKS``."""
 
     def parse(self, data: Any) -> HousekeepingRequest:
-        """Validate a message body or run config against the known tasks (``InvalidMessage`` otherwise)."""
-        request = parse_housekeeping(data, allowed_params={name: set(p) for name, p in TASK_PARAMS.items()})
-        self._task(request)
+        """Validate a message body or run config against the known tasks and their declared
+        parameters (``InvalidMessage`` otherwise)."""
+        request = parse_housekeeping(data, allowed_params={task.name: set(task.param_names) for task in TASKS})
+        self.params(request)
         return request
 
-    def _task(self, request: HousekeepingRequest) -> Callable[..., dict[str, Any] | HousekeepingAudit]:
-        if request.task_type in TASKS:
-            return TASKS[request.task_type]
-        raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}")
+    def task(self, request: HousekeepingRequest) -> Task:
+        if request.task_type in TASKS_BY_NAME:
+            return TASKS_BY_NAME[request.task_type]
+        known = ", ".join(TASKS_BY_NAME)
+        raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}; known: {known}")
+
+    def params(self, request: HousekeepingRequest) -> tuple[Any, list[str]]:
+        """The request's task parameters, validated by its task's declaration, and the deprecation
+        warnings for old names used."""
+        try:
+            return self.task(request).parse(request.task_params)
+        except ParamsError as exc:
+            raise InvalidMessage(str(exc)) from None
 
     def run(self, ctx: FleetContext, request: HousekeepingRequest) -> TaskResult:
         """Run one validated request. Task parameters out of range raise ``InvalidMessage``."""
+        params, warnings = self.params(request)
+        for warning in warnings:
+            ctx.log.warning(f"{request.task_type}: {warning}")
         try:
-            out = self._task(request)(ctx, request)
+            out = self.task(request).run(ctx, request, params)
         except ParamsError as exc:
             raise InvalidMessage(str(exc)) from None
         if isinstance(out, HousekeepingAudit):

@@ -258,14 +258,13 @@ class HousekeepingRequest:
     message shape, declared once (its fields are the run config's keys and the README's table)."""
 
     task_type: str = param(
-        description="The task to run: orphaned_instances, stale_ssm, old_jobs or pool_audit.",
+        description="The housekeeping task to run (docs/fleet.md lists them, with their parameters).",
     )
     timestamp: str | None = param(None, description="When the message was sent (ISO-8601 with a time zone).")
     params: dict[str, Any] = param(
         {},
         description="The task's parameters: now (ISO-8601, a what-if clock), dryRun (true: change nothing) and "
-        "the task's own: max_runtime and confirm_after_minutes (orphaned_instances), terminated_grace_minutes "
-        "(stale_ssm), retention_days (old_jobs), idle_cost_threshold_usd_per_hour (pool_audit).",
+        "the task's own, as the task declares them.",
     )
 
     @property
@@ -323,10 +322,3 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
                 "a clock in the future is only allowed with dryRun"
             )
     return HousekeepingRequest(task_type=task_type, timestamp=timestamp, params=dict(params))
-
-
-def int_param(params: dict[str, Any], name: str, default: int, low: int, high: int) -> int:
-    """A whole-number task parameter within bounds (``InvalidMessage`` otherwise)."""
-    if params.get(name) is None:
-        return default
-    return _integer(params[name], f"params.{name}", low, high)

@@ -8,28 +8,29 @@ which records it as a ``pool_audit`` materialization with its checks, and a smal
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common.params import ParamsError, parse_params, specs
+from pipelines.common.params import ParamsError, parse_params
+from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit.audit import AuditRun, run_pool_audit
 from pipelines.fleet.pool_audit.params import AuditMessageParams
-
-MESSAGE_PARAMS = frozenset(spec.name for spec in specs(AuditMessageParams))
-"""The audit's own parameters in a housekeeping message, besides the fleet's common ``now`` and ``dryRun``."""
 
 
 def message_params(raw: Mapping[str, Any], *, dry_run: bool, what_if: bool) -> AuditMessageParams:
     """Validate a message's own parameters. A what-if clock (``now``) is only allowed with a dry
     run, so that no snapshot is written at a made-up time."""
     params, _ = parse_params(AuditMessageParams, raw, what="pool_audit parameter")
+    _check_what_if(dry_run=dry_run, what_if=what_if)
+    return params
+
+
+def _check_what_if(*, dry_run: bool, what_if: bool) -> None:
     if what_if and not dry_run:
         raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
-    return params
 
 
 @dataclass(frozen=True)
@@ -55,24 +56,15 @@ class HousekeepingAudit:
         }
 
 
-def housekeeping_audit(
-    params: Mapping[str, Any], *, dry_run: bool, now: dt.datetime | None = None, **audit: Any
-) -> HousekeepingAudit:
-    """Run the pool audit for a housekeeping message whose own parameters are ``params``;
-    ``audit`` are :func:`run_pool_audit`'s clients, names and ``progress``."""
-    options = message_params(params, dry_run=dry_run, what_if=now is not None)
-    if not audit.get("pools_table"):
-        raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
-    run = run_pool_audit(dry_run=dry_run, now=now, **audit)
-    return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=options.idle_cost_threshold_usd_per_hour)
-
-
-def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> HousekeepingAudit:
+def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: AuditMessageParams) -> HousekeepingAudit:
     """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
-    return housekeeping_audit(
-        request.task_params,
+    what_if = "now" in request.params
+    _check_what_if(dry_run=request.dry_run, what_if=what_if)
+    if not ctx.pools_table:
+        raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
+    run = run_pool_audit(
         dry_run=request.dry_run,
-        now=request.now() if "now" in request.params else None,
+        now=request.now() if what_if else None,
         progress=ctx.log.info,
         dynamodb=ctx.dynamodb,
         ec2=ctx.ec2,
@@ -83,3 +75,12 @@ def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest) -> Housekee
         archive_bucket=ctx.archive_bucket,
         namespace=ctx.namespace,
     )
+    return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=params.idle_cost_threshold_usd_per_hour)
+
+
+TASK = Task(
+    name="pool_audit",
+    params=AuditMessageParams,
+    run=pool_audit_task,
+    clients=("dynamodb", "ec2", "cloudwatch", "s3"),
+)

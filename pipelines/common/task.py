@@ -1,0 +1,58 @@
+"""The task contract: one periodic task, declared once. No Dagster.
+
+A :class:`Task` is a name, its parameters declared once (a frozen dataclass of
+``pipelines.common.params``), the clients its pass works with, one bounded pass, and, for a task
+that runs on a schedule, its look (``pipelines.common.looks``), the clients the look reads with,
+its default cron and what the look reads (said in the schedule's description). A capability
+keeps its tasks in one list; its dispatcher and its Dagster layer derive everything from that
+list (``pipelines.fleet.housekeeping.TASKS``, ``pipelines.fleet.defs.schedules``).
+
+The pass and the look are called as ``run(context, request, params)`` and ``look(context, request,
+params)``: ``context`` holds the capability's clients and names, ``request`` what the call is for
+(its clock, whether it is a dry run), ``params`` the validated parameters (an instance of
+``params``). The pass returns what it did (counts and details); the look returns a ``Look``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pipelines.common.looks import Look
+from pipelines.common.params import parse_params, specs
+
+P = TypeVar("P")
+
+
+@dataclass(frozen=True)
+class Task(Generic[P]):
+    """One task. ``clients``: the context's clients the pass works with; ``look_clients``: those
+    the look reads with (only these are built for it); ``cron``: the schedule's own cron;
+    ``looks_at``: what the look reads, in words."""
+
+    name: str
+    params: type[P]
+    run: Callable[[Any, Any, P], Any]
+    clients: tuple[str, ...]
+    look: Callable[[Any, Any, P], Look] | None = None
+    look_clients: tuple[str, ...] = ()
+    cron: str | None = None
+    looks_at: str = ""
+
+    def __post_init__(self) -> None:
+        specs(self.params)  # every field is declared with pipelines.common.params.param
+        if (self.look is None) != (self.cron is None) or (self.look is None) != (not self.looks_at):
+            raise ValueError(f"task {self.name}: a look, its cron and what it looks at go together")
+        if not set(self.look_clients) <= set(self.clients):
+            raise ValueError(f"task {self.name}: the look's clients {self.look_clients} are not the pass's")
+
+    @property
+    def param_names(self) -> frozenset[str]:
+        """The keys the task accepts: its parameters and their old names."""
+        return frozenset(name for spec in specs(self.params) for name in (spec.name, *spec.aliases))
+
+    def parse(self, raw: Mapping[str, Any]) -> tuple[P, list[str]]:
+        """The validated parameters and the deprecation warnings for old names used; bad values
+        raise ``ParamsError`` with one line that names the key and the value."""
+        return parse_params(self.params, raw, what=f"{self.name} parameter")

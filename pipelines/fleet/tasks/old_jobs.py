@@ -1,0 +1,153 @@
+"""runs-fleet's ``old_jobs`` housekeeping task: archive finished jobs older than the retention to S3
+(JSON Lines), mark each archived, then delete them."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pipelines.common import from_item, iso
+from pipelines.common.aws_batches import batch_write
+from pipelines.common.looks import Look
+from pipelines.common.params import param
+from pipelines.common.task import Task
+from pipelines.fleet import calls as fleet_calls
+from pipelines.fleet.archive import archived_job_key
+from pipelines.fleet.calls import aws_call
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.messages import FINAL_STATUSES, HousekeepingRequest, fingerprint, utcnow
+from pipelines.fleet.metrics import publish_count
+
+
+@dataclass(frozen=True)
+class OldJobsParams:
+    retention_days: int = param(
+        7, description="Days a finished job is kept before it is archived and deleted.", minimum=1, maximum=3650
+    )
+
+
+MARKER_THREADS = 8
+
+
+def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key: str) -> None:
+    """One small marker per archived job (``archived-jobs/<sha256 of job_id>.json``), written before
+    the job is deleted: a late copy of its termination message is then known as a duplicate, not an
+    unknown job. The bucket's lifecycle expires them after 15 days (SQS keeps a message 14 at most)."""
+    archived_at = iso(utcnow())
+
+    def put(record: dict[str, Any]) -> None:
+        body = json.dumps(
+            {
+                "job_id": record["job_id"],
+                "status": record.get("status"),
+                "archive": archive_key,
+                "archived_at": archived_at,
+            }
+        )
+        aws_call(
+            lambda: ctx.s3.put_object(
+                Bucket=ctx.archive_bucket, Key=archived_job_key(record["job_id"]), Body=body.encode()
+            ),
+            what="PutObject (archived job marker)",
+        )
+
+    with ThreadPoolExecutor(max_workers=MARKER_THREADS, thread_name_prefix="archived-marker") as pool:
+        list(pool.map(put, records))  # raises the first failure: then nothing of the page is deleted
+
+
+def _old_jobs_cutoff(req: HousekeepingRequest, params: OldJobsParams) -> str:
+    return iso(req.now() - dt.timedelta(days=params.retention_days))
+
+
+def _old_jobs_query(jobs_table: str, status: str, cutoff: str, *, limit: int) -> dict[str, Any]:
+    """The ``completed_at-index`` query of the jobs of ``status`` completed before ``cutoff``."""
+    return {
+        "TableName": jobs_table,
+        "IndexName": "completed_at-index",
+        "KeyConditionExpression": "#s = :s AND completed_at < :cutoff",
+        "ExpressionAttributeNames": {"#s": "status"},
+        "ExpressionAttributeValues": {":s": {"S": status}, ":cutoff": {"S": cutoff}},
+        "Limit": limit,
+    }
+
+
+def old_jobs(ctx: FleetContext, req: HousekeepingRequest, params: OldJobsParams) -> dict[str, Any]:
+    """Archive finished jobs older than the retention to S3 (JSON Lines), then delete them. Never scans."""
+    cutoff = _old_jobs_cutoff(req, params)
+    counts: Counter = Counter()
+    keys_written: list[str] = []
+    for status in FINAL_STATUSES:
+        kwargs = _old_jobs_query(ctx.jobs_table, status, cutoff, limit=1000)
+        while True:
+            page = aws_call(lambda kwargs=kwargs: ctx.dynamodb.query(**kwargs), what="Query completed_at-index")
+            counts["queries"] += 1
+            items = page.get("Items", [])
+            if items:
+                counts[f"{status}"] += len(items)
+                if not req.dry_run:
+                    records = [from_item(item) for item in items]
+                    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+                    ids = ",".join(sorted(r["job_id"] for r in records))
+                    # Deterministic key: archiving the same records again (after a crash) rewrites one object.
+                    key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
+                    aws_call(
+                        lambda key=key, body=body: ctx.s3.put_object(
+                            Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
+                        ),
+                        what="PutObject (job archive)",
+                    )
+                    keys_written.append(key)
+                    mark_archived(ctx, records, key)
+                    counts["batch_writes"] += batch_write(
+                        ctx.dynamodb,
+                        ctx.jobs_table,
+                        [{"DeleteRequest": {"Key": {"job_id": item["job_id"]}}} for item in items],
+                        policy=fleet_calls.POLICY,
+                    )
+                    counts["archived"] += len(items)
+            if "LastEvaluatedKey" not in page:
+                break
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    ctx.log.info(
+        f"old_jobs: completed_at before {cutoff}: "
+        + ", ".join(f"{s}={counts[s]}" for s in FINAL_STATUSES)
+        + (" (dry run: nothing archived or deleted)" if req.dry_run else f"; archived to {len(keys_written)} object(s)")
+    )
+    if not req.dry_run:
+        publish_count(ctx.cloudwatch, ctx.namespace, "JobRecordsArchived", counts["archived"])
+    return {
+        "cutoff": cutoff,
+        "found": sum(counts[s] for s in FINAL_STATUSES),
+        "archived": counts["archived"],
+        "archive_objects": len(keys_written),
+        "queries": counts["queries"],
+        "batch_writes": counts["batch_writes"],
+        "dry_run": req.dry_run,
+    }
+
+
+def look_old_jobs(ctx: FleetContext, req: HousekeepingRequest, params: OldJobsParams) -> Look:
+    """Due when a finished job completed before the retention cutoff: one ``Query`` of one item per
+    final status."""
+    cutoff = _old_jobs_cutoff(req, params)
+    for status in FINAL_STATUSES:
+        query = {**_old_jobs_query(ctx.jobs_table, status, cutoff, limit=1), "Select": "COUNT"}
+        if ctx.dynamodb.query(**query).get("Count", 0):
+            return Look.work(f"{status} jobs completed before {cutoff}")
+    return Look.idle(f"no finished job completed before {cutoff}")
+
+
+TASK = Task(
+    name="old_jobs",
+    params=OldJobsParams,
+    run=old_jobs,
+    clients=("dynamodb", "s3", "cloudwatch"),
+    look=look_old_jobs,
+    look_clients=("dynamodb",),
+    cron="0 * * * *",
+    looks_at="finished jobs completed before the retention cutoff (one Query of one item per final status)",
+)

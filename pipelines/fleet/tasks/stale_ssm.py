@@ -1,0 +1,157 @@
+"""runs-fleet's ``stale_ssm`` housekeeping task: delete the runner parameters of instances that are
+gone or were terminated over a grace period ago (``DeleteParameters`` in ``ssm_parameters``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pipelines.common.aws_batches import chunks
+from pipelines.common.looks import Look
+from pipelines.common.params import param
+from pipelines.common.task import Task
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.messages import RUNNER_PREFIX, HousekeepingRequest, instance_of_parameter
+from pipelines.fleet.metrics import publish_count
+from pipelines.fleet.ssm_parameters import delete_parameters
+
+_REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
+
+LOOK_MAX_PAGES = 5
+"""A look reads at most this many pages of runner parameters (10 a page); more parameters than
+that, and the run reads them all."""
+
+
+@dataclass(frozen=True)
+class StaleSsmParams:
+    terminated_grace_minutes: int = param(
+        10,
+        description="Minutes after its instance terminated before a runner parameter is deleted.",
+        minimum=0,
+        maximum=24 * 60,
+    )
+
+
+def terminated_at(instance: dict[str, Any]) -> dt.datetime | None:
+    """When a terminated instance stopped, from ``StateTransitionReason`` ("User initiated (... GMT)")."""
+    match = _REASON_TIME.search(instance.get("StateTransitionReason") or "")
+    if not match:
+        return None
+    return dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
+
+
+@dataclass
+class RunnerParameters:
+    """The runner parameters read page by page: by instance id, and the names not of the runner shape.
+    ``complete``: every page was read (False when a look stopped at its page limit)."""
+
+    by_instance: dict[str, list[str]] = field(default_factory=dict)
+    unrecognised: list[str] = field(default_factory=list)
+    pages: int = 0
+    complete: bool = True
+
+
+def runner_parameters(ssm, max_pages: int | None = None) -> RunnerParameters:
+    """``/runs-fleet/runners/`` page by page (all of them, or the first ``max_pages``)."""
+    found = RunnerParameters()
+    for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=RUNNER_PREFIX.rstrip("/"), Recursive=True):
+        if max_pages is not None and found.pages >= max_pages:
+            found.complete = False
+            break
+        found.pages += 1
+        for parameter in page.get("Parameters", []):
+            iid = instance_of_parameter(parameter["Name"])
+            if iid is None:
+                found.unrecognised.append(parameter["Name"])
+            else:
+                found.by_instance.setdefault(iid, []).append(parameter["Name"])
+    return found
+
+
+def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) -> tuple[list[str], list[str]]:
+    """(stale, recent) among ``ids`` (described 100 at a time): stale when gone or terminated over
+    ``grace`` ago, recent when terminated since."""
+    seen: dict[str, dict[str, Any]] = {}
+    for part in chunks(ids, 100):
+        for page in ec2.get_paginator("describe_instances").paginate(
+            Filters=[{"Name": "instance-id", "Values": list(part)}]
+        ):
+            for reservation in page["Reservations"]:
+                for inst in reservation["Instances"]:
+                    seen[inst["InstanceId"]] = inst
+    stale, recent = [], []
+    for iid in ids:
+        inst = seen.get(iid)
+        if inst is None:
+            stale.append(iid)
+        elif inst["State"]["Name"] == "terminated":
+            when = terminated_at(inst)
+            (stale if when is not None and when <= now - grace else recent).append(iid)
+    return stale, recent
+
+
+def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParams) -> dict[str, Any]:
+    """Delete runner parameters of instances that do not exist or were terminated over the grace ago."""
+    now = req.now()
+    grace = dt.timedelta(minutes=params.terminated_grace_minutes)
+    found = runner_parameters(ctx.ssm)
+    by_instance, unrecognised, pages = found.by_instance, found.unrecognised, found.pages
+    if unrecognised:
+        ctx.log.warning(
+            f"stale_ssm: left {len(unrecognised)} parameter(s) not of the runner shape: {unrecognised[:10]}"
+        )
+    ids = sorted(by_instance)
+    stale, recent = stale_instances(ctx.ec2, ids, now, grace)
+    names = [n for iid in stale for n in by_instance[iid]]
+    ctx.log.info(
+        f"stale_ssm: {len(ids)} runner parameter instance(s) in {pages} page(s); {len(stale)} gone or terminated "
+        f"over {grace} ago, {len(recent)} terminated recently" + (" (dry run)" if req.dry_run else "")
+    )
+    deleted = {"deleted": 0, "missing": 0}
+    if not req.dry_run:
+        deleted = delete_parameters(ctx.ssm, names)
+        publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
+    return {
+        "parameters": sum(len(v) for v in by_instance.values()),
+        "stale": len(names),
+        "deleted": deleted["deleted"],
+        "already_gone": deleted["missing"],
+        "recently_terminated": len(recent),
+        "unrecognised": len(unrecognised),
+        "dry_run": req.dry_run,
+    }
+
+
+def look_stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParams) -> Look:
+    """Due when a pass would delete a parameter: up to :data:`LOOK_MAX_PAGES` pages of runner
+    parameters, then one ``DescribeInstances`` of their instances."""
+    found = runner_parameters(ctx.ssm, max_pages=LOOK_MAX_PAGES)
+    if not found.complete:
+        return Look.work(f"over {len(found.by_instance)} instances with runner parameters: the run reads them all")
+    if not found.by_instance:
+        return Look.idle(f"no runner parameters ({len(found.unrecognised)} of another shape)")
+    grace = dt.timedelta(minutes=params.terminated_grace_minutes)
+    ids = sorted(found.by_instance)
+    stale, recent = stale_instances(ctx.ec2, ids, req.now(), grace)
+    if not stale:
+        return Look.idle(
+            f"{len(ids)} instance(s) with runner parameters, none gone or terminated over {grace} ago "
+            f"({len(recent)} terminated since)"
+        )
+    return Look.work(
+        f"{len(stale)} of {len(ids)} instance(s) with runner parameters gone or terminated over {grace} ago"
+    )
+
+
+TASK = Task(
+    name="stale_ssm",
+    params=StaleSsmParams,
+    run=stale_ssm,
+    clients=("ssm", "ec2", "cloudwatch"),
+    look=look_stale_ssm,
+    look_clients=("ssm", "ec2"),
+    cron="*/15 * * * *",
+    looks_at="the runner parameters and their instances (GetParametersByPath, DescribeInstances)",
+)
