@@ -11,7 +11,15 @@ import pytest
 from pipelines.alerts.config import alert_config
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, SinkError
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
-from pipelines.alerts.sources import automatic_retry, check_evaluated, ticks_seen
+from pipelines.alerts.sources import (
+    automatic_retry,
+    cause_of,
+    check_evaluated,
+    run_failed,
+    run_succeeded,
+    ticks_seen,
+    work_unit,
+)
 from pipelines.retry import fixed
 from tests.alerts_support import webhook_receiver
 
@@ -165,6 +173,44 @@ def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
     assert not automatic_retry({**step, "dagster/retry_on_asset_or_op_failure": "false"}, **on,
                                retry_on_step_failure=True)  # fmt: skip
     assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, **on)
+
+
+def _reclaim(table: str) -> tuple[str, dict]:
+    return work_unit("reclaim_agendas", {}, {"ops": {"reclaim": {"config": {"tableName": table}}}}), {}
+
+
+def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_resolves_it():
+    book, sink = AlertBook(), ListSink()
+    agendas, tags = _reclaim("Agendas")
+    misspelt, _ = _reclaim("Agendsa")
+    throttled = "An error occurred (ThrottlingException) when calling the Scan operation: Rate exceeded"
+    missing = "An error occurred (ResourceNotFoundException) when calling the Scan operation: not found"
+    for unit, error in ((agendas, throttled), (agendas, missing), (misspelt, missing)):
+        signal = run_failed("reclaim_agendas", "r1", tags, error, ui_url=None, unit=unit, cause=cause_of([], [error]))
+        _run(book, [signal], sink)
+    assert [m["alert_key"] for m in sink.messages] == [
+        "run_failure:reclaim_agendas@Agendas:ThrottlingException",
+        "run_failure:reclaim_agendas@Agendas:ResourceNotFoundException",
+        "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException",
+    ]
+    other, _ = _reclaim("OtherAgendas")
+    assert run_succeeded("reclaim_agendas", "r2", tags, ui_url=None, unit=other, open_units=book.open_units()) == []
+    resolved = run_succeeded("reclaim_agendas", "r3", tags, ui_url=None, unit=agendas, open_units=book.open_units())
+    _run(book, resolved, sink)
+    assert [(m["alert_key"], m["state"]) for m in sink.messages[3:]] == [
+        ("run_failure:reclaim_agendas@Agendas:ResourceNotFoundException", RESOLVED),
+        ("run_failure:reclaim_agendas@Agendas:ThrottlingException", RESOLVED),
+    ]
+    assert [i["alert_key"] for i in book.open_incidents()] == [
+        "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException"
+    ]
+
+
+def test_the_cause_is_the_aws_code_else_the_first_class_under_dagsters_wrapping():
+    assert cause_of(["DagsterExecutionStepExecutionError", "Failure", "KeyError"], ["boom"]) == "KeyError"
+    assert cause_of(["Failure", "ClientError"], ["Query was throttled (ThrottlingException)"]) == "ThrottlingException"
+    assert cause_of(["Failure"], ["RuntimeError: receiver acme is unreachable"]) == "RuntimeError"
+    assert cause_of([], ["something odd"]) == "failure"
 
 
 def test_every_kind_has_a_runbook():

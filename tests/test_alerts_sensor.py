@@ -101,7 +101,7 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
                 assert inbox.read() == [], f"attempt {attempt} will be retried: no alert"
         (firing,) = inbox.read()
         assert firing["state"] == "firing" and firing["kind"] == "run_failure"
-        assert firing["alert_key"] == "run_failure:retry_demo" and firing["job"] == "retry_demo"
+        assert firing["alert_key"] == "run_failure:retry_demo:ThrottlingException" and firing["job"] == "retry_demo"
         assert firing["attempts"] == 4 and firing["run_id"] == previous
         assert "ThrottlingException" in firing["summary"] or "Rate exceeded" in firing["summary"]
         assert firing["url"] == f"http://dagster.example:3000/runs/{previous}"
@@ -109,7 +109,7 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         assert firing["_attributes"] == {
             "severity": "critical",
             "state": "firing",
-            "alert_key": "run_failure:retry_demo",
+            "alert_key": "run_failure:retry_demo:ThrottlingException",
         }
 
         # a later lineage: its first attempt fails (retried: no alert), its retry succeeds
@@ -121,9 +121,9 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         assert ok
         reason = tick(instance, res)
         (resolved,) = inbox.read()
-        assert resolved["state"] == "resolved" and resolved["alert_key"] == "run_failure:retry_demo"
+        assert resolved["state"] == "resolved" and resolved["alert_key"] == "run_failure:retry_demo:ThrottlingException"
         assert resolved["run_id"] == second and resolved["first_seen"] == firing["first_seen"]
-        assert "run_failure:retry_demo" in reason and "resolved" in reason
+        assert "run_failure:retry_demo:ThrottlingException" in reason and "resolved" in reason
         tick(instance, res)
         assert inbox.read() == []
     assert [m["state"] for m in inbox.messages] == ["firing", "resolved"]
@@ -145,7 +145,9 @@ def test_a_restart_between_the_failure_and_the_next_tick_neither_loses_nor_repea
         tick(restarted, res)
     with dg.instance_for_test(temp_dir=str(tmp_path)) as again:
         tick(again, res)
-    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [("run_failure:retry_demo", "firing")]
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [
+        ("run_failure:retry_demo:ThrottlingException", "firing")
+    ]
 
 
 def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(aws, monkeypatch):
@@ -161,7 +163,7 @@ def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(
         run_demo(instance, 1, succeed_on=1)
         for _ in range(4):
             tick(instance, res)
-        assert load_book(instance).incidents["run_failure:retry_demo"]["state"] == "resolved"
+        assert load_book(instance).incidents["run_failure:retry_demo:ThrottlingException"]["state"] == "resolved"
     assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
 
 
@@ -174,7 +176,7 @@ def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws
         reasons = [tick(instance, res) for _ in range(4)]
         assert receiver.requests == 3
         (body,) = receiver.received
-        assert body["alert_key"] == "run_failure:retry_demo" and body["state"] == "firing"
+        assert body["alert_key"] == "run_failure:retry_demo:ThrottlingException" and body["state"] == "firing"
         assert body["text"].startswith("FIRING [critical] retry_demo failed after 4 attempts: ")
         assert "webhook at http://127.0.0.1" in reasons[0] and "answered HTTP 500" in reasons[0]
         assert "secret-token" not in " ".join(reasons)
@@ -256,8 +258,8 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
             tick(instance, res)
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [
-        ("run_failure:alerts_test/batches:acme", "firing"),
-        ("run_failure:alerts_test/batches:acme", "resolved"),
+        ("run_failure:alerts_test/batches:acme:RuntimeError", "firing"),
+        ("run_failure:alerts_test/batches:acme:RuntimeError", "resolved"),
     ]
     assert inbox.messages[0]["summary"] == "RuntimeError: receiver acme is unreachable"
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"

@@ -20,12 +20,14 @@ from pipelines.alerts.heartbeat import publish_heartbeat
 from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds
 from pipelines.alerts.sources import (
     automatic_retry,
+    cause_of,
     check_evaluated,
     dead_letters,
     lineage_root,
     run_failed,
     run_succeeded,
     ticks_seen,
+    work_unit,
 )
 from pipelines.common import first_line
 from pipelines.common.defs.metadata import table_from
@@ -87,29 +89,32 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tup
     return sorted(changes, key=lambda pair: pair[0].storage_id)
 
 
-def _first_error(instance: dg.DagsterInstance, run_id: str) -> str:
-    """The error of the first failed step of ``run_id``, else its run-failure message."""
+def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
+    """(the error of the first failed step of ``run_id``, else its run-failure message; its cause's class)."""
     steps = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
     for record in steps:
         data = record.event_log_entry.dagster_event.step_failure_data
+        chain, error = [], data.error if data else None
+        while error is not None:
+            chain.append(error)
+            error = error.cause
+        classes = [e.cls_name for e in chain]
         if data and data.user_failure_data and data.user_failure_data.description:
-            return data.user_failure_data.description
-        if data and data.error:
-            error = data.error  # the user's error, not Dagster's wrapping of it
-            while error.cause is not None and error.cls_name.startswith("Dagster"):
-                error = error.cause
-            return error.message
+            message = data.user_failure_data.description
+            return message, cause_of(classes, [message, *(e.message for e in chain)])
+        if chain:  # the user's error, not Dagster's wrapping of it
+            error = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1])
+            return error.message, cause_of(classes, [error.message, *(e.message for e in chain)])
     failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
     for record in failed:
-        return record.event_log_entry.dagster_event.message or ""
-    return ""
+        message = record.event_log_entry.dagster_event.message or ""
+        return message, cause_of([], [message])
+    return "", "failure"
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
-    """What a run is of, for its alert: its job, or for a run of Dagster's own asset job (a
-    materialization or backfill launched from the UI, a partition redrive) the assets it planned."""
-    if not run.job_name.startswith("__"):
-        return run.job_name
+    """What a run is of, for its alert: the assets it materializes (whichever job did it: an asset
+    job, a materialization or backfill launched from the UI, a partition redrive), else its job."""
     keys = set(run.asset_selection or ())
     if not keys:
         planned = instance.get_records_for_run(
@@ -120,8 +125,10 @@ def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
 
 
 def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    """A run whose lineage finally failed (no automatic retry follows) fires; a success resolves."""
+    """A run whose lineage finally failed (no automatic retry follows) fires under its unit of work
+    and cause; a success resolves the open failures of its unit of work, and only those."""
     out: list[Signal] = []
+    open_units = book.open_units()  # and those this tick opens, in order
     changes = status_changes_in_order(instance, book, clock)
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
@@ -131,8 +138,13 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
         if run is None:
             continue
         tags = dict(run.tags)
+        what = run_target(instance, run)
+        unit = work_unit(what, tags, run.run_config)
         if not failed:
-            out += run_succeeded(run_target(instance, run), run.run_id, tags, ui_url=cfg.ui_url)
+            signals = run_succeeded(what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units)
+            for signal in signals:
+                open_units.pop(signal.alert_key, None)
+            out += signals
             continue
         why = automatic_retry(
             tags,
@@ -143,8 +155,12 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
         if why:
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert, {why}")
             continue
-        first = _first_error(instance, lineage_root(run.run_id, tags)) or _first_error(instance, run.run_id)
-        out.append(run_failed(run_target(instance, run), run.run_id, tags, first, ui_url=cfg.ui_url))
+        first, cause = _first_error(instance, lineage_root(run.run_id, tags))
+        if not first:
+            first, cause = _first_error(instance, run.run_id)
+        signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause)
+        open_units[signal.alert_key] = unit
+        out.append(signal)
     return out
 
 

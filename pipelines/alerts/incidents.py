@@ -61,6 +61,7 @@ class Signal:
     check: str | None = None
     url: str | None = None
     attempts: int | None = None
+    unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -169,6 +170,8 @@ class AlertBook:
             fields = {name: getattr(signal, name) for name in FIELDS if hasattr(signal, name)}
             incident = {**fields, "state": FIRING, "first_seen": now, "last_seen": now, "notified": now}
             incident["summary"] = first_line(signal.summary, SUMMARY_CHARS)
+            if signal.unit:
+                incident["unit"] = signal.unit
             self.incidents[signal.alert_key] = incident
             self.history.append([now, FIRING])
             return self._message(incident)
@@ -196,6 +199,15 @@ class AlertBook:
         if incident["state"] == RESOLVED and incident.get("resolved_by"):
             message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
         return message
+
+    def open_units(self) -> dict[str, str]:
+        """alert_key -> unit of work of each open run failure (what a success of that unit resolves)."""
+        units = {}
+        for key, incident in self.incidents.items():
+            if incident["state"] == FIRING and incident["kind"] == "run_failure":
+                # an incident opened before units were recorded: its key was run_failure:<job>[:<partition>]
+                units[key] = incident.get("unit") or key.removeprefix("run_failure:")
+        return units
 
     def open_incidents(self) -> list[dict[str, Any]]:
         return sorted((i for i in self.incidents.values() if i["state"] == FIRING), key=lambda i: i["first_seen"])

@@ -8,7 +8,9 @@ here too, so that each kind of alert is decided in one place.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Any
 from urllib.parse import quote
 
 from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
@@ -82,19 +84,76 @@ def automatic_retry(
     return f"Dagster's run retries retry it ({done} of {budget} used)" if done < budget else None
 
 
-def run_alert_key(job: str, tags: Mapping[str, str]) -> str:
-    """One incident per job and target (its partition, when it has one)."""
+# run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
+TARGET_KEYS = frozenset({"tableName", "table", "namespace", "queueUrl", "queue_url", "bucket", "receiver"})
+TARGET_CHARS = 80
+_AWS_CODE = re.compile(r"An error occurred \(([A-Za-z0-9_.]+)\)|\(([A-Z][A-Za-z0-9]*(?:Exception|Error|Fault))\)")
+_LEADING_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception|Failure|Timeout))\b")
+
+
+def config_targets(run_config: Any) -> list[str]:
+    """The values of ``TARGET_KEYS`` anywhere in a run's config (ops', resources'), sorted."""
+    found: set[str] = set()
+    stack = [run_config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in TARGET_KEYS and isinstance(value, str | int) and str(value).strip():
+                    found.add(str(value).strip())
+                else:
+                    stack.append(value)
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return sorted(found)
+
+
+def work_unit(what: str, tags: Mapping[str, str], run_config: Any = None) -> str:
+    """The unit of work a run did: ``what`` (its job, or the assets it materializes), its partition
+    and its target (read from its config). A failure and the success that resolves it share it."""
     partition = tags.get(PARTITION_TAG)
-    return f"run_failure:{job}" + (f":{partition}" if partition else "")
+    targets = ",".join(config_targets(run_config))
+    unit = what + (f":{partition}" if partition else "")
+    return unit + (f"@{first_line(targets, TARGET_CHARS)}" if targets else "")
 
 
-def run_failed(job: str, run_id: str, tags: Mapping[str, str], first_error: str, *, ui_url: str | None) -> Signal:
+def cause_of(error_classes: list[str], messages: list[str]) -> str:
+    """The class of a failure's cause, from its error chain (outermost first): the AWS error code
+    one of its messages names, else the first class under Dagster's and ``Failure``'s wrapping,
+    else the class its first message starts with, else ``failure``."""
+    for message in messages:
+        code = _AWS_CODE.search(message or "")
+        if code:
+            return code.group(1) or code.group(2)
+    for name in error_classes:
+        if not name.startswith("Dagster") and name not in ("Failure", "ClientError"):
+            return name
+    leading = _LEADING_CLASS.match((messages[0] if messages else "").strip())
+    return leading.group(1) if leading else "failure"
+
+
+def run_alert_key(unit: str, cause: str) -> str:
+    """One incident per unit of work and cause: a new cause is a new incident."""
+    return f"run_failure:{unit}:{cause}"
+
+
+def run_failed(
+    job: str,
+    run_id: str,
+    tags: Mapping[str, str],
+    first_error: str,
+    *,
+    ui_url: str | None,
+    unit: str | None = None,
+    cause: str = "failure",
+) -> Signal:
+    unit = unit or work_unit(job, tags)
     attempts = attempt_of(tags)
     partition = tags.get(PARTITION_TAG)
     target = f" partition {partition}" if partition else ""
     retries = f" after {attempts} attempts" if attempts > 1 else ""
     return Signal(
-        alert_key=run_alert_key(job, tags),
+        alert_key=run_alert_key(unit, cause),
         kind="run_failure",
         firing=True,
         severity="critical",
@@ -105,23 +164,42 @@ def run_failed(job: str, run_id: str, tags: Mapping[str, str], first_error: str,
         run_id=run_id,
         url=_ui(ui_url, f"/runs/{run_id}"),
         attempts=attempts,
+        unit=unit,
     )
 
 
-def run_succeeded(job: str, run_id: str, tags: Mapping[str, str], *, ui_url: str | None) -> list[Signal]:
-    """A success resolves its job's (and target's) run failure; a reclaim run also says whether it had item errors."""
+def resolved_by_success(open_units: Mapping[str, str], unit: str) -> list[str]:
+    """The open run-failure incidents (``alert_key -> unit``) that a success of ``unit`` resolves:
+    those of the same unit of work, whatever their cause, and only those."""
+    return sorted(key for key, their in open_units.items() if their == unit)
+
+
+def run_succeeded(
+    job: str,
+    run_id: str,
+    tags: Mapping[str, str],
+    *,
+    ui_url: str | None,
+    unit: str | None = None,
+    open_units: Mapping[str, str] | None = None,
+) -> list[Signal]:
+    """A success resolves the open run failures of its unit of work (``open_units``: alert_key ->
+    unit of the open ones); a reclaim run also says whether it had item errors."""
+    unit = unit or work_unit(job, tags)
     url = _ui(ui_url, f"/runs/{run_id}")
     attempts = attempt_of(tags)
     out = [
         Signal(
-            alert_key=run_alert_key(job, tags),
+            alert_key=key,
             kind="run_failure",
             firing=False,
             summary=f"run {run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
             job=job,
             run_id=run_id,
             url=url,
+            unit=unit,
         )
+        for key in resolved_by_success(open_units or {}, unit)
     ]
     counters = run_counters(tags)
     if tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
