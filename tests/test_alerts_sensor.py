@@ -15,6 +15,7 @@ from pipelines.alerts import defs as alerts_defs
 from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, incidents, load_book
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
 from pipelines.retry.defs import retry_demo
+from pipelines.retry.runs import RETRY_MARGIN_SECONDS
 from pipelines.retry.tags import ATTEMPT_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
@@ -361,3 +362,55 @@ def test_a_sink_answering_an_error_keeps_the_alert_without_a_traceback(aws, stat
         assert f"answered HTTP {status}" in first and "kept for a later tick: 1 for webhook" in first
         tick(instance, res)
         assert len(receiver.received) == 1
+
+
+def _demo_with(instance, tags: dict) -> str:
+    config = {"ops": {"throttled_until_attempt": {"config": {"succeed_on_attempt": 5}}}}
+    result = retry_demo.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
+    assert not result.success
+    return result.run_id
+
+
+@pytest.mark.parametrize("attempt", ["abc", "-1"])
+def test_a_failure_whose_retry_tags_cannot_be_read_alerts_at_once(aws, attempt):
+    """delayed_run_retries does not retry a run whose attempt tag it cannot read: alerting, reading
+    the same decision, alerts at once."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_id = _demo_with(instance, {ATTEMPT_TAG: attempt})
+        tick(instance, res)
+    (firing,) = inbox.read()
+    assert (firing["state"], firing["run_id"]) == ("firing", run_id)
+
+
+def test_a_failure_whose_retry_is_never_launched_alerts_once_its_delay_and_margin_are_past(aws, monkeypatch):
+    """The retry sensor is stopped (or the job left the code location): no retry run appears, so the
+    failure alerts after its delay (10 s for retry_demo's first attempt) plus the margin, not before."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_id = _demo_with(instance, {ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        assert inbox.read() == []
+        later = time.time() + 10 + RETRY_MARGIN_SECONDS + 1
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        (firing,) = inbox.read()
+        assert (firing["state"], firing["run_id"]) == ("firing", run_id)
+        assert "no retry launched" in firing["title"]
+        assert run_id not in load_book(instance).positions["awaiting_retry"]
+
+
+def test_a_failure_retried_in_time_never_alerts_even_after_its_deadline(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        first = _demo_with(instance, {ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        run_demo(instance, 2, succeed_on=2, previous=first)
+        later = time.time() + 10 + RETRY_MARGIN_SECONDS + 1
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        tick(instance, res)
+    assert inbox.read() == []

@@ -32,6 +32,7 @@ from pipelines.alerts.sources import (
 from pipelines.common import first_line
 from pipelines.common.defs.metadata import table_from
 from pipelines.common.sqs import dead_letter_depth, queue_name
+from pipelines.retry.simulate import human
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
 
@@ -124,11 +125,58 @@ def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     return ",".join(sorted(key.to_user_string() for key in keys if key)) or run.job_name
 
 
+AWAITING_RETRY = "awaiting_retry"  # positions[...]: failed runs whose automatic retry is awaited
+
+
+def _failure_signal(instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, note: str = "") -> Signal:
+    tags = dict(run.tags)
+    what = run_target(instance, run)
+    first, cause = _first_error(instance, lineage_root(run.run_id, tags))
+    if not first:
+        first, cause = _first_error(instance, run.run_id)
+    unit = work_unit(what, tags, run.run_config)
+    return run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note)
+
+
+def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
+    """The id of a run launched as a retry (or re-execution) of ``run_id``, or None."""
+    for tag in child_tags:
+        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
+        if children:
+            return children[0].dagster_run.run_id
+    return None
+
+
+def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
+    """The failures waiting for their automatic retry: one whose retry run exists is done with; one
+    whose unit of work has succeeded since is too; one whose retry was not launched in time alerts."""
+    awaiting = book.positions.setdefault(AWAITING_RETRY, {})
+    out: list[Signal] = []
+    for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
+        child = _retry_launched(instance, run_id, list(item.get("tags") or ()))
+        if child is not None:
+            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
+            del awaiting[run_id]
+            continue
+        if clock < float(item.get("by", 0)):
+            continue
+        del awaiting[run_id]
+        run = instance.get_run_by_id(run_id)
+        if run is None:
+            continue
+        waited = human(max(0.0, clock - float(item.get("at", clock))))
+        context.log.warning(f"run {run_id} of {run.job_name}: no retry was launched within {waited}, alerting")
+        out.append(_failure_signal(instance, run, cfg, note=f"no retry launched within {waited}"))
+    return out
+
+
 def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    """A run whose lineage finally failed (no automatic retry follows) fires under its unit of work
-    and cause; a success resolves the open failures of its unit of work, and only those."""
+    """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
+    launched in time) fires under its unit of work and cause; a success resolves the open failures of
+    its unit of work, and only those."""
     out: list[Signal] = []
     open_units = book.open_units()  # and those this tick opens, in order
+    awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     changes = status_changes_in_order(instance, book, clock)
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
@@ -144,24 +192,30 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
             signals = run_succeeded(what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
+            for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == unit]:
+                del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        why = automatic_retry(
+        expected = automatic_retry(
             tags,
             dagster_retries=instance.run_retries_enabled,
             dagster_max_retries=instance.run_retries_max_retries,
             retry_on_step_failure=instance.run_retries_retry_on_asset_or_op_failure,
+            run_id=run.run_id,
         )
-        if why:
-            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert, {why}")
+        if expected:
+            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {expected.why}")
+            awaiting[run.run_id] = {
+                "at": record.timestamp,
+                "by": record.timestamp + expected.within,
+                "tags": list(expected.child_tags),
+                "unit": unit,
+            }
             continue
-        first, cause = _first_error(instance, lineage_root(run.run_id, tags))
-        if not first:
-            first, cause = _first_error(instance, run.run_id)
-        signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause)
+        signal = _failure_signal(instance, run, cfg)
         open_units[signal.alert_key] = unit
         out.append(signal)
-    return out
+    return out + awaited_retries(context, instance, book, cfg, clock)
 
 
 def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:

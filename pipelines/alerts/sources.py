@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
 from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
 from pipelines.common import first_line
 from pipelines.common.summary import run_counters
-from pipelines.retry import STOP, RetryPolicyError, policy_from_text
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, ROOT_TAG
+from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 CAPABILITY_TAG = "groundskeeper/capability"
 PARTITION_TAG = "dagster/partition"
@@ -25,6 +26,7 @@ PARTITION_TAG = "dagster/partition"
 DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
 DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"
 DAGSTER_ROOT_TAG = "dagster/root_run_id"
+DAGSTER_PARENT_TAG = "dagster/parent_run_id"  # on a re-execution (Dagster's retry, or by hand) of a run
 DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
@@ -51,28 +53,48 @@ def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(ROOT_TAG) or tags.get(DAGSTER_ROOT_TAG) or run_id
 
 
-def automatic_retry(
-    tags: Mapping[str, str], *, dagster_retries: bool, dagster_max_retries: int, retry_on_step_failure: bool = False
-) -> str | None:
-    """Why a failed run will be retried automatically (so it does not alert), or None.
+@dataclass(frozen=True)
+class ExpectedRetry:
+    """A failed run that is retried automatically: no alert if a run carrying one of ``child_tags``
+    with its id exists ``within`` seconds of the failure; else it alerts after all."""
 
-    - ``groundskeeper/retry_policy``: ``delayed_run_retries`` re-launches it unless its policy says STOP
-      (a tag it cannot read: no retry, so the failure alerts);
+    why: str
+    within: float
+    child_tags: tuple[str, ...]
+
+
+def automatic_retry(
+    tags: Mapping[str, str],
+    *,
+    dagster_retries: bool,
+    dagster_max_retries: int,
+    retry_on_step_failure: bool = False,
+    run_id: str = "",
+) -> ExpectedRetry | None:
+    """Whether a failed run will be retried automatically (so it does not alert yet), or None.
+
+    - ``groundskeeper/retry_policy``: ``delayed_run_retries``'s own decision (``run_retry``, the one
+      function both read): a tag it cannot read, or a policy that says STOP, is no retry;
     - Dagster's run retries: its own decision, the ``dagster/will_retry`` tag it puts on a failed run;
       without that tag, the budget (``dagster/max_retries``, or the instance's default) unless the run
-      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``)."""
+      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``).
+    Either way the retry must then be launched within its delay plus ``RETRY_MARGIN_SECONDS``."""
     if POLICY_TAG in tags:
-        try:
-            wait = policy_from_text(tags[POLICY_TAG]).delay(attempt_of(tags))
-        except (RetryPolicyError, ValueError):
-            wait = STOP
-        if wait is not STOP:
-            return f"delayed_run_retries retries it ({POLICY_TAG})"
+        decided = run_retry(tags, run_id)
+        if decided.wait is not None:
+            return ExpectedRetry(
+                f"delayed_run_retries retries it ({decided.why})",
+                decided.wait + RETRY_MARGIN_SECONDS,
+                (RETRY_OF_TAG, DAGSTER_PARENT_TAG),
+            )
     if not dagster_retries:
         return None
-    decided = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
-    if decided:
-        return "Dagster's run retries retry it (dagster/will_retry)" if decided == "true" else None
+    dagster = (DAGSTER_PARENT_TAG,)
+    decided_by_dagster = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
+    if decided_by_dagster:
+        if decided_by_dagster != "true":
+            return None
+        return ExpectedRetry("Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster)
     on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(retry_on_step_failure)).strip().lower()
     if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
         return None
@@ -81,7 +103,9 @@ def automatic_retry(
         done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
     except ValueError:
         return None
-    return f"Dagster's run retries retry it ({done} of {budget} used)" if done < budget else None
+    if done >= budget:
+        return None
+    return ExpectedRetry(f"Dagster's run retries retry it ({done} of {budget} used)", RETRY_MARGIN_SECONDS, dagster)
 
 
 # run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
@@ -146,6 +170,7 @@ def run_failed(
     ui_url: str | None,
     unit: str | None = None,
     cause: str = "failure",
+    note: str = "",
 ) -> Signal:
     unit = unit or work_unit(job, tags)
     attempts = attempt_of(tags)
@@ -157,7 +182,7 @@ def run_failed(
         kind="run_failure",
         firing=True,
         severity="critical",
-        title=f"{job}{target} failed{retries}",
+        title=f"{job}{target} failed{retries}" + (f", {note}" if note else ""),
         summary=first_line(first_error, SUMMARY_CHARS) or "the run failed",
         capability=tags.get(CAPABILITY_TAG, ""),
         job=job,
