@@ -31,6 +31,8 @@ DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
+# checks that measure what another source alerts on (one source per signal): never a check_failure
+CHECKS_WITH_THEIR_OWN_SOURCE = {"dead_letter_depth": "dead_letters"}
 
 
 def _ui(ui_url: str | None, path: str) -> str | None:
@@ -259,9 +261,12 @@ def check_evaluated(
     ui_url: str | None,
     muted: frozenset[str] = frozenset(),
 ) -> Signal | None:
-    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when muted."""
+    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when
+    muted, or when another source alerts on what the check measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
     if warn and f"{asset}:{check}" in muted:
+        return None
+    if check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
     overdue = check == PROGRESSOR_TIMERS_CHECK
     return Signal(
