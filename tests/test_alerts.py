@@ -9,12 +9,13 @@ import json
 import pytest
 
 from pipelines.alerts.config import alert_config
-from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, SinkError
+from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
 from pipelines.alerts.sources import (
     automatic_retry,
     cause_of,
     check_evaluated,
+    dead_letters,
     run_failed,
     run_succeeded,
     ticks_seen,
@@ -297,3 +298,32 @@ def test_bad_settings_are_one_line_each_and_the_defaults_hold():
     assert len(cfg.problems) == 6
     assert not any("hooks.example" in line for line in cfg.problems)
     assert json.dumps(cfg.problems)  # plain lines
+
+
+def _dead_letters(depth: int):
+    return dead_letters("termination-dlq", depth)
+
+
+def _by_hand(action: str):
+    return Signal("dead_letters:termination-dlq", "dead_letters", False, action=action, summary=f"{action} by hand")
+
+
+def test_a_closed_incident_stays_closed_while_its_problem_stays_and_fires_again_once_it_came_back():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_dead_letters(3)], sink)
+    _run(book, [_by_hand("close")], sink, now=NOW + 60)
+    _run(book, [_dead_letters(3)], sink, now=NOW + 120)
+    _run(book, [_dead_letters(4)], sink, now=NOW + 180)
+    assert [m["state"] for m in sink.messages] == [FIRING, "closed"]
+    _run(book, [_dead_letters(0)], sink, now=NOW + 240)
+    _run(book, [_dead_letters(1)], sink, now=NOW + 300)
+    assert [m["state"] for m in sink.messages] == [FIRING, "closed", FIRING]
+
+
+def test_an_acknowledged_incident_gets_no_reminder_and_still_resolves():
+    book = AlertBook()
+    book.observe(_dead_letters(3), NOW)
+    acknowledged = book.observe(_by_hand("acknowledge"), NOW + 1)
+    assert acknowledged["state"] == "acknowledged"
+    assert book.observe(_dead_letters(3), NOW + 7200, remind_seconds=3600) is None
+    assert book.observe(_dead_letters(0), NOW + 7300)["state"] == RESOLVED

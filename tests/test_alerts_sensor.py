@@ -12,7 +12,7 @@ from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatu
 from dagster_shared.error import SerializableErrorInfo
 
 from pipelines.alerts import defs as alerts_defs
-from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, incidents, load_book
+from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
 from pipelines.retry.defs import retry_demo
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS
@@ -414,3 +414,24 @@ def test_a_failure_retried_in_time_never_alerts_even_after_its_deadline(aws, mon
         tick(instance, res)
         tick(instance, res)
     assert inbox.read() == []
+
+
+def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    key = "run_failure:retry_demo:ThrottlingException"
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        tick(instance, res)
+        wrong = close_incident.execute_in_process(run_config={"key": "run_failure:nope", "action": "close"},
+                                                  instance=instance, raise_on_error=False)  # fmt: skip
+        assert not wrong.success
+        closed = close_incident.execute_in_process(run_config={"key": key, "action": "close", "note": "known"},
+                                                   instance=instance)  # fmt: skip
+        tick(instance, res)
+        assert load_book(instance).open_incidents() == []
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        tick(instance, res)
+    got = [(m["alert_key"], m["state"]) for m in inbox.read()]
+    assert got == [(key, "firing"), (key, "closed"), (key, "firing")]
+    assert inbox.messages[1]["summary"].startswith(f"closed by hand (run {closed.run_id}): known")

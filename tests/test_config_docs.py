@@ -31,6 +31,7 @@ PAGES = {
     "import_receiver_settings": "batching.md",
     "collect_zombies": "progressor.md",
     "demo_traffic": "operator-guide.md",
+    "close_incident": "alerts.md",
 }
 
 

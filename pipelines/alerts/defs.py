@@ -17,7 +17,8 @@ import dagster as dg
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds
+from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds
+from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sources import (
     automatic_retry,
     cause_of,
@@ -30,13 +31,17 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common import first_line
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.metadata import table_from
+from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.retry.simulate import human
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
 
 SENSOR_NAME = "alerts"
+CLOSE_JOB = "close_incident"  # an operator's acknowledge or close, applied by the sensor's next tick
+CLOSE_OP = "incident_action"
 STATE_KEY = "groundskeeper/alerts/state"
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
@@ -170,6 +175,32 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
     return out
 
 
+def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConfig) -> Signal | None:
+    """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
+    config = run.run_config or {}
+    raw = (((config.get("ops") or {}).get(CLOSE_OP) or {}).get("config")) or {
+        k: v for k, v in config.items() if k not in ("ops", "execution", "resources", "loggers")
+    }
+    try:
+        params, _ = parse_params(IncidentAction, raw)
+    except ParamsError as exc:
+        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: not applied, {exc}")
+        return None
+    incident = book.incidents.get(params.key)
+    if incident is None or incident["state"] != FIRING:
+        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: no open incident {params.key!r}, nothing to do")
+        return None
+    done = {"acknowledge": "acknowledged", "close": "closed"}[params.action]
+    return Signal(
+        alert_key=params.key,
+        kind=incident["kind"],
+        firing=False,
+        action=params.action,
+        summary=f"{done} by hand (run {run.run_id})" + (f": {params.note}" if params.note else ""),
+        run_id=run.run_id,
+    )
+
+
 def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
     """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
     launched in time) fires under its unit of work and cause; a success resolves the open failures of
@@ -188,6 +219,10 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
         tags = dict(run.tags)
         what = run_target(instance, run)
         unit = work_unit(what, tags, run.run_config)
+        if run.job_name == CLOSE_JOB:
+            action = incident_action(context, book, run, cfg) if not failed else None
+            out += [action] if action else []
+            continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:
             signals = run_succeeded(what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units)
             for signal in signals:
@@ -397,8 +432,33 @@ def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     )
 
 
+@dg.op(name=CLOSE_OP, config_schema=config_schema(IncidentAction), description="Acknowledge or close an incident.")
+def close_incident_op(context: dg.OpExecutionContext) -> None:
+    params = params_from_config(context, IncidentAction)
+    book = load_book(context.instance, context.log.warning)
+    incident = book.incidents.get(params.key)
+    if incident is None or incident["state"] != FIRING:
+        shown = ", ".join(i["alert_key"] for i in book.open_incidents()[:10]) or "none"
+        raise dg.Failure(description=f"no open incident {params.key!r}; open ones: {shown}", allow_retries=False)
+    context.log.info(f"{params.action} {params.key}: applied by the alerts sensor's next tick")
+
+
+@dg.job(
+    name=CLOSE_JOB,
+    config=flat_config(CLOSE_OP, IncidentAction),
+    description=(
+        "Acknowledge (no more reminders) or close (closed until it fires again) an open incident of the "
+        "alerts sensor by its key; the sensor applies it at its next tick and sends one message."
+    ),
+    tags={"groundskeeper/capability": "alerts"},
+    executor_def=dg.in_process_executor,
+)
+def close_incident():
+    close_incident_op()
+
+
 def build_defs(deployment: str) -> dg.Definitions:
     """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
     the ``alerts/incidents`` asset. Locally, the demo's dead letters are noise, never sent."""
     noise = frozenset({"dead_letters"}) if deployment == "local" else frozenset()
-    return dg.Definitions(assets=[incidents], sensors=[build_alerts_sensor(demo_noise=noise)])
+    return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[build_alerts_sensor(demo_noise=noise)])

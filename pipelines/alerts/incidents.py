@@ -24,6 +24,8 @@ from pipelines.common import first_line, iso
 from pipelines.retry import STOP, RetryPolicy
 
 FIRING, RESOLVED = "firing", "resolved"
+CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
+ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
 SEVERITIES = ("critical", "warning", "info")
 KINDS = {
     "run_failure": "a run failed and no automatic retry follows",
@@ -62,6 +64,7 @@ class Signal:
     url: str | None = None
     attempts: int | None = None
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
+    action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -83,7 +86,9 @@ def message_id(message: Mapping[str, Any]) -> str:
 
 def text_of(message: Mapping[str, Any]) -> str:
     """The one line a chat message or an e-mail subject shows."""
-    mark = {"firing": "FIRING", "resolved": "RESOLVED"}.get(message.get("state", ""), "")
+    mark = {FIRING: "FIRING", RESOLVED: "RESOLVED", CLOSED: "CLOSED", ACKNOWLEDGED: "ACKNOWLEDGED"}.get(
+        message.get("state", ""), ""
+    )
     if message.get("reminder"):
         mark = "STILL FIRING"
     severity = f" [{message['severity']}]" if message.get("state") == FIRING else ""
@@ -165,6 +170,16 @@ class AlertBook:
     def observe(self, signal: Signal, now: float, *, remind_seconds: float | None = None) -> dict[str, Any] | None:
         """Record one observation; returns the message of the state change it makes, or None."""
         incident = self.incidents.get(signal.alert_key)
+        if signal.action:
+            return self._act(incident, signal, now)
+        if incident is not None and incident["state"] == CLOSED:
+            if not signal.firing:  # the problem is gone: the next time it is there, it fires again
+                incident.update(state=RESOLVED, last_seen=now)
+                return None
+            again = signal.kind == "run_failure" and signal.run_id and signal.run_id != incident.get("run_id")
+            if not again:  # the same problem, still there: it stays closed
+                incident["last_seen"] = now
+                return None
         open_now = incident is not None and incident["state"] == FIRING
         if signal.firing and not open_now:
             fields = {name: getattr(signal, name) for name in FIELDS if hasattr(signal, name)}
@@ -177,7 +192,8 @@ class AlertBook:
             return self._message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
-            if remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds:
+            due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
+            if due and not incident.get("acknowledged"):
                 incident["notified"] = now
                 return self._message(incident, reminder=True)
             return None
@@ -190,13 +206,29 @@ class AlertBook:
             return self._message(incident)
         return None
 
+    def _act(self, incident: dict[str, Any] | None, signal: Signal, now: float) -> dict[str, Any] | None:
+        """An operator's acknowledge or close of an open incident; None when it is not open (any more)."""
+        if incident is None or incident["state"] != FIRING:
+            return None
+        if signal.action == "close":
+            incident.update(state=CLOSED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
+            self.history.append([now, CLOSED])
+            return self._message(incident)
+        if incident.get("acknowledged"):
+            return None
+        incident["acknowledged"] = now
+        message = self._message(incident)
+        message["state"] = ACKNOWLEDGED
+        message["summary"] = f"{first_line(signal.summary, SUMMARY_CHARS)} (was: {incident.get('summary', '')})"
+        return message
+
     def _message(self, incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
         message = {name: incident.get(name) for name in FIELDS}
         message["runbook"] = f"{RUNBOOKS}/{incident['kind']}.md"
         message["first_seen"] = iso_seconds(incident["first_seen"])
         message["last_seen"] = iso_seconds(incident["last_seen"])
         message["reminder"] = reminder
-        if incident["state"] == RESOLVED and incident.get("resolved_by"):
+        if incident["state"] in (RESOLVED, CLOSED) and incident.get("resolved_by"):
             message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
         return message
 
