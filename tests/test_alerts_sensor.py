@@ -1,8 +1,10 @@
 """The alerts sensor evaluated against a real Dagster instance, with the template deployed into moto:
 what reaches the alerts topic is read back from an SQS queue subscribed to it (raw delivery)."""
 
+import io
 import json
 import time
+import urllib.request
 
 import dagster as dg
 import pytest
@@ -14,6 +16,7 @@ from dagster_shared.error import SerializableErrorInfo
 from pipelines.alerts import defs as alerts_defs
 from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.alerts.incidents import KINDS
 from pipelines.retry.defs import retry_demo
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS
 from pipelines.retry.tags import ATTEMPT_TAG, RETRY_OF_TAG, ROOT_TAG
@@ -435,3 +438,25 @@ def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aw
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [(key, "firing"), (key, "closed"), (key, "firing")]
     assert inbox.messages[1]["summary"].startswith(f"closed by hand (run {closed.run_id}): known")
+
+
+def test_each_message_links_its_page_in_the_ui_and_a_runbook_that_opens(aws):
+    """Under make dev the receiver serves docs/runbooks (ALERTS_RUNBOOK_BASE_URL); the terminal's
+    ALERT line and the receiver's page show both links."""
+    out = io.StringIO()
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        receiver._out = out
+        res = resources(aws, webhook_url=receiver.url, runbook_base_url=receiver.runbooks,
+                        ui_url="http://127.0.0.1:3000")  # fmt: skip
+        run_id, _ = run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)
+        (alert,) = receiver.received
+        assert alert["url"] == f"http://127.0.0.1:3000/runs/{run_id}"
+        assert alert["runbook"] == f"{receiver.runbooks}/run_failure.md"
+        assert urllib.request.urlopen(alert["runbook"], timeout=60).status == 200
+        for kind in KINDS:
+            assert urllib.request.urlopen(f"{receiver.runbooks}/{kind}.md", timeout=60).status == 200, kind
+        page = urllib.request.urlopen(receiver.page, timeout=60).read().decode()
+    assert f'href="{alert["runbook"]}"' in page
+    assert f'href="{alert["url"]}"' in page
+    assert out.getvalue().strip().endswith(f"| {alert['url']} | runbook {alert['runbook']}")

@@ -31,6 +31,7 @@ class AlertConfig:
     tick_failures: int = DEFAULT_TICK_FAILURES
     remind_seconds: float | None = None
     ui_url: str | None = None
+    runbook_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
     policy: RetryPolicy = field(default_factory=default_policy)
     muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
     problems: list[str] = field(default_factory=list)
@@ -74,6 +75,10 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
     if ui_url and (urlsplit(ui_url).scheme not in ("http", "https") or not urlsplit(ui_url).netloc):
         problems.append(f"DAGSTER_UI_URL={ui_url!r} is not an http(s) URL: messages carry no link")
         ui_url = None
+    runbook_url = (settings.get("ALERTS_RUNBOOK_BASE_URL") or "").strip().rstrip("/") or None
+    if runbook_url and (urlsplit(runbook_url).scheme not in ("http", "https") or not urlsplit(runbook_url).netloc):
+        problems.append(f"ALERTS_RUNBOOK_BASE_URL={runbook_url!r} is not an http(s) URL: runbooks as repository paths")
+        runbook_url = None
     muted = frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip())
     return AlertConfig(
         sinks=sinks,
@@ -85,6 +90,7 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
         ),  # fmt: skip
         remind_seconds=remind * 3600 if remind else None,
         ui_url=ui_url,
+        runbook_url=runbook_url,
         policy=policy,
         muted_checks=muted,
         problems=problems,

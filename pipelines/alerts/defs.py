@@ -9,6 +9,7 @@ instance's key-value store, saved after each message a sink took: a restart of t
 loses nor repeats an alert.
 """
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -17,7 +18,7 @@ import dagster as dg
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds
+from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, runbook_link
 from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sources import (
     automatic_retry,
@@ -116,6 +117,13 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
         message = record.event_log_entry.dagster_event.message or ""
         return message, cause_of([], [message])
     return "", "failure"
+
+
+def linked(signal: Signal, cfg: AlertConfig | None) -> Signal:
+    """``signal`` with its runbook's URL (``ALERTS_RUNBOOK_BASE_URL``), when one is configured."""
+    if cfg is None or not cfg.runbook_url:
+        return signal
+    return dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
@@ -250,7 +258,7 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
         signal = _failure_signal(instance, run, cfg)
         open_units[signal.alert_key] = unit
         out.append(signal)
-    return out + awaited_retries(context, instance, book, cfg, clock)
+    return [linked(s, cfg) for s in out + awaited_retries(context, instance, book, cfg, clock)]
 
 
 def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
@@ -292,7 +300,7 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 muted=cfg.muted_checks,
             )
             if signal is not None:
-                out.append(signal)
+                out.append(linked(signal, cfg))
     return out
 
 
@@ -309,11 +317,12 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
             state.instigator_name, kind, statuses, error, threshold=cfg.tick_failures, ui_url=cfg.ui_url
         )
         if signal is not None:
-            yield signal
+            yield linked(signal, cfg)
 
 
-def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
-    for url in (fleet.termination_dlq_url, fleet.housekeeping_dlq_url):
+def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None) -> Iterator[Signal]:
+    """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``)."""
+    for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
         try:
             depth = dead_letter_depth(sqs, url)["depth"]
@@ -322,7 +331,9 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
             continue
         signal = dead_letters(name, depth)
         if signal is not None:
-            yield signal
+            ui_url = cfg.ui_url if cfg else None
+            asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
+            yield linked(dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None), cfg)
 
 
 # ---------------------------------------------------------------------------- the sensor
@@ -365,7 +376,7 @@ def build_alerts_sensor(
             *run_signals(context, instance, book, cfg, clock),
             *check_signals(context, instance, book, cfg),
             *tick_signals(instance, cfg),
-            *dead_letter_signals(context, sqs.get_client(), fleet),
+            *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
         ]
         changes, noise = [], []
         for signal in signals:

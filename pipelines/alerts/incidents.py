@@ -64,6 +64,7 @@ class Signal:
     url: str | None = None
     attempts: int | None = None
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
+    runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
     action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
 
     def __post_init__(self) -> None:
@@ -76,6 +77,12 @@ class Signal:
 FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capability", "job", "run_id", "asset",
           "check", "first_seen", "last_seen", "url", "runbook", "attempts", "reminder")  # fmt: skip
 """The message's fields (``docs/contracts.md``, "Alerts"), in this order."""
+
+
+def runbook_link(kind: str, base_url: str | None) -> str:
+    """A kind's runbook: under ``base_url`` (``ALERTS_RUNBOOK_BASE_URL``, where docs/runbooks is
+    served) when set, else its repository path."""
+    return f"{base_url.rstrip('/')}/{kind}.md" if base_url else f"{RUNBOOKS}/{kind}.md"
 
 
 def message_id(message: Mapping[str, Any]) -> str:
@@ -224,7 +231,7 @@ class AlertBook:
 
     def _message(self, incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
         message = {name: incident.get(name) for name in FIELDS}
-        message["runbook"] = f"{RUNBOOKS}/{incident['kind']}.md"
+        message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
         message["first_seen"] = iso_seconds(incident["first_seen"])
         message["last_seen"] = iso_seconds(incident["last_seen"])
         message["reminder"] = reminder
