@@ -111,7 +111,7 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         assert firing["url"] == f"http://dagster.example:3000/runs/{previous}"
         assert firing["runbook"] == "docs/runbooks/run_failure.md"
         assert firing["_attributes"] == {
-            "severity": "critical",
+            "severity": "warning",  # retry_demo is the demo's: never critical
             "state": "firing",
             "alert_key": "run_failure:retry_demo:ThrottlingException",
         }
@@ -181,7 +181,7 @@ def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws
         assert receiver.requests == 3
         (body,) = receiver.received
         assert body["alert_key"] == "run_failure:retry_demo:ThrottlingException" and body["state"] == "firing"
-        assert body["text"].startswith("FIRING [critical] retry_demo failed after 4 attempts: ")
+        assert body["text"].startswith("FIRING [warning] [demo] retry_demo failed after 4 attempts: ")
         assert "webhook at http://127.0.0.1" in reasons[0] and "answered HTTP 500" in reasons[0]
         assert "secret-token" not in " ".join(reasons)
         # SNS was not held back by the webhook: one message, at the first tick
@@ -460,3 +460,36 @@ def test_each_message_links_its_page_in_the_ui_and_a_runbook_that_opens(aws):
     assert f'href="{alert["runbook"]}"' in page
     assert f'href="{alert["url"]}"' in page
     assert out.getvalue().strip().endswith(f"| {alert['url']} | runbook {alert['runbook']}")
+
+
+@dg.asset(key=["alerts_test", "pools"])
+def pools() -> int:
+    return 1
+
+
+@dg.asset_check(asset=pools, name="tagged_pools_exist")
+def tagged_pools_exist() -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description="1 unknown pool",
+                               metadata={"demo": "the demo seeds this on purpose: a pool removed"})  # fmt: skip
+
+
+def test_demo_alerts_are_marked_on_every_surface_and_never_critical(aws):
+    inbox = Inbox(aws)
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, webhook_url=receiver.url)
+        definitions = dg.Definitions(assets=[pools], asset_checks=[tagged_pools_exist])
+        dg.materialize([pools, tagged_pools_exist], instance=instance)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res, definitions)
+        page = urllib.request.urlopen(receiver.page, timeout=60).read().decode()
+        result = dg.materialize([incidents], instance=instance)
+    sent = inbox.read()
+    assert len(sent) == 2
+    for message in sent:
+        assert message["title"].startswith("[demo] "), message["alert_key"]
+        assert message["_attributes"]["severity"] == "warning", message["alert_key"]
+    assert [a["text"].startswith("FIRING [warning] [demo] ") for a in receiver.received] == [True, True]
+    assert page.count("[demo]") == 2
+    table = result.asset_materializations_for_node(incidents.op.name)[0].metadata["incidents"]
+    assert len(table.schema.columns) <= 4
+    assert sorted(r.data["alert"].startswith("[demo] ") for r in table.records) == [True, True]

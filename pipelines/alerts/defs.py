@@ -21,6 +21,8 @@ from pipelines.alerts.heartbeat import publish_heartbeat
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, runbook_link
 from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sources import (
+    DEMO_JOBS,
+    as_demo,
     automatic_retry,
     cause_of,
     check_evaluated,
@@ -148,7 +150,8 @@ def _failure_signal(instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: Alert
     if not first:
         first, cause = _first_error(instance, run.run_id)
     unit = work_unit(what, tags, run.run_config)
-    return run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note)
+    signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note)
+    return as_demo(signal) if run.job_name in DEMO_JOBS else signal
 
 
 def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
@@ -300,7 +303,8 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 muted=cfg.muted_checks,
             )
             if signal is not None:
-                out.append(linked(signal, cfg))
+                demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo
+                out.append(linked(as_demo(signal) if demo else signal, cfg))
     return out
 
 
@@ -415,7 +419,9 @@ def build_alerts_sensor(
 
 # ---------------------------------------------------------------------------- the asset
 
-INCIDENT_COLUMNS = {"alert_key": "alert", "severity": "severity", "since": "since", "summary": "summary"}
+# at most 4 columns, so that the asset page shows the table inline; the key in full (close_incident takes it)
+INCIDENT_COLUMNS = {"alert_key": "key", "severity": "severity", "since": "since (UTC)", "alert": "alert"}
+TABLE_ALERT_CHARS = 140  # the title (a demo alert's starts with [demo]) and the summary, on one line
 
 
 @dg.asset(
@@ -427,7 +433,15 @@ INCIDENT_COLUMNS = {"alert_key": "alert", "severity": "severity", "since": "sinc
 def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     book = load_book(context.instance, context.log.warning)
     rows = [
-        {**i, "since": iso_seconds(i["first_seen"]), "summary": i.get("summary", "")} for i in book.open_incidents()
+        {
+            **i,
+            "since": iso_seconds(i["first_seen"])[:16].replace("T", " "),
+            "alert": first_line(
+                f"{i.get('title') or i['alert_key']}" + (f": {i['summary']}" if i.get("summary") else ""),
+                TABLE_ALERT_CHARS,
+            ),
+        }
+        for i in book.open_incidents()
     ]
     counts = book.counts_since(now() - 86400)
     context.log.info(

@@ -8,6 +8,7 @@ here too, so that each kind of alert is decided in one place.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,9 +31,19 @@ DAGSTER_PARENT_TAG = "dagster/parent_run_id"  # on a re-execution (Dagster's ret
 DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+DEMO_JOBS = frozenset({"retry_demo", "demo_traffic"})  # the local demo's own jobs: their failures are demo alerts
+DEMO_MARK = "[demo] "
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
 # checks that measure what another source alerts on (one source per signal): never a check_failure
 CHECKS_WITH_THEIR_OWN_SOURCE = {"dead_letter_depth": "dead_letters"}
+
+
+def as_demo(signal: Signal) -> Signal:
+    """The local demo's doing (a check it fails on purpose, a run of its own jobs): marked in its title,
+    which every surface shows, and never critical."""
+    title = signal.title if signal.title.startswith(DEMO_MARK) else DEMO_MARK + (signal.title or signal.alert_key)
+    severity = "warning" if signal.severity == "critical" else signal.severity
+    return dataclasses.replace(signal, title=title, severity=severity)
 
 
 def _ui(ui_url: str | None, path: str) -> str | None:
