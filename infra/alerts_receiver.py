@@ -1,8 +1,11 @@
 """A local alerts webhook receiver: what would have paged someone, for ``make dev`` and the tests.
 
 It takes Slack-compatible webhook POSTs (``{"text": ..., <the alert's fields>}``) on any path,
-prints one line per alert (``ALERT <text>``) to ``out`` and lists every alert received on its page
-(``GET /``). For the tests it can answer chosen statuses first (``failures``: one per request, then
+prints one line per alert (``ALERT <text> | <its page in the UI> | runbook <URL>``) to ``out``, lists
+every alert received on its page (``GET /``, newest first: when, state, severity, key, the alert and
+its links) and serves the runbooks, ``docs/runbooks/<kind>.md``, under ``GET /runbooks/``
+(``runbooks``: the base URL ``make dev`` gives as ``ALERTS_RUNBOOK_BASE_URL``). For the tests it can
+answer chosen statuses first (``failures``: one per request, then
 200) or a redirect (``redirect_to``), and counts every request.
 
 Local use only; it binds 127.0.0.1 (``make dev`` on ``ALERTS_RECEIVER_PORT``, default 5057; the
@@ -13,12 +16,34 @@ from __future__ import annotations
 
 import html
 import json
+import re
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any, TextIO
 
 from infra.local_server import LocalServer
+
+RUNBOOKS_DIR = Path(__file__).resolve().parent.parent / "docs" / "runbooks"
+_RUNBOOK = re.compile(r"^/runbooks/([a-z_]+\.md)$")
+
+
+def alert_line(alert: dict[str, Any]) -> str:
+    """The terminal's line for one alert: its text, then its links."""
+    links = [str(alert[name]) for name in ("url",) if alert.get(name)]
+    if alert.get("runbook"):
+        links.append(f"runbook {alert['runbook']}")
+    return " | ".join([f"ALERT {alert.get('text', '')}", *links])
+
+
+def _link(href: Any, label: str) -> str:
+    if not href:
+        return ""
+    text = html.escape(str(href))
+    if str(href).startswith(("http://", "https://")):
+        return f'<a href="{text}">{label}</a> '
+    return f"{label}: {text} "
 
 
 class LocalAlertsReceiver(LocalServer):
@@ -31,17 +56,28 @@ class LocalAlertsReceiver(LocalServer):
         self._serve(self._handler(), port)
         self.url = f"{self.base}{path}"
         self.page = f"{self.base}/"
+        self.runbooks = f"{self.base}/runbooks"
 
     def _page(self) -> bytes:
+        cells = ("last_seen", "state", "severity", "alert_key", "text")
         rows = "".join(
-            f"<tr><td>{html.escape(str(a.get('last_seen', '')))}</td><td>{html.escape(str(a.get('text', '')))}</td>"
-            f"<td>{html.escape(str(a.get('runbook') or ''))}</td></tr>"
-            for a in reversed(self.received)
+            "<tr>"
+            + "".join(f"<td>{html.escape(str(a.get(name) or ''))}</td>" for name in cells)
+            + f"<td>{_link(a.get('url'), 'open in Dagster')}{_link(a.get('runbook'), 'runbook')}</td></tr>"
+            for a in reversed(self.received)  # newest first
         )
         return (
             "<!doctype html><title>Alerts (local)</title><h1>What would have paged someone</h1>"
-            f"<table><tr><th>when</th><th>alert</th><th>runbook</th></tr>{rows}</table>"
+            "<table><tr><th>when</th><th>state</th><th>severity</th><th>key</th><th>alert</th><th>links</th></tr>"
+            f"{rows}</table>"
         ).encode()
+
+    @staticmethod
+    def _runbook(path: str) -> bytes | None:
+        found = _RUNBOOK.match(path.split("?", 1)[0])
+        if not found or not (RUNBOOKS_DIR / found.group(1)).is_file():
+            return None
+        return (RUNBOOKS_DIR / found.group(1)).read_bytes()
 
     def _handler(self):
         receiver = self
@@ -55,6 +91,13 @@ class LocalAlertsReceiver(LocalServer):
                 self.wfile.write(body)
 
             def do_GET(self):  # noqa: N802 (http.server's name)
+                if self.path.startswith("/runbooks/"):
+                    runbook = receiver._runbook(self.path)
+                    if runbook is None:
+                        self._answer(404, b"no such runbook")
+                    else:
+                        self._answer(200, runbook, "text/markdown; charset=utf-8")
+                    return
                 self._answer(200, receiver._page(), "text/html; charset=utf-8")
 
             def do_POST(self):  # noqa: N802
@@ -77,7 +120,7 @@ class LocalAlertsReceiver(LocalServer):
                     return
                 receiver.received.append(alert)
                 if receiver._out is not None:
-                    print(f"ALERT {alert.get('text', '')}", file=receiver._out, flush=True)
+                    print(alert_line(alert), file=receiver._out, flush=True)
                 self._answer(200, b"ok")
 
             def log_message(self, *args):

@@ -293,6 +293,7 @@ def main() -> int:
             "PROGRESSOR_DSN": progressor_dsn,
             "ALERTS_WEBHOOK_URL": alerts_receiver.url,
             "DAGSTER_UI_URL": f"http://127.0.0.1:{dagster_port}",
+            "ALERTS_RUNBOOK_BASE_URL": alerts_receiver.runbooks,  # docs/runbooks, served by the receiver
             "ALERTS_INBOX_QUEUE_URL": inbox,  # not read by the code: where the topic's messages can be read
         }
         print(f"alerts: webhook receiver on {alerts_receiver.page} (each alert is also an ALERT line here); "

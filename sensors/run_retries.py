@@ -13,15 +13,13 @@ waiting retries in its own cursor and launches each when it is due.
 """
 
 import json
-import random
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
 
-from pipelines.retry.config import policy_from_text
-from pipelines.retry.policy import STOP, RetryPolicyError
+from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
@@ -80,23 +78,17 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
 
 
 def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> PendingRetry | None:
-    """Decide what to do about one failed run: None when it is not (or no longer) retried."""
-    text = run.tags.get(POLICY_TAG)
-    if text is None:
+    """Decide what to do about one failed run: None when it is not (or no longer) retried. The
+    decision is ``run_retry``'s, which alerting reads too."""
+    if POLICY_TAG not in run.tags:
         return None
+    decided = run_retry(run.tags, run.run_id)
     prefix = f"run {run.run_id} of {run.job_name}"
-    try:
-        policy = policy_from_text(text)
-        attempts = int(run.tags.get(ATTEMPT_TAG, "1"))
-        wait = policy.delay(attempts, random.Random(run.run_id))  # jitter, stable per failed run
-    except (RetryPolicyError, ValueError) as exc:
-        context.log.error(f"{prefix}: not retried, bad {POLICY_TAG} or {ATTEMPT_TAG} tag: {exc}")
+    if decided.wait is None:
+        (context.log.error if decided.bad_tags else context.log.info)(f"{prefix}: {decided.why}")
         return None
-    if wait is STOP:
-        context.log.info(f"{prefix}: not retried, attempt {attempts} was the last ({policy.describe()})")
-        return None
-    context.log.info(f"{prefix} failed (attempt {attempts}); retry in {human(wait)} ({policy.describe()})")
-    return PendingRetry(run.run_id, run.job_name, failed_at + wait, attempts + 1)
+    context.log.info(f"{prefix} failed (attempt {decided.attempt}); {decided.why}")
+    return PendingRetry(run.run_id, run.job_name, failed_at + decided.wait, decided.attempt + 1)
 
 
 def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:

@@ -9,9 +9,18 @@ import json
 import pytest
 
 from pipelines.alerts.config import alert_config
-from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, SinkError
+from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
-from pipelines.alerts.sources import automatic_retry, check_evaluated, ticks_seen
+from pipelines.alerts.sources import (
+    automatic_retry,
+    cause_of,
+    check_evaluated,
+    dead_letters,
+    run_failed,
+    run_succeeded,
+    ticks_seen,
+    work_unit,
+)
 from pipelines.retry import fixed
 from tests.alerts_support import webhook_receiver
 
@@ -175,6 +184,44 @@ def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
     assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, **on)
 
 
+def _reclaim(table: str) -> tuple[str, dict]:
+    return work_unit("reclaim_agendas", {}, {"ops": {"reclaim": {"config": {"tableName": table}}}}), {}
+
+
+def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_resolves_it():
+    book, sink = AlertBook(), ListSink()
+    agendas, tags = _reclaim("Agendas")
+    misspelt, _ = _reclaim("Agendsa")
+    throttled = "An error occurred (ThrottlingException) when calling the Scan operation: Rate exceeded"
+    missing = "An error occurred (ResourceNotFoundException) when calling the Scan operation: not found"
+    for unit, error in ((agendas, throttled), (agendas, missing), (misspelt, missing)):
+        signal = run_failed("reclaim_agendas", "r1", tags, error, ui_url=None, unit=unit, cause=cause_of([], [error]))
+        _run(book, [signal], sink)
+    assert [m["alert_key"] for m in sink.messages] == [
+        "run_failure:reclaim_agendas@Agendas:ThrottlingException",
+        "run_failure:reclaim_agendas@Agendas:ResourceNotFoundException",
+        "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException",
+    ]
+    other, _ = _reclaim("OtherAgendas")
+    assert run_succeeded("reclaim_agendas", "r2", tags, ui_url=None, unit=other, open_units=book.open_units()) == []
+    resolved = run_succeeded("reclaim_agendas", "r3", tags, ui_url=None, unit=agendas, open_units=book.open_units())
+    _run(book, resolved, sink)
+    assert [(m["alert_key"], m["state"]) for m in sink.messages[3:]] == [
+        ("run_failure:reclaim_agendas@Agendas:ResourceNotFoundException", RESOLVED),
+        ("run_failure:reclaim_agendas@Agendas:ThrottlingException", RESOLVED),
+    ]
+    assert [i["alert_key"] for i in book.open_incidents()] == [
+        "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException"
+    ]
+
+
+def test_the_cause_is_the_aws_code_else_the_first_class_under_dagsters_wrapping():
+    assert cause_of(["DagsterExecutionStepExecutionError", "Failure", "KeyError"], ["boom"]) == "KeyError"
+    assert cause_of(["Failure", "ClientError"], ["Query was throttled (ThrottlingException)"]) == "ThrottlingException"
+    assert cause_of(["Failure"], ["RuntimeError: receiver acme is unreachable"]) == "RuntimeError"
+    assert cause_of([], ["something odd"]) == "failure"
+
+
 def test_every_kind_has_a_runbook():
     from pathlib import Path
 
@@ -296,3 +343,32 @@ def test_bad_settings_are_one_line_each_and_the_defaults_hold():
     assert len(cfg.problems) == 6
     assert not any("hooks.example" in line for line in cfg.problems)
     assert json.dumps(cfg.problems)  # plain lines
+
+
+def _dead_letters(depth: int):
+    return dead_letters("termination-dlq", depth)
+
+
+def _by_hand(action: str):
+    return Signal("dead_letters:termination-dlq", "dead_letters", False, action=action, summary=f"{action} by hand")
+
+
+def test_a_closed_incident_stays_closed_while_its_problem_stays_and_fires_again_once_it_came_back():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_dead_letters(3)], sink)
+    _run(book, [_by_hand("close")], sink, now=NOW + 60)
+    _run(book, [_dead_letters(3)], sink, now=NOW + 120)
+    _run(book, [_dead_letters(4)], sink, now=NOW + 180)
+    assert [m["state"] for m in sink.messages] == [FIRING, "closed"]
+    _run(book, [_dead_letters(0)], sink, now=NOW + 240)
+    _run(book, [_dead_letters(1)], sink, now=NOW + 300)
+    assert [m["state"] for m in sink.messages] == [FIRING, "closed", FIRING]
+
+
+def test_an_acknowledged_incident_gets_no_reminder_and_still_resolves():
+    book = AlertBook()
+    book.observe(_dead_letters(3), NOW)
+    acknowledged = book.observe(_by_hand("acknowledge"), NOW + 1)
+    assert acknowledged["state"] == "acknowledged"
+    assert book.observe(_dead_letters(3), NOW + 7200, remind_seconds=3600) is None
+    assert book.observe(_dead_letters(0), NOW + 7300)["state"] == RESOLVED

@@ -1,8 +1,10 @@
 """The alerts sensor evaluated against a real Dagster instance, with the template deployed into moto:
 what reaches the alerts topic is read back from an SQS queue subscribed to it (raw delivery)."""
 
+import io
 import json
 import time
+import urllib.request
 
 import dagster as dg
 import pytest
@@ -12,9 +14,11 @@ from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatu
 from dagster_shared.error import SerializableErrorInfo
 
 from pipelines.alerts import defs as alerts_defs
-from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, incidents, load_book
+from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.alerts.incidents import KINDS
 from pipelines.retry.defs import retry_demo
+from pipelines.retry.runs import RETRY_MARGIN_SECONDS
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
@@ -102,7 +106,7 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         (firing,) = inbox.read()
         assert firing["state"] == "firing"
         assert firing["kind"] == "run_failure"
-        assert firing["alert_key"] == "run_failure:retry_demo"
+        assert firing["alert_key"] == "run_failure:retry_demo:ThrottlingException"
         assert firing["job"] == "retry_demo"
         assert firing["attempts"] == 4
         assert firing["run_id"] == previous
@@ -110,9 +114,9 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         assert firing["url"] == f"http://dagster.example:3000/runs/{previous}"
         assert firing["runbook"] == "docs/runbooks/run_failure.md"
         assert firing["_attributes"] == {
-            "severity": "critical",
+            "severity": "warning",  # retry_demo is the demo's: never critical
             "state": "firing",
-            "alert_key": "run_failure:retry_demo",
+            "alert_key": "run_failure:retry_demo:ThrottlingException",
         }
 
         # a later lineage: its first attempt fails (retried: no alert), its retry succeeds
@@ -125,10 +129,10 @@ def test_a_lineage_failing_through_its_retries_fires_once_and_a_later_success_re
         reason = tick(instance, res)
         (resolved,) = inbox.read()
         assert resolved["state"] == "resolved"
-        assert resolved["alert_key"] == "run_failure:retry_demo"
+        assert resolved["alert_key"] == "run_failure:retry_demo:ThrottlingException"
         assert resolved["run_id"] == second
         assert resolved["first_seen"] == firing["first_seen"]
-        assert "run_failure:retry_demo" in reason
+        assert "run_failure:retry_demo:ThrottlingException" in reason
         assert "resolved" in reason
         tick(instance, res)
         assert inbox.read() == []
@@ -151,7 +155,9 @@ def test_a_restart_between_the_failure_and_the_next_tick_neither_loses_nor_repea
         tick(restarted, res)
     with dg.instance_for_test(temp_dir=str(tmp_path)) as again:
         tick(again, res)
-    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [("run_failure:retry_demo", "firing")]
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [
+        ("run_failure:retry_demo:ThrottlingException", "firing")
+    ]
 
 
 def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(aws, monkeypatch):
@@ -167,7 +173,7 @@ def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(
         run_demo(instance, 1, succeed_on=1)
         for _ in range(4):
             tick(instance, res)
-        assert load_book(instance).incidents["run_failure:retry_demo"]["state"] == "resolved"
+        assert load_book(instance).incidents["run_failure:retry_demo:ThrottlingException"]["state"] == "resolved"
     assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
 
 
@@ -206,9 +212,9 @@ def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws
         reasons = [tick(instance, res) for _ in range(4)]
         assert receiver.requests == 3
         (body,) = receiver.received
-        assert body["alert_key"] == "run_failure:retry_demo"
+        assert body["alert_key"] == "run_failure:retry_demo:ThrottlingException"
         assert body["state"] == "firing"
-        assert body["text"].startswith("FIRING [critical] retry_demo failed after 4 attempts: ")
+        assert body["text"].startswith("FIRING [warning] [demo] retry_demo failed after 4 attempts: ")
         assert "webhook at http://127.0.0.1" in reasons[0]
         assert "answered HTTP 500" in reasons[0]
         assert "secret-token" not in " ".join(reasons)
@@ -290,8 +296,8 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
             tick(instance, res)
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [
-        ("run_failure:alerts_test/batches:acme", "firing"),
-        ("run_failure:alerts_test/batches:acme", "resolved"),
+        ("run_failure:alerts_test/batches:acme:RuntimeError", "firing"),
+        ("run_failure:alerts_test/batches:acme:RuntimeError", "resolved"),
     ]
     assert inbox.messages[0]["summary"] == "RuntimeError: receiver acme is unreachable"
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
@@ -397,3 +403,131 @@ def test_a_sink_answering_an_error_keeps_the_alert_without_a_traceback(aws, stat
         assert "kept for a later tick: 1 for webhook" in first
         tick(instance, res)
         assert len(receiver.received) == 1
+
+
+def _demo_with(instance, tags: dict) -> str:
+    config = {"ops": {"throttled_until_attempt": {"config": {"succeed_on_attempt": 5}}}}
+    result = retry_demo.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
+    assert not result.success
+    return result.run_id
+
+
+@pytest.mark.parametrize("attempt", ["abc", "-1"])
+def test_a_failure_whose_retry_tags_cannot_be_read_alerts_at_once(aws, attempt):
+    """delayed_run_retries does not retry a run whose attempt tag it cannot read: alerting, reading
+    the same decision, alerts at once."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_id = _demo_with(instance, {ATTEMPT_TAG: attempt})
+        tick(instance, res)
+    (firing,) = inbox.read()
+    assert (firing["state"], firing["run_id"]) == ("firing", run_id)
+
+
+def test_a_failure_whose_retry_is_never_launched_alerts_once_its_delay_and_margin_are_past(aws, monkeypatch):
+    """The retry sensor is stopped (or the job left the code location): no retry run appears, so the
+    failure alerts after its delay (10 s for retry_demo's first attempt) plus the margin, not before."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_id = _demo_with(instance, {ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        assert inbox.read() == []
+        later = time.time() + 10 + RETRY_MARGIN_SECONDS + 1
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        (firing,) = inbox.read()
+        assert (firing["state"], firing["run_id"]) == ("firing", run_id)
+        assert "no retry launched" in firing["title"]
+        assert run_id not in load_book(instance).positions["awaiting_retry"]
+
+
+def test_a_failure_retried_in_time_never_alerts_even_after_its_deadline(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        first = _demo_with(instance, {ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        run_demo(instance, 2, succeed_on=2, previous=first)
+        later = time.time() + 10 + RETRY_MARGIN_SECONDS + 1
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        tick(instance, res)
+    assert inbox.read() == []
+
+
+def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    key = "run_failure:retry_demo:ThrottlingException"
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        tick(instance, res)
+        wrong = close_incident.execute_in_process(run_config={"key": "run_failure:nope", "action": "close"},
+                                                  instance=instance, raise_on_error=False)  # fmt: skip
+        assert not wrong.success
+        closed = close_incident.execute_in_process(run_config={"key": key, "action": "close", "note": "known"},
+                                                   instance=instance)  # fmt: skip
+        tick(instance, res)
+        assert load_book(instance).open_incidents() == []
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        tick(instance, res)
+    got = [(m["alert_key"], m["state"]) for m in inbox.read()]
+    assert got == [(key, "firing"), (key, "closed"), (key, "firing")]
+    assert inbox.messages[1]["summary"].startswith(f"closed by hand (run {closed.run_id}): known")
+
+
+def test_each_message_links_its_page_in_the_ui_and_a_runbook_that_opens(aws):
+    """Under make dev the receiver serves docs/runbooks (ALERTS_RUNBOOK_BASE_URL); the terminal's
+    ALERT line and the receiver's page show both links."""
+    out = io.StringIO()
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        receiver._out = out
+        res = resources(aws, webhook_url=receiver.url, runbook_base_url=receiver.runbooks,
+                        ui_url="http://127.0.0.1:3000")  # fmt: skip
+        run_id, _ = run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)
+        (alert,) = receiver.received
+        assert alert["url"] == f"http://127.0.0.1:3000/runs/{run_id}"
+        assert alert["runbook"] == f"{receiver.runbooks}/run_failure.md"
+        assert urllib.request.urlopen(alert["runbook"], timeout=60).status == 200
+        for kind in KINDS:
+            assert urllib.request.urlopen(f"{receiver.runbooks}/{kind}.md", timeout=60).status == 200, kind
+        page = urllib.request.urlopen(receiver.page, timeout=60).read().decode()
+    assert f'href="{alert["runbook"]}"' in page
+    assert f'href="{alert["url"]}"' in page
+    assert out.getvalue().strip().endswith(f"| {alert['url']} | runbook {alert['runbook']}")
+
+
+@dg.asset(key=["alerts_test", "pools"])
+def pools() -> int:
+    return 1
+
+
+@dg.asset_check(asset=pools, name="tagged_pools_exist")
+def tagged_pools_exist() -> dg.AssetCheckResult:
+    return dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.ERROR, description="1 unknown pool",
+                               metadata={"demo": "the demo seeds this on purpose: a pool removed"})  # fmt: skip
+
+
+def test_demo_alerts_are_marked_on_every_surface_and_never_critical(aws):
+    inbox = Inbox(aws)
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, webhook_url=receiver.url)
+        definitions = dg.Definitions(assets=[pools], asset_checks=[tagged_pools_exist])
+        dg.materialize([pools, tagged_pools_exist], instance=instance)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res, definitions)
+        page = urllib.request.urlopen(receiver.page, timeout=60).read().decode()
+        result = dg.materialize([incidents], instance=instance)
+    sent = inbox.read()
+    assert len(sent) == 2
+    for message in sent:
+        assert message["title"].startswith("[demo] "), message["alert_key"]
+        assert message["_attributes"]["severity"] == "warning", message["alert_key"]
+    assert [a["text"].startswith("FIRING [warning] [demo] ") for a in receiver.received] == [True, True]
+    assert page.count("[demo]") == 2
+    table = result.asset_materializations_for_node(incidents.op.name)[0].metadata["incidents"]
+    assert len(table.schema.columns) <= 4
+    assert sorted(r.data["alert"].startswith("[demo] ") for r in table.records) == [True, True]

@@ -1,12 +1,13 @@
 """The template's alerting: deployed into moto, it has the alerts topic (exported as
-ALERTS_SNS_TOPIC_ARN), the heartbeat alarm (missing data breaching) and an alarm per dead-letter
-queue, each firing to the topic with its runbook in AlarmDescription."""
+ALERTS_SNS_TOPIC_ARN) and the heartbeat alarm (missing data breaching), each alarm firing to the
+topic with its runbook in AlarmDescription; dead letters have one source, the alerts sensor."""
 
 import json
 import re
 from pathlib import Path
 
 from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.alerts.sources import check_evaluated
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -16,7 +17,7 @@ def _alarms(aws) -> dict[str, dict]:
     return {a["AlarmName"]: a for a in alarms}
 
 
-def test_the_template_deploys_the_topic_the_heartbeat_alarm_and_the_dead_letter_alarms(aws):
+def test_the_template_deploys_the_topic_and_the_heartbeat_alarm(aws):
     topic = aws.env["ALERTS_SNS_TOPIC_ARN"]
     assert topic in [t["TopicArn"] for t in aws.client("sns").list_topics()["Topics"]]
     assert topic.endswith(":groundskeeper-alerts-dev")
@@ -28,14 +29,6 @@ def test_the_template_deploys_the_topic_the_heartbeat_alarm_and_the_dead_letter_
     assert beat["Period"] * beat["EvaluationPeriods"] == 600
     assert beat["ComparisonOperator"] == "LessThanThreshold"
     assert beat["Threshold"] == 1
-
-    for queue in ("termination", "housekeeping"):
-        alarm = alarms[f"groundskeeper-{queue}-dead-letters-dev"]
-        dlq_name = aws.env[f"RUNS_FLEET_{queue.upper()}_DLQ_URL"].rsplit("/", 1)[-1]
-        assert (alarm["Namespace"], alarm["MetricName"]) == ("AWS/SQS", "ApproximateNumberOfMessagesVisible")
-        assert alarm["Dimensions"] == [{"Name": "QueueName", "Value": dlq_name}]
-        assert alarm["ComparisonOperator"] == "GreaterThanThreshold"
-        assert alarm["Threshold"] == 0
 
     for name, alarm in alarms.items():
         assert alarm["AlarmActions"] == [topic], name
@@ -61,3 +54,16 @@ def test_the_alerts_topic_is_encrypted_with_a_key_its_alarms_may_use(aws):
     assert alarms["Condition"] == {"StringEquals": {"aws:SourceAccount": metadata["AWSAccountId"]}}
     alarm_actions = {a for alarm in _alarms(aws).values() for a in alarm["AlarmActions"]}
     assert alarm_actions == {topic}
+
+
+def test_dead_letters_page_from_one_source_the_sensor_and_no_alarm_of_the_template(aws):
+    dlq_names = {aws.env[f"RUNS_FLEET_{q}_DLQ_URL"].rsplit("/", 1)[-1] for q in ("TERMINATION", "HOUSEKEEPING")}
+    watched = {d["Value"] for alarm in _alarms(aws).values() for d in alarm["Dimensions"] if d["Name"] == "QueueName"}
+    assert watched & dlq_names == set()
+
+
+def test_the_dead_letter_depth_checks_do_not_alert_a_second_time():
+    """The fleet's dead_letter_depth check reads the depth the sensor's dead_letters incident reads."""
+    signal = check_evaluated("runs_fleet/termination_dead_letters", "dead_letter_depth", False, "WARN", "3 message(s)",
+                             run_id="r", ui_url=None)  # fmt: skip
+    assert signal is None

@@ -32,6 +32,7 @@ PAGES = {
     "batch_minute_job": "batching.md",
     "collect_zombies": "progressor.md",
     "demo_traffic": "operator-guide.md",
+    "close_incident": "alerts.md",
 }
 
 

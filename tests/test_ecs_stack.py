@@ -80,6 +80,9 @@ def stacks(tmp_path_factory) -> dict[str, Deployed]:
         cfn, ec2 = client("cloudformation"), client("ec2")
         secret = client("secretsmanager").create_secret(Name=f"groundskeeper/{EXISTING}/pg", SecretString="pw")
         certificate = client("acm").request_certificate(DomainName="dagster.example.com")["CertificateArn"]
+        webhook = client("secretsmanager").create_secret(
+            Name=f"groundskeeper/{LOGIN_ENV}/alerts-webhook", SecretString="https://hooks.example.com/services/T/B/x"
+        )
         params = {
             OWN: ecs_parameters(*make_network(ec2, 40)),
             EXISTING: ecs_parameters(
@@ -90,6 +93,8 @@ def stacks(tmp_path_factory) -> dict[str, Deployed]:
                 DagsterPgHost=EXISTING_HOST,
                 DagsterPgPasswordSecretArn=secret["ARN"],
                 **{**LOGIN, "WebserverCertificateArn": certificate, "WebserverAccessCidr": "0.0.0.0/0"},
+                DagsterUiUrl="https://dagster.example.com",
+                AlertsWebhookSecretArn=webhook["ARN"],
             ),
         }
         out = {}
@@ -481,3 +486,18 @@ def test_the_template_lints_with_the_pinned_cfn_lint():
     dev = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["dev"]
     (pin,) = [spec for spec in dev if spec.startswith("cfn-lint")]
     assert pin == f"cfn-lint=={version('cfn-lint')}"
+
+
+def test_the_code_server_links_alerts_to_the_ui_and_gets_the_webhook_as_a_secret(stacks):
+    """The alerts sensor runs in the code server: DAGSTER_UI_URL is the UI operators open (the
+    load balancer's by default), and ALERTS_WEBHOOK_URL a task secret its execution role may read."""
+    own, login = stacks[OWN], stacks[LOGIN_ENV]
+    assert _env(own.container("code-server"))["DAGSTER_UI_URL"] == own.outputs["EcsWebserverUrl"]
+    assert _env(login.container("code-server"))["DAGSTER_UI_URL"] == "https://dagster.example.com"
+    webhook = login.params["AlertsWebhookSecretArn"]
+    assert {"name": "ALERTS_WEBHOOK_URL", "valueFrom": webhook} in login.container("code-server")["secrets"]
+    assert "ALERTS_WEBHOOK_URL" not in {x["name"] for x in own.container("code-server")["secrets"]}
+    document = login.client("iam").get_role_policy(
+        RoleName=f"groundskeeper-code-server-execution-{LOGIN_ENV}", PolicyName="database-password"
+    )["PolicyDocument"]
+    assert webhook in (document if isinstance(document, str) else json.dumps(document))

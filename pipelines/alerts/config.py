@@ -31,6 +31,7 @@ class AlertConfig:
     tick_failures: int = DEFAULT_TICK_FAILURES
     remind_seconds: float | None = None
     ui_url: str | None = None
+    runbook_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
     policy: RetryPolicy = field(default_factory=default_policy)
     muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
     problems: list[str] = field(default_factory=list)
@@ -77,6 +78,13 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
         except UnsafeURL as exc:
             problems.append(f"{exc}: messages carry no link")
             ui_url = None
+    runbook_url = (settings.get("ALERTS_RUNBOOK_BASE_URL") or "").strip().rstrip("/") or None
+    if runbook_url:
+        try:
+            runbook_url = credential_url("ALERTS_RUNBOOK_BASE_URL", runbook_url)
+        except UnsafeURL as exc:
+            problems.append(f"{exc}: runbooks as repository paths")
+            runbook_url = None
     muted = frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip())
     return AlertConfig(
         sinks=sinks,
@@ -88,6 +96,7 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
         ),  # fmt: skip
         remind_seconds=remind * 3600 if remind else None,
         ui_url=ui_url,
+        runbook_url=runbook_url,
         policy=policy,
         muted_checks=muted,
         problems=problems,

@@ -9,6 +9,7 @@ instance's key-value store, saved after each message a sink took: a restart of t
 loses nor repeats an alert.
 """
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -17,23 +18,33 @@ import dagster as dg
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds
+from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, runbook_link
+from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sources import (
+    DEMO_JOBS,
+    as_demo,
     automatic_retry,
+    cause_of,
     check_evaluated,
     dead_letters,
     lineage_root,
     run_failed,
     run_succeeded,
     ticks_seen,
+    work_unit,
 )
 from pipelines.common import first_line
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.metadata import table_from
+from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
+from pipelines.retry.simulate import human
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
 
 SENSOR_NAME = "alerts"
+CLOSE_JOB = "close_incident"  # an operator's acknowledge or close, applied by the sensor's next tick
+CLOSE_OP = "incident_action"
 STATE_KEY = "groundskeeper/alerts/state"
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
@@ -87,29 +98,39 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tup
     return sorted(changes, key=lambda pair: pair[0].storage_id)
 
 
-def _first_error(instance: dg.DagsterInstance, run_id: str) -> str:
-    """The error of the first failed step of ``run_id``, else its run-failure message."""
+def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
+    """(the error of the first failed step of ``run_id``, else its run-failure message; its cause's class)."""
     steps = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
     for record in steps:
         data = record.event_log_entry.dagster_event.step_failure_data
+        chain, error = [], data.error if data else None
+        while error is not None:
+            chain.append(error)
+            error = error.cause
+        classes = [e.cls_name for e in chain]
         if data and data.user_failure_data and data.user_failure_data.description:
-            return data.user_failure_data.description
-        if data and data.error:
-            error = data.error  # the user's error, not Dagster's wrapping of it
-            while error.cause is not None and error.cls_name.startswith("Dagster"):
-                error = error.cause
-            return error.message
+            message = data.user_failure_data.description
+            return message, cause_of(classes, [message, *(e.message for e in chain)])
+        if chain:  # the user's error, not Dagster's wrapping of it
+            error = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1])
+            return error.message, cause_of(classes, [error.message, *(e.message for e in chain)])
     failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
     for record in failed:
-        return record.event_log_entry.dagster_event.message or ""
-    return ""
+        message = record.event_log_entry.dagster_event.message or ""
+        return message, cause_of([], [message])
+    return "", "failure"
+
+
+def linked(signal: Signal, cfg: AlertConfig | None) -> Signal:
+    """``signal`` with its runbook's URL (``ALERTS_RUNBOOK_BASE_URL``), when one is configured."""
+    if cfg is None or not cfg.runbook_url:
+        return signal
+    return dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
-    """What a run is of, for its alert: its job, or for a run of Dagster's own asset job (a
-    materialization or backfill launched from the UI, a partition redrive) the assets it planned."""
-    if not run.job_name.startswith("__"):
-        return run.job_name
+    """What a run is of, for its alert: the assets it materializes (whichever job did it: an asset
+    job, a materialization or backfill launched from the UI, a partition redrive), else its job."""
     keys = set(run.asset_selection or ())
     if not keys:
         planned = instance.get_records_for_run(
@@ -119,9 +140,85 @@ def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     return ",".join(sorted(key.to_user_string() for key in keys if key)) or run.job_name
 
 
-def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    """A run whose lineage finally failed (no automatic retry follows) fires; a success resolves."""
+AWAITING_RETRY = "awaiting_retry"  # positions[...]: failed runs whose automatic retry is awaited
+
+
+def _failure_signal(instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, note: str = "") -> Signal:
+    tags = dict(run.tags)
+    what = run_target(instance, run)
+    first, cause = _first_error(instance, lineage_root(run.run_id, tags))
+    if not first:
+        first, cause = _first_error(instance, run.run_id)
+    unit = work_unit(what, tags, run.run_config)
+    signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note)
+    return as_demo(signal) if run.job_name in DEMO_JOBS else signal
+
+
+def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
+    """The id of a run launched as a retry (or re-execution) of ``run_id``, or None."""
+    for tag in child_tags:
+        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
+        if children:
+            return children[0].dagster_run.run_id
+    return None
+
+
+def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
+    """The failures waiting for their automatic retry: one whose retry run exists is done with; one
+    whose unit of work has succeeded since is too; one whose retry was not launched in time alerts."""
+    awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
+    for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
+        child = _retry_launched(instance, run_id, list(item.get("tags") or ()))
+        if child is not None:
+            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
+            del awaiting[run_id]
+            continue
+        if clock < float(item.get("by", 0)):
+            continue
+        del awaiting[run_id]
+        run = instance.get_run_by_id(run_id)
+        if run is None:
+            continue
+        waited = human(max(0.0, clock - float(item.get("at", clock))))
+        context.log.warning(f"run {run_id} of {run.job_name}: no retry was launched within {waited}, alerting")
+        out.append(_failure_signal(instance, run, cfg, note=f"no retry launched within {waited}"))
+    return out
+
+
+def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConfig) -> Signal | None:
+    """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
+    config = run.run_config or {}
+    raw = (((config.get("ops") or {}).get(CLOSE_OP) or {}).get("config")) or {
+        k: v for k, v in config.items() if k not in ("ops", "execution", "resources", "loggers")
+    }
+    try:
+        params, _ = parse_params(IncidentAction, raw)
+    except ParamsError as exc:
+        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: not applied, {exc}")
+        return None
+    incident = book.incidents.get(params.key)
+    if incident is None or incident["state"] != FIRING:
+        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: no open incident {params.key!r}, nothing to do")
+        return None
+    done = {"acknowledge": "acknowledged", "close": "closed"}[params.action]
+    return Signal(
+        alert_key=params.key,
+        kind=incident["kind"],
+        firing=False,
+        action=params.action,
+        summary=f"{done} by hand (run {run.run_id})" + (f": {params.note}" if params.note else ""),
+        run_id=run.run_id,
+    )
+
+
+def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
+    """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
+    launched in time) fires under its unit of work and cause; a success resolves the open failures of
+    its unit of work, and only those."""
+    out: list[Signal] = []
+    open_units = book.open_units()  # and those this tick opens, in order
+    awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     changes = status_changes_in_order(instance, book, clock)
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
@@ -131,21 +228,40 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
         if run is None:
             continue
         tags = dict(run.tags)
+        what = run_target(instance, run)
+        unit = work_unit(what, tags, run.run_config)
+        if run.job_name == CLOSE_JOB:
+            action = incident_action(context, book, run, cfg) if not failed else None
+            out += [action] if action else []
+            continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:
-            out += run_succeeded(run_target(instance, run), run.run_id, tags, ui_url=cfg.ui_url)
+            signals = run_succeeded(what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units)
+            for signal in signals:
+                open_units.pop(signal.alert_key, None)
+            for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == unit]:
+                del awaiting[run_id]  # the work was done since: its retry is not awaited any more
+            out += signals
             continue
-        why = automatic_retry(
+        expected = automatic_retry(
             tags,
             dagster_retries=instance.run_retries_enabled,
             dagster_max_retries=instance.run_retries_max_retries,
             retry_on_step_failure=instance.run_retries_retry_on_asset_or_op_failure,
+            run_id=run.run_id,
         )
-        if why:
-            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert, {why}")
+        if expected:
+            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {expected.why}")
+            awaiting[run.run_id] = {
+                "at": record.timestamp,
+                "by": record.timestamp + expected.within,
+                "tags": list(expected.child_tags),
+                "unit": unit,
+            }
             continue
-        first = _first_error(instance, lineage_root(run.run_id, tags)) or _first_error(instance, run.run_id)
-        out.append(run_failed(run_target(instance, run), run.run_id, tags, first, ui_url=cfg.ui_url))
-    return out
+        signal = _failure_signal(instance, run, cfg)
+        open_units[signal.alert_key] = unit
+        out.append(signal)
+    return [linked(s, cfg) for s in out + awaited_retries(context, instance, book, cfg, clock)]
 
 
 def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
@@ -187,7 +303,8 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 muted=cfg.muted_checks,
             )
             if signal is not None:
-                out.append(signal)
+                demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo
+                out.append(linked(as_demo(signal) if demo else signal, cfg))
     return out
 
 
@@ -204,11 +321,12 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
             state.instigator_name, kind, statuses, error, threshold=cfg.tick_failures, ui_url=cfg.ui_url
         )
         if signal is not None:
-            yield signal
+            yield linked(signal, cfg)
 
 
-def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
-    for url in (fleet.termination_dlq_url, fleet.housekeeping_dlq_url):
+def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None) -> Iterator[Signal]:
+    """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``)."""
+    for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
         try:
             depth = dead_letter_depth(sqs, url)["depth"]
@@ -217,7 +335,9 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings) -> Iterator[Signal]:
             continue
         signal = dead_letters(name, depth)
         if signal is not None:
-            yield signal
+            ui_url = cfg.ui_url if cfg else None
+            asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
+            yield linked(dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None), cfg)
 
 
 # ---------------------------------------------------------------------------- the sensor
@@ -260,7 +380,7 @@ def build_alerts_sensor(
             *run_signals(context, instance, book, cfg, clock),
             *check_signals(context, instance, book, cfg),
             *tick_signals(instance, cfg),
-            *dead_letter_signals(context, sqs.get_client(), fleet),
+            *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
         ]
         changes, noise = [], []
         for signal in signals:
@@ -299,7 +419,9 @@ def build_alerts_sensor(
 
 # ---------------------------------------------------------------------------- the asset
 
-INCIDENT_COLUMNS = {"alert_key": "alert", "severity": "severity", "since": "since", "summary": "summary"}
+# at most 4 columns, so that the asset page shows the table inline; the key in full (close_incident takes it)
+INCIDENT_COLUMNS = {"alert_key": "key", "severity": "severity", "since": "since (UTC)", "alert": "alert"}
+TABLE_ALERT_CHARS = 140  # the title (a demo alert's starts with [demo]) and the summary, on one line
 
 
 @dg.asset(
@@ -311,7 +433,15 @@ INCIDENT_COLUMNS = {"alert_key": "alert", "severity": "severity", "since": "sinc
 def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     book = load_book(context.instance, context.log.warning)
     rows = [
-        {**i, "since": iso_seconds(i["first_seen"]), "summary": i.get("summary", "")} for i in book.open_incidents()
+        {
+            **i,
+            "since": iso_seconds(i["first_seen"])[:16].replace("T", " "),
+            "alert": first_line(
+                f"{i.get('title') or i['alert_key']}" + (f": {i['summary']}" if i.get("summary") else ""),
+                TABLE_ALERT_CHARS,
+            ),
+        }
+        for i in book.open_incidents()
     ]
     counts = book.counts_since(now() - 86400)
     context.log.info(
@@ -327,8 +457,33 @@ def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     )
 
 
+@dg.op(name=CLOSE_OP, config_schema=config_schema(IncidentAction), description="Acknowledge or close an incident.")
+def close_incident_op(context: dg.OpExecutionContext) -> None:
+    params = params_from_config(context, IncidentAction)
+    book = load_book(context.instance, context.log.warning)
+    incident = book.incidents.get(params.key)
+    if incident is None or incident["state"] != FIRING:
+        shown = ", ".join(i["alert_key"] for i in book.open_incidents()[:10]) or "none"
+        raise dg.Failure(description=f"no open incident {params.key!r}; open ones: {shown}", allow_retries=False)
+    context.log.info(f"{params.action} {params.key}: applied by the alerts sensor's next tick")
+
+
+@dg.job(
+    name=CLOSE_JOB,
+    config=flat_config(CLOSE_OP, IncidentAction),
+    description=(
+        "Acknowledge (no more reminders) or close (closed until it fires again) an open incident of the "
+        "alerts sensor by its key; the sensor applies it at its next tick and sends one message."
+    ),
+    tags={"groundskeeper/capability": "alerts"},
+    executor_def=dg.in_process_executor,
+)
+def close_incident():
+    close_incident_op()
+
+
 def build_defs(*, noise: frozenset[str] = frozenset()) -> dg.Definitions:
     """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
     the ``alerts/incidents`` asset. The incidents of the kinds in ``noise`` are recorded, never sent
     (``make dev``'s demo dead-letters on purpose)."""
-    return dg.Definitions(assets=[incidents], sensors=[build_alerts_sensor(demo_noise=noise)])
+    return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[build_alerts_sensor(demo_noise=noise)])

@@ -24,6 +24,8 @@ from pipelines.common import first_line, iso
 from pipelines.retry import STOP, RetryPolicy
 
 FIRING, RESOLVED = "firing", "resolved"
+CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
+ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
 SEVERITIES = ("critical", "warning", "info")
 KINDS = {
     "run_failure": "a run failed and no automatic retry follows",
@@ -61,6 +63,9 @@ class Signal:
     check: str | None = None
     url: str | None = None
     attempts: int | None = None
+    unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
+    runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
+    action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -74,6 +79,12 @@ FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capabil
 """The message's fields (``docs/contracts.md``, "Alerts"), in this order."""
 
 
+def runbook_link(kind: str, base_url: str | None) -> str:
+    """A kind's runbook: under ``base_url`` (``ALERTS_RUNBOOK_BASE_URL``, where docs/runbooks is
+    served) when set, else its repository path."""
+    return f"{base_url.rstrip('/')}/{kind}.md" if base_url else f"{RUNBOOKS}/{kind}.md"
+
+
 def message_id(message: Mapping[str, Any]) -> str:
     """One state change of one incident: the same change always has the same id."""
     suffix = f"#reminder@{message['last_seen']}" if message.get("reminder") else ""
@@ -82,7 +93,9 @@ def message_id(message: Mapping[str, Any]) -> str:
 
 def text_of(message: Mapping[str, Any]) -> str:
     """The one line a chat message or an e-mail subject shows."""
-    mark = {"firing": "FIRING", "resolved": "RESOLVED"}.get(message.get("state", ""), "")
+    mark = {FIRING: "FIRING", RESOLVED: "RESOLVED", CLOSED: "CLOSED", ACKNOWLEDGED: "ACKNOWLEDGED"}.get(
+        message.get("state", ""), ""
+    )
     if message.get("reminder"):
         mark = "STILL FIRING"
     severity = f" [{message['severity']}]" if message.get("state") == FIRING else ""
@@ -164,17 +177,30 @@ class AlertBook:
     def observe(self, signal: Signal, now: float, *, remind_seconds: float | None = None) -> dict[str, Any] | None:
         """Record one observation; returns the message of the state change it makes, or None."""
         incident = self.incidents.get(signal.alert_key)
+        if signal.action:
+            return self._act(incident, signal, now)
+        if incident is not None and incident["state"] == CLOSED:
+            if not signal.firing:  # the problem is gone: the next time it is there, it fires again
+                incident.update(state=RESOLVED, last_seen=now)
+                return None
+            again = signal.kind == "run_failure" and signal.run_id and signal.run_id != incident.get("run_id")
+            if not again:  # the same problem, still there: it stays closed
+                incident["last_seen"] = now
+                return None
         open_now = incident is not None and incident["state"] == FIRING
         if signal.firing and not open_now:
             fields = {name: getattr(signal, name) for name in FIELDS if hasattr(signal, name)}
             incident = {**fields, "state": FIRING, "first_seen": now, "last_seen": now, "notified": now}
             incident["summary"] = first_line(signal.summary, SUMMARY_CHARS)
+            if signal.unit:
+                incident["unit"] = signal.unit
             self.incidents[signal.alert_key] = incident
             self.history.append([now, FIRING])
             return self._message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
-            if remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds:
+            due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
+            if due and not incident.get("acknowledged"):
                 incident["notified"] = now
                 return self._message(incident, reminder=True)
             return None
@@ -187,15 +213,40 @@ class AlertBook:
             return self._message(incident)
         return None
 
+    def _act(self, incident: dict[str, Any] | None, signal: Signal, now: float) -> dict[str, Any] | None:
+        """An operator's acknowledge or close of an open incident; None when it is not open (any more)."""
+        if incident is None or incident["state"] != FIRING:
+            return None
+        if signal.action == "close":
+            incident.update(state=CLOSED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
+            self.history.append([now, CLOSED])
+            return self._message(incident)
+        if incident.get("acknowledged"):
+            return None
+        incident["acknowledged"] = now
+        message = self._message(incident)
+        message["state"] = ACKNOWLEDGED
+        message["summary"] = f"{first_line(signal.summary, SUMMARY_CHARS)} (was: {incident.get('summary', '')})"
+        return message
+
     def _message(self, incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
         message = {name: incident.get(name) for name in FIELDS}
-        message["runbook"] = f"{RUNBOOKS}/{incident['kind']}.md"
+        message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
         message["first_seen"] = iso_seconds(incident["first_seen"])
         message["last_seen"] = iso_seconds(incident["last_seen"])
         message["reminder"] = reminder
-        if incident["state"] == RESOLVED and incident.get("resolved_by"):
+        if incident["state"] in (RESOLVED, CLOSED) and incident.get("resolved_by"):
             message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
         return message
+
+    def open_units(self) -> dict[str, str]:
+        """alert_key -> unit of work of each open run failure (what a success of that unit resolves)."""
+        units = {}
+        for key, incident in self.incidents.items():
+            if incident["state"] == FIRING and incident["kind"] == "run_failure":
+                # an incident opened before units were recorded: its key was run_failure:<job>[:<partition>]
+                units[key] = incident.get("unit") or key.removeprefix("run_failure:")
+        return units
 
     def open_incidents(self) -> list[dict[str, Any]]:
         return sorted((i for i in self.incidents.values() if i["state"] == FIRING), key=lambda i: i["first_seen"])

@@ -8,14 +8,18 @@ here too, so that each kind of alert is decided in one place.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote
 
 from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
 from pipelines.common import first_line
 from pipelines.common.summary import run_counters
-from pipelines.retry import STOP, RetryPolicyError, policy_from_text
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, ROOT_TAG
+from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 CAPABILITY_TAG = "groundskeeper/capability"
 PARTITION_TAG = "dagster/partition"
@@ -23,10 +27,23 @@ PARTITION_TAG = "dagster/partition"
 DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
 DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"
 DAGSTER_ROOT_TAG = "dagster/root_run_id"
+DAGSTER_PARENT_TAG = "dagster/parent_run_id"  # on a re-execution (Dagster's retry, or by hand) of a run
 DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+DEMO_JOBS = frozenset({"retry_demo", "demo_traffic"})  # the local demo's own jobs: their failures are demo alerts
+DEMO_MARK = "[demo] "
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
+# checks that measure what another source alerts on (one source per signal): never a check_failure
+CHECKS_WITH_THEIR_OWN_SOURCE = {"dead_letter_depth": "dead_letters"}
+
+
+def as_demo(signal: Signal) -> Signal:
+    """The local demo's doing (a check it fails on purpose, a run of its own jobs): marked in its title,
+    which every surface shows, and never critical."""
+    title = signal.title if signal.title.startswith(DEMO_MARK) else DEMO_MARK + (signal.title or signal.alert_key)
+    severity = "warning" if signal.severity == "critical" else signal.severity
+    return dataclasses.replace(signal, title=title, severity=severity)
 
 
 def _ui(ui_url: str | None, path: str) -> str | None:
@@ -49,28 +66,48 @@ def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(ROOT_TAG) or tags.get(DAGSTER_ROOT_TAG) or run_id
 
 
-def automatic_retry(
-    tags: Mapping[str, str], *, dagster_retries: bool, dagster_max_retries: int, retry_on_step_failure: bool = False
-) -> str | None:
-    """Why a failed run will be retried automatically (so it does not alert), or None.
+@dataclass(frozen=True)
+class ExpectedRetry:
+    """A failed run that is retried automatically: no alert if a run carrying one of ``child_tags``
+    with its id exists ``within`` seconds of the failure; else it alerts after all."""
 
-    - ``groundskeeper/retry_policy``: ``delayed_run_retries`` re-launches it unless its policy says STOP
-      (a tag it cannot read: no retry, so the failure alerts);
+    why: str
+    within: float
+    child_tags: tuple[str, ...]
+
+
+def automatic_retry(
+    tags: Mapping[str, str],
+    *,
+    dagster_retries: bool,
+    dagster_max_retries: int,
+    retry_on_step_failure: bool = False,
+    run_id: str = "",
+) -> ExpectedRetry | None:
+    """Whether a failed run will be retried automatically (so it does not alert yet), or None.
+
+    - ``groundskeeper/retry_policy``: ``delayed_run_retries``'s own decision (``run_retry``, the one
+      function both read): a tag it cannot read, or a policy that says STOP, is no retry;
     - Dagster's run retries: its own decision, the ``dagster/will_retry`` tag it puts on a failed run;
       without that tag, the budget (``dagster/max_retries``, or the instance's default) unless the run
-      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``)."""
+      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``).
+    Either way the retry must then be launched within its delay plus ``RETRY_MARGIN_SECONDS``."""
     if POLICY_TAG in tags:
-        try:
-            wait = policy_from_text(tags[POLICY_TAG]).delay(attempt_of(tags))
-        except (RetryPolicyError, ValueError):
-            wait = STOP
-        if wait is not STOP:
-            return f"delayed_run_retries retries it ({POLICY_TAG})"
+        decided = run_retry(tags, run_id)
+        if decided.wait is not None:
+            return ExpectedRetry(
+                f"delayed_run_retries retries it ({decided.why})",
+                decided.wait + RETRY_MARGIN_SECONDS,
+                (RETRY_OF_TAG, DAGSTER_PARENT_TAG),
+            )
     if not dagster_retries:
         return None
-    decided = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
-    if decided:
-        return "Dagster's run retries retry it (dagster/will_retry)" if decided == "true" else None
+    dagster = (DAGSTER_PARENT_TAG,)
+    decided_by_dagster = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
+    if decided_by_dagster:
+        if decided_by_dagster != "true":
+            return None
+        return ExpectedRetry("Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster)
     on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(retry_on_step_failure)).strip().lower()
     if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
         return None
@@ -79,49 +116,128 @@ def automatic_retry(
         done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
     except ValueError:
         return None
-    return f"Dagster's run retries retry it ({done} of {budget} used)" if done < budget else None
+    if done >= budget:
+        return None
+    return ExpectedRetry(f"Dagster's run retries retry it ({done} of {budget} used)", RETRY_MARGIN_SECONDS, dagster)
 
 
-def run_alert_key(job: str, tags: Mapping[str, str]) -> str:
-    """One incident per job and target (its partition, when it has one)."""
+# run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
+TARGET_KEYS = frozenset({"tableName", "table", "namespace", "queueUrl", "queue_url", "bucket", "receiver"})
+TARGET_CHARS = 80
+_AWS_CODE = re.compile(r"An error occurred \(([A-Za-z0-9_.]+)\)|\(([A-Z][A-Za-z0-9]*(?:Exception|Error|Fault))\)")
+_LEADING_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception|Failure|Timeout))\b")
+
+
+def config_targets(run_config: Any) -> list[str]:
+    """The values of ``TARGET_KEYS`` anywhere in a run's config (ops', resources'), sorted."""
+    found: set[str] = set()
+    stack = [run_config]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key in TARGET_KEYS and isinstance(value, str | int) and str(value).strip():
+                    found.add(str(value).strip())
+                else:
+                    stack.append(value)
+        elif isinstance(node, list | tuple):
+            stack.extend(node)
+    return sorted(found)
+
+
+def work_unit(what: str, tags: Mapping[str, str], run_config: Any = None) -> str:
+    """The unit of work a run did: ``what`` (its job, or the assets it materializes), its partition
+    and its target (read from its config). A failure and the success that resolves it share it."""
     partition = tags.get(PARTITION_TAG)
-    return f"run_failure:{job}" + (f":{partition}" if partition else "")
+    targets = ",".join(config_targets(run_config))
+    unit = what + (f":{partition}" if partition else "")
+    return unit + (f"@{first_line(targets, TARGET_CHARS)}" if targets else "")
 
 
-def run_failed(job: str, run_id: str, tags: Mapping[str, str], first_error: str, *, ui_url: str | None) -> Signal:
+def cause_of(error_classes: list[str], messages: list[str]) -> str:
+    """The class of a failure's cause, from its error chain (outermost first): the AWS error code
+    one of its messages names, else the first class under Dagster's and ``Failure``'s wrapping,
+    else the class its first message starts with, else ``failure``."""
+    for message in messages:
+        code = _AWS_CODE.search(message or "")
+        if code:
+            return code.group(1) or code.group(2)
+    for name in error_classes:
+        if not name.startswith("Dagster") and name not in ("Failure", "ClientError"):
+            return name
+    leading = _LEADING_CLASS.match((messages[0] if messages else "").strip())
+    return leading.group(1) if leading else "failure"
+
+
+def run_alert_key(unit: str, cause: str) -> str:
+    """One incident per unit of work and cause: a new cause is a new incident."""
+    return f"run_failure:{unit}:{cause}"
+
+
+def run_failed(
+    job: str,
+    run_id: str,
+    tags: Mapping[str, str],
+    first_error: str,
+    *,
+    ui_url: str | None,
+    unit: str | None = None,
+    cause: str = "failure",
+    note: str = "",
+) -> Signal:
+    unit = unit or work_unit(job, tags)
     attempts = attempt_of(tags)
     partition = tags.get(PARTITION_TAG)
     target = f" partition {partition}" if partition else ""
     retries = f" after {attempts} attempts" if attempts > 1 else ""
     return Signal(
-        alert_key=run_alert_key(job, tags),
+        alert_key=run_alert_key(unit, cause),
         kind="run_failure",
         firing=True,
         severity="critical",
-        title=f"{job}{target} failed{retries}",
+        title=f"{job}{target} failed{retries}" + (f", {note}" if note else ""),
         summary=first_line(first_error, SUMMARY_CHARS) or "the run failed",
         capability=tags.get(CAPABILITY_TAG, ""),
         job=job,
         run_id=run_id,
         url=_ui(ui_url, f"/runs/{run_id}"),
         attempts=attempts,
+        unit=unit,
     )
 
 
-def run_succeeded(job: str, run_id: str, tags: Mapping[str, str], *, ui_url: str | None) -> list[Signal]:
-    """A success resolves its job's (and target's) run failure; a reclaim run also says whether it had item errors."""
+def resolved_by_success(open_units: Mapping[str, str], unit: str) -> list[str]:
+    """The open run-failure incidents (``alert_key -> unit``) that a success of ``unit`` resolves:
+    those of the same unit of work, whatever their cause, and only those."""
+    return sorted(key for key, their in open_units.items() if their == unit)
+
+
+def run_succeeded(
+    job: str,
+    run_id: str,
+    tags: Mapping[str, str],
+    *,
+    ui_url: str | None,
+    unit: str | None = None,
+    open_units: Mapping[str, str] | None = None,
+) -> list[Signal]:
+    """A success resolves the open run failures of its unit of work (``open_units``: alert_key ->
+    unit of the open ones); a reclaim run also says whether it had item errors."""
+    unit = unit or work_unit(job, tags)
     url = _ui(ui_url, f"/runs/{run_id}")
     attempts = attempt_of(tags)
     out = [
         Signal(
-            alert_key=run_alert_key(job, tags),
+            alert_key=key,
             kind="run_failure",
             firing=False,
             summary=f"run {run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
             job=job,
             run_id=run_id,
             url=url,
+            unit=unit,
         )
+        for key in resolved_by_success(open_units or {}, unit)
     ]
     counters = run_counters(tags)
     if tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
@@ -156,9 +272,12 @@ def check_evaluated(
     ui_url: str | None,
     muted: frozenset[str] = frozenset(),
 ) -> Signal | None:
-    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when muted."""
+    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when
+    muted, or when another source alerts on what the check measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
     if warn and f"{asset}:{check}" in muted:
+        return None
+    if check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
     overdue = check == PROGRESSOR_TIMERS_CHECK
     return Signal(
