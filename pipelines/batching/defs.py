@@ -214,7 +214,10 @@ def plan_batch_minute(context: dg.OpExecutionContext):
         )
 
 
-@dg.op(description="Batches a share's receivers on a few threads; a materialization per partition written.")
+@dg.op(
+    description="Batches a share's receivers on a few threads; a materialization per partition written.",
+    retry_policy=AWS_RETRY_POLICY,  # a retried share re-batches nothing: each receiver's ledger and lease hold
+)
 @one_line_failures
 def batch_receivers(
     context: dg.OpExecutionContext,
