@@ -159,3 +159,17 @@ def test_the_housekeeping_runs_give_each_task_the_clients_of_its_pass(defs, task
 def test_only_tasks_with_a_look_have_a_schedule(defs):
     names = {s.name for s in defs.schedules if s.name.startswith("housekeeping_")}
     assert names == {f"housekeeping_{task.name}_schedule" for task in SCHEDULED}
+
+
+INT_TASKS = [task for task in TASKS if any(spec.kind is int for spec in specs(task.params))]
+
+
+@pytest.mark.parametrize("task", INT_TASKS, ids=_ids(INT_TASKS))
+def test_a_null_parameter_is_its_default_and_a_whole_float_its_number_as_messages_always_were(task):
+    spec = next(s for s in specs(task.params) if s.kind is int)
+    from_null, _ = task.parse({spec.name: None})
+    assert getattr(from_null, spec.name) == spec.default
+    from_float, _ = task.parse({spec.name: float(spec.default)})
+    assert getattr(from_float, spec.name) == spec.default
+    with pytest.raises(ParamsError):
+        task.parse({spec.name: spec.default + 0.5})

@@ -15,6 +15,7 @@ params)``: ``context`` holds the capability's clients and names, ``request`` wha
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -54,5 +55,17 @@ class Task(Generic[P]):
 
     def parse(self, raw: Mapping[str, Any]) -> tuple[P, list[str]]:
         """The validated parameters and the deprecation warnings for old names used; bad values
-        raise ``ParamsError`` with one line that names the key and the value."""
-        return parse_params(self.params, raw, what=f"{self.name} parameter")
+        raise ``ParamsError`` with one line that names the key and the value. As runs-fleet's
+        messages have always been read: a null parameter is its default, and a whole-number
+        parameter may be written as a whole float (``7.0``)."""
+        kinds = {name: spec.kind for spec in specs(self.params) for name in (spec.name, *spec.aliases)}
+        given = {
+            key: int(value) if _whole_float(value) and kinds.get(key) is int else value
+            for key, value in raw.items()
+            if value is not None
+        }
+        return parse_params(self.params, given, what=f"{self.name} parameter")
+
+
+def _whole_float(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value == int(value)
