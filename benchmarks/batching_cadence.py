@@ -51,7 +51,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import moto_server  # noqa: E402
-from cluster import copy_tables  # noqa: E402
 from idle_cost import sample  # noqa: E402
 
 from infra import dynamodb_local  # noqa: E402
@@ -326,7 +325,7 @@ def main() -> int:
         os.environ.update(aws)
         stack = deploy(boto3.client("cloudformation"))
         wait_for_endpoint(ddb_endpoint, timeout_seconds=180, proc=ddb_local)
-        copy_tables(boto3.client("dynamodb"), boto3.client("dynamodb", endpoint_url=ddb_endpoint))
+        dynamodb_local.copy_tables(boto3.client("dynamodb"), boto3.client("dynamodb", endpoint_url=ddb_endpoint))
         os.environ["AWS_ENDPOINT_URL_DYNAMODB"] = ddb_endpoint
         env = {**os.environ, **stack, "AWS_ENDPOINT_URL_DYNAMODB": ddb_endpoint}
         os.environ.update(stack)
