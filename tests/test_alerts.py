@@ -13,6 +13,7 @@ from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, SinkE
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
 from pipelines.alerts.sources import automatic_retry, check_evaluated, ticks_seen
 from pipelines.retry import fixed
+from resources.settings import ALERT_ENV
 from tests.alerts_support import webhook_receiver
 
 NOW = 1_800_000_000.0
@@ -251,3 +252,37 @@ def test_bad_settings_are_one_line_each_and_the_defaults_hold():
     assert len(cfg.problems) == 6
     assert not any("hooks.example" in line for line in cfg.problems)
     assert json.dumps(cfg.problems)  # plain lines
+
+
+BAD_VALUES = ["http://hooks.example:99999/x", "http://hooks.example:abc/x", "http://hooks.example:-1/x",
+              "http://[::1/services/x", "http://[not-an-ip]/x", "\x00", " ", "{", "[]", "1e309", "nan", "-inf",
+              "9" * 400, '{"kind": "fixed", "delay": "x"}', '{"kind": ' * 2000, "::", "é"]  # fmt: skip
+ALL_SETTINGS = sorted(ALERT_ENV.values())
+GOOD_TOPIC = "arn:aws:sns:us-east-1:123456789012:alerts"
+
+
+@pytest.mark.parametrize("name", ALL_SETTINGS)
+def test_any_bad_value_of_any_setting_is_at_most_one_line_and_the_other_sinks_stay(name):
+    for value in BAD_VALUES:
+        settings = {"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": "https://hooks.example/services/x"}
+        settings[name] = value
+        cfg = alert_config(settings, region="us-east-1")
+        assert len(cfg.problems) <= 1, (value, cfg.problems)
+        kept = {"sns"} if name == "ALERTS_WEBHOOK_URL" else {"webhook"} if name == "ALERTS_SNS_TOPIC_ARN" else set()
+        assert kept <= {sink.name for sink in cfg.sinks}, value
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://hooks.example:99999/x",
+        "http://hooks.example:abc/x",
+        "http://hooks.example:-1/x",
+        "http://[::1/services/x",
+    ],  # fmt: skip
+)
+def test_a_webhook_url_with_a_bad_port_or_host_is_one_line_and_sns_stays(url):
+    cfg = alert_config({"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": url}, region="us-east-1")
+    assert [sink.name for sink in cfg.sinks] == ["sns"]
+    (line,) = cfg.problems
+    assert "ALERTS_WEBHOOK_URL" in line

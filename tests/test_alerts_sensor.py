@@ -359,3 +359,15 @@ def test_a_sink_answering_an_error_keeps_the_alert_without_a_traceback(aws, stat
         assert f"answered HTTP {status}" in first and "kept for a later tick: 1 for webhook" in first
         tick(instance, res)
         assert len(receiver.received) == 1
+
+
+def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_on(aws):
+    inbox = Inbox(aws)
+    res = resources(aws, webhook_url="http://hooks.example:99999/services/T000/B000/secret-token")
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reason = tick(instance, res)
+    assert "sent run_failure:retry_demo" in reason
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+    beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
+    assert beats != []

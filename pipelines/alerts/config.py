@@ -45,36 +45,57 @@ def _number(raw: str | None, name: str, default: Any, cast: Callable[[str], Any]
         if not low <= value <= high:
             raise ValueError
         return value
-    except ValueError:
+    except (ValueError, OverflowError):
         problems.append(f"{name}={raw!r} is not a number from {low:g} to {high:g}: using {default!r}")
         return default
 
 
+def _setting(name: str, read: Callable[[], Any], default: Any, problems: list[str], then: str) -> Any:
+    """``read()``, or ``default`` with one line when it fails in any way (a bad value never stops alerting;
+    the line names the variable and the error's kind, never the value, which may be a credential)."""
+    try:
+        return read()
+    except SinkConfigError as exc:
+        problems.append(f"{exc}: {then}")
+    except RetryPolicyError as exc:
+        problems.append(f"{name}: {exc}: {then}")
+    except Exception as exc:  # noqa: BLE001 (any value a person can set is untrusted)
+        problems.append(f"{name} cannot be used ({type(exc).__name__}): {then}")
+    return default
+
+
+def _ui_url(raw: str | None) -> str | None:
+    ui_url = (raw or "").strip().rstrip("/") or None
+    if ui_url and (urlsplit(ui_url).scheme not in ("http", "https") or not urlsplit(ui_url).netloc):
+        raise SinkConfigError(f"DAGSTER_UI_URL={ui_url!r} is not an http(s) URL")
+    return ui_url
+
+
 def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = "us-east-1") -> AlertConfig:
-    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic."""
+    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic.
+    Each setting is read on its own: a bad one is one line and its default (a sink: left out)."""
     problems: list[str] = []
     sinks: list[Sink] = []
-    topic, webhook = settings.get("ALERTS_SNS_TOPIC_ARN"), settings.get("ALERTS_WEBHOOK_URL")
-    for name, make in (("ALERTS_SNS_TOPIC_ARN", lambda v: SnsSink(sns, v, region=region)),
-                       ("ALERTS_WEBHOOK_URL", WebhookSink)):  # fmt: skip
-        value = topic if name == "ALERTS_SNS_TOPIC_ARN" else webhook
+    makers = {"ALERTS_SNS_TOPIC_ARN": lambda v: SnsSink(sns, v, region=region), "ALERTS_WEBHOOK_URL": WebhookSink}
+    for name, make in makers.items():
+        value = settings.get(name)
         if value and value.strip():
-            try:
-                sinks.append(make(value))
-            except SinkConfigError as exc:
-                problems.append(f"{exc}: that sink is off")
+            sink = _setting(name, lambda: make(value), None, problems, "that sink is off")  # noqa: B023
+            sinks += [sink] if sink is not None else []
     policy = default_policy()
     if (settings.get("ALERTS_RETRY_POLICY") or "").strip():
-        try:
-            policy = policy_from_text(settings["ALERTS_RETRY_POLICY"])
-        except RetryPolicyError as exc:
-            problems.append(f"ALERTS_RETRY_POLICY: {exc}: using {policy.describe()}")
+        policy = _setting(
+            "ALERTS_RETRY_POLICY", lambda: policy_from_text(settings["ALERTS_RETRY_POLICY"]), policy, problems,
+            f"using {policy.describe()}",
+        )  # fmt: skip
     remind = _number(settings.get("ALERTS_REMIND_HOURS"), "ALERTS_REMIND_HOURS", None, float, 0.01, 24 * 365, problems)
-    ui_url = (settings.get("DAGSTER_UI_URL") or "").strip().rstrip("/") or None
-    if ui_url and (urlsplit(ui_url).scheme not in ("http", "https") or not urlsplit(ui_url).netloc):
-        problems.append(f"DAGSTER_UI_URL={ui_url!r} is not an http(s) URL: messages carry no link")
-        ui_url = None
-    muted = frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip())
+    ui_url = _setting("DAGSTER_UI_URL", lambda: _ui_url(settings.get("DAGSTER_UI_URL")), None, problems,
+                      "messages carry no link")  # fmt: skip
+    muted = _setting(
+        "ALERTS_MUTED_WARN_CHECKS",
+        lambda: frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip()),
+        frozenset(), problems, "no check is muted",
+    )  # fmt: skip
     return AlertConfig(
         sinks=sinks,
         max_per_tick=_number(

@@ -70,8 +70,12 @@ class WebhookSink:
     name = "webhook"
 
     def __init__(self, url: str, *, timeout: float = WEBHOOK_TIMEOUT_SECONDS) -> None:
-        parts = urlsplit(url.strip())
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        try:
+            parts = urlsplit(url.strip())
+            port = f":{parts.port}" if parts.port else ""
+        except ValueError:  # a port out of range or not a number, a bracket left open
+            parts, port = None, ""
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
             raise SinkConfigError("ALERTS_WEBHOOK_URL is not an http(s) URL (its value is not shown: it is a secret)")
         if leaves_its_path(parts.path):
             raise SinkConfigError(
@@ -79,7 +83,6 @@ class WebhookSink:
                 "or '\\' in its path: refused, a server that normalises the path would serve another one"
             )
         self.url, self.timeout = url.strip(), timeout
-        port = f":{parts.port}" if parts.port else ""
         self.where = f"{parts.scheme}://{parts.hostname}{port}"  # what a log line may show
 
     def send(self, message: Mapping[str, Any]) -> None:
