@@ -286,3 +286,62 @@ def test_a_webhook_url_with_a_bad_port_or_host_is_one_line_and_sns_stays(url):
     assert [sink.name for sink in cfg.sinks] == ["sns"]
     (line,) = cfg.problems
     assert "ALERTS_WEBHOOK_URL" in line
+
+
+def _one_shot_server(answer: bytes):
+    """A TCP server that reads a request and answers ``answer`` as it is, then closes."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+NOT_HTTP = [
+    b"hello\r\n",  # BadStatusLine
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten..",  # IncompleteRead
+    b"HTTP/1.1 200 OK\r\n" + b"X-Long: " + b"a" * 70000 + b"\r\n\r\n",  # LineTooLong
+    b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(120)) + b"\r\n",  # too many headers
+    b"",  # RemoteDisconnected
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # a bad chunk
+    b"SSH-2.0-OpenSSH_9.6\r\n",
+]
+
+
+@pytest.mark.parametrize("answer", NOT_HTTP, ids=range(len(NOT_HTTP)))
+def test_a_webhook_that_is_not_http_or_stops_mid_body_is_that_sinks_one_line(answer):
+    listener = _one_shot_server(answer)
+    try:
+        with pytest.raises(SinkError) as raised:
+            WebhookSink(f"http://127.0.0.1:{listener.getsockname()[1]}/services/secret-token").send(_message())
+    finally:
+        listener.close()
+    assert "secret-token" not in str(raised.value)
+
+
+class BrokenSink(ListSink):
+    def send(self, message):
+        raise KeyError("a sink's own bug")
+
+
+def test_any_failure_of_one_sink_is_that_sinks_failure_and_the_other_sink_still_gets_its_message():
+    book, good, broken = AlertBook(), ListSink("good"), BrokenSink("broken")
+    book.enqueue(book.observe(_check(False), NOW), ["broken", "good"])
+    done = book.deliver([broken, good], NOW, policy=NO_WAIT, max_per_tick=20)
+    assert len(good.messages) == 1
+    assert len(book.outbox["broken"]) == 1
+    assert any("broken did not take" in line for line in done.failed)

@@ -280,7 +280,9 @@ class AlertBook:
         box = self.outbox.setdefault(sink.name, [])
         try:
             sink.send(item["message"])
-        except SinkError as exc:
+        except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
+            if not isinstance(exc, SinkError):
+                exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
             for kept in replaces or [item]:
                 kept["attempts"] += 1
                 wait = policy.delay(kept["attempts"])

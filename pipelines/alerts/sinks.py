@@ -14,6 +14,7 @@ message for a later tick.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
@@ -103,3 +104,5 @@ class WebhookSink:
             if isinstance(reason, TimeoutError | socket.timeout):
                 raise SinkError(f"webhook at {self.where} did not answer within {self.timeout:g} s") from None
             raise SinkError(f"webhook at {self.where} cannot be reached: {type(reason).__name__}") from None
+        except http.client.HTTPException as exc:  # not HTTP, or it stopped mid-answer (not an OSError)
+            raise SinkError(f"webhook at {self.where} did not answer HTTP: {type(exc).__name__}") from None
