@@ -345,3 +345,42 @@ def test_any_failure_of_one_sink_is_that_sinks_failure_and_the_other_sink_still_
     assert len(good.messages) == 1
     assert len(book.outbox["broken"]) == 1
     assert any("broken did not take" in line for line in done.failed)
+
+
+_INCIDENT = {"alert_key": "k", "kind": "run_failure", "state": "firing", "first_seen": NOW, "last_seen": NOW}
+BAD_STATES = [
+    [],
+    "text",
+    {"incidents": []},
+    {"incidents": {"k": 1}},
+    {"incidents": {"k": {"state": "firing"}}},
+    {"incidents": {"k": {**_INCIDENT, "first_seen": "yesterday"}}},
+    {"incidents": {"k": {**_INCIDENT, "kind": "nonsense"}}},
+    {"outbox": []},
+    {"outbox": {"list": [1]}},
+    {"outbox": {"list": [{"id": "x"}]}},
+    {"history": [1]},
+    {"history": {"a": 1}},
+    {"positions": []},
+    {"positions": {"RUN_FAILURE": "abc"}},
+    {"positions": {"checks": {"a:b": "x"}}},
+]
+
+
+@pytest.mark.parametrize("state", BAD_STATES, ids=range(len(BAD_STATES)))
+def test_valid_json_of_another_shape_starts_afresh_with_one_warning(state):
+    warnings: list[str] = []
+    book = AlertBook.load(json.dumps(state), warnings.append)
+    assert len(warnings) == 1
+    assert book.reset is not None
+    sink = ListSink()
+    _run(book, [_check(False)], sink, max_per_tick=1)
+    book.prune(NOW)
+    assert [m["state"] for m in sink.messages] == [FIRING]
+    assert book.open_incidents()[0]["alert_key"] == "check_failure:orders:not_empty"
+
+
+def test_a_good_state_is_no_reset():
+    book = AlertBook()
+    _run(book, [_check(False)], ListSink())
+    assert AlertBook.load(book.dumps()).reset is None

@@ -371,3 +371,26 @@ def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_
     assert [m["state"] for m in inbox.read()] == ["firing"]
     beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
     assert beats != []
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        '{"incidents": []}',
+        '{"positions": {"RUN_FAILURE": "abc"}}',
+        '{"positions": {"checks": []}}',
+        '{"outbox": {"sns": [1]}}',
+        '{"history": [1]}',
+        "[1]",
+    ],  # fmt: skip
+)
+def test_a_state_of_another_shape_starts_afresh_with_one_state_reset_alert(aws, state):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        instance.run_storage.set_cursor_values({alerts_defs.STATE_KEY: state})
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res, CHECKED)
+        tick(instance, res, CHECKED)
+    got = sorted((m["kind"], m["state"]) for m in inbox.read())
+    assert got == [("run_failure", "firing"), ("state_reset", "firing")]

@@ -17,7 +17,7 @@ import dagster as dg
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds, one_line
+from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds, notice, one_line
 from pipelines.alerts.sources import (
     automatic_retry,
     check_evaluated,
@@ -255,6 +255,9 @@ def build_alerts_sensor(
             context.log.warning(problem)
         book = load_book(instance, context.log.warning)
         clock = now()
+        if book.reset:
+            reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
+            book.enqueue(reset, [sink.name for sink in cfg.sinks])
         signals = [
             *run_signals(context, instance, book, cfg, clock),
             *check_signals(context, instance, book, cfg),

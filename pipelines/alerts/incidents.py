@@ -34,6 +34,7 @@ KINDS = {
     "reclaim_errors": "a reclaim run ended with item errors",
     "heartbeat": "the alert sensor stopped publishing its heartbeat (a CloudWatch alarm)",
     "summary": "more alerts in one tick than ALERTS_MAX_PER_TICK: the rest in one message",
+    "state_reset": "the alert sensor's saved state was unreadable: it started afresh",
 }
 """Every alert kind, each with its runbook ``docs/runbooks/<kind>.md``."""
 RUNBOOKS = "docs/runbooks"
@@ -143,6 +144,7 @@ class AlertBook:
     """Incidents, per-sink outboxes and read positions, as one JSON-able ``state`` dict."""
 
     def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        self.reset: str | None = None  # why a saved state could not be used (set by :meth:`load`)
         state = dict(state or {})
         self.incidents: dict[str, dict[str, Any]] = dict(state.get("incidents") or {})
         self.outbox: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (state.get("outbox") or {}).items()}
@@ -156,12 +158,13 @@ class AlertBook:
             return cls()
         try:
             state = json.loads(text)
-            if not isinstance(state, dict):
-                raise ValueError("not an object")
+            _check_shape(state)
             return cls(state)
-        except (ValueError, TypeError) as exc:
-            warn(f"alert state unreadable ({exc}): starting afresh")
-            return cls()
+        except (ValueError, TypeError, RecursionError) as exc:
+            warn(f"alert state unreadable ({one_line(exc, 200)}): starting afresh")
+            book = cls()
+            book.reset = one_line(exc, 200)
+            return book
 
     def dumps(self) -> str:
         state = {"incidents": self.incidents, "outbox": self.outbox, "history": self.history,
@@ -299,18 +302,64 @@ class AlertBook:
         keys = [f"{i['message']['alert_key']} {i['message']['state']}" for i in rest]
         shown = ", ".join(keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
         worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
-        moment = iso_seconds(now)
-        return {
-            **dict.fromkeys(FIELDS),
-            "alert_key": f"summary@{moment}",
-            "state": FIRING,
-            "severity": SEVERITIES[worst],
-            "kind": "summary",
-            "title": f"{len(rest)} more alerts this tick",
-            "summary": one_line(shown),
-            "capability": "alerts",
-            "first_seen": moment,
-            "last_seen": moment,
-            "runbook": f"{RUNBOOKS}/summary.md",
-            "reminder": False,
-        }
+        return notice("summary", f"{len(rest)} more alerts this tick", one_line(shown), now, SEVERITIES[worst])
+
+
+def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
+    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
+    moment = iso_seconds(now)
+    return {
+        **dict.fromkeys(FIELDS),
+        "alert_key": f"{kind}@{moment}",
+        "state": FIRING,
+        "severity": severity,
+        "kind": kind,
+        "title": title,
+        "summary": summary,
+        "capability": "alerts",
+        "first_seen": moment,
+        "last_seen": moment,
+        "runbook": f"{RUNBOOKS}/{kind}.md",
+        "reminder": False,
+    }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _check_shape(state: Any) -> None:
+    """Raises ValueError naming the first part of a saved state that the book cannot use."""
+    if not isinstance(state, dict):
+        raise ValueError("not an object")
+    empty: dict[str, Any] = {"incidents": {}, "outbox": {}, "history": [], "positions": {}}
+    incidents, outbox, history, positions = (empty[p] if state.get(p) is None else state[p] for p in empty)
+    if not isinstance(incidents, dict) or not all(
+        isinstance(i, dict) and i.get("state") in (FIRING, RESOLVED) and i.get("kind") in KINDS
+        and _number(i.get("first_seen")) and _number(i.get("last_seen"))
+        for i in incidents.values()
+    ):  # fmt: skip
+        raise ValueError("its incidents are not incidents")
+    if not isinstance(outbox, dict) or not all(
+        isinstance(box, list) and all(
+            isinstance(item, dict) and isinstance(item.get("id"), str) and isinstance(item.get("message"), dict)
+            and isinstance(item["message"].get("alert_key"), str) and _number(item.get("attempts"))
+            and _number(item.get("next_try"))
+            for item in box
+        )
+        for box in outbox.values()
+    ):  # fmt: skip
+        raise ValueError("its outboxes are not lists of messages")
+    if not isinstance(history, list) or not all(
+        isinstance(h, list) and len(h) == 2 and _number(h[0]) and h[1] in (FIRING, RESOLVED) for h in history
+    ):
+        raise ValueError("its history is not a list of [time, state]")
+    if (
+        not isinstance(positions, dict)
+        or not all(
+            isinstance(v, int) or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values()))
+            for v in positions.values()
+        )
+        or not isinstance(positions.get("checks", {}), dict)
+    ):
+        raise ValueError("its read positions are not storage ids")
