@@ -384,3 +384,40 @@ def test_a_good_state_is_no_reset():
     book = AlertBook()
     _run(book, [_check(False)], ListSink())
     assert AlertBook.load(book.dumps()).reset is None
+
+
+class PickySink(ListSink):
+    """Refuses every message of one alert key, takes the others."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__("picky")
+        self.refused = refused
+
+    def send(self, message):
+        if message["alert_key"] == self.refused:
+            raise SinkError("400: this one is refused")
+        self.messages.append(dict(message))
+
+
+def _failing_ticks(sensor: str):
+    return ticks_seen(sensor, "sensor", ["FAILURE"] * 3, "boom", threshold=3, ui_url=None)
+
+
+def test_one_refused_message_does_not_hold_the_ones_behind_it():
+    book = AlertBook()
+    sink = PickySink("tick_failure:poison")
+    for i, name in enumerate(["poison", "a", "b", "c", "d", "e"]):
+        book.enqueue(book.observe(_failing_ticks(name), NOW + i), [sink.name])
+    for t in range(10):
+        book.deliver([sink], NOW + 10 + t * 60, policy=fixed(30, None), max_per_tick=20)
+    assert sorted(m["alert_key"] for m in sink.messages) == [f"tick_failure:{n}" for n in "abcde"]
+    assert [i["id"].split("#")[0] for i in book.outbox["picky"]] == ["tick_failure:poison"]
+
+
+def test_a_sink_that_is_down_is_tried_at_most_twice_a_tick():
+    book, sink = AlertBook(), ListSink(fail=100)
+    for i, name in enumerate("abcde"):
+        book.enqueue(book.observe(_failing_ticks(name), NOW + i), [sink.name])
+    done = book.deliver([sink], NOW + 10, policy=NO_WAIT, max_per_tick=20)
+    assert len(done.failed) == 2
+    assert len(book.outbox["list"]) == 5

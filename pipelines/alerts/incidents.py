@@ -254,9 +254,10 @@ class AlertBook:
         save: Callable[[], None] = lambda: None,
     ) -> Delivery:
         """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
-        summary message. The first failure of a sink stops that sink for this tick (its messages are
-        kept, in order, and tried again after ``policy``'s delay); ``save`` runs after each message a
-        sink took, so that a crash repeats none of them."""
+        summary message. A message a sink refuses is kept and tried again after ``policy``'s delay;
+        the messages behind it still go (but not those of its own incident, which keep their order),
+        and two failures in a row stop that sink for this tick (it is down: the rest wait, in order).
+        ``save`` runs after each message a sink took, so that a crash repeats none of them."""
         done = Delivery()
         for sink in sinks:
             box = self.outbox.get(sink.name, [])
@@ -264,11 +265,20 @@ class AlertBook:
             rest: list[dict[str, Any]] = []
             if len(due) > max_per_tick:
                 due, rest = due[:max_per_tick], due[max_per_tick:]
+            refused: set[str] = set()  # incidents whose message was refused: theirs wait behind it
+            in_a_row = 0
             for item in due:
-                if not self._send(sink, item, now, policy, done):
+                if item["message"].get("alert_key") in refused:
+                    continue
+                if self._send(sink, item, now, policy, done):
+                    in_a_row = 0
+                    save()
+                    continue
+                refused.add(item["message"].get("alert_key"))
+                in_a_row += 1
+                if in_a_row >= 2:
                     rest = []  # the sink is down: the summary waits too
                     break
-                save()
             if rest:
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
