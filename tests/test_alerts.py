@@ -421,3 +421,14 @@ def test_a_sink_that_is_down_is_tried_at_most_twice_a_tick():
     done = book.deliver([sink], NOW + 10, policy=NO_WAIT, max_per_tick=20)
     assert len(done.failed) == 2
     assert len(book.outbox["list"]) == 5
+
+
+def test_a_backlog_summary_names_every_alert_it_stands_for():
+    book, sink = AlertBook(), ListSink()
+    names = [f"a_rather_long_asset_name_number_{i}" for i in range(43)]
+    signals = [check_evaluated(n, "not_empty", False, "ERROR", "bad", run_id=None, ui_url=None) for n in names]
+    done = _run(book, signals, sink, max_per_tick=20)
+    assert done.summarised == 23
+    summary = sink.messages[-1]["summary"]
+    named = [n for n in names[20:] if f"check_failure:{n}:not_empty firing" in summary]
+    assert named == names[20:]

@@ -309,10 +309,10 @@ class AlertBook:
         return True
 
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
-        keys = [f"{i['message']['alert_key']} {i['message']['state']}" for i in rest]
-        shown = ", ".join(keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        keys = [f"{one_line(i['message']['alert_key'])} {i['message']['state']}" for i in rest]
+        shown = ", ".join(keys)  # every one of them, however long (at most MAX_KEPT_PER_SINK)
         worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
-        return notice("summary", f"{len(rest)} more alerts this tick", one_line(shown), now, SEVERITIES[worst])
+        return notice("summary", f"{len(rest)} more alerts this tick", shown, now, SEVERITIES[worst])
 
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
