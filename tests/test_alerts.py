@@ -288,8 +288,8 @@ def test_a_webhook_url_with_a_bad_port_or_host_is_one_line_and_sns_stays(url):
     assert "ALERTS_WEBHOOK_URL" in line
 
 
-def _one_shot_server(answer: bytes):
-    """A TCP server that reads a request and answers ``answer`` as it is, then closes."""
+def _tcp_server(answer):
+    """A TCP server on a free port: ``answer(conn)`` after reading each request."""
     import socket
     import threading
 
@@ -305,10 +305,18 @@ def _one_shot_server(answer: bytes):
                 return
             with conn:
                 conn.recv(65536)
-                conn.sendall(answer)
+                try:
+                    answer(conn)
+                except OSError:
+                    pass
 
     threading.Thread(target=serve, daemon=True).start()
     return listener
+
+
+def _one_shot_server(answer: bytes):
+    """Answers ``answer`` as it is, then closes."""
+    return _tcp_server(lambda conn: conn.sendall(answer))
 
 
 NOT_HTTP = [
@@ -432,3 +440,50 @@ def test_a_backlog_summary_names_every_alert_it_stands_for():
     summary = sink.messages[-1]["summary"]
     named = [n for n in names[20:] if f"check_failure:{n}:not_empty firing" in summary]
     assert named == names[20:]
+
+
+def _trickling_server(bytes_: int, every: float):
+    """Answers 200 with a body of ``bytes_`` bytes, one every ``every`` seconds: no single read
+    waits long, the whole answer does."""
+    import time
+
+    def trickle(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % bytes_)
+        for _ in range(bytes_):
+            time.sleep(every)  # the trickle itself is what is under test
+            conn.sendall(b"x")
+
+    return _tcp_server(trickle)
+
+
+def test_a_webhook_trickling_its_answer_is_cut_at_the_deadline_of_the_whole_request():
+    listener = _trickling_server(200, 0.1)  # 20 s in all, never 1 s without a byte
+    try:
+        with pytest.raises(SinkError, match="did not answer within 1 s"):
+            WebhookSink(f"http://127.0.0.1:{listener.getsockname()[1]}/hook", timeout=1).send(_message())
+    finally:
+        listener.close()
+
+
+class SlowSink(ListSink):
+    """Each send moves a fake clock on by ``cost`` seconds."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        super().__init__("slow")
+        self.clock, self.cost = clock, cost
+
+    def send(self, message):
+        self.clock[0] += self.cost
+        super().send(message)
+
+
+def test_a_tick_stops_sending_when_its_budget_is_spent_and_the_rest_go_next_tick():
+    clock = [0.0]
+    book, sink = AlertBook(), SlowSink(clock, 8)
+    for i, name in enumerate("abcde"):
+        book.enqueue(book.observe(_failing_ticks(name), NOW + i), [sink.name])
+    first = book.deliver([sink], NOW + 10, policy=NO_WAIT, max_per_tick=20, deadline=20, clock=lambda: clock[0])
+    assert len(sink.messages) == 3  # sent at 0, 8 and 16; at 24 the budget (20) is spent
+    assert "budget" in first.describe()
+    book.deliver([sink], NOW + 70, policy=NO_WAIT, max_per_tick=20, deadline=clock[0] + 20, clock=lambda: clock[0])
+    assert [m["alert_key"] for m in sink.messages] == [f"tick_failure:{n}" for n in "abcde"]

@@ -394,3 +394,25 @@ def test_a_state_of_another_shape_starts_afresh_with_one_state_reset_alert(aws, 
         tick(instance, res, CHECKED)
     got = sorted((m["kind"], m["state"]) for m in inbox.read())
     assert got == [("run_failure", "firing"), ("state_reset", "firing")]
+
+
+def test_a_tick_whose_budget_is_spent_sends_nothing_more_and_the_next_tick_sends_it(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        budget = [-1.0]
+        monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: budget[0])
+        reason = tick(instance, res)
+        assert "time budget is spent" in reason
+        assert inbox.read() == []
+        budget[0] = 20.0
+        tick(instance, res)
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+def test_the_tick_budget_ends_well_inside_the_daemons_sensor_timeout(monkeypatch):
+    from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
+
+    monkeypatch.setenv("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "60")
+    assert alerts_defs.tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS <= 30

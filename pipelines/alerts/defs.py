@@ -14,10 +14,12 @@ import time
 from collections.abc import Iterator
 
 import dagster as dg
+from dagster._grpc.utils import default_sensor_grpc_timeout
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
 from pipelines.alerts.incidents import AlertBook, Signal, iso_seconds, notice, one_line
+from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
 from pipelines.alerts.sources import (
     automatic_retry,
     check_evaluated,
@@ -43,6 +45,17 @@ CHECKS_READ = 20  # latest evaluations read per check and tick
 
 def now() -> float:
     return time.time()
+
+
+def tick_budget_seconds() -> float:
+    """How long after its start a tick may begin another read or send: half the daemon's sensor
+    evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
+    default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
+    try:
+        timeout = float(default_sensor_grpc_timeout())
+    except ValueError:
+        timeout = 60.0
+    return max(1.0, timeout / 2 - WEBHOOK_TIMEOUT_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
@@ -246,6 +259,7 @@ def build_alerts_sensor(
         sqs: SQSResource,
         cloudwatch: CloudWatchResource,
     ) -> dg.SkipReason:
+        deadline = time.monotonic() + tick_budget_seconds()
         instance = context.instance
         settings = alerts.as_env()
         region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
@@ -277,8 +291,9 @@ def build_alerts_sensor(
                 context.log.warning(line)
         save_book(instance, book)  # the read positions and the outboxes, before anything is sent
         delivery = book.deliver(
-            cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book)
-        )
+            cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
+            deadline=deadline,
+        )  # fmt: skip
         for line in delivery.failed:
             context.log.warning(line)
         book.prune(clock)

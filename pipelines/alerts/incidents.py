@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -124,9 +125,10 @@ class Delivery:
     failed: list[str] = dataclasses.field(default_factory=list)  # one line per sink that did not answer
     waiting: dict[str, int] = dataclasses.field(default_factory=dict)  # sink -> messages kept for later
     summarised: int = 0
+    out_of_time: bool = False  # the tick's time budget was spent before everything due was sent
 
     def describe(self) -> str:
-        parts = []
+        parts = ["the tick's time budget is spent: the rest go next tick"] if self.out_of_time else []
         if self.sent:
             parts.append("sent " + ", ".join(f"{mid} to {sink}" for sink, mid in self.sent[:10]))
             if len(self.sent) > 10:
@@ -252,13 +254,21 @@ class AlertBook:
         policy: RetryPolicy,
         max_per_tick: int,
         save: Callable[[], None] = lambda: None,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> Delivery:
         """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
         summary message. A message a sink refuses is kept and tried again after ``policy``'s delay;
         the messages behind it still go (but not those of its own incident, which keep their order),
         and two failures in a row stop that sink for this tick (it is down: the rest wait, in order).
-        ``save`` runs after each message a sink took, so that a crash repeats none of them."""
+        ``save`` runs after each message a sink took, so that a crash repeats none of them. No
+        message is begun at or after ``deadline`` (by ``clock``): the rest wait for the next tick."""
         done = Delivery()
+
+        def out_of_time() -> bool:
+            done.out_of_time = done.out_of_time or (deadline is not None and clock() >= deadline)
+            return done.out_of_time
+
         for sink in sinks:
             box = self.outbox.get(sink.name, [])
             due = [item for item in box if item["next_try"] <= now]
@@ -268,6 +278,9 @@ class AlertBook:
             refused: set[str] = set()  # incidents whose message was refused: theirs wait behind it
             in_a_row = 0
             for item in due:
+                if out_of_time():
+                    rest = []
+                    break
                 if item["message"].get("alert_key") in refused:
                     continue
                 if self._send(sink, item, now, policy, done):
@@ -279,7 +292,7 @@ class AlertBook:
                 if in_a_row >= 2:
                     rest = []  # the sink is down: the summary waits too
                     break
-            if rest:
+            if rest and not out_of_time():
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
                 if self._send(sink, item, now, policy, done, replaces=rest):
