@@ -95,6 +95,7 @@ class AlertSettings(dg.ConfigurableResource):
     retry_policy: str | None = None  # ALERTS_RETRY_POLICY: how a sink that is down is tried again
     muted_warn_checks: str | None = None  # ALERTS_MUTED_WARN_CHECKS: "asset/key:check" WARN checks that never page
     ui_url: str | None = None  # DAGSTER_UI_URL: links to run and asset pages
+    heartbeat_env: str | None = None  # ALERTS_HEARTBEAT_ENV: the template's Env, the heartbeat's dimension
 
     def as_env(self) -> dict[str, str | None]:
         """The values by their variable's name, for ``pipelines.alerts.config.alert_config``."""
@@ -110,6 +111,7 @@ ALERT_ENV = {
     "retry_policy": "ALERTS_RETRY_POLICY",
     "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
     "ui_url": "DAGSTER_UI_URL",
+    "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
 }
 
 

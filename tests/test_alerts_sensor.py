@@ -416,3 +416,39 @@ def test_the_tick_budget_ends_well_inside_the_daemons_sensor_timeout(monkeypatch
 
     monkeypatch.setenv("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "60")
     assert alerts_defs.tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS <= 30
+
+
+def _beats(aws) -> list[dict]:
+    return aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
+
+
+def test_the_heartbeat_is_a_datum_of_its_deployment_and_so_is_the_alarm(aws):
+    res = resources(aws, heartbeat_env="prod")
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+    assert [m["Dimensions"] for m in _beats(aws)] == [[{"Name": "Env", "Value": "prod"}]]
+    alarm = aws.client("cloudwatch").describe_alarms(AlarmNames=["groundskeeper-alerts-heartbeat-dev"])
+    assert alarm["MetricAlarms"][0]["Dimensions"] == [{"Name": "Env", "Value": "dev"}]
+
+
+def test_no_heartbeat_while_the_only_sink_is_a_topic_the_deployment_cannot_publish_to(aws):
+    other = "arn:aws:sns:us-east-1:210987654321:alerts"
+    res = resources(aws, sns_topic_arn=other, retry_policy=NO_WAIT)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reasons = [tick(instance, res) for _ in range(3)]
+    assert _beats(aws) == []
+    assert all("no heartbeat" in reason for reason in reasons)
+    assert "210987654321" in reasons[0]
+
+
+def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        receiver.failures = [500]
+        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT, sns_topic_arn=None)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)
+        assert _beats(aws) == []
+        tick(instance, res)
+        assert len(receiver.received) == 1
+    assert len(_beats(aws)) == 1

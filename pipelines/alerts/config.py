@@ -6,6 +6,7 @@ is used (a sink whose setting is bad is left out, and that line says so, every t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
 from pipelines.retry import RetryPolicy, RetryPolicyError, exponential, policy_from_text
 
 DEFAULT_MAX_PER_TICK = 20
+DEFAULT_HEARTBEAT_ENV = "dev"  # the template's default Env
+_ENV = re.compile(r"[a-z0-9-]{1,20}")  # the template's Env pattern
 DEFAULT_TICK_FAILURES = 3
 
 
@@ -33,6 +36,7 @@ class AlertConfig:
     ui_url: str | None = None
     policy: RetryPolicy = field(default_factory=default_policy)
     muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
+    heartbeat_env: str = DEFAULT_HEARTBEAT_ENV  # the heartbeat's Env dimension
     problems: list[str] = field(default_factory=list)
 
 
@@ -71,12 +75,25 @@ def _ui_url(raw: str | None) -> str | None:
     return ui_url
 
 
-def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = "us-east-1") -> AlertConfig:
-    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic.
+def _heartbeat_env(raw: str | None) -> str:
+    value = (raw or "").strip() or DEFAULT_HEARTBEAT_ENV
+    if not _ENV.fullmatch(value):
+        raise SinkConfigError(f"ALERTS_HEARTBEAT_ENV={value[:40]!r} is not a template Env (a-z, 0-9, -; 1 to 20)")
+    return value
+
+
+def alert_config(
+    settings: Mapping[str, str | None], *, sns=None, region: str = "us-east-1", account: str | None = None
+) -> AlertConfig:
+    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic;
+    ``account``: the deployment's AWS account, when known (a topic of another one is never published to).
     Each setting is read on its own: a bad one is one line and its default (a sink: left out)."""
     problems: list[str] = []
     sinks: list[Sink] = []
-    makers = {"ALERTS_SNS_TOPIC_ARN": lambda v: SnsSink(sns, v, region=region), "ALERTS_WEBHOOK_URL": WebhookSink}
+    makers = {
+        "ALERTS_SNS_TOPIC_ARN": lambda v: SnsSink(sns, v, region=region, account=account),
+        "ALERTS_WEBHOOK_URL": WebhookSink,
+    }
     for name, make in makers.items():
         value = settings.get(name)
         if value and value.strip():
@@ -108,5 +125,12 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
         ui_url=ui_url,
         policy=policy,
         muted_checks=muted,
+        heartbeat_env=_setting(
+            "ALERTS_HEARTBEAT_ENV",
+            lambda: _heartbeat_env(settings.get("ALERTS_HEARTBEAT_ENV")),
+            DEFAULT_HEARTBEAT_ENV,
+            problems,
+            f"using {DEFAULT_HEARTBEAT_ENV}",
+        ),  # fmt: skip
         problems=problems,
     )

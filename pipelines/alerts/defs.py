@@ -47,6 +47,22 @@ def now() -> float:
     return time.time()
 
 
+_ACCOUNTS: dict[tuple, str | None] = {}  # the caller's account, per SNS configuration: asked once
+
+
+def caller_account(sns: SNSResource, warn) -> str | None:
+    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration);
+    None when it cannot be told (one line), and the topic's account is then not checked."""
+    key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
+    if key not in _ACCOUNTS:
+        try:
+            _ACCOUNTS[key] = sns.get_sts_client().get_caller_identity()["Account"]
+        except Exception as exc:
+            warn(f"the deployment's AWS account is unknown ({one_line(exc, 200)}): the topic's is not checked")
+            return None
+    return _ACCOUNTS[key]
+
+
 def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: half the daemon's sensor
     evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
@@ -263,8 +279,9 @@ def build_alerts_sensor(
         instance = context.instance
         settings = alerts.as_env()
         region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-        cfg = alert_config(settings, sns=sns.get_client() if settings.get("ALERTS_SNS_TOPIC_ARN") else None,
-                           region=region)  # fmt: skip
+        topic = settings.get("ALERTS_SNS_TOPIC_ARN")
+        cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
+                           account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
         for problem in cfg.problems:
             context.log.warning(problem)
         book = load_book(instance, context.log.warning)
@@ -298,11 +315,15 @@ def build_alerts_sensor(
             context.log.warning(line)
         book.prune(clock)
         save_book(instance, book)
-        try:
-            publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace)
-        except Exception as exc:
-            context.log.warning(f"heartbeat not published: {one_line(exc, 200)}")
         parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)"]
+        stuck = book.undeliverable(sink.name for sink in cfg.sinks)
+        if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
+            parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its last message failed)")
+        else:
+            try:
+                publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)
+            except Exception as exc:
+                context.log.warning(f"heartbeat not published: {one_line(exc, 200)}")
         if not cfg.sinks:
             parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
         if noise:

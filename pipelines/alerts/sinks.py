@@ -2,7 +2,8 @@
 
 - :class:`SnsSink` (``ALERTS_SNS_TOPIC_ARN``): the message JSON as the body, message attributes
   ``severity``, ``state`` and ``alert_key``; e-mail, chat (AWS Chatbot) and paging subscribe to the
-  topic. The topic must be in the deployment's region (its ARN is checked before any call).
+  topic. The topic must be in the deployment's region and account (its ARN is checked before any
+  call: the account against the caller's, when known).
 - :class:`WebhookSink` (``ALERTS_WEBHOOK_URL``): a Slack-compatible incoming-webhook POST, ``text``
   plus the message's fields. The URL is a credential (a chat webhook's path is its secret): it is
   checked once (http(s), a path that stays where it says), never logged beyond scheme and host, and
@@ -93,7 +94,7 @@ class SinkConfigError(ValueError):
 class SnsSink:
     name = "sns"
 
-    def __init__(self, sns, topic_arn: str, *, region: str) -> None:
+    def __init__(self, sns, topic_arn: str, *, region: str, account: str | None = None) -> None:
         found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
             raise SinkConfigError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
@@ -102,8 +103,16 @@ class SnsSink:
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
         self.sns, self.topic_arn = sns, topic_arn.strip()
+        self.elsewhere = None  # why it cannot be published to, when known up front
+        if account and found.group(2) != account:
+            self.elsewhere = (
+                f"SNS Publish to {self.topic_arn}: the topic is in account {found.group(2)}, "
+                f"not in this deployment's {account} (not tried)"
+            )
 
     def send(self, message: Mapping[str, Any]) -> None:
+        if self.elsewhere:
+            raise SinkError(self.elsewhere)
         attributes = {
             name: {"DataType": "String", "StringValue": str(message.get(name) or "-")}
             for name in ("severity", "state", "alert_key")
