@@ -19,6 +19,7 @@ from pipelines.retry.tags import ATTEMPT_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import tick_in_a_new_process, webhook_receiver
+from tests.conftest import PATIENCE
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
 
@@ -452,3 +453,58 @@ def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):
         tick(instance, res)
         assert len(receiver.received) == 1
     assert len(_beats(aws)) == 1
+
+
+class HeldSink:
+    """A sink whose first send holds until ``release`` is set (``reached`` says it got there)."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.reached, self.release, self.messages = threading.Event(), threading.Event(), []
+
+    def send(self, message):
+        if not self.reached.is_set():
+            self.reached.set()
+            assert self.release.wait(PATIENCE)
+        self.messages.append(dict(message))
+
+
+def test_a_second_evaluation_while_one_is_sending_sends_nothing(aws, monkeypatch):
+    import threading
+
+    held = HeldSink()
+    real = alerts_defs.alert_config
+
+    def with_held_sink(*args, **kwargs):
+        cfg = real(*args, **kwargs)
+        cfg.sinks.append(held)
+        return cfg
+
+    monkeypatch.setattr(alerts_defs, "alert_config", with_held_sink)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        first = threading.Thread(target=tick, args=(instance, res))
+        first.start()
+        assert held.reached.wait(PATIENCE)  # the first evaluation is sending
+        second = tick(instance, res)
+        held.release.set()
+        first.join(PATIENCE)
+        assert "another evaluation" in second
+        assert len(held.messages) == 1
+        tick(instance, res)  # the next one, after the first ended, is not held back
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+    assert len(held.messages) == 1
+
+
+def test_of_two_compare_and_sets_from_the_same_value_one_only_wins():
+    with dg.instance_for_test() as instance:
+        assert alerts_defs.compare_and_set(instance, "k", None, "a")
+        assert not alerts_defs.compare_and_set(instance, "k", None, "b")
+        assert alerts_defs.compare_and_set(instance, "k", "a", "c")
+        assert not alerts_defs.compare_and_set(instance, "k", "a", "d")
+        assert instance.run_storage.get_cursor_values({"k"}) == {"k": "c"}

@@ -9,12 +9,16 @@ instance's key-value store, saved after each message a sink took: a restart of t
 loses nor repeats an alert.
 """
 
+import json
 import os
 import time
+import uuid
 from collections.abc import Iterator
 
 import dagster as dg
+from dagster._core.storage.runs.schema import KeyValueStoreTable
 from dagster._grpc.utils import default_sensor_grpc_timeout
+from sqlalchemy import exc as db_exc
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
@@ -35,6 +39,7 @@ from resources.settings import AlertSettings, FleetSettings
 
 SENSOR_NAME = "alerts"
 STATE_KEY = "groundskeeper/alerts/state"
+LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
 EVENTS_PER_TICK = 200  # run and check events read per tick and kind (the rest next tick)
@@ -67,11 +72,7 @@ def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: half the daemon's sensor
     evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
     default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
-    try:
-        timeout = float(default_sensor_grpc_timeout())
-    except ValueError:
-        timeout = 60.0
-    return max(1.0, timeout / 2 - WEBHOOK_TIMEOUT_SECONDS)
+    return max(1.0, sensor_timeout_seconds() / 2 - WEBHOOK_TIMEOUT_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
@@ -80,6 +81,63 @@ def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
 
 def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
     instance.run_storage.set_cursor_values({STATE_KEY: book.dumps()})
+
+
+def sensor_timeout_seconds() -> float:
+    """The daemon's sensor evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else
+    ``DAGSTER_GRPC_TIMEOUT_SECONDS``, default 60 s)."""
+    try:
+        return float(default_sensor_grpc_timeout())
+    except ValueError:
+        return 60.0
+
+
+def lease_seconds() -> float:
+    """How long an evaluation's lease lasts: longer than any tick (its budget, the last request and
+    a margin for the reads and saves), so that it lapses only when its holder died."""
+    return max(sensor_timeout_seconds(), tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS + 30)
+
+
+def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
+    """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None:
+    no value), in one statement of its SQL run storage (SQLite, PostgreSQL, MySQL): of two
+    evaluations that read the same value, one only sets it."""
+    storage = instance.run_storage
+    with storage.connect() as conn:
+        if expected is None:
+            try:
+                conn.execute(KeyValueStoreTable.insert().values(key=key, value=new))
+                return True
+            except db_exc.IntegrityError:
+                return False
+        table = KeyValueStoreTable.c
+        update = KeyValueStoreTable.update().where(table.key == key).where(table.value == expected)
+        return conn.execute(update.values(value=new)).rowcount == 1
+
+
+def take_lease(instance: dg.DagsterInstance, seconds: float, warn) -> tuple[str | None, str | None]:
+    """(the lease taken, or None; why not). One evaluation of the sensor at a time: a second one
+    (a tick that overran, the UI's "Test sensor", two code servers during a deploy) sends nothing.
+    A lease lasts ``seconds`` (a crashed holder's lapses)."""
+    if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
+        warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
+        return "", None
+    current = instance.run_storage.get_cursor_values({LEASE_KEY}).get(LEASE_KEY)
+    try:
+        until = float(json.loads(current)["until"]) if current else 0.0
+    except (ValueError, TypeError, KeyError):
+        until = 0.0  # unreadable: lapsed
+    if until > now():
+        return None, f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
+    mine = json.dumps({"holder": uuid.uuid4().hex, "until": now() + seconds})
+    if not compare_and_set(instance, LEASE_KEY, current, mine):
+        return None, "another evaluation of the sensor took its lease first: nothing sent"
+    return mine, None
+
+
+def give_back_lease(instance: dg.DagsterInstance, lease: str) -> None:
+    if lease:
+        compare_and_set(instance, LEASE_KEY, lease, json.dumps({"holder": None, "until": 0}))
 
 
 # ---------------------------------------------------------------------------- what happened
@@ -275,64 +333,76 @@ def build_alerts_sensor(
         sqs: SQSResource,
         cloudwatch: CloudWatchResource,
     ) -> dg.SkipReason:
-        deadline = time.monotonic() + tick_budget_seconds()
-        instance = context.instance
-        settings = alerts.as_env()
-        region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-        topic = settings.get("ALERTS_SNS_TOPIC_ARN")
-        cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
-                           account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
-        for problem in cfg.problems:
-            context.log.warning(problem)
-        book = load_book(instance, context.log.warning)
-        clock = now()
-        if book.reset:
-            reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
-            book.enqueue(reset, [sink.name for sink in cfg.sinks])
-        signals = [
-            *run_signals(context, instance, book, cfg, clock),
-            *check_signals(context, instance, book, cfg),
-            *tick_signals(instance, cfg),
-            *dead_letter_signals(context, sqs.get_client(), fleet),
-        ]
-        changes, noise = [], []
-        for signal in signals:
-            message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
-            if message is None:
-                continue
-            if signal.kind in demo_noise:
-                noise.append(signal.alert_key)
-                continue
-            changes.append(f"{message['alert_key']} {message['state']}")
-            for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
-                context.log.warning(line)
-        save_book(instance, book)  # the read positions and the outboxes, before anything is sent
-        delivery = book.deliver(
-            cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
-            deadline=deadline,
-        )  # fmt: skip
-        for line in delivery.failed:
-            context.log.warning(line)
-        book.prune(clock)
-        save_book(instance, book)
-        parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)"]
-        stuck = book.undeliverable(sink.name for sink in cfg.sinks)
-        if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
-            parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its last message failed)")
-        else:
-            try:
-                publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)
-            except Exception as exc:
-                context.log.warning(f"heartbeat not published: {one_line(exc, 200)}")
-        if not cfg.sinks:
-            parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
-        if noise:
-            parts.append(f"demo noise, not sent: {', '.join(noise[:5])}")
-        if changes:
-            context.log.info(f"state changes: {', '.join(changes)}")
-        return dg.SkipReason("; ".join(parts))
+        lease, busy = take_lease(context.instance, lease_seconds(), context.log.warning)
+        if lease is None:
+            return dg.SkipReason(busy)
+        try:
+            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise)
+        finally:
+            give_back_lease(context.instance, lease)
 
     return alerts
+
+
+def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSResource, sqs: SQSResource,
+              cloudwatch: CloudWatchResource, demo_noise: frozenset[str]) -> dg.SkipReason:  # fmt: skip
+    """One evaluation of the ``alerts`` sensor, under its lease."""
+    deadline = time.monotonic() + tick_budget_seconds()
+    instance = context.instance
+    settings = alerts.as_env()
+    region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
+    topic = settings.get("ALERTS_SNS_TOPIC_ARN")
+    cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
+                       account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
+    for problem in cfg.problems:
+        context.log.warning(problem)
+    book = load_book(instance, context.log.warning)
+    clock = now()
+    if book.reset:
+        reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
+        book.enqueue(reset, [sink.name for sink in cfg.sinks])
+    signals = [
+        *run_signals(context, instance, book, cfg, clock),
+        *check_signals(context, instance, book, cfg),
+        *tick_signals(instance, cfg),
+        *dead_letter_signals(context, sqs.get_client(), fleet),
+    ]
+    changes, noise = [], []
+    for signal in signals:
+        message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
+        if message is None:
+            continue
+        if signal.kind in demo_noise:
+            noise.append(signal.alert_key)
+            continue
+        changes.append(f"{message['alert_key']} {message['state']}")
+        for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
+            context.log.warning(line)
+    save_book(instance, book)  # the read positions and the outboxes, before anything is sent
+    delivery = book.deliver(
+        cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
+        deadline=deadline,
+    )  # fmt: skip
+    for line in delivery.failed:
+        context.log.warning(line)
+    book.prune(clock)
+    save_book(instance, book)
+    parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)"]
+    stuck = book.undeliverable(sink.name for sink in cfg.sinks)
+    if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
+        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its last message failed)")
+    else:
+        try:
+            publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)
+        except Exception as exc:
+            context.log.warning(f"heartbeat not published: {one_line(exc, 200)}")
+    if not cfg.sinks:
+        parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
+    if noise:
+        parts.append(f"demo noise, not sent: {', '.join(noise[:5])}")
+    if changes:
+        context.log.info(f"state changes: {', '.join(changes)}")
+    return dg.SkipReason("; ".join(parts))
 
 
 # ---------------------------------------------------------------------------- the asset
