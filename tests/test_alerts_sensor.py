@@ -508,3 +508,29 @@ def test_of_two_compare_and_sets_from_the_same_value_one_only_wins():
         assert alerts_defs.compare_and_set(instance, "k", "a", "c")
         assert not alerts_defs.compare_and_set(instance, "k", "a", "d")
         assert instance.run_storage.get_cursor_values({"k"}) == {"k": "c"}
+
+
+def test_more_run_events_than_one_read_are_all_read_in_one_tick(aws, monkeypatch):
+    monkeypatch.setattr(alerts_defs, "EVENTS_PER_TICK", 1)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        run_demo(instance, 1, succeed_on=1)
+        reason = tick(instance, res)
+        assert "more remain" not in reason
+    assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
+
+
+def test_a_tick_out_of_time_says_how_far_behind_it_is(aws, monkeypatch):
+    monkeypatch.setattr(alerts_defs, "EVENTS_PER_TICK", 1)
+    monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: -1.0)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        run_demo(instance, 1, succeed_on=1)
+        reason = tick(instance, res)
+    assert "run events: 1 read this tick, more remain, behind by" in reason

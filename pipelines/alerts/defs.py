@@ -42,7 +42,7 @@ STATE_KEY = "groundskeeper/alerts/state"
 LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
-EVENTS_PER_TICK = 200  # run and check events read per tick and kind (the rest next tick)
+EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
 TICKS_READ = 10  # latest ticks read per sensor and schedule
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
@@ -156,10 +156,11 @@ def _status_changes(instance, book: AlertBook, event_type, clock: float) -> list
     ).records
 
 
-def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tuple[object, bool]]:
-    """Run failures and successes since the last read, in the order they happened: (record, failed).
-    When one kind has more than a tick reads, the other is read only as far, so that a success is
-    never taken before a failure that happened earlier but is left for the next tick."""
+def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
+    """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
+    the order they happened: ([(record, failed)], whether more remain). When one kind has more than
+    that, the other is read only as far, so that a success is never taken before a failure that
+    happened earlier but is left for the next read."""
     kinds = {kind: _status_changes(instance, book, kind, clock) for kind in RUN_STATUS_EVENTS}
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
@@ -169,7 +170,7 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tup
         if kept:
             book.positions[kind.value] = kept[-1].storage_id
         changes += [(r, kind == dg.DagsterEventType.RUN_FAILURE) for r in kept]
-    return sorted(changes, key=lambda pair: pair[0].storage_id)
+    return sorted(changes, key=lambda pair: pair[0].storage_id), bool(full)
 
 
 def _first_error(instance: dg.DagsterInstance, run_id: str) -> str:
@@ -204,10 +205,27 @@ def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     return ",".join(sorted(key.to_user_string() for key in keys if key)) or run.job_name
 
 
-def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
+def run_signals(
+    context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
+) -> tuple[list, str | None]:
+    """Reads run failures and successes until caught up or ``deadline`` (``time.monotonic``) has
+    passed: (the signals, a line on how far behind it still is, or None)."""
+    out: list[Signal] = []
+    read, more, last = 0, True, None
+    while more and (read == 0 or time.monotonic() < deadline):
+        changes, more = status_changes_in_order(instance, book, clock)
+        out += _run_signals_of(context, instance, changes, cfg)
+        read += len(changes)
+        last = changes[-1][0] if changes else last
+    if not more:
+        return out, None
+    behind = f", behind by {clock - last.timestamp:.0f} s" if last is not None else ""
+    return out, f"run events: {read} read this tick, more remain{behind}: the rest next tick"
+
+
+def _run_signals_of(context, instance: dg.DagsterInstance, changes: list, cfg: AlertConfig) -> list:
     """A run whose lineage finally failed (no automatic retry follows) fires; a success resolves."""
     out: list[Signal] = []
-    changes = status_changes_in_order(instance, book, clock)
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
     runs = {r.dagster_run.run_id: r.dagster_run for r in records}
@@ -361,8 +379,11 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     if book.reset:
         reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
         book.enqueue(reset, [sink.name for sink in cfg.sinks])
+    run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
+    if behind:
+        context.log.warning(behind)
     signals = [
-        *run_signals(context, instance, book, cfg, clock),
+        *run_changes,
         *check_signals(context, instance, book, cfg),
         *tick_signals(instance, cfg),
         *dead_letter_signals(context, sqs.get_client(), fleet),
@@ -387,7 +408,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
         context.log.warning(line)
     book.prune(clock)
     save_book(instance, book)
-    parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)"]
+    parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
     stuck = book.undeliverable(sink.name for sink in cfg.sinks)
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its last message failed)")
