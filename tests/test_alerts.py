@@ -487,3 +487,16 @@ def test_a_tick_stops_sending_when_its_budget_is_spent_and_the_rest_go_next_tick
     assert "budget" in first.describe()
     book.deliver([sink], NOW + 70, policy=NO_WAIT, max_per_tick=20, deadline=clock[0] + 20, clock=lambda: clock[0])
     assert [m["alert_key"] for m in sink.messages] == [f"tick_failure:{n}" for n in "abcde"]
+
+
+def test_each_message_carries_the_id_of_its_state_change_the_same_on_every_attempt():
+    book, sink = AlertBook(), ListSink(fail=0)
+    book.enqueue(book.observe(_check(False), NOW), ["list", "other"])
+    other = ListSink("other")
+    book.deliver([sink, other], NOW, policy=NO_WAIT, max_per_tick=20)
+    book.enqueue(book.observe(_check(True), NOW + 60), ["list"])
+    book.deliver([sink], NOW + 60, policy=NO_WAIT, max_per_tick=20)
+    firing, resolved = sink.messages
+    assert other.messages[0]["message_id"] == firing["message_id"]
+    assert firing["message_id"] != resolved["message_id"]
+    assert resolved["message_id"].startswith("check_failure:orders:not_empty#")

@@ -5,8 +5,8 @@ and successes, asset check evaluations, the ticks of every sensor and schedule) 
 capabilities' own measures (the dead-letter queues' depth), turns them into incidents
 (``pipelines.alerts.incidents``), delivers each state change to the configured sinks and publishes
 its heartbeat metric. Its state (incidents, outboxes, read positions) is one JSON document in the
-instance's key-value store, saved after each message a sink took: a restart of the daemon neither
-loses nor repeats an alert.
+instance's key-value store (and a copy), saved after each message a sink took: delivery is at
+least once, each message with the ``message_id`` of its state change (docs/alerts.md).
 """
 
 import json
@@ -39,6 +39,7 @@ from resources.settings import AlertSettings, FleetSettings
 
 SENSOR_NAME = "alerts"
 STATE_KEY = "groundskeeper/alerts/state"
+STATE_COPY_KEY = "groundskeeper/alerts/state-copy"  # the same document, read when the first is gone
 LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
@@ -76,11 +77,23 @@ def tick_budget_seconds() -> float:
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
-    return AlertBook.load(instance.run_storage.get_cursor_values({STATE_KEY}).get(STATE_KEY), warn)
+    """The saved book; when its document is gone or unreadable, its copy (open incidents are never
+    forgotten while either is there), else a fresh one."""
+    saved = instance.run_storage.get_cursor_values({STATE_KEY, STATE_COPY_KEY})
+    book = AlertBook.load(saved.get(STATE_KEY), lambda _: None)
+    if saved.get(STATE_KEY) and not book.reset:
+        return book
+    if saved.get(STATE_COPY_KEY):
+        copy = AlertBook.load(saved[STATE_COPY_KEY], lambda _: None)
+        if not copy.reset:
+            warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
+            return copy
+    return AlertBook.load(saved.get(STATE_KEY), warn)
 
 
 def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
-    instance.run_storage.set_cursor_values({STATE_KEY: book.dumps()})
+    text = book.dumps()
+    instance.run_storage.set_cursor_values({STATE_KEY: text, STATE_COPY_KEY: text})
 
 
 def sensor_timeout_seconds() -> float:

@@ -8,7 +8,9 @@ stays open (a reminder every ``remind_seconds`` when that is set).
 Each message goes to an outbox per sink: a sink that is down keeps its messages (retried on later
 ticks by the retry library's policy, then every ``policy``'s longest wait until it answers) and
 holds back no other sink. The whole book is one JSON document that the caller keeps durably and
-saves after every message delivered, so a restart neither loses nor repeats one.
+saves after every message delivered: delivery is at least once (a crash between a sink taking a
+message and the save repeats it), and each message carries the ``message_id`` of its state change
+for a receiver to de-duplicate on.
 """
 
 from __future__ import annotations
@@ -310,7 +312,7 @@ class AlertBook:
               replaces: list[dict[str, Any]] | None = None) -> bool:  # fmt: skip
         box = self.outbox.setdefault(sink.name, [])
         try:
-            sink.send(item["message"])
+            sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
         except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
             if not isinstance(exc, SinkError):
                 exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
