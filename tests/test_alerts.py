@@ -500,3 +500,11 @@ def test_each_message_carries_the_id_of_its_state_change_the_same_on_every_attem
     assert other.messages[0]["message_id"] == firing["message_id"]
     assert firing["message_id"] != resolved["message_id"]
     assert resolved["message_id"].startswith("check_failure:orders:not_empty#")
+
+
+def test_a_sink_not_yet_tried_with_messages_waiting_is_not_known_to_deliver():
+    book = AlertBook()
+    book.enqueue(book.observe(_check(False), NOW), ["list"])
+    assert book.undeliverable(["list"]) == ["list"]
+    book.deliver([ListSink()], NOW, policy=NO_WAIT, max_per_tick=20)
+    assert book.undeliverable(["list"]) == []

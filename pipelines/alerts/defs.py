@@ -424,7 +424,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
     stuck = book.undeliverable(sink.name for sink in cfg.sinks)
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
-        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its last message failed)")
+        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
     else:
         try:
             publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)

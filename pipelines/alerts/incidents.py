@@ -154,7 +154,7 @@ class AlertBook:
         self.outbox: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (state.get("outbox") or {}).items()}
         self.history: list[list[Any]] = list(state.get("history") or [])
         self.positions: dict[str, Any] = dict(state.get("positions") or {})
-        self.failing: list[str] = list(state.get("failing") or [])  # sinks whose last attempt failed
+        self.took: list[str] = list(state.get("took") or [])  # sinks that took the last message tried
 
     @classmethod
     def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> AlertBook:
@@ -173,7 +173,7 @@ class AlertBook:
 
     def dumps(self) -> str:
         state = {"incidents": self.incidents, "outbox": self.outbox, "history": self.history,
-                 "positions": self.positions, "failing": self.failing}  # fmt: skip
+                 "positions": self.positions, "took": self.took}  # fmt: skip
         return json.dumps(state, sort_keys=True, default=str)
 
     # ------------------------------------------------------------------ incidents
@@ -305,8 +305,9 @@ class AlertBook:
         return done
 
     def undeliverable(self, sinks: Iterable[str]) -> list[str]:
-        """The sinks that cannot deliver now: their last attempt failed and messages wait for them."""
-        return [name for name in sinks if name in self.failing and self.outbox.get(name)]
+        """The sinks not known to deliver now: messages wait for them and their last attempt failed
+        (or none was made yet)."""
+        return [name for name in sinks if self.outbox.get(name) and name not in self.took]
 
     def _send(self, sink: Sink, item: dict[str, Any], now: float, policy: RetryPolicy, done: Delivery,
               replaces: list[dict[str, Any]] | None = None) -> bool:  # fmt: skip
@@ -321,10 +322,10 @@ class AlertBook:
                 wait = policy.delay(kept["attempts"])
                 kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
                 kept["last_error"] = one_line(exc)
-            self.failing = sorted({*self.failing, sink.name})
+            self.took = [name for name in self.took if name != sink.name]
             done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
             return False
-        self.failing = [name for name in self.failing if name != sink.name]
+        self.took = sorted({*self.took, sink.name})
         gone = {item["id"]} | {r["id"] for r in replaces or []}
         self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
         done.sent.append((sink.name, item["id"]))
@@ -364,10 +365,10 @@ def _check_shape(state: Any) -> None:
     """Raises ValueError naming the first part of a saved state that the book cannot use."""
     if not isinstance(state, dict):
         raise ValueError("not an object")
-    empty: dict[str, Any] = {"incidents": {}, "outbox": {}, "history": [], "positions": {}, "failing": []}
-    incidents, outbox, history, positions, failing = (empty[p] if state.get(p) is None else state[p] for p in empty)
-    if not isinstance(failing, list) or not all(isinstance(name, str) for name in failing):
-        raise ValueError("its failing sinks are not a list of names")
+    empty: dict[str, Any] = {"incidents": {}, "outbox": {}, "history": [], "positions": {}, "took": []}
+    incidents, outbox, history, positions, took = (empty[p] if state.get(p) is None else state[p] for p in empty)
+    if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
+        raise ValueError("its sinks that took their last message are not a list of names")
     if not isinstance(incidents, dict) or not all(
         isinstance(i, dict) and i.get("state") in (FIRING, RESOLVED) and i.get("kind") in KINDS
         and _number(i.get("first_seen")) and _number(i.get("last_seen"))
