@@ -525,15 +525,14 @@ def test_a_tick_out_of_time_says_how_far_behind_it_is(aws, monkeypatch):
 
 
 def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(aws):
-    from dagster._core.storage.runs.schema import KeyValueStoreTable
-
     inbox = Inbox(aws)
     res = resources(aws)
     with dg.instance_for_test() as instance:
         run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
         tick(instance, res)
         with instance.run_storage.connect() as conn:
-            conn.execute(KeyValueStoreTable.delete().where(KeyValueStoreTable.c.key == alerts_defs.STATE_KEY))
+            table = alerts_defs.KEY_VALUES
+            conn.execute(table.delete().where(table.c.key == alerts_defs.STATE_KEY))
         tick(instance, res)
         assert [i["alert_key"] for i in load_book(instance).open_incidents()] == ["run_failure:retry_demo"]
     (firing,) = inbox.read()

@@ -16,8 +16,7 @@ import uuid
 from collections.abc import Iterator
 
 import dagster as dg
-from dagster._core.storage.runs.schema import KeyValueStoreTable
-from dagster._grpc.utils import default_sensor_grpc_timeout
+import sqlalchemy as db
 from sqlalchemy import exc as db_exc
 
 from pipelines.alerts.config import AlertConfig, alert_config
@@ -41,6 +40,7 @@ SENSOR_NAME = "alerts"
 STATE_KEY = "groundskeeper/alerts/state"
 STATE_COPY_KEY = "groundskeeper/alerts/state-copy"  # the same document, read when the first is gone
 LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
+KEY_VALUES = db.table("kvs", db.column("key"), db.column("value"))  # the SQL run storage's key-value table
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
 EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
@@ -99,10 +99,13 @@ def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
 def sensor_timeout_seconds() -> float:
     """The daemon's sensor evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else
     ``DAGSTER_GRPC_TIMEOUT_SECONDS``, default 60 s)."""
-    try:
-        return float(default_sensor_grpc_timeout())
-    except ValueError:
-        return 60.0
+    for name in ("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "DAGSTER_GRPC_TIMEOUT_SECONDS"):  # as Dagster reads them
+        if os.environ.get(name):
+            try:
+                return float(os.environ[name])
+            except ValueError:
+                break
+    return 60.0
 
 
 def lease_seconds() -> float:
@@ -119,12 +122,12 @@ def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None
     with storage.connect() as conn:
         if expected is None:
             try:
-                conn.execute(KeyValueStoreTable.insert().values(key=key, value=new))
+                conn.execute(KEY_VALUES.insert().values(key=key, value=new))
                 return True
             except db_exc.IntegrityError:
                 return False
-        table = KeyValueStoreTable.c
-        update = KeyValueStoreTable.update().where(table.key == key).where(table.value == expected)
+        table = KEY_VALUES.c
+        update = KEY_VALUES.update().where(table.key == key).where(table.value == expected)
         return conn.execute(update.values(value=new)).rowcount == 1
 
 
