@@ -39,6 +39,8 @@ OUTPUT_ENV = {
     "MetricsNamespace": "RUNS_FLEET_METRICS_NAMESPACE",
     # The topic every alert goes to (the alerts sensor's SNS sink and the template's alarms).
     "AlertsTopicArn": "ALERTS_SNS_TOPIC_ARN",
+    # The stack's Env: the alerts heartbeat's dimension, which the template's heartbeat alarm watches.
+    "AlertsHeartbeatEnv": "ALERTS_HEARTBEAT_ENV",
 }
 
 # Outputs of the ECS resources (EnableEcs=true), which infra/dagster.ecs.yaml reads; exported when present.

@@ -169,3 +169,7 @@ class SNSResource(_Boto3ClientResource):
     """An SNS client (alerts: ``Publish`` to ``ALERTS_SNS_TOPIC_ARN``)."""
 
     service_name: ClassVar[str] = "sns"
+
+    def get_sts_client(self) -> Any:
+        """An STS client of the same configuration (the caller's account, to check a topic's)."""
+        return _shared_client("sts", self)

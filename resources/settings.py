@@ -109,6 +109,7 @@ class AlertSettings(dg.ConfigurableResource):
     muted_warn_checks: str | None = None  # ALERTS_MUTED_WARN_CHECKS: "asset/key:check" WARN checks that never page
     ui_url: str | None = None  # DAGSTER_UI_URL: links to run and asset pages
     runbook_base_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
+    heartbeat_env: str | None = None  # ALERTS_HEARTBEAT_ENV: the template's Env, the heartbeat's dimension
 
     def as_env(self) -> dict[str, str | None]:
         """The values by their variable's name, for ``pipelines.alerts.config.alert_config``."""
@@ -125,6 +126,7 @@ ALERT_ENV = {
     "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
     "ui_url": "DAGSTER_UI_URL",
     "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
+    "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
 }
 
 

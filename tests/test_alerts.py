@@ -22,6 +22,7 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.retry import fixed
+from resources.settings import ALERT_ENV
 from tests.alerts_support import webhook_receiver
 
 NOW = 1_800_000_000.0
@@ -372,3 +373,259 @@ def test_an_acknowledged_incident_gets_no_reminder_and_still_resolves():
     assert acknowledged["state"] == "acknowledged"
     assert book.observe(_dead_letters(3), NOW + 7200, remind_seconds=3600) is None
     assert book.observe(_dead_letters(0), NOW + 7300)["state"] == RESOLVED
+
+
+BAD_VALUES = ["http://hooks.example:99999/x", "http://hooks.example:abc/x", "http://hooks.example:-1/x",
+              "http://[::1/services/x", "http://[not-an-ip]/x", "\x00", " ", "{", "[]", "1e309", "nan", "-inf",
+              "9" * 400, '{"kind": "fixed", "delay": "x"}', '{"kind": ' * 2000, "::", "é"]  # fmt: skip
+ALL_SETTINGS = sorted(ALERT_ENV.values())
+GOOD_TOPIC = "arn:aws:sns:us-east-1:123456789012:alerts"
+
+
+@pytest.mark.parametrize("name", ALL_SETTINGS)
+def test_any_bad_value_of_any_setting_is_at_most_one_line_and_the_other_sinks_stay(name):
+    for value in BAD_VALUES:
+        settings = {"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": "https://hooks.example/services/x"}
+        settings[name] = value
+        cfg = alert_config(settings, region="us-east-1")
+        assert len(cfg.problems) <= 1, (value, cfg.problems)
+        kept = {"sns"} if name == "ALERTS_WEBHOOK_URL" else {"webhook"} if name == "ALERTS_SNS_TOPIC_ARN" else set()
+        assert kept <= {sink.name for sink in cfg.sinks}, value
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://hooks.example:99999/x",
+        "http://hooks.example:abc/x",
+        "http://hooks.example:-1/x",
+        "http://[::1/services/x",
+    ],  # fmt: skip
+)
+def test_a_webhook_url_with_a_bad_port_or_host_is_one_line_and_sns_stays(url):
+    cfg = alert_config({"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": url}, region="us-east-1")
+    assert [sink.name for sink in cfg.sinks] == ["sns"]
+    (line,) = cfg.problems
+    assert "ALERTS_WEBHOOK_URL" in line
+
+
+def _tcp_server(answer):
+    """A TCP server on a free port: ``answer(conn)`` after reading each request."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                try:
+                    answer(conn)
+                except OSError:
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener
+
+
+def _one_shot_server(answer: bytes):
+    """Answers ``answer`` as it is, then closes."""
+    return _tcp_server(lambda conn: conn.sendall(answer))
+
+
+NOT_HTTP = [
+    b"hello\r\n",  # BadStatusLine
+    b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nonly ten..",  # IncompleteRead
+    b"HTTP/1.1 200 OK\r\n" + b"X-Long: " + b"a" * 70000 + b"\r\n\r\n",  # LineTooLong
+    b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(120)) + b"\r\n",  # too many headers
+    b"",  # RemoteDisconnected
+    b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",  # a bad chunk
+    b"SSH-2.0-OpenSSH_9.6\r\n",
+]
+
+
+@pytest.mark.parametrize("answer", NOT_HTTP, ids=range(len(NOT_HTTP)))
+def test_a_webhook_that_is_not_http_or_stops_mid_body_is_that_sinks_one_line(answer):
+    listener = _one_shot_server(answer)
+    try:
+        with pytest.raises(SinkError) as raised:
+            WebhookSink(f"http://127.0.0.1:{listener.getsockname()[1]}/services/secret-token").send(_message())
+    finally:
+        listener.close()
+    assert "secret-token" not in str(raised.value)
+
+
+class BrokenSink(ListSink):
+    def send(self, message):
+        raise KeyError("a sink's own bug")
+
+
+def test_any_failure_of_one_sink_is_that_sinks_failure_and_the_other_sink_still_gets_its_message():
+    book, good, broken = AlertBook(), ListSink("good"), BrokenSink("broken")
+    book.enqueue(book.observe(_check(False), NOW), ["broken", "good"])
+    done = book.deliver([broken, good], NOW, policy=NO_WAIT, max_per_tick=20)
+    assert len(good.messages) == 1
+    assert len(book.outbox["broken"]) == 1
+    assert any("broken did not take" in line for line in done.failed)
+
+
+_INCIDENT = {"alert_key": "k", "kind": "run_failure", "state": "firing", "first_seen": NOW, "last_seen": NOW}
+BAD_STATES = [
+    [],
+    "text",
+    {"incidents": []},
+    {"incidents": {"k": 1}},
+    {"incidents": {"k": {"state": "firing"}}},
+    {"incidents": {"k": {**_INCIDENT, "first_seen": "yesterday"}}},
+    {"incidents": {"k": {**_INCIDENT, "kind": "nonsense"}}},
+    {"outbox": []},
+    {"outbox": {"list": [1]}},
+    {"outbox": {"list": [{"id": "x"}]}},
+    {"history": [1]},
+    {"history": {"a": 1}},
+    {"positions": []},
+    {"positions": {"RUN_FAILURE": "abc"}},
+    {"positions": {"checks": {"a:b": "x"}}},
+]
+
+
+@pytest.mark.parametrize("state", BAD_STATES, ids=range(len(BAD_STATES)))
+def test_valid_json_of_another_shape_starts_afresh_with_one_warning(state):
+    warnings: list[str] = []
+    book = AlertBook.load(json.dumps(state), warnings.append)
+    assert len(warnings) == 1
+    assert book.reset is not None
+    sink = ListSink()
+    _run(book, [_check(False)], sink, max_per_tick=1)
+    book.prune(NOW)
+    assert [m["state"] for m in sink.messages] == [FIRING]
+    assert book.open_incidents()[0]["alert_key"] == "check_failure:orders:not_empty"
+
+
+def test_a_good_state_is_no_reset():
+    book = AlertBook()
+    _run(book, [_check(False)], ListSink())
+    assert AlertBook.load(book.dumps()).reset is None
+
+
+class PickySink(ListSink):
+    """Refuses every message of one alert key, takes the others."""
+
+    def __init__(self, refused: str) -> None:
+        super().__init__("picky")
+        self.refused = refused
+
+    def send(self, message):
+        if message["alert_key"] == self.refused:
+            raise SinkError("400: this one is refused")
+        self.messages.append(dict(message))
+
+
+def _failing_ticks(sensor: str):
+    return ticks_seen(sensor, "sensor", ["FAILURE"] * 3, "boom", threshold=3, ui_url=None)
+
+
+def test_one_refused_message_does_not_hold_the_ones_behind_it():
+    book = AlertBook()
+    sink = PickySink("tick_failure:poison")
+    for i, name in enumerate(["poison", "a", "b", "c", "d", "e"]):
+        book.enqueue(book.observe(_failing_ticks(name), NOW + i), [sink.name])
+    for t in range(10):
+        book.deliver([sink], NOW + 10 + t * 60, policy=fixed(30, None), max_per_tick=20)
+    assert sorted(m["alert_key"] for m in sink.messages) == [f"tick_failure:{n}" for n in "abcde"]
+    assert [i["id"].split("#")[0] for i in book.outbox["picky"]] == ["tick_failure:poison"]
+
+
+def test_a_sink_that_is_down_is_tried_at_most_twice_a_tick():
+    book, sink = AlertBook(), ListSink(fail=100)
+    for i, name in enumerate("abcde"):
+        book.enqueue(book.observe(_failing_ticks(name), NOW + i), [sink.name])
+    done = book.deliver([sink], NOW + 10, policy=NO_WAIT, max_per_tick=20)
+    assert len(done.failed) == 2
+    assert len(book.outbox["list"]) == 5
+
+
+def test_a_backlog_summary_names_every_alert_it_stands_for():
+    book, sink = AlertBook(), ListSink()
+    names = [f"a_rather_long_asset_name_number_{i}" for i in range(43)]
+    signals = [check_evaluated(n, "not_empty", False, "ERROR", "bad", run_id=None, ui_url=None) for n in names]
+    done = _run(book, signals, sink, max_per_tick=20)
+    assert done.summarised == 23
+    summary = sink.messages[-1]["summary"]
+    named = [n for n in names[20:] if f"check_failure:{n}:not_empty firing" in summary]
+    assert named == names[20:]
+
+
+def _trickling_server(bytes_: int, every: float):
+    """Answers 200 with a body of ``bytes_`` bytes, one every ``every`` seconds: no single read
+    waits long, the whole answer does."""
+    import time
+
+    def trickle(conn):
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % bytes_)
+        for _ in range(bytes_):
+            time.sleep(every)  # the trickle itself is what is under test
+            conn.sendall(b"x")
+
+    return _tcp_server(trickle)
+
+
+def test_a_webhook_trickling_its_answer_is_cut_at_the_deadline_of_the_whole_request():
+    listener = _trickling_server(200, 0.1)  # 20 s in all, never 1 s without a byte
+    try:
+        with pytest.raises(SinkError, match="did not answer within 1 s"):
+            WebhookSink(f"http://127.0.0.1:{listener.getsockname()[1]}/hook", timeout=1).send(_message())
+    finally:
+        listener.close()
+
+
+class SlowSink(ListSink):
+    """Each send moves a fake clock on by ``cost`` seconds."""
+
+    def __init__(self, clock: list[float], cost: float) -> None:
+        super().__init__("slow")
+        self.clock, self.cost = clock, cost
+
+    def send(self, message):
+        self.clock[0] += self.cost
+        super().send(message)
+
+
+def test_a_tick_stops_sending_when_its_budget_is_spent_and_the_rest_go_next_tick():
+    clock = [0.0]
+    book, sink = AlertBook(), SlowSink(clock, 8)
+    for i, name in enumerate("abcde"):
+        book.enqueue(book.observe(_failing_ticks(name), NOW + i), [sink.name])
+    first = book.deliver([sink], NOW + 10, policy=NO_WAIT, max_per_tick=20, deadline=20, clock=lambda: clock[0])
+    assert len(sink.messages) == 3  # sent at 0, 8 and 16; at 24 the budget (20) is spent
+    assert "budget" in first.describe()
+    book.deliver([sink], NOW + 70, policy=NO_WAIT, max_per_tick=20, deadline=clock[0] + 20, clock=lambda: clock[0])
+    assert [m["alert_key"] for m in sink.messages] == [f"tick_failure:{n}" for n in "abcde"]
+
+
+def test_each_message_carries_the_id_of_its_state_change_the_same_on_every_attempt():
+    book, sink = AlertBook(), ListSink(fail=0)
+    book.enqueue(book.observe(_check(False), NOW), ["list", "other"])
+    other = ListSink("other")
+    book.deliver([sink, other], NOW, policy=NO_WAIT, max_per_tick=20)
+    book.enqueue(book.observe(_check(True), NOW + 60), ["list"])
+    book.deliver([sink], NOW + 60, policy=NO_WAIT, max_per_tick=20)
+    firing, resolved = sink.messages
+    assert other.messages[0]["message_id"] == firing["message_id"]
+    assert firing["message_id"] != resolved["message_id"]
+    assert resolved["message_id"].startswith("check_failure:orders:not_empty#")
+
+
+def test_a_sink_not_yet_tried_with_messages_waiting_is_not_known_to_deliver():
+    book = AlertBook()
+    book.enqueue(book.observe(_check(False), NOW), ["list"])
+    assert book.undeliverable(["list"]) == ["list"]
+    book.deliver([ListSink()], NOW, policy=NO_WAIT, max_per_tick=20)
+    assert book.undeliverable(["list"]) == []

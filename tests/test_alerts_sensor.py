@@ -23,6 +23,7 @@ from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import tick_in_a_new_process, webhook_receiver
+from tests.conftest import PATIENCE
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
 
@@ -160,9 +161,11 @@ def test_a_restart_between_the_failure_and_the_next_tick_neither_loses_nor_repea
     ]
 
 
-def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(aws, monkeypatch):
-    """Two lineages fail, then a run succeeds; with one event read per tick and kind, the success
-    must still come after both failures: one firing, one resolved, resolved at the end."""
+@pytest.mark.parametrize("ticks", [1, 4])
+def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(aws, monkeypatch, ticks):
+    """Two lineages fail, then a run succeeds; with one event read per query and kind, the success
+    must still come after both failures: one firing, one resolved, resolved at the end, and all of
+    it read in the first tick (it reads until caught up)."""
     monkeypatch.setattr(alerts_defs, "EVENTS_PER_TICK", 1)
     inbox = Inbox(aws)
     res = resources(aws)
@@ -171,7 +174,7 @@ def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(
         run_demo(instance, 4, succeed_on=5, previous="first-lineage")
         run_demo(instance, 4, succeed_on=5, previous="second-lineage")
         run_demo(instance, 1, succeed_on=1)
-        for _ in range(4):
+        for _ in range(ticks):
             tick(instance, res)
         assert load_book(instance).incidents["run_failure:retry_demo:ThrottlingException"]["state"] == "resolved"
     assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
@@ -531,3 +534,178 @@ def test_demo_alerts_are_marked_on_every_surface_and_never_critical(aws):
     table = result.asset_materializations_for_node(incidents.op.name)[0].metadata["incidents"]
     assert len(table.schema.columns) <= 4
     assert sorted(r.data["alert"].startswith("[demo] ") for r in table.records) == [True, True]
+
+
+def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_on(aws):
+    inbox = Inbox(aws)
+    res = resources(aws, webhook_url="http://hooks.example:99999/services/T000/B000/secret-token")
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reason = tick(instance, res)
+    assert "sent run_failure:retry_demo" in reason
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+    beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
+    assert beats != []
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        '{"incidents": []}',
+        '{"positions": {"RUN_FAILURE": "abc"}}',
+        '{"positions": {"checks": []}}',
+        '{"outbox": {"sns": [1]}}',
+        '{"history": [1]}',
+        "[1]",
+    ],  # fmt: skip
+)
+def test_a_state_of_another_shape_starts_afresh_with_one_state_reset_alert(aws, state):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        instance.run_storage.set_cursor_values({alerts_defs.STATE_KEY: state})
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res, CHECKED)
+        tick(instance, res, CHECKED)
+    got = sorted((m["kind"], m["state"]) for m in inbox.read())
+    assert got == [("run_failure", "firing"), ("state_reset", "firing")]
+
+
+def test_a_tick_whose_budget_is_spent_sends_nothing_more_and_the_next_tick_sends_it(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        budget = [-1.0]
+        monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: budget[0])
+        reason = tick(instance, res)
+        assert "time budget is spent" in reason
+        assert inbox.read() == []
+        budget[0] = 20.0
+        tick(instance, res)
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+def test_the_tick_budget_ends_well_inside_the_daemons_sensor_timeout(monkeypatch):
+    from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
+
+    monkeypatch.setenv("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "60")
+    assert alerts_defs.tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS <= 30
+
+
+def _beats(aws) -> list[dict]:
+    return aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
+
+
+def test_the_heartbeat_is_a_datum_of_its_deployment_and_so_is_the_alarm(aws):
+    res = resources(aws, heartbeat_env="prod")
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+    assert [m["Dimensions"] for m in _beats(aws)] == [[{"Name": "Env", "Value": "prod"}]]
+    alarm = aws.client("cloudwatch").describe_alarms(AlarmNames=["groundskeeper-alerts-heartbeat-dev"])
+    assert alarm["MetricAlarms"][0]["Dimensions"] == [{"Name": "Env", "Value": "dev"}]
+
+
+def test_no_heartbeat_while_the_only_sink_is_a_topic_the_deployment_cannot_publish_to(aws):
+    other = "arn:aws:sns:us-east-1:210987654321:alerts"
+    res = resources(aws, sns_topic_arn=other, retry_policy=NO_WAIT)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reasons = [tick(instance, res) for _ in range(3)]
+    assert _beats(aws) == []
+    assert all("no heartbeat" in reason for reason in reasons)
+    assert "210987654321" in reasons[0]
+
+
+def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        receiver.failures = [500]
+        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT, sns_topic_arn=None)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)
+        assert _beats(aws) == []
+        tick(instance, res)
+        assert len(receiver.received) == 1
+    assert len(_beats(aws)) == 1
+
+
+class HeldSink:
+    """A sink whose first send holds until ``release`` is set (``reached`` says it got there)."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        import threading
+
+        self.reached, self.release, self.messages = threading.Event(), threading.Event(), []
+
+    def send(self, message):
+        if not self.reached.is_set():
+            self.reached.set()
+            assert self.release.wait(PATIENCE)
+        self.messages.append(dict(message))
+
+
+def test_a_second_evaluation_while_one_is_sending_sends_nothing(aws, monkeypatch):
+    import threading
+
+    held = HeldSink()
+    real = alerts_defs.alert_config
+
+    def with_held_sink(*args, **kwargs):
+        cfg = real(*args, **kwargs)
+        cfg.sinks.append(held)
+        return cfg
+
+    monkeypatch.setattr(alerts_defs, "alert_config", with_held_sink)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        first = threading.Thread(target=tick, args=(instance, res))
+        first.start()
+        assert held.reached.wait(PATIENCE)  # the first evaluation is sending
+        second = tick(instance, res)
+        held.release.set()
+        first.join(PATIENCE)
+        assert "another evaluation" in second
+        assert len(held.messages) == 1
+        tick(instance, res)  # the next one, after the first ended, is not held back
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+    assert len(held.messages) == 1
+
+
+def test_of_two_compare_and_sets_from_the_same_value_one_only_wins():
+    with dg.instance_for_test() as instance:
+        assert alerts_defs.compare_and_set(instance, "k", None, "a")
+        assert not alerts_defs.compare_and_set(instance, "k", None, "b")
+        assert alerts_defs.compare_and_set(instance, "k", "a", "c")
+        assert not alerts_defs.compare_and_set(instance, "k", "a", "d")
+        assert instance.run_storage.get_cursor_values({"k"}) == {"k": "c"}
+
+
+def test_a_tick_out_of_time_says_how_far_behind_it_is(aws, monkeypatch):
+    monkeypatch.setattr(alerts_defs, "EVENTS_PER_TICK", 1)
+    monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: -1.0)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        run_demo(instance, 1, succeed_on=1)
+        reason = tick(instance, res)
+    assert "run events: 1 read this tick, more remain, behind by" in reason
+
+
+def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)
+        with instance.run_storage.connect() as conn:
+            table = alerts_defs.KEY_VALUES
+            conn.execute(table.delete().where(table.c.key == alerts_defs.STATE_KEY))
+        tick(instance, res)
+        assert [i["alert_key"] for i in load_book(instance).open_incidents()] == ["run_failure:retry_demo"]
+    (firing,) = inbox.read()
+    assert firing["message_id"].startswith("run_failure:retry_demo#")

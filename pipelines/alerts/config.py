@@ -6,6 +6,7 @@ is used (a sink whose setting is bad is left out, and that line says so, every t
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from pipelines.common.http import UnsafeURL, credential_url
 from pipelines.retry import RetryPolicy, RetryPolicyError, exponential, policy_from_text
 
 DEFAULT_MAX_PER_TICK = 20
+DEFAULT_HEARTBEAT_ENV = "dev"  # the template's default Env
+_ENV = re.compile(r"[a-z0-9-]{1,20}")  # the template's Env pattern
 DEFAULT_TICK_FAILURES = 3
 
 
@@ -34,6 +37,7 @@ class AlertConfig:
     runbook_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
     policy: RetryPolicy = field(default_factory=default_policy)
     muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
+    heartbeat_env: str = DEFAULT_HEARTBEAT_ENV  # the heartbeat's Env dimension
     problems: list[str] = field(default_factory=list)
 
 
@@ -46,46 +50,79 @@ def _number(raw: str | None, name: str, default: Any, cast: Callable[[str], Any]
         if not low <= value <= high:
             raise ValueError
         return value
-    except ValueError:
+    except (ValueError, OverflowError):
         problems.append(f"{name}={raw!r} is not a number from {low:g} to {high:g}: using {default!r}")
         return default
 
 
-def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = "us-east-1") -> AlertConfig:
-    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic."""
+def _setting(name: str, read: Callable[[], Any], default: Any, problems: list[str], then: str) -> Any:
+    """``read()``, or ``default`` with one line when it fails in any way (a bad value never stops alerting;
+    the line names the variable and the error's kind, never the value, which may be a credential)."""
+    try:
+        return read()
+    except SinkConfigError as exc:
+        problems.append(f"{exc}: {then}")
+    except RetryPolicyError as exc:
+        problems.append(f"{name}: {exc}: {then}")
+    except Exception as exc:  # noqa: BLE001 (any value a person can set is untrusted)
+        problems.append(f"{name} cannot be used ({type(exc).__name__}): {then}")
+    return default
+
+
+def _checked_url(name: str, raw: str | None) -> str | None:
+    """An http(s) URL that messages link under: no user info, query or fragment (as a credential's URL)."""
+    url = (raw or "").strip().rstrip("/") or None
+    if url is None:
+        return None
+    try:
+        return credential_url(name, url)
+    except UnsafeURL as exc:
+        raise SinkConfigError(str(exc)) from None
+
+
+def _heartbeat_env(raw: str | None) -> str:
+    value = (raw or "").strip() or DEFAULT_HEARTBEAT_ENV
+    if not _ENV.fullmatch(value):
+        raise SinkConfigError(f"ALERTS_HEARTBEAT_ENV={value[:40]!r} is not a template Env (a-z, 0-9, -; 1 to 20)")
+    return value
+
+
+def alert_config(
+    settings: Mapping[str, str | None], *, sns=None, region: str = "us-east-1", account: str | None = None
+) -> AlertConfig:
+    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic;
+    ``account``: the deployment's AWS account, when known (a topic of another one is never published to).
+    Each setting is read on its own: a bad one is one line and its default (a sink: left out)."""
     problems: list[str] = []
     sinks: list[Sink] = []
-    topic, webhook = settings.get("ALERTS_SNS_TOPIC_ARN"), settings.get("ALERTS_WEBHOOK_URL")
-    for name, make in (("ALERTS_SNS_TOPIC_ARN", lambda v: SnsSink(sns, v, region=region)),
-                       ("ALERTS_WEBHOOK_URL", WebhookSink)):  # fmt: skip
-        value = topic if name == "ALERTS_SNS_TOPIC_ARN" else webhook
+    makers = {
+        "ALERTS_SNS_TOPIC_ARN": lambda v: SnsSink(sns, v, region=region, account=account),
+        "ALERTS_WEBHOOK_URL": WebhookSink,
+    }
+    for name, make in makers.items():
+        value = settings.get(name)
         if value and value.strip():
-            try:
-                sinks.append(make(value))
-            except SinkConfigError as exc:
-                problems.append(f"{exc}: that sink is off")
+            sink = _setting(name, lambda: make(value), None, problems, "that sink is off")  # noqa: B023
+            sinks += [sink] if sink is not None else []
     policy = default_policy()
     if (settings.get("ALERTS_RETRY_POLICY") or "").strip():
-        try:
-            policy = policy_from_text(settings["ALERTS_RETRY_POLICY"])
-        except RetryPolicyError as exc:
-            problems.append(f"ALERTS_RETRY_POLICY: {exc}: using {policy.describe()}")
+        policy = _setting(
+            "ALERTS_RETRY_POLICY", lambda: policy_from_text(settings["ALERTS_RETRY_POLICY"]), policy, problems,
+            f"using {policy.describe()}",
+        )  # fmt: skip
     remind = _number(settings.get("ALERTS_REMIND_HOURS"), "ALERTS_REMIND_HOURS", None, float, 0.01, 24 * 365, problems)
-    ui_url = (settings.get("DAGSTER_UI_URL") or "").strip().rstrip("/") or None
-    if ui_url:  # every message carries links under it: no user info, query or fragment
-        try:
-            ui_url = credential_url("DAGSTER_UI_URL", ui_url)
-        except UnsafeURL as exc:
-            problems.append(f"{exc}: messages carry no link")
-            ui_url = None
-    runbook_url = (settings.get("ALERTS_RUNBOOK_BASE_URL") or "").strip().rstrip("/") or None
-    if runbook_url:
-        try:
-            runbook_url = credential_url("ALERTS_RUNBOOK_BASE_URL", runbook_url)
-        except UnsafeURL as exc:
-            problems.append(f"{exc}: runbooks as repository paths")
-            runbook_url = None
-    muted = frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip())
+    ui_url = _setting("DAGSTER_UI_URL", lambda: _checked_url("DAGSTER_UI_URL", settings.get("DAGSTER_UI_URL")), None,
+                      problems, "messages carry no link")  # fmt: skip
+    runbook_url = _setting(
+        "ALERTS_RUNBOOK_BASE_URL",
+        lambda: _checked_url("ALERTS_RUNBOOK_BASE_URL", settings.get("ALERTS_RUNBOOK_BASE_URL")),
+        None, problems, "runbooks as repository paths",
+    )  # fmt: skip
+    muted = _setting(
+        "ALERTS_MUTED_WARN_CHECKS",
+        lambda: frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip()),
+        frozenset(), problems, "no check is muted",
+    )  # fmt: skip
     return AlertConfig(
         sinks=sinks,
         max_per_tick=_number(
@@ -99,5 +136,12 @@ def alert_config(settings: Mapping[str, str | None], *, sns=None, region: str = 
         runbook_url=runbook_url,
         policy=policy,
         muted_checks=muted,
+        heartbeat_env=_setting(
+            "ALERTS_HEARTBEAT_ENV",
+            lambda: _heartbeat_env(settings.get("ALERTS_HEARTBEAT_ENV")),
+            DEFAULT_HEARTBEAT_ENV,
+            problems,
+            f"using {DEFAULT_HEARTBEAT_ENV}",
+        ),  # fmt: skip
         problems=problems,
     )

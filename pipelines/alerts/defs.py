@@ -5,21 +5,26 @@ and successes, asset check evaluations, the ticks of every sensor and schedule) 
 capabilities' own measures (the dead-letter queues' depth), turns them into incidents
 (``pipelines.alerts.incidents``), delivers each state change to the configured sinks and publishes
 its heartbeat metric. Its state (incidents, outboxes, read positions) is one JSON document in the
-instance's key-value store, saved after each message a sink took: a restart of the daemon neither
-loses nor repeats an alert.
+instance's key-value store (and a copy), saved after each message a sink took: delivery is at
+least once, each message with the ``message_id`` of its state change (docs/alerts.md).
 """
 
 import dataclasses
+import json
 import os
 import time
+import uuid
 from collections.abc import Iterator
 
 import dagster as dg
+import sqlalchemy as db
+from sqlalchemy import exc as db_exc
 
 from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, runbook_link
+from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
+from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
 from pipelines.alerts.sources import (
     DEMO_JOBS,
     as_demo,
@@ -46,9 +51,12 @@ SENSOR_NAME = "alerts"
 CLOSE_JOB = "close_incident"  # an operator's acknowledge or close, applied by the sensor's next tick
 CLOSE_OP = "incident_action"
 STATE_KEY = "groundskeeper/alerts/state"
+STATE_COPY_KEY = "groundskeeper/alerts/state-copy"  # the same document, read when the first is gone
+LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
+KEY_VALUES = db.table("kvs", db.column("key"), db.column("value"))  # the SQL run storage's key-value table
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
-EVENTS_PER_TICK = 200  # run and check events read per tick and kind (the rest next tick)
+EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
 TICKS_READ = 10  # latest ticks read per sensor and schedule
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
@@ -58,12 +66,107 @@ def now() -> float:
     return time.time()
 
 
+_ACCOUNTS: dict[tuple, str | None] = {}  # the caller's account, per SNS configuration: asked once
+
+
+def caller_account(sns: SNSResource, warn) -> str | None:
+    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration);
+    None when it cannot be told (one line), and the topic's account is then not checked."""
+    key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
+    if key not in _ACCOUNTS:
+        try:
+            _ACCOUNTS[key] = sns.get_sts_client().get_caller_identity()["Account"]
+        except Exception as exc:
+            warn(f"the deployment's AWS account is unknown ({first_line(exc, 200)}): the topic's is not checked")
+            return None
+    return _ACCOUNTS[key]
+
+
+def tick_budget_seconds() -> float:
+    """How long after its start a tick may begin another read or send: half the daemon's sensor
+    evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
+    default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
+    return max(1.0, sensor_timeout_seconds() / 2 - WEBHOOK_TIMEOUT_SECONDS)
+
+
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
-    return AlertBook.load(instance.run_storage.get_cursor_values({STATE_KEY}).get(STATE_KEY), warn)
+    """The saved book; when its document is gone or unreadable, its copy (open incidents are never
+    forgotten while either is there), else a fresh one."""
+    saved = instance.run_storage.get_cursor_values({STATE_KEY, STATE_COPY_KEY})
+    book = AlertBook.load(saved.get(STATE_KEY), lambda _: None)
+    if saved.get(STATE_KEY) and not book.reset:
+        return book
+    if saved.get(STATE_COPY_KEY):
+        copy = AlertBook.load(saved[STATE_COPY_KEY], lambda _: None)
+        if not copy.reset:
+            warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
+            return copy
+    return AlertBook.load(saved.get(STATE_KEY), warn)
 
 
 def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
-    instance.run_storage.set_cursor_values({STATE_KEY: book.dumps()})
+    text = book.dumps()
+    instance.run_storage.set_cursor_values({STATE_KEY: text, STATE_COPY_KEY: text})
+
+
+def sensor_timeout_seconds() -> float:
+    """The daemon's sensor evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else
+    ``DAGSTER_GRPC_TIMEOUT_SECONDS``, default 60 s)."""
+    for name in ("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "DAGSTER_GRPC_TIMEOUT_SECONDS"):  # as Dagster reads them
+        if os.environ.get(name):
+            try:
+                return float(os.environ[name])
+            except ValueError:
+                break
+    return 60.0
+
+
+def lease_seconds() -> float:
+    """How long an evaluation's lease lasts: longer than any tick (its budget, the last request and
+    a margin for the reads and saves), so that it lapses only when its holder died."""
+    return max(sensor_timeout_seconds(), tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS + 30)
+
+
+def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
+    """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None:
+    no value), in one statement of its SQL run storage (SQLite, PostgreSQL, MySQL): of two
+    evaluations that read the same value, one only sets it."""
+    storage = instance.run_storage
+    with storage.connect() as conn:
+        if expected is None:
+            try:
+                conn.execute(KEY_VALUES.insert().values(key=key, value=new))
+                return True
+            except db_exc.IntegrityError:
+                return False
+        table = KEY_VALUES.c
+        update = KEY_VALUES.update().where(table.key == key).where(table.value == expected)
+        return conn.execute(update.values(value=new)).rowcount == 1
+
+
+def take_lease(instance: dg.DagsterInstance, seconds: float, warn) -> tuple[str | None, str | None]:
+    """(the lease taken, or None; why not). One evaluation of the sensor at a time: a second one
+    (a tick that overran, the UI's "Test sensor", two code servers during a deploy) sends nothing.
+    A lease lasts ``seconds`` (a crashed holder's lapses)."""
+    if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
+        warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
+        return "", None
+    current = instance.run_storage.get_cursor_values({LEASE_KEY}).get(LEASE_KEY)
+    try:
+        until = float(json.loads(current)["until"]) if current else 0.0
+    except (ValueError, TypeError, KeyError):
+        until = 0.0  # unreadable: lapsed
+    if until > now():
+        return None, f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
+    mine = json.dumps({"holder": uuid.uuid4().hex, "until": now() + seconds})
+    if not compare_and_set(instance, LEASE_KEY, current, mine):
+        return None, "another evaluation of the sensor took its lease first: nothing sent"
+    return mine, None
+
+
+def give_back_lease(instance: dg.DagsterInstance, lease: str) -> None:
+    if lease:
+        compare_and_set(instance, LEASE_KEY, lease, json.dumps({"holder": None, "until": 0}))
 
 
 # ---------------------------------------------------------------------------- what happened
@@ -82,10 +185,11 @@ def _status_changes(instance, book: AlertBook, event_type, clock: float) -> list
     ).records
 
 
-def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tuple[object, bool]]:
-    """Run failures and successes since the last read, in the order they happened: (record, failed).
-    When one kind has more than a tick reads, the other is read only as far, so that a success is
-    never taken before a failure that happened earlier but is left for the next tick."""
+def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
+    """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
+    the order they happened: ([(record, failed)], whether more remain). When one kind has more than
+    that, the other is read only as far, so that a success is never taken before a failure that
+    happened earlier but is left for the next read."""
     kinds = {kind: _status_changes(instance, book, kind, clock) for kind in RUN_STATUS_EVENTS}
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
@@ -95,7 +199,7 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> list[tup
         if kept:
             book.positions[kind.value] = kept[-1].storage_id
         changes += [(r, kind == dg.DagsterEventType.RUN_FAILURE) for r in kept]
-    return sorted(changes, key=lambda pair: pair[0].storage_id)
+    return sorted(changes, key=lambda pair: pair[0].storage_id), bool(full)
 
 
 def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
@@ -212,14 +316,32 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConf
     )
 
 
-def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
+def run_signals(
+    context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
+) -> tuple[list, str | None]:
+    """Reads run failures and successes until caught up or ``deadline`` (``time.monotonic``) has
+    passed: (the signals, a line on how far behind it still is, or None)."""
+    out: list[Signal] = []
+    read, more, last = 0, True, None
+    while more and (read == 0 or time.monotonic() < deadline):
+        changes, more = status_changes_in_order(instance, book, clock)
+        out += _run_signals_of(context, instance, book, changes, cfg)
+        read += len(changes)
+        last = changes[-1][0] if changes else last
+    out += [linked(s, cfg) for s in awaited_retries(context, instance, book, cfg, clock)]
+    if not more:
+        return out, None
+    behind = f", behind by {clock - last.timestamp:.0f} s" if last is not None else ""
+    return out, f"run events: {read} read this tick, more remain{behind}: the rest next tick"
+
+
+def _run_signals_of(context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig) -> list:
     """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
     launched in time) fires under its unit of work and cause; a success resolves the open failures of
     its unit of work, and only those."""
     out: list[Signal] = []
     open_units = book.open_units()  # and those this tick opens, in order
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
-    changes = status_changes_in_order(instance, book, clock)
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
     runs = {r.dagster_run.run_id: r.dagster_run for r in records}
@@ -261,7 +383,7 @@ def run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: Ale
         signal = _failure_signal(instance, run, cfg)
         open_units[signal.alert_key] = unit
         out.append(signal)
-    return [linked(s, cfg) for s in out + awaited_retries(context, instance, book, cfg, clock)]
+    return [linked(s, cfg) for s in out]
 
 
 def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
@@ -367,54 +489,79 @@ def build_alerts_sensor(
         sqs: SQSResource,
         cloudwatch: CloudWatchResource,
     ) -> dg.SkipReason:
-        instance = context.instance
-        settings = alerts.as_env()
-        region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-        cfg = alert_config(settings, sns=sns.get_client() if settings.get("ALERTS_SNS_TOPIC_ARN") else None,
-                           region=region)  # fmt: skip
-        for problem in cfg.problems:
-            context.log.warning(problem)
-        book = load_book(instance, context.log.warning)
-        clock = now()
-        signals = [
-            *run_signals(context, instance, book, cfg, clock),
-            *check_signals(context, instance, book, cfg),
-            *tick_signals(instance, cfg),
-            *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
-        ]
-        changes, noise = [], []
-        for signal in signals:
-            message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
-            if message is None:
-                continue
-            if signal.kind in demo_noise:
-                noise.append(signal.alert_key)
-                continue
-            changes.append(f"{message['alert_key']} {message['state']}")
-            for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
-                context.log.warning(line)
-        save_book(instance, book)  # the read positions and the outboxes, before anything is sent
-        delivery = book.deliver(
-            cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book)
-        )
-        for line in delivery.failed:
-            context.log.warning(line)
-        book.prune(clock)
-        save_book(instance, book)
+        lease, busy = take_lease(context.instance, lease_seconds(), context.log.warning)
+        if lease is None:
+            return dg.SkipReason(busy)
         try:
-            publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace)
-        except Exception as exc:
-            context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
-        parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)"]
-        if not cfg.sinks:
-            parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
-        if noise:
-            parts.append(f"demo noise, not sent: {', '.join(noise[:5])}")
-        if changes:
-            context.log.info(f"state changes: {', '.join(changes)}")
-        return dg.SkipReason("; ".join(parts))
+            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise)
+        finally:
+            give_back_lease(context.instance, lease)
 
     return alerts
+
+
+def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSResource, sqs: SQSResource,
+              cloudwatch: CloudWatchResource, demo_noise: frozenset[str]) -> dg.SkipReason:  # fmt: skip
+    """One evaluation of the ``alerts`` sensor, under its lease."""
+    deadline = time.monotonic() + tick_budget_seconds()
+    instance = context.instance
+    settings = alerts.as_env()
+    region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
+    topic = settings.get("ALERTS_SNS_TOPIC_ARN")
+    cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
+                       account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
+    for problem in cfg.problems:
+        context.log.warning(problem)
+    book = load_book(instance, context.log.warning)
+    clock = now()
+    if book.reset:
+        reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
+        book.enqueue(reset, [sink.name for sink in cfg.sinks])
+    run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
+    if behind:
+        context.log.warning(behind)
+    signals = [
+        *run_changes,
+        *check_signals(context, instance, book, cfg),
+        *tick_signals(instance, cfg),
+        *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
+    ]
+    changes, noise = [], []
+    for signal in signals:
+        message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
+        if message is None:
+            continue
+        if signal.kind in demo_noise:
+            noise.append(signal.alert_key)
+            continue
+        changes.append(f"{message['alert_key']} {message['state']}")
+        for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
+            context.log.warning(line)
+    save_book(instance, book)  # the read positions and the outboxes, before anything is sent
+    delivery = book.deliver(
+        cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
+        deadline=deadline,
+    )  # fmt: skip
+    for line in delivery.failed:
+        context.log.warning(line)
+    book.prune(clock)
+    save_book(instance, book)
+    parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
+    stuck = book.undeliverable(sink.name for sink in cfg.sinks)
+    if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
+        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
+    else:
+        try:
+            publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)
+        except Exception as exc:
+            context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
+    if not cfg.sinks:
+        parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
+    if noise:
+        parts.append(f"demo noise, not sent: {', '.join(noise[:5])}")
+    if changes:
+        context.log.info(f"state changes: {', '.join(changes)}")
+    return dg.SkipReason("; ".join(parts))
 
 
 # ---------------------------------------------------------------------------- the asset

@@ -8,7 +8,9 @@ stays open (a reminder every ``remind_seconds`` when that is set).
 Each message goes to an outbox per sink: a sink that is down keeps its messages (retried on later
 ticks by the retry library's policy, then every ``policy``'s longest wait until it answers) and
 holds back no other sink. The whole book is one JSON document that the caller keeps durably and
-saves after every message delivered, so a restart neither loses nor repeats one.
+saves after every message delivered: delivery is at least once (a crash between a sink taking a
+message and the save repeats it), and each message carries the ``message_id`` of its state change
+for a receiver to de-duplicate on.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -36,6 +39,7 @@ KINDS = {
     "reclaim_errors": "a reclaim run ended with item errors",
     "heartbeat": "the alert sensor stopped publishing its heartbeat (a CloudWatch alarm)",
     "summary": "more alerts in one tick than ALERTS_MAX_PER_TICK: the rest in one message",
+    "state_reset": "the alert sensor's saved state was unreadable: it started afresh",
 }
 """Every alert kind, each with its runbook ``docs/runbooks/<kind>.md``."""
 RUNBOOKS = "docs/runbooks"
@@ -127,9 +131,10 @@ class Delivery:
     failed: list[str] = dataclasses.field(default_factory=list)  # one line per sink that did not answer
     waiting: dict[str, int] = dataclasses.field(default_factory=dict)  # sink -> messages kept for later
     summarised: int = 0
+    out_of_time: bool = False  # the tick's time budget was spent before everything due was sent
 
     def describe(self) -> str:
-        parts = []
+        parts = ["the tick's time budget is spent: the rest go next tick"] if self.out_of_time else []
         if self.sent:
             parts.append("sent " + ", ".join(f"{mid} to {sink}" for sink, mid in self.sent[:10]))
             if len(self.sent) > 10:
@@ -147,11 +152,13 @@ class AlertBook:
     """Incidents, per-sink outboxes and read positions, as one JSON-able ``state`` dict."""
 
     def __init__(self, state: Mapping[str, Any] | None = None) -> None:
+        self.reset: str | None = None  # why a saved state could not be used (set by :meth:`load`)
         state = dict(state or {})
         self.incidents: dict[str, dict[str, Any]] = dict(state.get("incidents") or {})
         self.outbox: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (state.get("outbox") or {}).items()}
         self.history: list[list[Any]] = list(state.get("history") or [])
         self.positions: dict[str, Any] = dict(state.get("positions") or {})
+        self.took: list[str] = list(state.get("took") or [])  # sinks that took the last message tried
 
     @classmethod
     def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> AlertBook:
@@ -160,16 +167,17 @@ class AlertBook:
             return cls()
         try:
             state = json.loads(text)
-            if not isinstance(state, dict):
-                raise ValueError("not an object")
+            _check_shape(state)
             return cls(state)
-        except (ValueError, TypeError) as exc:
-            warn(f"alert state unreadable ({exc}): starting afresh")
-            return cls()
+        except (ValueError, TypeError, RecursionError) as exc:
+            warn(f"alert state unreadable ({first_line(exc, 200)}): starting afresh")
+            book = cls()
+            book.reset = first_line(exc, 200)
+            return book
 
     def dumps(self) -> str:
         state = {"incidents": self.incidents, "outbox": self.outbox, "history": self.history,
-                 "positions": self.positions}  # fmt: skip
+                 "positions": self.positions, "took": self.took}  # fmt: skip
         return json.dumps(state, sort_keys=True, default=str)
 
     # ------------------------------------------------------------------ incidents
@@ -291,24 +299,45 @@ class AlertBook:
         policy: RetryPolicy,
         max_per_tick: int,
         save: Callable[[], None] = lambda: None,
+        deadline: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> Delivery:
         """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
-        summary message. The first failure of a sink stops that sink for this tick (its messages are
-        kept, in order, and tried again after ``policy``'s delay); ``save`` runs after each message a
-        sink took, so that a crash repeats none of them."""
+        summary message. A message a sink refuses is kept and tried again after ``policy``'s delay;
+        the messages behind it still go (but not those of its own incident, which keep their order),
+        and two failures in a row stop that sink for this tick (it is down: the rest wait, in order).
+        ``save`` runs after each message a sink took, so that a crash repeats none of them. No
+        message is begun at or after ``deadline`` (by ``clock``): the rest wait for the next tick."""
         done = Delivery()
+
+        def out_of_time() -> bool:
+            done.out_of_time = done.out_of_time or (deadline is not None and clock() >= deadline)
+            return done.out_of_time
+
         for sink in sinks:
             box = self.outbox.get(sink.name, [])
             due = [item for item in box if item["next_try"] <= now]
             rest: list[dict[str, Any]] = []
             if len(due) > max_per_tick:
                 due, rest = due[:max_per_tick], due[max_per_tick:]
+            refused: set[str] = set()  # incidents whose message was refused: theirs wait behind it
+            in_a_row = 0
             for item in due:
-                if not self._send(sink, item, now, policy, done):
+                if out_of_time():
+                    rest = []
+                    break
+                if item["message"].get("alert_key") in refused:
+                    continue
+                if self._send(sink, item, now, policy, done):
+                    in_a_row = 0
+                    save()
+                    continue
+                refused.add(item["message"].get("alert_key"))
+                in_a_row += 1
+                if in_a_row >= 2:
                     rest = []  # the sink is down: the summary waits too
                     break
-                save()
-            if rest:
+            if rest and not out_of_time():
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
                 if self._send(sink, item, now, policy, done, replaces=rest):
@@ -317,40 +346,97 @@ class AlertBook:
             done.waiting[sink.name] = len(self.outbox.get(sink.name, []))
         return done
 
+    def undeliverable(self, sinks: Iterable[str]) -> list[str]:
+        """The sinks not known to deliver now: messages wait for them and their last attempt failed
+        (or none was made yet)."""
+        return [name for name in sinks if self.outbox.get(name) and name not in self.took]
+
     def _send(self, sink: Sink, item: dict[str, Any], now: float, policy: RetryPolicy, done: Delivery,
               replaces: list[dict[str, Any]] | None = None) -> bool:  # fmt: skip
         box = self.outbox.setdefault(sink.name, [])
         try:
-            sink.send(item["message"])
-        except SinkError as exc:
+            sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
+        except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
+            if not isinstance(exc, SinkError):
+                exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
             for kept in replaces or [item]:
                 kept["attempts"] += 1
                 wait = policy.delay(kept["attempts"])
                 kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
                 kept["last_error"] = first_line(exc, SUMMARY_CHARS)
+            self.took = [name for name in self.took if name != sink.name]
             done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
             return False
+        self.took = sorted({*self.took, sink.name})
         gone = {item["id"]} | {r["id"] for r in replaces or []}
         self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
         done.sent.append((sink.name, item["id"]))
         return True
 
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
-        keys = [f"{i['message']['alert_key']} {i['message']['state']}" for i in rest]
-        shown = ", ".join(keys[:20]) + (f" and {len(keys) - 20} more" if len(keys) > 20 else "")
+        keys = [f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest]
+        shown = ", ".join(keys)  # every one of them, however long (at most MAX_KEPT_PER_SINK)
         worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
-        moment = iso_seconds(now)
-        return {
-            **dict.fromkeys(FIELDS),
-            "alert_key": f"summary@{moment}",
-            "state": FIRING,
-            "severity": SEVERITIES[worst],
-            "kind": "summary",
-            "title": f"{len(rest)} more alerts this tick",
-            "summary": first_line(shown, SUMMARY_CHARS),
-            "capability": "alerts",
-            "first_seen": moment,
-            "last_seen": moment,
-            "runbook": f"{RUNBOOKS}/summary.md",
-            "reminder": False,
-        }
+        return notice("summary", f"{len(rest)} more alerts this tick", shown, now, SEVERITIES[worst])
+
+
+def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
+    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
+    moment = iso_seconds(now)
+    return {
+        **dict.fromkeys(FIELDS),
+        "alert_key": f"{kind}@{moment}",
+        "state": FIRING,
+        "severity": severity,
+        "kind": kind,
+        "title": title,
+        "summary": summary,
+        "capability": "alerts",
+        "first_seen": moment,
+        "last_seen": moment,
+        "runbook": f"{RUNBOOKS}/{kind}.md",
+        "reminder": False,
+    }
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+
+
+def _check_shape(state: Any) -> None:
+    """Raises ValueError naming the first part of a saved state that the book cannot use."""
+    if not isinstance(state, dict):
+        raise ValueError("not an object")
+    empty: dict[str, Any] = {"incidents": {}, "outbox": {}, "history": [], "positions": {}, "took": []}
+    incidents, outbox, history, positions, took = (empty[p] if state.get(p) is None else state[p] for p in empty)
+    if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
+        raise ValueError("its sinks that took their last message are not a list of names")
+    if not isinstance(incidents, dict) or not all(
+        isinstance(i, dict) and i.get("state") in (FIRING, RESOLVED) and i.get("kind") in KINDS
+        and _number(i.get("first_seen")) and _number(i.get("last_seen"))
+        for i in incidents.values()
+    ):  # fmt: skip
+        raise ValueError("its incidents are not incidents")
+    if not isinstance(outbox, dict) or not all(
+        isinstance(box, list) and all(
+            isinstance(item, dict) and isinstance(item.get("id"), str) and isinstance(item.get("message"), dict)
+            and isinstance(item["message"].get("alert_key"), str) and _number(item.get("attempts"))
+            and _number(item.get("next_try"))
+            for item in box
+        )
+        for box in outbox.values()
+    ):  # fmt: skip
+        raise ValueError("its outboxes are not lists of messages")
+    if not isinstance(history, list) or not all(
+        isinstance(h, list) and len(h) == 2 and _number(h[0]) and h[1] in (FIRING, RESOLVED) for h in history
+    ):
+        raise ValueError("its history is not a list of [time, state]")
+    if (
+        not isinstance(positions, dict)
+        or not all(
+            isinstance(v, int) or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values()))
+            for v in positions.values()
+        )
+        or not isinstance(positions.get("checks", {}), dict)
+    ):
+        raise ValueError("its read positions are not storage ids")

@@ -2,11 +2,13 @@
 
 - :class:`SnsSink` (``ALERTS_SNS_TOPIC_ARN``): the message JSON as the body, message attributes
   ``severity``, ``state`` and ``alert_key``; e-mail, chat (AWS Chatbot) and paging subscribe to the
-  topic. The topic must be in the deployment's region (its ARN is checked before any call).
+  topic. The topic must be in the deployment's region and account (its ARN is checked before any
+  call: the account against the caller's, when known).
 - :class:`WebhookSink` (``ALERTS_WEBHOOK_URL``): a Slack-compatible incoming-webhook POST, ``text``
   plus the message's fields. The URL is a credential (a chat webhook's path is its secret): it is
   checked once (http(s), a path that stays where it says), never logged beyond scheme and host, and
-  no redirect is followed. Each request times out.
+  no redirect is followed. Each request, connect and send and read together, is cut after its
+  timeout (a server that trickles its answer a byte at a time does not hold a tick).
 
 A sink that does not take a message raises :class:`SinkError` with one line; the caller keeps the
 message for a later tick.
@@ -14,9 +16,11 @@ message for a later tick.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import socket
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
@@ -31,6 +35,57 @@ _TOPIC_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:sns:([a-z0-9-]+):(\d{12}):([A-Za-z
 _SUBJECT_TEXT = re.compile(r"[^\x20-\x7e]")
 
 
+class _Deadline:
+    """The sockets of one request, all cut (shut down) when its deadline passes."""
+
+    def __init__(self, seconds: float) -> None:
+        self.socks: list[socket.socket] = []
+        self.cut = False
+        self.lock = threading.Lock()
+        self.timer = threading.Timer(seconds, self.cut_all)
+        self.timer.daemon = True
+
+    def add(self, sock: socket.socket) -> socket.socket:
+        with self.lock:
+            self.socks.append(sock)
+            if self.cut:
+                sock.shutdown(socket.SHUT_RDWR)
+        return sock
+
+    def cut_all(self) -> None:
+        with self.lock:
+            self.cut = True
+            for sock in self.socks:
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)  # the blocked connect, send or read returns at once
+                except OSError:
+                    pass
+
+
+def _watched(connection_class, deadline: _Deadline):
+    def make(host, **kwargs):
+        connection = connection_class(host, **kwargs)
+        connection._create_connection = lambda *args: deadline.add(socket.create_connection(*args))
+        return connection
+
+    return make
+
+
+class _DeadlineHTTP(urllib.request.HTTPHandler):
+    def http_open(self, req):
+        return self.do_open(_watched(http.client.HTTPConnection, req.deadline), req)
+
+
+class _DeadlineHTTPS(urllib.request.HTTPSHandler):
+    def https_open(self, req):
+        return self.do_open(_watched(http.client.HTTPSConnection, req.deadline), req, context=self._context)
+
+
+_NO_REDIRECTS = next(h for h in NO_REDIRECTS.handlers if isinstance(h, urllib.request.HTTPRedirectHandler))
+_OPENER = urllib.request.build_opener(type(_NO_REDIRECTS), _DeadlineHTTP, _DeadlineHTTPS)
+"""``NO_REDIRECTS``' rules, with a deadline over each whole request (``Request.deadline``)."""
+
+
 class SinkConfigError(ValueError):
     """A sink's setting cannot be used (one line naming the variable, never a credential)."""
 
@@ -38,7 +93,7 @@ class SinkConfigError(ValueError):
 class SnsSink:
     name = "sns"
 
-    def __init__(self, sns, topic_arn: str, *, region: str) -> None:
+    def __init__(self, sns, topic_arn: str, *, region: str, account: str | None = None) -> None:
         found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
             raise SinkConfigError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
@@ -47,8 +102,16 @@ class SnsSink:
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
         self.sns, self.topic_arn = sns, topic_arn.strip()
+        self.elsewhere = None  # why it cannot be published to, when known up front
+        if account and found.group(2) != account:
+            self.elsewhere = (
+                f"SNS Publish to {self.topic_arn}: the topic is in account {found.group(2)}, "
+                f"not in this deployment's {account} (not tried)"
+            )
 
     def send(self, message: Mapping[str, Any]) -> None:
+        if self.elsewhere:
+            raise SinkError(self.elsewhere)
         attributes = {
             name: {"DataType": "String", "StringValue": str(message.get(name) or "-")}
             for name in ("severity", "state", "alert_key")
@@ -81,16 +144,23 @@ class WebhookSink:
         request = urllib.request.Request(
             self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )
+        request.deadline = deadline = _Deadline(self.timeout)
+        deadline.timer.start()
         try:
-            with NO_REDIRECTS.open(request, timeout=self.timeout) as response:
+            with _OPENER.open(request, timeout=self.timeout) as response:
                 response.read()
-        except urllib.error.HTTPError as exc:
-            kind = ", a redirect: not followed" if 300 <= exc.code < 400 else ""
-            raise SinkError(f"webhook at {self.where} answered HTTP {exc.code}{kind}") from None
-        except TimeoutError:
-            raise SinkError(f"webhook at {self.where} did not answer within {self.timeout:g} s") from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            if isinstance(reason, TimeoutError | socket.timeout):
-                raise SinkError(f"webhook at {self.where} did not answer within {self.timeout:g} s") from None
-            raise SinkError(f"webhook at {self.where} cannot be reached: {type(reason).__name__}") from None
+        except Exception as exc:
+            raise SinkError(f"webhook at {self.where} {self._why(exc, deadline.cut)}") from None
+        finally:
+            deadline.timer.cancel()
+
+    def _why(self, exc: Exception, cut: bool) -> str:
+        """One line on why a request failed, without its URL's path (a secret)."""
+        reason = getattr(exc, "reason", exc) if isinstance(exc, urllib.error.URLError) else exc
+        if cut or isinstance(reason, TimeoutError | socket.timeout):
+            return f"did not answer within {self.timeout:g} s"
+        if isinstance(exc, urllib.error.HTTPError):
+            return f"answered HTTP {exc.code}" + (", a redirect: not followed" if 300 <= exc.code < 400 else "")
+        if isinstance(exc, http.client.HTTPException):  # not HTTP, or it stopped mid-answer (not an OSError)
+            return f"did not answer HTTP: {type(exc).__name__}"
+        return f"cannot be reached: {type(reason).__name__}"
