@@ -322,10 +322,11 @@ def run_signals(
     """Reads run failures and successes until caught up or ``deadline`` (``time.monotonic``) has
     passed: (the signals, a line on how far behind it still is, or None)."""
     out: list[Signal] = []
+    open_units = book.open_units()  # and those this tick opens, in order, over every batch read
     read, more, last = 0, True, None
     while more and (read == 0 or time.monotonic() < deadline):
         changes, more = status_changes_in_order(instance, book, clock)
-        out += _run_signals_of(context, instance, book, changes, cfg)
+        out += _run_signals_of(context, instance, book, changes, cfg, open_units)
         read += len(changes)
         last = changes[-1][0] if changes else last
     out += [linked(s, cfg) for s in awaited_retries(context, instance, book, cfg, clock)]
@@ -335,12 +336,13 @@ def run_signals(
     return out, f"run events: {read} read this tick, more remain{behind}: the rest next tick"
 
 
-def _run_signals_of(context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig) -> list:
+def _run_signals_of(
+    context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
+) -> list:
     """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
     launched in time) fires under its unit of work and cause; a success resolves the open failures of
     its unit of work, and only those."""
     out: list[Signal] = []
-    open_units = book.open_units()  # and those this tick opens, in order
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
     records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []

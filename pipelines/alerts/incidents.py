@@ -412,7 +412,7 @@ def _check_shape(state: Any) -> None:
     if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
         raise ValueError("its sinks that took their last message are not a list of names")
     if not isinstance(incidents, dict) or not all(
-        isinstance(i, dict) and i.get("state") in (FIRING, RESOLVED) and i.get("kind") in KINDS
+        isinstance(i, dict) and i.get("state") in (FIRING, RESOLVED, CLOSED) and i.get("kind") in KINDS
         and _number(i.get("first_seen")) and _number(i.get("last_seen"))
         for i in incidents.values()
     ):  # fmt: skip
@@ -428,14 +428,20 @@ def _check_shape(state: Any) -> None:
     ):  # fmt: skip
         raise ValueError("its outboxes are not lists of messages")
     if not isinstance(history, list) or not all(
-        isinstance(h, list) and len(h) == 2 and _number(h[0]) and h[1] in (FIRING, RESOLVED) for h in history
+        isinstance(h, list) and len(h) == 2 and _number(h[0]) and h[1] in (FIRING, RESOLVED, CLOSED) for h in history
     ):
         raise ValueError("its history is not a list of [time, state]")
     if (
         not isinstance(positions, dict)
         or not all(
             isinstance(v, int) or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values()))
-            for v in positions.values()
+            for k, v in positions.items()
+            if k != "awaiting_retry"
+        )
+        or not isinstance(positions.get("awaiting_retry", {}), dict)
+        or not all(
+            isinstance(item, dict) and _number(item.get("at")) and _number(item.get("by"))
+            for item in positions.get("awaiting_retry", {}).values()
         )
         or not isinstance(positions.get("checks", {}), dict)
     ):
