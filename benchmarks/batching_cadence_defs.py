@@ -8,4 +8,4 @@ import dagster as dg
 from pipelines.batching.defs import build_defs
 from resources import resources_for
 
-defs = dg.Definitions.merge(build_defs("local"), dg.Definitions(resources=resources_for("local")))
+defs = dg.Definitions.merge(build_defs(), dg.Definitions(resources=resources_for("local")))
