@@ -706,6 +706,7 @@ def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(a
             table = alerts_defs.KEY_VALUES
             conn.execute(table.delete().where(table.c.key == alerts_defs.STATE_KEY))
         tick(instance, res)
-        assert [i["alert_key"] for i in load_book(instance).open_incidents()] == ["run_failure:retry_demo:ThrottlingException"]
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+        assert open_keys == ["run_failure:retry_demo:ThrottlingException"]
     (firing,) = inbox.read()
     assert firing["message_id"].startswith("run_failure:retry_demo:ThrottlingException#")
