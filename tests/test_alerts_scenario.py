@@ -86,7 +86,7 @@ def test_down_then_slow_then_back_every_state_change_once_and_no_heartbeat_while
     receiver = Receiver()
     env = {**aws.subprocess_env(), "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT),
            "ALERTS_WEBHOOK_URL": receiver.url, "DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS": "40"}  # fmt: skip
-    key = "run_failure:retry_demo"
+    key = "run_failure:retry_demo:ThrottlingException"  # its unit of work and its cause
     log = tmp_path / "daemon.log"
     with dg.DagsterInstance.get() as instance:
         # down: a lineage fails; ticks try the webhook, deliver nothing and do not beat
