@@ -267,11 +267,14 @@ def test_every_sensor_and_schedule_tick_is_allowed_by_the_code_servers_policies_
     """Each sensor and schedule of the prod definitions evaluated once over the demo's data (and a
     failed run, so that the alerts sensor publishes), as the code server's role: no call is denied,
     and every call is one of test_iam_static's sensor_calls()."""
+    from pipelines.alerts import defs as alerts_defs
     from pipelines.definitions import build_definitions
     from resources import resources_for
 
     _seed(aws)
     _policy_user(aws, monkeypatch, table, _code_server_policies())
+    # the account check is once per process: forget what an earlier test of this worker learnt
+    monkeypatch.setattr(alerts_defs, "_ACCOUNTS", {})
     recorded = _record_calls(monkeypatch)
     denied = _record_denials(monkeypatch)
     repository = build_definitions("prod").get_repository_def()
