@@ -7,6 +7,7 @@ import json
 import dagster as dg
 import pytest
 
+from pipelines.alerts.defs import build_alerts_sensor
 from pipelines.batching.defs import (
     BATCH_TIME_TAG,
     FAILED_TAG,
@@ -20,6 +21,8 @@ from pipelines.batching.defs import (
 from pipelines.batching.minute import parse_partitions, shares
 from pipelines.definitions import build_definitions
 from resources import resources_for
+from resources.settings import AlertSettings
+from tests.alerts_support import webhook_receiver
 from tests.batching_helpers import outbox, pending_ids, put_receiver, put_records
 
 UTC = dt.UTC
@@ -135,6 +138,15 @@ def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws
             "2026-11-20|globex": "FAILED",
             "2026-11-20|initech": "MATERIALIZED",
         }
+
+        # The alerts sensor's one alert names globex's partition, and no other.
+        with webhook_receiver() as receiver:
+            settings = AlertSettings(webhook_url=receiver.url)
+            res = {**resources_for("local"), "alerts": settings}
+            with dg.build_sensor_context(instance=instance, resources=res) as context:
+                build_alerts_sensor().evaluate_tick(context)
+            keys = [body["alert_key"] for body in receiver.received]
+    assert keys == ["run_failure:receiver_batches:2026-11-20|globex:failure"]
 
 
 @pytest.mark.slow
