@@ -74,8 +74,22 @@ def cpu(pids: list[int]) -> float:
     return total
 
 
-def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+def parts(home: Path) -> dict[str, int]:
+    """The instance folder's bytes by part: the run storage, the per-run event logs, the captured
+    compute logs, the schedule and sensor ticks, and anything else by its top-level name."""
+    out: dict[str, int] = {}
+    for f in home.rglob("*"):
+        if not f.is_file():
+            continue
+        rel = f.relative_to(home).parts
+        if rel[0] == "history" and len(rel) > 2:
+            part = "history/runs/*.db (event logs)"
+        elif rel[0] == "storage":
+            part = "storage/ (compute logs)"
+        else:
+            part = "/".join(rel[:2])
+        out[part] = out.get(part, 0) + f.stat().st_size
+    return out
 
 
 def make_receivers(ddb, table: str, names: list[str], template: dict | None = None) -> None:
@@ -259,7 +273,7 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
             raise SystemExit(f"dagster-daemon exited: {(home / 'daemon.log').read_text()[-3000:]}")
         # The daemon's whole tree: its own threads, the code server it started, the run processes.
         groups = {"deployment": [psutil.Process(daemon.pid)]}
-        first, before_servers, size = sample(groups), cpu(servers), du(home)
+        first, before_servers, before_parts = sample(groups), cpu(servers), parts(home)
         started = dt.datetime.now(UTC)
         proc, queue = start_writer(env, names, args.rate, args.minutes * 60)
         written = queue.get()
@@ -268,7 +282,10 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
         last, used_servers = sample(groups), cpu(servers) - before_servers
         seconds = (dt.datetime.now(UTC) - started).total_seconds()
         used_deploy = sum(last[g][0] + last[g][1] - first[g][0] - first[g][1] for g in last)
-        grown = du(home) - size
+        after_parts = parts(home)
+        # daemon.log is this benchmark's capture of the daemon's output, not the instance
+        growth = {k: v - before_parts.get(k, 0) for k, v in after_parts.items() if k != "daemon.log"}
+        grown = sum(growth.values())
         with dg.DagsterInstance.from_config(str(home)) as instance:
             runs = instance.get_run_records(dg.RunsFilter(created_after=started))
             by_job: dict[str, int] = {}
@@ -290,6 +307,8 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
         "runs_by_job": by_job,
         "seconds": seconds,
         "growth_per_hour": grown / seconds * 3600,
+        "growth_parts_per_hour": {k: v / seconds * 3600 for k, v in sorted(growth.items(), key=lambda kv: -kv[1])},
+        "daemon_log_per_hour": (after_parts.get("daemon.log", 0) - before_parts.get("daemon.log", 0)) / seconds * 3600,
     }
 
 
@@ -383,6 +402,10 @@ def main() -> int:
             f"{m['cpu_servers'] / max(1, o['delivered']):.3f} | {o['p50']:.0f} | {o['p90']:.0f} | {o['delivered']} | "
             f"{o['pending']} | {o['lost']} | {o['twice']} | {growth} |"
         )
+    dep_parts = results["deployment"][0]["growth_parts_per_hour"]
+    print()
+    print("instance growth by part, MB/h: " + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in dep_parts.items()))
+    print(f"(not counted: the daemon's own output, {results['deployment'][0]['daemon_log_per_hour'] / 1e6:.2f} MB/h)")
     print()
     print(f"deployment / loop, CPU per record delivered: {per_record['deployment'] / per_record['loop']:.1f}x")
     bad = sum(o["lost"] + o["twice"] for _, o in results.values())
