@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
 from pipelines.common.aws_batches import error_code
+from pipelines.common.params import param
 
 SEEDED = "the demo seeds this on purpose"
 
@@ -38,6 +39,11 @@ def demo_step(seed: int | None, now: dt.datetime | None = None) -> tuple[random.
 def demo_uuid(rng: random.Random) -> str:
     """A UUID drawn from ``rng`` (the same seed, the same ids)."""
     return str(uuid.UUID(int=rng.getrandbits(128)))
+
+
+def step_count(default: int, description: str, maximum: int = 100) -> Any:
+    """A run config parameter counting what one step makes: ``default``, from 0 to ``maximum``."""
+    return param(default, description=description, minimum=0, maximum=maximum)
 
 
 def put_once(dynamodb, table: str, item: dict[str, Any], key: str) -> bool:
