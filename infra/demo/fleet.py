@@ -19,9 +19,11 @@ from typing import Any
 from infra.demo.common import put_once, step_count
 from pipelines.common import iso, to_item
 from pipelines.common.aws_batches import chunks
+from pipelines.fleet.messages import runner_parameter
+from pipelines.fleet.tasks.instances import described_instances, instance_tags
+from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, managed_instances
 
 DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod
-MANAGED_TAG = "runs-fleet:managed"
 POOL_TAG = "runs-fleet:pool"
 JOB_TAG = "groundskeeper-demo:job"
 
@@ -160,7 +162,7 @@ def fleet_traffic(
             ),
         )
         ssm.put_parameter(
-            Name=f"/runs-fleet/runners/{instance_id}/config",
+            Name=runner_parameter(instance_id),
             Type="String",
             Overwrite=True,
             Value=json.dumps({"job_id": job_id, "pool": pool["pool_name"]}),
@@ -189,16 +191,12 @@ def fleet_traffic(
 
 def standing_instances_traffic(ec2) -> dict[str, int]:
     """Keep the pool audit's demo capacity (``DEMO_STANDING``) in place; creates only what is missing."""
-    present = set()
-    for page in ec2.get_paginator("describe_instances").paginate(
-        Filters=[
-            {"Name": f"tag:{ROLE_TAG}", "Values": [role for role, _, _ in DEMO_STANDING]},
-            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            for inst in reservation["Instances"]:
-                present.update(t["Value"] for t in inst.get("Tags", []) if t["Key"] == ROLE_TAG)
+    standing = described_instances(
+        ec2,
+        {"Name": f"tag:{ROLE_TAG}", "Values": [role for role, _, _ in DEMO_STANDING]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+    )
+    present = {instance_tags(inst).get(ROLE_TAG) for inst in standing}
     started = 0
     for role, pool, instance_type in DEMO_STANDING:
         if role in present:
@@ -240,24 +238,10 @@ def _fleet_leftovers(
 
 
 def _demo_instances(ec2) -> list[dict[str, Any]]:
-    out = []
-    paginator = ec2.get_paginator("describe_instances")
-    for page in paginator.paginate(
-        Filters=[
-            {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
-            {"Name": "instance-state-name", "Values": ["pending", "running"]},
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            for inst in reservation["Instances"]:
-                out.append(
-                    {
-                        "id": inst["InstanceId"],
-                        "launch_time": inst["LaunchTime"],
-                        "tags": {t["Key"]: t["Value"] for t in inst.get("Tags", [])},
-                    }
-                )
-    return out
+    return [
+        {"id": i["InstanceId"], "launch_time": i["LaunchTime"], "tags": instance_tags(i)}
+        for i in managed_instances(ec2)
+    ]
 
 
 def _launch(ec2, instance_type: str, tags: dict[str, str], count: int = 1) -> list[str]:
