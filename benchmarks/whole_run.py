@@ -478,43 +478,35 @@ def batching(size: int) -> Capability:
         from pipelines.batching import store
 
         ddb, table = c["dynamodb"], env["BATCH_RECORDS_TABLE"]
-        items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
-        for n, group in enumerate(chunks(items, bb.MAX_BATCH_SIZE), start=1):
-            batch = f"{RECEIVER}/bare/{n}"
+
+        def update_all(group: list[dict], update: str, condition: str, values: dict) -> None:
             ddb.transact_write_items(
                 TransactItems=[
                     {
                         "Update": {
                             "TableName": table,
                             "Key": {"record_id": {"S": i["record_id"]}},
-                            "UpdateExpression": "SET batch_id = :b",
-                            "ConditionExpression": "next_action = :n AND attribute_not_exists(batch_id)",
-                            "ExpressionAttributeValues": {":b": {"S": batch}, ":n": {"S": "BATCH"}},
+                            "UpdateExpression": update,
+                            "ConditionExpression": condition,
+                            "ExpressionAttributeValues": values,
                         }
                     }
                     for i in group
                 ]
             )
+
+        items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
+        for n, group in enumerate(chunks(items, bb.MAX_BATCH_SIZE), start=1):
+            batch = f"{RECEIVER}/bare/{n}"
+            lock = "next_action = :n AND attribute_not_exists(batch_id)"
+            update_all(group, "SET batch_id = :b", lock, {":b": {"S": batch}, ":n": {"S": "BATCH"}})
             store.put_file(
                 c["s3"],
                 env["BATCH_OUTBOX_BUCKET"],
                 f"bare/{RECEIVER}/{n}.jsonl",
                 [store.record_line(i, batch) for i in group],
             )
-            ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": {"record_id": {"S": i["record_id"]}},
-                            "UpdateExpression": "REMOVE next_action, pending_receiver",
-                            "ConditionExpression": "batch_id = :b",
-                            "ExpressionAttributeValues": {":b": {"S": batch}},
-                        }
-                    }
-                    for i in group
-                ]
-            )
+            update_all(group, "REMOVE next_action, pending_receiver", "batch_id = :b", {":b": {"S": batch}})
 
     def setup_instance(home: Path, env: dict[str, str]) -> None:
         code = f"import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('receivers', [{RECEIVER!r}])"
