@@ -3,8 +3,8 @@
 Each capability's demo traffic is a module of this package (``infra/demo/<capability>.py``); the
 ``demo_traffic`` job (``infra/demo/defs.py``) runs them in turn with one step's random
 generator and moment (:func:`demo_step`): one generator for all, so the same seed makes the same
-traffic. They draw ids from it (:func:`demo_uuid`) and write their fixed demo items once
-(:func:`put_once`).
+traffic. They draw ids from it (:func:`demo_uuid`), write their fixed demo items once
+(:func:`put_once`) and declare how much a step makes with :func:`step_count`.
 
 The demo makes some checks fail on purpose, so that each capability has something to show: an
 instance tagged with a pool that no longer exists, idle runners kept warm, malformed termination
