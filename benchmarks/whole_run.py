@@ -108,10 +108,6 @@ BREAK_OPERATIONS = {  # the writes --break skips (the 2nd, 22nd, 42nd... call re
 }
 
 
-class VerificationError(AssertionError):
-    pass
-
-
 # ----------------------------------------------------------------------------- counting
 
 

@@ -12,5 +12,4 @@ def described_instances(ec2, *filters: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def instance_tags(instance: dict[str, Any]) -> dict[str, str]:
-    """An instance's tags as a dict."""
     return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
