@@ -43,6 +43,7 @@ sys.path.insert(0, str(ROOT))
 import breaking  # noqa: E402
 import moto_server  # noqa: E402
 import trials  # noqa: E402
+from bench_support import all_pages  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.batching.batcher import BatchSettings, ReceiverBatcher  # noqa: E402
@@ -170,9 +171,7 @@ def verify_batched(ddb, s3, env, names: list[str], records: int) -> tuple[int, l
     wanted = set(names)
     finalized: set[str] = set()
     pending = 0
-    kwargs = {"TableName": env["BATCH_RECORDS_TABLE"], "ConsistentRead": True}
-    while True:
-        page = ddb.scan(**kwargs)
+    for page in all_pages(ddb.scan, TableName=env["BATCH_RECORDS_TABLE"], ConsistentRead=True):
         for item in page["Items"]:
             if item["receiver"]["S"] not in wanted:
                 continue
@@ -180,9 +179,6 @@ def verify_batched(ddb, s3, env, names: list[str], records: int) -> tuple[int, l
                 pending += 1
             elif "batch_id" in item:
                 finalized.add(item["record_id"]["S"])
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
     sent: Counter = Counter()
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=env["BATCH_OUTBOX_BUCKET"]):
         for obj in page.get("Contents", []):

@@ -34,7 +34,6 @@ import json
 import multiprocessing
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -51,6 +50,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 import moto_server  # noqa: E402
+from bench_support import all_pages, start_daemon, stop_daemon  # noqa: E402
 from idle_cost import sample  # noqa: E402
 
 from infra import dynamodb_local  # noqa: E402
@@ -182,15 +182,12 @@ def start_writer(env: dict, names: list[str], rate: float, seconds: float):
 def outcome(ddb, s3, env: dict, names: list[str]) -> dict:
     """Lateness, lost and twice-batched records of ``names``, from the records table and the outbox."""
     wanted = set(names)
-    records, kwargs = {}, {"TableName": env["BATCH_RECORDS_TABLE"]}
-    while True:
-        page = ddb.scan(**kwargs)
-        for raw in page["Items"]:
-            if raw.get("receiver", {}).get("S") in wanted:
-                records[raw["record_id"]["S"]] = raw
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    records = {
+        raw["record_id"]["S"]: raw
+        for page in all_pages(ddb.scan, TableName=env["BATCH_RECORDS_TABLE"])
+        for raw in page["Items"]
+        if raw.get("receiver", {}).get("S") in wanted
+    }
     in_files: dict[str, int] = {}
     bucket = env["BATCH_OUTBOX_BUCKET"]
     for name in names:
@@ -250,22 +247,9 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
 
     ddb = boto3.client("dynamodb")
     shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-    workspace = home / "workspace.yaml"
-    workspace.write_text(
-        "load_from:\n  - python_file:\n"
-        f"      relative_path: {ROOT / 'benchmarks' / 'batching_cadence_defs.py'}\n"
-        f"      working_directory: {ROOT}\n      location_name: batching_cadence\n"
-    )
     daemon_env = {**env, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT)}
-    log = open(home / "daemon.log", "wb")
-    daemon = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(workspace)],
-        cwd=ROOT,
-        env=daemon_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    defs_file = ROOT / "benchmarks" / "batching_cadence_defs.py"
+    daemon = start_daemon(home, defs_file, "batching_cadence", cwd=ROOT, env=daemon_env)
     try:
         settle(env, names)
         time.sleep(args.warmup)  # the daemon and its code server up, before the measured window
@@ -293,11 +277,7 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
                 key = f"{r.dagster_run.job_name} ({r.dagster_run.status.value.lower()})"
                 by_job[key] = by_job.get(key, 0) + 1
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
+        stop_daemon(daemon)
     set_enabled(ddb, env["RECEIVERS_TABLE"], names, False)
     return {
         "written": written,
@@ -382,11 +362,7 @@ def main() -> int:
         }
     finally:
         for proc in (moto, ddb_local):
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            moto_server.stop(proc)
         shutil.rmtree(tmp, ignore_errors=True)
 
     print()

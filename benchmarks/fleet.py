@@ -43,7 +43,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -59,6 +58,7 @@ sys.path.insert(0, str(ROOT))
 
 import moto_server  # noqa: E402
 import trials  # noqa: E402
+from bench_support import all_pages, start_daemon, stop_daemon  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
@@ -257,15 +257,15 @@ def seed_jobs(clients, env, n: int, *, parameters: bool = True) -> list[dict]:
 
 
 def completed(clients, env) -> int:
-    ddb, total, kwargs = clients["dynamodb"], 0, {"TableName": env["RUNS_FLEET_JOBS_TABLE"], "Select": "COUNT"}
-    kwargs.update(FilterExpression="#s <> :r", ExpressionAttributeNames={"#s": "status"})
-    kwargs["ExpressionAttributeValues"] = {":r": {"S": "running"}}
-    while True:
-        page = ddb.scan(**kwargs)
-        total += page["Count"]
-        if "LastEvaluatedKey" not in page:
-            return total
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    pages = all_pages(
+        clients["dynamodb"].scan,
+        TableName=env["RUNS_FLEET_JOBS_TABLE"],
+        Select="COUNT",
+        FilterExpression="#s <> :r",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":r": {"S": "running"}},
+    )
+    return sum(page["Count"] for page in pages)
 
 
 def depth(clients, url) -> int:
@@ -315,16 +315,11 @@ def _drain_marks(clients, env, n: int) -> list[str]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=ROUNDS_PREFIX):
         markers |= {o["Key"] for o in page.get("Contents", [])}
     unmarked = 0
-    kwargs = {"TableName": env["RUNS_FLEET_JOBS_TABLE"]}
-    while True:
-        page = clients["dynamodb"].scan(**kwargs)
+    for page in all_pages(clients["dynamodb"].scan, TableName=env["RUNS_FLEET_JOBS_TABLE"]):
         for item in page["Items"]:
             round_id = item.get("termination_round", {}).get("S")
             if "termination_digest" not in item or not round_id or round_marker_key(url, round_id) not in markers:
                 unmarked += 1
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
     return [f"{unmarked} of {n} job(s) without a digest and a done round"] if unmarked else []
 
 
@@ -664,23 +659,11 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
         assert depth(calls.clients, queue) == n
         print(f"  backlog: {n} jobs and messages seeded in {seeding:.0f}s", file=sys.stderr)
         shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
-        workspace = home / "workspace.yaml"
-        workspace.write_text(
-            "load_from:\n  - python_file:\n"
-            f"      relative_path: {ROOT / 'benchmarks' / 'fleet_backlog_defs.py'}\n"
-            f"      working_directory: {ROOT}\n      location_name: fleet_backlog\n"
-        )
         daemon_env = {**os.environ, **env, "AWS_ENDPOINT_URL": endpoint, "DAGSTER_HOME": str(home)}
         daemon_env["RUNS_FLEET_TERMINATION_DRAIN_RUNS"] = str(drain_runs)
-        daemon_log = open(home / "daemon.log", "wb")
         start = time.perf_counter()
-        daemon = subprocess.Popen(
-            [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(workspace)],
-            cwd=ROOT,
-            env=daemon_env,
-            stdout=daemon_log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+        daemon = start_daemon(
+            home, ROOT / "benchmarks" / "fleet_backlog_defs.py", "fleet_backlog", cwd=ROOT, env=daemon_env
         )
         instance = dg.DagsterInstance.from_config(str(home))
         active = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
@@ -722,11 +705,7 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
         ]
     finally:
         if daemon is not None and daemon.poll() is None:
-            os.killpg(daemon.pid, signal.SIGTERM)
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(daemon.pid, signal.SIGKILL)
+            stop_daemon(daemon)
         moto_server.stop(server)
         shutil.rmtree(home, ignore_errors=True)
 

@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 import moto_server  # noqa: E402
 import trials  # noqa: E402
+from bench_support import all_pages  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from pipelines.retry import (  # noqa: E402
@@ -116,15 +117,9 @@ def client(endpoint: str, hook) -> object:
 def written(endpoint: str, table: str, prefix: str) -> int:
     """Items of ``table`` whose id starts with ``prefix`` (a scan, read back after a run)."""
     c = client(endpoint, lambda **_: None)
-    kwargs = {"TableName": table, "Select": "COUNT", "FilterExpression": "begins_with(id, :p)",
-              "ExpressionAttributeValues": {":p": {"S": prefix}}}  # fmt: skip
-    total = 0
-    while True:
-        page = c.scan(**kwargs)
-        total += page["Count"]
-        if "LastEvaluatedKey" not in page:
-            return total
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    pages = all_pages(c.scan, TableName=table, Select="COUNT", FilterExpression="begins_with(id, :p)",
+                      ExpressionAttributeValues={":p": {"S": prefix}})  # fmt: skip
+    return sum(page["Count"] for page in pages)
 
 
 def throttling(endpoint: str, table: str, items: int, threads: int, rate: float, mode: str) -> dict:

@@ -93,6 +93,7 @@ import breaking  # noqa: E402
 import counting_proxy  # noqa: E402
 import moto_server  # noqa: E402
 import trials  # noqa: E402
+from bench_support import all_pages, start_daemon, stop_daemon  # noqa: E402
 
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
@@ -105,10 +106,6 @@ BREAK_OPERATIONS = {  # the writes --break skips (the 2nd, 22nd, 42nd... call re
     "reclaim": ("UpdateItem", "TransactWriteItems", "PutItem", "BatchExecuteStatement"),
     "batching": ("TransactWriteItems", "UpdateItem"),
 }
-
-
-class VerificationError(AssertionError):
-    pass
 
 
 # ----------------------------------------------------------------------------- counting
@@ -281,33 +278,23 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
         """(stale EXECUTING left, items failed by a reclaim) over the index and a COUNT scan."""
         ddb, table = c["dynamodb"], env["AGENDA_PROGRESS_TABLE"]
         cutoff = int(time.time() * 1000) - cutoff_age_ms
-        left = failed = 0
-        kwargs = {
-            "TableName": table,
-            "IndexName": rb.INDEX,
-            "Select": "COUNT",
-            "KeyConditionExpression": "processingState = :e AND updatedTime < :c",
-            "ExpressionAttributeValues": {":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
-        }
-        while True:
-            page = ddb.query(**kwargs)
-            left += page["Count"]
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        kwargs = {
-            "TableName": table,
-            "Select": "COUNT",
-            "FilterExpression": "processingStateMessage = :f",
-            "ExpressionAttributeValues": {":f": {"S": "failed"}},
-        }
-        while True:
-            page = ddb.scan(**kwargs)
-            failed += page["Count"]
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-        return left, failed
+        stale_left = all_pages(
+            ddb.query,
+            TableName=table,
+            IndexName=rb.INDEX,
+            Select="COUNT",
+            KeyConditionExpression="processingState = :e AND updatedTime < :c",
+            ExpressionAttributeValues={":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
+        )
+        left = sum(page["Count"] for page in stale_left)
+        failed_pages = all_pages(
+            ddb.scan,
+            TableName=table,
+            Select="COUNT",
+            FilterExpression="processingStateMessage = :f",
+            ExpressionAttributeValues={":f": {"S": "failed"}},
+        )
+        return left, sum(page["Count"] for page in failed_pages)
 
     def verify(c, env):
         left, failed = count_stale(c, env)
@@ -324,19 +311,16 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
     def stale_pages(ddb, table):
         """Pages of stale EXECUTING items from the index, 1,000 a page."""
         cutoff = int(time.time() * 1000) - cutoff_age_ms
-        kwargs = {
-            "TableName": table,
-            "IndexName": rb.INDEX,
-            "Limit": 1000,
-            "KeyConditionExpression": "processingState = :e AND updatedTime < :c",
-            "ExpressionAttributeValues": {":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
-        }
-        while True:
-            page = ddb.query(**kwargs)
+        pages = all_pages(
+            ddb.query,
+            TableName=table,
+            IndexName=rb.INDEX,
+            Limit=1000,
+            KeyConditionExpression="processingState = :e AND updatedTime < :c",
+            ExpressionAttributeValues={":e": {"S": "EXECUTING"}, ":c": {"N": str(cutoff)}},
+        )
+        for page in pages:
             yield page["Items"]
-            if "LastEvaluatedKey" not in page:
-                return
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
     def bare(c, env):
         """Query the index for stale EXECUTING items, one conditional UpdateItem each (what the index path does)."""
@@ -445,18 +429,13 @@ def batching(size: int) -> Capability:
 
         ddb = c["dynamodb"]
         pending = len(store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], RECEIVER))
-        kwargs = {
-            "TableName": env["BATCH_RECORDS_TABLE"],
-            "Select": "COUNT",
-            "FilterExpression": "attribute_exists(batch_id) AND attribute_not_exists(next_action)",
-        }
-        batched = 0
-        while True:
-            page = ddb.scan(**kwargs)
-            batched += page["Count"]
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        finalized = all_pages(
+            ddb.scan,
+            TableName=env["BATCH_RECORDS_TABLE"],
+            Select="COUNT",
+            FilterExpression="attribute_exists(batch_id) AND attribute_not_exists(next_action)",
+        )
+        batched = sum(page["Count"] for page in finalized)
         lines = 0
         for page in c["s3"].get_paginator("list_objects_v2").paginate(Bucket=env["BATCH_OUTBOX_BUCKET"]):
             for obj in page.get("Contents", []):
@@ -495,43 +474,35 @@ def batching(size: int) -> Capability:
         from pipelines.batching import store
 
         ddb, table = c["dynamodb"], env["BATCH_RECORDS_TABLE"]
-        items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
-        for n, group in enumerate(chunks(items, bb.MAX_BATCH_SIZE), start=1):
-            batch = f"{RECEIVER}/bare/{n}"
+
+        def update_all(group: list[dict], update: str, condition: str, values: dict) -> None:
             ddb.transact_write_items(
                 TransactItems=[
                     {
                         "Update": {
                             "TableName": table,
                             "Key": {"record_id": {"S": i["record_id"]}},
-                            "UpdateExpression": "SET batch_id = :b",
-                            "ConditionExpression": "next_action = :n AND attribute_not_exists(batch_id)",
-                            "ExpressionAttributeValues": {":b": {"S": batch}, ":n": {"S": "BATCH"}},
+                            "UpdateExpression": update,
+                            "ConditionExpression": condition,
+                            "ExpressionAttributeValues": values,
                         }
                     }
                     for i in group
                 ]
             )
+
+        items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
+        for n, group in enumerate(chunks(items, bb.MAX_BATCH_SIZE), start=1):
+            batch = f"{RECEIVER}/bare/{n}"
+            lock = "next_action = :n AND attribute_not_exists(batch_id)"
+            update_all(group, "SET batch_id = :b", lock, {":b": {"S": batch}, ":n": {"S": "BATCH"}})
             store.put_file(
                 c["s3"],
                 env["BATCH_OUTBOX_BUCKET"],
                 f"bare/{RECEIVER}/{n}.jsonl",
                 [store.record_line(i, batch) for i in group],
             )
-            ddb.transact_write_items(
-                TransactItems=[
-                    {
-                        "Update": {
-                            "TableName": table,
-                            "Key": {"record_id": {"S": i["record_id"]}},
-                            "UpdateExpression": "REMOVE next_action, pending_receiver",
-                            "ConditionExpression": "batch_id = :b",
-                            "ExpressionAttributeValues": {":b": {"S": batch}},
-                        }
-                    }
-                    for i in group
-                ]
-            )
+            update_all(group, "REMOVE next_action, pending_receiver", "batch_id = :b", {":b": {"S": batch}})
 
     def setup_instance(home: Path, env: dict[str, str]) -> None:
         code = f"import dagster as dg; dg.DagsterInstance.get().add_dynamic_partitions('receivers', [{RECEIVER!r}])"
@@ -694,12 +665,6 @@ DAEMON_TIMEOUT = 900  # seconds from daemon start to a finished run
 def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, broken: str, c: dict) -> dict:
     import dagster as dg
 
-    workspace = home / "workspace.yaml"
-    workspace.write_text(
-        "load_from:\n  - python_file:\n"
-        f"      relative_path: {BENCH / 'whole_run_defs.py'}\n"
-        f"      working_directory: {CODE_ROOT}\n      location_name: whole_run\n"
-    )
     sub_env = subprocess_env(endpoint, env, home, broken)
     sub_env["WHOLE_RUN_JOB"] = cap.job
     if cap.sensor:
@@ -715,15 +680,7 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
     instance.get_runs(limit=1)
     _ticked(instance)
     server_calls(endpoint, cap.dynamodb_endpoint, reset=True)
-    log = open(home / "daemon.log", "wb")
-    daemon = subprocess.Popen(
-        [str(Path(sys.executable).parent / "dagster-daemon"), "run", "-w", str(workspace)],
-        cwd=CODE_ROOT,
-        env=sub_env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+    daemon = start_daemon(home, BENCH / "whole_run_defs.py", "whole_run", cwd=CODE_ROOT, env=sub_env)
     started = time.perf_counter()
     try:
         while True:
@@ -750,12 +707,7 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
             "log": home / "daemon.log",
         }
     finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
+        stop_daemon(daemon)
         instance.dispose()
 
 

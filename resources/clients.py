@@ -19,7 +19,7 @@ from dagster_aws.ssm import SSMResource as DagsterAwsSSMResource
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
 from pydantic import Field
 
-from resources.settings import LoadSettingError
+from resources.settings import CheckedSettings, LoadSettingError
 
 __all__ = [
     "CloudWatchResource",
@@ -77,9 +77,6 @@ def _shared_client(service_name: str, configuration: ResourceWithBoto3Configurat
 
 
 class _Boto3ClientResource(ResourceWithBoto3Configuration):
-    """Builds one boto3 client for ``service_name`` from the shared boto3 configuration, from the
-    process's shared boto3 session."""
-
     service_name: ClassVar[str]
 
     def get_client(self) -> Any:
@@ -105,7 +102,7 @@ class SSMResource(DagsterAwsSSMResource):
         return _shared_client("ssm", self)
 
 
-class DynamoDBResource(_Boto3ClientResource):
+class DynamoDBResource(_Boto3ClientResource, CheckedSettings):
     """A DynamoDB client (AgendaProgress, runs-fleet jobs and pools, receivers and records)."""
 
     service_name: ClassVar[str] = "dynamodb"
@@ -116,12 +113,6 @@ class DynamoDBResource(_Boto3ClientResource):
         "Local do, moto does not (it ignores them), so the moto-backed deployments set false.",
     )
     invalid: str = Field(default="", description="DYNAMODB_GROUPED_WRITES when it was invalid: using DynamoDB fails.")
-
-    def setup_for_execution(self, context: Any) -> None:
-        if self.invalid:
-            from pipelines.common.env import SettingsError
-
-            raise SettingsError(self.invalid)
 
 
 class SQSResource(_Boto3ClientResource):

@@ -39,8 +39,9 @@ class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
 
 
 class CheckedSettings(dg.ConfigurableResource):
-    """A settings resource whose environment values were checked at load: ``invalid`` holds the
-    lines of those that were not valid, and using the resource (a run or a sensor) fails with them."""
+    """A resource whose environment values were checked at load (settings, DynamoDB's grouped writes):
+    ``invalid`` holds the lines of those that were not valid, and using the resource (a run or a
+    sensor) fails with them."""
 
     invalid: str = ""
 
@@ -61,8 +62,7 @@ class FleetSettings(CheckedSettings):
     archive_bucket: str
     metrics_namespace: str = "RunsFleet"
     # How many drain runs of each queue the queue sensors keep going at once (competing consumers;
-    # RUNS_FLEET_TERMINATION_DRAIN_RUNS, RUNS_FLEET_HOUSEKEEPING_DRAIN_RUNS).
-    # Checked by ``int_env`` (1 to MAX_DRAIN_RUNS) in ``fleet_settings_from_env``.
+    # RUNS_FLEET_TERMINATION_DRAIN_RUNS, RUNS_FLEET_HOUSEKEEPING_DRAIN_RUNS), from 1 to MAX_DRAIN_RUNS.
     termination_drain_runs: int = 1
     housekeeping_drain_runs: int = 1
 

@@ -23,7 +23,7 @@ from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
-__all__ = ["ATTEMPT_TAG", "POLICY_TAG", "RETRY_OF_TAG", "ROOT_TAG", "SENSOR_NAME", "build_delayed_run_retries"]
+__all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 
 SENSOR_NAME = "delayed_run_retries"
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)

@@ -12,10 +12,9 @@ import json
 import random
 from dataclasses import dataclass
 
-from infra.demo.common import demo_uuid, put_once
+from infra.demo.common import demo_uuid, put_once, step_count
 from pipelines.common import iso, to_item
 from pipelines.common.aws_batches import batch_write
-from pipelines.common.params import param
 
 DEMO_RECEIVERS = [
     {
@@ -52,7 +51,7 @@ DEMO_RECEIVERS = [
 class RecordTraffic:
     """How many records one step adds (a key of the ``demo_traffic`` job's run config)."""
 
-    records: int = param(40, description="Pending records added for the demo receivers.", minimum=0, maximum=10_000)
+    records: int = step_count(40, "Pending records added for the demo receivers.", maximum=10_000)
 
 
 def receiver_traffic(

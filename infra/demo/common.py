@@ -3,8 +3,8 @@
 Each capability's demo traffic is a module of this package (``infra/demo/<capability>.py``); the
 ``demo_traffic`` job (``infra/demo/defs.py``) runs them in turn with one step's random
 generator and moment (:func:`demo_step`): one generator for all, so the same seed makes the same
-traffic. They draw ids from it (:func:`demo_uuid`) and write their fixed demo items once
-(:func:`put_once`).
+traffic. They draw ids from it (:func:`demo_uuid`), write their fixed demo items once
+(:func:`put_once`) and declare how much a step makes with :func:`step_count`.
 
 The demo makes some checks fail on purpose, so that each capability has something to show: an
 instance tagged with a pool that no longer exists, idle runners kept warm, malformed termination
@@ -25,6 +25,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
 from pipelines.common.aws_batches import error_code
+from pipelines.common.params import param
 
 SEEDED = "the demo seeds this on purpose"
 
@@ -38,6 +39,11 @@ def demo_step(seed: int | None, now: dt.datetime | None = None) -> tuple[random.
 def demo_uuid(rng: random.Random) -> str:
     """A UUID drawn from ``rng`` (the same seed, the same ids)."""
     return str(uuid.UUID(int=rng.getrandbits(128)))
+
+
+def step_count(default: int, description: str, maximum: int = 100) -> Any:
+    """A run config parameter counting what one step makes: ``default``, from 0 to ``maximum``."""
+    return param(default, description=description, minimum=0, maximum=maximum)
 
 
 def put_once(dynamodb, table: str, item: dict[str, Any], key: str) -> bool:

@@ -16,13 +16,14 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from infra.demo.common import put_once
+from infra.demo.common import put_once, step_count
 from pipelines.common import iso, to_item
 from pipelines.common.aws_batches import chunks
-from pipelines.common.params import param
+from pipelines.fleet.messages import runner_parameter
+from pipelines.fleet.tasks.instances import described_instances, instance_tags
+from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, managed_instances
 
 DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod
-MANAGED_TAG = "runs-fleet:managed"
 POOL_TAG = "runs-fleet:pool"
 JOB_TAG = "groundskeeper-demo:job"
 
@@ -58,54 +59,25 @@ MALFORMED_TERMINATION_BODIES = [
 class FleetTraffic:
     """How much fleet traffic one step makes (keys of the ``demo_traffic`` job's run config)."""
 
-    jobs_started: int = param(
-        4,
-        description="Fleet jobs started, each on a new managed instance (up to max_instances).",
-        minimum=0,
-        maximum=100,
+    jobs_started: int = step_count(4, "Fleet jobs started, each on a new managed instance (up to max_instances).")
+    jobs_finished: int = step_count(
+        4, "Running fleet jobs that finish: their instance terminates and a termination message is sent."
     )
-    jobs_finished: int = param(
-        4,
-        description="Running fleet jobs that finish: their instance terminates and a termination message is sent.",
-        minimum=0,
-        maximum=100,
+    malformed_messages: int = step_count(
+        1, "Malformed termination messages sent (the processors must dead-letter them)."
     )
-    malformed_messages: int = param(
-        1,
-        description="Malformed termination messages sent (the processors must dead-letter them).",
-        minimum=0,
-        maximum=100,
+    housekeeping_messages: int = step_count(1, "Housekeeping messages sent, each with a random cleanup task.")
+    max_instances: int = step_count(
+        24, "The most managed instances running jobs; beyond it, jobs finish before new ones start.", maximum=500
     )
-    housekeeping_messages: int = param(
-        1, description="Housekeeping messages sent, each with a random cleanup task.", minimum=0, maximum=100
+    duplicate_messages: int = step_count(1, "Termination messages sent twice, as at-least-once delivery does.")
+    old_jobs: int = step_count(
+        2, "Finished job records completed 8+ days ago, for the old_jobs cleanup task.", maximum=1000
     )
-    max_instances: int = param(
-        24,
-        description="The most managed instances running jobs; beyond it, jobs finish before new ones start.",
-        minimum=0,
-        maximum=500,
+    orphan_instances: int = step_count(
+        1, "Managed instances kept running with no job, for the orphaned_instances task."
     )
-    duplicate_messages: int = param(
-        1,
-        description="Termination messages sent twice, as at-least-once delivery does.",
-        minimum=0,
-        maximum=100,
-    )
-    old_jobs: int = param(
-        2,
-        description="Finished job records completed 8+ days ago, for the old_jobs cleanup task.",
-        minimum=0,
-        maximum=1000,
-    )
-    orphan_instances: int = param(
-        1,
-        description="Managed instances kept running with no job, for the orphaned_instances task.",
-        minimum=0,
-        maximum=100,
-    )
-    pool_audit_messages: int = param(
-        0, description="Housekeeping messages asking for the pool audit.", minimum=0, maximum=100
-    )
+    pool_audit_messages: int = step_count(0, "Housekeeping messages asking for the pool audit.")
 
 
 def fleet_traffic(
@@ -176,19 +148,7 @@ def fleet_traffic(
     for _ in range(min(traffic.jobs_started, capacity)):
         pool = rng.choice(DEMO_POOLS)
         job_id = f"job-{rng.getrandbits(40):010x}"
-        tags = [
-            {"Key": MANAGED_TAG, "Value": "true"},
-            {"Key": POOL_TAG, "Value": pool["pool_name"]},
-            {"Key": JOB_TAG, "Value": job_id},
-        ]
-        instance = ec2.run_instances(
-            ImageId=DEMO_AMI,
-            MinCount=1,
-            MaxCount=1,
-            InstanceType=pool["instance_type"],
-            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-        )["Instances"][0]
-        instance_id = instance["InstanceId"]
+        instance_id = _launch(ec2, pool["instance_type"], {POOL_TAG: pool["pool_name"], JOB_TAG: job_id})[0]
         dynamodb.put_item(
             TableName=jobs_table,
             Item=to_item(
@@ -202,7 +162,7 @@ def fleet_traffic(
             ),
         )
         ssm.put_parameter(
-            Name=f"/runs-fleet/runners/{instance_id}/config",
+            Name=runner_parameter(instance_id),
             Type="String",
             Overwrite=True,
             Value=json.dumps({"job_id": job_id, "pool": pool["pool_name"]}),
@@ -231,29 +191,18 @@ def fleet_traffic(
 
 def standing_instances_traffic(ec2) -> dict[str, int]:
     """Keep the pool audit's demo capacity (``DEMO_STANDING``) in place; creates only what is missing."""
-    present = set()
-    for page in ec2.get_paginator("describe_instances").paginate(
-        Filters=[
-            {"Name": f"tag:{ROLE_TAG}", "Values": [role for role, _, _ in DEMO_STANDING]},
-            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            for inst in reservation["Instances"]:
-                present.update(t["Value"] for t in inst.get("Tags", []) if t["Key"] == ROLE_TAG)
+    standing = described_instances(
+        ec2,
+        {"Name": f"tag:{ROLE_TAG}", "Values": [role for role, _, _ in DEMO_STANDING]},
+        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+    )
+    present = {instance_tags(inst).get(ROLE_TAG) for inst in standing}
     started = 0
     for role, pool, instance_type in DEMO_STANDING:
         if role in present:
             continue
-        tags = [{"Key": MANAGED_TAG, "Value": "true"}, {"Key": ROLE_TAG, "Value": role}]
-        tags += [{"Key": POOL_TAG, "Value": pool}] if pool else []
-        instance_id = ec2.run_instances(
-            ImageId=DEMO_AMI,
-            MinCount=1,
-            MaxCount=1,
-            InstanceType=instance_type,
-            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
-        )["Instances"][0]["InstanceId"]
+        tags = {ROLE_TAG: role, POOL_TAG: pool} if pool else {ROLE_TAG: role}
+        instance_id = _launch(ec2, instance_type, tags)[0]
         if role.startswith("stopped"):
             ec2.stop_instances(InstanceIds=[instance_id])
         started += 1
@@ -284,37 +233,25 @@ def _fleet_leftovers(
     orphans = max(0, traffic.orphan_instances - len(idle))
     if orphans:
         pool = rng.choice(DEMO_POOLS)
-        ec2.run_instances(
-            ImageId=DEMO_AMI,
-            MinCount=orphans,
-            MaxCount=orphans,
-            InstanceType=pool["instance_type"],
-            TagSpecifications=[
-                {
-                    "ResourceType": "instance",
-                    "Tags": [{"Key": MANAGED_TAG, "Value": "true"}, {"Key": POOL_TAG, "Value": pool["pool_name"]}],
-                }
-            ],
-        )
+        _launch(ec2, pool["instance_type"], {POOL_TAG: pool["pool_name"]}, count=orphans)
     return {"old_jobs_added": traffic.old_jobs, "orphans_launched": orphans}
 
 
 def _demo_instances(ec2) -> list[dict[str, Any]]:
-    out = []
-    paginator = ec2.get_paginator("describe_instances")
-    for page in paginator.paginate(
-        Filters=[
-            {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
-            {"Name": "instance-state-name", "Values": ["pending", "running"]},
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            for inst in reservation["Instances"]:
-                out.append(
-                    {
-                        "id": inst["InstanceId"],
-                        "launch_time": inst["LaunchTime"],
-                        "tags": {t["Key"]: t["Value"] for t in inst.get("Tags", [])},
-                    }
-                )
-    return out
+    return [
+        {"id": i["InstanceId"], "launch_time": i["LaunchTime"], "tags": instance_tags(i)}
+        for i in managed_instances(ec2)
+    ]
+
+
+def _launch(ec2, instance_type: str, tags: dict[str, str], count: int = 1) -> list[str]:
+    """Launch ``count`` managed demo instances of ``instance_type``, also tagged with ``tags``: their ids."""
+    tag_list = [{"Key": key, "Value": value} for key, value in {MANAGED_TAG: "true", **tags}.items()]
+    launched = ec2.run_instances(
+        ImageId=DEMO_AMI,
+        MinCount=count,
+        MaxCount=count,
+        InstanceType=instance_type,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tag_list}],
+    )
+    return [instance["InstanceId"] for instance in launched["Instances"]]

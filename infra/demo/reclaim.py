@@ -15,24 +15,18 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from infra.demo.common import demo_uuid
+from infra.demo.common import demo_uuid, step_count
 from pipelines.common import now_ms, to_item
 from pipelines.common.aws_batches import error_code
-from pipelines.common.params import param
 
 
 @dataclass(frozen=True)
 class AgendaTraffic:
     """How many agendas one step adds (keys of the ``demo_traffic`` job's run config)."""
 
-    new_agendas: int = param(
-        10, description="New WAITING agendas added to the AgendaProgress table.", minimum=0, maximum=1000
-    )
-    stuck_agendas: int = param(
-        1,
-        description="Agendas added stuck in EXECUTING (10 to 180 minutes old), for the reclaim job.",
-        minimum=0,
-        maximum=1000,
+    new_agendas: int = step_count(10, "New WAITING agendas added to the AgendaProgress table.", maximum=1000)
+    stuck_agendas: int = step_count(
+        1, "Agendas added stuck in EXECUTING (10 to 180 minutes old), for the reclaim job.", maximum=1000
     )
 
 

@@ -135,10 +135,6 @@ class SidekiqJitter(Jitter):
 JITTERS: dict[str, Jitter] = {"none": Jitter(), "full": FullJitter(), "plus-minus": PlusMinusJitter()}
 
 
-# --------------------------------------------------------------------------------------------
-# Policies
-
-
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """Base of every policy. Subclasses give the nominal delay ``_base(n)`` for ``n >= 1``.
@@ -155,7 +151,6 @@ class RetryPolicy:
 
     kind = "abstract"
 
-    # -- the delay function ------------------------------------------------------------------
     def _base(self, n: int) -> float | _Stop:
         raise NotImplementedError
 
@@ -196,14 +191,12 @@ class RetryPolicy:
     def _first(self) -> float:
         return 0.0
 
-    # -- errors ---------------------------------------------------------------------------------
     def is_retryable(self, error: BaseException | str) -> bool:
         """False for errors this policy lists as non-retryable, and always for policy errors."""
         if isinstance(error, RetryPolicyError):
             return False
         return not (error_names(error) & set(self.non_retryable))
 
-    # -- description ----------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError
 

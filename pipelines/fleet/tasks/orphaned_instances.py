@@ -16,6 +16,7 @@ from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.metrics import publish_count
+from pipelines.fleet.tasks.instances import described_instances, instance_tags
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -43,16 +44,11 @@ class OrphanedInstancesParams:
 
 
 def managed_instances(ec2, states=("pending", "running")) -> list[dict[str, Any]]:
-    out = []
-    for page in ec2.get_paginator("describe_instances").paginate(
-        Filters=[
-            {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
-            {"Name": "instance-state-name", "Values": list(states)},
-        ]
-    ):
-        for reservation in page["Reservations"]:
-            out += reservation["Instances"]
-    return out
+    return described_instances(
+        ec2,
+        {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+        {"Name": "instance-state-name", "Values": list(states)},
+    )
 
 
 def has_running_job(dynamodb, jobs_table: str, instance_id: str) -> bool:
@@ -112,7 +108,7 @@ def plan_orphans(
     suspect, terminate, cleared, waiting = plan.suspect, plan.terminate, plan.cleared, plan.waiting
     for inst in plan.candidates:
         iid = inst["InstanceId"]
-        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+        tags = instance_tags(inst)
         if has_running_job(ctx.dynamodb, ctx.jobs_table, iid):
             if SUSPECT_TAG in tags:
                 cleared.append(iid)

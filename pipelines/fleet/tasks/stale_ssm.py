@@ -16,6 +16,7 @@ from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import RUNNER_PREFIX, HousekeepingRequest, instance_of_parameter
 from pipelines.fleet.metrics import publish_count
 from pipelines.fleet.ssm_parameters import delete_parameters
+from pipelines.fleet.tasks.instances import described_instances
 
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
@@ -73,14 +74,11 @@ def runner_parameters(ssm, max_pages: int | None = None) -> RunnerParameters:
 def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) -> tuple[list[str], list[str]]:
     """(stale, recent) among ``ids`` (described 100 at a time): stale when gone or terminated over
     ``grace`` ago, recent when terminated since."""
-    seen: dict[str, dict[str, Any]] = {}
-    for part in chunks(ids, 100):
-        for page in ec2.get_paginator("describe_instances").paginate(
-            Filters=[{"Name": "instance-id", "Values": list(part)}]
-        ):
-            for reservation in page["Reservations"]:
-                for inst in reservation["Instances"]:
-                    seen[inst["InstanceId"]] = inst
+    seen = {
+        inst["InstanceId"]: inst
+        for part in chunks(ids, 100)
+        for inst in described_instances(ec2, {"Name": "instance-id", "Values": list(part)})
+    }
     stale, recent = [], []
     for iid in ids:
         inst = seen.get(iid)
