@@ -4,6 +4,10 @@ adapter (``pipelines.common.defs.tasks``) builds each one's job and schedules, a
 ``housekeeping`` job and queue instead: their list is ``pipelines.fleet.housekeeping.TASKS``."""
 
 from pipelines.common.task import Task
+from pipelines.fleet import dead_letter_redrive
 from pipelines.progressor import task as progressor
 
-TASKS: tuple[Task, ...] = (progressor.TASK,)
+TASKS: tuple[Task, ...] = (
+    progressor.TASK,
+    dead_letter_redrive.TASK,
+)
