@@ -51,8 +51,8 @@ def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> d
     @one_line_failures
     def task_op(context) -> dg.Output:  # no annotation: this module has lazy annotations
         params = params_from_config(context, task.params)
-        clients = _clients(context, task.clients)
-        if "cloudwatch" in clients:
+        clients = _clients(context, tuple(key for key in task.clients if key != "cloudwatch"))
+        if "cloudwatch" in task.clients:  # metrics after a committed change, never a failed run
             clients["cloudwatch"] = CommittedChangeMetrics(context, context.resources.cloudwatch, what(params))
         try:
             result = task.run(TaskRun(context.log, context.run_id, clients), None, params)
