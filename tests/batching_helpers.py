@@ -106,3 +106,16 @@ def get_record(aws, record_id: str) -> dict:
         TableName=aws.env["BATCH_RECORDS_TABLE"], Key={"record_id": {"S": record_id}}
     )["Item"]
     return {k: next(iter(v.values())) for k, v in item.items()}
+
+
+def decider_tick(context):
+    """One tick of the ``batch_decider`` schedule: its run request, or its skip reason."""
+    import dagster as dg
+
+    from pipelines.batching.defs import batch_decider
+
+    data = batch_decider.evaluate_tick(context)
+    if data.skip_message is not None:
+        return dg.SkipReason(data.skip_message)
+    [request] = data.run_requests
+    return request

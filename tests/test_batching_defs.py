@@ -10,7 +10,6 @@ import pytest
 
 from pipelines.batching.defs import (
     RECEIVER_TAG,
-    batch_decider,
     no_orphaned_pending_records,
     pending_records_well_formed,
     receiver_batches,
@@ -22,7 +21,7 @@ from pipelines.batching.params import ReceiverBatchesParams
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.definitions import ROOT_DIR, build_definitions
 from resources import resources_for
-from tests.batching_helpers import outbox, pending_ids, put_items, put_receiver, put_records, record
+from tests.batching_helpers import decider_tick, outbox, pending_ids, put_items, put_receiver, put_records, record
 
 UTC = dt.UTC
 T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -89,7 +88,7 @@ def test_batch_decider_requests_one_minute_run_for_the_due_receivers(aws):
 
 def _decider_ticks(instance):
     context = dg.build_schedule_context(instance=instance, scheduled_execution_time=T10, resources=_resources())
-    request = batch_decider(context)
+    request = decider_tick(context)
     assert (request.run_key, request.run_config["partitions"]) == ("minute@2026-11-20T10:00Z", ["2026-11-20|acme"])
     assert request.partition_key is None  # a minute run is no partition's run; it reports each partition it writes
     assert RECEIVER_TAG not in request.tags
@@ -98,11 +97,11 @@ def _decider_ticks(instance):
     quiet = dg.build_schedule_context(
         instance=instance, scheduled_execution_time=T10 + dt.timedelta(minutes=1), resources=_resources()
     )
-    assert isinstance(batch_decider(quiet), dg.SkipReason)
+    assert isinstance(decider_tick(quiet), dg.SkipReason)
     at_0505 = dg.build_schedule_context(
         instance=instance, scheduled_execution_time=T10 + dt.timedelta(minutes=5), resources=_resources()
     )
-    assert batch_decider(at_0505).run_config["partitions"] == ["2026-11-20|globex"]  # empty, but flagged
+    assert decider_tick(at_0505).run_config["partitions"] == ["2026-11-20|globex"]  # empty, but flagged
 
 
 def _materialize(instance, partition, **config):

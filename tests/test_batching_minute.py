@@ -13,7 +13,6 @@ from pipelines.batching.defs import (
     FAILED_TAG,
     HANDOFF_OF_TAG,
     MINUTE_JOB,
-    batch_decider,
     batch_failures_handoff,
     receiver_batches,
     receivers_partitions,
@@ -23,7 +22,7 @@ from pipelines.definitions import build_definitions
 from resources import resources_for
 from resources.settings import AlertSettings
 from tests.alerts_support import webhook_receiver
-from tests.batching_helpers import outbox, pending_ids, put_receiver, put_records
+from tests.batching_helpers import decider_tick, outbox, pending_ids, put_receiver, put_records
 
 UTC = dt.UTC
 T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -34,7 +33,7 @@ RECEIVERS = ["acme", "globex", "initech"]
 
 
 def _tick(instance, at):
-    return batch_decider(
+    return decider_tick(
         dg.build_schedule_context(instance=instance, scheduled_execution_time=at, resources=resources_for("local"))
     )
 

@@ -1,11 +1,13 @@
 """Every numeric parameter of the fleet processors and the pool audit has a range; a value outside
 it is refused with one line that names the key and the value."""
 
+import time
+
 import pytest
 
 from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
-from pipelines.fleet.drain import DrainLimits, TerminationLimits
+from pipelines.fleet.drain import DrainLimits, TerminationLimits, receive_budget
 from pipelines.fleet.pool_audit.housekeeping import message_params
 from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from tests import fleet_support as fs
@@ -85,3 +87,26 @@ def test_only_the_termination_drain_takes_flush_rounds():
     assert keys("process_termination_queue") - keys("process_housekeeping_queue") == {"flush_rounds"}
     with pytest.raises(ParamsError, match="flush_rounds"):
         parse_params(DrainLimits, {"flush_rounds": 2})
+
+
+@pytest.mark.parametrize("cls", [DrainLimits, RedriveSettings])
+def test_drains_and_the_dead_letter_redrive_take_what_is_left_of_max_messages(cls):
+    limits = cls(max_messages=25)
+    assert receive_budget(limits, 20, time.monotonic(), 10) == 5
+
+
+@pytest.mark.parametrize("cls", [DrainLimits, RedriveSettings])
+def test_drains_and_the_dead_letter_redrive_stop_at_max_messages(cls):
+    limits = cls(max_messages=25)
+    assert receive_budget(limits, 25, time.monotonic(), 10) == "max_messages"
+
+
+@pytest.mark.parametrize("cls", [DrainLimits, RedriveSettings])
+def test_drains_and_the_dead_letter_redrive_stop_at_max_seconds(cls):
+    limits = cls(max_seconds=60)
+    assert receive_budget(limits, 0, time.monotonic() - 61, 10) == "max_seconds"
+
+
+@pytest.mark.parametrize("cls", [DrainLimits, RedriveSettings])
+def test_without_max_messages_a_receive_takes_a_whole_round(cls):
+    assert receive_budget(cls(max_messages=0), 10_000, time.monotonic(), 10) == 10

@@ -82,9 +82,9 @@ def test_loading_the_definitions_shows_no_beta_or_preview_warning():
 def test_the_batch_decider_skips_its_tick_while_the_previous_minute_run_is_queued_not_while_it_runs(aws):
     import datetime as dt
 
-    from pipelines.batching.defs import MINUTE_JOB, batch_decider
+    from pipelines.batching.defs import MINUTE_JOB
     from resources import resources_for
-    from tests.batching_helpers import put_receiver, put_records
+    from tests.batching_helpers import decider_tick, put_receiver, put_records
 
     t10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
     for name in ("acme", "globex"):
@@ -96,7 +96,7 @@ def test_the_batch_decider_skips_its_tick_while_the_previous_minute_run_is_queue
             context = dg.build_schedule_context(
                 instance=instance, scheduled_execution_time=t10, resources=resources_for("local")
             )
-            return batch_decider(context)
+            return decider_tick(context)
 
         running = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.STARTED, {})
         assert tick().run_config["partitions"] == ["2026-11-20|acme", "2026-11-20|globex"]  # the lease keeps them apart

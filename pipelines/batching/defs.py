@@ -346,16 +346,11 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
 
 
-@dg.schedule(
-    cron_schedule="* * * * *",
-    job_name=MINUTE_JOB,  # the deployment's batch_minute_job (build_defs)
-    execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Every minute: one batch_minute_job run for every enabled receiver with a batch time in the minute "
-    "(none when no receiver is due; the tick skips while the previous minute run is still queued).",
-)
 @one_line_failures
-def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
+def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+    """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
+    dynamodb: DynamoDBResource = context.resources.dynamodb
+    batching: BatchingSettings = context.resources.batching
     tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)
     previous = runs[0] if runs else None
@@ -385,6 +380,18 @@ def batch_decider(context: dg.ScheduleEvaluationContext, dynamodb: DynamoDBResou
         run_config={"batch_time": iso(tick), "partitions": [d.partition for d in due]},
         tags={BATCH_TIME_TAG: iso(tick)},
     )
+
+
+batch_decider = schedule(
+    name="batch_decider",
+    job_name=MINUTE_JOB,  # the deployment's batch_minute_job (build_defs)
+    cron_schedule="* * * * *",
+    execution_timezone="UTC",
+    request=minute_request,
+    required_resource_keys={"dynamodb", "batching"},
+    description="Every minute: one batch_minute_job run for every enabled receiver with a batch time in the minute "
+    "(none when no receiver is due; the tick skips while the previous minute run is still queued).",
+)
 
 
 def _window_seconds(previous, tick: dt.datetime) -> int:

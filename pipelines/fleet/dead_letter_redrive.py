@@ -34,10 +34,12 @@ from pipelines.common import iso
 from pipelines.common.aws_batches import chunks
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
+from pipelines.common.task import Task, TaskRun
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.dead_letter_send import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
+from pipelines.fleet.drain import receive_budget
 from pipelines.fleet.messages import fingerprint
-from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, send_entries
+from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, receive, send_entries
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
@@ -251,23 +253,11 @@ def redrive(
     deadline = started + settings.max_seconds
     stopped_by = "dead-letter queue empty"
     while True:
-        if settings.max_messages and counts["received"] >= settings.max_messages:
-            stopped_by = "max_messages"
+        ask = receive_budget(settings, counts["received"], started, 10)
+        if isinstance(ask, str):
+            stopped_by = ask
             break
-        if time.monotonic() >= deadline:
-            stopped_by = "max_seconds"
-            break
-        ask = 10 if not settings.max_messages else min(10, settings.max_messages - counts["received"])
-        messages = aws_call(
-            lambda ask=ask: sqs.receive_message(
-                QueueUrl=dlq_url,
-                MaxNumberOfMessages=ask,
-                WaitTimeSeconds=1,
-                VisibilityTimeout=30 if settings.dry_run else 60,
-                AttributeNames=["All"],
-                MessageAttributeNames=["All"],
-            ).get("Messages", [])
-        )
+        messages = receive(sqs, dlq_url, max_messages=ask, wait_seconds=1, visibility=30 if settings.dry_run else 60)
         messages = [m for m in messages if m["MessageId"] not in seen]
         if not messages:
             break
@@ -332,3 +322,29 @@ def redrive(
         f"redrive {queue_name(dlq_url)} -> {queue_name(source_url)}: " + ", ".join(f"{k}={v}" for k, v in out.items())
     )
     return out
+
+
+def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings) -> dict[str, Any]:
+    """The ``redrive_dead_letters`` pass: the chosen queue's dead letters back to it (:func:`redrive`)."""
+    dlq, source = (getattr(run.fleet, f"{settings.queue}_{kind}_url") for kind in ("dlq", "queue"))
+    return redrive(
+        run.sqs, run.s3, dlq_url=dlq, source_url=source, bucket=run.fleet.archive_bucket, settings=settings, log=run.log
+    )
+
+
+TASK = Task(
+    name="redrive_dead_letters",
+    params=RedriveSettings,
+    run=redrive_dead_letters,
+    clients=("sqs", "s3", "fleet"),
+    job="redrive_dead_letters",
+    op="redrive_dead_letter_queue",
+    description="By hand: move dead-letter messages back to their source queue at a rate, and quarantine those "
+    "redriven too often.",
+    tags={"groundskeeper/capability": "fleet"},
+    what=lambda settings: f"{settings.queue} dead-letter redrive",
+    counters=lambda result: {
+        "redriven": 0,
+        **{k: v for k, v in result.items() if isinstance(v, int) and not isinstance(v, bool)},
+    },
+)

@@ -202,15 +202,10 @@ class QueueDrain:
                         "finishing the messages in flight"
                     )
                 break
-            if time.monotonic() - started >= limits.max_seconds:
-                result.stopped_by = "max_seconds"
+            budget = receive_budget(limits, result.counts["received"], started, 10 * limits.concurrency)
+            if isinstance(budget, str):
+                result.stopped_by = budget
                 break
-            budget = 10 * limits.concurrency
-            if limits.max_messages:
-                budget = min(budget, limits.max_messages - result.counts["received"])
-                if budget <= 0:
-                    result.stopped_by = "max_messages"
-                    break
             round_began = time.time()
             messages = self._round(budget)
             if not messages:
@@ -230,6 +225,16 @@ class QueueDrain:
                     f"{queue_name(self.queue_url)}: {result.counts['received']} received in "
                     f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
                 )
+
+
+def receive_budget(limits: Any, received: int, started: float, per_round: int) -> int | str:
+    """How many messages the next receive may take (at most ``per_round``), or why a run that has
+    received ``received`` since ``started`` (``time.monotonic()``) stops: ``max_seconds`` or
+    ``max_messages`` of ``limits`` (0: no limit). The queue drains' rule and the dead-letter redrive's."""
+    if time.monotonic() - started >= limits.max_seconds:
+        return "max_seconds"
+    left = limits.max_messages - received if limits.max_messages else per_round
+    return min(per_round, left) if left > 0 else "max_messages"
 
 
 def writable_log(result: DrainResult, run_log: Any) -> Any:

@@ -17,7 +17,12 @@ from pipelines.fleet.calls import aws_call
 log = logging.getLogger(__name__)
 
 
-def receive(sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0) -> list[dict[str, Any]]:
+def receive(
+    sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0, visibility: int | None = None
+) -> list[dict[str, Any]]:
+    """Up to ``max_messages`` (at most 10) messages with all their attributes; ``visibility``: their
+    visibility timeout (default: the queue's)."""
+    hidden = {} if visibility is None else {"VisibilityTimeout": visibility}
     return aws_call(
         lambda: sqs.receive_message(
             QueueUrl=queue_url,
@@ -25,6 +30,7 @@ def receive(sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 
             WaitTimeSeconds=wait_seconds,
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
+            **hidden,
         ).get("Messages", []),
         what="ReceiveMessage",
     )

@@ -13,28 +13,22 @@ from typing import Any
 import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.config import flat_config, params_from_config
-from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, rounded
+from pipelines.common.defs.metadata import CheckNotes, noted, rounded
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
-from pipelines.common.defs.summary import run_summary
+from pipelines.common.defs.tasks import task_job, task_schedule
 from pipelines.common.looks import Look
-from pipelines.progressor.collector import ClockError, Counts, collect_zombies, look_for_zombies
+from pipelines.progressor.collector import ClockError
 from pipelines.progressor.health import CHECKS, checks, durations_chart, measure, recorded_state
-from pipelines.progressor.metrics import collection_datums, health_datums
-from pipelines.progressor.params import CollectParams
+from pipelines.progressor.metrics import health_datums
 from pipelines.progressor.schema import NamespaceError, tables_for
 from pipelines.progressor.targets import Target, load_targets
+from pipelines.progressor.task import TASK
 from resources.clients import CloudWatchResource
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 
-JOB_NAME = "collect_zombies"
-OP_NAME = "collect_namespace_zombies"
 CAPABILITY = {"groundskeeper/capability": "progressor"}
 NAMESPACE_TAG = "groundskeeper/progressor_namespace"
-MAX_RUNTIME = {"dagster/max_runtime": "1800"}
-"""A collection run is canceled by run monitoring after 30 minutes, whatever holds it (each statement is
-bounded too: see ``resources.postgres``)."""
 
 
 def _failure(message: str) -> dg.Failure:
@@ -49,62 +43,19 @@ def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, what: 
     return metrics.published
 
 
-@dg.op(name=OP_NAME, description="Collect the namespace's zombie tasks in SKIP LOCKED batches.")
-def collect_op(
-    context: dg.OpExecutionContext, progressor_db: ProgressorDatabase, cloudwatch: CloudWatchResource
-) -> dg.Output[dict]:
-    params = params_from_config(context, CollectParams)
-    try:
-        with progressor_db.connection() as conn:
-            counts: Counts = collect_zombies(conn, params, context.log)
-    except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
-        raise _failure(str(exc)) from None
-    context.log.info(
-        f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
-        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}, "
-        f"failed {counts.failed}"
-        + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
-    )
-    result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
-    if not params.dry_run:
-        datums = collection_datums(params.namespace, counts.collected)
-        result["metrics_published"] = _put(context, cloudwatch, progressor_db, f"progressor {params.namespace}", datums)
-    counters = {"zombies_collected": counts.collected, "retried": counts.retried, "errored": counts.errored}
-    run_summary(context, f"progressor {params.namespace}", counters, "dry run" if params.dry_run else "")
-    return dg.Output(result, metadata=metadata_from(result))
-
-
-@dg.job(
-    name=JOB_NAME,
-    config=flat_config(OP_NAME, CollectParams),
-    description="Progressor: collect zombie tasks (running rows left by dead workers) without disturbing live "
-    "workers; error them as progressor does, or retry zombie timers.",
-    tags={**CAPABILITY, **MAX_RUNTIME},
-)
-def collect_zombies_job():
-    collect_op()
+collect_zombies_job = task_job(TASK)
 
 
 def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
-    namespace = target.params.namespace
-
-    def look(context: dg.ScheduleEvaluationContext) -> Look:
-        with context.resources.progressor_db.connection() as conn:
-            return look_for_zombies(conn, target.params)
-
-    return schedule(
+    return task_schedule(
+        TASK,
+        collect_zombies_job,
         name=f"collect_zombies_{target.name}",
+        cron=target.cron,
+        params=target.params,
+        run_config=target.config,
+        tags={**CAPABILITY, NAMESPACE_TAG: target.params.namespace},
         crons=crons,
-        job=collect_zombies_job,
-        cron_schedule=target.cron,
-        look=look,
-        request=lambda _context: dg.RunRequest(
-            run_config=dict(target.config), tags={**CAPABILITY, NAMESPACE_TAG: namespace}
-        ),
-        required_resource_keys={"progressor_db"},
-        description=f"Collect progressor zombies of {namespace} ({target.cron}). Looks first (one count of the "
-        "running tasks older than the zombie threshold) and skips the tick when there is none, or while the "
-        "previous run is still queued or running.",
     )
 
 

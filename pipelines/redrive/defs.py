@@ -8,6 +8,7 @@ backfill loop turns into one run per partition), so they show under Overview -> 
 their own per-partition status, and each run carries the redrive's tags.
 """
 
+import dataclasses
 import datetime as dt
 import secrets
 import string
@@ -257,7 +258,7 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
             asset=params.asset,
             run_id=context.run_id,
             backfill_id=backfill_id,
-            params=dict(context.op_config),
+            params=dataclasses.asdict(params),
             outcomes=outcomes,
         )
         s3_key = report_key(params.asset, context.run_id)

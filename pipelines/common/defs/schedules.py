@@ -59,7 +59,7 @@ REFRESH_SLACK = dt.timedelta(minutes=1)
 the first tick at least ``refresh`` minus this after the last run was created."""
 
 LookFn = Callable[[dg.ScheduleEvaluationContext], Look]
-RequestFn = Callable[[dg.ScheduleEvaluationContext], dg.RunRequest]
+RequestFn = Callable[[dg.ScheduleEvaluationContext], dg.RunRequest | dg.SkipReason]
 
 
 def scheduled_time(context: dg.ScheduleEvaluationContext) -> dt.datetime | None:
@@ -219,7 +219,7 @@ def schedule(
 ) -> dg.ScheduleDefinition:
     """A schedule of ``job`` (or ``job_name``) on ``cron_schedule`` (or the cron ``crons`` names for
     it). Each tick launches ``request(context)`` (default: a ``RunRequest`` with ``run_config`` and
-    ``tags``), unless:
+    ``tags``; a ``SkipReason`` it returns skips the tick), unless:
 
     - the run would wait on the instance's tag concurrency limits (the job's tags and the request's:
       :func:`held_by`);
@@ -238,6 +238,8 @@ def schedule(
 
     def evaluate(context: dg.ScheduleEvaluationContext):
         run = launch(context)
+        if isinstance(run, dg.SkipReason):  # the request decides there is nothing to launch
+            return run
         instance = _instance(context)
         previous = held_by(instance, {**job_tags, **(run.tags or {})}) if instance is not None else None
         if previous is not None:

@@ -24,9 +24,10 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
+from pipelines.common.defs.tasks import task_job
 from pipelines.common.sqs import queue_name
+from pipelines.fleet import dead_letter_redrive
 from pipelines.fleet.context import FleetContext, fleet_context
-from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
 from pipelines.fleet.drain import (
     STATUS_UNREADABLE,
@@ -280,40 +281,4 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     return process_housekeeping_queue, housekeeping
 
 
-@dg.op(
-    description="Moves dead letters back to their source queue at a rate; quarantines repeat offenders.",
-    config_schema=config_schema(RedriveSettings),
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
-def redrive_dead_letter_queue(
-    context: dg.OpExecutionContext, sqs: SQSResource, s3: S3Resource, fleet: FleetSettings
-) -> dg.Output[dict]:
-    settings = params_from_config(context, RedriveSettings)
-    source, dlq = {
-        "termination": (fleet.termination_queue_url, fleet.termination_dlq_url),
-        "housekeeping": (fleet.housekeeping_queue_url, fleet.housekeeping_dlq_url),
-    }[settings.queue]
-    result = redrive(
-        sqs.get_client(),
-        s3.get_client(),
-        dlq_url=dlq,
-        source_url=source,
-        bucket=fleet.archive_bucket,
-        settings=settings,
-        log=context.log,
-    )
-    counts = {"redriven": 0, **{k: v for k, v in result.items() if isinstance(v, int) and not isinstance(v, bool)}}
-    run_summary(context, f"{settings.queue} dead-letter redrive", counts, "dry run" if settings.dry_run else "")
-    return dg.Output(result, metadata=metadata_from(result))
-
-
-@dg.job(
-    description="By hand: move dead-letter messages back to their source queue at a rate, and quarantine those "
-    "redriven too often.",
-    tags=CAPABILITY_TAGS,
-    config=flat_config("redrive_dead_letter_queue", RedriveSettings),
-    executor_def=dg.in_process_executor,
-)
-def redrive_dead_letters():
-    redrive_dead_letter_queue()
+redrive_dead_letters = task_job(dead_letter_redrive.TASK, dg.in_process_executor)

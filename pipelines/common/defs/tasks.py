@@ -1,0 +1,111 @@
+"""The one Dagster adapter of the task contract (``pipelines.common.task``): a task that runs as a
+job of its own becomes that job (:func:`task_job`), and its schedules are built by the one schedule
+factory (:func:`task_schedule`).
+
+The job is one op, ``task.op``. Its run config is the task's parameters at the top level
+(``flat_config``: choices are enums, so Dagster refuses another value before the run starts); the op
+declares the one AWS failure policy (``AWS_RETRY_POLICY`` and ``one_line_failures``: a pass that
+raises fails the run with one line; one of the task's ``failures`` with its message alone), gives
+the pass the task's clients (the resources of those names, a boto3 client for an AWS one;
+``cloudwatch`` publishes metrics after a committed change, ``CommittedChangeMetrics``), ends with
+the run summary (``run_summary``: the task's ``what`` and ``counters``) and returns the pass's
+result as its output and metadata.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import dagster as dg
+
+from pipelines.common.defs.config import config_schema, flat_config, params_from_config
+from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
+from pipelines.common.defs.metadata import metadata_from
+from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.schedules import schedule
+from pipelines.common.defs.summary import run_summary
+from pipelines.common.looks import Look
+from pipelines.common.task import Task, TaskRun
+
+
+def _clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+    """The resources ``keys`` as a pass sees them: a client's boto3 client (``get_client()``), any
+    other resource as it is (settings, the progressor database)."""
+    resources = {key: getattr(context.resources, key) for key in keys}
+    return {key: r.get_client() if callable(getattr(r, "get_client", None)) else r for key, r in resources.items()}
+
+
+def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
+    """The job of ``task`` (``task.job``, one op ``task.op``), on ``executor_def`` or the code location's."""
+    assert task.job is not None and task.what is not None and task.counters is not None, f"{task.name}: no job"
+    what, counters = task.what, task.counters
+
+    @dg.op(
+        name=task.op,
+        description=task.description,
+        config_schema=config_schema(task.params),
+        required_resource_keys=set(task.clients),
+        retry_policy=AWS_RETRY_POLICY,
+    )
+    @one_line_failures
+    def task_op(context) -> dg.Output:  # no annotation: this module has lazy annotations
+        params = params_from_config(context, task.params)
+        clients = _clients(context, tuple(key for key in task.clients if key != "cloudwatch"))
+        if "cloudwatch" in task.clients:  # metrics after a committed change, never a failed run
+            clients["cloudwatch"] = CommittedChangeMetrics(context, context.resources.cloudwatch, what(params))
+        try:
+            result = task.run(TaskRun(context.log, context.run_id, clients), None, params)
+        except task.failures as exc:  # its message says it all
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
+        run_summary(context, what(params), counters(result), "dry run" if getattr(params, "dry_run", False) else "")
+        return dg.Output(result, metadata=metadata_from(result))
+
+    @dg.job(
+        name=task.job,
+        description=task.description,
+        tags=dict(task.tags),
+        config=flat_config(task.op, task.params),
+        executor_def=executor_def,
+    )
+    def task_job():
+        task_op()
+
+    return task_job
+
+
+def task_schedule(
+    task: Task,
+    job: dg.JobDefinition,
+    *,
+    name: str,
+    cron: str,
+    params: Any,
+    run_config: Mapping[str, Any],
+    tags: Mapping[str, str] | None = None,
+    crons: Mapping[str, str] | None = None,
+) -> dg.ScheduleDefinition:
+    """The schedule ``name`` of ``task``'s ``job`` on ``cron`` (or the one ``crons`` names for it),
+    launching ``run_config`` (``params``, validated) with ``tags``: it looks first with the task's
+    look, over only the clients the look reads with, and skips the tick when there is nothing to do."""
+    look_task = task.look
+
+    def look(context: dg.ScheduleEvaluationContext) -> Look:
+        return look_task(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
+
+    return schedule(
+        name=name,
+        crons=crons,
+        job=job,
+        cron_schedule=cron,
+        look=look if look_task is not None else None,
+        request=lambda _context: dg.RunRequest(run_config=dict(run_config), tags=dict(tags or {})),
+        required_resource_keys=set(task.look_clients),
+        description=f"{task.description} For {task.what(params) if task.what else task.name} ({cron})."
+        + (
+            f" Looks first at {task.looks_at} and skips the tick when there is nothing to do, or while the "
+            "previous run is still queued or running."
+            if look_task is not None
+            else ""
+        ),
+    )

@@ -1,0 +1,62 @@
+"""``collect_zombies`` as a task (``pipelines.common.task``): one namespace's collection, its
+metrics after the commit, and its schedules' look. No Dagster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pipelines.common.aws_batches import put_metrics
+from pipelines.common.looks import Look
+from pipelines.common.task import Task, TaskRun
+from pipelines.progressor.collector import ClockError, collect_zombies, look_for_zombies
+from pipelines.progressor.metrics import collection_datums
+from pipelines.progressor.params import CollectParams
+from pipelines.progressor.schema import NamespaceError
+
+
+def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, Any]:
+    """Collect the namespace's zombie tasks in SKIP LOCKED batches; then publish how many."""
+    with run.progressor_db.connection() as conn:
+        counts = collect_zombies(conn, params, run.log)
+    run.log.info(
+        f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
+        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}, "
+        f"failed {counts.failed}"
+        + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
+    )
+    result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    if not params.dry_run:
+        datums = collection_datums(params.namespace, counts.collected)
+        put_metrics(run.cloudwatch, run.progressor_db.metrics_namespace, datums)
+        result["metrics_published"] = run.cloudwatch.published
+    return result
+
+
+def look(run: TaskRun, _request: None, params: CollectParams) -> Look:
+    with run.progressor_db.connection() as conn:
+        return look_for_zombies(conn, params)
+
+
+TASK = Task(
+    name="collect_zombies",
+    params=CollectParams,
+    run=collect,
+    clients=("progressor_db", "cloudwatch"),
+    look=look,
+    look_clients=("progressor_db",),
+    looks_at="the running tasks older than the zombie threshold (one count)",
+    job="collect_zombies",
+    op="collect_namespace_zombies",
+    description="Progressor: collect zombie tasks (running rows left by dead workers) without disturbing live "
+    "workers; error them as progressor does, or retry zombie timers.",
+    tags={"groundskeeper/capability": "progressor", "dagster/max_runtime": "1800"},
+    what=lambda params: f"progressor {params.namespace}",
+    counters=lambda result: {
+        "zombies_collected": result["errored"] + result["retried"],
+        "retried": result["retried"],
+        "errored": result["errored"],
+    },
+    failures=(NamespaceError, ClockError, ConnectionError),  # ConnectionError: ProgressorDatabaseError
+)
+"""A collection run is canceled by run monitoring after 30 minutes (``dagster/max_runtime``), whatever
+holds it (each statement is bounded too: see ``resources.postgres``)."""
