@@ -710,3 +710,34 @@ def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(a
         assert open_keys == ["run_failure:retry_demo:ThrottlingException"]
     (firing,) = inbox.read()
     assert firing["message_id"].startswith("run_failure:retry_demo:ThrottlingException#")
+
+
+def test_a_lost_state_rebuilds_its_open_incidents_from_the_runs_with_their_message_ids(aws, monkeypatch):
+    """Both state documents are deleted, and the next tick comes two hours after the failures (past
+    a first tick's look back): the failure still open is rebuilt from the runs, sent again with the
+    message_id it had (receivers drop it), and a later success resolves it; the failure that was
+    resolved before stays resolved."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    key = "run_failure:retry_demo:ThrottlingException"
+    partition = "run_failure:alerts_test/batches:acme:RuntimeError"
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        dg.materialize([batches], instance=instance, partition_key="acme", tags={"good": "no"}, raise_on_error=False)
+        tick(instance, res)
+        dg.materialize([batches], instance=instance, partition_key="acme", tags={"good": "yes"})
+        tick(instance, res)
+        before = {(m["alert_key"], m["state"]): m["message_id"] for m in inbox.read()}
+        assert sorted(before) == [(partition, "firing"), (partition, "resolved"), (key, "firing")]
+        with instance.run_storage.connect() as conn:
+            table = alerts_defs.KEY_VALUES
+            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        later = time.time() + 2 * 3600
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        assert [i["alert_key"] for i in load_book(instance).open_incidents()] == [key]
+        assert [m["message_id"] for m in inbox.read()] == [before[(key, "firing")]]
+        run_demo(instance, 1, succeed_on=1)
+        tick(instance, res)
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(key, "resolved")]

@@ -184,7 +184,9 @@ def run_failed(
     unit: str | None = None,
     cause: str = "failure",
     note: str = "",
+    at: float | None = None,
 ) -> Signal:
+    """``at``: when the run failed (the incident's first_seen)."""
     unit = unit or work_unit(job, tags)
     attempts = attempt_of(tags)
     partition = tags.get(PARTITION_TAG)
@@ -203,6 +205,7 @@ def run_failed(
         url=_ui(ui_url, f"/runs/{run_id}"),
         attempts=attempts,
         unit=unit,
+        at=at,
     )
 
 
@@ -220,9 +223,10 @@ def run_succeeded(
     ui_url: str | None,
     unit: str | None = None,
     open_units: Mapping[str, str] | None = None,
+    at: float | None = None,
 ) -> list[Signal]:
     """A success resolves the open run failures of its unit of work (``open_units``: alert_key ->
-    unit of the open ones); a reclaim run also says whether it had item errors."""
+    unit of the open ones); a reclaim run also says whether it had item errors (``at``: when it ended)."""
     unit = unit or work_unit(job, tags)
     url = _ui(ui_url, f"/runs/{run_id}")
     attempts = attempt_of(tags)
@@ -256,6 +260,7 @@ def run_succeeded(
                 job=job,
                 run_id=run_id,
                 url=url,
+                at=at,
             )
         )
     return out
