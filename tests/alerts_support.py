@@ -103,6 +103,36 @@ class Receiver:
         return [m["message_id"] for m in self.received if m["alert_key"] == key]
 
 
+class HoldingEndpoint:
+    """An HTTP endpoint (as an AWS service's ``endpoint_url``) that holds every request it receives,
+    unanswered, until the test sets ``release``; then it answers 500. ``held``: how many it holds."""
+
+    def __init__(self) -> None:
+        self.release, self.held = threading.Event(), 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (http.server's name)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                endpoint.held += 1
+                endpoint.release.wait(PATIENCE)
+                endpoint.held -= 1
+                self.send_response(500)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+
+
 # ---------------------------------------------------------------------------- a real daemon
 
 

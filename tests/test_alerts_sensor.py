@@ -22,7 +22,7 @@ from pipelines.retry.runs import RETRY_MARGIN_SECONDS
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
-from tests.alerts_support import tick_in_a_new_process, webhook_receiver
+from tests.alerts_support import HoldingEndpoint, tick_in_a_new_process, webhook_receiver
 from tests.conftest import PATIENCE
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
@@ -741,3 +741,26 @@ def test_a_lost_state_rebuilds_its_open_incidents_from_the_runs_with_their_messa
         run_demo(instance, 1, succeed_on=1)
         tick(instance, res)
     assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(key, "resolved")]
+
+
+def test_an_sns_endpoint_that_never_answers_holds_no_tick_and_the_alert_waits_for_it(aws):
+    """SNS (and STS, asked the deployment's account) at an endpoint that holds every request: the
+    tick ends while its requests are still held, says so in one line and keeps the message for SNS;
+    the webhook, which that tick's budget may not reach, gets it by the next tick."""
+    endpoint = HoldingEndpoint()
+    try:
+        with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+            res = resources(aws, webhook_url=receiver.url)
+            res["sns"] = SNSResource(region_name="us-east-1", endpoint_url=endpoint.url)
+            run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+            reason = tick(instance, res)
+            still_held = endpoint.held
+            tick(instance, res)
+            webhook = [m["alert_key"] for m in receiver.received]
+    finally:
+        endpoint.close()
+    assert still_held >= 1  # the tick ended while the endpoint still held its requests
+    assert "sns did not take run_failure:retry_demo" in reason
+    assert "no answer within 10 s" in reason
+    assert "kept for a later tick: 1 for sns" in reason
+    assert webhook == ["run_failure:retry_demo:ThrottlingException"]

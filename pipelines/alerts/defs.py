@@ -25,7 +25,7 @@ from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
+from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
     DEMO_JOBS,
@@ -64,6 +64,7 @@ EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until
 TICKS_READ = 10  # latest ticks read per sensor and schedule
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
+LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
 
 
 def now() -> float:
@@ -74,12 +75,13 @@ _ACCOUNTS: dict[tuple, str | None] = {}  # the caller's account, per SNS configu
 
 
 def caller_account(sns: SNSResource, warn) -> str | None:
-    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration);
-    None when it cannot be told (one line), and the topic's account is then not checked."""
+    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration, cut
+    after ``SNS_TIMEOUT_SECONDS``); None when it cannot be told (one line), and the topic's account
+    is then not checked."""
     key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
     if key not in _ACCOUNTS:
         try:
-            _ACCOUNTS[key] = sns.get_sts_client().get_caller_identity()["Account"]
+            _ACCOUNTS[key] = within(SNS_TIMEOUT_SECONDS, sns.get_sts_client().get_caller_identity)["Account"]
         except Exception as exc:
             warn(f"the deployment's AWS account is unknown ({first_line(exc, 200)}): the topic's is not checked")
             return None
@@ -90,7 +92,7 @@ def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: half the daemon's sensor
     evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
     default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
-    return max(1.0, sensor_timeout_seconds() / 2 - WEBHOOK_TIMEOUT_SECONDS)
+    return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
@@ -128,7 +130,7 @@ def sensor_timeout_seconds() -> float:
 def lease_seconds() -> float:
     """How long an evaluation's lease lasts: longer than any tick (its budget, the last request and
     a margin for the reads and saves), so that it lapses only when its holder died."""
-    return max(sensor_timeout_seconds(), tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS + 30)
+    return max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
 
 
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
