@@ -27,7 +27,7 @@ from tests.conftest import PATIENCE
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
 
-SENSOR = build_alerts_sensor()
+SENSOR = build_alerts_sensor(demo_jobs=frozenset({"retry_demo"}))  # as the local demo's code location builds it
 NO_WAIT = '{"kind": "fixed", "delay": 0, "maxAttempts": 100}'  # a sink that is down is tried at the next tick
 
 
@@ -764,3 +764,38 @@ def test_an_sns_endpoint_that_never_answers_holds_no_tick_and_the_alert_waits_fo
     assert "no answer within 10 s" in reason
     assert "kept for a later tick: 1 for sns" in reason
     assert webhook == ["run_failure:retry_demo:ThrottlingException"]
+
+
+def test_the_demos_jobs_are_those_its_additions_add_and_production_has_none():
+    from infra.demo.definitions import demo_additions
+    from pipelines.definitions import Additions
+
+    assert Additions().demo_jobs == frozenset()
+    assert demo_additions({}).demo_jobs == {"retry_demo", "demo_traffic", "progressor_demo_traffic"}
+
+
+def test_alerting_names_no_job_of_the_demo():
+    from pathlib import Path
+
+    from infra.demo.definitions import demo_additions
+
+    alerting = Path(alerts_defs.__file__).parent
+    text = "".join(path.read_text() for path in sorted(alerting.glob("*.py")))
+    assert sorted(job for job in demo_additions({}).demo_jobs if job in text) == []
+
+
+@pytest.mark.parametrize("location", ["make dev", "production"])
+def test_a_failure_of_a_demo_job_is_a_demo_alert_under_make_dev_only(aws, location):
+    from infra.demo.definitions import build_local_definitions
+    from pipelines.definitions import build_definitions
+
+    defs = build_local_definitions({}) if location == "make dev" else build_definitions("local")
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        with dg.build_sensor_context(instance=instance, resources=resources(aws), definitions=defs) as context:
+            defs.resolve_sensor_def("alerts").evaluate_tick(context)
+    (firing,) = inbox.read()
+    demo = location == "make dev"
+    assert firing["title"].startswith("[demo] ") == demo
+    assert firing["severity"] == ("warning" if demo else "critical")

@@ -38,6 +38,7 @@ class AlertConfig:
     policy: RetryPolicy = field(default_factory=default_policy)
     muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
     heartbeat_env: str = DEFAULT_HEARTBEAT_ENV  # the heartbeat's Env dimension
+    demo_jobs: frozenset[str] = frozenset()  # a development code location's demo jobs (no setting): demo alerts
     problems: list[str] = field(default_factory=list)
 
 

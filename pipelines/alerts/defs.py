@@ -28,7 +28,6 @@ from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
-    DEMO_JOBS,
     as_demo,
     automatic_retry,
     cause_of,
@@ -264,7 +263,7 @@ def _failure_signal(
         first, cause = _first_error(instance, run.run_id)
     unit = work_unit(what, tags, run.run_config)
     signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note, at=at)
-    return as_demo(signal) if run.job_name in DEMO_JOBS else signal
+    return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
 def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
@@ -533,9 +532,14 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | N
 
 
 def build_alerts_sensor(
-    *, demo_noise: frozenset[str] = frozenset(), minimum_interval_seconds: int = 60
+    *,
+    demo_noise: frozenset[str] = frozenset(),
+    demo_jobs: frozenset[str] = frozenset(),
+    minimum_interval_seconds: int = 60,
 ) -> dg.SensorDefinition:
     """``demo_noise``: kinds recorded as incidents but never sent (the local demo's expected dead letters).
+    ``demo_jobs``: the jobs a development code location's demo adds (none in production): their
+    failures are demo alerts, marked ``[demo]`` and never critical.
     ``minimum_interval_seconds``: how often the daemon evaluates it (the heartbeat alarm allows 10 minutes)."""
 
     @dg.sensor(
@@ -560,7 +564,7 @@ def build_alerts_sensor(
         if lease is None:
             return dg.SkipReason(busy)
         try:
-            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise)
+            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
         finally:
             give_back_lease(context.instance, lease)
 
@@ -568,7 +572,8 @@ def build_alerts_sensor(
 
 
 def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSResource, sqs: SQSResource,
-              cloudwatch: CloudWatchResource, demo_noise: frozenset[str]) -> dg.SkipReason:  # fmt: skip
+              cloudwatch: CloudWatchResource, demo_noise: frozenset[str],
+              demo_jobs: frozenset[str]) -> dg.SkipReason:  # fmt: skip
     """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
@@ -577,6 +582,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     topic = settings.get("ALERTS_SNS_TOPIC_ARN")
     cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
                        account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
+    cfg = dataclasses.replace(cfg, demo_jobs=demo_jobs)
     for problem in cfg.problems:
         context.log.warning(problem)
     book = load_book(instance, context.log.warning)
@@ -705,8 +711,10 @@ def close_incident():
     close_incident_op()
 
 
-def build_defs(*, noise: frozenset[str] = frozenset()) -> dg.Definitions:
+def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:
     """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
     the ``alerts/incidents`` asset. The incidents of the kinds in ``noise`` are recorded, never sent
-    (``make dev``'s demo dead-letters on purpose)."""
-    return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[build_alerts_sensor(demo_noise=noise)])
+    (``make dev``'s demo dead-letters on purpose); the failures of ``demo_jobs`` (the demo's own
+    jobs, none in production) are demo alerts."""
+    sensor = build_alerts_sensor(demo_noise=noise, demo_jobs=demo_jobs)
+    return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[sensor])

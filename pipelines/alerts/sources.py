@@ -31,7 +31,6 @@ DAGSTER_PARENT_TAG = "dagster/parent_run_id"  # on a re-execution (Dagster's ret
 DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
-DEMO_JOBS = frozenset({"retry_demo", "demo_traffic"})  # the local demo's own jobs: their failures are demo alerts
 DEMO_MARK = "[demo] "
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
 # checks that measure what another source alerts on (one source per signal): never a check_failure
