@@ -577,10 +577,9 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
-    settings = alerts.as_env()
     region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-    topic = settings.get("ALERTS_SNS_TOPIC_ARN")
-    cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
+    topic = (alerts.sns_topic_arn or "").strip()
+    cfg = alert_config(alerts, sns=sns.get_client() if topic else None, region=region,
                        account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
     cfg = dataclasses.replace(cfg, demo_jobs=demo_jobs)
     for problem in cfg.problems:
