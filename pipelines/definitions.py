@@ -53,7 +53,8 @@ class Additions:
     ``reclaim_targets`` / ``progressor_targets``: the targets files when the variables name none;
     ``check_notes``: what a failed check's description adds; ``alert_noise``: incident kinds
     recorded but never sent; ``retry_demo``: the ``retry_demo`` job and the sensor that materializes
-    ``retry_policies`` once."""
+    ``retry_policies`` once; ``demo_jobs``: the jobs it adds, whose failures are demo alerts (marked
+    ``[demo]``, never critical)."""
 
     defs: dg.Definitions = field(default_factory=dg.Definitions)
     crons: Mapping[str, str] = field(default_factory=dict)
@@ -62,6 +63,7 @@ class Additions:
     check_notes: CheckNotes = field(default_factory=dict)
     alert_noise: frozenset[str] = frozenset()
     retry_demo: bool = False
+    demo_jobs: frozenset[str] = frozenset()
 
 
 def build_definitions(deployment: str, additions: Additions | None = None) -> dg.Definitions:
@@ -80,7 +82,7 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         progressor_defs(
             targets_file=targets_path(PROGRESSOR_TARGETS_ENV) or add.progressor_targets, crons=crons, check_notes=notes
         ),
-        alerts_defs(noise=add.alert_noise),
+        alerts_defs(noise=add.alert_noise, demo_jobs=add.demo_jobs),
         add.defs,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),

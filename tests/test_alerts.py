@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pipelines.alerts.config import alert_config
+from pipelines.alerts.config import VARIABLES, alert_config
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
 from pipelines.alerts.sources import (
@@ -22,10 +22,18 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.retry import fixed
-from resources.settings import ALERT_ENV
+from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
 
 NOW = 1_800_000_000.0
+
+
+def typed(by_variable: dict[str, str]) -> AlertSettings:
+    """The typed settings resource the sensor reads, from values by their variable's name."""
+    fields = {variable: name for name, variable in ALERT_ENV.items()}
+    return AlertSettings(**{fields[variable]: value for variable, value in by_variable.items()})
+
+
 NO_WAIT = fixed(0, None)
 
 
@@ -311,7 +319,7 @@ def test_a_webhook_at_an_ipv6_address_is_shown_by_scheme_and_host():
 
 
 def test_a_ui_url_with_user_info_is_refused_without_showing_it():
-    cfg = alert_config({"DAGSTER_UI_URL": "https://admin:s3cr3t-Pa55@dagster.example"})
+    cfg = alert_config(typed({"DAGSTER_UI_URL": "https://admin:s3cr3t-Pa55@dagster.example"}))
     assert cfg.ui_url is None  # no message carries the password in its links
     (line,) = cfg.problems
     assert line.startswith("DAGSTER_UI_URL ")
@@ -327,14 +335,16 @@ def test_a_topic_of_another_region_or_not_a_topic_is_refused():
 
 def test_bad_settings_are_one_line_each_and_the_defaults_hold():
     cfg = alert_config(
-        {
-            "ALERTS_WEBHOOK_URL": "ftp://hooks.example/secret",
-            "ALERTS_SNS_TOPIC_ARN": "arn:aws:sns:eu-west-1:123456789012:alerts",
-            "ALERTS_MAX_PER_TICK": "lots",
-            "ALERTS_REMIND_HOURS": "-1",
-            "ALERTS_RETRY_POLICY": "{",
-            "DAGSTER_UI_URL": "javascript:alert(1)",
-        },
+        typed(
+            {
+                "ALERTS_WEBHOOK_URL": "ftp://hooks.example/secret",
+                "ALERTS_SNS_TOPIC_ARN": "arn:aws:sns:eu-west-1:123456789012:alerts",
+                "ALERTS_MAX_PER_TICK": "lots",
+                "ALERTS_REMIND_HOURS": "-1",
+                "ALERTS_RETRY_POLICY": "{",
+                "DAGSTER_UI_URL": "javascript:alert(1)",
+            }
+        ),
         region="us-east-1",
     )
     assert cfg.sinks == []
@@ -387,10 +397,14 @@ def test_any_bad_value_of_any_setting_is_at_most_one_line_and_the_other_sinks_st
     for value in BAD_VALUES:
         settings = {"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": "https://hooks.example/services/x"}
         settings[name] = value
-        cfg = alert_config(settings, region="us-east-1")
+        cfg = alert_config(typed(settings), region="us-east-1")
         assert len(cfg.problems) <= 1, (value, cfg.problems)
         kept = {"sns"} if name == "ALERTS_WEBHOOK_URL" else {"webhook"} if name == "ALERTS_SNS_TOPIC_ARN" else set()
         assert kept <= {sink.name for sink in cfg.sinks}, value
+
+
+def test_alerting_reads_every_field_of_the_settings_resource_under_its_variables_name():
+    assert VARIABLES == ALERT_ENV
 
 
 @pytest.mark.parametrize(
@@ -403,7 +417,7 @@ def test_any_bad_value_of_any_setting_is_at_most_one_line_and_the_other_sinks_st
     ],  # fmt: skip
 )
 def test_a_webhook_url_with_a_bad_port_or_host_is_one_line_and_sns_stays(url):
-    cfg = alert_config({"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": url}, region="us-east-1")
+    cfg = alert_config(typed({"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": url}), region="us-east-1")
     assert [sink.name for sink in cfg.sinks] == ["sns"]
     (line,) = cfg.problems
     assert "ALERTS_WEBHOOK_URL" in line

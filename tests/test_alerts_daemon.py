@@ -1,67 +1,31 @@
 """The alerts sensor under a real ``dagster-daemon``: a run whose lineage failed while the daemon was
-down alerts once when it starts, and a restart of the daemon repeats nothing."""
+down alerts once when it starts, a restart of the daemon repeats nothing, and a second evaluation
+while the daemon's tick is sending sends nothing."""
 
-import subprocess
-import sys
-import time
-from pathlib import Path
+from collections import Counter
 
 import dagster as dg
 import pytest
 
 from infra.local import stop
 from pipelines.alerts.defs import load_book
-from tests import alerts_daemon_defs
-from tests.conftest import PATIENCE
+from tests import alerts_daemon_defs, alerts_scenario_defs
+from tests.alerts_support import Receiver, alerts_ticks, dagster_home, start_daemon, wait_for
 from tests.test_alerts_sensor import Inbox, run_demo
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
-
-
-def _daemon(env: dict, log: Path) -> subprocess.Popen:
-    with open(log, "ab") as out:
-        return subprocess.Popen(
-            [str(BIN / "dagster-daemon"), "run", "-m", "tests.alerts_daemon_defs", "-d", str(ROOT)],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-        )  # fmt: skip
-
-
-def _alerts_ticks(instance: dg.DagsterInstance) -> list:
-    states = [s for s in instance.all_instigator_state() if s.instigator_name == "alerts"]
-    return [t for s in states for t in instance.get_ticks(s.instigator_origin_id, s.selector_id)]
-
-
-def _wait_for(what: str, condition, log: Path):
-    deadline = time.monotonic() + PATIENCE
-    while time.monotonic() < deadline:
-        found = condition()
-        if found:
-            return found
-        time.sleep(0.1)  # polling a condition, not waiting for time to pass
-    raise AssertionError(f"no {what} within {PATIENCE} s; daemon log:\n{log.read_text()[-5000:]}")
-
-
-def _home(aws, tmp_path, monkeypatch) -> dict:
-    """A fresh DAGSTER_HOME for this process and the daemon's; returns the daemon's environment."""
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    (home / "dagster.yaml").write_text("telemetry:\n  enabled: false\n")
-    monkeypatch.setenv("DAGSTER_HOME", str(home))
-    return {**aws.subprocess_env(), "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT)}
+DEFS = "tests.alerts_daemon_defs"
 
 
 def test_a_real_daemon_alerts_once_and_a_restart_repeats_nothing(aws, tmp_path, monkeypatch):
-    env = _home(aws, tmp_path, monkeypatch)
+    env = dagster_home(aws, tmp_path, monkeypatch)
     inbox = Inbox(aws)
     log = tmp_path / "daemon.log"
     with dg.DagsterInstance.get() as instance:
         run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # fails while no daemon runs
-        daemon = _daemon(env, log)
+        daemon = start_daemon(DEFS, env, log)
         try:
-            (firing,) = _wait_for("alert", inbox.read, log)
+            (firing,) = wait_for("alert", inbox.read, log)
             assert (firing["alert_key"], firing["state"], firing["attempts"]) == (
                 "run_failure:retry_demo:ThrottlingException",
                 "firing",
@@ -69,14 +33,14 @@ def test_a_real_daemon_alerts_once_and_a_restart_repeats_nothing(aws, tmp_path, 
             )
         finally:
             stop(daemon)
-        ticks_before = len(_alerts_ticks(instance))
-        daemon = _daemon(env, log)
+        ticks_before = len(alerts_ticks(instance))
+        daemon = start_daemon(DEFS, env, log)
         try:
-            _wait_for("tick after the restart", lambda: len(_alerts_ticks(instance)) > ticks_before, log)
+            wait_for("tick after the restart", lambda: len(alerts_ticks(instance)) > ticks_before, log)
         finally:
             stop(daemon)
         assert inbox.read() == []
-        assert all(t.status.value != "FAILURE" for t in _alerts_ticks(instance))
+        assert all(t.status.value != "FAILURE" for t in alerts_ticks(instance))
 
 
 def _scan(instance, table: str, error: str = "") -> bool:
@@ -93,7 +57,7 @@ def test_under_a_real_daemon_each_cause_is_its_own_incident_resolved_only_by_its
     resolves nothing; a success of the same job and table resolves that table's failure only; a
     failed partition of an asset job is resolved by a redrive of that partition (a run of Dagster's
     own asset job), and a success of another partition resolves nothing."""
-    env = _home(aws, tmp_path, monkeypatch)
+    env = dagster_home(aws, tmp_path, monkeypatch)
     inbox = Inbox(aws)
     log = tmp_path / "daemon.log"
     throttled = "run_failure:reclaim_agendas@Agendas:ThrottlingException"
@@ -107,11 +71,11 @@ def test_under_a_real_daemon_each_cause_is_its_own_incident_resolved_only_by_its
             got.extend((m["alert_key"], m["state"]) for m in inbox.read())
             return len(got) >= len(wanted)
 
-        _wait_for(f"messages {wanted}", arrived, log)
+        wait_for(f"messages {wanted}", arrived, log)
         assert sorted(got) == sorted(wanted)
 
     with dg.DagsterInstance.get() as instance:
-        daemon = _daemon(env, log)
+        daemon = start_daemon(DEFS, env, log)
         try:
             assert not _scan(instance, "Agendas", "ThrottlingException")
             expect((throttled, "firing"))
@@ -131,9 +95,50 @@ def test_under_a_real_daemon_each_cause_is_its_own_incident_resolved_only_by_its
             dg.materialize([alerts_daemon_defs.receiver_batches], instance=instance, partition_key="acme",
                            tags={"good": "yes"})  # fmt: skip
             expect((partition, "resolved"))
-            ticks = len(_alerts_ticks(instance))
-            _wait_for("a later tick", lambda: len(_alerts_ticks(instance)) > ticks + 1, log)
+            ticks = len(alerts_ticks(instance))
+            wait_for("a later tick", lambda: len(alerts_ticks(instance)) > ticks + 1, log)
         finally:
             stop(daemon)
         assert inbox.read() == []
         assert [i["alert_key"] for i in load_book(instance).open_incidents()] == [misspelt]
+
+
+def _evaluate_here(instance: dg.DagsterInstance) -> str:
+    """One evaluation of the scenario's ``alerts`` sensor in this process, against ``instance``, as
+    the UI's "Test sensor" or a second code server runs it while the daemon's does: its skip reason."""
+    defs = alerts_scenario_defs.defs
+    sensor = defs.resolve_sensor_def("alerts")
+    with dg.build_sensor_context(instance=instance, resources=defs.resources, definitions=defs) as context:
+        return sensor.evaluate_tick(context).skip_message or ""
+
+
+def test_a_second_evaluation_while_the_daemons_tick_sends_sends_nothing_and_each_alert_arrives_once(
+    aws, tmp_path, monkeypatch
+):
+    """The webhook holds the daemon's send (it answers when the test says) while a second
+    evaluation of the same sensor runs against the same instance: it sends nothing and says so;
+    once released, every state change arrives at the webhook once (by its message_id)."""
+    receiver = Receiver(mode="up")
+    env = dagster_home(aws, tmp_path, monkeypatch, ALERTS_WEBHOOK_URL=receiver.url)
+    monkeypatch.setenv("ALERTS_WEBHOOK_URL", receiver.url)  # the second evaluation's sink: the same webhook
+    key = "run_failure:retry_demo:ThrottlingException"
+    log = tmp_path / "daemon.log"
+    with dg.DagsterInstance.get() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # the first tick has an alert to send
+        receiver.hold()
+        daemon = start_daemon("tests.alerts_scenario_defs", env, log)
+        try:
+            wait_for("the daemon's send", receiver.reached.is_set, log)
+            second = _evaluate_here(instance)  # while the daemon's tick is held in its send
+            receiver.release.set()
+            run_demo(instance, 1, succeed_on=1)
+            wait_for("the resolved", lambda: len(receiver.ids(key)) >= 2, log)
+            ticks = len(alerts_ticks(instance))
+            wait_for("2 more ticks", lambda: len(alerts_ticks(instance)) >= ticks + 2, log)
+        finally:
+            receiver.release.set()
+            stop(daemon)
+    assert "another evaluation of the sensor holds its lease" in second
+    assert [m["state"] for m in receiver.received] == ["firing", "resolved"]
+    counts = Counter(m["message_id"] for m in receiver.received)
+    assert [mid for mid, n in counts.items() if n > 1] == []

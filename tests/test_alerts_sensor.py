@@ -22,12 +22,12 @@ from pipelines.retry.runs import RETRY_MARGIN_SECONDS
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
-from tests.alerts_support import tick_in_a_new_process, webhook_receiver
+from tests.alerts_support import HoldingEndpoint, tick_in_a_new_process, webhook_receiver
 from tests.conftest import PATIENCE
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
 
-SENSOR = build_alerts_sensor()
+SENSOR = build_alerts_sensor(demo_jobs=frozenset({"retry_demo"}))  # as the local demo's code location builds it
 NO_WAIT = '{"kind": "fixed", "delay": 0, "maxAttempts": 100}'  # a sink that is down is tried at the next tick
 
 
@@ -710,3 +710,92 @@ def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(a
         assert open_keys == ["run_failure:retry_demo:ThrottlingException"]
     (firing,) = inbox.read()
     assert firing["message_id"].startswith("run_failure:retry_demo:ThrottlingException#")
+
+
+def test_a_lost_state_rebuilds_its_open_incidents_from_the_runs_with_their_message_ids(aws, monkeypatch):
+    """Both state documents are deleted, and the next tick comes two hours after the failures (past
+    a first tick's look back): the failure still open is rebuilt from the runs, sent again with the
+    message_id it had (receivers drop it), and a later success resolves it; the failure that was
+    resolved before stays resolved."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    key = "run_failure:retry_demo:ThrottlingException"
+    partition = "run_failure:alerts_test/batches:acme:RuntimeError"
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        dg.materialize([batches], instance=instance, partition_key="acme", tags={"good": "no"}, raise_on_error=False)
+        tick(instance, res)
+        dg.materialize([batches], instance=instance, partition_key="acme", tags={"good": "yes"})
+        tick(instance, res)
+        before = {(m["alert_key"], m["state"]): m["message_id"] for m in inbox.read()}
+        assert sorted(before) == [(partition, "firing"), (partition, "resolved"), (key, "firing")]
+        with instance.run_storage.connect() as conn:
+            table = alerts_defs.KEY_VALUES
+            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        later = time.time() + 2 * 3600
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        assert [i["alert_key"] for i in load_book(instance).open_incidents()] == [key]
+        assert [m["message_id"] for m in inbox.read()] == [before[(key, "firing")]]
+        run_demo(instance, 1, succeed_on=1)
+        tick(instance, res)
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(key, "resolved")]
+
+
+def test_an_sns_endpoint_that_never_answers_holds_no_tick_and_the_alert_waits_for_it(aws):
+    """SNS (and STS, asked the deployment's account) at an endpoint that holds every request: the
+    tick ends while its requests are still held, says so in one line and keeps the message for SNS;
+    the webhook, which that tick's budget may not reach, gets it by the next tick."""
+    endpoint = HoldingEndpoint()
+    try:
+        with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+            res = resources(aws, webhook_url=receiver.url)
+            res["sns"] = SNSResource(region_name="us-east-1", endpoint_url=endpoint.url)
+            run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+            reason = tick(instance, res)
+            still_held = endpoint.held
+            tick(instance, res)
+            webhook = [m["alert_key"] for m in receiver.received]
+    finally:
+        endpoint.close()
+    assert still_held >= 1  # the tick ended while the endpoint still held its requests
+    assert "sns did not take run_failure:retry_demo" in reason
+    assert "no answer within 10 s" in reason
+    assert "kept for a later tick: 1 for sns" in reason
+    assert webhook == ["run_failure:retry_demo:ThrottlingException"]
+
+
+def test_the_demos_jobs_are_those_its_additions_add_and_production_has_none():
+    from infra.demo.definitions import demo_additions
+    from pipelines.definitions import Additions
+
+    assert Additions().demo_jobs == frozenset()
+    assert demo_additions({}).demo_jobs == {"retry_demo", "demo_traffic", "progressor_demo_traffic"}
+
+
+def test_alerting_names_no_job_of_the_demo():
+    from pathlib import Path
+
+    from infra.demo.definitions import demo_additions
+
+    alerting = Path(alerts_defs.__file__).parent
+    text = "".join(path.read_text() for path in sorted(alerting.glob("*.py")))
+    assert sorted(job for job in demo_additions({}).demo_jobs if job in text) == []
+
+
+@pytest.mark.parametrize("location", ["make dev", "production"])
+def test_a_failure_of_a_demo_job_is_a_demo_alert_under_make_dev_only(aws, location):
+    from infra.demo.definitions import build_local_definitions
+    from pipelines.definitions import build_definitions
+
+    defs = build_local_definitions({}) if location == "make dev" else build_definitions("local")
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        with dg.build_sensor_context(instance=instance, resources=resources(aws), definitions=defs) as context:
+            defs.resolve_sensor_def("alerts").evaluate_tick(context)
+    (firing,) = inbox.read()
+    demo = location == "make dev"
+    assert firing["title"].startswith("[demo] ") == demo
+    assert firing["severity"] == ("warning" if demo else "critical")

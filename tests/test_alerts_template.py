@@ -1,6 +1,7 @@
 """The template's alerting: deployed into moto, it has the alerts topic (exported as
 ALERTS_SNS_TOPIC_ARN) and the heartbeat alarm (missing data breaching), each alarm firing to the
-topic with its runbook in AlarmDescription; dead letters have one source, the alerts sensor."""
+topic with its runbook in AlarmDescription; dead letters and reclaim's item errors have one source,
+the alerts sensor."""
 
 import json
 import re
@@ -67,3 +68,9 @@ def test_the_dead_letter_depth_checks_do_not_alert_a_second_time():
     signal = check_evaluated("runs_fleet/termination_dead_letters", "dead_letter_depth", False, "WARN", "3 message(s)",
                              run_id="r", ui_url=None)  # fmt: skip
     assert signal is None
+
+
+def test_reclaim_item_errors_page_from_one_source_the_sensor_and_no_alarm_of_the_template(aws):
+    """The sensor's reclaim_errors incident links its run and resolves by the job's next clean run;
+    the metric stays (reclaim publishes it) with no alarm on it."""
+    assert [a["AlarmName"] for a in _alarms(aws).values() if a["MetricName"] == "AgendaReclaimErrors"] == []

@@ -105,6 +105,17 @@ def test_termination_round_markers_expire_only_after_sqs_could_redeliver():
     assert rule["ExpirationInDays"] > 14  # SQS keeps a message 14 days at most
 
 
+def test_the_only_alarm_is_the_alerts_heartbeat_one_source_per_signal():
+    """What the alerts sensor alerts on (dead letters, reclaim's item errors) has no alarm of its
+    own: the one alarm is the sensor's heartbeat, which nothing in Dagster can watch."""
+    from tests.iam_support import load_template
+
+    resources = load_template()["Resources"]
+    alarms = {name: res["Properties"] for name, res in resources.items() if res["Type"] == "AWS::CloudWatch::Alarm"}
+    assert sorted(alarms) == ["AlertsHeartbeatAlarm"]
+    assert alarms["AlertsHeartbeatAlarm"]["MetricName"] == "AlertsHeartbeat"
+
+
 def test_reclaim_may_be_granted_tables_outside_the_stack(aws):
     """ReclaimTableArns (empty by default) adds a managed policy for AgendaProgress/OperationProgress
     tables the stack does not own; the default deploys without it."""

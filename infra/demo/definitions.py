@@ -10,7 +10,8 @@ deployment (``pipelines.definitions.build_definitions``) with the demo added as 
   warning, and the demo stays quiet);
 - what each check the demo fails on purpose says (:data:`CHECK_NOTES`), and the dead letters as
   alert noise (recorded, never sent);
-- the ``retry_demo`` job and the sensor that materializes ``retry_policies`` once.
+- the ``retry_demo`` job and the sensor that materializes ``retry_policies`` once;
+- its jobs (the traffic jobs above and ``retry_demo``), whose failures alerting marks as the demo's.
 
 Production never imports this package (``tests/test_layers.py``), and the image leaves it out
 (``infra/Dockerfile.dockerignore``).
@@ -29,6 +30,7 @@ from infra.demo.cadence import demo_crons, demo_mode
 from infra.demo.common import SEEDED
 from infra.demo.defs import demo_defs
 from pipelines.definitions import Additions, build_definitions
+from pipelines.retry.defs import retry_demo
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 
@@ -77,14 +79,16 @@ def demo_additions(environ: Mapping[str, str]) -> Additions:
     mode, problem = demo_mode(environ)
     if problem:
         warnings.warn(problem, stacklevel=2)
+    defs = demo_defs(mode)
     return Additions(
-        defs=demo_defs(mode),
+        defs=defs,
         crons=demo_crons(mode),
         reclaim_targets=TARGETS_DIR / "reclaim.json",
         progressor_targets=TARGETS_DIR / "progressor.json",
         check_notes=CHECK_NOTES,
         alert_noise=frozenset({"dead_letters"}),
         retry_demo=True,
+        demo_jobs=frozenset(job.name for job in [*(defs.jobs or []), retry_demo]),
     )
 
 

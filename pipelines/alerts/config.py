@@ -1,4 +1,5 @@
-"""The alerting settings (``ALERTS_*``, ``DAGSTER_UI_URL``), checked at each tick. No Dagster.
+"""The alerting settings (``ALERTS_*``, ``DAGSTER_UI_URL``), read from the typed settings resource
+into an :class:`AlertConfig` once per evaluation of the sensor. No Dagster.
 
 A bad value never stops alerting: it is one line in :attr:`AlertConfig.problems` and its default
 is used (a sink whose setting is bad is left out, and that line says so, every tick).
@@ -7,7 +8,7 @@ is used (a sink whose setting is bad is left out, and that line says so, every t
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,7 @@ class AlertConfig:
     policy: RetryPolicy = field(default_factory=default_policy)
     muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
     heartbeat_env: str = DEFAULT_HEARTBEAT_ENV  # the heartbeat's Env dimension
+    demo_jobs: frozenset[str] = frozenset()  # a development code location's demo jobs (no setting): demo alerts
     problems: list[str] = field(default_factory=list)
 
 
@@ -87,49 +89,70 @@ def _heartbeat_env(raw: str | None) -> str:
     return value
 
 
-def alert_config(
-    settings: Mapping[str, str | None], *, sns=None, region: str = "us-east-1", account: str | None = None
-) -> AlertConfig:
-    """``settings``: the variables by name (unset: None). ``sns``: the SNS client, when there is a topic;
-    ``account``: the deployment's AWS account, when known (a topic of another one is never published to).
-    Each setting is read on its own: a bad one is one line and its default (a sink: left out)."""
+VARIABLES = {
+    "sns_topic_arn": "ALERTS_SNS_TOPIC_ARN",
+    "webhook_url": "ALERTS_WEBHOOK_URL",
+    "remind_hours": "ALERTS_REMIND_HOURS",
+    "max_per_tick": "ALERTS_MAX_PER_TICK",
+    "tick_failures": "ALERTS_TICK_FAILURES",
+    "retry_policy": "ALERTS_RETRY_POLICY",
+    "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
+    "ui_url": "DAGSTER_UI_URL",
+    "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
+    "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
+}
+"""The settings' fields (``resources.settings.AlertSettings``) and the variables that set them, which
+the lines on a bad value name."""
+
+
+def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account: str | None = None) -> AlertConfig:
+    """``settings``: the typed settings (``AlertSettings``, or any object with the fields of
+    :data:`VARIABLES`; unset: None), read field by field. ``sns``: the SNS client, when there is a
+    topic; ``account``: the deployment's AWS account, when known (a topic of another one is never
+    published to). Each setting is read on its own: a bad one is one line and its default (a sink:
+    left out)."""
     problems: list[str] = []
+
+    def raw(field_name: str) -> str | None:
+        value = getattr(settings, field_name, None)
+        return value if value is None or isinstance(value, str) else str(value)
+
     sinks: list[Sink] = []
     makers = {
-        "ALERTS_SNS_TOPIC_ARN": lambda v: SnsSink(sns, v, region=region, account=account),
-        "ALERTS_WEBHOOK_URL": WebhookSink,
+        "sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account),
+        "webhook_url": WebhookSink,
     }
     for name, make in makers.items():
-        value = settings.get(name)
+        value = raw(name)
         if value and value.strip():
-            sink = _setting(name, lambda: make(value), None, problems, "that sink is off")  # noqa: B023
+            sink = _setting(VARIABLES[name], lambda: make(value), None, problems, "that sink is off")  # noqa: B023
             sinks += [sink] if sink is not None else []
     policy = default_policy()
-    if (settings.get("ALERTS_RETRY_POLICY") or "").strip():
+    if (raw("retry_policy") or "").strip():
         policy = _setting(
-            "ALERTS_RETRY_POLICY", lambda: policy_from_text(settings["ALERTS_RETRY_POLICY"]), policy, problems,
+            "ALERTS_RETRY_POLICY", lambda: policy_from_text(raw("retry_policy")), policy, problems,
             f"using {policy.describe()}",
         )  # fmt: skip
-    remind = _number(settings.get("ALERTS_REMIND_HOURS"), "ALERTS_REMIND_HOURS", None, float, 0.01, 24 * 365, problems)
-    ui_url = _setting("DAGSTER_UI_URL", lambda: _checked_url("DAGSTER_UI_URL", settings.get("DAGSTER_UI_URL")), None,
+    remind = _number(raw("remind_hours"), "ALERTS_REMIND_HOURS", None, float, 0.01, 24 * 365, problems)
+    ui_url = _setting("DAGSTER_UI_URL", lambda: _checked_url("DAGSTER_UI_URL", raw("ui_url")), None,
                       problems, "messages carry no link")  # fmt: skip
     runbook_url = _setting(
         "ALERTS_RUNBOOK_BASE_URL",
-        lambda: _checked_url("ALERTS_RUNBOOK_BASE_URL", settings.get("ALERTS_RUNBOOK_BASE_URL")),
+        lambda: _checked_url("ALERTS_RUNBOOK_BASE_URL", raw("runbook_base_url")),
         None, problems, "runbooks as repository paths",
     )  # fmt: skip
     muted = _setting(
         "ALERTS_MUTED_WARN_CHECKS",
-        lambda: frozenset(m.strip() for m in (settings.get("ALERTS_MUTED_WARN_CHECKS") or "").split(",") if m.strip()),
+        lambda: frozenset(m.strip() for m in (raw("muted_warn_checks") or "").split(",") if m.strip()),
         frozenset(), problems, "no check is muted",
     )  # fmt: skip
     return AlertConfig(
         sinks=sinks,
         max_per_tick=_number(
-            settings.get("ALERTS_MAX_PER_TICK"), "ALERTS_MAX_PER_TICK", DEFAULT_MAX_PER_TICK, int, 1, 1000, problems
+            raw("max_per_tick"), "ALERTS_MAX_PER_TICK", DEFAULT_MAX_PER_TICK, int, 1, 1000, problems
         ),  # fmt: skip
         tick_failures=_number(
-            settings.get("ALERTS_TICK_FAILURES"), "ALERTS_TICK_FAILURES", DEFAULT_TICK_FAILURES, int, 1, 100, problems
+            raw("tick_failures"), "ALERTS_TICK_FAILURES", DEFAULT_TICK_FAILURES, int, 1, 100, problems
         ),  # fmt: skip
         remind_seconds=remind * 3600 if remind else None,
         ui_url=ui_url,
@@ -138,7 +161,7 @@ def alert_config(
         muted_checks=muted,
         heartbeat_env=_setting(
             "ALERTS_HEARTBEAT_ENV",
-            lambda: _heartbeat_env(settings.get("ALERTS_HEARTBEAT_ENV")),
+            lambda: _heartbeat_env(raw("heartbeat_env")),
             DEFAULT_HEARTBEAT_ENV,
             problems,
             f"using {DEFAULT_HEARTBEAT_ENV}",

@@ -10,6 +10,7 @@ least once, each message with the ``message_id`` of its state change (docs/alert
 """
 
 import dataclasses
+import datetime as dt
 import json
 import os
 import time
@@ -24,9 +25,9 @@ from pipelines.alerts.config import AlertConfig, alert_config
 from pipelines.alerts.heartbeat import publish_heartbeat
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
+from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, within
 from pipelines.alerts.sources import (
-    DEMO_JOBS,
+    CAPABILITY_TAG,
     as_demo,
     automatic_retry,
     cause_of,
@@ -56,10 +57,13 @@ LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, an
 KEY_VALUES = db.table("kvs", db.column("key"), db.column("value"))  # the SQL run storage's key-value table
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
+REBUILD_LOOKBACK_SECONDS = 7 * 86400  # a fresh state's open incidents: rebuilt from the runs of the last 7 days
+REBUILD_PAGE = 500  # run records read per query while rebuilding
 EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
 TICKS_READ = 10  # latest ticks read per sensor and schedule
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
+LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
 
 
 def now() -> float:
@@ -70,12 +74,13 @@ _ACCOUNTS: dict[tuple, str | None] = {}  # the caller's account, per SNS configu
 
 
 def caller_account(sns: SNSResource, warn) -> str | None:
-    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration);
-    None when it cannot be told (one line), and the topic's account is then not checked."""
+    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration, cut
+    after ``SNS_TIMEOUT_SECONDS``); None when it cannot be told (one line), and the topic's account
+    is then not checked."""
     key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
     if key not in _ACCOUNTS:
         try:
-            _ACCOUNTS[key] = sns.get_sts_client().get_caller_identity()["Account"]
+            _ACCOUNTS[key] = within(SNS_TIMEOUT_SECONDS, sns.get_sts_client().get_caller_identity)["Account"]
         except Exception as exc:
             warn(f"the deployment's AWS account is unknown ({first_line(exc, 200)}): the topic's is not checked")
             return None
@@ -86,7 +91,7 @@ def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: half the daemon's sensor
     evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
     default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
-    return max(1.0, sensor_timeout_seconds() / 2 - WEBHOOK_TIMEOUT_SECONDS)
+    return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
@@ -101,7 +106,7 @@ def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
         if not copy.reset:
             warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
             return copy
-    return AlertBook.load(saved.get(STATE_KEY), warn)
+    return AlertBook.load(saved.get(STATE_KEY), warn)  # fresh: the sensor rebuilds it (rebuild_run_signals)
 
 
 def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
@@ -124,7 +129,7 @@ def sensor_timeout_seconds() -> float:
 def lease_seconds() -> float:
     """How long an evaluation's lease lasts: longer than any tick (its budget, the last request and
     a margin for the reads and saves), so that it lapses only when its holder died."""
-    return max(sensor_timeout_seconds(), tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS + 30)
+    return max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
 
 
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
@@ -247,15 +252,18 @@ def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
 AWAITING_RETRY = "awaiting_retry"  # positions[...]: failed runs whose automatic retry is awaited
 
 
-def _failure_signal(instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, note: str = "") -> Signal:
+def _failure_signal(
+    instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, at: float | None, note: str = ""
+) -> Signal:
+    """``at``: when ``run`` failed (its RUN_FAILURE event's time), the incident's first_seen."""
     tags = dict(run.tags)
     what = run_target(instance, run)
     first, cause = _first_error(instance, lineage_root(run.run_id, tags))
     if not first:
         first, cause = _first_error(instance, run.run_id)
     unit = work_unit(what, tags, run.run_config)
-    signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note)
-    return as_demo(signal) if run.job_name in DEMO_JOBS else signal
+    signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note, at=at)
+    return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
 def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
@@ -286,7 +294,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
             continue
         waited = human(max(0.0, clock - float(item.get("at", clock))))
         context.log.warning(f"run {run_id} of {run.job_name}: no retry was launched within {waited}, alerting")
-        out.append(_failure_signal(instance, run, cfg, note=f"no retry launched within {waited}"))
+        at = float(item["at"]) if "at" in item else None
+        out.append(_failure_signal(instance, run, cfg, at, note=f"no retry launched within {waited}"))
     return out
 
 
@@ -359,7 +368,9 @@ def _run_signals_of(
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:
-            signals = run_succeeded(what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units)
+            signals = run_succeeded(
+                what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units, at=record.timestamp
+            )
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
             for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == unit]:
@@ -382,10 +393,63 @@ def _run_signals_of(
                 "unit": unit,
             }
             continue
-        signal = _failure_signal(instance, run, cfg)
+        signal = _failure_signal(instance, run, cfg, record.timestamp)
         open_units[signal.alert_key] = unit
         out.append(signal)
     return [linked(s, cfg) for s in out]
+
+
+def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
+                        deadline: float) -> tuple[list, str]:  # fmt: skip
+    """A fresh state (none saved, or none readable): the open incidents of runs, rebuilt from the
+    instance's history. The latest finished run of each unit of work of the last
+    ``REBUILD_LOOKBACK_SECONDS`` is read as if it had just finished: a failure that no automatic retry
+    follows opens its incident (with the first_seen, so the message_id, it had), one whose retry is
+    awaited waits for it, a reclaim run's item errors open theirs; a success opens nothing. The read
+    positions then start at the latest run events (read first: a run that ends meanwhile is read
+    twice, which changes nothing). Returns (the signals, one line on what was rebuilt)."""
+    for kind in RUN_STATUS_EVENTS:
+        latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
+        if latest.records:
+            book.positions[kind.value] = latest.records[0].storage_id
+    since = dt.datetime.fromtimestamp(clock - REBUILD_LOOKBACK_SECONDS, dt.UTC)
+    finished = dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.SUCCESS], updated_after=since)
+    newest: dict[str, tuple[float, dg.DagsterRun]] = {}  # unit of work -> its latest finished run
+    targets: dict[tuple, str] = {}  # the assets a job's whole runs materialize: read once per job snapshot
+    cursor, back_to = None, None
+    while cursor is None or time.monotonic() < deadline:
+        page = instance.get_run_records(finished, limit=REBUILD_PAGE, cursor=cursor)
+        for record in page:
+            run = record.dagster_run
+            key = (run.job_name, run.job_snapshot_id, tuple(sorted(map(str, run.asset_selection or ()))))
+            if key not in targets:
+                targets[key] = run_target(instance, run)
+            unit = work_unit(targets[key], run.tags, run.run_config)
+            ended = record.end_time or record.update_timestamp.timestamp()
+            if unit not in newest or ended > newest[unit][0]:
+                newest[unit] = (ended, run)
+        if len(page) < REBUILD_PAGE:
+            back_to = None
+            break
+        cursor, back_to = page[-1].dagster_run.run_id, page[-1].create_timestamp.timestamp()
+    changes = []
+    for _, run in newest.values():
+        failed = run.status == dg.DagsterRunStatus.FAILURE
+        if run.job_name == CLOSE_JOB or not (failed or run.tags.get(CAPABILITY_TAG) == "reclaim"):
+            continue  # a success opens nothing but a reclaim run's item errors
+        kind = dg.DagsterEventType.RUN_FAILURE if failed else dg.DagsterEventType.RUN_SUCCESS
+        events = instance.get_records_for_run(run.run_id, of_type=kind, limit=1).records
+        changes += [(events[0], failed)] if events else []
+    changes.sort(key=lambda change: change[0].storage_id)
+    signals = _run_signals_of(context, instance, book, changes, cfg, {})
+    opened = [s.alert_key for s in signals if s.firing]
+    line = (
+        f"alert state {'unreadable' if book.reset else 'missing'}: rebuilt from the latest run of each unit of "
+        f"work of the last {REBUILD_LOOKBACK_SECONDS // 86400} days: {len(opened)} open"
+        + (f" ({', '.join(opened[:5])}{', ...' if len(opened) > 5 else ''})" if opened else "")
+        + (f"; runs before {iso_seconds(back_to)} not read (the tick's time budget is spent)" if back_to else "")
+    )
+    return signals, line
 
 
 def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
@@ -468,9 +532,14 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | N
 
 
 def build_alerts_sensor(
-    *, demo_noise: frozenset[str] = frozenset(), minimum_interval_seconds: int = 60
+    *,
+    demo_noise: frozenset[str] = frozenset(),
+    demo_jobs: frozenset[str] = frozenset(),
+    minimum_interval_seconds: int = 60,
 ) -> dg.SensorDefinition:
     """``demo_noise``: kinds recorded as incidents but never sent (the local demo's expected dead letters).
+    ``demo_jobs``: the jobs a development code location's demo adds (none in production): their
+    failures are demo alerts, marked ``[demo]`` and never critical.
     ``minimum_interval_seconds``: how often the daemon evaluates it (the heartbeat alarm allows 10 minutes)."""
 
     @dg.sensor(
@@ -495,7 +564,7 @@ def build_alerts_sensor(
         if lease is None:
             return dg.SkipReason(busy)
         try:
-            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise)
+            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
         finally:
             give_back_lease(context.instance, lease)
 
@@ -503,15 +572,16 @@ def build_alerts_sensor(
 
 
 def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSResource, sqs: SQSResource,
-              cloudwatch: CloudWatchResource, demo_noise: frozenset[str]) -> dg.SkipReason:  # fmt: skip
+              cloudwatch: CloudWatchResource, demo_noise: frozenset[str],
+              demo_jobs: frozenset[str]) -> dg.SkipReason:  # fmt: skip
     """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
-    settings = alerts.as_env()
     region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-    topic = settings.get("ALERTS_SNS_TOPIC_ARN")
-    cfg = alert_config(settings, sns=sns.get_client() if topic else None, region=region,
+    topic = (alerts.sns_topic_arn or "").strip()
+    cfg = alert_config(alerts, sns=sns.get_client() if topic else None, region=region,
                        account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
+    cfg = dataclasses.replace(cfg, demo_jobs=demo_jobs)
     for problem in cfg.problems:
         context.log.warning(problem)
     book = load_book(instance, context.log.warning)
@@ -519,26 +589,35 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     if book.reset:
         reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
         book.enqueue(reset, [sink.name for sink in cfg.sinks])
+    changes, noise = [], []
+
+    def observe(signals) -> None:
+        for signal in signals:
+            message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
+            if message is None:
+                continue
+            if signal.kind in demo_noise:
+                noise.append(signal.alert_key)
+                continue
+            changes.append(f"{message['alert_key']} {message['state']}")
+            for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
+                context.log.warning(line)
+
+    if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
+        rebuilt, line = rebuild_run_signals(context, instance, book, cfg, clock, deadline)
+        context.log.warning(line)
+        observe(rebuilt)
     run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
     if behind:
         context.log.warning(behind)
-    signals = [
-        *run_changes,
-        *check_signals(context, instance, book, cfg),
-        *tick_signals(instance, cfg),
-        *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
-    ]
-    changes, noise = [], []
-    for signal in signals:
-        message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
-        if message is None:
-            continue
-        if signal.kind in demo_noise:
-            noise.append(signal.alert_key)
-            continue
-        changes.append(f"{message['alert_key']} {message['state']}")
-        for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
-            context.log.warning(line)
+    observe(
+        [
+            *run_changes,
+            *check_signals(context, instance, book, cfg),
+            *tick_signals(instance, cfg),
+            *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
+        ]
+    )
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
@@ -631,8 +710,10 @@ def close_incident():
     close_incident_op()
 
 
-def build_defs(*, noise: frozenset[str] = frozenset()) -> dg.Definitions:
+def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:
     """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
     the ``alerts/incidents`` asset. The incidents of the kinds in ``noise`` are recorded, never sent
-    (``make dev``'s demo dead-letters on purpose)."""
-    return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[build_alerts_sensor(demo_noise=noise)])
+    (``make dev``'s demo dead-letters on purpose); the failures of ``demo_jobs`` (the demo's own
+    jobs, none in production) are demo alerts."""
+    sensor = build_alerts_sensor(demo_noise=noise, demo_jobs=demo_jobs)
+    return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[sensor])

@@ -70,6 +70,7 @@ class Signal:
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
     runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
     action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
+    at: float | None = None  # when its source saw the problem happen (a run's failure): the incident's first_seen
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -153,6 +154,7 @@ class AlertBook:
 
     def __init__(self, state: Mapping[str, Any] | None = None) -> None:
         self.reset: str | None = None  # why a saved state could not be used (set by :meth:`load`)
+        self.fresh = False  # no saved state could be used: it knows nothing yet (set by :meth:`load`)
         state = dict(state or {})
         self.incidents: dict[str, dict[str, Any]] = dict(state.get("incidents") or {})
         self.outbox: dict[str, list[dict[str, Any]]] = {k: list(v) for k, v in (state.get("outbox") or {}).items()}
@@ -164,7 +166,9 @@ class AlertBook:
     def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> AlertBook:
         """The book saved as ``text``; an unreadable one starts afresh, with one warning line."""
         if not text:
-            return cls()
+            book = cls()
+            book.fresh = True
+            return book
         try:
             state = json.loads(text)
             _check_shape(state)
@@ -172,7 +176,7 @@ class AlertBook:
         except (ValueError, TypeError, RecursionError) as exc:
             warn(f"alert state unreadable ({first_line(exc, 200)}): starting afresh")
             book = cls()
-            book.reset = first_line(exc, 200)
+            book.reset, book.fresh = first_line(exc, 200), True
             return book
 
     def dumps(self) -> str:
@@ -198,7 +202,10 @@ class AlertBook:
         open_now = incident is not None and incident["state"] == FIRING
         if signal.firing and not open_now:
             fields = {name: getattr(signal, name) for name in FIELDS if hasattr(signal, name)}
-            incident = {**fields, "state": FIRING, "first_seen": now, "last_seen": now, "notified": now}
+            # first_seen: when it happened, when the source says (a run failure read again from the
+            # instance's history after a state reset has the same first_seen, so the same message_id)
+            first = min(signal.at, now) if signal.at is not None else now
+            incident = {**fields, "state": FIRING, "first_seen": first, "last_seen": now, "notified": now}
             incident["summary"] = first_line(signal.summary, SUMMARY_CHARS)
             if signal.unit:
                 incident["unit"] = signal.unit

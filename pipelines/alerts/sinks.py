@@ -3,7 +3,10 @@
 - :class:`SnsSink` (``ALERTS_SNS_TOPIC_ARN``): the message JSON as the body, message attributes
   ``severity``, ``state`` and ``alert_key``; e-mail, chat (AWS Chatbot) and paging subscribe to the
   topic. The topic must be in the deployment's region and account (its ARN is checked before any
-  call: the account against the caller's, when known).
+  call: the account against the caller's, when known). The whole ``Publish``, botocore's own
+  retries and timeouts (60 s to connect and per read, by default) included, is cut after its
+  timeout: a publish that has not answered by then is left to end by itself in the background and
+  is a failure (the message is kept, and may reach the topic twice, with its ``message_id``).
 - :class:`WebhookSink` (``ALERTS_WEBHOOK_URL``): a Slack-compatible incoming-webhook POST, ``text``
   plus the message's fields. The URL is a credential (a chat webhook's path is its secret): it is
   checked once (http(s), a path that stays where it says), never logged beyond scheme and host, and
@@ -23,7 +26,7 @@ import socket
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pipelines.alerts.incidents import SinkError, text_of
@@ -31,6 +34,7 @@ from pipelines.common.http import NO_REDIRECTS, UnsafeURL, credential_url, locat
 from pipelines.retry import classify_aws_error
 
 WEBHOOK_TIMEOUT_SECONDS = 10
+SNS_TIMEOUT_SECONDS = WEBHOOK_TIMEOUT_SECONDS  # the longest request of a tick, whichever the sink
 _TOPIC_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:sns:([a-z0-9-]+):(\d{12}):([A-Za-z0-9_-]{1,256})")
 _SUBJECT_TEXT = re.compile(r"[^\x20-\x7e]")
 
@@ -90,10 +94,38 @@ class SinkConfigError(ValueError):
     """A sink's setting cannot be used (one line naming the variable, never a credential)."""
 
 
+class NoAnswer(TimeoutError):
+    """A call that did not return within its time (it goes on in the background, its result unused)."""
+
+
+def within(seconds: float, call: Callable[[], Any]) -> Any:
+    """``call()``'s result (or its exception), or :class:`NoAnswer` when it has not returned after
+    ``seconds``: for a client whose own timeouts are longer (boto3's), so that a hanging endpoint
+    cannot hold the caller. The call runs in a daemon thread, left to end by itself when cut."""
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller, whatever it is)
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="bounded-call", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise NoAnswer(f"no answer within {seconds:g} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome.get("value")
+
+
 class SnsSink:
     name = "sns"
 
-    def __init__(self, sns, topic_arn: str, *, region: str, account: str | None = None) -> None:
+    def __init__(
+        self, sns, topic_arn: str, *, region: str, account: str | None = None, timeout: float = SNS_TIMEOUT_SECONDS
+    ) -> None:
         found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
             raise SinkConfigError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
@@ -101,7 +133,7 @@ class SnsSink:
             raise SinkConfigError(
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
-        self.sns, self.topic_arn = sns, topic_arn.strip()
+        self.sns, self.topic_arn, self.timeout = sns, topic_arn.strip(), timeout
         self.elsewhere = None  # why it cannot be published to, when known up front
         if account and found.group(2) != account:
             self.elsewhere = (
@@ -117,13 +149,16 @@ class SnsSink:
             for name in ("severity", "state", "alert_key")
         }
         subject = _SUBJECT_TEXT.sub("?", text_of(message))[:100]  # e-mail subscribers' subject line
+        body = json.dumps(message, sort_keys=True, default=str)
         try:
-            self.sns.publish(
-                TopicArn=self.topic_arn,
-                Message=json.dumps(message, sort_keys=True, default=str),
-                Subject=subject,
-                MessageAttributes=attributes,
+            within(
+                self.timeout,
+                lambda: self.sns.publish(
+                    TopicArn=self.topic_arn, Message=body, Subject=subject, MessageAttributes=attributes
+                ),
             )
+        except NoAnswer as exc:
+            raise SinkError(f"SNS Publish to {self.topic_arn}: {exc}") from None
         except Exception as exc:
             raise SinkError(f"SNS Publish to {self.topic_arn}: {classify_aws_error(exc).reason}") from None
 

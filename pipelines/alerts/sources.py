@@ -31,7 +31,6 @@ DAGSTER_PARENT_TAG = "dagster/parent_run_id"  # on a re-execution (Dagster's ret
 DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
-DEMO_JOBS = frozenset({"retry_demo", "demo_traffic"})  # the local demo's own jobs: their failures are demo alerts
 DEMO_MARK = "[demo] "
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
 # checks that measure what another source alerts on (one source per signal): never a check_failure
@@ -184,7 +183,9 @@ def run_failed(
     unit: str | None = None,
     cause: str = "failure",
     note: str = "",
+    at: float | None = None,
 ) -> Signal:
+    """``at``: when the run failed (the incident's first_seen)."""
     unit = unit or work_unit(job, tags)
     attempts = attempt_of(tags)
     partition = tags.get(PARTITION_TAG)
@@ -203,6 +204,7 @@ def run_failed(
         url=_ui(ui_url, f"/runs/{run_id}"),
         attempts=attempts,
         unit=unit,
+        at=at,
     )
 
 
@@ -220,9 +222,10 @@ def run_succeeded(
     ui_url: str | None,
     unit: str | None = None,
     open_units: Mapping[str, str] | None = None,
+    at: float | None = None,
 ) -> list[Signal]:
     """A success resolves the open run failures of its unit of work (``open_units``: alert_key ->
-    unit of the open ones); a reclaim run also says whether it had item errors."""
+    unit of the open ones); a reclaim run also says whether it had item errors (``at``: when it ended)."""
     unit = unit or work_unit(job, tags)
     url = _ui(ui_url, f"/runs/{run_id}")
     attempts = attempt_of(tags)
@@ -256,6 +259,7 @@ def run_succeeded(
                 job=job,
                 run_id=run_id,
                 url=url,
+                at=at,
             )
         )
     return out
