@@ -111,10 +111,6 @@ class AlertSettings(dg.ConfigurableResource):
     runbook_base_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
     heartbeat_env: str | None = None  # ALERTS_HEARTBEAT_ENV: the template's Env, the heartbeat's dimension
 
-    def as_env(self) -> dict[str, str | None]:
-        """The values by their variable's name, for ``pipelines.alerts.config.alert_config``."""
-        return {env: getattr(self, name) for name, env in ALERT_ENV.items()}
-
 
 ALERT_ENV = {
     "sns_topic_arn": "ALERTS_SNS_TOPIC_ARN",
