@@ -20,7 +20,7 @@ from dagster._core.errors import DagsterUserCodeProcessError
 from dagster_shared.error import SerializableErrorInfo
 from pydantic import Field
 
-from pipelines.common.env import SettingsError, batch_partitions_env, checked, int_env
+from pipelines.common.env import ALERT_ENV, SettingsError, batch_partitions_env, checked, int_env
 
 
 class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
@@ -110,20 +110,6 @@ class AlertSettings(dg.ConfigurableResource):
     ui_url: str | None = None  # DAGSTER_UI_URL: links to run and asset pages
     runbook_base_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
     heartbeat_env: str | None = None  # ALERTS_HEARTBEAT_ENV: the template's Env, the heartbeat's dimension
-
-
-ALERT_ENV = {
-    "sns_topic_arn": "ALERTS_SNS_TOPIC_ARN",
-    "webhook_url": "ALERTS_WEBHOOK_URL",
-    "remind_hours": "ALERTS_REMIND_HOURS",
-    "max_per_tick": "ALERTS_MAX_PER_TICK",
-    "tick_failures": "ALERTS_TICK_FAILURES",
-    "retry_policy": "ALERTS_RETRY_POLICY",
-    "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
-    "ui_url": "DAGSTER_UI_URL",
-    "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
-    "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
-}
 
 
 def alert_settings_from_env() -> AlertSettings:

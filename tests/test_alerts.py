@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from pipelines.alerts.config import VARIABLES, alert_config
+from pipelines.alerts.config import alert_config
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
 from pipelines.alerts.sources import (
@@ -401,10 +401,6 @@ def test_any_bad_value_of_any_setting_is_at_most_one_line_and_the_other_sinks_st
         assert len(cfg.problems) <= 1, (value, cfg.problems)
         kept = {"sns"} if name == "ALERTS_WEBHOOK_URL" else {"webhook"} if name == "ALERTS_SNS_TOPIC_ARN" else set()
         assert kept <= {sink.name for sink in cfg.sinks}, value
-
-
-def test_alerting_reads_every_field_of_the_settings_resource_under_its_variables_name():
-    assert VARIABLES == ALERT_ENV
 
 
 @pytest.mark.parametrize(

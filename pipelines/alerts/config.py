@@ -14,6 +14,7 @@ from typing import Any
 
 from pipelines.alerts.incidents import Sink
 from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
+from pipelines.common.env import ALERT_ENV
 from pipelines.common.http import UnsafeURL, credential_url
 from pipelines.retry import RetryPolicy, RetryPolicyError, exponential, policy_from_text
 
@@ -89,25 +90,9 @@ def _heartbeat_env(raw: str | None) -> str:
     return value
 
 
-VARIABLES = {
-    "sns_topic_arn": "ALERTS_SNS_TOPIC_ARN",
-    "webhook_url": "ALERTS_WEBHOOK_URL",
-    "remind_hours": "ALERTS_REMIND_HOURS",
-    "max_per_tick": "ALERTS_MAX_PER_TICK",
-    "tick_failures": "ALERTS_TICK_FAILURES",
-    "retry_policy": "ALERTS_RETRY_POLICY",
-    "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
-    "ui_url": "DAGSTER_UI_URL",
-    "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
-    "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
-}
-"""The settings' fields (``resources.settings.AlertSettings``) and the variables that set them, which
-the lines on a bad value name."""
-
-
 def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account: str | None = None) -> AlertConfig:
     """``settings``: the typed settings (``AlertSettings``, or any object with the fields of
-    :data:`VARIABLES`; unset: None), read field by field. ``sns``: the SNS client, when there is a
+    :data:`pipelines.common.env.ALERT_ENV`; unset: None), read field by field. ``sns``: the SNS client, when there is a
     topic; ``account``: the deployment's AWS account, when known (a topic of another one is never
     published to). Each setting is read on its own: a bad one is one line and its default (a sink:
     left out)."""
@@ -125,7 +110,7 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
     for name, make in makers.items():
         value = raw(name)
         if value and value.strip():
-            sink = _setting(VARIABLES[name], lambda: make(value), None, problems, "that sink is off")  # noqa: B023
+            sink = _setting(ALERT_ENV[name], lambda: make(value), None, problems, "that sink is off")  # noqa: B023
             sinks += [sink] if sink is not None else []
     policy = default_policy()
     if (raw("retry_policy") or "").strip():

@@ -86,3 +86,19 @@ def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = No
         env=env,
     )
     return start, lookback
+
+
+ALERT_ENV = {
+    "sns_topic_arn": "ALERTS_SNS_TOPIC_ARN",
+    "webhook_url": "ALERTS_WEBHOOK_URL",
+    "remind_hours": "ALERTS_REMIND_HOURS",
+    "max_per_tick": "ALERTS_MAX_PER_TICK",
+    "tick_failures": "ALERTS_TICK_FAILURES",
+    "retry_policy": "ALERTS_RETRY_POLICY",
+    "muted_warn_checks": "ALERTS_MUTED_WARN_CHECKS",
+    "ui_url": "DAGSTER_UI_URL",
+    "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
+    "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
+}
+"""Alerting's settings (``resources.settings.AlertSettings``' fields) and the variables that set
+them: the resource reads them from these, and alerting's lines on a bad value name them."""
