@@ -24,6 +24,7 @@ writes the records in both phases; the servers' CPU includes serving it, alike i
 
     PYTHONPATH=. .venv/bin/python benchmarks/batching_cadence.py [--receivers 5] [--rate 1] [--minutes 2]
     # the real figures: --receivers 50 --rate 3 --minutes 10 (on a quiet machine)
+    # production's instance (PostgreSQL) instead of make dev's SQLite: --instance postgres
 """
 
 from __future__ import annotations
@@ -74,10 +75,28 @@ def cpu(pids: list[int]) -> float:
     return total
 
 
-def parts(home: Path) -> dict[str, int]:
-    """The instance folder's bytes by part: the run storage, the per-run event logs, the captured
-    compute logs, the schedule and sensor ticks, and anything else by its top-level name."""
+def _admin(statement: str, database: str = "postgres"):
+    """One statement on this machine's PostgreSQL (127.0.0.1, trust), outside a transaction; its rows."""
+    import psycopg2
+
+    conn = psycopg2.connect(host="127.0.0.1", port=5432, user="postgres", dbname=database)
+    conn.autocommit = True
+    try:
+        with conn.cursor() as cur:
+            cur.execute(statement)
+            return cur.fetchall() if cur.description else []
+    finally:
+        conn.close()
+
+
+def parts(home: Path, database: str | None = None) -> dict[str, int]:
+    """The instance's bytes by part: the instance folder's run storage, per-run event logs, captured
+    compute logs, schedule and sensor ticks, and anything else by its top-level name; with
+    ``database`` (a PostgreSQL instance), that database's size."""
     out: dict[str, int] = {}
+    if database:
+        ((size,),) = _admin(f"SELECT pg_database_size('{database}')")
+        out["postgres database"] = size
     for f in home.rglob("*"):
         if not f.is_file():
             continue
@@ -246,8 +265,17 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
     import dagster as dg
 
     ddb = boto3.client("dynamodb")
-    shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
     daemon_env = {**env, "DAGSTER_HOME": str(home), "PYTHONPATH": str(ROOT)}
+    database = None
+    if args.instance == "postgres":  # production's instance file, on a scratch database of this server
+        database = f"bench_batching_{uuid.uuid4().hex[:8]}"
+        _admin(f"CREATE DATABASE {database}")
+        shutil.copy(ROOT / "infra" / "dagster.prod.yaml", home / "dagster.yaml")
+        pg = {"DAGSTER_PG_HOST": "127.0.0.1", "DAGSTER_PG_PORT": "5432", "DAGSTER_PG_DB": database}
+        daemon_env |= {**pg, "DAGSTER_PG_USER": "postgres", "DAGSTER_PG_PASSWORD": ""}
+        os.environ.update({k: v for k, v in daemon_env.items() if k.startswith("DAGSTER_PG_")})
+    else:
+        shutil.copy(ROOT / "dagster.yaml", home / "dagster.yaml")
     defs_file = ROOT / "benchmarks" / "batching_cadence_defs.py"
     daemon = start_daemon(home, defs_file, "batching_cadence", cwd=ROOT, env=daemon_env)
     try:
@@ -257,7 +285,7 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
             raise SystemExit(f"dagster-daemon exited: {(home / 'daemon.log').read_text()[-3000:]}")
         # The daemon's whole tree: its own threads, the code server it started, the run processes.
         groups = {"deployment": [psutil.Process(daemon.pid)]}
-        first, before_servers, before_parts = sample(groups), cpu(servers), parts(home)
+        first, before_servers, before_parts = sample(groups), cpu(servers), parts(home, database)
         started = dt.datetime.now(UTC)
         proc, queue = start_writer(env, names, args.rate, args.minutes * 60)
         written = queue.get()
@@ -266,7 +294,7 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
         last, used_servers = sample(groups), cpu(servers) - before_servers
         seconds = (dt.datetime.now(UTC) - started).total_seconds()
         used_deploy = sum(last[g][0] + last[g][1] - first[g][0] - first[g][1] for g in last)
-        after_parts = parts(home)
+        after_parts = parts(home, database)
         # daemon.log is this benchmark's capture of the daemon's output, not the instance
         growth = {k: v - before_parts.get(k, 0) for k, v in after_parts.items() if k != "daemon.log"}
         grown = sum(growth.values())
@@ -278,6 +306,8 @@ def deployment_phase(env: dict, names: list[str], args, servers: list[int], home
                 by_job[key] = by_job.get(key, 0) + 1
     finally:
         stop_daemon(daemon)
+        if database:
+            _admin(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
     set_enabled(ddb, env["RECEIVERS_TABLE"], names, False)
     return {
         "written": written,
@@ -303,6 +333,14 @@ def main() -> int:
         "--reportstream",
         help="ReportStream's settings to import (e.g. tests/data/reportstream/organizations-2022-04-29.yml) "
         "instead of --receivers generated ones: its receivers, with their own timing",
+    )
+    parser.add_argument(
+        "--instance",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="the deployment's instance: the repository's dagster.yaml (SQLite, make dev's), or "
+        "infra/dagster.prod.yaml on a scratch database of this machine's PostgreSQL (production's); "
+        "PostgreSQL's own CPU is not counted",
     )
     args = parser.parse_args()
 
