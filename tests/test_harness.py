@@ -3,7 +3,7 @@
 import boto3
 import pytest
 
-from tests.conftest import NonLocalAWSEndpoint
+from tests.conftest import PATIENCE, NonLocalAWSEndpoint
 
 
 def test_guard_refuses_a_non_loopback_endpoint():
@@ -27,6 +27,19 @@ def test_each_test_starts_from_the_template_alone(aws):
     reset_moto(aws.endpoint)
     deploy(aws.client("cloudformation"))
     assert ddb.scan(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"])["Count"] == 0
+
+
+def _lines_of_a_process(script: str) -> list[str]:
+    """What ``script`` prints, run in a Python process of its own from the repository's root (what
+    earlier tests of this worker left in Dagster's process-wide state does not reach it)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=PATIENCE)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.splitlines()
 
 
 GC_LEAK = """
@@ -55,14 +68,7 @@ print("dropped again:", clear_dangling_defs_state_storage())
 def test_a_dagster_defs_state_storage_left_behind_by_gc_is_dropped_between_tests():
     """The leak tests/suite_plugin.py handles, reproduced: without the guard, every later
     Definitions resolution in the process fails. In a process of its own, as the test below."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", GC_LEAK], cwd=root, capture_output=True, text=True, timeout=300)
-    lines = done.stdout.splitlines()
-    assert done.returncode == 0, done.stderr[-2000:]
+    lines = _lines_of_a_process(GC_LEAK)
     assert lines[0].startswith("left behind:"), lines
     assert "undefined DagsterInstance weakref" in lines[0]
     assert lines[1:] == ["dropped: True", "dropped again: False"]
@@ -96,14 +102,7 @@ def test_a_storage_put_back_for_an_ended_test_instance_is_dropped_between_tests(
     entered inside ``instance_for_test`` and exited (by ``__del__``) after it puts back that
     instance's storage, and every later resolution fails to open its database. In a process of its
     own: what earlier tests of a worker left in Dagster's process-wide state must not decide it."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parent.parent
-    done = subprocess.run([sys.executable, "-c", LEAK], cwd=root, capture_output=True, text=True, timeout=300)
-    lines = done.stdout.splitlines()
-    assert done.returncode == 0, done.stderr[-2000:]
+    lines = _lines_of_a_process(LEAK)
     assert lines[0].startswith("put back:"), lines
     assert "unable to open database file" in lines[0]
     assert lines[1:] == ["dropped: True", "dropped again: False"]
