@@ -22,7 +22,15 @@ from pipelines.definitions import build_definitions
 from resources import resources_for
 from resources.settings import AlertSettings
 from tests.alerts_support import webhook_receiver
-from tests.batching_helpers import decider_tick, outbox, pending_ids, put_receiver, put_records
+from tests.batching_helpers import (
+    decider_tick,
+    outbox,
+    pending_ids,
+    put_items,
+    put_receiver,
+    put_records,
+    record,
+)
 
 UTC = dt.UTC
 T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -99,6 +107,51 @@ def test_a_minute_run_batches_each_due_receiver_once_with_a_materialization_per_
         assert counts["records_batched"] == 15
 
 
+def _counted(instance, run_id) -> dict:
+    """The partitions the minute run's shares counted without materializing them again."""
+    counted = {}
+    for event in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_OUTPUT):
+        if event.step_key.startswith("batch_receivers"):
+            counted |= event.dagster_event.step_output_data.metadata["partitions_counted"].value
+    return counted
+
+
+@pytest.mark.slow
+def test_a_partition_batched_as_usual_again_is_counted_by_its_share_not_materialized_again(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        _run_minute(instance, _tick(instance, T10))
+        put_records(aws, "acme", [T10 + dt.timedelta(minutes=30)], prefix="acme-later")  # due again at 11:00
+        again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
+        assert again.asset_materializations_for_node("batch_receivers") == []
+        assert list(_counted(instance, again.run_id)) == ["2026-11-20|acme"]
+        assert _statuses(instance, ["2026-11-20|acme"]) == {"2026-11-20|acme": "MATERIALIZED"}
+
+
+@pytest.mark.slow
+def test_a_partition_with_something_to_look_at_is_materialized_again(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        _run_minute(instance, _tick(instance, T10))
+        put_items(aws, [{**record("acme", "acme-malformed", T10 + dt.timedelta(minutes=30)), "receiver": "globex"}])
+        again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
+        [shown] = again.asset_materializations_for_node("batch_receivers")
+        assert shown.partition == "2026-11-20|acme"
+        assert shown.metadata["invalid_record_count"].value == 1
+        assert _counted(instance, again.run_id) == {}
+
+
+@pytest.mark.slow
+def test_a_minute_runs_console_shows_its_lines_without_the_engines_debug_events(aws, capfd):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        result = _run_minute(instance, _tick(instance, T10))
+        err = capfd.readouterr().err
+        assert "3 partition(s) in 1 share(s)" in err
+        assert "STEP_START" not in err
+        assert instance.all_logs(result.run_id, of_type=dg.DagsterEventType.STEP_START) != []
+
+
 @pytest.mark.slow
 def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws):
     _put_due(aws)
@@ -146,6 +199,23 @@ def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws
                 build_alerts_sensor().evaluate_tick(context)
             keys = [body["alert_key"] for body in receiver.received]
     assert keys == ["run_failure:receiver_batches:2026-11-20|globex:failure"]
+
+
+@pytest.mark.slow
+def test_a_failed_partition_batched_by_a_minute_run_is_materialized_again(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        _run_minute(instance, _tick(instance, T10))
+        put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")
+        failed = BATCH_JOB.execute_in_process(
+            partition_key="2026-11-20|globex", instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        assert not failed.success
+        put_receiver(aws, "globex", number_per_day=24, max_batch_size=3)  # repaired
+        put_records(aws, "globex", [T10 + dt.timedelta(minutes=30)], prefix="globex-later")  # due again at 11:00
+        again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
+        assert [m.partition for m in again.asset_materializations_for_node("batch_receivers")] == ["2026-11-20|globex"]
+        assert _statuses(instance, ["2026-11-20|globex"]) == {"2026-11-20|globex": "MATERIALIZED"}
 
 
 @pytest.mark.slow

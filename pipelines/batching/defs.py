@@ -30,7 +30,7 @@ from pipelines.batching.decider import (
     orphaned_pending,
     valid_partition_names,
 )
-from pipelines.batching.minute import Due, Outcome, batch_share, parse_partitions, shares
+from pipelines.batching.minute import Due, Outcome, batch_share, parse_partitions, shares, worth_showing
 from pipelines.batching.params import (
     BatchMinuteParams,
     ImportReceiverSettingsParams,
@@ -207,9 +207,19 @@ def plan_batch_minute(context: dg.OpExecutionContext):
         context.log.error(line)
     parts = shares(due)
     context.log.info(f"minute {params.batch_time}: {len(due)} partition(s) in {len(parts)} share(s)")
+    status = context.instance.get_status_by_partition(
+        receiver_batches.key, [d.partition for d in due], receiver_batches.partitions_def
+    )
+    shown = {key for key, value in (status or {}).items() if value == dg.AssetPartitionStatus.MATERIALIZED}
     for i, share in enumerate(parts):
+        partitions = [d.partition for d in share]
         yield dg.DynamicOutput(
-            {"batch_time": params.batch_time, "dry_run": params.dry_run, "partitions": [d.partition for d in share]},
+            {
+                "batch_time": params.batch_time,
+                "dry_run": params.dry_run,
+                "partitions": partitions,
+                "materialized": [p for p in partitions if p in shown],
+            },
             mapping_key=f"share_{i}",
         )
 
@@ -233,20 +243,31 @@ def batch_receivers(
     )
     ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
     due, _ = parse_partitions(share["partitions"])
+    already = set(share.get("materialized", ()))
     totals = {"batches_sent": 0, "records_batched": 0}
+    counted: dict[str, dict[str, int]] = {}  # partitions batched as usual: counted, not materialized again
 
     def report(outcome: Outcome) -> None:  # in the step's own thread: the run's log and events
         d = outcome.due
-        for line in outcome.lines:
-            context.log.info(line)
         if outcome.failed:
+            for line in outcome.lines:
+                context.log.info(line)
             context.log.error(
                 f"{d.receiver} {d.day}: {outcome.error} (handed to a receiver_batches_job run of its own)"
             )
             return
-        _log_report(context.log, outcome.report)
         for name, value in _counters(outcome.report).items():
             totals[name] += value
+        if d.partition in already and not worth_showing(outcome.report):
+            counted[d.partition] = {
+                "files": len(outcome.report.files),
+                "records": outcome.report.records_batched,
+                "still_pending": outcome.report.still_pending,
+            }
+            return
+        for line in outcome.lines:
+            context.log.info(line)
+        _log_report(context.log, outcome.report)
         context.log_event(
             dg.AssetMaterialization(
                 asset_key=receiver_batches.key,
@@ -264,7 +285,16 @@ def batch_receivers(
     )
     failed = [o.due.partition for o in outcomes if o.failed]
     result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed}
-    return dg.Output(result, metadata={k: dg.MetadataValue.int(result[k]) for k in ("batched", *totals)})
+    shown = result["batched"] - len(counted)
+    context.log.info(
+        f"{len(outcomes)} partition(s): {result['batched']} batched ({shown} materialized, {len(counted)} counted "
+        f"here: batched as usual, already materialized), {len(failed)} failed; "
+        + ", ".join(f"{k}={v}" for k, v in totals.items())
+    )
+    metadata = {k: dg.MetadataValue.int(result[k]) for k in ("batched", *totals)}
+    metadata["partitions_materialized"] = dg.MetadataValue.int(shown)
+    metadata["partitions_counted"] = dg.MetadataValue.json(counted)
+    return dg.Output(result, metadata=metadata)
 
 
 @dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
@@ -285,7 +315,8 @@ def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefin
 
     @dg.job(
         name=MINUTE_JOB,
-        config=flat_config(MINUTE_OP, BatchMinuteParams),
+        # a minute run comes every minute: its console (captured with the run) shows INFO and above
+        config=flat_config(MINUTE_OP, BatchMinuteParams, console_level="INFO"),
         description="Batches every (receiver, day) partition due in one decider minute; launched by batch_decider.",
         tags={"groundskeeper/capability": "batching", BATCHING_TAG: "minute"},
         executor_def=executor_def or dg.in_process_executor,
@@ -367,10 +398,14 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
-    for d in decision.due:  # on the tick's page (the run shows its partitions, their counts once it ends)
-        context.log.info(f"{d.receiver}: batch time {d.run_key.split('@', 1)[1]}, {d.pending} record(s) pending, "
-                         f"{d.expected_files} file(s) expected")  # fmt: skip
     due = list(dict.fromkeys(Due(d.receiver, d.day) for d in decision.due))
+    # One line on the tick's page (a tick's log is kept with the instance, every minute): the run's
+    # config lists its partitions, and the run their counts once it ends.
+    context.log.info(
+        f"{len(decision.due)} batch time(s) due for {len(due)} partition(s): "
+        f"{sum(d.pending for d in decision.due)} record(s) pending, "
+        f"{sum(d.expected_files for d in decision.due)} file(s) expected"
+    )
     known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     new = sorted({d.receiver for d in due} - known)
     if new:  # receivers_sync has not seen them yet: add them now rather than miss a batch

@@ -55,6 +55,19 @@ class Outcome:
         return self.error is not None
 
 
+def worth_showing(report: RunReport) -> bool:
+    """Whether a partition's batching needs an operator's eye beyond its run's counts: a dry run,
+    a receiver disabled or cancelled, batches recovered after a crash, records left pending as
+    malformed, payloads that are not JSON."""
+    return (
+        report.dry_run
+        or report.status != "ok"
+        or bool(report.recovered)
+        or bool(report.invalid_records)
+        or any(f.invalid_payloads for f in report.files)
+    )
+
+
 def parse_partitions(entries: Iterable[object]) -> tuple[list[Due], list[str]]:
     """The run config's ``partitions`` (``<day>|<receiver>`` keys) as :class:`Due` (first of each
     kept, in order), and one line for each entry that is not such a key."""

@@ -73,16 +73,24 @@ def config_schema(cls: type) -> dict[str, dg.Field]:
 
 
 def flat_config(
-    op_name: str, cls: type, *, execution: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None
+    op_name: str,
+    cls: type,
+    *,
+    execution: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
+    console_level: str | None = None,
 ) -> dg.ConfigMapping:
     """A flat run config for a job whose parameters go to one op: ``{"max_messages": 10}``
     instead of ``{"ops": {op_name: {"config": {...}}}}``. ``execution`` may pick the executor's
-    config from the values (it must not raise: the op validates, with a one-line error)."""
+    config from the values (it must not raise: the op validates, with a one-line error);
+    ``console_level`` is the lowest level of the run's console output (its captured logs; the
+    event log keeps every event): Dagster's default is DEBUG."""
 
     def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"ops": {op_name: {"config": {k: v for k, v in values.items() if v is not None}}}}
         if execution is not None:
             out["execution"] = {"config": execution(values)}
+        if console_level is not None:
+            out["loggers"] = {"console": {"config": {"log_level": console_level}}}
         return out
 
     return dg.ConfigMapping(config_fn=mapping, config_schema=config_schema(cls))
