@@ -14,6 +14,7 @@ from pipelines.batching.defs import (
     HANDOFF_OF_TAG,
     MINUTE_JOB,
     batch_failures_handoff,
+    minute_job,
     receiver_batches,
     receivers_partitions,
 )
@@ -57,8 +58,8 @@ def _ledger(aws, name):
     return [o["Key"] for o in listed.get("Contents", [])]
 
 
-def _run_minute(instance, request):
-    return MINUTE.execute_in_process(
+def _run_minute(instance, request, job=None):
+    return (job or MINUTE).execute_in_process(
         run_config=request.run_config,
         instance=instance,
         tags={**request.tags, "dagster/schedule_name": "batch_decider"},
@@ -85,13 +86,18 @@ def test_the_decider_requests_one_minute_run_for_every_due_receiver(aws):
         assert set(instance.get_dynamic_partitions(receivers_partitions.name)) == set(RECEIVERS)
 
 
+FAN_OUT = minute_job(dg.in_process_executor)
+"""The cluster's shape of the minute job (a step for each share), here on the in-process executor."""
+
+
 @pytest.mark.slow
-def test_a_minute_run_batches_each_due_receiver_once_with_a_materialization_per_partition(aws):
+@pytest.mark.parametrize("job", [MINUTE, FAN_OUT], ids=["one step", "a step for each share"])
+def test_a_minute_run_batches_each_due_receiver_once_with_a_materialization_per_partition(aws, job):
     _put_due(aws)
     with dg.instance_for_test() as instance:
-        result = _run_minute(instance, _tick(instance, T10))
+        result = _run_minute(instance, _tick(instance, T10), job)
         assert result.success
-        materialized = result.asset_materializations_for_node("batch_receivers")
+        materialized = _materialized(result)
         assert sorted(m.partition for m in materialized) == [f"2026-11-20|{n}" for n in RECEIVERS]
         assert {m.metadata["records_batched"].value for m in materialized} == {5}
         assert _statuses(instance, [f"2026-11-20|{n}" for n in RECEIVERS]) == dict.fromkeys(
@@ -107,23 +113,29 @@ def test_a_minute_run_batches_each_due_receiver_once_with_a_materialization_per_
         assert counts["records_batched"] == 15
 
 
+def _materialized(result) -> list:
+    return [event.step_materialization_data.materialization for event in result.get_asset_materialization_events()]
+
+
 def _counted(instance, run_id) -> dict:
     """The partitions the minute run's shares counted without materializing them again."""
     counted = {}
     for event in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_OUTPUT):
-        if event.step_key.startswith("batch_receivers"):
-            counted |= event.dagster_event.step_output_data.metadata["partitions_counted"].value
+        counted |= event.dagster_event.step_output_data.metadata.get(
+            "partitions_counted", dg.JsonMetadataValue({})
+        ).value
     return counted
 
 
 @pytest.mark.slow
-def test_a_partition_batched_as_usual_again_is_counted_by_its_share_not_materialized_again(aws):
+@pytest.mark.parametrize("job", [MINUTE, FAN_OUT], ids=["one step", "a step for each share"])
+def test_a_partition_batched_as_usual_again_is_counted_by_its_share_not_materialized_again(aws, job):
     _put_due(aws)
     with dg.instance_for_test() as instance:
-        _run_minute(instance, _tick(instance, T10))
+        _run_minute(instance, _tick(instance, T10), job)
         put_records(aws, "acme", [T10 + dt.timedelta(minutes=30)], prefix="acme-later")  # due again at 11:00
-        again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
-        assert again.asset_materializations_for_node("batch_receivers") == []
+        again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)), job)
+        assert _materialized(again) == []
         assert list(_counted(instance, again.run_id)) == ["2026-11-20|acme"]
         assert _statuses(instance, ["2026-11-20|acme"]) == {"2026-11-20|acme": "MATERIALIZED"}
 
@@ -135,7 +147,7 @@ def test_a_partition_with_something_to_look_at_is_materialized_again(aws):
         _run_minute(instance, _tick(instance, T10))
         put_items(aws, [{**record("acme", "acme-malformed", T10 + dt.timedelta(minutes=30)), "receiver": "globex"}])
         again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
-        [shown] = again.asset_materializations_for_node("batch_receivers")
+        [shown] = _materialized(again)
         assert shown.partition == "2026-11-20|acme"
         assert shown.metadata["invalid_record_count"].value == 1
         assert _counted(instance, again.run_id) == {}
@@ -214,7 +226,7 @@ def test_a_failed_partition_batched_by_a_minute_run_is_materialized_again(aws):
         put_receiver(aws, "globex", number_per_day=24, max_batch_size=3)  # repaired
         put_records(aws, "globex", [T10 + dt.timedelta(minutes=30)], prefix="globex-later")  # due again at 11:00
         again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
-        assert [m.partition for m in again.asset_materializations_for_node("batch_receivers")] == ["2026-11-20|globex"]
+        assert [m.partition for m in _materialized(again)] == ["2026-11-20|globex"]
         assert _statuses(instance, ["2026-11-20|globex"]) == {"2026-11-20|globex": "MATERIALIZED"}
 
 

@@ -182,6 +182,7 @@ receiver_batches_job = batches_job()
 
 MINUTE_JOB = "batch_minute_job"
 MINUTE_OP = "plan_batch_minute"
+MINUTE_IN_PROCESS_OP = "batch_minute"
 BATCH_TIME_TAG = "groundskeeper/batch_time"
 """The decider minute of a ``batch_minute_job`` run; the next tick's window starts there."""
 HANDOFF_TAG = "groundskeeper/handoff"
@@ -194,13 +195,9 @@ MAX_WINDOW_SECONDS = 15 * 60
 (older ones are missed batches: a backfill of their day sends them)."""
 
 
-@dg.op(
-    name=MINUTE_OP,
-    out=dg.DynamicOut(dict),
-    description="The partitions due in the decider's minute, in shares of at most 25 receivers (a step each).",
-)
-@one_line_failures
-def plan_batch_minute(context: dg.OpExecutionContext):
+def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, list[dict]]:
+    """The partitions due in the run's minute (its config), in shares of at most 25 receivers; each
+    share names its partitions already materialized (the asset's status, one query)."""
     params = params_from_config(context, BatchMinuteParams)
     due, problems = parse_partitions(params.partitions)
     for line in problems:
@@ -211,31 +208,26 @@ def plan_batch_minute(context: dg.OpExecutionContext):
         receiver_batches.key, [d.partition for d in due], receiver_batches.partitions_def
     )
     shown = {key for key, value in (status or {}).items() if value == dg.AssetPartitionStatus.MATERIALIZED}
-    for i, share in enumerate(parts):
-        partitions = [d.partition for d in share]
-        yield dg.DynamicOutput(
-            {
-                "batch_time": params.batch_time,
-                "dry_run": params.dry_run,
-                "partitions": partitions,
-                "materialized": [p for p in partitions if p in shown],
-            },
-            mapping_key=f"share_{i}",
-        )
+    return params, [
+        {
+            "batch_time": params.batch_time,
+            "dry_run": params.dry_run,
+            "partitions": [d.partition for d in share],
+            "materialized": [d.partition for d in share if d.partition in shown],
+        }
+        for share in parts
+    ]
 
 
-@dg.op(
-    description="Batches a share's receivers on a few threads; a materialization per partition written.",
-    retry_policy=AWS_RETRY_POLICY,  # a retried share re-batches nothing: each receiver's ledger and lease hold
-)
-@one_line_failures
-def batch_receivers(
+def _batch_share(
     context: dg.OpExecutionContext,
     share: dict,
     dynamodb: DynamoDBResource,
     s3: S3Resource,
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
+    """Batch a share's receivers on a few threads: a materialization for each partition whose status
+    this changes or that holds something to look at, the others counted in the output's metadata."""
     settings = ReceiverBatchesParams().settings(
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
@@ -284,23 +276,28 @@ def batch_receivers(
         done=report,
     )
     failed = [o.due.partition for o in outcomes if o.failed]
-    result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed}
-    shown = result["batched"] - len(counted)
+    result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed, "counted": counted}
     context.log.info(
-        f"{len(outcomes)} partition(s): {result['batched']} batched ({shown} materialized, {len(counted)} counted "
-        f"here: batched as usual, already materialized), {len(failed)} failed; "
-        + ", ".join(f"{k}={v}" for k, v in totals.items())
+        f"{len(outcomes)} partition(s): {result['batched']} batched ({result['batched'] - len(counted)} "
+        f"materialized, {len(counted)} counted here: batched as usual, already materialized), {len(failed)} "
+        "failed; " + ", ".join(f"{k}={v}" for k, v in totals.items())
     )
-    metadata = {k: dg.MetadataValue.int(result[k]) for k in ("batched", *totals)}
-    metadata["partitions_materialized"] = dg.MetadataValue.int(shown)
+    return dg.Output(result, metadata=_minute_metadata([result]))
+
+
+def _minute_metadata(results: list[dict]) -> dict:
+    batched = sum(r["batched"] for r in results)
+    counted = {k: v for r in results for k, v in r["counted"].items()}
+    metadata = {k: dg.MetadataValue.int(sum(r[k] for r in results)) for k in ("batches_sent", "records_batched")}
+    metadata["batched"] = dg.MetadataValue.int(batched)
+    metadata["partitions_materialized"] = dg.MetadataValue.int(batched - len(counted))
     metadata["partitions_counted"] = dg.MetadataValue.json(counted)
-    return dg.Output(result, metadata=metadata)
+    return metadata
 
 
-@dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
-def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> None:
+def _report_minute(context: dg.OpExecutionContext, results: list[dict], batch_time: str, dry_run: bool) -> None:
+    """The minute's run summary; receivers that failed are tagged for their own runs."""
     failed = sorted(p for r in results for p in r["failed"])
-    batch_time, dry_run = results[0]["batch_time"], results[0]["dry_run"]
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
     batched = sum(r["batched"] for r in results)
@@ -309,20 +306,81 @@ def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> 
     run_summary(context, f"batch minute {batch_time}: {batched} partition(s) batched", counters, detail)
 
 
+@dg.op(
+    name=MINUTE_OP,
+    description="The partitions due in the decider's minute, in shares of at most 25 receivers (a step each).",
+    out=dg.DynamicOut(dict),
+)
+@one_line_failures
+def plan_batch_minute(context: dg.OpExecutionContext):
+    for i, share in enumerate(_minute_shares(context)[1]):
+        yield dg.DynamicOutput(share, mapping_key=f"share_{i}")
+
+
+@dg.op(
+    description="Batches a share's receivers on a few threads; a materialization for each partition whose status "
+    "this changes or that holds something to look at.",
+    retry_policy=AWS_RETRY_POLICY,  # a retried share re-batches nothing: each receiver's ledger and lease hold
+)
+@one_line_failures
+def batch_receivers(
+    context: dg.OpExecutionContext,
+    share: dict,
+    dynamodb: DynamoDBResource,
+    s3: S3Resource,
+    batching: BatchingSettings,
+) -> dg.Output[dict]:
+    return _batch_share(context, share, dynamodb, s3, batching)
+
+
+@dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
+def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> None:
+    if results:
+        _report_minute(context, results, results[0]["batch_time"], results[0]["dry_run"])
+
+
+@dg.op(
+    name=MINUTE_IN_PROCESS_OP,
+    description="Batches every partition due in the decider's minute: its shares of at most 25 receivers one "
+    "after another, each on a few threads; a materialization for each partition whose status this changes or "
+    "that holds something to look at.",
+    retry_policy=AWS_RETRY_POLICY,  # a retried minute re-batches nothing: each receiver's ledger and lease hold
+)
+@one_line_failures
+def batch_minute(
+    context: dg.OpExecutionContext,
+    dynamodb: DynamoDBResource,
+    s3: S3Resource,
+    batching: BatchingSettings,
+) -> dg.Output[dict]:
+    params, minute = _minute_shares(context)
+    results = [_batch_share(context, share, dynamodb, s3, batching).value for share in minute]
+    _report_minute(context, results, params.batch_time, params.dry_run)
+    failed = sorted(p for r in results for p in r["failed"])
+    return dg.Output({"shares": len(results), "failed": failed}, metadata=_minute_metadata(results))
+
+
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``batch_minute_job``: in process by default (its shares one after another, each on its
-    threads); with ``executor_def`` (the cluster's Celery executor) every share is a task any worker takes."""
+    """The ``batch_minute_job``. In process (the default), one step (``batch_minute``) batches the
+    minute's shares one after another, each on its threads: a minute run comes every minute, and a
+    step costs about ten events of the instance. With ``executor_def`` (the cluster's Celery
+    executor) the minute fans out: ``plan_batch_minute``, a ``batch_receivers`` step for each share
+    (a task any worker takes), ``report_batch_minute``. The same functions do the work in both."""
+    fan_out = executor_def is not None
 
     @dg.job(
         name=MINUTE_JOB,
         # a minute run comes every minute: its console (captured with the run) shows INFO and above
-        config=flat_config(MINUTE_OP, BatchMinuteParams, console_level="INFO"),
+        config=flat_config(MINUTE_OP if fan_out else MINUTE_IN_PROCESS_OP, BatchMinuteParams, console_level="INFO"),
         description="Batches every (receiver, day) partition due in one decider minute; launched by batch_decider.",
         tags={"groundskeeper/capability": "batching", BATCHING_TAG: "minute"},
         executor_def=executor_def or dg.in_process_executor,
     )
     def batch_minute_job():
-        report_batch_minute(plan_batch_minute().map(batch_receivers).collect())
+        if fan_out:
+            report_batch_minute(plan_batch_minute().map(batch_receivers).collect())
+        else:
+            batch_minute()
 
     return batch_minute_job
 
