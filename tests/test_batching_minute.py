@@ -1,5 +1,6 @@
 """Runs sized by the work: one batch_minute_job run for all receivers due in a decider minute, a
-materialization per partition written, a failing receiver handed to a run of its own partition."""
+materialization for each partition whose status it changes or that holds something to look at, a
+failing receiver handed to a run of its own partition."""
 
 import datetime as dt
 import json
