@@ -285,25 +285,33 @@ def _batch_share(
     return dg.Output(result, metadata=_minute_metadata([result]))
 
 
-def _minute_metadata(results: list[dict]) -> dict:
-    batched = sum(r["batched"] for r in results)
+def _minute_totals(results: list[dict]) -> dict:
+    """The shares' results added up: counters, partitions batched, failed and counted."""
     counted = {k: v for r in results for k, v in r["counted"].items()}
-    metadata = {k: dg.MetadataValue.int(sum(r[k] for r in results)) for k in ("batches_sent", "records_batched")}
-    metadata["batched"] = dg.MetadataValue.int(batched)
-    metadata["partitions_materialized"] = dg.MetadataValue.int(batched - len(counted))
-    metadata["partitions_counted"] = dg.MetadataValue.json(counted)
+    return {
+        **{name: sum(r[name] for r in results) for name in ("batches_sent", "records_batched", "batched")},
+        "failed": sorted(p for r in results for p in r["failed"]),
+        "counted": counted,
+    }
+
+
+def _minute_metadata(results: list[dict]) -> dict:
+    totals = _minute_totals(results)
+    metadata = {k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")}
+    metadata["partitions_materialized"] = dg.MetadataValue.int(totals["batched"] - len(totals["counted"]))
+    metadata["partitions_counted"] = dg.MetadataValue.json(totals["counted"])
     return metadata
 
 
 def _report_minute(context: dg.OpExecutionContext, results: list[dict], batch_time: str, dry_run: bool) -> None:
     """The minute's run summary; receivers that failed are tagged for their own runs."""
-    failed = sorted(p for r in results for p in r["failed"])
+    totals = _minute_totals(results)
+    failed = totals["failed"]
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
-    batched = sum(r["batched"] for r in results)
-    counters = {name: sum(r[name] for r in results) for name in ("batches_sent", "records_batched")}
+    counters = {name: totals[name] for name in ("batches_sent", "records_batched")}
     detail = ("dry run; " if dry_run else "") + (f"failed: {', '.join(failed)}" if failed else "")
-    run_summary(context, f"batch minute {batch_time}: {batched} partition(s) batched", counters, detail)
+    run_summary(context, f"batch minute {batch_time}: {totals['batched']} partition(s) batched", counters, detail)
 
 
 @dg.op(
@@ -317,20 +325,12 @@ def plan_batch_minute(context: dg.OpExecutionContext):
         yield dg.DynamicOutput(share, mapping_key=f"share_{i}")
 
 
-@dg.op(
+batch_receivers = dg.op(
+    name="batch_receivers",
     description="Batches a share's receivers on a few threads; a materialization for each partition whose status "
     "this changes or that holds something to look at.",
     retry_policy=AWS_RETRY_POLICY,  # a retried share re-batches nothing: each receiver's ledger and lease hold
-)
-@one_line_failures
-def batch_receivers(
-    context: dg.OpExecutionContext,
-    share: dict,
-    dynamodb: DynamoDBResource,
-    s3: S3Resource,
-    batching: BatchingSettings,
-) -> dg.Output[dict]:
-    return _batch_share(context, share, dynamodb, s3, batching)
+)(one_line_failures(_batch_share))
 
 
 @dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
@@ -356,8 +356,8 @@ def batch_minute(
     params, minute = _minute_shares(context)
     results = [_batch_share(context, share, dynamodb, s3, batching).value for share in minute]
     _report_minute(context, results, params.batch_time, params.dry_run)
-    failed = sorted(p for r in results for p in r["failed"])
-    return dg.Output({"shares": len(results), "failed": failed}, metadata=_minute_metadata(results))
+    output = {"shares": len(results), "failed": _minute_totals(results)["failed"]}
+    return dg.Output(output, metadata=_minute_metadata(results))
 
 
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
