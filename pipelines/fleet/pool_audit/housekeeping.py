@@ -1,10 +1,5 @@
-"""The pool audit as a housekeeping task (``pool_audit``), one of the fleet's dispatcher's tasks.
-No Dagster.
-
-Bad parameters raise ``pipelines.common.params.ParamsError`` (the dispatcher dead-letters the
-message). The result is a typed :class:`HousekeepingAudit`: the whole audit for the Dagster layer,
-which records it as a ``pool_audit`` materialization with its checks, and a small JSON summary.
-"""
+"""The pool audit as a housekeeping task (``pool_audit``) of the fleet's dispatcher. No Dagster.
+Bad parameters raise ``ParamsError`` (the dispatcher dead-letters the message)."""
 
 from __future__ import annotations
 
