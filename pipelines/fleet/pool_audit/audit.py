@@ -99,9 +99,6 @@ def look_at_fleet(*, dynamodb, ec2, jobs_table: str, pools_table: str) -> Look:
     return Look.state(state, read)
 
 
-# ---------------------------------------------------------------- daily report
-
-
 @dataclass
 class DailyReport:
     day: dt.date
@@ -109,8 +106,8 @@ class DailyReport:
     totals: dict[str, float | int]
     svg: str
     snapshot_keys: list[str]
-    csv_key: str | None = None
-    svg_key: str | None = None
+    csv_key: str
+    svg_key: str
 
 
 def build_daily_report(
@@ -119,14 +116,10 @@ def build_daily_report(
     archive_bucket: str,
     day: dt.date,
     max_gap: dt.timedelta = dt.timedelta(minutes=30),
-    write: bool = True,
-    now: dt.datetime | None = None,
     progress: store.Progress | None = None,
 ) -> DailyReport:
-    """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight).
-
-    For today, snapshots cover time up to ``now`` (default: the clock) only.
-    """
+    """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight);
+    today's cover the time up to now only. Writes the report's CSV and SVG."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     keys = store.list_snapshot_keys(s3, archive_bucket, day)
@@ -138,12 +131,9 @@ def build_daily_report(
             progress(f"read {n}/{len(keys)} snapshots")
     snapshots = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     day_start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
-    report, totals = daily_report(snapshots, day_start, max_gap, now or dt.datetime.now(dt.UTC))
+    report, totals = daily_report(snapshots, day_start, max_gap, dt.datetime.now(dt.UTC))
     svg = cost_chart_svg(report, f"Fleet cost per pool on {day:%Y-%m-%d} (USD, UTC day), idle part highlighted")
-    result = DailyReport(day=day, report=report, totals=totals, svg=svg, snapshot_keys=keys)
-    if write:
-        result.csv_key = store.report_key(day, "report.csv")
-        result.svg_key = store.report_key(day, "chart.svg")
-        store.put_text(s3, archive_bucket, result.csv_key, report.to_csv(index=False), "text/csv")
-        store.put_text(s3, archive_bucket, result.svg_key, svg, "image/svg+xml")
-    return result
+    csv_key, svg_key = store.report_key(day, "report.csv"), store.report_key(day, "chart.svg")
+    store.put_text(s3, archive_bucket, csv_key, report.to_csv(index=False), "text/csv")
+    store.put_text(s3, archive_bucket, svg_key, svg, "image/svg+xml")
+    return DailyReport(day, report, totals, svg, keys, csv_key, svg_key)

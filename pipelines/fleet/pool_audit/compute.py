@@ -66,8 +66,7 @@ def audit_pools(
 
     configs = pd.DataFrame([pool_config(item, prices) for item in pools], columns=CONFIG_COLUMNS)
 
-    inst = instances.loc[instances["state"].isin(list(STATE_BUCKET))].copy()
-    inst["bucket"] = inst["state"].map(STATE_BUCKET)
+    inst = instances.assign(bucket=instances["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
     tag = inst["pool"].fillna("").astype(str)
     untagged = tag.str.strip() == ""
     inst["label"] = tag.where(~untagged, "untagged")
@@ -125,18 +124,11 @@ def totals_of(table: pd.DataFrame) -> dict[str, float | int]:
     }
 
 
-# ---------------------------------------------------------------- daily report
-
-
 def snapshot_weights(
     times: list[pd.Timestamp], day_start: dt.datetime, max_gap: dt.timedelta, now: dt.datetime | None = None
 ) -> pd.Series:
-    """Hours of ``[day_start, day_start + 1 day)`` each snapshot time stands for.
-
-    A snapshot holds until the next one, but never longer than ``max_gap`` (a missed schedule
-    is a gap, not an extrapolation), never past the day and never past ``now`` (today so far).
-    A snapshot from before the day covers its start. Returns a Series indexed by the snapshot times.
-    """
+    """Hours of ``[day_start, day_start + 1 day)`` each snapshot time stands for (a Series by time): until the
+    next one, but at most ``max_gap`` (a missed schedule is a gap, not an extrapolation) and not past ``now``."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     start = pd.Timestamp(day_start)
@@ -161,18 +153,14 @@ def daily_report(
     max_gap: dt.timedelta = dt.timedelta(minutes=30),
     now: dt.datetime | None = None,
 ) -> tuple[pd.DataFrame, dict[str, float | int]]:
-    """Time-weighted USD per pool for one UTC day from the snapshot rows (``snapshot_at`` + columns).
-
-    Each snapshot's USD-per-hour figures count for the hours it stands for (``snapshot_weights``).
-    Only rows ``in_totals`` are priced; ``idle_share_pct`` = 100 x idle USD / compute USD.
-    """
+    """Time-weighted USD per pool for one UTC day from the snapshot rows (``snapshot_at`` + columns):
+    each row ``in_totals`` counts for the hours its snapshot stands for (:func:`snapshot_weights`)."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     if snapshots.empty:
         nothing = {"cost_usd": 0.0, "idle_cost_usd": 0.0, "idle_share_pct": 0.0, "hours_covered": 0.0, "snapshots": 0}
         return pd.DataFrame(columns=REPORT_COLUMNS), nothing
-    frame = snapshots.copy()
-    frame["snapshot_at"] = pd.to_datetime(frame["snapshot_at"], utc=True)
+    frame = snapshots.assign(snapshot_at=pd.to_datetime(snapshots["snapshot_at"], utc=True))
     weights = snapshot_weights(list(frame["snapshot_at"].unique()), day_start, max_gap, now)
     frame["hours"] = frame["snapshot_at"].map(weights).fillna(0.0)
     in_totals = frame["in_totals"].astype(str).str.lower().isin(["true", "1"])

@@ -74,8 +74,5 @@ def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: Aud
 
 
 TASK = Task(
-    name="pool_audit",
-    params=AuditMessageParams,
-    run=pool_audit_task,
-    clients=("dynamodb", "ec2", "cloudwatch", "s3"),
+    name="pool_audit", params=AuditMessageParams, run=pool_audit_task, clients=("dynamodb", "ec2", "cloudwatch", "s3")
 )

@@ -21,11 +21,6 @@ class PriceList:
     spot_factor: float
     on_demand_usd_per_hour: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def label(self) -> str:
-        """Short provenance for tables and metadata, e.g. ``price list 2025-11-01``."""
-        return f"price list {self.as_of}"
-
 
 def load_price_list(path: Path | str | None = None) -> PriceList:
     """Read and validate a price list file; a malformed file is an error naming the bad entry."""
@@ -77,13 +72,13 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         else:
             price, source = float(own), "pool item"
     elif instance_type is not None:
-        listed = prices.on_demand_usd_per_hour.get(instance_type)
+        listed, label = prices.on_demand_usd_per_hour.get(instance_type), f"price list {prices.as_of}"
         if listed is None:
-            problems.append(f"instance type {instance_type} is not in the {prices.label} and the pool has no price")
+            problems.append(f"instance type {instance_type} is not in the {label} and the pool has no price")
         elif spot:
-            price, source = listed * prices.spot_factor, f"{prices.label} x spot {prices.spot_factor:g}"
+            price, source = listed * prices.spot_factor, f"{label} x spot {prices.spot_factor:g}"
         else:
-            price, source = listed, prices.label
+            price, source = listed, label
     return {
         "pool": str(item.get("pool_name", "")),
         "kind": "pool",

@@ -32,18 +32,13 @@ Progress = Callable[[str], None]
 
 def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
     """Every pools-table item as plain values."""
-    items: list[dict[str, Any]] = []
-    for page in dynamodb.get_paginator("scan").paginate(TableName=table):
-        items.extend(from_item(item) for item in page.get("Items", []))
-    return items
+    pages = dynamodb.get_paginator("scan").paginate(TableName=table)
+    return [from_item(item) for page in pages for item in page.get("Items", [])]
 
 
 def list_fleet_instances(ec2, progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Managed instances that are pending, running, stopping or stopped, 1000 per call.
-
-    Returns ``{"instance_id", "state", "pool", "instance_type"}`` rows; ``pool`` is None without a
-    pool tag. Instances without ``runs-fleet:managed=true`` are never fetched.
-    """
+    """Managed instances that are pending, running, stopping or stopped, 1000 per call, as
+    ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
     rows: list[dict[str, Any]] = []
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
@@ -115,9 +110,6 @@ def _datum(name: str, dims: list[dict[str, str]], value: float, unit: str, times
     return {"MetricName": name, "Dimensions": dims, "Value": float(value), "Unit": unit, "Timestamp": timestamp}
 
 
-# ---------------------------------------------------------------- archive bucket
-
-
 def snapshot_key(taken_at: dt.datetime) -> str:
     """``pool-audit/snapshots/<YYYY-MM-DD>/<YYYYMMDDTHHMMSSmmmZ>.csv`` (UTC; sorts by time)."""
     t = taken_at.astimezone(dt.UTC)
@@ -133,11 +125,8 @@ def put_text(s3, bucket: str, key: str, text: str, content_type: str) -> None:
 
 
 def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
-    keys: list[str] = []
-    prefix = f"{PREFIX}/snapshots/{day:%Y-%m-%d}/"
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys.extend(obj["Key"] for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
-    return sorted(keys)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{PREFIX}/snapshots/{day:%Y-%m-%d}/")
+    return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
 
 
 def read_snapshot(s3, bucket: str, key: str) -> pd.DataFrame:
