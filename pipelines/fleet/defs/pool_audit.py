@@ -275,7 +275,7 @@ def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDe
         cron_schedule="*/10 * * * *",
         execution_timezone="UTC",
         look=_fleet_look,
-        refresh=dt.timedelta(minutes=20),  # changed fleet or not: the cost report counts a snapshot for 30 at most
+        refresh=dt.timedelta(minutes=20),
         required_resource_keys={"fleet", "dynamodb", "ec2"},
         description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks). Looks first (the audit's own "
         "reads: the pools table, the managed instances, the running jobs) and takes the snapshot when the fleet "
