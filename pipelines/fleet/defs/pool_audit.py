@@ -1,11 +1,6 @@
 """The pool audit's Dagster layer: the ``pool_audit`` snapshot asset with its checks, the daily
-partitioned ``pool_cost_report``, their jobs and schedules, and :func:`housekeeping_audit_events`:
-a housekeeping ``pool_audit`` task's audit recorded as the same materialization and check
-evaluations.
-
-The logic lives in the plain layer (``audit``, ``checks``, ``compute``); this module reads config,
-calls it, and turns the typed results into metadata and check results.
-"""
+``pool_cost_report``, their jobs and schedules, and a housekeeping ``pool_audit`` task's audit recorded
+as the same materialization and check evaluations (:func:`housekeeping_audit_events`)."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -20,18 +15,14 @@ from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.looks import Look
 from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, look_at_fleet, run_pool_audit
-from pipelines.fleet.pool_audit.checks import (
-    CHECK_DESCRIPTIONS,
-    CheckOutcome,
-    evaluate_checks,
-)
+from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
+from pipelines.fleet.pool_audit.compute import COUNT_COLUMNS
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
 from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
 ASSET_KEY = dg.AssetKey("pool_audit")
-REPORT_START = "2026-11-01"
 CAPABILITY_TAGS = {"groundskeeper/capability": "pool_audit"}
 
 # The per-pool tables: at most 4 columns, so the asset page shows them inline; key figures first.
@@ -42,30 +33,10 @@ POOL_COLUMNS = {
     "idle_cost_usd_per_hour": "idle USD/h",
     "instances": "busy/idle",
 }
+PROBLEM_COLUMNS = {"pool": "pool", "kind": "kind", "problem": "left out of the totals because"}
 REPORT_COLUMNS = {"pool": "pool", "cost_usd": "USD", "idle_cost_usd": "idle USD", "idle_share_pct": "idle %"}
-COUNTERS = (
-    "pools",
-    "pools_in_totals",
-    "running",
-    "pending",
-    "stopped",
-    "busy",
-    "idle",
-    "idle_excess",
-    "untagged_instances",
-    "unknown_pool_instances",
-    "running_left_out_of_totals",
-)
-
-
-# ---------------------------------------------------------------- metadata and checks
-
-
-def _pool_rows(table) -> list[dict[str, Any]]:
-    rows = table.to_dict("records")
-    for row in rows:
-        row["instances"] = f"{int(row['busy'])}/{int(row['idle'])}"
-    return rows
+LEFT_OUT_COUNTERS = ("untagged_instances", "unknown_pool_instances", "running_left_out_of_totals")
+COUNTERS = ("pools", "pools_in_totals", *COUNT_COLUMNS, *LEFT_OUT_COUNTERS)
 
 
 def audit_metadata(run: AuditRun) -> dict[str, Any]:
@@ -80,26 +51,24 @@ def audit_metadata(run: AuditRun) -> dict[str, Any]:
             "pools_with_problems": int(totals["pools_with_problems"]),
         }
     )
-    metadata["per_pool"] = table_from(_pool_rows(audit.table), POOL_COLUMNS)
-    problems = audit.problems
-    if not problems.empty:
-        metadata["problems"] = table_from(
-            problems.to_dict("records"), {"pool": "pool", "kind": "kind", "problem": "left out of the totals because"}
-        )
+    instances = audit.table["busy"].astype(str) + "/" + audit.table["idle"].astype(str)
+    metadata["per_pool"] = table_from(audit.table.assign(instances=instances).to_dict("records"), POOL_COLUMNS)
+    if not audit.problems.empty:
+        metadata["problems"] = table_from(audit.problems.to_dict("records"), PROBLEM_COLUMNS)
     if run.snapshot_key:
         metadata["snapshot"] = dg.MetadataValue.path(f"s3://{run.archive_bucket}/{run.snapshot_key}")
-    counters = {key: int(totals[key]) for key in COUNTERS}
-    counters |= {
-        "instances_audited": run.instances,
-        "instances_with_running_jobs": run.running_jobs,
-        "cloudwatch_datums": run.metric_datums,
-        "cloudwatch_calls": run.metric_calls,
-        "compute_seconds": round(run.compute_seconds, 2),
-    }
-    metadata["counters"] = dg.MetadataValue.json(counters)
-    if run.metrics_skipped:
-        metadata["metrics_skipped_pools"] = dg.MetadataValue.json(run.metrics_skipped)
-    metadata["price_list"] = dg.MetadataValue.text(f"{run.prices.source} (as of {run.prices.as_of})")
+    metadata["counters"] = dg.MetadataValue.json(
+        {
+            **{key: int(totals[key]) for key in COUNTERS},
+            "instances_audited": run.instances,
+            "instances_with_running_jobs": run.running_jobs,
+            "cloudwatch_datums": run.metric_datums,
+            "cloudwatch_calls": run.metric_calls,
+            "compute_seconds": round(run.compute_seconds, 2),
+        }
+    )
+    price_list = f"{run.prices.source} (as of {run.prices.as_of})"
+    metadata |= metadata_from({"metrics_skipped_pools": run.metrics_skipped, "price_list": price_list})
     metadata["taken_at"] = dg.MetadataValue.timestamp(run.taken_at)
     metadata["dry_run"] = dg.MetadataValue.bool(run.dry_run)
     return metadata
@@ -116,14 +85,15 @@ def _check_metadata(outcome: CheckOutcome) -> dict[str, Any]:
 
 
 def check_results(
-    run: AuditRun, idle_cost_threshold: float, notes: CheckNotes | None = None
-) -> list[dg.AssetCheckResult]:
+    run: AuditRun, idle_cost_threshold: float, notes: CheckNotes | None = None, kind: type = dg.AssetCheckResult
+) -> list[Any]:
+    """The audit's checks as ``kind``: ``dg.AssetCheckResult`` (the asset's) or ``dg.AssetCheckEvaluation``."""
     results = []
     for c in evaluate_checks(run, idle_cost_threshold):
-        check = dg.AssetCheckKey(ASSET_KEY, c.check_name)
-        description, demo = noted(check, c.passed, c.description, notes)
+        description, demo = noted(dg.AssetCheckKey(ASSET_KEY, c.check_name), c.passed, c.description, notes)
         results.append(
-            dg.AssetCheckResult(
+            kind(
+                asset_key=ASSET_KEY,
                 check_name=c.check_name,
                 passed=c.passed,
                 description=description,
@@ -144,9 +114,6 @@ def _log_run(log, run: AuditRun) -> None:
     )
     for row in run.audit.problems.itertuples(index=False):
         log.warning(f"pool {row.pool!r} ({row.kind}) left out of the totals: {row.problem}")
-
-
-# ---------------------------------------------------------------- assets
 
 
 def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
@@ -211,26 +178,13 @@ def housekeeping_audit_events(
     _log_run(context.log, audit.run)
     metadata = audit_metadata(audit.run)
     metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
-    events: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = [
-        dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata)
-    ]
-    for result in check_results(audit.run, audit.idle_cost_threshold_usd_per_hour, notes):
-        events.append(
-            dg.AssetCheckEvaluation(
-                asset_key=ASSET_KEY,
-                check_name=result.check_name,
-                passed=result.passed,
-                description=result.description,
-                metadata=result.metadata,
-                severity=dg.AssetCheckSeverity.WARN,
-            )
-        )
-    return events
+    checks = check_results(audit.run, audit.idle_cost_threshold_usd_per_hour, notes, dg.AssetCheckEvaluation)
+    return [dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata), *checks]
 
 
 # end_offset=1: today's partition exists too, so an operator can look at the day so far (the report
 # says how many hours its snapshots cover); the schedule builds yesterday's once the day is over.
-daily_partitions = dg.DailyPartitionsDefinition(start_date=REPORT_START, timezone="UTC", end_offset=1)
+daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezone="UTC", end_offset=1)
 
 
 @dg.asset(
@@ -273,25 +227,14 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
 def report_metadata(result: DailyReport, bucket: str) -> dict[str, Any]:
     """Key figures first, then the chart and the per-pool table (both shown inline), then links."""
     t = result.totals
-    metadata: dict[str, Any] = metadata_from(
-        {
-            "cost_usd": float(t["cost_usd"]),
-            "idle_cost_usd": float(t["idle_cost_usd"]),
-            "idle_share_pct": float(t["idle_share_pct"]),
-            "hours_covered": round(float(t["hours_covered"]), 2),
-            "snapshots": int(t["snapshots"]),
-        }
-    )
+    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": round(t["hours_covered"], 2)})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
-    if result.csv_key:
-        metadata["report_csv"] = dg.MetadataValue.path(f"s3://{bucket}/{result.csv_key}")
-    if result.svg_key:
-        metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{bucket}/{result.svg_key}")
+    metadata["report_csv"] = dg.MetadataValue.path(f"s3://{bucket}/{result.csv_key}")
+    metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{bucket}/{result.svg_key}")
     return metadata
 
 
-# ---------------------------------------------------------------- jobs and schedules
 # One asset each: the in-process executor (no process per step).
 
 pool_audit_job = dg.define_asset_job(
@@ -310,10 +253,6 @@ pool_cost_report_job = dg.define_asset_job(
     tags=CAPABILITY_TAGS,
     executor_def=dg.in_process_executor,
 )
-
-POOL_AUDIT_REFRESH = dt.timedelta(minutes=20)
-"""The schedule takes a snapshot at least this often, changed fleet or not: the cost report counts a
-snapshot for at most ``max_gap_minutes`` (30 by default)."""
 
 
 def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
@@ -336,7 +275,7 @@ def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDe
         cron_schedule="*/10 * * * *",
         execution_timezone="UTC",
         look=_fleet_look,
-        refresh=POOL_AUDIT_REFRESH,
+        refresh=dt.timedelta(minutes=20),
         required_resource_keys={"fleet", "dynamodb", "ec2"},
         description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks). Looks first (the audit's own "
         "reads: the pools table, the managed instances, the running jobs) and takes the snapshot when the fleet "

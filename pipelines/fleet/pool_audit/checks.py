@@ -19,6 +19,8 @@ CHECK_DESCRIPTIONS = {
     CHECK_DESIRED_IDLE: "Warns about pools with desired_idle > 0 and no running instance.",
     CHECK_KNOWN_POOLS: "Warns about managed instances whose runs-fleet:pool tag names no pool, and lists them.",
 }
+IDLE_COLUMNS = {"pool": "pool", "idle": "idle", "idle_cost_usd_per_hour": "idle USD/h"}
+UNKNOWN_COLUMNS = {"instance_id": "instance", "pool": "pool tag", "state": "state", "instance_type": "type"}
 
 
 @dataclass(frozen=True)
@@ -47,11 +49,7 @@ def evaluate_checks(run: AuditRun, idle_cost_threshold: float) -> list[CheckOutc
             passed=idle <= idle_cost_threshold,
             description=f"idle cost {idle:.4f} USD/h, threshold {idle_cost_threshold:g} USD/h",
             figures={"idle_cost_usd_per_hour": idle, "threshold_usd_per_hour": float(idle_cost_threshold)},
-            tables={
-                "idle_pools": markdown_table(
-                    top_idle, {"pool": "pool", "idle": "idle", "idle_cost_usd_per_hour": "idle USD/h"}
-                )
-            },
+            tables={"idle_pools": markdown_table(top_idle, IDLE_COLUMNS)},
         ),
         CheckOutcome(
             check_name=CHECK_DESIRED_IDLE,
@@ -65,12 +63,6 @@ def evaluate_checks(run: AuditRun, idle_cost_threshold: float) -> list[CheckOutc
             passed=unknown.empty,
             description=f"{len(unknown)} managed instances are tagged with a pool that does not exist",
             figures={"count": len(unknown)},
-            tables={
-                "instances": markdown_table(
-                    unknown,
-                    {"instance_id": "instance", "pool": "pool tag", "state": "state", "instance_type": "type"},
-                    max_rows=MAX_LISTED,
-                )
-            },
+            tables={"instances": markdown_table(unknown, UNKNOWN_COLUMNS, max_rows=MAX_LISTED)},
         ),
     ]

@@ -1,10 +1,5 @@
-"""The pool audit as a housekeeping task (``pool_audit``), one of the fleet's dispatcher's tasks.
-No Dagster.
-
-Bad parameters raise ``pipelines.common.params.ParamsError`` (the dispatcher dead-letters the
-message). The result is a typed :class:`HousekeepingAudit`: the whole audit for the Dagster layer,
-which records it as a ``pool_audit`` materialization with its checks, and a small JSON summary.
-"""
+"""The pool audit as a housekeeping task (``pool_audit``) of the fleet's dispatcher. No Dagster.
+Bad parameters raise ``ParamsError`` (the dispatcher dead-letters the message)."""
 
 from __future__ import annotations
 
@@ -79,8 +74,5 @@ def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: Aud
 
 
 TASK = Task(
-    name="pool_audit",
-    params=AuditMessageParams,
-    run=pool_audit_task,
-    clients=("dynamodb", "ec2", "cloudwatch", "s3"),
+    name="pool_audit", params=AuditMessageParams, run=pool_audit_task, clients=("dynamodb", "ec2", "cloudwatch", "s3")
 )

@@ -1,9 +1,6 @@
-"""The price list shipped with the repo (``prices.json``) and how one pool gets its hourly price.
-
-A pool's own ``hourly_price_usd`` wins. Otherwise the pool's ``instance_type`` is looked up in the
-list (on-demand USD per hour), times ``spot_factor`` for spot pools. A pool that cannot be priced
-gets a problem text, never a price of 0.
-"""
+"""The price list shipped with the repo (``prices.json``) and how one pool gets its hourly price:
+its own ``hourly_price_usd``, else the list's on-demand price (times ``spot_factor`` for spot
+pools). A pool that cannot be priced gets a problem text, never a price of 0."""
 
 from __future__ import annotations
 
@@ -24,11 +21,6 @@ class PriceList:
     spot_factor: float
     on_demand_usd_per_hour: dict[str, float] = field(default_factory=dict)
 
-    @property
-    def label(self) -> str:
-        """Short provenance for tables and metadata, e.g. ``price list 2025-11-01``."""
-        return f"price list {self.as_of}"
-
 
 def load_price_list(path: Path | str | None = None) -> PriceList:
     """Read and validate a price list file; a malformed file is an error naming the bad entry."""
@@ -40,11 +32,10 @@ def load_price_list(path: Path | str | None = None) -> PriceList:
     factor = raw["spot_factor"]
     if not _is_number(factor) or not 0 < factor <= 1:
         raise ValueError(f"{path}: spot_factor must be a number in (0, 1], got {factor!r}")
-    prices = {}
     for instance_type, price in raw["on_demand_usd_per_hour"].items():
         if not _is_number(price) or price <= 0:
             raise ValueError(f"{path}: price of {instance_type!r} must be a positive number, got {price!r}")
-        prices[instance_type] = float(price)
+    prices = {instance_type: float(price) for instance_type, price in raw["on_demand_usd_per_hour"].items()}
     return PriceList(source=raw["source"], as_of=raw["as_of"], spot_factor=float(factor), on_demand_usd_per_hour=prices)
 
 
@@ -52,24 +43,10 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
-@dataclass(frozen=True)
-class PoolConfig:
-    """One pools-table item, validated. ``problems`` non-empty means: report it, keep it out of totals."""
-
-    pool_name: str
-    instance_type: str | None
-    desired_idle: int
-    spot: bool
-    hourly_price_usd: float | None
-    price_source: str
-    problems: tuple[str, ...]
-
-
-def pool_config(item: dict[str, Any], prices: PriceList) -> PoolConfig:
-    """Validate a plain pools-table item (``pipelines.common.from_item``) and price it."""
+def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
+    """A plain pools-table item (``pipelines.common.from_item``), validated and priced, as a snapshot
+    row's pool columns. A non-empty ``problem`` means: report it, keep it out of the totals."""
     problems: list[str] = []
-    name = str(item.get("pool_name", ""))
-
     instance_type = item.get("instance_type")
     if not isinstance(instance_type, str) or not instance_type.strip():
         problems.append("missing instance_type")
@@ -85,8 +62,7 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> PoolConfig:
         problems.append(f"invalid spot {spot!r} (must be a boolean)")
         spot = False
 
-    price: float | None = None
-    source = ""
+    price, source = None, ""
     if item.get("hourly_price_usd") is not None:
         own = item["hourly_price_usd"]
         if not _is_number(own):
@@ -96,19 +72,20 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> PoolConfig:
         else:
             price, source = float(own), "pool item"
     elif instance_type is not None:
-        listed = prices.on_demand_usd_per_hour.get(instance_type)
+        listed, label = prices.on_demand_usd_per_hour.get(instance_type), f"price list {prices.as_of}"
         if listed is None:
-            problems.append(f"instance type {instance_type} is not in the {prices.label} and the pool has no price")
+            problems.append(f"instance type {instance_type} is not in the {label} and the pool has no price")
         elif spot:
-            price, source = listed * prices.spot_factor, f"{prices.label} x spot {prices.spot_factor:g}"
+            price, source = listed * prices.spot_factor, f"{label} x spot {prices.spot_factor:g}"
         else:
-            price, source = listed, prices.label
-    return PoolConfig(
-        pool_name=name,
-        instance_type=instance_type,
-        desired_idle=int(desired_idle),
-        spot=spot,
-        hourly_price_usd=price,
-        price_source=source,
-        problems=tuple(problems),
-    )
+            price, source = listed, label
+    return {
+        "pool": str(item.get("pool_name", "")),
+        "kind": "pool",
+        "instance_type": instance_type,
+        "spot": spot,
+        "desired_idle": int(desired_idle),
+        "hourly_price_usd": price,
+        "price_source": source,
+        "problem": "; ".join(problems),
+    }

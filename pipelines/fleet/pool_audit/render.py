@@ -1,7 +1,5 @@
 """Markdown tables and the daily cost chart, with no plotting dependency: a self-contained SVG
-(stored in the archive bucket) and the same bars as text for the asset page (:func:`cost_chart_text`,
-drawn by the one text-chart renderer, ``pipelines.common.charts``, so that it shows inline).
-"""
+(stored in the archive bucket) and the same bars as text, which the asset page shows inline."""
 
 from __future__ import annotations
 
@@ -16,13 +14,13 @@ if TYPE_CHECKING:
 
 BUSY_COLOR = "#4c78a8"
 IDLE_COLOR = "#e45756"
+NOTHING = "no priced snapshots for this day"
 
 
 def markdown_table(frame: pd.DataFrame, columns: dict[str, str], max_rows: int = 250) -> str:
     """``columns`` maps a column to its header. Floats get 4 decimals; ``|`` in text is escaped."""
-    shown = frame.head(max_rows)
     lines = ["| " + " | ".join(columns.values()) + " |", "|" + "|".join("---" for _ in columns) + "|"]
-    for row in shown[list(columns)].itertuples(index=False):
+    for row in frame.head(max_rows)[list(columns)].itertuples(index=False):
         lines.append("| " + " | ".join(_cell(v) for v in row) + " |")
     if len(frame) > max_rows:
         lines.append(f"\n{len(frame) - max_rows} more rows are in the CSV.")
@@ -52,7 +50,7 @@ def cost_chart_svg(report: pd.DataFrame, title: str, max_pools: int = 40) -> str
         f'<rect x="100" y="30" width="12" height="12" fill="{IDLE_COLOR}"/><text x="116" y="40">idle USD</text>',
     ]
     if rows.empty:
-        parts.append(f'<text x="8" y="{top + 14}">no priced snapshots for this day</text>')
+        parts.append(f'<text x="8" y="{top + 14}">{NOTHING}</text>')
     for n, row in enumerate(rows.itertuples(index=False)):
         y = top + n * row_h
         busy_w = max(0.0, float(row.busy_cost_usd)) * scale
@@ -85,11 +83,4 @@ def cost_chart_text(report: pd.DataFrame, width: int = 24, limit: int = INLINE_M
         )
         for row in report.itertuples(index=False)
     ]
-    return text_bars(
-        bars,
-        ("busy", "idle"),
-        width=width,
-        limit=limit,
-        empty="no priced snapshots for this day",
-        more="more pools in the CSV",
-    )
+    return text_bars(bars, ("busy", "idle"), width=width, limit=limit, empty=NOTHING, more="more pools in the CSV")

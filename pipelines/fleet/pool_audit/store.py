@@ -1,20 +1,13 @@
-"""What the pool audit reads from and writes to AWS, in as few calls as the APIs allow.
-
-- pools: one paginated Scan of the (small) pools table;
-- instances: DescribeInstances filtered on ``runs-fleet:managed=true``, 1000 instances a page;
-- busy instances: one paginated Query of the jobs table's ``status-instance_id-index`` for
-  ``status = running`` (keys only), never one query per instance; a table without that index is
-  scanned instead (with a warning), which is slower but still correct;
-- metrics: PutMetricData with up to 1000 datums a call;
-- snapshots and reports: CSV/SVG objects in the archive bucket under ``pool-audit/``.
-"""
+"""What the pool audit reads from and writes to AWS, in as few calls as the APIs allow (paginated,
+1000 instances or datums a call). Running jobs come from one Query of the jobs table's
+``status-instance_id-index``; a table without that index is scanned instead, with a warning."""
 
 from __future__ import annotations
 
 import datetime as dt
 import io
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -39,18 +32,13 @@ Progress = Callable[[str], None]
 
 def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
     """Every pools-table item as plain values."""
-    items: list[dict[str, Any]] = []
-    for page in dynamodb.get_paginator("scan").paginate(TableName=table):
-        items.extend(from_item(item) for item in page.get("Items", []))
-    return items
+    pages = dynamodb.get_paginator("scan").paginate(TableName=table)
+    return [from_item(item) for page in pages for item in page.get("Items", [])]
 
 
 def list_fleet_instances(ec2, progress: Progress | None = None) -> list[dict[str, Any]]:
-    """Managed instances that are pending, running, stopping or stopped, 1000 per call.
-
-    Returns ``{"instance_id", "state", "pool", "instance_type"}`` rows; ``pool`` is None without a
-    pool tag. Instances without ``runs-fleet:managed=true`` are never fetched.
-    """
+    """Managed instances that are pending, running, stopping or stopped, 1000 per call, as
+    ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
     rows: list[dict[str, Any]] = []
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
@@ -85,31 +73,20 @@ def running_job_instances(dynamodb, jobs_table: str, progress: Progress | None =
         "ProjectionExpression": "instance_id",
     }
     try:
-        return _collect_instance_ids(
-            dynamodb.get_paginator("query").paginate(
-                IndexName=RUNNING_JOBS_INDEX, KeyConditionExpression="#s = :running", **base
-            )
-        )
+        query = dynamodb.get_paginator("query")
+        pages = list(query.paginate(IndexName=RUNNING_JOBS_INDEX, KeyConditionExpression="#s = :running", **base))
     except ClientError as exc:
         # AWS answers ValidationException ("does not have the specified index"), moto ResourceNotFound.
         missing_index = "index" in exc.response["Error"].get("Message", "").lower()
         if error_code(exc) not in {"ValidationException", "ResourceNotFoundException"} or not missing_index:
             raise
-    message = f"{jobs_table} has no {RUNNING_JOBS_INDEX}: scanning it for running jobs instead (slow)"
-    log.warning(message)
-    if progress:
-        progress(message)
-    return _collect_instance_ids(dynamodb.get_paginator("scan").paginate(FilterExpression="#s = :running", **base))
-
-
-def _collect_instance_ids(pages: Iterable[dict[str, Any]]) -> set[str]:
-    ids: set[str] = set()
-    for page in pages:
-        for item in page.get("Items", []):
-            value = item.get("instance_id", {}).get("S")
-            if value:
-                ids.add(value)
-    return ids
+        message = f"{jobs_table} has no {RUNNING_JOBS_INDEX}: scanning it for running jobs instead (slow)"
+        log.warning(message)
+        if progress:
+            progress(message)
+        pages = dynamodb.get_paginator("scan").paginate(FilterExpression="#s = :running", **base)
+    ids = (item.get("instance_id", {}).get("S") for page in pages for item in page.get("Items", []))
+    return {value for value in ids if value}
 
 
 def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dict[str, Any]], list[str]]:
@@ -133,9 +110,6 @@ def _datum(name: str, dims: list[dict[str, str]], value: float, unit: str, times
     return {"MetricName": name, "Dimensions": dims, "Value": float(value), "Unit": unit, "Timestamp": timestamp}
 
 
-# ---------------------------------------------------------------- archive bucket
-
-
 def snapshot_key(taken_at: dt.datetime) -> str:
     """``pool-audit/snapshots/<YYYY-MM-DD>/<YYYYMMDDTHHMMSSmmmZ>.csv`` (UTC; sorts by time)."""
     t = taken_at.astimezone(dt.UTC)
@@ -146,20 +120,13 @@ def report_key(day: dt.date, name: str) -> str:
     return f"{PREFIX}/reports/{day:%Y-%m-%d}/{name}"
 
 
-def put_csv(s3, bucket: str, key: str, frame: pd.DataFrame) -> None:
-    s3.put_object(Bucket=bucket, Key=key, Body=frame.to_csv(index=False).encode(), ContentType="text/csv")
-
-
 def put_text(s3, bucket: str, key: str, text: str, content_type: str) -> None:
     s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType=content_type)
 
 
 def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
-    keys: list[str] = []
-    prefix = f"{PREFIX}/snapshots/{day:%Y-%m-%d}/"
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
-        keys.extend(obj["Key"] for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
-    return sorted(keys)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{PREFIX}/snapshots/{day:%Y-%m-%d}/")
+    return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
 
 
 def read_snapshot(s3, bucket: str, key: str) -> pd.DataFrame:
