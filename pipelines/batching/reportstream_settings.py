@@ -1,33 +1,15 @@
 """Import ReportStream's receiver settings into the receivers table. No Dagster.
 
-Reads ReportStream's settings files as ReportStream writes them: ``organizations.yml`` (a list of
-organizations) or a folder of per-organization files (``settings/STLTs/*/*.yml``), from a local path
-or an ``s3://`` URL. Each receiver with a ``timing`` block becomes the receiver item
-``<organization>.<receiver>`` carrying that block as it is (``timing``: ``numberPerDay``,
-``initialTime``, ``timeZone``, ``maxReportCount``, ``whenEmpty``, ``operation``) and its
-``customerStatus`` (ReportStream's default ``inactive`` when the file has none).
-
-Settings are untrusted: YAML is read with a safe loader (ReportStream's ``!<HL7>`` type tags read as
-plain maps; ``12:30`` stays text, not YAML 1.1's base-60 number), a file is at most
-``MAX_FILE_BYTES``, and every entry that cannot be imported (no ``timing``, an invalid value, a name
-that cannot be a receiver key) is one line, never a crash and never dropped silently.
-
-Writes are conditional, so running the same import twice changes nothing and a concurrent writer's
-change is reported, not overwritten:
-
-- add: only where no item of that name exists;
-- change: only where the item still has the digest this plan read (``settings_digest``);
-- disable (``batching_enabled = false``): an imported receiver of an organization in the input that
-  the input no longer lists with a ``timing`` block. An import never enables a receiver; an item not
-  written by an import (no ``settings_source``) is left alone.
-"""
+Settings files are untrusted: a safe YAML loader, a size limit, one line for each entry that cannot be
+imported. Writes are conditional: an import run twice changes nothing, a concurrent writer's change is
+reported, not overwritten (what is added, changed and disabled: docs/batching.md)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,9 +29,6 @@ SETTINGS_SOURCE = "reportstream"
 TIMING_KEYS = ("operation", "numberPerDay", "initialTime", "timeZone", "maxReportCount", "whenEmpty")
 WHEN_EMPTY_KEYS = ("action", "onlyOncePerDay")
 ADD, CHANGE, DISABLE, UNCHANGED, SKIPPED = "add", "change", "disable", "unchanged", "skipped"
-
-
-# ------------------------------------------------------------------ reading the files
 
 
 class _SettingsLoader(yaml.SafeLoader):
@@ -114,7 +93,9 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
         bucket, _, key = path[5:].partition("/")
         if s3 is None or not bucket:
             return [], [f"{path}: an s3:// URL needs a bucket and an S3 client"]
-        keys = [key] if _is_settings_file(key) else _s3_keys(s3, bucket, key)
+        keys = (
+            [key] if _is_settings_file(key) else [k for k in store.list_keys(s3, bucket, key) if _is_settings_file(k)]
+        )
         for name in keys[:MAX_FILES]:
             source = f"s3://{bucket}/{name}"
             try:
@@ -151,13 +132,6 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
     if not texts and not problems:
         problems.append(f"{path}: no .yml or .yaml settings file")
     return texts, problems
-
-
-def _s3_keys(s3, bucket: str, prefix: str) -> list[str]:
-    return [k for k in store.list_keys(s3, bucket, prefix) if _is_settings_file(k)]
-
-
-# ------------------------------------------------------------------ receivers of the settings
 
 
 @dataclass
@@ -264,9 +238,6 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
     return entries, problems, organizations
 
 
-# ------------------------------------------------------------------ plan and apply
-
-
 @dataclass
 class Change:
     receiver: str
@@ -343,49 +314,40 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
     return changes
 
 
-def _conditional(write: Callable[..., Any], **kwargs: Any) -> str:
-    try:
-        write(**kwargs)
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        return "conflict: the item changed since the plan read it; run the import again"
-    return "done"
-
-
 def apply(dynamodb, table: str, changes: list[Change]) -> None:
     """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
     for change in changes:
-        key = {"receiver": {"S": change.receiver}}
-        ours = {":src": {"S": SETTINGS_SOURCE}, ":old": {"S": change.expected_digest or ""}}
         if change.action == ADD:
-            change.outcome = _conditional(
+            written = store.conditional_write(
                 dynamodb.put_item,
                 TableName=table,
                 Item=to_item(change.item),
                 ConditionExpression="attribute_not_exists(receiver)",
             )
-        elif change.action == CHANGE:
-            values = to_item({f":{k}": change.item[k] for k in ("organization", "timing", "customerStatus")})
-            values[":d"] = {"S": change.item["settings_digest"]}
-            change.outcome = _conditional(
+        elif change.action in (CHANGE, DISABLE):
+            update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
+            if change.action == CHANGE:
+                update = "SET organization = :organization, timing = :timing, customerStatus = :customerStatus"
+                values = to_item({f":{k}": change.item[k] for k in ("organization", "timing", "customerStatus")})
+                update += ", settings_digest = :d"
+                values[":d"] = {"S": change.item["settings_digest"]}
+            written = store.conditional_write(
                 dynamodb.update_item,
                 TableName=table,
-                Key=key,
-                UpdateExpression="SET organization = :organization, timing = :timing, "
-                "customerStatus = :customerStatus, settings_digest = :d",
+                Key={"receiver": {"S": change.receiver}},
+                UpdateExpression=update,
                 ConditionExpression="settings_source = :src AND settings_digest = :old",
-                ExpressionAttributeValues={**values, **ours},
+                ExpressionAttributeValues={
+                    **values,
+                    ":src": {"S": SETTINGS_SOURCE},
+                    ":old": {"S": change.expected_digest or ""},
+                },
             )
-        elif change.action == DISABLE:
-            change.outcome = _conditional(
-                dynamodb.update_item,
-                TableName=table,
-                Key=key,
-                UpdateExpression="SET batching_enabled = :f",
-                ConditionExpression="settings_source = :src AND settings_digest = :old",
-                ExpressionAttributeValues={":f": {"BOOL": False}, **ours},
-            )
+        else:
+            continue
+        change.outcome = (
+            "done" if written else "conflict: the item changed since the plan read it; run the import again"
+        )
 
 
 def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:
