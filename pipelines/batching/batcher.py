@@ -1,24 +1,5 @@
-"""One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches.
-
-Which records a batch time T takes (the "window"):
-
-- normally, every pending record created before T (the contract);
-- but if some earlier batch time S of the receiver was *missed* (no ledger entry, while a batch
-  before S is in the ledger, within ``lookback``), the records created before the latest missed S
-  are left for S: T takes only those created in ``[S, T)``. A backfill of S's day then gives S
-  exactly what an uninterrupted schedule would have given it, in whatever order the partitions run.
-
-With no ledger entry in the lookback (a new receiver, or one stopped for longer than the lookback)
-nothing counts as missed and T takes everything pending before it.
-
-A run holds the receiver's lease (see ``store``), so runs of one receiver never interleave; a
-second run waits for the first. Before each file it renews the lease, which also re-reads
-``batching_enabled``: false stops the run before its next file.
-
-Crash recovery: records that hold a ``batch_id`` but are still pending belong to a batch whose run
-died between locking and finalizing. The next run of the receiver writes exactly that file (unless
-it is already in S3, then it only finalizes), then completes that batch time like any other.
-"""
+"""One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches
+under the receiver's lease (the lease, crash recovery and missed batches: docs/batching.md)."""
 
 from __future__ import annotations
 
@@ -36,6 +17,7 @@ from pipelines.batching.schedule import (
     ReceiverConfig,
     batch_times,
     batch_times_in_day,
+    empty_sent,
     format_batch_time,
     item_enabled,
     parse_batch_time,
@@ -68,7 +50,6 @@ class BatchWritten:
     batch_time: str
     window_start: str | None  # None: every pending record created before the batch time
     files: list[FileWritten] = field(default_factory=list)
-    resumed_after_file: int = 0  # files this batch time already had from an earlier run
     empty_file: bool = False
 
 
@@ -154,8 +135,6 @@ class ReceiverBatcher:
         self.log = log or (lambda _msg: None)
         self._files_by_day: dict[str, dict[str, int]] = {}
 
-    # -------------------------------------------------------------- public
-
     def run(self, receiver: str, day: str, now: dt.datetime, *, dry_run: bool = False) -> RunReport:
         report = RunReport(receiver=receiver, day=day, dry_run=dry_run)
         s = self.settings
@@ -184,8 +163,6 @@ class ReceiverBatcher:
             if not dry_run:
                 store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner)
         return report
-
-    # -------------------------------------------------------------- the run
 
     def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> None:
         s = self.settings
@@ -250,7 +227,9 @@ class ReceiverBatcher:
             report.oldest_pending_age_seconds = max(0.0, (now - oldest).total_seconds())
 
     def _window_start(self, moment: dt.datetime, done: list[dt.datetime], undone: list[dt.datetime]):
-        """The latest missed batch time before ``moment`` (see the module doc), or None."""
+        """The latest missed batch time before ``moment``, or None: one with no ledger entry while an
+        earlier one within the lookback has one. ``moment`` then takes only the records created since it,
+        leaving the older ones for a backfill of the missed one."""
         horizon = moment - self.settings.lookback
         i = bisect.bisect_left(done, horizon)
         if i >= len(done) or done[i] >= moment:
@@ -356,8 +335,7 @@ class ReceiverBatcher:
         day = cfg.local_day(moment)
         if report.dry_run:
             item = store.get_receiver(self.dynamodb, self.settings.receivers_table, cfg.receiver) or {}
-            claimed = item.get("empty_batch_day"), item.get("empty_batch_time")
-            return claimed[0] is None or claimed[0] < day or claimed == (day, format_batch_time(moment))
+            return not empty_sent(cfg, item, moment)
         if store.claim_empty_batch(self.dynamodb, self.settings.receivers_table, cfg.receiver, self.owner, day, moment):
             return True
         self.log(
@@ -386,7 +364,6 @@ class ReceiverBatcher:
         written = BatchWritten(
             batch_time=format_batch_time(moment),
             window_start=format_batch_time(window_start) if window_start else None,
-            resumed_after_file=existing,
         )
         n = existing
         for group in chunks(candidates, cfg.file_size):

@@ -1,13 +1,12 @@
 """The batch decider (ReportStream's BatchDecider) and the audits behind the asset checks. No Dagster.
 
-The decider's work is proportional to the number of receivers: one scan of the receivers table,
-then at most one COUNT query on the sparse ``pending-index`` per receiver that is due.
-"""
+The decider scans the receivers table once, then COUNTs the pending-index of each receiver due."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,8 +14,8 @@ from pipelines.batching import store
 from pipelines.batching.schedule import (
     RECEIVER_NAME,
     InvalidReceiver,
-    ReceiverConfig,
     due_in_window,
+    empty_sent,
     format_batch_time,
     parse_receiver,
     receiver_errors,
@@ -69,7 +68,7 @@ def decide(
             continue
         for moment in due_in_window(cfg, tick, window_seconds):
             pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))
-            empty = cfg.send_if_empty_batch and not _empty_sent(cfg, item, moment)
+            empty = cfg.send_if_empty_batch and not empty_sent(cfg, item, moment)
             if pending == 0 and not empty:
                 decision.skipped[name] = f"nothing pending before {format_batch_time(moment)}" + (
                     f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
@@ -86,26 +85,8 @@ def decide(
     return decision
 
 
-def _empty_sent(cfg: ReceiverConfig, item: dict[str, Any], moment: dt.datetime) -> bool:
-    """``onlyOncePerDay`` and another batch time of the local day already has the empty file."""
-    if not cfg.empty_once_per_day:
-        return False
-    day, when = item.get("empty_batch_day"), item.get("empty_batch_time")
-    return isinstance(day, str) and (
-        day > cfg.local_day(moment) or (day == cfg.local_day(moment) and when != format_batch_time(moment))
-    )
-
-
-# ------------------------------------------------------------------ audits (asset checks)
-
-
 def _invalid(items: list[dict[str, Any]]) -> dict[str, list[str]]:
-    out = {}
-    for item in items:
-        errors = receiver_errors(item)
-        if errors:
-            out[str(item.get("receiver"))] = errors
-    return out
+    return {str(item.get("receiver")): errors for item in items if (errors := receiver_errors(item))}
 
 
 def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
@@ -115,20 +96,14 @@ def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
 
 def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
     """receiver -> pending records, from a scan of the sparse pending-index (costs what is pending)."""
-    counts: dict[str, int] = {}
-    kwargs: dict[str, Any] = {
-        "TableName": records_table,
-        "IndexName": store.PENDING_INDEX,
-        "ProjectionExpression": "pending_receiver",
-    }
-    while True:
-        page = dynamodb.scan(**kwargs)
-        for item in page.get("Items", []):
-            name = item["pending_receiver"]["S"]
-            counts[name] = counts.get(name, 0) + 1
-        if "LastEvaluatedKey" not in page:
-            return counts
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    found = store.pages(
+        dynamodb,
+        "scan",
+        TableName=records_table,
+        IndexName=store.PENDING_INDEX,
+        ProjectionExpression="pending_receiver",
+    )
+    return Counter(item["pending_receiver"]["S"] for page in found for item in page.get("Items", []))
 
 
 def _orphaned(items: list[dict[str, Any]], pending: dict[str, int]) -> dict[str, int]:
@@ -161,25 +136,23 @@ def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[i
     A full scan of the records table with a filter: for the asset check, not for every run.
     Returns (how many, the first ``limit`` of them with their problem).
     """
-    kwargs: dict[str, Any] = {
-        "TableName": records_table,
-        "FilterExpression": (
+    found = store.pages(
+        dynamodb,
+        "scan",
+        TableName=records_table,
+        FilterExpression=(
             "next_action = :b AND (attribute_not_exists(created_at) OR attribute_not_exists(receiver) "
             "OR attribute_not_exists(pending_receiver))"
         ),
-        "ExpressionAttributeValues": {":b": {"S": store.BATCH_ACTION}},
-    }
+        ExpressionAttributeValues={":b": {"S": store.BATCH_ACTION}},
+    )
     total, sample = 0, []
-    while True:
-        page = dynamodb.scan(**kwargs)
-        for raw in page.get("Items", []):
-            total += 1
-            if len(sample) < limit:
-                missing = [a for a in ("receiver", "created_at", "pending_receiver") if a not in raw]
-                sample.append({"record_id": raw.get("record_id", {}).get("S"), "missing": missing})
-        if "LastEvaluatedKey" not in page:
-            return total, sample
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    for raw in (item for page in found for item in page.get("Items", [])):
+        total += 1
+        if len(sample) < limit:
+            missing = [a for a in ("receiver", "created_at", "pending_receiver") if a not in raw]
+            sample.append({"record_id": raw.get("record_id", {}).get("S"), "missing": missing})
+    return total, sample
 
 
 def valid_partition_names(items: list[dict[str, Any]]) -> tuple[set[str], list[str]]:

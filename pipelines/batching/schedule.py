@@ -1,25 +1,7 @@
 """Receiver configuration and batch-time math (ReportStream's receivers). No AWS, no Dagster.
 
-A receiver item has one of two forms:
-
-- Groundskeeper's: ``number_per_day``, ``initial_time``, ``time_zone`` (IANA), ``max_batch_size``,
-  ``send_if_empty_batch``; batch times ``initial_time + floor(k * 1440 / number_per_day)`` minutes;
-- ReportStream's ``timing`` block as ReportStream writes it (``numberPerDay``, ``initialTime``,
-  ``timeZone`` as a ``USTimeZone`` name or an IANA zone, ``maxReportCount``, ``whenEmpty``,
-  ``operation``) and ``customerStatus``; batch times by ReportStream's own rule
-  (``Receiver.Timing.batchInPrevious60Seconds``): periods of ``86400 / numberPerDay`` seconds
-  (integer division) from ``initialTime`` on the local wall clock, a batch due at the first whole
-  minute at or after a period's end (the decider tick whose last 60 seconds hold it).
-
-Either way the batch times are a fixed set of wall-clock minutes that every local day repeats.
-Daylight saving time (``zoneinfo``):
-- a wall time that does not exist (spring forward, e.g. 02:30 in New York) fires at the same
-  distance after the gap (03:30 local), i.e. it keeps its UTC offset from before the change
-  (ReportStream's rule loses it: its wall clock never shows 02:30 that day);
-- a wall time that happens twice (fall back) fires at both occurrences, as ReportStream's rule does
-  (its wall clock shows 01:30 twice);
-- two wall times that land on one instant fire once.
-"""
+An item is in Groundskeeper's form or carries ReportStream's ``timing`` block; either way its batch
+times are wall-clock minutes that every local day repeats (the rules and DST: docs/batching.md)."""
 
 from __future__ import annotations
 
@@ -273,6 +255,16 @@ def parse_receiver(item: dict[str, Any]) -> ReceiverConfig:
     return ReceiverConfig(receiver=item["receiver"], **fields)
 
 
+def empty_sent(cfg: ReceiverConfig, item: dict[str, Any], moment: dt.datetime) -> bool:
+    """``onlyOncePerDay`` and another batch time of the local day already has the empty file."""
+    if not cfg.empty_once_per_day:
+        return False
+    day, when = item.get("empty_batch_day"), item.get("empty_batch_time")
+    return isinstance(day, str) and (
+        day > cfg.local_day(moment) or (day == cfg.local_day(moment) and when != format_batch_time(moment))
+    )
+
+
 def batch_times(cfg: ReceiverConfig, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     """The receiver's batch times T (aware UTC datetimes) with ``start <= T < end``, sorted."""
     zone = cfg.zone
@@ -301,17 +293,10 @@ def _instants(wall: dt.datetime, zone: ZoneInfo) -> tuple[dt.datetime, ...]:
     return (first, second)
 
 
-def day_bounds(day: str | dt.date) -> tuple[dt.datetime, dt.datetime]:
-    """[start, end) of a UTC day given as ``YYYY-MM-DD``."""
-    if isinstance(day, str):
-        day = dt.date.fromisoformat(day)
-    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-    return start, start + dt.timedelta(days=1)
-
-
-def batch_times_in_day(cfg: ReceiverConfig, day: str | dt.date, until: dt.datetime | None = None) -> list[dt.datetime]:
-    """Batch times of the UTC day ``day``, up to and including ``until`` when given."""
-    start, end = day_bounds(day)
+def batch_times_in_day(cfg: ReceiverConfig, day: str, until: dt.datetime | None = None) -> list[dt.datetime]:
+    """Batch times of the UTC day ``day`` (``YYYY-MM-DD``), up to and including ``until`` when given."""
+    start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
+    end = start + dt.timedelta(days=1)
     if until is not None:
         end = min(end, until + dt.timedelta(microseconds=1))
     return batch_times(cfg, start, end) if end > start else []
@@ -334,12 +319,8 @@ def parse_batch_time(text: str) -> dt.datetime:
 
 def parse_created_at(text: Any) -> dt.datetime | None:
     """A record's ISO-8601 ``created_at`` as an aware UTC datetime, or None when malformed."""
-    if not isinstance(text, str) or not text:
-        return None
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    except (AttributeError, TypeError, ValueError):  # not text, or not ISO 8601
         return None
-    if moment.tzinfo is None:
-        return None
-    return moment.astimezone(dt.UTC)
+    return moment.astimezone(dt.UTC) if moment.tzinfo else None
