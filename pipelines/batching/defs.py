@@ -1,17 +1,6 @@
-"""Dagster wiring for ReportStream's per-receiver batching.
-
-- ``receivers`` dynamic partitions, kept equal to the receivers table by the ``receivers_sync`` sensor;
-- ``receiver_batches``: an asset partitioned by receiver x UTC day; materializing (r, d) writes every
-  batch of r whose batch time falls in d, up to now, that is not written yet (logic in ``batcher``);
-- ``batch_decider``: every minute, at most one ``batch_minute_job`` run for all the receivers with a batch
-  time in that minute; the run batches each of them in its (receiver, day) partition of
-  ``receiver_batches`` (materializations reported per partition, logic in ``minute``), and
-  ``batch_failures_handoff`` gives each receiver that failed in it a ``receiver_batches_job`` run of its own;
-- ``receiver_records`` (the receivers and records tables, kept by ReportStream) and its asset checks:
-  invalid receiver configs, pending records of deleted receivers, malformed records. The checks sit
-  on the tables, not on ``receiver_batches``, so that a backfill of ``receiver_batches`` (whatever
-  job the UI picks) runs the asset alone: Dagster adds an asset's checks to every run of it.
-"""
+"""Dagster wiring for ReportStream's per-receiver batching (docs/batching.md): the ``receiver_batches``
+asset by (receiver, UTC day), the decider's minute runs and their handoff of failed receivers, the
+receivers sync, the checks on ReportStream's tables and the settings import."""
 
 import datetime as dt
 import json
@@ -101,11 +90,7 @@ def receiver_batches(
     params = params_from_config(context, ReceiverBatchesParams)
     keys = context.partition_key.keys_by_dimension
     receiver, day = keys["receiver"], keys["day"]
-    settings = params.settings(
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-        outbox_bucket=batching.outbox_bucket,
-    )
+    settings = params.settings(batching)
     batcher = ReceiverBatcher(
         dynamodb.get_client(), s3.get_client(), settings, owner=f"run-{context.run_id}", log=context.log.info
     )
@@ -114,22 +99,17 @@ def receiver_batches(
     except store.ReceiverBusy as exc:
         raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
-    if report.status in {"invalid_config", "receiver_missing"}:
-        _log_invalid_records(context.log, report)
+    if report.status in {"invalid_config", "receiver_missing"}:  # before any record is read
         raise dg.Failure(description="; ".join(report.errors), metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
     run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _log_invalid_records(log, report: RunReport) -> None:
-    for problem in report.invalid_records[:20]:
-        log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
-
-
 def _log_report(log, report: RunReport) -> None:
     """The lines of one partition's batching (its run's, or its part of a minute run's log)."""
-    _log_invalid_records(log, report)
+    for problem in report.invalid_records[:20]:
+        log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
     if report.status in {"disabled", "cancelled"}:
         log.warning(f"{report.receiver}: batching_enabled is false ({report.status}); remaining batches wait")
     log.info(
@@ -228,11 +208,7 @@ def _batch_share(
 ) -> dg.Output[dict]:
     """Batch a share's receivers on a few threads: a materialization for each partition whose status
     this changes or that holds something to look at, the others counted in the output's metadata."""
-    settings = ReceiverBatchesParams().settings(
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-        outbox_bucket=batching.outbox_bucket,
-    )
+    settings = ReceiverBatchesParams().settings(batching)
     ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
     due, _ = parse_partitions(share["partitions"])
     already = set(share.get("materialized", ()))
@@ -427,9 +403,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
         context.update_cursor(cursor)
         return dg.SkipReason(f"{len(current)} receiver partition(s), all in sync")
     context.log.info(f"receivers: adding {add[:20]}, removing {remove[:20]}")
-    requests = []
-    if add:
-        requests.append(receivers_partitions.build_add_request(add))
+    requests = [receivers_partitions.build_add_request(add)] if add else []
     if remove:
         requests.append(receivers_partitions.build_delete_request(remove))
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
@@ -512,8 +486,8 @@ clock may disagree); a partition handed off already is not launched twice (its r
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
     try:
-        since = float(context.cursor) if context.cursor else time.time() - MAX_WINDOW_SECONDS
-    except ValueError:
+        since = float(context.cursor or "")
+    except ValueError:  # no cursor yet, or not a time
         since = time.time() - MAX_WINDOW_SECONDS
     records = context.instance.get_run_records(
         filters=dg.RunsFilter(
@@ -652,7 +626,8 @@ def import_receiver_settings_op(
         f"{verb}disable {counts[DISABLE]}; {counts[UNCHANGED]} unchanged, {counts[SKIPPED]} skipped, "
         f"{len(problems)} file(s) or organization(s) not read" + (f", {conflicts} conflict(s)" if conflicts else "")
     )
-    rows = [{"receiver": c.receiver, "action": c.action, "outcome": c.outcome, "detail": c.detail} for c in changes]
+    columns = ("receiver", "action", "outcome", "detail")
+    rows = [{k: getattr(c, k) for k in columns} for c in changes]
     result = {"path": params.path, "dry_run": params.dry_run, **counts, "conflicts": conflicts, "not_read": problems}
     written = {
         f"receivers_{w}": 0 if params.dry_run else counts[a]
@@ -664,9 +639,7 @@ def import_receiver_settings_op(
         "dry_run": dg.MetadataValue.bool(params.dry_run),
         "conflicts": dg.MetadataValue.int(conflicts),
         "not_read": dg.MetadataValue.json(problems),
-        "receivers": table_from(
-            rows, {"receiver": "receiver", "action": "action", "outcome": "outcome", "detail": "detail"}
-        ),
+        "receivers": table_from(rows, dict(zip(columns, columns, strict=True))),
     }
     return dg.Output({**result, "changes": rows}, metadata=metadata)
 

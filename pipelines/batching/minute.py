@@ -1,12 +1,7 @@
 """A decider minute's batching: every due (receiver, day) in one run, a few receivers at a time. No Dagster.
 
-A batch time is not a run of its own: the decider's minute hands the (receiver, day) partitions due
-in it to one run, which splits them into shares of at most :data:`SHARE_SIZE` (one step each: on the
-cluster profile each share is a Celery task) and batches a share's receivers on a pool of
-:data:`WORKERS` threads. Each receiver is batched by :class:`ReceiverBatcher` exactly as a run of
-its own partition would (lease, crash recovery, ledger, missed batches); one receiver's failure is
-its own outcome and never stops its neighbours.
-"""
+Each receiver is batched by :class:`ReceiverBatcher` as a run of its own partition would be; one
+receiver's failure is its own outcome and never stops its neighbours."""
 
 from __future__ import annotations
 
