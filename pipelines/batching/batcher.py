@@ -11,19 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.batching import store
-from pipelines.batching.schedule import (
-    InvalidReceiver,
-    ReceiverConfig,
-    batch_times,
-    batch_times_in_day,
-    empty_sent,
-    format_batch_time,
-    item_enabled,
-    parse_batch_time,
-    parse_created_at,
-    parse_receiver,
-)
+from pipelines.batching import schedule, store
+from pipelines.batching.schedule import ReceiverConfig, format_batch_time
 from pipelines.common import iso
 from pipelines.common.aws_batches import chunks
 
@@ -90,7 +79,7 @@ def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
     locked: dict[str, list[_Record]] = defaultdict(list)
     for item in items:
         rid = item.get("record_id")
-        created = parse_created_at(item.get("created_at"))
+        created = schedule.parse_created_at(item.get("created_at"))
         problem = None
         if item.get("receiver") is None:
             problem = "missing receiver"
@@ -105,13 +94,8 @@ def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
         if problem:
             report.invalid_records.append({"record_id": rid, "problem": problem})
             continue
-        rec = _Record(rid, created, item)
-        if "batch_id" in item:
-            locked[item["batch_id"]].append(rec)
-        else:
-            free.append(rec)
-    free.sort(key=lambda r: (r.created, r.record_id))
-    for group in locked.values():
+        (locked[item["batch_id"]] if "batch_id" in item else free).append(_Record(rid, created, item))
+    for group in (free, *locked.values()):
         group.sort(key=lambda r: (r.created, r.record_id))
     return free, locked
 
@@ -167,8 +151,8 @@ class ReceiverBatcher:
     def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> None:
         s = self.settings
         try:
-            cfg = parse_receiver(item)
-        except InvalidReceiver as exc:
+            cfg = schedule.parse_receiver(item)
+        except schedule.InvalidReceiver as exc:
             report.status = "invalid_config"
             report.errors.append(str(exc))
             return
@@ -182,7 +166,7 @@ class ReceiverBatcher:
         if report.invalid_records:
             self.log(f"{len(report.invalid_records)} pending record(s) of {cfg.receiver} are malformed; left pending")
 
-        day_times = batch_times_in_day(cfg, report.day, until=now)
+        day_times = schedule.batch_times_in_day(cfg, report.day, until=now)
         locked_times = {store.parse_batch_id(b)[1] for b in locked}
         wanted = sorted(set(day_times) | locked_times)
         if not wanted:
@@ -190,7 +174,7 @@ class ReceiverBatcher:
             return
         low, high = wanted[0] - s.lookback, wanted[-1]
         done = self._ledger(cfg.receiver, low, high)
-        slots = batch_times(cfg, low, high + dt.timedelta(microseconds=1))
+        slots = schedule.batch_times(cfg, low, high + dt.timedelta(microseconds=1))
         report.already_done = [format_batch_time(t) for t in day_times if t in done]
 
         for batch in sorted(locked, key=lambda b: store.parse_batch_id(b)[1:]):
@@ -248,7 +232,7 @@ class ReceiverBatcher:
             self.s3, self.settings.outbox_bucket, prefix, start_after, store.ledger_key(receiver, high)
         ):
             try:
-                out.append(parse_batch_time(key[len(prefix) :].removesuffix(".json")))
+                out.append(schedule.parse_batch_time(key[len(prefix) :].removesuffix(".json")))
             except ValueError:
                 continue
         return sorted(out)
@@ -282,7 +266,7 @@ class ReceiverBatcher:
             self.owner,
             lease_seconds=self.settings.lease_seconds,
         )
-        if not item_enabled(item):
+        if not schedule.item_enabled(item):
             report.status = "cancelled"
             self.log(
                 f"{cfg.receiver} is disabled (batching_enabled false or customerStatus inactive): "
@@ -313,17 +297,15 @@ class ReceiverBatcher:
         key = store.file_key(cfg.receiver, moment, n)
         in_s3 = self._object_exists(key)
         entry = {"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3}
-        if report.dry_run:
-            report.recovered.append(entry)
-            return True
-        if not self._still_enabled(cfg, report):
-            return False
-        if in_s3:  # the upload happened; only the final updates were missing
-            self._finalize(batch, records)
-        else:
-            self._upload_and_finalize(batch, key, records)
-            self._note_file(moment, n)
-        self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
+        if not report.dry_run:
+            if not self._still_enabled(cfg, report):
+                return False
+            if in_s3:  # the upload happened; only the final updates were missing
+                self._finalize(batch, records)
+            else:
+                self._upload_and_finalize(batch, key, records)
+                self._note_file(moment, n)
+            self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
         report.recovered.append(entry)
         return True
 
@@ -335,7 +317,7 @@ class ReceiverBatcher:
         day = cfg.local_day(moment)
         if report.dry_run:
             item = store.get_receiver(self.dynamodb, self.settings.receivers_table, cfg.receiver) or {}
-            return not empty_sent(cfg, item, moment)
+            return not schedule.empty_sent(cfg, item, moment)
         if store.claim_empty_batch(self.dynamodb, self.settings.receivers_table, cfg.receiver, self.owner, day, moment):
             return True
         self.log(
@@ -374,22 +356,22 @@ class ReceiverBatcher:
             n += 1
             batch = store.batch_id(cfg.receiver, moment, n)
             key = store.file_key(cfg.receiver, moment, n)
+            taken.update(r.record_id for r in group)  # records a run could not lock belong to someone else
             if report.dry_run:
                 written.files.append(FileWritten(key=key, records=len(group)))
-                taken.update(r.record_id for r in group)
                 continue
-            ids = store.lock_records(
-                self.dynamodb,
-                records_table=s.records_table,
-                receivers_table=s.receivers_table,
-                receiver=cfg.receiver,
-                owner=self.owner,
-                record_ids=[r.record_id for r in group],
-                batch=batch,
+            got = set(
+                store.lock_records(
+                    self.dynamodb,
+                    records_table=s.records_table,
+                    receivers_table=s.receivers_table,
+                    receiver=cfg.receiver,
+                    owner=self.owner,
+                    record_ids=[r.record_id for r in group],
+                    batch=batch,
+                )
             )
-            got = set(ids)
             mine = [r for r in group if r.record_id in got]
-            taken.update(r.record_id for r in group)  # records we could not lock belong to someone else
             if not mine:
                 n -= 1
                 continue

@@ -10,16 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.batching import store
-from pipelines.batching.schedule import (
-    RECEIVER_NAME,
-    InvalidReceiver,
-    due_in_window,
-    empty_sent,
-    format_batch_time,
-    parse_receiver,
-    receiver_errors,
-)
+from pipelines.batching import schedule, store
 from pipelines.common import iso
 from pipelines.common.looks import Look
 
@@ -37,7 +28,7 @@ class DueBatch:
 
     @property
     def run_key(self) -> str:
-        return f"{self.receiver}@{format_batch_time(self.batch_time)}"
+        return f"{self.receiver}@{schedule.format_batch_time(self.batch_time)}"
 
 
 @dataclass
@@ -57,8 +48,8 @@ def decide(
     for item in items:
         name = str(item.get("receiver"))
         try:
-            cfg = parse_receiver(item)
-        except InvalidReceiver as exc:
+            cfg = schedule.parse_receiver(item)
+        except schedule.InvalidReceiver as exc:
             decision.skipped[name] = f"invalid config: {exc}"
             continue
         if not cfg.batching_enabled:
@@ -66,11 +57,11 @@ def decide(
                 "customerStatus is inactive" if cfg.customer_status == "inactive" else "batching_enabled is false"
             )
             continue
-        for moment in due_in_window(cfg, tick, window_seconds):
+        for moment in schedule.due_in_window(cfg, tick, window_seconds):
             pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))
-            empty = cfg.send_if_empty_batch and not empty_sent(cfg, item, moment)
+            empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
             if pending == 0 and not empty:
-                decision.skipped[name] = f"nothing pending before {format_batch_time(moment)}" + (
+                decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (
                     f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
                 )
                 continue
@@ -86,7 +77,7 @@ def decide(
 
 
 def _invalid(items: list[dict[str, Any]]) -> dict[str, list[str]]:
-    return {str(item.get("receiver")): errors for item in items if (errors := receiver_errors(item))}
+    return {str(item.get("receiver")): errors for item in items if (errors := schedule.receiver_errors(item))}
 
 
 def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
@@ -160,7 +151,7 @@ def valid_partition_names(items: list[dict[str, Any]]) -> tuple[set[str], list[s
     good, bad = set(), []
     for item in items:
         name = item.get("receiver")
-        if isinstance(name, str) and RECEIVER_NAME.match(name):
+        if isinstance(name, str) and schedule.RECEIVER_NAME.match(name):
             good.add(name)
         else:
             bad.append(repr(name))

@@ -9,17 +9,8 @@ import time
 
 import dagster as dg
 
-from pipelines.batching import store
+from pipelines.batching import decider, minute, store
 from pipelines.batching.batcher import ReceiverBatcher, RunReport
-from pipelines.batching.decider import (
-    decide,
-    invalid_receivers,
-    look_at_receivers,
-    malformed_pending,
-    orphaned_pending,
-    valid_partition_names,
-)
-from pipelines.batching.minute import Due, Outcome, batch_share, parse_partitions, shares, worth_showing
 from pipelines.batching.params import (
     BatchMinuteParams,
     ImportReceiverSettingsParams,
@@ -99,7 +90,7 @@ def receiver_batches(
     except store.ReceiverBusy as exc:
         raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
-    if report.status in {"invalid_config", "receiver_missing"}:  # before any record is read
+    if report.status in minute.FAILED_STATUSES:  # before any record is read
         raise dg.Failure(description="; ".join(report.errors), metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
     run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
@@ -179,10 +170,10 @@ def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, l
     """The partitions due in the run's minute (its config), in shares of at most 25 receivers; each
     share names its partitions already materialized (the asset's status, one query)."""
     params = params_from_config(context, BatchMinuteParams)
-    due, problems = parse_partitions(params.partitions)
+    due, problems = minute.parse_partitions(params.partitions)
     for line in problems:
         context.log.error(line)
-    parts = shares(due)
+    parts = minute.shares(due)
     context.log.info(f"minute {params.batch_time}: {len(due)} partition(s) in {len(parts)} share(s)")
     status = context.instance.get_status_by_partition(
         receiver_batches.key, [d.partition for d in due], receiver_batches.partitions_def
@@ -210,12 +201,12 @@ def _batch_share(
     this changes or that holds something to look at, the others counted in the output's metadata."""
     settings = ReceiverBatchesParams().settings(batching)
     ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
-    due, _ = parse_partitions(share["partitions"])
+    due, _ = minute.parse_partitions(share["partitions"])
     already = set(share.get("materialized", ()))
     totals = {"batches_sent": 0, "records_batched": 0}
     counted: dict[str, dict[str, int]] = {}  # partitions batched as usual: counted, not materialized again
 
-    def report(outcome: Outcome) -> None:  # in the step's own thread: the run's log and events
+    def report(outcome: minute.Outcome) -> None:  # in the step's own thread: the run's log and events
         d = outcome.due
         if outcome.failed:
             for line in outcome.lines:
@@ -226,7 +217,7 @@ def _batch_share(
             return
         for name, value in _counters(outcome.report).items():
             totals[name] += value
-        if d.partition in already and not worth_showing(outcome.report):
+        if d.partition in already and not minute.worth_showing(outcome.report):
             counted[d.partition] = {
                 "files": len(outcome.report.files),
                 "records": outcome.report.records_batched,
@@ -244,12 +235,12 @@ def _batch_share(
             )
         )
 
-    outcomes = batch_share(
+    outcomes = minute.batch_share(
         lambda: ReceiverBatcher(ddb, s3_client, settings, owner=owner),
         due,
         dt.datetime.now(dt.UTC),
+        report,
         dry_run=share["dry_run"],
-        done=report,
     )
     failed = [o.due.partition for o in outcomes if o.failed]
     result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed, "counted": counted}
@@ -329,8 +320,8 @@ def batch_minute(
     s3: S3Resource,
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
-    params, minute = _minute_shares(context)
-    results = [_batch_share(context, share, dynamodb, s3, batching).value for share in minute]
+    params, parts = _minute_shares(context)
+    results = [_batch_share(context, share, dynamodb, s3, batching).value for share in parts]
     _report_minute(context, results, params.batch_time, params.dry_run)
     output = {"shares": len(results), "failed": _minute_totals(results)["failed"]}
     return dg.Output(output, metadata=_minute_metadata(results))
@@ -389,7 +380,7 @@ def _synced(cursor: str | None) -> tuple[list[str], float] | None:
 @one_line_failures
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
     items = store.scan_receivers(dynamodb.get_client(), batching.receivers_table)
-    wanted, bad = valid_partition_names(items)
+    wanted, bad = decider.valid_partition_names(items)
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
     clock, names = time.time(), sorted(wanted)
@@ -421,7 +412,7 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
     window = _window_seconds(previous, tick)
-    decision = decide(
+    decision = decider.decide(
         dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
@@ -430,7 +421,7 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
-    due = list(dict.fromkeys(Due(d.receiver, d.day) for d in decision.due))
+    due = list(dict.fromkeys(minute.Due(d.receiver, d.day) for d in decision.due))
     # One line on the tick's page (a tick's log is kept with the instance, every minute): the run's
     # config lists its partitions, and the run their counts once it ends.
     context.log.info(
@@ -502,7 +493,7 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     for record in records:
         run = record.dagster_run
         newest = max(newest, record.update_timestamp.timestamp())
-        due, problems = parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
+        due, problems = minute.parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
         requests += [
@@ -527,7 +518,7 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    invalid = invalid_receivers(dynamodb.get_client(), batching.receivers_table)
+    invalid = decider.invalid_receivers(dynamodb.get_client(), batching.receivers_table)
     return dg.AssetCheckResult(
         passed=not invalid,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -545,7 +536,7 @@ def receiver_configs_valid(
 def no_orphaned_pending_records(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    orphans = orphaned_pending(
+    orphans = decider.orphaned_pending(
         dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
     )
     return dg.AssetCheckResult(
@@ -565,7 +556,7 @@ def no_orphaned_pending_records(
 def pending_records_well_formed(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    total, sample = malformed_pending(dynamodb.get_client(), batching.records_table)
+    total, sample = decider.malformed_pending(dynamodb.get_client(), batching.records_table)
     return dg.AssetCheckResult(
         passed=total == 0,
         severity=dg.AssetCheckSeverity.WARN,
@@ -588,7 +579,7 @@ CHECKS_REFRESH = dt.timedelta(hours=1)
 
 def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
     batching: BatchingSettings = context.resources.batching
-    return look_at_receivers(
+    return decider.look_at_receivers(
         context.resources.dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,

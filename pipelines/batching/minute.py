@@ -83,9 +83,9 @@ def parse_partitions(entries: Iterable[object]) -> tuple[list[Due], list[str]]:
     return wanted, problems
 
 
-def shares(due: list[Due], size: int = SHARE_SIZE) -> list[list[Due]]:
-    """``due`` in consecutive shares of at most ``size``."""
-    return [due[i : i + size] for i in range(0, len(due), size)]
+def shares(due: list[Due]) -> list[list[Due]]:
+    """``due`` in consecutive shares of at most :data:`SHARE_SIZE`."""
+    return [due[i : i + SHARE_SIZE] for i in range(0, len(due), SHARE_SIZE)]
 
 
 def batch_one(batcher: ReceiverBatcher, due: Due, now: dt.datetime, *, dry_run: bool = False) -> Outcome:
@@ -108,18 +108,16 @@ def batch_share(
     make_batcher: Callable[[], ReceiverBatcher],
     share: list[Due],
     now: dt.datetime,
+    done: Callable[[Outcome], None],
     *,
-    workers: int = WORKERS,
     dry_run: bool = False,
-    done: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Batch every partition of ``share`` on ``workers`` threads, each with its own batcher;
+    """Batch every partition of ``share`` on :data:`WORKERS` threads, each with its own batcher;
     ``done`` is called with each outcome as it comes (in the caller's thread, in ``share``'s order)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(share))), thread_name_prefix="batch") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(share))), thread_name_prefix="batch") as pool:
         futures = [pool.submit(batch_one, make_batcher(), d, now, dry_run=dry_run) for d in share]
         outcomes = []
         for future in futures:
             outcomes.append(future.result())
-            if done is not None:
-                done(outcomes[-1])
+            done(outcomes[-1])
     return outcomes
