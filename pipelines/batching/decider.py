@@ -108,10 +108,8 @@ def orphaned_pending(dynamodb, *, receivers_table: str, records_table: str) -> d
 
 
 def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> Look:
-    """A schedule's look before the batching checks, as a state look: what two of the three checks
-    read and record (one scan of the receivers table, one of the sparse pending-index). The third,
-    malformed pending records, needs a full scan of the records table: its schedule's refresh
-    covers it."""
+    """The batching checks schedule's look: what two of the three checks read (a scan of the receivers
+    table and of the pending-index); the third scans the whole records table: the refresh covers it."""
     items = store.scan_receivers(dynamodb, receivers_table)
     invalid = _invalid(items)
     orphans = _orphaned(items, pending_by_receiver(dynamodb, records_table))
@@ -122,11 +120,8 @@ def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> 
 
 
 def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
-    """Pending records the pending-index cannot serve (no ``created_at``/``receiver``/``pending_receiver``).
-
-    A full scan of the records table with a filter: for the asset check, not for every run.
-    Returns (how many, the first ``limit`` of them with their problem).
-    """
+    """(How many, the first ``limit``) pending records lack ``created_at``/``receiver``/``pending_receiver``
+    (the pending-index cannot serve them): a full scan of the records table, for the asset check."""
     found = store.pages(
         dynamodb,
         "scan",

@@ -114,8 +114,7 @@ def _counters(report: RunReport) -> dict[str, int]:
 
 
 RECEIVER_TAG = "dagster/partition/receiver"
-"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key
-(hidden in the runs list, which shows the partition itself)."""
+"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key."""
 
 # ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
 # function: nothing materializes it, so no backfill or asset job ever includes its checks.
@@ -328,11 +327,8 @@ def batch_minute(
 
 
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``batch_minute_job``. In process (the default), one step (``batch_minute``) batches the
-    minute's shares one after another, each on its threads: a minute run comes every minute, and a
-    step costs about ten events of the instance. With ``executor_def`` (the cluster's Celery
-    executor) the minute fans out: ``plan_batch_minute``, a ``batch_receivers`` step for each share
-    (a task any worker takes), ``report_batch_minute``. The same functions do the work in both."""
+    """The ``batch_minute_job``: in process one step (``batch_minute``, a step costs the instance about ten
+    events); with ``executor_def`` (the cluster's Celery executor) a ``batch_receivers`` step per share."""
     fan_out = executor_def is not None
 
     @dg.job(
@@ -356,9 +352,8 @@ batch_minute_job = minute_job()
 
 
 SYNC_REFRESH_SECONDS = 600
-"""receivers_sync compares the receivers table with the partitions themselves at least this often;
-in between, with the table as its last tick read it (its cursor): partitions added or removed by
-hand are put right within this time, a changed table at the next tick."""
+"""receivers_sync reads the partitions at least this often; in between only when the receivers table
+differs from what its last tick read (its cursor)."""
 
 
 def _synced(cursor: str | None) -> tuple[list[str], float] | None:

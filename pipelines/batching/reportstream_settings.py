@@ -139,7 +139,6 @@ class Entry:
     """One receiver of the settings: its item, or why it cannot be imported."""
 
     receiver: str
-    organization: str
     source: str
     item: dict[str, Any] | None = None
     problem: str | None = None
@@ -169,11 +168,11 @@ def _timing_as_written(timing: dict[str, Any], notes: list[str]) -> dict[str, An
 def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     """The receiver item for one receiver of ReportStream's settings, or its problem."""
     if not isinstance(receiver, dict):
-        return Entry(f"{organization}.?", organization, source, problem=f"a receiver is a map, got {receiver!r:.80}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {receiver!r:.80}")
     if not isinstance(receiver.get("name"), str) or not receiver["name"]:
-        return Entry(f"{organization}.?", organization, source, problem=f"a receiver without a name: {receiver!r:.80}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {receiver!r:.80}")
     name = f"{organization}.{receiver['name']}"
-    entry = Entry(name, organization, source)
+    entry = Entry(name, source)
     if not RECEIVER_NAME.match(name):
         entry.problem = f"{name!r:.120} cannot be a receiver name (it must match {RECEIVER_NAME.pattern})"
         return entry
@@ -248,21 +247,17 @@ class Change:
     outcome: str = ""  # after apply: done | conflict (another writer changed it) | would (dry run)
 
     def line(self) -> str:
-        text = f"{self.receiver}: {self.action}"
-        if self.detail:
-            text += f" ({self.detail})"
-        return text + (f" -> {self.outcome}" if self.outcome else "")
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.receiver}: {self.action}{detail}" + (f" -> {self.outcome}" if self.outcome else "")
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
-    parts = []
-    for key in ("organization", "customerStatus"):
-        if old.get(key) != new.get(key):
-            parts.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
-    before, after = old.get("timing") or {}, new.get("timing") or {}
-    for key in TIMING_KEYS:
-        if before.get(key) != after.get(key):
-            parts.append(f"{key} {before.get(key)!r} -> {after.get(key)!r}")
+    """What differs between a stored receiver and its settings, ``key old -> new`` each."""
+    owned = ("organization", "customerStatus")
+    before, after = ({**(i.get("timing") or {}), **{k: i.get(k) for k in owned}} for i in (old, new))
+    parts = [
+        f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in (*owned, *TIMING_KEYS) if before.get(k) != after.get(k)
+    ]
     return ", ".join(parts) or "settings digest differs"
 
 
@@ -283,13 +278,8 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
         if old is None:
             changes.append(Change(entry.receiver, ADD, notes, item=entry.item))
         elif old.get("settings_source") != SETTINGS_SOURCE:
-            changes.append(
-                Change(
-                    entry.receiver,
-                    SKIPPED,
-                    "already in the receivers table, not from ReportStream settings; left alone",
-                )
-            )
+            detail = "already in the receivers table, not from ReportStream settings; left alone"
+            changes.append(Change(entry.receiver, SKIPPED, detail))
         elif old.get("settings_digest") == entry.item["settings_digest"]:
             changes.append(Change(entry.receiver, UNCHANGED, notes))
         else:

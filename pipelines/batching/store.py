@@ -101,10 +101,8 @@ def acquire_lease(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any] | None:
-    """Take the receiver's lease; returns the receiver item, or None when the receiver does not exist.
-
-    Waits up to ``wait_seconds`` for a live lease held by another run, then raises ``ReceiverBusy``.
-    """
+    """Take the receiver's lease (waiting up to ``wait_seconds`` for another run's, then ``ReceiverBusy``);
+    returns the receiver item, or None when the receiver does not exist."""
     deadline = clock() + wait_seconds
     while True:
         now_ms = int(clock() * 1000)
@@ -216,12 +214,8 @@ CONFLICT_POLICY = Formula(
 def _update_in_groups(
     dynamodb, table: str, record_ids: Iterable[str], update: str, condition: str, values: dict, fence=None
 ) -> list[str]:
-    """Conditional updates in transactions of 100 (99 + ``fence``); returns the ids written.
-
-    Records whose condition fails are dropped from their group and the rest is written again;
-    conflicts with other transactions are retried by ``CONFLICT_POLICY``. A failed fence raises
-    ``LeaseLost``.
-    """
+    """Conditional updates in transactions of 100 (99 + ``fence``); returns the ids written (a record whose
+    condition fails is left out). A failed fence raises ``LeaseLost``."""
 
     def action(rid: str) -> dict[str, Any]:
         return {
@@ -258,10 +252,8 @@ def lock_records(
     record_ids: list[str],
     batch: str,
 ) -> list[str]:
-    """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken.
-
-    Records someone else took (or that stopped being pending) are left out, never overwritten.
-    """
+    """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken
+    (records someone else took, or that stopped being pending, are left out, never overwritten)."""
     fence = {
         "ConditionCheck": {
             "TableName": receivers_table,
@@ -282,10 +274,8 @@ def lock_records(
 
 
 def finalize_records(dynamodb, *, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
-    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed.
-
-    A record that is already final fails its condition and is skipped: finalizing twice is harmless.
-    """
+    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed
+    (a record already final is skipped: finalizing twice is harmless)."""
     written = _update_in_groups(
         dynamodb,
         records_table,
