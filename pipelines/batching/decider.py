@@ -42,9 +42,8 @@ def decide(
     dynamodb, *, receivers_table: str, records_table: str, tick: dt.datetime, window_seconds: int = 60
 ) -> Decision:
     """Which receivers had a batch time in ``(tick - window, tick]`` and should get a run now."""
-    decision = Decision()
     items = store.scan_receivers(dynamodb, receivers_table)
-    decision.receivers = len(items)
+    decision = Decision(receivers=len(items))
     for item in items:
         name = str(item.get("receiver"))
         try:
@@ -65,14 +64,8 @@ def decide(
                     f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
                 )
                 continue
-            decision.due.append(
-                DueBatch(
-                    receiver=cfg.receiver,
-                    batch_time=moment,
-                    pending=pending,
-                    expected_files=max(1 if empty else 0, math.ceil(pending / cfg.file_size)),
-                )
-            )
+            expected_files = max(1 if empty else 0, math.ceil(pending / cfg.file_size))
+            decision.due.append(DueBatch(cfg.receiver, moment, pending, expected_files))
     return decision
 
 

@@ -406,13 +406,12 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
-    window = _window_seconds(previous, tick)
     decision = decider.decide(
         dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
         tick=tick,
-        window_seconds=window,
+        window_seconds=_window_seconds(previous, tick),
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
@@ -450,10 +449,9 @@ batch_decider = schedule(
 def _window_seconds(previous, tick: dt.datetime) -> int:
     """The decider's window: the minute, or back to the last minute run's minute after skipped ticks."""
     try:
-        since = dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG]) if previous is not None else None
-    except (KeyError, ValueError):
-        since = None
-    gap = int((tick - since).total_seconds()) if since is not None else 60
+        gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
+    except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
+        return 60
     return gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
 
 

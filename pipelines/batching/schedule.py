@@ -86,9 +86,8 @@ class ReceiverConfig:
         if self.reportstream_timing:
             return reportstream_wall_minutes(self.number_per_day, self.initial_time)
         hours, minutes = (int(x) for x in self.initial_time.split(":")[:2])
-        start = hours * 60 + minutes
         n = self.number_per_day
-        return sorted({(start + (k * 1440) // n) % 1440 for k in range(n)})
+        return sorted({(hours * 60 + minutes + k * 1440 // n) % 1440 for k in range(n)})
 
     def local_day(self, moment: dt.datetime) -> str:
         """The receiver's local date of an instant, ``YYYY-MM-DD``."""
@@ -159,9 +158,7 @@ def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default
 
 def _integral(value: Any) -> Any:
     """A whole ``Decimal`` (a number inside a DynamoDB map) as an int; anything else as it is."""
-    if isinstance(value, Decimal) and value == value.to_integral_value():
-        return int(value)
-    return value
+    return int(value) if isinstance(value, Decimal) and value == value.to_integral_value() else value
 
 
 def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:

@@ -99,7 +99,6 @@ def acquire_lease(
     lease_seconds: float,
     wait_seconds: float,
     clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any] | None:
     """Take the receiver's lease (waiting up to ``wait_seconds`` for another run's, then ``ReceiverBusy``);
     returns the receiver item, or None when the receiver does not exist."""
@@ -126,7 +125,7 @@ def acquire_lease(
                 f"receiver {receiver!r} is being batched by {current.get('batch_lease_owner')!r} "
                 f"(lease until {current.get('batch_lease_until')} ms); gave up after {wait_seconds:.0f}s"
             )
-        sleep(min(1.0, max(0.05, deadline - clock())))
+        time.sleep(min(1.0, max(0.05, deadline - clock())))
 
 
 def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_seconds: float) -> dict[str, Any]:
