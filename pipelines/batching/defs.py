@@ -502,12 +502,17 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     return dg.SensorResult(run_requests=requests, cursor=str(newest))
 
 
-@dg.asset_check(
-    asset=receiver_records.key,
-    description="Every receiver's configuration can be scheduled.",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
+def _tables_check(description: str):
+    """A check on ``receiver_records`` (ReportStream's tables), with one-line failures, retried on AWS errors."""
+
+    def decorate(fn):
+        check = dg.asset_check(asset=receiver_records.key, description=description, retry_policy=AWS_RETRY_POLICY)
+        return check(one_line_failures(fn))
+
+    return decorate
+
+
+@_tables_check("Every receiver's configuration can be scheduled.")
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
@@ -520,12 +525,7 @@ def receiver_configs_valid(
     )
 
 
-@dg.asset_check(
-    asset=receiver_records.key,
-    description="No deleted receiver still has pending records.",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
+@_tables_check("No deleted receiver still has pending records.")
 def no_orphaned_pending_records(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
@@ -540,12 +540,7 @@ def no_orphaned_pending_records(
     )
 
 
-@dg.asset_check(
-    asset=receiver_records.key,
-    description="No pending record lacks receiver/created_at (such records are invisible to the pending-index).",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
+@_tables_check("No pending record lacks receiver/created_at (such records are invisible to the pending-index).")
 def pending_records_well_formed(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:

@@ -51,9 +51,7 @@ class Outcome:
 
 
 def worth_showing(report: RunReport) -> bool:
-    """Whether a partition's batching needs an operator's eye beyond its run's counts: a dry run,
-    a receiver disabled or cancelled, batches recovered after a crash, records left pending as
-    malformed, payloads that are not JSON."""
+    """Whether a partition's batching needs an operator's eye beyond its run's counts."""
     return (
         report.dry_run
         or report.status != "ok"
