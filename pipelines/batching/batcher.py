@@ -142,23 +142,24 @@ class ReceiverBatcher:
             )
             return report
         try:
-            self._run_locked(item, report, now)
+            self._finish(report, self._run_locked(item, report, now), now)
         finally:
             if not dry_run:
                 store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner)
         return report
 
-    def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> None:
+    def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> list[_Record]:
+        """Batch the day's batch times; returns the records left pending."""
         s = self.settings
         try:
             cfg = schedule.parse_receiver(item)
         except schedule.InvalidReceiver as exc:
             report.status = "invalid_config"
             report.errors.append(str(exc))
-            return
+            return []
         if not cfg.batching_enabled:
             report.status = "disabled"
-            return
+            return []
 
         pending_items = store.query_pending(self.dynamodb, s.records_table, cfg.receiver)
         report.pending_before = len(pending_items)
@@ -170,8 +171,7 @@ class ReceiverBatcher:
         locked_times = {store.parse_batch_id(b)[1] for b in locked}
         wanted = sorted(set(day_times) | locked_times)
         if not wanted:
-            self._finish(report, free, now)
-            return
+            return free
         low, high = wanted[0] - s.lookback, wanted[-1]
         done = self._ledger(cfg.receiver, low, high)
         slots = schedule.batch_times(cfg, low, high + dt.timedelta(microseconds=1))
@@ -179,8 +179,7 @@ class ReceiverBatcher:
 
         for batch in sorted(locked, key=lambda b: store.parse_batch_id(b)[1:]):
             if not self._recover(cfg, batch, locked[batch], report):
-                self._finish(report, free, now)
-                return
+                return free
 
         undone = [t for t in slots if t not in done]
         taken: set[str] = set()
@@ -202,7 +201,7 @@ class ReceiverBatcher:
             i = bisect.bisect_left(undone, moment)
             if i < len(undone) and undone[i] == moment:
                 undone.pop(i)
-        self._finish(report, [r for r in free if r.record_id not in taken], now)
+        return [r for r in free if r.record_id not in taken]
 
     def _finish(self, report: RunReport, left: list[_Record], now: dt.datetime) -> None:
         report.still_pending = len(left) + len(report.invalid_records)
