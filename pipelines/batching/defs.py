@@ -497,9 +497,8 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
             )
             for d in due
         ]
-    if not requests:
-        return dg.SensorResult(skip_reason="no receiver failed in a minute run", cursor=str(newest))
-    return dg.SensorResult(run_requests=requests, cursor=str(newest))
+    skip = None if requests else "no receiver failed in a minute run"
+    return dg.SensorResult(run_requests=requests, skip_reason=skip, cursor=str(newest))
 
 
 def _tables_check(description: str):

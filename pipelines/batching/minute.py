@@ -75,10 +75,8 @@ def parse_partitions(entries: Iterable[object]) -> tuple[list[Due], list[str]]:
         if not (valid_day and RECEIVER_NAME.match(receiver)):
             problems.append(f"partition {entry!r} is not <YYYY-MM-DD>|<receiver>: skipped")
             continue
-        due = Due(receiver, day)
-        if due not in wanted:
-            wanted.append(due)
-    return wanted, problems
+        wanted.append(Due(receiver, day))
+    return list(dict.fromkeys(wanted)), problems
 
 
 def shares(due: list[Due]) -> list[list[Due]]:

@@ -264,19 +264,15 @@ def empty_sent(cfg: ReceiverConfig, item: dict[str, Any], moment: dt.datetime) -
 
 def batch_times(cfg: ReceiverConfig, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     """The receiver's batch times T (aware UTC datetimes) with ``start <= T < end``, sorted."""
-    zone = cfg.zone
+    zone, minutes = cfg.zone, cfg.wall_minutes
     first = start.astimezone(zone).date() - dt.timedelta(days=1)
-    last = end.astimezone(zone).date() + dt.timedelta(days=1)
-    minutes = cfg.wall_minutes
-    out: set[dt.datetime] = set()
-    day = first
-    while day <= last:
-        for m in minutes:
-            for moment in _instants(dt.datetime(day.year, day.month, day.day, m // 60, m % 60), zone):
-                if start <= moment < end:
-                    out.add(moment)
-        day += dt.timedelta(days=1)
-    return sorted(out)
+    days = (end.astimezone(zone).date() - first).days + 2  # the local days from before start's to after end's
+    walls = (
+        dt.datetime.combine(first + dt.timedelta(days=n), dt.time(m // 60, m % 60))
+        for n in range(days)
+        for m in minutes
+    )
+    return sorted({moment for wall in walls for moment in _instants(wall, zone) if start <= moment < end})
 
 
 def _instants(wall: dt.datetime, zone: ZoneInfo) -> tuple[dt.datetime, ...]:
