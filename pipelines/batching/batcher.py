@@ -1,24 +1,5 @@
-"""One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches.
-
-Which records a batch time T takes (the "window"):
-
-- normally, every pending record created before T (the contract);
-- but if some earlier batch time S of the receiver was *missed* (no ledger entry, while a batch
-  before S is in the ledger, within ``lookback``), the records created before the latest missed S
-  are left for S: T takes only those created in ``[S, T)``. A backfill of S's day then gives S
-  exactly what an uninterrupted schedule would have given it, in whatever order the partitions run.
-
-With no ledger entry in the lookback (a new receiver, or one stopped for longer than the lookback)
-nothing counts as missed and T takes everything pending before it.
-
-A run holds the receiver's lease (see ``store``), so runs of one receiver never interleave; a
-second run waits for the first. Before each file it renews the lease, which also re-reads
-``batching_enabled``: false stops the run before its next file.
-
-Crash recovery: records that hold a ``batch_id`` but are still pending belong to a batch whose run
-died between locking and finalizing. The next run of the receiver writes exactly that file (unless
-it is already in S3, then it only finalizes), then completes that batch time like any other.
-"""
+"""One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches
+under the receiver's lease (the lease, crash recovery and missed batches: docs/batching.md)."""
 
 from __future__ import annotations
 
@@ -30,18 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.batching import store
-from pipelines.batching.schedule import (
-    InvalidReceiver,
-    ReceiverConfig,
-    batch_times,
-    batch_times_in_day,
-    format_batch_time,
-    item_enabled,
-    parse_batch_time,
-    parse_created_at,
-    parse_receiver,
-)
+from pipelines.batching import schedule, store
+from pipelines.batching.schedule import ReceiverConfig, format_batch_time
 from pipelines.common import iso
 from pipelines.common.aws_batches import chunks
 
@@ -68,7 +39,6 @@ class BatchWritten:
     batch_time: str
     window_start: str | None  # None: every pending record created before the batch time
     files: list[FileWritten] = field(default_factory=list)
-    resumed_after_file: int = 0  # files this batch time already had from an earlier run
     empty_file: bool = False
 
 
@@ -109,7 +79,7 @@ def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
     locked: dict[str, list[_Record]] = defaultdict(list)
     for item in items:
         rid = item.get("record_id")
-        created = parse_created_at(item.get("created_at"))
+        created = schedule.parse_created_at(item.get("created_at"))
         problem = None
         if item.get("receiver") is None:
             problem = "missing receiver"
@@ -124,13 +94,8 @@ def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
         if problem:
             report.invalid_records.append({"record_id": rid, "problem": problem})
             continue
-        rec = _Record(rid, created, item)
-        if "batch_id" in item:
-            locked[item["batch_id"]].append(rec)
-        else:
-            free.append(rec)
-    free.sort(key=lambda r: (r.created, r.record_id))
-    for group in locked.values():
+        (locked[item["batch_id"]] if "batch_id" in item else free).append(_Record(rid, created, item))
+    for group in (free, *locked.values()):
         group.sort(key=lambda r: (r.created, r.record_id))
     return free, locked
 
@@ -153,8 +118,6 @@ class ReceiverBatcher:
         self.owner = owner or f"batcher-{uuid.uuid4()}"
         self.log = log or (lambda _msg: None)
         self._files_by_day: dict[str, dict[str, int]] = {}
-
-    # -------------------------------------------------------------- public
 
     def run(self, receiver: str, day: str, now: dt.datetime, *, dry_run: bool = False) -> RunReport:
         report = RunReport(receiver=receiver, day=day, dry_run=dry_run)
@@ -179,25 +142,24 @@ class ReceiverBatcher:
             )
             return report
         try:
-            self._run_locked(item, report, now)
+            self._finish(report, self._run_locked(item, report, now), now)
         finally:
             if not dry_run:
                 store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner)
         return report
 
-    # -------------------------------------------------------------- the run
-
-    def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> None:
+    def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> list[_Record]:
+        """Batch the day's batch times; returns the records left pending."""
         s = self.settings
         try:
-            cfg = parse_receiver(item)
-        except InvalidReceiver as exc:
+            cfg = schedule.parse_receiver(item)
+        except schedule.InvalidReceiver as exc:
             report.status = "invalid_config"
             report.errors.append(str(exc))
-            return
+            return []
         if not cfg.batching_enabled:
             report.status = "disabled"
-            return
+            return []
 
         pending_items = store.query_pending(self.dynamodb, s.records_table, cfg.receiver)
         report.pending_before = len(pending_items)
@@ -205,21 +167,19 @@ class ReceiverBatcher:
         if report.invalid_records:
             self.log(f"{len(report.invalid_records)} pending record(s) of {cfg.receiver} are malformed; left pending")
 
-        day_times = batch_times_in_day(cfg, report.day, until=now)
+        day_times = schedule.batch_times_in_day(cfg, report.day, until=now)
         locked_times = {store.parse_batch_id(b)[1] for b in locked}
         wanted = sorted(set(day_times) | locked_times)
         if not wanted:
-            self._finish(report, free, now)
-            return
+            return free
         low, high = wanted[0] - s.lookback, wanted[-1]
         done = self._ledger(cfg.receiver, low, high)
-        slots = batch_times(cfg, low, high + dt.timedelta(microseconds=1))
+        slots = schedule.batch_times(cfg, low, high + dt.timedelta(microseconds=1))
         report.already_done = [format_batch_time(t) for t in day_times if t in done]
 
         for batch in sorted(locked, key=lambda b: store.parse_batch_id(b)[1:]):
             if not self._recover(cfg, batch, locked[batch], report):
-                self._finish(report, free, now)
-                return
+                return free
 
         undone = [t for t in slots if t not in done]
         taken: set[str] = set()
@@ -241,7 +201,7 @@ class ReceiverBatcher:
             i = bisect.bisect_left(undone, moment)
             if i < len(undone) and undone[i] == moment:
                 undone.pop(i)
-        self._finish(report, [r for r in free if r.record_id not in taken], now)
+        return [r for r in free if r.record_id not in taken]
 
     def _finish(self, report: RunReport, left: list[_Record], now: dt.datetime) -> None:
         report.still_pending = len(left) + len(report.invalid_records)
@@ -250,7 +210,9 @@ class ReceiverBatcher:
             report.oldest_pending_age_seconds = max(0.0, (now - oldest).total_seconds())
 
     def _window_start(self, moment: dt.datetime, done: list[dt.datetime], undone: list[dt.datetime]):
-        """The latest missed batch time before ``moment`` (see the module doc), or None."""
+        """The latest missed batch time before ``moment``, or None: one with no ledger entry while an
+        earlier one within the lookback has one. ``moment`` then takes only the records created since it,
+        leaving the older ones for a backfill of the missed one."""
         horizon = moment - self.settings.lookback
         i = bisect.bisect_left(done, horizon)
         if i >= len(done) or done[i] >= moment:
@@ -269,7 +231,7 @@ class ReceiverBatcher:
             self.s3, self.settings.outbox_bucket, prefix, start_after, store.ledger_key(receiver, high)
         ):
             try:
-                out.append(parse_batch_time(key[len(prefix) :].removesuffix(".json")))
+                out.append(schedule.parse_batch_time(key[len(prefix) :].removesuffix(".json")))
             except ValueError:
                 continue
         return sorted(out)
@@ -303,7 +265,7 @@ class ReceiverBatcher:
             self.owner,
             lease_seconds=self.settings.lease_seconds,
         )
-        if not item_enabled(item):
+        if not schedule.item_enabled(item):
             report.status = "cancelled"
             self.log(
                 f"{cfg.receiver} is disabled (batching_enabled false or customerStatus inactive): "
@@ -334,17 +296,15 @@ class ReceiverBatcher:
         key = store.file_key(cfg.receiver, moment, n)
         in_s3 = self._object_exists(key)
         entry = {"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3}
-        if report.dry_run:
-            report.recovered.append(entry)
-            return True
-        if not self._still_enabled(cfg, report):
-            return False
-        if in_s3:  # the upload happened; only the final updates were missing
-            self._finalize(batch, records)
-        else:
-            self._upload_and_finalize(batch, key, records)
-            self._note_file(moment, n)
-        self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
+        if not report.dry_run:
+            if not self._still_enabled(cfg, report):
+                return False
+            if in_s3:  # the upload happened; only the final updates were missing
+                self._finalize(batch, records)
+            else:
+                self._upload_and_finalize(batch, key, records)
+                self._note_file(moment, n)
+            self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
         report.recovered.append(entry)
         return True
 
@@ -356,8 +316,7 @@ class ReceiverBatcher:
         day = cfg.local_day(moment)
         if report.dry_run:
             item = store.get_receiver(self.dynamodb, self.settings.receivers_table, cfg.receiver) or {}
-            claimed = item.get("empty_batch_day"), item.get("empty_batch_time")
-            return claimed[0] is None or claimed[0] < day or claimed == (day, format_batch_time(moment))
+            return not schedule.empty_sent(cfg, item, moment)
         if store.claim_empty_batch(self.dynamodb, self.settings.receivers_table, cfg.receiver, self.owner, day, moment):
             return True
         self.log(
@@ -386,7 +345,6 @@ class ReceiverBatcher:
         written = BatchWritten(
             batch_time=format_batch_time(moment),
             window_start=format_batch_time(window_start) if window_start else None,
-            resumed_after_file=existing,
         )
         n = existing
         for group in chunks(candidates, cfg.file_size):
@@ -397,22 +355,22 @@ class ReceiverBatcher:
             n += 1
             batch = store.batch_id(cfg.receiver, moment, n)
             key = store.file_key(cfg.receiver, moment, n)
+            taken.update(r.record_id for r in group)  # records a run could not lock belong to someone else
             if report.dry_run:
                 written.files.append(FileWritten(key=key, records=len(group)))
-                taken.update(r.record_id for r in group)
                 continue
-            ids = store.lock_records(
-                self.dynamodb,
-                records_table=s.records_table,
-                receivers_table=s.receivers_table,
-                receiver=cfg.receiver,
-                owner=self.owner,
-                record_ids=[r.record_id for r in group],
-                batch=batch,
+            got = set(
+                store.lock_records(
+                    self.dynamodb,
+                    records_table=s.records_table,
+                    receivers_table=s.receivers_table,
+                    receiver=cfg.receiver,
+                    owner=self.owner,
+                    record_ids=[r.record_id for r in group],
+                    batch=batch,
+                )
             )
-            got = set(ids)
             mine = [r for r in group if r.record_id in got]
-            taken.update(r.record_id for r in group)  # records we could not lock belong to someone else
             if not mine:
                 n -= 1
                 continue

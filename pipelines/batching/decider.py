@@ -1,26 +1,16 @@
 """The batch decider (ReportStream's BatchDecider) and the audits behind the asset checks. No Dagster.
 
-The decider's work is proportional to the number of receivers: one scan of the receivers table,
-then at most one COUNT query on the sparse ``pending-index`` per receiver that is due.
-"""
+The decider scans the receivers table once, then COUNTs the pending-index of each receiver due."""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.batching import store
-from pipelines.batching.schedule import (
-    RECEIVER_NAME,
-    InvalidReceiver,
-    ReceiverConfig,
-    due_in_window,
-    format_batch_time,
-    parse_receiver,
-    receiver_errors,
-)
+from pipelines.batching import schedule, store
 from pipelines.common import iso
 from pipelines.common.looks import Look
 
@@ -38,7 +28,7 @@ class DueBatch:
 
     @property
     def run_key(self) -> str:
-        return f"{self.receiver}@{format_batch_time(self.batch_time)}"
+        return f"{self.receiver}@{schedule.format_batch_time(self.batch_time)}"
 
 
 @dataclass
@@ -52,14 +42,13 @@ def decide(
     dynamodb, *, receivers_table: str, records_table: str, tick: dt.datetime, window_seconds: int = 60
 ) -> Decision:
     """Which receivers had a batch time in ``(tick - window, tick]`` and should get a run now."""
-    decision = Decision()
     items = store.scan_receivers(dynamodb, receivers_table)
-    decision.receivers = len(items)
+    decision = Decision(receivers=len(items))
     for item in items:
         name = str(item.get("receiver"))
         try:
-            cfg = parse_receiver(item)
-        except InvalidReceiver as exc:
+            cfg = schedule.parse_receiver(item)
+        except schedule.InvalidReceiver as exc:
             decision.skipped[name] = f"invalid config: {exc}"
             continue
         if not cfg.batching_enabled:
@@ -67,45 +56,21 @@ def decide(
                 "customerStatus is inactive" if cfg.customer_status == "inactive" else "batching_enabled is false"
             )
             continue
-        for moment in due_in_window(cfg, tick, window_seconds):
+        for moment in schedule.due_in_window(cfg, tick, window_seconds):
             pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))
-            empty = cfg.send_if_empty_batch and not _empty_sent(cfg, item, moment)
+            empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
             if pending == 0 and not empty:
-                decision.skipped[name] = f"nothing pending before {format_batch_time(moment)}" + (
+                decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (
                     f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
                 )
                 continue
-            decision.due.append(
-                DueBatch(
-                    receiver=cfg.receiver,
-                    batch_time=moment,
-                    pending=pending,
-                    expected_files=max(1 if empty else 0, math.ceil(pending / cfg.file_size)),
-                )
-            )
+            expected_files = max(1 if empty else 0, math.ceil(pending / cfg.file_size))
+            decision.due.append(DueBatch(cfg.receiver, moment, pending, expected_files))
     return decision
 
 
-def _empty_sent(cfg: ReceiverConfig, item: dict[str, Any], moment: dt.datetime) -> bool:
-    """``onlyOncePerDay`` and another batch time of the local day already has the empty file."""
-    if not cfg.empty_once_per_day:
-        return False
-    day, when = item.get("empty_batch_day"), item.get("empty_batch_time")
-    return isinstance(day, str) and (
-        day > cfg.local_day(moment) or (day == cfg.local_day(moment) and when != format_batch_time(moment))
-    )
-
-
-# ------------------------------------------------------------------ audits (asset checks)
-
-
 def _invalid(items: list[dict[str, Any]]) -> dict[str, list[str]]:
-    out = {}
-    for item in items:
-        errors = receiver_errors(item)
-        if errors:
-            out[str(item.get("receiver"))] = errors
-    return out
+    return {str(item.get("receiver")): errors for item in items if (errors := schedule.receiver_errors(item))}
 
 
 def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
@@ -115,20 +80,14 @@ def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
 
 def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
     """receiver -> pending records, from a scan of the sparse pending-index (costs what is pending)."""
-    counts: dict[str, int] = {}
-    kwargs: dict[str, Any] = {
-        "TableName": records_table,
-        "IndexName": store.PENDING_INDEX,
-        "ProjectionExpression": "pending_receiver",
-    }
-    while True:
-        page = dynamodb.scan(**kwargs)
-        for item in page.get("Items", []):
-            name = item["pending_receiver"]["S"]
-            counts[name] = counts.get(name, 0) + 1
-        if "LastEvaluatedKey" not in page:
-            return counts
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    found = store.pages(
+        dynamodb,
+        "scan",
+        TableName=records_table,
+        IndexName=store.PENDING_INDEX,
+        ProjectionExpression="pending_receiver",
+    )
+    return Counter(item["pending_receiver"]["S"] for page in found for item in page.get("Items", []))
 
 
 def _orphaned(items: list[dict[str, Any]], pending: dict[str, int]) -> dict[str, int]:
@@ -142,10 +101,8 @@ def orphaned_pending(dynamodb, *, receivers_table: str, records_table: str) -> d
 
 
 def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> Look:
-    """A schedule's look before the batching checks, as a state look: what two of the three checks
-    read and record (one scan of the receivers table, one of the sparse pending-index). The third,
-    malformed pending records, needs a full scan of the records table: its schedule's refresh
-    covers it."""
+    """The batching checks schedule's look: what two of the three checks read (a scan of the receivers
+    table and of the pending-index); the third scans the whole records table: the refresh covers it."""
     items = store.scan_receivers(dynamodb, receivers_table)
     invalid = _invalid(items)
     orphans = _orphaned(items, pending_by_receiver(dynamodb, records_table))
@@ -156,30 +113,25 @@ def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> 
 
 
 def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
-    """Pending records the pending-index cannot serve (no ``created_at``/``receiver``/``pending_receiver``).
-
-    A full scan of the records table with a filter: for the asset check, not for every run.
-    Returns (how many, the first ``limit`` of them with their problem).
-    """
-    kwargs: dict[str, Any] = {
-        "TableName": records_table,
-        "FilterExpression": (
+    """(How many, the first ``limit``) pending records lack ``created_at``/``receiver``/``pending_receiver``
+    (the pending-index cannot serve them): a full scan of the records table, for the asset check."""
+    found = store.pages(
+        dynamodb,
+        "scan",
+        TableName=records_table,
+        FilterExpression=(
             "next_action = :b AND (attribute_not_exists(created_at) OR attribute_not_exists(receiver) "
             "OR attribute_not_exists(pending_receiver))"
         ),
-        "ExpressionAttributeValues": {":b": {"S": store.BATCH_ACTION}},
-    }
+        ExpressionAttributeValues={":b": {"S": store.BATCH_ACTION}},
+    )
     total, sample = 0, []
-    while True:
-        page = dynamodb.scan(**kwargs)
-        for raw in page.get("Items", []):
-            total += 1
-            if len(sample) < limit:
-                missing = [a for a in ("receiver", "created_at", "pending_receiver") if a not in raw]
-                sample.append({"record_id": raw.get("record_id", {}).get("S"), "missing": missing})
-        if "LastEvaluatedKey" not in page:
-            return total, sample
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    for raw in (item for page in found for item in page.get("Items", [])):
+        total += 1
+        if len(sample) < limit:
+            missing = [a for a in ("receiver", "created_at", "pending_receiver") if a not in raw]
+            sample.append({"record_id": raw.get("record_id", {}).get("S"), "missing": missing})
+    return total, sample
 
 
 def valid_partition_names(items: list[dict[str, Any]]) -> tuple[set[str], list[str]]:
@@ -187,7 +139,7 @@ def valid_partition_names(items: list[dict[str, Any]]) -> tuple[set[str], list[s
     good, bad = set(), []
     for item in items:
         name = item.get("receiver")
-        if isinstance(name, str) and RECEIVER_NAME.match(name):
+        if isinstance(name, str) and schedule.RECEIVER_NAME.match(name):
             good.add(name)
         else:
             bad.append(repr(name))

@@ -1,17 +1,6 @@
-"""Dagster wiring for ReportStream's per-receiver batching.
-
-- ``receivers`` dynamic partitions, kept equal to the receivers table by the ``receivers_sync`` sensor;
-- ``receiver_batches``: an asset partitioned by receiver x UTC day; materializing (r, d) writes every
-  batch of r whose batch time falls in d, up to now, that is not written yet (logic in ``batcher``);
-- ``batch_decider``: every minute, at most one ``batch_minute_job`` run for all the receivers with a batch
-  time in that minute; the run batches each of them in its (receiver, day) partition of
-  ``receiver_batches`` (materializations reported per partition, logic in ``minute``), and
-  ``batch_failures_handoff`` gives each receiver that failed in it a ``receiver_batches_job`` run of its own;
-- ``receiver_records`` (the receivers and records tables, kept by ReportStream) and its asset checks:
-  invalid receiver configs, pending records of deleted receivers, malformed records. The checks sit
-  on the tables, not on ``receiver_batches``, so that a backfill of ``receiver_batches`` (whatever
-  job the UI picks) runs the asset alone: Dagster adds an asset's checks to every run of it.
-"""
+"""Dagster wiring for ReportStream's per-receiver batching (docs/batching.md): the ``receiver_batches``
+asset by (receiver, UTC day), the decider's minute runs and their handoff of failed receivers, the
+receivers sync, the checks on ReportStream's tables and the settings import."""
 
 import datetime as dt
 import json
@@ -20,17 +9,8 @@ import time
 
 import dagster as dg
 
-from pipelines.batching import store
+from pipelines.batching import decider, minute, store
 from pipelines.batching.batcher import ReceiverBatcher, RunReport
-from pipelines.batching.decider import (
-    decide,
-    invalid_receivers,
-    look_at_receivers,
-    malformed_pending,
-    orphaned_pending,
-    valid_partition_names,
-)
-from pipelines.batching.minute import Due, Outcome, batch_share, parse_partitions, shares, worth_showing
 from pipelines.batching.params import (
     BatchMinuteParams,
     ImportReceiverSettingsParams,
@@ -101,11 +81,7 @@ def receiver_batches(
     params = params_from_config(context, ReceiverBatchesParams)
     keys = context.partition_key.keys_by_dimension
     receiver, day = keys["receiver"], keys["day"]
-    settings = params.settings(
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-        outbox_bucket=batching.outbox_bucket,
-    )
+    settings = params.settings(batching)
     batcher = ReceiverBatcher(
         dynamodb.get_client(), s3.get_client(), settings, owner=f"run-{context.run_id}", log=context.log.info
     )
@@ -114,22 +90,17 @@ def receiver_batches(
     except store.ReceiverBusy as exc:
         raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
-    if report.status in {"invalid_config", "receiver_missing"}:
-        _log_invalid_records(context.log, report)
+    if report.status in minute.FAILED_STATUSES:  # before any record is read
         raise dg.Failure(description="; ".join(report.errors), metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
     run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
     return dg.MaterializeResult(metadata=metadata)
 
 
-def _log_invalid_records(log, report: RunReport) -> None:
-    for problem in report.invalid_records[:20]:
-        log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
-
-
 def _log_report(log, report: RunReport) -> None:
     """The lines of one partition's batching (its run's, or its part of a minute run's log)."""
-    _log_invalid_records(log, report)
+    for problem in report.invalid_records[:20]:
+        log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
     if report.status in {"disabled", "cancelled"}:
         log.warning(f"{report.receiver}: batching_enabled is false ({report.status}); remaining batches wait")
     log.info(
@@ -143,8 +114,7 @@ def _counters(report: RunReport) -> dict[str, int]:
 
 
 RECEIVER_TAG = "dagster/partition/receiver"
-"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key
-(hidden in the runs list, which shows the partition itself)."""
+"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key."""
 
 # ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
 # function: nothing materializes it, so no backfill or asset job ever includes its checks.
@@ -199,10 +169,10 @@ def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, l
     """The partitions due in the run's minute (its config), in shares of at most 25 receivers; each
     share names its partitions already materialized (the asset's status, one query)."""
     params = params_from_config(context, BatchMinuteParams)
-    due, problems = parse_partitions(params.partitions)
+    due, problems = minute.parse_partitions(params.partitions)
     for line in problems:
         context.log.error(line)
-    parts = shares(due)
+    parts = minute.shares(due)
     context.log.info(f"minute {params.batch_time}: {len(due)} partition(s) in {len(parts)} share(s)")
     status = context.instance.get_status_by_partition(
         receiver_batches.key, [d.partition for d in due], receiver_batches.partitions_def
@@ -228,18 +198,14 @@ def _batch_share(
 ) -> dg.Output[dict]:
     """Batch a share's receivers on a few threads: a materialization for each partition whose status
     this changes or that holds something to look at, the others counted in the output's metadata."""
-    settings = ReceiverBatchesParams().settings(
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-        outbox_bucket=batching.outbox_bucket,
-    )
+    settings = ReceiverBatchesParams().settings(batching)
     ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
-    due, _ = parse_partitions(share["partitions"])
+    due, _ = minute.parse_partitions(share["partitions"])
     already = set(share.get("materialized", ()))
     totals = {"batches_sent": 0, "records_batched": 0}
     counted: dict[str, dict[str, int]] = {}  # partitions batched as usual: counted, not materialized again
 
-    def report(outcome: Outcome) -> None:  # in the step's own thread: the run's log and events
+    def report(outcome: minute.Outcome) -> None:  # in the step's own thread: the run's log and events
         d = outcome.due
         if outcome.failed:
             for line in outcome.lines:
@@ -250,7 +216,7 @@ def _batch_share(
             return
         for name, value in _counters(outcome.report).items():
             totals[name] += value
-        if d.partition in already and not worth_showing(outcome.report):
+        if d.partition in already and not minute.worth_showing(outcome.report):
             counted[d.partition] = {
                 "files": len(outcome.report.files),
                 "records": outcome.report.records_batched,
@@ -268,12 +234,12 @@ def _batch_share(
             )
         )
 
-    outcomes = batch_share(
+    outcomes = minute.batch_share(
         lambda: ReceiverBatcher(ddb, s3_client, settings, owner=owner),
         due,
         dt.datetime.now(dt.UTC),
+        report,
         dry_run=share["dry_run"],
-        done=report,
     )
     failed = [o.due.partition for o in outcomes if o.failed]
     result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed, "counted": counted}
@@ -353,19 +319,16 @@ def batch_minute(
     s3: S3Resource,
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
-    params, minute = _minute_shares(context)
-    results = [_batch_share(context, share, dynamodb, s3, batching).value for share in minute]
+    params, parts = _minute_shares(context)
+    results = [_batch_share(context, share, dynamodb, s3, batching).value for share in parts]
     _report_minute(context, results, params.batch_time, params.dry_run)
     output = {"shares": len(results), "failed": _minute_totals(results)["failed"]}
     return dg.Output(output, metadata=_minute_metadata(results))
 
 
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``batch_minute_job``. In process (the default), one step (``batch_minute``) batches the
-    minute's shares one after another, each on its threads: a minute run comes every minute, and a
-    step costs about ten events of the instance. With ``executor_def`` (the cluster's Celery
-    executor) the minute fans out: ``plan_batch_minute``, a ``batch_receivers`` step for each share
-    (a task any worker takes), ``report_batch_minute``. The same functions do the work in both."""
+    """The ``batch_minute_job``: in process one step (``batch_minute``, a step costs the instance about ten
+    events); with ``executor_def`` (the cluster's Celery executor) a ``batch_receivers`` step per share."""
     fan_out = executor_def is not None
 
     @dg.job(
@@ -389,9 +352,8 @@ batch_minute_job = minute_job()
 
 
 SYNC_REFRESH_SECONDS = 600
-"""receivers_sync compares the receivers table with the partitions themselves at least this often;
-in between, with the table as its last tick read it (its cursor): partitions added or removed by
-hand are put right within this time, a changed table at the next tick."""
+"""receivers_sync reads the partitions at least this often; in between only when the receivers table
+differs from what its last tick read (its cursor)."""
 
 
 def _synced(cursor: str | None) -> tuple[list[str], float] | None:
@@ -413,7 +375,7 @@ def _synced(cursor: str | None) -> tuple[list[str], float] | None:
 @one_line_failures
 def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResource, batching: BatchingSettings):
     items = store.scan_receivers(dynamodb.get_client(), batching.receivers_table)
-    wanted, bad = valid_partition_names(items)
+    wanted, bad = decider.valid_partition_names(items)
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
     clock, names = time.time(), sorted(wanted)
@@ -427,9 +389,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
         context.update_cursor(cursor)
         return dg.SkipReason(f"{len(current)} receiver partition(s), all in sync")
     context.log.info(f"receivers: adding {add[:20]}, removing {remove[:20]}")
-    requests = []
-    if add:
-        requests.append(receivers_partitions.build_add_request(add))
+    requests = [receivers_partitions.build_add_request(add)] if add else []
     if remove:
         requests.append(receivers_partitions.build_delete_request(remove))
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
@@ -446,17 +406,16 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
-    window = _window_seconds(previous, tick)
-    decision = decide(
+    decision = decider.decide(
         dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
         tick=tick,
-        window_seconds=window,
+        window_seconds=_window_seconds(previous, tick),
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
-    due = list(dict.fromkeys(Due(d.receiver, d.day) for d in decision.due))
+    due = list(dict.fromkeys(minute.Due(d.receiver, d.day) for d in decision.due))
     # One line on the tick's page (a tick's log is kept with the instance, every minute): the run's
     # config lists its partitions, and the run their counts once it ends.
     context.log.info(
@@ -490,10 +449,9 @@ batch_decider = schedule(
 def _window_seconds(previous, tick: dt.datetime) -> int:
     """The decider's window: the minute, or back to the last minute run's minute after skipped ticks."""
     try:
-        since = dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG]) if previous is not None else None
-    except (KeyError, ValueError):
-        since = None
-    gap = int((tick - since).total_seconds()) if since is not None else 60
+        gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
+    except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
+        return 60
     return gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
 
 
@@ -512,8 +470,8 @@ clock may disagree); a partition handed off already is not launched twice (its r
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
     try:
-        since = float(context.cursor) if context.cursor else time.time() - MAX_WINDOW_SECONDS
-    except ValueError:
+        since = float(context.cursor or "")
+    except ValueError:  # no cursor yet, or not a time
         since = time.time() - MAX_WINDOW_SECONDS
     records = context.instance.get_run_records(
         filters=dg.RunsFilter(
@@ -528,7 +486,7 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     for record in records:
         run = record.dagster_run
         newest = max(newest, record.update_timestamp.timestamp())
-        due, problems = parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
+        due, problems = minute.parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
         requests += [
@@ -539,21 +497,25 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
             )
             for d in due
         ]
-    if not requests:
-        return dg.SensorResult(skip_reason="no receiver failed in a minute run", cursor=str(newest))
-    return dg.SensorResult(run_requests=requests, cursor=str(newest))
+    skip = None if requests else "no receiver failed in a minute run"
+    return dg.SensorResult(run_requests=requests, skip_reason=skip, cursor=str(newest))
 
 
-@dg.asset_check(
-    asset=receiver_records.key,
-    description="Every receiver's configuration can be scheduled.",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
+def _tables_check(description: str):
+    """A check on ``receiver_records`` (ReportStream's tables), with one-line failures, retried on AWS errors."""
+
+    def decorate(fn):
+        check = dg.asset_check(asset=receiver_records.key, description=description, retry_policy=AWS_RETRY_POLICY)
+        return check(one_line_failures(fn))
+
+    return decorate
+
+
+@_tables_check("Every receiver's configuration can be scheduled.")
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    invalid = invalid_receivers(dynamodb.get_client(), batching.receivers_table)
+    invalid = decider.invalid_receivers(dynamodb.get_client(), batching.receivers_table)
     return dg.AssetCheckResult(
         passed=not invalid,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -562,16 +524,11 @@ def receiver_configs_valid(
     )
 
 
-@dg.asset_check(
-    asset=receiver_records.key,
-    description="No deleted receiver still has pending records.",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
+@_tables_check("No deleted receiver still has pending records.")
 def no_orphaned_pending_records(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    orphans = orphaned_pending(
+    orphans = decider.orphaned_pending(
         dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
     )
     return dg.AssetCheckResult(
@@ -582,16 +539,11 @@ def no_orphaned_pending_records(
     )
 
 
-@dg.asset_check(
-    asset=receiver_records.key,
-    description="No pending record lacks receiver/created_at (such records are invisible to the pending-index).",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
+@_tables_check("No pending record lacks receiver/created_at (such records are invisible to the pending-index).")
 def pending_records_well_formed(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    total, sample = malformed_pending(dynamodb.get_client(), batching.records_table)
+    total, sample = decider.malformed_pending(dynamodb.get_client(), batching.records_table)
     return dg.AssetCheckResult(
         passed=total == 0,
         severity=dg.AssetCheckSeverity.WARN,
@@ -614,7 +566,7 @@ CHECKS_REFRESH = dt.timedelta(hours=1)
 
 def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
     batching: BatchingSettings = context.resources.batching
-    return look_at_receivers(
+    return decider.look_at_receivers(
         context.resources.dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
@@ -652,7 +604,8 @@ def import_receiver_settings_op(
         f"{verb}disable {counts[DISABLE]}; {counts[UNCHANGED]} unchanged, {counts[SKIPPED]} skipped, "
         f"{len(problems)} file(s) or organization(s) not read" + (f", {conflicts} conflict(s)" if conflicts else "")
     )
-    rows = [{"receiver": c.receiver, "action": c.action, "outcome": c.outcome, "detail": c.detail} for c in changes]
+    columns = ("receiver", "action", "outcome", "detail")
+    rows = [{k: getattr(c, k) for k in columns} for c in changes]
     result = {"path": params.path, "dry_run": params.dry_run, **counts, "conflicts": conflicts, "not_read": problems}
     written = {
         f"receivers_{w}": 0 if params.dry_run else counts[a]
@@ -664,9 +617,7 @@ def import_receiver_settings_op(
         "dry_run": dg.MetadataValue.bool(params.dry_run),
         "conflicts": dg.MetadataValue.int(conflicts),
         "not_read": dg.MetadataValue.json(problems),
-        "receivers": table_from(
-            rows, {"receiver": "receiver", "action": "action", "outcome": "outcome", "detail": "detail"}
-        ),
+        "receivers": table_from(rows, dict(zip(columns, columns, strict=True))),
     }
     return dg.Output({**result, "changes": rows}, metadata=metadata)
 

@@ -1,12 +1,7 @@
 """A decider minute's batching: every due (receiver, day) in one run, a few receivers at a time. No Dagster.
 
-A batch time is not a run of its own: the decider's minute hands the (receiver, day) partitions due
-in it to one run, which splits them into shares of at most :data:`SHARE_SIZE` (one step each: on the
-cluster profile each share is a Celery task) and batches a share's receivers on a pool of
-:data:`WORKERS` threads. Each receiver is batched by :class:`ReceiverBatcher` exactly as a run of
-its own partition would (lease, crash recovery, ledger, missed batches); one receiver's failure is
-its own outcome and never stops its neighbours.
-"""
+Each receiver is batched by :class:`ReceiverBatcher` as a run of its own partition would be; one
+receiver's failure is its own outcome and never stops its neighbours."""
 
 from __future__ import annotations
 
@@ -56,9 +51,7 @@ class Outcome:
 
 
 def worth_showing(report: RunReport) -> bool:
-    """Whether a partition's batching needs an operator's eye beyond its run's counts: a dry run,
-    a receiver disabled or cancelled, batches recovered after a crash, records left pending as
-    malformed, payloads that are not JSON."""
+    """Whether a partition's batching needs an operator's eye beyond its run's counts."""
     return (
         report.dry_run
         or report.status != "ok"
@@ -82,15 +75,13 @@ def parse_partitions(entries: Iterable[object]) -> tuple[list[Due], list[str]]:
         if not (valid_day and RECEIVER_NAME.match(receiver)):
             problems.append(f"partition {entry!r} is not <YYYY-MM-DD>|<receiver>: skipped")
             continue
-        due = Due(receiver, day)
-        if due not in wanted:
-            wanted.append(due)
-    return wanted, problems
+        wanted.append(Due(receiver, day))
+    return list(dict.fromkeys(wanted)), problems
 
 
-def shares(due: list[Due], size: int = SHARE_SIZE) -> list[list[Due]]:
-    """``due`` in consecutive shares of at most ``size``."""
-    return [due[i : i + size] for i in range(0, len(due), size)]
+def shares(due: list[Due]) -> list[list[Due]]:
+    """``due`` in consecutive shares of at most :data:`SHARE_SIZE`."""
+    return [due[i : i + SHARE_SIZE] for i in range(0, len(due), SHARE_SIZE)]
 
 
 def batch_one(batcher: ReceiverBatcher, due: Due, now: dt.datetime, *, dry_run: bool = False) -> Outcome:
@@ -113,18 +104,16 @@ def batch_share(
     make_batcher: Callable[[], ReceiverBatcher],
     share: list[Due],
     now: dt.datetime,
+    done: Callable[[Outcome], None],
     *,
-    workers: int = WORKERS,
     dry_run: bool = False,
-    done: Callable[[Outcome], None] | None = None,
 ) -> list[Outcome]:
-    """Batch every partition of ``share`` on ``workers`` threads, each with its own batcher;
+    """Batch every partition of ``share`` on :data:`WORKERS` threads, each with its own batcher;
     ``done`` is called with each outcome as it comes (in the caller's thread, in ``share``'s order)."""
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(share))), thread_name_prefix="batch") as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(share))), thread_name_prefix="batch") as pool:
         futures = [pool.submit(batch_one, make_batcher(), d, now, dry_run=dry_run) for d in share]
         outcomes = []
         for future in futures:
             outcomes.append(future.result())
-            if done is not None:
-                done(outcomes[-1])
+            done(outcomes[-1])
     return outcomes

@@ -15,13 +15,8 @@ MAX_LEASE_WAIT_SECONDS = 3600
 
 
 def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
-    """The first day of the ``day`` partitions, ``YYYY-MM-DD``.
-
-    ``BATCH_PARTITIONS_START_DATE`` if set; otherwise the first day of the month that holds the day
-    ``BATCH_PARTITIONS_LOOKBACK_DAYS`` (default 30) before ``today``. The start so moves once a month,
-    not daily (the partition keys are dates and never change; on the 1st the oldest month leaves the
-    picker, while its materializations stay in the event log). 30 to 61 days at 1,000 receivers are at
-    most 61,000 partitions, inside Dagster's recommendation of at most 100,000 per asset.
+    """The first day of the ``day`` partitions, ``YYYY-MM-DD``: ``BATCH_PARTITIONS_START_DATE``, or the
+    first of the month ``BATCH_PARTITIONS_LOOKBACK_DAYS`` before ``today`` (the start moves once a month).
     An invalid value counts as unset here, so that the code location loads; the batching settings
     resource fails the batching runs and sensors with its line (``resources.settings``).
     """
@@ -52,12 +47,13 @@ class ReceiverBatchesParams:
         maximum=MAX_LEASE_WAIT_SECONDS,
     )
 
-    def settings(self, *, receivers_table: str, records_table: str, outbox_bucket: str) -> BatchSettings:
-        """The batcher's settings for these parameters and the deployed names."""
+    def settings(self, deployed) -> BatchSettings:
+        """The batcher's settings for these parameters and the ``deployed`` tables and bucket (the
+        ``batching`` resource)."""
         return BatchSettings(
-            receivers_table=receivers_table,
-            records_table=records_table,
-            outbox_bucket=outbox_bucket,
+            receivers_table=deployed.receivers_table,
+            records_table=deployed.records_table,
+            outbox_bucket=deployed.outbox_bucket,
             lookback=dt.timedelta(days=self.lookback_days),
             lease_wait_seconds=self.lease_wait_seconds,
         )

@@ -1,33 +1,15 @@
 """Import ReportStream's receiver settings into the receivers table. No Dagster.
 
-Reads ReportStream's settings files as ReportStream writes them: ``organizations.yml`` (a list of
-organizations) or a folder of per-organization files (``settings/STLTs/*/*.yml``), from a local path
-or an ``s3://`` URL. Each receiver with a ``timing`` block becomes the receiver item
-``<organization>.<receiver>`` carrying that block as it is (``timing``: ``numberPerDay``,
-``initialTime``, ``timeZone``, ``maxReportCount``, ``whenEmpty``, ``operation``) and its
-``customerStatus`` (ReportStream's default ``inactive`` when the file has none).
-
-Settings are untrusted: YAML is read with a safe loader (ReportStream's ``!<HL7>`` type tags read as
-plain maps; ``12:30`` stays text, not YAML 1.1's base-60 number), a file is at most
-``MAX_FILE_BYTES``, and every entry that cannot be imported (no ``timing``, an invalid value, a name
-that cannot be a receiver key) is one line, never a crash and never dropped silently.
-
-Writes are conditional, so running the same import twice changes nothing and a concurrent writer's
-change is reported, not overwritten:
-
-- add: only where no item of that name exists;
-- change: only where the item still has the digest this plan read (``settings_digest``);
-- disable (``batching_enabled = false``): an imported receiver of an organization in the input that
-  the input no longer lists with a ``timing`` block. An import never enables a receiver; an item not
-  written by an import (no ``settings_source``) is left alone.
-"""
+Settings files are untrusted: a safe YAML loader, a size limit, one line for each entry that cannot be
+imported. Writes are conditional: an import run twice changes nothing, a concurrent writer's change is
+reported, not overwritten (what is added, changed and disabled: docs/batching.md)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,9 +29,6 @@ SETTINGS_SOURCE = "reportstream"
 TIMING_KEYS = ("operation", "numberPerDay", "initialTime", "timeZone", "maxReportCount", "whenEmpty")
 WHEN_EMPTY_KEYS = ("action", "onlyOncePerDay")
 ADD, CHANGE, DISABLE, UNCHANGED, SKIPPED = "add", "change", "disable", "unchanged", "skipped"
-
-
-# ------------------------------------------------------------------ reading the files
 
 
 class _SettingsLoader(yaml.SafeLoader):
@@ -114,7 +93,9 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
         bucket, _, key = path[5:].partition("/")
         if s3 is None or not bucket:
             return [], [f"{path}: an s3:// URL needs a bucket and an S3 client"]
-        keys = [key] if _is_settings_file(key) else _s3_keys(s3, bucket, key)
+        keys = (
+            [key] if _is_settings_file(key) else [k for k in store.list_keys(s3, bucket, key) if _is_settings_file(k)]
+        )
         for name in keys[:MAX_FILES]:
             source = f"s3://{bucket}/{name}"
             try:
@@ -153,19 +134,11 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
     return texts, problems
 
 
-def _s3_keys(s3, bucket: str, prefix: str) -> list[str]:
-    return [k for k in store.list_keys(s3, bucket, prefix) if _is_settings_file(k)]
-
-
-# ------------------------------------------------------------------ receivers of the settings
-
-
 @dataclass
 class Entry:
     """One receiver of the settings: its item, or why it cannot be imported."""
 
     receiver: str
-    organization: str
     source: str
     item: dict[str, Any] | None = None
     problem: str | None = None
@@ -195,11 +168,11 @@ def _timing_as_written(timing: dict[str, Any], notes: list[str]) -> dict[str, An
 def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     """The receiver item for one receiver of ReportStream's settings, or its problem."""
     if not isinstance(receiver, dict):
-        return Entry(f"{organization}.?", organization, source, problem=f"a receiver is a map, got {receiver!r:.80}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {receiver!r:.80}")
     if not isinstance(receiver.get("name"), str) or not receiver["name"]:
-        return Entry(f"{organization}.?", organization, source, problem=f"a receiver without a name: {receiver!r:.80}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {receiver!r:.80}")
     name = f"{organization}.{receiver['name']}"
-    entry = Entry(name, organization, source)
+    entry = Entry(name, source)
     if not RECEIVER_NAME.match(name):
         entry.problem = f"{name!r:.120} cannot be a receiver name (it must match {RECEIVER_NAME.pattern})"
         return entry
@@ -264,9 +237,6 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
     return entries, problems, organizations
 
 
-# ------------------------------------------------------------------ plan and apply
-
-
 @dataclass
 class Change:
     receiver: str
@@ -277,21 +247,17 @@ class Change:
     outcome: str = ""  # after apply: done | conflict (another writer changed it) | would (dry run)
 
     def line(self) -> str:
-        text = f"{self.receiver}: {self.action}"
-        if self.detail:
-            text += f" ({self.detail})"
-        return text + (f" -> {self.outcome}" if self.outcome else "")
+        detail = f" ({self.detail})" if self.detail else ""
+        return f"{self.receiver}: {self.action}{detail}" + (f" -> {self.outcome}" if self.outcome else "")
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
-    parts = []
-    for key in ("organization", "customerStatus"):
-        if old.get(key) != new.get(key):
-            parts.append(f"{key} {old.get(key)!r} -> {new.get(key)!r}")
-    before, after = old.get("timing") or {}, new.get("timing") or {}
-    for key in TIMING_KEYS:
-        if before.get(key) != after.get(key):
-            parts.append(f"{key} {before.get(key)!r} -> {after.get(key)!r}")
+    """What differs between a stored receiver and its settings, ``key old -> new`` each."""
+    owned = ("organization", "customerStatus")
+    before, after = ({**(i.get("timing") or {}), **{k: i.get(k) for k in owned}} for i in (old, new))
+    parts = [
+        f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in (*owned, *TIMING_KEYS) if before.get(k) != after.get(k)
+    ]
     return ", ".join(parts) or "settings digest differs"
 
 
@@ -312,13 +278,8 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
         if old is None:
             changes.append(Change(entry.receiver, ADD, notes, item=entry.item))
         elif old.get("settings_source") != SETTINGS_SOURCE:
-            changes.append(
-                Change(
-                    entry.receiver,
-                    SKIPPED,
-                    "already in the receivers table, not from ReportStream settings; left alone",
-                )
-            )
+            detail = "already in the receivers table, not from ReportStream settings; left alone"
+            changes.append(Change(entry.receiver, SKIPPED, detail))
         elif old.get("settings_digest") == entry.item["settings_digest"]:
             changes.append(Change(entry.receiver, UNCHANGED, notes))
         else:
@@ -343,49 +304,40 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
     return changes
 
 
-def _conditional(write: Callable[..., Any], **kwargs: Any) -> str:
-    try:
-        write(**kwargs)
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        return "conflict: the item changed since the plan read it; run the import again"
-    return "done"
-
-
 def apply(dynamodb, table: str, changes: list[Change]) -> None:
     """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
     for change in changes:
-        key = {"receiver": {"S": change.receiver}}
-        ours = {":src": {"S": SETTINGS_SOURCE}, ":old": {"S": change.expected_digest or ""}}
         if change.action == ADD:
-            change.outcome = _conditional(
+            written = store.conditional_write(
                 dynamodb.put_item,
                 TableName=table,
                 Item=to_item(change.item),
                 ConditionExpression="attribute_not_exists(receiver)",
             )
-        elif change.action == CHANGE:
-            values = to_item({f":{k}": change.item[k] for k in ("organization", "timing", "customerStatus")})
-            values[":d"] = {"S": change.item["settings_digest"]}
-            change.outcome = _conditional(
+        elif change.action in (CHANGE, DISABLE):
+            update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
+            if change.action == CHANGE:
+                update = "SET organization = :organization, timing = :timing, customerStatus = :customerStatus"
+                values = to_item({f":{k}": change.item[k] for k in ("organization", "timing", "customerStatus")})
+                update += ", settings_digest = :d"
+                values[":d"] = {"S": change.item["settings_digest"]}
+            written = store.conditional_write(
                 dynamodb.update_item,
                 TableName=table,
-                Key=key,
-                UpdateExpression="SET organization = :organization, timing = :timing, "
-                "customerStatus = :customerStatus, settings_digest = :d",
+                Key={"receiver": {"S": change.receiver}},
+                UpdateExpression=update,
                 ConditionExpression="settings_source = :src AND settings_digest = :old",
-                ExpressionAttributeValues={**values, **ours},
+                ExpressionAttributeValues={
+                    **values,
+                    ":src": {"S": SETTINGS_SOURCE},
+                    ":old": {"S": change.expected_digest or ""},
+                },
             )
-        elif change.action == DISABLE:
-            change.outcome = _conditional(
-                dynamodb.update_item,
-                TableName=table,
-                Key=key,
-                UpdateExpression="SET batching_enabled = :f",
-                ConditionExpression="settings_source = :src AND settings_digest = :old",
-                ExpressionAttributeValues={":f": {"BOOL": False}, **ours},
-            )
+        else:
+            continue
+        change.outcome = (
+            "done" if written else "conflict: the item changed since the plan read it; run the import again"
+        )
 
 
 def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:

@@ -1,25 +1,7 @@
 """Receiver configuration and batch-time math (ReportStream's receivers). No AWS, no Dagster.
 
-A receiver item has one of two forms:
-
-- Groundskeeper's: ``number_per_day``, ``initial_time``, ``time_zone`` (IANA), ``max_batch_size``,
-  ``send_if_empty_batch``; batch times ``initial_time + floor(k * 1440 / number_per_day)`` minutes;
-- ReportStream's ``timing`` block as ReportStream writes it (``numberPerDay``, ``initialTime``,
-  ``timeZone`` as a ``USTimeZone`` name or an IANA zone, ``maxReportCount``, ``whenEmpty``,
-  ``operation``) and ``customerStatus``; batch times by ReportStream's own rule
-  (``Receiver.Timing.batchInPrevious60Seconds``): periods of ``86400 / numberPerDay`` seconds
-  (integer division) from ``initialTime`` on the local wall clock, a batch due at the first whole
-  minute at or after a period's end (the decider tick whose last 60 seconds hold it).
-
-Either way the batch times are a fixed set of wall-clock minutes that every local day repeats.
-Daylight saving time (``zoneinfo``):
-- a wall time that does not exist (spring forward, e.g. 02:30 in New York) fires at the same
-  distance after the gap (03:30 local), i.e. it keeps its UTC offset from before the change
-  (ReportStream's rule loses it: its wall clock never shows 02:30 that day);
-- a wall time that happens twice (fall back) fires at both occurrences, as ReportStream's rule does
-  (its wall clock shows 01:30 twice);
-- two wall times that land on one instant fire once.
-"""
+An item is in Groundskeeper's form or carries ReportStream's ``timing`` block; either way its batch
+times are wall-clock minutes that every local day repeats (the rules and DST: docs/batching.md)."""
 
 from __future__ import annotations
 
@@ -104,9 +86,8 @@ class ReceiverConfig:
         if self.reportstream_timing:
             return reportstream_wall_minutes(self.number_per_day, self.initial_time)
         hours, minutes = (int(x) for x in self.initial_time.split(":")[:2])
-        start = hours * 60 + minutes
         n = self.number_per_day
-        return sorted({(start + (k * 1440) // n) % 1440 for k in range(n)})
+        return sorted({(hours * 60 + minutes + k * 1440 // n) % 1440 for k in range(n)})
 
     def local_day(self, moment: dt.datetime) -> str:
         """The receiver's local date of an instant, ``YYYY-MM-DD``."""
@@ -177,9 +158,7 @@ def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default
 
 def _integral(value: Any) -> Any:
     """A whole ``Decimal`` (a number inside a DynamoDB map) as an int; anything else as it is."""
-    if isinstance(value, Decimal) and value == value.to_integral_value():
-        return int(value)
-    return value
+    return int(value) if isinstance(value, Decimal) and value == value.to_integral_value() else value
 
 
 def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
@@ -273,21 +252,27 @@ def parse_receiver(item: dict[str, Any]) -> ReceiverConfig:
     return ReceiverConfig(receiver=item["receiver"], **fields)
 
 
+def empty_sent(cfg: ReceiverConfig, item: dict[str, Any], moment: dt.datetime) -> bool:
+    """``onlyOncePerDay`` and another batch time of the local day already has the empty file."""
+    if not cfg.empty_once_per_day:
+        return False
+    day, when = item.get("empty_batch_day"), item.get("empty_batch_time")
+    return isinstance(day, str) and (
+        day > cfg.local_day(moment) or (day == cfg.local_day(moment) and when != format_batch_time(moment))
+    )
+
+
 def batch_times(cfg: ReceiverConfig, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
     """The receiver's batch times T (aware UTC datetimes) with ``start <= T < end``, sorted."""
-    zone = cfg.zone
+    zone, minutes = cfg.zone, cfg.wall_minutes
     first = start.astimezone(zone).date() - dt.timedelta(days=1)
-    last = end.astimezone(zone).date() + dt.timedelta(days=1)
-    minutes = cfg.wall_minutes
-    out: set[dt.datetime] = set()
-    day = first
-    while day <= last:
-        for m in minutes:
-            for moment in _instants(dt.datetime(day.year, day.month, day.day, m // 60, m % 60), zone):
-                if start <= moment < end:
-                    out.add(moment)
-        day += dt.timedelta(days=1)
-    return sorted(out)
+    days = (end.astimezone(zone).date() - first).days + 2  # the local days from before start's to after end's
+    walls = (
+        dt.datetime.combine(first + dt.timedelta(days=n), dt.time(m // 60, m % 60))
+        for n in range(days)
+        for m in minutes
+    )
+    return sorted({moment for wall in walls for moment in _instants(wall, zone) if start <= moment < end})
 
 
 def _instants(wall: dt.datetime, zone: ZoneInfo) -> tuple[dt.datetime, ...]:
@@ -301,17 +286,10 @@ def _instants(wall: dt.datetime, zone: ZoneInfo) -> tuple[dt.datetime, ...]:
     return (first, second)
 
 
-def day_bounds(day: str | dt.date) -> tuple[dt.datetime, dt.datetime]:
-    """[start, end) of a UTC day given as ``YYYY-MM-DD``."""
-    if isinstance(day, str):
-        day = dt.date.fromisoformat(day)
-    start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-    return start, start + dt.timedelta(days=1)
-
-
-def batch_times_in_day(cfg: ReceiverConfig, day: str | dt.date, until: dt.datetime | None = None) -> list[dt.datetime]:
-    """Batch times of the UTC day ``day``, up to and including ``until`` when given."""
-    start, end = day_bounds(day)
+def batch_times_in_day(cfg: ReceiverConfig, day: str, until: dt.datetime | None = None) -> list[dt.datetime]:
+    """Batch times of the UTC day ``day`` (``YYYY-MM-DD``), up to and including ``until`` when given."""
+    start = dt.datetime.fromisoformat(day).replace(tzinfo=dt.UTC)
+    end = start + dt.timedelta(days=1)
     if until is not None:
         end = min(end, until + dt.timedelta(microseconds=1))
     return batch_times(cfg, start, end) if end > start else []
@@ -334,12 +312,8 @@ def parse_batch_time(text: str) -> dt.datetime:
 
 def parse_created_at(text: Any) -> dt.datetime | None:
     """A record's ISO-8601 ``created_at`` as an aware UTC datetime, or None when malformed."""
-    if not isinstance(text, str) or not text:
-        return None
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    except (AttributeError, TypeError, ValueError):  # not text, or not ISO 8601
         return None
-    if moment.tzinfo is None:
-        return None
-    return moment.astimezone(dt.UTC)
+    return moment.astimezone(dt.UTC) if moment.tzinfo else None

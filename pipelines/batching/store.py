@@ -1,35 +1,24 @@
 """DynamoDB and S3 access for batching: the receiver lease, pending records, locks, files, ledger.
 
-Plain functions over boto3 clients; no Dagster. Every write is conditional or idempotent:
-
-- the **lease** (optional attributes ``batch_lease_owner``/``batch_lease_until`` on the receiver
-  item) lets one run at a time batch a receiver; it is renewed before every file, and that same
-  call returns the receiver's current ``batching_enabled`` (cancellation);
-- a **lock** sets ``batch_id`` only while the record is pending with no ``batch_id``; locks go in
-  transactions of 99 records plus a ``ConditionCheck`` that this run still holds the lease (a fence:
-  a run that lost its lease cannot take records);
-- **finalizing** removes ``next_action``/``pending_receiver`` only where ``batch_id`` is this batch,
-  in transactions of 100, after the file is in S3;
-- the **ledger** object ``ledger/<receiver>/<T>.json`` is written last and marks batch time T done.
+Plain functions over boto3 clients; no Dagster. Every write is conditional or idempotent (see
+docs/batching.md: a lock is fenced by the lease, finalizing only where ``batch_id`` is this batch).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from pipelines.batching.schedule import format_batch_time, parse_batch_time
 from pipelines.common import from_item
-from pipelines.common.aws_batches import FenceFailed, chunks, error_code, transact_conditional
+from pipelines.common.aws_batches import TRANSACTION_LIMIT, FenceFailed, chunks, error_code, transact_conditional
 from pipelines.retry.policy import Formula
 
 PENDING_INDEX = "pending-index"
-LOCK_GROUP = 99  # + 1 ConditionCheck = the 100-item transaction limit
-FINALIZE_GROUP = 100
 BATCH_ACTION = "BATCH"
 
 
@@ -39,9 +28,6 @@ class ReceiverBusy(RuntimeError):
 
 class LeaseLost(RuntimeError):
     """This run no longer holds the receiver's lease (it expired and another run took it)."""
-
-
-# ------------------------------------------------------------------ batch ids and keys
 
 
 def batch_id(receiver: str, batch_time, n: int) -> str:
@@ -66,23 +52,42 @@ def ledger_key(receiver: str, batch_time) -> str:
     return f"ledger/{receiver}/{format_batch_time(batch_time)}.json"
 
 
-# ------------------------------------------------------------------ receivers and the lease
+def pages(client, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    """Every page of a paginated call (``scan``, ``query``, ``list_objects_v2``)."""
+    return client.get_paginator(operation).paginate(**kwargs)
 
 
 def scan_receivers(dynamodb, table: str) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"TableName": table}
-    while True:
-        page = dynamodb.scan(**kwargs)
-        items.extend(from_item(i) for i in page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    return [from_item(i) for page in pages(dynamodb, "scan", TableName=table) for i in page.get("Items", [])]
 
 
 def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
     item = dynamodb.get_item(TableName=table, Key={"receiver": {"S": receiver}}, ConsistentRead=True).get("Item")
     return from_item(item) if item else None
+
+
+def conditional_write(write: Callable[..., Any], **kwargs: Any) -> Any:
+    """``write(**kwargs)``'s response, or None when its condition failed (other errors raise)."""
+    try:
+        return write(**kwargs)
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return None
+
+
+def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, condition: str, values=None) -> Any:
+    """The receiver item after setting this run's lease until ``until_ms``, or None when ``condition`` failed."""
+    response = conditional_write(
+        dynamodb.update_item,
+        TableName=table,
+        Key={"receiver": {"S": receiver}},
+        UpdateExpression="SET batch_lease_owner = :o, batch_lease_until = :u",
+        ConditionExpression=condition,
+        ExpressionAttributeValues={":o": {"S": owner}, ":u": {"N": str(until_ms)}, **(values or {})},
+        ReturnValues="ALL_NEW",
+    )
+    return from_item(response["Attributes"]) if response else None
 
 
 def acquire_lease(
@@ -94,36 +99,24 @@ def acquire_lease(
     lease_seconds: float,
     wait_seconds: float,
     clock: Callable[[], float] = time.time,
-    sleep: Callable[[float], None] = time.sleep,
 ) -> dict[str, Any] | None:
-    """Take the receiver's lease; returns the receiver item, or None when the receiver does not exist.
-
-    Waits up to ``wait_seconds`` for a live lease held by another run, then raises ``ReceiverBusy``.
-    """
+    """Take the receiver's lease (waiting up to ``wait_seconds`` for another run's, then ``ReceiverBusy``);
+    returns the receiver item, or None when the receiver does not exist."""
     deadline = clock() + wait_seconds
     while True:
         now_ms = int(clock() * 1000)
-        try:
-            return from_item(
-                dynamodb.update_item(
-                    TableName=table,
-                    Key={"receiver": {"S": receiver}},
-                    UpdateExpression="SET batch_lease_owner = :o, batch_lease_until = :u",
-                    ConditionExpression=(
-                        "attribute_exists(receiver) AND (attribute_not_exists(batch_lease_owner) "
-                        "OR batch_lease_until < :now OR batch_lease_owner = :o)"
-                    ),
-                    ExpressionAttributeValues={
-                        ":o": {"S": owner},
-                        ":u": {"N": str(now_ms + int(lease_seconds * 1000))},
-                        ":now": {"N": str(now_ms)},
-                    },
-                    ReturnValues="ALL_NEW",
-                )["Attributes"]
-            )
-        except ClientError as exc:
-            if error_code(exc) != "ConditionalCheckFailedException":
-                raise
+        item = _set_lease(
+            dynamodb,
+            table,
+            receiver,
+            owner,
+            now_ms + int(lease_seconds * 1000),
+            "attribute_exists(receiver) AND (attribute_not_exists(batch_lease_owner) "
+            "OR batch_lease_until < :now OR batch_lease_owner = :o)",
+            {":now": {"N": str(now_ms)}},
+        )
+        if item is not None:
+            return item
         current = get_receiver(dynamodb, table, receiver)
         if current is None:
             return None
@@ -132,74 +125,47 @@ def acquire_lease(
                 f"receiver {receiver!r} is being batched by {current.get('batch_lease_owner')!r} "
                 f"(lease until {current.get('batch_lease_until')} ms); gave up after {wait_seconds:.0f}s"
             )
-        sleep(min(1.0, max(0.05, deadline - clock())))
+        time.sleep(min(1.0, max(0.05, deadline - clock())))
 
 
 def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_seconds: float) -> dict[str, Any]:
     """Extend this run's lease and return the receiver item as it is now (``LeaseLost`` if not ours)."""
-    now_ms = int(time.time() * 1000)
-    try:
-        return from_item(
-            dynamodb.update_item(
-                TableName=table,
-                Key={"receiver": {"S": receiver}},
-                UpdateExpression="SET batch_lease_until = :u",
-                ConditionExpression="batch_lease_owner = :o",
-                ExpressionAttributeValues={":o": {"S": owner}, ":u": {"N": str(now_ms + int(lease_seconds * 1000))}},
-                ReturnValues="ALL_NEW",
-            )["Attributes"]
-        )
-    except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}") from exc
-        raise
+    until_ms = int(time.time() * 1000) + int(lease_seconds * 1000)
+    item = _set_lease(dynamodb, table, receiver, owner, until_ms, "batch_lease_owner = :o")
+    if item is None:
+        raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}")
+    return item
 
 
 def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
-    try:
-        dynamodb.update_item(
-            TableName=table,
-            Key={"receiver": {"S": receiver}},
-            UpdateExpression="REMOVE batch_lease_owner, batch_lease_until",
-            ConditionExpression="batch_lease_owner = :o",
-            ExpressionAttributeValues={":o": {"S": owner}},
-        )
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
+    conditional_write(
+        dynamodb.update_item,
+        TableName=table,
+        Key={"receiver": {"S": receiver}},
+        UpdateExpression="REMOVE batch_lease_owner, batch_lease_until",
+        ConditionExpression="batch_lease_owner = :o",
+        ExpressionAttributeValues={":o": {"S": owner}},
+    )
 
 
 def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str, batch_time) -> bool:
-    """Claim the one empty file of local day ``day`` (``whenEmpty.onlyOncePerDay``) for batch time T.
-
-    Sets ``empty_batch_day``/``empty_batch_time`` on the receiver item, only while this run holds
-    the lease and no other batch time has the day: True when T has it (now, or from an earlier
-    run of T that died before its ledger entry), False when another batch time of the day (or a
-    later day) has sent the empty file.
-    """
-    when = format_batch_time(batch_time)
-    try:
-        dynamodb.update_item(
-            TableName=table,
-            Key={"receiver": {"S": receiver}},
-            UpdateExpression="SET empty_batch_day = :d, empty_batch_time = :t",
-            ConditionExpression=(
-                "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
-                "OR (empty_batch_day = :d AND empty_batch_time = :t))"
-            ),
-            ExpressionAttributeValues={":o": {"S": owner}, ":d": {"S": day}, ":t": {"S": when}},
-        )
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        current = get_receiver(dynamodb, table, receiver) or {}
-        if current.get("batch_lease_owner") != owner:
-            raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}") from exc
-        return False
-    return True
-
-
-# ------------------------------------------------------------------ pending records
+    """Claim the one empty file of local day ``day`` (``whenEmpty.onlyOncePerDay``) for batch time T,
+    only while this run holds the lease: True when T has it (now, or from an earlier run of T that
+    died before its ledger entry), False when another batch time of the day (or a later day) has it."""
+    claimed = conditional_write(
+        dynamodb.update_item,
+        TableName=table,
+        Key={"receiver": {"S": receiver}},
+        UpdateExpression="SET empty_batch_day = :d, empty_batch_time = :t",
+        ConditionExpression=(
+            "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
+            "OR (empty_batch_day = :d AND empty_batch_time = :t))"
+        ),
+        ExpressionAttributeValues={":o": {"S": owner}, ":d": {"S": day}, ":t": {"S": format_batch_time(batch_time)}},
+    )
+    if claimed is None and (get_receiver(dynamodb, table, receiver) or {}).get("batch_lease_owner") != owner:
+        raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}")
+    return claimed is not None
 
 
 def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
@@ -209,37 +175,29 @@ def query_pending(dynamodb, table: str, receiver: str, before: str | None = None
     if before is not None:
         condition += " AND created_at < :t"
         values[":t"] = {"S": before}
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "IndexName": PENDING_INDEX,
-        "KeyConditionExpression": condition,
-        "ExpressionAttributeValues": values,
-    }
-    items: list[dict[str, Any]] = []
-    while True:
-        page = dynamodb.query(**kwargs)
-        items.extend(from_item(i) for i in page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    found = pages(
+        dynamodb,
+        "query",
+        TableName=table,
+        IndexName=PENDING_INDEX,
+        KeyConditionExpression=condition,
+        ExpressionAttributeValues=values,
+    )
+    return [from_item(i) for page in found for i in page.get("Items", [])]
 
 
 def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
     """Pending records of ``receiver`` created before ``before``: a COUNT query (one call per 1 MB)."""
-    kwargs: dict[str, Any] = {
-        "TableName": table,
-        "IndexName": PENDING_INDEX,
-        "KeyConditionExpression": "pending_receiver = :r AND created_at < :t",
-        "ExpressionAttributeValues": {":r": {"S": receiver}, ":t": {"S": before}},
-        "Select": "COUNT",
-    }
-    total = 0
-    while True:
-        page = dynamodb.query(**kwargs)
-        total += page.get("Count", 0)
-        if "LastEvaluatedKey" not in page:
-            return total
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    found = pages(
+        dynamodb,
+        "query",
+        TableName=table,
+        IndexName=PENDING_INDEX,
+        KeyConditionExpression="pending_receiver = :r AND created_at < :t",
+        ExpressionAttributeValues={":r": {"S": receiver}, ":t": {"S": before}},
+        Select="COUNT",
+    )
+    return sum(page.get("Count", 0) for page in found)
 
 
 CONFLICT_POLICY = Formula(
@@ -253,22 +211,10 @@ CONFLICT_POLICY = Formula(
 
 
 def _update_in_groups(
-    dynamodb,
-    *,
-    table: str,
-    record_ids: Iterable[str],
-    group_size: int,
-    update: str,
-    condition: str,
-    values: dict[str, Any],
-    fence: dict[str, Any] | None = None,
+    dynamodb, table: str, record_ids: Iterable[str], update: str, condition: str, values: dict, fence=None
 ) -> list[str]:
-    """Conditional updates in transactions of ``group_size`` (+ ``fence``); returns the ids written.
-
-    Records whose condition fails are dropped from their group and the rest is written again;
-    conflicts with other transactions are retried by ``CONFLICT_POLICY``. A failed fence raises
-    ``LeaseLost``.
-    """
+    """Conditional updates in transactions of 100 (99 + ``fence``); returns the ids written (a record whose
+    condition fails is left out). A failed fence raises ``LeaseLost``."""
 
     def action(rid: str) -> dict[str, Any]:
         return {
@@ -282,7 +228,7 @@ def _update_in_groups(
         }
 
     written: list[str] = []
-    for group in chunks(list(record_ids), group_size):
+    for group in chunks(list(record_ids), TRANSACTION_LIMIT - (1 if fence else 0)):
         try:
             result = transact_conditional(dynamodb, group, action, fence=fence, policy=CONFLICT_POLICY)
         except FenceFailed as exc:
@@ -305,10 +251,8 @@ def lock_records(
     record_ids: list[str],
     batch: str,
 ) -> list[str]:
-    """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken.
-
-    Records someone else took (or that stopped being pending) are left out, never overwritten.
-    """
+    """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken
+    (records someone else took, or that stopped being pending, are left out, never overwritten)."""
     fence = {
         "ConditionCheck": {
             "TableName": receivers_table,
@@ -319,45 +263,33 @@ def lock_records(
     }
     return _update_in_groups(
         dynamodb,
-        table=records_table,
-        record_ids=record_ids,
-        group_size=LOCK_GROUP,
-        update="SET batch_id = :b",
-        condition="next_action = :n AND attribute_not_exists(batch_id)",
-        values={":b": {"S": batch}, ":n": {"S": BATCH_ACTION}},
-        fence=fence,
+        records_table,
+        record_ids,
+        "SET batch_id = :b",
+        "next_action = :n AND attribute_not_exists(batch_id)",
+        {":b": {"S": batch}, ":n": {"S": BATCH_ACTION}},
+        fence,
     )
 
 
 def finalize_records(dynamodb, *, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
-    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed.
-
-    A record that is already final fails its condition and is skipped: finalizing twice is harmless.
-    """
-    return len(
-        _update_in_groups(
-            dynamodb,
-            table=records_table,
-            record_ids=record_ids,
-            group_size=FINALIZE_GROUP,
-            update="REMOVE next_action, pending_receiver SET batched_at = :at",
-            condition="batch_id = :b AND attribute_exists(next_action)",
-            values={":b": {"S": batch}, ":at": {"S": batched_at}},
-        )
+    """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed
+    (a record already final is skipped: finalizing twice is harmless)."""
+    written = _update_in_groups(
+        dynamodb,
+        records_table,
+        record_ids,
+        "REMOVE next_action, pending_receiver SET batched_at = :at",
+        "batch_id = :b AND attribute_exists(next_action)",
+        {":b": {"S": batch}, ":at": {"S": batched_at}},
     )
-
-
-# ------------------------------------------------------------------ S3: files and the ledger
+    return len(written)
 
 
 def record_line(record: dict[str, Any], batch: str) -> str:
     """One JSON line; a payload that is not valid JSON is kept as a string with a flag."""
-    line: dict[str, Any] = {
-        "record_id": record.get("record_id"),
-        "receiver": record.get("receiver"),
-        "created_at": record.get("created_at"),
-        "batch_id": batch,
-    }
+    line: dict[str, Any] = {k: record.get(k) for k in ("record_id", "receiver", "created_at")}
+    line["batch_id"] = batch
     raw = record.get("payload")
     try:
         line["payload"] = json.loads(raw) if isinstance(raw, str) else raw
@@ -374,24 +306,14 @@ def put_file(s3, bucket: str, key: str, lines: list[str]) -> None:
 
 def list_keys(s3, bucket: str, prefix: str, start_after: str | None = None, stop_after: str | None = None):
     """Keys under ``prefix`` in order, from after ``start_after`` up to ``stop_after`` (inclusive)."""
-    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
-    if start_after:
-        kwargs["StartAfter"] = start_after
-    while True:
-        page = s3.list_objects_v2(**kwargs)
+    after = {"StartAfter": start_after} if start_after else {}
+    for page in pages(s3, "list_objects_v2", Bucket=bucket, Prefix=prefix, **after):
         for obj in page.get("Contents", []):
             if stop_after is not None and obj["Key"] > stop_after:
                 return
             yield obj["Key"]
-        if not page.get("IsTruncated"):
-            return
-        kwargs["ContinuationToken"] = page["NextContinuationToken"]
 
 
 def put_ledger(s3, bucket: str, receiver: str, batch_time, entry: dict[str, Any]) -> None:
-    s3.put_object(
-        Bucket=bucket,
-        Key=ledger_key(receiver, batch_time),
-        Body=json.dumps(entry, sort_keys=True).encode(),
-        ContentType="application/json",
-    )
+    body = json.dumps(entry, sort_keys=True).encode()
+    s3.put_object(Bucket=bucket, Key=ledger_key(receiver, batch_time), Body=body, ContentType="application/json")
