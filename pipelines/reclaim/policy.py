@@ -1,8 +1,5 @@
-"""The retry action's policy: the retry library's JSON form (``retryPolicy``), seen through one adapter.
-
-Without ``retryPolicy`` the original retry Lambda's behaviour holds: retry at once, as long as the
-agenda's own ``maximumAttempts`` (default 3) allows.
-"""
+"""The retry action's policy: the retry library's JSON form (``retryPolicy``); unset, retry at once
+while the agenda's own ``maximumAttempts`` allows (the original retry Lambda)."""
 
 from __future__ import annotations
 
@@ -10,8 +7,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError
-
-DEFAULT_POLICY_JSON = {"kind": "fixed", "delay": 0, "maxAttempts": None}
 
 
 @dataclass(frozen=True)
@@ -30,15 +25,14 @@ class ReclaimPolicy:
         """False when the agenda's last error is one of the policy's non-retryable error types."""
         return not error_type or self.policy.is_retryable(error_type)
 
-    def describe(self) -> str:
-        return self.policy.describe()
-
 
 def policy_from_params(retry_policy: dict[str, Any] | None) -> ReclaimPolicy:
     from pipelines.retry import RetryPolicyError, policy_from_json
 
+    if retry_policy is None:
+        retry_policy = {"kind": "fixed", "delay": 0, "maxAttempts": None}
     try:
-        return ReclaimPolicy(policy_from_json(retry_policy if retry_policy is not None else DEFAULT_POLICY_JSON))
+        return ReclaimPolicy(policy_from_json(retry_policy))
     except RetryPolicyError as exc:
         raise ParamsError(f"retryPolicy: {exc}") from None
 

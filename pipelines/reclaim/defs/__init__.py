@@ -6,8 +6,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from pipelines.reclaim.defs.jobs import JOB_NAME, SegmentPlan, older_run_on_same_table, reclaim_agendas, reclaim_job
-from pipelines.reclaim.defs.schedules import TABLE_TAG, schedule_for
+from pipelines.reclaim.defs.jobs import older_run_on_same_table, reclaim_agendas, reclaim_job
+from pipelines.reclaim.defs.schedules import schedule_for
 from pipelines.reclaim.targets import load_targets
 
 
@@ -24,13 +24,4 @@ def build_defs(
     return dg.Definitions(jobs=[job], schedules=[schedule_for(t, job, crons) for t in targets])
 
 
-__all__ = [
-    "JOB_NAME",
-    "TABLE_TAG",
-    "SegmentPlan",
-    "build_defs",
-    "older_run_on_same_table",
-    "reclaim_agendas",
-    "reclaim_job",
-    "schedule_for",
-]
+__all__ = ["build_defs", "older_run_on_same_table", "schedule_for"]
