@@ -7,8 +7,9 @@ from __future__ import annotations
 import datetime as dt
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from pipelines.reclaim.policy import ReclaimPolicy
 from pipelines.reclaim.source import Candidate
 from pipelines.retry import new_attempt_id
 
@@ -23,12 +24,6 @@ RETRY = "retry"  # reset to WAITING/pending and queue a ReadyAgenda item now
 HOLD = "hold"  # reset to WAITING/pending with retryAt; a later run queues it
 QUEUE = "queue"  # a held retry is due: queue its ReadyAgenda item
 CLOSE = "close"  # a COMPLETE/failed item that will not be retried: mark it handled
-
-
-class Policy(Protocol):
-    def delay_for(self, n: int) -> float | None: ...
-
-    def allows(self, error_type: str | None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -64,7 +59,7 @@ def decide(
     action: str,
     now: int,
     cutoff: int,
-    policy: Policy,
+    policy: ReclaimPolicy,
     run_id: str = "",
 ) -> Decision:
     """``policy.delay_for(n)``: seconds before the next attempt after n attempts, or None to stop."""
@@ -93,7 +88,7 @@ def decide(
                     attempt_id=attempt_id)  # fmt: skip
 
 
-def _stop_reason(c: Candidate, n: int, policy: Policy) -> str | None:
+def _stop_reason(c: Candidate, n: int, policy: ReclaimPolicy) -> str | None:
     if not c.retryable:
         return NOT_RETRYABLE_MESSAGE
     if not policy.allows(c.error_type):

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pipelines.common import now_ms
-from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Policy, decide
+from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
 from pipelines.reclaim.http import HttpWriter
 from pipelines.reclaim.params import ReclaimParams
-from pipelines.reclaim.policy import ImmediatePolicy
+from pipelines.reclaim.policy import ReclaimPolicy, policy_from_params
 from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, to_candidate
 from pipelines.reclaim.wiring import KeyValueCursor
 from pipelines.reclaim.writers import DONE, DynamoWriter, ItemError, OperationProgressWriter
@@ -65,7 +65,7 @@ def reclaim_pass(
     deadline: float,
     segment: int = 0,
     cursor: KeyValueCursor | None = None,
-    policy: Policy | None = None,
+    policy: ReclaimPolicy | None = None,
     operations: OperationProgressWriter | None = None,
     log: logging.Logger | Any = None,
     run_id: str = "",
@@ -74,7 +74,7 @@ def reclaim_pass(
 ) -> Counts:
     """Reclaim what one segment holds, within ``deadline`` (epoch seconds). ``writer`` None = dry run."""
     log = log or logging.getLogger(__name__)
-    policy = policy or ImmediatePolicy()
+    policy = policy or policy_from_params(None)  # retry at once; the fail action never asks
     counts = Counts()
     now = now_ms()
     cutoff = params.cutoff_ms(now)

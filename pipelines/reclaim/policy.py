@@ -7,17 +7,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError
+from pipelines.retry import STOP, RetryPolicy, RetryPolicyError, policy_from_json
 
 
 @dataclass(frozen=True)
 class ReclaimPolicy:
     """``delay_for(n)``: seconds before the next attempt after ``n`` attempts, None = stop."""
 
-    policy: Any
+    policy: RetryPolicy
 
     def delay_for(self, n: int) -> float | None:
-        from pipelines.retry import STOP
-
         value = self.policy.delay(n)
         return None if value is STOP else float(value)
 
@@ -27,21 +26,10 @@ class ReclaimPolicy:
 
 
 def policy_from_params(retry_policy: dict[str, Any] | None) -> ReclaimPolicy:
-    from pipelines.retry import RetryPolicyError, policy_from_json
-
+    """``retryPolicy`` as a policy (unset: retry at once); one the retry library refuses is a ``ParamsError``."""
     if retry_policy is None:
         retry_policy = {"kind": "fixed", "delay": 0, "maxAttempts": None}
     try:
         return ReclaimPolicy(policy_from_json(retry_policy))
     except RetryPolicyError as exc:
         raise ParamsError(f"retryPolicy: {exc}") from None
-
-
-class ImmediatePolicy:
-    """Fail action and dry runs of it: no policy involved."""
-
-    def delay_for(self, n: int) -> float | None:
-        return 0.0
-
-    def allows(self, error_type: str | None) -> bool:
-        return True
