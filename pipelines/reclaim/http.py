@@ -10,6 +10,7 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -26,29 +27,18 @@ class EndpointError(RuntimeError):
     """The endpoint or the identity service cannot be used at all (fails the run, one line)."""
 
 
+@dataclass(frozen=True)
 class Secret:
-    """A string that never shows itself in logs, reprs or the UI."""
+    """A string that never shows itself in logs, reprs or the UI (``Secret()``); read it as ``.value``."""
 
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
+    value: str = field(repr=False)
 
 
 def redact(text: str, secrets: list[Secret]) -> str:
     """``text`` with every secret value replaced by ``***`` (before it is cut, so no prefix is left)."""
     for secret in secrets:
-        value = secret.reveal()
-        if value:
-            text = text.replace(value, "***")
+        if secret.value:
+            text = text.replace(secret.value, "***")
     return text
 
 
@@ -91,7 +81,7 @@ def login(identity_url: str, username: str, password: Secret) -> Secret:
     """The identity adapter, an assumed protocol (the original is not public): ``POST {IDENTITY_URL}``
     with ``{"username", "password"}`` answers ``{"token"}``, the bearer token it returns."""
     try:
-        status, body = _request("POST", identity_url, {"username": username, "password": password.reveal()})
+        status, body = _request("POST", identity_url, {"username": username, "password": password.value})
     except Redirected as exc:
         raise EndpointError(
             f"identity login at {location(identity_url)} answered HTTP {exc.status}, a redirect to "
@@ -128,7 +118,7 @@ class AgendaProgressEndpoint:
             if self._token is None:
                 self._token = self.remember(self._authenticate())
             try:
-                status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.reveal()}"})
+                status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.value}"})
             except Redirected as exc:
                 raise ItemError(
                     f"{method} {item_id}: HTTP {exc.status}, a redirect to {self.redact(exc.where)}: not followed "
