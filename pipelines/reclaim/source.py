@@ -28,15 +28,8 @@ RETRY_DECISION_ATTR = "retryDecision"  # S: "exhausted" / "non-retryable": a fai
 # ATTEMPT_ID_ATTR "attemptId" (S): the current attempt, written by the retry action (the fencing token)
 
 BASE_ATTRS = (STATE_ATTR, MESSAGE_ATTR, "diagnosticEvents", "attemptsCompleted", "maximumAttempts", ATTEMPT_ID_ATTR)
-RETRY_ATTRS = (
-    RETRY_AT_ATTR,
-    RETRYABLE_ATTR,
-    RETRY_DECISION_ATTR,
-    "agendaId",
-    "customerId",
-    "agendaInsight",
-    "addedTime",
-)
+AGENDA_ATTRS = ("agendaId", "customerId", "agendaInsight", "addedTime")  # for the retry's ReadyAgenda item
+RETRY_ATTRS = (RETRY_AT_ATTR, RETRYABLE_ATTR, RETRY_DECISION_ATTR, *AGENDA_ATTRS)
 # Expression placeholders (with "#t", the time field) shared by the reads and the writes.
 ATTR_NAMES = {"#s": STATE_ATTR, "#m": MESSAGE_ATTR, "#ra": RETRY_AT_ATTR, "#rd": RETRY_DECISION_ATTR}
 _READ_VALUES = {
@@ -181,9 +174,6 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
         where = {"KeyConditionExpression": "#s = :complete", "FilterExpression": UNHANDLED_FAILURE}
         requests.append(read(f"{label} COMPLETE/failed", "query", **where))
     return requests
-
-
-# ------------------------------------------------------------------ candidates
 
 
 @dataclass

@@ -20,7 +20,6 @@ from pipelines.reclaim.source import (
     COMPLETE,
     EXECUTING,
     FAILED,
-    MESSAGE_ATTR,
     PENDING,
     STATE_ATTR,
     WAITING,
@@ -66,9 +65,7 @@ def diagnostics_json(c: Candidate, event: dict[str, Any] | None) -> str:
     return json.dumps(c.diagnostics + ([event] if event else []), separators=(",", ":"), default=str)
 
 
-_EXPRESSION_TOKEN = re.compile(
-    r"attribute_not_exists\((?P<missing>#?\w+)\)|attribute_exists\((?P<present>#?\w+)\)|[#:]?[A-Za-z_]\w*"
-)
+_EXPRESSION_TOKEN = re.compile(r"attribute_not_exists\((?P<missing>#?\w+)\)|[#:]?[A-Za-z_]\w*")
 _PARTIQL_KEYWORDS = frozenset({"AND", "OR", "NOT"})
 
 
@@ -100,6 +97,12 @@ class _Update:
         if self.time_field != "updatedTime":
             self.sets.append("updatedTime = :now")
         return self
+
+    def fail(self, now: int, diag: str) -> _Update:
+        """COMPLETE/failed now, with these diagnostic events (JSON)."""
+        self.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
+        self.sets.append("completedTime = :now")
+        return self.set("diagnosticEvents", "diag", {"S": diag})
 
     def remove(self, *paths: str) -> _Update:
         self.removes.extend(p for p in paths if p != self.time_field)
@@ -142,8 +145,6 @@ class _Update:
             word = match.group(0)
             if match.group("missing"):
                 return f"{self._name(match.group('missing'))} IS MISSING"
-            if match.group("present"):
-                return f"{self._name(match.group('present'))} IS NOT MISSING"
             if word.startswith(":"):
                 parameters.append(self.values[word])
                 return "?"
@@ -174,11 +175,9 @@ class _Update:
 def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, action: str, cutoff: int) -> _Update:
     """The conditional update of one AgendaProgress for decision ``d`` (shared by the writers' tests)."""
     u = _Update(time_field)
-    diag = {"S": diagnostics_json(c, d.event)}
+    diag = diagnostics_json(c, d.event)
     if d.kind == FAIL:
-        u.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
-        u.sets.append("completedTime = :now")
-        u.set("diagnosticEvents", "diag", diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
+        u.fail(now, diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
         if action == "retry":
             u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
         u.when_unchanged(c)
@@ -186,11 +185,11 @@ def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, act
             u.when("#t < :cutoff", cutoff={"N": str(cutoff)})
     elif d.kind == CLOSE:
         u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
-        u.set("diagnosticEvents", "diag", diag)
+        u.set("diagnosticEvents", "diag", {"S": diag})
         u.when_unchanged(c).when("#m = :failed_seen AND attribute_not_exists(#rd)", failed_seen={"S": FAILED})
     elif d.kind in (RETRY, HOLD):
         u.set("#s", "waiting", {"S": WAITING}).set("#m", "pending", {"S": PENDING}).touch(now)
-        u.set("attemptsCompleted", "n", {"N": str(d.attempt)}).set("diagnosticEvents", "diag", diag)
+        u.set("attemptsCompleted", "n", {"N": str(d.attempt)}).set("diagnosticEvents", "diag", {"S": diag})
         u.remove("completedTime", "startedTime", "#rd")
         u.set(ATTEMPT_ID_ATTR, "new_attempt", {"S": d.attempt_id})  # the new attempt: the fencing token
         if d.kind == HOLD:
@@ -416,22 +415,10 @@ class OperationProgressWriter:
                 except ValueError:
                     events = []
                 events = (events if isinstance(events, list) else [events]) + [event]
+                u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
+                u.when("#s = :executing", executing={"S": EXECUTING})
                 try:
-                    self.dynamodb.update_item(
-                        TableName=self.table,
-                        Key={k: item[k] for k in self.keys},
-                        UpdateExpression="SET #s = :complete, #m = :failed, updatedTime = :now, "
-                        "completedTime = :now, diagnosticEvents = :diag",
-                        ConditionExpression="#s = :executing",
-                        ExpressionAttributeNames={"#s": STATE_ATTR, "#m": MESSAGE_ATTR},
-                        ExpressionAttributeValues={
-                            ":complete": {"S": COMPLETE},
-                            ":failed": {"S": FAILED},
-                            ":executing": {"S": EXECUTING},
-                            ":now": {"N": str(now)},
-                            ":diag": {"S": json.dumps(events, separators=(",", ":"), default=str)},
-                        },
-                    )
+                    self.dynamodb.update_item(**u.request(self.table, {k: item[k] for k in self.keys}))
                     failed += 1
                 except ClientError as exc:
                     if error_code(exc) != "ConditionalCheckFailedException":
