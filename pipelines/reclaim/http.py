@@ -114,7 +114,7 @@ class AgendaProgressEndpoint:
         if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
             raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
         url = f"{self.url}/{quote(item_id, safe='')}"
-        for attempt in (1, 2):
+        for _ in range(2):  # a second try after a fresh login
             if self._token is None:
                 self._token = self.remember(self._authenticate())
             try:
@@ -124,10 +124,9 @@ class AgendaProgressEndpoint:
                     f"{method} {item_id}: HTTP {exc.status}, a redirect to {self.redact(exc.where)}: not followed "
                     "(the bearer token goes to the endpoint URL only)"
                 ) from None
-            if status == 401 and attempt == 1:
-                self._token = None  # expired: log in again, once
-                continue
-            break
+            if status != 401:
+                break
+            self._token = None  # expired: log in again, once
         if status == 401:
             raise EndpointError(f"{method} {location(self.url)}/...: HTTP 401 after a fresh login")
         if status != 200 or not isinstance(answer, dict):

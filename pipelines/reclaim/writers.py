@@ -226,11 +226,8 @@ def apply_each(writer, pairs: list[tuple[Candidate, Decision]], *, now: int, cut
 
 
 class DynamoWriter:
-    """Applies decisions with conditional DynamoDB writes. Returns ``done`` or ``raced`` per item.
-
-    ``grouped``: send fail, close and hold updates 25 to a ``BatchExecuteStatement`` (needs an
-    endpoint that evaluates PartiQL WHERE conditions per statement; not moto).
-    """
+    """Applies decisions with conditional DynamoDB writes, ``done`` or ``raced`` per item; ``grouped``: fail,
+    close and hold updates go 25 to a ``BatchExecuteStatement`` (PartiQL WHERE per statement: not moto)."""
 
     def __init__(self, dynamodb, *, table: str, time_field: str, ready_table: str | None, action: str,
                  grouped: bool = False, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
