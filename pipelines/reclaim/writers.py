@@ -304,10 +304,8 @@ class DynamoWriter:
         try:
             retry_call(attempt, STATEMENT_POLICY, retryable=lambda exc: isinstance(exc, _StatementsThrottled),
                        sleep=self.sleep)  # fmt: skip
-        except _StatementsThrottled as exc:
-            for i, _ in pending:  # still throttled when the policy stopped: left for the next pass
-                outcomes[i] = ItemError(f"{pairs[i][0].id}: still throttled after {STATEMENT_POLICY.max_attempts} "
-                                        f"attempts ({exc}); the next pass sees it again")  # fmt: skip
+        except _StatementsThrottled as exc:  # still throttled when the policy stopped
+            reason = f"still throttled after {STATEMENT_POLICY.max_attempts} attempts ({exc})"
         except ClientError as exc:
             if error_code(exc) == "ValidationException":
                 # The call as a whole was refused (a statement it could not take): this group goes
@@ -316,9 +314,11 @@ class DynamoWriter:
                 return {**outcomes, **{i: o for (i, _), o in zip(pending, found, strict=True)}}
             if not is_transient(exc):
                 raise
-            for i, _ in pending:  # the call itself failed after botocore's retries: left for the next pass
-                outcomes[i] = ItemError(f"{pairs[i][0].id}: {error_code(exc)} after botocore's retries; "
-                                        "the next pass sees it again")  # fmt: skip
+            reason = f"{error_code(exc)} after botocore's retries"  # the call itself failed
+        else:
+            return outcomes
+        for i, _ in pending:  # left for the next pass
+            outcomes[i] = ItemError(f"{pairs[i][0].id}: {reason}; the next pass sees it again")
         return outcomes
 
     def _transact(self, update: dict[str, Any], ready: dict[str, Any], item_id: str) -> str:
