@@ -14,7 +14,7 @@ from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret
 from pipelines.reclaim.params import ParamsError, parse_params
-from pipelines.reclaim.policy import ImmediatePolicy, policy_from_params
+from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
 from pipelines.reclaim.wiring import EndpointSettings, make_writer
 from pipelines.reclaim.writers import RACED, DynamoWriter, apply_each
@@ -167,7 +167,7 @@ def test_a_reclaim_write_for_a_superseded_attempt_is_raced(aws):
         ExpressionAttributeValues={":next": {"S": "att-next"}},
     )
     writer = DynamoWriter(ddb, table=PROGRESS_TABLE, time_field="updatedTime", ready_table=None, action="fail")
-    decision = decide(candidate, action="fail", now=now, cutoff=params.cutoff_ms(now), policy=ImmediatePolicy())
+    decision = decide(candidate, action="fail", now=now, cutoff=params.cutoff_ms(now), policy=policy_from_params(None))
     assert writer.apply(candidate, decision, now=now, cutoff=params.cutoff_ms(now)) == RACED
 
 

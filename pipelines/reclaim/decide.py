@@ -1,18 +1,15 @@
 """What to do with one candidate: a pure function of the candidate, the parameters and the clock.
-
-Fail action: a timed-out item is failed. Retry action (the original retry Lambda's rules): the
-timed-out attempt counts, so ``n = attemptsCompleted + 1``; the agenda is retried only while
-``n < maximumAttempts`` (default 3), only if it is not marked non-retryable, and only if the policy
-gives a delay for ``n`` (not STOP). Otherwise it is failed with "attempts exhausted".
-"""
+Retry action (the original retry Lambda's rules): ``n = attemptsCompleted + 1``, retried while
+``n < maximumAttempts``, the agenda is retryable and the policy gives a delay; else failed."""
 
 from __future__ import annotations
 
 import datetime as dt
 import uuid
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from pipelines.reclaim.policy import ReclaimPolicy
 from pipelines.reclaim.source import Candidate
 from pipelines.retry import new_attempt_id
 
@@ -27,12 +24,6 @@ RETRY = "retry"  # reset to WAITING/pending and queue a ReadyAgenda item now
 HOLD = "hold"  # reset to WAITING/pending with retryAt; a later run queues it
 QUEUE = "queue"  # a held retry is due: queue its ReadyAgenda item
 CLOSE = "close"  # a COMPLETE/failed item that will not be retried: mark it handled
-
-
-class Policy(Protocol):
-    def delay_for(self, n: int) -> float | None: ...
-
-    def allows(self, error_type: str | None) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -68,7 +59,7 @@ def decide(
     action: str,
     now: int,
     cutoff: int,
-    policy: Policy,
+    policy: ReclaimPolicy,
     run_id: str = "",
 ) -> Decision:
     """``policy.delay_for(n)``: seconds before the next attempt after n attempts, or None to stop."""
@@ -97,7 +88,7 @@ def decide(
                     attempt_id=attempt_id)  # fmt: skip
 
 
-def _stop_reason(c: Candidate, n: int, policy: Policy) -> str | None:
+def _stop_reason(c: Candidate, n: int, policy: ReclaimPolicy) -> str | None:
     if not c.retryable:
         return NOT_RETRYABLE_MESSAGE
     if not policy.allows(c.error_type):
@@ -110,20 +101,15 @@ def _stop_reason(c: Candidate, n: int, policy: Policy) -> str | None:
 
 
 def ready_item(table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any]:
-    """The ReadyAgenda item of the retry decided by ``d`` (``d.attempt`` = attemptsCompleted after
-    the reset; ``d.attempt_id`` = the new attempt, which the executor fences its writes with).
-
-    Its id is deterministic in (table, agenda progress id, attempt), so a repeated write is a no-op.
-    ``added`` is the agenda's original ``addedTime``, so a FIFO consumer (oldest ``added`` first) takes
-    the retry ahead of work added since; ``priority`` 1 says the same to a consumer that sorts by it.
-    """
-    agenda = c.agenda
+    """The ReadyAgenda item of the retry decided by ``d``. Its id is deterministic in (table, agenda
+    progress id, attempt), so a repeated write is a no-op; ``added`` is the agenda's original
+    ``addedTime`` and ``priority`` 1, so a consumer takes the retry ahead of work added since."""
     item = {
         "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{d.attempt}")),
-        "insightId": agenda.get("insightId"),
-        "agendaId": agenda.get("agendaId"),
-        "customerId": agenda.get("customerId"),
-        "added": min(agenda.get("addedTime") or 0, now),
+        "insightId": c.agenda.get("insightId"),
+        "agendaId": c.agenda.get("agendaId"),
+        "customerId": c.agenda.get("customerId"),
+        "added": min(c.agenda.get("addedTime") or 0, now),
         "agendaProgressId": c.id,
         "retryAttempt": d.attempt,
         "attemptId": d.attempt_id,

@@ -1,14 +1,5 @@
-"""One reclaim pass over one scan segment (or the index queries): read pages, gather batches, act.
-
-- ``Limit = objectScanLimit`` per call, ``ExclusiveStartKey`` paging, ``scanDelayMillis`` between calls;
-- up to ``targetBatchSize`` candidates are gathered, then acted on;
-- the budget is fuzzy: the batch in hand is finished, and no new page starts after ``deadline``;
-- a scan resumes where the previous budget-limited run stopped (``cursor``), walks to the end of
-  the table and then starts over;
-- memory is bounded by one page plus one batch, never by the table.
-
-No Dagster imports: the caller passes clients, a logger, the cursor store and a ``delay_for``.
-"""
+"""One reclaim pass over one scan segment (or the index queries): read pages, gather batches of
+``targetBatchSize``, act. Memory is one page plus one batch. No Dagster imports."""
 
 from __future__ import annotations
 
@@ -17,14 +8,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pipelines.common import now_ms
-from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, Policy, decide
+from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
+from pipelines.reclaim.http import HttpWriter
 from pipelines.reclaim.params import ReclaimParams
-from pipelines.reclaim.policy import ImmediatePolicy
-from pipelines.reclaim.source import Candidate, Request, Skip, TableInfo, build_requests, to_candidate
-from pipelines.reclaim.writers import DONE, ItemError, OperationProgressWriter, Outcome
+from pipelines.reclaim.policy import ReclaimPolicy, policy_from_params
+from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, to_candidate
+from pipelines.reclaim.wiring import KeyValueCursor
+from pipelines.reclaim.writers import DONE, DynamoWriter, ItemError, OperationProgressWriter
 
 PROGRESS_EVERY_SECONDS = 10.0
 
@@ -62,40 +55,17 @@ class Counts:
             else:
                 setattr(self, name, getattr(self, name) + value)
 
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class CursorStore(Protocol):
-    def load(self) -> dict[str, Any] | None: ...
-
-    def save(self, key: dict[str, Any] | None) -> None: ...
-
-
-def encode_cursor(key: dict[str, Any] | None) -> str:
-    return json.dumps(key, sort_keys=True) if key else ""
-
-
-def decode_cursor(text: str | None) -> dict[str, Any] | None:
-    return json.loads(text) if text else None
-
-
-class Writer(Protocol):
-    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
-        """One outcome per pair, in order: ``done``, ``raced`` or the item's ``ItemError``."""
-        ...
-
 
 def reclaim_pass(
     *,
     dynamodb,
     info: TableInfo,
     params: ReclaimParams,
-    writer: Writer | None,
+    writer: DynamoWriter | HttpWriter | None,
     deadline: float,
     segment: int = 0,
-    cursor: CursorStore | None = None,
-    policy: Policy | None = None,
+    cursor: KeyValueCursor | None = None,
+    policy: ReclaimPolicy | None = None,
     operations: OperationProgressWriter | None = None,
     log: logging.Logger | Any = None,
     run_id: str = "",
@@ -104,7 +74,7 @@ def reclaim_pass(
 ) -> Counts:
     """Reclaim what one segment holds, within ``deadline`` (epoch seconds). ``writer`` None = dry run."""
     log = log or logging.getLogger(__name__)
-    policy = policy or ImmediatePolicy()
+    policy = policy or policy_from_params(None)  # retry at once; the fail action never asks
     counts = Counts()
     now = now_ms()
     cutoff = params.cutoff_ms(now)
@@ -113,8 +83,15 @@ def reclaim_pass(
     last_progress = clock()
 
     def flush() -> None:
-        decided = [(c, d) for c in batch if (d := _decide(c, counts=counts, params=params, now=now, cutoff=cutoff,
-                                                          policy=policy, log=log, run_id=run_id))]  # fmt: skip
+        decided = []
+        for c in batch:
+            try:
+                d = decide(c, action=params.reclaimAction, now=now, cutoff=cutoff, policy=policy, run_id=run_id)
+            except Exception as exc:  # a failing retry policy is reported, never retried (the retry RFC's warning)
+                counts.errors += 1
+                log.error(f"{c.id}: the retry policy failed: {exc}")
+            else:
+                decided.append((c, d))
         batch.clear()
         if writer is None:
             counts.would_act += len(decided)
@@ -123,7 +100,16 @@ def reclaim_pass(
         elif decided:
             outcomes = writer.apply_many(decided, now=now, cutoff=cutoff)
             for (c, d), outcome in zip(decided, outcomes, strict=True):
-                _record(c, d, outcome, counts=counts, operations=operations, now=now, log=log)
+                if isinstance(outcome, ItemError):
+                    counts.errors += 1
+                    log.error(f"could not {d.kind} {c.id}: {outcome}")
+                elif outcome != DONE:
+                    counts.raced += 1
+                    log.info(f"raced: {c.id} changed since it was read; left alone")
+                else:
+                    setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
+                    if operations is not None and d.kind == FAIL and d.event:
+                        counts.operations_failed += operations.fail_executing(c.id, d.event, now)[0]
 
     for request in requests:
         start_key = cursor.load() if (request.resumable and cursor) else None
@@ -135,7 +121,8 @@ def reclaim_pass(
             if counts.api_calls and clock() >= deadline:
                 counts.stopped_by_budget = True
                 break
-            page = _read(dynamodb, request, start_key)
+            kwargs = {**request.kwargs, "ExclusiveStartKey": start_key} if start_key else request.kwargs
+            page = getattr(dynamodb, request.operation)(**kwargs)
             counts.api_calls += 1
             counts.pages += 1
             counts.scanned += page.get("ScannedCount", 0)
@@ -176,36 +163,3 @@ def _progress(counts: Counts) -> str:
         f"retried {counts.retried}, held {counts.held}, queued {counts.queued}, raced {counts.raced}, "
         f"skipped {counts.skipped}"
     )
-
-
-def _read(dynamodb, request: Request, start_key: dict[str, Any] | None) -> dict[str, Any]:
-    kwargs = dict(request.kwargs)
-    if start_key:
-        kwargs["ExclusiveStartKey"] = start_key
-    return getattr(dynamodb, request.operation)(**kwargs)
-
-
-def _decide(c: Candidate, *, counts: Counts, params: ReclaimParams, now: int, cutoff: int, policy: Policy, log,
-            run_id: str) -> Decision | None:  # fmt: skip
-    try:
-        return decide(c, action=params.reclaimAction, now=now, cutoff=cutoff, policy=policy, run_id=run_id)
-    except Exception as exc:  # a failing retry policy is reported, never retried (the retry RFC's warning)
-        counts.errors += 1
-        log.error(f"{c.id}: the retry policy failed: {exc}")
-        return None
-
-
-def _record(c: Candidate, d: Decision, outcome: Outcome, *, counts: Counts,
-            operations: OperationProgressWriter | None, now: int, log) -> None:  # fmt: skip
-    if isinstance(outcome, ItemError):
-        counts.errors += 1
-        log.error(f"could not {d.kind} {c.id}: {outcome}")
-        return
-    if outcome != DONE:
-        counts.raced += 1
-        log.info(f"raced: {c.id} changed since it was read; left alone")
-        return
-    setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
-    if operations is not None and d.kind == FAIL and d.event:
-        failed, _ = operations.fail_executing(c.id, d.event, now)
-        counts.operations_failed += failed

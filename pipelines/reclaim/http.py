@@ -1,25 +1,6 @@
-"""The AgendaProgress HTTP endpoint writer (``AGENDA_PROGRESS_URL`` / ``agendaProgressEndpointURL``).
-
-Protocol (``docs/contracts.md``): ``GET {url}/{id}`` and ``PUT {url}/{id}`` with a JSON
-AgendaProgress; a PUT is a partial merge (here a ``null`` value removes an attribute). Responses are
-``{"all": [...], "count": n, "errorResponse": {...} | null}``; an ``errorResponse`` on HTTP 200 is a
-failure.
-
-Login: the original identity protocol is not public, so it sits behind one adapter function,
-:func:`login`. Assumed protocol: ``POST {IDENTITY_URL}`` with ``{"username": IDM_USER, "password":
-<password>}`` answers ``{"token": "..."}``; every endpoint call then carries ``Authorization: Bearer
-<token>``. The password is ``IDM_ENCRYPTED_PASS``: base64 of a KMS ciphertext, decrypted once per run.
-
-No request follows a redirect: every one carries the token (or, the login, the password), and a
-redirect would take it to a URL nobody checked. A 3xx answer is an error naming its ``Location``:
-for one item (``GET``/``PUT``) or for the run (the login).
-
-Secrets (password, token) are held in :class:`Secret`, whose ``repr``/``str`` never show the value,
-and no error message includes a request body or a header. What the endpoint answers can still hold
-them (an ``errorResponse`` that echoes the ``Authorization`` header): every message built from an
-answer goes through :meth:`AgendaProgressEndpoint.redact` first, which replaces the token and the
-password with ``***``.
-"""
+"""The AgendaProgress HTTP endpoint writer (``docs/contracts.md``): GET, check, PUT a partial object
+with a bearer token from the identity login. No request follows a redirect, and secrets never show:
+every message built from an answer goes through :meth:`AgendaProgressEndpoint.redact`."""
 
 from __future__ import annotations
 
@@ -29,12 +10,13 @@ import json
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
 from pipelines.common.http import NO_REDIRECTS, Redirected, location
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
-from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate
+from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate, parse_events
 from pipelines.reclaim.writers import DONE, RACED, ItemError, Outcome, apply_each, put_ready_item
 from pipelines.retry import ATTEMPT_ID_ATTR
 
@@ -45,36 +27,19 @@ class EndpointError(RuntimeError):
     """The endpoint or the identity service cannot be used at all (fails the run, one line)."""
 
 
+@dataclass(frozen=True)
 class Secret:
-    """A string that never shows itself in logs, reprs or the UI."""
+    """A string that never shows itself in logs, reprs or the UI (``Secret()``); read it as ``.value``."""
 
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret('***')"
-
-    __str__ = __repr__
-
-
-REDACTED = "***"
+    value: str = field(repr=False)
 
 
 def redact(text: str, secrets: list[Secret]) -> str:
     """``text`` with every secret value replaced by ``***`` (before it is cut, so no prefix is left)."""
     for secret in secrets:
-        value = secret.reveal()
-        if value:
-            text = text.replace(value, REDACTED)
+        if secret.value:
+            text = text.replace(secret.value, "***")
     return text
-
-
-_OPENER = NO_REDIRECTS
 
 
 def decrypt_password(kms, encrypted_b64: str) -> Secret:
@@ -97,7 +62,7 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
         url, data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})}
     )
     try:
-        with _OPENER.open(req, timeout=TIMEOUT_SECONDS) as resp:
+        with NO_REDIRECTS.open(req, timeout=TIMEOUT_SECONDS) as resp:
             status, raw = resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         if 300 <= exc.code < 400:
@@ -113,9 +78,10 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
 
 
 def login(identity_url: str, username: str, password: Secret) -> Secret:
-    """The identity adapter (assumed protocol, see the module doc): returns the bearer token."""
+    """The identity adapter, an assumed protocol (the original is not public): ``POST {IDENTITY_URL}``
+    with ``{"username", "password"}`` answers ``{"token"}``, the bearer token it returns."""
     try:
-        status, body = _request("POST", identity_url, {"username": username, "password": password.reveal()})
+        status, body = _request("POST", identity_url, {"username": username, "password": password.value})
     except Redirected as exc:
         raise EndpointError(
             f"identity login at {location(identity_url)} answered HTTP {exc.status}, a redirect to "
@@ -135,7 +101,6 @@ class AgendaProgressEndpoint:
         self._authenticate = authenticate
         self._token: Secret | None = None
         self._secrets: list[Secret] = []  # every token of this run, and the password once decrypted
-        self.calls = 0
 
     def remember(self, secret: Secret) -> Secret:
         """Redact ``secret`` from every message built from now on; returns it."""
@@ -149,21 +114,19 @@ class AgendaProgressEndpoint:
         if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
             raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
         url = f"{self.url}/{quote(item_id, safe='')}"
-        for attempt in (1, 2):
+        for _ in range(2):  # a second try after a fresh login
             if self._token is None:
                 self._token = self.remember(self._authenticate())
-            self.calls += 1
             try:
-                status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.reveal()}"})
+                status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.value}"})
             except Redirected as exc:
                 raise ItemError(
                     f"{method} {item_id}: HTTP {exc.status}, a redirect to {self.redact(exc.where)}: not followed "
                     "(the bearer token goes to the endpoint URL only)"
                 ) from None
-            if status == 401 and attempt == 1:
-                self._token = None  # expired: log in again, once
-                continue
-            break
+            if status != 401:
+                break
+            self._token = None  # expired: log in again, once
         if status == 401:
             raise EndpointError(f"{method} {location(self.url)}/...: HTTP 401 after a fresh login")
         if status != 200 or not isinstance(answer, dict):
@@ -190,22 +153,9 @@ def _plain_time(attr: dict[str, Any]) -> Any:
     return next(iter(attr.values()), None)
 
 
-def _events(current: dict[str, Any]) -> list:
-    events = current.get("diagnosticEvents") or []
-    if isinstance(events, str):
-        try:
-            events = json.loads(events)
-        except ValueError:
-            events = [{"message": "unparseable diagnosticEvents kept as text", "payload": events[:2000]}]
-    return events if isinstance(events, list) else [events]
-
-
 class HttpWriter:
-    """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object.
-
-    The endpoint has no conditional PUT, so the check is GET-then-PUT (a small window remains; the
-    DynamoDB writer has none). ReadyAgenda items still go to DynamoDB, idempotently.
-    """
+    """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object
+    (no conditional PUT: a small window remains). ReadyAgenda items still go to DynamoDB, idempotently."""
 
     def __init__(self, endpoint: AgendaProgressEndpoint, *, time_field: str, action: str, table: str,
                  dynamodb=None, ready_table: str | None = None) -> None:  # fmt: skip
@@ -229,7 +179,7 @@ class HttpWriter:
         return not isinstance(seen, int | float) or seen < cutoff
 
     def partial(self, c: Candidate, d: Decision, current: dict[str, Any], now: int) -> dict[str, Any]:
-        events = _events(current) + ([d.event] if d.event else [])
+        events = parse_events(current.get("diagnosticEvents") or []) + ([d.event] if d.event else [])
         times = {self.time_field: now, "updatedTime": now}
         decision = "exhausted" if c.retryable else "non-retryable"
         if d.kind == FAIL:

@@ -1,9 +1,5 @@
-"""The reclaim job's parameters, declared once: POP's agenda reclaimer's flat JSON plus
-Groundskeeper's extension keys (camelCase too, so that one JSON object has one case).
-
-Pure Python (no Dagster): the Dagster config schema, the targets file and the tests all go
-through :func:`parse_params`, so a value is validated the same way wherever it comes from.
-"""
+"""The reclaim job's parameters: POP's flat JSON plus Groundskeeper's extension keys, validated
+by :func:`parse_params` alike for run config, targets file and tests. No Dagster."""
 
 from __future__ import annotations
 
@@ -11,17 +7,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common.http import UnsafeURL, credential_url, leaves_its_path
+from pipelines.common.http import UnsafeURL, credential_url
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
 from pipelines.reclaim.policy import policy_from_params
 
-ACTIONS = ("fail", "retry")
-MAX_SEGMENTS = 64
-MAX_EXECUTION_SECONDS = 86_400  # a day; the run's dagster/max_runtime must be above it anyway
-MAX_RECLAIM_AGE_MINUTES = 10 * 366 * 1440  # ten years
-MAX_SCAN_DELAY_MILLIS = 10_000  # and never past the budget: the engine sleeps no longer than it has left
-MAX_BATCH_SIZE = 1000
 # DynamoDB: table and index names are 3-255 of [a-zA-Z0-9_.-]; attribute names 1-255 bytes.
 TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
 
@@ -37,27 +27,27 @@ class ReclaimParams:
         description="The maximum amount of time the execution should run for; fuzzy: the batch in hand is "
         "finished, no page starts after it. Must be below the run's dagster/max_runtime tag (job default 900).",
         minimum=1,
-        maximum=MAX_EXECUTION_SECONDS,
+        maximum=86_400,  # a day; the run's dagster/max_runtime must be above it anyway
     )
     reclaimAgeMinutes: int = param(
         0,
         description="The age in minutes an object must be for reclaim consideration: "
         "reclaimed when now - reclaimAgeMinutes > its time field.",
         minimum=0,
-        maximum=MAX_RECLAIM_AGE_MINUTES,
+        maximum=10 * 366 * 1440,  # ten years
     )
     scanDelayMillis: int = param(
         0,
         description="The number of milliseconds to delay between scan calls (DynamoDB has capacity limits); "
         "a delay never runs past the budget.",
         minimum=0,
-        maximum=MAX_SCAN_DELAY_MILLIS,
+        maximum=10_000,  # and never past the budget: the engine sleeps no longer than it has left
     )
     targetBatchSize: int = param(
         50,
         description="The number of objects to gather before attempting to reclaim them.",
         minimum=1,
-        maximum=MAX_BATCH_SIZE,
+        maximum=1000,
     )
     objectScanLimit: int = param(
         50,
@@ -80,7 +70,7 @@ class ReclaimParams:
     reclaimAction: str = param(
         "fail",
         description="What to do with a stale agenda: fail it (timeout), or retry it while its attempts allow.",
-        choices=ACTIONS,
+        choices=("fail", "retry"),
     )
     retryPolicy: dict | None = param(
         None,
@@ -97,7 +87,7 @@ class ReclaimParams:
         description="Scan path only: DynamoDB parallel-scan segments, one op each (multiprocess executor above 1; "
         "Celery workers under the cluster deployment).",
         minimum=1,
-        maximum=MAX_SEGMENTS,
+        maximum=64,
     )
     operationProgressTableName: str | None = param(
         None, description="Also fail the EXECUTING OperationProgress items of each failed agenda in this table."
@@ -118,18 +108,13 @@ class ReclaimParams:
             value = getattr(self, name)
             if not value or len(value.encode()) > 255:
                 raise ParamsError(f"{name} {value!r} must be 1 to 255 bytes long")
-        if self.retryFailed and self.reclaimAction != "retry":
-            raise ParamsError("retryFailed needs reclaimAction 'retry'")
-        if self.retryPolicy is not None and self.reclaimAction != "retry":
-            raise ParamsError("retryPolicy needs reclaimAction 'retry'")
+        for name, value in (("retryFailed", self.retryFailed), ("retryPolicy", self.retryPolicy is not None)):
+            if value and self.reclaimAction != "retry":
+                raise ParamsError(f"{name} needs reclaimAction 'retry'")
         if self.retryPolicy is not None:
             policy_from_params(self.retryPolicy)  # refused here, before the run touches AWS
         if self.agendaProgressEndpointURL is not None:
             check_url("agendaProgressEndpointURL", self.agendaProgressEndpointURL)
-
-    @property
-    def dry_run(self) -> bool:
-        return self.logReclaimOnly
 
     def cutoff_ms(self, now_ms: int) -> int:
         """Items whose time field is below this are stale: ``now - reclaimAgeMinutes``."""
@@ -137,15 +122,12 @@ class ReclaimParams:
 
 
 def parse_params(raw: dict[str, Any]) -> ReclaimParams:
-    """Validate the flat JSON; unknown keys, missing required keys and bad ranges are errors.
-    (The reclaim keys have no old names, so there are no deprecation warnings to pass on.)"""
-    params, _ = _parse(ReclaimParams, raw)
-    return params
+    """Validate the flat JSON; unknown keys, missing required keys and bad ranges are errors."""
+    return _parse(ReclaimParams, raw)[0]
 
 
 def check_url(name: str, value: str, *, query: bool = False) -> str:
-    """``credential_url`` (a credential goes to it) as a ``ParamsError``; without a trailing ``/``.
-    ``query``: a query may follow (``IDENTITY_URL``; never a base URL an item id is appended to)."""
+    """``credential_url`` as a ``ParamsError``, without a trailing ``/`` (``query``: only ``IDENTITY_URL``)."""
     try:
         return credential_url(name, value, query=query).rstrip("/")
     except UnsafeURL as exc:
@@ -165,15 +147,3 @@ def check_max_runtime(params: ReclaimParams, max_runtime_tag: str | None) -> Non
             f"maximumExecutionSeconds={params.maximumExecutionSeconds} must be below the run's "
             f"dagster/max_runtime={max_runtime_tag} seconds, or the run is killed mid-batch"
         )
-
-
-__all__ = [
-    "ACTIONS",
-    "MAX_SEGMENTS",
-    "ParamsError",
-    "ReclaimParams",
-    "check_max_runtime",
-    "check_url",
-    "leaves_its_path",
-    "parse_params",
-]

@@ -1,14 +1,5 @@
-"""Where stale AgendaProgress candidates come from: a filtered scan or an index query.
-
-- :func:`inspect_table` reads the table's key schema once and picks the index path when the table
-  has a GSI with hash ``processingState`` and range ``<timeFieldName>`` (or ``indexName`` names one).
-- :func:`build_requests` builds the Scan / Query requests: server-side filter, only the needed
-  attributes, ``Limit = objectScanLimit``.
-- :func:`to_candidate` turns one returned item into a :class:`Candidate`, or a skip reason for items
-  whose time field is missing or not a time.
-
-No Dagster imports.
-"""
+"""Where stale AgendaProgress candidates come from (a filtered scan or an index query), and each
+returned item as a :class:`Candidate` or a :class:`Skip`. No Dagster imports."""
 
 from __future__ import annotations
 
@@ -37,15 +28,17 @@ RETRY_DECISION_ATTR = "retryDecision"  # S: "exhausted" / "non-retryable": a fai
 # ATTEMPT_ID_ATTR "attemptId" (S): the current attempt, written by the retry action (the fencing token)
 
 BASE_ATTRS = (STATE_ATTR, MESSAGE_ATTR, "diagnosticEvents", "attemptsCompleted", "maximumAttempts", ATTEMPT_ID_ATTR)
-RETRY_ATTRS = (
-    RETRY_AT_ATTR,
-    RETRYABLE_ATTR,
-    RETRY_DECISION_ATTR,
-    "agendaId",
-    "customerId",
-    "agendaInsight",
-    "addedTime",
-)
+AGENDA_ATTRS = ("agendaId", "customerId", "agendaInsight", "addedTime")  # for the retry's ReadyAgenda item
+RETRY_ATTRS = (RETRY_AT_ATTR, RETRYABLE_ATTR, RETRY_DECISION_ATTR, *AGENDA_ATTRS)
+# Expression placeholders (with "#t", the time field) shared by the reads and the writes.
+ATTR_NAMES = {"#s": STATE_ATTR, "#m": MESSAGE_ATTR, "#ra": RETRY_AT_ATTR, "#rd": RETRY_DECISION_ATTR}
+_READ_VALUES = {
+    ":exec": {"S": EXECUTING},
+    ":wait": {"S": WAITING},
+    ":complete": {"S": COMPLETE},
+    ":failed": {"S": FAILED},
+    ":ntype": {"S": "N"},
+}
 
 
 class TableError(RuntimeError):
@@ -62,13 +55,8 @@ class TableInfo:
 
 def inspect_table(dynamodb, params: ReclaimParams) -> TableInfo:
     """DescribeTable: check the id field is the hash key and choose the index or the scan path."""
-    try:
-        desc = dynamodb.describe_table(TableName=params.tableName)["Table"]
-    except ClientError as exc:
-        if error_code(exc) == "ResourceNotFoundException":
-            raise TableError(f"table {params.tableName!r} does not exist (tableName)") from None
-        raise
-    keys = {k["KeyType"]: k["AttributeName"] for k in desc["KeySchema"]}
+    desc = describe_table(dynamodb, params.tableName, "tableName")
+    keys = key_schema(desc)
     if keys.get("HASH") != params.idFieldName:
         raise TableError(
             f"idFieldName {params.idFieldName!r} is not the hash key of table {params.tableName!r} "
@@ -79,10 +67,25 @@ def inspect_table(dynamodb, params: ReclaimParams) -> TableInfo:
     return TableInfo(table=params.tableName, key_attrs=key_attrs, index=index, item_count=desc.get("ItemCount"))
 
 
+def describe_table(dynamodb, table: str, param: str) -> dict[str, Any]:
+    """DescribeTable's ``Table``; a missing table is a ``TableError`` naming the parameter."""
+    try:
+        return dynamodb.describe_table(TableName=table)["Table"]
+    except ClientError as exc:
+        if error_code(exc) == "ResourceNotFoundException":
+            raise TableError(f"table {table!r} does not exist ({param})") from None
+        raise
+
+
+def key_schema(desc: dict[str, Any]) -> dict[str, str]:
+    """``{"HASH": name, "RANGE": name}`` of a table's or an index's description."""
+    return {k["KeyType"]: k["AttributeName"] for k in desc["KeySchema"]}
+
+
 def _choose_index(desc: dict, params: ReclaimParams) -> str | None:
     fits = {}
     for gsi in desc.get("GlobalSecondaryIndexes", []):
-        keys = {k["KeyType"]: k["AttributeName"] for k in gsi["KeySchema"]}
+        keys = key_schema(gsi)
         projection = gsi.get("Projection", {}).get("ProjectionType")
         ok = keys.get("HASH") == STATE_ATTR and keys.get("RANGE") == params.timeFieldName and projection == "ALL"
         fits[gsi["IndexName"]] = (ok, keys, projection)
@@ -111,29 +114,6 @@ class Request:
     resumable: bool = False  # scans keep their position between runs
 
 
-# Expression placeholders. Only the ones an expression uses are sent (DynamoDB refuses unused ones).
-def _names(params: ReclaimParams) -> dict[str, str]:
-    return {
-        "#t": params.timeFieldName,
-        "#s": STATE_ATTR,
-        "#m": MESSAGE_ATTR,
-        "#ra": RETRY_AT_ATTR,
-        "#rd": RETRY_DECISION_ATTR,
-    }
-
-
-def _values(now: int, cutoff: int) -> dict[str, Any]:
-    return {
-        ":exec": {"S": EXECUTING},
-        ":wait": {"S": WAITING},
-        ":complete": {"S": COMPLETE},
-        ":failed": {"S": FAILED},
-        ":ntype": {"S": "N"},
-        ":cutoff": {"N": str(cutoff)},
-        ":now": {"N": str(now)},
-    }
-
-
 # moto answers HTTP 500 when `<` compares an S attribute with a number (real DynamoDB says false): the
 # attribute_type guard comes first. Non-numeric and missing times pass the filter on purpose, so that
 # they are logged and counted (ISO-8601 strings are parsed client side).
@@ -144,34 +124,31 @@ HELD_DUE = "(attribute_type(#ra, :ntype) AND #ra <= :now)"
 UNHANDLED_FAILURE = "(#m = :failed AND attribute_not_exists(#rd))"
 
 
-def _projection(info: TableInfo, params: ReclaimParams) -> tuple[str, dict[str, str]]:
-    attrs = list(dict.fromkeys([*info.key_attrs, params.timeFieldName, *BASE_ATTRS]))
-    if params.reclaimAction == "retry":
-        attrs += [a for a in RETRY_ATTRS if a not in attrs]
-    names = {f"#p{i}": attr for i, attr in enumerate(attrs)}
-    return ", ".join(names), names
-
-
-def _read(label: str, operation: str, base: dict, info: TableInfo, params: ReclaimParams, values: dict,
-          resumable: bool = False, **expressions: str) -> Request:  # fmt: skip
-    projection, names = _projection(info, params)
-    text = " ".join(expressions.values())
-    names.update({k: v for k, v in _names(params).items() if re.search(re.escape(k) + r"\b", text)})
-    kwargs = {
-        **base,
-        **expressions,
-        "ProjectionExpression": projection,
-        "ExpressionAttributeNames": names,
-        "ExpressionAttributeValues": {k: v for k, v in values.items() if re.search(re.escape(k) + r"\b", text)},
-    }
-    return Request(label=label, operation=operation, kwargs=kwargs, resumable=resumable)
+def _used(placeholders: dict[str, Any], text: str) -> dict[str, Any]:
+    """The placeholders ``text`` uses: DynamoDB refuses unused ones."""
+    return {k: v for k, v in placeholders.items() if re.search(re.escape(k) + r"\b", text)}
 
 
 def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: int = 0) -> list[Request]:
     """The reads one run makes: a single filtered scan (segment ``segment``), or index queries."""
-    values = _values(now, params.cutoff_ms(now))
     retry = params.reclaimAction == "retry"
+    names = {"#t": params.timeFieldName, **ATTR_NAMES}
+    values = {**_READ_VALUES, ":cutoff": {"N": str(params.cutoff_ms(now))}, ":now": {"N": str(now)}}
+    attrs = dict.fromkeys([*info.key_attrs, params.timeFieldName, *BASE_ATTRS, *(RETRY_ATTRS if retry else ())])
+    projection = {f"#p{i}": attr for i, attr in enumerate(attrs)}
     base: dict[str, Any] = {"TableName": info.table, "Limit": params.objectScanLimit}
+
+    def read(label: str, operation: str, **expressions: str) -> Request:
+        text = " ".join(expressions.values())
+        kwargs = {
+            **base,
+            **expressions,
+            "ProjectionExpression": ", ".join(projection),
+            "ExpressionAttributeNames": {**projection, **_used(names, text)},
+            "ExpressionAttributeValues": _used(values, text),
+        }
+        return Request(label=label, operation=operation, kwargs=kwargs, resumable=operation == "scan")
+
     if info.index is None:
         clauses = [STALE_EXECUTING]
         if params.includeWaiting:
@@ -182,54 +159,21 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
             clauses.append(f"(#s = :complete AND {UNHANDLED_FAILURE})")
         if params.segments > 1:
             base.update(Segment=segment, TotalSegments=params.segments)
-        label = f"scan segment {segment + 1}/{params.segments}"
-        return [_read(label, "scan", base, info, params, values, True, FilterExpression=" OR ".join(clauses))]
+        return [read(f"scan segment {segment + 1}/{params.segments}", "scan", FilterExpression=" OR ".join(clauses))]
 
     base["IndexName"] = info.index
-    requests = [
-        _read(
-            f"query {info.index} EXECUTING",
-            "query",
-            base,
-            info,
-            params,
-            values,
-            KeyConditionExpression="#s = :exec AND #t < :cutoff",
-        )  # fmt: skip
-    ]
-    waiting = (["(attribute_not_exists(#ra) AND #t < :cutoff)"] if params.includeWaiting else []) + (
-        [HELD_DUE] if retry else []
-    )
+    label = f"query {info.index}"
+    requests = [read(f"{label} EXECUTING", "query", KeyConditionExpression="#s = :exec AND #t < :cutoff")]
+    waiting = ["(attribute_not_exists(#ra) AND #t < :cutoff)"] if params.includeWaiting else []
+    if retry:
+        waiting.append(HELD_DUE)
     if waiting:
-        requests.append(
-            _read(
-                f"query {info.index} WAITING",
-                "query",
-                base,
-                info,
-                params,
-                values,
-                KeyConditionExpression="#s = :wait",
-                FilterExpression=" OR ".join(waiting),
-            )  # fmt: skip
-        )
+        where = {"KeyConditionExpression": "#s = :wait", "FilterExpression": " OR ".join(waiting)}
+        requests.append(read(f"{label} WAITING", "query", **where))
     if params.retryFailed:
-        requests.append(
-            _read(
-                f"query {info.index} COMPLETE/failed",
-                "query",
-                base,
-                info,
-                params,
-                values,
-                KeyConditionExpression="#s = :complete",
-                FilterExpression=UNHANDLED_FAILURE,
-            )  # fmt: skip
-        )
+        where = {"KeyConditionExpression": "#s = :complete", "FilterExpression": UNHANDLED_FAILURE}
+        requests.append(read(f"{label} COMPLETE/failed", "query", **where))
     return requests
-
-
-# ------------------------------------------------------------------ candidates
 
 
 @dataclass
@@ -287,13 +231,13 @@ def _int(attr: dict | None, default: int) -> int:
         return default
 
 
-def _diagnostics(attr: dict | None) -> list:
-    if not attr or "S" not in attr:
-        return []
-    try:
-        events = json.loads(attr["S"])
-    except ValueError:
-        return [{"message": "unparseable diagnosticEvents kept as text", "payload": attr["S"][:2000]}]
+def parse_events(events: Any) -> list:
+    """``diagnosticEvents`` as a list: JSON text is parsed (unparseable text is kept as one event)."""
+    if isinstance(events, str):
+        try:
+            events = json.loads(events)
+        except ValueError:
+            return [{"message": "unparseable diagnosticEvents kept as text", "payload": events[:2000]}]
     return events if isinstance(events, list) else [events]
 
 
@@ -326,7 +270,8 @@ def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, n
     state = item.get(STATE_ATTR, {}).get("S")
     message = item.get(MESSAGE_ATTR, {}).get("S")
     time_attr = item.get(params.timeFieldName)
-    diagnostics = _diagnostics(item.get("diagnosticEvents"))
+    events = item.get("diagnosticEvents")
+    diagnostics = parse_events(events["S"]) if events and "S" in events else []
     common = dict(
         id=str(item_id),
         key=key,

@@ -1,12 +1,5 @@
-"""Reclaim targets: one entry per table, in POP's JSON shape plus a ``cron``, one schedule each.
-
-    [{"name": "demo_agendas", "cron": "*/5 * * * *", "tableName": "...", "idFieldName": "id",
-      "timeFieldName": "updatedTime", "reclaimAgeMinutes": 5, ...}]
-
-``name`` (optional, default from the table name) names the schedule ``reclaim_<name>``;
-``cron`` is required; every other key is a run parameter, validated like the job's run config.
-The file is ``RECLAIM_TARGETS_FILE`` (none: no schedules), unless the code location is given another.
-"""
+"""Reclaim targets (``RECLAIM_TARGETS_FILE``): one entry per table, POP's JSON plus a ``cron`` and an
+optional ``name`` (default from the table name) for its schedule ``reclaim_<name>``."""
 
 from __future__ import annotations
 

@@ -2,22 +2,20 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pipelines.common.http import location
-from pipelines.reclaim.engine import decode_cursor, encode_cursor
+from pipelines.common.http import leaves_its_path, location
 from pipelines.reclaim.http import AgendaProgressEndpoint, EndpointError, HttpWriter, decrypt_password, login
-from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url, leaves_its_path
+from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
 from pipelines.reclaim.writers import DynamoWriter
 
 
 @dataclass(frozen=True)
 class EndpointSettings:
-    """The AgendaProgress HTTP endpoint and its identity login (the ``agenda`` settings resource:
-    ``AGENDA_PROGRESS_URL``, ``AGENDA_PROGRESS_ALLOWED_URLS``, ``IDENTITY_URL``, ``IDM_USER``,
-    ``IDM_ENCRYPTED_PASS``)."""
+    """The AgendaProgress HTTP endpoint and its identity login (from the ``agenda`` settings resource)."""
 
     progress_url: str | None = None
     identity_url: str | None = None
@@ -27,10 +25,8 @@ class EndpointSettings:
 
 
 def url_allowed(url: str, prefixes: list[str]) -> bool:
-    """True when ``url`` is under one of ``prefixes``: same scheme, same host and port, and a path at
-    or below the prefix's path (``https://a.example/p`` allows ``https://a.example/p/x``, never
-    ``https://a.example.evil/p`` or ``https://a.example/px``). A path a normalising server could read
-    as another (``/p/../x``, ``/p/%2e%2e/x``) is under no prefix."""
+    """True when ``url`` has a prefix's scheme, host and port and a path at or below its path
+    (``https://a.example/p`` allows ``/p/x``, never ``/px``); a path that ``leaves_its_path`` never is."""
     target = urlsplit(url)
     if leaves_its_path(target.path):
         return False
@@ -45,11 +41,9 @@ def url_allowed(url: str, prefixes: list[str]) -> bool:
 
 
 def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | None:
-    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB.
-
-    Every endpoint call carries the bearer token, so a run config may name only an endpoint the
-    deployment names: ``AGENDA_PROGRESS_URL`` itself or a URL under one of the prefixes in
-    ``AGENDA_PROGRESS_ALLOWED_URLS``. Anything else is refused here, before any request."""
+    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB. The bearer
+    token goes to it, so a run config may name only ``AGENDA_PROGRESS_URL`` or a URL under a prefix in
+    ``AGENDA_PROGRESS_ALLOWED_URLS``; anything else is refused before any request."""
     configured = check_url("AGENDA_PROGRESS_URL", endpoint.progress_url) if endpoint.progress_url else None
     if not params.agendaProgressEndpointURL:
         return configured
@@ -74,8 +68,8 @@ def make_writer(
     endpoint: EndpointSettings,
     grouped_writes: bool = False,
 ) -> DynamoWriter | HttpWriter:
-    """The endpoint's writer when the run names one (or the deployment does), else DynamoDB's;
-    ``grouped_writes``: DynamoDB's fail, close and hold updates go 25 to a ``BatchExecuteStatement``."""
+    """The endpoint's writer when the run (or the deployment) names one, else DynamoDB's (``grouped_writes``:
+    fail, close and hold updates go 25 to a ``BatchExecuteStatement``)."""
     url = endpoint_url(params, endpoint)
     if url is None:
         return DynamoWriter(
@@ -86,18 +80,14 @@ def make_writer(
             action=params.reclaimAction,
             grouped=grouped_writes,
         )
-    login_settings = {
-        "IDENTITY_URL": endpoint.identity_url,
-        "IDM_USER": endpoint.idm_user,
-        "IDM_ENCRYPTED_PASS": endpoint.idm_encrypted_pass,
-    }
+    user, encrypted = endpoint.idm_user, endpoint.idm_encrypted_pass
+    login_settings = {"IDENTITY_URL": endpoint.identity_url, "IDM_USER": user, "IDM_ENCRYPTED_PASS": encrypted}
     missing = [name for name, value in login_settings.items() if not value]
     if missing:
         raise EndpointError(
             f"the AgendaProgress endpoint {location(url)} needs {', '.join(missing)} in the environment"
         )
     identity_url = check_url("IDENTITY_URL", endpoint.identity_url, query=True)
-    user, encrypted = endpoint.idm_user, endpoint.idm_encrypted_pass
 
     def authenticate():
         return login(identity_url, user, endpoint_client.remember(decrypt_password(kms, encrypted)))
@@ -121,24 +111,18 @@ def write_mode(grouped: bool) -> str:
 
 
 class KeyValueCursor:
-    """The scan position of one (table, segment), kept in a key-value store (the Dagster instance)."""
+    """The scan position of one (table, segment), kept in the Dagster instance's cursor values."""
 
-    def __init__(self, get: Any, put: Any, key: str) -> None:
-        self._get, self._put, self.key = get, put, key
+    def __init__(self, storage: Any, params: ReclaimParams, segment: int) -> None:
+        self.storage = storage
+        self.key = f"groundskeeper/reclaim/{params.tableName}/{params.timeFieldName}/{segment}-of-{params.segments}"
 
     def load(self) -> dict[str, Any] | None:
         try:
-            return decode_cursor(self._get(self.key))
+            text = self.storage.get_cursor_values({self.key}).get(self.key)
+            return json.loads(text) if text else None
         except ValueError:
             return None  # an unreadable cursor restarts the pass; it never fails the run
 
     def save(self, key: dict[str, Any] | None) -> None:
-        self._put(self.key, encode_cursor(key))
-
-
-def cursor_key(params: ReclaimParams, segment: int) -> str:
-    return f"groundskeeper/reclaim/{params.tableName}/{params.timeFieldName}/{segment}-of-{params.segments}"
-
-
-__all__ = ["EndpointError", "EndpointSettings", "KeyValueCursor", "ParamsError", "cursor_key", "endpoint_url",
-           "make_writer", "url_allowed", "write_mode"]  # fmt: skip
+        self.storage.set_cursor_values({self.key: json.dumps(key, sort_keys=True) if key else ""})

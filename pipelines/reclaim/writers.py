@@ -1,20 +1,6 @@
-"""Writes of the reclaim actions, directly to DynamoDB, each conditional on what the scan saw.
-
-Every write is conditional on what the scan saw (state, time field, attempts). A failed condition
-means an executor (or another reclaim run) wrote first: the item is counted as ``raced`` and left
-alone. Every write is also fenced by the attempt it read (``attemptId``, the retry RFC's fencing
-token): a write made for an attempt that a retry has superseded is refused. Retries that are due
-now update the AgendaProgress and put the ReadyAgenda item in one ``TransactWriteItems``, so a
-crash never leaves a reset agenda without its queue entry, and the ReadyAgenda id is
-deterministic, so a repeated write is refused rather than queued twice.
-
-The other updates (fail, close, hold) are grouped 25 to a PartiQL ``BatchExecuteStatement`` when
-the endpoint evaluates each statement's WHERE clause on its own (AWS and DynamoDB Local do; moto
-does not, so the local deployment writes them one ``UpdateItem`` at a time). Each statement is the
-same update as the ``UpdateItem`` would be (:meth:`_Update.partiql`, translated from one
-description), succeeds or fails alone, and a failed condition in one leaves the others applied.
-Statements that DynamoDB throttles are sent again by :data:`STATEMENT_POLICY`.
-"""
+"""Writes of the reclaim actions to DynamoDB, each conditional on what the scan saw (state, time,
+attempts, the ``attemptId`` fence): a failed condition is ``raced``. Retries due now are one
+``TransactWriteItems`` with their ReadyAgenda put; the rest may go 25 to a PartiQL ``BatchExecuteStatement``."""
 
 from __future__ import annotations
 
@@ -30,23 +16,25 @@ from pipelines.common import to_item
 from pipelines.common.aws_batches import error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import (
+    ATTR_NAMES,
     COMPLETE,
     EXECUTING,
     FAILED,
-    MESSAGE_ATTR,
     PENDING,
-    RETRY_AT_ATTR,
-    RETRY_DECISION_ATTR,
     STATE_ATTR,
     WAITING,
     Candidate,
     TableError,
+    describe_table,
+    key_schema,
 )
 from pipelines.retry import ATTEMPT_ID_ATTR, TRANSIENT_ITEM_CODES, dynamodb_fence, is_transient, retry_call
 from pipelines.retry.policy import Formula
 
 DONE, RACED = "done", "raced"
 STATEMENTS_PER_CALL = 25  # BatchExecuteStatement's limit
+# Statements that came back throttled (or with a transient server error, ``TRANSIENT_ITEM_CODES``) inside a
+# successful ``BatchExecuteStatement``: botocore retries failed calls, not failed statements of a call.
 STATEMENT_POLICY = Formula(
     name="partiql-statements",
     formula=lambda n: min(0.05 * 2 ** (n - 1), 2.0),
@@ -54,9 +42,6 @@ STATEMENT_POLICY = Formula(
     summary="0.05 s doubling to 2 s, 8 attempts",
     source="reclaim: statements of a BatchExecuteStatement that DynamoDB throttled are sent again",
 )
-"""Statements that came back throttled (or with a transient server error) inside a successful
-``BatchExecuteStatement`` (``TRANSIENT_ITEM_CODES``): botocore retries failed calls, not failed
-statements of a call."""
 ITEM_STATEMENT_CODES = frozenset({"ValidationError", "ItemCollectionSizeLimitExceeded", "DuplicateItem"})
 OPERATION_LINK_ATTR = "agendaProgressId"  # OperationProgress -> its AgendaProgress (contract extension)
 
@@ -69,19 +54,18 @@ class _StatementsThrottled(Exception):
     """Some statements of a ``BatchExecuteStatement`` came back throttled: worth another call."""
 
 
-def _raise_item_error(exc: ClientError, item_id: str) -> None:
-    if error_code(exc) in ("ValidationException", "SerializationException"):
-        raise ItemError(f"{item_id}: {error_code(exc)}: {exc.response['Error'].get('Message', '')}") from None
-    raise exc
+def _item_error(exc: ClientError, item_id: str) -> ItemError:
+    """A refusal of this one item's data as its ``ItemError``; any other error is raised as it is."""
+    if error_code(exc) not in ("ValidationException", "SerializationException"):
+        raise exc
+    return ItemError(f"{item_id}: {error_code(exc)}: {exc.response['Error'].get('Message', '')}")
 
 
 def diagnostics_json(c: Candidate, event: dict[str, Any] | None) -> str:
     return json.dumps(c.diagnostics + ([event] if event else []), separators=(",", ":"), default=str)
 
 
-_EXPRESSION_TOKEN = re.compile(
-    r"attribute_not_exists\((?P<missing>#?\w+)\)|attribute_exists\((?P<present>#?\w+)\)|[#:]?[A-Za-z_]\w*"
-)
+_EXPRESSION_TOKEN = re.compile(r"attribute_not_exists\((?P<missing>#?\w+)\)|[#:]?[A-Za-z_]\w*")
 _PARTIQL_KEYWORDS = frozenset({"AND", "OR", "NOT"})
 
 
@@ -95,13 +79,7 @@ class _Update:
     """An UpdateItem / TransactWriteItems Update on one AgendaProgress item, built up step by step."""
 
     def __init__(self, time_field: str) -> None:
-        self.names = {
-            "#s": STATE_ATTR,
-            "#m": MESSAGE_ATTR,
-            "#t": time_field,
-            "#rd": RETRY_DECISION_ATTR,
-            "#ra": RETRY_AT_ATTR,
-        }
+        self.names = {**ATTR_NAMES, "#t": time_field}
         self.values: dict[str, Any] = {}
         self.sets: list[str] = []
         self.removes: list[str] = []
@@ -119,6 +97,12 @@ class _Update:
         if self.time_field != "updatedTime":
             self.sets.append("updatedTime = :now")
         return self
+
+    def fail(self, now: int, diag: str) -> _Update:
+        """COMPLETE/failed now, with these diagnostic events (JSON)."""
+        self.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
+        self.sets.append("completedTime = :now")
+        return self.set("diagnosticEvents", "diag", {"S": diag})
 
     def remove(self, *paths: str) -> _Update:
         self.removes.extend(p for p in paths if p != self.time_field)
@@ -145,12 +129,8 @@ class _Update:
 
     def partiql(self, table: str, key: dict[str, Any]) -> dict[str, Any]:
         """The same conditional update as one PartiQL statement with positional parameters:
-        ``UPDATE "t" SET "a" = ? ... REMOVE "b" WHERE "id" = ? AND <the conditions>``.
-
-        ``#name`` becomes the quoted attribute name, ``:value`` a ``?`` with its value,
-        ``attribute_not_exists(x)`` becomes ``x IS MISSING``; a failed WHERE clause is the
-        statement's ``ConditionalCheckFailed``, as a failed ``ConditionExpression`` would be.
-        """
+        ``UPDATE "t" SET "a" = ? ... REMOVE "b" WHERE "id" = ? AND <the conditions>`` (``#name`` becomes
+        the quoted name, ``:value`` a ``?``, ``attribute_not_exists(x)`` ``x IS MISSING``)."""
         parameters: list[Any] = []
         sets = [" SET " + self._partiql(s, parameters) for s in self.sets]
         removes = [" REMOVE " + self._partiql(r, parameters) for r in self.removes]
@@ -165,8 +145,6 @@ class _Update:
             word = match.group(0)
             if match.group("missing"):
                 return f"{self._name(match.group('missing'))} IS MISSING"
-            if match.group("present"):
-                return f"{self._name(match.group('present'))} IS NOT MISSING"
             if word.startswith(":"):
                 parameters.append(self.values[word])
                 return "?"
@@ -197,11 +175,9 @@ class _Update:
 def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, action: str, cutoff: int) -> _Update:
     """The conditional update of one AgendaProgress for decision ``d`` (shared by the writers' tests)."""
     u = _Update(time_field)
-    diag = {"S": diagnostics_json(c, d.event)}
+    diag = diagnostics_json(c, d.event)
     if d.kind == FAIL:
-        u.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
-        u.sets.append("completedTime = :now")
-        u.set("diagnosticEvents", "diag", diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
+        u.fail(now, diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
         if action == "retry":
             u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
         u.when_unchanged(c)
@@ -209,11 +185,11 @@ def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, act
             u.when("#t < :cutoff", cutoff={"N": str(cutoff)})
     elif d.kind == CLOSE:
         u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
-        u.set("diagnosticEvents", "diag", diag)
+        u.set("diagnosticEvents", "diag", {"S": diag})
         u.when_unchanged(c).when("#m = :failed_seen AND attribute_not_exists(#rd)", failed_seen={"S": FAILED})
     elif d.kind in (RETRY, HOLD):
         u.set("#s", "waiting", {"S": WAITING}).set("#m", "pending", {"S": PENDING}).touch(now)
-        u.set("attemptsCompleted", "n", {"N": str(d.attempt)}).set("diagnosticEvents", "diag", diag)
+        u.set("attemptsCompleted", "n", {"N": str(d.attempt)}).set("diagnosticEvents", "diag", {"S": diag})
         u.remove("completedTime", "startedTime", "#rd")
         u.set(ATTEMPT_ID_ATTR, "new_attempt", {"S": d.attempt_id})  # the new attempt: the fencing token
         if d.kind == HOLD:
@@ -250,11 +226,8 @@ def apply_each(writer, pairs: list[tuple[Candidate, Decision]], *, now: int, cut
 
 
 class DynamoWriter:
-    """Applies decisions with conditional DynamoDB writes. Returns ``done`` or ``raced`` per item.
-
-    ``grouped``: send fail, close and hold updates 25 to a ``BatchExecuteStatement`` (needs an
-    endpoint that evaluates PartiQL WHERE conditions per statement; not moto).
-    """
+    """Applies decisions with conditional DynamoDB writes, ``done`` or ``raced`` per item; ``grouped``: fail,
+    close and hold updates go 25 to a ``BatchExecuteStatement`` (PartiQL WHERE per statement: not moto)."""
 
     def __init__(self, dynamodb, *, table: str, time_field: str, ready_table: str | None, action: str,
                  grouped: bool = False, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
@@ -273,12 +246,11 @@ class DynamoWriter:
             return self._transact(request, ready_item(self.table, c, d, now), c.id)
         try:
             self.dynamodb.update_item(**request)
-            return DONE
         except ClientError as exc:
             if error_code(exc) == "ConditionalCheckFailedException":
                 return RACED
-            _raise_item_error(exc, c.id)
-        return RACED  # unreachable
+            raise _item_error(exc, c.id) from None
+        return DONE
 
     def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
         """Outcomes in the order of ``pairs``. Retries and queued retries stay one transaction each
@@ -332,10 +304,8 @@ class DynamoWriter:
         try:
             retry_call(attempt, STATEMENT_POLICY, retryable=lambda exc: isinstance(exc, _StatementsThrottled),
                        sleep=self.sleep)  # fmt: skip
-        except _StatementsThrottled as exc:
-            for i, _ in pending:  # still throttled when the policy stopped: left for the next pass
-                outcomes[i] = ItemError(f"{pairs[i][0].id}: still throttled after {STATEMENT_POLICY.max_attempts} "
-                                        f"attempts ({exc}); the next pass sees it again")  # fmt: skip
+        except _StatementsThrottled as exc:  # still throttled when the policy stopped
+            reason = f"still throttled after {STATEMENT_POLICY.max_attempts} attempts ({exc})"
         except ClientError as exc:
             if error_code(exc) == "ValidationException":
                 # The call as a whole was refused (a statement it could not take): this group goes
@@ -344,9 +314,11 @@ class DynamoWriter:
                 return {**outcomes, **{i: o for (i, _), o in zip(pending, found, strict=True)}}
             if not is_transient(exc):
                 raise
-            for i, _ in pending:  # the call itself failed after botocore's retries: left for the next pass
-                outcomes[i] = ItemError(f"{pairs[i][0].id}: {error_code(exc)} after botocore's retries; "
-                                        "the next pass sees it again")  # fmt: skip
+            reason = f"{error_code(exc)} after botocore's retries"  # the call itself failed
+        else:
+            return outcomes
+        for i, _ in pending:  # left for the next pass
+            outcomes[i] = ItemError(f"{pairs[i][0].id}: {reason}; the next pass sees it again")
         return outcomes
 
     def _transact(self, update: dict[str, Any], ready: dict[str, Any], item_id: str) -> str:
@@ -354,23 +326,13 @@ class DynamoWriter:
             raise ItemError(f"{item_id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
         try:
             self.dynamodb.transact_write_items(
-                TransactItems=[
-                    {"Update": update},
-                    {
-                        "Put": {
-                            "TableName": self.ready_table,
-                            "Item": to_item(ready),
-                            "ConditionExpression": "attribute_not_exists(id)",
-                        }
-                    },
-                ]
+                TransactItems=[{"Update": update}, {"Put": ready_put(self.ready_table, ready)}]
             )
-            return DONE
         except ClientError as exc:
             if error_code(exc) == "TransactionCanceledException":
                 return RACED  # the progress moved on, or this attempt was queued already
-            _raise_item_error(exc, item_id)
-        return RACED  # unreachable
+            raise _item_error(exc, item_id) from None
+        return DONE
 
 
 def _distinct_groups(
@@ -392,39 +354,36 @@ def _distinct_groups(
     return groups
 
 
-def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> bool:
-    """Idempotent ReadyAgenda put (used by the HTTP writer); False if it was queued already."""
+def ready_put(ready_table: str, item: dict[str, Any]) -> dict[str, Any]:
+    """The ReadyAgenda put, refused when the item (of a deterministic id) was queued already."""
+    return {"TableName": ready_table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(id)"}
+
+
+def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> None:
+    """Idempotent ReadyAgenda put (used by the HTTP writer)."""
     try:
-        dynamodb.put_item(TableName=ready_table, Item=to_item(item), ConditionExpression="attribute_not_exists(id)")
-        return True
+        dynamodb.put_item(**ready_put(ready_table, item))
     except ClientError as exc:
-        if error_code(exc) == "ConditionalCheckFailedException":
-            return False
-        raise
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
 
 
 class OperationProgressWriter:
-    """Fails the EXECUTING OperationProgress items of a failed agenda (``operationProgressTableName``).
-
-    OperationProgress items carry ``agendaProgressId`` (S): the id of their AgendaProgress, either as
-    the table's hash key or as the hash key of a GSI with projection ALL.
-    """
+    """Fails the EXECUTING OperationProgress items of a failed agenda (``operationProgressTableName``),
+    found by ``agendaProgressId``: the table's hash key or the hash key of a GSI with projection ALL."""
 
     def __init__(self, dynamodb, table: str) -> None:
         self.dynamodb = dynamodb
         self.table = table
-        try:
-            desc = dynamodb.describe_table(TableName=table)["Table"]
-        except ClientError as exc:
-            if error_code(exc) == "ResourceNotFoundException":
-                raise TableError(f"table {table!r} does not exist (operationProgressTableName)") from None
-            raise
+        desc = describe_table(dynamodb, table, "operationProgressTableName")
         self.keys = [k["AttributeName"] for k in desc["KeySchema"]]
         self.index = None
         if self.keys[0] != OPERATION_LINK_ATTR:
             for gsi in desc.get("GlobalSecondaryIndexes", []):
-                hash_key = next(k["AttributeName"] for k in gsi["KeySchema"] if k["KeyType"] == "HASH")
-                if hash_key == OPERATION_LINK_ATTR and gsi.get("Projection", {}).get("ProjectionType") == "ALL":
+                if (
+                    key_schema(gsi)["HASH"] == OPERATION_LINK_ATTR
+                    and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
+                ):
                     self.index = gsi["IndexName"]
                     break
             else:
@@ -453,22 +412,10 @@ class OperationProgressWriter:
                 except ValueError:
                     events = []
                 events = (events if isinstance(events, list) else [events]) + [event]
+                u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
+                u.when("#s = :executing", executing={"S": EXECUTING})
                 try:
-                    self.dynamodb.update_item(
-                        TableName=self.table,
-                        Key={k: item[k] for k in self.keys},
-                        UpdateExpression="SET #s = :complete, #m = :failed, updatedTime = :now, "
-                        "completedTime = :now, diagnosticEvents = :diag",
-                        ConditionExpression="#s = :executing",
-                        ExpressionAttributeNames={"#s": STATE_ATTR, "#m": MESSAGE_ATTR},
-                        ExpressionAttributeValues={
-                            ":complete": {"S": COMPLETE},
-                            ":failed": {"S": FAILED},
-                            ":executing": {"S": EXECUTING},
-                            ":now": {"N": str(now)},
-                            ":diag": {"S": json.dumps(events, separators=(",", ":"), default=str)},
-                        },
-                    )
+                    self.dynamodb.update_item(**u.request(self.table, {k: item[k] for k in self.keys}))
                     failed += 1
                 except ClientError as exc:
                     if error_code(exc) != "ConditionalCheckFailedException":

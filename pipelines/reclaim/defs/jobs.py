@@ -1,15 +1,10 @@
-"""The ``reclaim_agendas`` job of POP's agenda reclaimer and its ops.
-
-The job's run config is POP's flat JSON (``flat_config``), so POP's own sample runs unchanged:
-``dagster job execute -m pipelines.definitions -j reclaim_agendas -c sample.json``. The ops stay
-thin: ``plan_reclaim`` validates the parameters and picks the path, ``reclaim_segment`` (one per
-parallel-scan segment, mapped) calls :func:`pipelines.reclaim.engine.reclaim_pass`, and
-``report_reclaim`` adds the counts to the run's metadata and sends the CloudWatch metrics.
-"""
+"""The ``reclaim_agendas`` job (run config: POP's flat JSON): ``plan_reclaim`` validates and picks the
+path, ``reclaim_segment`` runs :func:`pipelines.reclaim.engine.reclaim_pass` per parallel-scan segment,
+``report_reclaim`` sums the counts into the run's metadata and CloudWatch metrics."""
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import dagster as dg
@@ -27,14 +22,7 @@ from pipelines.reclaim.metrics import put_reclaim_metrics
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
 from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import TableError, TableInfo, inspect_table
-from pipelines.reclaim.wiring import (
-    EndpointSettings,
-    KeyValueCursor,
-    cursor_key,
-    endpoint_url,
-    make_writer,
-    write_mode,
-)
+from pipelines.reclaim.wiring import EndpointSettings, KeyValueCursor, endpoint_url, make_writer, write_mode
 from pipelines.reclaim.writers import OperationProgressWriter
 from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
 
@@ -83,12 +71,9 @@ def _table_of(run_config: dict) -> str | None:
 
 
 def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: str) -> str | None:
-    """The id of an earlier-started reclaim run still working on ``table``, if any.
-
-    One run per table is the instance's tag concurrency limit on ``groundskeeper/table``, which a
-    scheduled run carries. A run launched from the Launchpad names its table in run config only and
-    Dagster cannot derive a run tag from run config, so this check in the run stays: it covers the
-    untagged runs the limit cannot hold."""
+    """The id of an earlier-started reclaim run still working on ``table``, if any. Scheduled runs are
+    held by the tag concurrency limit on ``groundskeeper/table``; this covers runs launched by hand,
+    whose table is in run config only (Dagster cannot derive a run tag from it)."""
     records = instance.get_run_records(
         dg.RunsFilter(job_name=JOB_NAME, statuses=[dg.DagsterRunStatus.STARTED]), limit=100
     )
@@ -118,31 +103,27 @@ def _failure(exc: Exception) -> dg.Failure:
 @one_line_failures
 def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, agenda: AgendaSettings):
     params = params_from_config(context, ReclaimParams)
+    deadline = time.time() + params.maximumExecutionSeconds
     try:
         check_max_runtime(params, context.run.tags.get("dagster/max_runtime"))
-    except ParamsError as exc:
-        raise _failure(exc) from None
-    deadline = time.time() + params.maximumExecutionSeconds
-    older = older_run_on_same_table(context.instance, context.run_id, params.tableName)
-    if older:
-        context.log.warning(f"reclaim run {older} is still working on table {params.tableName}: this run does nothing")
-        yield dg.DynamicOutput(SegmentPlan(params, 0, deadline, overlap=older), mapping_key="segment_0")
-        return
-    try:
+        older = older_run_on_same_table(context.instance, context.run_id, params.tableName)
+        if older:
+            context.log.warning(
+                f"reclaim run {older} is still working on table {params.tableName}: this run does nothing"
+            )
+            yield dg.DynamicOutput(SegmentPlan(params, 0, deadline, overlap=older), mapping_key="segment_0")
+            return
         url = endpoint_url(params, endpoint_settings(agenda))  # refuses an endpoint the deployment does not name
-    except ParamsError as exc:
-        raise _failure(exc) from None
-    client = dynamodb.get_client()
-    try:
+        client = dynamodb.get_client()
         info = inspect_table(client, params)
         if params.operationProgressTableName:
             OperationProgressWriter(client, params.operationProgressTableName)
-    except TableError as exc:
+    except (ParamsError, TableError) as exc:
         raise _failure(exc) from None
     segments = 1 if info.index else params.segments
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
-        f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.dry_run else ''}, "
+        f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.logReclaimOnly else ''}, "
         f"writer {'HTTP ' + location(url) if url else 'DynamoDB, ' + write_mode(dynamodb.grouped_writes)}, "
         f"cutoff {params.reclaimAgeMinutes} min, "
         f"budget {params.maximumExecutionSeconds}s, about {info.item_count} item(s) in the table"
@@ -169,16 +150,9 @@ def reclaim_segment(
         return dg.Output(Counts(), metadata={"overlapping_run": plan.overlap or ""})
     params, info = plan.params, plan.info
     client = dynamodb.get_client()
-    storage = context.instance.run_storage
-    cursor = KeyValueCursor(
-        lambda key: storage.get_cursor_values({key}).get(key),
-        lambda key, value: storage.set_cursor_values({key: value}),
-        cursor_key(params, plan.segment),
-    )
     try:
-        policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
-        writer = None
-        if not params.dry_run:
+        writer = operations = None
+        if not params.logReclaimOnly:
             writer = make_writer(
                 params,
                 dynamodb=client,
@@ -187,11 +161,8 @@ def reclaim_segment(
                 endpoint=endpoint_settings(agenda),
                 grouped_writes=dynamodb.grouped_writes,
             )
-        operations = (
-            OperationProgressWriter(client, params.operationProgressTableName)
-            if params.operationProgressTableName and not params.dry_run
-            else None
-        )
+            if params.operationProgressTableName:
+                operations = OperationProgressWriter(client, params.operationProgressTableName)
         counts = reclaim_pass(
             dynamodb=client,
             info=info,
@@ -199,15 +170,15 @@ def reclaim_segment(
             writer=writer,
             deadline=plan.deadline,
             segment=plan.segment,
-            cursor=cursor if info.index is None else None,
-            policy=policy,
+            cursor=KeyValueCursor(context.instance.run_storage, params, plan.segment) if info.index is None else None,
+            policy=policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None,
             operations=operations,
             log=context.log,
             run_id=context.run_id,
         )
     except (ParamsError, EndpointError, TableError) as exc:
         raise _failure(exc) from None
-    result = counts.as_dict()
+    result = asdict(counts)
     context.log.info(f"segment {plan.segment}: " + ", ".join(f"{k}={v}" for k, v in result.items() if v))
     return dg.Output(counts, metadata=metadata_from(result))
 
@@ -224,30 +195,29 @@ def report_reclaim(
     for result in results:
         total.add(result)
     params = plans[0].params
-    summary = total.as_dict()
-    summary.update(table=params.tableName, action=params.reclaimAction, dry_run=params.dry_run)
+    summary = asdict(total)
+    summary.update(table=params.tableName, action=params.reclaimAction, dry_run=params.logReclaimOnly)
     overlap = next((p.overlap for p in plans if p.overlap), None)
     if overlap:
         summary["overlapping_run"] = overlap
-    elif not params.dry_run:
+    elif not params.logReclaimOnly:
         metrics = CommittedChangeMetrics(context, cloudwatch, f"reclaim {params.tableName}")
         put_reclaim_metrics(metrics, agenda.metrics_namespace, params.tableName, summary)
         summary["metrics_published"] = metrics.published
     context.log.info(
-        f"reclaim {params.tableName}{' (dry run)' if params.dry_run else ''}: scanned {total.scanned}, "
+        f"reclaim {params.tableName}{' (dry run)' if params.logReclaimOnly else ''}: scanned {total.scanned}, "
         f"matched {total.matched}, reclaimed {total.reclaimed}, retried {total.retried}, held {total.held}, "
         f"queued {total.queued}, exhausted {total.exhausted}, raced {total.raced}, skipped {total.skipped}, "
         f"errors {total.errors}, would act on {total.would_act}"
     )
     counters = {"reclaimed": total.reclaimed, "retried": total.retried, "held": total.held, "errors": total.errors}
-    run_summary(context, f"reclaim {params.tableName}", counters, "dry run" if params.dry_run else "")
+    run_summary(context, f"reclaim {params.tableName}", counters, "dry run" if params.logReclaimOnly else "")
     return dg.Output(summary, metadata=metadata_from(summary))
 
 
 def reclaim_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``reclaim_agendas`` job. By default its segments run on the multiprocess executor
-    (:func:`execution_for`); with ``executor_def`` (the cluster's Celery executor,
-    ``celery_fan_out_executor``) every segment is a task any worker may take."""
+    """The ``reclaim_agendas`` job: segments on the multiprocess executor (:func:`execution_for`), or
+    with ``executor_def`` (the cluster's ``celery_fan_out_executor``) a task any worker may take."""
 
     @dg.job(
         name=JOB_NAME,
