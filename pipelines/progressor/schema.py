@@ -1,18 +1,10 @@
-"""Progressor's PostgreSQL schema for one namespace, written from progressor's migrations. No Dagster.
+"""Progressor's PostgreSQL schema for one namespace: the state after progressor's four migrations. No Dagster.
 
-Each namespace has five tables whose names are the namespace id plus a suffix, always quoted
-(ids such as ``default/default`` contain a slash): ``"<ns>_processes"``, ``"<ns>_tasks"``,
-``"<ns>_schedule"``, ``"<ns>_running"`` and ``"<ns>_events"``. The enums ``process_status``,
-``task_status`` and ``task_type`` are shared by every namespace. The DDL below is the state after
-progressor's four migrations (process_id VARCHAR(256) everywhere, ``previous_status`` and
-``status_changed_at`` NOT NULL, ``init`` in ``process_status``, four HASH indexes).
-
-Every identifier is built with ``psycopg2.sql.Identifier``; a namespace that would need anything
-but identifier quoting is refused by :func:`check_namespace`. Values go into a statement as
-``psycopg2.sql.Literal`` (:meth:`Tables.sql`), never as ``%s`` parameters: psycopg2 %-formats the
-whole text of a statement executed with parameters, quoted identifiers included, so a namespace
-such as ``pct%s`` or ``pct%%`` would otherwise change the statement or name another namespace's
-tables.
+Every identifier is built with ``psycopg2.sql.Identifier`` (namespace ids such as ``default/default`` need
+quoting). Values go into a statement as ``psycopg2.sql.Literal`` (:meth:`Tables.sql`), never as ``%s``
+parameters: psycopg2 %-formats the whole text of a statement executed with parameters, quoted identifiers
+included, so a namespace such as ``pct%s`` or ``pct%%`` would otherwise change the statement or name another
+namespace's tables.
 """
 
 from __future__ import annotations
@@ -75,16 +67,8 @@ class Tables:
         return self.ident("tasks")
 
     @property
-    def schedule(self) -> sql.Identifier:
-        return self.ident("schedule")
-
-    @property
     def running(self) -> sql.Identifier:
         return self.ident("running")
-
-    @property
-    def events(self) -> sql.Identifier:
-        return self.ident("events")
 
     def sql(self, template: str, *values: object, **extra: sql.Composable) -> sql.Composed:
         """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers and each
@@ -94,11 +78,7 @@ class Tables:
             raise ValueError(f"statement template with a %-placeholder: pass values as {{}}, got {template!r}")
         return sql.SQL(template).format(
             *(v if isinstance(v, sql.Composable) else sql.Literal(v) for v in values),
-            processes=self.processes,
-            tasks=self.tasks,
-            schedule=self.schedule,
-            running=self.running,
-            events=self.events,
+            **{suffix: self.ident(suffix) for suffix in SUFFIXES},
             **extra,
         )
 
@@ -107,8 +87,8 @@ def tables_for(namespace: str) -> Tables:
     return Tables(check_namespace(namespace))
 
 
-def missing_tables(conn, tables: Tables) -> list[str]:
-    """The namespace's tables that do not exist (visible in the search path), by name."""
+def require_tables(conn, tables: Tables) -> None:
+    """NamespaceError unless the namespace's tables all exist (visible in the search path)."""
     names = [tables.name(s) for s in SUFFIXES]
     with conn.cursor() as cur:
         cur.execute(
@@ -117,11 +97,7 @@ def missing_tables(conn, tables: Tables) -> list[str]:
             (names,),
         )
         found = {row[0] for row in cur.fetchall()}
-    return [name for name in names if name not in found]
-
-
-def require_tables(conn, tables: Tables) -> None:
-    missing = missing_tables(conn, tables)
+    missing = [name for name in names if name not in found]
     if len(missing) == len(SUFFIXES):
         raise NamespaceError(f"namespace {tables.namespace!r} has no progressor tables in this database")
     if missing:
