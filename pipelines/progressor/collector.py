@@ -258,44 +258,6 @@ def look_for_zombies(conn, params: CollectParams) -> Look:
     return Look.idle(f"no running task of {params.namespace} older than {seconds}s")
 
 
-def _delete_running(cur, tables: Tables, zombies: list[Zombie]) -> None:
-    """Progressor's running markers of these tasks go (a collected task is no longer running)."""
-    cur.execute(
-        tables.sql(
-            "DELETE FROM {running} r USING {keys} WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
-            keys=_keys(zombies),
-        )
-    )
-
-
-def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_columns: bool) -> None:
-    """Progressor's collect_zombies for these (locked) zombies, plus previous_status/status_changed_at."""
-    pids = [z.process_id for z in zombies]
-    _delete_running(cur, tables, zombies)
-    cur.execute(
-        tables.sql(
-            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
-            pids,
-        )
-    )
-    cur.execute(
-        tables.sql(
-            "UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})",
-            [z.task_id for z in zombies],
-        )
-    )
-    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
-    extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
-    cur.execute(
-        tables.sql(
-            "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
-            "FROM {keys} WHERE p.process_id = z.process_id",
-            ZOMBIE_ERROR,
-            keys=_keys(zombies),
-        )
-    )
-
-
 @dataclass(frozen=True)
 class Action:
     """What the collector does with one zombie: retry it (in ``timeout`` seconds) or error it, and why."""
@@ -310,38 +272,72 @@ class Action:
         return "retry" if self.retry else "error"
 
 
-def retry_zombies(cur, tables: Tables, actions: list[Action]) -> None:
-    """Zombie timers: task error; other waiting/blocked timers cancelled (as progressor's worker does on a
-    retry); a new waiting task (same type, attempts_count + 1, last_retry_interval = timeout, scheduled
-    at now() + timeout) in tasks and schedule; the running row deleted. The process stays running."""
+def write_actions(cur, tables: Tables, actions: list[Action], with_status_columns: bool) -> None:
+    """The (locked) zombie tasks go to error and their running rows go. A zombie to error: progressor's
+    collect_zombies for its process (waiting/blocked tasks cancelled, schedule deleted, process to error), plus
+    previous_status/status_changed_at. A timer to retry: its process's other waiting/blocked timers cancelled (as
+    progressor's worker does on a retry) and a new waiting task (same type, attempts_count + 1,
+    last_retry_interval = timeout, scheduled at now() + timeout) in tasks and schedule; the process stays running."""
     zombies = [a.zombie for a in actions]
-    tids = [z.task_id for z in zombies]
-    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
+    error = [a.zombie for a in actions if not a.retry]
+    retry = [a for a in actions if a.retry]
     cur.execute(
         tables.sql(
-            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY({}) AND task_type IN ('timeout', 'remove') "
-            "AND status IN ('waiting', 'blocked') RETURNING task_id) "
-            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)",
-            [z.process_id for z in zombies],
+            "UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})",
+            [z.task_id for z in zombies],
         )
     )
+    if error:
+        pids = [z.process_id for z in error]
+        cur.execute(
+            tables.sql(
+                "UPDATE {tasks} SET status = 'cancelled' "
+                "WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
+                pids,
+            )
+        )
+        cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
+        extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
+        cur.execute(
+            tables.sql(
+                "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
+                "FROM {keys} WHERE p.process_id = z.process_id",
+                ZOMBIE_ERROR,
+                keys=_keys(error),
+            )
+        )
+    if retry:
+        cur.execute(
+            tables.sql(
+                "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY({}) "
+                "AND task_type IN ('timeout', 'remove') AND status IN ('waiting', 'blocked') RETURNING task_id) "
+                "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)",
+                [a.zombie.process_id for a in retry],
+            )
+        )
+        cur.execute(
+            tables.sql(
+                "WITH new AS ("
+                "  INSERT INTO {tasks} (process_id, task_type, status, scheduled_time, args, metadata, "
+                "    last_retry_interval, attempts_count, context) "
+                "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
+                "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
+                "  FROM {running} r "
+                "  JOIN unnest({}::bigint[], {}::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
+                "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
+                "    last_retry_interval, attempts_count, context) "
+                "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
+                "  last_retry_interval, attempts_count, context) SELECT * FROM new",
+                [a.zombie.task_id for a in retry],
+                [a.timeout for a in retry],
+            )
+        )
     cur.execute(
         tables.sql(
-            "WITH new AS ("
-            "  INSERT INTO {tasks} (process_id, task_type, status, scheduled_time, args, metadata, "
-            "    last_retry_interval, attempts_count, context) "
-            "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
-            "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
-            "  FROM {running} r JOIN unnest({}::bigint[], {}::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
-            "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
-            "    last_retry_interval, attempts_count, context) "
-            "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
-            "  last_retry_interval, attempts_count, context) SELECT * FROM new",
-            tids,
-            [a.timeout for a in actions],
+            "DELETE FROM {running} r USING {keys} WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
+            keys=_keys(zombies),
         )
     )
-    _delete_running(cur, tables, zombies)
 
 
 def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
@@ -426,16 +422,13 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
             if on_batch is not None:
                 on_batch(counts.batches)
             actions = plan(locked, params)
-            retry = [a for a in actions if a.retry]
-            error = [a.zombie for a in actions if not a.retry]
-            if error:
-                error_zombies(cur, tables, error, with_status_columns)
-            if retry:
-                retry_zombies(cur, tables, retry)
+            if actions:
+                write_actions(cur, tables, actions, with_status_columns)
         for action in actions:
             log.info(f"{action.verb} {_describe(action.zombie)}: {action.reason}")
-        counts.errored += len(error)
-        counts.retried += len(retry)
+        retried = sum(action.retry for action in actions)
+        counts.retried += retried
+        counts.errored += len(actions) - retried
         counts.skipped_locked += still
         counts.vanished += len(unlocked) - still
         if still:

@@ -59,10 +59,6 @@ class Tables:
         return sql.Identifier(self.name(suffix))
 
     @property
-    def processes(self) -> sql.Identifier:
-        return self.ident("processes")
-
-    @property
     def tasks(self) -> sql.Identifier:
         return self.ident("tasks")
 
@@ -109,7 +105,7 @@ def process_columns(conn, tables: Tables) -> set[str]:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
-            (tables.processes.as_string(conn),),
+            (tables.ident("processes").as_string(conn),),
         )
         return {row[0] for row in cur.fetchall()}
 
@@ -183,10 +179,10 @@ CREATE TABLE IF NOT EXISTS {events} (
     payload BYTEA NOT NULL,
     PRIMARY KEY (process_id, event_id)
 );
-CREATE INDEX IF NOT EXISTS {events_idx} ON {events} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {tasks_idx} ON {tasks} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {schedule_idx} ON {schedule} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {running_idx} ON {running} USING HASH (task_id);
+CREATE INDEX IF NOT EXISTS {events_process_idx} ON {events} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {tasks_process_idx} ON {tasks} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {schedule_process_idx} ON {schedule} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {running_task_idx} ON {running} USING HASH (task_id);
 """
 
 
@@ -199,18 +195,8 @@ def create_namespace(conn, namespace: str) -> Tables:
         for name, labels in _ENUMS:
             cur.execute("SELECT 1 FROM pg_type WHERE typname = %s", (name,))
             if cur.fetchone() is None:
-                cur.execute(
-                    sql.SQL("CREATE TYPE {} AS ENUM ({})").format(
-                        sql.Identifier(name), sql.SQL(", ").join(sql.Literal(label) for label in labels)
-                    )
-                )
-        cur.execute(
-            tables.sql(
-                _TABLES_DDL,
-                events_idx=tables.ident("events_process_idx"),
-                tasks_idx=tables.ident("tasks_process_idx"),
-                schedule_idx=tables.ident("schedule_process_idx"),
-                running_idx=tables.ident("running_task_idx"),
-            )
-        )
+                values = sql.SQL(", ").join(map(sql.Literal, labels))
+                cur.execute(sql.SQL("CREATE TYPE {} AS ENUM ({})").format(sql.Identifier(name), values))
+        indexes = ("events_process_idx", "tasks_process_idx", "schedule_process_idx", "running_task_idx")
+        cur.execute(tables.sql(_TABLES_DDL, **{index: tables.ident(index) for index in indexes}))
     return tables
