@@ -242,9 +242,8 @@ def _select_zombies(cur, tables: Tables, threshold: Threshold, rest: str, **extr
 
 
 def look_for_zombies(conn, params: CollectParams) -> Look:
-    """A schedule's look before a collection: one count of the running table's rows older than the
-    zombie threshold. Each ``running_time`` as stored, not read back in the writers' zones
-    (:class:`Clock`): it counts at least the zombies a run would find."""
+    """A schedule's look: one count of the running rows older than the threshold, each ``running_time`` as
+    stored (not read back in the writers' zones, :class:`Clock`): at least the zombies a run would find."""
     tables = tables_for(params.namespace)
     seconds = params.threshold_seconds
     with conn.cursor() as cur:
@@ -467,9 +466,8 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
 
 
 def progressor_sql(tables: Tables, seconds: int) -> sql.Composed:
-    """Progressor's own ``collect_zombies`` statement (master 6033631, with the corrected semantics: only
-    waiting/blocked tasks cancelled, schedule deleted), threshold from the database clock. It takes no
-    row locks first. For the benchmark and the tests that compare."""
+    """Progressor's own ``collect_zombies`` statement (master 6033631, only waiting/blocked tasks cancelled,
+    schedule deleted), which takes no row locks first: for the benchmark and the tests that compare."""
     return tables.sql(
         "WITH zombie_tasks AS ("
         "  DELETE FROM {running} WHERE running_time < now() - {age} RETURNING process_id, task_id), "

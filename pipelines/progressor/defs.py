@@ -149,9 +149,8 @@ def build_defs(
     crons: Mapping[str, str] | None = None,
     check_notes: CheckNotes | None = None,
 ) -> dg.Definitions:
-    """The job; per target namespace of ``targets_file`` a schedule and a health asset (its checks run
-    when they would change, and at least hourly). Schedules at the crons ``crons`` names; a failed
-    check with its note from ``check_notes``."""
+    """The job; per target namespace of ``targets_file`` a schedule and a health asset. Schedules at the crons
+    ``crons`` names; a failed check with its note from ``check_notes``."""
     targets = load_targets(targets_file)
     assets = [health_asset(t, check_notes) for t in targets]
     schedules = [schedule_for(t, crons) for t in targets]

@@ -155,9 +155,8 @@ def checks(health: Health) -> list[CheckOutcome]:
 
 
 def recorded_state(health: Health) -> dict[str, Any]:
-    """What a health run records that does not move with the clock alone: each check's outcome and
-    the counts (a schedule's look compares it with the last run's; the ages and durations are left
-    out)."""
+    """What a health run records that does not move with the clock alone (a schedule's look compares it with the
+    last run's): each check's outcome and the counts, not the ages and durations."""
     return {
         "checks": {c.name: c.passed for c in checks(health)},
         "zombies": health.zombies,
@@ -169,10 +168,8 @@ def recorded_state(health: Health) -> dict[str, Any]:
 
 
 def durations_chart(health: Health) -> str:
-    """Task durations of the last 24 h as text bars the asset page shows inline (the one chart
-    renderer, ``pipelines.common.charts``): per bucket (ms), a part per task_type, then the count;
-    the legend names each task_type with its longest duration. The per-type table follows when the
-    whole still shows inline."""
+    """Task durations of the last 24 h as text bars shown inline: per bucket (ms), a part per task_type; the
+    legend names each task_type with its longest duration. The per-type table follows while it all fits inline."""
     if not health.durations:
         return "no finished tasks in the last 24 h"
     types = sorted(health.durations)

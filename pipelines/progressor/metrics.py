@@ -10,8 +10,7 @@ from pipelines.progressor.health import BUCKETS_MS, Health
 
 
 def _dims(namespace: str, **extra: str) -> list[dict[str, str]]:
-    values = {"Namespace": namespace, **extra}
-    return [{"Name": k, "Value": dimension_value(v)} for k, v in values.items()]
+    return [{"Name": k, "Value": dimension_value(v)} for k, v in {"Namespace": namespace, **extra}.items()]
 
 
 def _count(metric: str, namespace: str, value: int) -> dict[str, Any]:
