@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import psycopg2
 import psycopg2.errors
@@ -43,6 +43,13 @@ class Counts:
     failed: int = 0  # refused by the database (data or integrity error), left as they are
     would_error: int = 0
     would_retry: int = 0
+
+    @property
+    def collected(self) -> int:
+        return self.errored + self.retried
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
