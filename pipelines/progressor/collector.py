@@ -10,8 +10,8 @@ import time
 from dataclasses import asdict, dataclass
 
 import psycopg2
-import psycopg2.errors
 from psycopg2 import sql
+from psycopg2.errors import DeadlockDetected, InsufficientPrivilege, LockNotAvailable, SerializationFailure
 
 from pipelines.common import first_line
 from pipelines.common.looks import Look
@@ -21,11 +21,7 @@ from pipelines.progressor.schema import Tables, process_columns, require_tables,
 _UTC = ("utc", "uct", "gmt", "gmt0", "gmt+0", "gmt-0", "greenwich", "universal", "zulu")
 UTC_NAMES = frozenset([*_UTC, *(f"etc/{name}" for name in _UTC)])  # PostgreSQL's names of UTC, lowercased
 # Errors that cost one batch: lock_timeout, deadlock, serialization failure.
-BATCH_ERRORS = (
-    psycopg2.errors.LockNotAvailable,
-    psycopg2.errors.DeadlockDetected,
-    psycopg2.errors.SerializationFailure,
-)
+BATCH_ERRORS = (LockNotAvailable, DeadlockDetected, SerializationFailure)
 # Errors caused by one row's data: they cost that row only (its batch is retried one zombie at a time).
 ROW_ERRORS = (psycopg2.DataError, psycopg2.IntegrityError)
 
@@ -129,7 +125,7 @@ def _server_default_zone(cur) -> str:
         row = cur.fetchone()
         cur.execute("RELEASE SAVEPOINT server_zone")
         return row[0] if row else "GMT"
-    except psycopg2.errors.InsufficientPrivilege:
+    except InsufficientPrivilege:
         cur.execute("ROLLBACK TO SAVEPOINT server_zone")
     cur.execute("SELECT source, setting FROM pg_settings WHERE name = 'TimeZone'")
     source, setting = cur.fetchone()

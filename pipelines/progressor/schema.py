@@ -110,11 +110,7 @@ def process_columns(conn, tables: Tables) -> set[str]:
         return {row[0] for row in cur.fetchall()}
 
 
-_ENUMS = (
-    ("process_status", PROCESS_STATUSES),
-    ("task_status", TASK_STATUSES),
-    ("task_type", TASK_TYPES),
-)
+_ENUMS = (("process_status", PROCESS_STATUSES), ("task_status", TASK_STATUSES), ("task_type", TASK_TYPES))
 
 _TABLES_DDL = """
 CREATE TABLE IF NOT EXISTS {processes} (
