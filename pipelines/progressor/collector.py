@@ -1,22 +1,6 @@
-"""Zombie collection beside live workers. No Dagster: functions over a psycopg2 connection.
-
-A zombie is a row of ``"<ns>_running"`` whose ``running_time`` is older than
-``process_step_timeout + task_scan_timeout + 5 s`` before the database's ``now()``.
-
-The collector first lists the candidates without locking (``found``), then works through them in
-batches. Each batch is one transaction with ``SET LOCAL lock_timeout`` that re-selects its
-candidates with ``FOR UPDATE OF <processes>, <running> SKIP LOCKED``: a process whose row a live
-worker holds (progressor locks the process row, then the running row) is skipped and left for a
-later run instead of deadlocking. A lock timeout or a deadlock on the other rows costs only that
-batch (rolled back, counted), and the run goes on. A row the database refuses (a data or integrity
-error: out of range, a constraint) rolls its batch back, and the batch's zombies are then collected
-one per transaction: the refused zombie is left as it is with one warning line (``failed``), every
-other zombie is collected, and later runs go on past it.
-
-Actions (see :func:`collect_zombies`): ``error`` does what progressor's ``collect_zombies`` does
-(and also sets ``previous_status``/``status_changed_at``); ``retry`` re-schedules zombie timers
-within their attempts, like progressor's worker does for a failed timer.
-"""
+"""Zombie collection beside live workers (docs/progressor.md, "How it works"). No Dagster: functions over a
+psycopg2 connection. Each batch locks its zombies ``FOR UPDATE OF <processes>, <running> SKIP LOCKED``, in the
+order progressor's workers lock them, so a task a live worker holds is left for a later run, never deadlocked on."""
 
 from __future__ import annotations
 
@@ -26,43 +10,18 @@ import time
 from dataclasses import asdict, dataclass
 
 import psycopg2
-import psycopg2.errors
 from psycopg2 import sql
+from psycopg2.errors import DeadlockDetected, InsufficientPrivilege, LockNotAvailable, SerializationFailure
 
 from pipelines.common import first_line
 from pipelines.common.looks import Look
-from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams, ProgressorRetryPolicy
+from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams
 from pipelines.progressor.schema import Tables, process_columns, require_tables, tables_for
 
-UTC_NAMES = frozenset(
-    name.lower()
-    for name in (
-        "UTC",
-        "Etc/UTC",
-        "UCT",
-        "Etc/UCT",
-        "GMT",
-        "Etc/GMT",
-        "GMT0",
-        "Etc/GMT0",
-        "GMT+0",
-        "GMT-0",
-        "Etc/GMT+0",
-        "Etc/GMT-0",
-        "Greenwich",
-        "Etc/Greenwich",
-        "Universal",
-        "Etc/Universal",
-        "Zulu",
-        "Etc/Zulu",
-    )
-)
+_UTC = ("utc", "uct", "gmt", "gmt0", "gmt+0", "gmt-0", "greenwich", "universal", "zulu")
+UTC_NAMES = frozenset([*_UTC, *(f"etc/{name}" for name in _UTC)])  # PostgreSQL's names of UTC, lowercased
 # Errors that cost one batch: lock_timeout, deadlock, serialization failure.
-BATCH_ERRORS = (
-    psycopg2.errors.LockNotAvailable,
-    psycopg2.errors.DeadlockDetected,
-    psycopg2.errors.SerializationFailure,
-)
+BATCH_ERRORS = (LockNotAvailable, DeadlockDetected, SerializationFailure)
 # Errors caused by one row's data: they cost that row only (its batch is retried one zombie at a time).
 ROW_ERRORS = (psycopg2.DataError, psycopg2.IntegrityError)
 
@@ -105,18 +64,10 @@ class ClockError(ValueError):
 
 @dataclass(frozen=True)
 class Clock:
-    """The time zones progressor's sessions may use, and how a ``running_time`` value is read back.
-
-    Progressor writes ``running_time`` with ``TO_TIMESTAMP(<UTC text>)``, which reads the text as a wall
-    clock in the writing session's ``TimeZone``: east of UTC a task looks older by the offset that zone
-    had *at that wall-clock time* (after a daylight-saving fall-back that is an hour more than its offset
-    now). Its other writes store the instant itself. That zone is the database's or the role's default
-    (or the server's), not the collector's session zone, so the collector takes every zone a progressor
-    session may have (``writer_zones``: the explicit ``writer_time_zone``, or else the role settings, the
-    database setting or the server default, and this session's zone) and reads each ``running_time``
-    back in each of them (:meth:`started`): the task's wall clock in that zone, taken as UTC. The latest
-    of these readings and the value as stored is when the task may have started: when they disagree a
-    zombie is collected later, a live task never."""
+    """The time zones progressor's sessions may use. Progressor writes ``running_time`` with
+    ``TO_TIMESTAMP(<UTC text>)``, a wall clock in the writing session's ``TimeZone``, so each value is read back
+    in every zone they may use (:meth:`started`) and the latest reading counts: a zombie may be collected later,
+    a live task never (docs/progressor.md, "Time zone")."""
 
     time_zone: str  # this session's
     writer_zones: tuple[tuple[str, int], ...]  # (zone, UTC offset in seconds now)
@@ -126,12 +77,9 @@ class Clock:
     def shifted_zones(self) -> tuple[str, ...]:
         return tuple(zone for zone, _ in self.writer_zones if zone.lower() not in UTC_NAMES)
 
-    @property
-    def is_utc(self) -> bool:
-        return not self.shifted_zones
-
     def started(self, column: sql.Composable) -> sql.Composable:
-        """The latest instant a ``running_time`` value can stand for (see the class)."""
+        """The latest instant a ``running_time`` value can stand for: as stored, or that wall clock in a
+        shifted zone taken as UTC."""
         readings = [
             sql.SQL("(({} AT TIME ZONE {}) AT TIME ZONE 'UTC')").format(column, sql.Literal(zone))
             for zone in self.shifted_zones
@@ -144,7 +92,7 @@ class Clock:
         return ", ".join(f"{zone!r} ({offset:+d}s)" for zone, offset in self.writer_zones)
 
     def warning(self) -> str | None:
-        if self.is_utc:
+        if not self.shifted_zones:
             return None
         source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
         return (
@@ -155,7 +103,7 @@ class Clock:
         )
 
 
-def _writer_zone_names(cur) -> list[str]:
+def _writer_zone_names(cur, session_zone: str) -> list[str]:
     """The zones a progressor session may get without asking: every role's setting (role-wide or for this
     database), then the database's setting or, without one, the server's default; this session's last."""
     cur.execute(
@@ -164,12 +112,9 @@ def _writer_zone_names(cur) -> list[str]:
         "AND lower(split_part(c, '=', 1)) = 'timezone' ORDER BY 1, 2"
     )
     rows = cur.fetchall()
-    zones = [zone for role_level, zone in rows if role_level]
-    database_zones = [zone for role_level, zone in rows if not role_level]
-    if not database_zones:
-        database_zones = [_server_default_zone(cur)]
-    cur.execute("SELECT current_setting('TimeZone')")
-    return list(dict.fromkeys([*zones, *database_zones, cur.fetchone()[0]]))
+    role_zones = [zone for role_level, zone in rows if role_level]
+    database_zones = [zone for role_level, zone in rows if not role_level] or [_server_default_zone(cur)]
+    return list(dict.fromkeys([*role_zones, *database_zones, session_zone]))
 
 
 def _server_default_zone(cur) -> str:
@@ -180,7 +125,7 @@ def _server_default_zone(cur) -> str:
         row = cur.fetchone()
         cur.execute("RELEASE SAVEPOINT server_zone")
         return row[0] if row else "GMT"
-    except psycopg2.errors.InsufficientPrivilege:
+    except InsufficientPrivilege:
         cur.execute("ROLLBACK TO SAVEPOINT server_zone")
     cur.execute("SELECT source, setting FROM pg_settings WHERE name = 'TimeZone'")
     source, setting = cur.fetchone()
@@ -224,7 +169,7 @@ def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
             session_zone = cur.fetchone()[0]
             if writer_time_zone is not None:
                 return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True)
-            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur)))
+            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur, session_zone)))
     finally:
         _rollback(conn)
 
@@ -238,8 +183,7 @@ def _rollback(conn) -> None:
 
 @contextlib.contextmanager
 def _transaction(conn):
-    """A cursor in one transaction: committed when the block ends, rolled back when it raises (as
-    psycopg2's ``with conn``, but a lost connection's own error is the one that surfaces)."""
+    """A cursor in one transaction, as psycopg2's ``with conn`` but a lost connection's own error surfaces."""
     try:
         with conn.cursor() as cur:
             yield cur
@@ -253,10 +197,13 @@ def _interval(seconds: int) -> sql.Composable:
     return sql.SQL("make_interval(secs => {})").format(sql.Literal(seconds))
 
 
+_RUNNING_TIME = sql.SQL("r.running_time")
+
+
 @dataclass(frozen=True)
 class Threshold:
-    """Which running tasks are zombies: those that started (:meth:`Clock.started`) more than ``seconds``
-    before ``now`` (the database's ``now()`` unless given)."""
+    """Which running tasks (rows ``r`` of the running table) are zombies: those that started
+    (:meth:`Clock.started`) more than ``seconds`` before ``now`` (the database's ``now()`` unless given)."""
 
     clock: Clock
     seconds: int
@@ -265,38 +212,41 @@ class Threshold:
     def _now(self) -> sql.Composable:
         return sql.SQL("now()") if self.now is None else sql.SQL("{}::timestamptz").format(sql.Literal(self.now))
 
-    def age(self, column: sql.Composable) -> sql.Composable:
+    @property
+    def age(self) -> sql.Composable:
         """Seconds since the task started, read the youngest way."""
-        return sql.SQL("extract(epoch FROM {} - {})::float8").format(self._now(), self.clock.started(column))
+        return sql.SQL("extract(epoch FROM {} - {})::float8").format(self._now(), self.clock.started(_RUNNING_TIME))
 
-    def older(self, column: sql.Composable) -> sql.Composable:
-        """True for a zombie's ``running_time``."""
-        return sql.SQL("{} < {} - {}").format(self.clock.started(column), self._now(), _interval(self.seconds))
-
-
-_RUNNING_TIME = sql.SQL("r.running_time")
+    @property
+    def older(self) -> sql.Composable:
+        """True for a zombie."""
+        return sql.SQL("{} < {} - {}").format(self.clock.started(_RUNNING_TIME), self._now(), _interval(self.seconds))
 
 
-def list_zombies(conn, tables: Tables, threshold: Threshold) -> list[Zombie]:
-    """Zombie candidates, oldest first, read without locks (one pass over the running table)."""
-    with conn.cursor() as cur:
-        cur.execute(
-            tables.sql(
-                "SELECT process_id, task_id, task_type::text, attempts_count, last_retry_interval, {age} "
-                "FROM {running} r WHERE {older} ORDER BY running_time, process_id",
-                age=threshold.age(_RUNNING_TIME),
-                older=threshold.older(_RUNNING_TIME),
-            )
+def _keys(zombies: list[Zombie]) -> sql.Composable:
+    """The zombies' keys as a table ``z (process_id, task_id)``."""
+    return sql.SQL("unnest({}::text[], {}::bigint[]) AS z(process_id, task_id)").format(
+        sql.Literal([z.process_id for z in zombies]), sql.Literal([z.task_id for z in zombies])
+    )
+
+
+def _select_zombies(cur, tables: Tables, threshold: Threshold, rest: str, **extra: sql.Composable) -> list[Zombie]:
+    """The zombies among the running rows ``r`` that ``rest`` (joins, ``WHERE {older}``, order) selects."""
+    cur.execute(
+        tables.sql(
+            "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, {age} "
+            "FROM {running} r " + rest,
+            age=threshold.age,
+            older=threshold.older,
+            **extra,
         )
-        rows = cur.fetchall()
-    conn.rollback()
-    return [Zombie(*row) for row in rows]
+    )
+    return [Zombie(*row) for row in cur.fetchall()]
 
 
 def look_for_zombies(conn, params: CollectParams) -> Look:
-    """A schedule's look before a collection: one count of the running table's rows older than the
-    zombie threshold. Each ``running_time`` as stored, not read back in the writers' zones
-    (:class:`Clock`): it counts at least the zombies a run would find."""
+    """A schedule's look: one count of the running rows older than the threshold, each ``running_time`` as
+    stored (not read back in the writers' zones, :class:`Clock`): at least the zombies a run would find."""
     tables = tables_for(params.namespace)
     seconds = params.threshold_seconds
     with conn.cursor() as cur:
@@ -310,114 +260,9 @@ def look_for_zombies(conn, params: CollectParams) -> Look:
     return Look.idle(f"no running task of {params.namespace} older than {seconds}s")
 
 
-def _lock_batch(cur, tables: Tables, batch: list[Zombie], threshold: Threshold) -> list[Zombie]:
-    """Re-select the batch's zombies that are still zombies and not locked by anyone, and lock them."""
-    cur.execute(
-        tables.sql(
-            "SELECT r.process_id, r.task_id, r.task_type::text, r.attempts_count, r.last_retry_interval, {age} "
-            "FROM {running} r JOIN {processes} p ON p.process_id = r.process_id "
-            "JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
-            "  ON z.process_id = r.process_id AND z.task_id = r.task_id "
-            "WHERE {older} "
-            "ORDER BY r.process_id FOR UPDATE OF p, r SKIP LOCKED",
-            [z.process_id for z in batch],
-            [z.task_id for z in batch],
-            age=threshold.age(_RUNNING_TIME),
-            older=threshold.older(_RUNNING_TIME),
-        )
-    )
-    return [Zombie(*row) for row in cur.fetchall()]
-
-
-def _still_running(cur, tables: Tables, zombies: list[Zombie]) -> int:
-    """How many of ``zombies`` are still in the running table (read without waiting for locks)."""
-    if not zombies:
-        return 0
-    cur.execute(
-        tables.sql(
-            "SELECT count(*) FROM {running} r JOIN unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
-            "ON z.process_id = r.process_id AND z.task_id = r.task_id",
-            [z.process_id for z in zombies],
-            [z.task_id for z in zombies],
-        )
-    )
-    return cur.fetchone()[0]
-
-
-def _delete_running(cur, tables: Tables, pids: list[str], tids: list[int]) -> None:
-    """Progressor's running markers of these tasks go (a collected task is no longer running)."""
-    cur.execute(
-        tables.sql(
-            "DELETE FROM {running} r USING unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) "
-            "WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
-            pids,
-            tids,
-        )
-    )
-
-
-def error_zombies(cur, tables: Tables, zombies: list[Zombie], with_status_columns: bool) -> None:
-    """Progressor's collect_zombies for these (locked) zombies, plus previous_status/status_changed_at."""
-    pids = [z.process_id for z in zombies]
-    tids = [z.task_id for z in zombies]
-    _delete_running(cur, tables, pids, tids)
-    cur.execute(
-        tables.sql(
-            "UPDATE {tasks} SET status = 'cancelled' WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
-            pids,
-        )
-    )
-    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
-    cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
-    extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
-    cur.execute(
-        tables.sql(
-            "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
-            "FROM unnest({}::text[], {}::bigint[]) AS z(process_id, task_id) WHERE p.process_id = z.process_id",
-            ZOMBIE_ERROR,
-            pids,
-            tids,
-        )
-    )
-
-
-def retry_zombies(cur, tables: Tables, zombies: list[Zombie], timeouts: list[int]) -> None:
-    """Zombie timers: task error; other waiting/blocked timers cancelled (as progressor's worker does on a
-    retry); a new waiting task (same type, attempts_count + 1, last_retry_interval = timeout, scheduled
-    at now() + timeout) in tasks and schedule; the running row deleted. The process stays running."""
-    pids = [z.process_id for z in zombies]
-    tids = [z.task_id for z in zombies]
-    cur.execute(tables.sql("UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})", tids))
-    cur.execute(
-        tables.sql(
-            "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY({}) AND task_type IN ('timeout', 'remove') "
-            "AND status IN ('waiting', 'blocked') RETURNING task_id) "
-            "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)",
-            pids,
-        )
-    )
-    cur.execute(
-        tables.sql(
-            "WITH new AS ("
-            "  INSERT INTO {tasks} (process_id, task_type, status, scheduled_time, args, metadata, "
-            "    last_retry_interval, attempts_count, context) "
-            "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
-            "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
-            "  FROM {running} r JOIN unnest({}::bigint[], {}::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
-            "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
-            "    last_retry_interval, attempts_count, context) "
-            "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
-            "  last_retry_interval, attempts_count, context) SELECT * FROM new",
-            tids,
-            timeouts,
-        )
-    )
-    _delete_running(cur, tables, pids, tids)
-
-
 @dataclass(frozen=True)
 class Action:
-    """What the collector does with one zombie: retry it (with ``timeout``) or error it, and why."""
+    """What the collector does with one zombie: retry it (in ``timeout`` seconds) or error it, and why."""
 
     zombie: Zombie
     retry: bool
@@ -429,17 +274,80 @@ class Action:
         return "retry" if self.retry else "error"
 
 
+def write_actions(cur, tables: Tables, actions: list[Action], with_status_columns: bool) -> None:
+    """The (locked) zombie tasks go to error and their running rows go. A zombie to error: progressor's
+    collect_zombies for its process (waiting/blocked tasks cancelled, schedule deleted, process to error), plus
+    previous_status/status_changed_at. A timer to retry: its process's other waiting/blocked timers cancelled (as
+    progressor's worker does on a retry) and a new waiting task (same type, attempts_count + 1,
+    last_retry_interval = timeout, scheduled at now() + timeout) in tasks and schedule; the process stays running."""
+    zombies = [a.zombie for a in actions]
+    error = [a.zombie for a in actions if not a.retry]
+    retry = [a for a in actions if a.retry]
+    cur.execute(
+        tables.sql(
+            "UPDATE {tasks} SET status = 'error', finished_time = now() WHERE task_id = ANY({})",
+            [z.task_id for z in zombies],
+        )
+    )
+    if error:
+        pids = [z.process_id for z in error]
+        cur.execute(
+            tables.sql(
+                "UPDATE {tasks} SET status = 'cancelled' "
+                "WHERE process_id = ANY({}) AND status IN ('waiting', 'blocked')",
+                pids,
+            )
+        )
+        cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
+        extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
+        cur.execute(
+            tables.sql(
+                "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
+                "FROM {keys} WHERE p.process_id = z.process_id",
+                ZOMBIE_ERROR,
+                keys=_keys(error),
+            )
+        )
+    if retry:
+        cur.execute(
+            tables.sql(
+                "WITH dropped AS (DELETE FROM {schedule} WHERE process_id = ANY({}) "
+                "AND task_type IN ('timeout', 'remove') AND status IN ('waiting', 'blocked') RETURNING task_id) "
+                "UPDATE {tasks} SET status = 'cancelled' WHERE task_id IN (SELECT task_id FROM dropped)",
+                [a.zombie.process_id for a in retry],
+            )
+        )
+        cur.execute(
+            tables.sql(
+                "WITH new AS ("
+                "  INSERT INTO {tasks} (process_id, task_type, status, scheduled_time, args, metadata, "
+                "    last_retry_interval, attempts_count, context) "
+                "  SELECT r.process_id, r.task_type, 'waiting', now() + make_interval(secs => z.timeout), r.args, "
+                "    r.metadata, z.timeout, r.attempts_count + 1, r.context "
+                "  FROM {running} r "
+                "  JOIN unnest({}::bigint[], {}::int[]) AS z(task_id, timeout) ON z.task_id = r.task_id "
+                "  RETURNING task_id, process_id, task_type, status, scheduled_time, args, metadata, "
+                "    last_retry_interval, attempts_count, context) "
+                "INSERT INTO {schedule} (task_id, process_id, task_type, status, scheduled_time, args, metadata, "
+                "  last_retry_interval, attempts_count, context) SELECT * FROM new",
+                [a.zombie.task_id for a in retry],
+                [a.timeout for a in retry],
+            )
+        )
+    cur.execute(
+        tables.sql(
+            "DELETE FROM {running} r USING {keys} WHERE r.process_id = z.process_id AND r.task_id = z.task_id",
+            keys=_keys(zombies),
+        )
+    )
+
+
 def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
     """One action per zombie, in input order."""
-    policy: ProgressorRetryPolicy = params.policy
-    actions = []
-    for z in zombies:
-        if params.action == "retry":
-            ok, timeout, reason = policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)
-        else:
-            ok, timeout, reason = False, 0, "action error"
-        actions.append(Action(z, ok, timeout if ok else 0, reason))
-    return actions
+    if params.action != "retry":
+        return [Action(z, False, 0, "action error") for z in zombies]
+    policy = params.policy
+    return [Action(z, *policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)) for z in zombies]
 
 
 def _describe(z: Zombie) -> str:
@@ -449,63 +357,89 @@ def _describe(z: Zombie) -> str:
     )
 
 
-def prepare(conn, namespace: str, writer_time_zone: str | None = None) -> tuple[Tables, Clock, bool]:
-    """Check the namespace's tables and the database clock before anything is written."""
-    tables = tables_for(namespace)
+def prepare(conn, tables: Tables, writer_time_zone: str | None) -> tuple[Clock, set[str]]:
+    """Check the namespace's tables, then read the processes table's columns (migration 2 adds
+    previous_status, status_changed_at) and the database clock, before anything is written."""
     require_tables(conn, tables)
     columns = process_columns(conn, tables)
     conn.rollback()
-    return tables, database_clock(conn, writer_time_zone), {"previous_status", "status_changed_at"} <= columns
+    return database_clock(conn, writer_time_zone), columns
 
 
 def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.datetime | None = None) -> Counts:
     """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
     ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking;
     ``now`` (tests) replaces the database's ``now()`` in telling a zombie."""
-    tables, clock, with_status_columns = prepare(conn, params.namespace, params.writer_time_zone)
+    tables = tables_for(params.namespace)
+    clock, columns = prepare(conn, tables, params.writer_time_zone)
+    with_status_columns = {"previous_status", "status_changed_at"} <= columns
     warning = clock.warning()
     if warning:
         log.warning(warning)
     seconds = params.threshold_seconds
     threshold = Threshold(clock, seconds, now)
     counts = Counts()
-    zombies = list_zombies(conn, tables, threshold)
+    with conn.cursor() as cur:
+        # Candidates, oldest first, read without locks (one pass over the running table).
+        zombies = _select_zombies(cur, tables, threshold, "WHERE {older} ORDER BY running_time, process_id")
+    conn.rollback()
     counts.found = len(zombies)
     log.info(
         f"progressor namespace {params.namespace!r}: {counts.found} zombie(s) older than {seconds}s "
         f"(action {params.action}{', DRY RUN' if params.dry_run else ''})"
     )
     if params.dry_run:
-        for action in plan(zombies, params):
+        actions = plan(zombies, params)
+        for action in actions:
             log.info(f"dry run: would {action.verb} {_describe(action.zombie)}: {action.reason}")
-            if action.retry:
-                counts.would_retry += 1
-            else:
-                counts.would_error += 1
+        counts.would_retry = sum(action.retry for action in actions)
+        counts.would_error = counts.found - counts.would_retry
         return counts
-    run = _BatchRunner(conn, tables, params, threshold, with_status_columns, counts, log, on_batch)
-    for start in range(0, len(zombies), params.batch_size):
-        counts.batches += 1
-        run.attempt(zombies[start : start + params.batch_size], split=True)
-    return counts
 
+    def collect(batch: list[Zombie]) -> None:
+        with _transaction(conn) as cur:
+            cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
+            # The batch's zombies that are still zombies and not locked by anyone, locked.
+            locked = _select_zombies(
+                cur,
+                tables,
+                threshold,
+                "JOIN {processes} p ON p.process_id = r.process_id "
+                "JOIN {keys} ON z.process_id = r.process_id AND z.task_id = r.task_id "
+                "WHERE {older} ORDER BY r.process_id FOR UPDATE OF p, r SKIP LOCKED",
+                keys=_keys(batch),
+            )
+            locked_keys = {(z.process_id, z.task_id) for z in locked}
+            unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
+            still = 0
+            if unlocked:  # how many are still running (read without waiting for locks)
+                cur.execute(
+                    tables.sql(
+                        "SELECT count(*) FROM {running} r JOIN {keys} "
+                        "ON z.process_id = r.process_id AND z.task_id = r.task_id",
+                        keys=_keys(unlocked),
+                    )
+                )
+                still = cur.fetchone()[0]
+            if on_batch is not None:
+                on_batch(counts.batches)
+            actions = plan(locked, params)
+            if actions:
+                write_actions(cur, tables, actions, with_status_columns)
+        for action in actions:
+            log.info(f"{action.verb} {_describe(action.zombie)}: {action.reason}")
+        retried = sum(action.retry for action in actions)
+        counts.retried += retried
+        counts.errored += len(actions) - retried
+        counts.skipped_locked += still
+        counts.vanished += len(unlocked) - still
+        if still:
+            log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
 
-@dataclass
-class _BatchRunner:
-    conn: object
-    tables: Tables
-    params: CollectParams
-    threshold: Threshold
-    with_status_columns: bool
-    counts: Counts
-    log: object
-    on_batch: object
-
-    def attempt(self, batch: list[Zombie], *, split: bool) -> None:
-        """One transaction for ``batch``; a row error splits it into one transaction per zombie."""
-        counts, log = self.counts, self.log
+    def attempt(batch: list[Zombie]) -> None:
+        """One transaction for ``batch``; a row error splits a batch into one transaction per zombie."""
         try:
-            self._collect(batch)
+            collect(batch)
         except BATCH_ERRORS as exc:
             counts.batches_rolled_back += 1
             counts.rolled_back_zombies += len(batch)
@@ -515,52 +449,28 @@ class _BatchRunner:
             )
             time.sleep(0.05)
         except ROW_ERRORS as exc:
-            if split and len(batch) > 1:
+            if len(batch) > 1:
                 log.warning(
                     f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back by a refused row "
                     f"({exc.pgcode} {first_line(exc)}): collecting its zombies one at a time"
                 )
                 for zombie in batch:
-                    self.attempt([zombie], split=False)
+                    attempt([zombie])
                 return
-            counts.failed += len(batch)
-            for zombie in batch:
-                log.warning(
-                    f"failed: {_describe(zombie)} left as it is, the database refused it: "
-                    f"{exc.pgcode} {first_line(exc)}"
-                )
+            counts.failed += 1
+            log.warning(
+                f"failed: {_describe(batch[0])} left as it is, the database refused it: {exc.pgcode} {first_line(exc)}"
+            )
 
-    def _collect(self, batch: list[Zombie]) -> None:
-        counts, log, tables, params = self.counts, self.log, self.tables, self.params
-        with _transaction(self.conn) as cur:
-            cur.execute(sql.SQL("SET LOCAL lock_timeout = {}").format(sql.Literal(f"{params.lock_timeout_ms}ms")))
-            locked = _lock_batch(cur, tables, batch, self.threshold)
-            locked_keys = {(z.process_id, z.task_id) for z in locked}
-            unlocked = [z for z in batch if (z.process_id, z.task_id) not in locked_keys]
-            still = _still_running(cur, tables, unlocked)
-            if self.on_batch is not None:
-                self.on_batch(counts.batches)
-            actions = plan(locked, params)
-            retry = [a for a in actions if a.retry]
-            error = [a.zombie for a in actions if not a.retry]
-            if error:
-                error_zombies(cur, tables, error, self.with_status_columns)
-            if retry:
-                retry_zombies(cur, tables, [a.zombie for a in retry], [a.timeout for a in retry])
-        for action in actions:
-            log.info(f"{action.verb} {_describe(action.zombie)}: {action.reason}")
-        counts.errored += len(error)
-        counts.retried += len(retry)
-        counts.skipped_locked += still
-        counts.vanished += len(unlocked) - still
-        if still:
-            log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
+    for start in range(0, len(zombies), params.batch_size):
+        counts.batches += 1
+        attempt(zombies[start : start + params.batch_size])
+    return counts
 
 
 def progressor_sql(tables: Tables, seconds: int) -> sql.Composed:
-    """Progressor's own ``collect_zombies`` statement (master 6033631, with the corrected semantics: only
-    waiting/blocked tasks cancelled, schedule deleted), threshold from the database clock. It takes no
-    row locks first. For the benchmark and the tests that compare."""
+    """Progressor's own ``collect_zombies`` statement (master 6033631, only waiting/blocked tasks cancelled,
+    schedule deleted), which takes no row locks first: for the benchmark and the tests that compare."""
     return tables.sql(
         "WITH zombie_tasks AS ("
         "  DELETE FROM {running} WHERE running_time < now() - {age} RETURNING process_id, task_id), "

@@ -1,9 +1,5 @@
-"""Dagster wiring for progressor: the ``collect_zombies`` job (flat run config), one schedule
-per target namespace, a health asset per namespace with its checks.
-
-``dagster job execute -m pipelines.definitions -j collect_zombies -c cfg.json`` with
-``{"namespace": "default/default", "action": "retry"}``.
-"""
+"""Dagster wiring for progressor (docs/progressor.md): the ``collect_zombies`` job, one schedule per target
+namespace, a health asset per namespace with its checks."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -13,14 +9,15 @@ from typing import Any
 import dagster as dg
 
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.metadata import CheckNotes, noted, rounded
+from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.tasks import task_job, task_schedule
 from pipelines.common.looks import Look
 from pipelines.progressor.collector import ClockError
-from pipelines.progressor.health import CHECKS, checks, durations_chart, measure, recorded_state
+from pipelines.progressor.health import CHECKS, Health, checks, durations_chart, measure, recorded_state
 from pipelines.progressor.metrics import health_datums
+from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError, tables_for
 from pipelines.progressor.targets import Target, load_targets
 from pipelines.progressor.task import TASK
@@ -31,16 +28,14 @@ CAPABILITY = {"groundskeeper/capability": "progressor"}
 NAMESPACE_TAG = "groundskeeper/progressor_namespace"
 
 
-def _failure(message: str) -> dg.Failure:
-    return dg.Failure(description=message, allow_retries=False)
-
-
-def _put(context, cloudwatch: CloudWatchResource, db: ProgressorDatabase, what: str, datums: list[dict]) -> bool:
-    """Publish to the deployment's metrics sink; a failure is a warning, never a failed run. Returns
-    whether the metrics were published."""
-    metrics = CommittedChangeMetrics(context, cloudwatch, what)
-    put_metrics(metrics, db.metrics_namespace, datums)
-    return metrics.published
+def _measure(conn, params: CollectParams) -> Health:
+    return measure(
+        conn,
+        tables_for(params.namespace),
+        process_step_timeout=params.process_step_timeout,
+        task_scan_timeout=params.task_scan_timeout,
+        writer_time_zone=params.writer_time_zone,
+    )
 
 
 collect_zombies_job = task_job(TASK)
@@ -59,10 +54,6 @@ def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.S
     )
 
 
-HEALTH_REFRESH = dt.timedelta(hours=1)
-"""The health checks run at least this often, whatever their schedule's look finds."""
-
-
 def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     """Every 5 minutes, a health run of every target namespace when a check's outcome or a count
     changed since the last run (or that run is an hour old)."""
@@ -71,17 +62,11 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
         states, said = {}, []
         with context.resources.progressor_db.connection() as conn:
             for target in targets:
-                params = target.params
-                health = measure(
-                    conn,
-                    tables_for(params.namespace),
-                    process_step_timeout=params.process_step_timeout,
-                    task_scan_timeout=params.task_scan_timeout,
-                    writer_time_zone=params.writer_time_zone,
-                )
-                states[params.namespace] = recorded_state(health)
+                namespace = target.params.namespace
+                health = _measure(conn, target.params)
+                states[namespace] = recorded_state(health)
                 failing = [c.name for c in checks(health) if not c.passed]
-                said.append(f"{params.namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
+                said.append(f"{namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
         return Look.state(states, "; ".join(said))
 
     return schedule(
@@ -90,7 +75,7 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
         job=job,
         cron_schedule="*/5 * * * *",
         look=look,
-        refresh=HEALTH_REFRESH,
+        refresh=dt.timedelta(hours=1),  # at least hourly, whatever the look finds
         required_resource_keys={"progressor_db"},
         description="Progressor health of every target namespace, with its checks. Looks first (the health "
         "figures' own queries) and runs when a check's outcome or a count (zombies, overdue timers, running "
@@ -117,19 +102,15 @@ def health_asset(target: Target, notes: CheckNotes | None = None) -> dg.AssetsDe
     ) -> dg.MaterializeResult:
         try:
             with progressor_db.connection() as conn:
-                health = measure(
-                    conn,
-                    tables_for(namespace),
-                    process_step_timeout=target.params.process_step_timeout,
-                    task_scan_timeout=target.params.task_scan_timeout,
-                    writer_time_zone=target.params.writer_time_zone,
-                )
+                health = _measure(conn, target.params)
         except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
-            raise _failure(str(exc)) from None
+            raise dg.Failure(description=str(exc), allow_retries=False) from None
         warning = health.clock.warning()
         if warning:
             context.log.warning(warning)
-        published = _put(context, cloudwatch, progressor_db, f"progressor health {namespace}", health_datums(health))
+        # To the deployment's metrics sink; a failure is a warning, never a failed run.
+        metrics = CommittedChangeMetrics(context, cloudwatch, f"progressor health {namespace}")
+        put_metrics(metrics, progressor_db.metrics_namespace, health_datums(health))
         results = []
         for c in checks(health):
             description, demo = noted(dg.AssetCheckKey(key, c.name), c.passed, c.description, notes)
@@ -137,27 +118,25 @@ def health_asset(target: Target, notes: CheckNotes | None = None) -> dg.AssetsDe
                 dg.AssetCheckResult(
                     check_name=c.name,
                     passed=c.passed,
-                    severity=getattr(dg.AssetCheckSeverity, c.severity),
+                    severity=dg.AssetCheckSeverity[c.severity],
                     description=description,
                     metadata=demo,
                 )
             )
+        figures = {
+            "zombies": health.zombies,
+            "overdue_timers": health.overdue_timers,
+            "oldest_running_seconds": float(health.oldest_running_seconds),
+            "oldest_running": health.oldest_running or "none",
+            "errored_24h": health.errored_24h,
+            "running": health.running,
+            **{f"tasks_{s}": n for s, n in health.tasks_by_status.items()},
+            "tasks_by_status": health.tasks_by_status,
+            "database_time_zone": health.clock.describe(),
+            "metrics_published": metrics.published,
+        }
         return dg.MaterializeResult(
-            metadata={
-                "zombies": dg.MetadataValue.int(health.zombies),
-                "overdue_timers": dg.MetadataValue.int(health.overdue_timers),
-                "oldest_running_seconds": dg.MetadataValue.float(
-                    rounded("oldest_running_seconds", float(health.oldest_running_seconds))
-                ),
-                "oldest_running": health.oldest_running or "none",
-                "errored_24h": dg.MetadataValue.int(health.errored_24h),
-                "running": dg.MetadataValue.int(health.running),
-                **{f"tasks_{s}": dg.MetadataValue.int(n) for s, n in health.tasks_by_status.items()},
-                "tasks_by_status": dg.MetadataValue.json(health.tasks_by_status),
-                "task_durations": dg.MetadataValue.md(durations_chart(health)),
-                "database_time_zone": health.clock.describe(),
-                "metrics_published": dg.MetadataValue.bool(published),
-            },
+            metadata={**metadata_from(figures), "task_durations": dg.MetadataValue.md(durations_chart(health))},
             check_results=results,
         )
 
@@ -170,9 +149,8 @@ def build_defs(
     crons: Mapping[str, str] | None = None,
     check_notes: CheckNotes | None = None,
 ) -> dg.Definitions:
-    """The job; per target namespace of ``targets_file`` a schedule and a health asset (its checks run
-    when they would change, and at least hourly). Schedules at the crons ``crons`` names; a failed
-    check with its note from ``check_notes``."""
+    """The job; per target namespace of ``targets_file`` a schedule and a health asset. Schedules at the crons
+    ``crons`` names; a failed check with its note from ``check_notes``."""
     targets = load_targets(targets_file)
     assets = [health_asset(t, check_notes) for t in targets]
     schedules = [schedule_for(t, crons) for t in targets]

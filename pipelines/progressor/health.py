@@ -1,14 +1,5 @@
-"""Is progressor keeping up? Figures for one namespace and the checks an operator reads. No Dagster.
-
-The figures come from the namespace's tables, with the database clock (``now()``):
-
-- zombies now: running tasks older than progressor's zombie threshold;
-- overdue timers: waiting ``timeout``/``remove`` tasks more than 2 x ``task_scan_timeout`` past their
-  ``scheduled_time`` (progressor's timer scanner is behind or stopped);
-- the oldest running task; processes that went to ``error`` in the last 24 h; tasks by status;
-- task durations (``finished_time - running_time``) of the last 24 h per ``task_type``, in
-  progressor's histogram buckets (:func:`durations_chart`: text bars, shown inline on the asset page).
-"""
+"""Is progressor keeping up? Figures for one namespace from its tables and the database clock, and the
+checks an operator reads (docs/progressor.md, "Health asset and checks"). No Dagster."""
 
 from __future__ import annotations
 
@@ -18,9 +9,9 @@ from typing import Any
 from psycopg2 import sql
 
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
-from pipelines.progressor.collector import Clock, Threshold, database_clock
+from pipelines.progressor.collector import Clock, Threshold, prepare
 from pipelines.progressor.params import PROTECT_TIMEOUT
-from pipelines.progressor.schema import TASK_STATUSES, Tables, process_columns, require_tables
+from pipelines.progressor.schema import TASK_STATUSES, Tables
 
 BUCKETS_MS = (50, 150, 300, 500, 750, 1000)  # progressor's histogram buckets (prometheus "le")
 BUCKET_LABELS = tuple(f"<={b}" for b in BUCKETS_MS) + (">1000",)
@@ -58,64 +49,45 @@ def measure(
     writer_time_zone: str | None = None,
 ) -> Health:
     """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
-    require_tables(conn, tables)
-    clock = database_clock(conn, writer_time_zone)
+    clock, columns = prepare(conn, tables, writer_time_zone)
     threshold = Threshold(clock, process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT)
     health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold.seconds)
     health.overdue_after_seconds = 2 * task_scan_timeout
     with conn.cursor() as cur:
-        cur.execute(
-            tables.sql(
-                "SELECT count(*) FILTER (WHERE {older}), count(*), "
-                "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running} r",
-                older=threshold.older(sql.SQL("r.running_time")),
-            )
+
+        def rows(template: str, *values: object, **extra: sql.Composable) -> list[tuple]:
+            cur.execute(tables.sql(template, *values, **extra))
+            return cur.fetchall()
+
+        [(health.zombies, health.running, health.oldest_running_seconds)] = rows(
+            "SELECT count(*) FILTER (WHERE {older}), count(*), "
+            "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running} r",
+            older=threshold.older,
         )
-        health.zombies, health.running, health.oldest_running_seconds = cur.fetchone()
-        cur.execute(
-            tables.sql(
-                "SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
-                "ORDER BY running_time LIMIT 1"
-            )
+        oldest = rows(
+            "SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
+            "ORDER BY running_time LIMIT 1"
         )
-        row = cur.fetchone()
-        health.oldest_running = row[0] if row else ""
-        cur.execute(
-            tables.sql(
-                "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
-                "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
-                "AND scheduled_time < now() - make_interval(secs => {})",
-                health.overdue_after_seconds,
-            )
+        health.oldest_running = oldest[0][0] if oldest else ""
+        [(health.overdue_timers, health.most_overdue_seconds)] = rows(
+            "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
+            "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
+            "AND scheduled_time < now() - make_interval(secs => {})",
+            health.overdue_after_seconds,
         )
-        health.overdue_timers, health.most_overdue_seconds = cur.fetchone()
-        if "status_changed_at" in process_columns(conn, tables):
-            cur.execute(
-                tables.sql(
-                    "SELECT count(*) FROM {processes} WHERE status = 'error' "
-                    "AND status_changed_at > now() - interval '24 hours'"
-                )
-            )
+        if "status_changed_at" in columns:
+            errored = "SELECT count(*) FROM {processes} WHERE status = 'error' AND status_changed_at > "
         else:
-            cur.execute(
-                tables.sql(
-                    "SELECT count(DISTINCT process_id) FROM {tasks} WHERE status = 'error' "
-                    "AND finished_time > now() - interval '24 hours'"
-                )
-            )
-        health.errored_24h = cur.fetchone()[0]
-        cur.execute(tables.sql("SELECT status::text, count(*) FROM {tasks} GROUP BY 1"))
-        counted = dict(cur.fetchall())
+            errored = "SELECT count(DISTINCT process_id) FROM {tasks} WHERE status = 'error' AND finished_time > "
+        [(health.errored_24h,)] = rows(errored + "now() - interval '24 hours'")
+        counted = dict(rows("SELECT status::text, count(*) FROM {tasks} GROUP BY 1"))
         health.tasks_by_status = {status: counted.get(status, 0) for status in TASK_STATUSES}
-        cur.execute(
-            tables.sql(
-                "SELECT task_type::text, " + _bucket_case() + " AS bucket, count(*), max(d) FROM ("
-                "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
-                "  WHERE status = 'finished' AND running_time IS NOT NULL "
-                "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"
-            )
-        )
-        for task_type, bucket, count, max_ms in cur.fetchall():
+        for task_type, bucket, count, max_ms in rows(
+            "SELECT task_type::text, " + _bucket_case() + " AS bucket, count(*), max(d) FROM ("
+            "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
+            "  WHERE status = 'finished' AND running_time IS NOT NULL "
+            "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"
+        ):
             health.durations.setdefault(task_type, [0] * len(BUCKET_LABELS))[bucket] = count
             health.duration_max_ms[task_type] = max(health.duration_max_ms.get(task_type, 0.0), float(max_ms))
     conn.rollback()
@@ -141,7 +113,8 @@ CHECKS = {
 def checks(health: Health) -> list[CheckOutcome]:
     """One outcome per check, each saying what an operator should look at when it fails."""
     ns = health.namespace
-    out = [
+    too_old = health.oldest_running_seconds >= health.zombie_threshold_seconds
+    return [
         CheckOutcome(
             "no_zombies",
             health.zombies == 0,
@@ -163,15 +136,11 @@ def checks(health: Health) -> list[CheckOutcome]:
         ),
         CheckOutcome(
             "oldest_running_task",
-            health.oldest_running_seconds < health.zombie_threshold_seconds,
+            not too_old,
             "WARN",
             f"oldest running task: {health.oldest_running or 'none'}, running for "
             f"{health.oldest_running_seconds:.0f}s (threshold {health.zombie_threshold_seconds}s)"
-            + (
-                ": look at that process's worker"
-                if health.oldest_running_seconds >= health.zombie_threshold_seconds
-                else ""
-            ),
+            + (": look at that process's worker" if too_old else ""),
         ),
         CheckOutcome(
             "no_recent_process_errors",
@@ -183,13 +152,11 @@ def checks(health: Health) -> list[CheckOutcome]:
             else "no process errors in the last 24 h",
         ),
     ]
-    return out
 
 
 def recorded_state(health: Health) -> dict[str, Any]:
-    """What a health run records that does not move with the clock alone: each check's outcome and
-    the counts (a schedule's look compares it with the last run's; the ages and durations are left
-    out)."""
+    """What a health run records that does not move with the clock alone (a schedule's look compares it with the
+    last run's): each check's outcome and the counts, not the ages and durations."""
     return {
         "checks": {c.name: c.passed for c in checks(health)},
         "zombies": health.zombies,
@@ -200,22 +167,11 @@ def recorded_state(health: Health) -> dict[str, Any]:
     }
 
 
-def durations_markdown(health: Health) -> str:
-    lines = ["| task_type | " + " | ".join(BUCKET_LABELS) + " | max ms |", "|---" * (len(BUCKET_LABELS) + 2) + "|"]
-    for task_type, counts in sorted(health.durations.items()):
-        lines.append(
-            f"| {task_type} | " + " | ".join(str(c) for c in counts) + f" | {health.duration_max_ms[task_type]:.0f} |"
-        )
-    return "\n".join(lines) if health.durations else "no finished tasks in the last 24 h"
-
-
 def durations_chart(health: Health) -> str:
-    """Task durations of the last 24 h as text bars the asset page shows inline (the one chart
-    renderer, ``pipelines.common.charts``): per bucket (ms), a part per task_type, then the count;
-    the legend names each task_type with its longest duration. The per-type table follows when the
-    whole still shows inline."""
+    """Task durations of the last 24 h as text bars shown inline: per bucket (ms), a part per task_type; the
+    legend names each task_type with its longest duration. The per-type table follows while it all fits inline."""
     if not health.durations:
-        return durations_markdown(health)
+        return "no finished tasks in the last 24 h"
     types = sorted(health.durations)
     bars = [
         Bar(label, [health.durations[t][i] for t in types], str(sum(health.durations[t][i] for t in types)))
@@ -223,6 +179,13 @@ def durations_chart(health: Health) -> str:
     ]
     legend = [f"{t} (max {health.duration_max_ms[t]:.0f} ms)" for t in types]
     chart = text_bars(bars, legend, more="buckets", visible_parts=True)
-    table = durations_markdown(health)
-    both = f"{chart}\n\n{table}"
+    table = [
+        "| task_type | " + " | ".join(BUCKET_LABELS) + " | max ms |",
+        "|---" * (len(BUCKET_LABELS) + 2) + "|",
+        *(
+            f"| {t} | " + " | ".join(map(str, health.durations[t])) + f" | {health.duration_max_ms[t]:.0f} |"
+            for t in types
+        ),
+    ]
+    both = f"{chart}\n\n" + "\n".join(table)
     return both if len(both) < INLINE_MARKDOWN_LIMIT else chart

@@ -1,9 +1,5 @@
-"""The ``collect_zombies`` parameters (progressor's own option names), declared once. No Dagster.
-
-Both dataclasses follow ``pipelines.common.params``: each field carries its description and range,
-from which the run-config schema, the validation (one line naming the key and the value) and the
-README tables are derived.
-"""
+"""The ``collect_zombies`` parameters (progressor's own option names), declared once as
+``pipelines.common.params`` fields: run-config schema, validation and docs tables derive from them. No Dagster."""
 
 from __future__ import annotations
 
@@ -23,10 +19,8 @@ MAX_RETRY_INTERVAL = 2**31 - 1  # last_retry_interval is an INTEGER column: a lo
 
 @dataclass(frozen=True)
 class ProgressorRetryPolicy:
-    """Progressor's retry policy (``retry_policy()`` in progressor.hrl), with its defaults: the
-    ``retry_policy`` run config field, deciding per zombie task from its stored ``last_retry_interval``.
-    Not the retry library's ``RetryPolicy`` (a delay per attempt, ``pipelines.retry``), whose
-    ``progressor`` preset states the same timing."""
+    """Progressor's retry policy (``retry_policy()`` in progressor.hrl): the ``retry_policy`` run config field.
+    Not the retry library's ``RetryPolicy``, whose ``progressor`` preset states the same timing."""
 
     initial_timeout: int = param(5, description="Seconds before the first retry.", minimum=0, maximum=MONTH)
     backoff_coefficient: float = param(
@@ -47,9 +41,8 @@ class ProgressorRetryPolicy:
             raise ParamsError(f"non_retryable_errors must be a list of strings, got {self.non_retryable_errors!r}")
 
     def next_timeout(self, last_retry_interval: int) -> int:
-        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient),
-        clamped to :data:`MAX_RETRY_INTERVAL` (the INTEGER column it is stored in; a longer one would
-        fail the whole batch with ``NumericValueOutOfRange``)."""
+        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient), clamped
+        (a longer one would fail the whole batch with ``NumericValueOutOfRange``)."""
         if last_retry_interval == 0:
             return min(self.initial_timeout, MAX_RETRY_INTERVAL)
         return min(math.trunc(last_retry_interval * self.backoff_coefficient), MAX_RETRY_INTERVAL)
@@ -143,14 +136,3 @@ def collect_params(raw: Any) -> CollectParams:
     """Validate a flat run config or targets entry; deprecation warnings do not apply (no old names)."""
     params, _ = parse_params(CollectParams, raw, what="key")
     return params
-
-
-__all__ = [
-    "ACTIONS",
-    "ZOMBIE_ERROR",
-    "CollectParams",
-    "ParamsError",
-    "ProgressorRetryPolicy",
-    "collect_params",
-    "parse_policy",
-]

@@ -1,18 +1,10 @@
-"""Progressor's PostgreSQL schema for one namespace, written from progressor's migrations. No Dagster.
+"""Progressor's PostgreSQL schema for one namespace: the state after progressor's four migrations. No Dagster.
 
-Each namespace has five tables whose names are the namespace id plus a suffix, always quoted
-(ids such as ``default/default`` contain a slash): ``"<ns>_processes"``, ``"<ns>_tasks"``,
-``"<ns>_schedule"``, ``"<ns>_running"`` and ``"<ns>_events"``. The enums ``process_status``,
-``task_status`` and ``task_type`` are shared by every namespace. The DDL below is the state after
-progressor's four migrations (process_id VARCHAR(256) everywhere, ``previous_status`` and
-``status_changed_at`` NOT NULL, ``init`` in ``process_status``, four HASH indexes).
-
-Every identifier is built with ``psycopg2.sql.Identifier``; a namespace that would need anything
-but identifier quoting is refused by :func:`check_namespace`. Values go into a statement as
-``psycopg2.sql.Literal`` (:meth:`Tables.sql`), never as ``%s`` parameters: psycopg2 %-formats the
-whole text of a statement executed with parameters, quoted identifiers included, so a namespace
-such as ``pct%s`` or ``pct%%`` would otherwise change the statement or name another namespace's
-tables.
+Every identifier is built with ``psycopg2.sql.Identifier`` (namespace ids such as ``default/default`` need
+quoting). Values go into a statement as ``psycopg2.sql.Literal`` (:meth:`Tables.sql`), never as ``%s``
+parameters: psycopg2 %-formats the whole text of a statement executed with parameters, quoted identifiers
+included, so a namespace such as ``pct%s`` or ``pct%%`` would otherwise change the statement or name another
+namespace's tables.
 """
 
 from __future__ import annotations
@@ -67,24 +59,12 @@ class Tables:
         return sql.Identifier(self.name(suffix))
 
     @property
-    def processes(self) -> sql.Identifier:
-        return self.ident("processes")
-
-    @property
     def tasks(self) -> sql.Identifier:
         return self.ident("tasks")
 
     @property
-    def schedule(self) -> sql.Identifier:
-        return self.ident("schedule")
-
-    @property
     def running(self) -> sql.Identifier:
         return self.ident("running")
-
-    @property
-    def events(self) -> sql.Identifier:
-        return self.ident("events")
 
     def sql(self, template: str, *values: object, **extra: sql.Composable) -> sql.Composed:
         """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers and each
@@ -94,11 +74,7 @@ class Tables:
             raise ValueError(f"statement template with a %-placeholder: pass values as {{}}, got {template!r}")
         return sql.SQL(template).format(
             *(v if isinstance(v, sql.Composable) else sql.Literal(v) for v in values),
-            processes=self.processes,
-            tasks=self.tasks,
-            schedule=self.schedule,
-            running=self.running,
-            events=self.events,
+            **{suffix: self.ident(suffix) for suffix in SUFFIXES},
             **extra,
         )
 
@@ -107,8 +83,8 @@ def tables_for(namespace: str) -> Tables:
     return Tables(check_namespace(namespace))
 
 
-def missing_tables(conn, tables: Tables) -> list[str]:
-    """The namespace's tables that do not exist (visible in the search path), by name."""
+def require_tables(conn, tables: Tables) -> None:
+    """NamespaceError unless the namespace's tables all exist (visible in the search path)."""
     names = [tables.name(s) for s in SUFFIXES]
     with conn.cursor() as cur:
         cur.execute(
@@ -117,11 +93,7 @@ def missing_tables(conn, tables: Tables) -> list[str]:
             (names,),
         )
         found = {row[0] for row in cur.fetchall()}
-    return [name for name in names if name not in found]
-
-
-def require_tables(conn, tables: Tables) -> None:
-    missing = missing_tables(conn, tables)
+    missing = [name for name in names if name not in found]
     if len(missing) == len(SUFFIXES):
         raise NamespaceError(f"namespace {tables.namespace!r} has no progressor tables in this database")
     if missing:
@@ -133,16 +105,12 @@ def process_columns(conn, tables: Tables) -> set[str]:
     with conn.cursor() as cur:
         cur.execute(
             "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
-            (tables.processes.as_string(conn),),
+            (tables.ident("processes").as_string(conn),),
         )
         return {row[0] for row in cur.fetchall()}
 
 
-_ENUMS = (
-    ("process_status", PROCESS_STATUSES),
-    ("task_status", TASK_STATUSES),
-    ("task_type", TASK_TYPES),
-)
+_ENUMS = (("process_status", PROCESS_STATUSES), ("task_status", TASK_STATUSES), ("task_type", TASK_TYPES))
 
 _TABLES_DDL = """
 CREATE TABLE IF NOT EXISTS {processes} (
@@ -207,10 +175,10 @@ CREATE TABLE IF NOT EXISTS {events} (
     payload BYTEA NOT NULL,
     PRIMARY KEY (process_id, event_id)
 );
-CREATE INDEX IF NOT EXISTS {events_idx} ON {events} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {tasks_idx} ON {tasks} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {schedule_idx} ON {schedule} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {running_idx} ON {running} USING HASH (task_id);
+CREATE INDEX IF NOT EXISTS {events_process_idx} ON {events} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {tasks_process_idx} ON {tasks} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {schedule_process_idx} ON {schedule} USING HASH (process_id);
+CREATE INDEX IF NOT EXISTS {running_task_idx} ON {running} USING HASH (task_id);
 """
 
 
@@ -223,18 +191,8 @@ def create_namespace(conn, namespace: str) -> Tables:
         for name, labels in _ENUMS:
             cur.execute("SELECT 1 FROM pg_type WHERE typname = %s", (name,))
             if cur.fetchone() is None:
-                cur.execute(
-                    sql.SQL("CREATE TYPE {} AS ENUM ({})").format(
-                        sql.Identifier(name), sql.SQL(", ").join(sql.Literal(label) for label in labels)
-                    )
-                )
-        cur.execute(
-            tables.sql(
-                _TABLES_DDL,
-                events_idx=tables.ident("events_process_idx"),
-                tasks_idx=tables.ident("tasks_process_idx"),
-                schedule_idx=tables.ident("schedule_process_idx"),
-                running_idx=tables.ident("running_task_idx"),
-            )
-        )
+                values = sql.SQL(", ").join(map(sql.Literal, labels))
+                cur.execute(sql.SQL("CREATE TYPE {} AS ENUM ({})").format(sql.Identifier(name), values))
+        indexes = ("events_process_idx", "tasks_process_idx", "schedule_process_idx", "running_task_idx")
+        cur.execute(tables.sql(_TABLES_DDL, **{index: tables.ident(index) for index in indexes}))
     return tables

@@ -1,11 +1,5 @@
-"""Progressor targets: one entry per namespace, the ``collect_zombies`` flat run config plus a ``cron``.
-
-    [{"namespace": "default/default", "cron": "* * * * *", "action": "error"}]
-
-``cron`` is optional (default every minute); every other key is validated like the job's run config.
-The target's name is the namespace as a Dagster name (``default/default`` -> ``default_default``).
-The file is ``PROGRESSOR_TARGETS_FILE`` (none: no schedules), unless the code location is given another.
-"""
+"""Progressor targets: one entry per namespace, the ``collect_zombies`` flat run config plus an optional
+``cron`` (docs/progressor.md, "Schedules"), named after the namespace (``default/default`` -> ``default_default``)."""
 
 from __future__ import annotations
 
@@ -31,6 +25,3 @@ def _name(entry: dict[str, Any], params: CollectParams) -> str:
 def load_targets(path: Path | None) -> list[Target[CollectParams]]:
     """Parse and validate a targets file; a bad entry is one line naming the file and the entry."""
     return read_targets(path, "progressor targets file", collect_params, _name, default_cron=DEFAULT_CRON)
-
-
-__all__ = ["TARGETS_ENV", "Target", "dagster_name", "load_targets"]

@@ -49,6 +49,7 @@ TASK = Task(
     op="collect_namespace_zombies",
     description="Progressor: collect zombie tasks (running rows left by dead workers) without disturbing live "
     "workers; error them as progressor does, or retry zombie timers.",
+    # Run monitoring cancels a run after 30 minutes, whatever holds it (each statement is bounded too).
     tags={"groundskeeper/capability": "progressor", "dagster/max_runtime": "1800"},
     what=lambda params: f"progressor {params.namespace}",
     counters=lambda result: {
@@ -58,5 +59,3 @@ TASK = Task(
     },
     failures=(NamespaceError, ClockError, ConnectionError),  # ConnectionError: ProgressorDatabaseError
 )
-"""A collection run is canceled by run monitoring after 30 minutes (``dagster/max_runtime``), whatever
-holds it (each statement is bounded too: see ``resources.postgres``)."""
