@@ -1,11 +1,6 @@
-"""Which AWS errors are worth retrying. Pure (botocore only, no Dagster): any capability can use it.
-
-Transient: throttling, HTTP 5xx and connection or timeout errors (the codes are the ones
-botocore's own "standard" retry mode treats as retryable, botocore/retries/standard.py).
-Permanent: validation, access denied, missing resources, a failed condition and any other 4xx,
-plus client-side errors (bad parameters, no credentials, no region). Anything else is not an
-AWS error and is left to the caller.
-"""
+"""Which AWS errors are worth retrying (botocore only, no Dagster). Transient: throttling, HTTP 5xx and
+connection errors (the codes botocore's "standard" retry mode retries, botocore/retries/standard.py).
+Permanent: any other AWS or client-side error. Anything else is not an AWS error."""
 
 from __future__ import annotations
 

@@ -1,36 +1,22 @@
-"""Presets: the published default retry timing of other systems, so teams can keep theirs.
-
-Every preset maps the other system's counter onto ``n`` (attempts made so far, so ``n = 1`` is
-the wait after the first failure) and counts ``max_attempts`` as the first run plus its retries.
-Each one carries its ``source``.
-"""
+"""Presets: the published default retry timing of other systems, each with its ``source``. Each maps
+the other system's counter onto ``n`` (attempts made so far); ``max_attempts`` counts the first run."""
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 from pipelines.retry.policy import (
+    FULL_JITTER,
+    INCREASE_JITTER,
     Formula,
-    FullJitter,
-    IncreaseJitter,
-    Jitter,
-    PlusMinusJitter,
     RetryPolicyError,
     SidekiqJitter,
+    plus_minus_jitter,
 )
 
 
 def _doubling(n: int) -> float:
     return 2.0 ** (n - 1)
-
-
-def _progressor(n: int, initial: int = 5, coefficient: float = 1.0) -> float:
-    """Progressor's check_retryable: initial_timeout, then trunc(last_retry_interval x coefficient)."""
-    timeout = initial
-    for _ in range(n - 1):
-        timeout = math.trunc(timeout * coefficient)
-    return float(timeout)
 
 
 PRESETS: dict[str, Formula] = {
@@ -48,7 +34,7 @@ PRESETS: dict[str, Formula] = {
         Formula(
             name="oban",
             formula=lambda n: 15 + 2**n,
-            jitter=IncreaseJitter(0.1),
+            jitter=INCREASE_JITTER,
             max_attempts=20,
             summary="15 + 2**n s plus up to 10%, 20 attempts",
             source="Oban 2.x lib/oban/worker.ex backoff/1: Backoff.exponential(attempt, mult: 1, max_pow: 100, "
@@ -57,7 +43,7 @@ PRESETS: dict[str, Formula] = {
         Formula(
             name="river",
             formula=lambda n: float(n) ** 4,
-            jitter=PlusMinusJitter(0.1),
+            jitter=plus_minus_jitter(0.1),
             max_attempts=25,
             summary="n**4 s +/-10%, 25 attempts",
             source="River retry_policy.go DefaultClientRetryPolicy: attempt**4 seconds +/-10% jitter "
@@ -73,7 +59,7 @@ PRESETS: dict[str, Formula] = {
         Formula(
             name="celery-backoff",
             formula=_doubling,
-            jitter=FullJitter(),
+            jitter=FULL_JITTER,
             max_delay=600.0,
             max_attempts=4,
             summary="2**(n-1) s capped at 600 s, full jitter, 3 retries",
@@ -83,7 +69,6 @@ PRESETS: dict[str, Formula] = {
         Formula(
             name="temporal",
             formula=_doubling,
-            jitter=Jitter(),
             max_delay=100.0,
             max_attempts=None,
             summary="1 s doubling, capped at 100 s, unlimited attempts",
@@ -93,7 +78,6 @@ PRESETS: dict[str, Formula] = {
         Formula(
             name="runs-fleet",
             formula=lambda n: 0.1 * 5.0 ** (n - 1),
-            jitter=Jitter(),
             max_delay=1.0,
             max_attempts=4,
             summary="0.1 s, 0.5 s, 1 s, 3 retries, no jitter",
@@ -103,7 +87,6 @@ PRESETS: dict[str, Formula] = {
         Formula(
             name="step-functions",
             formula=_doubling,
-            jitter=Jitter(),
             max_attempts=4,
             summary="1 s doubling, 3 retries, no jitter",
             source="AWS Step Functions docs, Retry field defaults: IntervalSeconds 1, MaxAttempts 3, "
@@ -111,8 +94,7 @@ PRESETS: dict[str, Formula] = {
         ),
         Formula(
             name="progressor",
-            formula=_progressor,
-            jitter=Jitter(),
+            formula=lambda n: 5.0,  # check_retryable: trunc(last_retry_interval x 1.0), from 5 s
             max_attempts=3,
             summary="5 s, then trunc(last x 1.0), 2 retries (timer tasks only)",
             source="progressor include/progressor.hrl DEFAULT_RETRY_POLICY and src/prg_worker.erl check_retryable: "

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from pipelines.retry.policy import STOP, RetryPolicy
 
-DEFAULT_HORIZON = 30
-"""Attempts simulated for unlimited policies when no count is given."""
+DEFAULT_HORIZON = 30  # attempts simulated for an unlimited policy when no count is given
 
 
 @dataclass(frozen=True)
@@ -63,12 +62,8 @@ class Timeline:
 
 
 def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
-    """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts``
-    attempts in all (default: the policy's ``max_attempts``, or 30 when unlimited).
-
-    Raises ``DelayFunctionError`` if a user delay function fails: the simulator is where an
-    operator should find that out.
-    """
+    """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts`` in all
+    (default: ``max_attempts``, or 30 when unlimited). A failing delay function raises here."""
     limit = attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON)
     steps: list[Step] = []
     cumulative = worst = 0.0
