@@ -222,7 +222,6 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         backfill_id = None
         if keys and not params.dry_run:
             backfill_id = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))  # as Dagster's ids
-            tags = {**CAPABILITY, REDRIVE_TAG: context.run_id}
             context.instance.add_backfill(
                 _backfill_module().PartitionBackfill.from_asset_partitions(
                     backfill_id=backfill_id,
@@ -230,7 +229,7 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                     partition_names=keys,
                     asset_selection=[key],
                     backfill_timestamp=time.time(),
-                    tags=tags,
+                    tags={**CAPABILITY, REDRIVE_TAG: context.run_id},
                     dynamic_partitions_store=context.instance,
                     all_partitions=False,
                     title=f"redrive {params.asset}",

@@ -67,7 +67,6 @@ class ErrorKind(StrEnum):
 @dataclass(frozen=True)
 class Classification:
     kind: ErrorKind
-    code: str  # the AWS error code, or the exception class name
     reason: str
 
     @property
@@ -93,20 +92,19 @@ def error_code_and_message(error: dict) -> tuple[str, str]:
 
 def classify_aws_error(exc: BaseException) -> Classification:
     """Sort an exception into transient / permanent / not an AWS error, with a short reason."""
-    name = type(exc).__name__
     if isinstance(exc, ClientError):
         code, message = error_code_and_message(exc.response.get("Error", {}) or {})
         status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
         if code in THROTTLING_CODES:
-            return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name} was throttled ({code})")
+            return Classification(ErrorKind.TRANSIENT, f"{exc.operation_name} was throttled ({code})")
         if code in TRANSIENT_CODES or (isinstance(status, int) and status in TRANSIENT_STATUS):
-            return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name}: server error {code} ({status})")
-        return Classification(ErrorKind.PERMANENT, code, f"{exc.operation_name}: {code}: {message}")
+            return Classification(ErrorKind.TRANSIENT, f"{exc.operation_name}: server error {code} ({status})")
+        return Classification(ErrorKind.PERMANENT, f"{exc.operation_name}: {code}: {message}")
     if isinstance(exc, BotoConnectionError | HTTPClientError):
-        return Classification(ErrorKind.TRANSIENT, name, f"connection error: {exc}")
+        return Classification(ErrorKind.TRANSIENT, f"connection error: {exc}")
     if isinstance(exc, ParamValidationError | NoCredentialsError | NoRegionError):
-        return Classification(ErrorKind.PERMANENT, name, str(exc))
-    return Classification(ErrorKind.NOT_AWS, name, str(exc))
+        return Classification(ErrorKind.PERMANENT, str(exc))
+    return Classification(ErrorKind.NOT_AWS, str(exc))
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -95,12 +95,9 @@ JITTERS: dict[str, Jitter] = {"none": Jitter(), "full": FULL_JITTER, "plus-minus
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    """Base of every policy. Subclasses give the nominal delay ``_base(n)`` for ``n >= 1``.
-
-    ``max_attempts`` counts every attempt including the first (``None``: unlimited).
-    ``non_retryable`` names error types that never retry: an exception class name (also any base
-    class name, or a dotted ``module.Class``) or an AWS error code such as ``ValidationException``.
-    """
+    """Base of every policy: subclasses give the nominal delay ``_base(n)`` for ``n >= 1``. ``max_attempts``
+    counts the first attempt (``None``: unlimited); ``non_retryable`` names error types that never
+    retry: an exception class name (or a base class's, or a dotted ``module.Class``) or an AWS error code."""
 
     max_attempts: int | None = 1
     non_retryable: tuple[str, ...] = ()
@@ -210,11 +207,8 @@ class FixedDelay(RetryPolicy):
 
 @dataclass(frozen=True, kw_only=True)
 class Exponential(RetryPolicy):
-    """``exponential(initial, coefficient, max_delay, max_attempts, jitter)``.
-
-    ``delay(n) = min(initial * coefficient ** (n - 1), max_delay)`` for ``n >= 1``, then jitter
-    (the result never exceeds ``max_delay``).
-    """
+    """``delay(n) = min(initial * coefficient ** (n - 1), max_delay)`` for ``n >= 1``, then jitter
+    (the result never exceeds ``max_delay``)."""
 
     initial: float = 1.0
     coefficient: float = 2.0

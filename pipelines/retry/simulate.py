@@ -23,7 +23,6 @@ class Step:
 
 @dataclass(frozen=True)
 class Timeline:
-    policy: RetryPolicy
     steps: tuple[Step, ...]
     stopped: bool  # the policy said STOP (rather than the simulation running out of attempts)
 
@@ -80,7 +79,7 @@ def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
         steps.append(Step(attempt=n + 1, delay=nominal, low=low, high=high, cumulative=cumulative, worst_case=worst))
     else:
         stopped = policy.nominal(max(limit, 1)) is STOP
-    return Timeline(policy=policy, steps=tuple(steps), stopped=stopped)
+    return Timeline(steps=tuple(steps), stopped=stopped)
 
 
 def human(seconds: float) -> str:
