@@ -73,8 +73,6 @@ def plus_minus_jitter(ratio: float = 0.1) -> Jitter:
 
 FULL_JITTER = Jitter("full", -1.0, 0.0)
 """Uniform in ``[0, base]`` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)."""
-INCREASE_JITTER = Jitter("increase", 0.0, 0.1)
-"""Uniform in ``[base, base * 1.1]`` (Oban's ``jitter(mode: :inc)``)."""
 
 
 @dataclass(frozen=True)

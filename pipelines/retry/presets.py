@@ -27,7 +27,7 @@ PRESETS: dict[str, p.Formula] = {
         p.Formula(
             name="oban",
             formula=lambda n: 15 + 2**n,
-            jitter=p.INCREASE_JITTER,
+            jitter=p.Jitter("increase", 0.0, 0.1),  # Oban's jitter(mode: :inc): up to 10% more
             max_attempts=20,
             summary="15 + 2**n s plus up to 10%, 20 attempts",
             source="Oban 2.x lib/oban/worker.ex backoff/1: Backoff.exponential(attempt, mult: 1, max_pow: 100, "
