@@ -63,23 +63,19 @@ class Timeline:
 def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
     """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts`` in all
     (default: ``max_attempts``, or 30 when unlimited). A failing delay function raises here."""
-    limit = attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON)
+    limit = max(attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON), 1)
     steps: list[Step] = []
     cumulative = worst = 0.0
-    stopped = False
-    for n in range(1, max(limit, 1)):
+    for n in range(1, limit):
         nominal = policy.nominal(n)
         bounds = policy.bounds(n)
         if nominal is STOP or bounds is STOP:
-            stopped = True
             break
         low, high = bounds
         cumulative += nominal
         worst += high
         steps.append(Step(attempt=n + 1, delay=nominal, low=low, high=high, cumulative=cumulative, worst_case=worst))
-    else:
-        stopped = policy.nominal(max(limit, 1)) is STOP
-    return Timeline(steps=tuple(steps), stopped=stopped)
+    return Timeline(steps=tuple(steps), stopped=policy.nominal(len(steps) + 1) is STOP)
 
 
 def human(seconds: float) -> str:
