@@ -1,12 +1,6 @@
-"""Dagster wiring of ``redrive_failed_partitions``: for any partitioned asset of the code location,
-relaunch the partitions whose latest run failed in a window (optionally the missing ones too) as
-one asset backfill, bounded by ``max_runs`` and tagged, and report every partition's outcome as a
-table in the run's metadata and as a JSON object under ``redrives/`` in the archive bucket.
-
-The runs are launched the way the UI launches a backfill (an asset backfill that the daemon's
-backfill loop turns into one run per partition), so they show under Overview -> Backfills with
-their own per-partition status, and each run carries the redrive's tags.
-"""
+"""Dagster wiring of ``redrive_failed_partitions``. The partitions are relaunched the way the UI
+launches a backfill (one asset backfill, one run per partition), so they show under Overview ->
+Backfills; every partition's outcome is a table in the run's metadata and a JSON report in S3."""
 
 import dataclasses
 import datetime as dt
@@ -43,8 +37,6 @@ JOB_NAME = "redrive_failed_partitions"
 OP_NAME = "find_and_relaunch"
 REDRIVE_TAG = "groundskeeper/redrive"
 CAPABILITY = {"groundskeeper/capability": "redrive"}
-"""One run at a time per value (a tag concurrency limit of every instance): a redrive run reads the
-partitions' states and launches their backfill with no other redrive in between."""
 
 
 def _in_window(partitions_def: dg.PartitionsDefinition, key: str, start: dt.datetime, end: dt.datetime) -> bool:
@@ -85,10 +77,9 @@ def _failed_since(instance: dg.DagsterInstance, key: dg.AssetKey, since: dt.date
 
 
 def _backfill_module():
-    """Dagster has no public API to launch an asset backfill from code or to list the unfinished
-    ones; ``dagster._core.execution.backfill`` is what the UI's "Launch backfill" and `dagster job
-    backfill` use. The one private import of the code location; imported when a redrive runs (the
-    module costs about 0.1 s, which loading the code location does not need to pay)."""
+    """Dagster has no public API to launch an asset backfill from code or to list the unfinished ones:
+    this is what the UI's "Launch backfill" uses. The code location's one private import, imported
+    when a redrive runs (0.1 s that loading the code location need not pay)."""
     from dagster._core.execution import backfill
 
     return backfill
@@ -136,12 +127,11 @@ def partition_states(
     since: dt.datetime,
     now: dt.datetime,
     include_missing: bool,
-    backfills: dict[str, str] | None = None,
+    backfills: dict[str, str],
 ) -> dict[str, str]:
     """Every candidate partition's state: failed (its latest run failed, and a failure is in the
     window), missing (in the window, never materialized), in_progress (a run queued or running),
     in_backfill (in ``backfills``, partition -> unfinished backfill), or gone."""
-    backfills = backfills or {}
     existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     candidates = _failed_since(instance, key, since)
     if include_missing:
@@ -161,20 +151,14 @@ def partition_states(
             states[k] = IN_BACKFILL
         elif status == dg.AssetPartitionStatus.FAILED:
             states[k] = FAILED
-        elif status == dg.AssetPartitionStatus.IN_PROGRESS:
-            states[k] = IN_PROGRESS
         elif status is None:
             states[k] = MISSING
-        # materialized: succeeded since it failed; nothing to do
     return states
 
 
 def _table(outcomes) -> dg.TableMetadataValue:
     return dg.MetadataValue.table(
-        records=[
-            dg.TableRecord(dict(partition=o.partition, state=o.state, outcome=o.outcome, detail=o.detail))
-            for o in outcomes
-        ],
+        records=[dg.TableRecord(dataclasses.asdict(o)) for o in outcomes],
         schema=dg.TableSchema(
             columns=[
                 dg.TableColumn("partition", "string"),
@@ -238,7 +222,6 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         backfill_id = None
         if keys and not params.dry_run:
             backfill_id = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))  # as Dagster's ids
-            tags = {**CAPABILITY, REDRIVE_TAG: context.run_id}
             context.instance.add_backfill(
                 _backfill_module().PartitionBackfill.from_asset_partitions(
                     backfill_id=backfill_id,
@@ -246,7 +229,7 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                     partition_names=keys,
                     asset_selection=[key],
                     backfill_timestamp=time.time(),
-                    tags=tags,
+                    tags={**CAPABILITY, REDRIVE_TAG: context.run_id},
                     dynamic_partitions_store=context.instance,
                     all_partitions=False,
                     title=f"redrive {params.asset}",
@@ -286,7 +269,7 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
             "Relaunch the failed (optionally missing) partitions of a partitioned asset in a time window, "
             "bounded by max_runs, as one tagged backfill; reports each partition's outcome."
         ),
-        tags={**CAPABILITY, ONE_AT_A_TIME_TAG: JOB_NAME},
+        tags={**CAPABILITY, ONE_AT_A_TIME_TAG: JOB_NAME},  # one redrive at a time: none launches a partition twice
         executor_def=dg.in_process_executor,
     )
     def redrive_failed_partitions():

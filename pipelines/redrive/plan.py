@@ -57,10 +57,7 @@ def to_launch(outcomes: list[Outcome]) -> list[str]:
 
 
 def counts(outcomes: list[Outcome]) -> dict[str, int]:
-    out = {LAUNCHED: 0, WOULD_LAUNCH: 0, SKIPPED: 0}
-    for o in outcomes:
-        out[o.outcome] += 1
-    return out
+    return {outcome: sum(o.outcome == outcome for o in outcomes) for outcome in (LAUNCHED, WOULD_LAUNCH, SKIPPED)}
 
 
 def report_key(asset: str, run_id: str) -> str:

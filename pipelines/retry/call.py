@@ -1,9 +1,8 @@
-"""Retry one call in plain Python, by a policy (no Dagster): for code that works through a batch
-and should not restart a whole op because one AWS call was throttled."""
+"""Retry one call in plain Python, by a policy: for batch code that should not restart a whole op
+because one AWS call was throttled."""
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -20,7 +19,6 @@ def retry_call(
     *,
     retryable: Callable[[BaseException], bool] = is_transient,
     sleep: Callable[[float], None] = time.sleep,
-    rng: random.Random | None = None,
     on_retry: Callable[[int, BaseException, float], None] | None = None,
 ) -> T:
     """Call ``fn`` until it returns; after a failure that is ``retryable`` (default: a transient
@@ -36,7 +34,7 @@ def retry_call(
             if not (retryable(exc) and policy.is_retryable(exc)):
                 raise
             try:
-                wait = policy.delay(attempts, rng)
+                wait = policy.delay(attempts)
             except Exception as policy_error:
                 raise policy_error from exc
             if wait is STOP:

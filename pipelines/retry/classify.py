@@ -1,11 +1,6 @@
-"""Which AWS errors are worth retrying. Pure (botocore only, no Dagster): any capability can use it.
-
-Transient: throttling, HTTP 5xx and connection or timeout errors (the codes are the ones
-botocore's own "standard" retry mode treats as retryable, botocore/retries/standard.py).
-Permanent: validation, access denied, missing resources, a failed condition and any other 4xx,
-plus client-side errors (bad parameters, no credentials, no region). Anything else is not an
-AWS error and is left to the caller.
-"""
+"""Which AWS errors are worth retrying (botocore only, no Dagster). Transient: throttling, HTTP 5xx and
+connection errors (the codes botocore's "standard" retry mode retries, botocore/retries/standard.py).
+Permanent: any other AWS or client-side error. Anything else is not an AWS error."""
 
 from __future__ import annotations
 
@@ -72,7 +67,6 @@ class ErrorKind(StrEnum):
 @dataclass(frozen=True)
 class Classification:
     kind: ErrorKind
-    code: str  # the AWS error code, or the exception class name
     reason: str
 
     @property
@@ -98,20 +92,19 @@ def error_code_and_message(error: dict) -> tuple[str, str]:
 
 def classify_aws_error(exc: BaseException) -> Classification:
     """Sort an exception into transient / permanent / not an AWS error, with a short reason."""
-    name = type(exc).__name__
     if isinstance(exc, ClientError):
         code, message = error_code_and_message(exc.response.get("Error", {}) or {})
         status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
         if code in THROTTLING_CODES:
-            return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name} was throttled ({code})")
+            return Classification(ErrorKind.TRANSIENT, f"{exc.operation_name} was throttled ({code})")
         if code in TRANSIENT_CODES or (isinstance(status, int) and status in TRANSIENT_STATUS):
-            return Classification(ErrorKind.TRANSIENT, code, f"{exc.operation_name}: server error {code} ({status})")
-        return Classification(ErrorKind.PERMANENT, code, f"{exc.operation_name}: {code}: {message}")
+            return Classification(ErrorKind.TRANSIENT, f"{exc.operation_name}: server error {code} ({status})")
+        return Classification(ErrorKind.PERMANENT, f"{exc.operation_name}: {code}: {message}")
     if isinstance(exc, BotoConnectionError | HTTPClientError):
-        return Classification(ErrorKind.TRANSIENT, name, f"connection error: {exc}")
+        return Classification(ErrorKind.TRANSIENT, f"connection error: {exc}")
     if isinstance(exc, ParamValidationError | NoCredentialsError | NoRegionError):
-        return Classification(ErrorKind.PERMANENT, name, str(exc))
-    return Classification(ErrorKind.NOT_AWS, name, str(exc))
+        return Classification(ErrorKind.PERMANENT, str(exc))
+    return Classification(ErrorKind.NOT_AWS, str(exc))
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -1,16 +1,5 @@
-"""JSON form of retry policies, so a run config or a run tag can carry one.
-
-    {"kind": "none"}
-    {"kind": "fixed", "delay": 30, "maxAttempts": 3}
-    {"kind": "exponential", "initial": 5, "coefficient": 2, "maxDelay": 3600, "maxAttempts": 5,
-     "jitter": "full"}                       # jitter: none | full | plus-minus (+ "jitterRatio")
-    {"kind": "preset", "name": "sidekiq"}
-    {"kind": "function", "path": "mypkg.policies:delay", "maxAttempts": 10}
-
-Every kind also takes ``"nonRetryable": ["ValidationException", "ValueError", ...]``.
-``maxAttempts`` counts the first run; ``null`` means unlimited. Unknown kinds or fields, negative
-delays, ``maxAttempts`` 0 and malformed paths raise ``RetryPolicyError`` naming field and value.
-"""
+"""JSON form of retry policies (the table in docs/retry.md), so a run config or a run tag can carry
+one. Bad input raises ``RetryPolicyError`` naming the field and the value."""
 
 from __future__ import annotations
 

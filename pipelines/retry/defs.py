@@ -1,7 +1,5 @@
-"""Dagster wiring of the retry library: the ``retry_policies`` asset and the local ``retry_demo``
-job. The ``delayed_run_retries`` sensor spans capabilities: it is ``sensors/run_retries.py``,
-wired to every job in ``pipelines/definitions.py``.
-"""
+"""Dagster wiring of the retry library: the ``retry_policies`` asset and the local ``retry_demo`` job
+(the ``delayed_run_retries`` sensor spans capabilities: ``sensors/run_retries.py``)."""
 
 import time
 from collections.abc import Sequence
@@ -19,11 +17,6 @@ from pipelines.retry.policy import RetryPolicyError
 from pipelines.retry.presets import PRESETS
 from pipelines.retry.simulate import human, timeline
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
-
-__all__ = ["RetryDemoParams", "RetryPoliciesParams", "build_defs", "build_retry_policies_asset"]
-
-
-# -- the retry_policies asset ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -102,8 +95,6 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     return retry_policies
 
 
-# -- local demo: a job that fails with a transient error until its Nth attempt ----------------------
-
 DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}'
 
 
@@ -150,8 +141,7 @@ def retry_demo():
     throttled_until_attempt()
 
 
-MATERIALIZED = "materialized"
-"""retry_policies_on_start's cursor once it has seen the asset materialized."""
+MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has seen the asset materialized
 
 
 def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorDefinition:
@@ -166,9 +156,8 @@ def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorD
         description="Local only: materializes retry_policies once when it was never materialized.",
     )
     def retry_policies_on_start(context: dg.SensorEvaluationContext):
-        if context.cursor == MATERIALIZED:  # seen before: no need to read the instance again
-            return dg.SkipReason(f"{asset.key.to_user_string()} is materialized; nothing to do")
-        if context.instance.get_latest_materialization_event(asset.key) is not None:
+        # once seen materialized, the cursor spares reading the instance again
+        if context.cursor == MATERIALIZED or context.instance.get_latest_materialization_event(asset.key) is not None:
             context.update_cursor(MATERIALIZED)
             return dg.SkipReason(f"{asset.key.to_user_string()} is materialized; nothing to do")
         # the run key makes this one run per instance, also if it is still queued on the next tick

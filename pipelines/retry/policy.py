@@ -1,9 +1,5 @@
-"""Retry policies: a policy is a delay function ``delay(n) -> seconds | STOP`` (the retry RFC).
-
-``n`` is the number of attempts made so far: ``delay(0)`` is the wait before the first run (0 for
-every built-in form), ``delay(1)`` the wait after the first attempt failed, and so on. Once ``n``
-reaches ``max_attempts`` the answer is ``STOP``. No Dagster imports here.
-"""
+"""Retry policies: a policy is a delay function ``delay(n) -> seconds | STOP`` (the retry RFC), ``n``
+being the attempts made so far (see docs/retry.md). No Dagster imports here."""
 
 from __future__ import annotations
 
@@ -20,14 +16,7 @@ from typing import Any
 
 
 class _Stop:
-    """The "do not retry" answer of a delay function. Falsy, a singleton, printed as ``STOP``."""
-
-    _instance: _Stop | None = None
-
-    def __new__(cls) -> _Stop:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    """The "do not retry" answer of a delay function. Falsy, printed as ``STOP``, pickled as the one ``STOP``."""
 
     def __bool__(self) -> bool:
         return False
@@ -61,69 +50,36 @@ class DelayFunctionError(RetryPolicyError):
         self.n = n
 
 
-# --------------------------------------------------------------------------------------------
-# Jitter: how a nominal delay is spread. ``sample`` draws one delay, ``bounds`` gives its range.
-
-
 @dataclass(frozen=True)
 class Jitter:
-    """No jitter: the delay is the nominal delay."""
+    """How a nominal delay ``base`` is spread: uniformly over ``base * (1 + [low, high])``; by
+    default not at all. ``sample`` draws one delay, ``bounds`` gives its range."""
 
-    name = "none"
-
-    def sample(self, base: float, n: int, rng: random.Random) -> float:
-        return base
-
-    def bounds(self, base: float, n: int) -> tuple[float, float]:
-        return base, base
-
-
-@dataclass(frozen=True)
-class FullJitter(Jitter):
-    """Uniform in ``[0, base]`` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)."""
-
-    name = "full"
+    name: str = "none"
+    low: float = 0.0
+    high: float = 0.0
 
     def sample(self, base: float, n: int, rng: random.Random) -> float:
-        return rng.uniform(0.0, base)
+        return base * (1.0 + rng.uniform(self.low, self.high))
 
     def bounds(self, base: float, n: int) -> tuple[float, float]:
-        return 0.0, base
+        return base * (1.0 + self.low), base * (1.0 + self.high)
 
 
-@dataclass(frozen=True)
-class PlusMinusJitter(Jitter):
-    """Uniform in ``[base * (1 - ratio), base * (1 + ratio)]`` (River uses ratio 0.1)."""
-
-    ratio: float = 0.1
-    name = "plus-minus"
-
-    def sample(self, base: float, n: int, rng: random.Random) -> float:
-        return base * (1.0 + rng.uniform(-self.ratio, self.ratio))
-
-    def bounds(self, base: float, n: int) -> tuple[float, float]:
-        return base * (1.0 - self.ratio), base * (1.0 + self.ratio)
+def plus_minus_jitter(ratio: float = 0.1) -> Jitter:
+    """``base * (1 +/- ratio)`` (River uses 0.1)."""
+    return Jitter("plus-minus", -ratio, ratio)
 
 
-@dataclass(frozen=True)
-class IncreaseJitter(Jitter):
-    """Uniform in ``[base, base * (1 + ratio)]`` (Oban's ``jitter(mode: :inc)``, ratio 0.1)."""
-
-    ratio: float = 0.1
-    name = "increase"
-
-    def sample(self, base: float, n: int, rng: random.Random) -> float:
-        return base * (1.0 + rng.uniform(0.0, self.ratio))
-
-    def bounds(self, base: float, n: int) -> tuple[float, float]:
-        return base, base * (1.0 + self.ratio)
+FULL_JITTER = Jitter("full", -1.0, 0.0)
+"""Uniform in ``[0, base]`` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)."""
 
 
 @dataclass(frozen=True)
 class SidekiqJitter(Jitter):
     """Sidekiq's ``rand(10) * (count + 1)`` with ``count = n - 1``: an integer ``0..9`` times ``n``."""
 
-    name = "sidekiq"
+    name: str = "sidekiq"
 
     def sample(self, base: float, n: int, rng: random.Random) -> float:
         return base + rng.randrange(10) * n
@@ -132,17 +88,14 @@ class SidekiqJitter(Jitter):
         return base, base + 9 * n
 
 
-JITTERS: dict[str, Jitter] = {"none": Jitter(), "full": FullJitter(), "plus-minus": PlusMinusJitter()}
+JITTERS: dict[str, Jitter] = {"none": Jitter(), "full": FULL_JITTER, "plus-minus": plus_minus_jitter()}
 
 
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
-    """Base of every policy. Subclasses give the nominal delay ``_base(n)`` for ``n >= 1``.
-
-    ``max_attempts`` counts every attempt including the first (``None``: unlimited).
-    ``non_retryable`` names error types that never retry: an exception class name (also any base
-    class name, or a dotted ``module.Class``) or an AWS error code such as ``ValidationException``.
-    """
+    """Base of every policy: subclasses give the nominal delay ``_base(n)`` for ``n >= 1``. ``max_attempts``
+    counts the first attempt (``None``: unlimited); ``non_retryable`` names error types that never
+    retry: an exception class name (or a base class's, or a dotted ``module.Class``) or an AWS error code."""
 
     max_attempts: int | None = 1
     non_retryable: tuple[str, ...] = ()
@@ -196,9 +149,6 @@ class RetryPolicy:
         if isinstance(error, RetryPolicyError):
             return False
         return not (error_names(error) & set(self.non_retryable))
-
-    def to_json(self) -> dict[str, Any]:
-        raise NotImplementedError
 
     def describe(self) -> str:
         return self.kind
@@ -255,11 +205,8 @@ class FixedDelay(RetryPolicy):
 
 @dataclass(frozen=True, kw_only=True)
 class Exponential(RetryPolicy):
-    """``exponential(initial, coefficient, max_delay, max_attempts, jitter)``.
-
-    ``delay(n) = min(initial * coefficient ** (n - 1), max_delay)`` for ``n >= 1``, then jitter
-    (the result never exceeds ``max_delay``).
-    """
+    """``delay(n) = min(initial * coefficient ** (n - 1), max_delay)`` for ``n >= 1``, then jitter
+    (the result never exceeds ``max_delay``)."""
 
     initial: float = 1.0
     coefficient: float = 2.0
@@ -267,10 +214,9 @@ class Exponential(RetryPolicy):
 
     def _base(self, n: int) -> float:
         try:
-            value = self.initial * self.coefficient ** (n - 1)
+            return self.initial * self.coefficient ** (n - 1)
         except OverflowError:
-            value = math.inf
-        return value
+            return math.inf
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -281,8 +227,8 @@ class Exponential(RetryPolicy):
             "maxAttempts": self.max_attempts,
             "jitter": self.jitter.name,
         }
-        if isinstance(self.jitter, PlusMinusJitter) and self.jitter.ratio != PlusMinusJitter().ratio:
-            out["jitterRatio"] = self.jitter.ratio
+        if self.jitter.name == "plus-minus" and self.jitter != JITTERS["plus-minus"]:
+            out["jitterRatio"] = self.jitter.high
         return {**out, **self._common_json()}
 
     def describe(self) -> str:
@@ -318,19 +264,15 @@ class Formula(RetryPolicy):
 
 @dataclass(frozen=True, kw_only=True)
 class FunctionPolicy(RetryPolicy):
-    """A user delay function named by a dotted path ``package.module:function``.
-
-    The function gets ``n`` and returns seconds, or ``False``/``None``/``STOP`` for "do not
-    retry". If it raises (anything, ``SystemExit`` and ``KeyboardInterrupt`` included) or returns
-    anything else, ``delay`` raises ``DelayFunctionError`` naming the function: the caller must
-    treat that as final, never as a reason to retry, and the process never exits because of it.
-    """
+    """A user delay function ``package.module:function`` of ``n``: seconds, or ``False``/``None``/``STOP``
+    for "do not retry". Whatever else it returns or raises (``SystemExit`` included) is a
+    ``DelayFunctionError`` naming it: final, never a reason to retry, never a process exit."""
 
     path: str = ""
     function: Callable[[int], Any] = field(default=lambda n: STOP, compare=False, repr=False)
     kind = "function"
 
-    def _call(self, n: int) -> float | _Stop:
+    def _base(self, n: int) -> float | _Stop:
         try:
             value = self.function(n)
         except BaseException as exc:  # the retry RFC's warning: identify it, never retry it, never exit
@@ -343,11 +285,8 @@ class FunctionPolicy(RetryPolicy):
             )
         return float(value)
 
-    def _base(self, n: int) -> float | _Stop:
-        return self._call(n)
-
     def _first(self) -> float | _Stop:  # type: ignore[override]
-        return self._call(0)
+        return self._base(0)
 
     def to_json(self) -> dict[str, Any]:
         return {"kind": "function", "path": self.path, "maxAttempts": self.max_attempts, **self._common_json()}
@@ -356,7 +295,6 @@ class FunctionPolicy(RetryPolicy):
         return f"function {self.path}, {_attempts(self.max_attempts)}"
 
 
-# --------------------------------------------------------------------------------------------
 # Constructors (validated)
 
 _PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)  # one name after ':', no walk
@@ -406,31 +344,18 @@ def exponential(
     non_retryable: tuple[str, ...] | list[str] = (),
 ) -> Exponential:
     initial = _seconds("initial", initial)
-    if (
-        isinstance(coefficient, bool)
-        or not isinstance(coefficient, int | float)
-        or not 1 <= coefficient <= MAX_COEFFICIENT
-    ):
-        raise RetryPolicyError(
-            f"coefficient must be a number from 1 to {MAX_COEFFICIENT}, got {coefficient!r}",
-            field="coefficient",
-            value=coefficient,
-        )
+    coefficient = _number("coefficient", coefficient, 1, MAX_COEFFICIENT, f"a number from 1 to {MAX_COEFFICIENT}")
     if max_delay is not None:
         max_delay = _seconds("maxDelay", max_delay)
     if jitter not in JITTERS:
         raise RetryPolicyError(f"jitter must be one of {sorted(JITTERS)}, got {jitter!r}", field="jitter", value=jitter)
-    if isinstance(jitter_ratio, bool) or not isinstance(jitter_ratio, int | float) or not 0 <= jitter_ratio <= 1:
-        raise RetryPolicyError(
-            f"jitterRatio must be a number in [0, 1], got {jitter_ratio!r}", field="jitterRatio", value=jitter_ratio
-        )
-    chosen = PlusMinusJitter(float(jitter_ratio)) if jitter == "plus-minus" else JITTERS[jitter]
+    jitter_ratio = _number("jitterRatio", jitter_ratio, 0, 1, "a number in [0, 1]")
     return Exponential(
         initial=initial,
-        coefficient=float(coefficient),
+        coefficient=coefficient,
         max_delay=max_delay,
         max_attempts=_max_attempts("maxAttempts", max_attempts),
-        jitter=chosen,
+        jitter=plus_minus_jitter(jitter_ratio) if jitter == "plus-minus" else JITTERS[jitter],
         non_retryable=_names(non_retryable),
     )
 
@@ -438,49 +363,42 @@ def exponential(
 def function(
     path: str, max_attempts: int | None = None, *, non_retryable: tuple[str, ...] | list[str] = ()
 ) -> FunctionPolicy:
-    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built.
-
-    No part of the path starts with ``_`` (``pkg.__main__``, ``pkg._private``, ``:_exit``). The
-    module is a registered module or one of its submodules, and the check never imports it: the
-    registered module (the deployment's own name in ``GROUNDSKEEPER_RETRY_FUNCTIONS``) is imported,
-    and the path's module must then be loaded already (the registered module itself, or a
-    submodule it imports). The name after ``:`` is one attribute of that module (no dotted walk),
-    and it must be a plain Python function defined in a registered module (its ``__module__``): not
-    a builtin such as ``sys.exit`` or ``os.close`` that the module imported, nor a function it
-    imported from an unregistered module, nor a class or another callable object. Anything raised
-    while resolving it (``SystemExit`` included) is a ``RetryPolicyError``."""
+    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built. What a
+    path may name, and why, is in docs/retry.md: a public function defined in a module registered in
+    ``GROUNDSKEEPER_RETRY_FUNCTIONS``, found without importing anything else. Anything raised while
+    resolving it (``SystemExit`` included) is a ``RetryPolicyError``."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
     if not _registered(module_name):
         registered = ", ".join(registered_function_modules()) or "none"
-        raise RetryPolicyError(
-            f"path {path!r} is not in a registered module: function policies may name only public functions "
+        raise _path_error(
+            path,
+            f"is not in a registered module: function policies may name only public functions "
             f"of the modules in {FUNCTIONS_ENV} (registered: {registered})",
-            field="path",
-            value=path,
         )
     if any(part.startswith("_") for part in [*module_name.split("."), attr]):
-        raise RetryPolicyError(
-            f"path {path!r} has a part that starts with '_' (a private module or name, or a package's "
+        raise _path_error(
+            path,
+            "has a part that starts with '_' (a private module or name, or a package's "
             "__main__, which runs its command line): a function policy names a public function of a public module",
-            field="path",
-            value=path,
         )
     try:
         target = _resolve(path, module_name, attr)
     except RetryPolicyError:
         raise
     except BaseException as exc:  # SystemExit, KeyboardInterrupt...: a policy error, never an exit
-        raise RetryPolicyError(
-            f"path {path!r} cannot be resolved: {_type_and_message(exc)}", field="path", value=path
-        ) from None
+        raise _path_error(path, f"cannot be resolved: {_type_and_message(exc)}") from None
     return FunctionPolicy(
         path=path,
         function=target,
         max_attempts=_max_attempts("maxAttempts", max_attempts),
         non_retryable=_names(non_retryable),
     )
+
+
+def _path_error(path: str, problem: str) -> RetryPolicyError:
+    return RetryPolicyError(f"path {path!r} {problem}", field="path", value=path)
 
 
 def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
@@ -490,11 +408,10 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
             try:
                 importlib.import_module(registered)
             except BaseException as exc:  # a registered module that exits on import is a policy error
-                raise RetryPolicyError(
-                    f"path {path!r} cannot be imported: {_type_and_message(exc)} (importing {registered}, "
+                raise _path_error(
+                    path,
+                    f"cannot be imported: {_type_and_message(exc)} (importing {registered}, "
                     f"registered in {FUNCTIONS_ENV})",
-                    field="path",
-                    value=path,
                 ) from None
     module = sys.modules.get(module_name)
     if module is None:
@@ -506,15 +423,12 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
         )
     target = vars(module).get(attr)  # the module's own namespace: no module __getattr__
     if target is None:
-        raise RetryPolicyError(
-            f"path {path!r} cannot be imported: no {attr!r} in {module_name}", field="path", value=path
-        )
+        raise _path_error(path, f"cannot be imported: no {attr!r} in {module_name}")
     if not inspect.isfunction(target) or not _registered(getattr(target, "__module__", None) or ""):
-        raise RetryPolicyError(
-            f"path {path!r} is not a function defined in a registered module ({_describe(target)}): "
+        raise _path_error(
+            path,
+            f"is not a function defined in a registered module ({_describe(target)}): "
             f"a function policy names a plain function defined in a module of {FUNCTIONS_ENV}",
-            field="path",
-            value=path,
         )
     return target
 
@@ -538,19 +452,14 @@ def _describe(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _seconds(name: str, value: Any) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or math.isnan(value)
-        or not 0 <= value <= MAX_DELAY_SECONDS
-    ):
-        raise RetryPolicyError(
-            f"{name} must be a number of seconds from 0 to {MAX_DELAY_SECONDS} (30 days), got {value!r}",
-            field=name,
-            value=value,
-        )
+def _number(name: str, value: Any, low: float, high: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:  # NaN too
+        raise RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
     return float(value)
+
+
+def _seconds(name: str, value: Any) -> float:
+    return _number(name, value, 0, MAX_DELAY_SECONDS, f"a number of seconds from 0 to {MAX_DELAY_SECONDS} (30 days)")
 
 
 def _max_attempts(name: str, value: Any) -> int | None:

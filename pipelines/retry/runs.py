@@ -1,10 +1,6 @@
-"""Whether a failed run is retried by ``delayed_run_retries``, decided once (no Dagster).
-
-The retry sensor (``sensors.run_retries``) launches the retry this decides, and alerting
-(``pipelines.alerts``) reads the same decision: a failure it says is not retried alerts at once; one
-it says is retried alerts unless a retry run of it appears within its delay plus
-``RETRY_MARGIN_SECONDS`` (the sensor may be stopped, or the job gone from the code location).
-"""
+"""Whether a failed run is retried by ``delayed_run_retries``, decided once (no Dagster): the retry
+sensor launches that retry, and alerting alerts for a retried failure only when no retry run of it
+appears within its delay plus ``RETRY_MARGIN_SECONDS`` (the sensor may be stopped)."""
 
 from __future__ import annotations
 

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 from pipelines.retry.policy import STOP, RetryPolicy
 
-DEFAULT_HORIZON = 30
-"""Attempts simulated for unlimited policies when no count is given."""
+DEFAULT_HORIZON = 30  # attempts simulated for an unlimited policy when no count is given
 
 
 @dataclass(frozen=True)
@@ -24,7 +23,6 @@ class Step:
 
 @dataclass(frozen=True)
 class Timeline:
-    policy: RetryPolicy
     steps: tuple[Step, ...]
     stopped: bool  # the policy said STOP (rather than the simulation running out of attempts)
 
@@ -63,29 +61,21 @@ class Timeline:
 
 
 def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
-    """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts``
-    attempts in all (default: the policy's ``max_attempts``, or 30 when unlimited).
-
-    Raises ``DelayFunctionError`` if a user delay function fails: the simulator is where an
-    operator should find that out.
-    """
-    limit = attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON)
+    """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts`` in all
+    (default: ``max_attempts``, or 30 when unlimited). A failing delay function raises here."""
+    limit = max(attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON), 1)
     steps: list[Step] = []
     cumulative = worst = 0.0
-    stopped = False
-    for n in range(1, max(limit, 1)):
+    for n in range(1, limit):
         nominal = policy.nominal(n)
         bounds = policy.bounds(n)
         if nominal is STOP or bounds is STOP:
-            stopped = True
             break
         low, high = bounds
         cumulative += nominal
         worst += high
         steps.append(Step(attempt=n + 1, delay=nominal, low=low, high=high, cumulative=cumulative, worst_case=worst))
-    else:
-        stopped = policy.nominal(max(limit, 1)) is STOP
-    return Timeline(policy=policy, steps=tuple(steps), stopped=stopped)
+    return Timeline(steps=tuple(steps), stopped=policy.nominal(len(steps) + 1) is STOP)
 
 
 def human(seconds: float) -> str:

@@ -6,5 +6,3 @@ POLICY_TAG = "groundskeeper/retry_policy"  # <preset name | none | JSON policy>
 ATTEMPT_TAG = "groundskeeper/retry_attempt"  # 1 for the original run, 2 for its first retry...
 RETRY_OF_TAG = "groundskeeper/retry_of"  # the failed run this run retries
 ROOT_TAG = "groundskeeper/retry_root"  # the original run of the chain
-
-__all__ = ["ATTEMPT_TAG", "POLICY_TAG", "RETRY_OF_TAG", "ROOT_TAG"]
