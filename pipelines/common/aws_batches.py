@@ -1,19 +1,6 @@
-"""Batched AWS writes, each call retried by a retry-library policy. Plain functions over boto3
-clients; no Dagster imports.
-
-- :func:`transact_conditional`: one conditional action per item in ``TransactWriteItems`` of up to
-  100 (99 plus an optional fence); one item's failed condition or refusal is its own, the rest is
-  submitted again;
-- :func:`batch_write`: ``BatchWriteItem`` in 25s; ``UnprocessedItems`` are sent again, bounded by
-  the policy;
-- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy (the only retry of
-  a metrics call; after a committed change a failure is a warning, not an error);
-- :func:`error_code` and :func:`chunks`.
-
-A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.classify``) is retried after the
-policy's waits (default :data:`CALL_POLICY`); after the last try the error is raised, except by
-:func:`transact_conditional`, which reports the items left over as ``failed``.
-"""
+"""Batched AWS writes over boto3 clients (no Dagster), each call retried by a retry-library policy
+(default :data:`CALL_POLICY`) after a transient error: :func:`transact_conditional`,
+:func:`batch_write`, :func:`put_metrics` (``docs/development.md``, ``docs/retry.md``)."""
 
 from __future__ import annotations
 
@@ -58,9 +45,6 @@ def _note(what: str) -> Callable[[int, BaseException, float], None]:
         log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
     return note
-
-
-# ---------------------------------------------------------------------------------- transactions
 
 
 class FenceFailed(RuntimeError):
@@ -113,18 +97,14 @@ def transact_conditional(
     policy: RetryPolicy = CALL_POLICY,
     what: str = "TransactWriteItems",
 ) -> Transacted[T]:
-    """Apply ``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``, usually
-    conditional) for each item, in transactions of up to 100 actions; ``fence`` (a
-    ``ConditionCheck``) joins every transaction, which then holds 99 items.
+    """Apply ``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``) for each item, in
+    transactions of up to 100 actions; ``fence`` (a ``ConditionCheck``) joins every transaction.
 
-    A cancelled transaction names each action's outcome: a failed condition (``conditional``) or a
-    refusal of that item (``refused``, with the reason); those items leave it and the rest is
-    submitted again at once. A whole call refused for a reason one item can cause
-    (``ValidationException``, a value botocore cannot send) is split in halves until that item is
-    alone. A conflict with another transaction and transient errors are retried by ``policy``;
-    after its last try the items left are ``failed``. A failed fence raises :class:`FenceFailed`;
-    other errors are raised.
-    """
+    An item whose condition failed (``conditional``) or that was refused (``refused``, with the reason)
+    leaves its cancelled transaction, and the rest is submitted again at once; a whole call refused
+    for a reason one item can cause is split in halves until that item is alone. Conflicts and
+    transient errors are retried by ``policy``, then the items left are ``failed``. A failed fence
+    raises :class:`FenceFailed`; other errors are raised."""
     out: Transacted[T] = Transacted()
     group = TRANSACTION_LIMIT - (1 if fence else 0)
     for part in chunks(list(items), group):
@@ -132,9 +112,7 @@ def transact_conditional(
     return out
 
 
-def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what: str, out: Transacted[T]) -> None:
-    todo = part
-
+def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what: str, out: Transacted[T]) -> None:
     def submit() -> None:
         nonlocal todo
         while todo:
@@ -183,9 +161,6 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
             _transact(dynamodb, todo[half:], action, fence, policy, what, out)
 
 
-# ---------------------------------------------------------------------------------- BatchWriteItem
-
-
 class Unprocessed(Exception):
     """``BatchWriteItem`` left items unprocessed (throttled): worth another try after a wait."""
 
@@ -215,14 +190,6 @@ def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, pol
     return calls
 
 
-# ---------------------------------------------------------------------------------- PutMetricData
-
-
-def _not_published(sink) -> Any:
-    """A metrics sink's ``not_published(exc)``, or None for a raw client (which raises instead)."""
-    return getattr(sink, "not_published", None)
-
-
 def put_metrics(
     cloudwatch,
     namespace: str,
@@ -231,12 +198,10 @@ def put_metrics(
     policy: RetryPolicy = CALL_POLICY,
     per_call: int = METRICS_PER_CALL,
 ) -> int:
-    """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` after a
-    transient error: the one retry of a metrics call. After the policy's last try the error is raised,
-    unless ``cloudwatch`` is a sink of metrics after a committed change (it has ``not_published(exc)``:
-    ``pipelines.common.defs.metrics.CommittedChangeMetrics``), which is told instead, and the next
-    call goes on. Returns the number of calls that went through."""
-    not_published = _not_published(cloudwatch)
+    """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` (the one retry
+    of a metrics call); then the error is raised, unless ``cloudwatch`` has ``not_published(exc)``
+    (``CommittedChangeMetrics``), which is told instead. Returns the number of calls that went through."""
+    not_published = getattr(cloudwatch, "not_published", None)  # None for a raw client
     calls = 0
     for batch in chunks(list(datums), per_call):
         try:
@@ -252,16 +217,3 @@ def put_metrics(
             continue
         calls += 1
     return calls
-
-
-__all__ = [
-    "CALL_POLICY",
-    "FenceFailed",
-    "Transacted",
-    "Unprocessed",
-    "batch_write",
-    "chunks",
-    "error_code",
-    "put_metrics",
-    "transact_conditional",
-]
