@@ -11,8 +11,7 @@ from typing import Any
 
 @cache
 def _types() -> tuple[Any, Any]:
-    """boto3's (serializer, deserializer), made at the first use: importing boto3 (with s3transfer
-    and urllib3) costs about 0.1 s, which loading the code location does not need to pay."""
+    """boto3's (serializer, deserializer), made at first use: importing boto3 costs about 0.1 s."""
     from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
     return TypeSerializer(), TypeDeserializer()
@@ -61,11 +60,9 @@ def dimension_value(value: Any) -> str:
 
 
 def first_line(error: Any, limit: int | None = 300) -> str:
-    """The first line of an error (an exception, or its text), for a one-line message or a metric
-    dimension: its first non-blank line, whitespace collapsed, cut to ``limit`` characters (the last
-    one ``…``; None: not cut). A first line that ends with ``:`` only introduces what follows
-    (botocore's ``Parameter validation failed:``), so the lines under it join it. An exception
-    without text gives its class name; no text gives ``""``."""
+    """The first non-blank line of an error (or its text), whitespace collapsed, cut to ``limit``
+    characters ending in ``…`` (None: not cut). A first line ending in ``:`` (botocore's ``Parameter
+    validation failed:``) is joined by the lines under it; an exception without text gives its class name."""
     lines = [" ".join(line.split()) for line in str("" if error is None else error).splitlines()]
     lines = [line for line in lines if line]
     if not lines:

@@ -1,10 +1,6 @@
-"""Bar charts as text, for asset pages: the one chart renderer of every capability. No Dagster.
-
-How the Dagster UI (1.13) shows markdown metadata on an asset page: inline when it is shorter than
-1,000 characters, else behind "[Show Markdown]"; and its markdown renderer drops image sources other
-than http(s), so a ``data:`` image never shows. A chart is therefore drawn with block characters in
-a code block, kept under that limit, so that it is on the page itself: :func:`text_bars`.
-"""
+"""Bar charts as text for asset pages (no Dagster). The Dagster UI (1.13) shows markdown metadata
+inline only under 1,000 characters and drops ``data:`` images, so a chart is block characters in a
+code block kept under that limit: :func:`text_bars`."""
 
 from __future__ import annotations
 
@@ -44,11 +40,9 @@ def text_bars(
     more: str = "more",
     visible_parts: bool = False,
 ) -> str:
-    """Horizontal stacked bars as markdown the asset page shows inline: per bar its label, each part
-    drawn with its :data:`MARKS` character (bars scaled to the longest), then its note; a last line
-    names the parts (``legend``). As many bars as fit under ``limit`` characters; the ones left out
-    are counted in that line (``(+3 <more>)``). ``visible_parts``: a part above 0 is drawn with at
-    least one character (counts, where 1 matters), instead of rounding to none."""
+    """Stacked bars scaled to the longest (label, parts in :data:`MARKS`, note) and a legend line;
+    as many bars as fit under ``limit`` characters, the rest counted in the legend (``(+3 <more>)``).
+    ``visible_parts``: a part above 0 is at least one character (counts, where 1 matters)."""
     if not bars:
         return empty
     if len(legend) > len(MARKS):

@@ -1,9 +1,5 @@
 """The deployment's environment values, read and checked (no Dagster): one reader per kind of value,
-each failing with one line that names the variable and its allowed values (``SettingsError``).
-
-The settings resources (``resources/settings.py``) read through these; so do plain modules that need a
-value at load, such as the first day of the batching partitions (``batch_partitions_env``).
-"""
+each failing with one line that names the variable and its allowed values (``SettingsError``)."""
 
 from __future__ import annotations
 
@@ -69,7 +65,6 @@ def checked(problems: list[str], read: Callable[..., T], name: str, default: T, 
 
 
 MAX_LOOKBACK_DAYS = 366
-DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
 
 
 def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = None) -> tuple[dt.date | None, int]:
@@ -77,13 +72,7 @@ def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = No
     366, default 30); an invalid one counts as unset and its line goes to ``problems``."""
     start = checked(problems, date_env, "BATCH_PARTITIONS_START_DATE", None, env=env)
     lookback = checked(
-        problems,
-        int_env,
-        "BATCH_PARTITIONS_LOOKBACK_DAYS",
-        DEFAULT_PARTITIONS_LOOKBACK_DAYS,
-        minimum=1,
-        maximum=MAX_LOOKBACK_DAYS,
-        env=env,
+        problems, int_env, "BATCH_PARTITIONS_LOOKBACK_DAYS", 30, minimum=1, maximum=MAX_LOOKBACK_DAYS, env=env
     )
     return start, lookback
 

@@ -1,15 +1,7 @@
-"""The rules of every HTTP request Groundskeeper makes with a credential in it (no Dagster).
-
-- No request follows a redirect: a 3xx is answered as it is (:class:`Redirected` names where it
-  pointed, without query or fragment), never with a request to a URL nobody checked.
-- A URL a credential goes to is accepted only through :func:`credential_url`, which refuses what a
-  server or a proxy could read differently from this code: user info (``user:password@``), a
-  fragment, a query where an item id is appended, NUL, control or non-ASCII characters (also
-  percent-encoded, also overlong UTF-8 such as ``%c0%ae``), an invalid percent-encoding, and a path
-  that a normalising server could read as another one (:func:`leaves_its_path`). Its refusals name
-  the setting and show at most the scheme and host, never the value.
-- A line shows a URL only through :func:`location`: no user info, no query, no fragment.
-"""
+"""The rules of every HTTP request made with a credential in it (no Dagster): no redirect is followed
+(:class:`Redirected`); a credential goes only to a URL :func:`credential_url` accepts (its refusals
+name the setting, never the value); a line shows a URL only through :func:`location` (no user info,
+query or fragment)."""
 
 from __future__ import annotations
 
@@ -19,8 +11,7 @@ from urllib.parse import SplitResult, unquote, unquote_to_bytes, urlsplit
 
 
 class Redirected(Exception):
-    """The server answered a redirect, which is never followed (``where``: its ``Location`` without
-    query or fragment, cut short)."""
+    """A redirect, never followed (``where``: its ``Location`` without query or fragment, cut short)."""
 
     def __init__(self, status: int, location_header: str | None) -> None:
         super().__init__(status, location_header)

@@ -1,34 +1,15 @@
-"""One way to declare a job's parameters. No Dagster imports.
+"""One way to declare a job's parameters (``docs/development.md``). No Dagster imports.
 
-A capability declares its parameters once, as a frozen dataclass whose fields are made with
-:func:`param`: each field carries its description, and optionally a range, a set of choices and
-old names that still work. Everything else is derived from that one declaration:
-
-- :func:`parse_params` validates a flat dict (a run config, a targets-file entry, a queue
-  message): unknown keys, missing keys, types, ranges and choices each fail with one line that
-  names the key and the value (:class:`ParamsError`);
-- ``pipelines.common.defs.config.config_schema`` builds the Dagster config schema, with the
-  descriptions that the Launchpad shows; choices (strings, matched exactly) become an enum there,
-  so the Launchpad refuses any other value before a run starts;
-- :func:`markdown_table` renders the README table of the keys.
-
-Old names (``aliases``) are accepted and reported back, so that the Dagster layer can log a
-deprecation warning in the run log::
-
-    @dataclass(frozen=True)
-    class DrainParams:
-        max_messages: int = param(0, description="Stop after this many messages (0: no limit).",
-                                  minimum=0, aliases=("maxMessages",))
-
-    params, warnings = parse_params(DrainParams, {"maxMessages": 10})
-    # params.max_messages == 10; warnings == ["maxMessages is deprecated: use max_messages"]
-
-Cross-field rules go in the dataclass's ``__post_init__``, raising :class:`ParamsError`.
+A frozen dataclass whose fields are made with :func:`param` (a description, optionally a range,
+choices and old names) is validated by :func:`parse_params` (one :class:`ParamsError` line naming the
+key and the value), rendered by :func:`markdown_table` and made a config schema by
+``pipelines.common.defs.config``. Cross-field rules go in ``__post_init__``, raising ``ParamsError``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import types
 import typing
@@ -91,15 +72,8 @@ def param(
 ) -> Any:
     """A dataclass field with what the other layers need to know. Leave ``default`` out for a
     required parameter; a dict or list default is copied for each instance."""
-    metadata = {
-        _META: {
-            "description": description,
-            "minimum": minimum,
-            "maximum": maximum,
-            "choices": tuple(choices) if choices is not None else None,
-            "aliases": tuple(aliases),
-        }
-    }
+    spec = {"description": description, "minimum": minimum, "maximum": maximum, "aliases": tuple(aliases)}
+    metadata = {_META: {**spec, "choices": tuple(choices) if choices is not None else None}}
     if isinstance(default, dict | list):
         frozen = default
         return dataclasses.field(default_factory=lambda: type(frozen)(frozen), metadata=metadata)
@@ -132,12 +106,8 @@ def specs(cls: type) -> list[ParamSpec]:
         if meta is None:
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with pipelines.common.params.param")
         kind, optional = _resolve(hints[f.name])
-        if f.default is not dataclasses.MISSING:
-            default, required = f.default, False
-        elif f.default_factory is not dataclasses.MISSING:
-            default, required = f.default_factory(), False
-        else:
-            default, required = dataclasses.MISSING, True
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        required = default is dataclasses.MISSING
         out.append(ParamSpec(name=f.name, kind=kind, required=required, default=default, optional=optional, **meta))
     return out
 
@@ -202,15 +172,6 @@ def markdown_table(cls: type) -> str:
     """The README table of ``cls``'s keys: key, default, meaning."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for spec in specs(cls):
-        default = "required" if spec.required else f"`{_json(spec.default)}`"
+        default = "required" if spec.required else f"`{json.dumps(spec.default)}`"
         rows.append(f"| `{spec.name}` | {default} | {spec.describe()} |")
     return "\n".join(rows)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
-
-
-__all__ = ["ParamSpec", "ParamsError", "markdown_table", "param", "parse_params", "specs"]

@@ -1,14 +1,8 @@
 """What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset.
 
-Every job ends with :func:`pipelines.common.defs.summary.run_summary`, which tags its run with its
-counters: one compact JSON tag, ``groundskeeper/counts`` (``{"reclaimed":3,"retried":1}``), so that
-the runs list stays short. :func:`run_counters` reads it (and the one tag per counter,
-``groundskeeper/count/<counter>``, of runs tagged before). :func:`add_up` sums the counters per
-capability over the last 24 hours and 7 days.
-
-A run's capability is its ``groundskeeper/capability`` tag (every job sets it); a run of Dagster's own
-asset job (launched from an asset page, a backfill or a sensor, ``__ASSET_JOB``) has none and takes
-the capability of the assets it selected; only a run with neither is listed under its job's name.
+A run's counters are its ``groundskeeper/counts`` tag (:func:`run_counters`); its capability is its
+``groundskeeper/capability`` tag, else that of the assets it selected (a run of Dagster's
+``__ASSET_JOB``), else its job's name. :func:`add_up` sums them over the last 24 hours and 7 days.
 """
 
 from __future__ import annotations
@@ -47,10 +41,7 @@ def counts_tag(counters: Mapping[str, int]) -> dict[str, str]:
 def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
     """Every counter a run is tagged with (:data:`COUNTS_TAG`, and the older one tag per counter);
     values that are not whole numbers are left out."""
-    out: dict[str, int] = {}
-    for key, value in tags.items():
-        if key.startswith(COUNT_TAG_PREFIX):
-            out[key[len(COUNT_TAG_PREFIX) :]] = value
+    out = {key.removeprefix(COUNT_TAG_PREFIX): value for key, value in tags.items() if key.startswith(COUNT_TAG_PREFIX)}
     try:
         packed = json.loads(tags.get(COUNTS_TAG) or "{}")
     except ValueError:

@@ -1,23 +1,6 @@
-"""The one AWS failure policy of ops, assets, asset checks and sensors.
-
-Retries are Dagster's own, declared on the definitions: an op, asset or asset check that does AWS
-work declares ``retry_policy=AWS_RETRY_POLICY`` (Dagster's ``RetryPolicy`` derived from the retry
-library's :data:`DEFAULT_OP_POLICY`), and its body carries :func:`one_line_failures`, which narrows
-what that policy retries to transient AWS errors:
-
-- a transient AWS error (throttling, 5xx, connection) is left to the step's retry policy, after
-  one warning line, until the policy's last attempt;
-- a permanent AWS error, a transient one on the last attempt, or one where there is no retry
-  policy (a sensor, a schedule, an op that leaves retries to the run) fails with the one line of
-  ``resources.errors``: ``dg.Failure(allow_retries=False)``;
-- any other error is never retried: under a retry policy it fails the step as
-  ``dg.Failure(allow_retries=False)`` raised from it (its traceback is the cause), elsewhere it passes
-  through unchanged; an interrupt (the run is being terminated) fails the step without a retry.
-
-Plain-Python code that works through a batch retries single calls with
-``pipelines.retry.retry_call`` and the same kind of policy, so that one throttled call does not
-restart a whole op.
-"""
+"""The one AWS failure policy of ops, assets, asset checks and sensors (``docs/retry.md``, "One AWS
+failure policy"): the declared ``retry_policy=AWS_RETRY_POLICY``, and :func:`one_line_failures` on
+the body, which leaves only transient AWS errors to it and fails with one line otherwise."""
 
 from __future__ import annotations
 
@@ -33,10 +16,9 @@ from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponent
 from resources.errors import explain_aws_error
 
 DEFAULT_OP_POLICY = exponential(initial=2, coefficient=2, max_delay=60, max_attempts=3, jitter="full")
-"""The retry library's policy of ops, assets and checks: 3 attempts, waits up to 2 s then 4 s (full
-jitter); its non-retryable errors, if it names any, are never retried. botocore already retries
-each call a few times; this is the second layer, for outages longer than a call. Dagster applies
-it as :data:`AWS_RETRY_POLICY`."""
+"""The retry library's policy of ops, assets and checks (3 attempts, waits up to 2 s then 4 s), the
+layer above botocore's retries for outages longer than a call; Dagster applies it as
+:data:`AWS_RETRY_POLICY`."""
 
 _BACKOFFS = (None, dg.Backoff.LINEAR, dg.Backoff.EXPONENTIAL)
 _JITTERS = {"none": None, "full": dg.Jitter.FULL}
@@ -45,14 +27,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def dagster_retry_policy(policy: RetryPolicy) -> dg.RetryPolicy | None:
-    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt: no retry).
-
-    Its retries are ``max_attempts - 1`` and its delay the policy's first wait; of Dagster's backoffs
-    (none: the delay each time, ``LINEAR``: ``n * delay``, ``EXPONENTIAL``: ``(2**n - 1) * delay``) it
-    takes the one whose waits come closest to the policy's. Exponential from 2 s doubling waits 2 s,
-    4 s: Dagster's ``LINEAR`` from 2 s gives exactly those two, its ``EXPONENTIAL`` 2 s, 6 s. Jitter
-    is none or full (Dagster's ``FULL``: uniform from 0 to the wait, as the library's). A policy that
-    Dagster cannot state (unlimited attempts, another jitter) raises ``RetryPolicyError``."""
+    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt): its
+    retries are ``max_attempts - 1``, its delay the first wait, its backoff the one of Dagster's whose
+    waits come closest to the policy's. A policy that Dagster cannot state (unlimited attempts, a
+    jitter other than none or full) raises ``RetryPolicyError``."""
     if policy.max_attempts is None:
         raise RetryPolicyError("a Dagster retry policy needs a number of attempts", field="maxAttempts", value=None)
     jitter = policy.jitter.name
@@ -148,12 +126,10 @@ _CAUGHT = (Exception, dg.DagsterExecutionInterruptedError, KeyboardInterrupt)
 
 
 def one_line_failures(fn: F) -> F:
-    """The body of an op, asset, asset check, sensor or schedule under the one AWS failure policy
-    (see the module): transient AWS errors are left to the step's retry policy (declare
-    ``retry_policy=AWS_RETRY_POLICY``), anything else fails in one line and is never retried.
-
-    ``fn`` takes the context first; plain and generator bodies alike. The signature is ``fn``'s
-    (``functools.wraps``), so Dagster sees its context, config and resource parameters as written."""
+    """The body of an op, asset, asset check, sensor or schedule under the one AWS failure policy:
+    transient AWS errors are left to the step's retry policy, anything else fails in one line and
+    is never retried. ``fn`` (plain or generator) takes ``context`` first; its signature is kept
+    (``functools.wraps``) so that Dagster sees its parameters as written."""
     params = list(inspect.signature(fn).parameters)
     if not params or params[0] != "context":
         raise TypeError(f"{fn.__qualname__}: one_line_failures needs the context as the first parameter, `context`")

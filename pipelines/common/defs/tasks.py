@@ -1,16 +1,6 @@
-"""The one Dagster adapter of the task contract (``pipelines.common.task``): a task that runs as a
-job of its own becomes that job (:func:`task_job`), and its schedules are built by the one schedule
-factory (:func:`task_schedule`).
-
-The job is one op, ``task.op``. Its run config is the task's parameters at the top level
-(``flat_config``: choices are enums, so Dagster refuses another value before the run starts); the op
-declares the one AWS failure policy (``AWS_RETRY_POLICY`` and ``one_line_failures``: a pass that
-raises fails the run with one line; one of the task's ``failures`` with its message alone), gives
-the pass the task's clients (the resources of those names, a boto3 client for an AWS one;
-``cloudwatch`` publishes metrics after a committed change, ``CommittedChangeMetrics``), ends with
-the run summary (``run_summary``: the task's ``what`` and ``counters``) and returns the pass's
-result as its output and metadata.
-"""
+"""The one Dagster adapter of the task contract (``pipelines.common.task``): a task's job of one op
+(:func:`task_job`: flat run config, the one AWS failure policy, the task's clients, the run summary)
+and its schedules (:func:`task_schedule`, through the one schedule factory)."""
 
 from __future__ import annotations
 
@@ -30,8 +20,7 @@ from pipelines.common.task import Task, TaskRun
 
 
 def _clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    """The resources ``keys`` as a pass sees them: a client's boto3 client (``get_client()``), any
-    other resource as it is (settings, the progressor database)."""
+    """The resources ``keys`` as a pass sees them: a boto3 client for a client resource, any other as it is."""
     resources = {key: getattr(context.resources, key) for key in keys}
     return {key: r.get_client() if callable(getattr(r, "get_client", None)) else r for key, r in resources.items()}
 
