@@ -1,12 +1,7 @@
-"""Names of the deployed tables, queues and buckets, read from the contract's environment variables.
-
-Each capability gets one small settings resource, so that a job needs only the variables it uses.
-Values come through ``dg.EnvVar``: a missing variable fails the run with one line that names it.
-A value read when the code location loads is checked by the plain readers of ``pipelines/common/env.py``
-(``int_env``, ``bool_env``): an invalid one never stops the code location from loading; the settings
-resource keeps one line naming the variable and its allowed values (``invalid``) and fails every run
-and sensor that uses it with that line, while the other capabilities load and run.
-"""
+"""One small settings resource per capability, from the contract's environment variables (through
+``dg.EnvVar``: a missing one fails the run with one line naming it). A value checked at load that is
+invalid never stops the code location loading: the resource keeps its line and fails every run and
+sensor that uses it with it (:class:`CheckedSettings`)."""
 
 from __future__ import annotations
 
@@ -24,14 +19,10 @@ from pipelines.common.env import ALERT_ENV, SettingsError, batch_partitions_env,
 
 
 class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
-    """A setting without which the code location cannot load (``DAGSTER_DEPLOYMENT``,
-    ``METRICS_SINK``): its one line, and nothing else, is what the operator reads.
-
-    Dagster shows a load error as its error info, message and stack; for a
-    ``DagsterUserCodeProcessError`` carrying one error info it shows that one instead (its code
-    server, ``dagster definitions validate``, the UI's code location error). So this error carries
-    the line with no stack: no traceback. (A ``SystemExit`` would give ``definitions validate`` one
-    line too, but the UI would show only "gRPC server exited with return code 1" and its command.)"""
+    """A setting without which the code location cannot load (``DAGSTER_DEPLOYMENT``, ``METRICS_SINK``),
+    shown as its one line: Dagster shows a ``DagsterUserCodeProcessError``'s one error info instead of
+    its own stack (code server, ``definitions validate``, the UI), so that info carries no stack. (A
+    ``SystemExit`` would leave the UI only "gRPC server exited with return code 1".)"""
 
     def __init__(self, line: str) -> None:
         info = SerializableErrorInfo(message=line, stack=[], cls_name=type(self).__name__)
@@ -39,9 +30,8 @@ class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
 
 
 class CheckedSettings(dg.ConfigurableResource):
-    """A resource whose environment values were checked at load (settings, DynamoDB's grouped writes):
-    ``invalid`` holds the lines of those that were not valid, and using the resource (a run or a
-    sensor) fails with them."""
+    """A resource whose environment values were checked at load: ``invalid`` holds the lines of those
+    that were not, and using the resource fails with them."""
 
     invalid: str = ""
 
