@@ -16,6 +16,17 @@ from pydantic import Field
 
 from resources.settings import CheckedSettings, LoadSettingError
 
+__all__ = [
+    "CloudWatchResource",
+    "DynamoDBResource",
+    "EC2Resource",
+    "KMSResource",
+    "S3Resource",
+    "SNSResource",
+    "SQSResource",
+    "SSMResource",
+]
+
 SESSION_ENV = (
     "AWS_PROFILE",
     "AWS_ACCESS_KEY_ID",

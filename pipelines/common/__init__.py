@@ -53,16 +53,14 @@ _NOT_DIMENSION_TEXT = re.compile(r"[^\x20-\x7e]")
 
 
 def dimension_value(value: Any) -> str:
-    """A CloudWatch dimension value: printable ASCII only (AWS refuses anything else; each other
-    character becomes ``?``), not blank (``none``), at most 255 characters."""
+    """A CloudWatch dimension value: printable ASCII (AWS refuses the rest), not blank, at most 255."""
     text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
     return text or "none"
 
 
 def first_line(error: Any, limit: int | None = 300) -> str:
-    """The first non-blank line of an error (or its text), whitespace collapsed, cut to ``limit``
-    characters ending in ``…`` (None: not cut). A first line ending in ``:`` (botocore's ``Parameter
-    validation failed:``) is joined by the lines under it; an exception without text gives its class name."""
+    """The first non-blank line of an error, collapsed, cut to ``limit`` (None: not cut). A first line
+    ending in ``:`` (botocore's ``Parameter validation failed:``) is joined by the lines under it."""
     lines = [" ".join(line.split()) for line in str("" if error is None else error).splitlines()]
     lines = [line for line in lines if line]
     if not lines:

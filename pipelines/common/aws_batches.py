@@ -1,6 +1,5 @@
-"""Batched AWS writes over boto3 clients (no Dagster), each call retried by a retry-library policy
-(default :data:`CALL_POLICY`) after a transient error: :func:`transact_conditional`,
-:func:`batch_write`, :func:`put_metrics` (``docs/development.md``, ``docs/retry.md``)."""
+"""Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a
+transient error (``docs/development.md``, ``docs/retry.md``). No Dagster."""
 
 from __future__ import annotations
 
@@ -33,18 +32,14 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 def error_code(exc: BaseException) -> str:
-    """The AWS error code of a ``ClientError`` (read out of an unparsed XML body too), else the
-    exception's class name."""
+    """The AWS error code of a ``ClientError`` (also from an unparsed XML body), else the class name."""
     if isinstance(exc, ClientError):
         return error_code_and_message(exc.response.get("Error") or {})[0]
     return type(exc).__name__
 
 
 def _note(what: str) -> Callable[[int, BaseException, float], None]:
-    def note(attempt: int, exc: BaseException, wait: float) -> None:
-        log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
-
-    return note
+    return lambda attempt, exc, wait: log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
 
 class FenceFailed(RuntimeError):
@@ -76,9 +71,7 @@ def _cancellation_codes(exc: BaseException) -> list[str] | None:
 def _worth_retrying(exc: BaseException) -> bool:
     """A transaction cancelled by a conflict (no action's own verdict), or a transient AWS error."""
     codes = _cancellation_codes(exc)
-    if codes is None:
-        return is_transient(exc)
-    return all(code in _SETTLED_LATER for code in codes)
+    return is_transient(exc) if codes is None else all(code in _SETTLED_LATER for code in codes)
 
 
 def _item_refused(exc: BaseException) -> bool:
@@ -106,8 +99,7 @@ def transact_conditional(
     transient errors are retried by ``policy``, then the items left are ``failed``. A failed fence
     raises :class:`FenceFailed`; other errors are raised."""
     out: Transacted[T] = Transacted()
-    group = TRANSACTION_LIMIT - (1 if fence else 0)
-    for part in chunks(list(items), group):
+    for part in chunks(list(items), TRANSACTION_LIMIT - (1 if fence else 0)):
         _transact(dynamodb, list(part), action, fence, policy, what, out)
     return out
 
@@ -170,9 +162,8 @@ def _retry_batch_write(exc: BaseException) -> bool:
 
 
 def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, policy: RetryPolicy = CALL_POLICY) -> int:
-    """``BatchWriteItem`` of ``PutRequest``/``DeleteRequest`` entries, 25 a call; ``UnprocessedItems``
-    are sent again after the policy's waits, and once it says stop the call fails (``Unprocessed``).
-    Returns the number of calls."""
+    """``BatchWriteItem`` 25 requests a call, ``UnprocessedItems`` sent again as the policy allows
+    (then ``Unprocessed``); returns the number of calls."""
     calls = 0
     for part in chunks(list(requests), BATCH_WRITE_LIMIT):
         request = {table: list(part)}
@@ -198,9 +189,8 @@ def put_metrics(
     policy: RetryPolicy = CALL_POLICY,
     per_call: int = METRICS_PER_CALL,
 ) -> int:
-    """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` (the one retry
-    of a metrics call); then the error is raised, unless ``cloudwatch`` has ``not_published(exc)``
-    (``CommittedChangeMetrics``), which is told instead. Returns the number of calls that went through."""
+    """``PutMetricData``, each call retried by ``policy``; a call that still fails raises, unless
+    ``cloudwatch`` has ``not_published(exc)`` (``CommittedChangeMetrics``). Returns the calls made."""
     not_published = getattr(cloudwatch, "not_published", None)  # None for a raw client
     calls = 0
     for batch in chunks(list(datums), per_call):
@@ -210,10 +200,9 @@ def put_metrics(
                 policy,
                 on_retry=_note("PutMetricData"),
             )
+            calls += 1
         except Exception as exc:
             if not_published is None:
                 raise
             not_published(exc)
-            continue
-        calls += 1
     return calls

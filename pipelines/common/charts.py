@@ -1,6 +1,5 @@
-"""Bar charts as text for asset pages (no Dagster). The Dagster UI (1.13) shows markdown metadata
-inline only under 1,000 characters and drops ``data:`` images, so a chart is block characters in a
-code block kept under that limit: :func:`text_bars`."""
+"""Bar charts as text (no Dagster): the Dagster UI (1.13) shows markdown inline only under 1,000
+characters and drops ``data:`` images, so a chart is block characters in a code block."""
 
 from __future__ import annotations
 
@@ -16,8 +15,7 @@ MARKS = ("█", "░", "▓", "▒", "#", "=")
 
 @dataclass(frozen=True)
 class Bar:
-    """One line of a chart: its label, the stacked parts (in legend order), the text after the bar,
-    and the total the bar's length stands for (default: the sum of its parts)."""
+    """One line of a chart; ``total``: what the bar's length stands for (default: the sum of its parts)."""
 
     label: str
     parts: Sequence[float]
@@ -40,8 +38,7 @@ def text_bars(
     more: str = "more",
     visible_parts: bool = False,
 ) -> str:
-    """Stacked bars scaled to the longest (label, parts in :data:`MARKS`, note) and a legend line;
-    as many bars as fit under ``limit`` characters, the rest counted in the legend (``(+3 <more>)``).
+    """Stacked bars and a legend, as many as fit under ``limit`` (the rest counted: ``(+3 <more>)``);
     ``visible_parts``: a part above 0 is at least one character (counts, where 1 matters)."""
     if not bars:
         return empty

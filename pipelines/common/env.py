@@ -16,8 +16,7 @@ class SettingsError(ValueError):
 
 
 def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping[str, str] | None = None) -> int:
-    """A whole number from ``minimum`` to ``maximum`` from the environment (unset or empty:
-    ``default``); anything else is a ``SettingsError`` naming the variable and the range."""
+    """A whole number from ``minimum`` to ``maximum`` (unset or empty: ``default``)."""
     raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
@@ -31,8 +30,7 @@ def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping
 
 
 def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | None = None) -> dt.date | None:
-    """A ``YYYY-MM-DD`` date from the environment (unset or empty: ``default``); anything else is a
-    ``SettingsError`` naming the variable."""
+    """A ``YYYY-MM-DD`` date (unset or empty: ``default``)."""
     raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
@@ -43,8 +41,7 @@ def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | Non
 
 
 def bool_env(name: str, default: bool) -> bool:
-    """``true`` or ``false`` from the environment (unset or empty: ``default``); anything else is a
-    ``SettingsError`` naming the variable."""
+    """``true`` or ``false`` (unset or empty: ``default``)."""
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
@@ -89,5 +86,4 @@ ALERT_ENV = {
     "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
     "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
 }
-"""Alerting's settings (``resources.settings.AlertSettings``' fields) and the variables that set
-them: the resource reads them from these, and alerting's lines on a bad value name them."""
+"""``AlertSettings``' fields and their variables, which alerting's lines on a bad value name."""

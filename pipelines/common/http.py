@@ -31,9 +31,8 @@ NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 
 
 def leaves_its_path(path: str) -> bool:
-    """True when a server or proxy that normalises ``path`` could serve another one: a segment that,
-    percent-decoded, is ``.`` or ``..`` (also before a ``;`` parameter, as some servers read it), or
-    holds an encoded ``/`` or a ``\\``. Such a path is refused rather than normalised."""
+    """True when a server that normalises ``path`` could serve another one: a decoded segment ``.`` or
+    ``..`` (also before a ``;``, as some servers read it), or an encoded ``/`` or a ``\\``."""
     for segment in path.split("/"):
         decoded = unquote(segment)
         if decoded.split(";", 1)[0] in (".", "..") or "/" in decoded or "\\" in decoded:
@@ -68,8 +67,7 @@ def _host(parts: SplitResult | None) -> str:
 
 
 def location(url: str, *, path: bool = True) -> str:
-    """What a line may show of ``url``: ``scheme://host[:port]`` and (``path``) its path; never user
-    info, a query or a fragment. ``""`` when none of it can be shown."""
+    """What a line may show of ``url``: ``scheme://host[:port]`` and (``path``) its path, else ``""``."""
     parts = _parts(url.strip())
     where = _host(parts)
     if path and parts is not None and parts.path.isascii() and parts.path.isprintable():
@@ -78,9 +76,8 @@ def location(url: str, *, path: bool = True) -> str:
 
 
 def credential_url(name: str, value: str | None, *, query: bool = False) -> str:
-    """``value`` (surrounding blanks removed) when a credential may go to it, else :class:`UnsafeURL`
-    naming ``name``. ``query``: a query may follow the path (never for a base URL that an item id is
-    appended to, where the id would land in the query)."""
+    """``value``, stripped, when a credential may go to it, else :class:`UnsafeURL` naming ``name``.
+    ``query``: a query may follow the path (never for a base URL an item id is appended to)."""
     url = (value or "").strip()
     parts = _parts(url)
     where = _host(parts)

@@ -1,6 +1,5 @@
-"""What a schedule finds when it looks before it launches a run (``docs/development.md``, "One
-schedule factory; schedules look first"): a *work* look (:meth:`Look.work`, :meth:`Look.idle`) or a
-*state* look (:meth:`Look.state`), decided by ``pipelines.common.defs.schedules``. No Dagster."""
+"""What a schedule finds when it looks before it launches a run: a *work* or a *state* look
+(``docs/development.md``, "schedules look first"). No Dagster."""
 
 from __future__ import annotations
 
@@ -12,8 +11,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Look:
-    """``due``: a run would do something; ``reason``: what the look found (one line);
-    ``fingerprint``: of the state read, for a state look (None for a work look)."""
+    """``due``: a run would do something; ``reason``: what the look found; ``fingerprint``: a state look's."""
 
     due: bool
     reason: str

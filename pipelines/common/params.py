@@ -1,10 +1,5 @@
-"""One way to declare a job's parameters (``docs/development.md``). No Dagster imports.
-
-A frozen dataclass whose fields are made with :func:`param` (a description, optionally a range,
-choices and old names) is validated by :func:`parse_params` (one :class:`ParamsError` line naming the
-key and the value), rendered by :func:`markdown_table` and made a config schema by
-``pipelines.common.defs.config``. Cross-field rules go in ``__post_init__``, raising ``ParamsError``.
-"""
+"""One way to declare a job's parameters: a frozen dataclass of :func:`param` fields, validated by
+:func:`parse_params` (``docs/development.md``; cross-field rules go in ``__post_init__``). No Dagster."""
 
 from __future__ import annotations
 
@@ -70,8 +65,7 @@ def param(
     choices: Sequence[Any] | None = None,
     aliases: Sequence[str] = (),
 ) -> Any:
-    """A dataclass field with what the other layers need to know. Leave ``default`` out for a
-    required parameter; a dict or list default is copied for each instance."""
+    """A parameter's dataclass field (no ``default``: required; a dict or list default is copied)."""
     spec = {"description": description, "minimum": minimum, "maximum": maximum, "aliases": tuple(aliases)}
     metadata = {_META: {**spec, "choices": tuple(choices) if choices is not None else None}}
     if isinstance(default, dict | list):
@@ -140,8 +134,7 @@ def _check_value(spec: ParamSpec, key: str, value: Any) -> Any:
 
 
 def parse_params(cls: type[T], raw: Mapping[str, Any], *, what: str = "parameter") -> tuple[T, list[str]]:
-    """Validate ``raw`` against ``cls``'s declaration; returns the instance and the deprecation
-    warnings for old names used. ``what`` names the source in the unknown-key message."""
+    """The instance of ``cls`` from ``raw``, and the deprecation warnings for old names used."""
     if not isinstance(raw, Mapping):
         raise ParamsError(f"the {what}s must be a JSON object, got {type(raw).__name__}")
     declared = specs(cls)

@@ -21,7 +21,6 @@ def queue_depth(sqs, queue_url: str) -> dict[str, int]:
 
 
 def dead_letter_depth(sqs, dlq_url: str) -> dict[str, int]:
-    """``visible``, ``in_flight`` and their sum, ``depth``: a dead letter being redriven or inspected
-    is one until it is deleted."""
+    """``visible``, ``in_flight`` and ``depth``, both: a dead letter being redriven is one until deleted."""
     depth = queue_depth(sqs, dlq_url)
     return {**depth, "depth": depth["visible"] + depth["in_flight"]}

@@ -1,9 +1,4 @@
-"""What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset.
-
-A run's counters are its ``groundskeeper/counts`` tag (:func:`run_counters`); its capability is its
-``groundskeeper/capability`` tag, else that of the assets it selected (a run of Dagster's
-``__ASSET_JOB``), else its job's name. :func:`add_up` sums them over the last 24 hours and 7 days.
-"""
+"""What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset."""
 
 from __future__ import annotations
 
@@ -27,9 +22,8 @@ FIGURES = {
     "batches_sent": ("batches_sent", None),
     "zombies_collected": ("zombies_collected", None),
 }
-"""The key figures (last 24 hours), in order: figure -> (counter, capability, None for every one).
-Reclaim's retries (agendas sent to ReadyAgenda again) and progressor's (zombie timers retried) are
-different things, so they are two figures."""
+"""The key figures (last 24 hours): figure -> (counter, capability or None for all). Reclaim's and
+progressor's retries are different things, so they are two figures."""
 WINDOWS = {"last_24h": dt.timedelta(hours=24), "last_7d": dt.timedelta(days=7)}
 
 
@@ -39,8 +33,7 @@ def counts_tag(counters: Mapping[str, int]) -> dict[str, str]:
 
 
 def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
-    """Every counter a run is tagged with (:data:`COUNTS_TAG`, and the older one tag per counter);
-    values that are not whole numbers are left out."""
+    """Every whole-number counter a run is tagged with (also in the older one tag per counter)."""
     out = {key.removeprefix(COUNT_TAG_PREFIX): value for key, value in tags.items() if key.startswith(COUNT_TAG_PREFIX)}
     try:
         packed = json.loads(tags.get(COUNTS_TAG) or "{}")
@@ -58,8 +51,7 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
 
 
 def capability_of(job_name: str, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()) -> str:
-    """A run's capability: its tag, else that of the assets it selected (joined with ``+`` when
-    they belong to several), else its job's name."""
+    """A run's capability: its tag, else its assets' (joined with ``+``), else its job's name."""
     if tags.get(CAPABILITY_TAG):
         return tags[CAPABILITY_TAG]
     from_assets = sorted(set(filter(None, asset_capabilities)))
@@ -87,8 +79,7 @@ def run_counts(
 
 
 def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:
-    """Rows ``{capability, counter, last_24h, last_7d, runs_7d}``, by capability then in
-    :data:`COUNTERS` order, for every counter some run of the last 7 days reported (also 0)."""
+    """Rows ``{capability, counter, last_24h, last_7d, runs_7d}`` of every counter reported in 7 days."""
     sums: dict[tuple[str, str], dict[str, int]] = {}
     for run in runs:
         age = now - run.created

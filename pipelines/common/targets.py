@@ -25,8 +25,7 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Target(Generic[P]):
-    """One entry of a targets file: its schedule's name and cron, the job's flat run config and
-    that config parsed."""
+    """One entry of a targets file: its schedule's name and cron, its run config, and that parsed."""
 
     name: str
     cron: str
@@ -43,9 +42,8 @@ def read_targets(
     default_cron: str | None = None,
     not_config: tuple[str, ...] = ("cron",),
 ) -> list[Target[P]]:
-    """The targets of the file ``path`` (none when None; ``what`` names its kind in errors). Each
-    entry's keys but ``not_config`` are the run config, checked by ``parse``; ``name_of(entry,
-    params)`` names the target, uniquely; its ``cron`` (else ``default_cron``) has 5 fields."""
+    """The targets of the file ``path``: each entry's keys but ``not_config`` are its run config, checked
+    by ``parse``; ``name_of(entry, params)`` names it, uniquely."""
     if path is None:
         return []
     try:

@@ -17,9 +17,7 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Task(Generic[P]):
-    """One task. ``clients``: the context's clients the pass works with; ``look_clients``: those
-    the look reads with (only these are built for it); ``cron``: the schedule's own cron;
-    ``looks_at``: what the look reads, in words."""
+    """One task; ``look_clients``: the clients built for its look; ``looks_at``: what it reads, in words."""
 
     name: str
     params: type[P]
@@ -52,9 +50,8 @@ class Task(Generic[P]):
         return frozenset(name for spec in specs(self.params) for name in (spec.name, *spec.aliases))
 
     def parse(self, raw: Mapping[str, Any]) -> tuple[P, list[str]]:
-        """The validated parameters and the deprecation warnings for old names used (``ParamsError``
-        for a bad value). As runs-fleet's messages have always been read: a null parameter is its
-        default, and a whole-number parameter may be a whole float (``7.0``)."""
+        """The parameters and deprecation warnings, read as runs-fleet's messages always were: a null is
+        the default, and a whole number may be a whole float (``7.0``)."""
         kinds = {name: spec.kind for spec in specs(self.params) for name in (spec.name, *spec.aliases)}
         given = {
             key: int(value) if _whole_float(value) and kinds.get(key) is int else value
@@ -66,8 +63,7 @@ class Task(Generic[P]):
 
 @dataclass(frozen=True)
 class TaskRun:
-    """A pass's context when its task runs as a job: the run's log and id, and its ``clients`` (by
-    resource name) as attributes."""
+    """A pass's context when its task runs as a job: the run's log and id, its clients as attributes."""
 
     log: Any
     run_id: str

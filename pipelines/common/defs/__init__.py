@@ -8,7 +8,6 @@ from pipelines.common.defs.summary import operations_summary_asset
 
 
 def build_defs(executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
-    """``operations_summary`` and the default executor: in process (no second process importing the
-    code location per step, also for asset jobs and backfills launched from the UI) unless given one
-    (the cluster's Celery executor, which then runs batching backfills on the workers)."""
+    """``operations_summary`` and the default executor: in process (no process per step, also for
+    runs launched from the UI), unless given one (the cluster's Celery executor)."""
     return dg.Definitions(assets=[operations_summary_asset()], executor=executor or dg.in_process_executor)

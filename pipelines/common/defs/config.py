@@ -1,6 +1,4 @@
-"""A parameters dataclass (``pipelines.common.params``) as Dagster config: its schema
-(:func:`config_schema`), a flat run config (:func:`flat_config`) and the validated instance inside
-the op (:func:`params_from_config`)."""
+"""A parameters dataclass (``pipelines.common.params``) as Dagster config."""
 
 from __future__ import annotations
 
@@ -54,9 +52,8 @@ def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) 
 
 
 def config_schema(cls: type) -> dict[str, dg.Field]:
-    """Every field with its description, default and range; choices as a ``dg.Enum`` named
-    ``<Class>_<field>`` (Dagster refuses any other value before a run starts); each old name as an
-    optional field that says what replaced it."""
+    """The config schema of ``cls``: choices as a ``dg.Enum`` (Dagster refuses another value before a
+    run starts); each old name as an optional field."""
     schema: dict[str, dg.Field] = {}
     for spec in specs(cls):
         schema[spec.name] = _field(cls, spec, spec.describe(), with_default=True)
@@ -72,10 +69,9 @@ def flat_config(
     execution: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
     console_level: str | None = None,
 ) -> dg.ConfigMapping:
-    """A flat run config for a job whose parameters go to one op: ``{"max_messages": 10}`` instead
-    of ``{"ops": {op_name: {"config": {...}}}}``. ``execution`` may pick the executor's config from
-    the values (it must not raise: the op validates); ``console_level``: the lowest level of the
-    run's console output (the event log keeps every event; Dagster's default is DEBUG)."""
+    """The parameters of a job's one op at the top of its run config. ``execution`` picks the executor's
+    config from the values (it must not raise: the op validates); ``console_level``: the lowest level
+    of the run's console output (Dagster's default is DEBUG)."""
 
     def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"ops": {op_name: {"config": {k: v for k, v in values.items() if v is not None}}}}
@@ -89,8 +85,7 @@ def flat_config(
 
 
 def params_from_config(context: Any, cls: type[T], raw: Mapping[str, Any] | None = None) -> T:
-    """The op's parameters, validated: old names log a deprecation warning in the run log; a bad
-    value fails the op with one line and no retry. ``raw`` defaults to the op's config."""
+    """The op's parameters (``raw``, default its config): a bad value fails it in one line, no retry."""
     try:
         params, warnings = parse_params(cls, context.op_config if raw is None else raw)
     except ParamsError as exc:

@@ -21,8 +21,7 @@ CELERY_SETTINGS: dict[str, Any] = {
     "broker_connection_timeout": 10,
     "broker_transport_options": {"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 2},
 }
-"""Celery settings shared by the executor and the workers (``infra/cluster.py`` writes them into the
-workers' config file), so both sides agree."""
+"""Shared by the executor and the workers (``infra/cluster.py`` writes them in their config)."""
 
 
 def celery_executor_config(broker: Any = None) -> dict[str, Any]:
@@ -33,8 +32,7 @@ def celery_executor_config(broker: Any = None) -> dict[str, Any]:
 
 
 def celery_fan_out_executor() -> dg.ExecutorDefinition:
-    """dagster-celery's executor (imported only when this is called) on ``CELERY_BROKER_URL``, whose
-    run fails with one line when the broker or the instance database is lost (``resources.cluster``)."""
+    """``resources.cluster``'s Celery executor (imported only when called), configured."""
     from resources.cluster import celery_executor
 
     return celery_executor().configured(celery_executor_config(), name="celery")

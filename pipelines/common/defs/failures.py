@@ -1,6 +1,4 @@
-"""The one AWS failure policy of ops, assets, asset checks and sensors (``docs/retry.md``, "One AWS
-failure policy"): the declared ``retry_policy=AWS_RETRY_POLICY``, and :func:`one_line_failures` on
-the body, which leaves only transient AWS errors to it and fails with one line otherwise."""
+"""The one AWS failure policy of ops, assets, asset checks and sensors (``docs/retry.md``)."""
 
 from __future__ import annotations
 
@@ -16,9 +14,7 @@ from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponent
 from resources.errors import explain_aws_error
 
 DEFAULT_OP_POLICY = exponential(initial=2, coefficient=2, max_delay=60, max_attempts=3, jitter="full")
-"""The retry library's policy of ops, assets and checks (3 attempts, waits up to 2 s then 4 s), the
-layer above botocore's retries for outages longer than a call; Dagster applies it as
-:data:`AWS_RETRY_POLICY`."""
+"""Ops', assets' and checks' retries, for outages longer than botocore's: as :data:`AWS_RETRY_POLICY`."""
 
 _BACKOFFS = (None, dg.Backoff.LINEAR, dg.Backoff.EXPONENTIAL)
 _JITTERS = {"none": None, "full": dg.Jitter.FULL}
@@ -27,10 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def dagster_retry_policy(policy: RetryPolicy) -> dg.RetryPolicy | None:
-    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt): its
-    retries are ``max_attempts - 1``, its delay the first wait, its backoff the one of Dagster's whose
-    waits come closest to the policy's. A policy that Dagster cannot state (unlimited attempts, a
-    jitter other than none or full) raises ``RetryPolicyError``."""
+    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt): the
+    backoff whose waits come closest; ``RetryPolicyError`` for one Dagster cannot state."""
     if policy.max_attempts is None:
         raise RetryPolicyError("a Dagster retry policy needs a number of attempts", field="maxAttempts", value=None)
     jitter = policy.jitter.name
@@ -52,8 +46,7 @@ def dagster_retry_policy(policy: RetryPolicy) -> dg.RetryPolicy | None:
 
 
 AWS_RETRY_POLICY: dg.RetryPolicy = dagster_retry_policy(DEFAULT_OP_POLICY)  # type: ignore[assignment]
-"""Declared by every op, asset and asset check that does AWS work (``retry_policy=``): 2 retries,
-waits of up to 2 s then 4 s (``LINEAR`` from 2 s, full jitter)."""
+"""Declared by every op, asset and asset check that does AWS work: ``LINEAR`` from 2 s, full jitter."""
 
 
 def describe_retry_policy(policy: dg.RetryPolicy) -> str:
@@ -68,8 +61,7 @@ def describe_retry_policy(policy: dg.RetryPolicy) -> str:
 
 
 def step_retry_policy(context: Any) -> dg.RetryPolicy | None:
-    """The retry policy Dagster applies to the running step (the node's, the op's or the job's
-    ``op_retry_policy``), or None: no policy, a sensor or schedule, or a body invoked directly."""
+    """The retry policy Dagster applies to the running step, or None (also outside a step)."""
     op_context = getattr(context, "op_execution_context", context)  # an asset's or a check's context
     if not isinstance(op_context, dg.OpExecutionContext):
         return None
@@ -80,8 +72,7 @@ def step_retry_policy(context: Any) -> dg.RetryPolicy | None:
 
 
 def _final(message: str, cause: BaseException | None) -> dg.Failure:
-    """``dg.Failure(message, allow_retries=False)`` as ``raise ... from cause`` would leave it: the
-    error under it is ``cause`` (None: nothing, the line says it all)."""
+    """``dg.Failure(message, allow_retries=False)`` as ``raise ... from cause`` would leave it."""
     failure = dg.Failure(description=message, allow_retries=False)
     failure.__cause__ = cause
     failure.__suppress_context__ = True
@@ -89,8 +80,7 @@ def _final(message: str, cause: BaseException | None) -> dg.Failure:
 
 
 def _instead_of(context: Any, exc: BaseException) -> BaseException:
-    """What the body raises instead of ``exc``: ``exc`` itself when the step's retry policy is to
-    retry it, or when it passes through."""
+    """What the body raises instead of ``exc`` (``exc`` itself: left to the retry policy, or passed on)."""
     if isinstance(exc, dg.RetryRequested | dg.DagsterError):
         return exc  # an explicit retry request, or Dagster's own error (which no policy retries)
     policy = step_retry_policy(context)
@@ -126,10 +116,8 @@ _CAUGHT = (Exception, dg.DagsterExecutionInterruptedError, KeyboardInterrupt)
 
 
 def one_line_failures(fn: F) -> F:
-    """The body of an op, asset, asset check, sensor or schedule under the one AWS failure policy:
-    transient AWS errors are left to the step's retry policy, anything else fails in one line and
-    is never retried. ``fn`` (plain or generator) takes ``context`` first; its signature is kept
-    (``functools.wraps``) so that Dagster sees its parameters as written."""
+    """A body (plain or generator, ``context`` first) under the one AWS failure policy: only transient
+    AWS errors are left to the step's retry policy, anything else fails in one line."""
     params = list(inspect.signature(fn).parameters)
     if not params or params[0] != "context":
         raise TypeError(f"{fn.__qualname__}: one_line_failures needs the context as the first parameter, `context`")

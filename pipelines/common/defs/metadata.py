@@ -27,8 +27,7 @@ def rounded(key: str, value: Any) -> Any:
 
 
 def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Numbers and flags as such (rounded by :func:`rounded`), text as text, the rest as JSON; empty
-    values are left out."""
+    """Numbers, flags and text as such (rounded by :func:`rounded`), the rest as JSON, empties left out."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, bool):
@@ -48,8 +47,7 @@ _COLUMN_TYPES = {bool: "bool", int: "int", float: "float"}
 
 
 def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) -> dg.TableMetadataValue:
-    """``columns`` maps a row key to its header, in order; values are rounded by the key. The asset
-    page shows a table of at most 4 columns inline, a wider one behind a link."""
+    """``columns``: row key -> header, in order. The asset page shows at most 4 columns inline."""
     records, kinds = [], dict.fromkeys(columns, "string")
     for row in rows:
         data = {}
@@ -68,15 +66,13 @@ def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) ->
 
 
 CheckNotes = Mapping[dg.AssetCheckKey, str]
-"""What a failed check's description adds, by check: given by the code location (``make dev``'s
-demo says which failures it causes on purpose); empty in production."""
+"""What a failed check's description adds, by check (``make dev``'s demo); empty in production."""
 
 
 def noted(
     check: dg.AssetCheckKey, passed: bool, description: str, notes: CheckNotes | None
 ) -> tuple[str, dict[str, str]]:
-    """A failed ``check``'s description with its note, ``"<description> (<note>)"``, and metadata
-    ``{"demo": note}``; otherwise the description unchanged and no metadata."""
+    """A failed ``check``'s description with its note, and ``{"demo": note}``; else as they are."""
     note = (notes or {}).get(check)
     if passed or not note:
         return description, {}

@@ -10,10 +10,8 @@ from resources.errors import explain_aws_error
 
 
 class CommittedChangeMetrics:
-    """The metrics client a capability's plain code gets instead of the CloudWatch client, used through
-    ``put_metrics``. A metrics failure after a committed change must not fail the run: a retried op
-    would redo that work, and a deployment without AWS would never succeed. Calls go to the
-    ``METRICS_SINK`` (CloudWatch, or none: no call); :attr:`published` is ``metrics_published``."""
+    """The CloudWatch client that plain code gets, for ``put_metrics``: a retried op would redo the
+    committed work, so a failure is only a warning. Calls go to ``METRICS_SINK`` (or none)."""
 
     def __init__(self, context: Any, cloudwatch: Any, what: str) -> None:
         self._log = context.log

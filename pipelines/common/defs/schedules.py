@@ -1,7 +1,5 @@
-"""The one schedule factory, :func:`schedule`, which builds every schedule of the code location
-(``docs/development.md``, "One schedule factory; schedules look first"): its cron may be replaced by
-name (``crons``); a tick whose run would only wait on a tag concurrency limit skips and names the run
-holding it (:func:`held_by`); with a look, the tick launches only when the look finds the run due."""
+"""The one schedule factory, :func:`schedule`, of every schedule (``docs/development.md``, "One
+schedule factory; schedules look first")."""
 
 from __future__ import annotations
 
@@ -70,9 +68,8 @@ def _ago(delta: dt.timedelta) -> str:
 def against_last_run(
     context: dg.ScheduleEvaluationContext, look: Look, *, job_name: str, schedule_name: str, refresh: dt.timedelta
 ) -> Look:
-    """A state look decided against the last run this schedule launched: due when there is none, it
-    did not succeed, it read another state, or it is ``refresh`` old; not due while it is still
-    queued or running on the same state."""
+    """A state look decided against this schedule's last run: due when there is none, it did not
+    succeed, it read another state or it is ``refresh`` old."""
     instance = _instance(context)
     filters = dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: schedule_name})
     records = instance.get_run_records(filters, limit=1) if instance is not None else []
@@ -102,15 +99,9 @@ def against_last_run(
 
 
 def evaluate_look(
-    context: dg.ScheduleEvaluationContext,
-    look: LookFn,
-    *,
-    job_name: str,
-    schedule_name: str,
-    refresh: dt.timedelta | None = None,
+    context: dg.ScheduleEvaluationContext, look: LookFn, job_name: str, schedule_name: str, refresh: dt.timedelta | None
 ) -> Look:
-    """The look's finding (a state look decided by :func:`against_last_run`); a look that raises
-    is a due look whose reason names the error, so that the run shows the problem."""
+    """The look's finding; a look that raises is due, so that the run shows the problem."""
     try:
         found = look(context)
     except Exception as exc:
@@ -128,11 +119,7 @@ class ScheduleCadence:
 
     cron_schedule: str
     default_status: dg.DefaultScheduleStatus
-    note: str = ""
-
-    def describe(self, description: str) -> str:
-        """``description``, with the note when the cadence is not the schedule's own."""
-        return f"{description} {self.note}".strip() if self.note else description
+    note: str = ""  # said in the description when the cron is not the schedule's own
 
 
 def schedule_cadence(
@@ -148,8 +135,7 @@ def schedule_cadence(
 
 
 def held_by(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> Any:
-    """The newest queued or running run that holds a value of ``tags`` up to one of the instance's
-    tag concurrency limits (a run with ``tags`` would wait for it), or None."""
+    """The newest active run that a run with ``tags`` would wait for (a tag concurrency limit), or None."""
     queue = instance.get_concurrency_config().run_queue_config
     for limit in queue.tag_concurrency_limits if queue is not None else ():
         key, value = limit["key"], limit.get("value")
@@ -178,19 +164,15 @@ def schedule(
     crons: Mapping[str, str] | None = None,
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
-    """A schedule of ``job`` (or ``job_name``) on ``cron_schedule`` (or the cron ``crons`` names for
-    it). Each tick launches ``request(context)`` (default: a ``RunRequest`` with ``run_config`` and
-    ``tags``; a ``SkipReason`` skips the tick), unless the run would wait on a tag concurrency limit
-    or ``look`` (with ``required_resource_keys``) does not find it due (``refresh``: for a state
+    """Each tick launches ``request(context)`` (default: ``run_config`` and ``tags``), unless the run
+    would wait on a tag concurrency limit or ``look`` does not find it due (``refresh``: for a state
     look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
     assert target is not None, "schedule needs job or job_name"
     cadence = schedule_cadence(name, cron_schedule, crons, default_status)
 
-    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-        if request is not None:
-            return request(context)
-        return dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
+    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        return request(context) if request else dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
 
     job_tags = dict(getattr(job, "tags", None) or {})
 
@@ -221,5 +203,5 @@ def schedule(
         execution_timezone=execution_timezone,
         default_status=cadence.default_status,
         required_resource_keys=set(required_resource_keys or ()),
-        description=cadence.describe(description),
+        description=f"{description} {cadence.note}".strip() if cadence.note else description,
     )

@@ -15,9 +15,8 @@ from pipelines.common.defs.metadata import metadata_from, table_from
 
 
 def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> None:
-    """How a job ends: one ``summary:`` log line and the counters, zeros too, as one compact JSON run
-    tag, ``groundskeeper/counts`` (one tag keeps the runs list short). Called again in the same run
-    (several partitions in one run), the counts add up."""
+    """How a job ends: a ``summary:`` line and the counters, zeros too, as one run tag (a short runs
+    list); called again in the same run, the counts add up."""
     counts = {name: int(value) for name, value in counters.items()}
     text = ", ".join(f"{name}={value}" for name, value in counts.items())
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
@@ -35,9 +34,8 @@ def asset_capabilities(asset_graph: Any) -> dict[Any, str]:
 
 
 def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg.AssetsDefinition:
-    """The ``operations_summary`` asset: per capability, the counters of every run of the last 24 hours
-    and 7 days (:func:`window_runs`). A run of Dagster's ``__ASSET_JOB`` counts under its assets'
-    capability, told by ``asset_graph()`` (default: the run's repository)."""
+    """Per capability, the counters of every run of the last 24 hours and 7 days; an ``__ASSET_JOB``
+    run counts under its assets' capability, told by ``asset_graph()`` (default: the run's)."""
 
     @dg.asset(
         name="operations_summary",
@@ -88,8 +86,7 @@ PAGE_RUNS = 5_000
 
 @dataclass(frozen=True)
 class WindowRun:
-    """What ``operations_summary`` needs of a run: its job, creation time, summary tags (capability
-    and counters) and, for a run without a capability tag that has counters, the assets it selected."""
+    """What ``operations_summary`` needs of a run (``selected``: only without a capability tag)."""
 
     job_name: str
     created: dt.datetime
@@ -102,9 +99,7 @@ def _summary_tag(key: str) -> bool:
 
 
 def window_runs(instance: Any, since: dt.datetime, page: int = PAGE_RUNS) -> Iterator[WindowRun]:
-    """Every run created after ``since``, oldest first, ``page`` runs at a time through the
-    instance's public ``get_run_records`` (memory stays bounded whatever the history holds; 50,000
-    runs cost about 5 CPU-seconds)."""
+    """Every run created after ``since``, oldest first, ``page`` runs at a time (bounded memory)."""
     cursor = None
     while True:
         records = instance.get_run_records(

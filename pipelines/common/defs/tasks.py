@@ -1,6 +1,4 @@
-"""The one Dagster adapter of the task contract (``pipelines.common.task``): a task's job of one op
-(:func:`task_job`: flat run config, the one AWS failure policy, the task's clients, the run summary)
-and its schedules (:func:`task_schedule`, through the one schedule factory)."""
+"""The one Dagster adapter of the task contract (``pipelines.common.task``): its job and schedules."""
 
 from __future__ import annotations
 
@@ -74,9 +72,8 @@ def task_schedule(
     tags: Mapping[str, str] | None = None,
     crons: Mapping[str, str] | None = None,
 ) -> dg.ScheduleDefinition:
-    """The schedule ``name`` of ``task``'s ``job`` on ``cron`` (or the one ``crons`` names for it),
-    launching ``run_config`` (``params``, validated) with ``tags``: it looks first with the task's
-    look, over only the clients the look reads with, and skips the tick when there is nothing to do."""
+    """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (over only the
+    clients it reads with) and skipping the tick when there is nothing to do."""
     look_task = task.look
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
