@@ -1,8 +1,5 @@
-"""Groundskeeper's Dagster code: one subpackage per capability, assembled in ``definitions.py``.
-
-Silences, by message (no Dagster import here), the Beta and Preview warnings of APIs used on purpose,
-before any of ``pipelines`` or ``resources`` builds them (code server and run workers alike).
-"""
+"""Groundskeeper's Dagster code: one subpackage per capability, assembled in ``definitions.py``. Here,
+before anything builds them, the Beta and Preview warnings of APIs used on purpose are silenced."""
 
 import warnings
 

@@ -1,12 +1,9 @@
 """Run a job of the code location from the command line, with a bad run config reported in one line.
 
-The run config is checked first as Dagster would (each ``-c`` file parsed as YAML, a mapping, the
-job's config schema): each problem is one line and exit status 2, not a traceback. A config that
-passes runs through ``dagster job execute`` unchanged (no partition option: that is ``dagster asset
-materialize --partition``); arguments after ``--`` go to it as they are::
+The run config is checked as Dagster would, one line per problem (exit status 2); a config that passes
+runs through ``dagster job execute``, with the arguments after ``--`` (``docs/troubleshooting.md``)::
 
-    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json
-    .venv/bin/python -m pipelines.cli redrive_dead_letters --config-json '{"dry_run": true}' -- --tags '{"a": "b"}'
+    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json -- --tags '{"a": "b"}'
 """
 
 from __future__ import annotations

@@ -29,19 +29,14 @@ from sensors.run_retries import build_delayed_run_retries
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
 FAN_OUT_ON_CELERY = ("cluster",)
-"""The deployments whose fan-out jobs (reclaim's segments, batching, the termination drain) run
-their steps on Celery workers; elsewhere each job keeps its own executor."""
+"""The deployments whose fan-out jobs run their steps on Celery workers."""
 
 
 @dataclass(frozen=True)
 class Additions:
-    """What a development code location adds (``make dev``'s demo); production adds none.
-
-    ``defs``: its jobs and schedules (delayed_run_retries and retry_policies cover them too); ``crons``:
-    schedule name -> the cron it runs on instead; ``*_targets``: the targets files when the
-    variables name none; ``check_notes``: what a failed check's description adds; ``alert_noise``:
-    incident kinds recorded but never sent; ``retry_demo``: the ``retry_demo`` job and its sensor;
-    ``demo_jobs``: jobs whose failures are demo alerts (``[demo]``, never critical)."""
+    """What a development code location adds (``make dev``'s demo). ``crons``: schedule -> the cron it
+    runs on instead; ``alert_noise``: incident kinds never sent; ``demo_jobs``: jobs whose failures are
+    demo alerts (``[demo]``, never critical)."""
 
     defs: dg.Definitions = field(default_factory=dg.Definitions)
     crons: Mapping[str, str] = field(default_factory=dict)
@@ -54,8 +49,7 @@ class Additions:
 
 
 def build_definitions(deployment: str, additions: Additions | None = None) -> dg.Definitions:
-    """Everything the code location serves in ``deployment`` (``local``, ``prod`` or ``cluster``),
-    with what ``additions`` adds (none in production)."""
+    """Everything the code location serves in ``deployment``, with what ``additions`` adds."""
     add = additions or Additions()
     executor = celery_fan_out_executor() if deployment in FAN_OUT_ON_CELERY else None
     crons, notes = add.crons, add.check_notes
@@ -73,7 +67,6 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         add.defs,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
-        # operations_summary (it adds up every job's run_summary counters) and the default executor.
         common_defs(executor),
         dg.Definitions(resources=resources_for(deployment)),
     )

@@ -1,7 +1,5 @@
-"""Resources for every deployment (``DAGSTER_DEPLOYMENT``): ``local`` talks to ``make dev``'s moto
-server, ``prod`` to real AWS; ``cluster`` is ``prod``'s retries against endpoints from the environment
-(moto under ``make cluster``), with step outputs in S3. Names come from ``docs/contracts.md``'s variables.
-"""
+"""Resources for every deployment (``DAGSTER_DEPLOYMENT``); names come from ``docs/contracts.md``'s
+variables."""
 
 from __future__ import annotations
 

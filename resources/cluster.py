@@ -1,9 +1,6 @@
-"""The ``cluster`` profile's Celery broker or instance database, lost while a run is going, in one line
-(``docs/troubleshooting-cluster.md``). :func:`celery_executor` is dagster-celery's executor, except
-that such a loss fails the run with one line naming what was lost and where (no credentials, no stack
-trace): it records the failure through the instance (``report_run_failed``, as run monitoring does),
-waiting up to :data:`STORAGE_WAIT_SECONDS` for a lost database, then ends the run as interrupted.
-dagster-celery is imported only when the executor is built."""
+"""The ``cluster`` profile's Celery broker or instance database, lost while a run is going, as one line
+(``docs/troubleshooting-cluster.md``): the executor records the run's failure through the instance, as
+run monitoring does, then ends it as interrupted. dagster-celery is imported only when it is built."""
 
 from __future__ import annotations
 
@@ -33,20 +30,6 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def broker_location(url: str) -> str:
-    """``scheme://host:port/vhost`` of a broker URL: no user, no password."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path or '/'}"
-
-
-def database_location(url: str) -> str:
-    """``host:port/dbname`` of a PostgreSQL URL (SQLAlchemy or libpq form): no user, no password."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.hostname or 'localhost'}{port}/{unquote(parts.path.lstrip('/'))}"
-
-
 def _reason(exc: BaseException) -> str:
     """The most telling message of ``exc`` and its causes: the driver's, not the wrapper's."""
     messages = [first_line(getattr(e, "orig", None) or e, None) for e in _chain(exc)]
@@ -54,13 +37,20 @@ def _reason(exc: BaseException) -> str:
 
 
 def broker_lost_message(broker_url: str, exc: BaseException) -> str:
-    return f"the Celery broker {broker_location(broker_url)} was lost: {_reason(exc)}"
+    """Names the broker as ``scheme://host:port/vhost``: no user, no password."""
+    parts = urlsplit(broker_url)
+    where = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "") + (parts.path or "/")
+    return f"the Celery broker {where} was lost: {_reason(exc)}"
 
 
 def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str] = ()) -> str:
+    """Names the database as ``host:port/dbname`` (SQLAlchemy or libpq URL): no user, no password."""
+    parts = urlsplit(database_url)
+    port = f":{parts.port}" if parts.port else ""
     steps = sorted(step_keys)
-    where = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
-    return f"the Dagster storage database {database_location(database_url)} was lost: {first_line(reason, None)}{where}"
+    on = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
+    where = f"{parts.hostname or 'localhost'}{port}/{unquote(parts.path.lstrip('/'))}"
+    return f"the Dagster storage database {where} was lost: {first_line(reason, None)}{on}"
 
 
 def is_broker_error(exc: BaseException) -> bool:
@@ -85,8 +75,7 @@ def is_storage_error(exc: BaseException) -> bool:
 
 
 def storage_error_info(infos: Iterable[Any]) -> Any:
-    """The first serialized error (a worker's, dagster's ``SerializableErrorInfo``) that is the
-    instance database's, or None."""
+    """The first serialized error (a worker's) that is the instance database's, or None."""
     for info in infos:
         current = info
         while current is not None:
@@ -106,8 +95,7 @@ def _database_url(instance: Any) -> str:
 
 
 def _wait_for_storage(instance: Any, run_id: str) -> None:
-    """Until the instance database answers again (at most :data:`STORAGE_WAIT_SECONDS`), so that the
-    run's failure can be recorded at all."""
+    """Until the instance database answers again, so that the run's failure can be recorded at all."""
     deadline = time.monotonic() + STORAGE_WAIT_SECONDS
     while True:
         try:
@@ -120,8 +108,7 @@ def _wait_for_storage(instance: Any, run_id: str) -> None:
 
 
 def _fail_run(plan_context: Any, line: str) -> None:
-    """Record the run's failure as ``line`` alone: a ``RUN_FAILURE`` whose message is the line, with no
-    error under it (an exception raised from the executor would be recorded with its stack trace)."""
+    """A ``RUN_FAILURE`` of ``line`` alone (an exception from the executor would carry its stack trace)."""
     instance = plan_context.instance
     run = instance.get_run_by_id(plan_context.run_id)
     if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
@@ -134,8 +121,7 @@ def _is_submission_error(event: Any) -> bool:
 
 
 def celery_executor() -> dg.ExecutorDefinition:
-    """dagster-celery's ``celery`` executor (same config schema, same behaviour) whose run fails
-    with one line when the broker or the instance database is lost (see the module docstring)."""
+    """dagster-celery's ``celery`` executor, whose run fails in one line when its broker or database is lost."""
     from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
     from dagster_celery.executor import celery_executor as dagster_celery_executor
 

@@ -1,8 +1,5 @@
-"""The progressor database: a libpq URL from ``PROGRESSOR_DSN``, connections through psycopg2 (psycopg
-3 is deliberately not installed: with SQLAlchemy 2.1 it would change what a bare ``postgresql://``
-means to dagster-postgres, see ``infra/dagster.prod.yaml``). Nothing waits on the database for ever:
-connecting, every statement and lock wait are bounded and TCP keepalives notice a silent peer; each
-failure is one line naming the host, port and database (never the password)."""
+"""The progressor database (``PROGRESSOR_DSN``) through psycopg2 (not psycopg 3: see
+``infra/dagster.prod.yaml``), bounded everywhere; each failure is one line, never the password."""
 
 from __future__ import annotations
 
@@ -73,8 +70,7 @@ class ProgressorDatabase(dg.ConfigurableResource):
 
     @contextlib.contextmanager
     def connection(self):
-        """A bounded connection; a database error that ends the block (a statement cancelled by a
-        timeout, the connection lost) becomes one :class:`ProgressorDatabaseError` line."""
+        """A bounded connection; a database error that ends the block is one ``ProgressorDatabaseError`` line."""
         statement_timeout = _clamp(self.statement_timeout, 1, 3600)
         # The session's bounds, then whatever options the DSN gives (which win where they overlap).
         bounds = f"-c statement_timeout={statement_timeout}s -c lock_timeout={_clamp(self.lock_timeout, 1, 3600)}s"

@@ -1,7 +1,5 @@
-"""One small settings resource per capability, from the contract's environment variables (through
-``dg.EnvVar``: a missing one fails the run with one line naming it). A value checked at load that is
-invalid never stops the code location loading: the resource keeps its line and fails every run and
-sensor that uses it with it (:class:`CheckedSettings`)."""
+"""One small settings resource per capability, from the contract's environment variables (``dg.EnvVar``:
+a missing one fails the run with one line naming it)."""
 
 from __future__ import annotations
 
@@ -19,10 +17,8 @@ from pipelines.common.env import ALERT_ENV, SettingsError, batch_partitions_env,
 
 
 class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
-    """A setting without which the code location cannot load (``DAGSTER_DEPLOYMENT``, ``METRICS_SINK``),
-    shown as its one line: Dagster shows a ``DagsterUserCodeProcessError``'s one error info instead of
-    its own stack (code server, ``definitions validate``, the UI), so that info carries no stack. (A
-    ``SystemExit`` would leave the UI only "gRPC server exited with return code 1".)"""
+    """A setting without which the code location cannot load, shown as its one line: Dagster shows a
+    ``DagsterUserCodeProcessError``'s one error info (here with no stack) instead of its own."""
 
     def __init__(self, line: str) -> None:
         info = SerializableErrorInfo(message=line, stack=[], cls_name=type(self).__name__)
@@ -30,8 +26,7 @@ class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
 
 
 class CheckedSettings(dg.ConfigurableResource):
-    """A resource whose environment values were checked at load: ``invalid`` holds the lines of those
-    that were not, and using the resource fails with them."""
+    """``invalid``: the lines of values checked at load that were not valid; using the resource fails with them."""
 
     invalid: str = ""
 
@@ -61,8 +56,7 @@ MAX_DRAIN_RUNS = 8
 
 
 class AgendaSettings(dg.ConfigurableResource):
-    """POP's agenda reclaimer: the AgendaProgress and ReadyAgenda tables, the optional AgendaProgress
-    HTTP endpoint with its identity login, and the namespace of the reclaim metrics."""
+    """POP's agenda reclaimer: its tables, the optional AgendaProgress endpoint and its identity login."""
 
     progress_table: str
     ready_table: str
@@ -87,8 +81,7 @@ class BatchingSettings(CheckedSettings):
 
 
 class AlertSettings(dg.ConfigurableResource):
-    """Alerting (``pipelines/alerts``): its sinks and limits, checked at each tick of the alert sensor
-    (a bad value is one line in its log, never a failed tick). Unset: the default."""
+    """Alerting's sinks and limits, checked at each tick of the alert sensor (unset: the default)."""
 
     sns_topic_arn: str | None = None  # ALERTS_SNS_TOPIC_ARN: the template's AlertsTopicArn
     webhook_url: str | None = None  # ALERTS_WEBHOOK_URL: a secret (the UI shows its name only)

@@ -1,7 +1,5 @@
-"""The rules of every HTTP request made with a credential in it (no Dagster): no redirect is followed
-(:class:`Redirected`); a credential goes only to a URL :func:`credential_url` accepts (its refusals
-name the setting, never the value); a line shows a URL only through :func:`location` (no user info,
-query or fragment)."""
+"""The rules of every HTTP request with a credential in it (no Dagster): no redirect is followed, the URL
+passes :func:`credential_url`, and a line shows a URL only through :func:`location`."""
 
 from __future__ import annotations
 

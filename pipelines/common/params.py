@@ -47,8 +47,7 @@ class ParamSpec:
         elif self.maximum is not None:
             text += f" At most {_num(self.maximum)}."
         if self.aliases:
-            text += " Old name" + ("s" if len(self.aliases) > 1 else "") + " (deprecated): " + ", ".join(self.aliases)
-            text += "."
+            text += f" Old name{'s' if len(self.aliases) > 1 else ''} (deprecated): {', '.join(self.aliases)}."
         return text
 
 

@@ -73,8 +73,7 @@ class RunCounts:
 def run_counts(
     job_name: str, created: dt.datetime, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()
 ) -> RunCounts:
-    if created.tzinfo is None:
-        created = created.replace(tzinfo=dt.UTC)
+    created = created if created.tzinfo else created.replace(tzinfo=dt.UTC)
     return RunCounts(capability_of(job_name, tags, asset_capabilities), created, tags)
 
 

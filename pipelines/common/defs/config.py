@@ -41,9 +41,7 @@ def _kind(cls: type, spec: ParamSpec) -> Any:
 
 
 def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
-    kind = _kind(cls, spec)
-    if spec.optional:
-        kind = dg.Noneable(kind)
+    kind = dg.Noneable(_kind(cls, spec)) if spec.optional else _kind(cls, spec)
     if spec.required and with_default:
         return dg.Field(kind, is_required=True, description=description)
     if with_default and spec.default is not None:
