@@ -117,20 +117,17 @@ def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what:
                     raise
                 if fence and codes[-1] == "ConditionalCheckFailed":
                     raise FenceFailed(f"{what}: the fence's condition failed") from exc
-                reasons = exc.response["CancellationReasons"]
-                settled: set[int] = set()
-                for n, (item, code) in enumerate(zip(todo, codes, strict=False)):
+                left = []
+                for item, code, reason in zip(todo, codes, exc.response["CancellationReasons"], strict=False):
                     if code == "ConditionalCheckFailed":
-                        stored = reasons[n].get("Item")
-                        out.conditional.append((item, from_item(stored) if stored else {}))
+                        out.conditional.append((item, from_item(reason["Item"]) if reason.get("Item") else {}))
                     elif code not in _SETTLED_LATER:
-                        out.refused.append((item, first_line(f"{code}: {reasons[n].get('Message') or ''}")))
+                        out.refused.append((item, first_line(f"{code}: {reason.get('Message') or ''}")))
                     else:
-                        continue
-                    settled.add(n)
-                if not settled:
+                        left.append(item)
+                if len(left) == len(todo):
                     raise
-                todo = [item for n, item in enumerate(todo) if n not in settled]
+                todo = left
                 continue  # the others' actions were fine: submit them again at once
             out.applied.extend(todo)
             todo = []
