@@ -1,10 +1,5 @@
-"""Groundskeeper's Dagster code: one subpackage per capability, assembled in ``definitions.py``.
-
-The one place where Dagster's BetaWarnings and PreviewWarnings for APIs used on purpose are
-silenced (here, because this runs before any of ``pipelines`` or ``resources`` builds them, in the
-code server and in every run worker; by message, so that this package needs no Dagster import).
-Each entry names the API and why it stays:
-"""
+"""Groundskeeper's Dagster code: one subpackage per capability, assembled in ``definitions.py``. Here,
+before anything builds them, the Beta and Preview warnings of APIs used on purpose are silenced."""
 
 import warnings
 

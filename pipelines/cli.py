@@ -1,17 +1,9 @@
 """Run a job of the code location from the command line, with a bad run config reported in one line.
 
-``dagster job execute -c file`` reports a run config that Dagster refuses before any of our code
-runs (an unknown, missing or mistyped key, a JSON array, invalid YAML) with a Python traceback
-ahead of the useful line. This entry checks the run config first, as Dagster would (each file
-parsed as YAML, which JSON is; a mapping; the job's config schema), and prints one line per problem
-with exit status 2; a config that passes runs through ``dagster job execute`` unchanged (which has
-no partition option: a partition is materialized with ``dagster asset materialize --partition``)::
+The run config is checked as Dagster would, one line per problem (exit status 2); a config that passes
+runs through ``dagster job execute``, with the arguments after ``--`` (``docs/troubleshooting.md``)::
 
-    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json
-    .venv/bin/python -m pipelines.cli redrive_dead_letters --config-json '{"dry_run": true}'
-    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json -- --tags '{"team": "platform"}'
-
-Arguments after ``--`` go to ``dagster job execute`` as they are.
+    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json -- --tags '{"a": "b"}'
 """
 
 from __future__ import annotations
@@ -38,8 +30,7 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 class _RunConfigLoader(yaml.SafeLoader):
-    """YAML as Dagster reads a run config: safe, and without timestamps (``2026-13-45``, and any
-    date, stays text)."""
+    """YAML as Dagster reads a run config: safe, and any date (also ``2026-13-45``) stays text."""
 
 
 _RunConfigLoader.yaml_implicit_resolvers = {
@@ -152,10 +143,8 @@ def check_run_config(defs: Any, job_name: str, run_config: Mapping[str, Any]) ->
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    passthrough: list[str] = []
-    if "--" in args:
-        at = args.index("--")
-        args, passthrough = args[:at], args[at + 1 :]
+    at = args.index("--") if "--" in args else len(args)
+    args, passthrough = args[:at], args[at + 1 :]
     parser = argparse.ArgumentParser(prog="python -m pipelines.cli", description=__doc__.splitlines()[0])
     parser.add_argument("job", help="the job to run")
     source = parser.add_mutually_exclusive_group()
@@ -164,22 +153,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     options = parser.parse_args(args)
     try:
         run_config = read_run_config(options.config, options.config_json)
-    except RunConfigError as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
-        return USAGE_ERROR
-    from resources import LoadSettingError
+        from resources import LoadSettingError  # Dagster is loaded only for a run config that parses
 
-    try:
-        from pipelines.definitions import defs
-    except LoadSettingError as exc:  # DAGSTER_DEPLOYMENT, METRICS_SINK: the code location cannot load
-        print(exc, file=sys.stderr)
-        return SETTINGS_ERROR
-    try:
+        try:
+            from pipelines.definitions import defs
+        except LoadSettingError as exc:  # DAGSTER_DEPLOYMENT, METRICS_SINK: the code location cannot load
+            print(exc, file=sys.stderr)
+            return SETTINGS_ERROR
         check_run_config(defs, options.job, run_config)
     except RunConfigError as exc:
-        for line in exc.lines:
-            print(line, file=sys.stderr)
+        print(*exc.lines, sep="\n", file=sys.stderr)
         return USAGE_ERROR
     with tempfile.TemporaryDirectory(prefix="groundskeeper-run-") as tmp:
         config_file = Path(tmp, "run_config.json")
@@ -190,9 +173,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def dagster_cli(args: Sequence[str]) -> int:
-    """``python -m dagster <args>`` in this process; returns its exit status. In this process rather
-    than a new one: Dagster and the code location are loaded already (a new process would load both
-    again, a few seconds)."""
+    """``python -m dagster <args>`` in this process, where Dagster and the code location are loaded
+    already (a new process would take seconds to load them again); returns its exit status."""
     argv = sys.argv
     sys.argv = ["dagster", *args]
     try:

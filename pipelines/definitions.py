@@ -1,17 +1,6 @@
-"""The one ``dg.Definitions`` of the Groundskeeper code location.
-
-The deployment is decided here, once (``DAGSTER_DEPLOYMENT``, :func:`resources.deployment_name`),
-and what differs by it is passed to the capabilities as plain values: the executor of the jobs that
-fan out (Celery under ``cluster``), the targets files (``RECLAIM_TARGETS_FILE``,
-``PROGRESSOR_TARGETS_FILE``) and the resources. Each capability subpackage exposes ``build_defs``
-(``pipelines.common``'s holds what spans capabilities: the ``operations_summary`` asset and the
-default executor; redrive's takes the code location's asset graph); the top-level ``sensors`` span
-capabilities. This module only merges them (``tests/test_layers.py`` checks what it imports).
-
-A development code location adds to it through :class:`Additions` (``make dev``'s demo,
-``infra/demo/definitions.py``: its jobs and schedules, its targets files, slower crons, notes on the
-checks it fails on purpose); production builds it with none.
-"""
+"""The one ``dg.Definitions`` of the code location: the deployment (``DAGSTER_DEPLOYMENT``) is decided
+here, once, and what differs by it goes to each capability's ``build_defs`` as plain values (the
+fan-out executor, the targets files, the resources); a development code location adds :class:`Additions`."""
 
 from __future__ import annotations
 
@@ -40,21 +29,14 @@ from sensors.run_retries import build_delayed_run_retries
 ROOT_DIR = Path(__file__).resolve().parent.parent
 
 FAN_OUT_ON_CELERY = ("cluster",)
-"""The deployments whose fan-out jobs (reclaim's segments, batching, the termination drain) run
-their steps on Celery workers; elsewhere each job keeps its own executor."""
+"""The deployments whose fan-out jobs run their steps on Celery workers."""
 
 
 @dataclass(frozen=True)
 class Additions:
-    """What a development code location adds to the product's definitions; production adds none.
-
-    ``defs``: its own jobs and schedules (the delayed_run_retries sensor and the retry_policies
-    asset cover them too); ``crons``: schedule name -> the cron it runs on instead of its own;
-    ``reclaim_targets`` / ``progressor_targets``: the targets files when the variables name none;
-    ``check_notes``: what a failed check's description adds; ``alert_noise``: incident kinds
-    recorded but never sent; ``retry_demo``: the ``retry_demo`` job and the sensor that materializes
-    ``retry_policies`` once; ``demo_jobs``: the jobs it adds, whose failures are demo alerts (marked
-    ``[demo]``, never critical)."""
+    """What a development code location adds (``make dev``'s demo). ``crons``: schedule -> the cron it
+    runs on instead; ``alert_noise``: incident kinds never sent; ``demo_jobs``: jobs whose failures are
+    demo alerts (``[demo]``, never critical)."""
 
     defs: dg.Definitions = field(default_factory=dg.Definitions)
     crons: Mapping[str, str] = field(default_factory=dict)
@@ -67,8 +49,7 @@ class Additions:
 
 
 def build_definitions(deployment: str, additions: Additions | None = None) -> dg.Definitions:
-    """Everything the code location serves in ``deployment`` (``local``, ``prod`` or ``cluster``),
-    with what ``additions`` adds (none in production)."""
+    """Everything the code location serves in ``deployment``, with what ``additions`` adds."""
     add = additions or Additions()
     executor = celery_fan_out_executor() if deployment in FAN_OUT_ON_CELERY else None
     crons, notes = add.crons, add.check_notes
@@ -86,7 +67,6 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         add.defs,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
-        # operations_summary (it adds up every job's run_summary counters) and the default executor.
         common_defs(executor),
         dg.Definitions(resources=resources_for(deployment)),
     )

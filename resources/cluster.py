@@ -1,28 +1,6 @@
-"""The ``cluster`` profile's infrastructure, lost after start-up, in one line.
-
-A run of the ``cluster`` deployment depends on two services besides AWS: the Celery broker
-(RabbitMQ, ``CELERY_BROKER_URL``) that carries its steps to the workers, and the PostgreSQL
-database of the Dagster instance (``DAGSTER_PG_URL``) that holds its runs and event log. When one
-of them goes away while a run is going, dagster-celery's execution loop fails the run with the
-driver's exception and its stack trace (kombu, amqp, SQLAlchemy, psycopg2), and a step that failed
-on a worker is reported as "During celery execution errors occurred in workers:" with the
-worker's traceback. :func:`celery_executor` is dagster-celery's executor with one difference: such
-a loss fails the run with one line that names what was lost and where, without credentials::
-
-    the Celery broker pyamqp://127.0.0.1:5672/prod was lost: [Errno 104] Connection reset by peer
-    the Dagster storage database 127.0.0.1:5432/dagster was lost: too many retries for DB connection (step ...)
-
-That line is the run failure's message (the event log's ``RUN_FAILURE``, the UI's run page, the
-alert), with no stack trace under it: the executor records the failure through the instance
-(``DagsterInstance.report_run_failed``, as Dagster's run monitoring and run launchers fail a run
-from outside its steps), then ends the run's execution as interrupted, which Dagster notes once
-as "interrupted for a run that was already in a failure state". A database that is lost cannot
-record the failure: the run's process waits for it to answer again (up to
-:data:`STORAGE_WAIT_SECONDS`), then records the line. Operator
-notes are in ``docs/troubleshooting-cluster.md``.
-
-dagster-celery is imported only when the executor is built (the ``cluster`` deployment).
-"""
+"""The ``cluster`` profile's Celery broker or instance database, lost while a run is going, as one line
+(``docs/troubleshooting-cluster.md``): the executor records the run's failure through the instance, as
+run monitoring does, then ends it as interrupted. dagster-celery is imported only when it is built."""
 
 from __future__ import annotations
 
@@ -43,50 +21,6 @@ _STORAGE_ERROR_NAMES = frozenset({"DagsterPostgresException", "OperationalError"
 _STORAGE_WORDS = ("psycopg2", "postgres", "database", "server closed the connection", "terminating connection")
 
 
-# ------------------------------------------------------------------------------ messages
-
-
-def broker_location(url: str) -> str:
-    """``scheme://host:port/vhost`` of a broker URL: no user, no password."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname or ''}{port}{parts.path or '/'}"
-
-
-def database_location(url: str) -> str:
-    """``host:port/dbname`` of a PostgreSQL URL (SQLAlchemy or libpq form): no user, no password."""
-    parts = urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.hostname or 'localhost'}{port}/{unquote(parts.path.lstrip('/'))}"
-
-
-def _reason(exc: BaseException) -> str:
-    """The most telling message of ``exc`` and its causes: the driver's, not the wrapper's."""
-    messages = []
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        text = first_line(getattr(current, "orig", None) or current, None)
-        if text:
-            messages.append(text)
-        current = current.__cause__ or current.__context__
-    return messages[-1] if messages else type(exc).__name__
-
-
-def broker_lost_message(broker_url: str, exc: BaseException) -> str:
-    return f"the Celery broker {broker_location(broker_url)} was lost: {_reason(exc)}"
-
-
-def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str] = ()) -> str:
-    steps = sorted(step_keys)
-    where = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
-    return f"the Dagster storage database {database_location(database_url)} was lost: {first_line(reason, None)}{where}"
-
-
-# ------------------------------------------------------------------------- classifying
-
-
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     seen: set[int] = set()
     current: BaseException | None = exc
@@ -96,13 +30,35 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def is_broker_error(exc: BaseException, connection_errors: tuple[type[BaseException], ...] = ()) -> bool:
+def _reason(exc: BaseException) -> str:
+    """The most telling message of ``exc`` and its causes: the driver's, not the wrapper's."""
+    messages = [first_line(getattr(e, "orig", None) or e, None) for e in _chain(exc)]
+    return next((text for text in reversed(messages) if text), type(exc).__name__)
+
+
+def broker_lost_message(broker_url: str, exc: BaseException) -> str:
+    """Names the broker as ``scheme://host:port/vhost``: no user, no password."""
+    parts = urlsplit(broker_url)
+    where = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "") + (parts.path or "/")
+    return f"the Celery broker {where} was lost: {_reason(exc)}"
+
+
+def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str] = ()) -> str:
+    """Names the database as ``host:port/dbname`` (SQLAlchemy or libpq URL): no user, no password."""
+    parts = urlsplit(database_url)
+    port = f":{parts.port}" if parts.port else ""
+    steps = sorted(step_keys)
+    on = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
+    where = f"{parts.hostname or 'localhost'}{port}/{unquote(parts.path.lstrip('/'))}"
+    return f"the Dagster storage database {where} was lost: {first_line(reason, None)}{on}"
+
+
+def is_broker_error(exc: BaseException) -> bool:
     """A connection or channel error of the broker's transport (kombu, amqp, a socket)."""
     from amqp.exceptions import AMQPError
     from kombu.exceptions import OperationalError
 
-    kinds = (OperationalError, AMQPError, ConnectionError, *connection_errors)
-    return any(isinstance(e, kinds) for e in _chain(exc))
+    return any(isinstance(e, OperationalError | AMQPError | ConnectionError) for e in _chain(exc))
 
 
 def is_storage_error(exc: BaseException) -> bool:
@@ -119,8 +75,7 @@ def is_storage_error(exc: BaseException) -> bool:
 
 
 def storage_error_info(infos: Iterable[Any]) -> Any:
-    """The first serialized error (a worker's, dagster's ``SerializableErrorInfo``) that is the
-    instance database's, or None."""
+    """The first serialized error (a worker's) that is the instance database's, or None."""
     for info in infos:
         current = info
         while current is not None:
@@ -134,18 +89,14 @@ def storage_error_info(infos: Iterable[Any]) -> Any:
     return None
 
 
-# ---------------------------------------------------------------------------- executor
-
-
 def _database_url(instance: Any) -> str:
     storage = getattr(instance, "run_storage", None)
     return getattr(storage, "postgres_url", None) or os.environ.get("DAGSTER_PG_URL", "")
 
 
-def _wait_for_storage(instance: Any, run_id: str, patience: float) -> None:
-    """Until the instance database answers again (at most ``patience`` seconds), so that the run's
-    failure can be recorded at all."""
-    deadline = time.monotonic() + patience
+def _wait_for_storage(instance: Any, run_id: str) -> None:
+    """Until the instance database answers again, so that the run's failure can be recorded at all."""
+    deadline = time.monotonic() + STORAGE_WAIT_SECONDS
     while True:
         try:
             instance.get_run_by_id(run_id)
@@ -157,8 +108,7 @@ def _wait_for_storage(instance: Any, run_id: str, patience: float) -> None:
 
 
 def _fail_run(plan_context: Any, line: str) -> None:
-    """Record the run's failure as ``line`` alone: a ``RUN_FAILURE`` whose message is the line, with no
-    error under it (an exception raised from the executor would be recorded with its stack trace)."""
+    """A ``RUN_FAILURE`` of ``line`` alone (an exception from the executor would carry its stack trace)."""
     instance = plan_context.instance
     run = instance.get_run_by_id(plan_context.run_id)
     if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
@@ -170,9 +120,8 @@ def _is_submission_error(event: Any) -> bool:
     return event.is_engine_event and (event.message or "").startswith("Encountered error during celery task submission")
 
 
-def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.ExecutorDefinition:
-    """dagster-celery's ``celery`` executor (same config schema, same behaviour) whose run fails
-    with one line when the broker or the instance database is lost (see the module docstring)."""
+def celery_executor() -> dg.ExecutorDefinition:
+    """dagster-celery's ``celery`` executor, whose run fails in one line when its broker or database is lost."""
     from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
     from dagster_celery.executor import celery_executor as dagster_celery_executor
 
@@ -203,14 +152,14 @@ def celery_executor(storage_wait_seconds: float = STORAGE_WAIT_SECONDS) -> dg.Ex
             """The line for a lost broker or database, or None for any other error."""
             instance, run_id = plan_context.instance, plan_context.run_id
             if is_storage_error(exc):
-                _wait_for_storage(instance, run_id, storage_wait_seconds)
+                _wait_for_storage(instance, run_id)
                 return storage_lost_message(_database_url(instance), _reason(exc))
             if is_broker_error(exc):
                 return broker_lost_message(self.broker, exc)
             if isinstance(exc, dg.DagsterSubprocessError):
                 info = storage_error_info(exc.subprocess_error_infos)
                 if info is not None:
-                    _wait_for_storage(instance, run_id, storage_wait_seconds)
+                    _wait_for_storage(instance, run_id)
                     steps = [k for k in execution_plan.step_keys_to_execute if f"[{k}]:" in str(exc)]
                     reason = info.message.split(f"{info.cls_name}: ", 1)[-1]  # without the module.Class prefix
                     return storage_lost_message(_database_url(instance), reason, steps)

@@ -1,8 +1,5 @@
-"""Turn AWS connection and configuration failures into one clear line.
-
-An operator who forgot ``make dev`` or an environment variable should read
-"cannot reach the AWS endpoint http://127.0.0.1:5000 (sqs)", not a botocore stack trace.
-"""
+"""AWS connection and configuration failures as one clear line ("cannot reach the AWS endpoint
+http://127.0.0.1:5000 ..."), not a botocore stack trace."""
 
 from __future__ import annotations
 
@@ -18,6 +15,9 @@ from pipelines.common.http import location
 from pipelines.retry.classify import error_code_and_message
 
 SIGNATURE_ERRORS = frozenset({"SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature"})
+_NOT_FOUND = frozenset(
+    {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "NoSuchBucket", "QueueDoesNotExist"}
+)
 
 
 def explain_aws_error(exc: BaseException) -> str | None:
@@ -41,12 +41,7 @@ def explain_aws_error(exc: BaseException) -> str | None:
                 f"{exc.operation_name}: {code}: AWS rejected the request signature: the secret key does not "
                 "belong to the access key id (check AWS_SECRET_ACCESS_KEY / the profile's secret, and the clock)"
             )
-        if code in {
-            "ResourceNotFoundException",
-            "AWS.SimpleQueueService.NonExistentQueue",
-            "NoSuchBucket",
-            "QueueDoesNotExist",
-        }:
+        if code in _NOT_FOUND:
             return (
                 f"{exc.operation_name}: {code}: {message} (check the table, queue "
                 "and bucket environment variables, and that infra/template.yaml is deployed)"

@@ -1,12 +1,5 @@
-"""Names of the deployed tables, queues and buckets, read from the contract's environment variables.
-
-Each capability gets one small settings resource, so that a job needs only the variables it uses.
-Values come through ``dg.EnvVar``: a missing variable fails the run with one line that names it.
-A value read when the code location loads is checked by the plain readers of ``pipelines/common/env.py``
-(``int_env``, ``bool_env``): an invalid one never stops the code location from loading; the settings
-resource keeps one line naming the variable and its allowed values (``invalid``) and fails every run
-and sensor that uses it with that line, while the other capabilities load and run.
-"""
+"""One small settings resource per capability, from the contract's environment variables (``dg.EnvVar``:
+a missing one fails the run with one line naming it)."""
 
 from __future__ import annotations
 
@@ -24,14 +17,8 @@ from pipelines.common.env import ALERT_ENV, SettingsError, batch_partitions_env,
 
 
 class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
-    """A setting without which the code location cannot load (``DAGSTER_DEPLOYMENT``,
-    ``METRICS_SINK``): its one line, and nothing else, is what the operator reads.
-
-    Dagster shows a load error as its error info, message and stack; for a
-    ``DagsterUserCodeProcessError`` carrying one error info it shows that one instead (its code
-    server, ``dagster definitions validate``, the UI's code location error). So this error carries
-    the line with no stack: no traceback. (A ``SystemExit`` would give ``definitions validate`` one
-    line too, but the UI would show only "gRPC server exited with return code 1" and its command.)"""
+    """A setting without which the code location cannot load, shown as its one line: Dagster shows a
+    ``DagsterUserCodeProcessError``'s one error info (here with no stack) instead of its own."""
 
     def __init__(self, line: str) -> None:
         info = SerializableErrorInfo(message=line, stack=[], cls_name=type(self).__name__)
@@ -39,9 +26,7 @@ class LoadSettingError(DagsterUserCodeProcessError, SettingsError):
 
 
 class CheckedSettings(dg.ConfigurableResource):
-    """A resource whose environment values were checked at load (settings, DynamoDB's grouped writes):
-    ``invalid`` holds the lines of those that were not valid, and using the resource (a run or a
-    sensor) fails with them."""
+    """``invalid``: the lines of values checked at load that were not valid; using the resource fails with them."""
 
     invalid: str = ""
 
@@ -71,8 +56,7 @@ MAX_DRAIN_RUNS = 8
 
 
 class AgendaSettings(dg.ConfigurableResource):
-    """POP's agenda reclaimer: the AgendaProgress and ReadyAgenda tables, the optional AgendaProgress
-    HTTP endpoint with its identity login, and the namespace of the reclaim metrics."""
+    """POP's agenda reclaimer: its tables, the optional AgendaProgress endpoint and its identity login."""
 
     progress_table: str
     ready_table: str
@@ -97,8 +81,7 @@ class BatchingSettings(CheckedSettings):
 
 
 class AlertSettings(dg.ConfigurableResource):
-    """Alerting (``pipelines/alerts``): its sinks and limits, checked at each tick of the alert sensor
-    (a bad value is one line in its log, never a failed tick). Unset: the default."""
+    """Alerting's sinks and limits, checked at each tick of the alert sensor (unset: the default)."""
 
     sns_topic_arn: str | None = None  # ALERTS_SNS_TOPIC_ARN: the template's AlertsTopicArn
     webhook_url: str | None = None  # ALERTS_WEBHOOK_URL: a secret (the UI shows its name only)

@@ -11,8 +11,7 @@ from typing import Any
 
 @cache
 def _types() -> tuple[Any, Any]:
-    """boto3's (serializer, deserializer), made at the first use: importing boto3 (with s3transfer
-    and urllib3) costs about 0.1 s, which loading the code location does not need to pay."""
+    """boto3's (serializer, deserializer), made at first use: importing boto3 costs about 0.1 s."""
     from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 
     return TypeSerializer(), TypeDeserializer()
@@ -54,18 +53,14 @@ _NOT_DIMENSION_TEXT = re.compile(r"[^\x20-\x7e]")
 
 
 def dimension_value(value: Any) -> str:
-    """A CloudWatch dimension value: printable ASCII only (AWS refuses anything else; each other
-    character becomes ``?``), not blank (``none``), at most 255 characters."""
+    """A CloudWatch dimension value: printable ASCII (AWS refuses the rest), not blank, at most 255."""
     text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
     return text or "none"
 
 
 def first_line(error: Any, limit: int | None = 300) -> str:
-    """The first line of an error (an exception, or its text), for a one-line message or a metric
-    dimension: its first non-blank line, whitespace collapsed, cut to ``limit`` characters (the last
-    one ``…``; None: not cut). A first line that ends with ``:`` only introduces what follows
-    (botocore's ``Parameter validation failed:``), so the lines under it join it. An exception
-    without text gives its class name; no text gives ``""``."""
+    """The first non-blank line of an error, collapsed, cut to ``limit`` (None: not cut). A first line
+    ending in ``:`` (botocore's ``Parameter validation failed:``) is joined by the lines under it."""
     lines = [" ".join(line.split()) for line in str("" if error is None else error).splitlines()]
     lines = [line for line in lines if line]
     if not lines:

@@ -1,19 +1,5 @@
-"""Batched AWS writes, each call retried by a retry-library policy. Plain functions over boto3
-clients; no Dagster imports.
-
-- :func:`transact_conditional`: one conditional action per item in ``TransactWriteItems`` of up to
-  100 (99 plus an optional fence); one item's failed condition or refusal is its own, the rest is
-  submitted again;
-- :func:`batch_write`: ``BatchWriteItem`` in 25s; ``UnprocessedItems`` are sent again, bounded by
-  the policy;
-- :func:`put_metrics`: ``PutMetricData`` in 1000s, each call retried by the policy (the only retry of
-  a metrics call; after a committed change a failure is a warning, not an error);
-- :func:`error_code` and :func:`chunks`.
-
-A transient AWS error (throttling, 5xx, connection: ``pipelines.retry.classify``) is retried after the
-policy's waits (default :data:`CALL_POLICY`); after the last try the error is raised, except by
-:func:`transact_conditional`, which reports the items left over as ``failed``.
-"""
+"""Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a
+transient error (``docs/development.md``, ``docs/retry.md``). No Dagster."""
 
 from __future__ import annotations
 
@@ -46,21 +32,14 @@ def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
 
 
 def error_code(exc: BaseException) -> str:
-    """The AWS error code of a ``ClientError`` (read out of an unparsed XML body too), else the
-    exception's class name."""
+    """The AWS error code of a ``ClientError`` (also from an unparsed XML body), else the class name."""
     if isinstance(exc, ClientError):
         return error_code_and_message(exc.response.get("Error") or {})[0]
     return type(exc).__name__
 
 
 def _note(what: str) -> Callable[[int, BaseException, float], None]:
-    def note(attempt: int, exc: BaseException, wait: float) -> None:
-        log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
-
-    return note
-
-
-# ---------------------------------------------------------------------------------- transactions
+    return lambda attempt, exc, wait: log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
 
 class FenceFailed(RuntimeError):
@@ -92,9 +71,7 @@ def _cancellation_codes(exc: BaseException) -> list[str] | None:
 def _worth_retrying(exc: BaseException) -> bool:
     """A transaction cancelled by a conflict (no action's own verdict), or a transient AWS error."""
     codes = _cancellation_codes(exc)
-    if codes is None:
-        return is_transient(exc)
-    return all(code in _SETTLED_LATER for code in codes)
+    return is_transient(exc) if codes is None else all(code in _SETTLED_LATER for code in codes)
 
 
 def _item_refused(exc: BaseException) -> bool:
@@ -113,28 +90,21 @@ def transact_conditional(
     policy: RetryPolicy = CALL_POLICY,
     what: str = "TransactWriteItems",
 ) -> Transacted[T]:
-    """Apply ``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``, usually
-    conditional) for each item, in transactions of up to 100 actions; ``fence`` (a
-    ``ConditionCheck``) joins every transaction, which then holds 99 items.
+    """Apply ``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``) for each item, in
+    transactions of up to 100 actions; ``fence`` (a ``ConditionCheck``) joins every transaction.
 
-    A cancelled transaction names each action's outcome: a failed condition (``conditional``) or a
-    refusal of that item (``refused``, with the reason); those items leave it and the rest is
-    submitted again at once. A whole call refused for a reason one item can cause
-    (``ValidationException``, a value botocore cannot send) is split in halves until that item is
-    alone. A conflict with another transaction and transient errors are retried by ``policy``;
-    after its last try the items left are ``failed``. A failed fence raises :class:`FenceFailed`;
-    other errors are raised.
-    """
+    An item whose condition failed (``conditional``) or that was refused (``refused``, with the reason)
+    leaves its cancelled transaction, and the rest is submitted again at once; a whole call refused
+    for a reason one item can cause is split in halves until that item is alone. Conflicts and
+    transient errors are retried by ``policy``, then the items left are ``failed``. A failed fence
+    raises :class:`FenceFailed`; other errors are raised."""
     out: Transacted[T] = Transacted()
-    group = TRANSACTION_LIMIT - (1 if fence else 0)
-    for part in chunks(list(items), group):
+    for part in chunks(list(items), TRANSACTION_LIMIT - (1 if fence else 0)):
         _transact(dynamodb, list(part), action, fence, policy, what, out)
     return out
 
 
-def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what: str, out: Transacted[T]) -> None:
-    todo = part
-
+def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what: str, out: Transacted[T]) -> None:
     def submit() -> None:
         nonlocal todo
         while todo:
@@ -147,20 +117,17 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
                     raise
                 if fence and codes[-1] == "ConditionalCheckFailed":
                     raise FenceFailed(f"{what}: the fence's condition failed") from exc
-                reasons = exc.response["CancellationReasons"]
-                settled: set[int] = set()
-                for n, (item, code) in enumerate(zip(todo, codes, strict=False)):
+                left = []
+                for item, code, reason in zip(todo, codes, exc.response["CancellationReasons"], strict=False):
                     if code == "ConditionalCheckFailed":
-                        stored = reasons[n].get("Item")
-                        out.conditional.append((item, from_item(stored) if stored else {}))
+                        out.conditional.append((item, from_item(reason["Item"]) if reason.get("Item") else {}))
                     elif code not in _SETTLED_LATER:
-                        out.refused.append((item, first_line(f"{code}: {reasons[n].get('Message') or ''}")))
+                        out.refused.append((item, first_line(f"{code}: {reason.get('Message') or ''}")))
                     else:
-                        continue
-                    settled.add(n)
-                if not settled:
+                        left.append(item)
+                if len(left) == len(todo):
                     raise
-                todo = [item for n, item in enumerate(todo) if n not in settled]
+                todo = left
                 continue  # the others' actions were fine: submit them again at once
             out.applied.extend(todo)
             todo = []
@@ -183,9 +150,6 @@ def _transact(dynamodb, part: list[T], action, fence, policy: RetryPolicy, what:
             _transact(dynamodb, todo[half:], action, fence, policy, what, out)
 
 
-# ---------------------------------------------------------------------------------- BatchWriteItem
-
-
 class Unprocessed(Exception):
     """``BatchWriteItem`` left items unprocessed (throttled): worth another try after a wait."""
 
@@ -195,9 +159,8 @@ def _retry_batch_write(exc: BaseException) -> bool:
 
 
 def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, policy: RetryPolicy = CALL_POLICY) -> int:
-    """``BatchWriteItem`` of ``PutRequest``/``DeleteRequest`` entries, 25 a call; ``UnprocessedItems``
-    are sent again after the policy's waits, and once it says stop the call fails (``Unprocessed``).
-    Returns the number of calls."""
+    """``BatchWriteItem`` 25 requests a call, ``UnprocessedItems`` sent again as the policy allows
+    (then ``Unprocessed``); returns the number of calls."""
     calls = 0
     for part in chunks(list(requests), BATCH_WRITE_LIMIT):
         request = {table: list(part)}
@@ -215,9 +178,6 @@ def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, pol
     return calls
 
 
-# ---------------------------------------------------------------------------------- PutMetricData
-
-
 def _not_published(sink) -> Any:
     """A metrics sink's ``not_published(exc)``, or None for a raw client (which raises instead)."""
     return getattr(sink, "not_published", None)
@@ -231,11 +191,8 @@ def put_metrics(
     policy: RetryPolicy = CALL_POLICY,
     per_call: int = METRICS_PER_CALL,
 ) -> int:
-    """``PutMetricData`` in as few calls as the limit allows, each retried by ``policy`` after a
-    transient error: the one retry of a metrics call. After the policy's last try the error is raised,
-    unless ``cloudwatch`` is a sink of metrics after a committed change (it has ``not_published(exc)``:
-    ``pipelines.common.defs.metrics.CommittedChangeMetrics``), which is told instead, and the next
-    call goes on. Returns the number of calls that went through."""
+    """``PutMetricData``, each call retried by ``policy``; a call that still fails raises, unless
+    ``cloudwatch`` has ``not_published(exc)`` (``CommittedChangeMetrics``). Returns the calls made."""
     not_published = _not_published(cloudwatch)
     calls = 0
     for batch in chunks(list(datums), per_call):
@@ -245,23 +202,9 @@ def put_metrics(
                 policy,
                 on_retry=_note("PutMetricData"),
             )
+            calls += 1
         except Exception as exc:
             if not_published is None:
                 raise
             not_published(exc)
-            continue
-        calls += 1
     return calls
-
-
-__all__ = [
-    "CALL_POLICY",
-    "FenceFailed",
-    "Transacted",
-    "Unprocessed",
-    "batch_write",
-    "chunks",
-    "error_code",
-    "put_metrics",
-    "transact_conditional",
-]

@@ -1,10 +1,5 @@
-"""Bar charts as text, for asset pages: the one chart renderer of every capability. No Dagster.
-
-How the Dagster UI (1.13) shows markdown metadata on an asset page: inline when it is shorter than
-1,000 characters, else behind "[Show Markdown]"; and its markdown renderer drops image sources other
-than http(s), so a ``data:`` image never shows. A chart is therefore drawn with block characters in
-a code block, kept under that limit, so that it is on the page itself: :func:`text_bars`.
-"""
+"""Bar charts as text (no Dagster): the Dagster UI (1.13) shows markdown inline only under 1,000
+characters and drops ``data:`` images, so a chart is block characters in a code block."""
 
 from __future__ import annotations
 
@@ -20,8 +15,7 @@ MARKS = ("█", "░", "▓", "▒", "#", "=")
 
 @dataclass(frozen=True)
 class Bar:
-    """One line of a chart: its label, the stacked parts (in legend order), the text after the bar,
-    and the total the bar's length stands for (default: the sum of its parts)."""
+    """One line of a chart; ``total``: what the bar's length stands for (default: the sum of its parts)."""
 
     label: str
     parts: Sequence[float]
@@ -44,11 +38,8 @@ def text_bars(
     more: str = "more",
     visible_parts: bool = False,
 ) -> str:
-    """Horizontal stacked bars as markdown the asset page shows inline: per bar its label, each part
-    drawn with its :data:`MARKS` character (bars scaled to the longest), then its note; a last line
-    names the parts (``legend``). As many bars as fit under ``limit`` characters; the ones left out
-    are counted in that line (``(+3 <more>)``). ``visible_parts``: a part above 0 is drawn with at
-    least one character (counts, where 1 matters), instead of rounding to none."""
+    """Stacked bars and a legend, as many as fit under ``limit`` (the rest counted: ``(+3 <more>)``);
+    ``visible_parts``: a part above 0 is at least one character (counts, where 1 matters)."""
     if not bars:
         return empty
     if len(legend) > len(MARKS):

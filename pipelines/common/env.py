@@ -1,9 +1,5 @@
 """The deployment's environment values, read and checked (no Dagster): one reader per kind of value,
-each failing with one line that names the variable and its allowed values (``SettingsError``).
-
-The settings resources (``resources/settings.py``) read through these; so do plain modules that need a
-value at load, such as the first day of the batching partitions (``batch_partitions_env``).
-"""
+each failing with one line that names the variable and its allowed values (``SettingsError``)."""
 
 from __future__ import annotations
 
@@ -20,8 +16,7 @@ class SettingsError(ValueError):
 
 
 def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping[str, str] | None = None) -> int:
-    """A whole number from ``minimum`` to ``maximum`` from the environment (unset or empty:
-    ``default``); anything else is a ``SettingsError`` naming the variable and the range."""
+    """A whole number from ``minimum`` to ``maximum`` (unset or empty: ``default``)."""
     raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
@@ -35,8 +30,7 @@ def int_env(name: str, default: int, *, minimum: int, maximum: int, env: Mapping
 
 
 def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | None = None) -> dt.date | None:
-    """A ``YYYY-MM-DD`` date from the environment (unset or empty: ``default``); anything else is a
-    ``SettingsError`` naming the variable."""
+    """A ``YYYY-MM-DD`` date (unset or empty: ``default``)."""
     raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
@@ -47,8 +41,7 @@ def date_env(name: str, default: dt.date | None, *, env: Mapping[str, str] | Non
 
 
 def bool_env(name: str, default: bool) -> bool:
-    """``true`` or ``false`` from the environment (unset or empty: ``default``); anything else is a
-    ``SettingsError`` naming the variable."""
+    """``true`` or ``false`` (unset or empty: ``default``)."""
     raw = os.environ.get(name, "").strip().lower()
     if not raw:
         return default
@@ -69,7 +62,6 @@ def checked(problems: list[str], read: Callable[..., T], name: str, default: T, 
 
 
 MAX_LOOKBACK_DAYS = 366
-DEFAULT_PARTITIONS_LOOKBACK_DAYS = 30
 
 
 def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = None) -> tuple[dt.date | None, int]:
@@ -77,13 +69,7 @@ def batch_partitions_env(problems: list[str], env: Mapping[str, str] | None = No
     366, default 30); an invalid one counts as unset and its line goes to ``problems``."""
     start = checked(problems, date_env, "BATCH_PARTITIONS_START_DATE", None, env=env)
     lookback = checked(
-        problems,
-        int_env,
-        "BATCH_PARTITIONS_LOOKBACK_DAYS",
-        DEFAULT_PARTITIONS_LOOKBACK_DAYS,
-        minimum=1,
-        maximum=MAX_LOOKBACK_DAYS,
-        env=env,
+        problems, int_env, "BATCH_PARTITIONS_LOOKBACK_DAYS", 30, minimum=1, maximum=MAX_LOOKBACK_DAYS, env=env
     )
     return start, lookback
 
@@ -100,5 +86,4 @@ ALERT_ENV = {
     "runbook_base_url": "ALERTS_RUNBOOK_BASE_URL",
     "heartbeat_env": "ALERTS_HEARTBEAT_ENV",
 }
-"""Alerting's settings (``resources.settings.AlertSettings``' fields) and the variables that set
-them: the resource reads them from these, and alerting's lines on a bad value name them."""
+"""``AlertSettings``' fields and their variables, which alerting's lines on a bad value name."""

@@ -1,15 +1,5 @@
-"""The rules of every HTTP request Groundskeeper makes with a credential in it (no Dagster).
-
-- No request follows a redirect: a 3xx is answered as it is (:class:`Redirected` names where it
-  pointed, without query or fragment), never with a request to a URL nobody checked.
-- A URL a credential goes to is accepted only through :func:`credential_url`, which refuses what a
-  server or a proxy could read differently from this code: user info (``user:password@``), a
-  fragment, a query where an item id is appended, NUL, control or non-ASCII characters (also
-  percent-encoded, also overlong UTF-8 such as ``%c0%ae``), an invalid percent-encoding, and a path
-  that a normalising server could read as another one (:func:`leaves_its_path`). Its refusals name
-  the setting and show at most the scheme and host, never the value.
-- A line shows a URL only through :func:`location`: no user info, no query, no fragment.
-"""
+"""The rules of every HTTP request with a credential in it (no Dagster): no redirect is followed, the URL
+passes :func:`credential_url`, and a line shows a URL only through :func:`location`."""
 
 from __future__ import annotations
 
@@ -19,8 +9,7 @@ from urllib.parse import SplitResult, unquote, unquote_to_bytes, urlsplit
 
 
 class Redirected(Exception):
-    """The server answered a redirect, which is never followed (``where``: its ``Location`` without
-    query or fragment, cut short)."""
+    """A redirect, never followed (``where``: its ``Location`` without query or fragment, cut short)."""
 
     def __init__(self, status: int, location_header: str | None) -> None:
         super().__init__(status, location_header)
@@ -40,9 +29,8 @@ NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 
 
 def leaves_its_path(path: str) -> bool:
-    """True when a server or proxy that normalises ``path`` could serve another one: a segment that,
-    percent-decoded, is ``.`` or ``..`` (also before a ``;`` parameter, as some servers read it), or
-    holds an encoded ``/`` or a ``\\``. Such a path is refused rather than normalised."""
+    """True when a server that normalises ``path`` could serve another one: a decoded segment ``.`` or
+    ``..`` (also before a ``;``, as some servers read it), or an encoded ``/`` or a ``\\``."""
     for segment in path.split("/"):
         decoded = unquote(segment)
         if decoded.split(";", 1)[0] in (".", "..") or "/" in decoded or "\\" in decoded:
@@ -77,8 +65,7 @@ def _host(parts: SplitResult | None) -> str:
 
 
 def location(url: str, *, path: bool = True) -> str:
-    """What a line may show of ``url``: ``scheme://host[:port]`` and (``path``) its path; never user
-    info, a query or a fragment. ``""`` when none of it can be shown."""
+    """What a line may show of ``url``: ``scheme://host[:port]`` and (``path``) its path, else ``""``."""
     parts = _parts(url.strip())
     where = _host(parts)
     if path and parts is not None and parts.path.isascii() and parts.path.isprintable():
@@ -87,9 +74,8 @@ def location(url: str, *, path: bool = True) -> str:
 
 
 def credential_url(name: str, value: str | None, *, query: bool = False) -> str:
-    """``value`` (surrounding blanks removed) when a credential may go to it, else :class:`UnsafeURL`
-    naming ``name``. ``query``: a query may follow the path (never for a base URL that an item id is
-    appended to, where the id would land in the query)."""
+    """``value``, stripped, when a credential may go to it, else :class:`UnsafeURL` naming ``name``.
+    ``query``: a query may follow the path (never for a base URL an item id is appended to)."""
     url = (value or "").strip()
     parts = _parts(url)
     where = _host(parts)

@@ -1,16 +1,5 @@
-"""What a schedule finds when it looks before it launches a run. No Dagster.
-
-A run costs a new process (Dagster, the code location, the clients) whatever it finds to do; a
-look is one or a few reads of what the run would read first, made where the schedule is evaluated.
-A look says either that a run would do something (``due``) or that it would not, and what it
-found, in one line (the schedule's tick shows it). Two kinds:
-
-- *work*: the run acts on something (orphaned instances, stale parameters, old jobs, zombie tasks):
-  the look reads whether there is any (:meth:`Look.work`, :meth:`Look.idle`);
-- *state*: the run records what it reads (asset checks, snapshots): the look reads the same state and
-  gives its :func:`fingerprint`; the schedule runs when it differs from the last run's, and at
-  least every so often (``pipelines.common.defs.schedules``).
-"""
+"""What a schedule finds when it looks before it launches a run: a *work* or a *state* look
+(``docs/development.md``, "schedules look first"). No Dagster."""
 
 from __future__ import annotations
 
@@ -22,8 +11,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Look:
-    """``due``: a run would do something; ``reason``: what the look found (one line);
-    ``fingerprint``: of the state read, for a state look (None for a work look)."""
+    """``due``: a run would do something; ``reason``: what the look found; ``fingerprint``: a state look's."""
 
     due: bool
     reason: str
@@ -39,8 +27,7 @@ class Look:
 
     @classmethod
     def state(cls, value: Any, reason: str) -> Look:
-        """A state look: ``value`` (JSON-able) is what the run would record; ``due`` is decided later,
-        against the last run's fingerprint."""
+        """``value`` (JSON-able) is what the run would record; ``due`` is decided against the last run's."""
         return cls(False, reason, fingerprint(value))
 
 

@@ -1,34 +1,10 @@
-"""One way to declare a job's parameters. No Dagster imports.
-
-A capability declares its parameters once, as a frozen dataclass whose fields are made with
-:func:`param`: each field carries its description, and optionally a range, a set of choices and
-old names that still work. Everything else is derived from that one declaration:
-
-- :func:`parse_params` validates a flat dict (a run config, a targets-file entry, a queue
-  message): unknown keys, missing keys, types, ranges and choices each fail with one line that
-  names the key and the value (:class:`ParamsError`);
-- ``pipelines.common.defs.config.config_schema`` builds the Dagster config schema, with the
-  descriptions that the Launchpad shows; choices (strings, matched exactly) become an enum there,
-  so the Launchpad refuses any other value before a run starts;
-- :func:`markdown_table` renders the README table of the keys.
-
-Old names (``aliases``) are accepted and reported back, so that the Dagster layer can log a
-deprecation warning in the run log::
-
-    @dataclass(frozen=True)
-    class DrainParams:
-        max_messages: int = param(0, description="Stop after this many messages (0: no limit).",
-                                  minimum=0, aliases=("maxMessages",))
-
-    params, warnings = parse_params(DrainParams, {"maxMessages": 10})
-    # params.max_messages == 10; warnings == ["maxMessages is deprecated: use max_messages"]
-
-Cross-field rules go in the dataclass's ``__post_init__``, raising :class:`ParamsError`.
-"""
+"""One way to declare a job's parameters: a frozen dataclass of :func:`param` fields, validated by
+:func:`parse_params` (``docs/development.md``; cross-field rules go in ``__post_init__``). No Dagster."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import types
 import typing
@@ -71,8 +47,7 @@ class ParamSpec:
         elif self.maximum is not None:
             text += f" At most {_num(self.maximum)}."
         if self.aliases:
-            text += " Old name" + ("s" if len(self.aliases) > 1 else "") + " (deprecated): " + ", ".join(self.aliases)
-            text += "."
+            text += f" Old name{'s' if len(self.aliases) > 1 else ''} (deprecated): {', '.join(self.aliases)}."
         return text
 
 
@@ -89,17 +64,9 @@ def param(
     choices: Sequence[Any] | None = None,
     aliases: Sequence[str] = (),
 ) -> Any:
-    """A dataclass field with what the other layers need to know. Leave ``default`` out for a
-    required parameter; a dict or list default is copied for each instance."""
-    metadata = {
-        _META: {
-            "description": description,
-            "minimum": minimum,
-            "maximum": maximum,
-            "choices": tuple(choices) if choices is not None else None,
-            "aliases": tuple(aliases),
-        }
-    }
+    """A parameter's dataclass field (no ``default``: required; a dict or list default is copied)."""
+    spec = {"description": description, "minimum": minimum, "maximum": maximum, "aliases": tuple(aliases)}
+    metadata = {_META: {**spec, "choices": tuple(choices) if choices is not None else None}}
     if isinstance(default, dict | list):
         frozen = default
         return dataclasses.field(default_factory=lambda: type(frozen)(frozen), metadata=metadata)
@@ -132,12 +99,8 @@ def specs(cls: type) -> list[ParamSpec]:
         if meta is None:
             raise TypeError(f"{cls.__name__}.{f.name} is not declared with pipelines.common.params.param")
         kind, optional = _resolve(hints[f.name])
-        if f.default is not dataclasses.MISSING:
-            default, required = f.default, False
-        elif f.default_factory is not dataclasses.MISSING:
-            default, required = f.default_factory(), False
-        else:
-            default, required = dataclasses.MISSING, True
+        default = f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+        required = default is dataclasses.MISSING
         out.append(ParamSpec(name=f.name, kind=kind, required=required, default=default, optional=optional, **meta))
     return out
 
@@ -170,8 +133,7 @@ def _check_value(spec: ParamSpec, key: str, value: Any) -> Any:
 
 
 def parse_params(cls: type[T], raw: Mapping[str, Any], *, what: str = "parameter") -> tuple[T, list[str]]:
-    """Validate ``raw`` against ``cls``'s declaration; returns the instance and the deprecation
-    warnings for old names used. ``what`` names the source in the unknown-key message."""
+    """The instance of ``cls`` from ``raw``, and the deprecation warnings for old names used."""
     if not isinstance(raw, Mapping):
         raise ParamsError(f"the {what}s must be a JSON object, got {type(raw).__name__}")
     declared = specs(cls)
@@ -202,15 +164,6 @@ def markdown_table(cls: type) -> str:
     """The README table of ``cls``'s keys: key, default, meaning."""
     rows = ["| key | default | meaning |", "|---|---|---|"]
     for spec in specs(cls):
-        default = "required" if spec.required else f"`{_json(spec.default)}`"
+        default = "required" if spec.required else f"`{json.dumps(spec.default)}`"
         rows.append(f"| `{spec.name}` | {default} | {spec.describe()} |")
     return "\n".join(rows)
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
-
-
-__all__ = ["ParamSpec", "ParamsError", "markdown_table", "param", "parse_params", "specs"]

@@ -1,6 +1,4 @@
-"""What every capability reads of an SQS queue: its name (from its URL) and its depth, and a
-dead-letter queue's depth, read one way for the fleet's checks, their schedule's look and the
-alerts. No Dagster."""
+"""An SQS queue's name and depth, and a dead-letter queue's depth, read one way everywhere. No Dagster."""
 
 from __future__ import annotations
 
@@ -23,8 +21,6 @@ def queue_depth(sqs, queue_url: str) -> dict[str, int]:
 
 
 def dead_letter_depth(sqs, dlq_url: str) -> dict[str, int]:
-    """A dead-letter queue's depth: ``depth`` counts its messages visible and in flight (a dead letter
-    that is being redriven or inspected is one until it is deleted), beside ``visible`` and
-    ``in_flight``. One ``GetQueueAttributes``."""
+    """``visible``, ``in_flight`` and ``depth``, both: a dead letter being redriven is one until deleted."""
     depth = queue_depth(sqs, dlq_url)
     return {**depth, "depth": depth["visible"] + depth["in_flight"]}

@@ -1,15 +1,4 @@
-"""What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset.
-
-Every job ends with :func:`pipelines.common.defs.summary.run_summary`, which tags its run with its
-counters: one compact JSON tag, ``groundskeeper/counts`` (``{"reclaimed":3,"retried":1}``), so that
-the runs list stays short. :func:`run_counters` reads it (and the one tag per counter,
-``groundskeeper/count/<counter>``, of runs tagged before). :func:`add_up` sums the counters per
-capability over the last 24 hours and 7 days.
-
-A run's capability is its ``groundskeeper/capability`` tag (every job sets it); a run of Dagster's own
-asset job (launched from an asset page, a backfill or a sensor, ``__ASSET_JOB``) has none and takes
-the capability of the assets it selected; only a run with neither is listed under its job's name.
-"""
+"""What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset."""
 
 from __future__ import annotations
 
@@ -33,9 +22,8 @@ FIGURES = {
     "batches_sent": ("batches_sent", None),
     "zombies_collected": ("zombies_collected", None),
 }
-"""The key figures (last 24 hours), in order: figure -> (counter, capability, None for every one).
-Reclaim's retries (agendas sent to ReadyAgenda again) and progressor's (zombie timers retried) are
-different things, so they are two figures."""
+"""The key figures (last 24 hours): figure -> (counter, capability or None for all). Reclaim's and
+progressor's retries are different things, so they are two figures."""
 WINDOWS = {"last_24h": dt.timedelta(hours=24), "last_7d": dt.timedelta(days=7)}
 
 
@@ -45,12 +33,8 @@ def counts_tag(counters: Mapping[str, int]) -> dict[str, str]:
 
 
 def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
-    """Every counter a run is tagged with (:data:`COUNTS_TAG`, and the older one tag per counter);
-    values that are not whole numbers are left out."""
-    out: dict[str, int] = {}
-    for key, value in tags.items():
-        if key.startswith(COUNT_TAG_PREFIX):
-            out[key[len(COUNT_TAG_PREFIX) :]] = value
+    """Every whole-number counter a run is tagged with (also in the older one tag per counter)."""
+    out = {key.removeprefix(COUNT_TAG_PREFIX): value for key, value in tags.items() if key.startswith(COUNT_TAG_PREFIX)}
     try:
         packed = json.loads(tags.get(COUNTS_TAG) or "{}")
     except ValueError:
@@ -67,8 +51,7 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
 
 
 def capability_of(job_name: str, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()) -> str:
-    """A run's capability: its tag, else that of the assets it selected (joined with ``+`` when
-    they belong to several), else its job's name."""
+    """A run's capability: its tag, else its assets' (joined with ``+``), else its job's name."""
     if tags.get(CAPABILITY_TAG):
         return tags[CAPABILITY_TAG]
     from_assets = sorted(set(filter(None, asset_capabilities)))
@@ -90,14 +73,12 @@ class RunCounts:
 def run_counts(
     job_name: str, created: dt.datetime, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()
 ) -> RunCounts:
-    if created.tzinfo is None:
-        created = created.replace(tzinfo=dt.UTC)
+    created = created if created.tzinfo else created.replace(tzinfo=dt.UTC)
     return RunCounts(capability_of(job_name, tags, asset_capabilities), created, tags)
 
 
 def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:
-    """Rows ``{capability, counter, last_24h, last_7d, runs_7d}``, by capability then in
-    :data:`COUNTERS` order, for every counter some run of the last 7 days reported (also 0)."""
+    """Rows ``{capability, counter, last_24h, last_7d, runs_7d}`` of every counter reported in 7 days."""
     sums: dict[tuple[str, str], dict[str, int]] = {}
     for run in runs:
         age = now - run.created

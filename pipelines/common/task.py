@@ -1,21 +1,6 @@
-"""The task contract: one periodic task, declared once. No Dagster.
-
-A :class:`Task` is a name, its parameters declared once (a frozen dataclass of
-``pipelines.common.params``), the clients its pass works with, one bounded pass, and, for a task
-that runs on a schedule, its look (``pipelines.common.looks``), the clients the look reads with,
-its default cron and what the look reads (said in the schedule's description). A task that runs
-as a job of its own names it (``job``, its one ``op``, ``tags``, ``description``), says what its
-run summary counts (``what``, ``counters``) and which errors' message says it all (``failures``:
-the run fails with that line alone, no stack trace); the one adapter, ``pipelines.common.defs.tasks``,
-builds that job and its schedules, and ``pipelines.tasks.TASKS`` lists those tasks. The fleet's
-housekeeping tasks are one list, ``pipelines.fleet.housekeeping.TASKS``, run by its dispatcher.
-
-The pass and the look are called as ``run(context, request, params)`` and ``look(context, request,
-params)``: ``context`` holds the capability's clients and names, ``request`` what the call is for
-(its clock, whether it is a dry run), ``params`` the validated parameters (an instance of
-``params``). The pass returns what it did (counts and details); the look returns a ``Look``. Run
-as a job, ``context`` is a :class:`TaskRun` (its clients by name) and ``request`` is None.
-"""
+"""The task contract: one periodic task, declared once (``docs/development.md``, "The task contract").
+No Dagster. Its pass and look are called as ``run(context, request, params)`` and ``look(context,
+request, params)``; run as a job, ``context`` is a :class:`TaskRun` and ``request`` is None."""
 
 from __future__ import annotations
 
@@ -32,9 +17,7 @@ P = TypeVar("P")
 
 @dataclass(frozen=True)
 class Task(Generic[P]):
-    """One task. ``clients``: the context's clients the pass works with; ``look_clients``: those
-    the look reads with (only these are built for it); ``cron``: the schedule's own cron;
-    ``looks_at``: what the look reads, in words."""
+    """One task; ``look_clients``: the clients built for its look; ``looks_at``: what it reads, in words."""
 
     name: str
     params: type[P]
@@ -67,10 +50,8 @@ class Task(Generic[P]):
         return frozenset(name for spec in specs(self.params) for name in (spec.name, *spec.aliases))
 
     def parse(self, raw: Mapping[str, Any]) -> tuple[P, list[str]]:
-        """The validated parameters and the deprecation warnings for old names used; bad values
-        raise ``ParamsError`` with one line that names the key and the value. As runs-fleet's
-        messages have always been read: a null parameter is its default, and a whole-number
-        parameter may be written as a whole float (``7.0``)."""
+        """The parameters and deprecation warnings, read as runs-fleet's messages always were: a null is
+        the default, and a whole number may be a whole float (``7.0``)."""
         kinds = {name: spec.kind for spec in specs(self.params) for name in (spec.name, *spec.aliases)}
         given = {
             key: int(value) if _whole_float(value) and kinds.get(key) is int else value
@@ -82,9 +63,7 @@ class Task(Generic[P]):
 
 @dataclass(frozen=True)
 class TaskRun:
-    """A pass's context when its task runs as a job: the run's log and id, and its ``clients`` (the
-    task's resources by name, a boto3 client for an AWS one; ``cloudwatch`` publishes metrics after
-    a committed change) as attributes."""
+    """A pass's context when its task runs as a job: the run's log and id, its clients as attributes."""
 
     log: Any
     run_id: str

@@ -1,6 +1,5 @@
-"""Is a run still queued or running: :data:`ACTIVE_STATUSES`, :func:`active_run` (the batching
-decider's per-receiver check) and how a skip reason names such a run (:func:`still_going`, also
-the schedule factory's when a tag concurrency limit holds its run)."""
+"""Is a run still queued or running (:data:`ACTIVE_STATUSES`, :func:`active_run`), and how a skip
+reason names such a run (:func:`still_going`)."""
 
 from __future__ import annotations
 
@@ -9,12 +8,8 @@ from typing import Any
 
 import dagster as dg
 
-ACTIVE_STATUSES = [
-    dg.DagsterRunStatus.QUEUED,
-    dg.DagsterRunStatus.NOT_STARTED,
-    dg.DagsterRunStatus.STARTING,
-    dg.DagsterRunStatus.STARTED,
-]
+_QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
+ACTIVE_STATUSES = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
 """A run in one of these is still queued or running (it has not finished, failed or been canceled)."""
 
 
@@ -28,5 +23,4 @@ def active_run(instance: dg.DagsterInstance, job_name: str, tags: Mapping[str, s
 
 def still_going(run: Any) -> str:
     """How a skip reason names the run that is still going: ``<run id> is still queued``."""
-    state = "queued" if run.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED) else "running"
-    return f"{run.run_id} is still {state}"
+    return f"{run.run_id} is still {'queued' if run.status in _QUEUED else 'running'}"

@@ -1,13 +1,4 @@
-"""A parameters dataclass (``pipelines.common.params``) as Dagster config.
-
-- :func:`config_schema`: the op's config schema, with descriptions, defaults and ranges; a field
-  with choices is a ``dg.Enum`` (named ``<Class>_<field>``), so Dagster's own config validation
-  (the Launchpad, ``dagster job execute``) refuses any other value before a run starts;
-- :func:`flat_config`: a flat run config (a ``ConfigMapping``: the top-level keys of the run
-  config are the parameters);
-- :func:`params_from_config`: a validated instance inside the op, with deprecation warnings for
-  old key names in the run log and one-line failures for bad values.
-"""
+"""A parameters dataclass (``pipelines.common.params``) as Dagster config."""
 
 from __future__ import annotations
 
@@ -50,9 +41,7 @@ def _kind(cls: type, spec: ParamSpec) -> Any:
 
 
 def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
-    kind = _kind(cls, spec)
-    if spec.optional:
-        kind = dg.Noneable(kind)
+    kind = dg.Noneable(_kind(cls, spec)) if spec.optional else _kind(cls, spec)
     if spec.required and with_default:
         return dg.Field(kind, is_required=True, description=description)
     if with_default and spec.default is not None:
@@ -61,9 +50,8 @@ def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) 
 
 
 def config_schema(cls: type) -> dict[str, dg.Field]:
-    """The Dagster config schema of a parameters dataclass: every field with its description,
-    default and range (choices as an enum); each old name as an optional field that says what
-    replaced it."""
+    """The config schema of ``cls``: choices as a ``dg.Enum`` (Dagster refuses another value before a
+    run starts); each old name as an optional field."""
     schema: dict[str, dg.Field] = {}
     for spec in specs(cls):
         schema[spec.name] = _field(cls, spec, spec.describe(), with_default=True)
@@ -79,11 +67,9 @@ def flat_config(
     execution: Callable[[Mapping[str, Any]], dict[str, Any]] | None = None,
     console_level: str | None = None,
 ) -> dg.ConfigMapping:
-    """A flat run config for a job whose parameters go to one op: ``{"max_messages": 10}``
-    instead of ``{"ops": {op_name: {"config": {...}}}}``. ``execution`` may pick the executor's
-    config from the values (it must not raise: the op validates, with a one-line error);
-    ``console_level`` is the lowest level of the run's console output (its captured logs; the
-    event log keeps every event): Dagster's default is DEBUG."""
+    """The parameters of a job's one op at the top of its run config. ``execution`` picks the executor's
+    config from the values (it must not raise: the op validates); ``console_level``: the lowest level
+    of the run's console output (Dagster's default is DEBUG)."""
 
     def mapping(values: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {"ops": {op_name: {"config": {k: v for k, v in values.items() if v is not None}}}}
@@ -97,8 +83,7 @@ def flat_config(
 
 
 def params_from_config(context: Any, cls: type[T], raw: Mapping[str, Any] | None = None) -> T:
-    """The op's parameters, validated: old names log a deprecation warning in the run log; a bad
-    value fails the op with one line and no retry. ``raw`` defaults to the op's config."""
+    """The op's parameters (``raw``, default its config): a bad value fails it in one line, no retry."""
     try:
         params, warnings = parse_params(cls, context.op_config if raw is None else raw)
     except ParamsError as exc:

@@ -1,23 +1,4 @@
-"""The one AWS failure policy of ops, assets, asset checks and sensors.
-
-Retries are Dagster's own, declared on the definitions: an op, asset or asset check that does AWS
-work declares ``retry_policy=AWS_RETRY_POLICY`` (Dagster's ``RetryPolicy`` derived from the retry
-library's :data:`DEFAULT_OP_POLICY`), and its body carries :func:`one_line_failures`, which narrows
-what that policy retries to transient AWS errors:
-
-- a transient AWS error (throttling, 5xx, connection) is left to the step's retry policy, after
-  one warning line, until the policy's last attempt;
-- a permanent AWS error, a transient one on the last attempt, or one where there is no retry
-  policy (a sensor, a schedule, an op that leaves retries to the run) fails with the one line of
-  ``resources.errors``: ``dg.Failure(allow_retries=False)``;
-- any other error is never retried: under a retry policy it fails the step as
-  ``dg.Failure(allow_retries=False)`` raised from it (its traceback is the cause), elsewhere it passes
-  through unchanged; an interrupt (the run is being terminated) fails the step without a retry.
-
-Plain-Python code that works through a batch retries single calls with
-``pipelines.retry.retry_call`` and the same kind of policy, so that one throttled call does not
-restart a whole op.
-"""
+"""The one AWS failure policy of ops, assets, asset checks and sensors (``docs/retry.md``)."""
 
 from __future__ import annotations
 
@@ -33,10 +14,7 @@ from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponent
 from resources.errors import explain_aws_error
 
 DEFAULT_OP_POLICY = exponential(initial=2, coefficient=2, max_delay=60, max_attempts=3, jitter="full")
-"""The retry library's policy of ops, assets and checks: 3 attempts, waits up to 2 s then 4 s (full
-jitter); its non-retryable errors, if it names any, are never retried. botocore already retries
-each call a few times; this is the second layer, for outages longer than a call. Dagster applies
-it as :data:`AWS_RETRY_POLICY`."""
+"""Ops', assets' and checks' retries, for outages longer than botocore's: as :data:`AWS_RETRY_POLICY`."""
 
 _BACKOFFS = (None, dg.Backoff.LINEAR, dg.Backoff.EXPONENTIAL)
 _JITTERS = {"none": None, "full": dg.Jitter.FULL}
@@ -45,14 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def dagster_retry_policy(policy: RetryPolicy) -> dg.RetryPolicy | None:
-    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt: no retry).
-
-    Its retries are ``max_attempts - 1`` and its delay the policy's first wait; of Dagster's backoffs
-    (none: the delay each time, ``LINEAR``: ``n * delay``, ``EXPONENTIAL``: ``(2**n - 1) * delay``) it
-    takes the one whose waits come closest to the policy's. Exponential from 2 s doubling waits 2 s,
-    4 s: Dagster's ``LINEAR`` from 2 s gives exactly those two, its ``EXPONENTIAL`` 2 s, 6 s. Jitter
-    is none or full (Dagster's ``FULL``: uniform from 0 to the wait, as the library's). A policy that
-    Dagster cannot state (unlimited attempts, another jitter) raises ``RetryPolicyError``."""
+    """Dagster's ``RetryPolicy`` nearest to the library's ``policy`` (None for one attempt): the
+    backoff whose waits come closest; ``RetryPolicyError`` for one Dagster cannot state."""
     if policy.max_attempts is None:
         raise RetryPolicyError("a Dagster retry policy needs a number of attempts", field="maxAttempts", value=None)
     jitter = policy.jitter.name
@@ -74,8 +46,7 @@ def dagster_retry_policy(policy: RetryPolicy) -> dg.RetryPolicy | None:
 
 
 AWS_RETRY_POLICY: dg.RetryPolicy = dagster_retry_policy(DEFAULT_OP_POLICY)  # type: ignore[assignment]
-"""Declared by every op, asset and asset check that does AWS work (``retry_policy=``): 2 retries,
-waits of up to 2 s then 4 s (``LINEAR`` from 2 s, full jitter)."""
+"""Declared by every op, asset and asset check that does AWS work: ``LINEAR`` from 2 s, full jitter."""
 
 
 def describe_retry_policy(policy: dg.RetryPolicy) -> str:
@@ -90,8 +61,7 @@ def describe_retry_policy(policy: dg.RetryPolicy) -> str:
 
 
 def step_retry_policy(context: Any) -> dg.RetryPolicy | None:
-    """The retry policy Dagster applies to the running step (the node's, the op's or the job's
-    ``op_retry_policy``), or None: no policy, a sensor or schedule, or a body invoked directly."""
+    """The retry policy Dagster applies to the running step, or None (also outside a step)."""
     op_context = getattr(context, "op_execution_context", context)  # an asset's or a check's context
     if not isinstance(op_context, dg.OpExecutionContext):
         return None
@@ -102,8 +72,7 @@ def step_retry_policy(context: Any) -> dg.RetryPolicy | None:
 
 
 def _final(message: str, cause: BaseException | None) -> dg.Failure:
-    """``dg.Failure(message, allow_retries=False)`` as ``raise ... from cause`` would leave it: the
-    error under it is ``cause`` (None: nothing, the line says it all)."""
+    """``dg.Failure(message, allow_retries=False)`` as ``raise ... from cause`` would leave it."""
     failure = dg.Failure(description=message, allow_retries=False)
     failure.__cause__ = cause
     failure.__suppress_context__ = True
@@ -111,8 +80,7 @@ def _final(message: str, cause: BaseException | None) -> dg.Failure:
 
 
 def _instead_of(context: Any, exc: BaseException) -> BaseException:
-    """What the body raises instead of ``exc``: ``exc`` itself when the step's retry policy is to
-    retry it, or when it passes through."""
+    """What the body raises instead of ``exc`` (``exc`` itself: left to the retry policy, or passed on)."""
     if isinstance(exc, dg.RetryRequested | dg.DagsterError):
         return exc  # an explicit retry request, or Dagster's own error (which no policy retries)
     policy = step_retry_policy(context)
@@ -148,12 +116,8 @@ _CAUGHT = (Exception, dg.DagsterExecutionInterruptedError, KeyboardInterrupt)
 
 
 def one_line_failures(fn: F) -> F:
-    """The body of an op, asset, asset check, sensor or schedule under the one AWS failure policy
-    (see the module): transient AWS errors are left to the step's retry policy (declare
-    ``retry_policy=AWS_RETRY_POLICY``), anything else fails in one line and is never retried.
-
-    ``fn`` takes the context first; plain and generator bodies alike. The signature is ``fn``'s
-    (``functools.wraps``), so Dagster sees its context, config and resource parameters as written."""
+    """A body (plain or generator, ``context`` first) under the one AWS failure policy: only transient
+    AWS errors are left to the step's retry policy, anything else fails in one line."""
     params = list(inspect.signature(fn).parameters)
     if not params or params[0] != "context":
         raise TypeError(f"{fn.__qualname__}: one_line_failures needs the context as the first parameter, `context`")

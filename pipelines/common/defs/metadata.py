@@ -1,6 +1,5 @@
-"""Results as UI metadata: :func:`metadata_from` (a result dict) and :func:`table_from` (rows as a
-table); money (``*_usd``, ``*_usd_per_hour``) rounded to cents, percentages (``*_pct``) to one
-decimal and durations (``seconds``, ``*_seconds``) to 0.1 s (:func:`rounded`)."""
+"""Results as UI metadata: :func:`metadata_from` (a result dict), :func:`table_from` (rows as a
+table), and a failed check's note (:func:`noted`)."""
 
 from __future__ import annotations
 
@@ -28,8 +27,7 @@ def rounded(key: str, value: Any) -> Any:
 
 
 def metadata_from(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A result as UI metadata: numbers and flags as such (money and percentages rounded, see
-    :func:`rounded`), text as text, the rest as JSON. Empty values are left out."""
+    """Numbers, flags and text as such (rounded by :func:`rounded`), the rest as JSON, empties left out."""
     out: dict[str, Any] = {}
     for key, value in values.items():
         if isinstance(value, bool):
@@ -49,9 +47,7 @@ _COLUMN_TYPES = {bool: "bool", int: "int", float: "float"}
 
 
 def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) -> dg.TableMetadataValue:
-    """Rows as a ``dg.TableMetadataValue``. ``columns`` maps a row key to its header, in order;
-    values are rounded by the key (:func:`rounded`). The asset page shows a table of at most 4
-    columns inline, a wider one behind a link: keep the inline ones narrow."""
+    """``columns``: row key -> header, in order. The asset page shows at most 4 columns inline."""
     records, kinds = [], dict.fromkeys(columns, "string")
     for row in rows:
         data = {}
@@ -70,16 +66,13 @@ def table_from(rows: Iterable[Mapping[str, Any]], columns: Mapping[str, str]) ->
 
 
 CheckNotes = Mapping[dg.AssetCheckKey, str]
-"""What a failed check's description adds, by check: given by the code location (``make dev``'s
-demo says which failures it causes on purpose); empty in production."""
+"""What a failed check's description adds, by check (``make dev``'s demo); empty in production."""
 
 
 def noted(
     check: dg.AssetCheckKey, passed: bool, description: str, notes: CheckNotes | None
 ) -> tuple[str, dict[str, str]]:
-    """A check's description, and metadata to add: for a failed ``check`` that ``notes`` has a note
-    on, ``"<description> (<note>)"`` and ``{"demo": note}``; otherwise the description unchanged
-    and nothing."""
+    """A failed ``check``'s description with its note, and ``{"demo": note}``; else as they are."""
     note = (notes or {}).get(check)
     if passed or not note:
         return description, {}

@@ -1,8 +1,5 @@
-"""Metrics published after a committed change: :class:`CommittedChangeMetrics`, the one rule.
-
-They go to the deployment's metrics sink (CloudWatch or none), and a failed publish is a warning
-in the run log plus the metadata flag ``metrics_published: false``, never a failed run.
-"""
+"""Metrics published after a committed change (:class:`CommittedChangeMetrics`): a failed publish is
+a warning and ``metrics_published: false``, never a failed run."""
 
 from __future__ import annotations
 
@@ -13,16 +10,8 @@ from resources.errors import explain_aws_error
 
 
 class CommittedChangeMetrics:
-    """The metrics client a capability's plain-Python code gets instead of the CloudWatch client.
-
-    Metrics come after the change they count has committed (a collection, a reclaim, terminated
-    instances), so a metrics failure must not fail the run: a retried op would redo that work, and a
-    deployment without AWS would never succeed. ``put_metric_data`` goes to the deployment's metrics
-    sink (the ``cloudwatch`` resource's ``metrics_sink``, ``METRICS_SINK``): CloudWatch, or none (no
-    call at all). It is used through the toolkit's ``put_metrics``, whose policy is the one retry of
-    each call; a call still failing after it is :meth:`not_published`: one warning in the run log (the
-    first; later ones are counted) and the run goes on. :attr:`published` is the
-    ``metrics_published`` metadata flag."""
+    """The CloudWatch client that plain code gets, for ``put_metrics``: a retried op would redo the
+    committed work, so a failure is only a warning. Calls go to ``METRICS_SINK`` (or none)."""
 
     def __init__(self, context: Any, cloudwatch: Any, what: str) -> None:
         self._log = context.log
@@ -41,8 +30,7 @@ class CommittedChangeMetrics:
         return response
 
     def not_published(self, exc: BaseException) -> None:
-        """A call still failing after ``put_metrics``' retries: the change is committed, the metrics
-        are not worth a failed run."""
+        """A call still failing after ``put_metrics``' retries: one warning (the first), then counted."""
         self.failures += 1
         if self.failures == 1:
             reason = explain_aws_error(exc) or classify_aws_error(exc).reason

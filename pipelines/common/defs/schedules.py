@@ -1,28 +1,5 @@
-"""The one schedule factory, :func:`schedule`: a job (or its name) and a cron, with an optional
-look (``pipelines.common.looks``), run config and tags, and an optional overlap rule. Every
-schedule of the code location is built by it.
-
-- Its cron is its own, unless the code location gives it another by name (``crons``, passed in by
-  ``pipelines/definitions.py``; ``make dev``'s demo does): its description then says so.
-- One run at a time is one rule, the instance's tag concurrency limits (``dagster.yaml`` and
-  ``infra/dagster.*.yaml``: one run per value of ``groundskeeper/queue``, ``groundskeeper/table``,
-  ``groundskeeper/progressor_namespace`` and ``groundskeeper/one_at_a_time``). A tick whose run
-  would only wait on such a limit (a run holding the same tag value is still queued or running)
-  skips and names that run, instead of queueing another behind it (:func:`held_by`).
-
-With a look, at each tick the schedule's look reads what the run would read first, in the process that
-evaluates the schedule (no run process):
-
-- a work look that finds nothing to do skips the tick with its reason;
-- a state look (asset checks, snapshots) runs when what it read differs from what the last run of
-  this schedule read (the run's ``groundskeeper/look`` tag), when that run did not succeed, and at
-  least every ``refresh``: a check result or snapshot is never older than that;
-- a look that fails (AWS or the database unreachable, a permission missing) does not hide the
-  problem: the run is launched, and fails or succeeds with its own one line.
-
-A run a schedule launches is known by Dagster's own ``dagster/schedule_name`` tag (hidden in
-the runs list) and, after a state look, carries ``groundskeeper/look`` (its fingerprint).
-"""
+"""The one schedule factory, :func:`schedule`, of every schedule (``docs/development.md``, "One
+schedule factory; schedules look first")."""
 
 from __future__ import annotations
 
@@ -41,9 +18,7 @@ SCHEDULE_TAG = "dagster/schedule_name"
 """Dagster's tag on every run a schedule launches: which schedule (the last run of this schedule)."""
 
 ONE_AT_A_TIME_TAG = "groundskeeper/one_at_a_time"
-"""A job tagged with its own name here (``one_at_a_time``) runs one at a time: the instance limits
-this tag to one run per value, as it does ``groundskeeper/queue``, ``groundskeeper/table`` and
-``groundskeeper/progressor_namespace``."""
+"""A job tagged with its own name here runs one at a time (the instance limits it to one run per value)."""
 
 
 def one_at_a_time(job_name: str) -> dict[str, str]:
@@ -55,8 +30,7 @@ LOOK_TAG = "groundskeeper/look"
 """The fingerprint of the state the schedule's look read before the run (state looks)."""
 
 REFRESH_SLACK = dt.timedelta(minutes=1)
-"""A run created a few seconds after its tick still counts as of that tick: the refresh is due at
-the first tick at least ``refresh`` minus this after the last run was created."""
+"""A run created a few seconds after its tick counts as of that tick: the refresh is due this much early."""
 
 LookFn = Callable[[dg.ScheduleEvaluationContext], Look]
 RequestFn = Callable[[dg.ScheduleEvaluationContext], dg.RunRequest | dg.SkipReason]
@@ -94,52 +68,40 @@ def _ago(delta: dt.timedelta) -> str:
 def against_last_run(
     context: dg.ScheduleEvaluationContext, look: Look, *, job_name: str, schedule_name: str, refresh: dt.timedelta
 ) -> Look:
-    """A state look decided against the last run this schedule launched: due when there is none, it
-    did not succeed, it read another state, or it is ``refresh`` old; not due while it is still
-    queued or running on the same state."""
+    """A state look decided against this schedule's last run: due when there is none, it did not
+    succeed, it read another state or it is ``refresh`` old."""
     instance = _instance(context)
-    records = (
-        instance.get_run_records(dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: schedule_name}), limit=1)
-        if instance is not None
-        else []
-    )
+    filters = dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: schedule_name})
+    records = instance.get_run_records(filters, limit=1) if instance is not None else []
+
+    def decided(due: bool, why: str) -> Look:
+        return Look(due, look.reason + why, look.fingerprint)
+
     if not records:
-        return Look(True, f"{look.reason}; no earlier run of this schedule", look.fingerprint)
+        return decided(True, "; no earlier run of this schedule")
     run, created = records[0].dagster_run, _utc(records[0].create_timestamp)
-    same = run.tags.get(LOOK_TAG) == look.fingerprint
-    if not same:
-        return Look(True, f"{look.reason}; changed since run {run.run_id[:8]}", look.fingerprint)
+    if run.tags.get(LOOK_TAG) != look.fingerprint:
+        return decided(True, f"; changed since run {run.run_id[:8]}")
     if run.status in ACTIVE_STATUSES:
-        return Look(False, f"{look.reason}: unchanged, and run {still_going(run)}", look.fingerprint)
+        return decided(False, f": unchanged, and run {still_going(run)}")
     if run.status != dg.DagsterRunStatus.SUCCESS:
-        status = run.status.value.lower()
-        return Look(True, f"{look.reason}; the last run {run.run_id[:8]} ended {status}", look.fingerprint)
+        return decided(True, f"; the last run {run.run_id[:8]} ended {run.status.value.lower()}")
     age = tick_time(context) - created
     if age >= refresh - REFRESH_SLACK:
-        return Look(
-            True,
-            f"{look.reason}; unchanged, the last run {run.run_id[:8]} was {_ago(age)} ago "
-            f"(at least every {_ago(refresh)})",
-            look.fingerprint,
+        return decided(
+            True, f"; unchanged, the last run {run.run_id[:8]} was {_ago(age)} ago (at least every {_ago(refresh)})"
         )
-    return Look(
+    return decided(
         False,
-        f"{look.reason}: unchanged since run {run.run_id[:8]} at {created:%H:%M} UTC; runs when it changes, "
+        f": unchanged since run {run.run_id[:8]} at {created:%H:%M} UTC; runs when it changes, "
         f"and by {created + refresh:%H:%M} UTC at the latest",
-        look.fingerprint,
     )
 
 
 def evaluate_look(
-    context: dg.ScheduleEvaluationContext,
-    look: LookFn,
-    *,
-    job_name: str,
-    schedule_name: str,
-    refresh: dt.timedelta | None = None,
+    context: dg.ScheduleEvaluationContext, look: LookFn, job_name: str, schedule_name: str, refresh: dt.timedelta | None
 ) -> Look:
-    """The look's finding (a state look decided by :func:`against_last_run`); a look that raises
-    is a due look whose reason names the error, so that the run shows the problem."""
+    """The look's finding; a look that raises is due, so that the run shows the problem."""
     try:
         found = look(context)
     except Exception as exc:
@@ -151,26 +113,13 @@ def evaluate_look(
     return found
 
 
-def looked_request(request: dg.RunRequest, schedule_name: str, found: Look) -> dg.RunRequest:
-    """``request`` with the look's tag (the fingerprint of a state look); Dagster adds the schedule's."""
-    tags = dict(request.tags or {})
-    if found.fingerprint is not None:
-        tags[LOOK_TAG] = found.fingerprint
-    return request.with_replaced_attrs(tags=tags)
-
-
 @dataclass(frozen=True)
 class ScheduleCadence:
-    """What the factory passes to Dagster: ``cron_schedule``, ``default_status``, and its
-    description with the note (:meth:`describe`)."""
+    """What the factory passes to Dagster: the cron, the default status and the description's note."""
 
     cron_schedule: str
     default_status: dg.DefaultScheduleStatus
-    note: str = ""
-
-    def describe(self, description: str) -> str:
-        """``description``, with the note when the cadence is not the schedule's own."""
-        return f"{description} {self.note}".strip() if self.note else description
+    note: str = ""  # said in the description when the cron is not the schedule's own
 
 
 def schedule_cadence(
@@ -179,16 +128,14 @@ def schedule_cadence(
     crons: Mapping[str, str] | None = None,
     status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> ScheduleCadence:
-    """The cadence of schedule ``name`` (its own cron ``cron`` and default ``status``): the cron
-    ``crons`` names for it, when it names one, else its own."""
+    """The cadence of schedule ``name``: the cron ``crons`` names for it, else its own ``cron``."""
     given = (crons or {}).get(name, cron)
     note = f"This code location runs it on {given}, not {cron}." if given != cron else ""
     return ScheduleCadence(given, status, note)
 
 
 def held_by(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> Any:
-    """The newest queued or running run that holds a value of ``tags`` up to one of the instance's
-    tag concurrency limits (a run with ``tags`` would wait for it), or None."""
+    """The newest active run that a run with ``tags`` would wait for (a tag concurrency limit), or None."""
     queue = instance.get_concurrency_config().run_queue_config
     for limit in queue.tag_concurrency_limits if queue is not None else ():
         key, value = limit["key"], limit.get("value")
@@ -217,22 +164,15 @@ def schedule(
     crons: Mapping[str, str] | None = None,
     default_status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
 ) -> dg.ScheduleDefinition:
-    """A schedule of ``job`` (or ``job_name``) on ``cron_schedule`` (or the cron ``crons`` names for
-    it). Each tick launches ``request(context)`` (default: a ``RunRequest`` with ``run_config`` and
-    ``tags``; a ``SkipReason`` it returns skips the tick), unless:
-
-    - the run would wait on the instance's tag concurrency limits (the job's tags and the request's:
-      :func:`held_by`);
-    - ``look`` is given (with ``required_resource_keys``) and does not find the run due (``refresh``:
-      for a state look, the longest time between two runs)."""
+    """Each tick launches ``request(context)`` (default: ``run_config`` and ``tags``), unless the run
+    would wait on a tag concurrency limit or ``look`` does not find it due (``refresh``: for a state
+    look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
     assert target is not None, "schedule needs job or job_name"
     cadence = schedule_cadence(name, cron_schedule, crons, default_status)
 
-    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
-        if request is not None:
-            return request(context)
-        return dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
+    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
+        return request(context) if request else dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
 
     job_tags = dict(getattr(job, "tags", None) or {})
 
@@ -250,7 +190,9 @@ def schedule(
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")
-        return looked_request(run, name, found)
+        if found.fingerprint is not None:  # a state look's, for the next tick (Dagster adds the schedule's tag)
+            run = run.with_replaced_attrs(tags={**(run.tags or {}), LOOK_TAG: found.fingerprint})
+        return run
 
     return dg.ScheduleDefinition(
         name=name,
@@ -261,5 +203,5 @@ def schedule(
         execution_timezone=execution_timezone,
         default_status=cadence.default_status,
         required_resource_keys=set(required_resource_keys or ()),
-        description=cadence.describe(description),
+        description=f"{description} {cadence.note}".strip() if cadence.note else description,
     )

@@ -1,10 +1,5 @@
-"""How every job ends, and what the jobs did.
-
-- :func:`run_summary`: one log line and the run's counters as one compact JSON run tag
-  (``groundskeeper/counts``);
-- :func:`operations_summary_asset`: the ``operations_summary`` asset, which adds those counters
-  up across runs (the arithmetic is the plain ``pipelines.common.summary``).
-"""
+"""How every job ends (:func:`run_summary`), and the ``operations_summary`` asset that adds up what
+the jobs did (:func:`operations_summary_asset`; the arithmetic is ``pipelines.common.summary``)."""
 
 from __future__ import annotations
 
@@ -20,11 +15,8 @@ from pipelines.common.defs.metadata import metadata_from, table_from
 
 
 def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> None:
-    """How a job ends: one ``summary:`` log line and the counters as one compact JSON run tag,
-    ``groundskeeper/counts`` (run-level metadata: on the run's page, added up by
-    ``operations_summary``; one tag, so that the runs list stays short). Zero counters are tagged
-    too, so a run that found nothing says so. Called again in the same run (several partitions in
-    one run), the counts add up."""
+    """How a job ends: a ``summary:`` line and the counters, zeros too, as one run tag (a short runs
+    list); called again in the same run, the counts add up."""
     counts = {name: int(value) for name, value in counters.items()}
     text = ", ".join(f"{name}={value}" for name, value in counts.items())
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
@@ -37,20 +29,13 @@ def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: st
 
 def asset_capabilities(asset_graph: Any) -> dict[Any, str]:
     """Each asset's capability: its ``groundskeeper/capability`` tag, else its group's name."""
-    out = {}
-    for key in asset_graph.get_all_asset_keys():
-        node = asset_graph.get(key)
-        out[key] = node.tags.get(summary.CAPABILITY_TAG) or node.group_name
-    return out
+    nodes = {key: asset_graph.get(key) for key in asset_graph.get_all_asset_keys()}
+    return {key: node.tags.get(summary.CAPABILITY_TAG) or node.group_name for key, node in nodes.items()}
 
 
 def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg.AssetsDefinition:
-    """The ``operations_summary`` asset: per capability, the counters of the runs of the last 24
-    hours and 7 days (their ``groundskeeper/counts`` tag, see :func:`run_summary`), of every run of
-    the 7 days (:func:`window_runs`, a page at a time; metadata ``runs_read``, and ``window_complete``:
-    no run of the window was left out). A run launched
-    from an asset page or a backfill (Dagster's ``__ASSET_JOB``) counts under its assets' capability,
-    told by the code location's assets (``asset_graph()``, default: the run's repository)."""
+    """Per capability, the counters of every run of the last 24 hours and 7 days; an ``__ASSET_JOB``
+    run counts under its assets' capability, told by ``asset_graph()`` (default: the run's)."""
 
     @dg.asset(
         name="operations_summary",
@@ -101,8 +86,7 @@ PAGE_RUNS = 5_000
 
 @dataclass(frozen=True)
 class WindowRun:
-    """What ``operations_summary`` needs of a run: its job, creation time, summary tags (capability
-    and counters) and, for a run without a capability tag that has counters, the assets it selected."""
+    """What ``operations_summary`` needs of a run (``selected``: only without a capability tag)."""
 
     job_name: str
     created: dt.datetime
@@ -114,19 +98,8 @@ def _summary_tag(key: str) -> bool:
     return key in (summary.COUNTS_TAG, summary.CAPABILITY_TAG) or key.startswith(summary.COUNT_TAG_PREFIX)
 
 
-def _needs_selection(tags: Mapping[str, str]) -> bool:
-    """A run without a capability tag counts under its assets: only worth reading if it has counters."""
-    return not tags.get(summary.CAPABILITY_TAG) and bool(summary.run_counters(tags))
-
-
-def _selection(run: Any) -> tuple[Any, ...]:
-    return (*(run.asset_selection or ()), *(k.asset_key for k in run.asset_check_selection or ()))
-
-
 def window_runs(instance: Any, since: dt.datetime, page: int = PAGE_RUNS) -> Iterator[WindowRun]:
-    """Every run created after ``since``, oldest first, ``page`` runs at a time through the
-    instance's public ``get_run_records`` (memory stays bounded whatever the history holds; 50,000
-    runs cost about 5 CPU-seconds)."""
+    """Every run created after ``since``, oldest first, ``page`` runs at a time (bounded memory)."""
     cursor = None
     while True:
         records = instance.get_run_records(
@@ -135,7 +108,9 @@ def window_runs(instance: Any, since: dt.datetime, page: int = PAGE_RUNS) -> Ite
         for record in records:
             run = record.dagster_run
             tags = {k: v for k, v in run.tags.items() if _summary_tag(k)}
-            selected = _selection(run) if _needs_selection(tags) else ()
+            selected: tuple[Any, ...] = ()
+            if not tags.get(summary.CAPABILITY_TAG) and summary.run_counters(tags):  # counts under its assets
+                selected = (*(run.asset_selection or ()), *(k.asset_key for k in run.asset_check_selection or ()))
             yield WindowRun(run.job_name, record.create_timestamp, tags, selected)
         if len(records) < page:
             return

@@ -1,16 +1,4 @@
-"""The one Dagster adapter of the task contract (``pipelines.common.task``): a task that runs as a
-job of its own becomes that job (:func:`task_job`), and its schedules are built by the one schedule
-factory (:func:`task_schedule`).
-
-The job is one op, ``task.op``. Its run config is the task's parameters at the top level
-(``flat_config``: choices are enums, so Dagster refuses another value before the run starts); the op
-declares the one AWS failure policy (``AWS_RETRY_POLICY`` and ``one_line_failures``: a pass that
-raises fails the run with one line; one of the task's ``failures`` with its message alone), gives
-the pass the task's clients (the resources of those names, a boto3 client for an AWS one;
-``cloudwatch`` publishes metrics after a committed change, ``CommittedChangeMetrics``), ends with
-the run summary (``run_summary``: the task's ``what`` and ``counters``) and returns the pass's
-result as its output and metadata.
-"""
+"""The one Dagster adapter of the task contract (``pipelines.common.task``): its job and schedules."""
 
 from __future__ import annotations
 
@@ -30,8 +18,7 @@ from pipelines.common.task import Task, TaskRun
 
 
 def _clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
-    """The resources ``keys`` as a pass sees them: a client's boto3 client (``get_client()``), any
-    other resource as it is (settings, the progressor database)."""
+    """The resources ``keys`` as a pass sees them: a boto3 client for a client resource, any other as it is."""
     resources = {key: getattr(context.resources, key) for key in keys}
     return {key: r.get_client() if callable(getattr(r, "get_client", None)) else r for key, r in resources.items()}
 
@@ -85,9 +72,8 @@ def task_schedule(
     tags: Mapping[str, str] | None = None,
     crons: Mapping[str, str] | None = None,
 ) -> dg.ScheduleDefinition:
-    """The schedule ``name`` of ``task``'s ``job`` on ``cron`` (or the one ``crons`` names for it),
-    launching ``run_config`` (``params``, validated) with ``tags``: it looks first with the task's
-    look, over only the clients the look reads with, and skips the tick when there is nothing to do."""
+    """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (over only the
+    clients it reads with) and skipping the tick when there is nothing to do."""
     look_task = task.look
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
