@@ -1,19 +1,7 @@
-"""The fleet processors' ops and jobs. Thin: read config, call the logic, report.
-
-- ``process_termination_queue`` / ``process_housekeeping_queue``: drain runs, one per consumer slot of
-  the queue (run tag ``groundskeeper/queue``, see ``sensors.py``), launched by the queue sensors when
-  messages wait;
-- ``housekeeping``: runs one task; its flat run config is runs-fleet's housekeeping message;
-- ``redrive_dead_letters``: by hand; moves dead letters back at a rate, quarantines repeat offenders.
-
-Each job has one op: the in-process executor runs it in the run's own process (no step process),
-where a UI termination or SIGTERM reaches the drain's graceful stop directly. Under ``cluster`` the
-termination drain's step runs on a Celery worker, which no interrupt reaches: the drain reads its
-run's status at each round boundary and stops there once the run is being terminated.
-
-A housekeeping ``pool_audit`` task's audit is recorded as a ``pool_audit`` materialization with its
-check evaluations, of the run that ran it (``pool_audit.housekeeping_audit_events``).
-"""
+"""The fleet processors' ops and jobs (docs/fleet.md): the queue drains, ``housekeeping`` (one task) and
+``redrive_dead_letters``. Each job has one op, run in the run's own process, where a UI termination or
+SIGTERM reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's
+status at each round boundary instead."""
 
 from collections.abc import Callable, Iterable
 
@@ -59,26 +47,11 @@ DRAIN_PRIORITY = {"dagster/priority": "10"}
 or backfill backlog never delays the queue drains."""
 
 
-def _run_context(
-    context: dg.OpExecutionContext,
-    fleet: FleetSettings,
-    *,
-    ec2: EC2Resource,
-    dynamodb: DynamoDBResource,
-    ssm: SSMResource,
-    cloudwatch: CloudWatchResource,
-    s3: S3Resource,
-) -> FleetContext:
-    """A run's context: every client, and metrics after a commit as its ``cloudwatch``."""
-    return fleet_context(
-        fleet,
-        log=context.log,
-        ec2=ec2.get_client(),
-        ssm=ssm.get_client(),
-        dynamodb=dynamodb.get_client(),
-        cloudwatch=CommittedChangeMetrics(context, cloudwatch, "fleet"),
-        s3=s3.get_client(),
-    )
+def _run_context(context: dg.OpExecutionContext, fleet: FleetSettings, **resources) -> FleetContext:
+    """A run's context: the clients of ``resources``, and metrics after a commit as its ``cloudwatch``."""
+    clients = {key: resource.get_client() for key, resource in resources.items() if key != "cloudwatch"}
+    cloudwatch = CommittedChangeMetrics(context, resources["cloudwatch"], "fleet")
+    return fleet_context(fleet, log=context.log, cloudwatch=cloudwatch, **clients)
 
 
 def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None) -> None:
@@ -93,9 +66,7 @@ TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 
 
 def _run_terminated(context: dg.OpExecutionContext) -> Callable[[], bool]:
-    """Is the op's run being terminated? Read from the instance, so that it works wherever the step
-    runs: in the run's process a termination also arrives as an interrupt, on a Celery worker only
-    this way (cancelling there withdraws only the tasks not started)."""
+    """Is the op's run being terminated? Read from the instance: on a Celery worker no interrupt arrives."""
 
     def terminated() -> bool:
         run = context.instance.get_run_by_id(context.run_id)
@@ -135,21 +106,17 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     return dg.Output(summary, metadata=metadata)
 
 
-DrainFactory = Callable[..., QueueDrain]
-"""``make(ctx, sqs=, queue_url=, dlq_url=, run_id=, limits=)``, e.g. ``termination_drain``."""
-
-
 def drain_op(
     name: str,
     description: str,
     queue: str,
-    make: DrainFactory,
+    make: Callable[..., QueueDrain],
     limits_cls: type[DrainLimits] = DrainLimits,
     notes: CheckNotes | None = None,
 ) -> dg.OpDefinition:
-    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain,
-    configured by ``limits_cls``; a handler's task results, if it has any, are recorded (a pool
-    audit's failed check with its note from ``notes``)."""
+    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain
+    (``make(ctx, sqs=, queue_url=, dlq_url=, run_id=, limits=)``), configured by ``limits_cls``; a
+    handler's task results, if any, are recorded (a pool audit's failed check with its note from ``notes``)."""
 
     @dg.op(
         name=name,
@@ -200,8 +167,8 @@ drain_termination_queue = drain_op(
 
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the
-    cluster's Celery executor, ``celery_fan_out_executor``: drains are competing consumers on its workers)."""
+    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the cluster's
+    Celery executor: drains are competing consumers on its workers)."""
 
     @dg.job(
         name="process_termination_queue",
