@@ -38,9 +38,9 @@ from resources import (
     SSMResource,
 )
 
-TERMINATION_QUEUE = "runs-fleet-termination"
-HOUSEKEEPING_QUEUE = "runs-fleet-housekeeping"
 QUEUE_TAG = "groundskeeper/queue"
+QUEUE_TAGS = {"termination": "runs-fleet-termination", "housekeeping": "runs-fleet-housekeeping"}
+"""Each queue's ``groundskeeper/queue`` value of consumer slot 1 (its drain job's own tag): the queue's name."""
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
 DRAIN_PRIORITY = {"dagster/priority": "10"}
 """A drain run leaves the run queue before other capabilities' runs (default priority 0): a batching
@@ -106,20 +106,22 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     return dg.Output(summary, metadata=metadata)
 
 
-def drain_op(
-    name: str,
-    description: str,
+def drain_job(
     queue: str,
+    description: str,
     make: Callable[..., QueueDrain],
     limits_cls: type[DrainLimits] = DrainLimits,
+    *,
+    executor_def: dg.ExecutorDefinition | None = None,
     notes: CheckNotes | None = None,
-) -> dg.OpDefinition:
-    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain
-    (``make(ctx, sqs=, queue_url=, dlq_url=, run_id=, limits=)``), configured by ``limits_cls``; a
-    handler's task results, if any, are recorded (a pool audit's failed check with its note from ``notes``)."""
+) -> dg.JobDefinition:
+    """``process_<queue>_queue`` (in process unless ``executor_def`` is given), whose one op,
+    ``drain_<queue>_queue``, drains ``queue`` with ``make``'s drain (``make(ctx, sqs=, queue_url=,
+    dlq_url=, run_id=, limits=)``), configured by ``limits_cls``; a handler's task results, if any, are
+    recorded (a pool audit's failed check with its note from ``notes``)."""
 
     @dg.op(
-        name=name,
+        name=f"drain_{queue}_queue",
         description=description,
         tags={"kind": "sqs"},
         config_schema=config_schema(limits_cls),
@@ -154,33 +156,24 @@ def drain_op(
         output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
         return output
 
-    return _op
+    @dg.job(
+        name=f"process_{queue}_queue",
+        description=f"Drain the {queue} queue (launched by {queue}_queue_sensor; one run per consumer slot).",
+        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: QUEUE_TAGS[queue]},
+        config=flat_config(_op.name, limits_cls),
+        executor_def=executor_def or dg.in_process_executor,
+    )
+    def process_queue():
+        _op()
 
-
-drain_termination_queue = drain_op(
-    "drain_termination_queue",
-    "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack.",
-    "termination",
-    termination_drain,
-    limits_cls=TerminationLimits,
-)
+    return process_queue
 
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the cluster's
     Celery executor: drains are competing consumers on its workers)."""
-
-    @dg.job(
-        name="process_termination_queue",
-        description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
-        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: TERMINATION_QUEUE},
-        config=flat_config("drain_termination_queue", TerminationLimits),
-        executor_def=executor_def or dg.in_process_executor,
-    )
-    def process_termination_queue():
-        drain_termination_queue()
-
-    return process_termination_queue
+    description = "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack."
+    return drain_job("termination", description, termination_drain, TerminationLimits, executor_def=executor_def)
 
 
 process_termination_queue = termination_queue_job()
@@ -190,14 +183,8 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks (a pool audit's
     failed check adds its note from ``notes``)."""
     dispatcher = Housekeeping()
-
-    drain_housekeeping_queue = drain_op(
-        "drain_housekeeping_queue",
-        "Drains the housekeeping queue: dispatches each message on its task_type.",
-        "housekeeping",
-        dispatcher.drain,
-        notes=notes,
-    )
+    description = "Drains the housekeeping queue: dispatches each message on its task_type."
+    process_housekeeping_queue = drain_job("housekeeping", description, dispatcher.drain, notes=notes)
 
     @dg.op(
         description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
@@ -226,15 +213,6 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
             {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
         )
         return dg.Output(result.summary, metadata=metadata)
-
-    @dg.job(
-        description="Drain the housekeeping queue (launched by housekeeping_queue_sensor; one run per consumer slot).",
-        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: HOUSEKEEPING_QUEUE},
-        config=flat_config("drain_housekeeping_queue", DrainLimits),
-        executor_def=dg.in_process_executor,
-    )
-    def process_housekeeping_queue():
-        drain_housekeeping_queue()
 
     @dg.job(
         description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",

@@ -9,7 +9,7 @@ import dagster as dg
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.sqs import queue_depth, queue_name
-from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
+from pipelines.fleet.defs.jobs import QUEUE_TAG, QUEUE_TAGS
 from pipelines.fleet.drain import DrainLimits
 from resources import FleetSettings
 
@@ -33,9 +33,9 @@ def plan_drain_runs(visible: int, slots: int, busy: set[str], queue_tag: str) ->
     return free[: math.ceil(visible / MESSAGES_PER_RUN)]
 
 
-def queue_sensor(label: str, queue_tag: str, interval: int = 30) -> dg.SensorDefinition:
+def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
     """``<label>_queue_sensor``: launches ``process_<label>_queue`` runs for the ``<label>`` queue."""
-    job_name, runs_field = f"process_{label}_queue", f"{label}_drain_runs"
+    job_name, runs_field, queue_tag = f"process_{label}_queue", f"{label}_drain_runs", QUEUE_TAGS[label]
 
     @dg.sensor(
         name=f"{label}_queue_sensor",
@@ -74,5 +74,5 @@ def queue_sensor(label: str, queue_tag: str, interval: int = 30) -> dg.SensorDef
     return _sensor
 
 
-termination_queue_sensor = queue_sensor("termination", TERMINATION_QUEUE)
-housekeeping_queue_sensor = queue_sensor("housekeeping", HOUSEKEEPING_QUEUE, interval=HOUSEKEEPING_SENSOR_INTERVAL)
+termination_queue_sensor = queue_sensor("termination")
+housekeeping_queue_sensor = queue_sensor("housekeeping", interval=HOUSEKEEPING_SENSOR_INTERVAL)
