@@ -237,33 +237,26 @@ def redrive(
         to_send, done = [], []
         for message in messages:
             seen.add(message["MessageId"])
+            bad: str | None = None  # why its envelope cannot be opened
             try:
                 original = restore(message, s3, bucket)
+                fp = fingerprint(original[0])
+                count = ledger.count(fp)
+                if count < settings.max_redrives:
+                    to_send.append((message, fp, count, original))
+                    continue
+                why = f"redriven {count} times already"
             except BadEnvelope as exc:
-                fp = fingerprint(message["Body"])
-                log.warning(
-                    f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): its envelope cannot be opened: {exc}"
-                    + (" (dry run)" if settings.dry_run else "")
-                )
-                if not settings.dry_run:
-                    ledger.quarantine(fp, message, ledger.count(fp), reason=f"envelope cannot be opened: {exc}")
-                    done.append(message)
-                counts["quarantined"] += 1
+                fp, bad = fingerprint(message["Body"]), f"envelope cannot be opened: {exc}"
+                why = f"its {bad}"
+            dry = " (dry run)" if settings.dry_run else ""
+            log.warning(f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): {why}{dry}")
+            if not settings.dry_run:
+                ledger.quarantine(fp, message, count if bad is None else ledger.count(fp), reason=bad)
+                done.append(message)
+            counts["quarantined"] += 1
+            if bad is not None:
                 counts["bad_envelope"] += 1
-                continue
-            fp = fingerprint(original[0])
-            count = ledger.count(fp)
-            if count >= settings.max_redrives:
-                log.warning(
-                    f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): redriven {count} times already"
-                    + (" (dry run)" if settings.dry_run else "")
-                )
-                if not settings.dry_run:
-                    ledger.quarantine(fp, message, count)
-                    done.append(message)
-                counts["quarantined"] += 1
-            else:
-                to_send.append((message, fp, count, original))
         if settings.dry_run:
             counts["would_redrive"] += len(to_send)
             peeked += messages

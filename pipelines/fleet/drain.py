@@ -189,10 +189,10 @@ class QueueDrain:
                 unflushed = 0
             if result.counts["received"] >= next_progress:
                 next_progress += PROGRESS_EVERY
-                elapsed = time.monotonic() - started
+                counts = ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
                 self.log.info(
                     f"{queue_name(self.queue_url)}: {result.counts['received']} received in "
-                    f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
+                    f"{time.monotonic() - started:.1f}s, {counts}"
                 )
 
 

@@ -228,8 +228,7 @@ class TerminationHandler:
             refused += settled.refused
             counts["duplicates"] += len(settled.conditional)
             applied += settled.applied
-            for job in settled.conditional:
-                pending.to_ack += job.messages
+            pending.to_ack += [m for job in settled.conditional for m in job.messages]
         counts["failed"] += sum(len(j.messages) for j in failed)
         pending.poison += [(m, reason) for job, reason in refused for m in job.messages]
         pending.applied += applied
@@ -265,8 +264,7 @@ class TerminationHandler:
             applied = self._still_held(applied, pending.round_id, counts)
         if applied:
             done = self._clean_up(applied, pending.round_id, pool, counts)
-            for job in done:
-                to_ack += job.messages
+            to_ack += [m for job in done for m in job.messages]
             counts["applied"] += len(done)
 
         # 8. acknowledge exactly what was handled
@@ -276,8 +274,6 @@ class TerminationHandler:
             counts["deleted"] += len(to_ack) - not_deleted
             counts["delete_failed"] += not_deleted
         return counts
-
-    # ------------------------------------------------------------------ rounds
 
     def round_done(self, round_id: str) -> bool:
         """Is the round's clean-up done (its S3 marker exists)? Done rounds are remembered."""
@@ -370,9 +366,7 @@ class TerminationHandler:
         (one ``ConditionCheck`` each); the others are left to the run that took them over."""
         checked = self._transact(jobs, _still_ours, round_id)
         counts["lost_to_takeover"] += len(checked.conditional)
-        counts["failed"] += sum(len(j.messages) for j in checked.failed) + sum(
-            len(j.messages) for j, _ in checked.refused
-        )
+        counts["failed"] += sum(len(j.messages) for j in [*checked.failed, *(j for j, _ in checked.refused)])
         if checked.conditional:
             self.log.warning(
                 f"round {round_id}: flushed late; {len(checked.conditional)} job(s) were "
@@ -384,9 +378,7 @@ class TerminationHandler:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
         try:
             names = [job.term.parameter for job in applied]
-            futures = [pool.submit(delete_parameters, self.ctx.ssm, part) for part in chunks(names, 10)]
-            for future in futures:
-                result = future.result()
+            for result in pool.map(lambda part: delete_parameters(self.ctx.ssm, part), chunks(names, 10)):
                 counts["ssm_deleted"] += result["deleted"]
                 counts["ssm_already_gone"] += result["missing"]
             metrics = MetricBatch()

@@ -43,13 +43,7 @@ def _dlq_check(label: str, spec: dg.AssetSpec, notes: CheckNotes | None) -> dg.A
             passed=total == 0,
             severity=dg.AssetCheckSeverity.WARN,
             description=description,
-            metadata={
-                "depth": total,
-                "visible": depth["visible"],
-                "in_flight": depth["in_flight"],
-                "queue": url,
-                **note,
-            },
+            metadata={"depth": total, **depth, "queue": url, **note},
         )
 
     return _check
