@@ -258,11 +258,9 @@ class HousekeepingRequest:
     def dry_run(self) -> bool:
         return bool(self.params.get("dryRun", False))
 
-    def now(self, default: dt.datetime | None = None) -> dt.datetime:
+    def now(self) -> dt.datetime:
         """``params.now`` (what-if runs and tests) or the real clock."""
-        if "now" in self.params:
-            return parse_time(self.params["now"], "params.now")
-        return default or utcnow()
+        return parse_time(self.params["now"], "params.now") if "now" in self.params else utcnow()
 
     @property
     def task_params(self) -> dict[str, Any]:
