@@ -21,11 +21,8 @@ def archived_job_key(job_id: str) -> str:
 
 class RunArchive:
     """The raw messages one run received, in ONE S3 object per run (JSON Lines), written before handling.
-
-    S3 objects cannot be appended to, so each ``write`` rewrites the run's object with everything
-    received so far; past ``max_bytes`` the run starts a new part (``<run>.part-0002.jsonl``) so a
-    long backlog costs no more than small objects. Thread-safe.
-    """
+    S3 objects cannot be appended to: each ``write`` rewrites the object with everything received so far,
+    and past ``max_bytes`` the run starts a new part (``<run>.part-0002.jsonl``). Thread-safe."""
 
     def __init__(self, s3, bucket: str, queue: str, run_id: str, *, max_bytes: int = 256 * 1024):
         self.s3, self.bucket, self.max_bytes = s3, bucket, max_bytes

@@ -8,43 +8,29 @@ from typing import Any
 
 @dataclass
 class FleetContext:
-    """The clients and names the fleet processors and tasks work with, and where they log."""
+    """The clients and names the fleet processors and tasks work with, and where they log. A client
+    the caller does not need is None (a schedule's look builds only those it reads with)."""
 
-    ssm: Any
-    dynamodb: Any
-    cloudwatch: Any
-    s3: Any
     jobs_table: str
     archive_bucket: str
     namespace: str
     log: Any
+    ssm: Any = None
+    dynamodb: Any = None
+    cloudwatch: Any = None
+    s3: Any = None
     ec2: Any = None  # only the housekeeping tasks need EC2
     pools_table: str = ""  # only the pool_audit task reads the pools table
 
 
-def fleet_context(
-    fleet: Any,
-    *,
-    log: Any,
-    ec2: Any = None,
-    ssm: Any = None,
-    dynamodb: Any = None,
-    cloudwatch: Any = None,
-    s3: Any = None,
-) -> FleetContext:
-    """The one way to build a :class:`FleetContext`: the names from the fleet settings (``fleet``:
-    ``FleetSettings``, or anything with its ``jobs_table``, ``archive_bucket``, ``metrics_namespace``
-    and ``pools_table``), and the clients the caller has (a schedule's look builds only those it reads;
-    a run gives metrics after a commit as its ``cloudwatch``)."""
+def fleet_context(fleet: Any, *, log: Any, **clients: Any) -> FleetContext:
+    """The one way to build a :class:`FleetContext`: the names from the fleet settings (``FleetSettings``),
+    and the clients (``ec2``, ``ssm``, ``dynamodb``, ``cloudwatch``, ``s3``) the caller has."""
     return FleetContext(
-        ec2=ec2,
-        ssm=ssm,
-        dynamodb=dynamodb,
-        cloudwatch=cloudwatch,
-        s3=s3,
         jobs_table=fleet.jobs_table,
         archive_bucket=fleet.archive_bucket,
         namespace=fleet.metrics_namespace,
         log=log,
         pools_table=fleet.pools_table,
+        **clients,
     )

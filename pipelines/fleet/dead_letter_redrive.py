@@ -1,27 +1,11 @@
-"""Dead-letter redrive (the ``redrive_dead_letters`` job): SQS dead letters back to their source queue at
-a set rate, quarantine for what keeps coming back. Not to be confused with ``pipelines.redrive``
-(``redrive_failed_partitions``), which relaunches failed partitions of an asset.
-
-A dead letter goes back as the message it was: the envelope of
-:func:`pipelines.fleet.dead_letter_send.dead_letter_entry` (``groundskeeper-envelope=attributes``,
-or ``=s3`` with the whole message in the archive bucket) is opened and the original body and
-attributes are sent (:func:`restore`); the dead-letter attributes (reason, source queue, envelope)
-stay behind. A dead letter whose envelope cannot be opened is quarantined with the reason, never
-sent back as it is.
-
-Each message is fingerprinted (SHA-256 of its original body). A small ledger object per fingerprint in the
-archive bucket (``dead-letters/<queue>/redriven/<fingerprint>.json``) counts its redrives; once a
-message has been redriven ``max_redrives`` times it is quarantined instead
-(``dead-letters/<queue>/quarantine/<fingerprint>.json``: body, attributes, count, last reason)
-and removed from the dead-letter queue, so it cannot loop forever.
-"""
+"""Dead-letter redrive (the ``redrive_dead_letters`` job): SQS dead letters back to their source queue
+at a set rate, their envelopes opened; quarantine in S3 for what keeps coming back (docs/fleet.md,
+"Redrive dead letters"). Not ``pipelines.redrive``, which relaunches failed partitions."""
 
 from __future__ import annotations
 
 import base64
 import binascii
-import datetime as dt
-import hashlib
 import json
 import time
 from collections import Counter
@@ -38,8 +22,8 @@ from pipelines.common.task import Task, TaskRun
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.dead_letter_send import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
 from pipelines.fleet.drain import receive_budget
-from pipelines.fleet.messages import fingerprint
-from pipelines.fleet.queues import MAX_ATTRIBUTES, delete_messages, receive, send_entries
+from pipelines.fleet.messages import fingerprint, utcnow
+from pipelines.fleet.queues import MAX_ATTRIBUTES, clean_attribute, delete_messages, receive, send_entries
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
@@ -111,7 +95,7 @@ class Ledger:
         return int(json.loads(body).get("count", 0))
 
     def record(self, fp: str, count: int, reason: str) -> None:
-        body = json.dumps({"fingerprint": fp, "count": count, "last_reason": reason, "redriven_at": iso(_now())})
+        body = json.dumps({"fingerprint": fp, "count": count, "last_reason": reason, "redriven_at": iso(utcnow())})
         aws_call(
             lambda: self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json", Body=body.encode())
         )
@@ -122,7 +106,7 @@ class Ledger:
             "fingerprint": fp,
             "redrives": count,
             "last_reason": reason or _reason(message),
-            "quarantined_at": iso(_now()),
+            "quarantined_at": iso(utcnow()),
             "message_id": message.get("MessageId"),
             "body": message.get("Body"),
             "message_attributes": {
@@ -133,10 +117,6 @@ class Ledger:
             lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body, ensure_ascii=False).encode())
         )
         return key
-
-
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 class BadEnvelope(ValueError):
@@ -154,7 +134,7 @@ def _own_attributes(attrs: dict[str, Any]) -> dict[str, dict[str, Any]]:
             continue
         if not isinstance(value, dict) or not isinstance(value.get("DataType"), str):
             raise BadEnvelope(f"attribute {name!r} is not an SQS message attribute")
-        clean = {k: v for k, v in value.items() if k in {"DataType", "StringValue", "BinaryValue"}}
+        clean = clean_attribute(value)
         binary = clean.get("BinaryValue")
         if isinstance(binary, str):  # as the envelope keeps it: base64
             try:
@@ -165,16 +145,6 @@ def _own_attributes(attrs: dict[str, Any]) -> dict[str, dict[str, Any]]:
             raise BadEnvelope(f"attribute {name!r} has a value of the wrong type")
         out[name] = clean
     return out
-
-
-def _open_envelope(body: str) -> dict[str, Any]:
-    try:
-        envelope = json.loads(body)
-    except ValueError as exc:
-        raise BadEnvelope(f"the envelope is not JSON: {exc}") from exc
-    if not isinstance(envelope, dict) or envelope.get("envelope") != ENVELOPE:
-        raise BadEnvelope(f'the envelope is not a JSON object with "envelope": "{ENVELOPE}"')
-    return envelope
 
 
 def _archived(s3, bucket: str, envelope: dict[str, Any]) -> dict[str, Any]:
@@ -197,17 +167,14 @@ def _archived(s3, bucket: str, envelope: dict[str, Any]) -> dict[str, Any]:
         raise BadEnvelope(f"the archived message {url} is not JSON") from exc
     if not isinstance(record, dict) or not isinstance(record.get("body"), str):
         raise BadEnvelope(f"the archived message {url} has no body")
-    digest = hashlib.sha256(record["body"].encode("utf-8", "surrogatepass")).hexdigest()
-    if digest != envelope.get("body_sha256"):
+    if fingerprint(record["body"]) != envelope.get("body_sha256"):
         raise BadEnvelope(f"the archived message {url} does not match the envelope's body_sha256")
     return record
 
 
 def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, dict[str, Any]]]:
-    """The (body, attributes) ``message`` had before it was dead-lettered: its envelope opened
-    (``attributes``: the body and the attributes the envelope holds; ``s3``: the whole message from
-    the archive bucket), the dead-letter and redrive attributes left out. ``BadEnvelope`` if the
-    envelope cannot be opened."""
+    """The (body, attributes) ``message`` had before it was dead-lettered: its envelope opened, the
+    dead-letter and redrive attributes left out. ``BadEnvelope`` if the envelope cannot be opened."""
     attrs = message.get("MessageAttributes") or {}
     kind = (attrs.get(ENVELOPE_ATTRIBUTE) or {}).get("StringValue")
     body = message.get("Body") or ""
@@ -215,7 +182,12 @@ def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, di
         return body, _own_attributes(attrs)
     if kind not in ("attributes", "s3"):
         raise BadEnvelope(f"unknown {ENVELOPE_ATTRIBUTE} {str(kind)[:100]!r} (attributes or s3)")
-    envelope = _open_envelope(body)
+    try:
+        envelope = json.loads(body)
+    except ValueError as exc:
+        raise BadEnvelope(f"the envelope is not JSON: {exc}") from exc
+    if not isinstance(envelope, dict) or envelope.get("envelope") != ENVELOPE:
+        raise BadEnvelope(f'the envelope is not a JSON object with "envelope": "{ENVELOPE}"')
     if kind == "s3":
         record = _archived(s3, bucket, envelope)
         moved = record.get("message_attributes") or {}
@@ -265,33 +237,26 @@ def redrive(
         to_send, done = [], []
         for message in messages:
             seen.add(message["MessageId"])
+            bad: str | None = None  # why its envelope cannot be opened
             try:
                 original = restore(message, s3, bucket)
+                fp = fingerprint(original[0])
+                count = ledger.count(fp)
+                if count < settings.max_redrives:
+                    to_send.append((message, fp, count, original))
+                    continue
+                why = f"redriven {count} times already"
             except BadEnvelope as exc:
-                fp = fingerprint(message["Body"])
-                log.warning(
-                    f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): its envelope cannot be opened: {exc}"
-                    + (" (dry run)" if settings.dry_run else "")
-                )
-                if not settings.dry_run:
-                    ledger.quarantine(fp, message, ledger.count(fp), reason=f"envelope cannot be opened: {exc}")
-                    done.append(message)
-                counts["quarantined"] += 1
+                fp, bad = fingerprint(message["Body"]), f"envelope cannot be opened: {exc}"
+                why = f"its {bad}"
+            dry = " (dry run)" if settings.dry_run else ""
+            log.warning(f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): {why}{dry}")
+            if not settings.dry_run:
+                ledger.quarantine(fp, message, count if bad is None else ledger.count(fp), reason=bad)
+                done.append(message)
+            counts["quarantined"] += 1
+            if bad is not None:
                 counts["bad_envelope"] += 1
-                continue
-            fp = fingerprint(original[0])
-            count = ledger.count(fp)
-            if count >= settings.max_redrives:
-                log.warning(
-                    f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): redriven {count} times already"
-                    + (" (dry run)" if settings.dry_run else "")
-                )
-                if not settings.dry_run:
-                    ledger.quarantine(fp, message, count)
-                    done.append(message)
-                counts["quarantined"] += 1
-            else:
-                to_send.append((message, fp, count, original))
         if settings.dry_run:
             counts["would_redrive"] += len(to_send)
             peeked += messages

@@ -1,8 +1,5 @@
-"""Sending poison messages to a dead-letter queue, with the reason and the source queue as
-attributes: :func:`dead_letter_entry` (the message as it goes, in an envelope when its attributes
-or its size do not fit), :func:`dead_letter` and :func:`dead_letter_into`; a dead letter too big
-for SQS goes whole to the archive bucket (:class:`DeadLetterArchive`). Sending them back is
-``pipelines.fleet.dead_letter_redrive``."""
+"""Sending poison messages to a dead-letter queue, with the reason and the source queue as attributes
+(docs/fleet.md, "Poison messages and dead letters"). Sending them back is ``dead_letter_redrive``."""
 
 from __future__ import annotations
 
@@ -10,7 +7,6 @@ import base64
 import json
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.sqs import queue_name
@@ -27,16 +23,9 @@ from pipelines.fleet.queues import (
 
 log = logging.getLogger(__name__)
 
-
 REASON_ATTRIBUTE = "groundskeeper-reason"
-
-
 SOURCE_ATTRIBUTE = "groundskeeper-source-queue"
-
-
 ENVELOPE_ATTRIBUTE = "groundskeeper-envelope"
-
-
 ENVELOPE = "groundskeeper-dead-letter"
 
 
@@ -51,42 +40,32 @@ def _json_attributes(attrs: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
     return out
 
 
-@dataclass(frozen=True)
-class DeadLetterArchive:
-    """Where a dead letter too big for SQS goes whole: ``s3://<bucket>/dead-letters/<queue>/oversized/``."""
-
-    s3: Any
-    bucket: str
-
-    def put(self, source: str, message: dict[str, Any], reason: str) -> str:
-        body = message.get("Body") or ""
-        key = f"dead-letters/{source}/oversized/{fingerprint(body)}.json"
-        record = {
-            "message_id": message.get("MessageId"),
-            "reason": reason,
-            "source_queue": source,
-            "body": body,
-            "message_attributes": _json_attributes(message.get("MessageAttributes") or {}),
-        }
-        data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        aws_call(
-            lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"),
-            what="PutObject (oversized dead letter)",
-        )
-        return f"s3://{self.bucket}/{key}"
+def _put_oversized(s3, bucket: str, source: str, message: dict[str, Any], reason: str) -> str:
+    """Store a dead letter too big for SQS whole in ``s3://<bucket>/dead-letters/<queue>/oversized/``."""
+    body = message.get("Body") or ""
+    key = f"dead-letters/{source}/oversized/{fingerprint(body)}.json"
+    record = {
+        "message_id": message.get("MessageId"),
+        "reason": reason,
+        "source_queue": source,
+        "body": body,
+        "message_attributes": _json_attributes(message.get("MessageAttributes") or {}),
+    }
+    data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    aws_call(
+        lambda: s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json"),
+        what="PutObject (oversized dead letter)",
+    )
+    return f"s3://{bucket}/{key}"
 
 
-def dead_letter_entry(
-    message: dict[str, Any], reason: str, source: str, archive: DeadLetterArchive | None = None
-) -> tuple[str, dict[str, Any]]:
+def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, bucket: str) -> tuple[str, dict[str, Any]]:
     """The (body, attributes) that dead-letters ``message`` with ``reason``.
 
-    The reason and the source queue are always attributes. The message's own attributes follow as
-    many as fit in SQS's 10; when some do not, the body becomes an envelope (JSON ``{"envelope":
-    "groundskeeper-dead-letter", "body": <the body>, "message_attributes": <the rest>}``, attribute
-    ``groundskeeper-envelope=attributes``). A message that would be bigger than 256 KiB is stored whole
-    in the archive bucket and the envelope points to it (``body_s3``, ``body_bytes``, ``body_sha256``;
-    ``groundskeeper-envelope=s3``); without an archive it cannot be dead-lettered (``ValueError``).
+    The reason and the source queue are always attributes; the message's own follow as many as fit
+    in SQS's 10, and the rest go into an envelope body (``groundskeeper-envelope=attributes``). A
+    message bigger than 256 KiB is stored whole in the archive bucket and the envelope points to it
+    (``groundskeeper-envelope=s3``).
     """
     ours = {REASON_ATTRIBUTE: sqs_text(reason), SOURCE_ATTRIBUTE: source}
     originals = {
@@ -95,9 +74,9 @@ def dead_letter_entry(
         if name not in (REASON_ATTRIBUTE, SOURCE_ATTRIBUTE, ENVELOPE_ATTRIBUTE)
         and not name.startswith("groundskeeper-dlq")
     }
-    body = message.get("Body") or ""
+    original = body = message.get("Body") or ""
     room = MAX_ATTRIBUTES - len(ours)
-    kept, moved = dict(originals), {}
+    kept = originals
     if len(originals) > room:
         names = list(originals)
         kept = {k: originals[k] for k in names[: room - 1]}  # one more slot for the envelope marker
@@ -109,12 +88,9 @@ def dead_letter_entry(
     attrs = {**kept, **{k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}}
     if message_size(body, attrs) <= MAX_MESSAGE_BYTES:
         return body, attrs
-    if archive is None:
-        raise ValueError("too big for the dead-letter queue and no archive bucket to put it in")
-    original = message.get("Body") or ""
     pointer = {
         "envelope": ENVELOPE,
-        "body_s3": archive.put(source, message, reason),
+        "body_s3": _put_oversized(s3, bucket, source, message, reason),
         "body_bytes": len(original.encode("utf-8", "surrogatepass")),
         "body_sha256": fingerprint(original),
     }
@@ -122,45 +98,28 @@ def dead_letter_entry(
     return json.dumps(pointer), {k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}
 
 
-def dead_letter(
-    sqs,
-    source_url: str,
-    dlq_url: str,
-    poison: Sequence[tuple[dict[str, Any], str]],
-    archive: DeadLetterArchive | None = None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Send (message, reason) pairs to the dead-letter queue with the reason as an attribute
-    (:func:`dead_letter_entry`). Returns (sent, failed). Only sent messages may be deleted from
-    the source queue: a failed one stays there, and its redrive policy moves it."""
+def dead_letter_into(
+    sqs, ctx, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list
+) -> None:
+    """Send (message, reason) pairs to the dead-letter queue (:func:`dead_letter_entry`; ``ctx``: the
+    ``FleetContext`` whose archive bucket takes the oversized ones); count them, and add those sent to
+    ``to_ack``. What could not be sent stays in the source queue (``dead_letter_failed``), where its
+    redrive policy moves it."""
+    if not poison:
+        return
     source = queue_name(source_url)
     ready: list[tuple[dict[str, Any], tuple[str, dict[str, Any]]]] = []
-    failed: list[dict[str, Any]] = []
+    unsent: list[dict[str, Any]] = []
     for message, reason in poison:
         try:
-            ready.append((message, dead_letter_entry(message, reason, source, archive)))
+            ready.append((message, dead_letter_entry(message, reason, source, ctx.s3, ctx.archive_bucket)))
         except Exception as exc:
             log.error("could not dead-letter %s (%s), left in the queue: %s", message.get("MessageId"), reason, exc)
-            failed.append(message)
+            unsent.append(message)
     errors = send_entries(sqs, dlq_url, [entry for _, entry in ready])
     sent = [m for (m, _), error in zip(ready, errors, strict=True) if error is None]
-    failed += [m for (m, _), error in zip(ready, errors, strict=True) if error is not None]
-    return sent, failed
-
-
-def dead_letter_into(
-    sqs,
-    source_url: str,
-    dlq_url: str,
-    poison: Sequence[tuple[dict[str, Any], str]],
-    counts,
-    to_ack: list,
-    archive: DeadLetterArchive | None = None,
-) -> None:
-    """Dead-letter ``poison``; count it, and add what was sent to ``to_ack`` (to delete from the source).
-    What could not be sent stays in the source queue (``dead_letter_failed``)."""
-    if poison:
-        sent, unsent = dead_letter(sqs, source_url, dlq_url, poison, archive)
-        counts["dead_lettered"] += len(sent)
-        counts["dead_letter_failed"] += len(unsent)
-        counts["failed"] += len(unsent)
-        to_ack += sent
+    unsent += [m for (m, _), error in zip(ready, errors, strict=True) if error is not None]
+    counts["dead_lettered"] += len(sent)
+    counts["dead_letter_failed"] += len(unsent)
+    counts["failed"] += len(unsent)
+    to_ack += sent

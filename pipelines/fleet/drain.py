@@ -1,24 +1,7 @@
-"""The drain loop shared by both queues: receive rounds of messages, hand them over, stop cleanly.
-
-One round is one long-poll ``ReceiveMessage`` of 10 and, while they come back full, up to
-``concurrency - 1`` more short polls, so a round holds up to ``10 * concurrency`` messages (100
-with the default 10). The handler gets the whole round (batch APIs amortise over it) and a thread
-pool of ``concurrency`` workers for its parallel calls.
-
-A handler with a ``flush(pool)`` method keeps part of its work for later (the termination handler
-writes the jobs each round, and archives, cleans up, marks done and acknowledges every few rounds):
-the drain calls ``flush`` after every ``flush_rounds`` rounds (:class:`TerminationLimits`; every
-round with plain :class:`DrainLimits`), sooner when the handler's ``flush_due()`` says so, and
-always before the run ends, however it ends.
-
-Stopping: ``stop`` (a ``threading.Event``) stops receiving. The round in flight always finishes;
-``run_with_graceful_stop`` waits for it up to a timeout when the run is interrupted (terminate
-from the UI, SIGTERM), and whatever was not received stays in the queue. A drain whose step runs
-where no interrupt reaches it (a Celery worker: cancelling a run there only withdraws the tasks not
-started) learns of a termination from ``terminated``, a check of the run's status made at each round
-boundary: it then stops the same way, with ``stopped_by=terminated`` (``status unreadable`` when the
-status cannot be read: the instance's database is gone, and with it the run's record).
-"""
+"""The drain loop shared by both queues: receive rounds of messages, hand them over, stop cleanly
+(docs/fleet.md, "Rounds and flushes" and "Stopping a drain"). A handler with ``flush(pool)`` keeps
+work for later: it is flushed every ``flush_rounds`` rounds, sooner when its ``flush_due()`` says so,
+and always before the run ends, however it ends."""
 
 from __future__ import annotations
 
@@ -51,9 +34,8 @@ RoundHandler = Callable[..., Counter]
 
 @dataclass(frozen=True)
 class DrainLimits:
-    """A drain run's parameters, declared once: the flat run config of both drain jobs
-    (runs-fleet's ``{"concurrency": 5, "maxMessages": 0, "maxSeconds": 300}``; the camelCase names
-    still work, with a deprecation warning)."""
+    """A drain run's parameters, declared once: the flat run config of both drain jobs (runs-fleet's
+    camelCase names still work, with a deprecation warning)."""
 
     concurrency: int = param(
         10, description="Receives per round and worker threads (a round holds up to 10 x this).", minimum=1, maximum=10
@@ -115,17 +97,8 @@ class DrainResult:
 
 
 class QueueDrain:
-    def __init__(
-        self,
-        sqs,
-        queue_url: str,
-        handler: RoundHandler,
-        limits: DrainLimits,
-        *,
-        logger: Any = None,
-    ):
-        self.sqs, self.queue_url, self.handler, self.limits = sqs, queue_url, handler, limits
-        self.log = logger or log
+    def __init__(self, sqs, queue_url: str, handler: RoundHandler, limits: DrainLimits, *, logger: Any):
+        self.sqs, self.queue_url, self.handler, self.limits, self.log = sqs, queue_url, handler, limits, logger
         self.stop = threading.Event()
         self.result = DrainResult()
         self.report_keys: tuple[str, ...] = getattr(handler, "report_keys", ())
@@ -134,8 +107,7 @@ class QueueDrain:
 
     def _stop_reason(self) -> str | None:
         """Why the drain stops at this round boundary: its run is being terminated, or its run's status
-        cannot be read (the instance's database is gone: the run cannot record anything either, so
-        the drain stops rather than work unrecorded), or None."""
+        cannot be read (the instance's database is gone: rather stop than work unrecorded), or None."""
         if self.terminated is None:
             return None
         try:
@@ -146,10 +118,7 @@ class QueueDrain:
 
     def _round(self, budget: int) -> list[dict[str, Any]]:
         """One long-poll receive, then (while they come back full) up to ``concurrency - 1`` short polls.
-
-        The receives are sequential: concurrent receives on one queue can be handed the same message
-        (moto does so readily), which only costs duplicates later.
-        """
+        Sequential: concurrent receives on one queue can be handed the same message (moto does so readily)."""
         messages: list[dict[str, Any]] = []
         wait = self.limits.wait_seconds
         for _ in range(self.limits.concurrency):
@@ -220,17 +189,16 @@ class QueueDrain:
                 unflushed = 0
             if result.counts["received"] >= next_progress:
                 next_progress += PROGRESS_EVERY
-                elapsed = time.monotonic() - started
+                counts = ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
                 self.log.info(
                     f"{queue_name(self.queue_url)}: {result.counts['received']} received in "
-                    f"{elapsed:.1f}s, " + ", ".join(f"{k}={v}" for k, v in sorted(result.counts.items()))
+                    f"{time.monotonic() - started:.1f}s, {counts}"
                 )
 
 
 def receive_budget(limits: Any, received: int, started: float, per_round: int) -> int | str:
     """How many messages the next receive may take (at most ``per_round``), or why a run that has
-    received ``received`` since ``started`` (``time.monotonic()``) stops: ``max_seconds`` or
-    ``max_messages`` of ``limits`` (0: no limit). The queue drains' rule and the dead-letter redrive's."""
+    received ``received`` since ``started`` (``time.monotonic()``) stops: ``max_seconds`` or ``max_messages``."""
     if time.monotonic() - started >= limits.max_seconds:
         return "max_seconds"
     left = limits.max_messages - received if limits.max_messages else per_round
@@ -238,9 +206,8 @@ def receive_budget(limits: Any, received: int, started: float, per_round: int) -
 
 
 def writable_log(result: DrainResult, run_log: Any) -> Any:
-    """Where a drain's lines go: ``run_log``, except once its run's status is unreadable. The run's
-    log is then gone with the instance's database, and a write to it would only wait out the
-    storage's connection retries: the process's own log takes the lines instead."""
+    """Where a drain's lines go: ``run_log``, except once its run's status is unreadable (the run's log is
+    gone with the instance's database; a write would only wait out the storage's connection retries)."""
     return log if result.stopped_by == STATUS_UNREADABLE else run_log
 
 
@@ -266,11 +233,10 @@ def _absorb_further_interrupts(drain: QueueDrain) -> dict[int, Any]:
 def run_with_graceful_stop(
     drain: QueueDrain, *, logger: Any = None, terminated: Callable[[], bool] | None = None
 ) -> tuple[DrainResult, BaseException | None]:
-    """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread, which is how Dagster
-    delivers a UI termination or SIGTERM, sets ``drain.stop`` and waits up to ``stop_timeout_seconds``
-    for the round in flight; ``terminated`` (is the run being terminated?), checked at each round
-    boundary, stops it the same way where no interrupt arrives. Logs the summary; returns the result
-    and the interrupt to re-raise (or None)."""
+    """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread (a UI termination or
+    SIGTERM) sets ``drain.stop`` and waits up to ``stop_timeout_seconds`` for the round in flight;
+    ``terminated`` stops it the same way where no interrupt arrives. Logs the summary; returns the
+    result and the interrupt to re-raise (or None)."""
     logger = logger or log
     if terminated is not None:
         drain.terminated = terminated

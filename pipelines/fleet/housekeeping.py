@@ -1,18 +1,9 @@
 """The housekeeping dispatcher: :class:`Housekeeping` runs a housekeeping message's task, and
-:class:`HousekeepingHandler` drains the housekeeping queue with it (identical requests in a round run
-once).
-
-``TASKS`` is the one list of housekeeping tasks (``pipelines.common.task.Task``, one line each):
-runs-fleet's clean-up tasks (``pipelines.fleet.tasks``) and the pool audit (its typed audit). The
-dispatcher's accepted parameters (each task's declared ones, besides ``now`` and ``dryRun``), its
-lookup of a message's task, and the schedules and their looks (``pipelines.fleet.defs.schedules``)
-all come from it. A task's parameters that are unknown or out of range dead-letter the message with
-one line that names the key and the value.
-"""
+:class:`HousekeepingHandler` drains the housekeeping queue with it. ``TASKS`` is the one list of
+housekeeping tasks: the dispatcher's accepted parameters and the schedules come from it."""
 
 from __future__ import annotations
 
-import functools
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,7 +13,7 @@ from pipelines.common.params import ParamsError
 from pipelines.common.task import Task
 from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
+from pipelines.fleet.dead_letter_send import dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
 from pipelines.fleet.pool_audit import housekeeping as pool_audit
@@ -33,9 +24,8 @@ from pipelines.fleet.tasks import old_jobs, orphaned_instances, stale_ssm
 
 @dataclass(frozen=True)
 class TaskResult:
-    """What one task did. ``summary``: small, JSON-friendly figures (the run's output, its metadata
-    and log). ``audit``: the pool audit's whole typed result, which the Dagster layer records as a
-    ``pool_audit`` materialization with its checks; it is never serialised."""
+    """What one task did: ``summary``, small JSON-friendly figures; ``audit``, the pool audit's whole
+    typed result, which the Dagster layer records as a ``pool_audit`` materialization (never serialised)."""
 
     task_type: str
     summary: dict[str, Any]
@@ -45,15 +35,8 @@ class TaskResult:
         return {"task_type": self.task_type, **self.summary}
 
 
-# ------------------------------------------------------------------------ dispatcher
-
-TASKS: tuple[Task, ...] = (
-    orphaned_instances.TASK,
-    stale_ssm.TASK,
-    old_jobs.TASK,
-    pool_audit.TASK,
-)
-"""The housekeeping tasks: adding one is its module and one line here."""
+TASKS: tuple[Task, ...] = (orphaned_instances.TASK, stale_ssm.TASK, old_jobs.TASK, pool_audit.TASK)
+"""The housekeeping tasks: adding one is its module and one entry here."""
 
 TASKS_BY_NAME: dict[str, Task] = {task.name: task for task in TASKS}
 
@@ -75,8 +58,7 @@ class Housekeeping:
         raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}; known: {known}")
 
     def params(self, request: HousekeepingRequest) -> tuple[Any, list[str]]:
-        """The request's task parameters, validated by its task's declaration, and the deprecation
-        warnings for old names used."""
+        """The request's task parameters, validated by its task, and the deprecation warnings for old names."""
         try:
             return self.task(request).parse(request.task_params)
         except ParamsError as exc:
@@ -97,7 +79,7 @@ class Housekeeping:
 
     def drain(self, ctx: FleetContext, **kwargs) -> QueueDrain:
         """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
-        return queue_drain(functools.partial(HousekeepingHandler, housekeeping=self), ctx, **kwargs)
+        return queue_drain(HousekeepingHandler, ctx, **kwargs)
 
 
 class HousekeepingHandler:
@@ -105,11 +87,9 @@ class HousekeepingHandler:
 
     report_keys = ("received", "tasks_run", "dead_lettered", "failed", "deleted")
 
-    def __init__(
-        self, *, housekeeping: Housekeeping, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str
-    ):
-        self.housekeeping = housekeeping
+    def __init__(self, *, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str):
         self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
+        self.housekeeping = Housekeeping()
         self.results: list[TaskResult] = []
 
     def __call__(
@@ -150,8 +130,7 @@ class HousekeepingHandler:
             counts["tasks_run"] += 1
             counts["duplicates_in_round"] += len(group) - 1
             to_ack += group
-        archive = DeadLetterArchive(self.ctx.s3, self.ctx.archive_bucket)
-        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, poison, counts, to_ack, archive)
+        dead_letter_into(self.sqs, self.ctx, self.queue_url, self.dlq_url, poison, counts, to_ack)
         if to_ack:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)

@@ -1,8 +1,5 @@
-"""Parsing and validation of runs-fleet's queue messages. Anything from outside is checked here first.
-
-A message that fails validation raises ``InvalidMessage`` whose ``reason`` is one short line: it
-becomes the ``groundskeeper-reason`` attribute of the dead-lettered message.
-"""
+"""Parsing and validation of runs-fleet's queue messages. Anything from outside is checked here first:
+a message that fails raises ``InvalidMessage``, whose one-line ``reason`` goes with its dead letter."""
 
 from __future__ import annotations
 
@@ -11,7 +8,7 @@ import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from pipelines.common import iso
@@ -27,16 +24,6 @@ RUNNER_PARAMETER_RE = re.compile(r"/runs-fleet/runners/(?P<instance_id>[^/]+)/co
 STATUS_MAP = {"success": "completed", "failure": "failed", "timeout": "timeout", "interrupted": "interrupted"}
 FINAL_STATUSES = tuple(STATUS_MAP.values())
 
-TERMINATION_FIELDS = {
-    "instance_id",
-    "job_id",
-    "status",
-    "exit_code",
-    "duration_seconds",
-    "started_at",
-    "completed_at",
-    "error",
-}
 MAX_JOB_ID = 256
 MAX_ERROR = 4096
 MAX_DURATION_SECONDS = 31 * 24 * 3600  # a month: more is a broken clock, not a job
@@ -197,6 +184,9 @@ class Termination:
         return runner_parameter(self.instance_id)
 
 
+TERMINATION_FIELDS = {f.name for f in fields(Termination)}
+
+
 def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     """runs-fleet's termination message, or ``InvalidMessage`` with the reason."""
     data = load_object(body)
@@ -247,15 +237,12 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     )
 
 
-# ------------------------------------------------------------------------------ housekeeping
-
 COMMON_PARAMS = {"now", "dryRun"}
 
 
 @dataclass(frozen=True)
 class HousekeepingRequest:
-    """A validated housekeeping message (or the ``housekeeping`` job's flat run config): runs-fleet's
-    message shape, declared once (its fields are the run config's keys and the README's table)."""
+    """A validated housekeeping message (or the ``housekeeping`` job's flat run config), declared once."""
 
     task_type: str = param(
         description="The housekeeping task to run (docs/fleet.md lists them, with their parameters).",
@@ -271,11 +258,9 @@ class HousekeepingRequest:
     def dry_run(self) -> bool:
         return bool(self.params.get("dryRun", False))
 
-    def now(self, default: dt.datetime | None = None) -> dt.datetime:
+    def now(self) -> dt.datetime:
         """``params.now`` (what-if runs and tests) or the real clock."""
-        if "now" in self.params:
-            return parse_time(self.params["now"], "params.now")
-        return default or utcnow()
+        return parse_time(self.params["now"], "params.now") if "now" in self.params else utcnow()
 
     @property
     def task_params(self) -> dict[str, Any]:
@@ -288,10 +273,8 @@ class HousekeepingRequest:
 
 
 def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> HousekeepingRequest:
-    """A housekeeping message body (text) or run config (dict). ``allowed_params``: task -> its params.
-
-    ``task_type`` is checked by the dispatcher, which knows which tasks exist.
-    """
+    """A housekeeping message body (text) or run config (dict). ``allowed_params``: task -> its params
+    (the dispatcher, which knows which tasks exist, checks ``task_type``)."""
     if not isinstance(data, dict):
         data = load_object(data)
     unknown = sorted(set(data) - {spec.name for spec in specs(HousekeepingRequest)})
@@ -303,9 +286,7 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
     timestamp = data.get("timestamp")
     if timestamp is not None:
         timestamp = iso(parse_time(timestamp, "timestamp"))
-    params = data.get("params")
-    if params is None:
-        params = {}
+    params = {} if data.get("params") is None else data["params"]
     if not isinstance(params, dict):
         raise InvalidMessage(f"params must be an object, got {type(params).__name__}")
     if task_type in allowed_params:

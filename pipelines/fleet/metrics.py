@@ -24,14 +24,10 @@ class MetricBatch:
         dims = tuple(sorted((k, dimension_value(v)) for k, v in dimensions.items()))
         self._samples[(name, dims, unit)][float(value)] += 1
 
-    def __len__(self) -> int:
-        return len(self._samples)
-
     def datums(self) -> list[dict[str, Any]]:
         out = []
         for (name, dims, unit), values in self._samples.items():
-            pairs = list(values.items())
-            for part in chunks(pairs, 150):  # PutMetricData: at most 150 distinct values per datum
+            for part in chunks(list(values.items()), 150):  # PutMetricData: at most 150 distinct values per datum
                 datum: dict[str, Any] = {
                     "MetricName": name,
                     "Unit": unit,
@@ -43,14 +39,13 @@ class MetricBatch:
                 out.append(datum)
         return out
 
-    def publish(self, cloudwatch, namespace: str) -> int:
-        """Publish everything collected (1000 datums per call). Returns the number of calls."""
-        made = put_metrics(cloudwatch, namespace, self.datums(), policy=calls.POLICY)
+    def publish(self, cloudwatch, namespace: str) -> None:
+        """Publish everything collected (1000 datums per call)."""
+        put_metrics(cloudwatch, namespace, self.datums(), policy=calls.POLICY)
         self._samples.clear()
-        return made
 
 
 def publish_count(cloudwatch, namespace: str, name: str, value: int) -> None:
     batch = MetricBatch()
-    batch._samples[(name, (), "Count")][float(value)] += 1
+    batch.add(name, value)
     batch.publish(cloudwatch, namespace)

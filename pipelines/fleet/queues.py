@@ -1,6 +1,5 @@
-"""SQS for the fleet processors: receive, ``DeleteMessageBatch`` and ``SendMessageBatch``
-within SQS's limits (10 entries, 256 KiB a message, 1 MiB a batch, 10 attributes a message), each
-call retried by runs-fleet's policy (``pipelines.fleet.calls``)."""
+"""SQS for the fleet processors: receive, ``DeleteMessageBatch`` and ``SendMessageBatch`` within SQS's
+limits, each call retried by runs-fleet's policy (``pipelines.fleet.calls``)."""
 
 from __future__ import annotations
 
@@ -58,17 +57,9 @@ def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> 
 
 
 MAX_BATCH_ENTRIES = 10  # SendMessageBatch / DeleteMessageBatch entries
-
-
 MAX_MESSAGE_BYTES = 256 * 1024  # one message, body and attributes; a bigger dead letter goes to S3
-
-
 MAX_BATCH_BYTES = 1024 * 1024  # one SendMessageBatch, all entries together
-
-
 MAX_ATTRIBUTES = 10  # message attributes per message
-
-
 _NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
@@ -85,10 +76,8 @@ def message_size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
     """What SQS counts against its size limits: body, and each attribute's name, type and value."""
     size = len(body.encode("utf-8", "surrogatepass"))
     for name, value in attributes.items():
-        size += len(name.encode()) + len(value.get("DataType", "").encode())
-        if "StringValue" in value:
-            size += len(value["StringValue"].encode("utf-8", "surrogatepass"))
-        size += len(value.get("BinaryValue", b""))
+        size += len(name.encode()) + len(value.get("DataType", "").encode()) + len(value.get("BinaryValue", b""))
+        size += len(value.get("StringValue", "").encode("utf-8", "surrogatepass"))
     return size
 
 

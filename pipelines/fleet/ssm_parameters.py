@@ -1,6 +1,5 @@
 """Deleting the runners' SSM parameters (the ``stale_ssm`` and termination clean-up): ``DeleteParameters``
-in tens, retried by runs-fleet's policy. Run config parameters are declared in ``params`` modules
-(``pipelines.common.params``), not here."""
+in tens, retried by runs-fleet's policy. (Run config parameters are ``pipelines.common.params``.)"""
 
 from __future__ import annotations
 

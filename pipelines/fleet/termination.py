@@ -1,44 +1,11 @@
-"""Termination queue: rounds of received messages, handled with batch APIs.
-
-Each round (up to 100 messages: 10 receives of 10):
-
-1. validate; a poison message is kept for the dead-letter queue with its reason;
-2. update the jobs with conditional updates, one ``TransactWriteItems`` (up to 100 actions):
-   "status is ``running`` or absent" becomes the final status, stamped with the message's digest
-   and the flush's id (``termination_round``). A failed condition returns the job as it is.
-
-Every few rounds (``flush_rounds``, sooner once half the queue's visibility timeout has passed since
-the first of them began, and always before the run ends) a flush does the rest for all of them,
-in this order:
-
-3. archive the raw messages in the run's S3 object (nothing is acknowledged before it is archived);
-4. send the poison messages to the dead-letter queue;
-5. delete the runners' SSM parameters (``DeleteParameters``, 10 a call);
-6. publish ``JobDuration``, ``JobSuccess``, ``JobFailure`` (one ``PutMetricData``);
-7. mark the flush's jobs done: one small S3 object, ``rounds/termination/<round id>``;
-8. delete exactly the handled messages (``DeleteMessageBatch``).
-
-Until then the messages stay in flight, so a run killed between rounds loses nothing: what it had
-not acknowledged comes back. The rounds of one flush share one round id (``<epoch ms when the
-first one's receive began>-<random>``) and one marker.
-
-A job whose condition failed is a duplicate, unless it was applied by this very message (same
-digest) under a round id that is not marked done: that run was killed between its update and its
-flush (or is still at work). If that round began more than the queue's visibility timeout ago (its
-run's hold on the message has lapsed), this round takes the job over with one conditional update
-(round id old -> new: of two runs racing for it, one wins) and its flush finishes the clean-up; if
-it is younger, the run that holds it is still at work, and the message is left in the queue to come
-back later. A copy of a message this run applied in its own unflushed rounds is a duplicate.
-
-So each job costs one transactional write, and each flush one S3 object. A message whose handling
-fails after runs-fleet's retries stays in the queue: SQS moves it to the dead-letter queue after 3
-receives. A run killed anywhere leaves each job untouched, or updated under a round id not marked
-done, which the message's redelivery completes.
-"""
+"""Termination queue: rounds of received messages, handled with batch APIs; each round's jobs are
+written at once, and every few rounds a flush archives, dead-letters, cleans up, marks done and
+acknowledges them (docs/fleet.md, "Rounds and flushes" and "Stopping a drain")."""
 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 import uuid
 from collections import Counter
@@ -56,7 +23,7 @@ from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letter_send import DeadLetterArchive, dead_letter_into
+from pipelines.fleet.dead_letter_send import dead_letter_into
 from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 from pipelines.fleet.metrics import MetricBatch
@@ -116,15 +83,13 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
         "duration_seconds": t.duration_seconds,
         "error": t.error,
     }
-    names = {f"#{k}": k for k in values if values[k] is not None}
-    names["#job_id"] = "job_id"
-    sets = [f"#{k} = :{k}" for k in values if values[k] is not None]
+    values = {k: v for k, v in values.items() if v is not None}
+    sets = [f"#{k} = :{k}" for k in values]
     if t.started_at:
         sets.append("#started_at = if_not_exists(#started_at, :started_at)")
-        names["#started_at"] = "started_at"
         values["started_at"] = t.started_at
-    expr_values = to_item({f":{k}": v for k, v in values.items() if v is not None})
-    expr_values.update(to_item({":running": "running"}))
+    names = {f"#{k}": k for k in values} | {"#job_id": "job_id"}
+    expr_values = to_item({f":{k}": v for k, v in values.items()} | {":running": "running"})
     return {
         "Update": {
             "TableName": table,
@@ -172,43 +137,12 @@ def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
 
 @dataclass
 class JobOutcomes:
-    """What :func:`transact_each` (or settling a failed condition) did with each job: the toolkit's
-    ``Transacted`` per job, a failed condition's stored values in ``job.current`` and a refusal's
-    reason worded for the job's dead letter."""
+    """What a conditional write (or settling a failed condition) did with each job."""
 
     applied: list[_Job] = field(default_factory=list)
     conditional: list[_Job] = field(default_factory=list)  # the condition failed (``job.current`` as it is)
     failed: list[_Job] = field(default_factory=list)  # transient errors after the last try: left in the queue
     refused: list[tuple[_Job, str]] = field(default_factory=list)  # this job's write can never succeed: why
-
-
-def transact_each(
-    dynamodb,
-    jobs: Sequence[_Job],
-    build: Callable[[_Job], dict[str, Any]],
-    *,
-    logger: Any = None,
-) -> JobOutcomes:
-    """Apply one conditional action per job (``transact_conditional``, by runs-fleet's policy); one
-    job's failure is its own. A failed condition keeps the job as it is (where the action asked for
-    ``ALL_OLD``) in ``job.current``; a refused job is dead-lettered with the reason; jobs still
-    failing after the last try stay in the queue."""
-    result = transact_conditional(dynamodb, jobs, build, policy=fleet_calls.POLICY, what="job update")
-    for job, current in result.conditional:
-        job.current = current
-    out = JobOutcomes(
-        applied=result.applied,
-        conditional=[job for job, _ in result.conditional],
-        failed=result.failed,
-        refused=[(job, f"job update refused: {reason}") for job, reason in result.refused],
-    )
-    if logger:
-        for job, reason in out.refused:
-            logger.warning(f"job {job.term.job_id}: {reason}")
-        if out.failed:
-            policy = fleet_calls.POLICY.describe()
-            logger.warning(f"{len(out.failed)} job update(s) still failing after {policy}; left in the queue")
-    return out
 
 
 def job_metrics(batch: MetricBatch, term: Termination) -> None:
@@ -227,14 +161,32 @@ class TerminationHandler:
     report_keys = ("received", "applied", "duplicates", "dead_lettered", "failed", "deleted", "ssm_deleted")
 
     def __init__(self, *, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str):
-        self.sqs, self.dynamodb, self.ssm, self.cloudwatch = sqs, ctx.dynamodb, ctx.ssm, ctx.cloudwatch
-        self.s3, self.bucket = ctx.s3, ctx.archive_bucket
-        self.archive, self.log, self.table, self.namespace = archive, ctx.log, ctx.jobs_table, ctx.namespace
-        self.queue_url, self.dlq_url = queue_url, dlq_url
+        self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
+        self.dynamodb, self.s3, self.bucket = ctx.dynamodb, ctx.s3, ctx.archive_bucket
+        self.log, self.table = ctx.log, ctx.jobs_table
         self._done_rounds: set[str] = set()  # rounds known to be done (S3 markers are never removed early)
-        self._visibility_timeout: float | None = None
-        self.dead_letter_archive = DeadLetterArchive(self.s3, self.bucket)
         self._pending: _Pending | None = None  # the rounds since the last flush
+
+    def _transact(self, jobs: Sequence[_Job], action: Callable[..., dict[str, Any]], round_id: str) -> JobOutcomes:
+        """``action(table, round_id, job)`` for each job (``transact_conditional``, by runs-fleet's policy);
+        one job's failure is its own. A failed condition keeps the job as it is (``ALL_OLD``) in ``job.current``."""
+        result = transact_conditional(
+            self.dynamodb, jobs, lambda j: action(self.table, round_id, j), policy=fleet_calls.POLICY, what="job update"
+        )
+        for job, current in result.conditional:
+            job.current = current
+        out = JobOutcomes(
+            applied=result.applied,
+            conditional=[job for job, _ in result.conditional],
+            failed=result.failed,
+            refused=[(job, f"job update refused: {reason}") for job, reason in result.refused],
+        )
+        for job, reason in out.refused:
+            self.log.warning(f"job {job.term.job_id}: {reason}")
+        if out.failed:
+            policy = fleet_calls.POLICY.describe()
+            self.log.warning(f"{len(out.failed)} job update(s) still failing after {policy}; left in the queue")
+        return out
 
     def __call__(
         self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
@@ -267,9 +219,7 @@ class TerminationHandler:
                 jobs[term.job_id] = _Job(term=term, digest=fingerprint(message["Body"]), messages=[message])
 
         # 2. conditional updates; a job whose write is refused is dead-lettered like the poison
-        result = transact_each(
-            self.dynamodb, list(jobs.values()), lambda j: _update(self.table, round_id, j), logger=self.log
-        )
+        result = self._transact(list(jobs.values()), _update, round_id)
         applied, failed = result.applied, result.failed
         refused = list(result.refused)
         if result.conditional:
@@ -278,8 +228,7 @@ class TerminationHandler:
             refused += settled.refused
             counts["duplicates"] += len(settled.conditional)
             applied += settled.applied
-            for job in settled.conditional:
-                pending.to_ack += job.messages
+            pending.to_ack += [m for job in settled.conditional for m in job.messages]
         counts["failed"] += sum(len(j.messages) for j in failed)
         pending.poison += [(m, reason) for job, reason in refused for m in job.messages]
         pending.applied += applied
@@ -290,7 +239,7 @@ class TerminationHandler:
         """Flush before the rounds held reach half the visibility timeout (their messages would
         otherwise come back to other runs while this one still holds them)."""
         pending = self._pending
-        return pending is not None and time.time() - pending.began >= self.visibility_timeout() / 2
+        return pending is not None and time.time() - pending.began >= self.visibility_timeout / 2
 
     def flush(self, pool: ThreadPoolExecutor) -> Counter:
         """Steps 3 to 8 for the rounds since the last flush: archive, dead letters, clean-up, done
@@ -308,16 +257,14 @@ class TerminationHandler:
             return counts
 
         to_ack = list(pending.to_ack)
-        dlq = self.dead_letter_archive
-        dead_letter_into(self.sqs, self.queue_url, self.dlq_url, pending.poison, counts, to_ack, dlq)
+        dead_letter_into(self.sqs, self.ctx, self.queue_url, self.dlq_url, pending.poison, counts, to_ack)
         applied = pending.applied
-        if applied and time.time() - pending.began >= self.visibility_timeout() / 2:
+        if applied and time.time() - pending.began >= self.visibility_timeout / 2:
             # Late: another run may take these jobs over once the timeout has passed; check first.
             applied = self._still_held(applied, pending.round_id, counts)
         if applied:
             done = self._clean_up(applied, pending.round_id, pool, counts)
-            for job in done:
-                to_ack += job.messages
+            to_ack += [m for job in done for m in job.messages]
             counts["applied"] += len(done)
 
         # 8. acknowledge exactly what was handled
@@ -328,16 +275,12 @@ class TerminationHandler:
             counts["delete_failed"] += not_deleted
         return counts
 
-    # ------------------------------------------------------------------ rounds
-
     def round_done(self, round_id: str) -> bool:
         """Is the round's clean-up done (its S3 marker exists)? Done rounds are remembered."""
-        if round_id in self._done_rounds:
+        if round_id in self._done_rounds or self._exists(round_marker_key(self.queue_url, round_id), "round marker"):
+            self._done_rounds.add(round_id)
             return True
-        if not self._exists(round_marker_key(self.queue_url, round_id), "round marker"):
-            return False
-        self._done_rounds.add(round_id)
-        return True
+        return False
 
     def _exists(self, key: str, what: str) -> bool:
         """Does ``key`` exist in the archive bucket (one ``HeadObject``)?"""
@@ -349,28 +292,19 @@ class TerminationHandler:
             raise
         return True
 
+    @functools.cached_property
     def visibility_timeout(self) -> float:
         """The queue's visibility timeout: how long a run holds what it received (asked once per run)."""
-        if self._visibility_timeout is None:
-            attrs = aws_call(
-                lambda: self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]),
-                what="GetQueueAttributes",
-            )["Attributes"]
-            self._visibility_timeout = float(attrs.get("VisibilityTimeout", 30))
-        return self._visibility_timeout
+        attrs = aws_call(
+            lambda: self.sqs.get_queue_attributes(QueueUrl=self.queue_url, AttributeNames=["VisibilityTimeout"]),
+            what="GetQueueAttributes",
+        )["Attributes"]
+        return float(attrs.get("VisibilityTimeout", 30))
 
     def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
         """Jobs whose condition failed: duplicates (``conditional``), taken over by this round
-        (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter).
-
-        A job that does not exist is never created: if old_jobs archived it (its marker in the
-        archive bucket), the message is a late duplicate; otherwise the job is unknown, and the
-        message is dead-lettered. A job applied by this same message in a round not marked done
-        belongs to a run killed before its clean-up. Once that round is older than the visibility
-        timeout, its run's hold on the message has lapsed and this round takes the job over; a
-        younger round's run may still be at work, so the message is left in the queue (counted
-        ``held_elsewhere``).
-        """
+        (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter). A missing job
+        is never created: with old_jobs' marker it is a late duplicate, else unknown (dead-lettered)."""
         out = JobOutcomes()
         unfinished: list[_Job] = []
         own: list[_Job] = []
@@ -378,7 +312,7 @@ class TerminationHandler:
             old_round = job.current.get("termination_round")
             try:
                 if not job.current:
-                    if self.archived(job.term.job_id):
+                    if self._exists(archived_job_key(job.term.job_id), "archived job marker"):
                         counts["archived_duplicates"] += 1
                         out.conditional.append(job)  # old_jobs archived it: a late copy
                     else:
@@ -400,7 +334,7 @@ class TerminationHandler:
                     out.conditional.append(job)
                     continue
                 began = round_started_at(old_round)
-                if began is not None and time.time() - began < self.visibility_timeout():
+                if began is not None and time.time() - began < self.visibility_timeout:
                     self.log.info(
                         f"job {job.term.job_id}: round {old_round} applied this message and is still within "
                         "its visibility timeout; leaving the message in the queue"
@@ -415,7 +349,7 @@ class TerminationHandler:
                 continue
             self.log.warning(f"job {job.term.job_id}: round {old_round} was cut short; finishing its clean-up")
             unfinished.append(job)
-        taken = transact_each(self.dynamodb, unfinished, lambda j: _take_over(self.table, round_id, j), logger=self.log)
+        taken = self._transact(unfinished, _take_over, round_id)
         # A take-over whose call failed and was tried again may have landed the first time: the job is ours.
         landed = [j for j in taken.conditional if j.current.get("termination_round") == round_id]
         counts["landed_on_retry"] += len(landed)
@@ -428,16 +362,11 @@ class TerminationHandler:
         return out
 
     def _still_held(self, jobs: list[_Job], round_id: str, counts: Counter) -> list[_Job]:
-        """A flush later than half the visibility timeout: its messages may have come back to another
-        run, which may have taken jobs over (their ``termination_round`` is no longer ours). One
-        ``ConditionCheck`` per job (transactions of 100) keeps the jobs still ours; the others are
-        left to the run that took them over (``lost_to_takeover``), which cleans up, counts and
-        acknowledges them."""
-        checked = transact_each(self.dynamodb, jobs, lambda j: _still_ours(self.table, round_id, j), logger=self.log)
+        """The jobs still stamped with this round, for a flush later than half the visibility timeout
+        (one ``ConditionCheck`` each); the others are left to the run that took them over."""
+        checked = self._transact(jobs, _still_ours, round_id)
         counts["lost_to_takeover"] += len(checked.conditional)
-        counts["failed"] += sum(len(j.messages) for j in checked.failed) + sum(
-            len(j.messages) for j, _ in checked.refused
-        )
+        counts["failed"] += sum(len(j.messages) for j in [*checked.failed, *(j for j, _ in checked.refused)])
         if checked.conditional:
             self.log.warning(
                 f"round {round_id}: flushed late; {len(checked.conditional)} job(s) were "
@@ -445,23 +374,17 @@ class TerminationHandler:
             )
         return checked.applied
 
-    def archived(self, job_id: str) -> bool:
-        """Did old_jobs archive (and delete) this job? One ``HeadObject`` of its marker."""
-        return self._exists(archived_job_key(job_id), "archived job marker")
-
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
         try:
             names = [job.term.parameter for job in applied]
-            futures = [pool.submit(delete_parameters, self.ssm, part) for part in chunks(names, 10)]
-            for future in futures:
-                result = future.result()
+            for result in pool.map(lambda part: delete_parameters(self.ctx.ssm, part), chunks(names, 10)):
                 counts["ssm_deleted"] += result["deleted"]
                 counts["ssm_already_gone"] += result["missing"]
             metrics = MetricBatch()
             for job in applied:
                 job_metrics(metrics, job.term)
-            metrics.publish(self.cloudwatch, self.namespace)
+            metrics.publish(self.ctx.cloudwatch, self.ctx.namespace)
         except Exception as exc:  # no marker: the messages come back and finish the clean-up
             self.log.error(f"clean-up of {len(applied)} job(s) failed, their messages stay in the queue: {exc}")
             counts["failed"] += sum(len(j.messages) for j in applied)

@@ -1,7 +1,4 @@
-"""Dagster layer of runs-fleet's queue processors: ``jobs`` (the drain, housekeeping and redrive
-jobs), ``sensors`` (one per queue), ``schedules`` (housekeeping, dead-letter checks),
-``checks`` (the dead-letter queues' depth) and ``pool_audit`` (the pool audit's assets, jobs and
-schedules, and the recording of a housekeeping ``pool_audit`` task)."""
+"""The Dagster layer of runs-fleet's queue processors, dead-letter checks and pool audit."""
 
 from collections.abc import Mapping
 
@@ -34,10 +31,8 @@ def build_defs(
     crons: Mapping[str, str] | None = None,
     check_notes: CheckNotes | None = None,
 ) -> dg.Definitions:
-    """The fleet processors (they run wherever the queues are; both pool audit schedules are on by
-    default): the termination drain on ``executor`` when given (the cluster's Celery workers: drains
-    are competing consumers there), schedules at the crons ``crons`` names, a failed check with its
-    note from ``check_notes``."""
+    """The fleet processors: the termination drain on ``executor`` when given (the cluster's Celery
+    workers), schedules at the crons ``crons`` names, a failed check with its note from ``check_notes``."""
     process_housekeeping_queue, housekeeping = housekeeping_jobs(check_notes)
     return dg.Definitions(
         assets=[*DLQ_ASSETS.values(), pool_audit_asset(check_notes), pool_cost_report],

@@ -9,18 +9,13 @@ from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
 from resources import FleetSettings, SQSResource
 
 DLQ_ASSETS = {
-    "termination": dg.AssetSpec(
-        key=["runs_fleet", "termination_dead_letters"],
-        description="The termination queue's dead-letter queue (SQS). Should stay empty.",
+    label: dg.AssetSpec(
+        key=["runs_fleet", f"{label}_dead_letters"],
+        description=f"The {label} queue's dead-letter queue (SQS). Should stay empty.",
         kinds={"sqs"},
         group_name="fleet",
-    ),
-    "housekeeping": dg.AssetSpec(
-        key=["runs_fleet", "housekeeping_dead_letters"],
-        description="The housekeeping queue's dead-letter queue (SQS). Should stay empty.",
-        kinds={"sqs"},
-        group_name="fleet",
-    ),
+    )
+    for label in ("termination", "housekeeping")
 }
 
 
@@ -48,13 +43,7 @@ def _dlq_check(label: str, spec: dg.AssetSpec, notes: CheckNotes | None) -> dg.A
             passed=total == 0,
             severity=dg.AssetCheckSeverity.WARN,
             description=description,
-            metadata={
-                "depth": total,
-                "visible": depth["visible"],
-                "in_flight": depth["in_flight"],
-                "queue": url,
-                **note,
-            },
+            metadata={"depth": total, **depth, "queue": url, **note},
         )
 
     return _check

@@ -1,19 +1,7 @@
-"""The fleet processors' ops and jobs. Thin: read config, call the logic, report.
-
-- ``process_termination_queue`` / ``process_housekeeping_queue``: drain runs, one per consumer slot of
-  the queue (run tag ``groundskeeper/queue``, see ``sensors.py``), launched by the queue sensors when
-  messages wait;
-- ``housekeeping``: runs one task; its flat run config is runs-fleet's housekeeping message;
-- ``redrive_dead_letters``: by hand; moves dead letters back at a rate, quarantines repeat offenders.
-
-Each job has one op: the in-process executor runs it in the run's own process (no step process),
-where a UI termination or SIGTERM reaches the drain's graceful stop directly. Under ``cluster`` the
-termination drain's step runs on a Celery worker, which no interrupt reaches: the drain reads its
-run's status at each round boundary and stops there once the run is being terminated.
-
-A housekeeping ``pool_audit`` task's audit is recorded as a ``pool_audit`` materialization with its
-check evaluations, of the run that ran it (``pool_audit.housekeeping_audit_events``).
-"""
+"""The fleet processors' ops and jobs (docs/fleet.md): the queue drains, ``housekeeping`` (one task) and
+``redrive_dead_letters``. Each job has one op, run in the run's own process, where a UI termination or
+SIGTERM reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's
+status at each round boundary instead."""
 
 from collections.abc import Callable, Iterable
 
@@ -50,35 +38,20 @@ from resources import (
     SSMResource,
 )
 
-TERMINATION_QUEUE = "runs-fleet-termination"
-HOUSEKEEPING_QUEUE = "runs-fleet-housekeeping"
 QUEUE_TAG = "groundskeeper/queue"
+QUEUE_TAGS = {"termination": "runs-fleet-termination", "housekeeping": "runs-fleet-housekeeping"}
+"""Each queue's ``groundskeeper/queue`` value of consumer slot 1 (its drain job's own tag): the queue's name."""
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
 DRAIN_PRIORITY = {"dagster/priority": "10"}
 """A drain run leaves the run queue before other capabilities' runs (default priority 0): a batching
 or backfill backlog never delays the queue drains."""
 
 
-def _run_context(
-    context: dg.OpExecutionContext,
-    fleet: FleetSettings,
-    *,
-    ec2: EC2Resource,
-    dynamodb: DynamoDBResource,
-    ssm: SSMResource,
-    cloudwatch: CloudWatchResource,
-    s3: S3Resource,
-) -> FleetContext:
-    """A run's context: every client, and metrics after a commit as its ``cloudwatch``."""
-    return fleet_context(
-        fleet,
-        log=context.log,
-        ec2=ec2.get_client(),
-        ssm=ssm.get_client(),
-        dynamodb=dynamodb.get_client(),
-        cloudwatch=CommittedChangeMetrics(context, cloudwatch, "fleet"),
-        s3=s3.get_client(),
-    )
+def _run_context(context: dg.OpExecutionContext, fleet: FleetSettings, **resources) -> FleetContext:
+    """A run's context: the clients of ``resources``, and metrics after a commit as its ``cloudwatch``."""
+    clients = {key: resource.get_client() for key, resource in resources.items() if key != "cloudwatch"}
+    cloudwatch = CommittedChangeMetrics(context, resources["cloudwatch"], "fleet")
+    return fleet_context(fleet, log=context.log, cloudwatch=cloudwatch, **clients)
 
 
 def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None) -> None:
@@ -93,9 +66,7 @@ TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 
 
 def _run_terminated(context: dg.OpExecutionContext) -> Callable[[], bool]:
-    """Is the op's run being terminated? Read from the instance, so that it works wherever the step
-    runs: in the run's process a termination also arrives as an interrupt, on a Celery worker only
-    this way (cancelling there withdraws only the tasks not started)."""
+    """Is the op's run being terminated? Read from the instance: on a Celery worker no interrupt arrives."""
 
     def terminated() -> bool:
         run = context.instance.get_run_by_id(context.run_id)
@@ -135,24 +106,22 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
     return dg.Output(summary, metadata=metadata)
 
 
-DrainFactory = Callable[..., QueueDrain]
-"""``make(ctx, sqs=, queue_url=, dlq_url=, run_id=, limits=)``, e.g. ``termination_drain``."""
-
-
-def drain_op(
-    name: str,
-    description: str,
+def drain_job(
     queue: str,
-    make: DrainFactory,
+    description: str,
+    make: Callable[..., QueueDrain],
     limits_cls: type[DrainLimits] = DrainLimits,
+    *,
+    executor_def: dg.ExecutorDefinition | None = None,
     notes: CheckNotes | None = None,
-) -> dg.OpDefinition:
-    """The op that drains ``queue`` (``termination`` or ``housekeeping``) with ``make``'s drain,
-    configured by ``limits_cls``; a handler's task results, if it has any, are recorded (a pool
-    audit's failed check with its note from ``notes``)."""
+) -> dg.JobDefinition:
+    """``process_<queue>_queue`` (in process unless ``executor_def`` is given), whose one op,
+    ``drain_<queue>_queue``, drains ``queue`` with ``make``'s drain (``make(ctx, sqs=, queue_url=,
+    dlq_url=, run_id=, limits=)``), configured by ``limits_cls``; a handler's task results, if any, are
+    recorded (a pool audit's failed check with its note from ``notes``)."""
 
     @dg.op(
-        name=name,
+        name=f"drain_{queue}_queue",
         description=description,
         tags={"kind": "sqs"},
         config_schema=config_schema(limits_cls),
@@ -187,33 +156,24 @@ def drain_op(
         output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
         return output
 
-    return _op
+    @dg.job(
+        name=f"process_{queue}_queue",
+        description=f"Drain the {queue} queue (launched by {queue}_queue_sensor; one run per consumer slot).",
+        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: QUEUE_TAGS[queue]},
+        config=flat_config(_op.name, limits_cls),
+        executor_def=executor_def or dg.in_process_executor,
+    )
+    def process_queue():
+        _op()
 
-
-drain_termination_queue = drain_op(
-    "drain_termination_queue",
-    "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack.",
-    "termination",
-    termination_drain,
-    limits_cls=TerminationLimits,
-)
+    return process_queue
 
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the
-    cluster's Celery executor, ``celery_fan_out_executor``: drains are competing consumers on its workers)."""
-
-    @dg.job(
-        name="process_termination_queue",
-        description="Drain the termination queue (launched by termination_queue_sensor; one run per consumer slot).",
-        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: TERMINATION_QUEUE},
-        config=flat_config("drain_termination_queue", TerminationLimits),
-        executor_def=executor_def or dg.in_process_executor,
-    )
-    def process_termination_queue():
-        drain_termination_queue()
-
-    return process_termination_queue
+    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the cluster's
+    Celery executor: drains are competing consumers on its workers)."""
+    description = "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack."
+    return drain_job("termination", description, termination_drain, TerminationLimits, executor_def=executor_def)
 
 
 process_termination_queue = termination_queue_job()
@@ -223,14 +183,8 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks (a pool audit's
     failed check adds its note from ``notes``)."""
     dispatcher = Housekeeping()
-
-    drain_housekeeping_queue = drain_op(
-        "drain_housekeeping_queue",
-        "Drains the housekeeping queue: dispatches each message on its task_type.",
-        "housekeeping",
-        dispatcher.drain,
-        notes=notes,
-    )
+    description = "Drains the housekeeping queue: dispatches each message on its task_type."
+    process_housekeeping_queue = drain_job("housekeeping", description, dispatcher.drain, notes=notes)
 
     @dg.op(
         description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
@@ -259,15 +213,6 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
             {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
         )
         return dg.Output(result.summary, metadata=metadata)
-
-    @dg.job(
-        description="Drain the housekeeping queue (launched by housekeeping_queue_sensor; one run per consumer slot).",
-        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: HOUSEKEEPING_QUEUE},
-        config=flat_config("drain_housekeeping_queue", DrainLimits),
-        executor_def=dg.in_process_executor,
-    )
-    def process_housekeeping_queue():
-        drain_housekeeping_queue()
 
     @dg.job(
         description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",

@@ -1,11 +1,5 @@
-"""The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule.
-
-Each looks before it launches a run (``pipelines.common.defs.schedules``): a housekeeping schedule,
-one per task of ``pipelines.fleet.housekeeping.TASKS`` that has a look (:func:`housekeeping_schedule`),
-reads what its task would act on (the task's look) and skips the tick when there is nothing; the
-dead-letter checks run when a dead-letter queue's depth differs from what the last checks recorded,
-and at least every :data:`DEAD_LETTER_REFRESH`.
-"""
+"""The housekeeping schedules (as runs-fleet's EventBridge rules), one per task with a look, and the
+dead-letter checks' schedule; each looks before it launches a run (``pipelines.common.defs.schedules``)."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -16,7 +10,7 @@ from pipelines.common.defs.schedules import schedule, scheduled_time, tick_time
 from pipelines.common.looks import Look
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.common.task import Task
-from pipelines.fleet.context import FleetContext, fleet_context
+from pipelines.fleet.context import fleet_context
 from pipelines.fleet.housekeeping import TASKS, Housekeeping
 from resources import FleetSettings
 
@@ -32,22 +26,17 @@ def _request(task_type: str, context: dg.ScheduleEvaluationContext) -> dict:
     return {"task_type": task_type, "timestamp": moment.isoformat() if moment else None, "params": {}}
 
 
-def _look_context(context: dg.ScheduleEvaluationContext, services: tuple[str, ...]) -> FleetContext:
-    """A look's context: only the clients it reads with (``services``), no metrics."""
-    clients = {service: getattr(context.resources, service).get_client() for service in services}
-    return fleet_context(context.resources.fleet, log=context.log, **clients)
-
-
 def housekeeping_schedule(task: Task, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
-    """The schedule of a housekeeping task with a look: the ``housekeeping`` job on the task's cron,
-    looking first with the task's look over only the clients it reads with."""
+    """The ``housekeeping`` job on the task's cron, looking first with the task's look."""
     assert task.look is not None and task.cron is not None, f"{task.name} has no look"
     look_task, name = task.look, task.name
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         request = DISPATCHER.parse({k: v for k, v in _request(name, context).items() if v is not None})
         params, _ = DISPATCHER.params(request)
-        return look_task(_look_context(context, task.look_clients), request, params)
+        # only the clients the look reads with, no metrics
+        clients = {service: getattr(context.resources, service).get_client() for service in task.look_clients}
+        return look_task(fleet_context(context.resources.fleet, log=context.log, **clients), request, params)
 
     def request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
         config = _request(name, context)

@@ -1,12 +1,6 @@
-"""The queue sensors: launch drain runs when messages wait, up to the queue's number of drain runs.
-
-Drain runs of one queue are competing consumers (every write is conditional, so a message handled
-by two runs is applied once). Each run holds a consumer slot, its run tag ``groundskeeper/queue``:
-slot 1 is the queue's own name (``runs-fleet-termination``, the job's tag, so a run launched by hand
-takes it too), slot k is ``runs-fleet-termination#k``. The instance allows one run per tag value,
-so each slot is one run at a time and the number of slots, ``FleetSettings.<queue>_drain_runs``
-(``RUNS_FLEET_TERMINATION_DRAIN_RUNS``, default 1), bounds the drains of a queue.
-"""
+"""The queue sensors: launch drain runs when messages wait, one per consumer slot (run tag
+``groundskeeper/queue``: slot 1 is the queue's name, slot k ``<name>#k``), up to
+``FleetSettings.<queue>_drain_runs`` (docs/fleet.md, "Parallel drains")."""
 
 import math
 
@@ -15,14 +9,12 @@ import dagster as dg
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.sqs import queue_depth, queue_name
-from pipelines.fleet.defs.jobs import HOUSEKEEPING_QUEUE, QUEUE_TAG, TERMINATION_QUEUE
+from pipelines.fleet.defs.jobs import QUEUE_TAG, QUEUE_TAGS
 from pipelines.fleet.drain import DrainLimits
 from resources import FleetSettings
 
 MESSAGES_PER_RUN = 10 * DrainLimits().concurrency
-"""One more drain run per this many waiting messages (a full round of the default drain: 10
-receives of 10 per worker), up to the free slots."""
-
+"""One more drain run per this many waiting messages (a full round of the default drain), up to the free slots."""
 
 HOUSEKEEPING_SENSOR_INTERVAL = 120
 """Seconds between two looks at the housekeeping queue: its tasks are periodic clean-ups (the
@@ -36,18 +28,17 @@ def slot_tag(queue_tag: str, slot: int) -> str:
 
 
 def plan_drain_runs(visible: int, slots: int, busy: set[str], queue_tag: str) -> list[int]:
-    """The free slots to launch a drain run in: one per ``MESSAGES_PER_RUN`` waiting (at least one),
-    at most the free slots."""
+    """The free slots to launch a drain run in: one per ``MESSAGES_PER_RUN`` waiting, at most the free slots."""
     free = [k for k in range(1, slots + 1) if slot_tag(queue_tag, k) not in busy]
-    wanted = math.ceil(visible / MESSAGES_PER_RUN)
-    return free[:wanted]
+    return free[: math.ceil(visible / MESSAGES_PER_RUN)]
 
 
-def queue_sensor(
-    name: str, job_name: str, queue_field: str, label: str, queue_tag: str, runs_field: str, interval: int = 30
-) -> dg.SensorDefinition:
+def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
+    """``<label>_queue_sensor``: launches ``process_<label>_queue`` runs for the ``<label>`` queue."""
+    job_name, runs_field, queue_tag = f"process_{label}_queue", f"{label}_drain_runs", QUEUE_TAGS[label]
+
     @dg.sensor(
-        name=name,
+        name=f"{label}_queue_sensor",
         job_name=job_name,
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
@@ -58,7 +49,7 @@ def queue_sensor(
     @one_line_failures
     def _sensor(context: dg.SensorEvaluationContext):
         fleet: FleetSettings = context.resources.fleet
-        url = getattr(fleet, queue_field)
+        url = getattr(fleet, f"{label}_queue_url")
         slots = getattr(fleet, runs_field)
         depth = queue_depth(context.resources.sqs.get_client(), url)
         if depth["visible"] == 0:
@@ -83,20 +74,5 @@ def queue_sensor(
     return _sensor
 
 
-termination_queue_sensor = queue_sensor(
-    "termination_queue_sensor",
-    "process_termination_queue",
-    "termination_queue_url",
-    "termination",
-    TERMINATION_QUEUE,
-    "termination_drain_runs",
-)
-housekeeping_queue_sensor = queue_sensor(
-    "housekeeping_queue_sensor",
-    "process_housekeeping_queue",
-    "housekeeping_queue_url",
-    "housekeeping",
-    HOUSEKEEPING_QUEUE,
-    "housekeeping_drain_runs",
-    interval=HOUSEKEEPING_SENSOR_INTERVAL,
-)
+termination_queue_sensor = queue_sensor("termination")
+housekeeping_queue_sensor = queue_sensor("housekeeping", interval=HOUSEKEEPING_SENSOR_INTERVAL)

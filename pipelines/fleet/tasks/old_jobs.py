@@ -86,29 +86,24 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest, params: OldJobsParams)
             page = aws_call(lambda kwargs=kwargs: ctx.dynamodb.query(**kwargs), what="Query completed_at-index")
             counts["queries"] += 1
             items = page.get("Items", [])
-            if items:
-                counts[f"{status}"] += len(items)
-                if not req.dry_run:
-                    records = [from_item(item) for item in items]
-                    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
-                    ids = ",".join(sorted(r["job_id"] for r in records))
-                    # Deterministic key: archiving the same records again (after a crash) rewrites one object.
-                    key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
-                    aws_call(
-                        lambda key=key, body=body: ctx.s3.put_object(
-                            Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
-                        ),
-                        what="PutObject (job archive)",
-                    )
-                    keys_written.append(key)
-                    mark_archived(ctx, records, key)
-                    counts["batch_writes"] += batch_write(
-                        ctx.dynamodb,
-                        ctx.jobs_table,
-                        [{"DeleteRequest": {"Key": {"job_id": item["job_id"]}}} for item in items],
-                        policy=fleet_calls.POLICY,
-                    )
-                    counts["archived"] += len(items)
+            counts[status] += len(items)
+            if items and not req.dry_run:
+                records = [from_item(item) for item in items]
+                body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+                ids = ",".join(sorted(r["job_id"] for r in records))
+                # Deterministic key: archiving the same records again (after a crash) rewrites one object.
+                key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
+                aws_call(
+                    lambda key=key, body=body: ctx.s3.put_object(
+                        Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
+                    ),
+                    what="PutObject (job archive)",
+                )
+                keys_written.append(key)
+                mark_archived(ctx, records, key)
+                deletes = [{"DeleteRequest": {"Key": {"job_id": item["job_id"]}}} for item in items]
+                counts["batch_writes"] += batch_write(ctx.dynamodb, ctx.jobs_table, deletes, policy=fleet_calls.POLICY)
+                counts["archived"] += len(items)
             if "LastEvaluatedKey" not in page:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

@@ -75,7 +75,7 @@ class OrphanPlan:
     """What an ``orphaned_instances`` pass would do, from its reads (no writes)."""
 
     now: dt.datetime
-    cutoff: dt.datetime
+    cutoff: dt.datetime  # instances launched before it are candidates
     instances: list[dict[str, Any]]
     candidates: list[dict[str, Any]]
     suspect: list[str] = field(default_factory=list)
@@ -88,59 +88,51 @@ class OrphanPlan:
         return bool(self.suspect or self.terminate or self.cleared)
 
 
-def _orphan_window(
-    req: HousekeepingRequest, params: OrphanedInstancesParams
-) -> tuple[dt.datetime, dt.timedelta, dt.datetime]:
-    """(now, confirm_after, cutoff): instances launched before ``cutoff`` are candidates."""
-    now = req.now()
-    confirm_after = dt.timedelta(minutes=params.confirm_after_minutes)
-    return now, confirm_after, now - dt.timedelta(minutes=params.max_runtime) - ORPHAN_SLACK
-
-
 def plan_orphans(
-    ctx: FleetContext, req: HousekeepingRequest, params: OrphanedInstancesParams, instances: list | None = None
+    ctx: FleetContext, req: HousekeepingRequest, params: OrphanedInstancesParams, max_queries: int | None = None
 ) -> OrphanPlan:
-    """The pass's reads: managed instances (unless given), and a running-job query per candidate;
-    and what it would do."""
-    now, confirm_after, cutoff = _orphan_window(req, params)
-    instances = managed_instances(ctx.ec2) if instances is None else instances
+    """The pass's reads: managed instances, and a running-job query per candidate; and what it would do.
+    With more than ``max_queries`` candidates, none is queried (the plan says only who the candidates are)."""
+    now = req.now()
+    cutoff = now - dt.timedelta(minutes=params.max_runtime) - ORPHAN_SLACK
+    instances = managed_instances(ctx.ec2)
     plan = OrphanPlan(now, cutoff, instances, [i for i in instances if i["LaunchTime"] < cutoff])
-    suspect, terminate, cleared, waiting = plan.suspect, plan.terminate, plan.cleared, plan.waiting
+    if max_queries is not None and len(plan.candidates) > max_queries:
+        return plan
     for inst in plan.candidates:
         iid = inst["InstanceId"]
         tags = instance_tags(inst)
         if has_running_job(ctx.dynamodb, ctx.jobs_table, iid):
             if SUSPECT_TAG in tags:
-                cleared.append(iid)
+                plan.cleared.append(iid)
             continue
         if SUSPECT_TAG not in tags:
-            suspect.append(iid)
+            plan.suspect.append(iid)
             continue
         try:
             since = dt.datetime.fromisoformat(tags[SUSPECT_TAG])
-        except ValueError:
-            since = now  # an unreadable mark is renewed, never trusted
-            suspect.append(iid)
+        except ValueError:  # an unreadable mark is renewed, never trusted
+            plan.suspect.append(iid)
             continue
-        (terminate if since <= now - confirm_after else waiting).append(iid)
+        confirmed = since <= now - dt.timedelta(minutes=params.confirm_after_minutes)
+        (plan.terminate if confirmed else plan.waiting).append(iid)
     return plan
 
 
 def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: OrphanedInstancesParams) -> dict[str, Any]:
     """Two phases: tag an orphan as suspected; terminate it on a later pass if it is still orphaned."""
     plan = plan_orphans(ctx, req, params)
-    now, cutoff, instances, candidates = plan.now, plan.cutoff, plan.instances, plan.candidates
-    suspect, terminate, cleared, waiting = plan.suspect, plan.terminate, plan.cleared, plan.waiting
+    suspect, terminate, cleared = plan.suspect, plan.terminate, plan.cleared
     ctx.log.info(
-        f"orphaned_instances: {len(instances)} managed running/pending, {len(candidates)} launched before "
-        f"{iso(cutoff)}; suspect {suspect}, terminate {terminate}, waiting {waiting}, no longer suspect {cleared}"
-        + (" (dry run)" if req.dry_run else "")
+        f"orphaned_instances: {len(plan.instances)} managed running/pending, {len(plan.candidates)} launched before "
+        f"{iso(plan.cutoff)}; suspect {suspect}, terminate {terminate}, waiting {plan.waiting}, no longer suspect "
+        f"{cleared}" + (" (dry run)" if req.dry_run else "")
     )
     terminated: list[str] = []
     if not req.dry_run:
         if suspect:
             aws_call(
-                lambda: ctx.ec2.create_tags(Resources=suspect, Tags=[{"Key": SUSPECT_TAG, "Value": iso(now)}]),
+                lambda: ctx.ec2.create_tags(Resources=suspect, Tags=[{"Key": SUSPECT_TAG, "Value": iso(plan.now)}]),
                 what="CreateTags",
             )
         if cleared:
@@ -152,12 +144,12 @@ def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: Orph
             terminated += [i["InstanceId"] for i in response.get("TerminatingInstances", [])]
         publish_count(ctx.cloudwatch, ctx.namespace, "OrphanedInstancesTerminated", len(terminated))
     return {
-        "managed_instances": len(instances),
-        "candidates": len(candidates),
+        "managed_instances": len(plan.instances),
+        "candidates": len(plan.candidates),
         "suspected": len(suspect),
         "terminated": len(terminated),
         "would_terminate": len(terminate) if req.dry_run else 0,
-        "waiting": len(waiting),
+        "waiting": len(plan.waiting),
         "cleared": len(cleared),
         "dry_run": req.dry_run,
     }
@@ -166,22 +158,20 @@ def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: Orph
 def look_orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: OrphanedInstancesParams) -> Look:
     """Due when a pass would tag, untag or terminate an instance: one ``DescribeInstances`` (paged),
     then a running-job query per instance launched before the cutoff."""
-    _, _, cutoff = _orphan_window(req, params)
-    instances = managed_instances(ctx.ec2)
-    candidates = [i for i in instances if i["LaunchTime"] < cutoff]
+    plan = plan_orphans(ctx, req, params, max_queries=LOOK_MAX_QUERIES)
+    candidates, cutoff = len(plan.candidates), iso(plan.cutoff)
     if not candidates:
-        return Look.idle(f"no managed instance launched before {iso(cutoff)} ({len(instances)} running or pending)")
-    if len(candidates) > LOOK_MAX_QUERIES:
-        return Look.work(f"{len(candidates)} managed instances launched before {iso(cutoff)}")
-    plan = plan_orphans(ctx, req, params, instances)
+        return Look.idle(f"no managed instance launched before {cutoff} ({len(plan.instances)} running or pending)")
+    if candidates > LOOK_MAX_QUERIES:
+        return Look.work(f"{candidates} managed instances launched before {cutoff}")
     if not plan.acts:
         return Look.idle(
-            f"{len(candidates)} managed instance(s) launched before {iso(cutoff)}: none to tag, untag or "
+            f"{candidates} managed instance(s) launched before {cutoff}: none to tag, untag or "
             f"terminate ({len(plan.waiting)} suspect(s) waiting for their confirmation)"
         )
     return Look.work(
         f"to suspect {len(plan.suspect)}, terminate {len(plan.terminate)}, clear {len(plan.cleared)} "
-        f"of {len(candidates)} managed instance(s) launched before {iso(cutoff)}"
+        f"of {candidates} managed instance(s) launched before {cutoff}"
     )
 
 

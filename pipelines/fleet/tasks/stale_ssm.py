@@ -38,9 +38,7 @@ class StaleSsmParams:
 def terminated_at(instance: dict[str, Any]) -> dt.datetime | None:
     """When a terminated instance stopped, from ``StateTransitionReason`` ("User initiated (... GMT)")."""
     match = _REASON_TIME.search(instance.get("StateTransitionReason") or "")
-    if not match:
-        return None
-    return dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC)
+    return dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC) if match else None
 
 
 @dataclass
@@ -95,29 +93,27 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParam
     now = req.now()
     grace = dt.timedelta(minutes=params.terminated_grace_minutes)
     found = runner_parameters(ctx.ssm)
-    by_instance, unrecognised, pages = found.by_instance, found.unrecognised, found.pages
-    if unrecognised:
-        ctx.log.warning(
-            f"stale_ssm: left {len(unrecognised)} parameter(s) not of the runner shape: {unrecognised[:10]}"
-        )
-    ids = sorted(by_instance)
+    if found.unrecognised:
+        left = found.unrecognised
+        ctx.log.warning(f"stale_ssm: left {len(left)} parameter(s) not of the runner shape: {left[:10]}")
+    ids = sorted(found.by_instance)
     stale, recent = stale_instances(ctx.ec2, ids, now, grace)
-    names = [n for iid in stale for n in by_instance[iid]]
+    names = [n for iid in stale for n in found.by_instance[iid]]
     ctx.log.info(
-        f"stale_ssm: {len(ids)} runner parameter instance(s) in {pages} page(s); {len(stale)} gone or terminated "
-        f"over {grace} ago, {len(recent)} terminated recently" + (" (dry run)" if req.dry_run else "")
+        f"stale_ssm: {len(ids)} runner parameter instance(s) in {found.pages} page(s); {len(stale)} gone or "
+        f"terminated over {grace} ago, {len(recent)} terminated recently" + (" (dry run)" if req.dry_run else "")
     )
     deleted = {"deleted": 0, "missing": 0}
     if not req.dry_run:
         deleted = delete_parameters(ctx.ssm, names)
         publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
     return {
-        "parameters": sum(len(v) for v in by_instance.values()),
+        "parameters": sum(len(v) for v in found.by_instance.values()),
         "stale": len(names),
         "deleted": deleted["deleted"],
         "already_gone": deleted["missing"],
         "recently_terminated": len(recent),
-        "unrecognised": len(unrecognised),
+        "unrecognised": len(found.unrecognised),
         "dry_run": req.dry_run,
     }
 
