@@ -1,12 +1,6 @@
-"""Dagster wiring of alerting: the ``alerts`` sensor and the ``alerts/incidents`` asset.
-
-Each tick of the sensor reads what happened since its last tick from the instance (run failures
-and successes, asset check evaluations, the ticks of every sensor and schedule) and the
-capabilities' own measures (the dead-letter queues' depth), turns them into incidents
-(``pipelines.alerts.incidents``), delivers each state change to the configured sinks and publishes
-its heartbeat metric. Its state (incidents, outboxes, read positions) is one JSON document in the
-instance's key-value store (and a copy), saved after each message a sink took: delivery is at
-least once, each message with the ``message_id`` of its state change (docs/alerts.md).
+"""Dagster wiring of alerting: the ``alerts`` sensor and the ``alerts/incidents`` asset. The sensor's
+state is one JSON document (and a copy) in the instance's key-value store, saved after each message a
+sink took (docs/alerts.md, "What holds").
 """
 
 import dataclasses
@@ -74,9 +68,7 @@ _ACCOUNTS: dict[tuple, str | None] = {}  # the caller's account, per SNS configu
 
 
 def caller_account(sns: SNSResource, warn) -> str | None:
-    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration, cut
-    after ``SNS_TIMEOUT_SECONDS``); None when it cannot be told (one line), and the topic's account
-    is then not checked."""
+    """The deployment's AWS account (STS, once per process and configuration), or None (one line)."""
     key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
     if key not in _ACCOUNTS:
         try:
@@ -89,14 +81,12 @@ def caller_account(sns: SNSResource, warn) -> str | None:
 
 def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: half the daemon's sensor
-    evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
-    default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
+    timeout less the longest request, so that a tick ends well inside it."""
     return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
-    """The saved book; when its document is gone or unreadable, its copy (open incidents are never
-    forgotten while either is there), else a fresh one."""
+    """The saved book; when its document is gone or unreadable, its copy, else a fresh one."""
     saved = instance.run_storage.get_cursor_values({STATE_KEY, STATE_COPY_KEY})
     book = AlertBook.load(saved.get(STATE_KEY), lambda _: None)
     if saved.get(STATE_KEY) and not book.reset:
@@ -115,9 +105,8 @@ def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
 
 
 def sensor_timeout_seconds() -> float:
-    """The daemon's sensor evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else
-    ``DAGSTER_GRPC_TIMEOUT_SECONDS``, default 60 s)."""
-    for name in ("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "DAGSTER_GRPC_TIMEOUT_SECONDS"):  # as Dagster reads them
+    """The daemon's sensor evaluation timeout, read as Dagster reads it (default 60 s)."""
+    for name in ("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "DAGSTER_GRPC_TIMEOUT_SECONDS"):
         if os.environ.get(name):
             try:
                 return float(os.environ[name])
@@ -127,15 +116,13 @@ def sensor_timeout_seconds() -> float:
 
 
 def lease_seconds() -> float:
-    """How long an evaluation's lease lasts: longer than any tick (its budget, the last request and
-    a margin for the reads and saves), so that it lapses only when its holder died."""
+    """Longer than any tick (its budget, the last request, a margin): a lease lapses only when its holder died."""
     return max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
 
 
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
-    """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None:
-    no value), in one statement of its SQL run storage (SQLite, PostgreSQL, MySQL): of two
-    evaluations that read the same value, one only sets it."""
+    """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None: no
+    value), in one statement of its SQL run storage: of two evaluations that read the same value, one sets it."""
     storage = instance.run_storage
     with storage.connect() as conn:
         if expected is None:
@@ -150,9 +137,7 @@ def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None
 
 
 def take_lease(instance: dg.DagsterInstance, seconds: float, warn) -> tuple[str | None, str | None]:
-    """(the lease taken, or None; why not). One evaluation of the sensor at a time: a second one
-    (a tick that overran, the UI's "Test sensor", two code servers during a deploy) sends nothing.
-    A lease lasts ``seconds`` (a crashed holder's lapses)."""
+    """(the lease taken, or None; why not): one evaluation of the sensor at a time, for ``seconds``."""
     if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
         warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
         return "", None
@@ -192,9 +177,8 @@ def _status_changes(instance, book: AlertBook, event_type, clock: float) -> list
 
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
-    the order they happened: ([(record, failed)], whether more remain). When one kind has more than
-    that, the other is read only as far, so that a success is never taken before a failure that
-    happened earlier but is left for the next read."""
+    order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
+    far, so that a success is never taken before an earlier failure left for the next read."""
     kinds = {kind: _status_changes(instance, book, kind, clock) for kind in RUN_STATUS_EVENTS}
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
@@ -277,7 +261,7 @@ def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[
 
 def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
     """The failures waiting for their automatic retry: one whose retry run exists is done with; one
-    whose unit of work has succeeded since is too; one whose retry was not launched in time alerts."""
+    whose retry was not launched in time alerts."""
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
@@ -328,8 +312,8 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConf
 def run_signals(
     context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
 ) -> tuple[list, str | None]:
-    """Reads run failures and successes until caught up or ``deadline`` (``time.monotonic``) has
-    passed: (the signals, a line on how far behind it still is, or None)."""
+    """Reads run failures and successes until caught up or past ``deadline`` (``time.monotonic``):
+    (the signals, a line on how far behind it still is, or None)."""
     out: list[Signal] = []
     open_units = book.open_units()  # and those this tick opens, in order, over every batch read
     read, more, last = 0, True, None
@@ -348,9 +332,8 @@ def run_signals(
 def _run_signals_of(
     context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
 ) -> list:
-    """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
-    launched in time) fires under its unit of work and cause; a success resolves the open failures of
-    its unit of work, and only those."""
+    """A run whose lineage finally failed fires under its unit of work and cause; a success resolves
+    the open failures of its unit of work, and only those."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
@@ -401,13 +384,10 @@ def _run_signals_of(
 
 def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
                         deadline: float) -> tuple[list, str]:  # fmt: skip
-    """A fresh state (none saved, or none readable): the open incidents of runs, rebuilt from the
-    instance's history. The latest finished run of each unit of work of the last
-    ``REBUILD_LOOKBACK_SECONDS`` is read as if it had just finished: a failure that no automatic retry
-    follows opens its incident (with the first_seen, so the message_id, it had), one whose retry is
-    awaited waits for it, a reclaim run's item errors open theirs; a success opens nothing. The read
-    positions then start at the latest run events (read first: a run that ends meanwhile is read
-    twice, which changes nothing). Returns (the signals, one line on what was rebuilt)."""
+    """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
+    of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
+    holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
+    is read twice, which changes nothing. Returns (the signals, one line on what was rebuilt)."""
     for kind in RUN_STATUS_EVENTS:
         latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
         if latest.records:
@@ -452,14 +432,9 @@ def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, 
     return signals, line
 
 
-def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
-    run = instance.get_run_by_id(run_id)
-    return run is not None and not run.is_finished
-
-
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
-    """Each asset check of the code location: its evaluations since the last one read, oldest first
-    (the first time, only its latest). Execution ids are global in every storage (SQLite too)."""
+    """Each asset check's evaluations since the last one read, oldest first (the first time, only its
+    latest). Execution ids are global in every storage (SQLite too)."""
     repository = context.repository_def
     if repository is None:
         return []
@@ -472,7 +447,8 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
         new = [r for r in history if last is None or r.id > last][: 1 if last is None else None]
         for record in sorted(new, key=lambda r: r.id):
             if record.status.value == "PLANNED":  # planned, not yet evaluated
-                if _run_going(instance, record.run_id):
+                run = instance.get_run_by_id(record.run_id)
+                if run is not None and not run.is_finished:
                     break  # still being evaluated: read it (and what follows) on a later tick
                 seen[name] = record.id  # its run ended without evaluating it (the run alerts)
                 continue
@@ -537,10 +513,9 @@ def build_alerts_sensor(
     demo_jobs: frozenset[str] = frozenset(),
     minimum_interval_seconds: int = 60,
 ) -> dg.SensorDefinition:
-    """``demo_noise``: kinds recorded as incidents but never sent (the local demo's expected dead letters).
-    ``demo_jobs``: the jobs a development code location's demo adds (none in production): their
-    failures are demo alerts, marked ``[demo]`` and never critical.
-    ``minimum_interval_seconds``: how often the daemon evaluates it (the heartbeat alarm allows 10 minutes)."""
+    """``demo_noise``: kinds recorded as incidents but never sent; ``demo_jobs``: a development code
+    location's demo jobs, whose failures are demo alerts (``[demo]``, never critical). The heartbeat
+    alarm allows ``minimum_interval_seconds`` up to 10 minutes."""
 
     @dg.sensor(
         name=SENSOR_NAME,
@@ -711,9 +686,7 @@ def close_incident():
 
 
 def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:
-    """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
-    the ``alerts/incidents`` asset. The incidents of the kinds in ``noise`` are recorded, never sent
-    (``make dev``'s demo dead-letters on purpose); the failures of ``demo_jobs`` (the demo's own
-    jobs, none in production) are demo alerts."""
+    """The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``; ``noise`` and
+    ``demo_jobs``: as :func:`build_alerts_sensor`'s ``demo_noise`` and ``demo_jobs``."""
     sensor = build_alerts_sensor(demo_noise=noise, demo_jobs=demo_jobs)
     return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[sensor])
