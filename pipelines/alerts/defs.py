@@ -123,16 +123,14 @@ def lease_seconds() -> float:
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
     """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None: no
     value), in one statement of its SQL run storage: of two evaluations that read the same value, one sets it."""
-    storage = instance.run_storage
-    with storage.connect() as conn:
+    with instance.run_storage.connect() as conn:
         if expected is None:
             try:
                 conn.execute(KEY_VALUES.insert().values(key=key, value=new))
                 return True
             except db_exc.IntegrityError:
                 return False
-        table = KEY_VALUES.c
-        update = KEY_VALUES.update().where(table.key == key).where(table.value == expected)
+        update = KEY_VALUES.update().where(KEY_VALUES.c.key == key).where(KEY_VALUES.c.value == expected)
         return conn.execute(update.values(value=new)).rowcount == 1
 
 
@@ -200,25 +198,16 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
         while error is not None:
             chain.append(error)
             error = error.cause
-        classes = [e.cls_name for e in chain]
         if data and data.user_failure_data and data.user_failure_data.description:
             message = data.user_failure_data.description
-            return message, cause_of(classes, [message, *(e.message for e in chain)])
-        if chain:  # the user's error, not Dagster's wrapping of it
-            error = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1])
-            return error.message, cause_of(classes, [error.message, *(e.message for e in chain)])
+        elif chain:  # the user's error, not Dagster's wrapping of it
+            message = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1]).message
+        else:
+            continue
+        return message, cause_of([e.cls_name for e in chain], [message, *(e.message for e in chain)])
     failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
-    for record in failed:
-        message = record.event_log_entry.dagster_event.message or ""
-        return message, cause_of([], [message])
-    return "", "failure"
-
-
-def linked(signal: Signal, cfg: AlertConfig | None) -> Signal:
-    """``signal`` with its runbook's URL (``ALERTS_RUNBOOK_BASE_URL``), when one is configured."""
-    if cfg is None or not cfg.runbook_url:
-        return signal
-    return dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
+    message = (failed[0].event_log_entry.dagster_event.message or "") if failed else ""
+    return message, cause_of([], [message])
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
@@ -250,22 +239,15 @@ def _failure_signal(
     return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
-def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
-    """The id of a run launched as a retry (or re-execution) of ``run_id``, or None."""
-    for tag in child_tags:
-        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
-        if children:
-            return children[0].dagster_run.run_id
-    return None
-
-
 def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
     """The failures waiting for their automatic retry: one whose retry run exists is done with; one
     whose retry was not launched in time alerts."""
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
-        child = _retry_launched(instance, run_id, list(item.get("tags") or ()))
+        # a run launched as a retry (or re-execution) of it
+        found = (instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1) for tag in item.get("tags") or ())
+        child = next((children[0].dagster_run.run_id for children in found if children), None)
         if child is not None:
             context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
             del awaiting[run_id]
@@ -322,7 +304,7 @@ def run_signals(
         out += _run_signals_of(context, instance, book, changes, cfg, open_units)
         read += len(changes)
         last = changes[-1][0] if changes else last
-    out += [linked(s, cfg) for s in awaited_retries(context, instance, book, cfg, clock)]
+    out += awaited_retries(context, instance, book, cfg, clock)
     if not more:
         return out, None
     behind = f", behind by {clock - last.timestamp:.0f} s" if last is not None else ""
@@ -379,7 +361,7 @@ def _run_signals_of(
         signal = _failure_signal(instance, run, cfg, record.timestamp)
         open_units[signal.alert_key] = unit
         out.append(signal)
-    return [linked(s, cfg) for s in out]
+    return out
 
 
 def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
@@ -468,7 +450,7 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
             )
             if signal is not None:
                 demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo
-                out.append(linked(as_demo(signal) if demo else signal, cfg))
+                out.append(as_demo(signal) if demo else signal)
     return out
 
 
@@ -485,7 +467,7 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
             state.instigator_name, kind, statuses, error, threshold=cfg.tick_failures, ui_url=cfg.ui_url
         )
         if signal is not None:
-            yield linked(signal, cfg)
+            yield signal
 
 
 def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None) -> Iterator[Signal]:
@@ -501,7 +483,7 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | N
         if signal is not None:
             ui_url = cfg.ui_url if cfg else None
             asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
-            yield linked(dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None), cfg)
+            yield dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None)
 
 
 # ---------------------------------------------------------------------------- the sensor
@@ -561,13 +543,15 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
         context.log.warning(problem)
     book = load_book(instance, context.log.warning)
     clock = now()
+    sinks = [sink.name for sink in cfg.sinks]
     if book.reset:
-        reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
-        book.enqueue(reset, [sink.name for sink in cfg.sinks])
+        book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
     changes, noise = [], []
 
     def observe(signals) -> None:
         for signal in signals:
+            if cfg.runbook_url:  # its runbook's URL, else (in the message) its repository path
+                signal = dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
             message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
             if message is None:
                 continue
@@ -575,7 +559,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
                 noise.append(signal.alert_key)
                 continue
             changes.append(f"{message['alert_key']} {message['state']}")
-            for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
+            for line in book.enqueue(message, sinks):
                 context.log.warning(line)
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
@@ -585,14 +569,9 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
     if behind:
         context.log.warning(behind)
-    observe(
-        [
-            *run_changes,
-            *check_signals(context, instance, book, cfg),
-            *tick_signals(instance, cfg),
-            *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
-        ]
-    )
+    observe(run_changes + check_signals(context, instance, book, cfg))
+    observe(tick_signals(instance, cfg))
+    observe(dead_letter_signals(context, sqs.get_client(), fleet, cfg))
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
@@ -603,7 +582,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     book.prune(clock)
     save_book(instance, book)
     parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
-    stuck = book.undeliverable(sink.name for sink in cfg.sinks)
+    stuck = book.undeliverable(sinks)
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
     else:
