@@ -160,24 +160,16 @@ def give_back_lease(instance: dg.DagsterInstance, lease: str) -> None:
 # ---------------------------------------------------------------------------- what happened
 
 
-def _status_changes(instance, book: AlertBook, event_type, clock: float) -> list:
-    after = book.positions.get(event_type.value)
-    return instance.fetch_run_status_changes(
-        dg.RunStatusChangeRecordsFilter(
-            event_type=event_type,
-            after_storage_id=after,
-            after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
-        ),
-        limit=EVENTS_PER_TICK,
-        ascending=True,
-    ).records
-
-
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
     order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
     far, so that a success is never taken before an earlier failure left for the next read."""
-    kinds = {kind: _status_changes(instance, book, kind, clock) for kind in RUN_STATUS_EVENTS}
+    kinds = {}
+    for kind in RUN_STATUS_EVENTS:
+        after = book.positions.get(kind.value)
+        since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
+        wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
+        kinds[kind] = instance.fetch_run_status_changes(wanted, limit=EVENTS_PER_TICK, ascending=True).records
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
     changes = []
@@ -248,13 +240,12 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
         # a run launched as a retry (or re-execution) of it
         found = (instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1) for tag in item.get("tags") or ())
         child = next((children[0].dagster_run.run_id for children in found if children), None)
-        if child is not None:
-            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
-            del awaiting[run_id]
-            continue
-        if clock < float(item.get("by", 0)):
+        if child is None and clock < float(item.get("by", 0)):
             continue
         del awaiting[run_id]
+        if child is not None:
+            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
+            continue
         run = instance.get_run_by_id(run_id)
         if run is None:
             continue
@@ -265,7 +256,7 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
     return out
 
 
-def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConfig) -> Signal | None:
+def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | None:
     """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
     config = run.run_config or {}
     raw = (((config.get("ops") or {}).get(CLOSE_OP) or {}).get("config")) or {
@@ -329,7 +320,7 @@ def _run_signals_of(
         what = run_target(instance, run)
         unit = work_unit(what, tags, run.run_config)
         if run.job_name == CLOSE_JOB:
-            action = incident_action(context, book, run, cfg) if not failed else None
+            action = incident_action(context, book, run) if not failed else None
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:

@@ -5,6 +5,7 @@ with one line, never a credential (a webhook URL's path is its secret). No Dagst
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
@@ -26,7 +27,8 @@ _SUBJECT_TEXT = re.compile(r"[^\x20-\x7e]")
 
 
 class _Deadline:
-    """The sockets of one request, all cut (shut down) when its deadline passes."""
+    """The sockets of one request, all cut (shut down) when its deadline passes: a socket timeout bounds
+    each read only, and a server that trickles its answer a byte at a time would hold the tick."""
 
     def __init__(self, seconds: float) -> None:
         self.socks: list[socket.socket] = []
@@ -46,10 +48,8 @@ class _Deadline:
         with self.lock:
             self.cut = True
             for sock in self.socks:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # the blocked connect, send or read returns at once
-                except OSError:
-                    pass
 
 
 def _watched(connection_class, deadline: _Deadline):
