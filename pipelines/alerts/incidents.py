@@ -346,8 +346,8 @@ class AlertBook:
         return True
 
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
-        keys = [f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest]
-        shown = ", ".join(keys)  # every one of them, however long (at most MAX_KEPT_PER_SINK)
+        # every one of them, however long (at most MAX_KEPT_PER_SINK)
+        shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
         worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
         return notice("summary", f"{len(rest)} more alerts this tick", shown, now, SEVERITIES[worst])
 
