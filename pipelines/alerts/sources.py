@@ -180,7 +180,6 @@ def run_failed(
         alert_key=f"run_failure:{unit}:{cause}",  # a new cause is a new incident
         kind="run_failure",
         firing=True,
-        severity="critical",
         title=f"{job}{target} failed{retries}" + (f", {note}" if note else ""),
         summary=first_line(first_error, SUMMARY_CHARS) or "the run failed",
         capability=tags.get(CAPABILITY_TAG, ""),
@@ -258,9 +257,7 @@ def check_evaluated(
     """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when
     muted, or when another source alerts on what the check measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
-    if warn and f"{asset}:{check}" in muted:
-        return None
-    if check in CHECKS_WITH_THEIR_OWN_SOURCE:
+    if (warn and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
     overdue = check == PROGRESSOR_TIMERS_CHECK
     return Signal(
@@ -292,7 +289,6 @@ def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None
         alert_key=f"tick_failure:{name}",
         kind="tick_failure",
         firing=failures >= threshold,
-        severity="critical",
         title=f"{kind} {name}: {failures} failed ticks in a row" if failures else f"{kind} {name} ticks again",
         summary=first_line(last_error, SUMMARY_CHARS) if failures else "its last tick did not fail",
         url=_ui(ui_url, f"/automation?search={quote(name)}"),
