@@ -1,21 +1,14 @@
-"""``delayed_run_retries``: re-launch failed runs after their retry policy's delay.
+"""``delayed_run_retries``: re-launch failed runs of jobs tagged ``groundskeeper/retry_policy`` after the
+policy's delay (Dagster's run retries re-launch at once: dagster-io/dagster#13427).
 
-Dagster's run retries re-launch a failed run at once, with no delay or backoff
-(dagster-io/dagster#13427). This sensor re-launches a failed run of any job tagged
-``groundskeeper/retry_policy=<preset name | none | JSON policy>`` after the policy's delay. It spans
-capabilities (it targets every job of the code location), so it lives here rather than beside one
-of them; the policies themselves are ``pipelines.retry``.
-
-It reads the same run-failure events as ``dg.run_failure_sensor`` (``fetch_run_status_changes``)
-but is a plain ``dg.sensor``: a run-failure sensor is called once per failure, at the failure,
-with a cursor Dagster owns, so it cannot keep a retry waiting for its delay. This one keeps the
-waiting retries in its own cursor and launches each when it is due.
+It reads the run-failure events as ``dg.run_failure_sensor`` does, but is a plain ``dg.sensor``: a
+run-failure sensor is called once per failure, with a cursor Dagster owns, so it cannot keep a retry
+waiting for its delay. This one keeps the waiting retries in its own cursor.
 """
 
 import json
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import dagster as dg
 
@@ -32,31 +25,15 @@ FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no cursor yet, failures of the last h
 # and are dropped, except these settings, which the re-launch keeps. The partition goes through
 # RunRequest.partition_key.
 _KEPT_SYSTEM_TAGS = frozenset(
-    {
-        "dagster/priority",
-        "dagster/max_runtime",
-        "dagster/isolation",
-        "dagster/concurrency_key",
-        "dagster/max_retries",
-        "dagster/retry_strategy",
-        "dagster/retry_on_asset_or_op_failure",
-        "dagster/asset_partition_range_start",
-        "dagster/asset_partition_range_end",
-    }
-)
+    f"dagster/{name}"
+    for name in ("priority", "max_runtime", "isolation", "concurrency_key", "max_retries", "retry_strategy",
+                 "retry_on_asset_or_op_failure", "asset_partition_range_start", "asset_partition_range_end")
+)  # fmt: skip
 _SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/")
 
 
 def now() -> float:
     return time.time()
-
-
-@dataclass
-class PendingRetry:
-    run_id: str
-    job_name: str
-    due: float  # epoch seconds
-    attempt: int  # the attempt number of the run to launch
 
 
 def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict[str, dict]]:
@@ -77,9 +54,9 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
     return None, {}
 
 
-def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> PendingRetry | None:
-    """Decide what to do about one failed run: None when it is not (or no longer) retried. The
-    decision is ``run_retry``'s, which alerting reads too."""
+def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> dict | None:
+    """The retry of one failed run, as the cursor keeps it (``due``: epoch seconds; ``attempt``: of the run
+    to launch), or None when it is not retried. The decision is ``run_retry``'s, which alerting reads too."""
     if POLICY_TAG not in run.tags:
         return None
     decided = run_retry(run.tags, run.run_id)
@@ -88,7 +65,7 @@ def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: fl
         (context.log.error if decided.bad_tags else context.log.info)(f"{prefix}: {decided.why}")
         return None
     context.log.info(f"{prefix} failed (attempt {decided.attempt}); {decided.why}")
-    return PendingRetry(run.run_id, run.job_name, failed_at + decided.wait, decided.attempt + 1)
+    return {"job": run.job_name, "due": failed_at + decided.wait, "attempt": decided.attempt + 1}
 
 
 def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:
@@ -104,14 +81,8 @@ def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | N
 
 
 def _run_request(run: dg.DagsterRun, attempt: int) -> dg.RunRequest:
-    tags = {k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)}
-    tags.update(
-        {
-            ATTEMPT_TAG: str(attempt),
-            RETRY_OF_TAG: run.run_id,
-            ROOT_TAG: run.tags.get(ROOT_TAG, run.run_id),
-        }
-    )
+    kept = {k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)}
+    tags = {**kept, ATTEMPT_TAG: str(attempt), RETRY_OF_TAG: run.run_id, ROOT_TAG: run.tags.get(ROOT_TAG, run.run_id)}
     return dg.RunRequest(
         run_key=run.run_id,  # one failed run is never re-launched twice
         job_name=run.job_name,
@@ -146,13 +117,10 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
             after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
         )
         failures = instance.fetch_run_status_changes(records_filter, limit=FAILURES_PER_TICK, ascending=True)
-        runs = {}
-        if failures.records:
-            ids = [r.run_id for r in failures.records]
-            runs = {
-                rec.dagster_run.run_id: rec.dagster_run for rec in instance.get_run_records(dg.RunsFilter(run_ids=ids))
-            }
-            after = failures.records[-1].storage_id
+        ids = [r.run_id for r in failures.records]
+        records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
+        runs = {r.dagster_run.run_id: r.dagster_run for r in records}
+        after = failures.records[-1].storage_id if ids else after
         here = context.code_location_origin.location_name if context.code_location_origin else None
         for record in failures.records:
             run = runs.get(record.run_id)
@@ -164,10 +132,10 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
             plan = _plan(context, run, record.timestamp)
             if plan is None:
                 continue
-            if plan.job_name not in job_names:
+            if run.job_name not in job_names:
                 context.log.warning(f"run {run.run_id}: job {run.job_name} is not in this code location, not retried")
                 continue
-            pending[plan.run_id] = {"job": plan.job_name, "due": plan.due, "attempt": plan.attempt}
+            pending[run.run_id] = plan
 
         requests = []
         for run_id, item in sorted(pending.items(), key=lambda kv: kv[1]["due"]):

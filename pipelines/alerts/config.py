@@ -1,8 +1,6 @@
-"""The alerting settings (``ALERTS_*``, ``DAGSTER_UI_URL``), read from the typed settings resource
-into an :class:`AlertConfig` once per evaluation of the sensor. No Dagster.
-
-A bad value never stops alerting: it is one line in :attr:`AlertConfig.problems` and its default
-is used (a sink whose setting is bad is left out, and that line says so, every tick).
+"""The alerting settings (``ALERTS_*``, ``DAGSTER_UI_URL``), read into an :class:`AlertConfig` at each
+evaluation of the sensor. No Dagster. A bad value never stops alerting: it is one line in
+:attr:`AlertConfig.problems` and its default is used (a sink whose setting is bad is left out).
 """
 
 from __future__ import annotations
@@ -44,34 +42,6 @@ class AlertConfig:
     problems: list[str] = field(default_factory=list)
 
 
-def _number(raw: str | None, name: str, default: Any, cast: Callable[[str], Any], low: float, high: float,
-            problems: list[str]) -> Any:  # fmt: skip
-    if raw is None or not str(raw).strip():
-        return default
-    try:
-        value = cast(str(raw).strip())
-        if not low <= value <= high:
-            raise ValueError
-        return value
-    except (ValueError, OverflowError):
-        problems.append(f"{name}={raw!r} is not a number from {low:g} to {high:g}: using {default!r}")
-        return default
-
-
-def _setting(name: str, read: Callable[[], Any], default: Any, problems: list[str], then: str) -> Any:
-    """``read()``, or ``default`` with one line when it fails in any way (a bad value never stops alerting;
-    the line names the variable and the error's kind, never the value, which may be a credential)."""
-    try:
-        return read()
-    except SinkConfigError as exc:
-        problems.append(f"{exc}: {then}")
-    except RetryPolicyError as exc:
-        problems.append(f"{name}: {exc}: {then}")
-    except Exception as exc:  # noqa: BLE001 (any value a person can set is untrusted)
-        problems.append(f"{name} cannot be used ({type(exc).__name__}): {then}")
-    return default
-
-
 def _checked_url(name: str, raw: str | None) -> str | None:
     """An http(s) URL that messages link under: no user info, query or fragment (as a credential's URL)."""
     url = (raw or "").strip().rstrip("/") or None
@@ -83,6 +53,10 @@ def _checked_url(name: str, raw: str | None) -> str | None:
         raise SinkConfigError(str(exc)) from None
 
 
+def _names(raw: str | None) -> frozenset[str]:
+    return frozenset(name.strip() for name in (raw or "").split(",") if name.strip())
+
+
 def _heartbeat_env(raw: str | None) -> str:
     value = (raw or "").strip() or DEFAULT_HEARTBEAT_ENV
     if not _ENV.fullmatch(value):
@@ -91,10 +65,9 @@ def _heartbeat_env(raw: str | None) -> str:
 
 
 def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account: str | None = None) -> AlertConfig:
-    """``settings``: the typed settings (``AlertSettings``, or any object with the fields of
-    :data:`pipelines.common.env.ALERT_ENV`; unset: None), read field by field. ``sns``: the SNS client, when there is a
-    topic; ``account``: the deployment's AWS account, when known (a topic of another one is never
-    published to). Each setting is read on its own: a bad one is one line and its default (a sink:
+    """``settings``: the typed settings (any object with the fields of :data:`ALERT_ENV`; unset: None).
+    ``sns``: the SNS client, when there is a topic; ``account``: the deployment's AWS account, when known
+    (a topic of another one is never published to). A bad setting is one line and its default (a sink:
     left out)."""
     problems: list[str] = []
 
@@ -102,54 +75,55 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
         value = getattr(settings, field_name, None)
         return value if value is None or isinstance(value, str) else str(value)
 
-    sinks: list[Sink] = []
-    makers = {
-        "sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account),
-        "webhook_url": WebhookSink,
-    }
-    for name, make in makers.items():
-        value = raw(name)
-        if value and value.strip():
-            sink = _setting(ALERT_ENV[name], lambda: make(value), None, problems, "that sink is off")  # noqa: B023
-            sinks += [sink] if sink is not None else []
+    def setting(field_name: str, read: Callable[[str | None], Any], default: Any, then: str) -> Any:
+        """``read(its value)``, or ``default`` with one line when it fails in any way: the line names the
+        variable and the error's kind, never the value (which may be a credential)."""
+        name = ALERT_ENV[field_name]
+        try:
+            return read(raw(field_name))
+        except SinkConfigError as exc:
+            problems.append(f"{exc}: {then}")
+        except RetryPolicyError as exc:
+            problems.append(f"{name}: {exc}: {then}")
+        except Exception as exc:  # noqa: BLE001 (any value a person can set is untrusted)
+            problems.append(f"{name} cannot be used ({type(exc).__name__}): {then}")
+        return default
+
+    def number(field_name: str, default: Any, cast: Callable[[str], Any], low: float, high: float) -> Any:
+        value = raw(field_name)
+        if value is None or not value.strip():
+            return default
+        try:
+            number = cast(value.strip())
+            if low <= number <= high:
+                return number
+        except (ValueError, OverflowError):
+            pass
+        problems.append(
+            f"{ALERT_ENV[field_name]}={value!r} is not a number from {low:g} to {high:g}: using {default!r}"
+        )
+        return default
+
+    def url(field_name: str, then: str) -> str | None:
+        return setting(field_name, lambda v: _checked_url(ALERT_ENV[field_name], v), None, then)
+
+    makers = {"sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account), "webhook_url": WebhookSink}
+    sinks = [
+        setting(name, make, None, "that sink is off") for name, make in makers.items() if (raw(name) or "").strip()
+    ]
     policy = default_policy()
     if (raw("retry_policy") or "").strip():
-        policy = _setting(
-            "ALERTS_RETRY_POLICY", lambda: policy_from_text(raw("retry_policy")), policy, problems,
-            f"using {policy.describe()}",
-        )  # fmt: skip
-    remind = _number(raw("remind_hours"), "ALERTS_REMIND_HOURS", None, float, 0.01, 24 * 365, problems)
-    ui_url = _setting("DAGSTER_UI_URL", lambda: _checked_url("DAGSTER_UI_URL", raw("ui_url")), None,
-                      problems, "messages carry no link")  # fmt: skip
-    runbook_url = _setting(
-        "ALERTS_RUNBOOK_BASE_URL",
-        lambda: _checked_url("ALERTS_RUNBOOK_BASE_URL", raw("runbook_base_url")),
-        None, problems, "runbooks as repository paths",
-    )  # fmt: skip
-    muted = _setting(
-        "ALERTS_MUTED_WARN_CHECKS",
-        lambda: frozenset(m.strip() for m in (raw("muted_warn_checks") or "").split(",") if m.strip()),
-        frozenset(), problems, "no check is muted",
-    )  # fmt: skip
+        policy = setting("retry_policy", policy_from_text, policy, f"using {policy.describe()}")
+    remind = number("remind_hours", None, float, 0.01, 24 * 365)
     return AlertConfig(
-        sinks=sinks,
-        max_per_tick=_number(
-            raw("max_per_tick"), "ALERTS_MAX_PER_TICK", DEFAULT_MAX_PER_TICK, int, 1, 1000, problems
-        ),  # fmt: skip
-        tick_failures=_number(
-            raw("tick_failures"), "ALERTS_TICK_FAILURES", DEFAULT_TICK_FAILURES, int, 1, 100, problems
-        ),  # fmt: skip
-        remind_seconds=remind * 3600 if remind else None,
-        ui_url=ui_url,
-        runbook_url=runbook_url,
+        sinks=[sink for sink in sinks if sink is not None],
         policy=policy,
-        muted_checks=muted,
-        heartbeat_env=_setting(
-            "ALERTS_HEARTBEAT_ENV",
-            lambda: _heartbeat_env(raw("heartbeat_env")),
-            DEFAULT_HEARTBEAT_ENV,
-            problems,
-            f"using {DEFAULT_HEARTBEAT_ENV}",
-        ),  # fmt: skip
+        remind_seconds=remind * 3600 if remind else None,
+        ui_url=url("ui_url", "messages carry no link"),
+        runbook_url=url("runbook_base_url", "runbooks as repository paths"),
+        muted_checks=setting("muted_warn_checks", _names, frozenset(), "no check is muted"),
+        max_per_tick=number("max_per_tick", DEFAULT_MAX_PER_TICK, int, 1, 1000),
+        tick_failures=number("tick_failures", DEFAULT_TICK_FAILURES, int, 1, 100),
+        heartbeat_env=setting("heartbeat_env", _heartbeat_env, DEFAULT_HEARTBEAT_ENV, f"using {DEFAULT_HEARTBEAT_ENV}"),
         problems=problems,
     )

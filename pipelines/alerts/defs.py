@@ -1,12 +1,6 @@
-"""Dagster wiring of alerting: the ``alerts`` sensor and the ``alerts/incidents`` asset.
-
-Each tick of the sensor reads what happened since its last tick from the instance (run failures
-and successes, asset check evaluations, the ticks of every sensor and schedule) and the
-capabilities' own measures (the dead-letter queues' depth), turns them into incidents
-(``pipelines.alerts.incidents``), delivers each state change to the configured sinks and publishes
-its heartbeat metric. Its state (incidents, outboxes, read positions) is one JSON document in the
-instance's key-value store (and a copy), saved after each message a sink took: delivery is at
-least once, each message with the ``message_id`` of its state change (docs/alerts.md).
+"""Dagster wiring of alerting: the ``alerts`` sensor and the ``alerts/incidents`` asset. The sensor's
+state is one JSON document (and a copy) in the instance's key-value store, saved after each message a
+sink took (docs/alerts.md, "What holds").
 """
 
 import dataclasses
@@ -74,9 +68,7 @@ _ACCOUNTS: dict[tuple, str | None] = {}  # the caller's account, per SNS configu
 
 
 def caller_account(sns: SNSResource, warn) -> str | None:
-    """The deployment's AWS account (STS GetCallerIdentity, once per process and configuration, cut
-    after ``SNS_TIMEOUT_SECONDS``); None when it cannot be told (one line), and the topic's account
-    is then not checked."""
+    """The deployment's AWS account (STS, once per process and configuration), or None (one line)."""
     key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
     if key not in _ACCOUNTS:
         try:
@@ -89,14 +81,12 @@ def caller_account(sns: SNSResource, warn) -> str | None:
 
 def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: half the daemon's sensor
-    evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else ``DAGSTER_GRPC_TIMEOUT_SECONDS``,
-    default 60 s) less the longest request, so that a tick ends well inside it (the rest: next tick)."""
+    timeout less the longest request, so that a tick ends well inside it."""
     return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
-    """The saved book; when its document is gone or unreadable, its copy (open incidents are never
-    forgotten while either is there), else a fresh one."""
+    """The saved book; when its document is gone or unreadable, its copy, else a fresh one."""
     saved = instance.run_storage.get_cursor_values({STATE_KEY, STATE_COPY_KEY})
     book = AlertBook.load(saved.get(STATE_KEY), lambda _: None)
     if saved.get(STATE_KEY) and not book.reset:
@@ -115,9 +105,8 @@ def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
 
 
 def sensor_timeout_seconds() -> float:
-    """The daemon's sensor evaluation timeout (``DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS``, else
-    ``DAGSTER_GRPC_TIMEOUT_SECONDS``, default 60 s)."""
-    for name in ("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "DAGSTER_GRPC_TIMEOUT_SECONDS"):  # as Dagster reads them
+    """The daemon's sensor evaluation timeout, read as Dagster reads it (default 60 s)."""
+    for name in ("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "DAGSTER_GRPC_TIMEOUT_SECONDS"):
         if os.environ.get(name):
             try:
                 return float(os.environ[name])
@@ -127,32 +116,26 @@ def sensor_timeout_seconds() -> float:
 
 
 def lease_seconds() -> float:
-    """How long an evaluation's lease lasts: longer than any tick (its budget, the last request and
-    a margin for the reads and saves), so that it lapses only when its holder died."""
+    """Longer than any tick (its budget, the last request, a margin): a lease lapses only when its holder died."""
     return max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
 
 
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
-    """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None:
-    no value), in one statement of its SQL run storage (SQLite, PostgreSQL, MySQL): of two
-    evaluations that read the same value, one only sets it."""
-    storage = instance.run_storage
-    with storage.connect() as conn:
+    """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None: no
+    value), in one statement of its SQL run storage: of two evaluations that read the same value, one sets it."""
+    with instance.run_storage.connect() as conn:
         if expected is None:
             try:
                 conn.execute(KEY_VALUES.insert().values(key=key, value=new))
                 return True
             except db_exc.IntegrityError:
                 return False
-        table = KEY_VALUES.c
-        update = KEY_VALUES.update().where(table.key == key).where(table.value == expected)
+        update = KEY_VALUES.update().where(KEY_VALUES.c.key == key).where(KEY_VALUES.c.value == expected)
         return conn.execute(update.values(value=new)).rowcount == 1
 
 
 def take_lease(instance: dg.DagsterInstance, seconds: float, warn) -> tuple[str | None, str | None]:
-    """(the lease taken, or None; why not). One evaluation of the sensor at a time: a second one
-    (a tick that overran, the UI's "Test sensor", two code servers during a deploy) sends nothing.
-    A lease lasts ``seconds`` (a crashed holder's lapses)."""
+    """(the lease taken, or None; why not): one evaluation of the sensor at a time, for ``seconds``."""
     if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
         warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
         return "", None
@@ -177,25 +160,16 @@ def give_back_lease(instance: dg.DagsterInstance, lease: str) -> None:
 # ---------------------------------------------------------------------------- what happened
 
 
-def _status_changes(instance, book: AlertBook, event_type, clock: float) -> list:
-    after = book.positions.get(event_type.value)
-    return instance.fetch_run_status_changes(
-        dg.RunStatusChangeRecordsFilter(
-            event_type=event_type,
-            after_storage_id=after,
-            after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
-        ),
-        limit=EVENTS_PER_TICK,
-        ascending=True,
-    ).records
-
-
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
-    the order they happened: ([(record, failed)], whether more remain). When one kind has more than
-    that, the other is read only as far, so that a success is never taken before a failure that
-    happened earlier but is left for the next read."""
-    kinds = {kind: _status_changes(instance, book, kind, clock) for kind in RUN_STATUS_EVENTS}
+    order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
+    far, so that a success is never taken before an earlier failure left for the next read."""
+    kinds = {}
+    for kind in RUN_STATUS_EVENTS:
+        after = book.positions.get(kind.value)
+        since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
+        wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
+        kinds[kind] = instance.fetch_run_status_changes(wanted, limit=EVENTS_PER_TICK, ascending=True).records
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
     changes = []
@@ -216,25 +190,16 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
         while error is not None:
             chain.append(error)
             error = error.cause
-        classes = [e.cls_name for e in chain]
         if data and data.user_failure_data and data.user_failure_data.description:
             message = data.user_failure_data.description
-            return message, cause_of(classes, [message, *(e.message for e in chain)])
-        if chain:  # the user's error, not Dagster's wrapping of it
-            error = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1])
-            return error.message, cause_of(classes, [error.message, *(e.message for e in chain)])
+        elif chain:  # the user's error, not Dagster's wrapping of it
+            message = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1]).message
+        else:
+            continue
+        return message, cause_of([e.cls_name for e in chain], [message, *(e.message for e in chain)])
     failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
-    for record in failed:
-        message = record.event_log_entry.dagster_event.message or ""
-        return message, cause_of([], [message])
-    return "", "failure"
-
-
-def linked(signal: Signal, cfg: AlertConfig | None) -> Signal:
-    """``signal`` with its runbook's URL (``ALERTS_RUNBOOK_BASE_URL``), when one is configured."""
-    if cfg is None or not cfg.runbook_url:
-        return signal
-    return dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
+    message = (failed[0].event_log_entry.dagster_event.message or "") if failed else ""
+    return message, cause_of([], [message])
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
@@ -266,29 +231,21 @@ def _failure_signal(
     return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
-def _retry_launched(instance: dg.DagsterInstance, run_id: str, child_tags: list[str]) -> str | None:
-    """The id of a run launched as a retry (or re-execution) of ``run_id``, or None."""
-    for tag in child_tags:
-        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
-        if children:
-            return children[0].dagster_run.run_id
-    return None
-
-
 def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
     """The failures waiting for their automatic retry: one whose retry run exists is done with; one
-    whose unit of work has succeeded since is too; one whose retry was not launched in time alerts."""
+    whose retry was not launched in time alerts."""
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
-        child = _retry_launched(instance, run_id, list(item.get("tags") or ()))
-        if child is not None:
-            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
-            del awaiting[run_id]
-            continue
-        if clock < float(item.get("by", 0)):
+        # a run launched as a retry (or re-execution) of it
+        found = (instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1) for tag in item.get("tags") or ())
+        child = next((children[0].dagster_run.run_id for children in found if children), None)
+        if child is None and clock < float(item.get("by", 0)):
             continue
         del awaiting[run_id]
+        if child is not None:
+            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
+            continue
         run = instance.get_run_by_id(run_id)
         if run is None:
             continue
@@ -299,7 +256,7 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
     return out
 
 
-def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConfig) -> Signal | None:
+def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | None:
     """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
     config = run.run_config or {}
     raw = (((config.get("ops") or {}).get(CLOSE_OP) or {}).get("config")) or {
@@ -328,8 +285,8 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun, cfg: AlertConf
 def run_signals(
     context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
 ) -> tuple[list, str | None]:
-    """Reads run failures and successes until caught up or ``deadline`` (``time.monotonic``) has
-    passed: (the signals, a line on how far behind it still is, or None)."""
+    """Reads run failures and successes until caught up or past ``deadline`` (``time.monotonic``):
+    (the signals, a line on how far behind it still is, or None)."""
     out: list[Signal] = []
     open_units = book.open_units()  # and those this tick opens, in order, over every batch read
     read, more, last = 0, True, None
@@ -338,7 +295,7 @@ def run_signals(
         out += _run_signals_of(context, instance, book, changes, cfg, open_units)
         read += len(changes)
         last = changes[-1][0] if changes else last
-    out += [linked(s, cfg) for s in awaited_retries(context, instance, book, cfg, clock)]
+    out += awaited_retries(context, instance, book, cfg, clock)
     if not more:
         return out, None
     behind = f", behind by {clock - last.timestamp:.0f} s" if last is not None else ""
@@ -348,9 +305,8 @@ def run_signals(
 def _run_signals_of(
     context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
 ) -> list:
-    """A run whose lineage finally failed (no automatic retry follows, or the one expected was not
-    launched in time) fires under its unit of work and cause; a success resolves the open failures of
-    its unit of work, and only those."""
+    """A run whose lineage finally failed fires under its unit of work and cause; a success resolves
+    the open failures of its unit of work, and only those."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
@@ -364,7 +320,7 @@ def _run_signals_of(
         what = run_target(instance, run)
         unit = work_unit(what, tags, run.run_config)
         if run.job_name == CLOSE_JOB:
-            action = incident_action(context, book, run, cfg) if not failed else None
+            action = incident_action(context, book, run) if not failed else None
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:
@@ -396,18 +352,15 @@ def _run_signals_of(
         signal = _failure_signal(instance, run, cfg, record.timestamp)
         open_units[signal.alert_key] = unit
         out.append(signal)
-    return [linked(s, cfg) for s in out]
+    return out
 
 
 def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
                         deadline: float) -> tuple[list, str]:  # fmt: skip
-    """A fresh state (none saved, or none readable): the open incidents of runs, rebuilt from the
-    instance's history. The latest finished run of each unit of work of the last
-    ``REBUILD_LOOKBACK_SECONDS`` is read as if it had just finished: a failure that no automatic retry
-    follows opens its incident (with the first_seen, so the message_id, it had), one whose retry is
-    awaited waits for it, a reclaim run's item errors open theirs; a success opens nothing. The read
-    positions then start at the latest run events (read first: a run that ends meanwhile is read
-    twice, which changes nothing). Returns (the signals, one line on what was rebuilt)."""
+    """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
+    of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
+    holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
+    is read twice, which changes nothing. Returns (the signals, one line on what was rebuilt)."""
     for kind in RUN_STATUS_EVENTS:
         latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
         if latest.records:
@@ -452,14 +405,9 @@ def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, 
     return signals, line
 
 
-def _run_going(instance: dg.DagsterInstance, run_id: str) -> bool:
-    run = instance.get_run_by_id(run_id)
-    return run is not None and not run.is_finished
-
-
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
-    """Each asset check of the code location: its evaluations since the last one read, oldest first
-    (the first time, only its latest). Execution ids are global in every storage (SQLite too)."""
+    """Each asset check's evaluations since the last one read, oldest first (the first time, only its
+    latest). Execution ids are global in every storage (SQLite too)."""
     repository = context.repository_def
     if repository is None:
         return []
@@ -472,7 +420,8 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
         new = [r for r in history if last is None or r.id > last][: 1 if last is None else None]
         for record in sorted(new, key=lambda r: r.id):
             if record.status.value == "PLANNED":  # planned, not yet evaluated
-                if _run_going(instance, record.run_id):
+                run = instance.get_run_by_id(record.run_id)
+                if run is not None and not run.is_finished:
                     break  # still being evaluated: read it (and what follows) on a later tick
                 seen[name] = record.id  # its run ended without evaluating it (the run alerts)
                 continue
@@ -492,7 +441,7 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
             )
             if signal is not None:
                 demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo
-                out.append(linked(as_demo(signal) if demo else signal, cfg))
+                out.append(as_demo(signal) if demo else signal)
     return out
 
 
@@ -509,7 +458,7 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
             state.instigator_name, kind, statuses, error, threshold=cfg.tick_failures, ui_url=cfg.ui_url
         )
         if signal is not None:
-            yield linked(signal, cfg)
+            yield signal
 
 
 def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None) -> Iterator[Signal]:
@@ -525,7 +474,7 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | N
         if signal is not None:
             ui_url = cfg.ui_url if cfg else None
             asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
-            yield linked(dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None), cfg)
+            yield dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None)
 
 
 # ---------------------------------------------------------------------------- the sensor
@@ -537,10 +486,9 @@ def build_alerts_sensor(
     demo_jobs: frozenset[str] = frozenset(),
     minimum_interval_seconds: int = 60,
 ) -> dg.SensorDefinition:
-    """``demo_noise``: kinds recorded as incidents but never sent (the local demo's expected dead letters).
-    ``demo_jobs``: the jobs a development code location's demo adds (none in production): their
-    failures are demo alerts, marked ``[demo]`` and never critical.
-    ``minimum_interval_seconds``: how often the daemon evaluates it (the heartbeat alarm allows 10 minutes)."""
+    """``demo_noise``: kinds recorded as incidents but never sent; ``demo_jobs``: a development code
+    location's demo jobs, whose failures are demo alerts (``[demo]``, never critical). The heartbeat
+    alarm allows ``minimum_interval_seconds`` up to 10 minutes."""
 
     @dg.sensor(
         name=SENSOR_NAME,
@@ -586,13 +534,15 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
         context.log.warning(problem)
     book = load_book(instance, context.log.warning)
     clock = now()
+    sinks = [sink.name for sink in cfg.sinks]
     if book.reset:
-        reset = notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock)
-        book.enqueue(reset, [sink.name for sink in cfg.sinks])
+        book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
     changes, noise = [], []
 
     def observe(signals) -> None:
         for signal in signals:
+            if cfg.runbook_url:  # its runbook's URL, else (in the message) its repository path
+                signal = dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
             message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
             if message is None:
                 continue
@@ -600,7 +550,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
                 noise.append(signal.alert_key)
                 continue
             changes.append(f"{message['alert_key']} {message['state']}")
-            for line in book.enqueue(message, [sink.name for sink in cfg.sinks]):
+            for line in book.enqueue(message, sinks):
                 context.log.warning(line)
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
@@ -610,14 +560,9 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
     if behind:
         context.log.warning(behind)
-    observe(
-        [
-            *run_changes,
-            *check_signals(context, instance, book, cfg),
-            *tick_signals(instance, cfg),
-            *dead_letter_signals(context, sqs.get_client(), fleet, cfg),
-        ]
-    )
+    observe(run_changes + check_signals(context, instance, book, cfg))
+    observe(tick_signals(instance, cfg))
+    observe(dead_letter_signals(context, sqs.get_client(), fleet, cfg))
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
@@ -628,7 +573,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     book.prune(clock)
     save_book(instance, book)
     parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
-    stuck = book.undeliverable(sink.name for sink in cfg.sinks)
+    stuck = book.undeliverable(sinks)
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
     else:
@@ -711,9 +656,7 @@ def close_incident():
 
 
 def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:
-    """Alerting: the ``alerts`` sensor (on by default; it sends only where a sink is configured) and
-    the ``alerts/incidents`` asset. The incidents of the kinds in ``noise`` are recorded, never sent
-    (``make dev``'s demo dead-letters on purpose); the failures of ``demo_jobs`` (the demo's own
-    jobs, none in production) are demo alerts."""
+    """The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``; ``noise`` and
+    ``demo_jobs``: as :func:`build_alerts_sensor`'s ``demo_noise`` and ``demo_jobs``."""
     sensor = build_alerts_sensor(demo_noise=noise, demo_jobs=demo_jobs)
     return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[sensor])

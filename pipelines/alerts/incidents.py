@@ -1,16 +1,5 @@
-"""Incidents, not events: what turns observations into one message per state change. No Dagster.
-
-An observation (:class:`Signal`) says of one ``alert_key`` whether its problem is there now. The
-book (:class:`AlertBook`) keeps one incident per key, ``firing`` or ``resolved``, and emits a
-message only when that changes: one when an incident opens, one when it resolves, nothing while it
-stays open (a reminder every ``remind_seconds`` when that is set).
-
-Each message goes to an outbox per sink: a sink that is down keeps its messages (retried on later
-ticks by the retry library's policy, then every ``policy``'s longest wait until it answers) and
-holds back no other sink. The whole book is one JSON document that the caller keeps durably and
-saves after every message delivered: delivery is at least once (a crash between a sink taking a
-message and the save repeats it), and each message carries the ``message_id`` of its state change
-for a receiver to de-duplicate on.
+"""Incidents, not events: one message per state change of an ``alert_key``, kept in per-sink outboxes
+until a sink takes it (at least once, each with its state change's ``message_id``). No Dagster.
 """
 
 from __future__ import annotations
@@ -30,18 +19,9 @@ FIRING, RESOLVED = "firing", "resolved"
 CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
 ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
 SEVERITIES = ("critical", "warning", "info")
-KINDS = {
-    "run_failure": "a run failed and no automatic retry follows",
-    "check_failure": "an asset check failed (ERROR: critical, WARN: warning)",
-    "tick_failure": "a sensor's or a schedule's ticks fail, N in a row",
-    "dead_letters": "a dead-letter queue holds messages",
-    "progressor_overdue": "progressor's timers are overdue (its timers_on_time check failed)",
-    "reclaim_errors": "a reclaim run ended with item errors",
-    "heartbeat": "the alert sensor stopped publishing its heartbeat (a CloudWatch alarm)",
-    "summary": "more alerts in one tick than ALERTS_MAX_PER_TICK: the rest in one message",
-    "state_reset": "the alert sensor's saved state was unreadable: it started afresh",
-}
-"""Every alert kind, each with its runbook ``docs/runbooks/<kind>.md``."""
+# every alert kind, each with its runbook docs/runbooks/<kind>.md (what each means: docs/alerts.md)
+KINDS = ("run_failure", "check_failure", "tick_failure", "dead_letters", "progressor_overdue", "reclaim_errors",
+         "heartbeat", "summary", "state_reset")  # fmt: skip
 RUNBOOKS = "docs/runbooks"
 SUMMARY_CHARS = 300
 RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
@@ -73,10 +53,9 @@ class Signal:
     at: float | None = None  # when its source saw the problem happen (a run's failure): the incident's first_seen
 
     def __post_init__(self) -> None:
-        if self.kind not in KINDS:
-            raise ValueError(f"unknown alert kind {self.kind!r}: one of {', '.join(KINDS)}")
-        if self.severity not in SEVERITIES:
-            raise ValueError(f"unknown severity {self.severity!r}: one of {', '.join(SEVERITIES)}")
+        for what, value, known in (("alert kind", self.kind, KINDS), ("severity", self.severity, SEVERITIES)):
+            if value not in known:
+                raise ValueError(f"unknown {what} {value!r}: one of {', '.join(known)}")
 
 
 FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capability", "job", "run_id", "asset",
@@ -85,8 +64,7 @@ FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capabil
 
 
 def runbook_link(kind: str, base_url: str | None) -> str:
-    """A kind's runbook: under ``base_url`` (``ALERTS_RUNBOOK_BASE_URL``, where docs/runbooks is
-    served) when set, else its repository path."""
+    """A kind's runbook: under ``base_url`` (``ALERTS_RUNBOOK_BASE_URL``) when set, else its repository path."""
     return f"{base_url.rstrip('/')}/{kind}.md" if base_url else f"{RUNBOOKS}/{kind}.md"
 
 
@@ -98,11 +76,7 @@ def message_id(message: Mapping[str, Any]) -> str:
 
 def text_of(message: Mapping[str, Any]) -> str:
     """The one line a chat message or an e-mail subject shows."""
-    mark = {FIRING: "FIRING", RESOLVED: "RESOLVED", CLOSED: "CLOSED", ACKNOWLEDGED: "ACKNOWLEDGED"}.get(
-        message.get("state", ""), ""
-    )
-    if message.get("reminder"):
-        mark = "STILL FIRING"
+    mark = "STILL FIRING" if message.get("reminder") else (message.get("state") or "").upper()
     severity = f" [{message['severity']}]" if message.get("state") == FIRING else ""
     summary = f": {message['summary']}" if message.get("summary") else ""
     return f"{mark}{severity} {message.get('title') or message['alert_key']}{summary}"
@@ -165,19 +139,17 @@ class AlertBook:
     @classmethod
     def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> AlertBook:
         """The book saved as ``text``; an unreadable one starts afresh, with one warning line."""
-        if not text:
-            book = cls()
-            book.fresh = True
-            return book
-        try:
-            state = json.loads(text)
-            _check_shape(state)
-            return cls(state)
-        except (ValueError, TypeError, RecursionError) as exc:
-            warn(f"alert state unreadable ({first_line(exc, 200)}): starting afresh")
-            book = cls()
-            book.reset, book.fresh = first_line(exc, 200), True
-            return book
+        book = cls()
+        if text:
+            try:
+                state = json.loads(text)
+                _check_shape(state)
+                return cls(state)
+            except (ValueError, TypeError, RecursionError) as exc:
+                book.reset = first_line(exc, 200)
+                warn(f"alert state unreadable ({book.reset}): starting afresh")
+        book.fresh = True
+        return book
 
     def dumps(self) -> str:
         state = {"incidents": self.incidents, "outbox": self.outbox, "history": self.history,
@@ -205,8 +177,8 @@ class AlertBook:
             # first_seen: when it happened, when the source says (a run failure read again from the
             # instance's history after a state reset has the same first_seen, so the same message_id)
             first = min(signal.at, now) if signal.at is not None else now
-            incident = {**fields, "state": FIRING, "first_seen": first, "last_seen": now, "notified": now}
-            incident["summary"] = first_line(signal.summary, SUMMARY_CHARS)
+            incident = {**fields, "summary": first_line(signal.summary, SUMMARY_CHARS), "state": FIRING,
+                        "first_seen": first, "last_seen": now, "notified": now}  # fmt: skip
             if signal.unit:
                 incident["unit"] = signal.unit
             self.incidents[signal.alert_key] = incident
@@ -221,9 +193,8 @@ class AlertBook:
             return None
         if not signal.firing and open_now:
             incident.update(state=RESOLVED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
-            for name in ("run_id", "url"):  # the resolving run's page, when there is one
-                if getattr(signal, name):
-                    incident[name] = getattr(signal, name)
+            # the resolving run's page, when there is one
+            incident.update({name: getattr(signal, name) for name in ("run_id", "url") if getattr(signal, name)})
             self.history.append([now, RESOLVED])
             return self._message(incident)
         return None
@@ -256,22 +227,19 @@ class AlertBook:
 
     def open_units(self) -> dict[str, str]:
         """alert_key -> unit of work of each open run failure (what a success of that unit resolves)."""
-        units = {}
-        for key, incident in self.incidents.items():
-            if incident["state"] == FIRING and incident["kind"] == "run_failure":
-                # an incident opened before units were recorded: its key was run_failure:<job>[:<partition>]
-                units[key] = incident.get("unit") or key.removeprefix("run_failure:")
-        return units
+        # an incident opened before units were recorded: its key was run_failure:<job>[:<partition>]
+        return {
+            key: incident.get("unit") or key.removeprefix("run_failure:")
+            for key, incident in self.incidents.items()
+            if incident["state"] == FIRING and incident["kind"] == "run_failure"
+        }
 
     def open_incidents(self) -> list[dict[str, Any]]:
         return sorted((i for i in self.incidents.values() if i["state"] == FIRING), key=lambda i: i["first_seen"])
 
     def counts_since(self, since: float) -> dict[str, int]:
-        counts = {"opened": 0, "resolved": 0}
-        for at, state in self.history:
-            if at >= since:
-                counts["opened" if state == FIRING else "resolved"] += 1
-        return counts
+        states = [state for at, state in self.history if at >= since]
+        return {"opened": states.count(FIRING), "resolved": len(states) - states.count(FIRING)}
 
     def prune(self, now: float) -> None:
         """Forget resolved incidents after a week and history older than a day."""
@@ -310,11 +278,9 @@ class AlertBook:
         clock: Callable[[], float] = time.monotonic,
     ) -> Delivery:
         """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
-        summary message. A message a sink refuses is kept and tried again after ``policy``'s delay;
-        the messages behind it still go (but not those of its own incident, which keep their order),
-        and two failures in a row stop that sink for this tick (it is down: the rest wait, in order).
-        ``save`` runs after each message a sink took, so that a crash repeats none of them. No
-        message is begun at or after ``deadline`` (by ``clock``): the rest wait for the next tick."""
+        summary message. A refused message is tried again after ``policy``'s delay and holds back only
+        its own incident's; two failures in a row stop that sink for this tick. ``save`` runs after each
+        message a sink took; none is begun at or after ``deadline`` (by ``clock``)."""
         done = Delivery()
 
         def out_of_time() -> bool:
@@ -354,8 +320,7 @@ class AlertBook:
         return done
 
     def undeliverable(self, sinks: Iterable[str]) -> list[str]:
-        """The sinks not known to deliver now: messages wait for them and their last attempt failed
-        (or none was made yet)."""
+        """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
 
     def _send(self, sink: Sink, item: dict[str, Any], now: float, policy: RetryPolicy, done: Delivery,
@@ -381,8 +346,8 @@ class AlertBook:
         return True
 
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
-        keys = [f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest]
-        shown = ", ".join(keys)  # every one of them, however long (at most MAX_KEPT_PER_SINK)
+        # every one of them, however long (at most MAX_KEPT_PER_SINK)
+        shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
         worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
         return notice("summary", f"{len(rest)} more alerts this tick", shown, now, SEVERITIES[worst])
 

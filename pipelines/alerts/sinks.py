@@ -1,24 +1,11 @@
-"""Where alert messages go, each sink chosen by one environment variable. No Dagster.
-
-- :class:`SnsSink` (``ALERTS_SNS_TOPIC_ARN``): the message JSON as the body, message attributes
-  ``severity``, ``state`` and ``alert_key``; e-mail, chat (AWS Chatbot) and paging subscribe to the
-  topic. The topic must be in the deployment's region and account (its ARN is checked before any
-  call: the account against the caller's, when known). The whole ``Publish``, botocore's own
-  retries and timeouts (60 s to connect and per read, by default) included, is cut after its
-  timeout: a publish that has not answered by then is left to end by itself in the background and
-  is a failure (the message is kept, and may reach the topic twice, with its ``message_id``).
-- :class:`WebhookSink` (``ALERTS_WEBHOOK_URL``): a Slack-compatible incoming-webhook POST, ``text``
-  plus the message's fields. The URL is a credential (a chat webhook's path is its secret): it is
-  checked once (http(s), a path that stays where it says), never logged beyond scheme and host, and
-  no redirect is followed. Each request, connect and send and read together, is cut after its
-  timeout (a server that trickles its answer a byte at a time does not hold a tick).
-
-A sink that does not take a message raises :class:`SinkError` with one line; the caller keeps the
-message for a later tick.
+"""The sinks, each chosen by one environment variable (docs/alerts.md, "Sinks"): :class:`SnsSink` and a
+Slack-compatible :class:`WebhookSink`. A sink that does not take a message raises :class:`SinkError`
+with one line, never a credential (a webhook URL's path is its secret). No Dagster.
 """
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import re
@@ -40,7 +27,8 @@ _SUBJECT_TEXT = re.compile(r"[^\x20-\x7e]")
 
 
 class _Deadline:
-    """The sockets of one request, all cut (shut down) when its deadline passes."""
+    """The sockets of one request, all cut (shut down) when its deadline passes: a socket timeout bounds
+    each read only, and a server that trickles its answer a byte at a time would hold the tick."""
 
     def __init__(self, seconds: float) -> None:
         self.socks: list[socket.socket] = []
@@ -60,10 +48,8 @@ class _Deadline:
         with self.lock:
             self.cut = True
             for sock in self.socks:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # the blocked connect, send or read returns at once
-                except OSError:
-                    pass
 
 
 def _watched(connection_class, deadline: _Deadline):
@@ -99,9 +85,8 @@ class NoAnswer(TimeoutError):
 
 
 def within(seconds: float, call: Callable[[], Any]) -> Any:
-    """``call()``'s result (or its exception), or :class:`NoAnswer` when it has not returned after
-    ``seconds``: for a client whose own timeouts are longer (boto3's), so that a hanging endpoint
-    cannot hold the caller. The call runs in a daemon thread, left to end by itself when cut."""
+    """``call()``'s result (or its exception), or :class:`NoAnswer` after ``seconds``: for a client whose own
+    timeouts are longer (boto3's). The call runs in a daemon thread, left to end by itself when cut."""
     outcome: dict[str, Any] = {}
 
     def run() -> None:

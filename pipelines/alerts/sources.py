@@ -1,9 +1,5 @@
-"""What each source observed, as :class:`Signal` s: plain values in, signals out. No Dagster.
-
-The Dagster layer (``pipelines/alerts/defs.py``) reads runs, check evaluations and ticks from the
-instance and hands their plain values to these functions; the capabilities' own measures (a
-dead-letter queue's depth, the reclaim runs' error counters, progressor's timers check) are mapped
-here too, so that each kind of alert is decided in one place.
+"""What each source observed (runs, checks, ticks, the capabilities' measures), as :class:`Signal` s:
+plain values in, signals out, so that each kind of alert is decided in one place. No Dagster.
 """
 
 from __future__ import annotations
@@ -17,11 +13,10 @@ from urllib.parse import quote
 
 from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
 from pipelines.common import first_line
-from pipelines.common.summary import run_counters
+from pipelines.common.summary import CAPABILITY_TAG, run_counters
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
-CAPABILITY_TAG = "groundskeeper/capability"
 PARTITION_TAG = "dagster/partition"
 # Dagster's own run retries (run_retries in dagster.yaml, or the dagster/max_retries tag)
 DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
@@ -83,14 +78,9 @@ def automatic_retry(
     retry_on_step_failure: bool = False,
     run_id: str = "",
 ) -> ExpectedRetry | None:
-    """Whether a failed run will be retried automatically (so it does not alert yet), or None.
-
-    - ``groundskeeper/retry_policy``: ``delayed_run_retries``'s own decision (``run_retry``, the one
-      function both read): a tag it cannot read, or a policy that says STOP, is no retry;
-    - Dagster's run retries: its own decision, the ``dagster/will_retry`` tag it puts on a failed run;
-      without that tag, the budget (``dagster/max_retries``, or the instance's default) unless the run
-      failed in a step and retries on step failures are off (``dagster/retry_on_asset_or_op_failure``).
-    Either way the retry must then be launched within its delay plus ``RETRY_MARGIN_SECONDS``."""
+    """Whether a failed run will be retried automatically (so it does not alert yet), or None: by
+    ``delayed_run_retries`` (``run_retry``'s decision, which the sensor reads too), else by Dagster's run
+    retries (its ``dagster/will_retry`` tag, else the budget the run's tags and the instance allow)."""
     if POLICY_TAG in tags:
         decided = run_retry(tags, run_id)
         if decided.wait is not None:
@@ -168,11 +158,6 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
     return leading.group(1) if leading else "failure"
 
 
-def run_alert_key(unit: str, cause: str) -> str:
-    """One incident per unit of work and cause: a new cause is a new incident."""
-    return f"run_failure:{unit}:{cause}"
-
-
 def run_failed(
     job: str,
     run_id: str,
@@ -192,10 +177,9 @@ def run_failed(
     target = f" partition {partition}" if partition else ""
     retries = f" after {attempts} attempts" if attempts > 1 else ""
     return Signal(
-        alert_key=run_alert_key(unit, cause),
+        alert_key=f"run_failure:{unit}:{cause}",  # a new cause is a new incident
         kind="run_failure",
         firing=True,
-        severity="critical",
         title=f"{job}{target} failed{retries}" + (f", {note}" if note else ""),
         summary=first_line(first_error, SUMMARY_CHARS) or "the run failed",
         capability=tags.get(CAPABILITY_TAG, ""),
@@ -208,12 +192,6 @@ def run_failed(
     )
 
 
-def resolved_by_success(open_units: Mapping[str, str], unit: str) -> list[str]:
-    """The open run-failure incidents (``alert_key -> unit``) that a success of ``unit`` resolves:
-    those of the same unit of work, whatever their cause, and only those."""
-    return sorted(key for key, their in open_units.items() if their == unit)
-
-
 def run_succeeded(
     job: str,
     run_id: str,
@@ -224,8 +202,8 @@ def run_succeeded(
     open_units: Mapping[str, str] | None = None,
     at: float | None = None,
 ) -> list[Signal]:
-    """A success resolves the open run failures of its unit of work (``open_units``: alert_key ->
-    unit of the open ones); a reclaim run also says whether it had item errors (``at``: when it ended)."""
+    """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
+    alert_key -> unit); a reclaim run also says whether it had item errors (``at``: when it ended)."""
     unit = unit or work_unit(job, tags)
     url = _ui(ui_url, f"/runs/{run_id}")
     attempts = attempt_of(tags)
@@ -240,7 +218,7 @@ def run_succeeded(
             url=url,
             unit=unit,
         )
-        for key in resolved_by_success(open_units or {}, unit)
+        for key in sorted(key for key, their in (open_units or {}).items() if their == unit)
     ]
     counters = run_counters(tags)
     if tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
@@ -279,9 +257,7 @@ def check_evaluated(
     """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when
     muted, or when another source alerts on what the check measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
-    if warn and f"{asset}:{check}" in muted:
-        return None
-    if check in CHECKS_WITH_THEIR_OWN_SOURCE:
+    if (warn and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
     overdue = check == PROGRESSOR_TIMERS_CHECK
     return Signal(
@@ -313,7 +289,6 @@ def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None
         alert_key=f"tick_failure:{name}",
         kind="tick_failure",
         firing=failures >= threshold,
-        severity="critical",
         title=f"{kind} {name}: {failures} failed ticks in a row" if failures else f"{kind} {name} ticks again",
         summary=first_line(last_error, SUMMARY_CHARS) if failures else "its last tick did not fail",
         url=_ui(ui_url, f"/automation?search={quote(name)}"),
