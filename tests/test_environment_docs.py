@@ -3,7 +3,8 @@ environment table of docs/deployment.md.
 
 The variables are found in the source: string constants shaped like ``NAME_OF_VARIABLE`` passed to
 ``os.environ.get``/``os.getenv``/``dg.EnvVar`` and the settings readers, used as an
-``os.environ[...]`` key, or assigned to a module constant ending in ``_ENV``."""
+``os.environ[...]`` key, or assigned to a module constant ending in ``_ENV`` (alone, or as the values
+of a dict literal: a settings field's variable)."""
 
 from __future__ import annotations
 
@@ -38,9 +39,10 @@ def variables_read(source: str) -> set[str]:
             mapping = node.value
             if (mapping.attr if isinstance(mapping, ast.Attribute) else getattr(mapping, "id", "")) in MAPPINGS:
                 names = [node.slice.value]
-        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant | ast.Dict):
             if any(isinstance(t, ast.Name) and t.id.endswith("_ENV") for t in node.targets):
-                names = [node.value.value]
+                values = node.value.values if isinstance(node.value, ast.Dict) else [node.value]
+                names = [v.value for v in values if isinstance(v, ast.Constant)]
         out.update(n for n in names if isinstance(n, str) and NAME.match(n))
     return out
 
