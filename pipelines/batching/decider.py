@@ -80,9 +80,7 @@ def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
 
 def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
     """receiver -> pending records, from a scan of the sparse pending-index (costs what is pending)."""
-    found = store.pages(
-        dynamodb,
-        "scan",
+    found = dynamodb.get_paginator("scan").paginate(
         TableName=records_table,
         IndexName=store.PENDING_INDEX,
         ProjectionExpression="pending_receiver",
@@ -115,9 +113,7 @@ def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> 
 def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
     """(How many, the first ``limit``) pending records lack ``created_at``/``receiver``/``pending_receiver``
     (the pending-index cannot serve them): a full scan of the records table, for the asset check."""
-    found = store.pages(
-        dynamodb,
-        "scan",
+    found = dynamodb.get_paginator("scan").paginate(
         TableName=records_table,
         FilterExpression=(
             "next_action = :b AND (attribute_not_exists(created_at) OR attribute_not_exists(receiver) "

@@ -11,6 +11,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -309,10 +310,12 @@ def apply(dynamodb, table: str, changes: list[Change]) -> None:
     for change in changes:
         if change.action == ADD:
             written = store.conditional_write(
-                dynamodb.put_item,
-                TableName=table,
-                Item=to_item(change.item),
-                ConditionExpression="attribute_not_exists(receiver)",
+                partial(
+                    dynamodb.put_item,
+                    TableName=table,
+                    Item=to_item(change.item),
+                    ConditionExpression="attribute_not_exists(receiver)",
+                )
             )
         elif change.action in (CHANGE, DISABLE):
             update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
@@ -322,16 +325,18 @@ def apply(dynamodb, table: str, changes: list[Change]) -> None:
                 update += ", settings_digest = :d"
                 values[":d"] = {"S": change.item["settings_digest"]}
             written = store.conditional_write(
-                dynamodb.update_item,
-                TableName=table,
-                Key={"receiver": {"S": change.receiver}},
-                UpdateExpression=update,
-                ConditionExpression="settings_source = :src AND settings_digest = :old",
-                ExpressionAttributeValues={
-                    **values,
-                    ":src": {"S": SETTINGS_SOURCE},
-                    ":old": {"S": change.expected_digest or ""},
-                },
+                partial(
+                    dynamodb.update_item,
+                    TableName=table,
+                    Key={"receiver": {"S": change.receiver}},
+                    UpdateExpression=update,
+                    ConditionExpression="settings_source = :src AND settings_digest = :old",
+                    ExpressionAttributeValues={
+                        **values,
+                        ":src": {"S": SETTINGS_SOURCE},
+                        ":old": {"S": change.expected_digest or ""},
+                    },
+                )
             )
         else:
             continue

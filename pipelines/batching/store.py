@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -52,13 +52,10 @@ def ledger_key(receiver: str, batch_time) -> str:
     return f"ledger/{receiver}/{format_batch_time(batch_time)}.json"
 
 
-def pages(client, operation: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
-    """Every page of a paginated call (``scan``, ``query``, ``list_objects_v2``)."""
-    return client.get_paginator(operation).paginate(**kwargs)
-
-
 def scan_receivers(dynamodb, table: str) -> list[dict[str, Any]]:
-    return [from_item(i) for page in pages(dynamodb, "scan", TableName=table) for i in page.get("Items", [])]
+    return [
+        from_item(i) for page in dynamodb.get_paginator("scan").paginate(TableName=table) for i in page.get("Items", [])
+    ]
 
 
 def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
@@ -66,10 +63,10 @@ def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
     return from_item(item) if item else None
 
 
-def conditional_write(write: Callable[..., Any], **kwargs: Any) -> Any:
-    """``write(**kwargs)``'s response, or None when its condition failed (other errors raise)."""
+def conditional_write(write: Callable[[], Any]) -> Any:
+    """``write()``'s response, or None when its condition failed (other errors raise)."""
     try:
-        return write(**kwargs)
+        return write()
     except ClientError as exc:
         if error_code(exc) != "ConditionalCheckFailedException":
             raise
@@ -79,13 +76,14 @@ def conditional_write(write: Callable[..., Any], **kwargs: Any) -> Any:
 def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, condition: str, values=None) -> Any:
     """The receiver item after setting this run's lease until ``until_ms``, or None when ``condition`` failed."""
     response = conditional_write(
-        dynamodb.update_item,
-        TableName=table,
-        Key={"receiver": {"S": receiver}},
-        UpdateExpression="SET batch_lease_owner = :o, batch_lease_until = :u",
-        ConditionExpression=condition,
-        ExpressionAttributeValues={":o": {"S": owner}, ":u": {"N": str(until_ms)}, **(values or {})},
-        ReturnValues="ALL_NEW",
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": receiver}},
+            UpdateExpression="SET batch_lease_owner = :o, batch_lease_until = :u",
+            ConditionExpression=condition,
+            ExpressionAttributeValues={":o": {"S": owner}, ":u": {"N": str(until_ms)}, **(values or {})},
+            ReturnValues="ALL_NEW",
+        )
     )
     return from_item(response["Attributes"]) if response else None
 
@@ -139,12 +137,13 @@ def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_second
 
 def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
     conditional_write(
-        dynamodb.update_item,
-        TableName=table,
-        Key={"receiver": {"S": receiver}},
-        UpdateExpression="REMOVE batch_lease_owner, batch_lease_until",
-        ConditionExpression="batch_lease_owner = :o",
-        ExpressionAttributeValues={":o": {"S": owner}},
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": receiver}},
+            UpdateExpression="REMOVE batch_lease_owner, batch_lease_until",
+            ConditionExpression="batch_lease_owner = :o",
+            ExpressionAttributeValues={":o": {"S": owner}},
+        )
     )
 
 
@@ -153,15 +152,20 @@ def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str,
     only while this run holds the lease: True when T has it (now, or from an earlier run of T that
     died before its ledger entry), False when another batch time of the day (or a later day) has it."""
     claimed = conditional_write(
-        dynamodb.update_item,
-        TableName=table,
-        Key={"receiver": {"S": receiver}},
-        UpdateExpression="SET empty_batch_day = :d, empty_batch_time = :t",
-        ConditionExpression=(
-            "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
-            "OR (empty_batch_day = :d AND empty_batch_time = :t))"
-        ),
-        ExpressionAttributeValues={":o": {"S": owner}, ":d": {"S": day}, ":t": {"S": format_batch_time(batch_time)}},
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": receiver}},
+            UpdateExpression="SET empty_batch_day = :d, empty_batch_time = :t",
+            ConditionExpression=(
+                "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
+                "OR (empty_batch_day = :d AND empty_batch_time = :t))"
+            ),
+            ExpressionAttributeValues={
+                ":o": {"S": owner},
+                ":d": {"S": day},
+                ":t": {"S": format_batch_time(batch_time)},
+            },
+        )
     )
     if claimed is None and (get_receiver(dynamodb, table, receiver) or {}).get("batch_lease_owner") != owner:
         raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}")
@@ -175,9 +179,7 @@ def query_pending(dynamodb, table: str, receiver: str, before: str | None = None
     if before is not None:
         condition += " AND created_at < :t"
         values[":t"] = {"S": before}
-    found = pages(
-        dynamodb,
-        "query",
+    found = dynamodb.get_paginator("query").paginate(
         TableName=table,
         IndexName=PENDING_INDEX,
         KeyConditionExpression=condition,
@@ -188,9 +190,7 @@ def query_pending(dynamodb, table: str, receiver: str, before: str | None = None
 
 def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
     """Pending records of ``receiver`` created before ``before``: a COUNT query (one call per 1 MB)."""
-    found = pages(
-        dynamodb,
-        "query",
+    found = dynamodb.get_paginator("query").paginate(
         TableName=table,
         IndexName=PENDING_INDEX,
         KeyConditionExpression="pending_receiver = :r AND created_at < :t",
@@ -307,7 +307,7 @@ def put_file(s3, bucket: str, key: str, lines: list[str]) -> None:
 def list_keys(s3, bucket: str, prefix: str, start_after: str | None = None, stop_after: str | None = None):
     """Keys under ``prefix`` in order, from after ``start_after`` up to ``stop_after`` (inclusive)."""
     after = {"StartAfter": start_after} if start_after else {}
-    for page in pages(s3, "list_objects_v2", Bucket=bucket, Prefix=prefix, **after):
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, **after):
         for obj in page.get("Contents", []):
             if stop_after is not None and obj["Key"] > stop_after:
                 return
