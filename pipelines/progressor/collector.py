@@ -161,19 +161,6 @@ def _iana_zone(cur, writer_time_zone: object) -> str:
     )
 
 
-def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
-    """The clock of progressor's sessions: ``writer_time_zone`` if given, else every zone they may use."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT current_setting('TimeZone')")
-            session_zone = cur.fetchone()[0]
-            if writer_time_zone is not None:
-                return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True)
-            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur, session_zone)))
-    finally:
-        _rollback(conn)
-
-
 def _rollback(conn) -> None:
     """End the transaction, unless the connection is gone: then the error that lost it stands (a rollback
     would replace it by psycopg2's "connection already closed")."""
@@ -358,12 +345,20 @@ def _describe(z: Zombie) -> str:
 
 
 def prepare(conn, tables: Tables, writer_time_zone: str | None) -> tuple[Clock, set[str]]:
-    """Check the namespace's tables, then read the processes table's columns (migration 2 adds
-    previous_status, status_changed_at) and the database clock, before anything is written."""
-    require_tables(conn, tables)
-    columns = process_columns(conn, tables)
-    conn.rollback()
-    return database_clock(conn, writer_time_zone), columns
+    """Check the namespace's tables, then read the processes table's columns (migration 2 adds previous_status,
+    status_changed_at) and the clock of progressor's sessions (``writer_time_zone`` if given, else every zone they
+    may use), in one read-only transaction before anything is written."""
+    try:
+        require_tables(conn, tables)
+        columns = process_columns(conn, tables)
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('TimeZone')")
+            session_zone = cur.fetchone()[0]
+            if writer_time_zone is not None:
+                return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True), columns
+            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur, session_zone))), columns
+    finally:
+        _rollback(conn)
 
 
 def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.datetime | None = None) -> Counts:
