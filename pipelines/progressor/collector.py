@@ -64,10 +64,8 @@ class ClockError(ValueError):
 
 @dataclass(frozen=True)
 class Clock:
-    """The time zones progressor's sessions may use. Progressor writes ``running_time`` with
-    ``TO_TIMESTAMP(<UTC text>)``, a wall clock in the writing session's ``TimeZone``, so each value is read back
-    in every zone they may use (:meth:`started`) and the latest reading counts: a zombie may be collected later,
-    a live task never (docs/progressor.md, "Time zone")."""
+    """The time zones progressor's sessions may use: each ``running_time`` (a wall clock in its writer's zone) is
+    read back in every one (:meth:`started`), the latest reading counting (docs/progressor.md, "Time zone")."""
 
     time_zone: str  # this session's
     writer_zones: tuple[tuple[str, int], ...]  # (zone, UTC offset in seconds now)
@@ -91,16 +89,16 @@ class Clock:
     def describe(self) -> str:
         return ", ".join(f"{zone!r} ({offset:+d}s)" for zone, offset in self.writer_zones)
 
-    def warning(self) -> str | None:
-        if not self.shifted_zones:
-            return None
-        source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
-        return (
-            f"{source} {self.describe()}, not UTC (offsets now): progressor's TO_TIMESTAMP running times are "
-            "shifted by the offset in force at the time they were written; each running time is read back in "
-            "those zones and the latest reading counts, so that no live task is collected. "
-            "Set the database's TimeZone to UTC."
-        )
+    def warn(self, log) -> None:
+        """A warning to ``log`` when a zone is not UTC."""
+        if self.shifted_zones:
+            source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
+            log.warning(
+                f"{source} {self.describe()}, not UTC (offsets now): progressor's TO_TIMESTAMP running times are "
+                "shifted by the offset in force at the time they were written; each running time is read back in "
+                "those zones and the latest reading counts, so that no live task is collected. "
+                "Set the database's TimeZone to UTC."
+            )
 
 
 def _writer_zone_names(cur, session_zone: str) -> list[str]:
@@ -159,19 +157,6 @@ def _iana_zone(cur, writer_time_zone: object) -> str:
         "Asia/Tokyo or Europe/Berlin; offsets such as '+09:00' or 'UTC+9' are read with POSIX signs, "
         "west of UTC)"
     )
-
-
-def database_clock(conn, writer_time_zone: str | None = None) -> Clock:
-    """The clock of progressor's sessions: ``writer_time_zone`` if given, else every zone they may use."""
-    try:
-        with conn.cursor() as cur:
-            cur.execute("SELECT current_setting('TimeZone')")
-            session_zone = cur.fetchone()[0]
-            if writer_time_zone is not None:
-                return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True)
-            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur, session_zone)))
-    finally:
-        _rollback(conn)
 
 
 def _rollback(conn) -> None:
@@ -358,12 +343,20 @@ def _describe(z: Zombie) -> str:
 
 
 def prepare(conn, tables: Tables, writer_time_zone: str | None) -> tuple[Clock, set[str]]:
-    """Check the namespace's tables, then read the processes table's columns (migration 2 adds
-    previous_status, status_changed_at) and the database clock, before anything is written."""
-    require_tables(conn, tables)
-    columns = process_columns(conn, tables)
-    conn.rollback()
-    return database_clock(conn, writer_time_zone), columns
+    """Check the namespace's tables, then read the processes table's columns (migration 2 adds previous_status,
+    status_changed_at) and the clock of progressor's sessions (``writer_time_zone`` if given, else every zone they
+    may use), in one read-only transaction before anything is written."""
+    try:
+        require_tables(conn, tables)
+        columns = process_columns(conn, tables)
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_setting('TimeZone')")
+            session_zone = cur.fetchone()[0]
+            if writer_time_zone is not None:
+                return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True), columns
+            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur, session_zone))), columns
+    finally:
+        _rollback(conn)
 
 
 def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.datetime | None = None) -> Counts:
@@ -373,9 +366,7 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
     tables = tables_for(params.namespace)
     clock, columns = prepare(conn, tables, params.writer_time_zone)
     with_status_columns = {"previous_status", "status_changed_at"} <= columns
-    warning = clock.warning()
-    if warning:
-        log.warning(warning)
+    clock.warn(log)
     seconds = params.threshold_seconds
     threshold = Threshold(clock, seconds, now)
     counts = Counts()

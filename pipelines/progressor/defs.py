@@ -105,9 +105,7 @@ def health_asset(target: Target, notes: CheckNotes | None = None) -> dg.AssetsDe
                 health = _measure(conn, target.params)
         except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
             raise dg.Failure(description=str(exc), allow_retries=False) from None
-        warning = health.clock.warning()
-        if warning:
-            context.log.warning(warning)
+        health.clock.warn(context.log)
         # To the deployment's metrics sink; a failure is a warning, never a failed run.
         metrics = CommittedChangeMetrics(context, cloudwatch, f"progressor health {namespace}")
         put_metrics(metrics, progressor_db.metrics_namespace, health_datums(health))

@@ -15,6 +15,8 @@ from pipelines.progressor.schema import TASK_STATUSES, Tables
 
 BUCKETS_MS = (50, 150, 300, 500, 750, 1000)  # progressor's histogram buckets (prometheus "le")
 BUCKET_LABELS = tuple(f"<={b}" for b in BUCKETS_MS) + (">1000",)
+_WHENS = " ".join(f"WHEN d <= {b} THEN {i}" for i, b in enumerate(BUCKETS_MS))
+_BUCKET_CASE = f"CASE {_WHENS} ELSE {len(BUCKETS_MS)} END"  # a duration d (ms) -> its bucket's index
 
 
 @dataclass
@@ -33,11 +35,6 @@ class Health:
     tasks_by_status: dict[str, int] = field(default_factory=dict)
     durations: dict[str, list[int]] = field(default_factory=dict)  # task_type -> count per bucket
     duration_max_ms: dict[str, float] = field(default_factory=dict)
-
-
-def _bucket_case() -> str:
-    cases = " ".join(f"WHEN d <= {b} THEN {i}" for i, b in enumerate(BUCKETS_MS))
-    return f"CASE {cases} ELSE {len(BUCKETS_MS)} END"
 
 
 def measure(
@@ -59,16 +56,13 @@ def measure(
             cur.execute(tables.sql(template, *values, **extra))
             return cur.fetchall()
 
-        [(health.zombies, health.running, health.oldest_running_seconds)] = rows(
+        [(health.zombies, health.running, health.oldest_running_seconds, health.oldest_running)] = rows(
             "SELECT count(*) FILTER (WHERE {older}), count(*), "
-            "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8 FROM {running} r",
+            "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8, "
+            "coalesce((SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
+            "ORDER BY running_time LIMIT 1), '') FROM {running} r",
             older=threshold.older,
         )
-        oldest = rows(
-            "SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
-            "ORDER BY running_time LIMIT 1"
-        )
-        health.oldest_running = oldest[0][0] if oldest else ""
         [(health.overdue_timers, health.most_overdue_seconds)] = rows(
             "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
             "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
@@ -83,7 +77,7 @@ def measure(
         counted = dict(rows("SELECT status::text, count(*) FROM {tasks} GROUP BY 1"))
         health.tasks_by_status = {status: counted.get(status, 0) for status in TASK_STATUSES}
         for task_type, bucket, count, max_ms in rows(
-            "SELECT task_type::text, " + _bucket_case() + " AS bucket, count(*), max(d) FROM ("
+            "SELECT task_type::text, " + _BUCKET_CASE + " AS bucket, count(*), max(d) FROM ("
             "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
             "  WHERE status = 'finished' AND running_time IS NOT NULL "
             "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"

@@ -40,16 +40,12 @@ class ProgressorRetryPolicy:
         if not all(isinstance(e, str) for e in self.non_retryable_errors):
             raise ParamsError(f"non_retryable_errors must be a list of strings, got {self.non_retryable_errors!r}")
 
-    def next_timeout(self, last_retry_interval: int) -> int:
-        """Progressor's ``check_retryable``: the initial timeout first, then trunc(last x coefficient), clamped
-        (a longer one would fail the whole batch with ``NumericValueOutOfRange``)."""
-        if last_retry_interval == 0:
-            return min(self.initial_timeout, MAX_RETRY_INTERVAL)
-        return min(math.trunc(last_retry_interval * self.backoff_coefficient), MAX_RETRY_INTERVAL)
-
     def decide(self, task_type: str, attempts_count: int, last_retry_interval: int) -> tuple[bool, int, str]:
         """(retry?, timeout, reason) for a zombie task: only timers, within attempts and max_timeout."""
-        timeout = self.next_timeout(last_retry_interval)
+        # Progressor's check_retryable: the initial timeout first, then trunc(last x coefficient); clamped, as a
+        # longer one would fail the whole batch with NumericValueOutOfRange.
+        grown = math.trunc(last_retry_interval * self.backoff_coefficient)
+        timeout = min(grown if last_retry_interval else self.initial_timeout, MAX_RETRY_INTERVAL)
         attempt = attempts_count + 1
         if task_type not in TIMER_TYPES:
             return False, timeout, f"{task_type} tasks are not retried"

@@ -1,11 +1,6 @@
 """Progressor's PostgreSQL schema for one namespace: the state after progressor's four migrations. No Dagster.
-
-Every identifier is built with ``psycopg2.sql.Identifier`` (namespace ids such as ``default/default`` need
-quoting). Values go into a statement as ``psycopg2.sql.Literal`` (:meth:`Tables.sql`), never as ``%s``
-parameters: psycopg2 %-formats the whole text of a statement executed with parameters, quoted identifiers
-included, so a namespace such as ``pct%s`` or ``pct%%`` would otherwise change the statement or name another
-namespace's tables.
-"""
+Identifiers are quoted (``sql.Identifier``); values enter statements as ``sql.Literal`` (:meth:`Tables.sql`), never
+as ``%s`` parameters, which psycopg2 would %-format into quoted names too (a namespace ``pct%s``)."""
 
 from __future__ import annotations
 

@@ -101,10 +101,8 @@ def look_at_fleet(*, dynamodb, ec2, jobs_table: str, pools_table: str) -> Look:
 
 @dataclass
 class DailyReport:
-    day: dt.date
     report: pd.DataFrame
     totals: dict[str, float | int]
-    svg: str
     snapshot_keys: list[str]
     csv_key: str
     svg_key: str
@@ -136,4 +134,4 @@ def build_daily_report(
     csv_key, svg_key = store.report_key(day, "report.csv"), store.report_key(day, "chart.svg")
     store.put_text(s3, archive_bucket, csv_key, report.to_csv(index=False), "text/csv")
     store.put_text(s3, archive_bucket, svg_key, svg, "image/svg+xml")
-    return DailyReport(day, report, totals, svg, keys, csv_key, svg_key)
+    return DailyReport(report, totals, keys, csv_key, svg_key)

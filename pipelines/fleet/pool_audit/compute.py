@@ -1,8 +1,5 @@
-"""The pool audit as pure pandas: counts, prices and figures per pool, totals, and the daily report.
-No AWS and no Dagster: the inputs are plain lists and DataFrames, so every figure can be checked by
-hand. A snapshot has one row per pool (kind ``pool``), plus ``untagged`` (managed instances without
-a pool tag) and one ``unknown_pool`` row per pool tag that names no pool; only ``pool`` rows without
-problems are priced and ``in_totals``."""
+"""The pool audit as pure pandas over plain lists and DataFrames (no AWS, no Dagster): counts, prices and figures
+per pool, totals, and the daily report. The row kinds (pool, untagged, unknown_pool) are in docs/fleet.md."""
 
 from __future__ import annotations
 
