@@ -379,18 +379,18 @@ class OperationProgressWriter:
         self.keys = [k["AttributeName"] for k in desc["KeySchema"]]
         self.index = None
         if self.keys[0] != OPERATION_LINK_ATTR:
-            for gsi in desc.get("GlobalSecondaryIndexes", []):
-                if (
-                    key_schema(gsi)["HASH"] == OPERATION_LINK_ATTR
-                    and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
-                ):
-                    self.index = gsi["IndexName"]
-                    break
-            else:
+            fitting = [
+                gsi["IndexName"]
+                for gsi in desc.get("GlobalSecondaryIndexes", [])
+                if key_schema(gsi)["HASH"] == OPERATION_LINK_ATTR
+                and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
+            ]
+            if not fitting:
                 raise TableError(
                     f"table {table!r} (operationProgressTableName) has neither the hash key nor a GSI "
                     f"(projection ALL) on {OPERATION_LINK_ATTR!r}"
                 )
+            self.index = fitting[0]
 
     def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, int]:
         """(failed, raced) for the EXECUTING operations of one agenda."""
@@ -404,8 +404,7 @@ class OperationProgressWriter:
         if self.index:
             kwargs["IndexName"] = self.index
         failed = raced = 0
-        while True:
-            page = self.dynamodb.query(**kwargs)
+        for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
                 try:
                     events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]"))
@@ -421,6 +420,4 @@ class OperationProgressWriter:
                     if error_code(exc) != "ConditionalCheckFailedException":
                         raise
                     raced += 1
-            if not page.get("LastEvaluatedKey"):
-                return failed, raced
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return failed, raced
