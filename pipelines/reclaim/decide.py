@@ -53,15 +53,7 @@ def diagnostic_event(message: str, now: int, payload: dict[str, Any], status_cod
     return {"message": message, "statusCode": status_code, "stackTrace": None, "time": now, "payload": payload}
 
 
-def decide(
-    c: Candidate,
-    *,
-    action: str,
-    now: int,
-    cutoff: int,
-    policy: ReclaimPolicy,
-    run_id: str = "",
-) -> Decision:
+def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: ReclaimPolicy, run_id: str = "") -> Decision:
     """``policy.delay_for(n)``: seconds before the next attempt after n attempts, or None to stop."""
     seen = {"processingState": c.state, "time": c.time_ms, "cutoff": cutoff, "runId": run_id}
     if c.kind == "held":

@@ -112,7 +112,8 @@ def reclaim_pass(
                         counts.operations_failed += operations.fail_executing(c.id, d.event, now)[0]
 
     for request in requests:
-        start_key = cursor.load() if (request.resumable and cursor) else None
+        resumable = request.operation == "scan" and cursor is not None  # scans keep their position between runs
+        start_key = cursor.load() if resumable else None
         if start_key:
             log.info(f"{request.label}: resuming at {json.dumps(start_key)}")
         while True:
@@ -146,7 +147,7 @@ def reclaim_pass(
             if not start_key:
                 break
         flush()  # the batch in hand is always finished, also when the budget ran out
-        if request.resumable and cursor and writer is not None:
+        if resumable and writer is not None:
             cursor.save(start_key)
             counts.completed_pass = counts.completed_pass or start_key is None
         if counts.stopped_by_budget:

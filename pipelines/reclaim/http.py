@@ -138,9 +138,7 @@ class AgendaProgressEndpoint:
         return answer
 
     def get(self, item_id: str) -> dict[str, Any] | None:
-        answer = self._call("GET", item_id)
-        found = answer.get("all") or []
-        return found[0] if found else None
+        return next(iter(self._call("GET", item_id).get("all") or []), None)
 
     def put(self, item_id: str, partial: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", item_id, partial)

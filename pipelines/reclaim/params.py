@@ -44,10 +44,7 @@ class ReclaimParams:
         maximum=10_000,  # and never past the budget: the engine sleeps no longer than it has left
     )
     targetBatchSize: int = param(
-        50,
-        description="The number of objects to gather before attempting to reclaim them.",
-        minimum=1,
-        maximum=1000,
+        50, description="The number of objects to gather before attempting to reclaim them.", minimum=1, maximum=1000
     )
     objectScanLimit: int = param(
         50,

@@ -111,7 +111,6 @@ class Request:
     label: str
     operation: str
     kwargs: dict[str, Any]
-    resumable: bool = False  # scans keep their position between runs
 
 
 # moto answers HTTP 500 when `<` compares an S attribute with a number (real DynamoDB says false): the
@@ -147,7 +146,7 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
             "ExpressionAttributeNames": {**projection, **_used(names, text)},
             "ExpressionAttributeValues": _used(values, text),
         }
-        return Request(label=label, operation=operation, kwargs=kwargs, resumable=operation == "scan")
+        return Request(label=label, operation=operation, kwargs=kwargs)
 
     if info.index is None:
         clauses = [STALE_EXECUTING]

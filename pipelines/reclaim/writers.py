@@ -54,13 +54,6 @@ class _StatementsThrottled(Exception):
     """Some statements of a ``BatchExecuteStatement`` came back throttled: worth another call."""
 
 
-def _item_error(exc: ClientError, item_id: str) -> ItemError:
-    """A refusal of this one item's data as its ``ItemError``; any other error is raised as it is."""
-    if error_code(exc) not in ("ValidationException", "SerializationException"):
-        raise exc
-    return ItemError(f"{item_id}: {error_code(exc)}: {exc.response['Error'].get('Message', '')}")
-
-
 def diagnostics_json(c: Candidate, event: dict[str, Any] | None) -> str:
     return json.dumps(c.diagnostics + ([event] if event else []), separators=(",", ":"), default=str)
 
@@ -242,14 +235,22 @@ class DynamoWriter:
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
         u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
         request = u.request(self.table, c.key)
-        if d.kind in (RETRY, QUEUE):
-            return self._transact(request, ready_item(self.table, c, d, now), c.id)
         try:
-            self.dynamodb.update_item(**request)
+            if d.kind not in (RETRY, QUEUE):
+                self.dynamodb.update_item(**request)
+            elif not self.ready_table:
+                raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
+            else:
+                put = ready_put(self.ready_table, ready_item(self.table, c, d, now))
+                self.dynamodb.transact_write_items(TransactItems=[{"Update": request}, {"Put": put}])
         except ClientError as exc:
-            if error_code(exc) == "ConditionalCheckFailedException":
+            code = error_code(exc)
+            # A cancelled transaction: the progress moved on, or this attempt was queued already.
+            if code in ("ConditionalCheckFailedException", "TransactionCanceledException"):
                 return RACED
-            raise _item_error(exc, c.id) from None
+            if code not in ("ValidationException", "SerializationException"):
+                raise
+            raise ItemError(f"{c.id}: {code}: {exc.response['Error'].get('Message', '')}") from None
         return DONE
 
     def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
@@ -321,19 +322,6 @@ class DynamoWriter:
             outcomes[i] = ItemError(f"{pairs[i][0].id}: {reason}; the next pass sees it again")
         return outcomes
 
-    def _transact(self, update: dict[str, Any], ready: dict[str, Any], item_id: str) -> str:
-        if not self.ready_table:
-            raise ItemError(f"{item_id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
-        try:
-            self.dynamodb.transact_write_items(
-                TransactItems=[{"Update": update}, {"Put": ready_put(self.ready_table, ready)}]
-            )
-        except ClientError as exc:
-            if error_code(exc) == "TransactionCanceledException":
-                return RACED  # the progress moved on, or this attempt was queued already
-            raise _item_error(exc, item_id) from None
-        return DONE
-
 
 def _distinct_groups(
     statements: list[tuple[int, dict[str, Any]]], pairs: list[tuple[Candidate, Decision]]
@@ -379,18 +367,18 @@ class OperationProgressWriter:
         self.keys = [k["AttributeName"] for k in desc["KeySchema"]]
         self.index = None
         if self.keys[0] != OPERATION_LINK_ATTR:
-            for gsi in desc.get("GlobalSecondaryIndexes", []):
-                if (
-                    key_schema(gsi)["HASH"] == OPERATION_LINK_ATTR
-                    and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
-                ):
-                    self.index = gsi["IndexName"]
-                    break
-            else:
+            fitting = [
+                gsi["IndexName"]
+                for gsi in desc.get("GlobalSecondaryIndexes", [])
+                if key_schema(gsi)["HASH"] == OPERATION_LINK_ATTR
+                and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
+            ]
+            if not fitting:
                 raise TableError(
                     f"table {table!r} (operationProgressTableName) has neither the hash key nor a GSI "
                     f"(projection ALL) on {OPERATION_LINK_ATTR!r}"
                 )
+            self.index = fitting[0]
 
     def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, int]:
         """(failed, raced) for the EXECUTING operations of one agenda."""
@@ -404,8 +392,7 @@ class OperationProgressWriter:
         if self.index:
             kwargs["IndexName"] = self.index
         failed = raced = 0
-        while True:
-            page = self.dynamodb.query(**kwargs)
+        for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
                 try:
                     events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]"))
@@ -421,6 +408,4 @@ class OperationProgressWriter:
                     if error_code(exc) != "ConditionalCheckFailedException":
                         raise
                     raced += 1
-            if not page.get("LastEvaluatedKey"):
-                return failed, raced
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+        return failed, raced
