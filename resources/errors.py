@@ -18,6 +18,10 @@ SIGNATURE_ERRORS = frozenset({"SignatureDoesNotMatch", "InvalidSignatureExceptio
 _NOT_FOUND = frozenset(
     {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "NoSuchBucket", "QueueDoesNotExist"}
 )
+_ACCESS_DENIED = frozenset(
+    {"AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId"}
+    | {"ExpiredToken", "ExpiredTokenException"}
+)
 
 
 def explain_aws_error(exc: BaseException) -> str | None:
@@ -34,8 +38,7 @@ def explain_aws_error(exc: BaseException) -> str | None:
     if isinstance(exc, ParamValidationError):
         return f"invalid AWS request parameters: {exc}"
     if isinstance(exc, ClientError):
-        error = exc.response.get("Error", {})
-        code, message = error_code_and_message(error)
+        code, message = error_code_and_message(exc.response.get("Error", {}))
         if code in SIGNATURE_ERRORS:
             return (
                 f"{exc.operation_name}: {code}: AWS rejected the request signature: the secret key does not "
@@ -46,13 +49,6 @@ def explain_aws_error(exc: BaseException) -> str | None:
                 f"{exc.operation_name}: {code}: {message} (check the table, queue "
                 "and bucket environment variables, and that infra/template.yaml is deployed)"
             )
-        if code in {
-            "AccessDenied",
-            "AccessDeniedException",
-            "UnrecognizedClientException",
-            "InvalidClientTokenId",
-            "ExpiredToken",
-            "ExpiredTokenException",
-        }:
+        if code in _ACCESS_DENIED:
             return f"{exc.operation_name}: {code}: {message} (check credentials and the IAM policy)"
     return None

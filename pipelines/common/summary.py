@@ -50,14 +50,6 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
     return counters
 
 
-def capability_of(job_name: str, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()) -> str:
-    """A run's capability: its tag, else its assets' (joined with ``+``), else its job's name."""
-    if tags.get(CAPABILITY_TAG):
-        return tags[CAPABILITY_TAG]
-    from_assets = sorted(set(filter(None, asset_capabilities)))
-    return "+".join(from_assets) if from_assets else job_name
-
-
 @dataclass(frozen=True)
 class RunCounts:
     """One run's counters: its capability, when it was created, its tags."""
@@ -73,8 +65,10 @@ class RunCounts:
 def run_counts(
     job_name: str, created: dt.datetime, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()
 ) -> RunCounts:
-    created = created if created.tzinfo else created.replace(tzinfo=dt.UTC)
-    return RunCounts(capability_of(job_name, tags, asset_capabilities), created, tags)
+    """A run's counts under its capability: its tag, else its assets' (joined with ``+``), else its job's name."""
+    from_assets = "+".join(sorted(set(filter(None, asset_capabilities))))
+    capability = tags.get(CAPABILITY_TAG) or from_assets or job_name
+    return RunCounts(capability, created if created.tzinfo else created.replace(tzinfo=dt.UTC), tags)
 
 
 def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:

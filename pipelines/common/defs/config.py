@@ -42,11 +42,9 @@ def _kind(cls: type, spec: ParamSpec) -> Any:
 
 def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
     kind = dg.Noneable(_kind(cls, spec)) if spec.optional else _kind(cls, spec)
-    if spec.required and with_default:
-        return dg.Field(kind, is_required=True, description=description)
-    if with_default and spec.default is not None:
+    if with_default and not spec.required and spec.default is not None:
         return dg.Field(kind, is_required=False, default_value=spec.default, description=description)
-    return dg.Field(kind, is_required=False, description=description)
+    return dg.Field(kind, is_required=with_default and spec.required, description=description)
 
 
 def config_schema(cls: type) -> dict[str, dg.Field]:

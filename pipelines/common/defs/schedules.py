@@ -98,21 +98,6 @@ def against_last_run(
     )
 
 
-def evaluate_look(
-    context: dg.ScheduleEvaluationContext, look: LookFn, job_name: str, schedule_name: str, refresh: dt.timedelta | None
-) -> Look:
-    """The look's finding; a look that raises is due, so that the run shows the problem."""
-    try:
-        found = look(context)
-    except Exception as exc:
-        return Look(True, f"could not look ({type(exc).__name__}: {first_line(exc)}): running to be sure")
-    if found.fingerprint is not None:
-        if refresh is None:
-            raise ValueError(f"{schedule_name}: a state look needs a refresh interval")
-        return against_last_run(context, found, job_name=job_name, schedule_name=schedule_name, refresh=refresh)
-    return found
-
-
 @dataclass(frozen=True)
 class ScheduleCadence:
     """What the factory passes to Dagster: the cron, the default status and the description's note."""
@@ -171,13 +156,10 @@ def schedule(
     assert target is not None, "schedule needs job or job_name"
     cadence = schedule_cadence(name, cron_schedule, crons, default_status)
 
-    def launch(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
-        return request(context) if request else dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
-
     job_tags = dict(getattr(job, "tags", None) or {})
 
     def evaluate(context: dg.ScheduleEvaluationContext):
-        run = launch(context)
+        run = request(context) if request else dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
         if isinstance(run, dg.SkipReason):  # the request decides there is nothing to launch
             return run
         instance = _instance(context)
@@ -186,7 +168,14 @@ def schedule(
             return dg.SkipReason(f"the previous {previous.job_name} run {still_going(previous)}: not queueing another")
         if look is None:
             return run
-        found = evaluate_look(context, look, job_name=target, schedule_name=name, refresh=refresh)
+        try:
+            found = look(context)
+        except Exception as exc:  # due, so that the run shows the problem
+            found = Look(True, f"could not look ({type(exc).__name__}: {first_line(exc)}): running to be sure")
+        if found.fingerprint is not None:
+            if refresh is None:
+                raise ValueError(f"{name}: a state look needs a refresh interval")
+            found = against_last_run(context, found, job_name=target, schedule_name=name, refresh=refresh)
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")

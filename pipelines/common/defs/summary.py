@@ -27,12 +27,6 @@ def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: st
     )
 
 
-def asset_capabilities(asset_graph: Any) -> dict[Any, str]:
-    """Each asset's capability: its ``groundskeeper/capability`` tag, else its group's name."""
-    nodes = {key: asset_graph.get(key) for key in asset_graph.get_all_asset_keys()}
-    return {key: node.tags.get(summary.CAPABILITY_TAG) or node.group_name for key, node in nodes.items()}
-
-
 def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg.AssetsDefinition:
     """Per capability, the counters of every run of the last 24 hours and 7 days; an ``__ASSET_JOB``
     run counts under its assets' capability, told by ``asset_graph()`` (default: the run's)."""
@@ -52,7 +46,10 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
     def operations_summary(context) -> dg.MaterializeResult:  # no annotation: this module has lazy annotations
         now = dt.datetime.now(dt.UTC)
         try:
-            of_asset = asset_capabilities(asset_graph() if asset_graph else context.repository_def.asset_graph)
+            graph = asset_graph() if asset_graph else context.repository_def.asset_graph
+            nodes = {key: graph.get(key) for key in graph.get_all_asset_keys()}
+            # each asset's capability: its groundskeeper/capability tag, else its group's name
+            of_asset = {key: node.tags.get(summary.CAPABILITY_TAG) or node.group_name for key, node in nodes.items()}
         except Exception:  # materialized alone (dg.materialize): no code location to tell the assets by
             of_asset = {}
         read = 0
