@@ -46,8 +46,6 @@ class DelayFunctionError(RetryPolicyError):
 
     def __init__(self, path: str, n: int, cause: str):
         super().__init__(f"retry delay function {path!r} failed for n={n}: {cause}", field="path", value=path)
-        self.path = path
-        self.n = n
 
 
 @dataclass(frozen=True)
