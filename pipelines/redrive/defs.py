@@ -154,18 +154,14 @@ def partition_states(
     return states
 
 
-def _table(outcomes) -> dg.TableMetadataValue:
-    return dg.MetadataValue.table(
-        records=[dg.TableRecord(dataclasses.asdict(o)) for o in outcomes],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("partition", "string"),
-                dg.TableColumn("state", "string", description="failed, missing, in_progress, in_backfill or gone"),
-                dg.TableColumn("outcome", "string", description="launched, would_launch or skipped"),
-                dg.TableColumn("detail", "string"),
-            ]
-        ),
-    )
+OUTCOMES_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("partition", "string"),
+        dg.TableColumn("state", "string", description="failed, missing, in_progress, in_backfill or gone"),
+        dg.TableColumn("outcome", "string", description="launched, would_launch or skipped"),
+        dg.TableColumn("detail", "string"),
+    ]
+)
 
 
 def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
@@ -238,7 +234,8 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
             + f"; report {report}"
         )
         result = {**totals, "asset": params.asset, "backfill_id": backfill_id or "", "report": report}
-        return dg.Output(result, metadata={"partitions": _table(outcomes), **metadata_from(result)})
+        table = dg.MetadataValue.table([dg.TableRecord(dataclasses.asdict(o)) for o in outcomes], OUTCOMES_SCHEMA)
+        return dg.Output(result, metadata={"partitions": table, **metadata_from(result)})
 
     @dg.job(
         name=JOB_NAME,
