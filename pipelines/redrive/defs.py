@@ -41,15 +41,25 @@ CAPABILITY = {"groundskeeper/capability": "redrive"}
 
 def _in_window(partitions_def: dg.PartitionsDefinition, key: str, start: dt.datetime, end: dt.datetime) -> bool:
     """Does the partition's time window overlap [start, end]? A partition without time is always in."""
-    if isinstance(partitions_def, dg.MultiPartitionsDefinition) and not partitions_def.has_time_window_dimension:
-        return True
-    if not isinstance(partitions_def, dg.MultiPartitionsDefinition | dg.TimeWindowPartitionsDefinition):
-        return True
-    window = partitions_def.time_window_for_partition_key(key)
-    return window.start < end and window.end > start
+    if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) or (
+        isinstance(partitions_def, dg.MultiPartitionsDefinition) and partitions_def.has_time_window_dimension
+    ):
+        window = partitions_def.time_window_for_partition_key(key)
+        return window.start < end and window.end > start
+    return True
 
 
 MAX_FAILED_RUNS = 10_000
+
+
+def _run_partitions(instance: dg.DagsterInstance, key: dg.AssetKey, runs_filter: dg.RunsFilter) -> set[str]:
+    """The partition tags of the runs ``runs_filter`` selects that targeted ``key`` (or every asset)."""
+    runs = instance.get_runs(runs_filter, limit=MAX_FAILED_RUNS)
+    return {
+        run.tags["dagster/partition"]
+        for run in runs
+        if run.tags.get("dagster/partition") and (not run.asset_selection or key in run.asset_selection)
+    }
 
 
 def _failed_since(instance: dg.DagsterInstance, key: dg.AssetKey, since: dt.datetime) -> set[str]:
@@ -66,14 +76,9 @@ def _failed_since(instance: dg.DagsterInstance, key: dg.AssetKey, since: dt.date
         if not page.has_more:
             break
         cursor = page.cursor
-    runs = instance.get_runs(
-        dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], updated_after=since), limit=MAX_FAILED_RUNS
+    return failed | _run_partitions(
+        instance, key, dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], updated_after=since)
     )
-    for run in runs:
-        partition = run.tags.get("dagster/partition")
-        if partition and (not run.asset_selection or key in run.asset_selection):
-            failed.add(partition)
-    return failed
 
 
 def _backfill_module():
@@ -108,38 +113,31 @@ def unfinished_backfills(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict
     return pending
 
 
-def _runs_in_flight(instance: dg.DagsterInstance, key: dg.AssetKey, partitions: list[str]) -> set[str]:
-    """Partitions of ``key`` with a queued, starting or started run (also one of a job backfill)."""
-    if not partitions:
-        return set()
-    runs = instance.get_runs(
-        dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={"dagster/partition": partitions}),
-        limit=MAX_FAILED_RUNS,
-    )
-    return {run.tags["dagster/partition"] for run in runs if not run.asset_selection or key in run.asset_selection}
-
-
 def partition_states(
     instance: dg.DagsterInstance,
     key: dg.AssetKey,
     partitions_def: dg.PartitionsDefinition,
-    *,
-    since: dt.datetime,
-    now: dt.datetime,
-    include_missing: bool,
+    params: RedriveParams,
     backfills: dict[str, str],
 ) -> dict[str, str]:
     """Every candidate partition's state: failed (its latest run failed, and a failure is in the
     window), missing (in the window, never materialized), in_progress (a run queued or running),
     in_backfill (in ``backfills``, partition -> unfinished backfill), or gone."""
+    now = dt.datetime.now(dt.UTC)
+    since = now - dt.timedelta(hours=params.since_hours)
     existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     candidates = _failed_since(instance, key, since)
-    if include_missing:
+    if params.include_missing:
         candidates |= {k for k in existing if _in_window(partitions_def, k, since, now)}
     gone = candidates - set(existing)
     live = sorted(candidates - gone)
-    statuses = dict(instance.get_status_by_partition(key, live, partitions_def) or {}) if live else {}
-    in_flight = _runs_in_flight(instance, key, live)
+    statuses, in_flight = {}, set()
+    if live:
+        statuses = dict(instance.get_status_by_partition(key, live, partitions_def) or {})
+        # a queued, starting or started run (also one of a job backfill)
+        in_flight = _run_partitions(
+            instance, key, dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={"dagster/partition": live})
+        )
     states = dict.fromkeys(gone, GONE)
     for k in live:
         status = statuses.get(k)
@@ -156,18 +154,14 @@ def partition_states(
     return states
 
 
-def _table(outcomes) -> dg.TableMetadataValue:
-    return dg.MetadataValue.table(
-        records=[dg.TableRecord(dataclasses.asdict(o)) for o in outcomes],
-        schema=dg.TableSchema(
-            columns=[
-                dg.TableColumn("partition", "string"),
-                dg.TableColumn("state", "string", description="failed, missing, in_progress, in_backfill or gone"),
-                dg.TableColumn("outcome", "string", description="launched, would_launch or skipped"),
-                dg.TableColumn("detail", "string"),
-            ]
-        ),
-    )
+OUTCOMES_SCHEMA = dg.TableSchema(
+    columns=[
+        dg.TableColumn("partition", "string"),
+        dg.TableColumn("state", "string", description="failed, missing, in_progress, in_backfill or gone"),
+        dg.TableColumn("outcome", "string", description="launched, would_launch or skipped"),
+        dg.TableColumn("detail", "string"),
+    ]
+)
 
 
 def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
@@ -199,18 +193,8 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                 allow_retries=False,
             )
         partitions_def = graph.get(key).partitions_def
-        now = dt.datetime.now(dt.UTC)
-        since = now - dt.timedelta(hours=params.since_hours)
         backfills = unfinished_backfills(context.instance, key)
-        states = partition_states(
-            context.instance,
-            key,
-            partitions_def,
-            since=since,
-            now=now,
-            include_missing=params.include_missing,
-            backfills=backfills,
-        )
+        states = partition_states(context.instance, key, partitions_def, params, backfills)
         outcomes = plan(
             states,
             include_missing=params.include_missing,
@@ -237,14 +221,9 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                     run_config=None,
                 )
             )
-        body = report_body(
-            asset=params.asset,
-            run_id=context.run_id,
-            backfill_id=backfill_id,
-            params=dataclasses.asdict(params),
-            outcomes=outcomes,
-        )
         s3_key = report_key(params.asset, context.run_id)
+        report = f"s3://{fleet.archive_bucket}/{s3_key}"
+        body = report_body(params, context.run_id, backfill_id, outcomes)
         s3.get_client().put_object(Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json")
         totals = counts(outcomes)
         context.log.info(
@@ -252,15 +231,11 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
             f"failed, {sum(1 for s in states.values() if s == MISSING)} missing; launched {totals[LAUNCHED]}, "
             f"would launch {totals['would_launch']}, skipped {totals['skipped']}"
             + (f" (backfill {backfill_id})" if backfill_id else "")
-            + f"; report s3://{fleet.archive_bucket}/{s3_key}"
+            + f"; report {report}"
         )
-        result = {
-            **totals,
-            "asset": params.asset,
-            "backfill_id": backfill_id or "",
-            "report": f"s3://{fleet.archive_bucket}/{s3_key}",
-        }
-        return dg.Output(result, metadata={"partitions": _table(outcomes), **metadata_from(result)})
+        result = {**totals, "asset": params.asset, "backfill_id": backfill_id or "", "report": report}
+        table = dg.MetadataValue.table([dg.TableRecord(dataclasses.asdict(o)) for o in outcomes], OUTCOMES_SCHEMA)
+        return dg.Output(result, metadata={"partitions": table, **metadata_from(result)})
 
     @dg.job(
         name=JOB_NAME,

@@ -6,6 +6,8 @@ import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
+from pipelines.redrive.params import RedriveParams
+
 FAILED, MISSING, IN_PROGRESS, GONE = "failed", "missing", "in_progress", "gone"
 IN_BACKFILL = "in_backfill"  # a backfill that has not finished yet (e.g. an earlier redrive) targets it
 LAUNCHED, WOULD_LAUNCH, SKIPPED = "launched", "would_launch", "skipped"
@@ -65,13 +67,13 @@ def report_key(asset: str, run_id: str) -> str:
     return f"redrives/{asset.strip('/')}/{run_id}.json"
 
 
-def report_body(*, asset: str, run_id: str, backfill_id: str | None, params: dict, outcomes: list[Outcome]) -> bytes:
+def report_body(params: RedriveParams, run_id: str, backfill_id: str | None, outcomes: list[Outcome]) -> bytes:
     return json.dumps(
         {
-            "asset": asset,
+            "asset": params.asset,
             "run_id": run_id,
             "backfill_id": backfill_id,
-            "params": params,
+            "params": asdict(params),
             "counts": counts(outcomes),
             "partitions": [asdict(o) for o in outcomes],
         },

@@ -144,9 +144,13 @@ def retry_demo():
 MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has seen the asset materialized
 
 
-def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorDefinition:
-    """Local only: materializes ``asset`` once when it was never materialized, so ``make dev``
-    opens on a rendered ``retry_policies`` page rather than "Never materialized"."""
+def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
+    """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
+    with) and, with ``demo``, the ``retry_demo`` job and a sensor that materializes the asset once
+    when it was never materialized, so ``make dev`` opens on a rendered page rather than "Never materialized"."""
+    if not demo:
+        return dg.Definitions(assets=[build_retry_policies_asset(jobs)])
+    asset = build_retry_policies_asset([*jobs, retry_demo])
 
     @dg.sensor(
         name="retry_policies_on_start",
@@ -163,13 +167,4 @@ def build_first_materialization_sensor(asset: dg.AssetsDefinition) -> dg.SensorD
         # the run key makes this one run per instance, also if it is still queued on the next tick
         return dg.RunRequest(run_key="first-materialization")
 
-    return retry_policies_on_start
-
-
-def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
-    """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
-    with) and, with ``demo``, the ``retry_demo`` job and the sensor that materializes the asset once."""
-    own_jobs = [retry_demo] if demo else []
-    asset = build_retry_policies_asset([*jobs, *own_jobs])
-    sensors = [build_first_materialization_sensor(asset)] if demo else []
-    return dg.Definitions(assets=[asset], jobs=own_jobs, sensors=sensors)
+    return dg.Definitions(assets=[asset], jobs=[retry_demo], sensors=[retry_policies_on_start])

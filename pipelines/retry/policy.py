@@ -46,8 +46,6 @@ class DelayFunctionError(RetryPolicyError):
 
     def __init__(self, path: str, n: int, cause: str):
         super().__init__(f"retry delay function {path!r} failed for n={n}: {cause}", field="path", value=path)
-        self.path = path
-        self.n = n
 
 
 @dataclass(frozen=True)
@@ -107,17 +105,14 @@ class RetryPolicy:
     def _base(self, n: int) -> float | _Stop:
         raise NotImplementedError
 
-    def _stopped(self, n: int) -> bool:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise RetryPolicyError(f"n (attempts made so far) must be an integer >= 0, got {n!r}", field="n", value=n)
-        return self.max_attempts is not None and n >= self.max_attempts
-
     def _cap(self, seconds: float) -> float:
         return min(seconds, self.max_delay) if self.max_delay is not None else seconds
 
     def nominal(self, n: int) -> float | _Stop:
         """The delay after ``n`` attempts without jitter, or ``STOP``."""
-        if self._stopped(n):
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise RetryPolicyError(f"n (attempts made so far) must be an integer >= 0, got {n!r}", field="n", value=n)
+        if self.max_attempts is not None and n >= self.max_attempts:
             return STOP
         if n == 0:
             return self._first()
@@ -200,7 +195,7 @@ class FixedDelay(RetryPolicy):
         return {"kind": "fixed", "delay": self.seconds, "maxAttempts": self.max_attempts, **self._common_json()}
 
     def describe(self) -> str:
-        return f"fixed {_num(self.seconds)}s, {_attempts(self.max_attempts)}"
+        return f"fixed {self.seconds:g}s, {_attempts(self.max_attempts)}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,9 +227,9 @@ class Exponential(RetryPolicy):
         return {**out, **self._common_json()}
 
     def describe(self) -> str:
-        cap = f", max {_num(self.max_delay)}s" if self.max_delay is not None else ""
+        cap = f", max {self.max_delay:g}s" if self.max_delay is not None else ""
         return (
-            f"exponential {_num(self.initial)}s x{_num(self.coefficient)}{cap}, "
+            f"exponential {self.initial:g}s x{self.coefficient:g}{cap}, "
             f"{_attempts(self.max_attempts)}, jitter {self.jitter.name}"
         )
 
@@ -484,10 +479,6 @@ def _names(values: Any) -> tuple[str, ...]:
             f"nonRetryable must be a list of error type names, got {values!r}", field="nonRetryable", value=values
         )
     return tuple(values)
-
-
-def _num(value: float | None) -> str:
-    return "-" if value is None else (f"{value:g}")
 
 
 def _attempts(max_attempts: int | None) -> str:
