@@ -89,14 +89,7 @@ def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, c
 
 
 def acquire_lease(
-    dynamodb,
-    table: str,
-    receiver: str,
-    owner: str,
-    *,
-    lease_seconds: float,
-    wait_seconds: float,
-    clock: Callable[[], float] = time.time,
+    dynamodb, table: str, receiver: str, owner: str, lease_seconds: float, wait_seconds: float, clock=time.time
 ) -> dict[str, Any] | None:
     """Take the receiver's lease (waiting up to ``wait_seconds`` for another run's, then ``ReceiverBusy``);
     returns the receiver item, or None when the receiver does not exist."""
@@ -126,7 +119,7 @@ def acquire_lease(
         time.sleep(min(1.0, max(0.05, deadline - clock())))
 
 
-def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_seconds: float) -> dict[str, Any]:
+def renew_lease(dynamodb, table: str, receiver: str, owner: str, lease_seconds: float) -> dict[str, Any]:
     """Extend this run's lease and return the receiver item as it is now (``LeaseLost`` if not ours)."""
     until_ms = int(time.time() * 1000) + int(lease_seconds * 1000)
     item = _set_lease(dynamodb, table, receiver, owner, until_ms, "batch_lease_owner = :o")
@@ -242,14 +235,7 @@ def _update_in_groups(
 
 
 def lock_records(
-    dynamodb,
-    *,
-    records_table: str,
-    receivers_table: str,
-    receiver: str,
-    owner: str,
-    record_ids: list[str],
-    batch: str,
+    dynamodb, records_table: str, receivers_table: str, receiver: str, owner: str, record_ids: list[str], batch: str
 ) -> list[str]:
     """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken
     (records someone else took, or that stopped being pending, are left out, never overwritten)."""
@@ -272,7 +258,7 @@ def lock_records(
     )
 
 
-def finalize_records(dynamodb, *, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
+def finalize_records(dynamodb, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
     """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed
     (a record already final is skipped: finalizing twice is harmless)."""
     written = _update_in_groups(
