@@ -165,32 +165,29 @@ def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str,
     return claimed is not None
 
 
-def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
-    """Every pending record of ``receiver`` (the sparse ``pending-index``), optionally created before ``before``."""
-    condition = "pending_receiver = :r"
-    values = {":r": {"S": receiver}}
+def _pending_pages(dynamodb, table: str, receiver: str, before: str | None, **select):
+    """The pages of a query of ``receiver``'s pending records (the sparse ``pending-index``), optionally
+    only those created before ``before``."""
+    condition, values = "pending_receiver = :r", {":r": {"S": receiver}}
     if before is not None:
         condition += " AND created_at < :t"
         values[":t"] = {"S": before}
-    found = dynamodb.get_paginator("query").paginate(
+    return dynamodb.get_paginator("query").paginate(
         TableName=table,
         IndexName=PENDING_INDEX,
         KeyConditionExpression=condition,
         ExpressionAttributeValues=values,
+        **select,
     )
-    return [from_item(i) for page in found for i in page.get("Items", [])]
+
+
+def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
+    return [from_item(i) for page in _pending_pages(dynamodb, table, receiver, before) for i in page.get("Items", [])]
 
 
 def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
-    """Pending records of ``receiver`` created before ``before``: a COUNT query (one call per 1 MB)."""
-    found = dynamodb.get_paginator("query").paginate(
-        TableName=table,
-        IndexName=PENDING_INDEX,
-        KeyConditionExpression="pending_receiver = :r AND created_at < :t",
-        ExpressionAttributeValues={":r": {"S": receiver}, ":t": {"S": before}},
-        Select="COUNT",
-    )
-    return sum(page.get("Count", 0) for page in found)
+    """A COUNT query (one call per 1 MB)."""
+    return sum(page.get("Count", 0) for page in _pending_pages(dynamodb, table, receiver, before, Select="COUNT"))
 
 
 CONFLICT_POLICY = Formula(
