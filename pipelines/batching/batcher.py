@@ -241,11 +241,6 @@ class ReceiverBatcher:
             self._files_by_day[day] = found
         return self._files_by_day[day].get(format_batch_time(moment), 0)
 
-    def _note_file(self, moment: dt.datetime, n: int) -> None:
-        files = self._files_by_day.setdefault(moment.strftime("%Y-%m-%d"), {})
-        key = format_batch_time(moment)
-        files[key] = max(files.get(key, 0), n)
-
     def _still_enabled(self, cfg: ReceiverConfig, report: RunReport) -> bool:
         """Renew the lease (also reads the receiver now); False when batching was switched off."""
         if report.dry_run:
@@ -285,7 +280,6 @@ class ReceiverBatcher:
                 self._finalize(batch, records)
             else:
                 self._upload_and_finalize(batch, key, records)
-                self._note_file(moment, n)
             self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
         report.recovered.append(entry)
         return True
@@ -352,7 +346,6 @@ class ReceiverBatcher:
                 n -= 1
                 continue
             written.files.append(self._upload_and_finalize(batch, key, mine))
-            self._note_file(moment, n)
             self.log(f"{cfg.receiver} {written.batch_time}: wrote {key} ({len(mine)} records)")
         if (
             not written.files
@@ -365,7 +358,6 @@ class ReceiverBatcher:
             key = store.file_key(cfg.receiver, moment, 1)
             if not report.dry_run:
                 store.put_file(self.s3, s.outbox_bucket, key, [])
-                self._note_file(moment, 1)
             written.files.append(FileWritten(key=key, records=0))
             written.empty_file = True
         if not report.dry_run:
