@@ -1,8 +1,5 @@
-"""DynamoDB and S3 access for batching: the receiver lease, pending records, locks, files, ledger.
-
-Plain functions over boto3 clients; no Dagster. Every write is conditional or idempotent (see
-docs/batching.md: a lock is fenced by the lease, finalizing only where ``batch_id`` is this batch).
-"""
+"""DynamoDB and S3 access for batching (receiver lease, pending records, locks, files, ledger); no Dagster.
+Every write is conditional or idempotent: a lock is fenced by the lease (docs/batching.md)."""
 
 from __future__ import annotations
 
