@@ -177,6 +177,37 @@ def test_crash_after_upload_only_finalizes(aws):
     assert sorted(line["record_id"] for line in files["batches/acme/2026-11-20T10:00Z/1.jsonl"]) == sorted(ids)
 
 
+def test_a_recovered_file_does_not_hide_the_days_other_files(aws):
+    """Finishing a crashed 09:00 file does not hide the day's other files: 10:00 already has file 1 in S3
+    (its records finalized, its ledger entry never written); that file is kept and new records go to file 2."""
+    put_receiver(aws, "acme", max_batch_size=10)
+    t9 = T10 - dt.timedelta(hours=1)
+    locked = [
+        {**record("acme", f"locked-{i}", t9 - dt.timedelta(minutes=5)), "batch_id": "acme/2026-11-20T09:00Z/1"}
+        for i in range(2)
+    ]
+    sent = [record("acme", f"sent-{i}", t9 + dt.timedelta(minutes=10)) for i in range(2)]
+    finalized = [
+        {k: v for k, v in r.items() if k not in ("next_action", "pending_receiver")}
+        | {"batch_id": "acme/2026-11-20T10:00Z/1", "batched_at": iso(t9 + dt.timedelta(minutes=59))}
+        for r in sent
+    ]
+    put_items(aws, locked + finalized)
+    store.put_file(
+        aws.client("s3"),
+        aws.env["BATCH_OUTBOX_BUCKET"],
+        "batches/acme/2026-11-20T10:00Z/1.jsonl",
+        [store.record_line(r, "acme/2026-11-20T10:00Z/1") for r in sent],
+    )
+    new = put_records(aws, "acme", [t9 + dt.timedelta(minutes=30)], prefix="new")
+
+    batcher(aws).run("acme", DAY, now=T10)
+
+    files = outbox(aws, "acme")
+    assert [line["record_id"] for line in files["batches/acme/2026-11-20T10:00Z/1.jsonl"]] == ["sent-0", "sent-1"]
+    assert [line["record_id"] for line in files["batches/acme/2026-11-20T10:00Z/2.jsonl"]] == new
+
+
 def test_lease_of_a_dead_run_expires(aws):
     put_receiver(aws, "acme")
     ddb = aws.client("dynamodb")

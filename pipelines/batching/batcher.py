@@ -127,12 +127,7 @@ class ReceiverBatcher:
             item = store.get_receiver(self.dynamodb, s.receivers_table, receiver)
         else:
             item = store.acquire_lease(
-                self.dynamodb,
-                s.receivers_table,
-                receiver,
-                self.owner,
-                lease_seconds=s.lease_seconds,
-                wait_seconds=s.lease_wait_seconds,
+                self.dynamodb, s.receivers_table, receiver, self.owner, s.lease_seconds, s.lease_wait_seconds
             )
         if item is None:
             report.status = "receiver_missing"
@@ -142,7 +137,10 @@ class ReceiverBatcher:
             )
             return report
         try:
-            self._finish(report, self._run_locked(item, report, now), now)
+            left = self._run_locked(item, report, now)
+            report.still_pending = len(left) + len(report.invalid_records)
+            if left:
+                report.oldest_pending_age_seconds = max(0.0, (now - min(r.created for r in left)).total_seconds())
         finally:
             if not dry_run:
                 store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner)
@@ -203,12 +201,6 @@ class ReceiverBatcher:
                 undone.pop(i)
         return [r for r in free if r.record_id not in taken]
 
-    def _finish(self, report: RunReport, left: list[_Record], now: dt.datetime) -> None:
-        report.still_pending = len(left) + len(report.invalid_records)
-        if left:
-            oldest = min(r.created for r in left)
-            report.oldest_pending_age_seconds = max(0.0, (now - oldest).total_seconds())
-
     def _window_start(self, moment: dt.datetime, done: list[dt.datetime], undone: list[dt.datetime]):
         """The latest missed batch time before ``moment``, or None: one with no ledger entry while an
         earlier one within the lookback has one. ``moment`` then takes only the records created since it,
@@ -249,22 +241,12 @@ class ReceiverBatcher:
             self._files_by_day[day] = found
         return self._files_by_day[day].get(format_batch_time(moment), 0)
 
-    def _note_file(self, moment: dt.datetime, n: int) -> None:
-        files = self._files_by_day.setdefault(moment.strftime("%Y-%m-%d"), {})
-        key = format_batch_time(moment)
-        files[key] = max(files.get(key, 0), n)
-
     def _still_enabled(self, cfg: ReceiverConfig, report: RunReport) -> bool:
         """Renew the lease (also reads the receiver now); False when batching was switched off."""
         if report.dry_run:
             return True
-        item = store.renew_lease(
-            self.dynamodb,
-            self.settings.receivers_table,
-            cfg.receiver,
-            self.owner,
-            lease_seconds=self.settings.lease_seconds,
-        )
+        s = self.settings
+        item = store.renew_lease(self.dynamodb, s.receivers_table, cfg.receiver, self.owner, s.lease_seconds)
         if not schedule.item_enabled(item):
             report.status = "cancelled"
             self.log(
@@ -275,13 +257,8 @@ class ReceiverBatcher:
         return True
 
     def _finalize(self, batch: str, records: list[_Record]) -> None:
-        store.finalize_records(
-            self.dynamodb,
-            records_table=self.settings.records_table,
-            record_ids=[r.record_id for r in records],
-            batch=batch,
-            batched_at=iso(dt.datetime.now(dt.UTC)),
-        )
+        ids = [r.record_id for r in records]
+        store.finalize_records(self.dynamodb, self.settings.records_table, ids, batch, iso(dt.datetime.now(dt.UTC)))
 
     def _upload_and_finalize(self, batch: str, key: str, records: list[_Record]) -> FileWritten:
         lines = [store.record_line(r.item, batch) for r in records]
@@ -303,7 +280,6 @@ class ReceiverBatcher:
                 self._finalize(batch, records)
             else:
                 self._upload_and_finalize(batch, key, records)
-                self._note_file(moment, n)
             self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
         report.recovered.append(entry)
         return True
@@ -359,15 +335,10 @@ class ReceiverBatcher:
             if report.dry_run:
                 written.files.append(FileWritten(key=key, records=len(group)))
                 continue
+            ids = [r.record_id for r in group]
             got = set(
                 store.lock_records(
-                    self.dynamodb,
-                    records_table=s.records_table,
-                    receivers_table=s.receivers_table,
-                    receiver=cfg.receiver,
-                    owner=self.owner,
-                    record_ids=[r.record_id for r in group],
-                    batch=batch,
+                    self.dynamodb, s.records_table, s.receivers_table, cfg.receiver, self.owner, ids, batch
                 )
             )
             mine = [r for r in group if r.record_id in got]
@@ -375,7 +346,6 @@ class ReceiverBatcher:
                 n -= 1
                 continue
             written.files.append(self._upload_and_finalize(batch, key, mine))
-            self._note_file(moment, n)
             self.log(f"{cfg.receiver} {written.batch_time}: wrote {key} ({len(mine)} records)")
         if (
             not written.files
@@ -388,7 +358,6 @@ class ReceiverBatcher:
             key = store.file_key(cfg.receiver, moment, 1)
             if not report.dry_run:
                 store.put_file(self.s3, s.outbox_bucket, key, [])
-                self._note_file(moment, 1)
             written.files.append(FileWritten(key=key, records=0))
             written.empty_file = True
         if not report.dry_run:

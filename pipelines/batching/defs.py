@@ -253,20 +253,20 @@ def _batch_share(
 
 def _minute_totals(results: list[dict]) -> dict:
     """The shares' results added up: counters, partitions batched, failed and counted."""
-    counted = {k: v for r in results for k, v in r["counted"].items()}
     return {
         **{name: sum(r[name] for r in results) for name in ("batches_sent", "records_batched", "batched")},
         "failed": sorted(p for r in results for p in r["failed"]),
-        "counted": counted,
+        "counted": {k: v for r in results for k, v in r["counted"].items()},
     }
 
 
 def _minute_metadata(results: list[dict]) -> dict:
     totals = _minute_totals(results)
-    metadata = {k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")}
-    metadata["partitions_materialized"] = dg.MetadataValue.int(totals["batched"] - len(totals["counted"]))
-    metadata["partitions_counted"] = dg.MetadataValue.json(totals["counted"])
-    return metadata
+    return {
+        **{k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")},
+        "partitions_materialized": dg.MetadataValue.int(totals["batched"] - len(totals["counted"])),
+        "partitions_counted": dg.MetadataValue.json(totals["counted"]),
+    }
 
 
 def _report_minute(context: dg.OpExecutionContext, results: list[dict], batch_time: str, dry_run: bool) -> None:

@@ -1,7 +1,5 @@
-"""A decider minute's batching: every due (receiver, day) in one run, a few receivers at a time. No Dagster.
-
-Each receiver is batched by :class:`ReceiverBatcher` as a run of its own partition would be; one
-receiver's failure is its own outcome and never stops its neighbours."""
+"""A decider minute's batching: every due (receiver, day) in one run, a few receivers at a time, each as a run
+of its own partition would be; one receiver's failure never stops its neighbours. No Dagster."""
 
 from __future__ import annotations
 

@@ -48,8 +48,7 @@ class ReceiverBatchesParams:
     )
 
     def settings(self, deployed) -> BatchSettings:
-        """The batcher's settings for these parameters and the ``deployed`` tables and bucket (the
-        ``batching`` resource)."""
+        """The batcher's settings for these parameters and the ``deployed`` (``batching`` resource) tables."""
         return BatchSettings(
             receivers_table=deployed.receivers_table,
             records_table=deployed.records_table,

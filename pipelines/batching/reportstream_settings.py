@@ -320,10 +320,9 @@ def apply(dynamodb, table: str, changes: list[Change]) -> None:
         elif change.action in (CHANGE, DISABLE):
             update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
             if change.action == CHANGE:
-                update = "SET organization = :organization, timing = :timing, customerStatus = :customerStatus"
-                values = to_item({f":{k}": change.item[k] for k in ("organization", "timing", "customerStatus")})
-                update += ", settings_digest = :d"
-                values[":d"] = {"S": change.item["settings_digest"]}
+                owned = ("organization", "timing", "customerStatus", "settings_digest")
+                update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
+                values = to_item({f":{k}": change.item[k] for k in owned})
             written = store.conditional_write(
                 partial(
                     dynamodb.update_item,

@@ -1,8 +1,5 @@
-"""DynamoDB and S3 access for batching: the receiver lease, pending records, locks, files, ledger.
-
-Plain functions over boto3 clients; no Dagster. Every write is conditional or idempotent (see
-docs/batching.md: a lock is fenced by the lease, finalizing only where ``batch_id`` is this batch).
-"""
+"""DynamoDB and S3 access for batching (receiver lease, pending records, locks, files, ledger); no Dagster.
+Every write is conditional or idempotent: a lock is fenced by the lease (docs/batching.md)."""
 
 from __future__ import annotations
 
@@ -89,14 +86,7 @@ def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, c
 
 
 def acquire_lease(
-    dynamodb,
-    table: str,
-    receiver: str,
-    owner: str,
-    *,
-    lease_seconds: float,
-    wait_seconds: float,
-    clock: Callable[[], float] = time.time,
+    dynamodb, table: str, receiver: str, owner: str, lease_seconds: float, wait_seconds: float, clock=time.time
 ) -> dict[str, Any] | None:
     """Take the receiver's lease (waiting up to ``wait_seconds`` for another run's, then ``ReceiverBusy``);
     returns the receiver item, or None when the receiver does not exist."""
@@ -126,7 +116,7 @@ def acquire_lease(
         time.sleep(min(1.0, max(0.05, deadline - clock())))
 
 
-def renew_lease(dynamodb, table: str, receiver: str, owner: str, *, lease_seconds: float) -> dict[str, Any]:
+def renew_lease(dynamodb, table: str, receiver: str, owner: str, lease_seconds: float) -> dict[str, Any]:
     """Extend this run's lease and return the receiver item as it is now (``LeaseLost`` if not ours)."""
     until_ms = int(time.time() * 1000) + int(lease_seconds * 1000)
     item = _set_lease(dynamodb, table, receiver, owner, until_ms, "batch_lease_owner = :o")
@@ -172,32 +162,29 @@ def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str,
     return claimed is not None
 
 
-def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
-    """Every pending record of ``receiver`` (the sparse ``pending-index``), optionally created before ``before``."""
-    condition = "pending_receiver = :r"
-    values = {":r": {"S": receiver}}
+def _pending_pages(dynamodb, table: str, receiver: str, before: str | None, **select):
+    """The pages of a query of ``receiver``'s pending records (the sparse ``pending-index``), optionally
+    only those created before ``before``."""
+    condition, values = "pending_receiver = :r", {":r": {"S": receiver}}
     if before is not None:
         condition += " AND created_at < :t"
         values[":t"] = {"S": before}
-    found = dynamodb.get_paginator("query").paginate(
+    return dynamodb.get_paginator("query").paginate(
         TableName=table,
         IndexName=PENDING_INDEX,
         KeyConditionExpression=condition,
         ExpressionAttributeValues=values,
+        **select,
     )
-    return [from_item(i) for page in found for i in page.get("Items", [])]
+
+
+def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
+    return [from_item(i) for page in _pending_pages(dynamodb, table, receiver, before) for i in page.get("Items", [])]
 
 
 def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
-    """Pending records of ``receiver`` created before ``before``: a COUNT query (one call per 1 MB)."""
-    found = dynamodb.get_paginator("query").paginate(
-        TableName=table,
-        IndexName=PENDING_INDEX,
-        KeyConditionExpression="pending_receiver = :r AND created_at < :t",
-        ExpressionAttributeValues={":r": {"S": receiver}, ":t": {"S": before}},
-        Select="COUNT",
-    )
-    return sum(page.get("Count", 0) for page in found)
+    """A COUNT query (one call per 1 MB)."""
+    return sum(page.get("Count", 0) for page in _pending_pages(dynamodb, table, receiver, before, Select="COUNT"))
 
 
 CONFLICT_POLICY = Formula(
@@ -242,14 +229,7 @@ def _update_in_groups(
 
 
 def lock_records(
-    dynamodb,
-    *,
-    records_table: str,
-    receivers_table: str,
-    receiver: str,
-    owner: str,
-    record_ids: list[str],
-    batch: str,
+    dynamodb, records_table: str, receivers_table: str, receiver: str, owner: str, record_ids: list[str], batch: str
 ) -> list[str]:
     """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken
     (records someone else took, or that stopped being pending, are left out, never overwritten)."""
@@ -272,7 +252,7 @@ def lock_records(
     )
 
 
-def finalize_records(dynamodb, *, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
+def finalize_records(dynamodb, records_table: str, record_ids: Iterable[str], batch: str, batched_at: str) -> int:
     """Remove ``next_action``/``pending_receiver`` where ``batch_id = batch``; returns how many changed
     (a record already final is skipped: finalizing twice is harmless)."""
     written = _update_in_groups(
