@@ -205,12 +205,12 @@ def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, di
     return original, restored
 
 
-def _outgoing(body: str, attrs: dict[str, dict[str, Any]], count: int) -> tuple[str, dict[str, Any]]:
-    """The message to send back: the original, plus the redrive count when SQS's 10 attributes leave
-    room for it (the ledger counts redrives either way)."""
+def _with_count(attrs: dict[str, dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
+    """The attributes to send back: the original ones, plus the redrive count when SQS's 10 attributes
+    leave room for it (the ledger counts redrives either way)."""
     if len(attrs) < MAX_ATTRIBUTES:
-        attrs = {**attrs, REDRIVE_ATTRIBUTE: {"DataType": "String", "StringValue": str(count)}}
-    return body, attrs
+        return {**attrs, REDRIVE_ATTRIBUTE: {"DataType": "String", "StringValue": str(count)}}
+    return attrs
 
 
 def redrive(
@@ -239,11 +239,11 @@ def redrive(
             seen.add(message["MessageId"])
             bad: str | None = None  # why its envelope cannot be opened
             try:
-                original = restore(message, s3, bucket)
-                fp = fingerprint(original[0])
+                body, attrs = restore(message, s3, bucket)
+                fp = fingerprint(body)
                 count = ledger.count(fp)
                 if count < settings.max_redrives:
-                    to_send.append((message, fp, count, original))
+                    to_send.append((message, fp, count, (body, _with_count(attrs, count + 1))))
                     continue
                 why = f"redriven {count} times already"
             except BadEnvelope as exc:
@@ -263,7 +263,7 @@ def redrive(
             continue
         for message, fp, count, _ in to_send:  # count first: a crash may skip a redrive, never loop one
             ledger.record(fp, count + 1, _reason(message))
-        errors = send_entries(sqs, source_url, [_outgoing(body, attrs, c + 1) for _, _, c, (body, attrs) in to_send])
+        errors = send_entries(sqs, source_url, [entry for *_, entry in to_send])
         sent = [m for (m, *_), error in zip(to_send, errors, strict=True) if error is None]
         counts["redriven"] += len(sent)
         counts["send_failed"] += len(to_send) - len(sent)
@@ -279,10 +279,8 @@ def redrive(
             {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for n, m in enumerate(batch)
         ]
         aws_call(lambda entries=entries: sqs.change_message_visibility_batch(QueueUrl=dlq_url, Entries=entries))
-    out: dict[str, Any] = dict(counts)
-    out["seconds"] = round(time.monotonic() - started, 2)
-    out["dry_run"] = settings.dry_run
-    out["stopped_by"] = stopped_by
+    seconds = round(time.monotonic() - started, 2)
+    out: dict[str, Any] = {**counts, "seconds": seconds, "dry_run": settings.dry_run, "stopped_by": stopped_by}
     log.info(
         f"redrive {queue_name(dlq_url)} -> {queue_name(source_url)}: " + ", ".join(f"{k}={v}" for k, v in out.items())
     )

@@ -31,9 +31,6 @@ class TaskResult:
     summary: dict[str, Any]
     audit: HousekeepingAudit | None = None
 
-    def as_json(self) -> dict[str, Any]:
-        return {"task_type": self.task_type, **self.summary}
-
 
 TASKS: tuple[Task, ...] = (orphaned_instances.TASK, stale_ssm.TASK, old_jobs.TASK, pool_audit.TASK)
 """The housekeeping tasks: adding one is its module and one entry here."""

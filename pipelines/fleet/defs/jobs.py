@@ -65,20 +65,15 @@ def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes
 TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 
 
-def _run_terminated(context: dg.OpExecutionContext) -> Callable[[], bool]:
-    """Is the op's run being terminated? Read from the instance: on a Celery worker no interrupt arrives."""
-
-    def terminated() -> bool:
-        run = context.instance.get_run_by_id(context.run_id)
-        return run is not None and run.status in TERMINATING
-
-    return terminated
-
-
 def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: str) -> dg.Output[dict]:
     """Run the queue's drain with graceful stop, and report its counts as metadata. A drain stopped
     because its run is being terminated fails its step (one line), so the run ends canceled."""
-    result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=_run_terminated(context))
+
+    def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
+        run = context.instance.get_run_by_id(context.run_id)
+        return run is not None and run.status in TERMINATING
+
+    result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
     summary = result.as_dict(drain.report_keys)
     if interrupt is not None:
         raise interrupt
@@ -152,7 +147,7 @@ def drain_job(
         results = getattr(drain.handler, "results", [])
         _record(context, results, notes)
         if results:
-            output.metadata["tasks"] = dg.MetadataValue.json([r.as_json() for r in results])
+            output.metadata["tasks"] = dg.MetadataValue.json([{"task_type": r.task_type, **r.summary} for r in results])
         output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
         return output
 

@@ -62,14 +62,11 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
             what = "drain run" if slots == 1 else f"all {slots} drain slots busy: runs"
             return dg.SkipReason(f"{depth['visible']} waiting; {what} {going}")
         sequence = int(context.cursor or 0)
-        requests = []
-        for slot in launch:
-            sequence += 1
-            requests.append(
-                dg.RunRequest(run_key=f"{label}-drain-{sequence}", tags={QUEUE_TAG: slot_tag(queue_tag, slot)})
-            )
-        context.update_cursor(str(sequence))
-        return requests
+        context.update_cursor(str(sequence + len(launch)))
+        return [
+            dg.RunRequest(run_key=f"{label}-drain-{sequence + n}", tags={QUEUE_TAG: slot_tag(queue_tag, slot)})
+            for n, slot in enumerate(launch, 1)
+        ]
 
     return _sensor
 
