@@ -5,6 +5,7 @@ evaluation of the sensor. No Dagster. A bad value never stops alerting: it is on
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -75,12 +76,14 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
         value = getattr(settings, field_name, None)
         return value if value is None or isinstance(value, str) else str(value)
 
-    def setting(field_name: str, read: Callable[[str | None], Any], default: Any, then: str) -> Any:
-        """``read(its value)``, or ``default`` with one line when it fails in any way: the line names the
-        variable and the error's kind, never the value (which may be a credential)."""
-        name = ALERT_ENV[field_name]
+    def setting(field_name: str, read: Callable[[str], Any], default: Any, then: str) -> Any:
+        """``read(its value)``; ``default`` when unset or blank, or with one line when it fails in any way:
+        the line names the variable and the error's kind, never the value (which may be a credential)."""
+        name, value = ALERT_ENV[field_name], raw(field_name)
+        if value is None or not value.strip():
+            return default
         try:
-            return read(raw(field_name))
+            return read(value)
         except SinkConfigError as exc:
             problems.append(f"{exc}: {then}")
         except RetryPolicyError as exc:
@@ -90,30 +93,22 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
         return default
 
     def number(field_name: str, default: Any, cast: Callable[[str], Any], low: float, high: float) -> Any:
-        value = raw(field_name)
-        if value is None or not value.strip():
-            return default
-        try:
-            number = cast(value.strip())
-            if low <= number <= high:
-                return number
-        except (ValueError, OverflowError):
-            pass
-        problems.append(
-            f"{ALERT_ENV[field_name]}={value!r} is not a number from {low:g} to {high:g}: using {default!r}"
-        )
-        return default
+        def read(value: str) -> Any:
+            with contextlib.suppress(ValueError, OverflowError):
+                number = cast(value.strip())
+                if low <= number <= high:
+                    return number
+            raise SinkConfigError(f"{ALERT_ENV[field_name]}={value!r} is not a number from {low:g} to {high:g}")
+
+        return setting(field_name, read, default, f"using {default!r}")
 
     def url(field_name: str, then: str) -> str | None:
         return setting(field_name, lambda v: _checked_url(ALERT_ENV[field_name], v), None, then)
 
     makers = {"sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account), "webhook_url": WebhookSink}
-    sinks = [
-        setting(name, make, None, "that sink is off") for name, make in makers.items() if (raw(name) or "").strip()
-    ]
+    sinks = [setting(name, make, None, "that sink is off") for name, make in makers.items()]
     policy = default_policy()
-    if (raw("retry_policy") or "").strip():
-        policy = setting("retry_policy", policy_from_text, policy, f"using {policy.describe()}")
+    policy = setting("retry_policy", policy_from_text, policy, f"using {policy.describe()}")
     remind = number("remind_hours", None, float, 0.01, 24 * 365)
     return AlertConfig(
         sinks=[sink for sink in sinks if sink is not None],

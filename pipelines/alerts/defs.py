@@ -3,6 +3,7 @@ state is one JSON document (and a copy) in the instance's key-value store, saved
 sink took (docs/alerts.md, "What holds").
 """
 
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -134,27 +135,28 @@ def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None
         return conn.execute(update.values(value=new)).rowcount == 1
 
 
-def take_lease(instance: dg.DagsterInstance, seconds: float, warn) -> tuple[str | None, str | None]:
-    """(the lease taken, or None; why not): one evaluation of the sensor at a time, for ``seconds``."""
+@contextlib.contextmanager
+def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator[str | None]:
+    """Holds the sensor's lease for ``seconds`` (one evaluation at a time) and yields None, else yields why not."""
     if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
         warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
-        return "", None
+        yield None
+        return
     current = instance.run_storage.get_cursor_values({LEASE_KEY}).get(LEASE_KEY)
     try:
         until = float(json.loads(current)["until"]) if current else 0.0
     except (ValueError, TypeError, KeyError):
         until = 0.0  # unreadable: lapsed
-    if until > now():
-        return None, f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
     mine = json.dumps({"holder": uuid.uuid4().hex, "until": now() + seconds})
-    if not compare_and_set(instance, LEASE_KEY, current, mine):
-        return None, "another evaluation of the sensor took its lease first: nothing sent"
-    return mine, None
-
-
-def give_back_lease(instance: dg.DagsterInstance, lease: str) -> None:
-    if lease:
-        compare_and_set(instance, LEASE_KEY, lease, json.dumps({"holder": None, "until": 0}))
+    if until > now():
+        yield f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
+    elif not compare_and_set(instance, LEASE_KEY, current, mine):
+        yield "another evaluation of the sensor took its lease first: nothing sent"
+    else:
+        try:
+            yield None
+        finally:
+            compare_and_set(instance, LEASE_KEY, mine, json.dumps({"holder": None, "until": 0}))
 
 
 # ---------------------------------------------------------------------------- what happened
@@ -508,13 +510,10 @@ def build_alerts_sensor(
         sqs: SQSResource,
         cloudwatch: CloudWatchResource,
     ) -> dg.SkipReason:
-        lease, busy = take_lease(context.instance, lease_seconds(), context.log.warning)
-        if lease is None:
-            return dg.SkipReason(busy)
-        try:
+        with sensor_lease(context.instance, lease_seconds(), context.log.warning) as busy:
+            if busy:
+                return dg.SkipReason(busy)
             return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
-        finally:
-            give_back_lease(context.instance, lease)
 
     return alerts
 

@@ -28,6 +28,7 @@ RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a we
 HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
 MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: the oldest give way, with one line each tick
+PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list}  # of a saved state
 
 
 @dataclass(frozen=True)
@@ -152,9 +153,7 @@ class AlertBook:
         return book
 
     def dumps(self) -> str:
-        state = {"incidents": self.incidents, "outbox": self.outbox, "history": self.history,
-                 "positions": self.positions, "took": self.took}  # fmt: skip
-        return json.dumps(state, sort_keys=True, default=str)
+        return json.dumps({part: getattr(self, part) for part in PARTS}, sort_keys=True, default=str)
 
     # ------------------------------------------------------------------ incidents
 
@@ -379,8 +378,8 @@ def _check_shape(state: Any) -> None:
     """Raises ValueError naming the first part of a saved state that the book cannot use."""
     if not isinstance(state, dict):
         raise ValueError("not an object")
-    empty: dict[str, Any] = {"incidents": {}, "outbox": {}, "history": [], "positions": {}, "took": []}
-    incidents, outbox, history, positions, took = (empty[p] if state.get(p) is None else state[p] for p in empty)
+    parts = {part: empty() if state.get(part) is None else state[part] for part, empty in PARTS.items()}
+    incidents, outbox, history, positions, took = parts.values()
     if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
         raise ValueError("its sinks that took their last message are not a list of names")
     if not isinstance(incidents, dict) or not all(

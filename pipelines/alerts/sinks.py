@@ -108,9 +108,7 @@ def within(seconds: float, call: Callable[[], Any]) -> Any:
 class SnsSink:
     name = "sns"
 
-    def __init__(
-        self, sns, topic_arn: str, *, region: str, account: str | None = None, timeout: float = SNS_TIMEOUT_SECONDS
-    ) -> None:
+    def __init__(self, sns, topic_arn: str, *, region: str, account: str | None = None) -> None:
         found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
             raise SinkConfigError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
@@ -118,7 +116,7 @@ class SnsSink:
             raise SinkConfigError(
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
-        self.sns, self.topic_arn, self.timeout = sns, topic_arn.strip(), timeout
+        self.sns, self.topic_arn = sns, topic_arn.strip()
         self.elsewhere = None  # why it cannot be published to, when known up front
         if account and found.group(2) != account:
             self.elsewhere = (
@@ -137,7 +135,7 @@ class SnsSink:
         body = json.dumps(message, sort_keys=True, default=str)
         try:
             within(
-                self.timeout,
+                SNS_TIMEOUT_SECONDS,
                 lambda: self.sns.publish(
                     TopicArn=self.topic_arn, Message=body, Subject=subject, MessageAttributes=attributes
                 ),

@@ -165,13 +165,12 @@ def run_failed(
     first_error: str,
     *,
     ui_url: str | None,
-    unit: str | None = None,
+    unit: str,
     cause: str = "failure",
     note: str = "",
     at: float | None = None,
 ) -> Signal:
     """``at``: when the run failed (the incident's first_seen)."""
-    unit = unit or work_unit(job, tags)
     attempts = attempt_of(tags)
     partition = tags.get(PARTITION_TAG)
     target = f" partition {partition}" if partition else ""
@@ -198,13 +197,12 @@ def run_succeeded(
     tags: Mapping[str, str],
     *,
     ui_url: str | None,
-    unit: str | None = None,
-    open_units: Mapping[str, str] | None = None,
+    unit: str,
+    open_units: Mapping[str, str],
     at: float | None = None,
 ) -> list[Signal]:
     """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
     alert_key -> unit); a reclaim run also says whether it had item errors (``at``: when it ended)."""
-    unit = unit or work_unit(job, tags)
     url = _ui(ui_url, f"/runs/{run_id}")
     attempts = attempt_of(tags)
     out = [
@@ -218,7 +216,7 @@ def run_succeeded(
             url=url,
             unit=unit,
         )
-        for key in sorted(key for key, their in (open_units or {}).items() if their == unit)
+        for key in sorted(key for key, their in open_units.items() if their == unit)
     ]
     counters = run_counters(tags)
     if tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
