@@ -21,7 +21,7 @@ from botocore.exceptions import ClientError
 from pipelines.batching import store
 from pipelines.batching.schedule import RECEIVER_NAME, receiver_errors
 from pipelines.common import to_item
-from pipelines.common.aws_batches import error_code
+from pipelines.common.aws_batches import conditional_write, error_code
 
 MAX_FILE_BYTES = 5_000_000
 """A settings file larger than this is refused (ReportStream's whole 2022 organizations.yml is 132 KB)."""
@@ -309,7 +309,7 @@ def apply(dynamodb, table: str, changes: list[Change]) -> None:
     """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
     for change in changes:
         if change.action == ADD:
-            written = store.conditional_write(
+            written = conditional_write(
                 partial(
                     dynamodb.put_item,
                     TableName=table,
@@ -323,7 +323,7 @@ def apply(dynamodb, table: str, changes: list[Change]) -> None:
                 owned = ("organization", "timing", "customerStatus", "settings_digest")
                 update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
                 values = to_item({f":{k}": change.item[k] for k in owned})
-            written = store.conditional_write(
+            written = conditional_write(
                 partial(
                     dynamodb.update_item,
                     TableName=table,
@@ -340,7 +340,7 @@ def apply(dynamodb, table: str, changes: list[Change]) -> None:
         else:
             continue
         change.outcome = (
-            "done" if written else "conflict: the item changed since the plan read it; run the import again"
+            "done" if written is not None else "conflict: the item changed since the plan read it; run the import again"
         )
 
 

@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
-
-from botocore.exceptions import ClientError
 
 from pipelines.batching.schedule import format_batch_time, parse_batch_time
 from pipelines.common import from_item
-from pipelines.common.aws_batches import TRANSACTION_LIMIT, FenceFailed, chunks, error_code, transact_conditional
+from pipelines.common.aws_batches import (
+    TRANSACTION_LIMIT,
+    FenceFailed,
+    chunks,
+    conditional_write,
+    transact_conditional,
+)
 from pipelines.retry.policy import Formula
 
 PENDING_INDEX = "pending-index"
@@ -58,16 +62,6 @@ def scan_receivers(dynamodb, table: str) -> list[dict[str, Any]]:
 def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
     item = dynamodb.get_item(TableName=table, Key={"receiver": {"S": receiver}}, ConsistentRead=True).get("Item")
     return from_item(item) if item else None
-
-
-def conditional_write(write: Callable[[], Any]) -> Any:
-    """``write()``'s response, or None when its condition failed (other errors raise)."""
-    try:
-        return write()
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
-        return None
 
 
 def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, condition: str, values=None) -> Any:

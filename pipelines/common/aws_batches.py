@@ -38,6 +38,16 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def conditional_write(write: Callable[[], Any]) -> Any:
+    """``write()``'s response, or None when its condition failed (other errors raise)."""
+    try:
+        return write()
+    except ClientError as exc:
+        if error_code(exc) != "ConditionalCheckFailedException":
+            raise
+        return None
+
+
 def _note(what: str) -> Callable[[int, BaseException, float], None]:
     return lambda attempt, exc, wait: log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 

@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
-from pipelines.common.aws_batches import error_code
+from pipelines.common.aws_batches import conditional_write, error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.source import (
     ATTR_NAMES,
@@ -349,11 +349,7 @@ def ready_put(ready_table: str, item: dict[str, Any]) -> dict[str, Any]:
 
 def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> None:
     """Idempotent ReadyAgenda put (used by the HTTP writer)."""
-    try:
-        dynamodb.put_item(**ready_put(ready_table, item))
-    except ClientError as exc:
-        if error_code(exc) != "ConditionalCheckFailedException":
-            raise
+    conditional_write(lambda: dynamodb.put_item(**ready_put(ready_table, item)))
 
 
 class OperationProgressWriter:
@@ -401,11 +397,9 @@ class OperationProgressWriter:
                 events = (events if isinstance(events, list) else [events]) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
-                try:
-                    self.dynamodb.update_item(**u.request(self.table, {k: item[k] for k in self.keys}))
-                    failed += 1
-                except ClientError as exc:
-                    if error_code(exc) != "ConditionalCheckFailedException":
-                        raise
+                request = u.request(self.table, {k: item[k] for k in self.keys})
+                if conditional_write(lambda: self.dynamodb.update_item(**request)) is None:  # noqa: B023 (called at once)
                     raced += 1
+                else:
+                    failed += 1
         return failed, raced
