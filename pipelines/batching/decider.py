@@ -121,17 +121,23 @@ def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[i
         ),
         ExpressionAttributeValues={":b": {"S": store.BATCH_ACTION}},
     )
-    items = [item for page in found for item in page.get("Items", [])]
     keys = ("receiver", "created_at", "pending_receiver")
-    sample = [
-        {"record_id": raw.get("record_id", {}).get("S"), "missing": [a for a in keys if a not in raw]}
-        for raw in items[:limit]
-    ]
-    return len(items), sample
+    total, sample = 0, []
+    for raw in (item for page in found for item in page.get("Items", [])):  # counted, not kept
+        total += 1
+        if len(sample) < limit:
+            sample.append(
+                {"record_id": raw.get("record_id", {}).get("S"), "missing": [a for a in keys if a not in raw]}
+            )
+    return total, sample
 
 
 def valid_partition_names(items: list[dict[str, Any]]) -> tuple[set[str], list[str]]:
     """(names usable as partition keys, names that are not) among receiver items."""
-    names = [item.get("receiver") for item in items]
-    bad = [name for name in names if not (isinstance(name, str) and schedule.RECEIVER_NAME.match(name))]
-    return {name for name in names if name not in bad}, [repr(name) for name in bad]
+    good, bad = set(), []
+    for name in (item.get("receiver") for item in items):
+        if isinstance(name, str) and schedule.RECEIVER_NAME.match(name):
+            good.add(name)
+        else:
+            bad.append(repr(name))
+    return good, bad

@@ -248,7 +248,7 @@ def _batch_share(
         f"materialized, {len(counted)} counted here: batched as usual, already materialized), {len(failed)} "
         "failed; " + ", ".join(f"{k}={v}" for k, v in totals.items())
     )
-    return dg.Output(result, metadata=_minute_metadata([result]))
+    return dg.Output(result, metadata=_minute_metadata(_minute_totals([result])))
 
 
 def _minute_totals(results: list[dict]) -> dict:
@@ -260,8 +260,7 @@ def _minute_totals(results: list[dict]) -> dict:
     }
 
 
-def _minute_metadata(results: list[dict]) -> dict:
-    totals = _minute_totals(results)
+def _minute_metadata(totals: dict) -> dict:
     return {
         **{k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")},
         "partitions_materialized": dg.MetadataValue.int(totals["batched"] - len(totals["counted"])),
@@ -269,9 +268,9 @@ def _minute_metadata(results: list[dict]) -> dict:
     }
 
 
-def _report_minute(context: dg.OpExecutionContext, results: list[dict], batch_time: str, dry_run: bool) -> None:
-    """The minute's run summary; receivers that failed are tagged for their own runs."""
-    totals = _minute_totals(results)
+def _report_minute(context: dg.OpExecutionContext, totals: dict, batch_time: str, dry_run: bool) -> None:
+    """The minute's run summary (``totals``: the shares' results added up); receivers that failed are tagged
+    for their own runs."""
     failed = totals["failed"]
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
@@ -302,7 +301,7 @@ batch_receivers = dg.op(
 @dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
 def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> None:
     if results:
-        _report_minute(context, results, results[0]["batch_time"], results[0]["dry_run"])
+        _report_minute(context, _minute_totals(results), results[0]["batch_time"], results[0]["dry_run"])
 
 
 @dg.op(
@@ -321,9 +320,9 @@ def batch_minute(
 ) -> dg.Output[dict]:
     params, parts = _minute_shares(context)
     results = [_batch_share(context, share, dynamodb, s3, batching).value for share in parts]
-    _report_minute(context, results, params.batch_time, params.dry_run)
-    output = {"shares": len(results), "failed": _minute_totals(results)["failed"]}
-    return dg.Output(output, metadata=_minute_metadata(results))
+    totals = _minute_totals(results)
+    _report_minute(context, totals, params.batch_time, params.dry_run)
+    return dg.Output({"shares": len(results), "failed": totals["failed"]}, metadata=_minute_metadata(totals))
 
 
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
