@@ -8,16 +8,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipelines.common import now_ms
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
-from pipelines.reclaim.http import HttpWriter
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.policy import ReclaimPolicy, policy_from_params
 from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, to_candidate
-from pipelines.reclaim.wiring import KeyValueCursor
-from pipelines.reclaim.writers import DONE, DynamoWriter, ItemError, OperationProgressWriter
+from pipelines.reclaim.writers import DONE, ItemError, OperationProgressWriter
+
+if TYPE_CHECKING:  # the writer and cursor are given by the caller
+    from pipelines.reclaim.http import HttpWriter
+    from pipelines.reclaim.wiring import KeyValueCursor
+    from pipelines.reclaim.writers import DynamoWriter
 
 PROGRESS_EVERY_SECONDS = 10.0
 
