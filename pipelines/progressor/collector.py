@@ -331,8 +331,11 @@ def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
     """One action per zombie, in input order."""
     if params.action != "retry":
         return [Action(z, False, 0, "action error") for z in zombies]
-    policy = params.policy
-    return [Action(z, *policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)) for z in zombies]
+    actions = []
+    for z in zombies:
+        retry, timeout, reason = params.policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)
+        actions.append(Action(z, retry, timeout if retry else 0, reason))
+    return actions
 
 
 def _describe(z: Zombie) -> str:
