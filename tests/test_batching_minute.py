@@ -122,9 +122,8 @@ def _counted(instance, run_id) -> dict:
     """The partitions the minute run's shares counted without materializing them again."""
     counted = {}
     for event in instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_OUTPUT):
-        counted |= event.dagster_event.step_output_data.metadata.get(
-            "partitions_counted", dg.JsonMetadataValue({})
-        ).value
+        if event.step_key.startswith(("batch_receivers", "batch_minute")):  # a share's step, or the one step
+            counted |= event.dagster_event.step_output_data.metadata["partitions_counted"].value
     return counted
 
 
