@@ -36,11 +36,21 @@ def _reason(exc: BaseException) -> str:
     return next((text for text in reversed(messages) if text), type(exc).__name__)
 
 
+def _without_credentials(text: str, url: str) -> str:
+    """``text`` with the URL's user and password masked: a server's error may name them
+    (RabbitMQ's ``ACCESS_REFUSED ... for user 'guest'``, PostgreSQL's ``for user "postgres"``)."""
+    parts = urlsplit(url)
+    for secret in (parts.password, parts.username):
+        if secret:
+            text = text.replace(unquote(secret), "***")
+    return text
+
+
 def broker_lost_message(broker_url: str, exc: BaseException) -> str:
-    """Names the broker as ``scheme://host:port/vhost``: no user, no password."""
+    """Names the broker as ``scheme://host:port/vhost``: no user, no password, also not in the reason."""
     parts = urlsplit(broker_url)
     where = f"{parts.scheme}://{parts.hostname or ''}" + (f":{parts.port}" if parts.port else "") + (parts.path or "/")
-    return f"the Celery broker {where} was lost: {_reason(exc)}"
+    return f"the Celery broker {where} was lost: {_without_credentials(_reason(exc), broker_url)}"
 
 
 def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str] = ()) -> str:
@@ -50,7 +60,8 @@ def storage_lost_message(database_url: str, reason: str, step_keys: Iterable[str
     steps = sorted(step_keys)
     on = f" (step {', '.join(steps)} on its Celery worker)" if steps else ""
     where = f"{parts.hostname or 'localhost'}{port}/{unquote(parts.path.lstrip('/'))}"
-    return f"the Dagster storage database {where} was lost: {first_line(reason, None)}{on}"
+    reason = _without_credentials(first_line(reason, None), database_url)
+    return f"the Dagster storage database {where} was lost: {reason}{on}"
 
 
 def is_broker_error(exc: BaseException) -> bool:

@@ -31,6 +31,7 @@ import pytest
 from infra import cluster as cl
 from infra.deploy import deploy, free_port
 from pipelines.common.summary import run_counters
+from resources.cluster import broker_lost_message, storage_lost_message
 from tests import fleet_support as fs
 from tests.batching_helpers import pending_ids, put_receiver, put_records
 from tests.conftest import ATOMIC_DYNAMODB_SERVER, PATIENCE, LocalAWS, moto_server
@@ -644,3 +645,18 @@ def test_a_worker_without_the_code_location_exits_at_start_with_one_line(tmp_pat
     assert "\n" not in message
     assert "No module named 'pipelines_elsewhere'" in message
     assert "check that the worker has the code location" in message
+
+
+def test_a_lost_broker_or_database_line_masks_the_user_a_server_error_names():
+    refused = ConnectionError("Queue.declare: (403) ACCESS_REFUSED - access to queue 'q' refused for user 'guest'")
+    broker = broker_lost_message("pyamqp://guest:s3cret@127.0.0.1:5672/prod", refused)
+    assert broker == (
+        "the Celery broker pyamqp://127.0.0.1:5672/prod was lost: "
+        "Queue.declare: (403) ACCESS_REFUSED - access to queue 'q' refused for user '***'"
+    )
+    reason = 'FATAL: password authentication failed for user "dagster" (password s3cret)'
+    database = storage_lost_message("postgresql://dagster:s3cret@127.0.0.1:5432/dagster", reason)
+    assert database == (
+        "the Dagster storage database 127.0.0.1:5432/dagster was lost: "
+        'FATAL: password authentication failed for user "***" (password ***)'
+    )
