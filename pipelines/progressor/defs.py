@@ -15,10 +15,9 @@ from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.tasks import task_job, task_schedule
 from pipelines.common.looks import Look
 from pipelines.progressor.collector import ClockError
-from pipelines.progressor.health import CHECKS, Health, checks, durations_chart, measure, recorded_state
+from pipelines.progressor.health import CHECKS, checks, durations_chart, measure, recorded_state
 from pipelines.progressor.metrics import health_datums
-from pipelines.progressor.params import CollectParams
-from pipelines.progressor.schema import NamespaceError, tables_for
+from pipelines.progressor.schema import NamespaceError
 from pipelines.progressor.targets import Target, load_targets
 from pipelines.progressor.task import TASK
 from resources.clients import CloudWatchResource
@@ -26,16 +25,6 @@ from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 
 CAPABILITY = {"groundskeeper/capability": "progressor"}
 NAMESPACE_TAG = "groundskeeper/progressor_namespace"
-
-
-def _measure(conn, params: CollectParams) -> Health:
-    return measure(
-        conn,
-        tables_for(params.namespace),
-        process_step_timeout=params.process_step_timeout,
-        task_scan_timeout=params.task_scan_timeout,
-        writer_time_zone=params.writer_time_zone,
-    )
 
 
 collect_zombies_job = task_job(TASK)
@@ -63,7 +52,7 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
         with context.resources.progressor_db.connection() as conn:
             for target in targets:
                 namespace = target.params.namespace
-                health = _measure(conn, target.params)
+                health = measure(conn, target.params)
                 states[namespace] = recorded_state(health)
                 failing = [c.name for c in checks(health) if not c.passed]
                 said.append(f"{namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
@@ -102,7 +91,7 @@ def health_asset(target: Target, notes: CheckNotes | None = None) -> dg.AssetsDe
     ) -> dg.MaterializeResult:
         try:
             with progressor_db.connection() as conn:
-                health = _measure(conn, target.params)
+                health = measure(conn, target.params)
         except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
             raise dg.Failure(description=str(exc), allow_retries=False) from None
         health.clock.warn(context.log)

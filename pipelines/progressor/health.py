@@ -10,8 +10,8 @@ from psycopg2 import sql
 
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
 from pipelines.progressor.collector import Clock, Threshold, prepare
-from pipelines.progressor.params import PROTECT_TIMEOUT
-from pipelines.progressor.schema import TASK_STATUSES, Tables
+from pipelines.progressor.params import CollectParams
+from pipelines.progressor.schema import TASK_STATUSES, tables_for
 
 BUCKETS_MS = (50, 150, 300, 500, 750, 1000)  # progressor's histogram buckets (prometheus "le")
 BUCKET_LABELS = tuple(f"<={b}" for b in BUCKETS_MS) + (">1000",)
@@ -37,19 +37,13 @@ class Health:
     duration_max_ms: dict[str, float] = field(default_factory=dict)
 
 
-def measure(
-    conn,
-    tables: Tables,
-    *,
-    process_step_timeout: int = 60,
-    task_scan_timeout: int = 31,
-    writer_time_zone: str | None = None,
-) -> Health:
+def measure(conn, params: CollectParams) -> Health:
     """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
-    clock, columns = prepare(conn, tables, writer_time_zone)
-    threshold = Threshold(clock, process_step_timeout + task_scan_timeout + PROTECT_TIMEOUT)
+    tables = tables_for(params.namespace)
+    clock, columns = prepare(conn, tables, params.writer_time_zone)
+    threshold = Threshold(clock, params.threshold_seconds)
     health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold.seconds)
-    health.overdue_after_seconds = 2 * task_scan_timeout
+    health.overdue_after_seconds = 2 * params.task_scan_timeout
     with conn.cursor() as cur:
 
         def rows(template: str, *values: object, **extra: sql.Composable) -> list[tuple]:
