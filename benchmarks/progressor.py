@@ -33,9 +33,10 @@ import trials  # noqa: I001 (benchmarks/trials.py, beside this file)
 from psycopg2 import sql
 
 from infra.demo import progressor_engine as engine
-from pipelines.progressor.collector import collect_zombies, progressor_sql, progressor_statement
+from infra.demo.progressor_schema import create_namespace, progressor_sql, progressor_statement
+from pipelines.progressor.collector import collect_zombies
 from pipelines.progressor.params import collect_params
-from pipelines.progressor.schema import SUFFIXES, Tables, create_namespace
+from pipelines.progressor.schema import SUFFIXES, Tables
 
 BASE_URL = os.environ.get("BENCH_PG_URL", "postgresql://postgres@127.0.0.1:5432")
 THRESHOLD = 96

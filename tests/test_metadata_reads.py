@@ -9,6 +9,7 @@ import datetime as dt
 import pytest
 
 from infra.demo import progressor_engine as engine
+from infra.demo.progressor_schema import create_namespace
 from pipelines.batching.batcher import BatchWritten, FileWritten, RunReport
 from pipelines.batching.defs import report_metadata
 from pipelines.common.defs.metadata import metadata_from, rounded
@@ -18,7 +19,6 @@ from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame
 from pipelines.fleet.pool_audit.prices import PriceList
 from pipelines.progressor.defs import health_asset
 from pipelines.progressor.params import collect_params
-from pipelines.progressor.schema import create_namespace
 from pipelines.progressor.targets import Target, dagster_name
 from resources.postgres import ProgressorDatabase
 from tests.progressor_support import scratch_database, unique_namespace

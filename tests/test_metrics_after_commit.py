@@ -8,8 +8,8 @@ import psycopg2
 import pytest
 
 from infra.demo import progressor_engine as engine
+from infra.demo.progressor_schema import create_namespace
 from pipelines.progressor.defs import collect_zombies_job
-from pipelines.progressor.schema import create_namespace
 from resources import resources_for
 from tests.progressor_support import scratch_database, unique_namespace
 from tests.reclaim_support import PROGRESS_TABLE, items_by_id, seed_mixed

@@ -10,10 +10,11 @@ import pytest
 from psycopg2 import sql
 
 from infra.demo import progressor_engine as engine
+from infra.demo.progressor_schema import create_namespace
 from pipelines.progressor.collector import ClockError, collect_zombies
 from pipelines.progressor.health import measure
 from pipelines.progressor.params import ParamsError, collect_params
-from pipelines.progressor.schema import NamespaceError, create_namespace
+from pipelines.progressor.schema import NamespaceError
 from tests.progressor_support import ListLog, add_event, finished_task, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres

@@ -10,9 +10,9 @@ import psycopg2.errors
 import pytest
 
 from infra.demo import progressor_engine as engine
-from pipelines.progressor.collector import collect_zombies, progressor_statement
+from infra.demo.progressor_schema import create_namespace, progressor_statement
+from pipelines.progressor.collector import collect_zombies
 from pipelines.progressor.params import collect_params
-from pipelines.progressor.schema import create_namespace
 from tests.conftest import PATIENCE
 from tests.progressor_support import ListLog, scratch_database, unique_namespace
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from infra.demo import progressor_engine as engine
+from infra.demo.progressor_schema import create_namespace
 from pipelines.progressor.collector import collect_zombies
 from pipelines.progressor.defs import collect_zombies_job
 from pipelines.progressor.params import collect_params
-from pipelines.progressor.schema import create_namespace
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 from tests.progressor_support import ListLog, admin_connection, scratch_database, unique_namespace
 from tests.test_progressor_defs import RecordingCloudWatch

@@ -12,6 +12,7 @@ import psycopg2
 import pytest
 
 from infra.demo import progressor_engine as engine
+from infra.demo.progressor_schema import create_namespace
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT
 from pipelines.progressor.defs import (
     collect_zombies_job,
@@ -20,7 +21,6 @@ from pipelines.progressor.defs import (
     schedule_for,
 )
 from pipelines.progressor.params import collect_params
-from pipelines.progressor.schema import create_namespace
 from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
 from resources.clients import CloudWatchResource

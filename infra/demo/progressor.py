@@ -23,7 +23,8 @@ import uuid
 from dataclasses import dataclass
 
 from infra.demo import progressor_engine as engine
-from pipelines.progressor.schema import Tables, create_namespace
+from infra.demo.progressor_schema import create_namespace
+from pipelines.progressor.schema import Tables
 
 CRASHED = '{"demo": "crashed worker"}'
 

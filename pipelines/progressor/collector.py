@@ -460,26 +460,3 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
         counts.batches += 1
         attempt(zombies[start : start + params.batch_size])
     return counts
-
-
-def progressor_sql(tables: Tables, seconds: int) -> sql.Composed:
-    """Progressor's own ``collect_zombies`` statement (master 6033631, only waiting/blocked tasks cancelled,
-    schedule deleted), which takes no row locks first: for the benchmark and the tests that compare."""
-    return tables.sql(
-        "WITH zombie_tasks AS ("
-        "  DELETE FROM {running} WHERE running_time < now() - {age} RETURNING process_id, task_id), "
-        " t1 AS (UPDATE {tasks} SET status = 'cancelled' WHERE status IN ('waiting', 'blocked') "
-        "   AND process_id IN (SELECT process_id FROM zombie_tasks)), "
-        " t2 AS (UPDATE {tasks} SET status = 'error', finished_time = now() "
-        "   WHERE task_id IN (SELECT task_id FROM zombie_tasks)), "
-        " t3 AS (DELETE FROM {schedule} WHERE process_id IN (SELECT process_id FROM zombie_tasks)) "
-        "MERGE INTO {processes} AS pt USING zombie_tasks AS zt ON pt.process_id = zt.process_id "
-        "  WHEN MATCHED THEN UPDATE SET status = 'error', detail = 'zombie detected', corrupted_by = zt.task_id",
-        age=_interval(seconds),
-    )
-
-
-def progressor_statement(conn, tables: Tables, seconds: int) -> None:
-    """Run :func:`progressor_sql` in one transaction, as progressor does."""
-    with conn, conn.cursor() as cur:
-        cur.execute(progressor_sql(tables, seconds))

@@ -11,9 +11,7 @@ from psycopg2 import sql
 
 SUFFIXES = ("processes", "tasks", "schedule", "running", "events")
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are silently truncated
-PROCESS_STATUSES = ("running", "error", "init")
 TASK_STATUSES = ("waiting", "running", "blocked", "error", "finished", "cancelled")
-TASK_TYPES = ("init", "timeout", "call", "notify", "repair", "remove")
 TIMER_TYPES = ("timeout", "remove")
 _PERCENT_PLACEHOLDER = re.compile(r"%[s(]")
 
@@ -103,91 +101,3 @@ def process_columns(conn, tables: Tables) -> set[str]:
             (tables.ident("processes").as_string(conn),),
         )
         return {row[0] for row in cur.fetchall()}
-
-
-_ENUMS = (("process_status", PROCESS_STATUSES), ("task_status", TASK_STATUSES), ("task_type", TASK_TYPES))
-
-_TABLES_DDL = """
-CREATE TABLE IF NOT EXISTS {processes} (
-    process_id VARCHAR(256) PRIMARY KEY,
-    status process_status NOT NULL,
-    detail TEXT,
-    aux_state BYTEA,
-    created_at TIMESTAMP WITH TIME ZONE NOT NULL DEFAULT now(),
-    metadata JSONB,
-    previous_status process_status NOT NULL,
-    status_changed_at TIMESTAMP WITH TIME ZONE NOT NULL
-);
-CREATE TABLE IF NOT EXISTS {tasks} (
-    task_id BIGSERIAL PRIMARY KEY,
-    process_id VARCHAR(256) NOT NULL REFERENCES {processes} (process_id),
-    task_type task_type NOT NULL,
-    status task_status NOT NULL,
-    scheduled_time TIMESTAMP WITH TIME ZONE NOT NULL,
-    running_time TIMESTAMP WITH TIME ZONE,
-    finished_time TIMESTAMP WITH TIME ZONE,
-    args BYTEA,
-    metadata JSONB,
-    idempotency_key VARCHAR(80) UNIQUE,
-    response BYTEA,
-    blocked_task BIGINT REFERENCES {tasks} (task_id),
-    last_retry_interval INTEGER NOT NULL,
-    attempts_count SMALLINT NOT NULL,
-    context BYTEA
-);
-ALTER TABLE {processes} ADD COLUMN IF NOT EXISTS corrupted_by BIGINT REFERENCES {tasks} (task_id);
-CREATE TABLE IF NOT EXISTS {schedule} (
-    task_id BIGINT PRIMARY KEY REFERENCES {tasks} (task_id),
-    process_id VARCHAR(256) NOT NULL REFERENCES {processes} (process_id),
-    task_type task_type NOT NULL,
-    status task_status NOT NULL,
-    scheduled_time TIMESTAMP WITH TIME ZONE NOT NULL,
-    args BYTEA,
-    metadata JSONB,
-    last_retry_interval INTEGER NOT NULL,
-    attempts_count SMALLINT NOT NULL,
-    context BYTEA
-);
-CREATE TABLE IF NOT EXISTS {running} (
-    process_id VARCHAR(256) PRIMARY KEY REFERENCES {processes} (process_id),
-    task_id BIGINT NOT NULL REFERENCES {tasks} (task_id),
-    task_type task_type NOT NULL,
-    status task_status NOT NULL,
-    scheduled_time TIMESTAMP WITH TIME ZONE NOT NULL,
-    running_time TIMESTAMP WITH TIME ZONE NOT NULL,
-    args BYTEA,
-    metadata JSONB,
-    last_retry_interval INTEGER NOT NULL,
-    attempts_count SMALLINT NOT NULL,
-    context BYTEA
-);
-CREATE TABLE IF NOT EXISTS {events} (
-    process_id VARCHAR(256) NOT NULL REFERENCES {processes} (process_id),
-    task_id BIGINT NOT NULL REFERENCES {tasks} (task_id),
-    event_id SMALLINT NOT NULL,
-    timestamp TIMESTAMP WITH TIME ZONE DEFAULT now(),
-    metadata JSONB,
-    payload BYTEA NOT NULL,
-    PRIMARY KEY (process_id, event_id)
-);
-CREATE INDEX IF NOT EXISTS {events_process_idx} ON {events} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {tasks_process_idx} ON {tasks} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {schedule_process_idx} ON {schedule} USING HASH (process_id);
-CREATE INDEX IF NOT EXISTS {running_task_idx} ON {running} USING HASH (task_id);
-"""
-
-
-def create_namespace(conn, namespace: str) -> Tables:
-    """Create the shared enums (if missing) and the namespace's tables and indexes, in one transaction."""
-    tables = tables_for(namespace)
-    with conn, conn.cursor() as cur:
-        # Serialize concurrent creators of the shared enums (tests run on two workers).
-        cur.execute("SELECT pg_advisory_xact_lock(hashtext('groundskeeper.progressor.schema'))")
-        for name, labels in _ENUMS:
-            cur.execute("SELECT 1 FROM pg_type WHERE typname = %s", (name,))
-            if cur.fetchone() is None:
-                values = sql.SQL(", ").join(map(sql.Literal, labels))
-                cur.execute(sql.SQL("CREATE TYPE {} AS ENUM ({})").format(sql.Identifier(name), values))
-        indexes = ("events_process_idx", "tasks_process_idx", "schedule_process_idx", "running_task_idx")
-        cur.execute(tables.sql(_TABLES_DDL, **{index: tables.ident(index) for index in indexes}))
-    return tables
