@@ -91,7 +91,7 @@ def load(conn, t: Tables, processes: int, per_process: int, zombies: int) -> Non
         cur.execute(
             t.sql(
                 "SELECT setval(pg_get_serial_sequence({}, 'task_id'), (SELECT max(task_id) FROM {tasks}))",
-                t.tasks.as_string(conn),
+                t.ident("tasks").as_string(conn),
             )
         )
         cur.execute(
@@ -178,7 +178,7 @@ def restore_zombies(conn, t: Tables, zombies: int) -> None:
 def refresh_live(conn, t: Tables, zombies: int) -> None:
     """Live running tasks stay 10 s old however long the loading took (only zombies are older)."""
     with conn, conn.cursor() as cur:
-        for table in (t.running, t.tasks):
+        for table in (t.ident("running"), t.ident("tasks")):
             cur.execute(
                 t.sql(
                     "UPDATE {table} SET running_time = now() - interval '10 s' WHERE status = 'running' "

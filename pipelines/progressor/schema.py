@@ -51,14 +51,6 @@ class Tables:
     def ident(self, suffix: str) -> sql.Identifier:
         return sql.Identifier(self.name(suffix))
 
-    @property
-    def tasks(self) -> sql.Identifier:
-        return self.ident("tasks")
-
-    @property
-    def running(self) -> sql.Identifier:
-        return self.ident("running")
-
     def sql(self, template: str, *values: object, **extra: sql.Composable) -> sql.Composed:
         """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers and each
         ``{}`` by the next of ``values`` as a ``sql.Literal``. Execute the result without parameters:
