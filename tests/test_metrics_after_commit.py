@@ -117,7 +117,7 @@ def test_reclaim_with_cloudwatch_unreachable_warns_and_succeeds(aws, monkeypatch
 
 
 def test_progressor_dimension_values_are_cleaned_as_the_fleets():
-    from pipelines.progressor.metrics import collection_datums
+    from pipelines.progressor.health import collection_datums
 
     [datum] = collection_datums("naïve/défaut", 3)
     assert datum["Dimensions"] == [{"Name": "Namespace", "Value": "na?ve/d?faut"}]

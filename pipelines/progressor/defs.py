@@ -15,8 +15,7 @@ from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.tasks import task_job, task_schedule
 from pipelines.common.looks import Look
 from pipelines.progressor.collector import ClockError
-from pipelines.progressor.health import CHECKS, checks, durations_chart, measure, recorded_state
-from pipelines.progressor.metrics import health_datums
+from pipelines.progressor.health import CHECKS, checks, durations_chart, health_datums, measure, recorded_state
 from pipelines.progressor.schema import NamespaceError
 from pipelines.progressor.targets import Target, load_targets
 from pipelines.progressor.task import TASK

@@ -1,5 +1,7 @@
-"""Is progressor keeping up? Figures for one namespace from its tables and the database clock, and the
-checks an operator reads (docs/progressor.md, "Health asset and checks"). No Dagster."""
+"""Is progressor keeping up? Figures for one namespace from its tables and the database clock, the
+checks an operator reads (docs/progressor.md, "Health asset and checks") and the CloudWatch metrics of
+health and collection ("Metrics": progressor exports only Prometheus histograms, no count of collected
+zombies). No Dagster."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 
 from psycopg2 import sql
 
+from pipelines.common import dimension_value
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
 from pipelines.progressor.collector import Clock, Threshold, prepare
 from pipelines.progressor.params import CollectParams
@@ -177,3 +180,35 @@ def durations_chart(health: Health) -> str:
     ]
     both = f"{chart}\n\n" + "\n".join(table)
     return both if len(both) < INLINE_MARKDOWN_LIMIT else chart
+
+
+def _dims(namespace: str, **extra: str) -> list[dict[str, str]]:
+    return [{"Name": k, "Value": dimension_value(v)} for k, v in {"Namespace": namespace, **extra}.items()]
+
+
+def _count(metric: str, namespace: str, value: int) -> dict[str, Any]:
+    return {"MetricName": metric, "Dimensions": _dims(namespace), "Value": value, "Unit": "Count"}
+
+
+def collection_datums(namespace: str, collected: int) -> list[dict[str, Any]]:
+    return [_count("ProgressorZombiesCollected", namespace, collected)]
+
+
+def health_datums(health: Health) -> list[dict[str, Any]]:
+    """Overdue timers, and the last 24 h of task durations per task_type as a value/count set: one value per
+    bucket, its upper bound (the overflow bucket's is the largest duration seen)."""
+    datums = [_count("ProgressorOverdueTimers", health.namespace, health.overdue_timers)]
+    for task_type, counts in sorted(health.durations.items()):
+        values = [*map(float, BUCKETS_MS), max(float(BUCKETS_MS[-1]) + 1, health.duration_max_ms[task_type])]
+        pairs = [(v, c) for v, c in zip(values, counts, strict=True) if c]
+        if pairs:
+            datums.append(
+                {
+                    "MetricName": "ProgressorTaskDuration",
+                    "Dimensions": _dims(health.namespace, TaskType=task_type),
+                    "Values": [v for v, _ in pairs],
+                    "Counts": [float(c) for _, c in pairs],
+                    "Unit": "Milliseconds",
+                }
+            )
+    return datums

@@ -9,7 +9,7 @@ from pipelines.common.aws_batches import put_metrics
 from pipelines.common.looks import Look
 from pipelines.common.task import Task, TaskRun
 from pipelines.progressor.collector import ClockError, collect_zombies, look_for_zombies
-from pipelines.progressor.metrics import collection_datums
+from pipelines.progressor.health import collection_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError
 
