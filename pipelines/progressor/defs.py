@@ -1,5 +1,4 @@
-"""Dagster wiring for progressor (docs/progressor.md): the ``collect_zombies`` job, one schedule per target
-namespace, a health asset per namespace with its checks."""
+"""Dagster wiring for progressor (docs/progressor.md): its job, schedules, health assets and their checks."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -14,13 +13,11 @@ from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.tasks import task_job, task_schedule
 from pipelines.common.looks import Look
-from pipelines.progressor.collector import ClockError
 from pipelines.progressor.health import CHECKS, checks, durations_chart, health_datums, measure, recorded_state
-from pipelines.progressor.schema import NamespaceError
 from pipelines.progressor.targets import Target, load_targets
 from pipelines.progressor.task import TASK
 from resources.clients import CloudWatchResource
-from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
+from resources.postgres import ProgressorDatabase
 
 CAPABILITY = {"groundskeeper/capability": "progressor"}
 NAMESPACE_TAG = "groundskeeper/progressor_namespace"
@@ -43,9 +40,6 @@ def schedule_for(target: Target, crons: Mapping[str, str] | None = None) -> dg.S
 
 
 def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
-    """Every 5 minutes, a health run of every target namespace when a check's outcome or a count
-    changed since the last run (or that run is an hour old)."""
-
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         states, said = {}, []
         with context.resources.progressor_db.connection() as conn:
@@ -91,7 +85,7 @@ def health_asset(target: Target, notes: CheckNotes | None = None) -> dg.AssetsDe
         try:
             with progressor_db.connection() as conn:
                 health = measure(conn, target.params)
-        except (NamespaceError, ProgressorDatabaseError, ClockError) as exc:
+        except TASK.failures as exc:  # the collection's one-line failures
             raise dg.Failure(description=str(exc), allow_retries=False) from None
         health.clock.warn(context.log)
         # To the deployment's metrics sink; a failure is a warning, never a failed run.
