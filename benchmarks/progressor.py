@@ -26,6 +26,7 @@ import os
 import threading
 import time
 import uuid
+from dataclasses import asdict
 
 import psycopg2
 import psycopg2.errors
@@ -300,7 +301,7 @@ def main() -> int:
             if "c" in holder and holder["c"].collected != args.zombies:
                 problems.append(f"the collector counted {holder['c'].collected} collected")
             return trials.Run(elapsed, args.zombies - left, problems, detail=read,
-                              extra={"counts": holder["c"].as_dict() if "c" in holder else None})  # fmt: skip
+                              extra={"counts": asdict(holder["c"]) if "c" in holder else None})  # fmt: skip
 
         labels = {
             "progressor": "progressor's statement (corrected semantics, one transaction)",
@@ -326,7 +327,7 @@ def main() -> int:
                 refresh_live(conn, t, args.zombies)
                 if which == "collector":
                     out = with_live_worker(
-                        url, t, held, lambda: collect_zombies(conn, params, QuietLog()).as_dict(), hold
+                        url, t, held, lambda: asdict(collect_zombies(conn, params, QuietLog())), hold
                     )
                 else:
                     out = with_live_worker(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import psycopg2
 from psycopg2 import sql
@@ -20,8 +20,7 @@ from pipelines.progressor.schema import Tables, process_columns, require_tables,
 
 _UTC = ("utc", "uct", "gmt", "gmt0", "gmt+0", "gmt-0", "greenwich", "universal", "zulu")
 UTC_NAMES = frozenset([*_UTC, *(f"etc/{name}" for name in _UTC)])  # PostgreSQL's names of UTC, lowercased
-# Errors that cost one batch: lock_timeout, deadlock, serialization failure.
-BATCH_ERRORS = (LockNotAvailable, DeadlockDetected, SerializationFailure)
+BATCH_ERRORS = (LockNotAvailable, DeadlockDetected, SerializationFailure)  # they cost one batch
 # Errors caused by one row's data: they cost that row only (its batch is retried one zombie at a time).
 ROW_ERRORS = (psycopg2.DataError, psycopg2.IntegrityError)
 
@@ -43,9 +42,6 @@ class Counts:
     @property
     def collected(self) -> int:
         return self.errored + self.retried
-
-    def as_dict(self) -> dict[str, int]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -90,7 +86,6 @@ class Clock:
         return ", ".join(f"{zone!r} ({offset:+d}s)" for zone, offset in self.writer_zones)
 
     def warn(self, log) -> None:
-        """A warning to ``log`` when a zone is not UTC."""
         if self.shifted_zones:
             source = "writer_time_zone is" if self.explicit else "progressor's sessions may use TimeZone"
             log.warning(
@@ -144,14 +139,13 @@ def _offsets(cur, zones: list[str]) -> tuple[tuple[str, int], ...]:
     return tuple(cur.fetchall())
 
 
-def _iana_zone(cur, writer_time_zone: object) -> str:
+def _iana_zone(cur, writer_time_zone: str) -> str:
     """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError. An offset such as
     ``+09:00`` or ``UTC+9`` is a POSIX zone to PostgreSQL, whose signs count west of UTC: refused."""
-    if isinstance(writer_time_zone, str):
-        cur.execute("SELECT name FROM pg_timezone_names WHERE lower(name) = lower(%s) LIMIT 1", (writer_time_zone,))
-        row = cur.fetchone()
-        if row is not None:
-            return row[0]
+    cur.execute("SELECT name FROM pg_timezone_names WHERE lower(name) = lower(%s) LIMIT 1", (writer_time_zone,))
+    row = cur.fetchone()
+    if row is not None:
+        return row[0]
     raise ClockError(
         f"writer_time_zone {writer_time_zone!r} is not an IANA time zone name PostgreSQL knows (such as "
         "Asia/Tokyo or Europe/Berlin; offsets such as '+09:00' or 'UTC+9' are read with POSIX signs, "
@@ -260,11 +254,7 @@ class Action:
 
 
 def write_actions(cur, tables: Tables, actions: list[Action], with_status_columns: bool) -> None:
-    """The (locked) zombie tasks go to error and their running rows go. A zombie to error: progressor's
-    collect_zombies for its process (waiting/blocked tasks cancelled, schedule deleted, process to error), plus
-    previous_status/status_changed_at. A timer to retry: its process's other waiting/blocked timers cancelled (as
-    progressor's worker does on a retry) and a new waiting task (same type, attempts_count + 1,
-    last_retry_interval = timeout, scheduled at now() + timeout) in tasks and schedule; the process stays running."""
+    """Error or retry the locked zombies as docs/progressor.md ("How it works", ``error`` and ``retry``) says."""
     zombies = [a.zombie for a in actions]
     error = [a.zombie for a in actions if not a.retry]
     retry = [a for a in actions if a.retry]
@@ -331,11 +321,9 @@ def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
     """One action per zombie, in input order."""
     if params.action != "retry":
         return [Action(z, False, 0, "action error") for z in zombies]
-    actions = []
-    for z in zombies:
-        retry, timeout, reason = params.policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)
-        actions.append(Action(z, retry, timeout if retry else 0, reason))
-    return actions
+    policy = params.policy
+    decided = [(z, *policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)) for z in zombies]
+    return [Action(z, retry, timeout if retry else 0, reason) for z, retry, timeout, reason in decided]
 
 
 def _describe(z: Zombie) -> str:

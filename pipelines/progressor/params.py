@@ -1,5 +1,4 @@
-"""The ``collect_zombies`` parameters (progressor's own option names), declared once as
-``pipelines.common.params`` fields: run-config schema, validation and docs tables derive from them. No Dagster."""
+"""The ``collect_zombies`` parameters, with progressor's own option names. No Dagster."""
 
 from __future__ import annotations
 

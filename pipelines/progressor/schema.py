@@ -52,9 +52,8 @@ class Tables:
         return sql.Identifier(self.name(suffix))
 
     def sql(self, template: str, *values: object, **extra: sql.Composable) -> sql.Composed:
-        """``template`` with ``{processes}``, ``{tasks}``... replaced by the quoted identifiers and each
-        ``{}`` by the next of ``values`` as a ``sql.Literal``. Execute the result without parameters:
-        a template with a ``%s`` or ``%(name)s`` placeholder is refused (see the module's docstring)."""
+        """``template`` with ``{processes}``, ``{tasks}``... as the quoted identifiers and each ``{}`` as the next
+        of ``values``; execute it without parameters (a ``%s`` or ``%(name)s`` placeholder is refused)."""
         if _PERCENT_PLACEHOLDER.search(template):
             raise ValueError(f"statement template with a %-placeholder: pass values as {{}}, got {template!r}")
         return sql.SQL(template).format(

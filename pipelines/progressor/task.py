@@ -3,6 +3,7 @@ metrics after the commit, and its schedules' look. No Dagster."""
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
 from pipelines.common.aws_batches import put_metrics
@@ -24,7 +25,7 @@ def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, An
         f"failed {counts.failed}"
         + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
     )
-    result = {**counts.as_dict(), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
+    result = {**asdict(counts), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
     if not params.dry_run:
         datums = collection_datums(params.namespace, counts.collected)
         put_metrics(run.cloudwatch, run.progressor_db.metrics_namespace, datums)
