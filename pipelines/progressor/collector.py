@@ -14,7 +14,6 @@ from psycopg2 import sql
 from psycopg2.errors import DeadlockDetected, InsufficientPrivilege, LockNotAvailable, SerializationFailure
 
 from pipelines.common import first_line
-from pipelines.common.looks import Look
 from pipelines.progressor.params import ZOMBIE_ERROR, CollectParams
 from pipelines.progressor.schema import Tables, process_columns, require_tables, tables_for
 
@@ -223,22 +222,6 @@ def _select_zombies(cur, tables: Tables, threshold: Threshold, rest: str, **extr
     return [Zombie(*row) for row in cur.fetchall()]
 
 
-def look_for_zombies(conn, params: CollectParams) -> Look:
-    """A schedule's look: one count of the running rows older than the threshold, each ``running_time`` as
-    stored (not read back in the writers' zones, :class:`Clock`): at least the zombies a run would find."""
-    tables = tables_for(params.namespace)
-    seconds = params.threshold_seconds
-    with conn.cursor() as cur:
-        cur.execute(
-            tables.sql("SELECT count(*) FROM {running} WHERE running_time < now() - {age}", age=_interval(seconds))
-        )
-        found = cur.fetchone()[0]
-    conn.rollback()
-    if found:
-        return Look.work(f"{found} running task(s) of {params.namespace} older than {seconds}s")
-    return Look.idle(f"no running task of {params.namespace} older than {seconds}s")
-
-
 @dataclass(frozen=True)
 class Action:
     """What the collector does with one zombie: retry it (in ``timeout`` seconds) or error it, and why."""
@@ -334,9 +317,8 @@ def _describe(z: Zombie) -> str:
 
 
 def prepare(conn, tables: Tables, writer_time_zone: str | None) -> tuple[Clock, set[str]]:
-    """Check the namespace's tables, then read the processes table's columns (migration 2 adds previous_status,
-    status_changed_at) and the clock of progressor's sessions (``writer_time_zone`` if given, else every zone they
-    may use), in one read-only transaction before anything is written."""
+    """Check the namespace's tables, then read the processes table's columns and the clock of progressor's sessions
+    (``writer_time_zone`` if given, else every zone they may use) in one read-only transaction."""
     try:
         require_tables(conn, tables)
         columns = process_columns(conn, tables)
