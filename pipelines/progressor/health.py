@@ -1,7 +1,6 @@
-"""Is progressor keeping up? Figures for one namespace from its tables and the database clock, the
-checks an operator reads (docs/progressor.md, "Health asset and checks") and the CloudWatch metrics of
-health and collection ("Metrics": progressor exports only Prometheus histograms, no count of collected
-zombies). No Dagster."""
+"""Is progressor keeping up? One namespace's figures from its tables and the database clock, the checks an
+operator reads and the CloudWatch datums of health and collection (docs/progressor.md, "Health asset and checks",
+"Metrics": progressor exports only Prometheus histograms, no count of collected zombies). No Dagster."""
 
 from __future__ import annotations
 
