@@ -171,10 +171,6 @@ def _transaction(conn):
         raise
 
 
-def _interval(seconds: int) -> sql.Composable:
-    return sql.SQL("make_interval(secs => {})").format(sql.Literal(seconds))
-
-
 _RUNNING_TIME = sql.SQL("r.running_time")
 
 
@@ -198,7 +194,9 @@ class Threshold:
     @property
     def older(self) -> sql.Composable:
         """True for a zombie."""
-        return sql.SQL("{} < {} - {}").format(self.clock.started(_RUNNING_TIME), self._now(), _interval(self.seconds))
+        return sql.SQL("{} < {} - make_interval(secs => {})").format(
+            self.clock.started(_RUNNING_TIME), self._now(), sql.Literal(self.seconds)
+        )
 
 
 def _keys(zombies: list[Zombie]) -> sql.Composable:
