@@ -9,8 +9,7 @@ import dagster as dg
 import pytest
 
 from pipelines.common import to_item
-from pipelines.reclaim.defs import build_defs, older_run_on_same_table, schedule_for
-from pipelines.reclaim.defs.jobs import execution_for
+from pipelines.reclaim.defs import build_defs, execution_for, older_run_on_same_table, schedule_for
 from pipelines.reclaim.engine import reclaim_pass
 from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
 from pipelines.reclaim.source import TableError, inspect_table, parse_time

@@ -480,7 +480,7 @@ def test_a_redirect_from_the_endpoint_is_an_item_error_and_the_token_never_follo
     ids = seed_mixed(aws.client("dynamodb"))
     settings, overrides = endpoint_settings(aws, endpoint), {}
     if named_by == "agendaProgressEndpointURL":  # the run config names it, under an allowed prefix
-        settings = dataclasses.replace(settings, progress_url=None, allowed_urls=endpoint.progress_url)
+        settings = dataclasses.replace(settings, progress_url=None, progress_allowed_urls=endpoint.progress_url)
         overrides = {"agendaProgressEndpointURL": endpoint.progress_url}
     log = ListLog()
     with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:  # another server
@@ -538,7 +538,7 @@ def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():
 def test_every_url_a_credential_goes_to_is_refused_with_dot_segments(aws, endpoint, tail):
     from pipelines.reclaim.wiring import endpoint_url
 
-    settings = dataclasses.replace(endpoint_settings(aws, endpoint), allowed_urls=endpoint.progress_url)
+    settings = dataclasses.replace(endpoint_settings(aws, endpoint), progress_allowed_urls=endpoint.progress_url)
     for name, settings_, overrides in (
         ("agendaProgressEndpointURL", settings, {"agendaProgressEndpointURL": endpoint.progress_url + tail}),
         ("AGENDA_PROGRESS_URL", dataclasses.replace(settings, progress_url=endpoint.progress_url + tail), {}),
@@ -594,9 +594,11 @@ def _refusal(params_overrides: dict, settings) -> str:
 def _named(name: str, url: str, settings, prefix: str):
     """(run config overrides, settings) that put ``url`` under the setting ``name``."""
     if name == "agendaProgressEndpointURL":
-        return {name: url}, dataclasses.replace(settings, allowed_urls=prefix)
+        return {name: url}, dataclasses.replace(settings, progress_allowed_urls=prefix)
     if name == "AGENDA_PROGRESS_ALLOWED_URLS":
-        return {"agendaProgressEndpointURL": prefix}, dataclasses.replace(settings, allowed_urls=url, progress_url=None)
+        return {"agendaProgressEndpointURL": prefix}, dataclasses.replace(
+            settings, progress_allowed_urls=url, progress_url=None
+        )
     field = {"AGENDA_PROGRESS_URL": "progress_url", "IDENTITY_URL": "identity_url"}[name]
     return {}, dataclasses.replace(settings, **{field: url})
 

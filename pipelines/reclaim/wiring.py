@@ -21,7 +21,7 @@ class EndpointSettings:
     identity_url: str | None = None
     idm_user: str | None = None
     idm_encrypted_pass: str | None = None
-    allowed_urls: str | None = None  # comma-separated URL prefixes a run config may name
+    progress_allowed_urls: str | None = None  # comma-separated URL prefixes a run config may name
 
 
 def url_allowed(url: str, prefixes: list[str]) -> bool:
@@ -49,7 +49,9 @@ def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | Non
         return configured
     url = check_url("agendaProgressEndpointURL", params.agendaProgressEndpointURL)
     prefixes = [
-        check_url("AGENDA_PROGRESS_ALLOWED_URLS", p) for p in (endpoint.allowed_urls or "").split(",") if p.strip()
+        check_url("AGENDA_PROGRESS_ALLOWED_URLS", p)
+        for p in (endpoint.progress_allowed_urls or "").split(",")
+        if p.strip()
     ]
     if not url_allowed(url, prefixes + ([configured] if configured else [])):
         raise ParamsError(
