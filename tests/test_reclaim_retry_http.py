@@ -11,12 +11,11 @@ import pytest
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
 from pipelines.reclaim.decide import decide
-from pipelines.reclaim.engine import reclaim_pass
-from pipelines.reclaim.http import EndpointError, Secret
+from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
+from pipelines.reclaim.http import EndpointError, EndpointSettings, Secret, make_writer
 from pipelines.reclaim.params import ParamsError, parse_params
 from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
-from pipelines.reclaim.wiring import EndpointSettings, make_writer
 from pipelines.reclaim.writers import RACED, DynamoWriter, apply_each
 from pipelines.retry import dynamodb_fence
 from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
@@ -46,16 +45,8 @@ def run(aws, endpoint=None, log=None, **overrides):
         ready_table=aws.env["AGENDA_READY_TABLE"],
         endpoint=endpoint or EndpointSettings(),
     )
-    policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
-    return reclaim_pass(
-        dynamodb=ddb,
-        info=inspect_table(ddb, params),
-        params=params,
-        writer=writer,
-        deadline=time.time() + 60,
-        policy=policy,
-        log=log or ListLog(),
-    )
+    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    return reclaim_pass(ddb, plan, writer, log=log or ListLog())
 
 
 def put(aws, *rows):
@@ -166,7 +157,7 @@ def test_a_reclaim_write_for_a_superseded_attempt_is_raced(aws):
         UpdateExpression="SET attemptId = :next",
         ExpressionAttributeValues={":next": {"S": "att-next"}},
     )
-    writer = DynamoWriter(ddb, table=PROGRESS_TABLE, time_field="updatedTime", ready_table=None, action="fail")
+    writer = DynamoWriter(ddb, params)
     decision = decide(candidate, action="fail", now=now, cutoff=params.cutoff_ms(now), policy=policy_from_params(None))
     assert writer.apply(candidate, decision, now=now, cutoff=params.cutoff_ms(now)) == RACED
 
@@ -340,15 +331,8 @@ def test_http_writer_retry_and_race(aws, endpoint):
     params = parse_params({**BASE, "reclaimAction": "retry"})
     writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"],
                          endpoint=settings)  # fmt: skip
-    counts = reclaim_pass(
-        dynamodb=ddb,
-        info=inspect_table(ddb, params),
-        params=params,
-        writer=ExecutorBetweenScanAndGet(writer),
-        deadline=time.time() + 60,
-        policy=policy_from_params(None),
-        log=ListLog(),
-    )
+    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    counts = reclaim_pass(ddb, plan, ExecutorBetweenScanAndGet(writer), log=ListLog())
     assert (counts.retried, counts.raced) == (1, 1)
     items = items_by_id(ddb)
     assert items["h"]["processingState"] == "WAITING"
@@ -393,7 +377,7 @@ def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_l
 
 
 def test_an_endpoint_url_must_be_under_a_named_prefix():
-    from pipelines.reclaim.wiring import url_allowed
+    from pipelines.reclaim.http import url_allowed
 
     prefixes = ["https://agenda.example.com/api/", "http://127.0.0.1:8080"]
     assert url_allowed("https://agenda.example.com/api", prefixes)
@@ -526,7 +510,7 @@ DOT_PATHS = ["/../../evil", "/%2e%2e/%2E%2E/evil", "/.%2e/evil", "/..;/evil", "/
 
 
 def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():
-    from pipelines.reclaim.wiring import url_allowed
+    from pipelines.reclaim.http import url_allowed
 
     prefix = "https://agenda.example.com/pop/progress"
     assert url_allowed(f"{prefix}/x", [prefix])
@@ -536,7 +520,7 @@ def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():
 
 @pytest.mark.parametrize("tail", DOT_PATHS)
 def test_every_url_a_credential_goes_to_is_refused_with_dot_segments(aws, endpoint, tail):
-    from pipelines.reclaim.wiring import endpoint_url
+    from pipelines.reclaim.http import endpoint_url
 
     settings = dataclasses.replace(endpoint_settings(aws, endpoint), progress_allowed_urls=endpoint.progress_url)
     for name, settings_, overrides in (
@@ -582,7 +566,7 @@ SECRET = "s3cr3t-Pa55"
 
 def _refusal(params_overrides: dict, settings) -> str:
     """The one line refusing a URL: at parse time (the run config) or when the writer is built."""
-    from pipelines.reclaim.wiring import endpoint_url
+    from pipelines.reclaim.http import endpoint_url
 
     with pytest.raises(ParamsError) as info:
         params = parse_params({**BASE, **params_overrides})

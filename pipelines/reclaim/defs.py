@@ -5,7 +5,7 @@ one schedule per target of the targets file it is given. ``plan_reclaim`` valida
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +21,11 @@ from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.http import location
 from pipelines.common.targets import Target
-from pipelines.reclaim.engine import Counts, reclaim_pass
-from pipelines.reclaim.http import EndpointError
+from pipelines.reclaim.engine import Counts, KeyValueCursor, SegmentPlan, reclaim_pass
+from pipelines.reclaim.http import EndpointError, endpoint_url, make_writer
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
-from pipelines.reclaim.policy import policy_from_params
-from pipelines.reclaim.source import TableError, TableInfo, inspect_table
+from pipelines.reclaim.source import TableError, inspect_table
 from pipelines.reclaim.targets import load_targets
-from pipelines.reclaim.wiring import KeyValueCursor, endpoint_url, make_writer, write_mode
 from pipelines.reclaim.writers import OperationProgressWriter
 from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
 
@@ -47,17 +45,6 @@ ACTION_METRICS = {
     "skipped": "AgendaReclaimSkipped",
     "errors": "AgendaReclaimErrors",
 }
-
-
-@dataclass(frozen=True)
-class SegmentPlan:
-    """What one ``reclaim_segment`` works on: the validated parameters, its segment and the budget."""
-
-    params: ReclaimParams
-    segment: int
-    deadline: float  # epoch seconds
-    info: TableInfo | None = None  # None when the run does nothing (overlap)
-    overlap: str | None = None  # the id of an older run still working on the table
 
 
 def execution_for(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -109,6 +96,13 @@ def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str
     ]
     put_metrics(cloudwatch, namespace, data)
     return len(data)
+
+
+def write_mode(grouped: bool) -> str:
+    """How the DynamoDB writer writes, for the run log's plan line."""
+    if grouped:
+        return "grouped writes (up to 25 conditional updates per BatchExecuteStatement)"
+    return "one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES off)"
 
 
 def _failure(exc: Exception) -> dg.Failure:
@@ -187,14 +181,10 @@ def reclaim_segment(
             if params.operationProgressTableName:
                 operations = OperationProgressWriter(client, params.operationProgressTableName)
         counts = reclaim_pass(
-            dynamodb=client,
-            info=info,
-            params=params,
-            writer=writer,
-            deadline=plan.deadline,
-            segment=plan.segment,
+            client,
+            plan,
+            writer,
             cursor=KeyValueCursor(context.instance.run_storage, params, plan.segment) if info.index is None else None,
-            policy=policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None,
             operations=operations,
             log=context.log,
             run_id=context.run_id,
