@@ -12,9 +12,8 @@ from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
 from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
-from pipelines.reclaim.http import EndpointError, EndpointSettings, Secret, make_writer
-from pipelines.reclaim.params import ParamsError, parse_params
-from pipelines.reclaim.policy import policy_from_params
+from pipelines.reclaim.http import EndpointError, Secret, make_writer
+from pipelines.reclaim.params import ParamsError, parse_params, policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
 from pipelines.reclaim.writers import RACED, DynamoWriter, apply_each
 from pipelines.retry import dynamodb_fence
@@ -35,6 +34,18 @@ class ListLog:
     warning = error = info
 
 
+@dataclasses.dataclass(frozen=True)
+class EndpointSettings:
+    """The fields of the ``agenda`` settings resource the writer reads."""
+
+    progress_url: str | None = None
+    identity_url: str | None = None
+    idm_user: str | None = None
+    idm_encrypted_pass: str | None = None
+    progress_allowed_urls: str | None = None  # comma-separated URL prefixes a run config may name
+    ready_table: str | None = None
+
+
 def run(aws, endpoint=None, log=None, **overrides):
     ddb = aws.client("dynamodb")
     params = parse_params({**BASE, **overrides})
@@ -42,8 +53,7 @@ def run(aws, endpoint=None, log=None, **overrides):
         params,
         dynamodb=ddb,
         kms=aws.client("kms"),
-        ready_table=aws.env["AGENDA_READY_TABLE"],
-        endpoint=endpoint or EndpointSettings(),
+        agenda=dataclasses.replace(endpoint or EndpointSettings(), ready_table=aws.env["AGENDA_READY_TABLE"]),
     )
     plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
     return reclaim_pass(ddb, plan, writer, log=log or ListLog())
@@ -329,8 +339,8 @@ def test_http_writer_retry_and_race(aws, endpoint):
 
     ddb = aws.client("dynamodb")
     params = parse_params({**BASE, "reclaimAction": "retry"})
-    writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"],
-                         endpoint=settings)  # fmt: skip
+    settings = dataclasses.replace(settings, ready_table=aws.env["AGENDA_READY_TABLE"])
+    writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), agenda=settings)
     plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
     counts = reclaim_pass(ddb, plan, ExecutorBetweenScanAndGet(writer), log=ListLog())
     assert (counts.retried, counts.raced) == (1, 1)
@@ -531,7 +541,7 @@ def test_every_url_a_credential_goes_to_is_refused_with_dot_segments(aws, endpoi
         with pytest.raises(ParamsError) as info:
             params = parse_params({**BASE, **overrides})
             endpoint_url(params, settings_)
-            make_writer(params, dynamodb=None, kms=None, ready_table=None, endpoint=settings_)
+            make_writer(params, dynamodb=None, kms=None, agenda=settings_)
         message = str(info.value)
         assert message.splitlines() == [message]
         assert message.startswith(f"{name} ")
@@ -571,7 +581,7 @@ def _refusal(params_overrides: dict, settings) -> str:
     with pytest.raises(ParamsError) as info:
         params = parse_params({**BASE, **params_overrides})
         endpoint_url(params, settings)
-        make_writer(params, dynamodb=None, kms=None, ready_table=None, endpoint=settings)
+        make_writer(params, dynamodb=None, kms=None, agenda=settings)
     return str(info.value)
 
 

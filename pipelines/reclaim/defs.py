@@ -171,12 +171,7 @@ def reclaim_segment(
         writer = operations = None
         if not params.logReclaimOnly:
             writer = make_writer(
-                params,
-                dynamodb=client,
-                kms=kms.get_client(),
-                ready_table=agenda.ready_table,
-                endpoint=agenda,
-                grouped_writes=dynamodb.grouped_writes,
+                params, dynamodb=client, kms=kms.get_client(), agenda=agenda, grouped_writes=dynamodb.grouped_writes
             )
             if params.operationProgressTableName:
                 operations = OperationProgressWriter(client, params.operationProgressTableName)

@@ -13,8 +13,7 @@ from typing import Any
 from pipelines.common import now_ms
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
 from pipelines.reclaim.http import HttpWriter
-from pipelines.reclaim.params import ReclaimParams
-from pipelines.reclaim.policy import policy_from_params
+from pipelines.reclaim.params import ReclaimParams, policy_from_params
 from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, to_candidate
 from pipelines.reclaim.writers import DONE, DynamoWriter, ItemError, OperationProgressWriter
 

@@ -15,11 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from pipelines.common.aws_batches import conditional_write
 from pipelines.common.http import NO_REDIRECTS, Redirected, leaves_its_path, location
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate, parse_events
-from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, Outcome, apply_each, put_ready_item
+from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, Outcome, apply_each, ready_put
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
@@ -34,17 +35,6 @@ class Secret:
     """A string that never shows itself in logs, reprs or the UI (``Secret()``); read it as ``.value``."""
 
     value: str = field(repr=False)
-
-
-@dataclass(frozen=True)
-class EndpointSettings:
-    """The fields of the ``agenda`` settings resource the endpoint reads (that resource passes as it is)."""
-
-    progress_url: str | None = None
-    identity_url: str | None = None
-    idm_user: str | None = None
-    idm_encrypted_pass: str | None = None
-    progress_allowed_urls: str | None = None  # comma-separated URL prefixes a run config may name
 
 
 def redact(text: str, secrets: list[Secret]) -> str:
@@ -223,7 +213,8 @@ class HttpWriter:
             # leaves a held retry that the next run queues, never a reset agenda that nobody queues.
             self.endpoint.put(c.id, {**body, "retryAt": now})
         if d.kind in (RETRY, QUEUE):
-            put_ready_item(self.dynamodb, self.ready_table, ready_item(self.params.tableName, c, d, now))
+            put = ready_put(self.ready_table, ready_item(self.params.tableName, c, d, now))
+            conditional_write(lambda: self.dynamodb.put_item(**put))  # idempotent: a repeated put is refused
             body = {"retryAt": None}
         self.endpoint.put(c.id, body)
         return DONE
@@ -245,17 +236,19 @@ def url_allowed(url: str, prefixes: list[str]) -> bool:
     return False
 
 
-def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | None:
+def endpoint_url(params: ReclaimParams, agenda) -> str | None:
     """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB. The bearer
     token goes to it, so a run config may name only ``AGENDA_PROGRESS_URL`` or a URL under a prefix in
-    ``AGENDA_PROGRESS_ALLOWED_URLS``; anything else is refused before any request."""
-    configured = check_url("AGENDA_PROGRESS_URL", endpoint.progress_url) if endpoint.progress_url else None
+    ``AGENDA_PROGRESS_ALLOWED_URLS``; anything else is refused before any request. ``agenda``: the
+    ``agenda`` settings resource (``progress_url``, ``progress_allowed_urls``, ``identity_url``,
+    ``idm_user``, ``idm_encrypted_pass``, ``ready_table``), or anything with those attributes."""
+    configured = check_url("AGENDA_PROGRESS_URL", agenda.progress_url) if agenda.progress_url else None
     if not params.agendaProgressEndpointURL:
         return configured
     url = check_url("agendaProgressEndpointURL", params.agendaProgressEndpointURL)
     prefixes = [
         check_url("AGENDA_PROGRESS_ALLOWED_URLS", p)
-        for p in (endpoint.progress_allowed_urls or "").split(",")
+        for p in (agenda.progress_allowed_urls or "").split(",")
         if p.strip()
     ]
     if not url_allowed(url, prefixes + ([configured] if configured else [])):
@@ -266,31 +259,23 @@ def endpoint_url(params: ReclaimParams, endpoint: EndpointSettings) -> str | Non
     return url
 
 
-def make_writer(
-    params: ReclaimParams,
-    *,
-    dynamodb,
-    kms,
-    ready_table: str | None,
-    endpoint: EndpointSettings,
-    grouped_writes: bool = False,
-) -> DynamoWriter | HttpWriter:
+def make_writer(params: ReclaimParams, *, dynamodb, kms, agenda, grouped_writes=False) -> DynamoWriter | HttpWriter:
     """The endpoint's writer when the run (or the deployment) names one, else DynamoDB's (``grouped_writes``:
     fail, close and hold updates go 25 to a ``BatchExecuteStatement``)."""
-    url = endpoint_url(params, endpoint)
+    url = endpoint_url(params, agenda)
     if url is None:
-        return DynamoWriter(dynamodb, params, ready_table=ready_table, grouped=grouped_writes)
-    user, encrypted = endpoint.idm_user, endpoint.idm_encrypted_pass
-    login_settings = {"IDENTITY_URL": endpoint.identity_url, "IDM_USER": user, "IDM_ENCRYPTED_PASS": encrypted}
+        return DynamoWriter(dynamodb, params, ready_table=agenda.ready_table, grouped=grouped_writes)
+    user, encrypted = agenda.idm_user, agenda.idm_encrypted_pass
+    login_settings = {"IDENTITY_URL": agenda.identity_url, "IDM_USER": user, "IDM_ENCRYPTED_PASS": encrypted}
     missing = [name for name, value in login_settings.items() if not value]
     if missing:
         raise EndpointError(
             f"the AgendaProgress endpoint {location(url)} needs {', '.join(missing)} in the environment"
         )
-    identity_url = check_url("IDENTITY_URL", endpoint.identity_url, query=True)
+    identity_url = check_url("IDENTITY_URL", agenda.identity_url, query=True)
 
     def authenticate():
         return login(identity_url, user, endpoint_client.remember(decrypt_password(kms, encrypted)))
 
     endpoint_client = AgendaProgressEndpoint(url, authenticate)
-    return HttpWriter(endpoint_client, params, dynamodb=dynamodb, ready_table=ready_table)
+    return HttpWriter(endpoint_client, params, dynamodb=dynamodb, ready_table=agenda.ready_table)

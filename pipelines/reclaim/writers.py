@@ -54,10 +54,6 @@ class _StatementsThrottled(Exception):
     """Some statements of a ``BatchExecuteStatement`` came back throttled: worth another call."""
 
 
-def diagnostics_json(c: Candidate, event: dict[str, Any] | None) -> str:
-    return json.dumps(c.diagnostics + ([event] if event else []), separators=(",", ":"), default=str)
-
-
 _EXPRESSION_TOKEN = re.compile(r"attribute_not_exists\((?P<missing>#?\w+)\)|[#:]?[A-Za-z_]\w*")
 _PARTIQL_KEYWORDS = frozenset({"AND", "OR", "NOT"})
 
@@ -168,7 +164,7 @@ class _Update:
 def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: int, cutoff: int) -> _Update:
     """The conditional update of one AgendaProgress for decision ``d`` (shared by the writers' tests)."""
     u = _Update(params.timeFieldName)
-    diag = diagnostics_json(c, d.event)
+    diag = json.dumps(c.diagnostics + ([d.event] if d.event else []), separators=(",", ":"), default=str)
     if d.kind == FAIL:
         u.fail(now, diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
         if params.reclaimAction == "retry":
@@ -342,11 +338,6 @@ def _distinct_groups(
 def ready_put(ready_table: str, item: dict[str, Any]) -> dict[str, Any]:
     """The ReadyAgenda put, refused when the item (of a deterministic id) was queued already."""
     return {"TableName": ready_table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(id)"}
-
-
-def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> None:
-    """Idempotent ReadyAgenda put (used by the HTTP writer)."""
-    conditional_write(lambda: dynamodb.put_item(**ready_put(ready_table, item)))
 
 
 class OperationProgressWriter:
