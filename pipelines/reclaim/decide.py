@@ -1,6 +1,5 @@
-"""What to do with one candidate: a pure function of the candidate, the parameters and the clock.
-Retry action (the original retry Lambda's rules): ``n = attemptsCompleted + 1``, retried while
-``n < maximumAttempts``, the agenda is retryable and the policy gives a delay; else failed."""
+"""What to do with one candidate: a pure function of the candidate, the parameters and the clock
+(the retry rules are the original retry Lambda's, in ``docs/reclaim.md``)."""
 
 from __future__ import annotations
 

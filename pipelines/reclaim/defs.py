@@ -1,7 +1,5 @@
-"""Dagster wiring of POP's agenda reclaimer: the ``reclaim_agendas`` job (run config: POP's flat JSON) and
-one schedule per target of the targets file it is given. ``plan_reclaim`` validates and picks the path,
-``reclaim_segment`` runs :func:`pipelines.reclaim.engine.reclaim_pass` per parallel-scan segment,
-``report_reclaim`` sums the counts into the run's metadata and CloudWatch metrics."""
+"""Dagster wiring of POP's agenda reclaimer: the ``reclaim_agendas`` job (run config: POP's flat JSON,
+one :func:`pipelines.reclaim.engine.reclaim_pass` per segment) and a schedule per entry of its targets file."""
 
 import time
 from collections.abc import Mapping
@@ -35,6 +33,10 @@ MAX_RUNTIME_SECONDS = "900"  # dagster/max_runtime; maximumExecutionSeconds must
 MAX_PARALLEL_SEGMENTS = 8
 TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
 # Counts field -> metric name (namespace RUNS_FLEET_METRICS_NAMESPACE, default RunsFleet).
+WRITE_MODES = {  # DynamoDB writes grouped or not, for the run log's plan line
+    True: "grouped writes (up to 25 conditional updates per BatchExecuteStatement)",
+    False: "one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES off)",
+}
 ACTION_METRICS = {
     "reclaimed": "AgendaReclaimFailed",
     "retried": "AgendaReclaimRetried",
@@ -98,13 +100,6 @@ def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str
     return len(data)
 
 
-def write_mode(grouped: bool) -> str:
-    """How the DynamoDB writer writes, for the run log's plan line."""
-    if grouped:
-        return "grouped writes (up to 25 conditional updates per BatchExecuteStatement)"
-    return "one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES off)"
-
-
 def _failure(exc: Exception) -> dg.Failure:
     """The run's one line for a refused parameter, endpoint or table: a final failure, never retried."""
     return dg.Failure(description=first_line(exc, None), allow_retries=False)
@@ -141,7 +136,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
         f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.logReclaimOnly else ''}, "
-        f"writer {'HTTP ' + location(url) if url else 'DynamoDB, ' + write_mode(dynamodb.grouped_writes)}, "
+        f"writer {'HTTP ' + location(url) if url else 'DynamoDB, ' + WRITE_MODES[dynamodb.grouped_writes]}, "
         f"cutoff {params.reclaimAgeMinutes} min, "
         f"budget {params.maximumExecutionSeconds}s, about {info.item_count} item(s) in the table"
     )

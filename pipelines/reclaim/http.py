@@ -240,8 +240,7 @@ def endpoint_url(params: ReclaimParams, agenda) -> str | None:
     """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB. The bearer
     token goes to it, so a run config may name only ``AGENDA_PROGRESS_URL`` or a URL under a prefix in
     ``AGENDA_PROGRESS_ALLOWED_URLS``; anything else is refused before any request. ``agenda``: the
-    ``agenda`` settings resource (``progress_url``, ``progress_allowed_urls``, ``identity_url``,
-    ``idm_user``, ``idm_encrypted_pass``, ``ready_table``), or anything with those attributes."""
+    ``agenda`` settings resource, or anything with its endpoint, login and ``ready_table`` fields."""
     configured = check_url("AGENDA_PROGRESS_URL", agenda.progress_url) if agenda.progress_url else None
     if not params.agendaProgressEndpointURL:
         return configured
