@@ -55,7 +55,7 @@ import trials  # noqa: E402
 from infra import dynamodb_local  # noqa: E402
 from infra.agenda_endpoint import LocalAgendaEndpoint  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
-from pipelines.reclaim.engine import reclaim_pass  # noqa: E402
+from pipelines.reclaim.engine import SegmentPlan, reclaim_pass  # noqa: E402
 from pipelines.reclaim.params import parse_params  # noqa: E402
 from pipelines.reclaim.source import TableInfo, inspect_table  # noqa: E402
 from pipelines.reclaim.writers import DynamoWriter  # noqa: E402
@@ -221,9 +221,8 @@ def run_ours(endpoint: str, table: str, scan_limit: int, use_index: bool, groupe
     info = inspect_table(ddb, params)
     if not use_index:
         info = TableInfo(table=info.table, key_attrs=info.key_attrs, index=None)
-    writer = DynamoWriter(ddb, table=table, time_field="updatedTime", ready_table=None, action="fail", grouped=grouped)
-    counts = reclaim_pass(dynamodb=ddb, info=info, params=params, writer=writer, deadline=time.time() + 3600,
-                          log=QuietLog())  # fmt: skip
+    writer = DynamoWriter(ddb, params, grouped=grouped)
+    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 3600, info), writer, log=QuietLog())
     seconds = time.perf_counter() - start
     return {
         "seconds": seconds,

@@ -371,7 +371,7 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
                 ddb.batch_execute_statement(Statements=statements[start : start + 25])
 
     def core(c, env):
-        from pipelines.reclaim.engine import reclaim_pass
+        from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
         from pipelines.reclaim.params import parse_params
         from pipelines.reclaim.source import inspect_table
         from pipelines.reclaim.writers import DynamoWriter
@@ -379,9 +379,8 @@ def reclaim(size: int, stale_percent: float, dynamodb_local: str | None = None) 
         p = parse_params(params(env))
         ddb = c["dynamodb"]
         info = inspect_table(ddb, p)
-        writer = DynamoWriter(ddb, table=p.tableName, time_field="updatedTime", ready_table=None, action="fail",
-                              grouped=bool(dynamodb_local))  # fmt: skip
-        reclaim_pass(dynamodb=ddb, info=info, params=p, writer=writer, deadline=time.time() + 3600, log=rb.QuietLog())
+        writer = DynamoWriter(ddb, p, grouped=bool(dynamodb_local))
+        reclaim_pass(ddb, SegmentPlan(p, 0, time.time() + 3600, info), writer, log=rb.QuietLog())
 
     return Capability(
         name="reclaim",

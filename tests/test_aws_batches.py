@@ -367,7 +367,7 @@ def test_seeders_resend_unprocessed_items_and_give_up_after_the_policy(aws_share
 
 
 def test_reclaim_metrics_retry_a_throttled_call(aws_shared):
-    from pipelines.reclaim.metrics import ACTION_METRICS, put_reclaim_metrics
+    from pipelines.reclaim.defs import ACTION_METRICS, put_reclaim_metrics
 
     cw = aws_shared.client("cloudwatch")
     namespace = f"Toolkit{uuid.uuid4().hex[:8]}"

@@ -9,9 +9,8 @@ import dagster as dg
 import pytest
 
 from pipelines.common import to_item
-from pipelines.reclaim.defs import build_defs, older_run_on_same_table, schedule_for
-from pipelines.reclaim.defs.jobs import execution_for
-from pipelines.reclaim.engine import reclaim_pass
+from pipelines.reclaim.defs import build_defs, execution_for, older_run_on_same_table, schedule_for
+from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
 from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
 from pipelines.reclaim.source import TableError, inspect_table, parse_time
 from pipelines.reclaim.targets import load_targets
@@ -41,12 +40,8 @@ def _params(**overrides):
 def _pass(ddb, params, *, writer="dynamo", deadline=None, **kwargs):
     info = inspect_table(ddb, params)
     if writer == "dynamo":
-        writer = DynamoWriter(
-            ddb, table=params.tableName, time_field=params.timeFieldName, ready_table=None, action="fail"
-        )
-    return reclaim_pass(
-        dynamodb=ddb, info=info, params=params, writer=writer, deadline=deadline or time.time() + 60, **kwargs
-    )
+        writer = DynamoWriter(ddb, params)
+    return reclaim_pass(ddb, SegmentPlan(params, 0, deadline or time.time() + 60, info), writer, **kwargs)
 
 
 # ------------------------------------------------------------------ parameters
@@ -179,7 +174,7 @@ def test_an_executor_writing_between_read_and_write_always_wins(aws):
     ddb = aws.client("dynamodb")
     ids = seed_mixed(ddb)
     params = _params()
-    inner = DynamoWriter(ddb, table=PROGRESS_TABLE, time_field="updatedTime", ready_table=None, action="fail")
+    inner = DynamoWriter(ddb, params)
     revived = ids["stale"][::2]
     counts = _pass(ddb, params, writer=ExecutorFirst(ddb, inner, revived))
     assert counts.raced == len(revived)
@@ -441,8 +436,8 @@ def test_the_scan_delay_never_sleeps_past_the_budget(aws_shared):
         slept.append(seconds)
         now[0] += seconds
 
-    counts = reclaim_pass(dynamodb=ddb, info=inspect_table(ddb, params), params=params, writer=None,
-                          deadline=now[0] + 5, clock=lambda: now[0], sleep=sleep)  # fmt: skip
+    plan = SegmentPlan(params, 0, now[0] + 5, inspect_table(ddb, params))
+    counts = reclaim_pass(ddb, plan, None, clock=lambda: now[0], sleep=sleep)
     assert counts.stopped_by_budget
     assert sum(slept) <= 5, slept
 

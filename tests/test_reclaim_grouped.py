@@ -17,9 +17,8 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
 from pipelines.reclaim.decide import FAIL, Decision
-from pipelines.reclaim.engine import reclaim_pass
+from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
 from pipelines.reclaim.params import parse_params
-from pipelines.reclaim.policy import policy_from_params
 from pipelines.reclaim.source import COMPLETE, Candidate, inspect_table
 from pipelines.reclaim.writers import DONE, RACED, STATEMENTS_PER_CALL, DynamoWriter, ItemError, progress_update
 from tests.iam_support import Stack, load_template
@@ -68,15 +67,13 @@ def seed(ddb, table: str, rows: list[dict]) -> None:
 
 def writer(ddb, table: str, *, grouped: bool, action: str = "fail", ready_table: str | None = None,
            **kw) -> DynamoWriter:  # fmt: skip
-    return DynamoWriter(ddb, table=table, time_field="updatedTime", ready_table=ready_table, action=action,
-                        grouped=grouped, **kw)  # fmt: skip
+    params = parse_params({**BASE, "tableName": table, "reclaimAction": action})
+    return DynamoWriter(ddb, params, ready_table=ready_table, grouped=grouped, **kw)
 
 
 def run_pass(ddb, w, **overrides):
     params = parse_params({**BASE, **overrides})
-    policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
-    return reclaim_pass(dynamodb=ddb, info=inspect_table(ddb, params), params=params, writer=w,
-                        deadline=time.time() + 120, policy=policy)  # fmt: skip
+    return reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 120, inspect_table(ddb, params)), w)
 
 
 # ------------------------------------------------------------------ the statement
@@ -87,7 +84,7 @@ def test_the_statement_is_the_update_item_request_in_partiql():
     c = Candidate(id="a1", key={"id": {"S": "a1"}}, state="EXECUTING", kind="timeout",
                   time_attr={"N": str(now - DAY_MS)}, time_ms=now - DAY_MS, attempt_id="att-1")  # fmt: skip
     d = Decision(FAIL, 1, {"message": "AgendaProgress timed out."})
-    u = progress_update(c, d, time_field="updatedTime", now=now, action="fail", cutoff=now - 3_600_000)
+    u = progress_update(c, d, parse_params(BASE), now=now, cutoff=now - 3_600_000)
     request = u.request("POP-ProgressAgenda-dev", c.key)
     statement = u.partiql("POP-ProgressAgenda-dev", c.key)
     assert statement["Statement"] == (
@@ -109,7 +106,8 @@ def test_attribute_not_exists_and_remove_translate():
     c = Candidate(id="b", key={"id": {"S": "b"}}, state="EXECUTING", kind="timeout", time_attr={"N": "5"},
                   time_ms=5, attempt_id=None)  # fmt: skip
     d = Decision("hold", 1, {"message": "retry attempt 1"}, retry_at=99, attempt_id="att-2")
-    statement = progress_update(c, d, time_field="updatedTime", now=10, action="retry", cutoff=8).partiql("t", c.key)
+    params = parse_params({**BASE, "reclaimAction": "retry"})
+    statement = progress_update(c, d, params, now=10, cutoff=8).partiql("t", c.key)
     assert ' REMOVE "completedTime" REMOVE "startedTime" REMOVE "retryDecision" WHERE ' in statement["Statement"]
     assert '"attemptId" IS MISSING' in statement["Statement"]
     assert '"attemptsCompleted" IS MISSING' in statement["Statement"]

@@ -11,12 +11,10 @@ import pytest
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
 from pipelines.reclaim.decide import decide
-from pipelines.reclaim.engine import reclaim_pass
-from pipelines.reclaim.http import EndpointError, Secret
-from pipelines.reclaim.params import ParamsError, parse_params
-from pipelines.reclaim.policy import policy_from_params
+from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
+from pipelines.reclaim.http import EndpointError, Secret, make_writer
+from pipelines.reclaim.params import ParamsError, parse_params, policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
-from pipelines.reclaim.wiring import EndpointSettings, make_writer
 from pipelines.reclaim.writers import RACED, DynamoWriter, apply_each
 from pipelines.retry import dynamodb_fence
 from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
@@ -36,6 +34,18 @@ class ListLog:
     warning = error = info
 
 
+@dataclasses.dataclass(frozen=True)
+class EndpointSettings:
+    """The fields of the ``agenda`` settings resource the writer reads."""
+
+    progress_url: str | None = None
+    identity_url: str | None = None
+    idm_user: str | None = None
+    idm_encrypted_pass: str | None = None
+    progress_allowed_urls: str | None = None  # comma-separated URL prefixes a run config may name
+    ready_table: str | None = None
+
+
 def run(aws, endpoint=None, log=None, **overrides):
     ddb = aws.client("dynamodb")
     params = parse_params({**BASE, **overrides})
@@ -43,19 +53,10 @@ def run(aws, endpoint=None, log=None, **overrides):
         params,
         dynamodb=ddb,
         kms=aws.client("kms"),
-        ready_table=aws.env["AGENDA_READY_TABLE"],
-        endpoint=endpoint or EndpointSettings(),
+        agenda=dataclasses.replace(endpoint or EndpointSettings(), ready_table=aws.env["AGENDA_READY_TABLE"]),
     )
-    policy = policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None
-    return reclaim_pass(
-        dynamodb=ddb,
-        info=inspect_table(ddb, params),
-        params=params,
-        writer=writer,
-        deadline=time.time() + 60,
-        policy=policy,
-        log=log or ListLog(),
-    )
+    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    return reclaim_pass(ddb, plan, writer, log=log or ListLog())
 
 
 def put(aws, *rows):
@@ -166,7 +167,7 @@ def test_a_reclaim_write_for_a_superseded_attempt_is_raced(aws):
         UpdateExpression="SET attemptId = :next",
         ExpressionAttributeValues={":next": {"S": "att-next"}},
     )
-    writer = DynamoWriter(ddb, table=PROGRESS_TABLE, time_field="updatedTime", ready_table=None, action="fail")
+    writer = DynamoWriter(ddb, params)
     decision = decide(candidate, action="fail", now=now, cutoff=params.cutoff_ms(now), policy=policy_from_params(None))
     assert writer.apply(candidate, decision, now=now, cutoff=params.cutoff_ms(now)) == RACED
 
@@ -338,17 +339,10 @@ def test_http_writer_retry_and_race(aws, endpoint):
 
     ddb = aws.client("dynamodb")
     params = parse_params({**BASE, "reclaimAction": "retry"})
-    writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), ready_table=aws.env["AGENDA_READY_TABLE"],
-                         endpoint=settings)  # fmt: skip
-    counts = reclaim_pass(
-        dynamodb=ddb,
-        info=inspect_table(ddb, params),
-        params=params,
-        writer=ExecutorBetweenScanAndGet(writer),
-        deadline=time.time() + 60,
-        policy=policy_from_params(None),
-        log=ListLog(),
-    )
+    settings = dataclasses.replace(settings, ready_table=aws.env["AGENDA_READY_TABLE"])
+    writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), agenda=settings)
+    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    counts = reclaim_pass(ddb, plan, ExecutorBetweenScanAndGet(writer), log=ListLog())
     assert (counts.retried, counts.raced) == (1, 1)
     items = items_by_id(ddb)
     assert items["h"]["processingState"] == "WAITING"
@@ -393,7 +387,7 @@ def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_l
 
 
 def test_an_endpoint_url_must_be_under_a_named_prefix():
-    from pipelines.reclaim.wiring import url_allowed
+    from pipelines.reclaim.http import url_allowed
 
     prefixes = ["https://agenda.example.com/api/", "http://127.0.0.1:8080"]
     assert url_allowed("https://agenda.example.com/api", prefixes)
@@ -480,7 +474,7 @@ def test_a_redirect_from_the_endpoint_is_an_item_error_and_the_token_never_follo
     ids = seed_mixed(aws.client("dynamodb"))
     settings, overrides = endpoint_settings(aws, endpoint), {}
     if named_by == "agendaProgressEndpointURL":  # the run config names it, under an allowed prefix
-        settings = dataclasses.replace(settings, progress_url=None, allowed_urls=endpoint.progress_url)
+        settings = dataclasses.replace(settings, progress_url=None, progress_allowed_urls=endpoint.progress_url)
         overrides = {"agendaProgressEndpointURL": endpoint.progress_url}
     log = ListLog()
     with LocalAgendaEndpoint(aws.client("dynamodb"), PROGRESS_TABLE) as elsewhere:  # another server
@@ -526,7 +520,7 @@ DOT_PATHS = ["/../../evil", "/%2e%2e/%2E%2E/evil", "/.%2e/evil", "/..;/evil", "/
 
 
 def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():
-    from pipelines.reclaim.wiring import url_allowed
+    from pipelines.reclaim.http import url_allowed
 
     prefix = "https://agenda.example.com/pop/progress"
     assert url_allowed(f"{prefix}/x", [prefix])
@@ -536,9 +530,9 @@ def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():
 
 @pytest.mark.parametrize("tail", DOT_PATHS)
 def test_every_url_a_credential_goes_to_is_refused_with_dot_segments(aws, endpoint, tail):
-    from pipelines.reclaim.wiring import endpoint_url
+    from pipelines.reclaim.http import endpoint_url
 
-    settings = dataclasses.replace(endpoint_settings(aws, endpoint), allowed_urls=endpoint.progress_url)
+    settings = dataclasses.replace(endpoint_settings(aws, endpoint), progress_allowed_urls=endpoint.progress_url)
     for name, settings_, overrides in (
         ("agendaProgressEndpointURL", settings, {"agendaProgressEndpointURL": endpoint.progress_url + tail}),
         ("AGENDA_PROGRESS_URL", dataclasses.replace(settings, progress_url=endpoint.progress_url + tail), {}),
@@ -547,7 +541,7 @@ def test_every_url_a_credential_goes_to_is_refused_with_dot_segments(aws, endpoi
         with pytest.raises(ParamsError) as info:
             params = parse_params({**BASE, **overrides})
             endpoint_url(params, settings_)
-            make_writer(params, dynamodb=None, kms=None, ready_table=None, endpoint=settings_)
+            make_writer(params, dynamodb=None, kms=None, agenda=settings_)
         message = str(info.value)
         assert message.splitlines() == [message]
         assert message.startswith(f"{name} ")
@@ -582,21 +576,23 @@ SECRET = "s3cr3t-Pa55"
 
 def _refusal(params_overrides: dict, settings) -> str:
     """The one line refusing a URL: at parse time (the run config) or when the writer is built."""
-    from pipelines.reclaim.wiring import endpoint_url
+    from pipelines.reclaim.http import endpoint_url
 
     with pytest.raises(ParamsError) as info:
         params = parse_params({**BASE, **params_overrides})
         endpoint_url(params, settings)
-        make_writer(params, dynamodb=None, kms=None, ready_table=None, endpoint=settings)
+        make_writer(params, dynamodb=None, kms=None, agenda=settings)
     return str(info.value)
 
 
 def _named(name: str, url: str, settings, prefix: str):
     """(run config overrides, settings) that put ``url`` under the setting ``name``."""
     if name == "agendaProgressEndpointURL":
-        return {name: url}, dataclasses.replace(settings, allowed_urls=prefix)
+        return {name: url}, dataclasses.replace(settings, progress_allowed_urls=prefix)
     if name == "AGENDA_PROGRESS_ALLOWED_URLS":
-        return {"agendaProgressEndpointURL": prefix}, dataclasses.replace(settings, allowed_urls=url, progress_url=None)
+        return {"agendaProgressEndpointURL": prefix}, dataclasses.replace(
+            settings, progress_allowed_urls=url, progress_url=None
+        )
     field = {"AGENDA_PROGRESS_URL": "progress_url", "IDENTITY_URL": "identity_url"}[name]
     return {}, dataclasses.replace(settings, **{field: url})
 

@@ -1,6 +1,5 @@
-"""What to do with one candidate: a pure function of the candidate, the parameters and the clock.
-Retry action (the original retry Lambda's rules): ``n = attemptsCompleted + 1``, retried while
-``n < maximumAttempts``, the agenda is retryable and the policy gives a delay; else failed."""
+"""What to do with one candidate: a pure function of the candidate, the parameters and the clock
+(the retry rules are the original retry Lambda's, in ``docs/reclaim.md``)."""
 
 from __future__ import annotations
 
@@ -9,9 +8,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.reclaim.policy import ReclaimPolicy
 from pipelines.reclaim.source import Candidate
-from pipelines.retry import new_attempt_id
+from pipelines.retry import STOP, RetryPolicy, new_attempt_id
 
 TIMEOUT_MESSAGE = "AgendaProgress timed out."
 EXHAUSTED_MESSAGE = "attempts exhausted"
@@ -53,8 +51,8 @@ def diagnostic_event(message: str, now: int, payload: dict[str, Any], status_cod
     return {"message": message, "statusCode": status_code, "stackTrace": None, "time": now, "payload": payload}
 
 
-def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: ReclaimPolicy, run_id: str = "") -> Decision:
-    """``policy.delay_for(n)``: seconds before the next attempt after n attempts, or None to stop."""
+def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: RetryPolicy, run_id: str = "") -> Decision:
+    """``policy.delay(n)``: seconds before the next attempt after n attempts, or STOP."""
     seen = {"processingState": c.state, "time": c.time_ms, "cutoff": cutoff, "runId": run_id}
     if c.kind == "held":
         return Decision(QUEUE, c.attempts, None, reason="held retry due", attempt_id=c.attempt_id)
@@ -70,7 +68,7 @@ def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: ReclaimP
         stop = _stop_reason(c, n, policy)
         if stop:
             return Decision(CLOSE, n, diagnostic_event(stop, now, seen, status_code=500), reason=stop)
-    delay = policy.delay_for(n) or 0
+    delay = float(policy.delay(n)) or 0
     attempt_id = new_attempt_id()
     payload = {**seen, "delaySeconds": delay, "attemptId": attempt_id}
     event = diagnostic_event(f"retry attempt {n}", now, payload, status_code=202)
@@ -80,14 +78,14 @@ def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: ReclaimP
                     attempt_id=attempt_id)  # fmt: skip
 
 
-def _stop_reason(c: Candidate, n: int, policy: ReclaimPolicy) -> str | None:
+def _stop_reason(c: Candidate, n: int, policy: RetryPolicy) -> str | None:
     if not c.retryable:
         return NOT_RETRYABLE_MESSAGE
-    if not policy.allows(c.error_type):
+    if c.error_type and not policy.is_retryable(c.error_type):  # the agenda's last error is non-retryable
         return f"{NOT_RETRYABLE_MESSAGE} ({c.error_type})"
     if n >= c.max_attempts:
         return f"{EXHAUSTED_MESSAGE} ({n} of {c.max_attempts})"
-    if policy.delay_for(n) is None:
+    if policy.delay(n) is STOP:
         return f"{EXHAUSTED_MESSAGE} (the retry policy stops after {n})"
     return None
 

@@ -8,19 +8,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pipelines.common import now_ms
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
-from pipelines.reclaim.params import ReclaimParams
-from pipelines.reclaim.policy import ReclaimPolicy, policy_from_params
+from pipelines.reclaim.http import HttpWriter
+from pipelines.reclaim.params import ReclaimParams, policy_from_params
 from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, to_candidate
-from pipelines.reclaim.writers import DONE, ItemError, OperationProgressWriter
-
-if TYPE_CHECKING:  # the writer and cursor are given by the caller
-    from pipelines.reclaim.http import HttpWriter
-    from pipelines.reclaim.wiring import KeyValueCursor
-    from pipelines.reclaim.writers import DynamoWriter
+from pipelines.reclaim.writers import DONE, DynamoWriter, ItemError, OperationProgressWriter
 
 PROGRESS_EVERY_SECONDS = 10.0
 
@@ -59,29 +54,55 @@ class Counts:
                 setattr(self, name, getattr(self, name) + value)
 
 
+@dataclass(frozen=True)
+class SegmentPlan:
+    """What one pass works on: the validated parameters, its segment and the budget."""
+
+    params: ReclaimParams
+    segment: int
+    deadline: float  # epoch seconds
+    info: TableInfo | None = None  # None when the run does nothing (overlap)
+    overlap: str | None = None  # the id of an older run still working on the table
+
+
+class KeyValueCursor:
+    """The scan position of one (table, segment), kept in the Dagster instance's cursor values."""
+
+    def __init__(self, storage: Any, params: ReclaimParams, segment: int) -> None:
+        self.storage = storage
+        self.key = f"groundskeeper/reclaim/{params.tableName}/{params.timeFieldName}/{segment}-of-{params.segments}"
+
+    def load(self) -> dict[str, Any] | None:
+        try:
+            text = self.storage.get_cursor_values({self.key}).get(self.key)
+            return json.loads(text) if text else None
+        except ValueError:
+            return None  # an unreadable cursor restarts the pass; it never fails the run
+
+    def save(self, key: dict[str, Any] | None) -> None:
+        self.storage.set_cursor_values({self.key: json.dumps(key, sort_keys=True) if key else ""})
+
+
 def reclaim_pass(
-    *,
     dynamodb,
-    info: TableInfo,
-    params: ReclaimParams,
+    plan: SegmentPlan,
     writer: DynamoWriter | HttpWriter | None,
-    deadline: float,
-    segment: int = 0,
+    *,
     cursor: KeyValueCursor | None = None,
-    policy: ReclaimPolicy | None = None,
     operations: OperationProgressWriter | None = None,
     log: logging.Logger | Any = None,
     run_id: str = "",
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Counts:
-    """Reclaim what one segment holds, within ``deadline`` (epoch seconds). ``writer`` None = dry run."""
+    """Reclaim what ``plan.info`` holds in ``plan.segment`` before ``plan.deadline``. ``writer`` None = dry run."""
     log = log or logging.getLogger(__name__)
-    policy = policy or policy_from_params(None)  # retry at once; the fail action never asks
+    params, info, deadline = plan.params, plan.info, plan.deadline
+    policy = policy_from_params(params.retryPolicy)  # unset: retry at once; the fail action never asks
     counts = Counts()
     now = now_ms()
     cutoff = params.cutoff_ms(now)
-    requests = build_requests(info, params, now, segment)
+    requests = build_requests(info, params, now, plan.segment)
     batch: list[Candidate] = []
     last_progress = clock()
 

@@ -1,6 +1,7 @@
 """The AgendaProgress HTTP endpoint writer (``docs/contracts.md``): GET, check, PUT a partial object
 with a bearer token from the identity login. No request follows a redirect, and secrets never show:
-every message built from an answer goes through :meth:`AgendaProgressEndpoint.redact`."""
+every message built from an answer goes through :meth:`AgendaProgressEndpoint.redact`.
+:func:`make_writer` picks this writer or DynamoDB's for a run."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from pipelines.common.http import NO_REDIRECTS, Redirected, location
+from pipelines.common.aws_batches import conditional_write
+from pipelines.common.http import NO_REDIRECTS, Redirected, leaves_its_path, location
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
 from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate, parse_events
-from pipelines.reclaim.writers import DONE, RACED, ItemError, Outcome, apply_each, put_ready_item
+from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, Outcome, apply_each, ready_put
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
@@ -155,12 +158,10 @@ class HttpWriter:
     """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object
     (no conditional PUT: a small window remains). ReadyAgenda items still go to DynamoDB, idempotently."""
 
-    def __init__(self, endpoint: AgendaProgressEndpoint, *, time_field: str, action: str, table: str,
-                 dynamodb=None, ready_table: str | None = None) -> None:  # fmt: skip
+    def __init__(self, endpoint: AgendaProgressEndpoint, params: ReclaimParams, *, dynamodb=None, ready_table=None):
         self.endpoint = endpoint
-        self.time_field = time_field
-        self.action = action
-        self.table = table
+        self.params = params
+        self.time_field = params.timeFieldName
         self.dynamodb = dynamodb
         self.ready_table = ready_table
 
@@ -183,7 +184,7 @@ class HttpWriter:
         if d.kind == FAIL:
             body = {"processingState": COMPLETE, "processingStateMessage": FAILED, **times, "completedTime": now,
                     "attemptsCompleted": d.attempt, "diagnosticEvents": events}  # fmt: skip
-            if self.action == "retry":
+            if self.params.reclaimAction == "retry":
                 body["retryDecision"] = decision
             return body
         if d.kind == CLOSE:
@@ -212,7 +213,68 @@ class HttpWriter:
             # leaves a held retry that the next run queues, never a reset agenda that nobody queues.
             self.endpoint.put(c.id, {**body, "retryAt": now})
         if d.kind in (RETRY, QUEUE):
-            put_ready_item(self.dynamodb, self.ready_table, ready_item(self.table, c, d, now))
+            put = ready_put(self.ready_table, ready_item(self.params.tableName, c, d, now))
+            conditional_write(lambda: self.dynamodb.put_item(**put))  # idempotent: a repeated put is refused
             body = {"retryAt": None}
         self.endpoint.put(c.id, body)
         return DONE
+
+
+def url_allowed(url: str, prefixes: list[str]) -> bool:
+    """True when ``url`` has a prefix's scheme, host and port and a path at or below its path
+    (``https://a.example/p`` allows ``/p/x``, never ``/px``); a path that ``leaves_its_path`` never is."""
+    target = urlsplit(url)
+    if leaves_its_path(target.path):
+        return False
+    for prefix in prefixes:
+        allowed = urlsplit(prefix)
+        if (target.scheme, target.netloc.lower()) != (allowed.scheme, allowed.netloc.lower()):
+            continue
+        base = allowed.path.rstrip("/")
+        if target.path.rstrip("/") == base or target.path.startswith(base + "/"):
+            return True
+    return False
+
+
+def endpoint_url(params: ReclaimParams, agenda) -> str | None:
+    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB. The bearer
+    token goes to it, so a run config may name only ``AGENDA_PROGRESS_URL`` or a URL under a prefix in
+    ``AGENDA_PROGRESS_ALLOWED_URLS``; anything else is refused before any request. ``agenda``: the
+    ``agenda`` settings resource, or anything with its endpoint, login and ``ready_table`` fields."""
+    configured = check_url("AGENDA_PROGRESS_URL", agenda.progress_url) if agenda.progress_url else None
+    if not params.agendaProgressEndpointURL:
+        return configured
+    url = check_url("agendaProgressEndpointURL", params.agendaProgressEndpointURL)
+    prefixes = [
+        check_url("AGENDA_PROGRESS_ALLOWED_URLS", p)
+        for p in (agenda.progress_allowed_urls or "").split(",")
+        if p.strip()
+    ]
+    if not url_allowed(url, prefixes + ([configured] if configured else [])):
+        raise ParamsError(
+            f"agendaProgressEndpointURL {location(url)} is not an endpoint this deployment names: it must be "
+            "AGENDA_PROGRESS_URL or under a prefix in AGENDA_PROGRESS_ALLOWED_URLS (the bearer token goes to it)"
+        )
+    return url
+
+
+def make_writer(params: ReclaimParams, *, dynamodb, kms, agenda, grouped_writes=False) -> DynamoWriter | HttpWriter:
+    """The endpoint's writer when the run (or the deployment) names one, else DynamoDB's (``grouped_writes``:
+    fail, close and hold updates go 25 to a ``BatchExecuteStatement``)."""
+    url = endpoint_url(params, agenda)
+    if url is None:
+        return DynamoWriter(dynamodb, params, ready_table=agenda.ready_table, grouped=grouped_writes)
+    user, encrypted = agenda.idm_user, agenda.idm_encrypted_pass
+    login_settings = {"IDENTITY_URL": agenda.identity_url, "IDM_USER": user, "IDM_ENCRYPTED_PASS": encrypted}
+    missing = [name for name, value in login_settings.items() if not value]
+    if missing:
+        raise EndpointError(
+            f"the AgendaProgress endpoint {location(url)} needs {', '.join(missing)} in the environment"
+        )
+    identity_url = check_url("IDENTITY_URL", agenda.identity_url, query=True)
+
+    def authenticate():
+        return login(identity_url, user, endpoint_client.remember(decrypt_password(kms, encrypted)))
+
+    endpoint_client = AgendaProgressEndpoint(url, authenticate)
+    return HttpWriter(endpoint_client, params, dynamodb=dynamodb, ready_table=agenda.ready_table)

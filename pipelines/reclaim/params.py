@@ -10,7 +10,7 @@ from typing import Any
 from pipelines.common.http import UnsafeURL, credential_url
 from pipelines.common.params import ParamsError, param
 from pipelines.common.params import parse_params as _parse
-from pipelines.reclaim.policy import policy_from_params
+from pipelines.retry import RetryPolicy, RetryPolicyError, policy_from_json
 
 # DynamoDB: table and index names are 3-255 of [a-zA-Z0-9_.-]; attribute names 1-255 bytes.
 TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}\Z")
@@ -121,6 +121,17 @@ class ReclaimParams:
 def parse_params(raw: dict[str, Any]) -> ReclaimParams:
     """Validate the flat JSON; unknown keys, missing required keys and bad ranges are errors."""
     return _parse(ReclaimParams, raw)[0]
+
+
+def policy_from_params(retry_policy: dict[str, Any] | None) -> RetryPolicy:
+    """``retryPolicy`` as a policy; unset, retry at once while the agenda's own ``maximumAttempts`` allows
+    (the original retry Lambda). One the retry library refuses is a ``ParamsError``."""
+    if retry_policy is None:
+        retry_policy = {"kind": "fixed", "delay": 0, "maxAttempts": None}
+    try:
+        return policy_from_json(retry_policy)
+    except RetryPolicyError as exc:
+        raise ParamsError(f"retryPolicy: {exc}") from None
 
 
 def check_url(name: str, value: str, *, query: bool = False) -> str:

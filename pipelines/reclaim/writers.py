@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -15,6 +14,7 @@ from botocore.exceptions import ClientError
 from pipelines.common import to_item
 from pipelines.common.aws_batches import conditional_write, error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.source import (
     ATTR_NAMES,
     COMPLETE,
@@ -52,10 +52,6 @@ class ItemError(RuntimeError):
 
 class _StatementsThrottled(Exception):
     """Some statements of a ``BatchExecuteStatement`` came back throttled: worth another call."""
-
-
-def diagnostics_json(c: Candidate, event: dict[str, Any] | None) -> str:
-    return json.dumps(c.diagnostics + ([event] if event else []), separators=(",", ":"), default=str)
 
 
 _EXPRESSION_TOKEN = re.compile(r"attribute_not_exists\((?P<missing>#?\w+)\)|[#:]?[A-Za-z_]\w*")
@@ -165,13 +161,13 @@ class _Update:
         }
 
 
-def progress_update(c: Candidate, d: Decision, *, time_field: str, now: int, action: str, cutoff: int) -> _Update:
+def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: int, cutoff: int) -> _Update:
     """The conditional update of one AgendaProgress for decision ``d`` (shared by the writers' tests)."""
-    u = _Update(time_field)
-    diag = diagnostics_json(c, d.event)
+    u = _Update(params.timeFieldName)
+    diag = json.dumps(c.diagnostics + ([d.event] if d.event else []), separators=(",", ":"), default=str)
     if d.kind == FAIL:
         u.fail(now, diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
-        if action == "retry":
+        if params.reclaimAction == "retry":
             u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
         u.when_unchanged(c)
         if "N" in (c.time_attr or {}):
@@ -222,19 +218,16 @@ class DynamoWriter:
     """Applies decisions with conditional DynamoDB writes, ``done`` or ``raced`` per item; ``grouped``: fail,
     close and hold updates go 25 to a ``BatchExecuteStatement`` (PartiQL WHERE per statement: not moto)."""
 
-    def __init__(self, dynamodb, *, table: str, time_field: str, ready_table: str | None, action: str,
-                 grouped: bool = False, sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+    def __init__(self, dynamodb, params: ReclaimParams, *, ready_table=None, grouped=False, sleep=time.sleep) -> None:
         self.dynamodb = dynamodb
-        self.table = table
-        self.time_field = time_field
+        self.params = params
+        self.table = params.tableName
         self.ready_table = ready_table
-        self.action = action
         self.grouped = grouped
         self.sleep = sleep  # between retries of throttled statements (tests pass their own)
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
-        u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
-        request = u.request(self.table, c.key)
+        request = progress_update(c, d, self.params, now=now, cutoff=cutoff).request(self.table, c.key)
         try:
             if d.kind not in (RETRY, QUEUE):
                 self.dynamodb.update_item(**request)
@@ -264,7 +257,7 @@ class DynamoWriter:
             if d.kind in (RETRY, QUEUE):
                 outcomes[i] = apply_each(self, [(c, d)], now=now, cutoff=cutoff)[0]
                 continue
-            u = progress_update(c, d, time_field=self.time_field, now=now, action=self.action, cutoff=cutoff)
+            u = progress_update(c, d, self.params, now=now, cutoff=cutoff)
             try:
                 statements.append((i, u.partiql(self.table, c.key)))
             except ItemError as exc:
@@ -345,11 +338,6 @@ def _distinct_groups(
 def ready_put(ready_table: str, item: dict[str, Any]) -> dict[str, Any]:
     """The ReadyAgenda put, refused when the item (of a deterministic id) was queued already."""
     return {"TableName": ready_table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(id)"}
-
-
-def put_ready_item(dynamodb, ready_table: str, item: dict[str, Any]) -> None:
-    """Idempotent ReadyAgenda put (used by the HTTP writer)."""
-    conditional_write(lambda: dynamodb.put_item(**ready_put(ready_table, item)))
 
 
 class OperationProgressWriter:

@@ -1,28 +1,29 @@
-"""The ``reclaim_agendas`` job (run config: POP's flat JSON): ``plan_reclaim`` validates and picks the
-path, ``reclaim_segment`` runs :func:`pipelines.reclaim.engine.reclaim_pass` per parallel-scan segment,
-``report_reclaim`` sums the counts into the run's metadata and CloudWatch metrics."""
+"""Dagster wiring of POP's agenda reclaimer: the ``reclaim_agendas`` job (run config: POP's flat JSON,
+one :func:`pipelines.reclaim.engine.reclaim_pass` per segment) and a schedule per entry of its targets file."""
 
 import time
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 import dagster as dg
 
 from pipelines.common import first_line
+from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
+from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.http import location
-from pipelines.reclaim.engine import Counts, reclaim_pass
-from pipelines.reclaim.http import EndpointError
-from pipelines.reclaim.metrics import put_reclaim_metrics
+from pipelines.common.targets import Target
+from pipelines.reclaim.engine import Counts, KeyValueCursor, SegmentPlan, reclaim_pass
+from pipelines.reclaim.http import EndpointError, endpoint_url, make_writer
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
-from pipelines.reclaim.policy import policy_from_params
-from pipelines.reclaim.source import TableError, TableInfo, inspect_table
-from pipelines.reclaim.wiring import EndpointSettings, KeyValueCursor, endpoint_url, make_writer, write_mode
+from pipelines.reclaim.source import TableError, inspect_table
+from pipelines.reclaim.targets import load_targets
 from pipelines.reclaim.writers import OperationProgressWriter
 from resources import AgendaSettings, CloudWatchResource, DynamoDBResource, KMSResource
 
@@ -30,17 +31,22 @@ JOB_NAME = "reclaim_agendas"
 PLAN_OP = "plan_reclaim"
 MAX_RUNTIME_SECONDS = "900"  # dagster/max_runtime; maximumExecutionSeconds must stay below it
 MAX_PARALLEL_SEGMENTS = 8
-
-
-@dataclass(frozen=True)
-class SegmentPlan:
-    """What one ``reclaim_segment`` works on: the validated parameters, its segment and the budget."""
-
-    params: ReclaimParams
-    segment: int
-    deadline: float  # epoch seconds
-    info: TableInfo | None = None  # None when the run does nothing (overlap)
-    overlap: str | None = None  # the id of an older run still working on the table
+TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
+# Counts field -> metric name (namespace RUNS_FLEET_METRICS_NAMESPACE, default RunsFleet).
+WRITE_MODES = {  # DynamoDB writes grouped or not, for the run log's plan line
+    True: "grouped writes (up to 25 conditional updates per BatchExecuteStatement)",
+    False: "one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES off)",
+}
+ACTION_METRICS = {
+    "reclaimed": "AgendaReclaimFailed",
+    "retried": "AgendaReclaimRetried",
+    "held": "AgendaReclaimHeld",
+    "queued": "AgendaReclaimQueued",
+    "exhausted": "AgendaReclaimExhausted",
+    "raced": "AgendaReclaimRaced",
+    "skipped": "AgendaReclaimSkipped",
+    "errors": "AgendaReclaimErrors",
+}
 
 
 def execution_for(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,16 +56,6 @@ def execution_for(values: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(segments, int) and not isinstance(segments, bool) and segments > 1:
         return {"multiprocess": {"max_concurrent": min(segments, MAX_PARALLEL_SEGMENTS)}}
     return {"in_process": {}}
-
-
-def endpoint_settings(agenda: AgendaSettings) -> EndpointSettings:
-    return EndpointSettings(
-        progress_url=agenda.progress_url,
-        identity_url=agenda.identity_url,
-        idm_user=agenda.idm_user,
-        idm_encrypted_pass=agenda.idm_encrypted_pass,
-        allowed_urls=agenda.progress_allowed_urls,
-    )
 
 
 def _table_of(run_config: dict) -> str | None:
@@ -88,6 +84,22 @@ def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: st
     return None
 
 
+def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str, Any]) -> int:
+    """One PutMetricData call (retried after a transient error) with a datum per action (zeros
+    included, so alarms see quiet runs)."""
+    data = [
+        {
+            "MetricName": metric,
+            "Dimensions": [{"Name": "TableName", "Value": table}],
+            "Value": float(counts.get(field, 0)),
+            "Unit": "Count",
+        }
+        for field, metric in ACTION_METRICS.items()
+    ]
+    put_metrics(cloudwatch, namespace, data)
+    return len(data)
+
+
 def _failure(exc: Exception) -> dg.Failure:
     """The run's one line for a refused parameter, endpoint or table: a final failure, never retried."""
     return dg.Failure(description=first_line(exc, None), allow_retries=False)
@@ -113,7 +125,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
             )
             yield dg.DynamicOutput(SegmentPlan(params, 0, deadline, overlap=older), mapping_key="segment_0")
             return
-        url = endpoint_url(params, endpoint_settings(agenda))  # refuses an endpoint the deployment does not name
+        url = endpoint_url(params, agenda)  # refuses an endpoint the deployment does not name
         client = dynamodb.get_client()
         info = inspect_table(client, params)
         if params.operationProgressTableName:
@@ -124,7 +136,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
         f"action {params.reclaimAction}{' (DRY RUN: logReclaimOnly)' if params.logReclaimOnly else ''}, "
-        f"writer {'HTTP ' + location(url) if url else 'DynamoDB, ' + write_mode(dynamodb.grouped_writes)}, "
+        f"writer {'HTTP ' + location(url) if url else 'DynamoDB, ' + WRITE_MODES[dynamodb.grouped_writes]}, "
         f"cutoff {params.reclaimAgeMinutes} min, "
         f"budget {params.maximumExecutionSeconds}s, about {info.item_count} item(s) in the table"
     )
@@ -154,24 +166,15 @@ def reclaim_segment(
         writer = operations = None
         if not params.logReclaimOnly:
             writer = make_writer(
-                params,
-                dynamodb=client,
-                kms=kms.get_client(),
-                ready_table=agenda.ready_table,
-                endpoint=endpoint_settings(agenda),
-                grouped_writes=dynamodb.grouped_writes,
+                params, dynamodb=client, kms=kms.get_client(), agenda=agenda, grouped_writes=dynamodb.grouped_writes
             )
             if params.operationProgressTableName:
                 operations = OperationProgressWriter(client, params.operationProgressTableName)
         counts = reclaim_pass(
-            dynamodb=client,
-            info=info,
-            params=params,
-            writer=writer,
-            deadline=plan.deadline,
-            segment=plan.segment,
+            client,
+            plan,
+            writer,
             cursor=KeyValueCursor(context.instance.run_storage, params, plan.segment) if info.index is None else None,
-            policy=policy_from_params(params.retryPolicy) if params.reclaimAction == "retry" else None,
             operations=operations,
             log=context.log,
             run_id=context.run_id,
@@ -236,3 +239,30 @@ def reclaim_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefi
 
 
 reclaim_agendas = reclaim_job()
+
+
+def schedule_for(
+    target: Target, job: dg.JobDefinition = reclaim_agendas, crons: Mapping[str, str] | None = None
+) -> dg.ScheduleDefinition:
+    table = target.config["tableName"]
+    return schedule(
+        name=f"reclaim_{target.name}",
+        job=job,
+        cron_schedule=target.cron,
+        run_config=target.config,
+        tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},
+        crons=crons,
+        description=f"Reclaim stale agendas of {table} ({target.cron}).",
+    )
+
+
+def build_defs(
+    *,
+    targets_file: Path | None = None,
+    executor: dg.ExecutorDefinition | None = None,
+    crons: Mapping[str, str] | None = None,
+) -> dg.Definitions:
+    """The job (its segments on ``executor`` when given: the cluster's Celery workers); a schedule
+    per entry of ``targets_file`` (at the cron ``crons`` names for it, if any)."""
+    job = reclaim_job(executor) if executor else reclaim_agendas
+    return dg.Definitions(jobs=[job], schedules=[schedule_for(t, job, crons) for t in load_targets(targets_file)])
