@@ -8,9 +8,8 @@ import json
 
 import pytest
 
-from pipelines.alerts.config import alert_config
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
-from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
+from pipelines.alerts.sinks import SettingError, SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
     automatic_retry,
     cause_of,
@@ -290,7 +289,7 @@ def test_a_webhook_that_hangs_times_out():
     "url", ["ftp://example.com/hook", "file:///etc/passwd", "hooks.example.com/x", "https://h.example/a/../b"]
 )
 def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
-    with pytest.raises(SinkConfigError):
+    with pytest.raises(SettingError):
         WebhookSink(url)
 
 
@@ -306,7 +305,7 @@ def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
     ],
 )
 def test_a_webhook_url_with_user_info_a_fragment_nul_or_non_ascii_is_refused_without_showing_it(url):
-    with pytest.raises(SinkConfigError) as info:
+    with pytest.raises(SettingError) as info:
         WebhookSink(url)
     message = str(info.value)
     assert message.splitlines() == [message]
@@ -327,9 +326,9 @@ def test_a_ui_url_with_user_info_is_refused_without_showing_it():
 
 
 def test_a_topic_of_another_region_or_not_a_topic_is_refused():
-    with pytest.raises(SinkConfigError, match="in eu-west-1, not in this deployment's region us-east-1"):
+    with pytest.raises(SettingError, match="in eu-west-1, not in this deployment's region us-east-1"):
         SnsSink(None, "arn:aws:sns:eu-west-1:123456789012:alerts", region="us-east-1")
-    with pytest.raises(SinkConfigError, match="is not an SNS topic ARN"):
+    with pytest.raises(SettingError, match="is not an SNS topic ARN"):
         SnsSink(None, "arn:aws:sqs:us-east-1:123456789012:alerts", region="us-east-1")
 
 

@@ -1,7 +1,5 @@
-"""Dagster wiring of alerting: the ``alerts`` sensor and the ``alerts/incidents`` asset. The sensor's
-state is one JSON document (and a copy) in the instance's key-value store, saved after each message a
-sink took (docs/alerts.md, "What holds").
-"""
+"""The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``. The sensor's state is one
+JSON document (and a copy) in the instance's key-value store (docs/alerts.md, "What holds")."""
 
 import contextlib
 import dataclasses
@@ -16,11 +14,8 @@ import dagster as dg
 import sqlalchemy as db
 from sqlalchemy import exc as db_exc
 
-from pipelines.alerts.config import AlertConfig, alert_config
-from pipelines.alerts.heartbeat import publish_heartbeat
-from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
-from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, within
+from pipelines.alerts.incidents import FIRING, AlertBook, IncidentAction, Signal, iso_seconds, notice, runbook_link
+from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, AlertConfig, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
     as_demo,
@@ -35,10 +30,12 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common import first_line
+from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
+from pipelines.retry import fixed
 from pipelines.retry.simulate import human
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
@@ -59,6 +56,8 @@ TICKS_READ = 10  # latest ticks read per sensor and schedule
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
 LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
+HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none came for 10 minutes
+HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
 
 
 def now() -> float:
@@ -162,16 +161,22 @@ def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator
 # ---------------------------------------------------------------------------- what happened
 
 
+def status_changes(instance: dg.DagsterInstance, kind, after: int | None, clock: float, limit: int) -> list:
+    """At most ``limit`` run events of ``kind`` after storage id ``after``, oldest first (with no position yet,
+    those of the last hour): how this sensor and ``delayed_run_retries`` read runs' ends."""
+    since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
+    wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
+    return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
+
+
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
     order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
     far, so that a success is never taken before an earlier failure left for the next read."""
-    kinds = {}
-    for kind in RUN_STATUS_EVENTS:
-        after = book.positions.get(kind.value)
-        since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
-        wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
-        kinds[kind] = instance.fetch_run_status_changes(wanted, limit=EVENTS_PER_TICK, ascending=True).records
+    kinds = {
+        kind: status_changes(instance, kind, book.positions.get(kind.value), clock, EVENTS_PER_TICK)
+        for kind in RUN_STATUS_EVENTS
+    }
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
     changes = []
@@ -577,7 +582,10 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
     else:
         try:
-            publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)
+            # deployments sharing an account and a namespace each feed their own alarm
+            dimensions = [{"Name": "Env", "Value": cfg.heartbeat_env}]
+            beat = {"MetricName": HEARTBEAT_METRIC, "Value": 1.0, "Unit": "Count", "Dimensions": dimensions}
+            put_metrics(cloudwatch.get_client(), fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
         except Exception as exc:
             context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
     if not cfg.sinks:
