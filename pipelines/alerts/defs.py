@@ -32,7 +32,7 @@ from pipelines.alerts.sources import (
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.metadata import table_from
+from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.retry import fixed
@@ -115,11 +115,6 @@ def sensor_timeout_seconds() -> float:
     return 60.0
 
 
-def lease_seconds() -> float:
-    """Longer than any tick (its budget, the last request, a margin): a lease lapses only when its holder died."""
-    return max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
-
-
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
     """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None: no
     value), in one statement of its SQL run storage: of two evaluations that read the same value, one sets it."""
@@ -135,8 +130,9 @@ def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None
 
 
 @contextlib.contextmanager
-def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator[str | None]:
-    """Holds the sensor's lease for ``seconds`` (one evaluation at a time) and yields None, else yields why not."""
+def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | None]:
+    """Holds the sensor's lease (one evaluation at a time) and yields None, else yields why not. The lease
+    outlasts any tick (its budget, the last request, a margin): it lapses only when its holder died."""
     if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
         warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
         yield None
@@ -146,6 +142,7 @@ def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator
         until = float(json.loads(current)["until"]) if current else 0.0
     except (ValueError, TypeError, KeyError):
         until = 0.0  # unreadable: lapsed
+    seconds = max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
     mine = json.dumps({"holder": uuid.uuid4().hex, "until": now() + seconds})
     if until > now():
         yield f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
@@ -515,7 +512,7 @@ def build_alerts_sensor(
         sqs: SQSResource,
         cloudwatch: CloudWatchResource,
     ) -> dg.SkipReason:
-        with sensor_lease(context.instance, lease_seconds(), context.log.warning) as busy:
+        with sensor_lease(context.instance, context.log.warning) as busy:
             if busy:
                 return dg.SkipReason(busy)
             return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
@@ -627,14 +624,8 @@ def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     context.log.info(
         f"{len(rows)} open incident(s); last 24 h: {counts['opened']} opened, {counts['resolved']} resolved"
     )
-    return dg.MaterializeResult(
-        metadata={
-            "open": dg.MetadataValue.int(len(rows)),
-            "opened_24h": dg.MetadataValue.int(counts["opened"]),
-            "resolved_24h": dg.MetadataValue.int(counts["resolved"]),
-            "incidents": table_from(rows, INCIDENT_COLUMNS),
-        }
-    )
+    figures = metadata_from({"open": len(rows), "opened_24h": counts["opened"], "resolved_24h": counts["resolved"]})
+    return dg.MaterializeResult(metadata={**figures, "incidents": table_from(rows, INCIDENT_COLUMNS)})
 
 
 @dg.op(name=CLOSE_OP, config_schema=config_schema(IncidentAction), description="Acknowledge or close an incident.")

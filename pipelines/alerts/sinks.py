@@ -17,7 +17,7 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.alerts.incidents import Sink, SinkError, text_of
@@ -189,30 +189,23 @@ class WebhookSink:
         return f"cannot be reached: {type(reason).__name__}"
 
 
-DEFAULT_MAX_PER_TICK = 20
 DEFAULT_HEARTBEAT_ENV = "dev"  # the template's default Env
 _ENV = re.compile(r"[a-z0-9-]{1,20}")  # the template's Env pattern
-DEFAULT_TICK_FAILURES = 3
-
-
-def default_policy() -> RetryPolicy:
-    """How a sink that is down is tried again on later ticks: 30 s, doubling up to 15 min, then every 15 min."""
-    return exponential(30, 2, 900, 8)
 
 
 @dataclass(frozen=True)
 class AlertConfig:
-    sinks: list[Sink] = field(default_factory=list)
-    max_per_tick: int = DEFAULT_MAX_PER_TICK
-    tick_failures: int = DEFAULT_TICK_FAILURES
-    remind_seconds: float | None = None
-    ui_url: str | None = None
-    runbook_url: str | None = None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
-    policy: RetryPolicy = field(default_factory=default_policy)
-    muted_checks: frozenset[str] = frozenset()  # "asset/key:check" of WARN checks that never page
-    heartbeat_env: str = DEFAULT_HEARTBEAT_ENV  # the heartbeat's Env dimension
+    sinks: list[Sink]
+    max_per_tick: int
+    tick_failures: int
+    remind_seconds: float | None
+    ui_url: str | None
+    runbook_url: str | None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
+    policy: RetryPolicy  # how a sink that is down is tried again on later ticks
+    muted_checks: frozenset[str]  # "asset/key:check" of WARN checks that never page
+    heartbeat_env: str  # the heartbeat's Env dimension
+    problems: list[str]
     demo_jobs: frozenset[str] = frozenset()  # a development code location's demo jobs (no setting): demo alerts
-    problems: list[str] = field(default_factory=list)
 
 
 def _checked_url(name: str, raw: str | None) -> str | None:
@@ -226,32 +219,28 @@ def _checked_url(name: str, raw: str | None) -> str | None:
         raise SettingError(str(exc)) from None
 
 
-def _names(raw: str | None) -> frozenset[str]:
-    return frozenset(name.strip() for name in (raw or "").split(",") if name.strip())
+def _names(raw: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
-def _heartbeat_env(raw: str | None) -> str:
-    value = (raw or "").strip() or DEFAULT_HEARTBEAT_ENV
+def _heartbeat_env(raw: str) -> str:
+    value = raw.strip()
     if not _ENV.fullmatch(value):
         raise SettingError(f"ALERTS_HEARTBEAT_ENV={value[:40]!r} is not a template Env (a-z, 0-9, -; 1 to 20)")
     return value
 
 
 def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account: str | None = None) -> AlertConfig:
-    """``settings``: the typed settings (any object with the fields of :data:`ALERT_ENV`; unset: None).
+    """``settings``: the typed settings (``AlertSettings``: a string per field of :data:`ALERT_ENV`; unset: None).
     ``sns``: the SNS client, when there is a topic; ``account``: the deployment's AWS account, when known
     (a topic of another one is never published to). A bad setting is one line and its default (a sink:
     left out)."""
     problems: list[str] = []
 
-    def raw(field_name: str) -> str | None:
-        value = getattr(settings, field_name, None)
-        return value if value is None or isinstance(value, str) else str(value)
-
     def setting(field_name: str, read: Callable[[str], Any], default: Any, then: str) -> Any:
         """``read(its value)``; ``default`` when unset or blank, or with one line when it fails in any way:
         the line names the variable and the error's kind, never the value (which may be a credential)."""
-        name, value = ALERT_ENV[field_name], raw(field_name)
+        name, value = ALERT_ENV[field_name], getattr(settings, field_name)
         if value is None or not value.strip():
             return default
         try:
@@ -279,7 +268,7 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
 
     makers = {"sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account), "webhook_url": WebhookSink}
     sinks = [setting(name, make, None, "that sink is off") for name, make in makers.items()]
-    policy = default_policy()
+    policy = exponential(30, 2, 900, 8)  # 30 s, doubling up to 15 min, then every 15 min
     policy = setting("retry_policy", policy_from_text, policy, f"using {policy.describe()}")
     remind = number("remind_hours", None, float, 0.01, 24 * 365)
     return AlertConfig(
@@ -289,8 +278,8 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
         ui_url=url("ui_url", "messages carry no link"),
         runbook_url=url("runbook_base_url", "runbooks as repository paths"),
         muted_checks=setting("muted_warn_checks", _names, frozenset(), "no check is muted"),
-        max_per_tick=number("max_per_tick", DEFAULT_MAX_PER_TICK, int, 1, 1000),
-        tick_failures=number("tick_failures", DEFAULT_TICK_FAILURES, int, 1, 100),
+        max_per_tick=number("max_per_tick", 20, int, 1, 1000),
+        tick_failures=number("tick_failures", 3, int, 1, 100),
         heartbeat_env=setting("heartbeat_env", _heartbeat_env, DEFAULT_HEARTBEAT_ENV, f"using {DEFAULT_HEARTBEAT_ENV}"),
         problems=problems,
     )
