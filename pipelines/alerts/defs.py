@@ -14,7 +14,8 @@ import dagster as dg
 import sqlalchemy as db
 from sqlalchemy import exc as db_exc
 
-from pipelines.alerts.incidents import FIRING, AlertBook, IncidentAction, Signal, iso_seconds, notice, runbook_link
+from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
+from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, AlertConfig, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
@@ -474,11 +475,9 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | N
         except Exception as exc:  # one line; the incident keeps its state until the queue can be read
             context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
             continue
-        signal = dead_letters(name, depth)
-        if signal is not None:
-            ui_url = cfg.ui_url if cfg else None
-            asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
-            yield dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None)
+        ui_url = cfg.ui_url if cfg else None
+        asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
+        yield dataclasses.replace(dead_letters(name, depth), url=f"{ui_url}{asset}" if ui_url else None)
 
 
 # ---------------------------------------------------------------------------- the sensor

@@ -13,13 +13,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from pipelines.common import first_line, iso
-from pipelines.common.params import ParamsError, param
 from pipelines.retry import STOP, RetryPolicy
 
 FIRING, RESOLVED = "firing", "resolved"
 CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
 ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
-ACKNOWLEDGE, CLOSE = "acknowledge", "close"  # what an operator does to an incident (close_incident)
 SEVERITIES = ("critical", "warning", "info")
 # every alert kind, each with its runbook docs/runbooks/<kind>.md (what each means: docs/alerts.md)
 KINDS = ("run_failure", "check_failure", "tick_failure", "dead_letters", "progressor_overdue", "reclaim_errors",
@@ -52,7 +50,7 @@ class Signal:
     attempts: int | None = None
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
     runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
-    action: str | None = None  # by hand (close_incident): ACKNOWLEDGE or CLOSE; ``summary`` says who and why
+    action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
     at: float | None = None  # when its source saw the problem happen (a run's failure): the incident's first_seen
 
     def __post_init__(self) -> None:
@@ -64,26 +62,6 @@ class Signal:
 FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capability", "job", "run_id", "asset",
           "check", "first_seen", "last_seen", "url", "runbook", "attempts", "reminder")  # fmt: skip
 """The message's fields (``docs/contracts.md``, "Alerts"), in this order."""
-
-
-@dataclass(frozen=True)
-class IncidentAction:
-    """The run config of ``close_incident``: what an operator does to one incident by hand."""
-
-    key: str = param(description="The incident's alert_key, as its messages and the alerts/incidents table show it.")
-    action: str = param(
-        ACKNOWLEDGE,
-        description=(
-            "acknowledge: someone is on it (no more reminders; it still resolves by itself); close: it is "
-            "over (closed until it fires again: a new failed run, or the problem gone and back)."
-        ),
-        choices=(ACKNOWLEDGE, CLOSE),
-    )
-    note: str = param("", description="Why, in one line; shown in the message sent.")
-
-    def __post_init__(self) -> None:
-        if not self.key.strip():
-            raise ParamsError("key must be an incident's alert_key, e.g. dead_letters:groundskeeper-termination-dlq")
 
 
 def runbook_link(kind: str, base_url: str | None) -> str:
@@ -224,7 +202,7 @@ class AlertBook:
         """An operator's acknowledge or close of an open incident; None when it is not open (any more)."""
         if incident is None or incident["state"] != FIRING:
             return None
-        if signal.action == CLOSE:
+        if signal.action == "close":
             incident.update(state=CLOSED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
             self.history.append([now, CLOSED])
             return self._message(incident)

@@ -293,10 +293,8 @@ def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None
     )
 
 
-def dead_letters(queue: str, depth: int | None) -> Signal | None:
-    """A dead-letter queue's depth (None: it could not be read; no change)."""
-    if depth is None:
-        return None
+def dead_letters(queue: str, depth: int) -> Signal:
+    """A dead-letter queue's depth (one that could not be read is no signal: no change)."""
     return Signal(
         alert_key=f"dead_letters:{queue}",
         kind="dead_letters",
