@@ -5,6 +5,7 @@ log lines, bad settings as one line each)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -166,30 +167,37 @@ def test_a_reminder_only_when_asked_for():
     assert book.observe(_check(False), NOW + 7300, remind_seconds=3600) is None
 
 
+def _retries(enabled: bool, max_retries: int, on_step_failure: bool = False) -> SimpleNamespace:
+    """A Dagster instance's run retries, as automatic_retry reads them."""
+    return SimpleNamespace(
+        run_retries_enabled=enabled,
+        run_retries_max_retries=max_retries,
+        run_retries_retry_on_asset_or_op_failure=on_step_failure,
+    )
+
+
 def test_automatic_retries_do_not_alert_the_last_attempt_does():
     policy = '{"kind": "fixed", "delay": 10, "maxAttempts": 3}'
     tags = {"groundskeeper/retry_policy": policy}
-    assert automatic_retry({**tags, "groundskeeper/retry_attempt": "2"}, dagster_retries=False, dagster_max_retries=0)
-    assert not automatic_retry({**tags, "groundskeeper/retry_attempt": "3"}, dagster_retries=False,
-                               dagster_max_retries=0)  # fmt: skip
-    assert automatic_retry({"dagster/retry_number": "1"}, dagster_retries=True, dagster_max_retries=2)
-    assert not automatic_retry({"dagster/retry_number": "2"}, dagster_retries=True, dagster_max_retries=2)
-    assert not automatic_retry({"groundskeeper/retry_policy": "nonsense"}, dagster_retries=False,
-                               dagster_max_retries=0)  # fmt: skip
+    assert automatic_retry({**tags, "groundskeeper/retry_attempt": "2"}, "", _retries(False, 0))
+    assert not automatic_retry({**tags, "groundskeeper/retry_attempt": "3"}, "", _retries(False, 0))
+    assert automatic_retry({"dagster/retry_number": "1"}, "", _retries(True, 2))
+    assert not automatic_retry({"dagster/retry_number": "2"}, "", _retries(True, 2))
+    assert not automatic_retry({"groundskeeper/retry_policy": "nonsense"}, "", _retries(False, 0))
 
 
 def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
     """Dagster's own decision (dagster/will_retry) wins; without it, a step failure is not retried
     when retries on asset or op failure are off, as in this project's dagster.yaml."""
-    on = {"dagster_retries": True, "dagster_max_retries": 2}
-    assert not automatic_retry({"dagster/will_retry": "false"}, **on)
-    assert automatic_retry({"dagster/will_retry": "true", "dagster/max_retries": "0"}, **on)
+    on = _retries(True, 2)
+    assert not automatic_retry({"dagster/will_retry": "false"}, "", on)
+    assert automatic_retry({"dagster/will_retry": "true", "dagster/max_retries": "0"}, "", on)
     step = {"dagster/failure_reason": "STEP_FAILURE"}
-    assert not automatic_retry(step, **on)
-    assert automatic_retry(step, **on, retry_on_step_failure=True)
-    assert not automatic_retry({**step, "dagster/retry_on_asset_or_op_failure": "false"}, **on,
-                               retry_on_step_failure=True)  # fmt: skip
-    assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, **on)
+    assert not automatic_retry(step, "", on)
+    assert automatic_retry(step, "", _retries(True, 2, on_step_failure=True))
+    step_off = {**step, "dagster/retry_on_asset_or_op_failure": "false"}
+    assert not automatic_retry(step_off, "", _retries(True, 2, on_step_failure=True))
+    assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, "", on)
 
 
 def _reclaim(table: str) -> tuple[str, dict]:

@@ -338,13 +338,7 @@ def _run_signals_of(
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        expected = automatic_retry(
-            tags,
-            dagster_retries=instance.run_retries_enabled,
-            dagster_max_retries=instance.run_retries_max_retries,
-            retry_on_step_failure=instance.run_retries_retry_on_asset_or_op_failure,
-            run_id=run.run_id,
-        )
+        expected = automatic_retry(tags, run.run_id, instance)
         if expected:
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {expected.why}")
             awaiting[run.run_id] = {

@@ -56,24 +56,23 @@ class _Deadline:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # the blocked connect, send or read returns at once
 
+    def watched(self, connection_class):
+        def make(host, **kwargs):
+            connection = connection_class(host, **kwargs)
+            connection._create_connection = lambda *args: self.add(socket.create_connection(*args))
+            return connection
 
-def _watched(connection_class, deadline: _Deadline):
-    def make(host, **kwargs):
-        connection = connection_class(host, **kwargs)
-        connection._create_connection = lambda *args: deadline.add(socket.create_connection(*args))
-        return connection
-
-    return make
+        return make
 
 
 class _DeadlineHTTP(urllib.request.HTTPHandler):
     def http_open(self, req):
-        return self.do_open(_watched(http.client.HTTPConnection, req.deadline), req)
+        return self.do_open(req.deadline.watched(http.client.HTTPConnection), req)
 
 
 class _DeadlineHTTPS(urllib.request.HTTPSHandler):
     def https_open(self, req):
-        return self.do_open(_watched(http.client.HTTPSConnection, req.deadline), req, context=self._context)
+        return self.do_open(req.deadline.watched(http.client.HTTPSConnection), req, context=self._context)
 
 
 _NO_REDIRECTS = next(h for h in NO_REDIRECTS.handlers if isinstance(h, urllib.request.HTTPRedirectHandler))
