@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
-from pipelines.alerts.sinks import SettingError, SnsSink, WebhookSink, alert_config
+from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
     automatic_retry,
     cause_of,
@@ -21,6 +21,7 @@ from pipelines.alerts.sources import (
     ticks_seen,
     work_unit,
 )
+from pipelines.common.env import SettingsError
 from pipelines.retry import fixed
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
@@ -297,7 +298,7 @@ def test_a_webhook_that_hangs_times_out():
     "url", ["ftp://example.com/hook", "file:///etc/passwd", "hooks.example.com/x", "https://h.example/a/../b"]
 )
 def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
-    with pytest.raises(SettingError):
+    with pytest.raises(SettingsError):
         WebhookSink(url)
 
 
@@ -313,7 +314,7 @@ def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
     ],
 )
 def test_a_webhook_url_with_user_info_a_fragment_nul_or_non_ascii_is_refused_without_showing_it(url):
-    with pytest.raises(SettingError) as info:
+    with pytest.raises(SettingsError) as info:
         WebhookSink(url)
     message = str(info.value)
     assert message.splitlines() == [message]
@@ -334,9 +335,9 @@ def test_a_ui_url_with_user_info_is_refused_without_showing_it():
 
 
 def test_a_topic_of_another_region_or_not_a_topic_is_refused():
-    with pytest.raises(SettingError, match="in eu-west-1, not in this deployment's region us-east-1"):
+    with pytest.raises(SettingsError, match="in eu-west-1, not in this deployment's region us-east-1"):
         SnsSink(None, "arn:aws:sns:eu-west-1:123456789012:alerts", region="us-east-1")
-    with pytest.raises(SettingError, match="is not an SNS topic ARN"):
+    with pytest.raises(SettingsError, match="is not an SNS topic ARN"):
         SnsSink(None, "arn:aws:sqs:us-east-1:123456789012:alerts", region="us-east-1")
 
 

@@ -81,8 +81,7 @@ def caller_account(sns: SNSResource, warn) -> str | None:
 
 
 def tick_budget_seconds() -> float:
-    """How long after its start a tick may begin another read or send: half the daemon's sensor
-    timeout less the longest request, so that a tick ends well inside it."""
+    """How long after its start a tick may begin another read or send: it ends well inside the daemon's timeout."""
     return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
 
 
@@ -647,7 +646,6 @@ def close_incident():
 
 
 def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:
-    """The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``; ``noise`` and
-    ``demo_jobs``: as :func:`build_alerts_sensor`'s ``demo_noise`` and ``demo_jobs``."""
+    """``noise`` and ``demo_jobs``: as :func:`build_alerts_sensor`'s ``demo_noise`` and ``demo_jobs``."""
     sensor = build_alerts_sensor(demo_noise=noise, demo_jobs=demo_jobs)
     return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[sensor])

@@ -1,9 +1,7 @@
-"""The sinks, each chosen by one environment variable (docs/alerts.md, "Sinks"): :class:`SnsSink` and a
-Slack-compatible :class:`WebhookSink`, and the settings (``ALERTS_*``, ``DAGSTER_UI_URL``) read into an
-:class:`AlertConfig` at each evaluation of the sensor. A sink that does not take a message raises
-:class:`SinkError` with one line, never a credential (a webhook URL's path is its secret). A bad setting
-never stops alerting: it is one line in :attr:`AlertConfig.problems` and its default is used (a sink
-whose setting is bad is left out). No Dagster.
+"""The sinks (:class:`SnsSink`, a Slack-compatible :class:`WebhookSink`) and the settings that choose them,
+read into an :class:`AlertConfig` at each tick (docs/alerts.md, "Sinks", "Settings"). A sink that does not
+take a message raises :class:`SinkError` with one line, never a credential (a webhook URL's path is its
+secret); a bad setting is one line in :attr:`AlertConfig.problems` and its default (a sink: left out). No Dagster.
 """
 
 from __future__ import annotations
@@ -21,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.alerts.incidents import Sink, SinkError, text_of
-from pipelines.common.env import ALERT_ENV
+from pipelines.common.env import ALERT_ENV, SettingsError
 from pipelines.common.http import NO_REDIRECTS, UnsafeURL, credential_url, location
 from pipelines.retry import RetryPolicy, RetryPolicyError, classify_aws_error, exponential, policy_from_text
 
@@ -80,10 +78,6 @@ _OPENER = urllib.request.build_opener(type(_NO_REDIRECTS), _DeadlineHTTP, _Deadl
 """``NO_REDIRECTS``' rules, with a deadline over each whole request (``Request.deadline``)."""
 
 
-class SettingError(ValueError):
-    """A setting (a sink's, a number, a URL) cannot be used: one line naming the variable, never a credential."""
-
-
 class NoAnswer(TimeoutError):
     """A call that did not return within its time (it goes on in the background, its result unused)."""
 
@@ -115,9 +109,9 @@ class SnsSink:
     def __init__(self, sns, topic_arn: str, *, region: str, account: str | None = None) -> None:
         found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
-            raise SettingError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
+            raise SettingsError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
         if found.group(1) != region:
-            raise SettingError(
+            raise SettingsError(
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
         self.sns, self.topic_arn = sns, topic_arn.strip()
@@ -157,7 +151,7 @@ class WebhookSink:
         try:
             self.url = credential_url("ALERTS_WEBHOOK_URL", url, query=True)  # a chat webhook's query may hold its key
         except UnsafeURL as exc:
-            raise SettingError(str(exc)) from None
+            raise SettingsError(str(exc)) from None
         self.timeout = timeout
         self.where = location(self.url, path=False)  # what a log line may show: its path is the secret
 
@@ -215,7 +209,7 @@ def _checked_url(name: str, raw: str | None) -> str | None:
     try:
         return credential_url(name, url)
     except UnsafeURL as exc:
-        raise SettingError(str(exc)) from None
+        raise SettingsError(str(exc)) from None
 
 
 def _names(raw: str) -> frozenset[str]:
@@ -225,7 +219,7 @@ def _names(raw: str) -> frozenset[str]:
 def _heartbeat_env(raw: str) -> str:
     value = raw.strip()
     if not _ENV.fullmatch(value):
-        raise SettingError(f"ALERTS_HEARTBEAT_ENV={value[:40]!r} is not a template Env (a-z, 0-9, -; 1 to 20)")
+        raise SettingsError(f"ALERTS_HEARTBEAT_ENV={value[:40]!r} is not a template Env (a-z, 0-9, -; 1 to 20)")
     return value
 
 
@@ -244,7 +238,7 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
             return default
         try:
             return read(value)
-        except SettingError as exc:
+        except SettingsError as exc:
             problems.append(f"{exc}: {then}")
         except RetryPolicyError as exc:
             problems.append(f"{name}: {exc}: {then}")
@@ -258,7 +252,7 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
                 number = cast(value.strip())
                 if low <= number <= high:
                     return number
-            raise SettingError(f"{ALERT_ENV[field_name]}={value!r} is not a number from {low:g} to {high:g}")
+            raise SettingsError(f"{ALERT_ENV[field_name]}={value!r} is not a number from {low:g} to {high:g}")
 
         return setting(field_name, read, default, f"using {default!r}")
 
