@@ -354,11 +354,11 @@ def _run_signals_of(
 
 
 def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
-                        deadline: float) -> tuple[list, str]:  # fmt: skip
+                        deadline: float) -> list:  # fmt: skip
     """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
     of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
     holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
-    is read twice, which changes nothing. Returns (the signals, one line on what was rebuilt)."""
+    is read twice, which changes nothing. One warning line says what was rebuilt."""
     for kind in RUN_STATUS_EVENTS:
         latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
         if latest.records:
@@ -394,13 +394,13 @@ def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, 
     changes.sort(key=lambda change: change[0].storage_id)
     signals = _run_signals_of(context, instance, book, changes, cfg, {})
     opened = [s.alert_key for s in signals if s.firing]
-    line = (
+    context.log.warning(
         f"alert state {'unreadable' if book.reset else 'missing'}: rebuilt from the latest run of each unit of "
         f"work of the last {REBUILD_LOOKBACK_SECONDS // 86400} days: {len(opened)} open"
         + (f" ({', '.join(opened[:5])}{', ...' if len(opened) > 5 else ''})" if opened else "")
         + (f"; runs before {iso_seconds(back_to)} not read (the tick's time budget is spent)" if back_to else "")
     )
-    return signals, line
+    return signals
 
 
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
@@ -547,9 +547,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
                 context.log.warning(line)
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
-        rebuilt, line = rebuild_run_signals(context, instance, book, cfg, clock, deadline)
-        context.log.warning(line)
-        observe(rebuilt)
+        observe(rebuild_run_signals(context, instance, book, cfg, clock, deadline))
     run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
     if behind:
         context.log.warning(behind)
