@@ -201,7 +201,7 @@ def run_succeeded(
 ) -> list[Signal]:
     """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
     alert_key -> unit); a reclaim run also says whether it had item errors (``at``: when it ended)."""
-    url = _ui(ui_url, f"/runs/{run_id}")
+    ran = {"job": job, "run_id": run_id, "url": _ui(ui_url, f"/runs/{run_id}")}
     attempts = attempt_of(tags)
     out = [
         Signal(
@@ -209,10 +209,8 @@ def run_succeeded(
             kind="run_failure",
             firing=False,
             summary=f"run {run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
-            job=job,
-            run_id=run_id,
-            url=url,
             unit=unit,
+            **ran,
         )
         for key in sorted(key for key, their in open_units.items() if their == unit)
     ]
@@ -230,9 +228,7 @@ def run_succeeded(
                 if errors
                 else f"run {run_id}: no errors",
                 capability="reclaim",
-                job=job,
-                run_id=run_id,
-                url=url,
+                **ran,
                 at=at,
             )
         )
