@@ -421,10 +421,8 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 run = instance.get_run_by_id(record.run_id)
                 if run is not None and not run.is_finished:
                     break  # still being evaluated: read it (and what follows) on a later tick
-                seen[name] = record.id  # its run ended without evaluating it (the run alerts)
-                continue
             seen[name] = record.id
-            data = record.evaluation
+            data = record.evaluation  # not an evaluation when planned and its run ended without it (the run alerts)
             if not isinstance(data, dg.AssetCheckEvaluation):
                 continue
             signal = check_evaluated(
