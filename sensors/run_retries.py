@@ -1,10 +1,7 @@
-"""``delayed_run_retries``: re-launch failed runs of jobs tagged ``groundskeeper/retry_policy`` after the
-policy's delay (Dagster's run retries re-launch at once: dagster-io/dagster#13427).
-
-It reads the run-failure events as ``dg.run_failure_sensor`` does, but is a plain ``dg.sensor``: a
-run-failure sensor is called once per failure, with a cursor Dagster owns, so it cannot keep a retry
-waiting for its delay. This one keeps the waiting retries in its own cursor.
-"""
+"""``delayed_run_retries``: re-launches failed runs of jobs tagged ``groundskeeper/retry_policy`` after the
+policy's delay (Dagster's run retries re-launch at once: dagster-io/dagster#13427). A plain ``dg.sensor``,
+not a run-failure sensor (called once per failure, with a cursor Dagster owns, it cannot keep a retry
+waiting): the waiting retries are kept in its own cursor."""
 
 import json
 import time
@@ -12,6 +9,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
+from pipelines.alerts.defs import status_changes
 from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
@@ -20,7 +18,6 @@ __all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 
 SENSOR_NAME = "delayed_run_retries"
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
-FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no cursor yet, failures of the last hour are considered
 # Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
 # and are dropped, except these settings, which the re-launch keeps. The partition goes through
 # RunRequest.partition_key.
@@ -54,20 +51,6 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
     return None, {}
 
 
-def _plan(context: dg.SensorEvaluationContext, run: dg.DagsterRun, failed_at: float) -> dict | None:
-    """The retry of one failed run, as the cursor keeps it (``due``: epoch seconds; ``attempt``: of the run
-    to launch), or None when it is not retried. The decision is ``run_retry``'s, which alerting reads too."""
-    if POLICY_TAG not in run.tags:
-        return None
-    decided = run_retry(run.tags, run.run_id)
-    prefix = f"run {run.run_id} of {run.job_name}"
-    if decided.wait is None:
-        (context.log.error if decided.bad_tags else context.log.info)(f"{prefix}: {decided.why}")
-        return None
-    context.log.info(f"{prefix} failed (attempt {decided.attempt}); {decided.why}")
-    return {"job": run.job_name, "due": failed_at + decided.wait, "attempt": decided.attempt + 1}
-
-
 def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """Why a failed run must not be re-launched after all, or None."""
     canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
@@ -78,19 +61,6 @@ def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | N
         if children:
             return f"it was already {how} as run {children[0].dagster_run.run_id}"
     return None
-
-
-def _run_request(run: dg.DagsterRun, attempt: int) -> dg.RunRequest:
-    kept = {k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)}
-    tags = {**kept, ATTEMPT_TAG: str(attempt), RETRY_OF_TAG: run.run_id, ROOT_TAG: run.tags.get(ROOT_TAG, run.run_id)}
-    return dg.RunRequest(
-        run_key=run.run_id,  # one failed run is never re-launched twice
-        job_name=run.job_name,
-        run_config=run.run_config,
-        tags=tags,
-        asset_selection=list(run.asset_selection) if run.asset_selection else None,
-        partition_key=run.tags.get("dagster/partition"),
-    )
 
 
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
@@ -111,31 +81,32 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
         instance = context.instance
         after, pending = _cursor_state(context)
         clock = now()
-        records_filter = dg.RunStatusChangeRecordsFilter(
-            event_type=dg.DagsterEventType.RUN_FAILURE,
-            after_storage_id=after,
-            after_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None,
-        )
-        failures = instance.fetch_run_status_changes(records_filter, limit=FAILURES_PER_TICK, ascending=True)
-        ids = [r.run_id for r in failures.records]
+        failures = status_changes(instance, dg.DagsterEventType.RUN_FAILURE, after, clock, FAILURES_PER_TICK)
+        ids = [r.run_id for r in failures]
         records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
         runs = {r.dagster_run.run_id: r.dagster_run for r in records}
-        after = failures.records[-1].storage_id if ids else after
+        after = failures[-1].storage_id if ids else after
         here = context.code_location_origin.location_name if context.code_location_origin else None
-        for record in failures.records:
+        for record in failures:
             run = runs.get(record.run_id)
             if run is None or run.run_id in pending:
                 continue
             origin = run.remote_job_origin
             if here and origin and origin.repository_origin.code_location_origin.location_name != here:
                 continue  # another code location's run (as dg.run_failure_sensor, which also skips them)
-            plan = _plan(context, run, record.timestamp)
-            if plan is None:
+            if POLICY_TAG not in run.tags:
                 continue
+            decided = run_retry(run.tags, run.run_id)  # the decision alerting reads too
+            prefix = f"run {run.run_id} of {run.job_name}"
+            if decided.wait is None:
+                (context.log.error if decided.bad_tags else context.log.info)(f"{prefix}: {decided.why}")
+                continue
+            context.log.info(f"{prefix} failed (attempt {decided.attempt}); {decided.why}")
             if run.job_name not in job_names:
                 context.log.warning(f"run {run.run_id}: job {run.job_name} is not in this code location, not retried")
                 continue
-            pending[run.run_id] = plan
+            due = record.timestamp + decided.wait  # epoch seconds; the attempt is that of the run to launch
+            pending[run.run_id] = {"job": run.job_name, "due": due, "attempt": decided.attempt + 1}
 
         requests = []
         for run_id, item in sorted(pending.items(), key=lambda kv: kv[1]["due"]):
@@ -153,7 +124,20 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue
             context.log.info(f"re-launching run {run_id} of {run.job_name} as attempt {item['attempt']}")
-            requests.append(_run_request(run, item["attempt"]))
+            kept = {
+                k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)
+            }
+            retry = {ATTEMPT_TAG: str(item["attempt"]), RETRY_OF_TAG: run_id, ROOT_TAG: run.tags.get(ROOT_TAG, run_id)}
+            requests.append(
+                dg.RunRequest(
+                    run_key=run_id,  # one failed run is never re-launched twice
+                    job_name=run.job_name,
+                    run_config=run.run_config,
+                    tags={**kept, **retry},
+                    asset_selection=list(run.asset_selection) if run.asset_selection else None,
+                    partition_key=run.tags.get("dagster/partition"),
+                )
+            )
 
         cursor = json.dumps({"after": after, "pending": pending}, sort_keys=True)
         if requests:

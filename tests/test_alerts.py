@@ -5,12 +5,12 @@ log lines, bad settings as one line each)."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
-from pipelines.alerts.config import alert_config
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
-from pipelines.alerts.sinks import SinkConfigError, SnsSink, WebhookSink
+from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
     automatic_retry,
     cause_of,
@@ -21,6 +21,7 @@ from pipelines.alerts.sources import (
     ticks_seen,
     work_unit,
 )
+from pipelines.common.env import SettingsError
 from pipelines.retry import fixed
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
@@ -167,30 +168,37 @@ def test_a_reminder_only_when_asked_for():
     assert book.observe(_check(False), NOW + 7300, remind_seconds=3600) is None
 
 
+def _retries(enabled: bool, max_retries: int, on_step_failure: bool = False) -> SimpleNamespace:
+    """A Dagster instance's run retries, as automatic_retry reads them."""
+    return SimpleNamespace(
+        run_retries_enabled=enabled,
+        run_retries_max_retries=max_retries,
+        run_retries_retry_on_asset_or_op_failure=on_step_failure,
+    )
+
+
 def test_automatic_retries_do_not_alert_the_last_attempt_does():
     policy = '{"kind": "fixed", "delay": 10, "maxAttempts": 3}'
     tags = {"groundskeeper/retry_policy": policy}
-    assert automatic_retry({**tags, "groundskeeper/retry_attempt": "2"}, dagster_retries=False, dagster_max_retries=0)
-    assert not automatic_retry({**tags, "groundskeeper/retry_attempt": "3"}, dagster_retries=False,
-                               dagster_max_retries=0)  # fmt: skip
-    assert automatic_retry({"dagster/retry_number": "1"}, dagster_retries=True, dagster_max_retries=2)
-    assert not automatic_retry({"dagster/retry_number": "2"}, dagster_retries=True, dagster_max_retries=2)
-    assert not automatic_retry({"groundskeeper/retry_policy": "nonsense"}, dagster_retries=False,
-                               dagster_max_retries=0)  # fmt: skip
+    assert automatic_retry({**tags, "groundskeeper/retry_attempt": "2"}, "", _retries(False, 0))
+    assert not automatic_retry({**tags, "groundskeeper/retry_attempt": "3"}, "", _retries(False, 0))
+    assert automatic_retry({"dagster/retry_number": "1"}, "", _retries(True, 2))
+    assert not automatic_retry({"dagster/retry_number": "2"}, "", _retries(True, 2))
+    assert not automatic_retry({"groundskeeper/retry_policy": "nonsense"}, "", _retries(False, 0))
 
 
 def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
     """Dagster's own decision (dagster/will_retry) wins; without it, a step failure is not retried
     when retries on asset or op failure are off, as in this project's dagster.yaml."""
-    on = {"dagster_retries": True, "dagster_max_retries": 2}
-    assert not automatic_retry({"dagster/will_retry": "false"}, **on)
-    assert automatic_retry({"dagster/will_retry": "true", "dagster/max_retries": "0"}, **on)
+    on = _retries(True, 2)
+    assert not automatic_retry({"dagster/will_retry": "false"}, "", on)
+    assert automatic_retry({"dagster/will_retry": "true", "dagster/max_retries": "0"}, "", on)
     step = {"dagster/failure_reason": "STEP_FAILURE"}
-    assert not automatic_retry(step, **on)
-    assert automatic_retry(step, **on, retry_on_step_failure=True)
-    assert not automatic_retry({**step, "dagster/retry_on_asset_or_op_failure": "false"}, **on,
-                               retry_on_step_failure=True)  # fmt: skip
-    assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, **on)
+    assert not automatic_retry(step, "", on)
+    assert automatic_retry(step, "", _retries(True, 2, on_step_failure=True))
+    step_off = {**step, "dagster/retry_on_asset_or_op_failure": "false"}
+    assert not automatic_retry(step_off, "", _retries(True, 2, on_step_failure=True))
+    assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, "", on)
 
 
 def _reclaim(table: str) -> tuple[str, dict]:
@@ -290,7 +298,7 @@ def test_a_webhook_that_hangs_times_out():
     "url", ["ftp://example.com/hook", "file:///etc/passwd", "hooks.example.com/x", "https://h.example/a/../b"]
 )
 def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
-    with pytest.raises(SinkConfigError):
+    with pytest.raises(SettingsError):
         WebhookSink(url)
 
 
@@ -306,7 +314,7 @@ def test_a_webhook_url_that_is_not_http_or_leaves_its_path_is_refused(url):
     ],
 )
 def test_a_webhook_url_with_user_info_a_fragment_nul_or_non_ascii_is_refused_without_showing_it(url):
-    with pytest.raises(SinkConfigError) as info:
+    with pytest.raises(SettingsError) as info:
         WebhookSink(url)
     message = str(info.value)
     assert message.splitlines() == [message]
@@ -327,9 +335,9 @@ def test_a_ui_url_with_user_info_is_refused_without_showing_it():
 
 
 def test_a_topic_of_another_region_or_not_a_topic_is_refused():
-    with pytest.raises(SinkConfigError, match="in eu-west-1, not in this deployment's region us-east-1"):
+    with pytest.raises(SettingsError, match="in eu-west-1, not in this deployment's region us-east-1"):
         SnsSink(None, "arn:aws:sns:eu-west-1:123456789012:alerts", region="us-east-1")
-    with pytest.raises(SinkConfigError, match="is not an SNS topic ARN"):
+    with pytest.raises(SettingsError, match="is not an SNS topic ARN"):
         SnsSink(None, "arn:aws:sqs:us-east-1:123456789012:alerts", region="us-east-1")
 
 

@@ -8,7 +8,7 @@ import dagster as dg
 import pytest
 
 from infra.local import stop
-from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.alerts.defs import HEARTBEAT_METRIC
 from tests.alerts_support import Receiver, alerts_ticks, dagster_home, start_daemon, wait_for
 from tests.test_alerts_sensor import run_demo
 

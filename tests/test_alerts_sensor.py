@@ -14,8 +14,7 @@ from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatu
 from dagster_shared.error import SerializableErrorInfo
 
 from pipelines.alerts import defs as alerts_defs
-from pipelines.alerts.defs import ASSET_KEY, build_alerts_sensor, close_incident, incidents, load_book
-from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.alerts.defs import ASSET_KEY, HEARTBEAT_METRIC, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.incidents import KINDS
 from pipelines.retry.defs import retry_demo
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS

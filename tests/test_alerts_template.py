@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from pipelines.alerts.heartbeat import HEARTBEAT_METRIC
+from pipelines.alerts.defs import HEARTBEAT_METRIC
 from pipelines.alerts.sources import check_evaluated
 
 ROOT = Path(__file__).resolve().parent.parent

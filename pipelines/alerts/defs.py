@@ -1,7 +1,5 @@
-"""Dagster wiring of alerting: the ``alerts`` sensor and the ``alerts/incidents`` asset. The sensor's
-state is one JSON document (and a copy) in the instance's key-value store, saved after each message a
-sink took (docs/alerts.md, "What holds").
-"""
+"""The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``. The sensor's state is one
+JSON document (and a copy) in the instance's key-value store (docs/alerts.md, "What holds")."""
 
 import contextlib
 import dataclasses
@@ -16,11 +14,9 @@ import dagster as dg
 import sqlalchemy as db
 from sqlalchemy import exc as db_exc
 
-from pipelines.alerts.config import AlertConfig, alert_config
-from pipelines.alerts.heartbeat import publish_heartbeat
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, within
+from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, AlertConfig, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
     as_demo,
@@ -35,10 +31,12 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common import first_line
+from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.metadata import table_from
+from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
+from pipelines.retry import fixed
 from pipelines.retry.simulate import human
 from resources.clients import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, FleetSettings
@@ -59,6 +57,8 @@ TICKS_READ = 10  # latest ticks read per sensor and schedule
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
 LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
+HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none came for 10 minutes
+HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
 
 
 def now() -> float:
@@ -81,8 +81,7 @@ def caller_account(sns: SNSResource, warn) -> str | None:
 
 
 def tick_budget_seconds() -> float:
-    """How long after its start a tick may begin another read or send: half the daemon's sensor
-    timeout less the longest request, so that a tick ends well inside it."""
+    """How long after its start a tick may begin another read or send: it ends well inside the daemon's timeout."""
     return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
 
 
@@ -116,11 +115,6 @@ def sensor_timeout_seconds() -> float:
     return 60.0
 
 
-def lease_seconds() -> float:
-    """Longer than any tick (its budget, the last request, a margin): a lease lapses only when its holder died."""
-    return max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
-
-
 def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None, new: str) -> bool:
     """Sets ``key`` of the instance's key-value store to ``new`` only if it holds ``expected`` (None: no
     value), in one statement of its SQL run storage: of two evaluations that read the same value, one sets it."""
@@ -136,8 +130,9 @@ def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None
 
 
 @contextlib.contextmanager
-def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator[str | None]:
-    """Holds the sensor's lease for ``seconds`` (one evaluation at a time) and yields None, else yields why not."""
+def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | None]:
+    """Holds the sensor's lease (one evaluation at a time) and yields None, else yields why not. The lease
+    outlasts any tick (its budget, the last request, a margin): it lapses only when its holder died."""
     if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
         warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
         yield None
@@ -147,6 +142,7 @@ def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator
         until = float(json.loads(current)["until"]) if current else 0.0
     except (ValueError, TypeError, KeyError):
         until = 0.0  # unreadable: lapsed
+    seconds = max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
     mine = json.dumps({"holder": uuid.uuid4().hex, "until": now() + seconds})
     if until > now():
         yield f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
@@ -162,16 +158,22 @@ def sensor_lease(instance: dg.DagsterInstance, seconds: float, warn) -> Iterator
 # ---------------------------------------------------------------------------- what happened
 
 
+def status_changes(instance: dg.DagsterInstance, kind, after: int | None, clock: float, limit: int) -> list:
+    """At most ``limit`` run events of ``kind`` after storage id ``after``, oldest first (with no position yet,
+    those of the last hour): how this sensor and ``delayed_run_retries`` read runs' ends."""
+    since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
+    wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
+    return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
+
+
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
     order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
     far, so that a success is never taken before an earlier failure left for the next read."""
-    kinds = {}
-    for kind in RUN_STATUS_EVENTS:
-        after = book.positions.get(kind.value)
-        since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
-        wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
-        kinds[kind] = instance.fetch_run_status_changes(wanted, limit=EVENTS_PER_TICK, ascending=True).records
+    kinds = {
+        kind: status_changes(instance, kind, book.positions.get(kind.value), clock, EVENTS_PER_TICK)
+        for kind in RUN_STATUS_EVENTS
+    }
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None
     changes = []
@@ -335,13 +337,7 @@ def _run_signals_of(
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        expected = automatic_retry(
-            tags,
-            dagster_retries=instance.run_retries_enabled,
-            dagster_max_retries=instance.run_retries_max_retries,
-            retry_on_step_failure=instance.run_retries_retry_on_asset_or_op_failure,
-            run_id=run.run_id,
-        )
+        expected = automatic_retry(tags, run.run_id, instance)
         if expected:
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {expected.why}")
             awaiting[run.run_id] = {
@@ -358,11 +354,11 @@ def _run_signals_of(
 
 
 def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
-                        deadline: float) -> tuple[list, str]:  # fmt: skip
+                        deadline: float) -> list:  # fmt: skip
     """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
     of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
     holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
-    is read twice, which changes nothing. Returns (the signals, one line on what was rebuilt)."""
+    is read twice, which changes nothing. One warning line says what was rebuilt."""
     for kind in RUN_STATUS_EVENTS:
         latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
         if latest.records:
@@ -398,13 +394,13 @@ def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, 
     changes.sort(key=lambda change: change[0].storage_id)
     signals = _run_signals_of(context, instance, book, changes, cfg, {})
     opened = [s.alert_key for s in signals if s.firing]
-    line = (
+    context.log.warning(
         f"alert state {'unreadable' if book.reset else 'missing'}: rebuilt from the latest run of each unit of "
         f"work of the last {REBUILD_LOOKBACK_SECONDS // 86400} days: {len(opened)} open"
         + (f" ({', '.join(opened[:5])}{', ...' if len(opened) > 5 else ''})" if opened else "")
         + (f"; runs before {iso_seconds(back_to)} not read (the tick's time budget is spent)" if back_to else "")
     )
-    return signals, line
+    return signals
 
 
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
@@ -425,10 +421,8 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 run = instance.get_run_by_id(record.run_id)
                 if run is not None and not run.is_finished:
                     break  # still being evaluated: read it (and what follows) on a later tick
-                seen[name] = record.id  # its run ended without evaluating it (the run alerts)
-                continue
             seen[name] = record.id
-            data = record.evaluation
+            data = record.evaluation  # not an evaluation when planned and its run ended without it (the run alerts)
             if not isinstance(data, dg.AssetCheckEvaluation):
                 continue
             signal = check_evaluated(
@@ -472,11 +466,9 @@ def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | N
         except Exception as exc:  # one line; the incident keeps its state until the queue can be read
             context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
             continue
-        signal = dead_letters(name, depth)
-        if signal is not None:
-            ui_url = cfg.ui_url if cfg else None
-            asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
-            yield dataclasses.replace(signal, url=f"{ui_url}{asset}" if ui_url else None)
+        ui_url = cfg.ui_url if cfg else None
+        asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
+        yield dataclasses.replace(dead_letters(name, depth), url=f"{ui_url}{asset}" if ui_url else None)
 
 
 # ---------------------------------------------------------------------------- the sensor
@@ -510,7 +502,7 @@ def build_alerts_sensor(
         sqs: SQSResource,
         cloudwatch: CloudWatchResource,
     ) -> dg.SkipReason:
-        with sensor_lease(context.instance, lease_seconds(), context.log.warning) as busy:
+        with sensor_lease(context.instance, context.log.warning) as busy:
             if busy:
                 return dg.SkipReason(busy)
             return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
@@ -553,9 +545,7 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
                 context.log.warning(line)
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
-        rebuilt, line = rebuild_run_signals(context, instance, book, cfg, clock, deadline)
-        context.log.warning(line)
-        observe(rebuilt)
+        observe(rebuild_run_signals(context, instance, book, cfg, clock, deadline))
     run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
     if behind:
         context.log.warning(behind)
@@ -577,7 +567,10 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
     else:
         try:
-            publish_heartbeat(cloudwatch.get_client(), fleet.metrics_namespace, cfg.heartbeat_env)
+            # deployments sharing an account and a namespace each feed their own alarm
+            dimensions = [{"Name": "Env", "Value": cfg.heartbeat_env}]
+            beat = {"MetricName": HEARTBEAT_METRIC, "Value": 1.0, "Unit": "Count", "Dimensions": dimensions}
+            put_metrics(cloudwatch.get_client(), fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
         except Exception as exc:
             context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
     if not cfg.sinks:
@@ -619,14 +612,8 @@ def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     context.log.info(
         f"{len(rows)} open incident(s); last 24 h: {counts['opened']} opened, {counts['resolved']} resolved"
     )
-    return dg.MaterializeResult(
-        metadata={
-            "open": dg.MetadataValue.int(len(rows)),
-            "opened_24h": dg.MetadataValue.int(counts["opened"]),
-            "resolved_24h": dg.MetadataValue.int(counts["resolved"]),
-            "incidents": table_from(rows, INCIDENT_COLUMNS),
-        }
-    )
+    figures = metadata_from({"open": len(rows), "opened_24h": counts["opened"], "resolved_24h": counts["resolved"]})
+    return dg.MaterializeResult(metadata={**figures, "incidents": table_from(rows, INCIDENT_COLUMNS)})
 
 
 @dg.op(name=CLOSE_OP, config_schema=config_schema(IncidentAction), description="Acknowledge or close an incident.")
@@ -655,7 +642,6 @@ def close_incident():
 
 
 def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:
-    """The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``; ``noise`` and
-    ``demo_jobs``: as :func:`build_alerts_sensor`'s ``demo_noise`` and ``demo_jobs``."""
+    """``noise`` and ``demo_jobs``: as :func:`build_alerts_sensor`'s ``demo_noise`` and ``demo_jobs``."""
     sensor = build_alerts_sensor(demo_noise=noise, demo_jobs=demo_jobs)
     return dg.Definitions(assets=[incidents], jobs=[close_incident], sensors=[sensor])

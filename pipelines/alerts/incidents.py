@@ -289,9 +289,7 @@ class AlertBook:
         for sink in sinks:
             box = self.outbox.get(sink.name, [])
             due = [item for item in box if item["next_try"] <= now]
-            rest: list[dict[str, Any]] = []
-            if len(due) > max_per_tick:
-                due, rest = due[:max_per_tick], due[max_per_tick:]
+            due, rest = due[:max_per_tick], due[max_per_tick:]
             refused: set[str] = set()  # incidents whose message was refused: theirs wait behind it
             in_a_row = 0
             for item in due:

@@ -1,6 +1,7 @@
-"""The sinks, each chosen by one environment variable (docs/alerts.md, "Sinks"): :class:`SnsSink` and a
-Slack-compatible :class:`WebhookSink`. A sink that does not take a message raises :class:`SinkError`
-with one line, never a credential (a webhook URL's path is its secret). No Dagster.
+"""The sinks (:class:`SnsSink`, a Slack-compatible :class:`WebhookSink`) and the settings that choose them,
+read into an :class:`AlertConfig` at each tick (docs/alerts.md, "Sinks", "Settings"). A sink that does not
+take a message raises :class:`SinkError` with one line, never a credential (a webhook URL's path is its
+secret); a bad setting is one line in :attr:`AlertConfig.problems` and its default (a sink: left out). No Dagster.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import threading
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from pipelines.alerts.incidents import SinkError, text_of
+from pipelines.alerts.incidents import Sink, SinkError, text_of
+from pipelines.common.env import ALERT_ENV, SettingsError
 from pipelines.common.http import NO_REDIRECTS, UnsafeURL, credential_url, location
-from pipelines.retry import classify_aws_error
+from pipelines.retry import RetryPolicy, RetryPolicyError, classify_aws_error, exponential, policy_from_text
 
 WEBHOOK_TIMEOUT_SECONDS = 10
 SNS_TIMEOUT_SECONDS = WEBHOOK_TIMEOUT_SECONDS  # the longest request of a tick, whichever the sink
@@ -51,33 +54,28 @@ class _Deadline:
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)  # the blocked connect, send or read returns at once
 
+    def watched(self, connection_class):
+        def make(host, **kwargs):
+            connection = connection_class(host, **kwargs)
+            connection._create_connection = lambda *args: self.add(socket.create_connection(*args))
+            return connection
 
-def _watched(connection_class, deadline: _Deadline):
-    def make(host, **kwargs):
-        connection = connection_class(host, **kwargs)
-        connection._create_connection = lambda *args: deadline.add(socket.create_connection(*args))
-        return connection
-
-    return make
+        return make
 
 
 class _DeadlineHTTP(urllib.request.HTTPHandler):
     def http_open(self, req):
-        return self.do_open(_watched(http.client.HTTPConnection, req.deadline), req)
+        return self.do_open(req.deadline.watched(http.client.HTTPConnection), req)
 
 
 class _DeadlineHTTPS(urllib.request.HTTPSHandler):
     def https_open(self, req):
-        return self.do_open(_watched(http.client.HTTPSConnection, req.deadline), req, context=self._context)
+        return self.do_open(req.deadline.watched(http.client.HTTPSConnection), req, context=self._context)
 
 
 _NO_REDIRECTS = next(h for h in NO_REDIRECTS.handlers if isinstance(h, urllib.request.HTTPRedirectHandler))
 _OPENER = urllib.request.build_opener(type(_NO_REDIRECTS), _DeadlineHTTP, _DeadlineHTTPS)
 """``NO_REDIRECTS``' rules, with a deadline over each whole request (``Request.deadline``)."""
-
-
-class SinkConfigError(ValueError):
-    """A sink's setting cannot be used (one line naming the variable, never a credential)."""
 
 
 class NoAnswer(TimeoutError):
@@ -111,9 +109,9 @@ class SnsSink:
     def __init__(self, sns, topic_arn: str, *, region: str, account: str | None = None) -> None:
         found = _TOPIC_ARN.fullmatch(topic_arn.strip())
         if not found:
-            raise SinkConfigError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
+            raise SettingsError(f"ALERTS_SNS_TOPIC_ARN {topic_arn!r} is not an SNS topic ARN")
         if found.group(1) != region:
-            raise SinkConfigError(
+            raise SettingsError(
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
         self.sns, self.topic_arn = sns, topic_arn.strip()
@@ -153,7 +151,7 @@ class WebhookSink:
         try:
             self.url = credential_url("ALERTS_WEBHOOK_URL", url, query=True)  # a chat webhook's query may hold its key
         except UnsafeURL as exc:
-            raise SinkConfigError(str(exc)) from None
+            raise SettingsError(str(exc)) from None
         self.timeout = timeout
         self.where = location(self.url, path=False)  # what a log line may show: its path is the secret
 
@@ -182,3 +180,99 @@ class WebhookSink:
         if isinstance(exc, http.client.HTTPException):  # not HTTP, or it stopped mid-answer (not an OSError)
             return f"did not answer HTTP: {type(exc).__name__}"
         return f"cannot be reached: {type(reason).__name__}"
+
+
+DEFAULT_HEARTBEAT_ENV = "dev"  # the template's default Env
+_ENV = re.compile(r"[a-z0-9-]{1,20}")  # the template's Env pattern
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    sinks: list[Sink]
+    max_per_tick: int
+    tick_failures: int
+    remind_seconds: float | None
+    ui_url: str | None
+    runbook_url: str | None  # ALERTS_RUNBOOK_BASE_URL: where docs/runbooks is served
+    policy: RetryPolicy  # how a sink that is down is tried again on later ticks
+    muted_checks: frozenset[str]  # "asset/key:check" of WARN checks that never page
+    heartbeat_env: str  # the heartbeat's Env dimension
+    problems: list[str]
+    demo_jobs: frozenset[str] = frozenset()  # a development code location's demo jobs (no setting): demo alerts
+
+
+def _checked_url(name: str, raw: str | None) -> str | None:
+    """An http(s) URL that messages link under: no user info, query or fragment (as a credential's URL)."""
+    url = (raw or "").strip().rstrip("/") or None
+    if url is None:
+        return None
+    try:
+        return credential_url(name, url)
+    except UnsafeURL as exc:
+        raise SettingsError(str(exc)) from None
+
+
+def _names(raw: str) -> frozenset[str]:
+    return frozenset(name.strip() for name in raw.split(",") if name.strip())
+
+
+def _heartbeat_env(raw: str) -> str:
+    value = raw.strip()
+    if not _ENV.fullmatch(value):
+        raise SettingsError(f"ALERTS_HEARTBEAT_ENV={value[:40]!r} is not a template Env (a-z, 0-9, -; 1 to 20)")
+    return value
+
+
+def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account: str | None = None) -> AlertConfig:
+    """``settings``: the typed settings (``AlertSettings``: a string per field of :data:`ALERT_ENV`; unset: None).
+    ``sns``: the SNS client, when there is a topic; ``account``: the deployment's AWS account, when known
+    (a topic of another one is never published to). A bad setting is one line and its default (a sink:
+    left out)."""
+    problems: list[str] = []
+
+    def setting(field_name: str, read: Callable[[str], Any], default: Any, then: str) -> Any:
+        """``read(its value)``; ``default`` when unset or blank, or with one line when it fails in any way:
+        the line names the variable and the error's kind, never the value (which may be a credential)."""
+        name, value = ALERT_ENV[field_name], getattr(settings, field_name)
+        if value is None or not value.strip():
+            return default
+        try:
+            return read(value)
+        except SettingsError as exc:
+            problems.append(f"{exc}: {then}")
+        except RetryPolicyError as exc:
+            problems.append(f"{name}: {exc}: {then}")
+        except Exception as exc:  # noqa: BLE001 (any value a person can set is untrusted)
+            problems.append(f"{name} cannot be used ({type(exc).__name__}): {then}")
+        return default
+
+    def number(field_name: str, default: Any, cast: Callable[[str], Any], low: float, high: float) -> Any:
+        def read(value: str) -> Any:
+            with contextlib.suppress(ValueError, OverflowError):
+                number = cast(value.strip())
+                if low <= number <= high:
+                    return number
+            raise SettingsError(f"{ALERT_ENV[field_name]}={value!r} is not a number from {low:g} to {high:g}")
+
+        return setting(field_name, read, default, f"using {default!r}")
+
+    def url(field_name: str, then: str) -> str | None:
+        return setting(field_name, lambda v: _checked_url(ALERT_ENV[field_name], v), None, then)
+
+    makers = {"sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account), "webhook_url": WebhookSink}
+    sinks = [setting(name, make, None, "that sink is off") for name, make in makers.items()]
+    policy = exponential(30, 2, 900, 8)  # 30 s, doubling up to 15 min, then every 15 min
+    policy = setting("retry_policy", policy_from_text, policy, f"using {policy.describe()}")
+    remind = number("remind_hours", None, float, 0.01, 24 * 365)
+    return AlertConfig(
+        sinks=[sink for sink in sinks if sink is not None],
+        policy=policy,
+        remind_seconds=remind * 3600 if remind else None,
+        ui_url=url("ui_url", "messages carry no link"),
+        runbook_url=url("runbook_base_url", "runbooks as repository paths"),
+        muted_checks=setting("muted_warn_checks", _names, frozenset(), "no check is muted"),
+        max_per_tick=number("max_per_tick", 20, int, 1, 1000),
+        tick_failures=number("tick_failures", 3, int, 1, 100),
+        heartbeat_env=setting("heartbeat_env", _heartbeat_env, DEFAULT_HEARTBEAT_ENV, f"using {DEFAULT_HEARTBEAT_ENV}"),
+        problems=problems,
+    )

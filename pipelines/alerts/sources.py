@@ -70,17 +70,11 @@ class ExpectedRetry:
     child_tags: tuple[str, ...]
 
 
-def automatic_retry(
-    tags: Mapping[str, str],
-    *,
-    dagster_retries: bool,
-    dagster_max_retries: int,
-    retry_on_step_failure: bool = False,
-    run_id: str = "",
-) -> ExpectedRetry | None:
+def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> ExpectedRetry | None:
     """Whether a failed run will be retried automatically (so it does not alert yet), or None: by
     ``delayed_run_retries`` (``run_retry``'s decision, which the sensor reads too), else by Dagster's run
-    retries (its ``dagster/will_retry`` tag, else the budget the run's tags and the instance allow)."""
+    retries (its ``dagster/will_retry`` tag, else the budget the run's tags and the instance allow;
+    ``instance``: the Dagster instance, read for its ``run_retries_*`` settings only)."""
     if POLICY_TAG in tags:
         decided = run_retry(tags, run_id)
         if decided.wait is not None:
@@ -89,7 +83,7 @@ def automatic_retry(
                 decided.wait + RETRY_MARGIN_SECONDS,
                 (RETRY_OF_TAG, DAGSTER_PARENT_TAG),
             )
-    if not dagster_retries:
+    if not instance.run_retries_enabled:
         return None
     dagster = (DAGSTER_PARENT_TAG,)
     decided_by_dagster = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
@@ -97,11 +91,15 @@ def automatic_retry(
         if decided_by_dagster != "true":
             return None
         return ExpectedRetry("Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster)
-    on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(retry_on_step_failure)).strip().lower()
+    on_step_failure = (
+        tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(instance.run_retries_retry_on_asset_or_op_failure))
+        .strip()
+        .lower()
+    )
     if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
         return None
     try:
-        budget = int(tags.get(DAGSTER_MAX_RETRIES_TAG, dagster_max_retries))
+        budget = int(tags.get(DAGSTER_MAX_RETRIES_TAG, instance.run_retries_max_retries))
         done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
     except ValueError:
         return None
@@ -203,7 +201,7 @@ def run_succeeded(
 ) -> list[Signal]:
     """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
     alert_key -> unit); a reclaim run also says whether it had item errors (``at``: when it ended)."""
-    url = _ui(ui_url, f"/runs/{run_id}")
+    ran = {"job": job, "run_id": run_id, "url": _ui(ui_url, f"/runs/{run_id}")}
     attempts = attempt_of(tags)
     out = [
         Signal(
@@ -211,10 +209,8 @@ def run_succeeded(
             kind="run_failure",
             firing=False,
             summary=f"run {run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
-            job=job,
-            run_id=run_id,
-            url=url,
             unit=unit,
+            **ran,
         )
         for key in sorted(key for key, their in open_units.items() if their == unit)
     ]
@@ -232,9 +228,7 @@ def run_succeeded(
                 if errors
                 else f"run {run_id}: no errors",
                 capability="reclaim",
-                job=job,
-                run_id=run_id,
-                url=url,
+                **ran,
                 at=at,
             )
         )
@@ -293,10 +287,8 @@ def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None
     )
 
 
-def dead_letters(queue: str, depth: int | None) -> Signal | None:
-    """A dead-letter queue's depth (None: it could not be read; no change)."""
-    if depth is None:
-        return None
+def dead_letters(queue: str, depth: int) -> Signal:
+    """A dead-letter queue's depth (one that could not be read is no signal: no change)."""
     return Signal(
         alert_key=f"dead_letters:{queue}",
         kind="dead_letters",
