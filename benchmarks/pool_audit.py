@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import os
 import random
 import statistics
@@ -45,6 +46,7 @@ import trials  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import to_item  # noqa: E402
+from pipelines.fleet.context import FleetContext  # noqa: E402
 from pipelines.fleet.pool_audit import store as pool_store  # noqa: E402
 from pipelines.fleet.pool_audit.audit import run_pool_audit  # noqa: E402
 from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame  # noqa: E402
@@ -273,13 +275,15 @@ def main() -> int:
             if variant == "audit":
                 counter.calls.clear()
                 started = time.perf_counter()
-                run = run_pool_audit(
+                ctx = FleetContext(
                     **clients,
                     jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
                     pools_table=env["RUNS_FLEET_POOLS_TABLE"],
                     archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
                     namespace="RunsFleet",
+                    log=logging.getLogger("pool_audit"),  # progress lines at INFO: not printed
                 )
+                run = run_pool_audit(ctx)
                 seconds = time.perf_counter() - started
                 outcome["run"] = run
                 if expected_managed is not None and run.instances != expected_managed:

@@ -14,11 +14,19 @@ from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, tab
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.looks import Look
-from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, look_at_fleet, run_pool_audit
-from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
+from pipelines.fleet.context import fleet_context
+from pipelines.fleet.pool_audit.audit import (
+    AuditRun,
+    DailyReport,
+    PoolAuditParams,
+    PoolCostReportParams,
+    build_daily_report,
+    look_at_fleet,
+    run_pool_audit,
+)
+from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, evaluate_checks
 from pipelines.fleet.pool_audit.compute import COUNT_COLUMNS
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
-from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
@@ -74,38 +82,14 @@ def audit_metadata(run: AuditRun) -> dict[str, Any]:
     return metadata
 
 
-def _check_metadata(outcome: CheckOutcome) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        key: dg.MetadataValue.float(value) if isinstance(value, float) else dg.MetadataValue.int(value)
-        for key, value in outcome.figures.items()
-    }
-    metadata.update({key: dg.MetadataValue.md(value) for key, value in outcome.tables.items()})
-    metadata.update({key: dg.MetadataValue.json(value) for key, value in outcome.names.items()})
-    return metadata
+# A check's metadata by the type of its value (pipelines/fleet/pool_audit/checks.py): a text is a markdown table.
+CHECK_METADATA = {int: dg.MetadataValue.int, float: dg.MetadataValue.float, str: dg.MetadataValue.md}
 
 
-def check_results(
-    run: AuditRun, idle_cost_threshold: float, notes: CheckNotes | None = None, kind: type = dg.AssetCheckResult
-) -> list[Any]:
-    """The audit's checks as ``kind``: ``dg.AssetCheckResult`` (the asset's) or ``dg.AssetCheckEvaluation``."""
-    results = []
-    for c in evaluate_checks(run, idle_cost_threshold):
-        description, demo = noted(dg.AssetCheckKey(ASSET_KEY, c.check_name), c.passed, c.description, notes)
-        results.append(
-            kind(
-                asset_key=ASSET_KEY,
-                check_name=c.check_name,
-                passed=c.passed,
-                description=description,
-                metadata={**_check_metadata(c), **demo},
-                severity=dg.AssetCheckSeverity.WARN,
-            )
-        )
-    return results
-
-
-def _log_run(log, run: AuditRun) -> None:
-    t = run.audit.totals
+def recorded(log, audit: HousekeepingAudit, notes: CheckNotes | None, kind: type) -> tuple[dict[str, Any], list[Any]]:
+    """Logs an audit; returns its metadata and its checks as ``kind``: ``dg.AssetCheckResult`` (the
+    asset's) or ``dg.AssetCheckEvaluation`` (a housekeeping task's), with a failed check's note."""
+    run, t = audit.run, audit.run.audit.totals
     log.info(
         f"pool audit: {t['pools']} pools, {run.instances} instances, running={t['running']} busy={t['busy']} "
         f"idle={t['idle']}, compute {t['compute_cost_usd_per_hour']:.4f} USD/h, idle {t['idle_cost_usd_per_hour']:.4f}"
@@ -114,6 +98,21 @@ def _log_run(log, run: AuditRun) -> None:
     )
     for row in run.audit.problems.itertuples(index=False):
         log.warning(f"pool {row.pool!r} ({row.kind}) left out of the totals: {row.problem}")
+    checks = []
+    for c in evaluate_checks(run, audit.idle_cost_threshold_usd_per_hour):
+        description, demo = noted(dg.AssetCheckKey(ASSET_KEY, c.check_name), c.passed, c.description, notes)
+        metadata = {key: CHECK_METADATA.get(type(v), dg.MetadataValue.json)(v) for key, v in c.metadata.items()}
+        checks.append(
+            kind(
+                asset_key=ASSET_KEY,
+                check_name=c.check_name,
+                passed=c.passed,
+                description=description,
+                metadata=metadata | demo,
+                severity=dg.AssetCheckSeverity.WARN,
+            )
+        )
+    return audit_metadata(run), checks
 
 
 def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
@@ -144,25 +143,15 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         params = params_from_config(context, PoolAuditParams)
         metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
+        clients = {"dynamodb": dynamodb.get_client(), "ec2": ec2.get_client(), "s3": s3.get_client()}
         run = run_pool_audit(
-            dynamodb=dynamodb.get_client(),
-            ec2=ec2.get_client(),
-            cloudwatch=metrics,
-            s3=s3.get_client(),
-            jobs_table=fleet.jobs_table,
-            pools_table=fleet.pools_table,
-            archive_bucket=fleet.archive_bucket,
-            namespace=fleet.metrics_namespace,
-            dry_run=params.dry_run,
-            progress=context.log.info,
+            fleet_context(fleet, log=context.log, cloudwatch=metrics, **clients), dry_run=params.dry_run
         )
-        _log_run(context.log, run)
-        metadata = audit_metadata(run)
+        audit = HousekeepingAudit(run, params.idle_cost_threshold_usd_per_hour)
+        metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckResult)
         if not params.dry_run:
             metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
-        return dg.MaterializeResult(
-            metadata=metadata, check_results=check_results(run, params.idle_cost_threshold_usd_per_hour, notes)
-        )
+        return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
     return pool_audit
 
@@ -175,10 +164,8 @@ def housekeeping_audit_events(
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """A housekeeping ``pool_audit`` task's audit as a ``pool_audit`` materialization of the run that
     ran it, with its check evaluations, exactly as the asset records them."""
-    _log_run(context.log, audit.run)
-    metadata = audit_metadata(audit.run)
+    metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckEvaluation)
     metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
-    checks = check_results(audit.run, audit.idle_cost_threshold_usd_per_hour, notes, dg.AssetCheckEvaluation)
     return [dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata), *checks]
 
 
@@ -256,13 +243,8 @@ pool_cost_report_job = dg.define_asset_job(
 
 
 def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
-    fleet: FleetSettings = context.resources.fleet
-    return look_at_fleet(
-        dynamodb=context.resources.dynamodb.get_client(),
-        ec2=context.resources.ec2.get_client(),
-        jobs_table=fleet.jobs_table,
-        pools_table=fleet.pools_table,
-    )
+    clients = {"dynamodb": context.resources.dynamodb.get_client(), "ec2": context.resources.ec2.get_client()}
+    return look_at_fleet(fleet_context(context.resources.fleet, log=context.log, **clients))
 
 
 # Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does

@@ -7,17 +7,47 @@ import datetime as dt
 import json
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pandas as pd
 
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.looks import Look
+from pipelines.common.params import param
+from pipelines.fleet.context import FleetContext
 from pipelines.fleet.pool_audit import store
 from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
 from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
 from pipelines.fleet.pool_audit.render import cost_chart_svg
+
+
+@dataclass(frozen=True)
+class AuditMessageParams:
+    """A housekeeping ``pool_audit`` message's ``params`` (besides the fleet's ``dryRun`` and ``now``)."""
+
+    idle_cost_threshold_usd_per_hour: float = param(
+        5.0,
+        description="The idle_cost_below_threshold check warns when the fleet's idle capacity costs more "
+        "than this, in USD per hour.",
+        minimum=0,
+        maximum=100_000,
+    )
+
+
+@dataclass(frozen=True)
+class PoolAuditParams(AuditMessageParams):
+    dry_run: bool = param(False, description="Compute and report, but publish no metrics and store no snapshot.")
+
+
+@dataclass(frozen=True)
+class PoolCostReportParams:
+    max_gap_minutes: int = param(
+        30,
+        description="A snapshot stands for the time until the next one, but for at most this many minutes.",
+        minimum=1,
+        maximum=24 * 60,
+    )
 
 
 @dataclass
@@ -36,61 +66,46 @@ class AuditRun:
     metrics_skipped: list[str] = field(default_factory=list)
 
 
-def _read_fleet(
-    dynamodb, ec2, jobs_table: str, pools_table: str, progress: store.Progress | None = None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str], str]:
+def _read_fleet(ctx: FleetContext, progress: store.Progress | None = None) -> tuple[list, list, set[str], str]:
     """The audit's reads: pools, managed instances, instances with running jobs, and their counts in words."""
-    pools = store.load_pools(dynamodb, pools_table)
-    instances = store.list_fleet_instances(ec2, progress=progress)
-    busy = store.running_job_instances(dynamodb, jobs_table, progress=progress)
+    pools = store.load_pools(ctx.dynamodb, ctx.pools_table)
+    instances = store.list_fleet_instances(ctx.ec2, progress=progress)
+    busy = store.running_job_instances(ctx.dynamodb, ctx.jobs_table, progress=progress)
     read = f"{len(pools)} pools, {len(instances)} managed instances, {len(busy)} with running jobs"
     return pools, instances, busy, read
 
 
 def run_pool_audit(
-    *,
-    dynamodb,
-    ec2,
-    cloudwatch,
-    s3,
-    jobs_table: str,
-    pools_table: str,
-    archive_bucket: str,
-    namespace: str,
-    dry_run: bool = False,
-    prices: PriceList | None = None,
-    now: dt.datetime | None = None,
-    progress: store.Progress | None = None,
+    ctx: FleetContext, *, dry_run: bool = False, prices: PriceList | None = None, now: dt.datetime | None = None
 ) -> AuditRun:
-    """Read pools, instances and running jobs; compute; publish metrics and the CSV snapshot (the
-    table with its time in front). ``dry_run`` computes everything and writes nothing."""
+    """Read pools, instances and running jobs (progress to ``ctx.log``); compute; publish metrics and the
+    CSV snapshot (the table with its time in front). ``dry_run`` computes everything and writes nothing."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     prices = prices or load_price_list()
     taken_at = now or dt.datetime.now(dt.UTC)
-    pools, instances, busy, read = _read_fleet(dynamodb, ec2, jobs_table, pools_table, progress)
-    if progress:
-        progress(f"read {read}")
+    pools, instances, busy, read = _read_fleet(ctx, ctx.log.info)
+    ctx.log.info(f"read {read}")
     started = time.perf_counter()
     audit = audit_pools(pools, instances_frame(instances), busy, prices)
     seconds = time.perf_counter() - started
-    run = AuditRun(audit, taken_at, len(instances), len(busy), seconds, prices, dry_run, archive_bucket)
+    run = AuditRun(audit, taken_at, len(instances), len(busy), seconds, prices, dry_run, ctx.archive_bucket)
     datums, run.metrics_skipped = store.metric_datums(audit.table, taken_at)
     run.metric_datums = len(datums)
     if dry_run:
         return run
-    run.metric_calls = put_metrics(cloudwatch, namespace, datums)
+    run.metric_calls = put_metrics(ctx.cloudwatch, ctx.namespace, datums)
     run.snapshot_key = store.snapshot_key(taken_at)
     snapshot = audit.table.assign(snapshot_at=pd.Timestamp(taken_at).tz_convert("UTC"))
     csv = snapshot[["snapshot_at", *audit.table.columns]].to_csv(index=False)
-    store.put_text(s3, archive_bucket, run.snapshot_key, csv, "text/csv")
+    store.put_text(ctx.s3, ctx.archive_bucket, run.snapshot_key, csv, "text/csv")
     return run
 
 
-def look_at_fleet(*, dynamodb, ec2, jobs_table: str, pools_table: str) -> Look:
-    """A schedule's look before an audit: the audit's own reads, as a state look: an audit of the
-    same state gives the same snapshot."""
-    pools, instances, busy, read = _read_fleet(dynamodb, ec2, jobs_table, pools_table)
+def look_at_fleet(ctx: FleetContext) -> Look:
+    """A schedule's look before an audit (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads,
+    as a state look: an audit of the same state gives the same snapshot."""
+    pools, instances, busy, read = _read_fleet(ctx)
     state = {
         "pools": sorted(json.dumps(pool, sort_keys=True, default=str) for pool in pools),
         "instances": sorted(instances, key=lambda row: row["instance_id"]),

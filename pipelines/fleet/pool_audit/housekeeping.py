@@ -3,34 +3,19 @@ Bad parameters raise ``ParamsError`` (the dispatcher dead-letters the message)."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common.params import ParamsError, parse_params
+from pipelines.common.params import ParamsError
 from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.pool_audit.audit import AuditRun, run_pool_audit
-from pipelines.fleet.pool_audit.params import AuditMessageParams
-
-
-def message_params(raw: Mapping[str, Any], *, dry_run: bool, what_if: bool) -> AuditMessageParams:
-    """Validate a message's own parameters. A what-if clock (``now``) is only allowed with a dry
-    run, so that no snapshot is written at a made-up time."""
-    params, _ = parse_params(AuditMessageParams, raw, what="pool_audit parameter")
-    _check_what_if(dry_run=dry_run, what_if=what_if)
-    return params
-
-
-def _check_what_if(*, dry_run: bool, what_if: bool) -> None:
-    if what_if and not dry_run:
-        raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
+from pipelines.fleet.pool_audit.audit import AuditMessageParams, AuditRun, run_pool_audit
 
 
 @dataclass(frozen=True)
 class HousekeepingAudit:
-    """One audit run for a housekeeping message, with the threshold its checks use."""
+    """One audit run with the threshold its checks use (the asset's config or a housekeeping message's)."""
 
     run: AuditRun
     idle_cost_threshold_usd_per_hour: float
@@ -52,24 +37,13 @@ class HousekeepingAudit:
 
 
 def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: AuditMessageParams) -> HousekeepingAudit:
-    """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
+    """A what-if clock (``now``) is only allowed with a dry run, so that no snapshot is written at a made-up time."""
     what_if = "now" in request.params
-    _check_what_if(dry_run=request.dry_run, what_if=what_if)
+    if what_if and not request.dry_run:
+        raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
     if not ctx.pools_table:
         raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
-    run = run_pool_audit(
-        dry_run=request.dry_run,
-        now=request.now() if what_if else None,
-        progress=ctx.log.info,
-        dynamodb=ctx.dynamodb,
-        ec2=ctx.ec2,
-        cloudwatch=ctx.cloudwatch,
-        s3=ctx.s3,
-        jobs_table=ctx.jobs_table,
-        pools_table=ctx.pools_table,
-        archive_bucket=ctx.archive_bucket,
-        namespace=ctx.namespace,
-    )
+    run = run_pool_audit(ctx, dry_run=request.dry_run, now=request.now() if what_if else None)
     return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=params.idle_cost_threshold_usd_per_hour)
 
 
