@@ -49,7 +49,7 @@ from pipelines.common import to_item  # noqa: E402
 from pipelines.fleet.context import FleetContext  # noqa: E402
 from pipelines.fleet.pool_audit import store as pool_store  # noqa: E402
 from pipelines.fleet.pool_audit.audit import run_pool_audit  # noqa: E402
-from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame  # noqa: E402
+from pipelines.fleet.pool_audit.compute import audit_pools  # noqa: E402
 from pipelines.fleet.pool_audit.prices import load_price_list  # noqa: E402
 
 AMI = "ami-12c6146b"
@@ -218,7 +218,7 @@ def pandas_only(pools: int, instances: int, repeat: int) -> bool:
     timings, cpu = [], []
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        result = audit_pools(pool_items, instances_frame(rows), busy, prices)
+        result = audit_pools(pool_items, rows, busy, prices)
         timings.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)  # the work itself, whatever else the machine runs
     print(
@@ -316,7 +316,7 @@ def main() -> int:
         timings = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            audit_pools(pools, instances_frame(rows), busy, prices)
+            audit_pools(pools, rows, busy, prices)
             timings.append(time.perf_counter() - t0)
     finally:
         moto_server.stop(moto)

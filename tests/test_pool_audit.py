@@ -37,7 +37,7 @@ from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit import store as pool_store
 from pipelines.fleet.pool_audit.audit import build_daily_report, run_pool_audit
 from pipelines.fleet.pool_audit.checks import CHECK_DESIRED_IDLE, CHECK_IDLE_COST, CHECK_KNOWN_POOLS
-from pipelines.fleet.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
+from pipelines.fleet.pool_audit.compute import audit_pools, daily_report, snapshot_weights
 from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
 from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
 from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
@@ -140,7 +140,7 @@ def _instance_rows() -> list[dict]:
 
 def test_audit_figures_match_hand_computed_values():
     busy = {"i-small1", "i-small2", "i-small4", "i-small5"}  # jobs on the pending/stopped ones do not count
-    result = audit_pools(POOLS, instances_frame(_instance_rows()), busy, PRICES)
+    result = audit_pools(POOLS, _instance_rows(), busy, PRICES)
     _check_table(result.table)
     _check_totals(result.totals)
     assert result.unknown_pool_instances["instance_id"].tolist() == ["i-ghost1"]
@@ -156,7 +156,7 @@ def test_bad_pool_items_are_reported_never_priced_at_zero():
         {"pool_name": "free", "instance_type": "t3.small", "hourly_price_usd": 0},  # an explicit 0 is a price
     ]
     rows = [{"instance_id": f"i-{p['pool_name']}", "state": "running", "pool": p["pool_name"]} for p in pools]
-    result = audit_pools(pools, instances_frame(rows), set(), PRICES)
+    result = audit_pools(pools, rows, set(), PRICES)
     problems = dict(zip(result.table["pool"], result.table["problem"], strict=True))
     assert problems["no-type"] == "missing instance_type"
     assert "invalid hourly_price_usd" in problems["text-price"]
@@ -170,11 +170,11 @@ def test_bad_pool_items_are_reported_never_priced_at_zero():
 
 
 def test_no_instances_and_no_pools():
-    empty = audit_pools([], instances_frame([]), set(), PRICES)
+    empty = audit_pools([], [], set(), PRICES)
     assert empty.table.empty
     assert empty.totals["running"] == 0
     assert empty.totals["utilization_pct"] == 0.0
-    idle_pool = audit_pools(POOLS[:1], instances_frame([]), set(), PRICES)
+    idle_pool = audit_pools(POOLS[:1], [], set(), PRICES)
     assert idle_pool.table.loc[0, "running"] == 0
     assert idle_pool.table.loc[0, "utilization_pct"] == 0.0
 
@@ -564,7 +564,7 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     # 2026-11-21: 23:55 covers 00:00-00:05, 00:05 covers 10 min, 00:15 covers 30 min (gap cap): 3/4 h.
     # Each snapshot: small 4 running (small4 runs in moto, busy) x 0.0208 + spotty 2 x 0.0595; idle: 1 small, 2 spotty.
     per_hour, idle_per_hour = 4 * 0.0208 + 2 * 0.0595, 1 * 0.0208 + 2 * 0.0595
-    direct = build_daily_report(s3=ctx.s3, archive_bucket=ctx.archive_bucket, day=dt.date(2026, 11, 21))
+    direct = build_daily_report(ctx, dt.date(2026, 11, 21))
     assert direct.totals["hours_covered"] == pytest.approx(0.75)
     assert direct.totals["snapshots"] == 3
     assert direct.totals["cost_usd"] == pytest.approx(0.75 * per_hour)

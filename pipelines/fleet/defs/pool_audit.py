@@ -17,7 +17,6 @@ from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
 from pipelines.fleet.pool_audit.audit import (
     AuditRun,
-    DailyReport,
     PoolAuditParams,
     PoolCostReportParams,
     build_daily_report,
@@ -193,11 +192,7 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
     params = params_from_config(context, PoolCostReportParams)
     day = dt.date.fromisoformat(context.partition_key)
     result = build_daily_report(
-        s3=s3.get_client(),
-        archive_bucket=fleet.archive_bucket,
-        day=day,
-        max_gap=dt.timedelta(minutes=params.max_gap_minutes),
-        progress=context.log.info,
+        fleet_context(fleet, log=context.log, s3=s3.get_client()), day, dt.timedelta(minutes=params.max_gap_minutes)
     )
     t = result.totals
     context.log.info(
@@ -208,18 +203,13 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
         context.log.warning(
             f"snapshots cover {t['hours_covered']:.2f} of 24 hours on {day}: figures are for the covered hours only"
         )
-    return dg.MaterializeResult(metadata=report_metadata(result, fleet.archive_bucket))
-
-
-def report_metadata(result: DailyReport, bucket: str) -> dict[str, Any]:
-    """Key figures first, then the chart and the per-pool table (both shown inline), then links."""
-    t = result.totals
+    # Key figures first, then the chart and the per-pool table (both shown inline), then links.
     metadata: dict[str, Any] = metadata_from({**t, "hours_covered": round(t["hours_covered"], 2)})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
-    metadata["report_csv"] = dg.MetadataValue.path(f"s3://{bucket}/{result.csv_key}")
-    metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{bucket}/{result.svg_key}")
-    return metadata
+    metadata["report_csv"] = dg.MetadataValue.path(f"s3://{fleet.archive_bucket}/{result.csv_key}")
+    metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{fleet.archive_bucket}/{result.svg_key}")
+    return dg.MaterializeResult(metadata=metadata)
 
 
 # One asset each: the in-process executor (no process per step).

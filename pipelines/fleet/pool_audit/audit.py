@@ -17,7 +17,7 @@ from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.pool_audit import store
-from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
+from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report
 from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
 from pipelines.fleet.pool_audit.render import cost_chart_svg
 
@@ -87,7 +87,7 @@ def run_pool_audit(
     pools, instances, busy, read = _read_fleet(ctx, ctx.log.info)
     ctx.log.info(f"read {read}")
     started = time.perf_counter()
-    audit = audit_pools(pools, instances_frame(instances), busy, prices)
+    audit = audit_pools(pools, instances, busy, prices)
     seconds = time.perf_counter() - started
     run = AuditRun(audit, taken_at, len(instances), len(busy), seconds, prices, dry_run, ctx.archive_bucket)
     datums, run.metrics_skipped = store.metric_datums(audit.table, taken_at)
@@ -98,7 +98,7 @@ def run_pool_audit(
     run.snapshot_key = store.snapshot_key(taken_at)
     snapshot = audit.table.assign(snapshot_at=pd.Timestamp(taken_at).tz_convert("UTC"))
     csv = snapshot[["snapshot_at", *audit.table.columns]].to_csv(index=False)
-    store.put_text(ctx.s3, ctx.archive_bucket, run.snapshot_key, csv, "text/csv")
+    ctx.s3.put_object(Bucket=ctx.archive_bucket, Key=run.snapshot_key, Body=csv.encode(), ContentType="text/csv")
     return run
 
 
@@ -124,29 +124,25 @@ class DailyReport:
 
 
 def build_daily_report(
-    *,
-    s3,
-    archive_bucket: str,
-    day: dt.date,
-    max_gap: dt.timedelta = dt.timedelta(minutes=30),
-    progress: store.Progress | None = None,
+    ctx: FleetContext, day: dt.date, max_gap: dt.timedelta = dt.timedelta(minutes=30)
 ) -> DailyReport:
     """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight);
-    today's cover the time up to now only. Writes the report's CSV and SVG."""
+    today's cover the time up to now only. Writes the report's CSV and SVG (``ctx.s3`` only)."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
-    keys = store.list_snapshot_keys(s3, archive_bucket, day)
-    keys = store.list_snapshot_keys(s3, archive_bucket, day - dt.timedelta(days=1))[-1:] + keys
+    s3, bucket = ctx.s3, ctx.archive_bucket
+    keys = store.list_snapshot_keys(s3, bucket, day)
+    keys = store.list_snapshot_keys(s3, bucket, day - dt.timedelta(days=1))[-1:] + keys
     frames = []
     for n, key in enumerate(keys, start=1):
-        frames.append(store.read_snapshot(s3, archive_bucket, key))
-        if progress and n % 50 == 0:
-            progress(f"read {n}/{len(keys)} snapshots")
+        frames.append(store.read_snapshot(s3, bucket, key))
+        if n % 50 == 0:
+            ctx.log.info(f"read {n}/{len(keys)} snapshots")
     snapshots = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     day_start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
     report, totals = daily_report(snapshots, day_start, max_gap, dt.datetime.now(dt.UTC))
     svg = cost_chart_svg(report, f"Fleet cost per pool on {day:%Y-%m-%d} (USD, UTC day), idle part highlighted")
-    csv_key, svg_key = store.report_key(day, "report.csv"), store.report_key(day, "chart.svg")
-    store.put_text(s3, archive_bucket, csv_key, report.to_csv(index=False), "text/csv")
-    store.put_text(s3, archive_bucket, svg_key, svg, "image/svg+xml")
+    csv_key, svg_key = (f"{store.PREFIX}/reports/{day:%Y-%m-%d}/{name}" for name in ("report.csv", "chart.svg"))
+    s3.put_object(Bucket=bucket, Key=csv_key, Body=report.to_csv(index=False).encode(), ContentType="text/csv")
+    s3.put_object(Bucket=bucket, Key=svg_key, Body=svg.encode(), ContentType="image/svg+xml")
     return DailyReport(report, totals, keys, csv_key, svg_key)

@@ -45,25 +45,20 @@ class PoolAudit:
         return self.table.loc[self.table["problem"] != "", ["pool", "kind", "problem"]]
 
 
-def instances_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Instance rows (``instance_id, state, pool, instance_type``; ``pool`` None when untagged)."""
-    import pandas as pd  # lazy: keeps pandas out of the code location's load time
-
-    return pd.DataFrame(rows, columns=INSTANCE_COLUMNS)
-
-
 def audit_pools(
     pools: list[dict[str, Any]],
-    instances: pd.DataFrame,
+    instances: list[dict[str, Any]],
     busy_instance_ids: set[str] | frozenset[str],
     prices: PriceList,
 ) -> PoolAudit:
-    """Count, price and total every pool. ``pools`` are plain pools-table items."""
+    """Count, price and total every pool. ``pools`` are plain pools-table items, ``instances`` rows of
+    ``instance_id, state, pool, instance_type`` (``pool`` None when untagged)."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     configs = pd.DataFrame([pool_config(item, prices) for item in pools], columns=CONFIG_COLUMNS)
 
-    inst = instances.assign(bucket=instances["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
+    inst = pd.DataFrame(instances, columns=INSTANCE_COLUMNS)
+    inst = inst.assign(bucket=inst["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
     tag = inst["pool"].fillna("").astype(str)
     untagged = tag.str.strip() == ""
     inst["label"] = tag.where(~untagged, "untagged")

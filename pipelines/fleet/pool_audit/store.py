@@ -116,14 +116,6 @@ def snapshot_key(taken_at: dt.datetime) -> str:
     return f"{PREFIX}/snapshots/{t:%Y-%m-%d}/{t:%Y%m%dT%H%M%S}{t.microsecond // 1000:03d}Z.csv"
 
 
-def report_key(day: dt.date, name: str) -> str:
-    return f"{PREFIX}/reports/{day:%Y-%m-%d}/{name}"
-
-
-def put_text(s3, bucket: str, key: str, text: str, content_type: str) -> None:
-    s3.put_object(Bucket=bucket, Key=key, Body=text.encode(), ContentType=content_type)
-
-
 def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{PREFIX}/snapshots/{day:%Y-%m-%d}/")
     return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
