@@ -47,10 +47,14 @@ from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import to_item  # noqa: E402
 from pipelines.fleet.context import FleetContext  # noqa: E402
-from pipelines.fleet.pool_audit import store as pool_store  # noqa: E402
-from pipelines.fleet.pool_audit.audit import run_pool_audit  # noqa: E402
-from pipelines.fleet.pool_audit.compute import audit_pools  # noqa: E402
-from pipelines.fleet.pool_audit.prices import load_price_list  # noqa: E402
+from pipelines.fleet.pool_audit.audit import (  # noqa: E402
+    AUDITED_STATES,
+    list_fleet_instances,
+    load_pools,
+    run_pool_audit,
+    running_job_instances,
+)
+from pipelines.fleet.pool_audit.compute import audit_pools, load_price_list  # noqa: E402
 
 AMI = "ami-12c6146b"
 MANAGED = {"Key": "runs-fleet:managed", "Value": "true"}
@@ -157,7 +161,7 @@ def _batch_write(ddb, table: str, items: list[dict]) -> None:
 
 def naive_audit(env: dict[str, str], ddb, ec2, cloudwatch, sample: int) -> dict[str, int]:
     """The seed's loop, one pool and one instance at a time, over the first ``sample`` pools."""
-    pools = sorted(pool_store.load_pools(ddb, env["RUNS_FLEET_POOLS_TABLE"]), key=lambda p: p["pool_name"])[:sample]
+    pools = sorted(load_pools(ddb, env["RUNS_FLEET_POOLS_TABLE"]), key=lambda p: p["pool_name"])[:sample]
     totals = {"running": 0, "busy": 0, "audited": 0, "pools": [p["pool_name"] for p in pools]}
     now = dt.datetime.now(dt.UTC)
     for pool in pools:
@@ -166,7 +170,7 @@ def naive_audit(env: dict[str, str], ddb, ec2, cloudwatch, sample: int) -> dict[
             Filters=[
                 {"Name": "tag:runs-fleet:managed", "Values": ["true"]},
                 {"Name": "tag:runs-fleet:pool", "Values": [pool["pool_name"]]},
-                {"Name": "instance-state-name", "Values": pool_store.AUDITED_STATES},
+                {"Name": "instance-state-name", "Values": AUDITED_STATES},
             ]
         ):
             for reservation in page["Reservations"]:
@@ -310,9 +314,9 @@ def main() -> int:
 
         # The pandas computation alone, on the inputs the audit read.
         prices = load_price_list()
-        pools = pool_store.load_pools(clients["dynamodb"], env["RUNS_FLEET_POOLS_TABLE"])
-        rows = pool_store.list_fleet_instances(clients["ec2"])
-        busy = pool_store.running_job_instances(clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"])
+        pools = load_pools(clients["dynamodb"], env["RUNS_FLEET_POOLS_TABLE"])
+        rows = list_fleet_instances(clients["ec2"])
+        busy = running_job_instances(clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"])
         timings = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()

@@ -14,8 +14,7 @@ from pipelines.batching.defs import report_metadata
 from pipelines.common.defs.metadata import metadata_from, rounded
 from pipelines.fleet.defs.pool_audit import audit_metadata
 from pipelines.fleet.pool_audit.audit import AuditRun
-from pipelines.fleet.pool_audit.compute import audit_pools
-from pipelines.fleet.pool_audit.prices import PriceList
+from pipelines.fleet.pool_audit.compute import PriceList, audit_pools
 from pipelines.progressor.defs import health_asset
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.schema import create_namespace

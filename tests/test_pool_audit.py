@@ -34,12 +34,11 @@ from pipelines.definitions import build_definitions
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.defs.pool_audit import pool_audit, pool_cost_report
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.pool_audit import store as pool_store
+from pipelines.fleet.pool_audit import audit as pool_audit_module
 from pipelines.fleet.pool_audit.audit import build_daily_report, run_pool_audit
 from pipelines.fleet.pool_audit.checks import CHECK_DESIRED_IDLE, CHECK_IDLE_COST, CHECK_KNOWN_POOLS
-from pipelines.fleet.pool_audit.compute import audit_pools, daily_report, snapshot_weights
+from pipelines.fleet.pool_audit.compute import PriceList, audit_pools, daily_report, load_price_list, snapshot_weights
 from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
-from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
 from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
 from resources import resources_for
 
@@ -440,9 +439,9 @@ def test_busy_instances_come_from_a_scan_when_the_table_has_no_status_index(aws)
         for item in page["Items"]:
             ddb.put_item(TableName="legacy-jobs", Item=item)
     messages = []
-    busy = pool_store.running_job_instances(ddb, "legacy-jobs", progress=messages.append)
+    busy = pool_audit_module.running_job_instances(ddb, "legacy-jobs", progress=messages.append)
     assert busy == {ids["small1"], ids["small2"], ids["small4"], ids["small5"], ids["unmanaged1"]}
-    assert busy == pool_store.running_job_instances(ddb, aws.env["RUNS_FLEET_JOBS_TABLE"])
+    assert busy == pool_audit_module.running_job_instances(ddb, aws.env["RUNS_FLEET_JOBS_TABLE"])
     assert messages
     assert "scanning" in messages[0]
 
@@ -456,9 +455,9 @@ def test_describe_instances_is_paginated(aws, monkeypatch):
             MaxCount=1,
             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "runs-fleet:managed", "Value": "true"}]}],
         )
-    monkeypatch.setattr(pool_store, "INSTANCES_PAGE_SIZE", 5)  # moto counts reservations per page
+    monkeypatch.setattr(pool_audit_module, "INSTANCES_PAGE_SIZE", 5)  # moto counts reservations per page
     counter = _Calls(ec2)
-    assert len(pool_store.list_fleet_instances(ec2)) == 7
+    assert len(pool_audit_module.list_fleet_instances(ec2)) == 7
     assert counter.calls == ["DescribeInstances", "DescribeInstances"]
 
 
@@ -475,7 +474,7 @@ def test_metrics_are_batched_1000_datums_per_call(aws):
             "utilization_pct": 50.0,
         }
     )
-    datums, skipped = pool_store.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
+    datums, skipped = pool_audit_module.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
     assert len(datums) == 1200
     assert skipped == []
     assert put_metrics(cw, "RunsFleet", datums) == 2
