@@ -32,7 +32,7 @@ from pipelines.common.aws_batches import put_metrics
 from pipelines.common.params import ParamsError
 from pipelines.definitions import build_definitions
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.defs.pool_audit import pool_audit, pool_cost_report
+from pipelines.fleet.defs.pool_audit import pool_audit_asset, pool_cost_report
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit import audit as pool_audit_module
 from pipelines.fleet.pool_audit.audit import build_daily_report, run_pool_audit
@@ -43,6 +43,7 @@ from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_
 from resources import resources_for
 
 AMI = "ami-12c6146b"
+pool_audit = pool_audit_asset()  # production's: no check notes
 PRICES = PriceList(
     source="test list",
     as_of="2026-01-01",
@@ -489,7 +490,6 @@ def _materialize(aws, assets, **kwargs):
 def test_pool_audit_asset_reports_metadata_and_warns(aws):
     _seed_fleet(aws)
     from infra.demo.definitions import CHECK_NOTES
-    from pipelines.fleet.defs.pool_audit import pool_audit_asset
 
     result = _materialize(aws, [pool_audit_asset(CHECK_NOTES)])  # make dev's: the demo's notes
     assert result.success

@@ -1,6 +1,5 @@
-"""The pool audit's Dagster layer: the ``pool_audit`` snapshot asset with its checks, the daily
-``pool_cost_report``, their jobs and schedules, and a housekeeping ``pool_audit`` task's audit recorded
-as the same materialization and check evaluations (:func:`housekeeping_audit_events`)."""
+"""The pool audit's Dagster layer: the ``pool_audit`` asset with its checks, the daily ``pool_cost_report``, their
+jobs and schedules, and a housekeeping audit recorded as the same (:func:`housekeeping_audit_events`)."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -64,18 +63,18 @@ def audit_metadata(run: AuditRun) -> dict[str, Any]:
         metadata["problems"] = table_from(audit.problems.to_dict("records"), PROBLEM_COLUMNS)
     if run.snapshot_key:
         metadata["snapshot"] = dg.MetadataValue.path(f"s3://{run.archive_bucket}/{run.snapshot_key}")
-    metadata["counters"] = dg.MetadataValue.json(
-        {
-            **{key: int(totals[key]) for key in COUNTERS},
-            "instances_audited": run.instances,
-            "instances_with_running_jobs": run.running_jobs,
-            "cloudwatch_datums": run.metric_datums,
-            "cloudwatch_calls": run.metric_calls,
-            "compute_seconds": round(run.compute_seconds, 2),
-        }
-    )
+    counters = {
+        **{key: int(totals[key]) for key in COUNTERS},
+        "instances_audited": run.instances,
+        "instances_with_running_jobs": run.running_jobs,
+        "cloudwatch_datums": run.metric_datums,
+        "cloudwatch_calls": run.metric_calls,
+        "compute_seconds": round(run.compute_seconds, 2),
+    }
     price_list = f"{run.prices.source} (as of {run.prices.as_of})"
-    metadata |= metadata_from({"metrics_skipped_pools": run.metrics_skipped, "price_list": price_list})
+    metadata |= metadata_from(
+        {"counters": counters, "metrics_skipped_pools": run.metrics_skipped, "price_list": price_list}
+    )
     metadata["taken_at"] = dg.MetadataValue.timestamp(run.taken_at)
     metadata["dry_run"] = dg.MetadataValue.bool(run.dry_run)
     return metadata
@@ -153,9 +152,6 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
     return pool_audit
-
-
-pool_audit = pool_audit_asset()
 
 
 def housekeeping_audit_events(

@@ -1,8 +1,5 @@
-"""One pool audit end to end (:func:`run_pool_audit`: the ``pool_audit`` asset and housekeeping task)
-and one daily report (:func:`build_daily_report`: the ``pool_cost_report`` asset), over boto3 clients, in
-as few calls as the APIs allow (paginated, 1000 instances or datums a call). Running jobs come from one
-Query of the jobs table's ``status-instance_id-index``; a table without that index is scanned instead,
-with a warning."""
+"""One pool audit (:func:`run_pool_audit`) and one daily report (:func:`build_daily_report`) over boto3
+clients, in as few calls as the APIs allow (docs/fleet.md, "How it reads AWS")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The pool audit as pure pandas over plain lists and DataFrames (no AWS, no Dagster): counts, prices and figures
-per pool, totals, and the daily report. The row kinds (pool, untagged, unknown_pool) are in docs/fleet.md.
-A pool's hourly price is its own ``hourly_price_usd``, else the shipped price list's (``prices.json``)
-on-demand price (times ``spot_factor`` for spot pools); a pool that cannot be priced gets a problem
-text, never a price of 0."""
+"""The pool audit as pure pandas over plain lists and DataFrames (no AWS, no Dagster): prices, counts and figures
+per pool, totals, and the daily report. The row kinds and the price rules are in docs/fleet.md."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ class PriceList:
 
 
 def load_price_list(path: Path | str | None = None) -> PriceList:
-    """Read and validate a price list file (default: the shipped one); a malformed file is an error naming
-    the bad entry."""
+    """Read and validate a price list file (default: ``prices.json``); a malformed one names the bad entry."""
     path = Path(path) if path else Path(__file__).with_name("prices.json")
     raw = json.loads(path.read_text())
     for key in ("source", "as_of", "spot_factor", "on_demand_usd_per_hour"):
@@ -223,10 +219,7 @@ REPORT_COLUMNS = ["pool", *USD_COLUMNS, "avg_running", "avg_idle", "hours_covere
 
 
 def daily_report(
-    snapshots: pd.DataFrame,
-    day_start: dt.datetime,
-    max_gap: dt.timedelta = dt.timedelta(minutes=30),
-    now: dt.datetime | None = None,
+    snapshots: pd.DataFrame, day_start: dt.datetime, max_gap: dt.timedelta, now: dt.datetime | None = None
 ) -> tuple[pd.DataFrame, dict[str, float | int]]:
     """Time-weighted USD per pool for one UTC day from the snapshot rows (``snapshot_at`` + columns):
     each row ``in_totals`` counts for the hours its snapshot stands for (:func:`snapshot_weights`)."""

@@ -26,11 +26,8 @@ class HousekeepingAudit:
         return {
             "pools": int(totals["pools"]),
             "instances": run.instances,
-            "running": int(totals["running"]),
-            "busy": int(totals["busy"]),
-            "idle": int(totals["idle"]),
-            "compute_cost_usd_per_hour": round(float(totals["compute_cost_usd_per_hour"]), 4),
-            "idle_cost_usd_per_hour": round(float(totals["idle_cost_usd_per_hour"]), 4),
+            **{key: int(totals[key]) for key in ("running", "busy", "idle")},
+            **{key: round(float(totals[key]), 4) for key in ("compute_cost_usd_per_hour", "idle_cost_usd_per_hour")},
             "snapshot_key": run.snapshot_key or "(dry run: none)",
             "dry_run": run.dry_run,
         }
