@@ -589,6 +589,15 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
 
 
+def test_a_day_covered_for_seconds_shows_its_hours_not_zero(aws):
+    _seed_fleet(aws)
+    run_pool_audit(_audit_ctx(aws), prices=PRICES, now=dt.datetime(2026, 11, 21, 23, 59, 51, tzinfo=dt.UTC))
+    result = _materialize(aws, [pool_cost_report], partition_key="2026-11-21")  # 9 s: 0.0025 h
+    meta = result.asset_materializations_for_node("pool_cost_report")[0].metadata
+    assert meta["snapshots"].value == 1
+    assert meta["hours_covered"].value == 0.0025  # two significant digits under an hour, not 0.0
+
+
 @pytest.mark.slow
 def test_a_housekeeping_pool_audit_message_runs_the_audit_and_records_the_asset(aws):
     _seed_fleet(aws)

@@ -191,16 +191,16 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
         fleet_context(fleet, log=context.log, s3=s3.get_client()), day, dt.timedelta(minutes=params.max_gap_minutes)
     )
     t = result.totals
+    # Under an hour, two significant digits: a few minutes covered never show as 0.
+    hours = round(t["hours_covered"], 2) if t["hours_covered"] >= 1 else float(f"{t['hours_covered']:.2g}")
     context.log.info(
-        f"pool cost report {day}: {len(result.snapshot_keys)} snapshots, {t['hours_covered']:.2f} h covered, "
+        f"pool cost report {day}: {len(result.snapshot_keys)} snapshots, {hours:g} h covered, "
         f"{t['cost_usd']:.2f} USD of which idle {t['idle_cost_usd']:.2f} USD ({t['idle_share_pct']:.1f}%)"
     )
     if t["hours_covered"] < 23.5:
-        context.log.warning(
-            f"snapshots cover {t['hours_covered']:.2f} of 24 hours on {day}: figures are for the covered hours only"
-        )
+        context.log.warning(f"snapshots cover {hours:g} of 24 hours on {day}: figures are for the covered hours only")
     # Key figures first, then the chart and the per-pool table (both shown inline), then links.
-    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": round(t["hours_covered"], 2)})
+    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": hours})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
     metadata["report_csv"] = dg.MetadataValue.path(f"s3://{fleet.archive_bucket}/{result.csv_key}")
