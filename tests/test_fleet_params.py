@@ -8,8 +8,9 @@ import pytest
 from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.fleet.drain import DrainLimits, TerminationLimits, receive_budget
-from pipelines.fleet.pool_audit.audit import PoolAuditParams, PoolCostReportParams
+from pipelines.fleet.pool_audit.audit import PoolCostReportParams
 from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
+from pipelines.fleet.pool_audit.housekeeping import PoolAuditParams
 from tests import fleet_support as fs
 
 

@@ -16,7 +16,6 @@ from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
 from pipelines.fleet.pool_audit.audit import (
     AuditRun,
-    PoolAuditParams,
     PoolCostReportParams,
     build_daily_report,
     look_at_fleet,
@@ -24,7 +23,7 @@ from pipelines.fleet.pool_audit.audit import (
 )
 from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, evaluate_checks
 from pipelines.fleet.pool_audit.compute import COUNT_COLUMNS
-from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
+from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit, PoolAuditParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 

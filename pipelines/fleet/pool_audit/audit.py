@@ -124,24 +124,6 @@ def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
 
 
 @dataclass(frozen=True)
-class AuditMessageParams:
-    """A housekeeping ``pool_audit`` message's ``params`` (besides the fleet's ``dryRun`` and ``now``)."""
-
-    idle_cost_threshold_usd_per_hour: float = param(
-        5.0,
-        description="The idle_cost_below_threshold check warns when the fleet's idle capacity costs more "
-        "than this, in USD per hour.",
-        minimum=0,
-        maximum=100_000,
-    )
-
-
-@dataclass(frozen=True)
-class PoolAuditParams(AuditMessageParams):
-    dry_run: bool = param(False, description="Compute and report, but publish no metrics and store no snapshot.")
-
-
-@dataclass(frozen=True)
 class PoolCostReportParams:
     max_gap_minutes: int = param(
         30,

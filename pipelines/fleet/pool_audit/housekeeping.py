@@ -6,11 +6,29 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common.params import ParamsError
+from pipelines.common.params import ParamsError, param
 from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.pool_audit.audit import AuditMessageParams, AuditRun, run_pool_audit
+from pipelines.fleet.pool_audit.audit import AuditRun, run_pool_audit
+
+
+@dataclass(frozen=True)
+class AuditMessageParams:
+    """A housekeeping ``pool_audit`` message's ``params`` (besides the fleet's ``dryRun`` and ``now``)."""
+
+    idle_cost_threshold_usd_per_hour: float = param(
+        5.0,
+        description="The idle_cost_below_threshold check warns when the fleet's idle capacity costs more "
+        "than this, in USD per hour.",
+        minimum=0,
+        maximum=100_000,
+    )
+
+
+@dataclass(frozen=True)
+class PoolAuditParams(AuditMessageParams):
+    dry_run: bool = param(False, description="Compute and report, but publish no metrics and store no snapshot.")
 
 
 @dataclass(frozen=True)
