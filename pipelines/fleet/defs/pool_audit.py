@@ -141,10 +141,8 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         params = params_from_config(context, PoolAuditParams)
         metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
         clients = {"dynamodb": dynamodb.get_client(), "ec2": ec2.get_client(), "s3": s3.get_client()}
-        run = run_pool_audit(
-            fleet_context(fleet, log=context.log, cloudwatch=metrics, **clients), dry_run=params.dry_run
-        )
-        audit = HousekeepingAudit(run, params.idle_cost_threshold_usd_per_hour)
+        ctx = fleet_context(fleet, log=context.log, cloudwatch=metrics, **clients)
+        audit = HousekeepingAudit(run_pool_audit(ctx, dry_run=params.dry_run), params.idle_cost_threshold_usd_per_hour)
         metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckResult)
         if not params.dry_run:
             metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)

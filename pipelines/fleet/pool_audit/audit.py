@@ -187,8 +187,7 @@ def run_pool_audit(
 
 
 def look_at_fleet(ctx: FleetContext) -> Look:
-    """A schedule's look before an audit (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads,
-    as a state look: an audit of the same state gives the same snapshot."""
+    """A schedule's look (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads, as a state look."""
     pools, instances, busy, read = _read_fleet(ctx)
     state = {
         "pools": sorted(json.dumps(pool, sort_keys=True, default=str) for pool in pools),
