@@ -29,6 +29,8 @@ from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSe
 
 ASSET_KEY = dg.AssetKey("pool_audit")
 CAPABILITY_TAGS = {"groundskeeper/capability": "pool_audit"}
+ASSET_OPTIONS = {"group_name": "fleet", "tags": CAPABILITY_TAGS, "retry_policy": AWS_RETRY_POLICY}
+JOB_OPTIONS = {"tags": CAPABILITY_TAGS, "executor_def": dg.in_process_executor}  # one asset each: in process
 
 # The per-pool tables: at most 4 columns, so the asset page shows them inline; key figures first.
 # Every column is in the CSV (the snapshot and report links).
@@ -116,8 +118,8 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
     """The ``pool_audit`` snapshot asset with its checks (a failed one adds its note from ``notes``)."""
 
     @dg.asset(
+        **ASSET_OPTIONS,
         key=ASSET_KEY,
-        group_name="fleet",
         kinds={"pandas", "s3", "cloudwatch"},
         description=(
             "Snapshot of every fleet pool: running, pending, stopped, busy and idle instances, what they cost "
@@ -126,8 +128,6 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         ),
         check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
         config_schema=config_schema(PoolAuditParams),
-        tags=CAPABILITY_TAGS,
-        retry_policy=AWS_RETRY_POLICY,
     )
     @one_line_failures
     def pool_audit(
@@ -167,7 +167,7 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezon
 
 
 @dg.asset(
-    group_name="fleet",
+    **ASSET_OPTIONS,
     kinds={"pandas", "s3"},
     partitions_def=daily_partitions,
     deps=[ASSET_KEY],
@@ -177,8 +177,6 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezon
         "are stored under `s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/reports/<day>/`."
     ),
     config_schema=config_schema(PoolCostReportParams),
-    tags=CAPABILITY_TAGS,
-    retry_policy=AWS_RETRY_POLICY,
 )
 @one_line_failures
 def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.MaterializeResult:
@@ -205,23 +203,19 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
     return dg.MaterializeResult(metadata=metadata)
 
 
-# One asset each: the in-process executor (no process per step).
-
 pool_audit_job = dg.define_asset_job(
     "pool_audit_job",
+    **JOB_OPTIONS,
     selection=dg.AssetSelection.assets(ASSET_KEY),
     description="Audit every fleet pool now (also run by pool_audit_schedule when the fleet changes, and at "
     "least every 20 minutes).",
-    tags=CAPABILITY_TAGS,
-    executor_def=dg.in_process_executor,
 )
 pool_cost_report_job = dg.define_asset_job(
     "pool_cost_report_job",
+    **JOB_OPTIONS,
     selection=dg.AssetSelection.assets(pool_cost_report),
     partitions_def=daily_partitions,
     description="Build the daily pool cost report for one UTC day (backfill for a range of days).",
-    tags=CAPABILITY_TAGS,
-    executor_def=dg.in_process_executor,
 )
 
 
