@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import logging
 import os
 import random
 import statistics
@@ -45,10 +46,15 @@ import trials  # noqa: E402
 from infra.deploy import deploy, wait_for_endpoint  # noqa: E402
 from infra.local import local_aws_env  # noqa: E402
 from pipelines.common import to_item  # noqa: E402
-from pipelines.fleet.pool_audit import store as pool_store  # noqa: E402
-from pipelines.fleet.pool_audit.audit import run_pool_audit  # noqa: E402
-from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame  # noqa: E402
-from pipelines.fleet.pool_audit.prices import load_price_list  # noqa: E402
+from pipelines.fleet.context import FleetContext  # noqa: E402
+from pipelines.fleet.pool_audit.audit import (  # noqa: E402
+    AUDITED_STATES,
+    list_fleet_instances,
+    load_pools,
+    run_pool_audit,
+    running_job_instances,
+)
+from pipelines.fleet.pool_audit.compute import audit_pools, load_price_list  # noqa: E402
 
 AMI = "ami-12c6146b"
 MANAGED = {"Key": "runs-fleet:managed", "Value": "true"}
@@ -155,7 +161,7 @@ def _batch_write(ddb, table: str, items: list[dict]) -> None:
 
 def naive_audit(env: dict[str, str], ddb, ec2, cloudwatch, sample: int) -> dict[str, int]:
     """The seed's loop, one pool and one instance at a time, over the first ``sample`` pools."""
-    pools = sorted(pool_store.load_pools(ddb, env["RUNS_FLEET_POOLS_TABLE"]), key=lambda p: p["pool_name"])[:sample]
+    pools = sorted(load_pools(ddb, env["RUNS_FLEET_POOLS_TABLE"]), key=lambda p: p["pool_name"])[:sample]
     totals = {"running": 0, "busy": 0, "audited": 0, "pools": [p["pool_name"] for p in pools]}
     now = dt.datetime.now(dt.UTC)
     for pool in pools:
@@ -164,7 +170,7 @@ def naive_audit(env: dict[str, str], ddb, ec2, cloudwatch, sample: int) -> dict[
             Filters=[
                 {"Name": "tag:runs-fleet:managed", "Values": ["true"]},
                 {"Name": "tag:runs-fleet:pool", "Values": [pool["pool_name"]]},
-                {"Name": "instance-state-name", "Values": pool_store.AUDITED_STATES},
+                {"Name": "instance-state-name", "Values": AUDITED_STATES},
             ]
         ):
             for reservation in page["Reservations"]:
@@ -216,7 +222,7 @@ def pandas_only(pools: int, instances: int, repeat: int) -> bool:
     timings, cpu = [], []
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        result = audit_pools(pool_items, instances_frame(rows), busy, prices)
+        result = audit_pools(pool_items, rows, busy, prices)
         timings.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)  # the work itself, whatever else the machine runs
     print(
@@ -273,13 +279,15 @@ def main() -> int:
             if variant == "audit":
                 counter.calls.clear()
                 started = time.perf_counter()
-                run = run_pool_audit(
+                ctx = FleetContext(
                     **clients,
                     jobs_table=env["RUNS_FLEET_JOBS_TABLE"],
                     pools_table=env["RUNS_FLEET_POOLS_TABLE"],
                     archive_bucket=env["RUNS_FLEET_ARCHIVE_BUCKET"],
                     namespace="RunsFleet",
+                    log=logging.getLogger("pool_audit"),  # progress lines at INFO: not printed
                 )
+                run = run_pool_audit(ctx)
                 seconds = time.perf_counter() - started
                 outcome["run"] = run
                 if expected_managed is not None and run.instances != expected_managed:
@@ -306,13 +314,13 @@ def main() -> int:
 
         # The pandas computation alone, on the inputs the audit read.
         prices = load_price_list()
-        pools = pool_store.load_pools(clients["dynamodb"], env["RUNS_FLEET_POOLS_TABLE"])
-        rows = pool_store.list_fleet_instances(clients["ec2"])
-        busy = pool_store.running_job_instances(clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"])
+        pools = load_pools(clients["dynamodb"], env["RUNS_FLEET_POOLS_TABLE"])
+        rows = list_fleet_instances(clients["ec2"])
+        busy = running_job_instances(clients["dynamodb"], env["RUNS_FLEET_JOBS_TABLE"])
         timings = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            audit_pools(pools, instances_frame(rows), busy, prices)
+            audit_pools(pools, rows, busy, prices)
             timings.append(time.perf_counter() - t0)
     finally:
         moto_server.stop(moto)

@@ -8,8 +8,9 @@ import pytest
 from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive
 from pipelines.fleet.drain import DrainLimits, TerminationLimits, receive_budget
-from pipelines.fleet.pool_audit.housekeeping import message_params
-from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
+from pipelines.fleet.pool_audit.audit import PoolCostReportParams
+from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
+from pipelines.fleet.pool_audit.housekeeping import PoolAuditParams
 from tests import fleet_support as fs
 
 
@@ -42,7 +43,7 @@ def test_out_of_range_values_are_refused_with_one_line(cls, raw, message):
 
 def test_the_pool_audit_message_threshold_is_refused_out_of_range():
     with pytest.raises(ParamsError, match="at most 100000"):
-        message_params({"idle_cost_threshold_usd_per_hour": 1e9}, dry_run=False, what_if=False)
+        pool_audit_task.parse({"idle_cost_threshold_usd_per_hour": 1e9})
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ import pytest
 
 from infra.deploy import OUTPUT_ENV
 from pipelines.fleet.messages import RUNNER_PREFIX
-from pipelines.fleet.pool_audit.store import PREFIX as POOL_AUDIT_PREFIX
+from pipelines.fleet.pool_audit.audit import PREFIX as POOL_AUDIT_PREFIX
 from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, SUSPECT_TAG
 from pipelines.fleet.termination import ROUNDS_PREFIX
 from resources import IO_PREFIX

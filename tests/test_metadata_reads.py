@@ -15,8 +15,7 @@ from pipelines.batching.defs import report_metadata
 from pipelines.common.defs.metadata import metadata_from, rounded
 from pipelines.fleet.defs.pool_audit import audit_metadata
 from pipelines.fleet.pool_audit.audit import AuditRun
-from pipelines.fleet.pool_audit.compute import audit_pools, instances_frame
-from pipelines.fleet.pool_audit.prices import PriceList
+from pipelines.fleet.pool_audit.compute import PriceList, audit_pools
 from pipelines.progressor.defs import health_asset
 from pipelines.progressor.params import collect_params
 from pipelines.progressor.targets import Target, dagster_name
@@ -68,7 +67,7 @@ FINE_POOL = {"pool_name": "small", "instance_type": "t3.small", "desired_idle": 
 
 
 def _audit_run(pools: list[dict], instances: list[dict]) -> AuditRun:
-    audit = audit_pools(pools, instances_frame(instances), set(), PRICES)
+    audit = audit_pools(pools, instances, set(), PRICES)
     taken = dt.datetime(2026, 11, 20, 10, tzinfo=dt.UTC)
     return AuditRun(audit=audit, taken_at=taken, instances=len(instances), running_jobs=0, compute_seconds=0.01,
                     prices=PRICES, dry_run=True)  # fmt: skip

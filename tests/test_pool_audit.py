@@ -20,6 +20,7 @@ busy: only running instances are busy), completed on small-3 (idle).
 import datetime as dt
 import io
 import json
+import logging
 import xml.etree.ElementTree as ET
 
 import dagster as dg
@@ -30,17 +31,19 @@ from pipelines.common import to_item
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.params import ParamsError
 from pipelines.definitions import build_definitions
-from pipelines.fleet.defs.pool_audit import pool_audit, pool_cost_report
-from pipelines.fleet.pool_audit import store as pool_store
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.defs.pool_audit import pool_audit_asset, pool_cost_report
+from pipelines.fleet.messages import HousekeepingRequest
+from pipelines.fleet.pool_audit import audit as pool_audit_module
 from pipelines.fleet.pool_audit.audit import build_daily_report, run_pool_audit
 from pipelines.fleet.pool_audit.checks import CHECK_DESIRED_IDLE, CHECK_IDLE_COST, CHECK_KNOWN_POOLS
-from pipelines.fleet.pool_audit.compute import audit_pools, daily_report, instances_frame, snapshot_weights
-from pipelines.fleet.pool_audit.housekeeping import message_params
-from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
+from pipelines.fleet.pool_audit.compute import PriceList, audit_pools, daily_report, load_price_list, snapshot_weights
+from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
 from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
 from resources import resources_for
 
 AMI = "ami-12c6146b"
+pool_audit = pool_audit_asset()  # production's: no check notes
 PRICES = PriceList(
     source="test list",
     as_of="2026-01-01",
@@ -137,7 +140,7 @@ def _instance_rows() -> list[dict]:
 
 def test_audit_figures_match_hand_computed_values():
     busy = {"i-small1", "i-small2", "i-small4", "i-small5"}  # jobs on the pending/stopped ones do not count
-    result = audit_pools(POOLS, instances_frame(_instance_rows()), busy, PRICES)
+    result = audit_pools(POOLS, _instance_rows(), busy, PRICES)
     _check_table(result.table)
     _check_totals(result.totals)
     assert result.unknown_pool_instances["instance_id"].tolist() == ["i-ghost1"]
@@ -153,7 +156,7 @@ def test_bad_pool_items_are_reported_never_priced_at_zero():
         {"pool_name": "free", "instance_type": "t3.small", "hourly_price_usd": 0},  # an explicit 0 is a price
     ]
     rows = [{"instance_id": f"i-{p['pool_name']}", "state": "running", "pool": p["pool_name"]} for p in pools]
-    result = audit_pools(pools, instances_frame(rows), set(), PRICES)
+    result = audit_pools(pools, rows, set(), PRICES)
     problems = dict(zip(result.table["pool"], result.table["problem"], strict=True))
     assert problems["no-type"] == "missing instance_type"
     assert "invalid hourly_price_usd" in problems["text-price"]
@@ -167,11 +170,11 @@ def test_bad_pool_items_are_reported_never_priced_at_zero():
 
 
 def test_no_instances_and_no_pools():
-    empty = audit_pools([], instances_frame([]), set(), PRICES)
+    empty = audit_pools([], [], set(), PRICES)
     assert empty.table.empty
     assert empty.totals["running"] == 0
     assert empty.totals["utilization_pct"] == 0.0
-    idle_pool = audit_pools(POOLS[:1], instances_frame([]), set(), PRICES)
+    idle_pool = audit_pools(POOLS[:1], [], set(), PRICES)
     assert idle_pool.table.loc[0, "running"] == 0
     assert idle_pool.table.loc[0, "utilization_pct"] == 0.0
 
@@ -189,18 +192,24 @@ def test_the_shipped_price_list_has_source_date_and_a_sane_spot_factor(tmp_path)
 
 
 def test_housekeeping_params_are_validated():
-    assert message_params({}, dry_run=False, what_if=False).idle_cost_threshold_usd_per_hour == 5.0
-    assert message_params({"idle_cost_threshold_usd_per_hour": 2}, dry_run=False, what_if=False) == (
-        message_params({"idle_cost_threshold_usd_per_hour": 2.0}, dry_run=False, what_if=False)
+    assert pool_audit_task.parse({})[0].idle_cost_threshold_usd_per_hour == 5.0
+    assert (
+        pool_audit_task.parse({"idle_cost_threshold_usd_per_hour": 2})[0]
+        == (pool_audit_task.parse({"idle_cost_threshold_usd_per_hour": 2.0})[0])
     )
-    assert message_params({}, dry_run=True, what_if=True)  # a what-if audit writes nothing
-    for bad, what_if, reason in [
-        ({"idle_cost_threshold_usd_per_hour": -1}, False, "must be at least 0"),
-        ({"idle_cost_threshold_usd_per_hour": True}, False, "must be a number"),
-        ({}, True, "only allowed with dryRun"),
+    for bad, reason in [
+        ({"idle_cost_threshold_usd_per_hour": -1}, "must be at least 0"),
+        ({"idle_cost_threshold_usd_per_hour": True}, "must be a number"),
     ]:
         with pytest.raises(ParamsError, match=reason):
-            message_params(bad, dry_run=False, what_if=what_if)
+            pool_audit_task.parse(bad)
+    what_if = HousekeepingRequest(task_type="pool_audit", params={"now": "2026-11-22T10:00:00Z"})
+    with pytest.raises(ParamsError, match="only allowed with dryRun"):  # refused before any read
+        pool_audit_task.run(None, what_if, pool_audit_task.parse({})[0])
+    dry = HousekeepingRequest(task_type="pool_audit", params={"now": "2026-11-22T10:00:00Z", "dryRun": True})
+    no_pools = FleetContext(jobs_table="jobs", archive_bucket="archive", namespace="RunsFleet", log=None)
+    with pytest.raises(RuntimeError, match="no pools table"):  # a what-if audit writes nothing: allowed
+        pool_audit_task.run(no_pools, dry, pool_audit_task.parse({})[0])
 
 
 # ---------------------------------------------------------------- daily report
@@ -356,16 +365,16 @@ def _pretend_pending(ec2, instance_id: str) -> None:
     ec2.meta.events.register("after-call.ec2.DescribeInstances", flip)
 
 
-def _audit_args(aws, **extra) -> dict:
+def _audit_ctx(aws) -> FleetContext:
     """Clients and names for ``run_pool_audit`` against the test's moto."""
-    return {
+    return FleetContext(
         **{name: aws.client(name) for name in ("dynamodb", "ec2", "cloudwatch", "s3")},
-        "jobs_table": aws.env["RUNS_FLEET_JOBS_TABLE"],
-        "pools_table": aws.env["RUNS_FLEET_POOLS_TABLE"],
-        "archive_bucket": aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
-        "namespace": "RunsFleet",
-        **extra,
-    }
+        jobs_table=aws.env["RUNS_FLEET_JOBS_TABLE"],
+        pools_table=aws.env["RUNS_FLEET_POOLS_TABLE"],
+        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+        namespace="RunsFleet",
+        log=logging.getLogger("pool_audit"),
+    )
 
 
 class _Calls:
@@ -381,10 +390,10 @@ class _Calls:
 def test_audit_against_moto_matches_hand_computed_values_and_writes_metrics_and_csv(aws):
     ids = _seed_fleet(aws)
     now = dt.datetime(2026, 11, 22, 1, 30, tzinfo=dt.UTC)
-    args = _audit_args(aws, prices=PRICES, now=now)
-    _pretend_pending(args["ec2"], ids["small4"])
-    counter = _Calls(*(args[name] for name in ("dynamodb", "ec2", "cloudwatch", "s3")))
-    run = run_pool_audit(**args)
+    ctx = _audit_ctx(aws)
+    _pretend_pending(ctx.ec2, ids["small4"])
+    counter = _Calls(ctx.dynamodb, ctx.ec2, ctx.cloudwatch, ctx.s3)
+    run = run_pool_audit(ctx, prices=PRICES, now=now)
     _check_table(run.audit.table)
     _check_totals(run.audit.totals)
     assert run.audit.unknown_pool_instances["instance_id"].tolist() == [ids["ghost1"]]
@@ -431,9 +440,9 @@ def test_busy_instances_come_from_a_scan_when_the_table_has_no_status_index(aws)
         for item in page["Items"]:
             ddb.put_item(TableName="legacy-jobs", Item=item)
     messages = []
-    busy = pool_store.running_job_instances(ddb, "legacy-jobs", progress=messages.append)
+    busy = pool_audit_module.running_job_instances(ddb, "legacy-jobs", progress=messages.append)
     assert busy == {ids["small1"], ids["small2"], ids["small4"], ids["small5"], ids["unmanaged1"]}
-    assert busy == pool_store.running_job_instances(ddb, aws.env["RUNS_FLEET_JOBS_TABLE"])
+    assert busy == pool_audit_module.running_job_instances(ddb, aws.env["RUNS_FLEET_JOBS_TABLE"])
     assert messages
     assert "scanning" in messages[0]
 
@@ -447,9 +456,9 @@ def test_describe_instances_is_paginated(aws, monkeypatch):
             MaxCount=1,
             TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": "runs-fleet:managed", "Value": "true"}]}],
         )
-    monkeypatch.setattr(pool_store, "INSTANCES_PAGE_SIZE", 5)  # moto counts reservations per page
+    monkeypatch.setattr(pool_audit_module, "INSTANCES_PAGE_SIZE", 5)  # moto counts reservations per page
     counter = _Calls(ec2)
-    assert len(pool_store.list_fleet_instances(ec2)) == 7
+    assert len(pool_audit_module.list_fleet_instances(ec2)) == 7
     assert counter.calls == ["DescribeInstances", "DescribeInstances"]
 
 
@@ -466,7 +475,7 @@ def test_metrics_are_batched_1000_datums_per_call(aws):
             "utilization_pct": 50.0,
         }
     )
-    datums, skipped = pool_store.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
+    datums, skipped = pool_audit_module.metric_datums(table, dt.datetime(2026, 11, 22, tzinfo=dt.UTC))
     assert len(datums) == 1200
     assert skipped == []
     assert put_metrics(cw, "RunsFleet", datums) == 2
@@ -481,7 +490,6 @@ def _materialize(aws, assets, **kwargs):
 def test_pool_audit_asset_reports_metadata_and_warns(aws):
     _seed_fleet(aws)
     from infra.demo.definitions import CHECK_NOTES
-    from pipelines.fleet.defs.pool_audit import pool_audit_asset
 
     result = _materialize(aws, [pool_audit_asset(CHECK_NOTES)])  # make dev's: the demo's notes
     assert result.success
@@ -549,13 +557,13 @@ def test_dry_run_writes_nothing(aws):
 @pytest.mark.slow
 def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     _seed_fleet(aws)
-    common = _audit_args(aws, prices=PRICES)
+    ctx = _audit_ctx(aws)
     for at in ("2026-11-20T23:55", "2026-11-21T00:05", "2026-11-21T00:15", "2026-11-22T00:00"):
-        run_pool_audit(**common, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
+        run_pool_audit(ctx, prices=PRICES, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
     # 2026-11-21: 23:55 covers 00:00-00:05, 00:05 covers 10 min, 00:15 covers 30 min (gap cap): 3/4 h.
     # Each snapshot: small 4 running (small4 runs in moto, busy) x 0.0208 + spotty 2 x 0.0595; idle: 1 small, 2 spotty.
     per_hour, idle_per_hour = 4 * 0.0208 + 2 * 0.0595, 1 * 0.0208 + 2 * 0.0595
-    direct = build_daily_report(s3=common["s3"], archive_bucket=common["archive_bucket"], day=dt.date(2026, 11, 21))
+    direct = build_daily_report(ctx, dt.date(2026, 11, 21))
     assert direct.totals["hours_covered"] == pytest.approx(0.75)
     assert direct.totals["snapshots"] == 3
     assert direct.totals["cost_usd"] == pytest.approx(0.75 * per_hour)
@@ -572,13 +580,22 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     assert "░" in chart
     assert [r.data["pool"] for r in meta["per_pool"].value.records][:2] == ["spotty", "small"]
     s3 = aws.client("s3")
-    svg = s3.get_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/chart.svg")["Body"].read()
+    svg = s3.get_object(Bucket=ctx.archive_bucket, Key="pool-audit/reports/2026-11-21/chart.svg")["Body"].read()
     assert b"spotty" in svg
     assert ET.fromstring(svg) is not None
-    s3.head_object(Bucket=common["archive_bucket"], Key="pool-audit/reports/2026-11-21/report.csv")
+    s3.head_object(Bucket=ctx.archive_bucket, Key="pool-audit/reports/2026-11-21/report.csv")
 
     empty = _materialize(aws, [pool_cost_report], partition_key="2026-11-05")
     assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
+
+
+def test_a_day_covered_for_seconds_shows_its_hours_not_zero(aws):
+    _seed_fleet(aws)
+    run_pool_audit(_audit_ctx(aws), prices=PRICES, now=dt.datetime(2026, 11, 21, 23, 59, 51, tzinfo=dt.UTC))
+    result = _materialize(aws, [pool_cost_report], partition_key="2026-11-21")  # 9 s: 0.0025 h
+    meta = result.asset_materializations_for_node("pool_cost_report")[0].metadata
+    assert meta["snapshots"].value == 1
+    assert meta["hours_covered"].value == 0.0025  # two significant digits under an hour, not 0.0
 
 
 @pytest.mark.slow
@@ -673,7 +690,7 @@ def test_demo_traffic_gives_the_audit_idle_stopped_untagged_and_unknown_pool_ins
     assert run_demo_traffic(targets=targets, cfg=cfg, **clients)["standing_instances_started"] == 6
     cfg = dataclasses.replace(cfg, seed=4)  # a new seed: new job ids
     assert run_demo_traffic(targets=targets, cfg=cfg, **clients)["standing_instances_started"] == 0  # idempotent
-    run = run_pool_audit(**_audit_args(aws, dry_run=True))
+    run = run_pool_audit(_audit_ctx(aws), dry_run=True)
     rows = run.audit.table.set_index("pool")
     assert rows.loc["linux-small", "idle"] == 2
     assert rows.loc["linux-small", "stopped"] == 1

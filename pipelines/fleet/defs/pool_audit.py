@@ -1,6 +1,5 @@
-"""The pool audit's Dagster layer: the ``pool_audit`` snapshot asset with its checks, the daily
-``pool_cost_report``, their jobs and schedules, and a housekeeping ``pool_audit`` task's audit recorded
-as the same materialization and check evaluations (:func:`housekeeping_audit_events`)."""
+"""The pool audit's Dagster layer: the ``pool_audit`` asset with its checks, the daily ``pool_cost_report``, their
+jobs and schedules, and a housekeeping audit recorded as the same (:func:`housekeeping_audit_events`)."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -14,16 +13,24 @@ from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, tab
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.looks import Look
-from pipelines.fleet.pool_audit.audit import AuditRun, DailyReport, build_daily_report, look_at_fleet, run_pool_audit
-from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, CheckOutcome, evaluate_checks
+from pipelines.fleet.context import fleet_context
+from pipelines.fleet.pool_audit.audit import (
+    AuditRun,
+    PoolCostReportParams,
+    build_daily_report,
+    look_at_fleet,
+    run_pool_audit,
+)
+from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, evaluate_checks
 from pipelines.fleet.pool_audit.compute import COUNT_COLUMNS
-from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
-from pipelines.fleet.pool_audit.params import PoolAuditParams, PoolCostReportParams
+from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit, PoolAuditParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
 ASSET_KEY = dg.AssetKey("pool_audit")
 CAPABILITY_TAGS = {"groundskeeper/capability": "pool_audit"}
+ASSET_OPTIONS = {"group_name": "fleet", "tags": CAPABILITY_TAGS, "retry_policy": AWS_RETRY_POLICY}
+JOB_OPTIONS = {"tags": CAPABILITY_TAGS, "executor_def": dg.in_process_executor}  # one asset each: in process
 
 # The per-pool tables: at most 4 columns, so the asset page shows them inline; key figures first.
 # Every column is in the CSV (the snapshot and report links).
@@ -57,55 +64,31 @@ def audit_metadata(run: AuditRun) -> dict[str, Any]:
         metadata["problems"] = table_from(audit.problems.to_dict("records"), PROBLEM_COLUMNS)
     if run.snapshot_key:
         metadata["snapshot"] = dg.MetadataValue.path(f"s3://{run.archive_bucket}/{run.snapshot_key}")
-    metadata["counters"] = dg.MetadataValue.json(
-        {
-            **{key: int(totals[key]) for key in COUNTERS},
-            "instances_audited": run.instances,
-            "instances_with_running_jobs": run.running_jobs,
-            "cloudwatch_datums": run.metric_datums,
-            "cloudwatch_calls": run.metric_calls,
-            "compute_seconds": round(run.compute_seconds, 2),
-        }
-    )
+    counters = {
+        **{key: int(totals[key]) for key in COUNTERS},
+        "instances_audited": run.instances,
+        "instances_with_running_jobs": run.running_jobs,
+        "cloudwatch_datums": run.metric_datums,
+        "cloudwatch_calls": run.metric_calls,
+        "compute_seconds": round(run.compute_seconds, 2),
+    }
     price_list = f"{run.prices.source} (as of {run.prices.as_of})"
-    metadata |= metadata_from({"metrics_skipped_pools": run.metrics_skipped, "price_list": price_list})
+    metadata |= metadata_from(
+        {"counters": counters, "metrics_skipped_pools": run.metrics_skipped, "price_list": price_list}
+    )
     metadata["taken_at"] = dg.MetadataValue.timestamp(run.taken_at)
     metadata["dry_run"] = dg.MetadataValue.bool(run.dry_run)
     return metadata
 
 
-def _check_metadata(outcome: CheckOutcome) -> dict[str, Any]:
-    metadata: dict[str, Any] = {
-        key: dg.MetadataValue.float(value) if isinstance(value, float) else dg.MetadataValue.int(value)
-        for key, value in outcome.figures.items()
-    }
-    metadata.update({key: dg.MetadataValue.md(value) for key, value in outcome.tables.items()})
-    metadata.update({key: dg.MetadataValue.json(value) for key, value in outcome.names.items()})
-    return metadata
+# A check's metadata by the type of its value (pipelines/fleet/pool_audit/checks.py): a text is a markdown table.
+CHECK_METADATA = {int: dg.MetadataValue.int, float: dg.MetadataValue.float, str: dg.MetadataValue.md}
 
 
-def check_results(
-    run: AuditRun, idle_cost_threshold: float, notes: CheckNotes | None = None, kind: type = dg.AssetCheckResult
-) -> list[Any]:
-    """The audit's checks as ``kind``: ``dg.AssetCheckResult`` (the asset's) or ``dg.AssetCheckEvaluation``."""
-    results = []
-    for c in evaluate_checks(run, idle_cost_threshold):
-        description, demo = noted(dg.AssetCheckKey(ASSET_KEY, c.check_name), c.passed, c.description, notes)
-        results.append(
-            kind(
-                asset_key=ASSET_KEY,
-                check_name=c.check_name,
-                passed=c.passed,
-                description=description,
-                metadata={**_check_metadata(c), **demo},
-                severity=dg.AssetCheckSeverity.WARN,
-            )
-        )
-    return results
-
-
-def _log_run(log, run: AuditRun) -> None:
-    t = run.audit.totals
+def recorded(log, audit: HousekeepingAudit, notes: CheckNotes | None, kind: type) -> tuple[dict[str, Any], list[Any]]:
+    """Logs an audit; returns its metadata and its checks as ``kind``: ``dg.AssetCheckResult`` (the
+    asset's) or ``dg.AssetCheckEvaluation`` (a housekeeping task's), with a failed check's note."""
+    run, t = audit.run, audit.run.audit.totals
     log.info(
         f"pool audit: {t['pools']} pools, {run.instances} instances, running={t['running']} busy={t['busy']} "
         f"idle={t['idle']}, compute {t['compute_cost_usd_per_hour']:.4f} USD/h, idle {t['idle_cost_usd_per_hour']:.4f}"
@@ -114,14 +97,29 @@ def _log_run(log, run: AuditRun) -> None:
     )
     for row in run.audit.problems.itertuples(index=False):
         log.warning(f"pool {row.pool!r} ({row.kind}) left out of the totals: {row.problem}")
+    checks = []
+    for c in evaluate_checks(run, audit.idle_cost_threshold_usd_per_hour):
+        description, demo = noted(dg.AssetCheckKey(ASSET_KEY, c.check_name), c.passed, c.description, notes)
+        metadata = {key: CHECK_METADATA.get(type(v), dg.MetadataValue.json)(v) for key, v in c.metadata.items()}
+        checks.append(
+            kind(
+                asset_key=ASSET_KEY,
+                check_name=c.check_name,
+                passed=c.passed,
+                description=description,
+                metadata=metadata | demo,
+                severity=dg.AssetCheckSeverity.WARN,
+            )
+        )
+    return audit_metadata(run), checks
 
 
 def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
     """The ``pool_audit`` snapshot asset with its checks (a failed one adds its note from ``notes``)."""
 
     @dg.asset(
+        **ASSET_OPTIONS,
         key=ASSET_KEY,
-        group_name="fleet",
         kinds={"pandas", "s3", "cloudwatch"},
         description=(
             "Snapshot of every fleet pool: running, pending, stopped, busy and idle instances, what they cost "
@@ -130,8 +128,6 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         ),
         check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
         config_schema=config_schema(PoolAuditParams),
-        tags=CAPABILITY_TAGS,
-        retry_policy=AWS_RETRY_POLICY,
     )
     @one_line_failures
     def pool_audit(
@@ -144,30 +140,15 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
     ) -> dg.MaterializeResult:
         params = params_from_config(context, PoolAuditParams)
         metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
-        run = run_pool_audit(
-            dynamodb=dynamodb.get_client(),
-            ec2=ec2.get_client(),
-            cloudwatch=metrics,
-            s3=s3.get_client(),
-            jobs_table=fleet.jobs_table,
-            pools_table=fleet.pools_table,
-            archive_bucket=fleet.archive_bucket,
-            namespace=fleet.metrics_namespace,
-            dry_run=params.dry_run,
-            progress=context.log.info,
-        )
-        _log_run(context.log, run)
-        metadata = audit_metadata(run)
+        clients = {"dynamodb": dynamodb.get_client(), "ec2": ec2.get_client(), "s3": s3.get_client()}
+        ctx = fleet_context(fleet, log=context.log, cloudwatch=metrics, **clients)
+        audit = HousekeepingAudit(run_pool_audit(ctx, dry_run=params.dry_run), params.idle_cost_threshold_usd_per_hour)
+        metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckResult)
         if not params.dry_run:
             metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
-        return dg.MaterializeResult(
-            metadata=metadata, check_results=check_results(run, params.idle_cost_threshold_usd_per_hour, notes)
-        )
+        return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
     return pool_audit
-
-
-pool_audit = pool_audit_asset()
 
 
 def housekeeping_audit_events(
@@ -175,10 +156,8 @@ def housekeeping_audit_events(
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """A housekeeping ``pool_audit`` task's audit as a ``pool_audit`` materialization of the run that
     ran it, with its check evaluations, exactly as the asset records them."""
-    _log_run(context.log, audit.run)
-    metadata = audit_metadata(audit.run)
+    metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckEvaluation)
     metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
-    checks = check_results(audit.run, audit.idle_cost_threshold_usd_per_hour, notes, dg.AssetCheckEvaluation)
     return [dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata), *checks]
 
 
@@ -188,7 +167,7 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezon
 
 
 @dg.asset(
-    group_name="fleet",
+    **ASSET_OPTIONS,
     kinds={"pandas", "s3"},
     partitions_def=daily_partitions,
     deps=[ASSET_KEY],
@@ -198,71 +177,51 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezon
         "are stored under `s3://$RUNS_FLEET_ARCHIVE_BUCKET/pool-audit/reports/<day>/`."
     ),
     config_schema=config_schema(PoolCostReportParams),
-    tags=CAPABILITY_TAGS,
-    retry_policy=AWS_RETRY_POLICY,
 )
 @one_line_failures
 def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.MaterializeResult:
     params = params_from_config(context, PoolCostReportParams)
     day = dt.date.fromisoformat(context.partition_key)
     result = build_daily_report(
-        s3=s3.get_client(),
-        archive_bucket=fleet.archive_bucket,
-        day=day,
-        max_gap=dt.timedelta(minutes=params.max_gap_minutes),
-        progress=context.log.info,
+        fleet_context(fleet, log=context.log, s3=s3.get_client()), day, dt.timedelta(minutes=params.max_gap_minutes)
     )
     t = result.totals
+    # Under an hour, two significant digits: a few minutes covered never show as 0.
+    hours = round(t["hours_covered"], 2) if t["hours_covered"] >= 1 else float(f"{t['hours_covered']:.2g}")
     context.log.info(
-        f"pool cost report {day}: {len(result.snapshot_keys)} snapshots, {t['hours_covered']:.2f} h covered, "
+        f"pool cost report {day}: {len(result.snapshot_keys)} snapshots, {hours:g} h covered, "
         f"{t['cost_usd']:.2f} USD of which idle {t['idle_cost_usd']:.2f} USD ({t['idle_share_pct']:.1f}%)"
     )
     if t["hours_covered"] < 23.5:
-        context.log.warning(
-            f"snapshots cover {t['hours_covered']:.2f} of 24 hours on {day}: figures are for the covered hours only"
-        )
-    return dg.MaterializeResult(metadata=report_metadata(result, fleet.archive_bucket))
-
-
-def report_metadata(result: DailyReport, bucket: str) -> dict[str, Any]:
-    """Key figures first, then the chart and the per-pool table (both shown inline), then links."""
-    t = result.totals
-    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": round(t["hours_covered"], 2)})
+        context.log.warning(f"snapshots cover {hours:g} of 24 hours on {day}: figures are for the covered hours only")
+    # Key figures first, then the chart and the per-pool table (both shown inline), then links.
+    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": hours})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
-    metadata["report_csv"] = dg.MetadataValue.path(f"s3://{bucket}/{result.csv_key}")
-    metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{bucket}/{result.svg_key}")
-    return metadata
+    metadata["report_csv"] = dg.MetadataValue.path(f"s3://{fleet.archive_bucket}/{result.csv_key}")
+    metadata["chart_svg"] = dg.MetadataValue.path(f"s3://{fleet.archive_bucket}/{result.svg_key}")
+    return dg.MaterializeResult(metadata=metadata)
 
-
-# One asset each: the in-process executor (no process per step).
 
 pool_audit_job = dg.define_asset_job(
     "pool_audit_job",
+    **JOB_OPTIONS,
     selection=dg.AssetSelection.assets(ASSET_KEY),
     description="Audit every fleet pool now (also run by pool_audit_schedule when the fleet changes, and at "
     "least every 20 minutes).",
-    tags=CAPABILITY_TAGS,
-    executor_def=dg.in_process_executor,
 )
 pool_cost_report_job = dg.define_asset_job(
     "pool_cost_report_job",
+    **JOB_OPTIONS,
     selection=dg.AssetSelection.assets(pool_cost_report),
     partitions_def=daily_partitions,
     description="Build the daily pool cost report for one UTC day (backfill for a range of days).",
-    tags=CAPABILITY_TAGS,
-    executor_def=dg.in_process_executor,
 )
 
 
 def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
-    fleet: FleetSettings = context.resources.fleet
-    return look_at_fleet(
-        dynamodb=context.resources.dynamodb.get_client(),
-        ec2=context.resources.ec2.get_client(),
-        jobs_table=fleet.jobs_table,
-        pools_table=fleet.pools_table,
-    )
+    clients = {"dynamodb": context.resources.dynamodb.get_client(), "ec2": context.resources.ec2.get_client()}
+    return look_at_fleet(fleet_context(context.resources.fleet, log=context.log, **clients))
 
 
 # Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does

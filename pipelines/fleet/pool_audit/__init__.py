@@ -1,2 +1,1 @@
-"""Pool audit (runs-fleet's ``pool_audit`` housekeeping task): what idle fleet capacity costs, per pool.
-Plain modules (no Dagster); the Dagster layer is ``pipelines/fleet/defs/pool_audit.py``."""
+"""Pool audit: what idle fleet capacity costs, per pool (plain; its Dagster layer is ``fleet/defs/pool_audit.py``)."""

@@ -1,23 +1,136 @@
-"""One pool audit end to end (:func:`run_pool_audit`: the ``pool_audit`` asset and housekeeping task)
-and one daily report (:func:`build_daily_report`: the ``pool_cost_report`` asset), over boto3 clients."""
+"""One pool audit (:func:`run_pool_audit`) and one daily report (:func:`build_daily_report`) over boto3
+clients, in as few calls as the APIs allow (docs/fleet.md, "How it reads AWS")."""
 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from botocore.exceptions import ClientError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-from pipelines.common.aws_batches import put_metrics
+from pipelines.common import from_item
+from pipelines.common.aws_batches import error_code, put_metrics
 from pipelines.common.looks import Look
-from pipelines.fleet.pool_audit import store
-from pipelines.fleet.pool_audit.compute import PoolAudit, audit_pools, daily_report, instances_frame
-from pipelines.fleet.pool_audit.prices import PriceList, load_price_list
+from pipelines.common.params import param
+from pipelines.fleet.context import FleetContext
+from pipelines.fleet.pool_audit.compute import PoolAudit, PriceList, audit_pools, daily_report, load_price_list
 from pipelines.fleet.pool_audit.render import cost_chart_svg
+
+log = logging.getLogger(__name__)
+
+MANAGED_TAG = "runs-fleet:managed"
+POOL_TAG = "runs-fleet:pool"
+RUNNING_JOBS_INDEX = "status-instance_id-index"
+AUDITED_STATES = ["pending", "running", "stopping", "stopped"]
+INSTANCES_PAGE_SIZE = 1000  # DescribeInstances' maximum
+MAX_DIMENSION_VALUE = 1024
+PREFIX = "pool-audit"
+
+Progress = Callable[[str], None]
+
+
+def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
+    """Every pools-table item as plain values."""
+    pages = dynamodb.get_paginator("scan").paginate(TableName=table)
+    return [from_item(item) for page in pages for item in page.get("Items", [])]
+
+
+def list_fleet_instances(ec2, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Managed instances that are pending, running, stopping or stopped, 1000 per call, as
+    ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
+    rows: list[dict[str, Any]] = []
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{MANAGED_TAG}", "Values": ["true"]},
+            {"Name": "instance-state-name", "Values": AUDITED_STATES},
+        ],
+        PaginationConfig={"PageSize": INSTANCES_PAGE_SIZE},
+    )
+    for n, page in enumerate(pages, start=1):
+        for reservation in page.get("Reservations", []):
+            for inst in reservation.get("Instances", []):
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                rows.append(
+                    {
+                        "instance_id": inst["InstanceId"],
+                        "state": inst.get("State", {}).get("Name", ""),
+                        "pool": tags.get(POOL_TAG),
+                        "instance_type": inst.get("InstanceType"),
+                    }
+                )
+        if progress and n % 5 == 0:
+            progress(f"DescribeInstances: {n} pages, {len(rows)} instances so far")
+    return rows
+
+
+def running_job_instances(dynamodb, jobs_table: str, progress: Progress | None = None) -> set[str]:
+    """Instance ids that have a job in status ``running`` (Query on the index; Scan if it is missing)."""
+    base = {
+        "TableName": jobs_table,
+        "ExpressionAttributeNames": {"#s": "status"},
+        "ExpressionAttributeValues": {":running": {"S": "running"}},
+        "ProjectionExpression": "instance_id",
+    }
+    try:
+        query = dynamodb.get_paginator("query")
+        pages = list(query.paginate(IndexName=RUNNING_JOBS_INDEX, KeyConditionExpression="#s = :running", **base))
+    except ClientError as exc:
+        # AWS answers ValidationException ("does not have the specified index"), moto ResourceNotFound.
+        missing_index = "index" in exc.response["Error"].get("Message", "").lower()
+        if error_code(exc) not in {"ValidationException", "ResourceNotFoundException"} or not missing_index:
+            raise
+        message = f"{jobs_table} has no {RUNNING_JOBS_INDEX}: scanning it for running jobs instead (slow)"
+        log.warning(message)
+        if progress:
+            progress(message)
+        pages = dynamodb.get_paginator("scan").paginate(FilterExpression="#s = :running", **base)
+    ids = (item.get("instance_id", {}).get("S") for page in pages for item in page.get("Items", []))
+    return {value for value in ids if value}
+
+
+def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dict[str, Any]], list[str]]:
+    """``PoolComputeCost``/``PoolIdleCost`` (USD per hour) for priced pools and ``PoolUtilization``
+    (percent) for every pool of the pools table. Returns the datums and the pools left out."""
+    datums: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for row in table.loc[table["kind"] == "pool"].itertuples(index=False):
+        if not 0 < len(row.pool) <= MAX_DIMENSION_VALUE:
+            skipped.append(row.pool[:80])
+            continue
+        dims = [{"Name": "PoolName", "Value": row.pool}]
+        if row.in_totals:
+            datums.append(_datum("PoolComputeCost", dims, row.compute_cost_usd_per_hour, "None", timestamp))
+            datums.append(_datum("PoolIdleCost", dims, row.idle_cost_usd_per_hour, "None", timestamp))
+        datums.append(_datum("PoolUtilization", dims, row.utilization_pct, "Percent", timestamp))
+    return datums, skipped
+
+
+def _datum(name: str, dims: list[dict[str, str]], value: float, unit: str, timestamp: dt.datetime) -> dict[str, Any]:
+    return {"MetricName": name, "Dimensions": dims, "Value": float(value), "Unit": unit, "Timestamp": timestamp}
+
+
+def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{PREFIX}/snapshots/{day:%Y-%m-%d}/")
+    return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []) if obj["Key"].endswith(".csv"))
+
+
+@dataclass(frozen=True)
+class PoolCostReportParams:
+    max_gap_minutes: int = param(
+        30,
+        description="A snapshot stands for the time until the next one, but for at most this many minutes.",
+        minimum=1,
+        maximum=24 * 60,
+    )
 
 
 @dataclass
@@ -36,61 +149,46 @@ class AuditRun:
     metrics_skipped: list[str] = field(default_factory=list)
 
 
-def _read_fleet(
-    dynamodb, ec2, jobs_table: str, pools_table: str, progress: store.Progress | None = None
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], set[str], str]:
+def _read_fleet(ctx: FleetContext, progress: Progress | None = None) -> tuple[list, list, set[str], str]:
     """The audit's reads: pools, managed instances, instances with running jobs, and their counts in words."""
-    pools = store.load_pools(dynamodb, pools_table)
-    instances = store.list_fleet_instances(ec2, progress=progress)
-    busy = store.running_job_instances(dynamodb, jobs_table, progress=progress)
+    pools = load_pools(ctx.dynamodb, ctx.pools_table)
+    instances = list_fleet_instances(ctx.ec2, progress=progress)
+    busy = running_job_instances(ctx.dynamodb, ctx.jobs_table, progress=progress)
     read = f"{len(pools)} pools, {len(instances)} managed instances, {len(busy)} with running jobs"
     return pools, instances, busy, read
 
 
 def run_pool_audit(
-    *,
-    dynamodb,
-    ec2,
-    cloudwatch,
-    s3,
-    jobs_table: str,
-    pools_table: str,
-    archive_bucket: str,
-    namespace: str,
-    dry_run: bool = False,
-    prices: PriceList | None = None,
-    now: dt.datetime | None = None,
-    progress: store.Progress | None = None,
+    ctx: FleetContext, *, dry_run: bool = False, prices: PriceList | None = None, now: dt.datetime | None = None
 ) -> AuditRun:
-    """Read pools, instances and running jobs; compute; publish metrics and the CSV snapshot (the
-    table with its time in front). ``dry_run`` computes everything and writes nothing."""
+    """Read pools, instances and running jobs (progress to ``ctx.log``); compute; publish metrics and the
+    CSV snapshot (the table with its time in front). ``dry_run`` computes everything and writes nothing."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     prices = prices or load_price_list()
     taken_at = now or dt.datetime.now(dt.UTC)
-    pools, instances, busy, read = _read_fleet(dynamodb, ec2, jobs_table, pools_table, progress)
-    if progress:
-        progress(f"read {read}")
+    pools, instances, busy, read = _read_fleet(ctx, ctx.log.info)
+    ctx.log.info(f"read {read}")
     started = time.perf_counter()
-    audit = audit_pools(pools, instances_frame(instances), busy, prices)
+    audit = audit_pools(pools, instances, busy, prices)
     seconds = time.perf_counter() - started
-    run = AuditRun(audit, taken_at, len(instances), len(busy), seconds, prices, dry_run, archive_bucket)
-    datums, run.metrics_skipped = store.metric_datums(audit.table, taken_at)
+    run = AuditRun(audit, taken_at, len(instances), len(busy), seconds, prices, dry_run, ctx.archive_bucket)
+    datums, run.metrics_skipped = metric_datums(audit.table, taken_at)
     run.metric_datums = len(datums)
     if dry_run:
         return run
-    run.metric_calls = put_metrics(cloudwatch, namespace, datums)
-    run.snapshot_key = store.snapshot_key(taken_at)
+    run.metric_calls = put_metrics(ctx.cloudwatch, ctx.namespace, datums)
+    t = taken_at.astimezone(dt.UTC)  # <YYYYMMDDTHHMMSSmmmZ>.csv: the keys sort by time
+    run.snapshot_key = f"{PREFIX}/snapshots/{t:%Y-%m-%d}/{t:%Y%m%dT%H%M%S}{t.microsecond // 1000:03d}Z.csv"
     snapshot = audit.table.assign(snapshot_at=pd.Timestamp(taken_at).tz_convert("UTC"))
     csv = snapshot[["snapshot_at", *audit.table.columns]].to_csv(index=False)
-    store.put_text(s3, archive_bucket, run.snapshot_key, csv, "text/csv")
+    ctx.s3.put_object(Bucket=ctx.archive_bucket, Key=run.snapshot_key, Body=csv.encode(), ContentType="text/csv")
     return run
 
 
-def look_at_fleet(*, dynamodb, ec2, jobs_table: str, pools_table: str) -> Look:
-    """A schedule's look before an audit: the audit's own reads, as a state look: an audit of the
-    same state gives the same snapshot."""
-    pools, instances, busy, read = _read_fleet(dynamodb, ec2, jobs_table, pools_table)
+def look_at_fleet(ctx: FleetContext) -> Look:
+    """A schedule's look (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads, as a state look."""
+    pools, instances, busy, read = _read_fleet(ctx)
     state = {
         "pools": sorted(json.dumps(pool, sort_keys=True, default=str) for pool in pools),
         "instances": sorted(instances, key=lambda row: row["instance_id"]),
@@ -109,29 +207,27 @@ class DailyReport:
 
 
 def build_daily_report(
-    *,
-    s3,
-    archive_bucket: str,
-    day: dt.date,
-    max_gap: dt.timedelta = dt.timedelta(minutes=30),
-    progress: store.Progress | None = None,
+    ctx: FleetContext, day: dt.date, max_gap: dt.timedelta = dt.timedelta(minutes=30)
 ) -> DailyReport:
     """Time-weight the day's snapshots (plus the previous day's last one, which covers midnight);
-    today's cover the time up to now only. Writes the report's CSV and SVG."""
+    today's cover the time up to now only. Writes the report's CSV and SVG (``ctx.s3`` only)."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
-    keys = store.list_snapshot_keys(s3, archive_bucket, day)
-    keys = store.list_snapshot_keys(s3, archive_bucket, day - dt.timedelta(days=1))[-1:] + keys
+    s3, bucket = ctx.s3, ctx.archive_bucket
+    keys = list_snapshot_keys(s3, bucket, day)
+    keys = list_snapshot_keys(s3, bucket, day - dt.timedelta(days=1))[-1:] + keys
+    text_columns = {name: str for name in ("pool", "kind", "instance_type", "price_source", "problem")}
     frames = []
     for n, key in enumerate(keys, start=1):
-        frames.append(store.read_snapshot(s3, archive_bucket, key))
-        if progress and n % 50 == 0:
-            progress(f"read {n}/{len(keys)} snapshots")
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        frames.append(pd.read_csv(io.BytesIO(body), dtype=text_columns, keep_default_na=False, na_values=[""]))
+        if n % 50 == 0:
+            ctx.log.info(f"read {n}/{len(keys)} snapshots")
     snapshots = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
     day_start = dt.datetime.combine(day, dt.time(), tzinfo=dt.UTC)
     report, totals = daily_report(snapshots, day_start, max_gap, dt.datetime.now(dt.UTC))
     svg = cost_chart_svg(report, f"Fleet cost per pool on {day:%Y-%m-%d} (USD, UTC day), idle part highlighted")
-    csv_key, svg_key = store.report_key(day, "report.csv"), store.report_key(day, "chart.svg")
-    store.put_text(s3, archive_bucket, csv_key, report.to_csv(index=False), "text/csv")
-    store.put_text(s3, archive_bucket, svg_key, svg, "image/svg+xml")
+    csv_key, svg_key = (f"{PREFIX}/reports/{day:%Y-%m-%d}/{name}" for name in ("report.csv", "chart.svg"))
+    s3.put_object(Bucket=bucket, Key=csv_key, Body=report.to_csv(index=False).encode(), ContentType="text/csv")
+    s3.put_object(Bucket=bucket, Key=svg_key, Body=svg.encode(), ContentType="image/svg+xml")
     return DailyReport(report, totals, keys, csv_key, svg_key)

@@ -3,7 +3,7 @@ Dagster layer turns each :class:`CheckOutcome` into an ``AssetCheckResult`` or `
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pipelines.fleet.pool_audit.audit import AuditRun
@@ -25,14 +25,12 @@ UNKNOWN_COLUMNS = {"instance_id": "instance", "pool": "pool tag", "state": "stat
 
 @dataclass(frozen=True)
 class CheckOutcome:
-    """One check's evaluation: ``figures`` are numbers, ``tables`` markdown, ``names`` lists of names."""
+    """One check's evaluation; its ``metadata`` values are numbers, markdown tables (text) or lists of names."""
 
     check_name: str
     passed: bool
     description: str
-    figures: dict[str, int | float] = field(default_factory=dict)
-    tables: dict[str, str] = field(default_factory=dict)
-    names: dict[str, list[Any]] = field(default_factory=dict)
+    metadata: dict[str, int | float | str | list[Any]]
 
 
 def evaluate_checks(run: AuditRun, idle_cost_threshold: float) -> list[CheckOutcome]:
@@ -45,24 +43,25 @@ def evaluate_checks(run: AuditRun, idle_cost_threshold: float) -> list[CheckOutc
     unknown = run.audit.unknown_pool_instances
     return [
         CheckOutcome(
-            check_name=CHECK_IDLE_COST,
-            passed=idle <= idle_cost_threshold,
-            description=f"idle cost {idle:.4f} USD/h, threshold {idle_cost_threshold:g} USD/h",
-            figures={"idle_cost_usd_per_hour": idle, "threshold_usd_per_hour": float(idle_cost_threshold)},
-            tables={"idle_pools": markdown_table(top_idle, IDLE_COLUMNS)},
+            CHECK_IDLE_COST,
+            idle <= idle_cost_threshold,
+            f"idle cost {idle:.4f} USD/h, threshold {idle_cost_threshold:g} USD/h",
+            {
+                "idle_cost_usd_per_hour": idle,
+                "threshold_usd_per_hour": float(idle_cost_threshold),
+                "idle_pools": markdown_table(top_idle, IDLE_COLUMNS),
+            },
         ),
         CheckOutcome(
-            check_name=CHECK_DESIRED_IDLE,
-            passed=starving.empty,
-            description=f"{len(starving)} pools want idle capacity and run nothing",
-            figures={"count": len(starving)},
-            names={"pools": starving["pool"].head(MAX_LISTED).tolist()},
+            CHECK_DESIRED_IDLE,
+            starving.empty,
+            f"{len(starving)} pools want idle capacity and run nothing",
+            {"count": len(starving), "pools": starving["pool"].head(MAX_LISTED).tolist()},
         ),
         CheckOutcome(
-            check_name=CHECK_KNOWN_POOLS,
-            passed=unknown.empty,
-            description=f"{len(unknown)} managed instances are tagged with a pool that does not exist",
-            figures={"count": len(unknown)},
-            tables={"instances": markdown_table(unknown, UNKNOWN_COLUMNS, max_rows=MAX_LISTED)},
+            CHECK_KNOWN_POOLS,
+            unknown.empty,
+            f"{len(unknown)} managed instances are tagged with a pool that does not exist",
+            {"count": len(unknown), "instances": markdown_table(unknown, UNKNOWN_COLUMNS, max_rows=MAX_LISTED)},
         ),
     ]

@@ -1,16 +1,18 @@
-"""The pool audit as pure pandas over plain lists and DataFrames (no AWS, no Dagster): counts, prices and figures
-per pool, totals, and the daily report. The row kinds (pool, untagged, unknown_pool) are in docs/fleet.md."""
+"""The pool audit as pure pandas over plain lists and DataFrames (no AWS, no Dagster): prices, counts and figures
+per pool, totals, and the daily report. The row kinds and the price rules are in docs/fleet.md."""
 
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass
+import json
+import math
+from dataclasses import dataclass, field
+from numbers import Real
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import pandas as pd
-
-from pipelines.fleet.pool_audit.prices import PriceList, pool_config
 
 KINDS = ("pool", "untagged", "unknown_pool")
 # Why the rows that are no pool are left out of the totals.
@@ -24,11 +26,88 @@ COUNT_COLUMNS = [*BUCKETS, "busy", "idle", "idle_excess"]
 PRICE_COLUMNS = ["hourly_price_usd", "price_source"]
 FIGURE_COLUMNS = ["compute_cost_usd_per_hour", "idle_cost_usd_per_hour", "utilization_pct"]
 SNAPSHOT_COLUMNS = [*POOL_COLUMNS, *COUNT_COLUMNS, *PRICE_COLUMNS, *FIGURE_COLUMNS, "in_totals", "problem"]
-# What the pools table gives per pool (``prices.pool_config``); the rest of a row is counted or derived.
+# What the pools table gives per pool (:func:`pool_config`); the rest of a row is counted or derived.
 CONFIG_COLUMNS = [*POOL_COLUMNS, *PRICE_COLUMNS, "problem"]
 INSTANCE_COLUMNS = ["instance_id", "state", "pool", "instance_type"]
 # EC2 states -> the audit's buckets. shutting-down and terminated instances are not capacity.
 STATE_BUCKET = {"pending": "pending", "running": "running", "stopping": "stopped", "stopped": "stopped"}
+
+
+@dataclass(frozen=True)
+class PriceList:
+    source: str
+    as_of: str
+    spot_factor: float
+    on_demand_usd_per_hour: dict[str, float] = field(default_factory=dict)
+
+
+def load_price_list(path: Path | str | None = None) -> PriceList:
+    """Read and validate a price list file (default: ``prices.json``); a malformed one names the bad entry."""
+    path = Path(path) if path else Path(__file__).with_name("prices.json")
+    raw = json.loads(path.read_text())
+    for key in ("source", "as_of", "spot_factor", "on_demand_usd_per_hour"):
+        if key not in raw:
+            raise ValueError(f"{path}: missing {key!r}")
+    factor = raw["spot_factor"]
+    if not _is_number(factor) or not 0 < factor <= 1:
+        raise ValueError(f"{path}: spot_factor must be a number in (0, 1], got {factor!r}")
+    for instance_type, price in raw["on_demand_usd_per_hour"].items():
+        if not _is_number(price) or price <= 0:
+            raise ValueError(f"{path}: price of {instance_type!r} must be a positive number, got {price!r}")
+    prices = {instance_type: float(price) for instance_type, price in raw["on_demand_usd_per_hour"].items()}
+    return PriceList(source=raw["source"], as_of=raw["as_of"], spot_factor=float(factor), on_demand_usd_per_hour=prices)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
+    """A plain pools-table item (``pipelines.common.from_item``), validated and priced, as a snapshot
+    row's pool columns. A non-empty ``problem`` means: report it, keep it out of the totals."""
+    problems: list[str] = []
+    instance_type = item.get("instance_type")
+    if not isinstance(instance_type, str) or not instance_type.strip():
+        problems.append("missing instance_type")
+        instance_type = None
+
+    desired_idle = item.get("desired_idle", 0)
+    if not _is_number(desired_idle) or desired_idle < 0 or int(desired_idle) != desired_idle:
+        problems.append(f"invalid desired_idle {desired_idle!r}")
+        desired_idle = 0
+
+    spot = item.get("spot", False)
+    if not isinstance(spot, bool):
+        problems.append(f"invalid spot {spot!r} (must be a boolean)")
+        spot = False
+
+    price, source = None, ""
+    if item.get("hourly_price_usd") is not None:
+        own = item["hourly_price_usd"]
+        if not _is_number(own):
+            problems.append(f"invalid hourly_price_usd {own!r}")
+        elif own < 0:
+            problems.append(f"negative hourly_price_usd {own}")
+        else:
+            price, source = float(own), "pool item"
+    elif instance_type is not None:
+        listed, label = prices.on_demand_usd_per_hour.get(instance_type), f"price list {prices.as_of}"
+        if listed is None:
+            problems.append(f"instance type {instance_type} is not in the {label} and the pool has no price")
+        elif spot:
+            price, source = listed * prices.spot_factor, f"{label} x spot {prices.spot_factor:g}"
+        else:
+            price, source = listed, label
+    return {
+        "pool": str(item.get("pool_name", "")),
+        "kind": "pool",
+        "instance_type": instance_type,
+        "spot": spot,
+        "desired_idle": int(desired_idle),
+        "hourly_price_usd": price,
+        "price_source": source,
+        "problem": "; ".join(problems),
+    }
 
 
 @dataclass
@@ -45,25 +124,20 @@ class PoolAudit:
         return self.table.loc[self.table["problem"] != "", ["pool", "kind", "problem"]]
 
 
-def instances_frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
-    """Instance rows (``instance_id, state, pool, instance_type``; ``pool`` None when untagged)."""
-    import pandas as pd  # lazy: keeps pandas out of the code location's load time
-
-    return pd.DataFrame(rows, columns=INSTANCE_COLUMNS)
-
-
 def audit_pools(
     pools: list[dict[str, Any]],
-    instances: pd.DataFrame,
+    instances: list[dict[str, Any]],
     busy_instance_ids: set[str] | frozenset[str],
     prices: PriceList,
 ) -> PoolAudit:
-    """Count, price and total every pool. ``pools`` are plain pools-table items."""
+    """Count, price and total every pool. ``pools`` are plain pools-table items, ``instances`` rows of
+    ``instance_id, state, pool, instance_type`` (``pool`` None when untagged)."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     configs = pd.DataFrame([pool_config(item, prices) for item in pools], columns=CONFIG_COLUMNS)
 
-    inst = instances.assign(bucket=instances["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
+    inst = pd.DataFrame(instances, columns=INSTANCE_COLUMNS)
+    inst = inst.assign(bucket=inst["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
     tag = inst["pool"].fillna("").astype(str)
     untagged = tag.str.strip() == ""
     inst["label"] = tag.where(~untagged, "untagged")
@@ -145,10 +219,7 @@ REPORT_COLUMNS = ["pool", *USD_COLUMNS, "avg_running", "avg_idle", "hours_covere
 
 
 def daily_report(
-    snapshots: pd.DataFrame,
-    day_start: dt.datetime,
-    max_gap: dt.timedelta = dt.timedelta(minutes=30),
-    now: dt.datetime | None = None,
+    snapshots: pd.DataFrame, day_start: dt.datetime, max_gap: dt.timedelta, now: dt.datetime | None = None
 ) -> tuple[pd.DataFrame, dict[str, float | int]]:
     """Time-weighted USD per pool for one UTC day from the snapshot rows (``snapshot_at`` + columns):
     each row ``in_totals`` counts for the hours its snapshot stands for (:func:`snapshot_weights`)."""

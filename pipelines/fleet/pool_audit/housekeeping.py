@@ -3,34 +3,37 @@ Bad parameters raise ``ParamsError`` (the dispatcher dead-letters the message)."
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common.params import ParamsError, parse_params
+from pipelines.common.params import ParamsError, param
 from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit.audit import AuditRun, run_pool_audit
-from pipelines.fleet.pool_audit.params import AuditMessageParams
 
 
-def message_params(raw: Mapping[str, Any], *, dry_run: bool, what_if: bool) -> AuditMessageParams:
-    """Validate a message's own parameters. A what-if clock (``now``) is only allowed with a dry
-    run, so that no snapshot is written at a made-up time."""
-    params, _ = parse_params(AuditMessageParams, raw, what="pool_audit parameter")
-    _check_what_if(dry_run=dry_run, what_if=what_if)
-    return params
+@dataclass(frozen=True)
+class AuditMessageParams:
+    """A housekeeping ``pool_audit`` message's ``params`` (besides the fleet's ``dryRun`` and ``now``)."""
+
+    idle_cost_threshold_usd_per_hour: float = param(
+        5.0,
+        description="The idle_cost_below_threshold check warns when the fleet's idle capacity costs more "
+        "than this, in USD per hour.",
+        minimum=0,
+        maximum=100_000,
+    )
 
 
-def _check_what_if(*, dry_run: bool, what_if: bool) -> None:
-    if what_if and not dry_run:
-        raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
+@dataclass(frozen=True)
+class PoolAuditParams(AuditMessageParams):
+    dry_run: bool = param(False, description="Compute and report, but publish no metrics and store no snapshot.")
 
 
 @dataclass(frozen=True)
 class HousekeepingAudit:
-    """One audit run for a housekeeping message, with the threshold its checks use."""
+    """One audit run with the threshold its checks use (the asset's config or a housekeeping message's)."""
 
     run: AuditRun
     idle_cost_threshold_usd_per_hour: float
@@ -41,35 +44,21 @@ class HousekeepingAudit:
         return {
             "pools": int(totals["pools"]),
             "instances": run.instances,
-            "running": int(totals["running"]),
-            "busy": int(totals["busy"]),
-            "idle": int(totals["idle"]),
-            "compute_cost_usd_per_hour": round(float(totals["compute_cost_usd_per_hour"]), 4),
-            "idle_cost_usd_per_hour": round(float(totals["idle_cost_usd_per_hour"]), 4),
+            **{key: int(totals[key]) for key in ("running", "busy", "idle")},
+            **{key: round(float(totals[key]), 4) for key in ("compute_cost_usd_per_hour", "idle_cost_usd_per_hour")},
             "snapshot_key": run.snapshot_key or "(dry run: none)",
             "dry_run": run.dry_run,
         }
 
 
 def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: AuditMessageParams) -> HousekeepingAudit:
-    """A housekeeping ``pool_audit`` message runs the pool audit over the fleet's clients."""
+    """A what-if clock (``now``) is only allowed with a dry run, so that no snapshot is written at a made-up time."""
     what_if = "now" in request.params
-    _check_what_if(dry_run=request.dry_run, what_if=what_if)
+    if what_if and not request.dry_run:
+        raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
     if not ctx.pools_table:
         raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
-    run = run_pool_audit(
-        dry_run=request.dry_run,
-        now=request.now() if what_if else None,
-        progress=ctx.log.info,
-        dynamodb=ctx.dynamodb,
-        ec2=ctx.ec2,
-        cloudwatch=ctx.cloudwatch,
-        s3=ctx.s3,
-        jobs_table=ctx.jobs_table,
-        pools_table=ctx.pools_table,
-        archive_bucket=ctx.archive_bucket,
-        namespace=ctx.namespace,
-    )
+    run = run_pool_audit(ctx, dry_run=request.dry_run, now=request.now() if what_if else None)
     return HousekeepingAudit(run=run, idle_cost_threshold_usd_per_hour=params.idle_cost_threshold_usd_per_hour)
 
 
