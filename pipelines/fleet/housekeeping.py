@@ -14,7 +14,6 @@ from pipelines.common.task import Task
 from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.dead_letter_send import dead_letter_into
-from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
 from pipelines.fleet.pool_audit import housekeeping as pool_audit
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
@@ -73,10 +72,6 @@ class Housekeeping:
         if isinstance(out, HousekeepingAudit):
             return TaskResult(request.task_type, out.summary(), audit=out)
         return TaskResult(request.task_type, out)
-
-    def drain(self, ctx: FleetContext, **kwargs) -> QueueDrain:
-        """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
-        return queue_drain(HousekeepingHandler, ctx, **kwargs)
 
 
 class HousekeepingHandler:

@@ -24,7 +24,6 @@ from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.dead_letter_send import dead_letter_into
-from pipelines.fleet.drain import QueueDrain, queue_drain
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
 from pipelines.fleet.metrics import MetricBatch
 from pipelines.fleet.queues import delete_messages, message_received_at
@@ -403,8 +402,3 @@ class TerminationHandler:
             self.log.warning(f"round {round_id} done but its marker could not be written: {exc}")
             counts["round_not_marked"] += 1
         return applied
-
-
-def termination_drain(ctx: FleetContext, **kwargs) -> QueueDrain:
-    """A ``QueueDrain`` of the termination queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
-    return queue_drain(TerminationHandler, ctx, **kwargs)
