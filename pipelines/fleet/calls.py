@@ -6,13 +6,14 @@ import logging
 from collections.abc import Callable
 from typing import TypeVar
 
-from pipelines.retry import preset, retry_call
+from pipelines.common.aws_batches import CALL_POLICY
+from pipelines.retry import retry_call
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-POLICY = preset("runs-fleet")
-"""runs-fleet's retry of one AWS call (pkg/events/handler.go): waits 0.1, 0.5, 1 s, 4 attempts."""
+POLICY = CALL_POLICY
+"""Read at each call (tests replace it with a policy that does not wait)."""
 
 
 def aws_call(operation: Callable[[], T], *, what: str = "AWS call") -> T:

@@ -144,16 +144,6 @@ class JobOutcomes:
     refused: list[tuple[_Job, str]] = field(default_factory=list)  # this job's write can never succeed: why
 
 
-def job_metrics(batch: MetricBatch, term: Termination) -> None:
-    """JobDuration (dimension Status), JobSuccess, JobFailure (dimension Error: the error's first line)."""
-    if term.duration_seconds is not None:
-        batch.add("JobDuration", term.duration_seconds, unit="Seconds", Status=term.status)
-    if term.status == "success":
-        batch.add("JobSuccess", 1)
-    else:
-        batch.add("JobFailure", 1, Error=first_line(term.error) or term.status)
-
-
 class TerminationHandler:
     """Handles one round of termination messages (a ``drain.RoundHandler``)."""
 
@@ -380,9 +370,14 @@ class TerminationHandler:
             for result in pool.map(lambda part: delete_parameters(self.ctx.ssm, part), chunks(names, 10)):
                 counts["ssm_deleted"] += result["deleted"]
                 counts["ssm_already_gone"] += result["missing"]
-            metrics = MetricBatch()
-            for job in applied:
-                job_metrics(metrics, job.term)
+            metrics = MetricBatch()  # JobDuration, JobSuccess, JobFailure (its Error: the error's first line)
+            for term in (job.term for job in applied):
+                if term.duration_seconds is not None:
+                    metrics.add("JobDuration", term.duration_seconds, unit="Seconds", Status=term.status)
+                if term.status == "success":
+                    metrics.add("JobSuccess", 1)
+                else:
+                    metrics.add("JobFailure", 1, Error=first_line(term.error) or term.status)
             metrics.publish(self.ctx.cloudwatch, self.ctx.namespace)
         except Exception as exc:  # no marker: the messages come back and finish the clean-up
             self.log.error(f"clean-up of {len(applied)} job(s) failed, their messages stay in the queue: {exc}")

@@ -16,7 +16,6 @@ from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.metrics import publish_count
-from pipelines.fleet.tasks.instances import described_instances, instance_tags
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -41,6 +40,16 @@ class OrphanedInstancesParams:
         minimum=0,
         maximum=24 * 60,
     )
+
+
+def described_instances(ec2, *filters: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every instance ``DescribeInstances`` finds with ``filters``, over all its pages."""
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=list(filters))
+    return [inst for page in pages for reservation in page["Reservations"] for inst in reservation["Instances"]]
+
+
+def instance_tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
 
 
 def managed_instances(ec2, states=("pending", "running")) -> list[dict[str, Any]]:
