@@ -1,5 +1,4 @@
-"""What the fleet keeps in its archive bucket: the raw messages of each run (:class:`RunArchive`)
-and the marker of each job that old_jobs archived (:func:`archived_job_key`)."""
+"""What the fleet keeps in its archive bucket besides dead letters: raw messages and archived-job markers."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ from pipelines.fleet.messages import fingerprint
 
 
 def archived_job_key(job_id: str) -> str:
-    """The archive bucket's marker of a job that old_jobs archived and deleted (``archived-jobs/<sha256>``)."""
+    """The marker of a job that old_jobs archived and deleted."""
     return f"archived-jobs/{fingerprint(job_id)}.json"
 
 
@@ -38,7 +37,6 @@ class RunArchive:
         return f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
 
     def write(self, messages: Sequence[dict[str, Any]]) -> str:
-        """Store these received messages (with those before them). Returns the object key."""
         received = iso(dt.datetime.now(dt.UTC))
         lines = [
             json.dumps(

@@ -213,10 +213,10 @@ def _with_count(attrs: dict[str, dict[str, Any]], count: int) -> dict[str, dict[
     return attrs
 
 
-def redrive(
-    sqs, s3, *, dlq_url: str, source_url: str, bucket: str, settings: RedriveSettings, log: Any
-) -> dict[str, Any]:
-    """Move dead letters back to ``source_url`` at ``rate_per_second``; quarantine repeat offenders."""
+def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings) -> dict[str, Any]:
+    """Move the chosen queue's dead letters back to it at ``rate_per_second``; quarantine repeat offenders."""
+    sqs, s3, log, bucket = run.sqs, run.s3, run.log, run.fleet.archive_bucket
+    dlq_url, source_url = (getattr(run.fleet, f"{settings.queue}_{kind}_url") for kind in ("dlq", "queue"))
     ledger = Ledger(s3, bucket, queue_name(source_url))
     counts: Counter = Counter()
     started = time.monotonic()
@@ -285,14 +285,6 @@ def redrive(
         f"redrive {queue_name(dlq_url)} -> {queue_name(source_url)}: " + ", ".join(f"{k}={v}" for k, v in out.items())
     )
     return out
-
-
-def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings) -> dict[str, Any]:
-    """The ``redrive_dead_letters`` pass: the chosen queue's dead letters back to it (:func:`redrive`)."""
-    dlq, source = (getattr(run.fleet, f"{settings.queue}_{kind}_url") for kind in ("dlq", "queue"))
-    return redrive(
-        run.sqs, run.s3, dlq_url=dlq, source_url=source, bucket=run.fleet.archive_bucket, settings=settings, log=run.log
-    )
 
 
 TASK = Task(

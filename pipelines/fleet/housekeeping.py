@@ -84,9 +84,7 @@ class HousekeepingHandler:
         self.housekeeping = Housekeeping()
         self.results: list[TaskResult] = []
 
-    def __call__(
-        self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
-    ) -> Counter:
+    def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float) -> Counter:
         counts: Counter = Counter()
         log = self.ctx.log
         try:

@@ -12,8 +12,6 @@ from pipelines.fleet import calls
 
 
 class MetricBatch:
-    """Collects samples and publishes them in as few ``PutMetricData`` calls as possible."""
-
     def __init__(self) -> None:
         # (name, dimensions, unit) -> value -> count
         self._samples: dict[tuple[str, tuple[tuple[str, str], ...], str], dict[float, float]] = defaultdict(
@@ -24,8 +22,8 @@ class MetricBatch:
         dims = tuple(sorted((k, dimension_value(v)) for k, v in dimensions.items()))
         self._samples[(name, dims, unit)][float(value)] += 1
 
-    def datums(self) -> list[dict[str, Any]]:
-        out = []
+    def publish(self, cloudwatch, namespace: str) -> None:
+        datums = []
         for (name, dims, unit), values in self._samples.items():
             for part in chunks(list(values.items()), 150):  # PutMetricData: at most 150 distinct values per datum
                 datum: dict[str, Any] = {
@@ -36,13 +34,8 @@ class MetricBatch:
                 }
                 if dims:
                     datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in dims]
-                out.append(datum)
-        return out
-
-    def publish(self, cloudwatch, namespace: str) -> None:
-        """Publish everything collected (1000 datums per call)."""
-        put_metrics(cloudwatch, namespace, self.datums(), policy=calls.POLICY)
-        self._samples.clear()
+                datums.append(datum)
+        put_metrics(cloudwatch, namespace, datums, policy=calls.POLICY)
 
 
 def publish_count(cloudwatch, namespace: str, name: str, value: int) -> None:

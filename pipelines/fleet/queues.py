@@ -1,5 +1,4 @@
-"""SQS for the fleet processors: receive, ``DeleteMessageBatch`` and ``SendMessageBatch`` within SQS's
-limits, each call retried by runs-fleet's policy (``pipelines.fleet.calls``)."""
+"""SQS for the fleet processors within SQS's limits, each call retried by runs-fleet's policy."""
 
 from __future__ import annotations
 
@@ -19,8 +18,7 @@ log = logging.getLogger(__name__)
 def receive(
     sqs, queue_url: str, *, max_messages: int = 10, wait_seconds: int = 0, visibility: int | None = None
 ) -> list[dict[str, Any]]:
-    """Up to ``max_messages`` (at most 10) messages with all their attributes; ``visibility``: their
-    visibility timeout (default: the queue's)."""
+    """Up to ``max_messages`` (at most 10) messages with all their attributes; ``visibility``: default the queue's."""
     hidden = {} if visibility is None else {"VisibilityTimeout": visibility}
     return aws_call(
         lambda: sqs.receive_message(
@@ -36,7 +34,7 @@ def receive(
 
 
 def delete_messages(sqs, queue_url: str, messages: Sequence[dict[str, Any]]) -> list[str]:
-    """``DeleteMessageBatch`` in tens. Returns the message ids that could not be deleted."""
+    """The ids of the messages that could not be deleted."""
     failed: list[str] = []
     for batch in chunks(list(messages), 10):
         entries = [{"Id": str(n), "ReceiptHandle": m["ReceiptHandle"]} for n, m in enumerate(batch)]

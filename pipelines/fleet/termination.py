@@ -1,6 +1,4 @@
-"""Termination queue: rounds of received messages, handled with batch APIs; each round's jobs are
-written at once, and every few rounds a flush archives, dead-letters, cleans up, marks done and
-acknowledges them (docs/fleet.md, "Rounds and flushes" and "Stopping a drain")."""
+"""The termination queue's rounds and flushes (docs/fleet.md, "Rounds and flushes" and "Stopping a drain")."""
 
 from __future__ import annotations
 
@@ -38,7 +36,6 @@ def new_round_id(started_at: float) -> str:
 
 
 def round_marker_key(queue_url: str, round_id: str) -> str:
-    """The S3 key whose existence says the round's clean-up is done."""
     return f"{ROUNDS_PREFIX}/{queue_name(queue_url)}/{round_id}"
 
 
@@ -49,7 +46,7 @@ def round_started_at(round_id: str) -> float | None:
 
 @dataclass
 class _Job:
-    """One job of the round: the first message for it, and any later copies in the same round."""
+    """A job of the round: its first message, and any later copies in the same round."""
 
     term: Termination
     digest: str
@@ -145,7 +142,7 @@ class JobOutcomes:
 
 
 class TerminationHandler:
-    """Handles one round of termination messages (a ``drain.RoundHandler``)."""
+    """A ``drain.RoundHandler`` of termination messages."""
 
     report_keys = ("received", "applied", "duplicates", "dead_lettered", "failed", "deleted", "ssm_deleted")
 
@@ -177,16 +174,12 @@ class TerminationHandler:
             self.log.warning(f"{len(out.failed)} job update(s) still failing after {policy}; left in the queue")
         return out
 
-    def __call__(
-        self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
-    ) -> Counter:
-        """One round: validate and write the jobs. ``started_at``: wall-clock time at which the round's
-        receive began (the first round of a flush stamps it in the round id). The rest waits for
-        :meth:`flush`."""
+    def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float) -> Counter:
+        """One round: validate and write the jobs; the rest waits for :meth:`flush`. ``started_at``: when
+        the round's receive began (wall clock; the first round of a flush stamps it in the round id)."""
         counts: Counter = Counter()
-        began = started_at if started_at is not None else time.time()
         if self._pending is None:
-            self._pending = _Pending(round_id=new_round_id(began), began=began)
+            self._pending = _Pending(round_id=new_round_id(started_at), began=started_at)
         pending = self._pending
         pending.received += messages
         round_id = pending.round_id
@@ -265,14 +258,13 @@ class TerminationHandler:
         return counts
 
     def round_done(self, round_id: str) -> bool:
-        """Is the round's clean-up done (its S3 marker exists)? Done rounds are remembered."""
+        """Is the round's clean-up done (its S3 marker exists)?"""
         if round_id in self._done_rounds or self._exists(round_marker_key(self.queue_url, round_id), "round marker"):
             self._done_rounds.add(round_id)
             return True
         return False
 
     def _exists(self, key: str, what: str) -> bool:
-        """Does ``key`` exist in the archive bucket (one ``HeadObject``)?"""
         try:
             aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what=f"HeadObject ({what})")
         except ClientError as exc:
