@@ -32,10 +32,6 @@ class RunArchive:
         self._lock = threading.Lock()
         self.keys: list[str] = []
 
-    @property
-    def key(self) -> str:
-        return f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
-
     def write(self, messages: Sequence[dict[str, Any]]) -> str:
         received = iso(dt.datetime.now(dt.UTC))
         lines = [
@@ -57,7 +53,8 @@ class RunArchive:
                 self._lines, self._size, self._part = [], 0, self._part + 1
             self._lines += lines
             self._size += sum(map(len, lines))
-            body, key = b"".join(self._lines), self.key
+            body = b"".join(self._lines)
+            key = f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
             aws_call(
                 lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"),
                 what="PutObject (raw archive)",

@@ -205,14 +205,6 @@ def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, di
     return original, restored
 
 
-def _with_count(attrs: dict[str, dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
-    """The attributes to send back: the original ones, plus the redrive count when SQS's 10 attributes
-    leave room for it (the ledger counts redrives either way)."""
-    if len(attrs) < MAX_ATTRIBUTES:
-        return {**attrs, REDRIVE_ATTRIBUTE: {"DataType": "String", "StringValue": str(count)}}
-    return attrs
-
-
 def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings) -> dict[str, Any]:
     """Move the chosen queue's dead letters back to it at ``rate_per_second``; quarantine repeat offenders."""
     sqs, s3, log, bucket = run.sqs, run.s3, run.log, run.fleet.archive_bucket
@@ -243,7 +235,9 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
                 fp = fingerprint(body)
                 count = ledger.count(fp)
                 if count < settings.max_redrives:
-                    to_send.append((message, fp, count, (body, _with_count(attrs, count + 1))))
+                    if len(attrs) < MAX_ATTRIBUTES:  # room for the redrive count (the ledger counts it anyway)
+                        attrs[REDRIVE_ATTRIBUTE] = {"DataType": "String", "StringValue": str(count + 1)}
+                    to_send.append((message, fp, count, (body, attrs)))
                     continue
                 why = f"redriven {count} times already"
             except BadEnvelope as exc:

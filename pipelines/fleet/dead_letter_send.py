@@ -40,25 +40,6 @@ def _json_attributes(attrs: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
     return out
 
 
-def _put_oversized(s3, bucket: str, source: str, message: dict[str, Any], reason: str) -> str:
-    """Store a dead letter too big for SQS whole in ``s3://<bucket>/dead-letters/<queue>/oversized/``."""
-    body = message.get("Body") or ""
-    key = f"dead-letters/{source}/oversized/{fingerprint(body)}.json"
-    record = {
-        "message_id": message.get("MessageId"),
-        "reason": reason,
-        "source_queue": source,
-        "body": body,
-        "message_attributes": _json_attributes(message.get("MessageAttributes") or {}),
-    }
-    data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    aws_call(
-        lambda: s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json"),
-        what="PutObject (oversized dead letter)",
-    )
-    return f"s3://{bucket}/{key}"
-
-
 def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, bucket: str) -> tuple[str, dict[str, Any]]:
     """The (body, attributes) that dead-letters ``message`` with ``reason``.
 
@@ -88,9 +69,22 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
     attrs = {**kept, **{k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}}
     if message_size(body, attrs) <= MAX_MESSAGE_BYTES:
         return body, attrs
+    key = f"dead-letters/{source}/oversized/{fingerprint(original)}.json"
+    record = {
+        "message_id": message.get("MessageId"),
+        "reason": reason,
+        "source_queue": source,
+        "body": original,
+        "message_attributes": _json_attributes(message.get("MessageAttributes") or {}),
+    }
+    data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    aws_call(
+        lambda: s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json"),
+        what="PutObject (oversized dead letter)",
+    )
     pointer = {
         "envelope": ENVELOPE,
-        "body_s3": _put_oversized(s3, bucket, source, message, reason),
+        "body_s3": f"s3://{bucket}/{key}",
         "body_bytes": len(original.encode("utf-8", "surrogatepass")),
         "body_sha256": fingerprint(original),
     }
