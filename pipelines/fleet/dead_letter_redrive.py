@@ -20,10 +20,19 @@ from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
 from pipelines.common.task import Task, TaskRun
 from pipelines.fleet.calls import aws_call
-from pipelines.fleet.dead_letter_send import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
 from pipelines.fleet.drain import receive_budget
 from pipelines.fleet.messages import fingerprint, utcnow
-from pipelines.fleet.queues import MAX_ATTRIBUTES, clean_attribute, delete_messages, receive, send_entries
+from pipelines.fleet.queues import (
+    ENVELOPE,
+    ENVELOPE_ATTRIBUTE,
+    MAX_ATTRIBUTES,
+    REASON_ATTRIBUTE,
+    SOURCE_ATTRIBUTE,
+    clean_attribute,
+    delete_messages,
+    receive,
+    send_entries,
+)
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
@@ -100,7 +109,7 @@ class Ledger:
             lambda: self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json", Body=body.encode())
         )
 
-    def quarantine(self, fp: str, message: dict[str, Any], count: int, reason: str | None = None) -> str:
+    def quarantine(self, fp: str, message: dict[str, Any], count: int, reason: str | None = None) -> None:
         key = f"{self.prefix}/quarantine/{fp}.json"
         body = {
             "fingerprint": fp,
@@ -116,7 +125,6 @@ class Ledger:
         aws_call(
             lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body, ensure_ascii=False).encode())
         )
-        return key
 
 
 class BadEnvelope(ValueError):

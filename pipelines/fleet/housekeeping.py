@@ -13,11 +13,10 @@ from pipelines.common.params import ParamsError
 from pipelines.common.task import Task
 from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letter_send import dead_letter_into
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
 from pipelines.fleet.pool_audit import housekeeping as pool_audit
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
-from pipelines.fleet.queues import delete_messages
+from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks import old_jobs, orphaned_instances, stale_ssm
 
 

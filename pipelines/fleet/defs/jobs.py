@@ -60,16 +60,13 @@ def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes
                 context.log_event(event)
 
 
-TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
-
-
 def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: str) -> dg.Output[dict]:
     """Run the queue's drain with graceful stop, and report its counts as metadata. A drain stopped
     because its run is being terminated fails its step (one line), so the run ends canceled."""
 
     def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
         run = context.instance.get_run_by_id(context.run_id)
-        return run is not None and run.status in TERMINATING
+        return run is not None and run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 
     result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
     summary = result.as_dict(drain.report_keys)

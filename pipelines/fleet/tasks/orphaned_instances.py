@@ -92,10 +92,6 @@ class OrphanPlan:
     cleared: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
 
-    @property
-    def acts(self) -> bool:
-        return bool(self.suspect or self.terminate or self.cleared)
-
 
 def plan_orphans(
     ctx: FleetContext, req: HousekeepingRequest, params: OrphanedInstancesParams, max_queries: int | None = None
@@ -173,7 +169,7 @@ def look_orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params:
         return Look.idle(f"no managed instance launched before {cutoff} ({len(plan.instances)} running or pending)")
     if candidates > LOOK_MAX_QUERIES:
         return Look.work(f"{candidates} managed instances launched before {cutoff}")
-    if not plan.acts:
+    if not (plan.suspect or plan.terminate or plan.cleared):
         return Look.idle(
             f"{candidates} managed instance(s) launched before {cutoff}: none to tag, untag or "
             f"terminate ({len(plan.waiting)} suspect(s) waiting for their confirmation)"

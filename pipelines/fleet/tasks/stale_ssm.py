@@ -35,12 +35,6 @@ class StaleSsmParams:
     )
 
 
-def terminated_at(instance: dict[str, Any]) -> dt.datetime | None:
-    """When a terminated instance stopped, from ``StateTransitionReason`` ("User initiated (... GMT)")."""
-    match = _REASON_TIME.search(instance.get("StateTransitionReason") or "")
-    return dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC) if match else None
-
-
 @dataclass
 class RunnerParameters:
     """The runner parameters read page by page: by instance id, and the names not of the runner shape.
@@ -83,7 +77,8 @@ def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) 
         if inst is None:
             stale.append(iid)
         elif inst["State"]["Name"] == "terminated":
-            when = terminated_at(inst)
+            match = _REASON_TIME.search(inst.get("StateTransitionReason") or "")  # "User initiated (... GMT)"
+            when = dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC) if match else None
             (stale if when is not None and when <= now - grace else recent).append(iid)
     return stale, recent
 
