@@ -1,6 +1,5 @@
-"""Dead-letter redrive (the ``redrive_dead_letters`` job): SQS dead letters back to their source queue
-at a set rate, their envelopes opened; quarantine in S3 for what keeps coming back (docs/fleet.md,
-"Redrive dead letters"). Not ``pipelines.redrive``, which relaunches failed partitions."""
+"""The ``redrive_dead_letters`` task (docs/fleet.md, "Redrive dead letters"): SQS dead letters, not
+``pipelines.redrive``'s failed partitions."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""The housekeeping dispatcher: :class:`Housekeeping` runs a housekeeping message's task, and
-:class:`HousekeepingHandler` drains the housekeeping queue with it. ``TASKS`` is the one list of
-housekeeping tasks: the dispatcher's accepted parameters and the schedules come from it."""
+"""The housekeeping tasks' one list, ``TASKS``, their dispatcher and the housekeeping queue's round handler."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import aws_call
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
+from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
 from pipelines.fleet.metrics import MetricBatch
 from pipelines.fleet.queues import dead_letter_into, delete_messages, message_received_at
 from pipelines.fleet.ssm_parameters import delete_parameters
@@ -357,7 +357,7 @@ class TerminationHandler:
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
         try:
-            names = [job.term.parameter for job in applied]
+            names = [runner_parameter(job.term.instance_id) for job in applied]
             for result in pool.map(lambda part: delete_parameters(self.ctx.ssm, part), chunks(names, 10)):
                 counts["ssm_deleted"] += result["deleted"]
                 counts["ssm_already_gone"] += result["missing"]

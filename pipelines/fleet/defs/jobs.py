@@ -1,7 +1,6 @@
-"""The fleet processors' ops and jobs (docs/fleet.md): the queue drains, ``housekeeping`` (one task) and
-``redrive_dead_letters``. Each job has one op, run in the run's own process, where a UI termination or
-SIGTERM reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's
-status at each round boundary instead."""
+"""The fleet's jobs, one op each, run in the run's own process, where a UI termination or SIGTERM
+reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's status at
+each round boundary instead."""
 
 from collections.abc import Iterable
 
@@ -105,8 +104,7 @@ def drain_job(
     executor_def: dg.ExecutorDefinition | None = None,
     notes: CheckNotes | None = None,
 ) -> dg.JobDefinition:
-    """``process_<queue>_queue`` (in process unless ``executor_def`` is given), whose one op,
-    ``drain_<queue>_queue``, drains ``queue`` with ``handler_cls``'s rounds, configured by ``limits_cls``;
+    """``process_<queue>_queue``: its op ``drain_<queue>_queue`` drains ``queue`` with ``handler_cls``'s rounds;
     a handler's task results, if any, are recorded (a pool audit's failed check with its note from ``notes``)."""
 
     @dg.op(
@@ -151,8 +149,7 @@ def drain_job(
 
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the cluster's
-    Celery executor: drains are competing consumers on its workers)."""
+    """In process unless ``executor_def`` is given (the cluster's: drains are competing consumers on its workers)."""
     description = "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack."
     return drain_job("termination", description, TerminationHandler, TerminationLimits, executor_def=executor_def)
 
@@ -161,8 +158,7 @@ process_termination_queue = termination_queue_job()
 
 
 def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition, dg.JobDefinition]:
-    """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks (a pool audit's
-    failed check adds its note from ``notes``)."""
+    """``process_housekeeping_queue`` and ``housekeeping`` (a pool audit's failed check notes from ``notes``)."""
     dispatcher = Housekeeping()
     description = "Drains the housekeeping queue: dispatches each message on its task_type."
     process_housekeeping_queue = drain_job("housekeeping", description, HousekeepingHandler, notes=notes)

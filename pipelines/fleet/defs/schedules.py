@@ -1,5 +1,4 @@
-"""The housekeeping schedules (as runs-fleet's EventBridge rules), one per task with a look, and the
-dead-letter checks' schedule; each looks before it launches a run (``pipelines.common.defs.schedules``)."""
+"""The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule."""
 
 import datetime as dt
 from collections.abc import Mapping

@@ -1,5 +1,5 @@
 """runs-fleet's ``stale_ssm`` housekeeping task: delete the runner parameters of instances that are
-gone or were terminated over a grace period ago (``DeleteParameters`` in ``ssm_parameters``)."""
+gone or were terminated over a grace period ago."""
 
 from __future__ import annotations
 
