@@ -28,7 +28,6 @@ def slot_tag(queue_tag: str, slot: int) -> str:
 
 
 def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
-    """``<label>_queue_sensor``: launches ``process_<label>_queue`` runs for the ``<label>`` queue."""
     job_name, runs_field, queue_tag = f"process_{label}_queue", f"{label}_drain_runs", QUEUE_TAGS[label]
 
     @dg.sensor(
