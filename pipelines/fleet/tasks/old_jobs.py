@@ -17,10 +17,9 @@ from pipelines.common.params import param
 from pipelines.common.task import Task
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.archive import archived_job_key
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import aws_call, publish_count
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import FINAL_STATUSES, HousekeepingRequest, fingerprint, utcnow
-from pipelines.fleet.metrics import publish_count
 
 
 @dataclass(frozen=True)

@@ -12,10 +12,9 @@ from pipelines.common.aws_batches import chunks
 from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import aws_call, publish_count
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.metrics import publish_count
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"

@@ -12,10 +12,9 @@ from pipelines.common.aws_batches import chunks
 from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
+from pipelines.fleet.calls import delete_parameters, publish_count
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import RUNNER_PREFIX, HousekeepingRequest, instance_of_parameter
-from pipelines.fleet.metrics import publish_count
-from pipelines.fleet.ssm_parameters import delete_parameters
 from pipelines.fleet.tasks.orphaned_instances import described_instances
 
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
