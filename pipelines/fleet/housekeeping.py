@@ -9,8 +9,8 @@ from typing import Any
 
 from pipelines.common.params import ParamsError
 from pipelines.common.task import Task
-from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.context import FleetContext
+from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
 from pipelines.fleet.pool_audit import housekeeping as pool_audit
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit

@@ -18,11 +18,12 @@ from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, error_code, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.archive import RunArchive, archived_job_key
 from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters
 from pipelines.fleet.context import FleetContext
+from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
 from pipelines.fleet.queues import dead_letter_into, delete_messages, message_received_at
+from pipelines.fleet.tasks.old_jobs import archived_job_key
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
 
