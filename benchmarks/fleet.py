@@ -511,10 +511,11 @@ def fleet_context(c: dict, env):
 
 
 def drain_pure(calls: Calls, env, concurrency=10):
-    from pipelines.fleet.drain import TerminationLimits
-    from pipelines.fleet.termination import termination_drain
+    from pipelines.fleet.drain import TerminationLimits, queue_drain
+    from pipelines.fleet.termination import TerminationHandler
 
-    drain = termination_drain(
+    drain = queue_drain(
+        TerminationHandler,
         fleet_context(calls.clients, env),
         sqs=calls.clients["sqs"],
         queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],

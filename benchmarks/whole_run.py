@@ -204,11 +204,12 @@ def termination(size: int) -> Capability:
         return final, problems
 
     def core(c, env):
-        from pipelines.fleet.drain import TerminationLimits
-        from pipelines.fleet.termination import termination_drain
+        from pipelines.fleet.drain import TerminationLimits, queue_drain
+        from pipelines.fleet.termination import TerminationHandler
 
         ctx = fleet.fleet_context(c, env)
-        termination_drain(
+        queue_drain(
+            TerminationHandler,
             ctx,
             sqs=c["sqs"],
             queue_url=env["RUNS_FLEET_TERMINATION_QUEUE_URL"],

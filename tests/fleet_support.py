@@ -18,8 +18,8 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.drain import TerminationLimits
-from pipelines.fleet.termination import termination_drain
+from pipelines.fleet.drain import TerminationLimits, queue_drain
+from pipelines.fleet.termination import TerminationHandler
 
 log = logging.getLogger("tests.fleet")
 AMI = "ami-12c6146b"
@@ -42,7 +42,8 @@ def context(aws) -> FleetContext:
 def make_drain(aws, *, run_id: str | None = None, dlq_url: str | None = None, **limits):
     """A termination drain over the test's clients (``wait_seconds`` 0 unless given)."""
     limits.setdefault("wait_seconds", 0)
-    return termination_drain(
+    return queue_drain(
+        TerminationHandler,
         context(aws),
         sqs=aws.client("sqs"),
         queue_url=aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"],

@@ -8,8 +8,8 @@ import pytest
 
 from pipelines.common import iso, to_item
 from pipelines.fleet import messages
-from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.housekeeping import Housekeeping
+from pipelines.fleet.drain import DrainLimits, queue_drain
+from pipelines.fleet.housekeeping import Housekeeping, HousekeepingHandler
 from pipelines.fleet.messages import InvalidMessage
 from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
 from tests import fleet_support as fs
@@ -40,7 +40,8 @@ def _move_clock(monkeypatch, **delta) -> None:
 
 def _drain_housekeeping(aws, bodies: list[str]):
     fs.send(aws, bodies, queue_env=HQ)
-    return HOUSEKEEPING.drain(
+    return queue_drain(
+        HousekeepingHandler,
         _ctx(aws),
         sqs=aws.client("sqs"),
         queue_url=aws.env[HQ],

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.drain import DrainLimits
-from pipelines.fleet.housekeeping import Housekeeping
+from pipelines.fleet.drain import DrainLimits, queue_drain
+from pipelines.fleet.housekeeping import HousekeepingHandler
 from pipelines.retry import fixed
 from tests import fleet_support as fs
 
@@ -164,18 +164,15 @@ def test_when_the_dead_letter_queue_is_unavailable_poison_stays_in_the_source_qu
 def test_the_housekeeping_drain_also_survives_an_unavailable_dead_letter_queue(aws):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
     fs.send(aws, [json.dumps({"task_type": "stale_ssm"}), json.dumps({"task_type": "reboot"})], queue_env=HQ)
-    result = (
-        Housekeeping()
-        .drain(
-            fs.context(aws),
-            sqs=aws.client("sqs"),
-            queue_url=aws.env[HQ],
-            dlq_url=aws.env[HDLQ] + "-gone",
-            run_id="dlq-down",
-            limits=DrainLimits(concurrency=1, wait_seconds=0),
-        )
-        .run()
-    )
+    result = queue_drain(
+        HousekeepingHandler,
+        fs.context(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env[HQ],
+        dlq_url=aws.env[HDLQ] + "-gone",
+        run_id="dlq-down",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
     assert result.counts["tasks_run"] == 1
     assert result.counts["dead_letter_failed"] == 1
     assert result.counts["deleted"] == 1

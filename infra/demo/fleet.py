@@ -20,8 +20,7 @@ from infra.demo.common import put_once, step_count
 from pipelines.common import iso, to_item
 from pipelines.common.aws_batches import chunks
 from pipelines.fleet.messages import runner_parameter
-from pipelines.fleet.tasks.instances import described_instances, instance_tags
-from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, managed_instances
+from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, described_instances, instance_tags, managed_instances
 
 DEMO_AMI = "ami-12c6146b"  # an image the local moto server knows; demo traffic never runs in prod
 POOL_TAG = "runs-fleet:pool"

@@ -1,18 +1,23 @@
-"""runs-fleet's retry of one AWS call: :func:`aws_call`, by the retry library's ``runs-fleet`` preset."""
+"""runs-fleet's AWS calls, each retried by the retry library's ``runs-fleet`` preset: any one call
+(:func:`aws_call`), the runners' SSM parameters deleted in tens, and metrics in as few ``PutMetricData``
+calls as possible (1000 datums a call, with ``Values``/``Counts`` so that many samples cost one datum)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
-from typing import TypeVar
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
-from pipelines.retry import preset, retry_call
+from pipelines.common import dimension_value
+from pipelines.common.aws_batches import CALL_POLICY, chunks, put_metrics
+from pipelines.retry import retry_call
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 
-POLICY = preset("runs-fleet")
-"""runs-fleet's retry of one AWS call (pkg/events/handler.go): waits 0.1, 0.5, 1 s, 4 attempts."""
+POLICY = CALL_POLICY
+"""Read at each call (tests replace it with a policy that does not wait)."""
 
 
 def aws_call(operation: Callable[[], T], *, what: str = "AWS call") -> T:
@@ -22,3 +27,46 @@ def aws_call(operation: Callable[[], T], *, what: str = "AWS call") -> T:
         log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
     return retry_call(operation, POLICY, on_retry=note)
+
+
+def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:
+    """``DeleteParameters`` in tens. A parameter that is already gone counts as ``missing``, not an error."""
+    counts = {"deleted": 0, "missing": 0}
+    for batch in chunks(sorted(set(names)), 10):
+        response = aws_call(lambda batch=batch: ssm.delete_parameters(Names=list(batch)), what="DeleteParameters")
+        counts["deleted"] += len(response.get("DeletedParameters", []))
+        counts["missing"] += len(response.get("InvalidParameters", []))
+    return counts
+
+
+class MetricBatch:
+    def __init__(self) -> None:
+        # (name, dimensions, unit) -> value -> count
+        self._samples: dict[tuple[str, tuple[tuple[str, str], ...], str], dict[float, float]] = defaultdict(
+            lambda: defaultdict(float)
+        )
+
+    def add(self, name: str, value: float, *, unit: str = "Count", **dimensions: str) -> None:
+        dims = tuple(sorted((k, dimension_value(v)) for k, v in dimensions.items()))
+        self._samples[(name, dims, unit)][float(value)] += 1
+
+    def publish(self, cloudwatch, namespace: str) -> None:
+        datums = []
+        for (name, dims, unit), values in self._samples.items():
+            for part in chunks(list(values.items()), 150):  # PutMetricData: at most 150 distinct values per datum
+                datum: dict[str, Any] = {
+                    "MetricName": name,
+                    "Unit": unit,
+                    "Values": [v for v, _ in part],
+                    "Counts": [c for _, c in part],
+                }
+                if dims:
+                    datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in dims]
+                datums.append(datum)
+        put_metrics(cloudwatch, namespace, datums, policy=POLICY)
+
+
+def publish_count(cloudwatch, namespace: str, name: str, value: int) -> None:
+    batch = MetricBatch()
+    batch.add(name, value)
+    batch.publish(cloudwatch, namespace)

@@ -1,4 +1,4 @@
-"""What the fleet processors and housekeeping tasks work with: :class:`FleetContext`."""
+"""What the fleet processors and housekeeping tasks work with."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from typing import Any
 
 @dataclass
 class FleetContext:
-    """The clients and names the fleet processors and tasks work with, and where they log. A client
-    the caller does not need is None (a schedule's look builds only those it reads with)."""
+    """A client the caller does not need is None (a schedule's look builds only those it reads with)."""
 
     jobs_table: str
     archive_bucket: str
@@ -24,8 +23,7 @@ class FleetContext:
 
 
 def fleet_context(fleet: Any, *, log: Any, **clients: Any) -> FleetContext:
-    """The one way to build a :class:`FleetContext`: the names from the fleet settings (``FleetSettings``),
-    and the clients (``ec2``, ``ssm``, ``dynamodb``, ``cloudwatch``, ``s3``) the caller has."""
+    """The one way to build a :class:`FleetContext`: the names from ``FleetSettings``, the caller's clients."""
     return FleetContext(
         jobs_table=fleet.jobs_table,
         archive_bucket=fleet.archive_bucket,

@@ -1,6 +1,5 @@
-"""Dead-letter redrive (the ``redrive_dead_letters`` job): SQS dead letters back to their source queue
-at a set rate, their envelopes opened; quarantine in S3 for what keeps coming back (docs/fleet.md,
-"Redrive dead letters"). Not ``pipelines.redrive``, which relaunches failed partitions."""
+"""The ``redrive_dead_letters`` task (docs/fleet.md, "Redrive dead letters"): SQS dead letters, not
+``pipelines.redrive``'s failed partitions."""
 
 from __future__ import annotations
 
@@ -20,10 +19,19 @@ from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
 from pipelines.common.task import Task, TaskRun
 from pipelines.fleet.calls import aws_call
-from pipelines.fleet.dead_letter_send import ENVELOPE, ENVELOPE_ATTRIBUTE, REASON_ATTRIBUTE, SOURCE_ATTRIBUTE
 from pipelines.fleet.drain import receive_budget
 from pipelines.fleet.messages import fingerprint, utcnow
-from pipelines.fleet.queues import MAX_ATTRIBUTES, clean_attribute, delete_messages, receive, send_entries
+from pipelines.fleet.queues import (
+    ENVELOPE,
+    ENVELOPE_ATTRIBUTE,
+    MAX_ATTRIBUTES,
+    REASON_ATTRIBUTE,
+    SOURCE_ATTRIBUTE,
+    clean_attribute,
+    delete_messages,
+    receive,
+    send_entries,
+)
 
 REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
@@ -100,7 +108,7 @@ class Ledger:
             lambda: self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json", Body=body.encode())
         )
 
-    def quarantine(self, fp: str, message: dict[str, Any], count: int, reason: str | None = None) -> str:
+    def quarantine(self, fp: str, message: dict[str, Any], count: int, reason: str | None = None) -> None:
         key = f"{self.prefix}/quarantine/{fp}.json"
         body = {
             "fingerprint": fp,
@@ -116,7 +124,6 @@ class Ledger:
         aws_call(
             lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body, ensure_ascii=False).encode())
         )
-        return key
 
 
 class BadEnvelope(ValueError):
@@ -205,18 +212,10 @@ def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, di
     return original, restored
 
 
-def _with_count(attrs: dict[str, dict[str, Any]], count: int) -> dict[str, dict[str, Any]]:
-    """The attributes to send back: the original ones, plus the redrive count when SQS's 10 attributes
-    leave room for it (the ledger counts redrives either way)."""
-    if len(attrs) < MAX_ATTRIBUTES:
-        return {**attrs, REDRIVE_ATTRIBUTE: {"DataType": "String", "StringValue": str(count)}}
-    return attrs
-
-
-def redrive(
-    sqs, s3, *, dlq_url: str, source_url: str, bucket: str, settings: RedriveSettings, log: Any
-) -> dict[str, Any]:
-    """Move dead letters back to ``source_url`` at ``rate_per_second``; quarantine repeat offenders."""
+def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings) -> dict[str, Any]:
+    """Move the chosen queue's dead letters back to it at ``rate_per_second``; quarantine repeat offenders."""
+    sqs, s3, log, bucket = run.sqs, run.s3, run.log, run.fleet.archive_bucket
+    dlq_url, source_url = (getattr(run.fleet, f"{settings.queue}_{kind}_url") for kind in ("dlq", "queue"))
     ledger = Ledger(s3, bucket, queue_name(source_url))
     counts: Counter = Counter()
     started = time.monotonic()
@@ -243,7 +242,9 @@ def redrive(
                 fp = fingerprint(body)
                 count = ledger.count(fp)
                 if count < settings.max_redrives:
-                    to_send.append((message, fp, count, (body, _with_count(attrs, count + 1))))
+                    if len(attrs) < MAX_ATTRIBUTES:  # room for the redrive count (the ledger counts it anyway)
+                        attrs[REDRIVE_ATTRIBUTE] = {"DataType": "String", "StringValue": str(count + 1)}
+                    to_send.append((message, fp, count, (body, attrs)))
                     continue
                 why = f"redriven {count} times already"
             except BadEnvelope as exc:
@@ -285,14 +286,6 @@ def redrive(
         f"redrive {queue_name(dlq_url)} -> {queue_name(source_url)}: " + ", ".join(f"{k}={v}" for k, v in out.items())
     )
     return out
-
-
-def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings) -> dict[str, Any]:
-    """The ``redrive_dead_letters`` pass: the chosen queue's dead letters back to it (:func:`redrive`)."""
-    dlq, source = (getattr(run.fleet, f"{settings.queue}_{kind}_url") for kind in ("dlq", "queue"))
-    return redrive(
-        run.sqs, run.s3, dlq_url=dlq, source_url=source, bucket=run.fleet.archive_bucket, settings=settings, log=run.log
-    )
 
 
 TASK = Task(

@@ -1,24 +1,25 @@
-"""The drain loop shared by both queues: receive rounds of messages, hand them over, stop cleanly
-(docs/fleet.md, "Rounds and flushes" and "Stopping a drain"). A handler with ``flush(pool)`` keeps
-work for later: it is flushed every ``flush_rounds`` rounds, sooner when its ``flush_due()`` says so,
-and always before the run ends, however it ends."""
+"""The drain loop of both queues and a run's raw archive (docs/fleet.md, "Rounds and flushes" and
+"Stopping a drain"). A handler with ``flush(pool)`` is flushed every ``flush_rounds`` rounds, sooner
+when its ``flush_due()`` says so, and always before the run ends, however it ends."""
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from pipelines.common import first_line
+from pipelines.common import first_line, iso
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
-from pipelines.fleet.archive import RunArchive
+from pipelines.fleet.calls import aws_call
 from pipelines.fleet.queues import receive
 
 log = logging.getLogger(__name__)
@@ -34,8 +35,7 @@ RoundHandler = Callable[..., Counter]
 
 @dataclass(frozen=True)
 class DrainLimits:
-    """A drain run's parameters, declared once: the flat run config of both drain jobs (runs-fleet's
-    camelCase names still work, with a deprecation warning)."""
+    """The flat run config of both drain jobs (runs-fleet's camelCase names are its deprecated aliases)."""
 
     concurrency: int = param(
         10, description="Receives per round and worker threads (a round holds up to 10 x this).", minimum=1, maximum=10
@@ -68,8 +68,6 @@ class DrainLimits:
 
 @dataclass(frozen=True)
 class TerminationLimits(DrainLimits):
-    """The termination drain's parameters: a drain's, and how many rounds one flush finishes."""
-
     flush_rounds: int = param(
         3,
         description="Termination queue: rounds whose archive, dead letters, clean-up, done marker and deletes go "
@@ -96,6 +94,52 @@ class DrainResult:
         return out
 
 
+class RunArchive:
+    """The raw messages one run received, in ONE S3 object per run (JSON Lines), written before handling.
+    S3 objects cannot be appended to: each ``write`` rewrites the object with everything received so far,
+    and past ``max_bytes`` the run starts a new part (``<run>.part-0002.jsonl``). Thread-safe."""
+
+    def __init__(self, s3, bucket: str, queue: str, run_id: str, *, max_bytes: int = 256 * 1024):
+        self.s3, self.bucket, self.max_bytes = s3, bucket, max_bytes
+        self.prefix = f"raw/{queue}/{dt.datetime.now(dt.UTC):%Y-%m-%d}/{run_id}"
+        self._lines: list[bytes] = []
+        self._size = 0
+        self._part = 1
+        self._lock = threading.Lock()
+        self.keys: list[str] = []
+
+    def write(self, messages: Sequence[dict[str, Any]]) -> str:
+        received = iso(dt.datetime.now(dt.UTC))
+        lines = [
+            json.dumps(
+                {
+                    "message_id": m.get("MessageId"),
+                    "received_at": received,
+                    "receive_count": (m.get("Attributes") or {}).get("ApproximateReceiveCount"),
+                    "sent_timestamp": (m.get("Attributes") or {}).get("SentTimestamp"),
+                    "body": m.get("Body"),
+                },
+                ensure_ascii=False,
+            ).encode("utf-8", "surrogatepass")
+            + b"\n"
+            for m in messages
+        ]
+        with self._lock:
+            if self._lines and self._size + sum(map(len, lines)) > self.max_bytes:
+                self._lines, self._size, self._part = [], 0, self._part + 1
+            self._lines += lines
+            self._size += sum(map(len, lines))
+            body = b"".join(self._lines)
+            key = f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
+            aws_call(
+                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"),
+                what="PutObject (raw archive)",
+            )
+            if key not in self.keys:
+                self.keys.append(key)
+            return key
+
+
 class QueueDrain:
     def __init__(self, sqs, queue_url: str, handler: RoundHandler, limits: DrainLimits, *, logger: Any):
         self.sqs, self.queue_url, self.handler, self.limits, self.log = sqs, queue_url, handler, limits, logger
@@ -106,8 +150,8 @@ class QueueDrain:
         self.terminated: Callable[[], bool] | None = None  # is the run being terminated? (round boundaries)
 
     def _stop_reason(self) -> str | None:
-        """Why the drain stops at this round boundary: its run is being terminated, or its run's status
-        cannot be read (the instance's database is gone: rather stop than work unrecorded), or None."""
+        """Why the drain stops at this round boundary, or None: a run whose status cannot be read (the
+        instance's database is gone) rather stops than works unrecorded."""
         if self.terminated is None:
             return None
         try:
@@ -197,8 +241,8 @@ class QueueDrain:
 
 
 def receive_budget(limits: Any, received: int, started: float, per_round: int) -> int | str:
-    """How many messages the next receive may take (at most ``per_round``), or why a run that has
-    received ``received`` since ``started`` (``time.monotonic()``) stops: ``max_seconds`` or ``max_messages``."""
+    """How many messages the next receive may take, or why the run stops (``max_seconds``, ``max_messages``);
+    ``started``: ``time.monotonic()``."""
     if time.monotonic() - started >= limits.max_seconds:
         return "max_seconds"
     left = limits.max_messages - received if limits.max_messages else per_round
@@ -212,7 +256,7 @@ def writable_log(result: DrainResult, run_log: Any) -> Any:
 
 
 def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits) -> QueueDrain:
-    """A ``QueueDrain`` of ``queue_url`` whose rounds go to ``handler_cls``, with the run's raw archive."""
+    """A drain of ``queue_url`` whose rounds go to ``handler_cls``, with the run's raw archive."""
     archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
     handler = handler_cls(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
     return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
@@ -231,13 +275,12 @@ def _absorb_further_interrupts(drain: QueueDrain) -> dict[int, Any]:
 
 
 def run_with_graceful_stop(
-    drain: QueueDrain, *, logger: Any = None, terminated: Callable[[], bool] | None = None
+    drain: QueueDrain, *, logger: Any, terminated: Callable[[], bool] | None = None
 ) -> tuple[DrainResult, BaseException | None]:
     """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread (a UI termination or
     SIGTERM) sets ``drain.stop`` and waits up to ``stop_timeout_seconds`` for the round in flight;
-    ``terminated`` stops it the same way where no interrupt arrives. Logs the summary; returns the
-    result and the interrupt to re-raise (or None)."""
-    logger = logger or log
+    ``terminated`` stops it the same way where no interrupt arrives. Returns the result and the
+    interrupt to re-raise (or None)."""
     if terminated is not None:
         drain.terminated = terminated
     outcome: dict[str, Any] = {}

@@ -1,6 +1,4 @@
-"""The housekeeping dispatcher: :class:`Housekeeping` runs a housekeeping message's task, and
-:class:`HousekeepingHandler` drains the housekeeping queue with it. ``TASKS`` is the one list of
-housekeeping tasks: the dispatcher's accepted parameters and the schedules come from it."""
+"""The housekeeping tasks' one list, ``TASKS``, their dispatcher and the housekeeping queue's round handler."""
 
 from __future__ import annotations
 
@@ -11,14 +9,12 @@ from typing import Any
 
 from pipelines.common.params import ParamsError
 from pipelines.common.task import Task
-from pipelines.fleet.archive import RunArchive
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letter_send import dead_letter_into
-from pipelines.fleet.drain import QueueDrain, queue_drain
+from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
 from pipelines.fleet.pool_audit import housekeeping as pool_audit
 from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
-from pipelines.fleet.queues import delete_messages
+from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks import old_jobs, orphaned_instances, stale_ssm
 
 
@@ -74,10 +70,6 @@ class Housekeeping:
             return TaskResult(request.task_type, out.summary(), audit=out)
         return TaskResult(request.task_type, out)
 
-    def drain(self, ctx: FleetContext, **kwargs) -> QueueDrain:
-        """A ``QueueDrain`` of the housekeeping queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
-        return queue_drain(HousekeepingHandler, ctx, **kwargs)
-
 
 class HousekeepingHandler:
     """One round of housekeeping messages (a ``drain.RoundHandler``): identical requests run once."""
@@ -89,9 +81,7 @@ class HousekeepingHandler:
         self.housekeeping = Housekeeping()
         self.results: list[TaskResult] = []
 
-    def __call__(
-        self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
-    ) -> Counter:
+    def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float) -> Counter:
         counts: Counter = Counter()
         log = self.ctx.log
         try:

@@ -179,10 +179,6 @@ class Termination:
     def job_status(self) -> str:
         return STATUS_MAP[self.status]
 
-    @property
-    def parameter(self) -> str:
-        return runner_parameter(self.instance_id)
-
 
 TERMINATION_FIELDS = {f.name for f in fields(Termination)}
 

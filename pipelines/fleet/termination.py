@@ -1,6 +1,4 @@
-"""Termination queue: rounds of received messages, handled with batch APIs; each round's jobs are
-written at once, and every few rounds a flush archives, dead-letters, cleans up, marks done and
-acknowledges them (docs/fleet.md, "Rounds and flushes" and "Stopping a drain")."""
+"""The termination queue's rounds and flushes (docs/fleet.md, "Rounds and flushes" and "Stopping a drain")."""
 
 from __future__ import annotations
 
@@ -20,15 +18,12 @@ from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, error_code, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.archive import RunArchive, archived_job_key
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters
 from pipelines.fleet.context import FleetContext
-from pipelines.fleet.dead_letter_send import dead_letter_into
-from pipelines.fleet.drain import QueueDrain, queue_drain
-from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination
-from pipelines.fleet.metrics import MetricBatch
-from pipelines.fleet.queues import delete_messages, message_received_at
-from pipelines.fleet.ssm_parameters import delete_parameters
+from pipelines.fleet.drain import RunArchive
+from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
+from pipelines.fleet.queues import dead_letter_into, delete_messages, message_received_at
+from pipelines.fleet.tasks.old_jobs import archived_job_key
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
 
@@ -39,7 +34,6 @@ def new_round_id(started_at: float) -> str:
 
 
 def round_marker_key(queue_url: str, round_id: str) -> str:
-    """The S3 key whose existence says the round's clean-up is done."""
     return f"{ROUNDS_PREFIX}/{queue_name(queue_url)}/{round_id}"
 
 
@@ -50,7 +44,7 @@ def round_started_at(round_id: str) -> float | None:
 
 @dataclass
 class _Job:
-    """One job of the round: the first message for it, and any later copies in the same round."""
+    """A job of the round: its first message, and any later copies in the same round."""
 
     term: Termination
     digest: str
@@ -145,18 +139,8 @@ class JobOutcomes:
     refused: list[tuple[_Job, str]] = field(default_factory=list)  # this job's write can never succeed: why
 
 
-def job_metrics(batch: MetricBatch, term: Termination) -> None:
-    """JobDuration (dimension Status), JobSuccess, JobFailure (dimension Error: the error's first line)."""
-    if term.duration_seconds is not None:
-        batch.add("JobDuration", term.duration_seconds, unit="Seconds", Status=term.status)
-    if term.status == "success":
-        batch.add("JobSuccess", 1)
-    else:
-        batch.add("JobFailure", 1, Error=first_line(term.error) or term.status)
-
-
 class TerminationHandler:
-    """Handles one round of termination messages (a ``drain.RoundHandler``)."""
+    """A ``drain.RoundHandler`` of termination messages."""
 
     report_keys = ("received", "applied", "duplicates", "dead_lettered", "failed", "deleted", "ssm_deleted")
 
@@ -188,16 +172,12 @@ class TerminationHandler:
             self.log.warning(f"{len(out.failed)} job update(s) still failing after {policy}; left in the queue")
         return out
 
-    def __call__(
-        self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float | None = None
-    ) -> Counter:
-        """One round: validate and write the jobs. ``started_at``: wall-clock time at which the round's
-        receive began (the first round of a flush stamps it in the round id). The rest waits for
-        :meth:`flush`."""
+    def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float) -> Counter:
+        """One round: validate and write the jobs; the rest waits for :meth:`flush`. ``started_at``: when
+        the round's receive began (wall clock; the first round of a flush stamps it in the round id)."""
         counts: Counter = Counter()
-        began = started_at if started_at is not None else time.time()
         if self._pending is None:
-            self._pending = _Pending(round_id=new_round_id(began), began=began)
+            self._pending = _Pending(round_id=new_round_id(started_at), began=started_at)
         pending = self._pending
         pending.received += messages
         round_id = pending.round_id
@@ -276,14 +256,13 @@ class TerminationHandler:
         return counts
 
     def round_done(self, round_id: str) -> bool:
-        """Is the round's clean-up done (its S3 marker exists)? Done rounds are remembered."""
+        """Is the round's clean-up done (its S3 marker exists)?"""
         if round_id in self._done_rounds or self._exists(round_marker_key(self.queue_url, round_id), "round marker"):
             self._done_rounds.add(round_id)
             return True
         return False
 
     def _exists(self, key: str, what: str) -> bool:
-        """Does ``key`` exist in the archive bucket (one ``HeadObject``)?"""
         try:
             aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what=f"HeadObject ({what})")
         except ClientError as exc:
@@ -377,13 +356,18 @@ class TerminationHandler:
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
         try:
-            names = [job.term.parameter for job in applied]
+            names = [runner_parameter(job.term.instance_id) for job in applied]
             for result in pool.map(lambda part: delete_parameters(self.ctx.ssm, part), chunks(names, 10)):
                 counts["ssm_deleted"] += result["deleted"]
                 counts["ssm_already_gone"] += result["missing"]
-            metrics = MetricBatch()
-            for job in applied:
-                job_metrics(metrics, job.term)
+            metrics = MetricBatch()  # JobDuration, JobSuccess, JobFailure (its Error: the error's first line)
+            for term in (job.term for job in applied):
+                if term.duration_seconds is not None:
+                    metrics.add("JobDuration", term.duration_seconds, unit="Seconds", Status=term.status)
+                if term.status == "success":
+                    metrics.add("JobSuccess", 1)
+                else:
+                    metrics.add("JobFailure", 1, Error=first_line(term.error) or term.status)
             metrics.publish(self.ctx.cloudwatch, self.ctx.namespace)
         except Exception as exc:  # no marker: the messages come back and finish the clean-up
             self.log.error(f"clean-up of {len(applied)} job(s) failed, their messages stay in the queue: {exc}")
@@ -403,8 +387,3 @@ class TerminationHandler:
             self.log.warning(f"round {round_id} done but its marker could not be written: {exc}")
             counts["round_not_marked"] += 1
         return applied
-
-
-def termination_drain(ctx: FleetContext, **kwargs) -> QueueDrain:
-    """A ``QueueDrain`` of the termination queue (``sqs``, ``queue_url``, ``dlq_url``, ``run_id``, ``limits``)."""
-    return queue_drain(TerminationHandler, ctx, **kwargs)

@@ -1,9 +1,8 @@
-"""The fleet processors' ops and jobs (docs/fleet.md): the queue drains, ``housekeeping`` (one task) and
-``redrive_dead_letters``. Each job has one op, run in the run's own process, where a UI termination or
-SIGTERM reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's
-status at each round boundary instead."""
+"""The fleet's jobs, one op each, run in the run's own process, where a UI termination or SIGTERM
+reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's status at
+each round boundary instead."""
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 
 import dagster as dg
 
@@ -23,20 +22,12 @@ from pipelines.fleet.drain import (
     DrainLimits,
     QueueDrain,
     TerminationLimits,
+    queue_drain,
     run_with_graceful_stop,
 )
-from pipelines.fleet.housekeeping import Housekeeping, TaskResult
+from pipelines.fleet.housekeeping import Housekeeping, HousekeepingHandler, TaskResult
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
-from pipelines.fleet.termination import termination_drain
-from resources import (
-    CloudWatchResource,
-    DynamoDBResource,
-    EC2Resource,
-    FleetSettings,
-    S3Resource,
-    SQSResource,
-    SSMResource,
-)
+from pipelines.fleet.termination import TerminationHandler
 
 QUEUE_TAG = "groundskeeper/queue"
 QUEUE_TAGS = {"termination": "runs-fleet-termination", "housekeeping": "runs-fleet-housekeeping"}
@@ -47,11 +38,17 @@ DRAIN_PRIORITY = {"dagster/priority": "10"}
 or backfill backlog never delays the queue drains."""
 
 
-def _run_context(context: dg.OpExecutionContext, fleet: FleetSettings, **resources) -> FleetContext:
-    """A run's context: the clients of ``resources``, and metrics after a commit as its ``cloudwatch``."""
-    clients = {key: resource.get_client() for key, resource in resources.items() if key != "cloudwatch"}
-    cloudwatch = CommittedChangeMetrics(context, resources["cloudwatch"], "fleet")
-    return fleet_context(fleet, log=context.log, cloudwatch=cloudwatch, **clients)
+CLIENTS = ("ec2", "dynamodb", "ssm", "s3")
+RESOURCES = {"fleet", "cloudwatch", *CLIENTS}
+
+
+def _run_context(context: dg.OpExecutionContext) -> FleetContext:
+    """A run's context: its resources' clients (a dagster-aws resource is its client already), and
+    metrics after a commit as its ``cloudwatch``."""
+    resources = {key: getattr(context.resources, key) for key in CLIENTS}
+    clients = {key: r.get_client() if hasattr(r, "get_client") else r for key, r in resources.items()}
+    cloudwatch = CommittedChangeMetrics(context, context.resources.cloudwatch, "fleet")
+    return fleet_context(context.resources.fleet, log=context.log, cloudwatch=cloudwatch, **clients)
 
 
 def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None) -> None:
@@ -62,16 +59,13 @@ def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes
                 context.log_event(event)
 
 
-TERMINATING = (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
-
-
 def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: str) -> dg.Output[dict]:
     """Run the queue's drain with graceful stop, and report its counts as metadata. A drain stopped
     because its run is being terminated fails its step (one line), so the run ends canceled."""
 
     def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
         run = context.instance.get_run_by_id(context.run_id)
-        return run is not None and run.status in TERMINATING
+        return run is not None and run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 
     result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
     summary = result.as_dict(drain.report_keys)
@@ -104,40 +98,31 @@ def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: st
 def drain_job(
     queue: str,
     description: str,
-    make: Callable[..., QueueDrain],
+    handler_cls: type,
     limits_cls: type[DrainLimits] = DrainLimits,
     *,
     executor_def: dg.ExecutorDefinition | None = None,
     notes: CheckNotes | None = None,
 ) -> dg.JobDefinition:
-    """``process_<queue>_queue`` (in process unless ``executor_def`` is given), whose one op,
-    ``drain_<queue>_queue``, drains ``queue`` with ``make``'s drain (``make(ctx, sqs=, queue_url=,
-    dlq_url=, run_id=, limits=)``), configured by ``limits_cls``; a handler's task results, if any, are
-    recorded (a pool audit's failed check with its note from ``notes``)."""
+    """``process_<queue>_queue``: its op ``drain_<queue>_queue`` drains ``queue`` with ``handler_cls``'s rounds;
+    a handler's task results, if any, are recorded (a pool audit's failed check with its note from ``notes``)."""
 
     @dg.op(
         name=f"drain_{queue}_queue",
         description=description,
         tags={"kind": "sqs"},
         config_schema=config_schema(limits_cls),
+        required_resource_keys={"sqs", *RESOURCES},
         retry_policy=AWS_RETRY_POLICY,
     )
     @one_line_failures
-    def _op(
-        context: dg.OpExecutionContext,
-        fleet: FleetSettings,
-        sqs: SQSResource,
-        ec2: EC2Resource,
-        dynamodb: DynamoDBResource,
-        ssm: SSMResource,
-        cloudwatch: CloudWatchResource,
-        s3: S3Resource,
-    ) -> dg.Output[dict]:
+    def _op(context: dg.OpExecutionContext) -> dg.Output[dict]:
         limits = params_from_config(context, limits_cls)
-        ctx = _run_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
-        drain = make(
+        ctx, fleet = _run_context(context), context.resources.fleet
+        drain = queue_drain(
+            handler_cls,
             ctx,
-            sqs=sqs.get_client(),
+            sqs=context.resources.sqs.get_client(),
             queue_url=getattr(fleet, f"{queue}_queue_url"),
             dlq_url=getattr(fleet, f"{queue}_dlq_url"),
             run_id=context.run_id,
@@ -146,9 +131,8 @@ def drain_job(
         output = _drain(context, drain, fleet.archive_bucket)
         results = getattr(drain.handler, "results", [])
         _record(context, results, notes)
-        if results:
-            output.metadata["tasks"] = dg.MetadataValue.json([{"task_type": r.task_type, **r.summary} for r in results])
-        output.metadata["metrics_published"] = dg.MetadataValue.bool(ctx.cloudwatch.published)
+        tasks = [{"task_type": r.task_type, **r.summary} for r in results]
+        output.metadata.update(metadata_from({"tasks": tasks, "metrics_published": ctx.cloudwatch.published}))
         return output
 
     @dg.job(
@@ -165,40 +149,31 @@ def drain_job(
 
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
-    """The ``process_termination_queue`` job, in process unless ``executor_def`` is given (the cluster's
-    Celery executor: drains are competing consumers on its workers)."""
+    """In process unless ``executor_def`` is given (the cluster's: drains are competing consumers on its workers)."""
     description = "Drains the termination queue: archive, conditional job update, SSM clean-up, metrics, ack."
-    return drain_job("termination", description, termination_drain, TerminationLimits, executor_def=executor_def)
+    return drain_job("termination", description, TerminationHandler, TerminationLimits, executor_def=executor_def)
 
 
 process_termination_queue = termination_queue_job()
 
 
 def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition, dg.JobDefinition]:
-    """``process_housekeeping_queue`` and ``housekeeping`` over the dispatcher's tasks (a pool audit's
-    failed check adds its note from ``notes``)."""
+    """``process_housekeeping_queue`` and ``housekeeping`` (a pool audit's failed check notes from ``notes``)."""
     dispatcher = Housekeeping()
     description = "Drains the housekeeping queue: dispatches each message on its task_type."
-    process_housekeeping_queue = drain_job("housekeeping", description, dispatcher.drain, notes=notes)
+    process_housekeeping_queue = drain_job("housekeeping", description, HousekeepingHandler, notes=notes)
 
     @dg.op(
         description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
         config_schema=config_schema(HousekeepingRequest),
+        required_resource_keys=RESOURCES,
         retry_policy=AWS_RETRY_POLICY,
     )
     @one_line_failures
-    def run_housekeeping_task(
-        context: dg.OpExecutionContext,
-        fleet: FleetSettings,
-        ec2: EC2Resource,
-        dynamodb: DynamoDBResource,
-        ssm: SSMResource,
-        cloudwatch: CloudWatchResource,
-        s3: S3Resource,
-    ) -> dg.Output[dict]:
+    def run_housekeeping_task(context: dg.OpExecutionContext) -> dg.Output[dict]:
         try:
             request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
-            ctx = _run_context(context, fleet, ec2=ec2, dynamodb=dynamodb, ssm=ssm, cloudwatch=cloudwatch, s3=s3)
+            ctx = _run_context(context)
             result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None

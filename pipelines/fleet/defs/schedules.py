@@ -1,5 +1,4 @@
-"""The housekeeping schedules (as runs-fleet's EventBridge rules), one per task with a look, and the
-dead-letter checks' schedule; each looks before it launches a run (``pipelines.common.defs.schedules``)."""
+"""The housekeeping schedules (as runs-fleet's EventBridge rules) and the dead-letter checks' schedule."""
 
 import datetime as dt
 from collections.abc import Mapping
@@ -13,9 +12,6 @@ from pipelines.common.task import Task
 from pipelines.fleet.context import fleet_context
 from pipelines.fleet.housekeeping import TASKS, Housekeeping
 from resources import FleetSettings
-
-DEAD_LETTER_REFRESH = dt.timedelta(hours=1)
-"""The dead-letter checks run at least this often, whatever the depths."""
 
 DISPATCHER = Housekeeping()
 
@@ -77,7 +73,7 @@ def schedules(crons: Mapping[str, str] | None = None) -> list[dg.ScheduleDefinit
             job_name="fleet_dead_letter_checks",
             cron_schedule="*/10 * * * *",
             look=_dead_letter_look,
-            refresh=DEAD_LETTER_REFRESH,
+            refresh=dt.timedelta(hours=1),
             required_resource_keys={"fleet", "sqs"},
             description="Every 10 minutes: depth of each fleet dead-letter queue. Looks first (one "
             "GetQueueAttributes per dead-letter queue) and runs the checks when a depth differs from what "

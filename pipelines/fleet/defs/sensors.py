@@ -27,14 +27,7 @@ def slot_tag(queue_tag: str, slot: int) -> str:
     return queue_tag if slot == 1 else f"{queue_tag}#{slot}"
 
 
-def plan_drain_runs(visible: int, slots: int, busy: set[str], queue_tag: str) -> list[int]:
-    """The free slots to launch a drain run in: one per ``MESSAGES_PER_RUN`` waiting, at most the free slots."""
-    free = [k for k in range(1, slots + 1) if slot_tag(queue_tag, k) not in busy]
-    return free[: math.ceil(visible / MESSAGES_PER_RUN)]
-
-
 def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
-    """``<label>_queue_sensor``: launches ``process_<label>_queue`` runs for the ``<label>`` queue."""
     job_name, runs_field, queue_tag = f"process_{label}_queue", f"{label}_drain_runs", QUEUE_TAGS[label]
 
     @dg.sensor(
@@ -56,7 +49,8 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
         active = context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES))
         busy = {run.tags.get(QUEUE_TAG, queue_tag) for run in active}
-        launch = plan_drain_runs(depth["visible"], slots, busy, queue_tag)
+        free = [k for k in range(1, slots + 1) if slot_tag(queue_tag, k) not in busy]
+        launch = free[: math.ceil(depth["visible"] / MESSAGES_PER_RUN)]  # one run per MESSAGES_PER_RUN waiting
         if not launch:
             going = ", ".join(still_going(run) for run in active[:slots])
             what = "drain run" if slots == 1 else f"all {slots} drain slots busy: runs"

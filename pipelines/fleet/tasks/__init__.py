@@ -1,2 +1,2 @@
 """runs-fleet's clean-up tasks, one module each exporting its ``TASK``, listed in
-``pipelines.fleet.housekeeping.TASKS``; ``instances`` holds the ``DescribeInstances`` reads they share."""
+``pipelines.fleet.housekeeping.TASKS``."""

@@ -16,11 +16,9 @@ from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.archive import archived_job_key
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import aws_call, publish_count
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import FINAL_STATUSES, HousekeepingRequest, fingerprint, utcnow
-from pipelines.fleet.metrics import publish_count
 
 
 @dataclass(frozen=True)
@@ -31,6 +29,10 @@ class OldJobsParams:
 
 
 MARKER_THREADS = 8
+
+
+def archived_job_key(job_id: str) -> str:
+    return f"archived-jobs/{fingerprint(job_id)}.json"
 
 
 def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key: str) -> None:

@@ -12,11 +12,9 @@ from pipelines.common.aws_batches import chunks
 from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import aws_call, publish_count
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.metrics import publish_count
-from pipelines.fleet.tasks.instances import described_instances, instance_tags
 
 MANAGED_TAG = "runs-fleet:managed"
 SUSPECT_TAG = "groundskeeper:orphan-suspected"
@@ -41,6 +39,16 @@ class OrphanedInstancesParams:
         minimum=0,
         maximum=24 * 60,
     )
+
+
+def described_instances(ec2, *filters: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every instance ``DescribeInstances`` finds with ``filters``, over all its pages."""
+    pages = ec2.get_paginator("describe_instances").paginate(Filters=list(filters))
+    return [inst for page in pages for reservation in page["Reservations"] for inst in reservation["Instances"]]
+
+
+def instance_tags(instance: dict[str, Any]) -> dict[str, str]:
+    return {t["Key"]: t["Value"] for t in instance.get("Tags", [])}
 
 
 def managed_instances(ec2, states=("pending", "running")) -> list[dict[str, Any]]:
@@ -82,10 +90,6 @@ class OrphanPlan:
     terminate: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
-
-    @property
-    def acts(self) -> bool:
-        return bool(self.suspect or self.terminate or self.cleared)
 
 
 def plan_orphans(
@@ -164,7 +168,7 @@ def look_orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params:
         return Look.idle(f"no managed instance launched before {cutoff} ({len(plan.instances)} running or pending)")
     if candidates > LOOK_MAX_QUERIES:
         return Look.work(f"{candidates} managed instances launched before {cutoff}")
-    if not plan.acts:
+    if not (plan.suspect or plan.terminate or plan.cleared):
         return Look.idle(
             f"{candidates} managed instance(s) launched before {cutoff}: none to tag, untag or "
             f"terminate ({len(plan.waiting)} suspect(s) waiting for their confirmation)"

@@ -1,5 +1,5 @@
 """runs-fleet's ``stale_ssm`` housekeeping task: delete the runner parameters of instances that are
-gone or were terminated over a grace period ago (``DeleteParameters`` in ``ssm_parameters``)."""
+gone or were terminated over a grace period ago."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from pipelines.common.aws_batches import chunks
 from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
+from pipelines.fleet.calls import delete_parameters, publish_count
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import RUNNER_PREFIX, HousekeepingRequest, instance_of_parameter
-from pipelines.fleet.metrics import publish_count
-from pipelines.fleet.ssm_parameters import delete_parameters
-from pipelines.fleet.tasks.instances import described_instances
+from pipelines.fleet.tasks.orphaned_instances import described_instances
 
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
@@ -33,12 +32,6 @@ class StaleSsmParams:
         minimum=0,
         maximum=24 * 60,
     )
-
-
-def terminated_at(instance: dict[str, Any]) -> dt.datetime | None:
-    """When a terminated instance stopped, from ``StateTransitionReason`` ("User initiated (... GMT)")."""
-    match = _REASON_TIME.search(instance.get("StateTransitionReason") or "")
-    return dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC) if match else None
 
 
 @dataclass
@@ -83,7 +76,8 @@ def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) 
         if inst is None:
             stale.append(iid)
         elif inst["State"]["Name"] == "terminated":
-            when = terminated_at(inst)
+            match = _REASON_TIME.search(inst.get("StateTransitionReason") or "")  # "User initiated (... GMT)"
+            when = dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC) if match else None
             (stale if when is not None and when <= now - grace else recent).append(iid)
     return stale, recent
 
