@@ -4,18 +4,20 @@ one. Bad input raises ``RetryPolicyError`` naming the field and the value."""
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
 from typing import Any
 
 from pipelines.retry import policy as p
 from pipelines.retry.presets import preset
 
-_FIELDS: dict[str, tuple[set[str], set[str]]] = {
-    # kind: (required, optional)
-    "none": (set(), set()),
-    "fixed": ({"delay", "maxAttempts"}, set()),
-    "exponential": ({"initial", "maxAttempts"}, {"coefficient", "maxDelay", "jitter", "jitterRatio"}),
-    "preset": ({"name"}, set()),
-    "function": ({"path"}, {"maxAttempts"}),
+_FIELDS: dict[str, tuple[Callable[..., p.RetryPolicy], set[str], set[str]]] = {
+    # kind: (constructor, taking the fields in snake_case; required and optional fields besides nonRetryable)
+    "none": (p.none, set(), set()),
+    "fixed": (p.fixed, {"delay", "maxAttempts"}, set()),
+    "exponential": (p.exponential, {"initial", "maxAttempts"}, {"coefficient", "maxDelay", "jitter", "jitterRatio"}),
+    "preset": (preset, {"name"}, set()),
+    "function": (p.function, {"path"}, {"maxAttempts"}),
 }
 
 
@@ -33,7 +35,7 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
     kind = obj.get("kind")
     if kind not in _FIELDS:
         raise p.RetryPolicyError(f"kind must be one of {sorted(_FIELDS)}, got {kind!r}", field="kind", value=kind)
-    required, optional = _FIELDS[kind]
+    build, required, optional = _FIELDS[kind]
     missing = sorted(required - obj.keys())
     if missing:
         raise p.RetryPolicyError(f"{kind} policy needs {missing[0]!r}", field=missing[0], value=None)
@@ -44,24 +46,7 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
             field=unknown[0],
             value=obj[unknown[0]],
         )
-    nr = obj.get("nonRetryable", [])
-    if kind == "none":
-        return p.none(non_retryable=nr)
-    if kind == "fixed":
-        return p.fixed(obj["delay"], obj["maxAttempts"], non_retryable=nr)
-    if kind == "exponential":
-        return p.exponential(
-            obj["initial"],
-            obj.get("coefficient", 2.0),
-            obj.get("maxDelay"),
-            obj["maxAttempts"],
-            obj.get("jitter", "none"),
-            jitter_ratio=obj.get("jitterRatio", 0.1),
-            non_retryable=nr,
-        )
-    if kind == "preset":
-        return preset(obj["name"], p._names(nr))
-    return p.function(obj["path"], obj.get("maxAttempts"), non_retryable=nr)
+    return build(**{re.sub("([A-Z])", r"_\1", key).lower(): value for key, value in obj.items() if key != "kind"})
 
 
 def policy_from_text(text: str) -> p.RetryPolicy:

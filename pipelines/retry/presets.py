@@ -36,7 +36,7 @@ PRESETS: dict[str, p.Formula] = {
         p.Formula(
             name="river",
             formula=lambda n: float(n) ** 4,
-            jitter=p.plus_minus_jitter(0.1),
+            jitter=p.JITTERS["plus-minus"],
             max_attempts=25,
             summary="n**4 s +/-10%, 25 attempts",
             source="River retry_policy.go DefaultClientRetryPolicy: attempt**4 seconds +/-10% jitter "
@@ -52,7 +52,7 @@ PRESETS: dict[str, p.Formula] = {
         p.Formula(
             name="celery-backoff",
             formula=_doubling,
-            jitter=p.FULL_JITTER,
+            jitter=p.JITTERS["full"],
             max_delay=600.0,
             max_attempts=4,
             summary="2**(n-1) s capped at 600 s, full jitter, 3 retries",
@@ -100,10 +100,11 @@ PRESETS: dict[str, p.Formula] = {
 
 def preset(name: str, non_retryable: tuple[str, ...] | list[str] = ()) -> p.Formula:
     """A preset by name, optionally with non-retryable error types added."""
+    names = p._names(non_retryable)
     try:
         base = PRESETS[name]
     except (KeyError, TypeError):
         raise p.RetryPolicyError(
             f"name must be one of {sorted(PRESETS)}, got {name!r}", field="name", value=name
         ) from None
-    return dataclasses.replace(base, non_retryable=tuple(non_retryable)) if non_retryable else base
+    return dataclasses.replace(base, non_retryable=names) if names else base
