@@ -39,31 +39,6 @@ TIMELINE_COLUMNS = {"policy": "policy", "attempts": "attempts", "over": "over (w
 """The inline table: 4 columns, the most the asset page shows without a link."""
 
 
-def policy_rows(named: dict[str, str], horizon: int) -> tuple[list[dict], str]:
-    """One row per policy for the compact table (its timeline sketched on a line) and one
-    markdown document with every policy's wait-by-wait table; bad policies are reported in both."""
-    rows, sections = [], []
-    for name, text in named.items():
-        try:
-            policy = policy_from_text(text)
-            t = timeline(policy, None if policy.max_attempts else horizon)
-            summary = (
-                f"{policy.describe()}. {t.attempts} attempts over {human(t.total)} "
-                f"(worst case with jitter {human(t.worst_case)})."
-            )
-            source = getattr(policy, "source", "")
-            sections.append(
-                f"### {name}\n\n{summary}\n" + (f"\nSource: {source}\n" if source else "") + f"\n{t.to_markdown()}"
-            )
-            attempts = f"{t.attempts}" if t.stopped else f"{t.attempts}+"
-            over = f"{human(t.total)} ({human(t.worst_case)})"
-            rows.append({"policy": name, "attempts": attempts, "over": over, "timeline": t.sketch()})
-        except RetryPolicyError as exc:
-            sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")
-            rows.append({"policy": name, "attempts": "-", "over": "-", "timeline": f"invalid policy: {exc}"})
-    return rows, "\n".join(sections)
-
-
 def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     tagged = {
         f"job {job.name}": job.tags[POLICY_TAG] for job in jobs if POLICY_TAG in (getattr(job, "tags", None) or {})
@@ -82,20 +57,33 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     def retry_policies(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         params = params_from_config(context, RetryPoliciesParams)
         named = {**{f"preset {name}": name for name in PRESETS}, **tagged, **params.policies}
-        rows, document = policy_rows(named, params.horizon)
+        rows, sections = [], []  # a bad policy is reported in both
+        for name, text in named.items():
+            try:
+                policy = policy_from_text(text)
+                t = timeline(policy, None if policy.max_attempts else params.horizon)
+                summary = (
+                    f"{policy.describe()}. {t.attempts} attempts over {human(t.total)} "
+                    f"(worst case with jitter {human(t.worst_case)})."
+                )
+                source = f"\nSource: {policy.source}\n" if getattr(policy, "source", "") else ""
+                sections.append(f"### {name}\n\n{summary}\n{source}\n{t.to_markdown()}")
+                attempts = f"{t.attempts}" if t.stopped else f"{t.attempts}+"
+                over = f"{human(t.total)} ({human(t.worst_case)})"
+                rows.append({"policy": name, "attempts": attempts, "over": over, "timeline": t.sketch()})
+            except RetryPolicyError as exc:
+                sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")
+                rows.append({"policy": name, "attempts": "-", "over": "-", "timeline": f"invalid policy: {exc}"})
         context.log.info(f"rendered {len(rows)} retry policies")
         return dg.MaterializeResult(
             metadata={
                 "policies": dg.MetadataValue.int(len(rows)),
                 "timelines": table_from(rows, TIMELINE_COLUMNS),  # inline on the asset page
-                "waits": dg.MetadataValue.md(document),  # every wait, behind "[Show Markdown]"
+                "waits": dg.MetadataValue.md("\n".join(sections)),  # every wait, behind "[Show Markdown]"
             }
         )
 
     return retry_policies
-
-
-DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}'
 
 
 @dataclass(frozen=True)
@@ -134,7 +122,10 @@ def throttled_until_attempt(context: dg.OpExecutionContext) -> int:
 
 @dg.job(
     description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
-    tags={POLICY_TAG: DEMO_POLICY, "groundskeeper/capability": "retry"},
+    tags={
+        POLICY_TAG: '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}',
+        "groundskeeper/capability": "retry",
+    },
     executor_def=dg.in_process_executor,  # one op
 )
 def retry_demo():
@@ -145,9 +136,8 @@ MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has se
 
 
 def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
-    """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
-    with) and, with ``demo``, the ``retry_demo`` job and a sensor that materializes the asset once
-    when it was never materialized, so ``make dev`` opens on a rendered page rather than "Never materialized"."""
+    """The ``retry_policies`` asset (with the policies ``jobs`` are tagged with) and, with ``demo``, the
+    ``retry_demo`` job and a sensor that materializes the asset once, so ``make dev`` opens on it rendered."""
     if not demo:
         return dg.Definitions(assets=[build_retry_policies_asset(jobs)])
     asset = build_retry_policies_asset([*jobs, retry_demo])
