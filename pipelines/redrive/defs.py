@@ -25,11 +25,11 @@ from pipelines.redrive.plan import (
     IN_PROGRESS,
     LAUNCHED,
     MISSING,
+    SKIPPED,
     counts,
     plan,
     report_body,
     report_key,
-    to_launch,
 )
 from resources import FleetSettings, S3Resource
 
@@ -37,16 +37,6 @@ JOB_NAME = "redrive_failed_partitions"
 OP_NAME = "find_and_relaunch"
 REDRIVE_TAG = "groundskeeper/redrive"
 CAPABILITY = {"groundskeeper/capability": "redrive"}
-
-
-def _in_window(partitions_def: dg.PartitionsDefinition, key: str, start: dt.datetime, end: dt.datetime) -> bool:
-    """Does the partition's time window overlap [start, end]? A partition without time is always in."""
-    if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) or (
-        isinstance(partitions_def, dg.MultiPartitionsDefinition) and partitions_def.has_time_window_dimension
-    ):
-        window = partitions_def.time_window_for_partition_key(key)
-        return window.start < end and window.end > start
-    return True
 
 
 MAX_FAILED_RUNS = 10_000
@@ -127,8 +117,14 @@ def partition_states(
     since = now - dt.timedelta(hours=params.since_hours)
     existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     candidates = _failed_since(instance, key, since)
-    if params.include_missing:
-        candidates |= {k for k in existing if _in_window(partitions_def, k, since, now)}
+    if params.include_missing:  # those whose time window overlaps the window's; all of those without time
+        timed = isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) or (
+            isinstance(partitions_def, dg.MultiPartitionsDefinition) and partitions_def.has_time_window_dimension
+        )
+        for k in existing:
+            window = partitions_def.time_window_for_partition_key(k) if timed else None
+            if window is None or (window.start < now and window.end > since):
+                candidates.add(k)
     gone = candidates - set(existing)
     live = sorted(candidates - gone)
     statuses, in_flight = {}, set()
@@ -195,14 +191,8 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         partitions_def = graph.get(key).partitions_def
         backfills = unfinished_backfills(context.instance, key)
         states = partition_states(context.instance, key, partitions_def, params, backfills)
-        outcomes = plan(
-            states,
-            include_missing=params.include_missing,
-            max_runs=params.max_runs,
-            dry_run=params.dry_run,
-            backfills=backfills,
-        )
-        keys = to_launch(outcomes)
+        outcomes = plan(states, params, backfills)
+        keys = [o.partition for o in outcomes if o.outcome != SKIPPED]
         backfill_id = None
         if keys and not params.dry_run:
             backfill_id = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))  # as Dagster's ids

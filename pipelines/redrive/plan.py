@@ -23,20 +23,13 @@ class Outcome:
     detail: str = ""
 
 
-def plan(
-    states: Mapping[str, str],
-    *,
-    include_missing: bool,
-    max_runs: int,
-    dry_run: bool,
-    backfills: Mapping[str, str] | None = None,
-) -> list[Outcome]:
+def plan(states: Mapping[str, str], params: RedriveParams, backfills: Mapping[str, str] | None = None) -> list[Outcome]:
     """Failed partitions first, then (if asked) missing ones, each in key order; at most
     ``max_runs`` are launched, a partition with a run in progress or an unfinished backfill
     (``backfills``: partition -> backfill id) never is."""
     order = {FAILED: 0, MISSING: 1, IN_PROGRESS: 2, IN_BACKFILL: 3, GONE: 4}
     backfills = backfills or {}
-    wanted = [(k, s) for k, s in states.items() if s != MISSING or include_missing]
+    wanted = [(k, s) for k, s in states.items() if s != MISSING or params.include_missing]
     out: list[Outcome] = []
     launched = 0
     for key, state in sorted(wanted, key=lambda ks: (order[ks[1]], ks[0])):
@@ -46,16 +39,12 @@ def plan(
             out.append(Outcome(key, state, SKIPPED, f"backfill {backfills.get(key, '?')} has not finished it yet"))
         elif state == GONE:
             out.append(Outcome(key, state, SKIPPED, "no longer a partition of the asset"))
-        elif launched >= max_runs:
-            out.append(Outcome(key, state, SKIPPED, f"over max_runs ({max_runs})"))
+        elif launched >= params.max_runs:
+            out.append(Outcome(key, state, SKIPPED, f"over max_runs ({params.max_runs})"))
         else:
             launched += 1
-            out.append(Outcome(key, state, WOULD_LAUNCH if dry_run else LAUNCHED))
+            out.append(Outcome(key, state, WOULD_LAUNCH if params.dry_run else LAUNCHED))
     return out
-
-
-def to_launch(outcomes: list[Outcome]) -> list[str]:
-    return [o.partition for o in outcomes if o.outcome in (LAUNCHED, WOULD_LAUNCH)]
 
 
 def counts(outcomes: list[Outcome]) -> dict[str, int]:
