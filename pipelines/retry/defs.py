@@ -12,9 +12,8 @@ from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import param
-from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import RetryPolicyError
-from pipelines.retry.presets import PRESETS
+from pipelines.retry.presets import PRESETS, policy_from_text
 from pipelines.retry.simulate import human, timeline
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
 
