@@ -18,19 +18,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.redrive.params import RedriveParams
-from pipelines.redrive.plan import (
-    FAILED,
-    GONE,
-    IN_BACKFILL,
-    IN_PROGRESS,
-    LAUNCHED,
-    MISSING,
-    SKIPPED,
-    counts,
-    plan,
-    report_body,
-    report_key,
-)
+from pipelines.redrive.plan import FAILED, GONE, IN_BACKFILL, IN_PROGRESS, MISSING, SKIPPED, counts, plan, report
 from resources import FleetSettings, S3Resource
 
 JOB_NAME = "redrive_failed_partitions"
@@ -39,12 +27,9 @@ REDRIVE_TAG = "groundskeeper/redrive"
 CAPABILITY = {"groundskeeper/capability": "redrive"}
 
 
-MAX_FAILED_RUNS = 10_000
-
-
 def _run_partitions(instance: dg.DagsterInstance, key: dg.AssetKey, runs_filter: dg.RunsFilter) -> set[str]:
     """The partition tags of the runs ``runs_filter`` selects that targeted ``key`` (or every asset)."""
-    runs = instance.get_runs(runs_filter, limit=MAX_FAILED_RUNS)
+    runs = instance.get_runs(runs_filter, limit=10_000)
     return {
         run.tags["dagster/partition"]
         for run in runs
@@ -211,19 +196,18 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                     run_config=None,
                 )
             )
-        s3_key = report_key(params.asset, context.run_id)
-        report = f"s3://{fleet.archive_bucket}/{s3_key}"
-        body = report_body(params, context.run_id, backfill_id, outcomes)
+        s3_key, body = report(params, context.run_id, backfill_id, outcomes)
         s3.get_client().put_object(Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json")
         totals = counts(outcomes)
+        report_url = f"s3://{fleet.archive_bucket}/{s3_key}"
         context.log.info(
             f"redrive {params.asset} (last {params.since_hours} h): {sum(1 for s in states.values() if s == FAILED)} "
-            f"failed, {sum(1 for s in states.values() if s == MISSING)} missing; launched {totals[LAUNCHED]}, "
+            f"failed, {sum(1 for s in states.values() if s == MISSING)} missing; launched {totals['launched']}, "
             f"would launch {totals['would_launch']}, skipped {totals['skipped']}"
             + (f" (backfill {backfill_id})" if backfill_id else "")
-            + f"; report {report}"
+            + f"; report {report_url}"
         )
-        result = {**totals, "asset": params.asset, "backfill_id": backfill_id or "", "report": report}
+        result = {**totals, "asset": params.asset, "backfill_id": backfill_id or "", "report": report_url}
         table = dg.MetadataValue.table([dg.TableRecord(dataclasses.asdict(o)) for o in outcomes], OUTCOMES_SCHEMA)
         return dg.Output(result, metadata={"partitions": table, **metadata_from(result)})
 

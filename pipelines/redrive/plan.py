@@ -51,21 +51,14 @@ def counts(outcomes: list[Outcome]) -> dict[str, int]:
     return {outcome: sum(o.outcome == outcome for o in outcomes) for outcome in (LAUNCHED, WOULD_LAUNCH, SKIPPED)}
 
 
-def report_key(asset: str, run_id: str) -> str:
-    """Where the per-partition report goes in the archive bucket."""
-    return f"redrives/{asset.strip('/')}/{run_id}.json"
-
-
-def report_body(params: RedriveParams, run_id: str, backfill_id: str | None, outcomes: list[Outcome]) -> bytes:
-    return json.dumps(
-        {
-            "asset": params.asset,
-            "run_id": run_id,
-            "backfill_id": backfill_id,
-            "params": asdict(params),
-            "counts": counts(outcomes),
-            "partitions": [asdict(o) for o in outcomes],
-        },
-        indent=1,
-        sort_keys=True,
-    ).encode()
+def report(params: RedriveParams, run_id: str, backfill_id: str | None, outcomes: list[Outcome]) -> tuple[str, bytes]:
+    """The per-partition report: its key in the archive bucket, and its body."""
+    body = {
+        "asset": params.asset,
+        "run_id": run_id,
+        "backfill_id": backfill_id,
+        "params": asdict(params),
+        "counts": counts(outcomes),
+        "partitions": [asdict(o) for o in outcomes],
+    }
+    return f"redrives/{params.asset.strip('/')}/{run_id}.json", json.dumps(body, indent=1, sort_keys=True).encode()
