@@ -112,7 +112,10 @@ class RetryPolicy:
             return STOP
         if n == 0:
             return self._first()
-        base = self._base(n)
+        try:
+            base = self._base(n)
+        except OverflowError:  # a formula past the largest float: capped, or waits forever
+            base = math.inf
         return STOP if base is STOP else self._cap(base)
 
     def delay(self, n: int, rng: random.Random | None = None) -> float | _Stop:
@@ -192,10 +195,7 @@ class Exponential(RetryPolicy):
     json_fields = dict(initial="initial", coefficient="coefficient", maxDelay="max_delay", maxAttempts="max_attempts")
 
     def _base(self, n: int) -> float:
-        try:
-            return self.initial * self.coefficient ** (n - 1)
-        except OverflowError:
-            return math.inf
+        return self.initial * self.coefficient ** (n - 1)
 
     def to_json(self) -> dict[str, Any]:
         ratio = self.jitter.name == "plus-minus" and self.jitter != JITTERS["plus-minus"]
@@ -221,10 +221,7 @@ class Formula(RetryPolicy):
     json_fields = {"name": "name"}
 
     def _base(self, n: int) -> float:
-        try:
-            return float(self.formula(n))
-        except OverflowError:
-            return math.inf
+        return float(self.formula(n))
 
     def describe(self) -> str:
         return f"preset {self.name}: {self.summary}"
