@@ -1,21 +1,18 @@
-"""Dagster wiring of the retry library: the ``retry_policies`` asset and the local ``retry_demo`` job
-(the ``delayed_run_retries`` sensor spans capabilities: ``sensors/run_retries.py``)."""
+"""Dagster wiring of the retry library: the ``retry_policies`` asset (the ``delayed_run_retries`` sensor
+spans capabilities: ``sensors/run_retries.py``; the local ``retry_demo`` job is the demo's, ``infra/demo``)."""
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
-from botocore.exceptions import ClientError
 
 from pipelines.common.defs.config import config_schema, params_from_config
-from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import param
 from pipelines.retry.policy import RetryPolicyError
 from pipelines.retry.presets import PRESETS, policy_from_text
 from pipelines.retry.simulate import human, timeline
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
+from pipelines.retry.tags import POLICY_TAG
 
 
 @dataclass(frozen=True)
@@ -85,61 +82,15 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     return retry_policies
 
 
-@dataclass(frozen=True)
-class RetryDemoParams:
-    """How the local retry demo fails."""
-
-    succeed_on_attempt: int = param(
-        3,
-        description="The attempt (groundskeeper/retry_attempt tag) that succeeds; earlier ones are throttled.",
-        minimum=1,
-        maximum=100,
-    )
-    seconds: float = param(
-        0.0,
-        description="Seconds of work before the attempt fails or succeeds (time to try terminating it from the UI).",
-        minimum=0,
-        maximum=3600,
-    )
-
-
-@dg.op(
-    description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.",
-    config_schema=config_schema(RetryDemoParams),
-)  # no retry policy: the run fails in one line, and delayed_run_retries re-launches it
-@one_line_failures
-def throttled_until_attempt(context: dg.OpExecutionContext) -> int:
-    params = params_from_config(context, RetryDemoParams)
-    attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
-    time.sleep(params.seconds)
-    if attempt < params.succeed_on_attempt:
-        error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
-        raise ClientError(error, "Query")
-    context.log.info(f"attempt {attempt} succeeded")
-    return attempt
-
-
-@dg.job(
-    description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
-    tags={
-        POLICY_TAG: '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}',
-        "groundskeeper/capability": "retry",
-    },
-    executor_def=dg.in_process_executor,  # one op
-)
-def retry_demo():
-    throttled_until_attempt()
-
-
 MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has seen the asset materialized
 
 
 def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
-    """The ``retry_policies`` asset (with the policies ``jobs`` are tagged with) and, with ``demo``, the
-    ``retry_demo`` job and a sensor that materializes the asset once, so ``make dev`` opens on it rendered."""
+    """The ``retry_policies`` asset (with the policies ``jobs`` are tagged with) and, with ``demo``, a
+    sensor that materializes it once, so ``make dev`` opens on it rendered."""
+    asset = build_retry_policies_asset(jobs)
     if not demo:
-        return dg.Definitions(assets=[build_retry_policies_asset(jobs)])
-    asset = build_retry_policies_asset([*jobs, retry_demo])
+        return dg.Definitions(assets=[asset])
 
     @dg.sensor(
         name="retry_policies_on_start",
@@ -156,4 +107,4 @@ def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
         # the run key makes this one run per instance, also if it is still queued on the next tick
         return dg.RunRequest(run_key="first-materialization")
 
-    return dg.Definitions(assets=[asset], jobs=[retry_demo], sensors=[retry_policies_on_start])
+    return dg.Definitions(assets=[asset], sensors=[retry_policies_on_start])
