@@ -1,6 +1,4 @@
-"""Dagster wiring of ``redrive_failed_partitions``. The partitions are relaunched the way the UI
-launches a backfill (one asset backfill, one run per partition), so they show under Overview ->
-Backfills; every partition's outcome is a table in the run's metadata and a JSON report in S3."""
+"""Dagster wiring of ``redrive_failed_partitions`` (docs/batching.md): one asset backfill, as the UI launches."""
 
 import dataclasses
 import datetime as dt
@@ -95,9 +93,7 @@ def partition_states(
     params: RedriveParams,
     backfills: dict[str, str],
 ) -> dict[str, str]:
-    """Every candidate partition's state: failed (its latest run failed, and a failure is in the
-    window), missing (in the window, never materialized), in_progress (a run queued or running),
-    in_backfill (in ``backfills``, partition -> unfinished backfill), or gone."""
+    """Every candidate partition's state (``backfills``: partition -> unfinished backfill)."""
     now = dt.datetime.now(dt.UTC)
     since = now - dt.timedelta(hours=params.since_hours)
     existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)

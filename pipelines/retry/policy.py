@@ -328,10 +328,8 @@ def exponential(
 def function(
     path: str, max_attempts: int | None = None, *, non_retryable: tuple[str, ...] | list[str] = ()
 ) -> FunctionPolicy:
-    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built. What a
-    path may name, and why, is in docs/retry.md: a public function defined in a module registered in
-    ``GROUNDSKEEPER_RETRY_FUNCTIONS``, found without importing anything else. Anything raised while
-    resolving it (``SystemExit`` included) is a ``RetryPolicyError``."""
+    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built (what it may
+    name, and why: docs/retry.md). Anything raised while resolving it, ``SystemExit`` too, is a ``RetryPolicyError``."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
