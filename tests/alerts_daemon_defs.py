@@ -6,8 +6,8 @@ variables come from the environment)."""
 import dagster as dg
 from botocore.exceptions import ClientError
 
+from infra.demo.defs import retry_demo
 from pipelines.alerts.defs import build_alerts_sensor
-from pipelines.retry.defs import retry_demo
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 

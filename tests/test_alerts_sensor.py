@@ -13,10 +13,10 @@ from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInst
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
 from dagster_shared.error import SerializableErrorInfo
 
+from infra.demo.defs import retry_demo
 from pipelines.alerts import defs as alerts_defs
 from pipelines.alerts.defs import ASSET_KEY, HEARTBEAT_METRIC, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.incidents import KINDS
-from pipelines.retry.defs import retry_demo
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource

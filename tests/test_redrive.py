@@ -24,7 +24,7 @@ T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
 
 def test_plan_takes_failed_then_missing_up_to_max_runs():
     states = {"b": FAILED, "a": FAILED, "m": MISSING, "p": IN_PROGRESS, "g": GONE}
-    out = plan(states, include_missing=True, max_runs=2, dry_run=False)
+    out = plan(states, RedriveParams(include_missing=True, max_runs=2, dry_run=False))
     assert [(o.partition, o.outcome) for o in out] == [
         ("a", "launched"),
         ("b", "launched"),
@@ -33,7 +33,7 @@ def test_plan_takes_failed_then_missing_up_to_max_runs():
         ("g", "skipped"),
     ]
     assert out[2].detail == "over max_runs (2)"
-    only_failed = plan(states, include_missing=False, max_runs=5, dry_run=True)
+    only_failed = plan(states, RedriveParams(include_missing=False, max_runs=5, dry_run=True))
     assert [(o.partition, o.outcome) for o in only_failed if o.outcome != "skipped"] == [
         ("a", "would_launch"),
         ("b", "would_launch"),

@@ -10,6 +10,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
+from infra.demo.defs import RetryDemoParams, throttled_until_attempt
 from pipelines.common.defs.failures import (
     AWS_RETRY_POLICY,
     DEFAULT_OP_POLICY,
@@ -18,12 +19,7 @@ from pipelines.common.defs.failures import (
     one_line_failures,
 )
 from pipelines.retry import PRESETS, RetryPolicyError, exponential, fixed, none
-from pipelines.retry.defs import (
-    RetryDemoParams,
-    RetryPoliciesParams,
-    build_retry_policies_asset,
-    throttled_until_attempt,
-)
+from pipelines.retry.defs import RetryPoliciesParams, build_retry_policies_asset
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from sensors.run_retries import build_delayed_run_retries
 
@@ -457,7 +453,7 @@ def test_every_retry_config_key_has_a_description(params):
 
 @pytest.mark.slow
 def test_a_bad_retry_demo_config_fails_with_one_line(instance):
-    from pipelines.retry.defs import retry_demo
+    from infra.demo.defs import retry_demo
 
     result = retry_demo.execute_in_process(
         run_config={"ops": {"throttled_until_attempt": {"config": {"seconds": -1.0}}}},

@@ -2,7 +2,7 @@
 deployment (``pipelines.definitions.build_definitions``) with the demo added as plain values
 (``pipelines.definitions.Additions``):
 
-- the demo traffic jobs and their schedules (``infra/demo/defs.py``);
+- the demo traffic jobs and their schedules, and the ``retry_demo`` job (``infra/demo/defs.py``);
 - the demo's targets files (``infra/demo/targets/``: the ``demo_agendas`` table, the
   ``default/default`` progressor namespace), unless ``RECLAIM_TARGETS_FILE`` or
   ``PROGRESSOR_TARGETS_FILE`` name others;
@@ -10,7 +10,7 @@ deployment (``pipelines.definitions.build_definitions``) with the demo added as 
   warning, and the demo stays quiet);
 - what each check the demo fails on purpose says (:data:`CHECK_NOTES`), and the dead letters as
   alert noise (recorded, never sent);
-- the ``retry_demo`` job and the sensor that materializes ``retry_policies`` once;
+- the sensor that materializes ``retry_policies`` once;
 - its jobs (the traffic jobs above and ``retry_demo``), whose failures alerting marks as the demo's.
 
 Production never imports this package (``tests/test_layers.py``), and the image leaves it out
@@ -30,7 +30,6 @@ from infra.demo.cadence import demo_crons, demo_mode
 from infra.demo.common import SEEDED
 from infra.demo.defs import demo_defs
 from pipelines.definitions import Additions, build_definitions
-from pipelines.retry.defs import retry_demo
 
 TARGETS_DIR = Path(__file__).with_name("targets")
 
@@ -88,7 +87,7 @@ def demo_additions(environ: Mapping[str, str]) -> Additions:
         check_notes=CHECK_NOTES,
         alert_noise=frozenset({"dead_letters"}),
         retry_demo=True,
-        demo_jobs=frozenset(job.name for job in [*(defs.jobs or []), retry_demo]),
+        demo_jobs=frozenset(job.name for job in defs.jobs or []),
     )
 
 

@@ -1,8 +1,13 @@
 """Dagster wiring of the demo traffic: the ``demo_traffic`` job (one step of each capability's
 demo traffic, ``infra.demo.traffic``), the ``progressor_demo_traffic`` job (``infra.demo.progressor``)
-and their schedules, at the demo's cadence (``GROUNDSKEEPER_DEMO``, ``infra.demo.cadence``)."""
+and their schedules, at the demo's cadence (``GROUNDSKEEPER_DEMO``, ``infra.demo.cadence``); and the
+``retry_demo`` job, whose failed runs ``delayed_run_retries`` re-launches (docs/retry.md)."""
+
+import time
+from dataclasses import dataclass
 
 import dagster as dg
+from botocore.exceptions import ClientError
 
 from infra.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, demo_crons
 from infra.demo.progressor import DemoTraffic, play
@@ -10,6 +15,8 @@ from infra.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_tr
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.schedules import one_at_a_time, schedule
+from pipelines.common.params import param
+from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
 from resources import (
     AgendaSettings,
     BatchingSettings,
@@ -92,6 +99,52 @@ OWN_CRONS = {"demo_traffic_schedule": "*/2 * * * *", "progressor_demo_traffic_sc
 """The demo traffic schedules' own cadence (``GROUNDSKEEPER_DEMO=busy``)."""
 
 
+@dataclass(frozen=True)
+class RetryDemoParams:
+    """How the local retry demo fails."""
+
+    succeed_on_attempt: int = param(
+        3,
+        description="The attempt (groundskeeper/retry_attempt tag) that succeeds; earlier ones are throttled.",
+        minimum=1,
+        maximum=100,
+    )
+    seconds: float = param(
+        0.0,
+        description="Seconds of work before the attempt fails or succeeds (time to try terminating it from the UI).",
+        minimum=0,
+        maximum=3600,
+    )
+
+
+@dg.op(
+    description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.",
+    config_schema=config_schema(RetryDemoParams),
+)  # no retry policy: the run fails in one line, and delayed_run_retries re-launches it
+@one_line_failures
+def throttled_until_attempt(context: dg.OpExecutionContext) -> int:
+    params = params_from_config(context, RetryDemoParams)
+    attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
+    time.sleep(params.seconds)
+    if attempt < params.succeed_on_attempt:
+        error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
+        raise ClientError(error, "Query")
+    context.log.info(f"attempt {attempt} succeeded")
+    return attempt
+
+
+@dg.job(
+    description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
+    tags={
+        POLICY_TAG: '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}',
+        "groundskeeper/capability": "retry",
+    },
+    executor_def=dg.in_process_executor,  # one op
+)
+def retry_demo():
+    throttled_until_attempt()
+
+
 def demo_defs(mode: str) -> dg.Definitions:
     """The demo traffic jobs and their schedules under ``mode`` (``off``, ``quiet``, ``busy``): the
     demo's cadence, stopped under ``off``."""
@@ -116,4 +169,4 @@ def demo_defs(mode: str) -> dg.Definitions:
         )
         for name in DEMO_TRAFFIC_SCHEDULES
     ]
-    return dg.Definitions(jobs=list(jobs.values()), schedules=schedules)
+    return dg.Definitions(jobs=[*jobs.values(), retry_demo], schedules=schedules)

@@ -1,6 +1,4 @@
-"""Dagster wiring of ``redrive_failed_partitions``. The partitions are relaunched the way the UI
-launches a backfill (one asset backfill, one run per partition), so they show under Overview ->
-Backfills; every partition's outcome is a table in the run's metadata and a JSON report in S3."""
+"""Dagster wiring of ``redrive_failed_partitions`` (docs/batching.md): one asset backfill, as the UI launches."""
 
 import dataclasses
 import datetime as dt
@@ -18,19 +16,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.redrive.params import RedriveParams
-from pipelines.redrive.plan import (
-    FAILED,
-    GONE,
-    IN_BACKFILL,
-    IN_PROGRESS,
-    LAUNCHED,
-    MISSING,
-    counts,
-    plan,
-    report_body,
-    report_key,
-    to_launch,
-)
+from pipelines.redrive.plan import FAILED, GONE, IN_BACKFILL, IN_PROGRESS, MISSING, SKIPPED, counts, plan, report
 from resources import FleetSettings, S3Resource
 
 JOB_NAME = "redrive_failed_partitions"
@@ -39,22 +25,9 @@ REDRIVE_TAG = "groundskeeper/redrive"
 CAPABILITY = {"groundskeeper/capability": "redrive"}
 
 
-def _in_window(partitions_def: dg.PartitionsDefinition, key: str, start: dt.datetime, end: dt.datetime) -> bool:
-    """Does the partition's time window overlap [start, end]? A partition without time is always in."""
-    if isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) or (
-        isinstance(partitions_def, dg.MultiPartitionsDefinition) and partitions_def.has_time_window_dimension
-    ):
-        window = partitions_def.time_window_for_partition_key(key)
-        return window.start < end and window.end > start
-    return True
-
-
-MAX_FAILED_RUNS = 10_000
-
-
 def _run_partitions(instance: dg.DagsterInstance, key: dg.AssetKey, runs_filter: dg.RunsFilter) -> set[str]:
     """The partition tags of the runs ``runs_filter`` selects that targeted ``key`` (or every asset)."""
-    runs = instance.get_runs(runs_filter, limit=MAX_FAILED_RUNS)
+    runs = instance.get_runs(runs_filter, limit=10_000)
     return {
         run.tags["dagster/partition"]
         for run in runs
@@ -120,15 +93,19 @@ def partition_states(
     params: RedriveParams,
     backfills: dict[str, str],
 ) -> dict[str, str]:
-    """Every candidate partition's state: failed (its latest run failed, and a failure is in the
-    window), missing (in the window, never materialized), in_progress (a run queued or running),
-    in_backfill (in ``backfills``, partition -> unfinished backfill), or gone."""
+    """Every candidate partition's state (``backfills``: partition -> unfinished backfill)."""
     now = dt.datetime.now(dt.UTC)
     since = now - dt.timedelta(hours=params.since_hours)
     existing = partitions_def.get_partition_keys(dynamic_partitions_store=instance)
     candidates = _failed_since(instance, key, since)
-    if params.include_missing:
-        candidates |= {k for k in existing if _in_window(partitions_def, k, since, now)}
+    if params.include_missing:  # those whose time window overlaps the window's; all of those without time
+        timed = isinstance(partitions_def, dg.TimeWindowPartitionsDefinition) or (
+            isinstance(partitions_def, dg.MultiPartitionsDefinition) and partitions_def.has_time_window_dimension
+        )
+        for k in existing:
+            window = partitions_def.time_window_for_partition_key(k) if timed else None
+            if window is None or (window.start < now and window.end > since):
+                candidates.add(k)
     gone = candidates - set(existing)
     live = sorted(candidates - gone)
     statuses, in_flight = {}, set()
@@ -195,14 +172,8 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         partitions_def = graph.get(key).partitions_def
         backfills = unfinished_backfills(context.instance, key)
         states = partition_states(context.instance, key, partitions_def, params, backfills)
-        outcomes = plan(
-            states,
-            include_missing=params.include_missing,
-            max_runs=params.max_runs,
-            dry_run=params.dry_run,
-            backfills=backfills,
-        )
-        keys = to_launch(outcomes)
+        outcomes = plan(states, params, backfills)
+        keys = [o.partition for o in outcomes if o.outcome != SKIPPED]
         backfill_id = None
         if keys and not params.dry_run:
             backfill_id = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))  # as Dagster's ids
@@ -221,19 +192,18 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                     run_config=None,
                 )
             )
-        s3_key = report_key(params.asset, context.run_id)
-        report = f"s3://{fleet.archive_bucket}/{s3_key}"
-        body = report_body(params, context.run_id, backfill_id, outcomes)
+        s3_key, body = report(params, context.run_id, backfill_id, outcomes)
         s3.get_client().put_object(Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json")
         totals = counts(outcomes)
+        report_url = f"s3://{fleet.archive_bucket}/{s3_key}"
         context.log.info(
             f"redrive {params.asset} (last {params.since_hours} h): {sum(1 for s in states.values() if s == FAILED)} "
-            f"failed, {sum(1 for s in states.values() if s == MISSING)} missing; launched {totals[LAUNCHED]}, "
+            f"failed, {sum(1 for s in states.values() if s == MISSING)} missing; launched {totals['launched']}, "
             f"would launch {totals['would_launch']}, skipped {totals['skipped']}"
             + (f" (backfill {backfill_id})" if backfill_id else "")
-            + f"; report {report}"
+            + f"; report {report_url}"
         )
-        result = {**totals, "asset": params.asset, "backfill_id": backfill_id or "", "report": report}
+        result = {**totals, "asset": params.asset, "backfill_id": backfill_id or "", "report": report_url}
         table = dg.MetadataValue.table([dg.TableRecord(dataclasses.asdict(o)) for o in outcomes], OUTCOMES_SCHEMA)
         return dg.Output(result, metadata={"partitions": table, **metadata_from(result)})
 

@@ -6,9 +6,6 @@ from dataclasses import dataclass
 
 from pipelines.common.params import ParamsError, param
 
-MAX_SINCE_HOURS = 24 * 31
-MAX_RUNS = 500
-
 
 @dataclass(frozen=True)
 class RedriveParams:
@@ -25,7 +22,7 @@ class RedriveParams:
             "a missing time partition counts if its time window overlaps them."
         ),
         minimum=1,
-        maximum=MAX_SINCE_HOURS,
+        maximum=24 * 31,
     )
     include_missing: bool = param(
         False, description="Also launch partitions in the window that were never materialized (after the failed ones)."
@@ -34,7 +31,7 @@ class RedriveParams:
         20,
         description="The most partitions to launch (one run each); the rest are reported as skipped.",
         minimum=1,
-        maximum=MAX_RUNS,
+        maximum=500,
     )
     dry_run: bool = param(False, description="Report what would be launched; launch nothing.")
 

@@ -23,20 +23,13 @@ class Outcome:
     detail: str = ""
 
 
-def plan(
-    states: Mapping[str, str],
-    *,
-    include_missing: bool,
-    max_runs: int,
-    dry_run: bool,
-    backfills: Mapping[str, str] | None = None,
-) -> list[Outcome]:
+def plan(states: Mapping[str, str], params: RedriveParams, backfills: Mapping[str, str] | None = None) -> list[Outcome]:
     """Failed partitions first, then (if asked) missing ones, each in key order; at most
     ``max_runs`` are launched, a partition with a run in progress or an unfinished backfill
     (``backfills``: partition -> backfill id) never is."""
     order = {FAILED: 0, MISSING: 1, IN_PROGRESS: 2, IN_BACKFILL: 3, GONE: 4}
     backfills = backfills or {}
-    wanted = [(k, s) for k, s in states.items() if s != MISSING or include_missing]
+    wanted = [(k, s) for k, s in states.items() if s != MISSING or params.include_missing]
     out: list[Outcome] = []
     launched = 0
     for key, state in sorted(wanted, key=lambda ks: (order[ks[1]], ks[0])):
@@ -46,37 +39,26 @@ def plan(
             out.append(Outcome(key, state, SKIPPED, f"backfill {backfills.get(key, '?')} has not finished it yet"))
         elif state == GONE:
             out.append(Outcome(key, state, SKIPPED, "no longer a partition of the asset"))
-        elif launched >= max_runs:
-            out.append(Outcome(key, state, SKIPPED, f"over max_runs ({max_runs})"))
+        elif launched >= params.max_runs:
+            out.append(Outcome(key, state, SKIPPED, f"over max_runs ({params.max_runs})"))
         else:
             launched += 1
-            out.append(Outcome(key, state, WOULD_LAUNCH if dry_run else LAUNCHED))
+            out.append(Outcome(key, state, WOULD_LAUNCH if params.dry_run else LAUNCHED))
     return out
-
-
-def to_launch(outcomes: list[Outcome]) -> list[str]:
-    return [o.partition for o in outcomes if o.outcome in (LAUNCHED, WOULD_LAUNCH)]
 
 
 def counts(outcomes: list[Outcome]) -> dict[str, int]:
     return {outcome: sum(o.outcome == outcome for o in outcomes) for outcome in (LAUNCHED, WOULD_LAUNCH, SKIPPED)}
 
 
-def report_key(asset: str, run_id: str) -> str:
-    """Where the per-partition report goes in the archive bucket."""
-    return f"redrives/{asset.strip('/')}/{run_id}.json"
-
-
-def report_body(params: RedriveParams, run_id: str, backfill_id: str | None, outcomes: list[Outcome]) -> bytes:
-    return json.dumps(
-        {
-            "asset": params.asset,
-            "run_id": run_id,
-            "backfill_id": backfill_id,
-            "params": asdict(params),
-            "counts": counts(outcomes),
-            "partitions": [asdict(o) for o in outcomes],
-        },
-        indent=1,
-        sort_keys=True,
-    ).encode()
+def report(params: RedriveParams, run_id: str, backfill_id: str | None, outcomes: list[Outcome]) -> tuple[str, bytes]:
+    """The per-partition report: its key in the archive bucket, and its body."""
+    body = {
+        "asset": params.asset,
+        "run_id": run_id,
+        "backfill_id": backfill_id,
+        "params": asdict(params),
+        "counts": counts(outcomes),
+        "partitions": [asdict(o) for o in outcomes],
+    }
+    return f"redrives/{params.asset.strip('/')}/{run_id}.json", json.dumps(body, indent=1, sort_keys=True).encode()

@@ -2,10 +2,8 @@
 (docs/retry.md). The Dagster layer is ``pipelines.common.defs.failures``, ``pipelines.retry.defs``
 and ``sensors.run_retries``."""
 
-from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id
-from pipelines.retry.call import retry_call
+from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id, retry_call
 from pipelines.retry.classify import TRANSIENT_ITEM_CODES, classify_aws_error, is_transient
-from pipelines.retry.config import policy_from_json, policy_from_text
 from pipelines.retry.policy import (
     STOP,
     DelayFunctionError,
@@ -16,7 +14,7 @@ from pipelines.retry.policy import (
     function,
     none,
 )
-from pipelines.retry.presets import PRESETS, preset
+from pipelines.retry.presets import PRESETS, policy_from_json, policy_from_text, preset
 from pipelines.retry.simulate import human, timeline
 
 __all__ = [

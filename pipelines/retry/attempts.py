@@ -1,12 +1,52 @@
-"""Attempt ids and fencing of the retry RFC: a new attempt of a piece of work gets a fresh
-``attempt_id``, written on the work's record, and every later write on behalf of an attempt is
-conditional on the record still naming it, so a late write from a superseded attempt is refused."""
+"""Attempts of one piece of work. ``retry_call`` makes them for one call, by a policy: for batch code
+that should not restart a whole op because one AWS call was throttled. Attempt ids fence them (the
+retry RFC): a new attempt gets a fresh ``attempt_id``, written on the work's record, and every later
+write on behalf of an attempt is conditional on the record still naming it, so a late write from a
+superseded attempt is refused."""
 
 from __future__ import annotations
 
+import time
 import uuid
+from collections.abc import Callable
+from typing import TypeVar
 
+from pipelines.retry.classify import is_transient
+from pipelines.retry.policy import STOP, RetryPolicy
+
+T = TypeVar("T")
 ATTEMPT_ID_ATTR = "attemptId"
+
+
+def retry_call(
+    fn: Callable[[], T],
+    policy: RetryPolicy,
+    *,
+    retryable: Callable[[BaseException], bool] = is_transient,
+    sleep: Callable[[float], None] = time.sleep,
+    on_retry: Callable[[int, BaseException, float], None] | None = None,
+) -> T:
+    """Call ``fn`` until it returns; after a failure that is ``retryable`` (default: a transient
+    AWS error) and allowed by ``policy.is_retryable``, wait ``policy.delay(n)`` and call again.
+    When the policy says STOP, or for any other error, the error is raised as is. A failing
+    user delay function raises its ``DelayFunctionError`` (chained to the call's error)."""
+    attempts = 0
+    while True:
+        try:
+            return fn()
+        except Exception as exc:
+            attempts += 1
+            if not (retryable(exc) and policy.is_retryable(exc)):
+                raise
+            try:
+                wait = policy.delay(attempts)
+            except Exception as policy_error:
+                raise policy_error from exc
+            if wait is STOP:
+                raise
+            if on_retry is not None:
+                on_retry(attempts, exc, wait)
+            sleep(wait)
 
 
 def new_attempt_id() -> str:

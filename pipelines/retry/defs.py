@@ -1,22 +1,18 @@
-"""Dagster wiring of the retry library: the ``retry_policies`` asset and the local ``retry_demo`` job
-(the ``delayed_run_retries`` sensor spans capabilities: ``sensors/run_retries.py``)."""
+"""Dagster wiring of the retry library: the ``retry_policies`` asset (the ``delayed_run_retries`` sensor
+spans capabilities: ``sensors/run_retries.py``; the local ``retry_demo`` job is the demo's, ``infra/demo``)."""
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import dagster as dg
-from botocore.exceptions import ClientError
 
 from pipelines.common.defs.config import config_schema, params_from_config
-from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import param
-from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import RetryPolicyError
-from pipelines.retry.presets import PRESETS
+from pipelines.retry.presets import PRESETS, policy_from_text
 from pipelines.retry.simulate import human, timeline
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
+from pipelines.retry.tags import POLICY_TAG
 
 
 @dataclass(frozen=True)
@@ -39,31 +35,6 @@ TIMELINE_COLUMNS = {"policy": "policy", "attempts": "attempts", "over": "over (w
 """The inline table: 4 columns, the most the asset page shows without a link."""
 
 
-def policy_rows(named: dict[str, str], horizon: int) -> tuple[list[dict], str]:
-    """One row per policy for the compact table (its timeline sketched on a line) and one
-    markdown document with every policy's wait-by-wait table; bad policies are reported in both."""
-    rows, sections = [], []
-    for name, text in named.items():
-        try:
-            policy = policy_from_text(text)
-            t = timeline(policy, None if policy.max_attempts else horizon)
-            summary = (
-                f"{policy.describe()}. {t.attempts} attempts over {human(t.total)} "
-                f"(worst case with jitter {human(t.worst_case)})."
-            )
-            source = getattr(policy, "source", "")
-            sections.append(
-                f"### {name}\n\n{summary}\n" + (f"\nSource: {source}\n" if source else "") + f"\n{t.to_markdown()}"
-            )
-            attempts = f"{t.attempts}" if t.stopped else f"{t.attempts}+"
-            over = f"{human(t.total)} ({human(t.worst_case)})"
-            rows.append({"policy": name, "attempts": attempts, "over": over, "timeline": t.sketch()})
-        except RetryPolicyError as exc:
-            sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")
-            rows.append({"policy": name, "attempts": "-", "over": "-", "timeline": f"invalid policy: {exc}"})
-    return rows, "\n".join(sections)
-
-
 def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     tagged = {
         f"job {job.name}": job.tags[POLICY_TAG] for job in jobs if POLICY_TAG in (getattr(job, "tags", None) or {})
@@ -82,75 +53,44 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     def retry_policies(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         params = params_from_config(context, RetryPoliciesParams)
         named = {**{f"preset {name}": name for name in PRESETS}, **tagged, **params.policies}
-        rows, document = policy_rows(named, params.horizon)
+        rows, sections = [], []  # a bad policy is reported in both
+        for name, text in named.items():
+            try:
+                policy = policy_from_text(text)
+                t = timeline(policy, None if policy.max_attempts else params.horizon)
+                summary = (
+                    f"{policy.describe()}. {t.attempts} attempts over {human(t.total)} "
+                    f"(worst case with jitter {human(t.worst_case)})."
+                )
+                source = f"\nSource: {policy.source}\n" if getattr(policy, "source", "") else ""
+                sections.append(f"### {name}\n\n{summary}\n{source}\n{t.to_markdown()}")
+                attempts = f"{t.attempts}" if t.stopped else f"{t.attempts}+"
+                over = f"{human(t.total)} ({human(t.worst_case)})"
+                rows.append({"policy": name, "attempts": attempts, "over": over, "timeline": t.sketch()})
+            except RetryPolicyError as exc:
+                sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")
+                rows.append({"policy": name, "attempts": "-", "over": "-", "timeline": f"invalid policy: {exc}"})
         context.log.info(f"rendered {len(rows)} retry policies")
         return dg.MaterializeResult(
             metadata={
                 "policies": dg.MetadataValue.int(len(rows)),
                 "timelines": table_from(rows, TIMELINE_COLUMNS),  # inline on the asset page
-                "waits": dg.MetadataValue.md(document),  # every wait, behind "[Show Markdown]"
+                "waits": dg.MetadataValue.md("\n".join(sections)),  # every wait, behind "[Show Markdown]"
             }
         )
 
     return retry_policies
 
 
-DEMO_POLICY = '{"kind": "exponential", "initial": 10, "coefficient": 2, "maxAttempts": 4}'
-
-
-@dataclass(frozen=True)
-class RetryDemoParams:
-    """How the local retry demo fails."""
-
-    succeed_on_attempt: int = param(
-        3,
-        description="The attempt (groundskeeper/retry_attempt tag) that succeeds; earlier ones are throttled.",
-        minimum=1,
-        maximum=100,
-    )
-    seconds: float = param(
-        0.0,
-        description="Seconds of work before the attempt fails or succeeds (time to try terminating it from the UI).",
-        minimum=0,
-        maximum=3600,
-    )
-
-
-@dg.op(
-    description="Local demo: throttled (a simulated ThrottlingException) until attempt N, by its run tag.",
-    config_schema=config_schema(RetryDemoParams),
-)  # no retry policy: the run fails in one line, and delayed_run_retries re-launches it
-@one_line_failures
-def throttled_until_attempt(context: dg.OpExecutionContext) -> int:
-    params = params_from_config(context, RetryDemoParams)
-    attempt = int(context.run.tags.get(ATTEMPT_TAG, "1"))
-    time.sleep(params.seconds)
-    if attempt < params.succeed_on_attempt:
-        error = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded (simulated)"}}
-        raise ClientError(error, "Query")
-    context.log.info(f"attempt {attempt} succeeded")
-    return attempt
-
-
-@dg.job(
-    description="Local only: fails twice with a transient error; delayed_run_retries re-launches it after 10 s, 20 s.",
-    tags={POLICY_TAG: DEMO_POLICY, "groundskeeper/capability": "retry"},
-    executor_def=dg.in_process_executor,  # one op
-)
-def retry_demo():
-    throttled_until_attempt()
-
-
 MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has seen the asset materialized
 
 
 def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
-    """The retry capability: the ``retry_policies`` asset (with the policies ``jobs`` are tagged
-    with) and, with ``demo``, the ``retry_demo`` job and a sensor that materializes the asset once
-    when it was never materialized, so ``make dev`` opens on a rendered page rather than "Never materialized"."""
+    """The ``retry_policies`` asset (with the policies ``jobs`` are tagged with) and, with ``demo``, a
+    sensor that materializes it once, so ``make dev`` opens on it rendered."""
+    asset = build_retry_policies_asset(jobs)
     if not demo:
-        return dg.Definitions(assets=[build_retry_policies_asset(jobs)])
-    asset = build_retry_policies_asset([*jobs, retry_demo])
+        return dg.Definitions(assets=[asset])
 
     @dg.sensor(
         name="retry_policies_on_start",
@@ -167,4 +107,4 @@ def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
         # the run key makes this one run per instance, also if it is still queued on the next tick
         return dg.RunRequest(run_key="first-materialization")
 
-    return dg.Definitions(assets=[asset], jobs=[retry_demo], sensors=[retry_policies_on_start])
+    return dg.Definitions(assets=[asset], sensors=[retry_policies_on_start])

@@ -12,7 +12,7 @@ import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 class _Stop:
@@ -64,15 +64,6 @@ class Jitter:
         return base * (1.0 + self.low), base * (1.0 + self.high)
 
 
-def plus_minus_jitter(ratio: float = 0.1) -> Jitter:
-    """``base * (1 +/- ratio)`` (River uses 0.1)."""
-    return Jitter("plus-minus", -ratio, ratio)
-
-
-FULL_JITTER = Jitter("full", -1.0, 0.0)
-"""Uniform in ``[0, base]`` (AWS Architecture Blog, "Exponential Backoff And Jitter", 2015)."""
-
-
 @dataclass(frozen=True)
 class SidekiqJitter(Jitter):
     """Sidekiq's ``rand(10) * (count + 1)`` with ``count = n - 1``: an integer ``0..9`` times ``n``."""
@@ -86,7 +77,11 @@ class SidekiqJitter(Jitter):
         return base, base + 9 * n
 
 
-JITTERS: dict[str, Jitter] = {"none": Jitter(), "full": FULL_JITTER, "plus-minus": plus_minus_jitter()}
+JITTERS: dict[str, Jitter] = {
+    "none": Jitter(),
+    "full": Jitter("full", -1.0, 0.0),  # uniform in [0, base] (AWS Architecture Blog, "Exponential Backoff And Jitter")
+    "plus-minus": Jitter("plus-minus", -0.1, 0.1),  # base * (1 +/- 0.1), River's; exponential() takes another ratio
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +96,7 @@ class RetryPolicy:
     max_delay: float | None = None
 
     kind = "abstract"
+    json_fields: ClassVar[dict[str, str]] = {}  # JSON key -> attribute, after "kind"
 
     def _base(self, n: int) -> float | _Stop:
         raise NotImplementedError
@@ -116,7 +112,10 @@ class RetryPolicy:
             return STOP
         if n == 0:
             return self._first()
-        base = self._base(n)
+        try:
+            base = self._base(n)
+        except OverflowError:  # a formula past the largest float: capped, or waits forever
+            base = math.inf
         return STOP if base is STOP else self._cap(base)
 
     def delay(self, n: int, rng: random.Random | None = None) -> float | _Stop:
@@ -140,32 +139,24 @@ class RetryPolicy:
         return 0.0
 
     def is_retryable(self, error: BaseException | str) -> bool:
-        """False for errors this policy lists as non-retryable, and always for policy errors."""
+        """False for errors this policy lists as non-retryable, by any name the error answers to (class
+        names and dotted names along its MRO, its AWS error code), and always for policy errors."""
         if isinstance(error, RetryPolicyError):
             return False
-        return not (error_names(error) & set(self.non_retryable))
+        if isinstance(error, str):
+            return error not in self.non_retryable
+        names = {name for cls in type(error).__mro__ for name in (cls.__name__, f"{cls.__module__}.{cls.__qualname__}")}
+        response = getattr(error, "response", None)
+        if isinstance(response, dict) and (code := (response.get("Error") or {}).get("Code")):
+            names.add(str(code))
+        return not (names & set(self.non_retryable))
 
     def describe(self) -> str:
         return self.kind
 
-    def _common_json(self) -> dict[str, Any]:
-        return {"nonRetryable": list(self.non_retryable)} if self.non_retryable else {}
-
-
-def error_names(error: BaseException | str) -> set[str]:
-    """Names an error answers to: class names (and dotted names) along its MRO, plus an AWS error code."""
-    if isinstance(error, str):
-        return {error}
-    names: set[str] = set()
-    for klass in type(error).__mro__:
-        names.add(klass.__name__)
-        names.add(f"{klass.__module__}.{klass.__qualname__}")
-    response = getattr(error, "response", None)
-    if isinstance(response, dict):
-        code = (response.get("Error") or {}).get("Code")
-        if code:
-            names.add(str(code))
-    return names
+    def to_json(self) -> dict[str, Any]:
+        out = {"kind": self.kind, **{key: getattr(self, attr) for key, attr in self.json_fields.items()}}
+        return {**out, **({"nonRetryable": list(self.non_retryable)} if self.non_retryable else {})}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,9 +168,6 @@ class NoRetry(RetryPolicy):
     def _base(self, n: int) -> float | _Stop:
         return STOP
 
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "none", **self._common_json()}
-
 
 @dataclass(frozen=True, kw_only=True)
 class FixedDelay(RetryPolicy):
@@ -187,12 +175,10 @@ class FixedDelay(RetryPolicy):
 
     seconds: float = 0.0
     kind = "fixed"
+    json_fields = {"delay": "seconds", "maxAttempts": "max_attempts"}
 
     def _base(self, n: int) -> float:
         return float(self.seconds)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "fixed", "delay": self.seconds, "maxAttempts": self.max_attempts, **self._common_json()}
 
     def describe(self) -> str:
         return f"fixed {self.seconds:g}s, {_attempts(self.max_attempts)}"
@@ -206,25 +192,14 @@ class Exponential(RetryPolicy):
     initial: float = 1.0
     coefficient: float = 2.0
     kind = "exponential"
+    json_fields = dict(initial="initial", coefficient="coefficient", maxDelay="max_delay", maxAttempts="max_attempts")
 
     def _base(self, n: int) -> float:
-        try:
-            return self.initial * self.coefficient ** (n - 1)
-        except OverflowError:
-            return math.inf
+        return self.initial * self.coefficient ** (n - 1)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "kind": "exponential",
-            "initial": self.initial,
-            "coefficient": self.coefficient,
-            "maxDelay": self.max_delay,
-            "maxAttempts": self.max_attempts,
-            "jitter": self.jitter.name,
-        }
-        if self.jitter.name == "plus-minus" and self.jitter != JITTERS["plus-minus"]:
-            out["jitterRatio"] = self.jitter.high
-        return {**out, **self._common_json()}
+        ratio = self.jitter.name == "plus-minus" and self.jitter != JITTERS["plus-minus"]
+        return {**super().to_json(), "jitter": self.jitter.name, **({"jitterRatio": self.jitter.high} if ratio else {})}
 
     def describe(self) -> str:
         cap = f", max {self.max_delay:g}s" if self.max_delay is not None else ""
@@ -243,15 +218,10 @@ class Formula(RetryPolicy):
     source: str = field(default="", compare=False)
     summary: str = field(default="", compare=False)
     kind = "preset"
+    json_fields = {"name": "name"}
 
     def _base(self, n: int) -> float:
-        try:
-            return float(self.formula(n))
-        except OverflowError:
-            return math.inf
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "preset", "name": self.name, **self._common_json()}
+        return float(self.formula(n))
 
     def describe(self) -> str:
         return f"preset {self.name}: {self.summary}"
@@ -266,6 +236,7 @@ class FunctionPolicy(RetryPolicy):
     path: str = ""
     function: Callable[[int], Any] = field(default=lambda n: STOP, compare=False, repr=False)
     kind = "function"
+    json_fields = {"path": "path", "maxAttempts": "max_attempts"}
 
     def _base(self, n: int) -> float | _Stop:
         try:
@@ -282,9 +253,6 @@ class FunctionPolicy(RetryPolicy):
 
     def _first(self) -> float | _Stop:  # type: ignore[override]
         return self._base(0)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": "function", "path": self.path, "maxAttempts": self.max_attempts, **self._common_json()}
 
     def describe(self) -> str:
         return f"function {self.path}, {_attempts(self.max_attempts)}"
@@ -305,8 +273,10 @@ def registered_function_modules() -> tuple[str, ...]:
     return tuple(p.strip() for p in os.environ.get(FUNCTIONS_ENV, "").split(",") if p.strip())
 
 
-def _registered(module_name: str) -> bool:
-    return any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in registered_function_modules())
+def _registered(module_name: str) -> list[str]:
+    """The registered prefixes that ``module_name`` is or is under (none: it is not registered)."""
+    prefixes = registered_function_modules()
+    return [p.rstrip(".") for p in prefixes if module_name == p or module_name.startswith(p.rstrip(".") + ".")]
 
 
 MAX_DELAY_SECONDS = 30 * 86_400
@@ -350,7 +320,7 @@ def exponential(
         coefficient=coefficient,
         max_delay=max_delay,
         max_attempts=_max_attempts("maxAttempts", max_attempts),
-        jitter=plus_minus_jitter(jitter_ratio) if jitter == "plus-minus" else JITTERS[jitter],
+        jitter=Jitter("plus-minus", -jitter_ratio, jitter_ratio) if jitter == "plus-minus" else JITTERS[jitter],
         non_retryable=_names(non_retryable),
     )
 
@@ -358,10 +328,8 @@ def exponential(
 def function(
     path: str, max_attempts: int | None = None, *, non_retryable: tuple[str, ...] | list[str] = ()
 ) -> FunctionPolicy:
-    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built. What a
-    path may name, and why, is in docs/retry.md: a public function defined in a module registered in
-    ``GROUNDSKEEPER_RETRY_FUNCTIONS``, found without importing anything else. Anything raised while
-    resolving it (``SystemExit`` included) is a ``RetryPolicyError``."""
+    """Resolve ``package.module:function`` now, so a bad path fails when the policy is built (what it may
+    name, and why: docs/retry.md). Anything raised while resolving it, ``SystemExit`` too, is a ``RetryPolicyError``."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise RetryPolicyError(f"path must look like 'package.module:function', got {path!r}", field="path", value=path)
     module_name, _, attr = path.partition(":")
@@ -398,16 +366,14 @@ def _path_error(path: str, problem: str) -> RetryPolicyError:
 
 def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
     """The function ``path`` names, importing only the registered modules it is under."""
-    for registered in (p.rstrip(".") for p in registered_function_modules()):
-        if module_name == registered or module_name.startswith(registered + "."):
-            try:
-                importlib.import_module(registered)
-            except BaseException as exc:  # a registered module that exits on import is a policy error
-                raise _path_error(
-                    path,
-                    f"cannot be imported: {_type_and_message(exc)} (importing {registered}, "
-                    f"registered in {FUNCTIONS_ENV})",
-                ) from None
+    for registered in _registered(module_name):
+        try:
+            importlib.import_module(registered)
+        except BaseException as exc:  # a registered module that exits on import is a policy error
+            raise _path_error(
+                path,
+                f"cannot be imported: {_type_and_message(exc)} (importing {registered}, registered in {FUNCTIONS_ENV})",
+            ) from None
     module = sys.modules.get(module_name)
     if module is None:
         raise RetryPolicyError(

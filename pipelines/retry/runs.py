@@ -8,8 +8,8 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipelines.retry.config import policy_from_text
 from pipelines.retry.policy import STOP, RetryPolicyError
+from pipelines.retry.presets import policy_from_text
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
 

@@ -6,8 +6,6 @@ from dataclasses import dataclass
 
 from pipelines.retry.policy import STOP, RetryPolicy
 
-DEFAULT_HORIZON = 30  # attempts simulated for an unlimited policy when no count is given
-
 
 @dataclass(frozen=True)
 class Step:
@@ -63,7 +61,7 @@ class Timeline:
 def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
     """Every wait, the cumulative time and the worst case with jitter, for up to ``attempts`` in all
     (default: ``max_attempts``, or 30 when unlimited). A failing delay function raises here."""
-    limit = max(attempts if attempts is not None else (policy.max_attempts or DEFAULT_HORIZON), 1)
+    limit = max(attempts if attempts is not None else (policy.max_attempts or 30), 1)
     steps: list[Step] = []
     cumulative = worst = 0.0
     for n in range(1, limit):
