@@ -23,9 +23,18 @@ FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read n
 # RunRequest.partition_key.
 _KEPT_SYSTEM_TAGS = frozenset(
     f"dagster/{name}"
-    for name in ("priority", "max_runtime", "isolation", "concurrency_key", "max_retries", "retry_strategy",
-                 "retry_on_asset_or_op_failure", "asset_partition_range_start", "asset_partition_range_end")
-)  # fmt: skip
+    for name in (
+        "priority",
+        "max_runtime",
+        "isolation",
+        "concurrency_key",
+        "max_retries",
+        "retry_strategy",
+        "retry_on_asset_or_op_failure",
+        "asset_partition_range_start",
+        "asset_partition_range_end",
+    )
+)
 _SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/")
 
 

@@ -353,8 +353,9 @@ def _run_signals_of(
     return out
 
 
-def rebuild_run_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float,
-                        deadline: float) -> list:  # fmt: skip
+def rebuild_run_signals(
+    context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
+) -> list:
     """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
     of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
     holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
@@ -510,16 +511,27 @@ def build_alerts_sensor(
     return alerts
 
 
-def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSResource, sqs: SQSResource,
-              cloudwatch: CloudWatchResource, demo_noise: frozenset[str],
-              demo_jobs: frozenset[str]) -> dg.SkipReason:  # fmt: skip
+def _evaluate(
+    context,
+    alerts: AlertSettings,
+    fleet: FleetSettings,
+    sns: SNSResource,
+    sqs: SQSResource,
+    cloudwatch: CloudWatchResource,
+    demo_noise: frozenset[str],
+    demo_jobs: frozenset[str],
+) -> dg.SkipReason:
     """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
     region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
     topic = (alerts.sns_topic_arn or "").strip()
-    cfg = alert_config(alerts, sns=sns.get_client() if topic else None, region=region,
-                       account=caller_account(sns, context.log.warning) if topic else None)  # fmt: skip
+    cfg = alert_config(
+        alerts,
+        sns=sns.get_client() if topic else None,
+        region=region,
+        account=caller_account(sns, context.log.warning) if topic else None,
+    )
     cfg = dataclasses.replace(cfg, demo_jobs=demo_jobs)
     for problem in cfg.problems:
         context.log.warning(problem)
@@ -554,9 +566,13 @@ def _evaluate(context, alerts: AlertSettings, fleet: FleetSettings, sns: SNSReso
     observe(dead_letter_signals(context, sqs.get_client(), fleet, cfg))
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
-        cfg.sinks, clock, policy=cfg.policy, max_per_tick=cfg.max_per_tick, save=lambda: save_book(instance, book),
+        cfg.sinks,
+        clock,
+        policy=cfg.policy,
+        max_per_tick=cfg.max_per_tick,
+        save=lambda: save_book(instance, book),
         deadline=deadline,
-    )  # fmt: skip
+    )
     for line in delivery.failed:
         context.log.warning(line)
     book.prune(clock)

@@ -20,8 +20,17 @@ CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
 ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
 SEVERITIES = ("critical", "warning", "info")
 # every alert kind, each with its runbook docs/runbooks/<kind>.md (what each means: docs/alerts.md)
-KINDS = ("run_failure", "check_failure", "tick_failure", "dead_letters", "progressor_overdue", "reclaim_errors",
-         "heartbeat", "summary", "state_reset")  # fmt: skip
+KINDS = (
+    "run_failure",
+    "check_failure",
+    "tick_failure",
+    "dead_letters",
+    "progressor_overdue",
+    "reclaim_errors",
+    "heartbeat",
+    "summary",
+    "state_reset",
+)
 RUNBOOKS = "docs/runbooks"
 SUMMARY_CHARS = 300
 RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
@@ -59,8 +68,25 @@ class Signal:
                 raise ValueError(f"unknown {what} {value!r}: one of {', '.join(known)}")
 
 
-FIELDS = ("alert_key", "state", "severity", "kind", "title", "summary", "capability", "job", "run_id", "asset",
-          "check", "first_seen", "last_seen", "url", "runbook", "attempts", "reminder")  # fmt: skip
+FIELDS = (
+    "alert_key",
+    "state",
+    "severity",
+    "kind",
+    "title",
+    "summary",
+    "capability",
+    "job",
+    "run_id",
+    "asset",
+    "check",
+    "first_seen",
+    "last_seen",
+    "url",
+    "runbook",
+    "attempts",
+    "reminder",
+)
 """The message's fields (``docs/contracts.md``, "Alerts"), in this order."""
 
 
@@ -176,8 +202,14 @@ class AlertBook:
             # first_seen: when it happened, when the source says (a run failure read again from the
             # instance's history after a state reset has the same first_seen, so the same message_id)
             first = min(signal.at, now) if signal.at is not None else now
-            incident = {**fields, "summary": first_line(signal.summary, SUMMARY_CHARS), "state": FIRING,
-                        "first_seen": first, "last_seen": now, "notified": now}  # fmt: skip
+            incident = {
+                **fields,
+                "summary": first_line(signal.summary, SUMMARY_CHARS),
+                "state": FIRING,
+                "first_seen": first,
+                "last_seen": now,
+                "notified": now,
+            }
             if signal.unit:
                 incident["unit"] = signal.unit
             self.incidents[signal.alert_key] = incident
@@ -320,8 +352,15 @@ class AlertBook:
         """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
 
-    def _send(self, sink: Sink, item: dict[str, Any], now: float, policy: RetryPolicy, done: Delivery,
-              replaces: list[dict[str, Any]] | None = None) -> bool:  # fmt: skip
+    def _send(
+        self,
+        sink: Sink,
+        item: dict[str, Any],
+        now: float,
+        policy: RetryPolicy,
+        done: Delivery,
+        replaces: list[dict[str, Any]] | None = None,
+    ) -> bool:
         box = self.outbox.setdefault(sink.name, [])
         try:
             sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
@@ -381,20 +420,27 @@ def _check_shape(state: Any) -> None:
     if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
         raise ValueError("its sinks that took their last message are not a list of names")
     if not isinstance(incidents, dict) or not all(
-        isinstance(i, dict) and i.get("state") in (FIRING, RESOLVED, CLOSED) and i.get("kind") in KINDS
-        and _number(i.get("first_seen")) and _number(i.get("last_seen"))
+        isinstance(i, dict)
+        and i.get("state") in (FIRING, RESOLVED, CLOSED)
+        and i.get("kind") in KINDS
+        and _number(i.get("first_seen"))
+        and _number(i.get("last_seen"))
         for i in incidents.values()
-    ):  # fmt: skip
+    ):
         raise ValueError("its incidents are not incidents")
     if not isinstance(outbox, dict) or not all(
-        isinstance(box, list) and all(
-            isinstance(item, dict) and isinstance(item.get("id"), str) and isinstance(item.get("message"), dict)
-            and isinstance(item["message"].get("alert_key"), str) and _number(item.get("attempts"))
+        isinstance(box, list)
+        and all(
+            isinstance(item, dict)
+            and isinstance(item.get("id"), str)
+            and isinstance(item.get("message"), dict)
+            and isinstance(item["message"].get("alert_key"), str)
+            and _number(item.get("attempts"))
             and _number(item.get("next_try"))
             for item in box
         )
         for box in outbox.values()
-    ):  # fmt: skip
+    ):
         raise ValueError("its outboxes are not lists of messages")
     if not isinstance(history, list) or not all(
         isinstance(h, list) and len(h) == 2 and _number(h[0]) and h[1] in (FIRING, RESOLVED, CLOSED) for h in history

@@ -267,8 +267,9 @@ def check_evaluated(
     )
 
 
-def ticks_seen(name: str, kind: str, statuses: list[str], last_error: str | None, *, threshold: int,
-               ui_url: str | None) -> Signal | None:  # fmt: skip
+def ticks_seen(
+    name: str, kind: str, statuses: list[str], last_error: str | None, *, threshold: int, ui_url: str | None
+) -> Signal | None:
     """``statuses``: the latest ticks' statuses, newest first (``FAILURE``, ``SUCCESS``, ``SKIPPED``...).
     Firing at ``threshold`` failures in a row; resolved by the next tick that did not fail."""
     done = [s for s in statuses if s in ("FAILURE", "SUCCESS", "SKIPPED")]
@@ -299,6 +300,6 @@ def dead_letters(queue: str, depth: int) -> Signal:
             f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
             if depth
             else "no dead letters left"
-        ),  # fmt: skip
+        ),
         capability="fleet",
     )

@@ -182,18 +182,32 @@ class HttpWriter:
         times = {self.time_field: now, "updatedTime": now}
         decision = "exhausted" if c.retryable else "non-retryable"
         if d.kind == FAIL:
-            body = {"processingState": COMPLETE, "processingStateMessage": FAILED, **times, "completedTime": now,
-                    "attemptsCompleted": d.attempt, "diagnosticEvents": events}  # fmt: skip
+            body = {
+                "processingState": COMPLETE,
+                "processingStateMessage": FAILED,
+                **times,
+                "completedTime": now,
+                "attemptsCompleted": d.attempt,
+                "diagnosticEvents": events,
+            }
             if self.params.reclaimAction == "retry":
                 body["retryDecision"] = decision
             return body
         if d.kind == CLOSE:
             return {"retryDecision": decision, "diagnosticEvents": events}
         if d.kind in (RETRY, HOLD):
-            return {"processingState": WAITING, "processingStateMessage": PENDING, **times,
-                    "attemptsCompleted": d.attempt, "diagnosticEvents": events, "completedTime": None,
-                    "startedTime": None, "retryDecision": None, ATTEMPT_ID_ATTR: d.attempt_id,
-                    "retryAt": d.retry_at if d.kind == HOLD else None}  # fmt: skip
+            return {
+                "processingState": WAITING,
+                "processingStateMessage": PENDING,
+                **times,
+                "attemptsCompleted": d.attempt,
+                "diagnosticEvents": events,
+                "completedTime": None,
+                "startedTime": None,
+                "retryDecision": None,
+                ATTEMPT_ID_ATTR: d.attempt_id,
+                "retryAt": d.retry_at if d.kind == HOLD else None,
+            }
         return {"retryAt": None, **times}  # QUEUE
 
     def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:

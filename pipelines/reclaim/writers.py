@@ -266,8 +266,9 @@ class DynamoWriter:
             outcomes.update(self._execute(group, pairs, now=now, cutoff=cutoff))
         return [outcomes[i] for i in range(len(pairs))]
 
-    def _execute(self, group: list[tuple[int, dict[str, Any]]], pairs: list[tuple[Candidate, Decision]], *,
-                 now: int, cutoff: int) -> dict[int, Outcome]:  # fmt: skip
+    def _execute(
+        self, group: list[tuple[int, dict[str, Any]]], pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int
+    ) -> dict[int, Outcome]:
         """One ``BatchExecuteStatement``, then one more per retry of the statements DynamoDB throttled."""
         outcomes: dict[int, Outcome] = {}
         pending = list(group)
@@ -289,15 +290,17 @@ class DynamoWriter:
                 elif code in ITEM_STATEMENT_CODES:
                     outcomes[i] = ItemError(f"{pairs[i][0].id}: {code}: {error.get('Message', '')}")
                 else:  # ResourceNotFound, AccessDenied: the call's own failure, as UpdateItem would raise it
-                    raise ClientError({"Error": {"Code": code, "Message": error.get("Message", "")}},
-                                      "BatchExecuteStatement")  # fmt: skip
+                    raise ClientError(
+                        {"Error": {"Code": code, "Message": error.get("Message", "")}}, "BatchExecuteStatement"
+                    )
             pending = throttled
             if throttled:
                 raise _StatementsThrottled(", ".join(sorted(codes)))
 
         try:
-            retry_call(attempt, STATEMENT_POLICY, retryable=lambda exc: isinstance(exc, _StatementsThrottled),
-                       sleep=self.sleep)  # fmt: skip
+            retry_call(
+                attempt, STATEMENT_POLICY, retryable=lambda exc: isinstance(exc, _StatementsThrottled), sleep=self.sleep
+            )
         except _StatementsThrottled as exc:  # still throttled when the policy stopped
             reason = f"still throttled after {STATEMENT_POLICY.max_attempts} attempts ({exc})"
         except ClientError as exc:

@@ -50,9 +50,14 @@ TRANSIENT_CODES = frozenset(
 )
 TRANSIENT_STATUS = frozenset({500, 502, 503, 504})
 TRANSIENT_ITEM_CODES = frozenset(
-    {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded", "RequestLimitExceeded",
-     "InternalServerError"}
-)  # fmt: skip
+    {
+        "TransactionConflict",
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
+        "InternalServerError",
+    }
+)
 """Codes of one item inside a successful call (a transaction's cancellation reasons, a
 ``BatchExecuteStatement`` response's errors) that are worth another try: botocore retries failed
 calls, not failed items of a call."""
