@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -31,9 +30,6 @@ LOOK_TAG = "groundskeeper/look"
 
 REFRESH_SLACK = dt.timedelta(minutes=1)
 """A run created a few seconds after its tick counts as of that tick: the refresh is due this much early."""
-
-LookFn = Callable[[dg.ScheduleEvaluationContext], Look]
-RequestFn = Callable[[dg.ScheduleEvaluationContext], dg.RunRequest | dg.SkipReason]
 
 
 def scheduled_time(context: dg.ScheduleEvaluationContext) -> dt.datetime | None:
@@ -98,27 +94,6 @@ def against_last_run(
     )
 
 
-@dataclass(frozen=True)
-class ScheduleCadence:
-    """What the factory passes to Dagster: the cron, the default status and the description's note."""
-
-    cron_schedule: str
-    default_status: dg.DefaultScheduleStatus
-    note: str = ""  # said in the description when the cron is not the schedule's own
-
-
-def schedule_cadence(
-    name: str,
-    cron: str,
-    crons: Mapping[str, str] | None = None,
-    status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
-) -> ScheduleCadence:
-    """The cadence of schedule ``name``: the cron ``crons`` names for it, else its own ``cron``."""
-    given = (crons or {}).get(name, cron)
-    note = f"This code location runs it on {given}, not {cron}." if given != cron else ""
-    return ScheduleCadence(given, status, note)
-
-
 def held_by(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> Any:
     """The newest active run that a run with ``tags`` would wait for (a tag concurrency limit), or None."""
     queue = instance.get_concurrency_config().run_queue_config
@@ -139,9 +114,9 @@ def schedule(
     description: str,
     job: Any = None,
     job_name: str | None = None,
-    look: LookFn | None = None,
+    look: Callable[[dg.ScheduleEvaluationContext], Look] | None = None,
     refresh: dt.timedelta | None = None,
-    request: RequestFn | None = None,
+    request: Callable[[dg.ScheduleEvaluationContext], dg.RunRequest | dg.SkipReason] | None = None,
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     required_resource_keys: set[str] | None = None,
@@ -154,8 +129,9 @@ def schedule(
     look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
     assert target is not None, "schedule needs job or job_name"
-    cadence = schedule_cadence(name, cron_schedule, crons, default_status)
-
+    cron = (crons or {}).get(name, cron_schedule)  # the code location's cron for it, else its own
+    if cron != cron_schedule:
+        description = f"{description} This code location runs it on {cron}, not {cron_schedule}."
     job_tags = dict(getattr(job, "tags", None) or {})
 
     def evaluate(context: dg.ScheduleEvaluationContext):
@@ -187,10 +163,10 @@ def schedule(
         name=name,
         job=job,
         job_name=None if job is not None else job_name,
-        cron_schedule=cadence.cron_schedule,
+        cron_schedule=cron,
         execution_fn=evaluate,
         execution_timezone=execution_timezone,
-        default_status=cadence.default_status,
+        default_status=default_status,
         required_resource_keys=set(required_resource_keys or ()),
-        description=f"{description} {cadence.note}".strip() if cadence.note else description,
+        description=description,
     )
