@@ -42,7 +42,6 @@ DEMO_LAYERS = {"defs.py", "definitions.py"}
 DEMO_IMPORTERS = {Path("infra/local.py")}
 """Besides the dev package itself, the one module that imports it: ``make dev``'s launcher."""
 DEFINITIONS_ALSO = {
-    ("pipelines.common.defs.executors", ("celery_fan_out_executor",)),
     ("pipelines.common.defs.metadata", ("CheckNotes",)),
     ("pipelines.common.targets", ("targets_path",)),
     ("pipelines.progressor.targets", ("TARGETS_ENV",)),

@@ -1,5 +1,5 @@
 """The Dagster helpers every capability uses in the same way, one module per kind (config, failures,
-metrics, metadata, active runs, schedules, summary, executors, tasks); :func:`build_defs` holds what
+metrics, metadata, active runs, schedules, summary, tasks); :func:`build_defs` holds what
 spans capabilities."""
 
 import dagster as dg
