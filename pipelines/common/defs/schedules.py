@@ -52,10 +52,6 @@ def _instance(context: dg.ScheduleEvaluationContext) -> dg.DagsterInstance | Non
         return None
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
-
-
 def _ago(delta: dt.timedelta) -> str:
     minutes = int(delta.total_seconds() // 60)
     return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
@@ -75,7 +71,8 @@ def against_last_run(
 
     if not records:
         return decided(True, "; no earlier run of this schedule")
-    run, created = records[0].dagster_run, _utc(records[0].create_timestamp)
+    run, created = records[0].dagster_run, records[0].create_timestamp
+    created = created.replace(tzinfo=dt.UTC) if created.tzinfo is None else created.astimezone(dt.UTC)
     if run.tags.get(LOOK_TAG) != look.fingerprint:
         return decided(True, f"; changed since run {run.run_id[:8]}")
     if run.status in ACTIVE_STATUSES:

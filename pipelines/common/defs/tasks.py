@@ -74,24 +74,23 @@ def task_schedule(
 ) -> dg.ScheduleDefinition:
     """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (over only the
     clients it reads with) and skipping the tick when there is nothing to do."""
-    look_task = task.look
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
-        return look_task(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
+        return task.look(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
 
     return schedule(
         name=name,
         crons=crons,
         job=job,
         cron_schedule=cron,
-        look=look if look_task is not None else None,
+        look=look if task.look is not None else None,
         request=lambda _context: dg.RunRequest(run_config=dict(run_config), tags=dict(tags or {})),
         required_resource_keys=set(task.look_clients),
         description=f"{task.description} For {task.what(params) if task.what else task.name} ({cron})."
         + (
             f" Looks first at {task.looks_at} and skips the tick when there is nothing to do, or while the "
             "previous run is still queued or running."
-            if look_task is not None
+            if task.look is not None
             else ""
         ),
     )
