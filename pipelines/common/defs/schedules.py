@@ -1,5 +1,4 @@
-"""The one schedule factory, :func:`schedule`, of every schedule (``docs/development.md``, "One
-schedule factory; schedules look first")."""
+"""The one schedule factory, :func:`schedule`, of every schedule."""
 
 from __future__ import annotations
 
@@ -58,12 +57,11 @@ def _ago(delta: dt.timedelta) -> str:
 
 
 def against_last_run(
-    context: dg.ScheduleEvaluationContext, look: Look, *, job_name: str, schedule_name: str, refresh: dt.timedelta
+    context: dg.ScheduleEvaluationContext, instance: Any, look: Look, job_name: str, name: str, refresh: dt.timedelta
 ) -> Look:
-    """A state look decided against this schedule's last run: due when there is none, it did not
-    succeed, it read another state or it is ``refresh`` old."""
-    instance = _instance(context)
-    filters = dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: schedule_name})
+    """A state look decided against the last run of the schedule ``name``: due when there is none, it did
+    not succeed, it read another state or it is ``refresh`` old."""
+    filters = dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: name})
     records = instance.get_run_records(filters, limit=1) if instance is not None else []
 
     def decided(due: bool, why: str) -> Look:
@@ -148,7 +146,7 @@ def schedule(
         if found.fingerprint is not None:
             if refresh is None:
                 raise ValueError(f"{name}: a state look needs a refresh interval")
-            found = against_last_run(context, found, job_name=target, schedule_name=name, refresh=refresh)
+            found = against_last_run(context, instance, found, target, name, refresh)
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")
