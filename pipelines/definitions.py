@@ -1,6 +1,5 @@
-"""The one ``dg.Definitions`` of the code location: the deployment (``DAGSTER_DEPLOYMENT``) is decided
-here, once, and what differs by it goes to each capability's ``build_defs`` as plain values (the
-fan-out executor, the targets files, the resources); a development code location adds :class:`Additions`."""
+"""The one ``dg.Definitions``: the deployment is decided here, once, and what differs by it goes to each
+capability's ``build_defs`` as plain values; a development code location adds :class:`Additions`."""
 
 from __future__ import annotations
 

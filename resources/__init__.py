@@ -1,5 +1,4 @@
-"""Resources for every deployment (``DAGSTER_DEPLOYMENT``); names come from ``docs/contracts.md``'s
-variables."""
+"""Resources for every deployment (``DAGSTER_DEPLOYMENT``), from ``docs/contracts.md``'s variables."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a
-transient error (``docs/development.md``, ``docs/retry.md``). No Dagster."""
+"""Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a transient error."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""One way to declare a job's parameters: a frozen dataclass of :func:`param` fields, validated by
-:func:`parse_params` (``docs/development.md``; cross-field rules go in ``__post_init__``). No Dagster."""
+"""Parameters declared once: a frozen dataclass of :func:`param` fields (cross-field rules in ``__post_init__``)."""
 
 from __future__ import annotations
 

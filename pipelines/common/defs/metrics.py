@@ -1,5 +1,4 @@
-"""Metrics published after a committed change (:class:`CommittedChangeMetrics`): a failed publish is
-a warning and ``metrics_published: false``, never a failed run."""
+"""Metrics after a committed change: a failed publish is a warning and ``metrics_published: false``."""
 
 from __future__ import annotations
 

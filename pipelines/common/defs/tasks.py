@@ -72,8 +72,7 @@ def task_schedule(
     tags: Mapping[str, str] | None = None,
     crons: Mapping[str, str] | None = None,
 ) -> dg.ScheduleDefinition:
-    """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (over only the
-    clients it reads with) and skipping the tick when there is nothing to do."""
+    """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (its clients only)."""
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         return task.look(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
