@@ -68,8 +68,7 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
         metadata["per_capability"] = table_from(
             rows, {"capability": "capability", "counter": "counter", "last_24h": "24 h", "last_7d": "7 days"}
         )
-        metadata["runs_read"] = dg.MetadataValue.int(read)
-        metadata["window_complete"] = dg.MetadataValue.bool(True)
+        metadata |= metadata_from({"runs_read": read, "window_complete": True})
         return dg.MaterializeResult(metadata=metadata)
 
     return operations_summary
