@@ -48,7 +48,7 @@ DEFINITIONS_ALSO = {
     ("pipelines.reclaim.targets", ("TARGETS_ENV",)),
 }
 """What ``pipelines/definitions.py`` imports of the product besides ``build_defs``: the values it
-decides per deployment (the cluster's executor, the targets files' variables) and their types."""
+decides per deployment (the targets files' variables) and their types."""
 DAGSTER_ENTRY_POINTS = {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
 PRODUCT_PACKAGES = ("pipelines", "resources", "sensors")
 LAYER_NAMES = {"jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}

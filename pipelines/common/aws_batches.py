@@ -25,7 +25,6 @@ METRICS_PER_CALL = 1000  # PutMetricData datums per call
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    """Consecutive slices of at most ``size`` items."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
 

@@ -25,7 +25,7 @@ def _clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The job of ``task`` (``task.job``, one op ``task.op``), on ``executor_def`` or the code location's."""
-    assert task.job is not None and task.what is not None and task.counters is not None, f"{task.name}: no job"
+    assert task.job is not None, f"{task.name}: no job"  # with one, Task checked its op, what and counters
     what, counters = task.what, task.counters
 
     @dg.op(
