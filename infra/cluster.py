@@ -11,7 +11,7 @@
    as ``make dev`` does (``infra.local``);
 4. ``infra/dagster.cluster.yaml`` as the instance's ``dagster.yaml`` in ``.groundskeeper/cluster_home``,
    and the workers' Celery config (``celery.yaml`` there, written from the same settings as the
-   executor's, ``pipelines.common.defs.executors.celery_executor_config``);
+   executor's, ``resources.cluster.celery_executor_config``);
 5. the code location's gRPC server (``dagster code-server start`` on 127.0.0.1:4000,
    ``DAGSTER_CODE_SERVER_PORT``) and a workspace file that points at it
    (``.groundskeeper/cluster_home/workspace.yaml``), two Celery workers (``dagster-celery worker
@@ -125,7 +125,7 @@ def write_instance(home: Path, tag_limits: Mapping[str, int] | None = None) -> P
 
 def write_worker_config(path: Path, broker: str) -> Path:
     """The workers' Celery config: the executor's own (same settings, same broker)."""
-    from pipelines.common.defs.executors import celery_executor_config
+    from resources.cluster import celery_executor_config
 
     path.write_text(yaml.safe_dump({"execution": {"config": celery_executor_config(broker=broker)}}))
     return path

@@ -1,10 +1,5 @@
 """Run a job of the code location from the command line, with a bad run config reported in one line.
-
-The run config is checked as Dagster would, one line per problem (exit status 2); a config that passes
-runs through ``dagster job execute``, with the arguments after ``--`` (``docs/troubleshooting.md``)::
-
-    .venv/bin/python -m pipelines.cli redrive_dead_letters -c redrive.json -- --tags '{"a": "b"}'
-"""
+A config that passes runs through ``dagster job execute`` (``docs/troubleshooting.md``, "Run config")."""
 
 from __future__ import annotations
 

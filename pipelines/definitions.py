@@ -1,6 +1,5 @@
-"""The one ``dg.Definitions`` of the code location: the deployment (``DAGSTER_DEPLOYMENT``) is decided
-here, once, and what differs by it goes to each capability's ``build_defs`` as plain values (the
-fan-out executor, the targets files, the resources); a development code location adds :class:`Additions`."""
+"""The one ``dg.Definitions``: the deployment is decided here, once, and what differs by it goes to each
+capability's ``build_defs`` as plain values; a development code location adds :class:`Additions`."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import dagster as dg
 from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
 from pipelines.common.defs import build_defs as common_defs
-from pipelines.common.defs.executors import celery_fan_out_executor
 from pipelines.common.defs.metadata import CheckNotes
 from pipelines.common.targets import targets_path
 from pipelines.fleet.defs import build_defs as fleet_defs
@@ -24,12 +22,10 @@ from pipelines.reclaim.targets import TARGETS_ENV as RECLAIM_TARGETS_ENV
 from pipelines.redrive.defs import build_defs as redrive_defs
 from pipelines.retry.defs import build_defs as retry_defs
 from resources import deployment_name, resources_for
+from resources.cluster import celery_fan_out_executor
 from sensors.run_retries import build_delayed_run_retries
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
-
-FAN_OUT_ON_CELERY = ("cluster",)
-"""The deployments whose fan-out jobs run their steps on Celery workers."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +47,7 @@ class Additions:
 def build_definitions(deployment: str, additions: Additions | None = None) -> dg.Definitions:
     """Everything the code location serves in ``deployment``, with what ``additions`` adds."""
     add = additions or Additions()
-    executor = celery_fan_out_executor() if deployment in FAN_OUT_ON_CELERY else None
+    executor = celery_fan_out_executor() if deployment == "cluster" else None  # fan-out steps on Celery workers
     crons, notes = add.crons, add.check_notes
     built: list[dg.Definitions] = []  # the finished Definitions, for redrive's asset graph at run time
     base = dg.Definitions.merge(

@@ -1,5 +1,4 @@
-"""Every task that runs as a job of its own (``pipelines.common.task``), one line each; the fleet's
-housekeeping tasks run through its ``housekeeping`` job instead (``pipelines.fleet.housekeeping.TASKS``)."""
+"""Every task that runs as a job of its own; housekeeping tasks are ``pipelines.fleet.housekeeping.TASKS``."""
 
 from pipelines.common.task import Task
 from pipelines.fleet import dead_letter_redrive

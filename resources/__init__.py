@@ -1,13 +1,12 @@
-"""Resources for every deployment (``DAGSTER_DEPLOYMENT``); names come from ``docs/contracts.md``'s
-variables."""
+"""Resources for every deployment (``DAGSTER_DEPLOYMENT``), from ``docs/contracts.md``'s variables."""
 
 from __future__ import annotations
 
-import functools
 import os
 from typing import Any
 
-from pipelines.common.env import SettingsError, bool_env, checked
+from pipelines.common.env import SettingsError as SettingsError
+from pipelines.common.env import bool_env, checked
 from resources.clients import (
     CloudWatchResource,
     DynamoDBResource,
@@ -19,12 +18,12 @@ from resources.clients import (
     SSMResource,
     metrics_sink_from_env,
 )
-from resources.errors import explain_aws_error
+from resources.errors import explain_aws_error as explain_aws_error
 from resources.postgres import progressor_database_from_env
+from resources.settings import AgendaSettings as AgendaSettings
+from resources.settings import BatchingSettings as BatchingSettings
+from resources.settings import FleetSettings as FleetSettings
 from resources.settings import (
-    AgendaSettings,
-    BatchingSettings,
-    FleetSettings,
     LoadSettingError,
     agenda_settings_from_env,
     alert_settings_from_env,
@@ -36,6 +35,13 @@ IO_PREFIX = "dagster-io"
 """Where the ``cluster`` deployment's step outputs go in the archive bucket (``RUNS_FLEET_ARCHIVE_BUCKET``)."""
 
 
+DEPLOYMENTS = ("local", "prod", "cluster")
+"""``local``: the moto server, a few fast retries (a local endpoint either answers or is down), and
+conditional writes one UpdateItem at a time (moto ignores PartiQL WHERE conditions); ``prod``: real AWS,
+standard retry mode with more attempts for throttling, grouped writes; ``cluster``: prod's retries
+against local endpoints (moto under make cluster), step outputs in S3. Only the chosen one is built."""
+
+
 def deployment_name() -> str:
     """The current deployment (``DAGSTER_DEPLOYMENT``, default ``local``); anything else is an error."""
     name = os.environ.get("DAGSTER_DEPLOYMENT", "local")
@@ -44,11 +50,13 @@ def deployment_name() -> str:
     return name
 
 
-def _resources(region: str, *, max_attempts: int, grouped_writes: bool, outputs_in_s3: bool = False) -> dict[str, Any]:
-    """``grouped_writes``: the deployment's default, unless ``DYNAMODB_GROUPED_WRITES`` says otherwise."""
-    boto3_config: dict[str, Any] = {"region_name": region, "max_attempts": max_attempts}
+def resources_for(deployment: str | None = None) -> dict[str, Any]:
+    """The deployment's resources; ``DYNAMODB_GROUPED_WRITES`` overrides its grouped writes."""
+    deployment = deployment or deployment_name()
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    boto3_config: dict[str, Any] = {"region_name": region, "max_attempts": 2 if deployment == "local" else 8}
     problems: list[str] = []
-    grouped = checked(problems, bool_env, "DYNAMODB_GROUPED_WRITES", grouped_writes)
+    grouped = checked(problems, bool_env, "DYNAMODB_GROUPED_WRITES", deployment == "prod")
     resources = {
         "dynamodb": DynamoDBResource(grouped_writes=grouped, invalid="; ".join(problems), **boto3_config),
         "sqs": SQSResource(**boto3_config),
@@ -64,49 +72,10 @@ def _resources(region: str, *, max_attempts: int, grouped_writes: bool, outputs_
         "progressor_db": progressor_database_from_env(),
         "alerts": alert_settings_from_env(),
     }
-    if outputs_in_s3:  # steps run on Celery workers on other machines: their outputs cross through S3
+    if deployment == "cluster":  # steps run on Celery workers on other machines: their outputs cross through S3
         import dagster as dg
         from dagster_aws.s3 import S3PickleIOManager
 
         bucket = dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET")
         resources["io_manager"] = S3PickleIOManager(s3_resource=resources["s3"], s3_bucket=bucket, s3_prefix=IO_PREFIX)
     return resources
-
-
-RESOURCES_BY_DEPLOYMENT = {
-    # The moto server. A few fast retries: a local endpoint either answers or is down. moto ignores
-    # PartiQL WHERE conditions, so conditional writes go one UpdateItem at a time.
-    "local": functools.partial(_resources, max_attempts=2, grouped_writes=False),
-    # Real AWS: standard retry mode with more attempts for throttling; grouped writes.
-    "prod": functools.partial(_resources, max_attempts=8, grouped_writes=True),
-    # Prod's retries against local endpoints (moto under make cluster), step outputs in S3.
-    "cluster": functools.partial(_resources, max_attempts=8, grouped_writes=False, outputs_in_s3=True),
-}
-"""Deployment -> the builder of its resources (only the chosen deployment's are built)."""
-DEPLOYMENTS = tuple(RESOURCES_BY_DEPLOYMENT)
-
-
-def resources_for(deployment: str | None = None) -> dict[str, Any]:
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    return RESOURCES_BY_DEPLOYMENT[deployment or deployment_name()](region)
-
-
-__all__ = [
-    "DEPLOYMENTS",
-    "AgendaSettings",
-    "BatchingSettings",
-    "CloudWatchResource",
-    "DynamoDBResource",
-    "EC2Resource",
-    "FleetSettings",
-    "LoadSettingError",
-    "SettingsError",
-    "KMSResource",
-    "S3Resource",
-    "SNSResource",
-    "SQSResource",
-    "SSMResource",
-    "deployment_name",
-    "explain_aws_error",
-    "resources_for",
-]

@@ -37,6 +37,11 @@ SESSION_ENV = (
 )
 """The environment a boto3 session reads once (its credentials): a session is shared while they stay."""
 
+CLIENT_OPTIONS = (
+    "region_name endpoint_url use_ssl verify aws_access_key_id aws_secret_access_key aws_session_token".split()
+)
+"""The fields of a resource's configuration that ``Session.client`` takes under the same name."""
+
 _sessions: dict[tuple[str | None, ...], boto3.session.Session] = {}
 _sessions_lock = threading.Lock()
 
@@ -49,17 +54,9 @@ def _shared_client(service_name: str, configuration: ResourceWithBoto3Configurat
     with _sessions_lock:
         if key not in _sessions:
             _sessions[key] = boto3.session.Session(profile_name=profile)
-        return _sessions[key].client(
-            service_name,
-            region_name=configuration.region_name,
-            endpoint_url=configuration.endpoint_url,
-            use_ssl=configuration.use_ssl,
-            verify=configuration.verify,
-            aws_access_key_id=configuration.aws_access_key_id,
-            aws_secret_access_key=configuration.aws_secret_access_key,
-            aws_session_token=configuration.aws_session_token,
-            config=construct_boto_client_retry_config(configuration.max_attempts),
-        )
+        options = {name: getattr(configuration, name) for name in CLIENT_OPTIONS}
+        config = construct_boto_client_retry_config(configuration.max_attempts)
+        return _sessions[key].client(service_name, config=config, **options)
 
 
 class _Boto3ClientResource(ResourceWithBoto3Configuration):

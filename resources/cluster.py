@@ -1,6 +1,7 @@
-"""The ``cluster`` profile's Celery broker or instance database, lost while a run is going, as one line
-(``docs/troubleshooting-cluster.md``): the executor records the run's failure through the instance, as
-run monitoring does, then ends it as interrupted. dagster-celery is imported only when it is built."""
+"""The ``cluster`` profile's Celery executor. Its broker or instance database, lost while a run is going,
+is one line (``docs/troubleshooting-cluster.md``): the executor records the run's failure through the
+instance, as run monitoring does, then ends it as interrupted. dagster-celery is imported only when it
+is built."""
 
 from __future__ import annotations
 
@@ -14,10 +15,35 @@ import dagster as dg
 
 from pipelines.common import first_line
 
+CELERY_BROKER_ENV = "CELERY_BROKER_URL"  # the cluster's RabbitMQ: pyamqp://user:pass@host:5672/vhost
+
+CELERY_SETTINGS: dict[str, Any] = {
+    # A step's task is acknowledged when it ends, not when a worker takes it: a worker killed
+    # mid-step leaves it unacknowledged, and the broker hands it to another worker (the step
+    # runs again there; every write is conditional, so what the dead worker did is not redone).
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    # One task at a time per worker process: a long segment never holds a second one hostage.
+    "worker_prefetch_multiplier": 1,
+    # Broker unreachable: give up after a few quick retries instead of hanging the run.
+    "broker_connection_timeout": 10,
+    "broker_transport_options": {"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 2},
+}
+"""Shared by the executor and the workers (``infra/cluster.py`` writes them in their config)."""
+
+
+def celery_executor_config(broker: Any = None) -> dict[str, Any]:
+    """The celery executor's config, also the workers': the broker (default: ``CELERY_BROKER_URL``),
+    results back over the broker itself (``rpc://``: no second service to run), :data:`CELERY_SETTINGS`."""
+    broker = {"env": CELERY_BROKER_ENV} if broker is None else broker
+    return {"broker": broker, "backend": "rpc://", "config_source": CELERY_SETTINGS}
+
+
 STORAGE_WAIT_SECONDS = 300.0
 """How long a run whose storage database was lost waits for it to answer again, to record why it failed."""
 
 _STORAGE_ERROR_NAMES = frozenset({"DagsterPostgresException", "OperationalError", "InterfaceError", "DatabaseError"})
+SUBMISSION_ERROR = "Encountered error during celery task submission"
 _STORAGE_WORDS = ("psycopg2", "postgres", "database", "server closed the connection", "terminating connection")
 
 
@@ -118,21 +144,10 @@ def _wait_for_storage(instance: Any, run_id: str) -> None:
             time.sleep(2)
 
 
-def _fail_run(plan_context: Any, line: str) -> None:
-    """A ``RUN_FAILURE`` of ``line`` alone (an exception from the executor would carry its stack trace)."""
-    instance = plan_context.instance
-    run = instance.get_run_by_id(plan_context.run_id)
-    if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
-        instance.report_run_failed(run, message=line)  # a run being terminated ends as Dagster ends it
-
-
-def _is_submission_error(event: Any) -> bool:
-    """dagster-celery's engine event logged just before it re-raises an error of ``apply_async``."""
-    return event.is_engine_event and (event.message or "").startswith("Encountered error during celery task submission")
-
-
-def celery_executor() -> dg.ExecutorDefinition:
-    """dagster-celery's ``celery`` executor, whose run fails in one line when its broker or database is lost."""
+def celery_fan_out_executor() -> dg.ExecutorDefinition:
+    """dagster-celery's ``celery`` executor, configured, whose run fails in one line when its broker or
+    database is lost: the executor of the jobs that fan out (reclaim's segments, batching, the
+    termination drain) under the ``cluster`` deployment."""
     from dagster_celery.executor import CELERY_CONFIG, CeleryExecutor
     from dagster_celery.executor import celery_executor as dagster_celery_executor
 
@@ -144,7 +159,8 @@ def celery_executor() -> dg.ExecutorDefinition:
                     if held is not None:
                         yield held
                         held = None
-                    if _is_submission_error(event):
+                    # dagster-celery's engine event logged just before it re-raises an error of apply_async
+                    if event.is_engine_event and (event.message or "").startswith(SUBMISSION_ERROR):
                         held = event
                         continue
                     yield event
@@ -154,7 +170,11 @@ def celery_executor() -> dg.ExecutorDefinition:
                     if held is not None:
                         yield held
                     raise
-                _fail_run(plan_context, lost)
+                # a RUN_FAILURE of the line alone (an exception from the executor would carry its stack
+                # trace); a run being terminated ends as Dagster ends it
+                run = plan_context.instance.get_run_by_id(plan_context.run_id)
+                if run is not None and not run.is_finished and run.status != dg.DagsterRunStatus.CANCELING:
+                    plan_context.instance.report_run_failed(run, message=lost)
                 raise dg.DagsterExecutionInterruptedError(lost) from None
             if held is not None:
                 yield held
@@ -182,4 +202,4 @@ def celery_executor() -> dg.ExecutorDefinition:
         executor.__class__ = LossReportingCeleryExecutor  # the same state; only execute differs
         return executor
 
-    return _celery_executor
+    return _celery_executor.configured(celery_executor_config(), name="celery")

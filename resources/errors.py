@@ -1,5 +1,4 @@
-"""AWS connection and configuration failures as one clear line ("cannot reach the AWS endpoint
-http://127.0.0.1:5000 ..."), not a botocore stack trace."""
+"""AWS connection and configuration failures as one clear line, not a botocore stack trace."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""One small settings resource per capability, from the contract's environment variables (``dg.EnvVar``:
-a missing one fails the run with one line naming it)."""
+"""One settings resource per capability (``dg.EnvVar``: a missing variable fails the run in one line)."""
 
 from __future__ import annotations
 

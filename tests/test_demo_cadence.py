@@ -9,7 +9,7 @@ import pytest
 from infra.demo.cadence import DEMO_ENV, DEMO_TRAFFIC_SCHEDULES, QUIET_CRONS, demo_crons, demo_mode
 from infra.demo.definitions import CHECK_NOTES, build_local_definitions
 from pipelines.common.defs.metadata import noted
-from pipelines.common.defs.schedules import schedule_cadence
+from pipelines.common.defs.schedules import schedule as build_schedule
 from pipelines.definitions import build_definitions
 
 
@@ -122,12 +122,16 @@ def test_a_cadence_is_the_schedule_own_unless_the_crons_name_another():
     own = "*/10 * * * *"
     assert demo_crons("busy") == {}
     assert demo_crons("quiet") == demo_crons("off") == QUIET_CRONS
-    assert schedule_cadence("pool_audit_schedule", own).cron_schedule == own
-    assert schedule_cadence("pool_audit_schedule", own).note == ""
-    given = schedule_cadence("pool_audit_schedule", own, QUIET_CRONS)
+
+    def cadence(name: str, cron: str, crons=None) -> dg.ScheduleDefinition:
+        return build_schedule(name=name, cron_schedule=cron, description="Own.", job_name="a_job", crons=crons)
+
+    assert cadence("pool_audit_schedule", own).cron_schedule == own
+    assert cadence("pool_audit_schedule", own).description == "Own."
+    given = cadence("pool_audit_schedule", own, QUIET_CRONS)
     assert given.cron_schedule == QUIET_CRONS["pool_audit_schedule"]
-    assert given.note == f"This code location runs it on {QUIET_CRONS['pool_audit_schedule']}, not {own}."
-    assert schedule_cadence("batch_decider", "* * * * *", QUIET_CRONS).cron_schedule == "* * * * *"  # not named
+    assert given.description == f"Own. This code location runs it on {QUIET_CRONS['pool_audit_schedule']}, not {own}."
+    assert cadence("batch_decider", "* * * * *", QUIET_CRONS).cron_schedule == "* * * * *"  # not named
 
 
 def test_an_invalid_value_is_one_line_and_the_demo_stays_quiet(monkeypatch):

@@ -42,14 +42,13 @@ DEMO_LAYERS = {"defs.py", "definitions.py"}
 DEMO_IMPORTERS = {Path("infra/local.py")}
 """Besides the dev package itself, the one module that imports it: ``make dev``'s launcher."""
 DEFINITIONS_ALSO = {
-    ("pipelines.common.defs.executors", ("celery_fan_out_executor",)),
     ("pipelines.common.defs.metadata", ("CheckNotes",)),
     ("pipelines.common.targets", ("targets_path",)),
     ("pipelines.progressor.targets", ("TARGETS_ENV",)),
     ("pipelines.reclaim.targets", ("TARGETS_ENV",)),
 }
 """What ``pipelines/definitions.py`` imports of the product besides ``build_defs``: the values it
-decides per deployment (the cluster's executor, the targets files' variables) and their types."""
+decides per deployment (the targets files' variables) and their types."""
 DAGSTER_ENTRY_POINTS = {Path("pipelines/definitions.py"), Path("pipelines/cli.py")}
 PRODUCT_PACKAGES = ("pipelines", "resources", "sensors")
 LAYER_NAMES = {"jobs.py", "sensors.py", "schedules.py", "checks.py", "assets.py"}

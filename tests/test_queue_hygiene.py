@@ -14,7 +14,7 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.utils import make_new_run_id
 
 from infra.demo.definitions import build_local_definitions
-from pipelines.common.defs.active_runs import active_run
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.definitions import build_definitions
 from pipelines.progressor.defs import NAMESPACE_TAG
@@ -37,6 +37,12 @@ def _run(instance: dg.DagsterInstance, job_name: str, status: dg.DagsterRunStatu
 @pytest.fixture(scope="module")
 def defs():
     return build_local_definitions()
+
+
+def active_run(instance: dg.DagsterInstance, job_name: str, tags: dict[str, str]):
+    """The newest run of ``job_name`` (with all of ``tags``) that is still queued or running, or None."""
+    runs = instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES, tags=tags), limit=1)
+    return runs[0] if runs else None
 
 
 @pytest.mark.slow

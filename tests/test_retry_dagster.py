@@ -15,7 +15,6 @@ from pipelines.common.defs.failures import (
     AWS_RETRY_POLICY,
     DEFAULT_OP_POLICY,
     dagster_retry_policy,
-    has_one_line_failures,
     one_line_failures,
 )
 from pipelines.retry import PRESETS, RetryPolicyError, exponential, fixed, none
@@ -198,12 +197,17 @@ def test_every_op_asset_and_check_with_an_aws_client_declares_the_retry_policy(d
             if not isinstance(op_def, dg.OpDefinition) or not op_def.required_resource_keys & clients:
                 continue
             checked.add(op_def.name)
-            if not has_one_line_failures(op_def.compute_fn):
+            if not _has_one_line_failures(op_def.compute_fn):
                 missing.append(f"{job.name}/{handle}: its body lacks @one_line_failures")
             if job.get_retry_policy_for_handle(handle) != AWS_RETRY_POLICY:
                 missing.append(f"{job.name}/{handle}: retry policy {job.get_retry_policy_for_handle(handle)}")
     assert not missing, "\n".join(missing)
     assert {"receiver_batches", "drain_termination_queue", "plan_reclaim", "reclaim_segment"} <= checked
+
+
+def _has_one_line_failures(fn) -> bool:
+    """Whether ``fn`` (an op's compute function) is a body under ``one_line_failures``."""
+    return getattr(getattr(fn, "decorated_fn", fn), "one_line_failures", False) is True
 
 
 # -- run level: delayed_run_retries ------------------------------------------------------------

@@ -49,12 +49,9 @@ def iso(moment: dt.datetime) -> str:
     return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
-_NOT_DIMENSION_TEXT = re.compile(r"[^\x20-\x7e]")
-
-
 def dimension_value(value: Any) -> str:
     """A CloudWatch dimension value: printable ASCII (AWS refuses the rest), not blank, at most 255."""
-    text = _NOT_DIMENSION_TEXT.sub("?", str(value)).strip()[:255]
+    text = re.sub(r"[^\x20-\x7e]", "?", str(value)).strip()[:255]
     return text or "none"
 
 

@@ -1,5 +1,4 @@
-"""Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a
-transient error (``docs/development.md``, ``docs/retry.md``). No Dagster."""
+"""Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a transient error."""
 
 from __future__ import annotations
 
@@ -26,7 +25,6 @@ METRICS_PER_CALL = 1000  # PutMetricData datums per call
 
 
 def chunks(items: Sequence[T], size: int) -> Iterator[Sequence[T]]:
-    """Consecutive slices of at most ``size`` items."""
     for start in range(0, len(items), size):
         yield items[start : start + size]
 

@@ -22,10 +22,6 @@ class Bar:
     note: str = ""
     total: float | None = None
 
-    @property
-    def length(self) -> float:
-        return float(self.total) if self.total is not None else float(sum(max(0.0, p) for p in self.parts))
-
 
 def text_bars(
     bars: Sequence[Bar],
@@ -44,7 +40,7 @@ def text_bars(
         return empty
     if len(legend) > len(MARKS):
         raise ValueError(f"at most {len(MARKS)} parts per bar, not {len(legend)}")
-    top = max(bar.length for bar in bars)
+    top = max(float(b.total) if b.total is not None else float(sum(max(0.0, p) for p in b.parts)) for b in bars)
     scale = width / top if top > 0 else 0.0
     label_w = min(label_width, max(len(bar.label) for bar in bars))
     key = "  ".join(f"{mark} {name}" for mark, name in zip(MARKS, legend, strict=False))

@@ -1,5 +1,4 @@
-"""The deployment's environment values, read and checked (no Dagster): one reader per kind of value,
-each failing with one line that names the variable and its allowed values (``SettingsError``)."""
+"""Environment values, one reader per kind: a bad one is a ``SettingsError`` line naming the variable."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""What a schedule finds when it looks before it launches a run: a *work* or a *state* look
-(``docs/development.md``, "schedules look first"). No Dagster."""
+"""What a schedule finds when it looks before it launches a run: a *work* or a *state* look."""
 
 from __future__ import annotations
 

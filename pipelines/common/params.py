@@ -1,10 +1,8 @@
-"""One way to declare a job's parameters: a frozen dataclass of :func:`param` fields, validated by
-:func:`parse_params` (``docs/development.md``; cross-field rules go in ``__post_init__``). No Dagster."""
+"""Parameters declared once: a frozen dataclass of :func:`param` fields (cross-field rules in ``__post_init__``)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import types
 import typing
@@ -158,12 +156,3 @@ def parse_params(cls: type[T], raw: Mapping[str, Any], *, what: str = "parameter
             raise ParamsError(f"{spec.name} is required")
         values[spec.name] = _check_value(spec, key, value)
     return cls(**values), warnings
-
-
-def markdown_table(cls: type) -> str:
-    """The README table of ``cls``'s keys: key, default, meaning."""
-    rows = ["| key | default | meaning |", "|---|---|---|"]
-    for spec in specs(cls):
-        default = "required" if spec.required else f"`{json.dumps(spec.default)}`"
-        rows.append(f"| `{spec.name}` | {default} | {spec.describe()} |")
-    return "\n".join(rows)

@@ -52,11 +52,12 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class RunCounts:
-    """One run's counters: its capability, when it was created, its tags."""
+    """One run's counters: its capability, when it was created, its tags, its job."""
 
     capability: str
     created: dt.datetime
     tags: Mapping[str, str]
+    job_name: str
 
     def counts(self) -> dict[str, int]:
         return {name: value for name, value in run_counters(self.tags).items() if name in COUNTERS}
@@ -68,7 +69,7 @@ def run_counts(
     """A run's counts under its capability: its tag, else its assets' (joined with ``+``), else its job's name."""
     from_assets = "+".join(sorted(set(filter(None, asset_capabilities))))
     capability = tags.get(CAPABILITY_TAG) or from_assets or job_name
-    return RunCounts(capability, created if created.tzinfo else created.replace(tzinfo=dt.UTC), tags)
+    return RunCounts(capability, created if created.tzinfo else created.replace(tzinfo=dt.UTC), tags, job_name)
 
 
 def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:

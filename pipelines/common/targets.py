@@ -1,6 +1,5 @@
 """Targets files (reclaim tables, progressor namespaces): a JSON list of entries, each a job's flat run
-config plus a ``cron``, one schedule per entry. A bad file or entry is one ``ParamsError`` line naming
-the file and the entry. No Dagster imports."""
+config plus a ``cron``, one schedule per entry; a bad one is one ``ParamsError`` line naming it."""
 
 from __future__ import annotations
 

@@ -32,16 +32,14 @@ def _enum(cls: type, spec: ParamSpec) -> dg.Enum:
     return known[1]
 
 
-def _kind(cls: type, spec: ParamSpec) -> Any:
-    if spec.kind is dict:
-        return dg.Permissive()
-    if spec.choices and spec.kind is str and all(isinstance(c, str) for c in spec.choices):
-        return _enum(cls, spec)
-    return _DAGSTER_TYPES[spec.kind]
-
-
 def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
-    kind = dg.Noneable(_kind(cls, spec)) if spec.optional else _kind(cls, spec)
+    if spec.kind is dict:
+        kind = dg.Permissive()
+    elif spec.choices and spec.kind is str and all(isinstance(c, str) for c in spec.choices):
+        kind = _enum(cls, spec)
+    else:
+        kind = _DAGSTER_TYPES[spec.kind]
+    kind = dg.Noneable(kind) if spec.optional else kind
     if with_default and not spec.required and spec.default is not None:
         return dg.Field(kind, is_required=False, default_value=spec.default, description=description)
     return dg.Field(kind, is_required=with_default and spec.required, description=description)

@@ -129,8 +129,7 @@ def one_line_failures(fn: F) -> F:
             try:
                 return (yield from fn(*args, **kwargs))
             except _CAUGHT as exc:
-                instead = _instead_of(args[0] if args else kwargs["context"], exc)
-                if instead is exc:
+                if (instead := _instead_of(args[0] if args else kwargs["context"], exc)) is exc:
                     raise
                 raise instead from instead.__cause__
 
@@ -141,15 +140,9 @@ def one_line_failures(fn: F) -> F:
             try:
                 return fn(*args, **kwargs)
             except _CAUGHT as exc:
-                instead = _instead_of(args[0] if args else kwargs["context"], exc)
-                if instead is exc:
+                if (instead := _instead_of(args[0] if args else kwargs["context"], exc)) is exc:
                     raise
                 raise instead from instead.__cause__
 
-    wrapper.one_line_failures = True  # type: ignore[attr-defined]
+    wrapper.one_line_failures = True  # type: ignore[attr-defined]  # what tests/test_retry_dagster.py looks for
     return wrapper  # type: ignore[return-value]
-
-
-def has_one_line_failures(fn: Callable[..., Any]) -> bool:
-    """Whether ``fn`` (an op's compute function) is a body under :func:`one_line_failures`."""
-    return getattr(getattr(fn, "decorated_fn", fn), "one_line_failures", False) is True

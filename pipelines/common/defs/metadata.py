@@ -1,5 +1,4 @@
-"""Results as UI metadata: :func:`metadata_from` (a result dict), :func:`table_from` (rows as a
-table), and a failed check's note (:func:`noted`)."""
+"""Results as UI metadata, and a failed check's note."""
 
 from __future__ import annotations
 

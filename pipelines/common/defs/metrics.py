@@ -1,5 +1,4 @@
-"""Metrics published after a committed change (:class:`CommittedChangeMetrics`): a failed publish is
-a warning and ``metrics_published: false``, never a failed run."""
+"""Metrics after a committed change: a failed publish is a warning and ``metrics_published: false``."""
 
 from __future__ import annotations
 
@@ -16,18 +15,12 @@ class CommittedChangeMetrics:
     def __init__(self, context: Any, cloudwatch: Any, what: str) -> None:
         self._log = context.log
         self._what = what
-        self.sink = cloudwatch.metrics_sink
-        self._client = cloudwatch.get_client() if self.sink == "cloudwatch" else None
-        self.calls = 0
+        self._client = cloudwatch.get_client() if cloudwatch.metrics_sink == "cloudwatch" else None
         self.failures = 0
 
     def put_metric_data(self, **request: Any) -> dict[str, Any]:
         """One ``PutMetricData`` to the sink (none: no call); an error goes to ``put_metrics``' retry."""
-        if self._client is None:
-            return {}
-        response = self._client.put_metric_data(**request)
-        self.calls += 1
-        return response
+        return {} if self._client is None else self._client.put_metric_data(**request)
 
     def not_published(self, exc: BaseException) -> None:
         """A call still failing after ``put_metrics``' retries: one warning (the first), then counted."""

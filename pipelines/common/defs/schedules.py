@@ -1,11 +1,9 @@
-"""The one schedule factory, :func:`schedule`, of every schedule (``docs/development.md``, "One
-schedule factory; schedules look first")."""
+"""The one schedule factory, :func:`schedule`, of every schedule."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -32,9 +30,6 @@ LOOK_TAG = "groundskeeper/look"
 REFRESH_SLACK = dt.timedelta(minutes=1)
 """A run created a few seconds after its tick counts as of that tick: the refresh is due this much early."""
 
-LookFn = Callable[[dg.ScheduleEvaluationContext], Look]
-RequestFn = Callable[[dg.ScheduleEvaluationContext], dg.RunRequest | dg.SkipReason]
-
 
 def scheduled_time(context: dg.ScheduleEvaluationContext) -> dt.datetime | None:
     """The tick's scheduled time, or None for a context built without one (a test's)."""
@@ -56,22 +51,17 @@ def _instance(context: dg.ScheduleEvaluationContext) -> dg.DagsterInstance | Non
         return None
 
 
-def _utc(moment: dt.datetime) -> dt.datetime:
-    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
-
-
 def _ago(delta: dt.timedelta) -> str:
     minutes = int(delta.total_seconds() // 60)
     return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
 
 
 def against_last_run(
-    context: dg.ScheduleEvaluationContext, look: Look, *, job_name: str, schedule_name: str, refresh: dt.timedelta
+    context: dg.ScheduleEvaluationContext, instance: Any, look: Look, job_name: str, name: str, refresh: dt.timedelta
 ) -> Look:
-    """A state look decided against this schedule's last run: due when there is none, it did not
-    succeed, it read another state or it is ``refresh`` old."""
-    instance = _instance(context)
-    filters = dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: schedule_name})
+    """A state look decided against the last run of the schedule ``name``: due when there is none, it did
+    not succeed, it read another state or it is ``refresh`` old."""
+    filters = dg.RunsFilter(job_name=job_name, tags={SCHEDULE_TAG: name})
     records = instance.get_run_records(filters, limit=1) if instance is not None else []
 
     def decided(due: bool, why: str) -> Look:
@@ -79,7 +69,8 @@ def against_last_run(
 
     if not records:
         return decided(True, "; no earlier run of this schedule")
-    run, created = records[0].dagster_run, _utc(records[0].create_timestamp)
+    run, created = records[0].dagster_run, records[0].create_timestamp
+    created = created.replace(tzinfo=dt.UTC) if created.tzinfo is None else created.astimezone(dt.UTC)
     if run.tags.get(LOOK_TAG) != look.fingerprint:
         return decided(True, f"; changed since run {run.run_id[:8]}")
     if run.status in ACTIVE_STATUSES:
@@ -96,27 +87,6 @@ def against_last_run(
         f": unchanged since run {run.run_id[:8]} at {created:%H:%M} UTC; runs when it changes, "
         f"and by {created + refresh:%H:%M} UTC at the latest",
     )
-
-
-@dataclass(frozen=True)
-class ScheduleCadence:
-    """What the factory passes to Dagster: the cron, the default status and the description's note."""
-
-    cron_schedule: str
-    default_status: dg.DefaultScheduleStatus
-    note: str = ""  # said in the description when the cron is not the schedule's own
-
-
-def schedule_cadence(
-    name: str,
-    cron: str,
-    crons: Mapping[str, str] | None = None,
-    status: dg.DefaultScheduleStatus = dg.DefaultScheduleStatus.RUNNING,
-) -> ScheduleCadence:
-    """The cadence of schedule ``name``: the cron ``crons`` names for it, else its own ``cron``."""
-    given = (crons or {}).get(name, cron)
-    note = f"This code location runs it on {given}, not {cron}." if given != cron else ""
-    return ScheduleCadence(given, status, note)
 
 
 def held_by(instance: dg.DagsterInstance, tags: Mapping[str, str]) -> Any:
@@ -139,9 +109,9 @@ def schedule(
     description: str,
     job: Any = None,
     job_name: str | None = None,
-    look: LookFn | None = None,
+    look: Callable[[dg.ScheduleEvaluationContext], Look] | None = None,
     refresh: dt.timedelta | None = None,
-    request: RequestFn | None = None,
+    request: Callable[[dg.ScheduleEvaluationContext], dg.RunRequest | dg.SkipReason] | None = None,
     run_config: Mapping[str, Any] | None = None,
     tags: Mapping[str, str] | None = None,
     required_resource_keys: set[str] | None = None,
@@ -154,8 +124,9 @@ def schedule(
     look, the longest time between two runs)."""
     target = job.name if job is not None else job_name
     assert target is not None, "schedule needs job or job_name"
-    cadence = schedule_cadence(name, cron_schedule, crons, default_status)
-
+    cron = (crons or {}).get(name, cron_schedule)  # the code location's cron for it, else its own
+    if cron != cron_schedule:
+        description = f"{description} This code location runs it on {cron}, not {cron_schedule}."
     job_tags = dict(getattr(job, "tags", None) or {})
 
     def evaluate(context: dg.ScheduleEvaluationContext):
@@ -175,7 +146,7 @@ def schedule(
         if found.fingerprint is not None:
             if refresh is None:
                 raise ValueError(f"{name}: a state look needs a refresh interval")
-            found = against_last_run(context, found, job_name=target, schedule_name=name, refresh=refresh)
+            found = against_last_run(context, instance, found, target, name, refresh)
         if not found.due:
             return dg.SkipReason(found.reason)
         context.log.info(f"launching {target}: {found.reason}")
@@ -187,10 +158,10 @@ def schedule(
         name=name,
         job=job,
         job_name=None if job is not None else job_name,
-        cron_schedule=cadence.cron_schedule,
+        cron_schedule=cron,
         execution_fn=evaluate,
         execution_timezone=execution_timezone,
-        default_status=cadence.default_status,
+        default_status=default_status,
         required_resource_keys=set(required_resource_keys or ()),
-        description=f"{description} {cadence.note}".strip() if cadence.note else description,
+        description=description,
     )

@@ -1,11 +1,9 @@
-"""How every job ends (:func:`run_summary`), and the ``operations_summary`` asset that adds up what
-the jobs did (:func:`operations_summary_asset`; the arithmetic is ``pipelines.common.summary``)."""
+"""How every job ends, and the ``operations_summary`` asset (its arithmetic: ``pipelines.common.summary``)."""
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import dagster as dg
@@ -56,9 +54,9 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
 
         def runs() -> Iterator[summary.RunCounts]:  # every run of the 7 days, a page at a time
             nonlocal read
-            for run in window_runs(context.instance, now - summary.WINDOWS["last_7d"]):
+            for run in window_runs(context.instance, now - summary.WINDOWS["last_7d"], of_asset=of_asset):
                 read += 1
-                yield summary.run_counts(run.job_name, run.created, run.tags, (of_asset.get(k) for k in run.selected))
+                yield run
 
         rows = summary.add_up(runs(), now)
         figures = summary.totals(rows)
@@ -70,8 +68,7 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
         metadata["per_capability"] = table_from(
             rows, {"capability": "capability", "counter": "counter", "last_24h": "24 h", "last_7d": "7 days"}
         )
-        metadata["runs_read"] = dg.MetadataValue.int(read)
-        metadata["window_complete"] = dg.MetadataValue.bool(True)
+        metadata |= metadata_from({"runs_read": read, "window_complete": True})
         return dg.MaterializeResult(metadata=metadata)
 
     return operations_summary
@@ -81,22 +78,15 @@ PAGE_RUNS = 5_000
 """Runs read from the run storage at a time: what ``operations_summary`` holds in memory at most."""
 
 
-@dataclass(frozen=True)
-class WindowRun:
-    """What ``operations_summary`` needs of a run (``selected``: only without a capability tag)."""
-
-    job_name: str
-    created: dt.datetime
-    tags: Mapping[str, str]
-    selected: tuple[Any, ...] = ()
-
-
 def _summary_tag(key: str) -> bool:
     return key in (summary.COUNTS_TAG, summary.CAPABILITY_TAG) or key.startswith(summary.COUNT_TAG_PREFIX)
 
 
-def window_runs(instance: Any, since: dt.datetime, page: int = PAGE_RUNS) -> Iterator[WindowRun]:
-    """Every run created after ``since``, oldest first, ``page`` runs at a time (bounded memory)."""
+def window_runs(
+    instance: Any, since: dt.datetime, page: int = PAGE_RUNS, of_asset: Mapping[Any, str | None] | None = None
+) -> Iterator[summary.RunCounts]:
+    """Every run created after ``since``, oldest first, ``page`` runs at a time (bounded memory); a run
+    without a capability tag counts under its assets' (``of_asset``: asset key -> capability)."""
     cursor = None
     while True:
         records = instance.get_run_records(
@@ -108,7 +98,8 @@ def window_runs(instance: Any, since: dt.datetime, page: int = PAGE_RUNS) -> Ite
             selected: tuple[Any, ...] = ()
             if not tags.get(summary.CAPABILITY_TAG) and summary.run_counters(tags):  # counts under its assets
                 selected = (*(run.asset_selection or ()), *(k.asset_key for k in run.asset_check_selection or ()))
-            yield WindowRun(run.job_name, record.create_timestamp, tags, selected)
+            capabilities = ((of_asset or {}).get(key) for key in selected)
+            yield summary.run_counts(run.job_name, record.create_timestamp, tags, capabilities)
         if len(records) < page:
             return
         cursor = records[-1].dagster_run.run_id

@@ -25,7 +25,7 @@ def _clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The job of ``task`` (``task.job``, one op ``task.op``), on ``executor_def`` or the code location's."""
-    assert task.job is not None and task.what is not None and task.counters is not None, f"{task.name}: no job"
+    assert task.job is not None, f"{task.name}: no job"  # with one, Task checked its op, what and counters
     what, counters = task.what, task.counters
 
     @dg.op(
@@ -72,26 +72,24 @@ def task_schedule(
     tags: Mapping[str, str] | None = None,
     crons: Mapping[str, str] | None = None,
 ) -> dg.ScheduleDefinition:
-    """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (over only the
-    clients it reads with) and skipping the tick when there is nothing to do."""
-    look_task = task.look
+    """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (its clients only)."""
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
-        return look_task(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
+        return task.look(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
 
     return schedule(
         name=name,
         crons=crons,
         job=job,
         cron_schedule=cron,
-        look=look if look_task is not None else None,
+        look=look if task.look is not None else None,
         request=lambda _context: dg.RunRequest(run_config=dict(run_config), tags=dict(tags or {})),
         required_resource_keys=set(task.look_clients),
         description=f"{task.description} For {task.what(params) if task.what else task.name} ({cron})."
         + (
             f" Looks first at {task.looks_at} and skips the tick when there is nothing to do, or while the "
             "previous run is still queued or running."
-            if look_task is not None
+            if task.look is not None
             else ""
         ),
     )
