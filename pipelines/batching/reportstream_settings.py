@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import partial
@@ -45,22 +44,17 @@ def _plain(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
     return loader.construct_scalar(node)
 
 
+def _text_if_base_60(construct):
+    """YAML 1.1 reads ``12:30`` as the number 750; ReportStream's Jackson (YAML 1.2) reads the text."""
+    return lambda loader, node: node.value if ":" in node.value else construct(loader, node)
+
+
 _SettingsLoader.add_multi_constructor("", _plain)
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_SettingsLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SettingsLoader.add_implicit_resolver(
-    _INT,
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)\Z"),
-    list("-+0123456789"),
-)
-_SettingsLoader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"),
-    list("-+0123456789."),
-)
+for _tag, _construct in [
+    ("tag:yaml.org,2002:int", yaml.SafeLoader.construct_yaml_int),
+    ("tag:yaml.org,2002:float", yaml.SafeLoader.construct_yaml_float),
+]:
+    _SettingsLoader.add_constructor(_tag, _text_if_base_60(_construct))
 
 
 def parse_yaml(text: str, source: str) -> Any:
