@@ -271,7 +271,11 @@ class ReceiverBatcher:
         """Finish a file whose run died between locking and finalizing."""
         _, moment, n = store.parse_batch_id(batch)
         key = store.file_key(cfg.receiver, moment, n)
-        in_s3 = self._object_exists(key)
+        try:
+            self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
+            in_s3 = True
+        except self.s3.exceptions.ClientError:
+            in_s3 = False
         entry = {"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3}
         if not report.dry_run:
             if not self._still_enabled(cfg, report):
@@ -299,13 +303,6 @@ class ReceiverBatcher:
             f"{cfg.receiver} {format_batch_time(moment)}: the empty file of {day} is already sent (onlyOncePerDay)"
         )
         return False
-
-    def _object_exists(self, key: str) -> bool:
-        try:
-            self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
-            return True
-        except self.s3.exceptions.ClientError:
-            return False
 
     def _write_batch(
         self,

@@ -1,6 +1,4 @@
-"""Dagster wiring for ReportStream's per-receiver batching (docs/batching.md): the ``receiver_batches``
-asset by (receiver, UTC day), the decider's minute runs and their handoff of failed receivers, the
-receivers sync, the checks on ReportStream's tables and the settings import."""
+"""Dagster wiring for ReportStream's per-receiver batching (docs/batching.md)."""
 
 import datetime as dt
 import json
@@ -23,7 +21,7 @@ from pipelines.common import iso
 from pipelines.common.defs.active_runs import still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.metadata import rounded, table_from
+from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.looks import Look
@@ -38,26 +36,26 @@ batch_partitions = dg.MultiPartitionsDefinition({"receiver": receivers_partition
 
 def report_metadata(report: RunReport) -> dict:
     files = report.files
-    return {
-        "status": dg.MetadataValue.text(report.status),
-        "dry_run": dg.MetadataValue.bool(report.dry_run),
-        "batch_times_written": dg.MetadataValue.json([b.batch_time for b in report.batches if b.files]),
-        "batch_times_without_records": dg.MetadataValue.json([b.batch_time for b in report.batches if not b.files]),
-        "batch_times_already_done": dg.MetadataValue.int(len(report.already_done)),
-        "files_written": dg.MetadataValue.int(len(files)),
-        "files": dg.MetadataValue.json([f.key for f in files]),
-        "records_per_file": dg.MetadataValue.json({f.key: f.records for f in files}),
-        "records_batched": dg.MetadataValue.int(report.records_batched),
-        "invalid_json_payloads": dg.MetadataValue.int(sum(f.invalid_payloads for f in files)),
-        "recovered_batches": dg.MetadataValue.json(report.recovered),
-        "invalid_records": dg.MetadataValue.json(report.invalid_records[:100]),
-        "invalid_record_count": dg.MetadataValue.int(len(report.invalid_records)),
-        "pending_before": dg.MetadataValue.int(report.pending_before),
-        "still_pending": dg.MetadataValue.int(report.still_pending),
-        "oldest_pending_age_seconds": dg.MetadataValue.float(
-            rounded("oldest_pending_age_seconds", report.oldest_pending_age_seconds or 0.0)
-        ),
+    values = {
+        "status": report.status,
+        "dry_run": report.dry_run,
+        "batch_times_written": [b.batch_time for b in report.batches if b.files],
+        "batch_times_without_records": [b.batch_time for b in report.batches if not b.files],
+        "batch_times_already_done": len(report.already_done),
+        "files_written": len(files),
+        "files": [f.key for f in files],
+        "records_per_file": {f.key: f.records for f in files},
+        "records_batched": report.records_batched,
+        "invalid_json_payloads": sum(f.invalid_payloads for f in files),
+        "recovered_batches": report.recovered,
+        "invalid_records": report.invalid_records[:100],
+        "invalid_record_count": len(report.invalid_records),
+        "pending_before": report.pending_before,
+        "still_pending": report.still_pending,
+        "oldest_pending_age_seconds": report.oldest_pending_age_seconds or 0.0,
     }
+    typed = metadata_from(values)  # leaves out an empty list or map: shown here as JSON all the same
+    return {key: typed[key] if key in typed else dg.MetadataValue.json(value) for key, value in values.items()}
 
 
 @dg.asset(
@@ -248,35 +246,34 @@ def _batch_share(
         f"materialized, {len(counted)} counted here: batched as usual, already materialized), {len(failed)} "
         "failed; " + ", ".join(f"{k}={v}" for k, v in totals.items())
     )
-    return dg.Output(result, metadata=_minute_metadata(_minute_totals([result])))
+    return dg.Output(result, metadata=_minute_totals([result])[1])
 
 
-def _minute_totals(results: list[dict]) -> dict:
-    """The shares' results added up: counters, partitions batched, failed and counted."""
-    return {
+def _minute_totals(results: list[dict]) -> tuple[dict, dict]:
+    """The shares' results added up (counters, partitions batched, failed and counted), and as metadata."""
+    totals = {
         **{name: sum(r[name] for r in results) for name in ("batches_sent", "records_batched", "batched")},
         "failed": sorted(p for r in results for p in r["failed"]),
         "counted": {k: v for r in results for k, v in r["counted"].items()},
     }
-
-
-def _minute_metadata(totals: dict) -> dict:
-    return {
+    return totals, {
         **{k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")},
         "partitions_materialized": dg.MetadataValue.int(totals["batched"] - len(totals["counted"])),
         "partitions_counted": dg.MetadataValue.json(totals["counted"]),
     }
 
 
-def _report_minute(context: dg.OpExecutionContext, totals: dict, batch_time: str, dry_run: bool) -> None:
-    """The minute's run summary (``totals``: the shares' results added up); receivers that failed are tagged
-    for their own runs."""
+def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool) -> tuple[list[str], dict]:
+    """The minute's run summary from its shares' results; receivers that failed are tagged for their own
+    runs. Returns those and the minute's metadata."""
+    totals, metadata = _minute_totals(results)
     failed = totals["failed"]
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
     counters = {name: totals[name] for name in ("batches_sent", "records_batched")}
     detail = ("dry run; " if dry_run else "") + (f"failed: {', '.join(failed)}" if failed else "")
     run_summary(context, f"batch minute {batch_time}: {totals['batched']} partition(s) batched", counters, detail)
+    return failed, metadata
 
 
 @dg.op(
@@ -301,7 +298,7 @@ batch_receivers = dg.op(
 @dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
 def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> None:
     if results:
-        _report_minute(context, _minute_totals(results), results[0]["batch_time"], results[0]["dry_run"])
+        _report_minute(context, results, results[0]["batch_time"], results[0]["dry_run"])
 
 
 @dg.op(
@@ -320,9 +317,8 @@ def batch_minute(
 ) -> dg.Output[dict]:
     params, parts = _minute_shares(context)
     results = [_batch_share(context, share, dynamodb, s3, batching).value for share in parts]
-    totals = _minute_totals(results)
-    _report_minute(context, totals, params.batch_time, params.dry_run)
-    return dg.Output({"shares": len(results), "failed": totals["failed"]}, metadata=_minute_metadata(totals))
+    failed, metadata = _report_minute(context, results, params.batch_time, params.dry_run)
+    return dg.Output({"shares": len(results), "failed": failed}, metadata=metadata)
 
 
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
@@ -514,7 +510,7 @@ def _tables_check(description: str):
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    invalid = decider.invalid_receivers(dynamodb.get_client(), batching.receivers_table)
+    invalid = decider.invalid_receivers(store.scan_receivers(dynamodb.get_client(), batching.receivers_table))
     return dg.AssetCheckResult(
         passed=not invalid,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -611,11 +607,8 @@ def import_receiver_settings_op(
         for a, w in [(ADD, "added"), (CHANGE, "changed"), (DISABLE, "disabled")]
     }
     run_summary(context, "ReportStream receiver settings", written, "dry run" if params.dry_run else "")
-    metadata = {
-        **{k: dg.MetadataValue.int(v) for k, v in counts.items()},
-        "dry_run": dg.MetadataValue.bool(params.dry_run),
-        "conflicts": dg.MetadataValue.int(conflicts),
-        "not_read": dg.MetadataValue.json(problems),
+    metadata = metadata_from({**counts, "dry_run": params.dry_run, "conflicts": conflicts}) | {
+        "not_read": dg.MetadataValue.json(problems),  # an empty list too
         "receivers": table_from(rows, dict(zip(columns, columns, strict=True))),
     }
     return dg.Output({**result, "changes": rows}, metadata=metadata)
