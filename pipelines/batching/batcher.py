@@ -100,24 +100,16 @@ def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
     return free, locked
 
 
+@dataclass
 class ReceiverBatcher:
     """Batches one receiver for one UTC day. ``now`` is the logical clock (batch times up to it)."""
 
-    def __init__(
-        self,
-        dynamodb,
-        s3,
-        settings: BatchSettings,
-        *,
-        owner: str | None = None,
-        log: Callable[[str], None] | None = None,
-    ):
-        self.dynamodb = dynamodb
-        self.s3 = s3
-        self.settings = settings
-        self.owner = owner or f"batcher-{uuid.uuid4()}"
-        self.log = log or (lambda _msg: None)
-        self._files_by_day: dict[str, dict[str, int]] = {}
+    dynamodb: Any
+    s3: Any
+    settings: BatchSettings
+    owner: str = field(default_factory=lambda: f"batcher-{uuid.uuid4()}", kw_only=True)
+    log: Callable[[str], None] = field(default=lambda _msg: None, kw_only=True)
+    _files_by_day: dict[str, dict[str, int]] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, receiver: str, day: str, now: dt.datetime, *, dry_run: bool = False) -> RunReport:
         report = RunReport(receiver=receiver, day=day, dry_run=dry_run)
@@ -358,20 +350,15 @@ class ReceiverBatcher:
             written.files.append(FileWritten(key=key, records=0))
             written.empty_file = True
         if not report.dry_run:
-            store.put_ledger(
-                self.s3,
-                s.outbox_bucket,
-                cfg.receiver,
-                moment,
-                {
-                    "receiver": cfg.receiver,
-                    "batch_time": written.batch_time,
-                    "window_start": written.window_start,
-                    "files": [{"key": f.key, "records": f.records} for f in written.files],
-                    "resumed_after_file": existing,
-                    "run": self.owner,
-                    "written_at": iso(dt.datetime.now(dt.UTC)),
-                },
-            )
+            entry = {
+                "receiver": cfg.receiver,
+                "batch_time": written.batch_time,
+                "window_start": written.window_start,
+                "files": [{"key": f.key, "records": f.records} for f in written.files],
+                "resumed_after_file": existing,
+                "run": self.owner,
+                "written_at": iso(dt.datetime.now(dt.UTC)),
+            }
+            store.put_ledger(self.s3, s.outbox_bucket, cfg.receiver, moment, entry)
         report.batches.append(written)
         return written

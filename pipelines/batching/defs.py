@@ -24,7 +24,6 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
-from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -110,9 +109,6 @@ def _log_report(log, report: RunReport) -> None:
 def _counters(report: RunReport) -> dict[str, int]:
     return {"batches_sent": 0 if report.dry_run else len(report.files), "records_batched": report.records_batched}
 
-
-RECEIVER_TAG = "dagster/partition/receiver"
-"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key."""
 
 # ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
 # function: nothing materializes it, so no backfill or asset job ever includes its checks.
@@ -351,15 +347,6 @@ SYNC_REFRESH_SECONDS = 600
 differs from what its last tick read (its cursor)."""
 
 
-def _synced(cursor: str | None) -> tuple[list[str], float] | None:
-    """(the receiver names, when) the sync last found the partitions equal to, from its cursor."""
-    try:
-        seen = json.loads(cursor or "")
-        return list(seen["receivers"]), float(seen["at"])
-    except (ValueError, KeyError, TypeError):
-        return None
-
-
 @dg.sensor(
     # A new receiver's first batch does not wait for it (batch_decider adds a missing partition itself).
     minimum_interval_seconds=120,
@@ -374,8 +361,12 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
     clock, names = time.time(), sorted(wanted)
-    seen = _synced(context.cursor)
-    if seen is not None and seen[0] == names and clock - seen[1] < SYNC_REFRESH_SECONDS:
+    try:  # the cursor: the receiver names the partitions last equalled, and when
+        seen = json.loads(context.cursor or "")
+        unchanged = list(seen["receivers"]) == names and clock - float(seen["at"]) < SYNC_REFRESH_SECONDS
+    except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
+        unchanged = False
+    if unchanged:
         return dg.SkipReason(f"{len(names)} receiver(s), the table unchanged since the partitions were in sync")
     current = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     add, remove = sorted(wanted - current), sorted(current - wanted)
@@ -498,12 +489,8 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
 
 def _tables_check(description: str):
     """A check on ``receiver_records`` (ReportStream's tables), with one-line failures, retried on AWS errors."""
-
-    def decorate(fn):
-        check = dg.asset_check(asset=receiver_records.key, description=description, retry_policy=AWS_RETRY_POLICY)
-        return check(one_line_failures(fn))
-
-    return decorate
+    check = dg.asset_check(asset=receiver_records.key, description=description, retry_policy=AWS_RETRY_POLICY)
+    return lambda fn: check(one_line_failures(fn))
 
 
 @_tables_check("Every receiver's configuration can be scheduled.")
@@ -557,15 +544,6 @@ batching_checks_job = dg.define_asset_job(
 
 CHECKS_REFRESH = dt.timedelta(hours=1)
 """The batching checks run at least this often, whatever their schedule's look finds."""
-
-
-def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
-    batching: BatchingSettings = context.resources.batching
-    return decider.look_at_receivers(
-        context.resources.dynamodb.get_client(),
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-    )
 
 
 IMPORT_OP = "import_reportstream_receivers"
@@ -633,7 +611,11 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         name="batching_checks_schedule",
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",
-        look=_receivers_look,
+        look=lambda context: decider.look_at_receivers(
+            context.resources.dynamodb.get_client(),
+            receivers_table=context.resources.batching.receivers_table,
+            records_table=context.resources.batching.records_table,
+        ),
         refresh=CHECKS_REFRESH,
         required_resource_keys={"dynamodb", "batching"},
         description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
