@@ -177,13 +177,8 @@ class ReceiverBatcher:
             if moment in done:
                 continue
             window_start = self._window_start(moment, done, undone)
-            candidates = [
-                r
-                for r in free
-                if r.record_id not in taken
-                and r.created < moment
-                and (window_start is None or r.created >= window_start)
-            ]
+            before = [r for r in free if r.record_id not in taken and r.created < moment]
+            candidates = [r for r in before if window_start is None or r.created >= window_start]
             written = self._write_batch(cfg, moment, window_start, candidates, taken, report)
             if written is None:  # cancelled
                 break
@@ -197,15 +192,11 @@ class ReceiverBatcher:
         """The latest missed batch time before ``moment``, or None: one with no ledger entry while an
         earlier one within the lookback has one. ``moment`` then takes only the records created since it,
         leaving the older ones for a backfill of the missed one."""
-        horizon = moment - self.settings.lookback
-        i = bisect.bisect_left(done, horizon)
-        if i >= len(done) or done[i] >= moment:
-            return None  # nothing done within the lookback: nothing counts as missed
-        first_done = done[i]
+        i = bisect.bisect_left(done, moment - self.settings.lookback)  # the first done within the lookback
         j = bisect.bisect_left(undone, moment)
-        if j and undone[j - 1] > first_done:
+        if i < len(done) and done[i] < moment and j and undone[j - 1] > done[i]:
             return undone[j - 1]
-        return None
+        return None  # nothing done within the lookback (nothing counts as missed), or nothing missed since
 
     def _ledger(self, receiver: str, low: dt.datetime, high: dt.datetime) -> list[dt.datetime]:
         prefix = f"ledger/{receiver}/"
