@@ -343,8 +343,6 @@ batch_minute_job = minute_job()
 
 
 SYNC_REFRESH_SECONDS = 600
-"""receivers_sync reads the partitions at least this often; in between only when the receivers table
-differs from what its last tick read (its cursor)."""
 
 
 @dg.sensor(
@@ -543,7 +541,6 @@ batching_checks_job = dg.define_asset_job(
 
 
 CHECKS_REFRESH = dt.timedelta(hours=1)
-"""The batching checks run at least this often, whatever their schedule's look finds."""
 
 
 IMPORT_OP = "import_reportstream_receivers"
@@ -606,7 +603,8 @@ def import_receiver_settings():
 
 
 def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
-    """Batching; each batch run's step on ``executor`` when given (the cluster's Celery workers)."""
+    """Batching; each batch run's step (a minute run's: each share's) on ``executor`` when given (the
+    cluster's Celery workers, decided in pipelines/definitions.py)."""
     checks_schedule = schedule(
         name="batching_checks_schedule",
         job=batching_checks_job,
@@ -623,8 +621,6 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
         "check scans the whole records table: it runs on that hourly refresh, or with the others).",
     )
-    # Under the cluster deployment each share of a minute run (and each partition run's step) goes to a
-    # Celery worker (``executor``, decided in pipelines/definitions.py).
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
