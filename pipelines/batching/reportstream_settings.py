@@ -57,17 +57,6 @@ for _tag, _construct in [
     _SettingsLoader.add_constructor(_tag, _text_if_base_60(_construct))
 
 
-def parse_yaml(text: str, source: str) -> Any:
-    """One settings file's document; ``ValueError`` with one line when it is not YAML."""
-    try:
-        return yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ValueError(f"{source}: not valid YAML{where}: {problem}") from None
-
-
 def _is_settings_file(name: str) -> bool:
     return name.endswith((".yml", ".yaml"))
 
@@ -204,9 +193,12 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
     organizations: set[str] = set()
     for source, text in sources:
         try:
-            doc = parse_yaml(text, source)
-        except ValueError as exc:
-            problems.append(str(exc))
+            doc = yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            problems.append(f"{source}: not valid YAML{where}: {problem}")
             continue
         orgs = doc if isinstance(doc, list) else [doc] if isinstance(doc, dict) else None
         if orgs is None:
