@@ -10,7 +10,6 @@ import hashlib
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -291,43 +290,38 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
     return changes
 
 
+def _write(dynamodb, table: str, change: Change) -> Any:
+    """One change's conditional write: the response, or None when the item changed since the plan read it."""
+    if change.action == ADD:
+        item = to_item(change.item)
+        return conditional_write(
+            lambda: dynamodb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(receiver)")
+        )
+    update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
+    if change.action == CHANGE:
+        owned = ("organization", "timing", "customerStatus", "settings_digest")
+        update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
+        values = to_item({f":{k}": change.item[k] for k in owned})
+    values |= {":src": {"S": SETTINGS_SOURCE}, ":old": {"S": change.expected_digest or ""}}
+    return conditional_write(
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": change.receiver}},
+            UpdateExpression=update,
+            ConditionExpression="settings_source = :src AND settings_digest = :old",
+            ExpressionAttributeValues=values,
+        )
+    )
+
+
 def apply(dynamodb, table: str, changes: list[Change]) -> None:
     """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
     for change in changes:
-        if change.action == ADD:
-            written = conditional_write(
-                partial(
-                    dynamodb.put_item,
-                    TableName=table,
-                    Item=to_item(change.item),
-                    ConditionExpression="attribute_not_exists(receiver)",
-                )
+        if change.action in (ADD, CHANGE, DISABLE):
+            done = _write(dynamodb, table, change) is not None
+            change.outcome = (
+                "done" if done else "conflict: the item changed since the plan read it; run the import again"
             )
-        elif change.action in (CHANGE, DISABLE):
-            update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
-            if change.action == CHANGE:
-                owned = ("organization", "timing", "customerStatus", "settings_digest")
-                update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
-                values = to_item({f":{k}": change.item[k] for k in owned})
-            written = conditional_write(
-                partial(
-                    dynamodb.update_item,
-                    TableName=table,
-                    Key={"receiver": {"S": change.receiver}},
-                    UpdateExpression=update,
-                    ConditionExpression="settings_source = :src AND settings_digest = :old",
-                    ExpressionAttributeValues={
-                        **values,
-                        ":src": {"S": SETTINGS_SOURCE},
-                        ":old": {"S": change.expected_digest or ""},
-                    },
-                )
-            )
-        else:
-            continue
-        change.outcome = (
-            "done" if written is not None else "conflict: the item changed since the plan read it; run the import again"
-        )
 
 
 def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:
