@@ -230,7 +230,7 @@ class Change:
     detail: str = ""
     item: dict[str, Any] | None = None
     expected_digest: str | None = None
-    outcome: str = ""  # after apply: done | conflict (another writer changed it) | would (dry run)
+    outcome: str = ""  # after the import: done | conflict (another writer changed it) | would (dry run)
 
     def line(self) -> str:
         detail = f" ({self.detail})" if self.detail else ""
@@ -314,26 +314,17 @@ def _write(dynamodb, table: str, change: Change) -> Any:
     )
 
 
-def apply(dynamodb, table: str, changes: list[Change]) -> None:
-    """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
-    for change in changes:
-        if change.action in (ADD, CHANGE, DISABLE):
-            done = _write(dynamodb, table, change) is not None
-            change.outcome = (
-                "done" if done else "conflict: the item changed since the plan read it; run the import again"
-            )
-
-
 def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:
-    """Read the settings at ``path``, plan against the receivers table, apply unless ``dry_run``.
+    """Read the settings at ``path``, plan against the receivers table, write unless ``dry_run``.
     Returns every change (with its outcome) and one line per file or organization not read."""
     sources, problems = read_sources(path, s3)
     entries, more, organizations = entries_of(sources)
     changes = plan(entries, organizations, store.scan_receivers(dynamodb, table))
-    if dry_run:
-        for change in changes:
-            if change.action in (ADD, CHANGE, DISABLE):
-                change.outcome = "would"
-    else:
-        apply(dynamodb, table, changes)
+    for change in (c for c in changes if c.action in (ADD, CHANGE, DISABLE)):
+        if dry_run:
+            change.outcome = "would"
+        elif _write(dynamodb, table, change) is not None:
+            change.outcome = "done"
+        else:
+            change.outcome = "conflict: the item changed since the plan read it; run the import again"
     return changes, problems + more
