@@ -26,10 +26,6 @@ class DueBatch:
     def day(self) -> str:
         return self.batch_time.strftime("%Y-%m-%d")
 
-    @property
-    def run_key(self) -> str:
-        return f"{self.receiver}@{schedule.format_batch_time(self.batch_time)}"
-
 
 @dataclass
 class Decision:
