@@ -39,7 +39,6 @@ class BatchWritten:
     batch_time: str
     window_start: str | None  # None: every pending record created before the batch time
     files: list[FileWritten] = field(default_factory=list)
-    empty_file: bool = False
 
 
 @dataclass
@@ -339,7 +338,6 @@ class ReceiverBatcher:
             if not report.dry_run:
                 store.put_file(self.s3, s.outbox_bucket, key, [])
             written.files.append(FileWritten(key=key, records=0))
-            written.empty_file = True
         if not report.dry_run:
             entry = {
                 "receiver": cfg.receiver,
