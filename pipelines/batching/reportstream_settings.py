@@ -154,33 +154,27 @@ def entry_for(organization: str, receiver: Any, source: str) -> Entry:
         return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {receiver!r:.80}")
     if not isinstance(receiver.get("name"), str) or not receiver["name"]:
         return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {receiver!r:.80}")
-    name = f"{organization}.{receiver['name']}"
+    name, timing = f"{organization}.{receiver['name']}", receiver.get("timing")
     entry = Entry(name, source)
     if not RECEIVER_NAME.match(name):
         entry.problem = f"{name!r:.120} cannot be a receiver name (it must match {RECEIVER_NAME.pattern})"
-        return entry
-    timing = receiver.get("timing")
-    if timing is None:
+    elif timing is None:
         entry.problem = "no timing block: ReportStream does not batch this receiver"
-        return entry
-    if not isinstance(timing, dict):
+    elif not isinstance(timing, dict):
         entry.problem = f"timing must be a map, got {timing!r:.80}"
-        return entry
-    item = {
-        "receiver": name,
-        "organization": organization,
-        "timing": _timing_as_written(timing, entry.notes),
-        "customerStatus": receiver.get("customerStatus", "inactive"),  # ReportStream's default
-        "settings_source": SETTINGS_SOURCE,
-    }
-    errors = receiver_errors(item)
-    if errors:
-        entry.problem = "; ".join(errors)
-        return entry
-    if item["customerStatus"] == "inactive":
-        entry.notes.append("customerStatus inactive: imported disabled (no batches)")
-    item["settings_digest"] = digest(item)
-    entry.item = item
+    else:
+        item = {
+            "receiver": name,
+            "organization": organization,
+            "timing": _timing_as_written(timing, entry.notes),
+            "customerStatus": receiver.get("customerStatus", "inactive"),  # ReportStream's default
+            "settings_source": SETTINGS_SOURCE,
+        }
+        entry.problem = "; ".join(receiver_errors(item)) or None
+        if entry.problem is None:
+            if item["customerStatus"] == "inactive":
+                entry.notes.append("customerStatus inactive: imported disabled (no batches)")
+            entry.item = {**item, "settings_digest": digest(item)}
     return entry
 
 
