@@ -382,7 +382,6 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 @one_line_failures
 def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
     """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
-    dynamodb: DynamoDBResource = context.resources.dynamodb
     batching: BatchingSettings = context.resources.batching
     tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)
@@ -390,12 +389,16 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
+    try:  # the window: the minute, or back to the last minute run's minute after skipped ticks
+        gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
+    except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
+        gap = 60
     decision = decider.decide(
-        dynamodb.get_client(),
+        context.resources.dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
         tick=tick,
-        window_seconds=_window_seconds(previous, tick),
+        window_seconds=gap if 60 < gap <= MAX_WINDOW_SECONDS else 60,
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
@@ -428,15 +431,6 @@ batch_decider = schedule(
     description="Every minute: one batch_minute_job run for every enabled receiver with a batch time in the minute "
     "(none when no receiver is due; the tick skips while the previous minute run is still queued).",
 )
-
-
-def _window_seconds(previous, tick: dt.datetime) -> int:
-    """The decider's window: the minute, or back to the last minute run's minute after skipped ticks."""
-    try:
-        gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
-    except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
-        return 60
-    return gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
 
 
 HANDOFF_MARGIN_SECONDS = 600
