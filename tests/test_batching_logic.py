@@ -400,7 +400,7 @@ def test_decider_launches_due_receivers_only(aws):
     assert set(due) == {"hourly", "empty-but-flagged"}  # quarter's times are :05, :20, :35, :50
     assert due["hourly"].pending == 5
     assert due["hourly"].expected_files == 3
-    assert due["hourly"].run_key == "hourly@2026-11-20T10:00Z"
+    assert due["hourly"].batch_time == T10
     assert due["hourly"].day == DAY
     assert due["empty-but-flagged"].expected_files == 1
     assert "batching_enabled is false" in decision.skipped["off"]

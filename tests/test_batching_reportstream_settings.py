@@ -312,7 +312,7 @@ def test_the_decider_launches_no_second_empty_batch_of_the_day(aws):
     later = decide(aws.client("dynamodb"), tick=dt.datetime(2026, 11, 20, 1, 0, tzinfo=UTC), **tables)
     assert later.due == []
     tomorrow = decide(aws.client("dynamodb"), tick=dt.datetime(2026, 11, 21, 0, 0, tzinfo=UTC), **tables)
-    assert [d.run_key for d in tomorrow.due] == ["o.once@2026-11-21T00:00Z"]
+    assert [(d.receiver, d.batch_time) for d in tomorrow.due] == [("o.once", dt.datetime(2026, 11, 21, tzinfo=UTC))]
 
 
 @pytest.mark.slow

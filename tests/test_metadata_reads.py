@@ -53,7 +53,6 @@ def test_an_empty_file_sent_on_purpose_is_a_batch_time_written():
         batch_time="2026-11-20T08:00",
         window_start=None,
         files=[FileWritten(key="batches/acme/2026-11-20T08:00/1.jsonl", records=0)],
-        empty_file=True,
     )
     meta = report_metadata(RunReport(receiver="acme", day="2026-11-20", batches=[empty]))
     assert meta["batch_times_written"].value == ["2026-11-20T08:00"]

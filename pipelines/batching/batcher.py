@@ -39,7 +39,6 @@ class BatchWritten:
     batch_time: str
     window_start: str | None  # None: every pending record created before the batch time
     files: list[FileWritten] = field(default_factory=list)
-    empty_file: bool = False
 
 
 @dataclass
@@ -100,24 +99,16 @@ def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
     return free, locked
 
 
+@dataclass
 class ReceiverBatcher:
     """Batches one receiver for one UTC day. ``now`` is the logical clock (batch times up to it)."""
 
-    def __init__(
-        self,
-        dynamodb,
-        s3,
-        settings: BatchSettings,
-        *,
-        owner: str | None = None,
-        log: Callable[[str], None] | None = None,
-    ):
-        self.dynamodb = dynamodb
-        self.s3 = s3
-        self.settings = settings
-        self.owner = owner or f"batcher-{uuid.uuid4()}"
-        self.log = log or (lambda _msg: None)
-        self._files_by_day: dict[str, dict[str, int]] = {}
+    dynamodb: Any
+    s3: Any
+    settings: BatchSettings
+    owner: str = field(default_factory=lambda: f"batcher-{uuid.uuid4()}", kw_only=True)
+    log: Callable[[str], None] = field(default=lambda _msg: None, kw_only=True)
+    _files_by_day: dict[str, dict[str, int]] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, receiver: str, day: str, now: dt.datetime, *, dry_run: bool = False) -> RunReport:
         report = RunReport(receiver=receiver, day=day, dry_run=dry_run)
@@ -185,13 +176,8 @@ class ReceiverBatcher:
             if moment in done:
                 continue
             window_start = self._window_start(moment, done, undone)
-            candidates = [
-                r
-                for r in free
-                if r.record_id not in taken
-                and r.created < moment
-                and (window_start is None or r.created >= window_start)
-            ]
+            before = [r for r in free if r.record_id not in taken and r.created < moment]
+            candidates = [r for r in before if window_start is None or r.created >= window_start]
             written = self._write_batch(cfg, moment, window_start, candidates, taken, report)
             if written is None:  # cancelled
                 break
@@ -205,15 +191,11 @@ class ReceiverBatcher:
         """The latest missed batch time before ``moment``, or None: one with no ledger entry while an
         earlier one within the lookback has one. ``moment`` then takes only the records created since it,
         leaving the older ones for a backfill of the missed one."""
-        horizon = moment - self.settings.lookback
-        i = bisect.bisect_left(done, horizon)
-        if i >= len(done) or done[i] >= moment:
-            return None  # nothing done within the lookback: nothing counts as missed
-        first_done = done[i]
+        i = bisect.bisect_left(done, moment - self.settings.lookback)  # the first done within the lookback
         j = bisect.bisect_left(undone, moment)
-        if j and undone[j - 1] > first_done:
+        if i < len(done) and done[i] < moment and j and undone[j - 1] > done[i]:
             return undone[j - 1]
-        return None
+        return None  # nothing done within the lookback (nothing counts as missed), or nothing missed since
 
     def _ledger(self, receiver: str, low: dt.datetime, high: dt.datetime) -> list[dt.datetime]:
         prefix = f"ledger/{receiver}/"
@@ -271,7 +253,11 @@ class ReceiverBatcher:
         """Finish a file whose run died between locking and finalizing."""
         _, moment, n = store.parse_batch_id(batch)
         key = store.file_key(cfg.receiver, moment, n)
-        in_s3 = self._object_exists(key)
+        try:
+            self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
+            in_s3 = True
+        except self.s3.exceptions.ClientError:
+            in_s3 = False
         entry = {"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3}
         if not report.dry_run:
             if not self._still_enabled(cfg, report):
@@ -299,13 +285,6 @@ class ReceiverBatcher:
             f"{cfg.receiver} {format_batch_time(moment)}: the empty file of {day} is already sent (onlyOncePerDay)"
         )
         return False
-
-    def _object_exists(self, key: str) -> bool:
-        try:
-            self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
-            return True
-        except self.s3.exceptions.ClientError:
-            return False
 
     def _write_batch(
         self,
@@ -359,22 +338,16 @@ class ReceiverBatcher:
             if not report.dry_run:
                 store.put_file(self.s3, s.outbox_bucket, key, [])
             written.files.append(FileWritten(key=key, records=0))
-            written.empty_file = True
         if not report.dry_run:
-            store.put_ledger(
-                self.s3,
-                s.outbox_bucket,
-                cfg.receiver,
-                moment,
-                {
-                    "receiver": cfg.receiver,
-                    "batch_time": written.batch_time,
-                    "window_start": written.window_start,
-                    "files": [{"key": f.key, "records": f.records} for f in written.files],
-                    "resumed_after_file": existing,
-                    "run": self.owner,
-                    "written_at": iso(dt.datetime.now(dt.UTC)),
-                },
-            )
+            entry = {
+                "receiver": cfg.receiver,
+                "batch_time": written.batch_time,
+                "window_start": written.window_start,
+                "files": [{"key": f.key, "records": f.records} for f in written.files],
+                "resumed_after_file": existing,
+                "run": self.owner,
+                "written_at": iso(dt.datetime.now(dt.UTC)),
+            }
+            store.put_ledger(self.s3, s.outbox_bucket, cfg.receiver, moment, entry)
         report.batches.append(written)
         return written

@@ -26,10 +26,6 @@ class DueBatch:
     def day(self) -> str:
         return self.batch_time.strftime("%Y-%m-%d")
 
-    @property
-    def run_key(self) -> str:
-        return f"{self.receiver}@{schedule.format_batch_time(self.batch_time)}"
-
 
 @dataclass
 class Decision:
@@ -69,13 +65,9 @@ def decide(
     return decision
 
 
-def _invalid(items: list[dict[str, Any]]) -> dict[str, list[str]]:
+def invalid_receivers(items: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """receiver -> the problems with its configuration, for every invalid receiver item."""
     return {str(item.get("receiver")): errors for item in items if (errors := schedule.receiver_errors(item))}
-
-
-def invalid_receivers(dynamodb, receivers_table: str) -> dict[str, list[str]]:
-    """receiver -> the problems with its configuration, for every invalid receiver."""
-    return _invalid(store.scan_receivers(dynamodb, receivers_table))
 
 
 def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
@@ -102,7 +94,7 @@ def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> 
     """The batching checks schedule's look: what two of the three checks read (a scan of the receivers
     table and of the pending-index); the third scans the whole records table: the refresh covers it."""
     items = store.scan_receivers(dynamodb, receivers_table)
-    invalid = _invalid(items)
+    invalid = invalid_receivers(items)
     orphans = _orphaned(items, pending_by_receiver(dynamodb, records_table))
     return Look.state(
         {"invalid_receivers": invalid, "orphaned_pending": orphans},

@@ -1,6 +1,4 @@
-"""Dagster wiring for ReportStream's per-receiver batching (docs/batching.md): the ``receiver_batches``
-asset by (receiver, UTC day), the decider's minute runs and their handoff of failed receivers, the
-receivers sync, the checks on ReportStream's tables and the settings import."""
+"""Dagster wiring for ReportStream's per-receiver batching (docs/batching.md)."""
 
 import datetime as dt
 import json
@@ -23,10 +21,9 @@ from pipelines.common import iso
 from pipelines.common.defs.active_runs import still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.metadata import rounded, table_from
+from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
-from pipelines.common.looks import Look
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -38,26 +35,26 @@ batch_partitions = dg.MultiPartitionsDefinition({"receiver": receivers_partition
 
 def report_metadata(report: RunReport) -> dict:
     files = report.files
-    return {
-        "status": dg.MetadataValue.text(report.status),
-        "dry_run": dg.MetadataValue.bool(report.dry_run),
-        "batch_times_written": dg.MetadataValue.json([b.batch_time for b in report.batches if b.files]),
-        "batch_times_without_records": dg.MetadataValue.json([b.batch_time for b in report.batches if not b.files]),
-        "batch_times_already_done": dg.MetadataValue.int(len(report.already_done)),
-        "files_written": dg.MetadataValue.int(len(files)),
-        "files": dg.MetadataValue.json([f.key for f in files]),
-        "records_per_file": dg.MetadataValue.json({f.key: f.records for f in files}),
-        "records_batched": dg.MetadataValue.int(report.records_batched),
-        "invalid_json_payloads": dg.MetadataValue.int(sum(f.invalid_payloads for f in files)),
-        "recovered_batches": dg.MetadataValue.json(report.recovered),
-        "invalid_records": dg.MetadataValue.json(report.invalid_records[:100]),
-        "invalid_record_count": dg.MetadataValue.int(len(report.invalid_records)),
-        "pending_before": dg.MetadataValue.int(report.pending_before),
-        "still_pending": dg.MetadataValue.int(report.still_pending),
-        "oldest_pending_age_seconds": dg.MetadataValue.float(
-            rounded("oldest_pending_age_seconds", report.oldest_pending_age_seconds or 0.0)
-        ),
+    values = {
+        "status": report.status,
+        "dry_run": report.dry_run,
+        "batch_times_written": [b.batch_time for b in report.batches if b.files],
+        "batch_times_without_records": [b.batch_time for b in report.batches if not b.files],
+        "batch_times_already_done": len(report.already_done),
+        "files_written": len(files),
+        "files": [f.key for f in files],
+        "records_per_file": {f.key: f.records for f in files},
+        "records_batched": report.records_batched,
+        "invalid_json_payloads": sum(f.invalid_payloads for f in files),
+        "recovered_batches": report.recovered,
+        "invalid_records": report.invalid_records[:100],
+        "invalid_record_count": len(report.invalid_records),
+        "pending_before": report.pending_before,
+        "still_pending": report.still_pending,
+        "oldest_pending_age_seconds": report.oldest_pending_age_seconds or 0.0,
     }
+    typed = metadata_from(values)  # leaves out an empty list or map: shown here as JSON all the same
+    return {key: typed[key] if key in typed else dg.MetadataValue.json(value) for key, value in values.items()}
 
 
 @dg.asset(
@@ -112,9 +109,6 @@ def _log_report(log, report: RunReport) -> None:
 def _counters(report: RunReport) -> dict[str, int]:
     return {"batches_sent": 0 if report.dry_run else len(report.files), "records_batched": report.records_batched}
 
-
-RECEIVER_TAG = "dagster/partition/receiver"
-"""The receiver of a batch run: Dagster tags every run of a multi-partition with each dimension's key."""
 
 # ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
 # function: nothing materializes it, so no backfill or asset job ever includes its checks.
@@ -248,35 +242,34 @@ def _batch_share(
         f"materialized, {len(counted)} counted here: batched as usual, already materialized), {len(failed)} "
         "failed; " + ", ".join(f"{k}={v}" for k, v in totals.items())
     )
-    return dg.Output(result, metadata=_minute_metadata(_minute_totals([result])))
+    return dg.Output(result, metadata=_minute_totals([result])[1])
 
 
-def _minute_totals(results: list[dict]) -> dict:
-    """The shares' results added up: counters, partitions batched, failed and counted."""
-    return {
+def _minute_totals(results: list[dict]) -> tuple[dict, dict]:
+    """The shares' results added up (counters, partitions batched, failed and counted), and as metadata."""
+    totals = {
         **{name: sum(r[name] for r in results) for name in ("batches_sent", "records_batched", "batched")},
         "failed": sorted(p for r in results for p in r["failed"]),
         "counted": {k: v for r in results for k, v in r["counted"].items()},
     }
-
-
-def _minute_metadata(totals: dict) -> dict:
-    return {
+    return totals, {
         **{k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")},
         "partitions_materialized": dg.MetadataValue.int(totals["batched"] - len(totals["counted"])),
         "partitions_counted": dg.MetadataValue.json(totals["counted"]),
     }
 
 
-def _report_minute(context: dg.OpExecutionContext, totals: dict, batch_time: str, dry_run: bool) -> None:
-    """The minute's run summary (``totals``: the shares' results added up); receivers that failed are tagged
-    for their own runs."""
+def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool) -> tuple[list[str], dict]:
+    """The minute's run summary from its shares' results; receivers that failed are tagged for their own
+    runs. Returns those and the minute's metadata."""
+    totals, metadata = _minute_totals(results)
     failed = totals["failed"]
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
     counters = {name: totals[name] for name in ("batches_sent", "records_batched")}
     detail = ("dry run; " if dry_run else "") + (f"failed: {', '.join(failed)}" if failed else "")
     run_summary(context, f"batch minute {batch_time}: {totals['batched']} partition(s) batched", counters, detail)
+    return failed, metadata
 
 
 @dg.op(
@@ -301,7 +294,7 @@ batch_receivers = dg.op(
 @dg.op(description="Sums the shares; receivers that failed are tagged for their own runs (batch_failures_handoff).")
 def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> None:
     if results:
-        _report_minute(context, _minute_totals(results), results[0]["batch_time"], results[0]["dry_run"])
+        _report_minute(context, results, results[0]["batch_time"], results[0]["dry_run"])
 
 
 @dg.op(
@@ -320,9 +313,8 @@ def batch_minute(
 ) -> dg.Output[dict]:
     params, parts = _minute_shares(context)
     results = [_batch_share(context, share, dynamodb, s3, batching).value for share in parts]
-    totals = _minute_totals(results)
-    _report_minute(context, totals, params.batch_time, params.dry_run)
-    return dg.Output({"shares": len(results), "failed": totals["failed"]}, metadata=_minute_metadata(totals))
+    failed, metadata = _report_minute(context, results, params.batch_time, params.dry_run)
+    return dg.Output({"shares": len(results), "failed": failed}, metadata=metadata)
 
 
 def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
@@ -351,17 +343,6 @@ batch_minute_job = minute_job()
 
 
 SYNC_REFRESH_SECONDS = 600
-"""receivers_sync reads the partitions at least this often; in between only when the receivers table
-differs from what its last tick read (its cursor)."""
-
-
-def _synced(cursor: str | None) -> tuple[list[str], float] | None:
-    """(the receiver names, when) the sync last found the partitions equal to, from its cursor."""
-    try:
-        seen = json.loads(cursor or "")
-        return list(seen["receivers"]), float(seen["at"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 @dg.sensor(
@@ -378,8 +359,12 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
     clock, names = time.time(), sorted(wanted)
-    seen = _synced(context.cursor)
-    if seen is not None and seen[0] == names and clock - seen[1] < SYNC_REFRESH_SECONDS:
+    try:  # the cursor: the receiver names the partitions last equalled, and when
+        seen = json.loads(context.cursor or "")
+        unchanged = list(seen["receivers"]) == names and clock - float(seen["at"]) < SYNC_REFRESH_SECONDS
+    except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
+        unchanged = False
+    if unchanged:
         return dg.SkipReason(f"{len(names)} receiver(s), the table unchanged since the partitions were in sync")
     current = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     add, remove = sorted(wanted - current), sorted(current - wanted)
@@ -397,7 +382,6 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 @one_line_failures
 def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
     """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
-    dynamodb: DynamoDBResource = context.resources.dynamodb
     batching: BatchingSettings = context.resources.batching
     tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
     runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)
@@ -405,12 +389,16 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
+    try:  # the window: the minute, or back to the last minute run's minute after skipped ticks
+        gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
+    except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
+        gap = 60
     decision = decider.decide(
-        dynamodb.get_client(),
+        context.resources.dynamodb.get_client(),
         receivers_table=batching.receivers_table,
         records_table=batching.records_table,
         tick=tick,
-        window_seconds=_window_seconds(previous, tick),
+        window_seconds=gap if 60 < gap <= MAX_WINDOW_SECONDS else 60,
     )
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
@@ -443,15 +431,6 @@ batch_decider = schedule(
     description="Every minute: one batch_minute_job run for every enabled receiver with a batch time in the minute "
     "(none when no receiver is due; the tick skips while the previous minute run is still queued).",
 )
-
-
-def _window_seconds(previous, tick: dt.datetime) -> int:
-    """The decider's window: the minute, or back to the last minute run's minute after skipped ticks."""
-    try:
-        gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
-    except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
-        return 60
-    return gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
 
 
 HANDOFF_MARGIN_SECONDS = 600
@@ -502,19 +481,15 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
 
 def _tables_check(description: str):
     """A check on ``receiver_records`` (ReportStream's tables), with one-line failures, retried on AWS errors."""
-
-    def decorate(fn):
-        check = dg.asset_check(asset=receiver_records.key, description=description, retry_policy=AWS_RETRY_POLICY)
-        return check(one_line_failures(fn))
-
-    return decorate
+    check = dg.asset_check(asset=receiver_records.key, description=description, retry_policy=AWS_RETRY_POLICY)
+    return lambda fn: check(one_line_failures(fn))
 
 
 @_tables_check("Every receiver's configuration can be scheduled.")
 def receiver_configs_valid(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    invalid = decider.invalid_receivers(dynamodb.get_client(), batching.receivers_table)
+    invalid = decider.invalid_receivers(store.scan_receivers(dynamodb.get_client(), batching.receivers_table))
     return dg.AssetCheckResult(
         passed=not invalid,
         severity=dg.AssetCheckSeverity.ERROR,
@@ -560,16 +535,6 @@ batching_checks_job = dg.define_asset_job(
 
 
 CHECKS_REFRESH = dt.timedelta(hours=1)
-"""The batching checks run at least this often, whatever their schedule's look finds."""
-
-
-def _receivers_look(context: dg.ScheduleEvaluationContext) -> Look:
-    batching: BatchingSettings = context.resources.batching
-    return decider.look_at_receivers(
-        context.resources.dynamodb.get_client(),
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-    )
 
 
 IMPORT_OP = "import_reportstream_receivers"
@@ -611,11 +576,8 @@ def import_receiver_settings_op(
         for a, w in [(ADD, "added"), (CHANGE, "changed"), (DISABLE, "disabled")]
     }
     run_summary(context, "ReportStream receiver settings", written, "dry run" if params.dry_run else "")
-    metadata = {
-        **{k: dg.MetadataValue.int(v) for k, v in counts.items()},
-        "dry_run": dg.MetadataValue.bool(params.dry_run),
-        "conflicts": dg.MetadataValue.int(conflicts),
-        "not_read": dg.MetadataValue.json(problems),
+    metadata = metadata_from({**counts, "dry_run": params.dry_run, "conflicts": conflicts}) | {
+        "not_read": dg.MetadataValue.json(problems),  # an empty list too
         "receivers": table_from(rows, dict(zip(columns, columns, strict=True))),
     }
     return dg.Output({**result, "changes": rows}, metadata=metadata)
@@ -635,12 +597,17 @@ def import_receiver_settings():
 
 
 def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
-    """Batching; each batch run's step on ``executor`` when given (the cluster's Celery workers)."""
+    """Batching; each batch run's step (a minute run's: each share's) on ``executor`` when given (the
+    cluster's Celery workers, decided in pipelines/definitions.py)."""
     checks_schedule = schedule(
         name="batching_checks_schedule",
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",
-        look=_receivers_look,
+        look=lambda context: decider.look_at_receivers(
+            context.resources.dynamodb.get_client(),
+            receivers_table=context.resources.batching.receivers_table,
+            records_table=context.resources.batching.records_table,
+        ),
         refresh=CHECKS_REFRESH,
         required_resource_keys={"dynamodb", "batching"},
         description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
@@ -648,8 +615,6 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
         "check scans the whole records table: it runs on that hourly refresh, or with the others).",
     )
-    # Under the cluster deployment each share of a minute run (and each partition run's step) goes to a
-    # Celery worker (``executor``, decided in pipelines/definitions.py).
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],

@@ -1,5 +1,4 @@
-"""The run config of ``receiver_batches``, declared once (no Dagster): the Dagster schema, the
-Launchpad's descriptions and the README table all come from :class:`ReceiverBatchesParams`."""
+"""Batching's run configs, declared once (no Dagster)."""
 
 from __future__ import annotations
 
@@ -11,15 +10,12 @@ from pipelines.batching.batcher import BatchSettings
 from pipelines.common.env import MAX_LOOKBACK_DAYS, batch_partitions_env
 from pipelines.common.params import ParamsError, param
 
-MAX_LEASE_WAIT_SECONDS = 3600
-
 
 def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
     """The first day of the ``day`` partitions, ``YYYY-MM-DD``: ``BATCH_PARTITIONS_START_DATE``, or the
     first of the month ``BATCH_PARTITIONS_LOOKBACK_DAYS`` before ``today`` (the start moves once a month).
     An invalid value counts as unset here, so that the code location loads; the batching settings
-    resource fails the batching runs and sensors with its line (``resources.settings``).
-    """
+    resource fails the batching runs and sensors with its line (``resources.settings``)."""
     fixed, lookback_days = batch_partitions_env([], env)
     if fixed is not None:
         return fixed.isoformat()
@@ -44,7 +40,7 @@ class ReceiverBatchesParams:
         120,
         description="How long a run waits for another run of the same receiver to finish before it fails.",
         minimum=0,
-        maximum=MAX_LEASE_WAIT_SECONDS,
+        maximum=3600,
     )
 
     def settings(self, deployed) -> BatchSettings:

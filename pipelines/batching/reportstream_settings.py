@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,33 +43,17 @@ def _plain(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
     return loader.construct_scalar(node)
 
 
+def _text_if_base_60(construct):
+    """YAML 1.1 reads ``12:30`` as the number 750; ReportStream's Jackson (YAML 1.2) reads the text."""
+    return lambda loader, node: node.value if ":" in node.value else construct(loader, node)
+
+
 _SettingsLoader.add_multi_constructor("", _plain)
-_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
-_SettingsLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT, _FLOAT)]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-_SettingsLoader.add_implicit_resolver(
-    _INT,
-    re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)\Z"),
-    list("-+0123456789"),
-)
-_SettingsLoader.add_implicit_resolver(
-    _FLOAT,
-    re.compile(r"^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))\Z"),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """One settings file's document; ``ValueError`` with one line when it is not YAML."""
-    try:
-        return yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ValueError(f"{source}: not valid YAML{where}: {problem}") from None
+for _tag, _construct in [
+    ("tag:yaml.org,2002:int", yaml.SafeLoader.construct_yaml_int),
+    ("tag:yaml.org,2002:float", yaml.SafeLoader.construct_yaml_float),
+]:
+    _SettingsLoader.add_constructor(_tag, _text_if_base_60(_construct))
 
 
 def _is_settings_file(name: str) -> bool:
@@ -172,33 +154,27 @@ def entry_for(organization: str, receiver: Any, source: str) -> Entry:
         return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {receiver!r:.80}")
     if not isinstance(receiver.get("name"), str) or not receiver["name"]:
         return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {receiver!r:.80}")
-    name = f"{organization}.{receiver['name']}"
+    name, timing = f"{organization}.{receiver['name']}", receiver.get("timing")
     entry = Entry(name, source)
     if not RECEIVER_NAME.match(name):
         entry.problem = f"{name!r:.120} cannot be a receiver name (it must match {RECEIVER_NAME.pattern})"
-        return entry
-    timing = receiver.get("timing")
-    if timing is None:
+    elif timing is None:
         entry.problem = "no timing block: ReportStream does not batch this receiver"
-        return entry
-    if not isinstance(timing, dict):
+    elif not isinstance(timing, dict):
         entry.problem = f"timing must be a map, got {timing!r:.80}"
-        return entry
-    item = {
-        "receiver": name,
-        "organization": organization,
-        "timing": _timing_as_written(timing, entry.notes),
-        "customerStatus": receiver.get("customerStatus", "inactive"),  # ReportStream's default
-        "settings_source": SETTINGS_SOURCE,
-    }
-    errors = receiver_errors(item)
-    if errors:
-        entry.problem = "; ".join(errors)
-        return entry
-    if item["customerStatus"] == "inactive":
-        entry.notes.append("customerStatus inactive: imported disabled (no batches)")
-    item["settings_digest"] = digest(item)
-    entry.item = item
+    else:
+        item = {
+            "receiver": name,
+            "organization": organization,
+            "timing": _timing_as_written(timing, entry.notes),
+            "customerStatus": receiver.get("customerStatus", "inactive"),  # ReportStream's default
+            "settings_source": SETTINGS_SOURCE,
+        }
+        entry.problem = "; ".join(receiver_errors(item)) or None
+        if entry.problem is None:
+            if item["customerStatus"] == "inactive":
+                entry.notes.append("customerStatus inactive: imported disabled (no batches)")
+            entry.item = {**item, "settings_digest": digest(item)}
     return entry
 
 
@@ -210,9 +186,12 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
     organizations: set[str] = set()
     for source, text in sources:
         try:
-            doc = parse_yaml(text, source)
-        except ValueError as exc:
-            problems.append(str(exc))
+            doc = yaml.load(text, Loader=_SettingsLoader)  # noqa: S506 - a SafeLoader subclass
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+            problems.append(f"{source}: not valid YAML{where}: {problem}")
             continue
         orgs = doc if isinstance(doc, list) else [doc] if isinstance(doc, dict) else None
         if orgs is None:
@@ -245,7 +224,7 @@ class Change:
     detail: str = ""
     item: dict[str, Any] | None = None
     expected_digest: str | None = None
-    outcome: str = ""  # after apply: done | conflict (another writer changed it) | would (dry run)
+    outcome: str = ""  # after the import: done | conflict (another writer changed it) | would (dry run)
 
     def line(self) -> str:
         detail = f" ({self.detail})" if self.detail else ""
@@ -305,55 +284,41 @@ def plan(entries: list[Entry], organizations: set[str], current: Iterable[dict[s
     return changes
 
 
-def apply(dynamodb, table: str, changes: list[Change]) -> None:
-    """Write ``changes`` (add, change, disable) with conditional writes; each gets its outcome."""
-    for change in changes:
-        if change.action == ADD:
-            written = conditional_write(
-                partial(
-                    dynamodb.put_item,
-                    TableName=table,
-                    Item=to_item(change.item),
-                    ConditionExpression="attribute_not_exists(receiver)",
-                )
-            )
-        elif change.action in (CHANGE, DISABLE):
-            update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
-            if change.action == CHANGE:
-                owned = ("organization", "timing", "customerStatus", "settings_digest")
-                update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
-                values = to_item({f":{k}": change.item[k] for k in owned})
-            written = conditional_write(
-                partial(
-                    dynamodb.update_item,
-                    TableName=table,
-                    Key={"receiver": {"S": change.receiver}},
-                    UpdateExpression=update,
-                    ConditionExpression="settings_source = :src AND settings_digest = :old",
-                    ExpressionAttributeValues={
-                        **values,
-                        ":src": {"S": SETTINGS_SOURCE},
-                        ":old": {"S": change.expected_digest or ""},
-                    },
-                )
-            )
-        else:
-            continue
-        change.outcome = (
-            "done" if written is not None else "conflict: the item changed since the plan read it; run the import again"
+def _write(dynamodb, table: str, change: Change) -> Any:
+    """One change's conditional write: the response, or None when the item changed since the plan read it."""
+    if change.action == ADD:
+        item = to_item(change.item)
+        return conditional_write(
+            lambda: dynamodb.put_item(TableName=table, Item=item, ConditionExpression="attribute_not_exists(receiver)")
         )
+    update, values = "SET batching_enabled = :f", {":f": {"BOOL": False}}
+    if change.action == CHANGE:
+        owned = ("organization", "timing", "customerStatus", "settings_digest")
+        update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
+        values = to_item({f":{k}": change.item[k] for k in owned})
+    values |= {":src": {"S": SETTINGS_SOURCE}, ":old": {"S": change.expected_digest or ""}}
+    return conditional_write(
+        lambda: dynamodb.update_item(
+            TableName=table,
+            Key={"receiver": {"S": change.receiver}},
+            UpdateExpression=update,
+            ConditionExpression="settings_source = :src AND settings_digest = :old",
+            ExpressionAttributeValues=values,
+        )
+    )
 
 
 def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:
-    """Read the settings at ``path``, plan against the receivers table, apply unless ``dry_run``.
+    """Read the settings at ``path``, plan against the receivers table, write unless ``dry_run``.
     Returns every change (with its outcome) and one line per file or organization not read."""
     sources, problems = read_sources(path, s3)
     entries, more, organizations = entries_of(sources)
     changes = plan(entries, organizations, store.scan_receivers(dynamodb, table))
-    if dry_run:
-        for change in changes:
-            if change.action in (ADD, CHANGE, DISABLE):
-                change.outcome = "would"
-    else:
-        apply(dynamodb, table, changes)
+    for change in (c for c in changes if c.action in (ADD, CHANGE, DISABLE)):
+        if dry_run:
+            change.outcome = "would"
+        elif _write(dynamodb, table, change) is not None:
+            change.outcome = "done"
+        else:
+            change.outcome = "conflict: the item changed since the plan read it; run the import again"
     return changes, problems + more

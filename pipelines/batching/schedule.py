@@ -115,20 +115,32 @@ class InvalidReceiver(ValueError):
     """A receiver item whose configuration cannot be scheduled."""
 
 
-def _int_field(item: dict[str, Any], name: str, low: int, high: int, errors: list[str]) -> int:
-    value = item.get(name)
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        errors.append(f"{name} must be an integer from {low} to {high}, got {value!r}")
-        return low
+def _checked(values: dict[str, Any], name: str, ok, expected: str, errors: list[str], default: Any = None) -> Any:
+    """``values[name]`` (``default`` when absent), with a line in ``errors`` when ``ok`` refuses it: an item
+    with errors is never scheduled, so the value is then only read by later checks."""
+    value = values.get(name, default)
+    if not ok(value):
+        errors.append(f"{name} must be {expected}, got {value!r}")
     return value
 
 
-def _bool_field(item: dict[str, Any], name: str, default: bool, errors: list[str]) -> bool:
-    value = item.get(name, default)
-    if not isinstance(value, bool):
-        errors.append(f"{name} must be a boolean, got {value!r}")
-        return default
-    return value
+def _int_field(values: dict[str, Any], name: str, high: int, errors: list[str]) -> int:
+    def ok(value: Any) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= high
+
+    return _checked(values, name, ok, f"an integer from 1 to {high}", errors)
+
+
+def _bool_field(values: dict[str, Any], name: str, default: bool, errors: list[str]) -> bool:
+    return _checked(values, name, lambda v: isinstance(v, bool), "a boolean", errors, default)
+
+
+def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default: str, errors: list[str]) -> str:
+    return _checked(values, name, lambda v: v in choices, f"one of {', '.join(choices)}", errors, default)
+
+
+def _matches(pattern: re.Pattern[str]):
+    return lambda value: isinstance(value, str) and pattern.match(value) is not None
 
 
 def _is_zone(zone: Any) -> bool:
@@ -148,14 +160,6 @@ def iana_zone(name: Any) -> str | None:
     return name if _is_zone(name) else None
 
 
-def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default: str, errors: list[str]) -> str:
-    value = values.get(name, default)
-    if value not in choices:
-        errors.append(f"{name} must be one of {', '.join(choices)}, got {value!r}")
-        return default
-    return value
-
-
 def _integral(value: Any) -> Any:
     """A whole ``Decimal`` (a number inside a DynamoDB map) as an int; anything else as it is."""
     return int(value) if isinstance(value, Decimal) and value == value.to_integral_value() else value
@@ -168,19 +172,11 @@ def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
         errors.append(f"timing must be a map (ReportStream's Receiver.Timing), got {timing!r}")
         timing = {}
     values = {**REPORTSTREAM_DEFAULTS, **{k: _integral(v) for k, v in timing.items()}}
-    number = _int_field(values, "numberPerDay", 1, 1440, errors)
-    size = _int_field(values, "maxReportCount", 1, MAX_BATCH_SIZE_LIMIT, errors)
-    initial = values.get("initialTime")
-    if not isinstance(initial, str) or not HHMMSS.match(initial):
-        errors.append(f"initialTime must be HH:MM (00:00 to 23:59), got {initial!r}")
-        initial = "00:00"
-    zone = iana_zone(values.get("timeZone"))
-    if zone is None:
-        errors.append(
-            f"timeZone must be a ReportStream USTimeZone name ({', '.join(US_TIME_ZONES)}) or an IANA zone, "
-            f"got {values.get('timeZone')!r}"
-        )
-        zone = "UTC"
+    number = _int_field(values, "numberPerDay", 1440, errors)
+    size = _int_field(values, "maxReportCount", MAX_BATCH_SIZE_LIMIT, errors)
+    initial = _checked(values, "initialTime", _matches(HHMMSS), "HH:MM (00:00 to 23:59)", errors)
+    zones = f"a ReportStream USTimeZone name ({', '.join(US_TIME_ZONES)}) or an IANA zone"
+    zone = iana_zone(_checked(values, "timeZone", lambda v: iana_zone(v) is not None, zones, errors))
     when_empty = values.get("whenEmpty", {})
     if not isinstance(when_empty, dict):
         errors.append(f"whenEmpty must be a map (action, onlyOncePerDay), got {when_empty!r}")
@@ -201,19 +197,11 @@ def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
 
 def _groundskeeper_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
     """The config fields of an item in Groundskeeper's own form."""
-    number = _int_field(item, "number_per_day", 1, 1440, errors)
-    size = _int_field(item, "max_batch_size", 1, MAX_BATCH_SIZE_LIMIT, errors)
-    initial = item.get("initial_time")
-    if not isinstance(initial, str) or not HHMM.match(initial):
-        errors.append(f"initial_time must be HH:MM (00:00 to 23:59), got {initial!r}")
-    zone = item.get("time_zone", "UTC")
-    if not _is_zone(zone):
-        errors.append(f"time_zone must be an IANA zone name, got {zone!r}")
     return {
-        "number_per_day": number,
-        "initial_time": initial,
-        "time_zone": zone,
-        "max_batch_size": size,
+        "number_per_day": _int_field(item, "number_per_day", 1440, errors),
+        "max_batch_size": _int_field(item, "max_batch_size", MAX_BATCH_SIZE_LIMIT, errors),
+        "initial_time": _checked(item, "initial_time", _matches(HHMM), "HH:MM (00:00 to 23:59)", errors),
+        "time_zone": _checked(item, "time_zone", _is_zone, "an IANA zone name", errors, "UTC"),
         "send_if_empty_batch": _bool_field(item, "send_if_empty_batch", False, errors),
     }
 

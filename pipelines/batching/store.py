@@ -64,18 +64,25 @@ def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
     return from_item(item) if item else None
 
 
-def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, condition: str, values=None) -> Any:
-    """The receiver item after setting this run's lease until ``until_ms``, or None when ``condition`` failed."""
-    response = conditional_write(
+def _update_receiver(dynamodb, table: str, receiver: str, update: str, condition: str, values: dict, **extra) -> Any:
+    """A conditional update of the receiver item: the response, or None when ``condition`` failed."""
+    return conditional_write(
         lambda: dynamodb.update_item(
             TableName=table,
             Key={"receiver": {"S": receiver}},
-            UpdateExpression="SET batch_lease_owner = :o, batch_lease_until = :u",
+            UpdateExpression=update,
             ConditionExpression=condition,
-            ExpressionAttributeValues={":o": {"S": owner}, ":u": {"N": str(until_ms)}, **(values or {})},
-            ReturnValues="ALL_NEW",
+            ExpressionAttributeValues=values,
+            **extra,
         )
     )
+
+
+def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, condition: str, values=None) -> Any:
+    """The receiver item after setting this run's lease until ``until_ms``, or None when ``condition`` failed."""
+    update = "SET batch_lease_owner = :o, batch_lease_until = :u"
+    values = {":o": {"S": owner}, ":u": {"N": str(until_ms)}, **(values or {})}
+    response = _update_receiver(dynamodb, table, receiver, update, condition, values, ReturnValues="ALL_NEW")
     return from_item(response["Attributes"]) if response else None
 
 
@@ -120,36 +127,22 @@ def renew_lease(dynamodb, table: str, receiver: str, owner: str, lease_seconds: 
 
 
 def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
-    conditional_write(
-        lambda: dynamodb.update_item(
-            TableName=table,
-            Key={"receiver": {"S": receiver}},
-            UpdateExpression="REMOVE batch_lease_owner, batch_lease_until",
-            ConditionExpression="batch_lease_owner = :o",
-            ExpressionAttributeValues={":o": {"S": owner}},
-        )
-    )
+    remove = "REMOVE batch_lease_owner, batch_lease_until"
+    _update_receiver(dynamodb, table, receiver, remove, "batch_lease_owner = :o", {":o": {"S": owner}})
 
 
 def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str, batch_time) -> bool:
     """Claim the one empty file of local day ``day`` (``whenEmpty.onlyOncePerDay``) for batch time T,
     only while this run holds the lease: True when T has it (now, or from an earlier run of T that
     died before its ledger entry), False when another batch time of the day (or a later day) has it."""
-    claimed = conditional_write(
-        lambda: dynamodb.update_item(
-            TableName=table,
-            Key={"receiver": {"S": receiver}},
-            UpdateExpression="SET empty_batch_day = :d, empty_batch_time = :t",
-            ConditionExpression=(
-                "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
-                "OR (empty_batch_day = :d AND empty_batch_time = :t))"
-            ),
-            ExpressionAttributeValues={
-                ":o": {"S": owner},
-                ":d": {"S": day},
-                ":t": {"S": format_batch_time(batch_time)},
-            },
-        )
+    claimed = _update_receiver(
+        dynamodb,
+        table,
+        receiver,
+        "SET empty_batch_day = :d, empty_batch_time = :t",
+        "batch_lease_owner = :o AND (attribute_not_exists(empty_batch_day) OR empty_batch_day < :d "
+        "OR (empty_batch_day = :d AND empty_batch_time = :t))",
+        {":o": {"S": owner}, ":d": {"S": day}, ":t": {"S": format_batch_time(batch_time)}},
     )
     if claimed is None and (get_receiver(dynamodb, table, receiver) or {}).get("batch_lease_owner") != owner:
         raise LeaseLost(f"run {owner!r} lost the lease on receiver {receiver!r}")
