@@ -19,6 +19,7 @@ from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, AlertConfig, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
+    RunEnd,
     as_demo,
     automatic_retry,
     cause_of,
@@ -225,13 +226,12 @@ def _failure_signal(
     instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, at: float | None, note: str = ""
 ) -> Signal:
     """``at``: when ``run`` failed (its RUN_FAILURE event's time), the incident's first_seen."""
-    tags = dict(run.tags)
     what = run_target(instance, run)
-    first, cause = _first_error(instance, lineage_root(run.run_id, tags))
+    first, cause = _first_error(instance, lineage_root(run.run_id, run.tags))
     if not first:
         first, cause = _first_error(instance, run.run_id)
-    unit = work_unit(what, tags, run.run_config)
-    signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note, at=at)
+    unit = work_unit(what, run.tags, run.run_config)
+    signal = run_failed(RunEnd(what, run.run_id, dict(run.tags), unit, cfg.ui_url, at), first, cause, note)
     return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
@@ -328,9 +328,7 @@ def _run_signals_of(
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:
-            signals = run_succeeded(
-                what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units, at=record.timestamp
-            )
+            signals = run_succeeded(RunEnd(what, run.run_id, tags, unit, cfg.ui_url, record.timestamp), open_units)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
             for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == unit]:
@@ -339,13 +337,10 @@ def _run_signals_of(
             continue
         expected = automatic_retry(tags, run.run_id, instance)
         if expected:
-            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {expected.why}")
-            awaiting[run.run_id] = {
-                "at": record.timestamp,
-                "by": record.timestamp + expected.within,
-                "tags": list(expected.child_tags),
-                "unit": unit,
-            }
+            why, seconds, child_tags = expected
+            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {why}")
+            by = record.timestamp + seconds
+            awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": unit}
             continue
         signal = _failure_signal(instance, run, cfg, record.timestamp)
         open_units[signal.alert_key] = unit

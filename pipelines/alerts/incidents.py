@@ -318,6 +318,27 @@ class AlertBook:
             done.out_of_time = done.out_of_time or (deadline is not None and clock() >= deadline)
             return done.out_of_time
 
+        def send(sink: Sink, item: dict[str, Any], replaces: list[dict[str, Any]] | None = None) -> bool:
+            box = self.outbox.setdefault(sink.name, [])
+            try:
+                sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
+            except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
+                if not isinstance(exc, SinkError):
+                    exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
+                for kept in replaces or [item]:
+                    kept["attempts"] += 1
+                    wait = policy.delay(kept["attempts"])
+                    kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
+                    kept["last_error"] = first_line(exc, SUMMARY_CHARS)
+                self.took = [name for name in self.took if name != sink.name]
+                done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
+                return False
+            self.took = sorted({*self.took, sink.name})
+            gone = {item["id"]} | {r["id"] for r in replaces or []}
+            self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
+            done.sent.append((sink.name, item["id"]))
+            return True
+
         for sink in sinks:
             box = self.outbox.get(sink.name, [])
             due = [item for item in box if item["next_try"] <= now]
@@ -330,7 +351,7 @@ class AlertBook:
                     break
                 if item["message"].get("alert_key") in refused:
                     continue
-                if self._send(sink, item, now, policy, done):
+                if send(sink, item):
                     in_a_row = 0
                     save()
                     continue
@@ -342,7 +363,7 @@ class AlertBook:
             if rest and not out_of_time():
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
-                if self._send(sink, item, now, policy, done, replaces=rest):
+                if send(sink, item, replaces=rest):
                     done.summarised += len(rest)
                     save()
             done.waiting[sink.name] = len(self.outbox.get(sink.name, []))
@@ -351,35 +372,6 @@ class AlertBook:
     def undeliverable(self, sinks: Iterable[str]) -> list[str]:
         """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
-
-    def _send(
-        self,
-        sink: Sink,
-        item: dict[str, Any],
-        now: float,
-        policy: RetryPolicy,
-        done: Delivery,
-        replaces: list[dict[str, Any]] | None = None,
-    ) -> bool:
-        box = self.outbox.setdefault(sink.name, [])
-        try:
-            sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
-        except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
-            if not isinstance(exc, SinkError):
-                exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
-            for kept in replaces or [item]:
-                kept["attempts"] += 1
-                wait = policy.delay(kept["attempts"])
-                kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
-                kept["last_error"] = first_line(exc, SUMMARY_CHARS)
-            self.took = [name for name in self.took if name != sink.name]
-            done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
-            return False
-        self.took = sorted({*self.took, sink.name})
-        gone = {item["id"]} | {r["id"] for r in replaces or []}
-        self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
-        done.sent.append((sink.name, item["id"]))
-        return True
 
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
