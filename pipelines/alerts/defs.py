@@ -39,8 +39,8 @@ from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.retry import fixed
 from pipelines.retry.simulate import human
-from resources.clients import CloudWatchResource, SNSResource, SQSResource
-from resources.settings import AlertSettings, FleetSettings
+from resources.clients import SNSResource
+from resources.settings import FleetSettings
 
 SENSOR_NAME = "alerts"
 CLOSE_JOB = "close_incident"  # an operator's acknowledge or close, applied by the sensor's next tick
@@ -484,45 +484,32 @@ def build_alerts_sensor(
         name=SENSOR_NAME,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={"alerts", "fleet", "sns", "sqs", "cloudwatch"},
         description=(
             "Turns failed runs (after their automatic retries), failed asset checks, failing ticks and "
             "dead letters into incidents, sends one message when each opens and one when it resolves "
             "(ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL) and publishes the AlertsHeartbeat metric."
         ),
     )
-    def alerts(
-        context: dg.SensorEvaluationContext,
-        alerts: AlertSettings,
-        fleet: FleetSettings,
-        sns: SNSResource,
-        sqs: SQSResource,
-        cloudwatch: CloudWatchResource,
-    ) -> dg.SkipReason:
+    def alerts(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         with sensor_lease(context.instance, context.log.warning) as busy:
             if busy:
                 return dg.SkipReason(busy)
-            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
+            return _evaluate(context, demo_noise, demo_jobs)
 
     return alerts
 
 
-def _evaluate(
-    context,
-    alerts: AlertSettings,
-    fleet: FleetSettings,
-    sns: SNSResource,
-    sqs: SQSResource,
-    cloudwatch: CloudWatchResource,
-    demo_noise: frozenset[str],
-    demo_jobs: frozenset[str],
-) -> dg.SkipReason:
+def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) -> dg.SkipReason:
     """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
+    resources = context.resources  # AlertSettings, FleetSettings, SNSResource, SQSResource, CloudWatchResource
+    sns = resources.sns
     region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-    topic = (alerts.sns_topic_arn or "").strip()
+    topic = (resources.alerts.sns_topic_arn or "").strip()
     cfg = alert_config(
-        alerts,
+        resources.alerts,
         sns=sns.get_client() if topic else None,
         region=region,
         account=caller_account(sns, context.log.warning) if topic else None,
@@ -558,7 +545,7 @@ def _evaluate(
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
     observe(tick_signals(instance, cfg))
-    observe(dead_letter_signals(context, sqs.get_client(), fleet, cfg))
+    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg))
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks,
@@ -581,7 +568,8 @@ def _evaluate(
             # deployments sharing an account and a namespace each feed their own alarm
             dimensions = [{"Name": "Env", "Value": cfg.heartbeat_env}]
             beat = {"MetricName": HEARTBEAT_METRIC, "Value": 1.0, "Unit": "Count", "Dimensions": dimensions}
-            put_metrics(cloudwatch.get_client(), fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
+            cloudwatch = resources.cloudwatch.get_client()
+            put_metrics(cloudwatch, resources.fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
         except Exception as exc:
             context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
     if not cfg.sinks:
