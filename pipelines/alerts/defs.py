@@ -1,5 +1,4 @@
-"""The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``. The sensor's state is one
-JSON document (and a copy) in the instance's key-value store (docs/alerts.md, "What holds")."""
+"""The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident`` (docs/alerts.md)."""
 
 import contextlib
 import dataclasses
@@ -208,8 +207,7 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
-    """What a run is of, for its alert: the assets it materializes (whichever job did it: an asset
-    job, a materialization or backfill launched from the UI, a partition redrive), else its job."""
+    """What a run is of, for its alert: the assets it materializes (whichever job ran it), else its job."""
     keys = set(run.asset_selection or ())
     if not keys:
         planned = instance.get_records_for_run(
@@ -236,8 +234,7 @@ def _failure_signal(
 
 
 def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    """The failures waiting for their automatic retry: one whose retry run exists is done with; one
-    whose retry was not launched in time alerts."""
+    """The failures waiting for their automatic retry: done with once a retry run exists; alerting if none came."""
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
@@ -309,8 +306,7 @@ def run_signals(
 def _run_signals_of(
     context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
 ) -> list:
-    """A run whose lineage finally failed fires under its unit of work and cause; a success resolves
-    the open failures of its unit of work, and only those."""
+    """The signals of run ends (docs/alerts.md, "What resolves what")."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
@@ -351,10 +347,8 @@ def _run_signals_of(
 def rebuild_run_signals(
     context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
 ) -> list:
-    """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
-    of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
-    holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
-    is read twice, which changes nothing. One warning line says what was rebuilt."""
+    """A fresh state: the open incidents of runs, rebuilt (docs/alerts.md, "What holds"). The read positions
+    start at the latest run events, read first: a run that ends meanwhile is read twice, which changes nothing."""
     for kind in RUN_STATUS_EVENTS:
         latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
         if latest.records:

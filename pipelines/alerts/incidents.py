@@ -1,6 +1,5 @@
 """Incidents, not events: one message per state change of an ``alert_key``, kept in per-sink outboxes
-until a sink takes it (at least once, each with its state change's ``message_id``). No Dagster.
-"""
+until a sink takes it (at least once, each with its state change's ``message_id``). No Dagster."""
 
 from __future__ import annotations
 
@@ -214,20 +213,20 @@ class AlertBook:
                 incident["unit"] = signal.unit
             self.incidents[signal.alert_key] = incident
             self.history.append([now, FIRING])
-            return self._message(incident)
+            return _message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
             due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
             if due and not incident.get("acknowledged"):
                 incident["notified"] = now
-                return self._message(incident, reminder=True)
+                return _message(incident, reminder=True)
             return None
         if not signal.firing and open_now:
             incident.update(state=RESOLVED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
             # the resolving run's page, when there is one
             incident.update({name: getattr(signal, name) for name in ("run_id", "url") if getattr(signal, name)})
             self.history.append([now, RESOLVED])
-            return self._message(incident)
+            return _message(incident)
         return None
 
     def _act(self, incident: dict[str, Any] | None, signal: Signal, now: float) -> dict[str, Any] | None:
@@ -237,23 +236,13 @@ class AlertBook:
         if signal.action == "close":
             incident.update(state=CLOSED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
             self.history.append([now, CLOSED])
-            return self._message(incident)
+            return _message(incident)
         if incident.get("acknowledged"):
             return None
         incident["acknowledged"] = now
-        message = self._message(incident)
+        message = _message(incident)
         message["state"] = ACKNOWLEDGED
         message["summary"] = f"{first_line(signal.summary, SUMMARY_CHARS)} (was: {incident.get('summary', '')})"
-        return message
-
-    def _message(self, incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
-        message = {name: incident.get(name) for name in FIELDS}
-        message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
-        message["first_seen"] = iso_seconds(incident["first_seen"])
-        message["last_seen"] = iso_seconds(incident["last_seen"])
-        message["reminder"] = reminder
-        if incident["state"] in (RESOLVED, CLOSED) and incident.get("resolved_by"):
-            message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
         return message
 
     def open_units(self) -> dict[str, str]:
@@ -382,21 +371,20 @@ class AlertBook:
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
     """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
-    moment = iso_seconds(now)
-    return {
-        **dict.fromkeys(FIELDS),
-        "alert_key": f"{kind}@{moment}",
-        "state": FIRING,
-        "severity": severity,
-        "kind": kind,
-        "title": title,
-        "summary": summary,
-        "capability": "alerts",
-        "first_seen": moment,
-        "last_seen": moment,
-        "runbook": f"{RUNBOOKS}/{kind}.md",
-        "reminder": False,
-    }
+    what = {"kind": kind, "title": title, "summary": summary, "severity": severity, "capability": "alerts"}
+    seen = {"state": FIRING, "first_seen": now, "last_seen": now}
+    return _message({**what, **seen, "alert_key": f"{kind}@{iso_seconds(now)}"})
+
+
+def _message(incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
+    message = {name: incident.get(name) for name in FIELDS}
+    message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
+    message["first_seen"] = iso_seconds(incident["first_seen"])
+    message["last_seen"] = iso_seconds(incident["last_seen"])
+    message["reminder"] = reminder
+    if incident["state"] in (RESOLVED, CLOSED) and incident.get("resolved_by"):
+        message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
+    return message
 
 
 def _number(value: Any) -> bool:

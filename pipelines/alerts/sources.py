@@ -1,6 +1,5 @@
-"""What each source observed (runs, checks, ticks, the capabilities' measures), as :class:`Signal` s:
-plain values in, signals out, so that each kind of alert is decided in one place. No Dagster.
-"""
+"""What each source observed (runs, checks, ticks, queues), as :class:`Signal` s: plain values in, signals
+out, so that each kind of alert is decided in one place. No Dagster."""
 
 from __future__ import annotations
 
