@@ -12,6 +12,7 @@ import pytest
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
+    RunEnd,
     automatic_retry,
     cause_of,
     check_evaluated,
@@ -212,7 +213,7 @@ def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_re
     throttled = "An error occurred (ThrottlingException) when calling the Scan operation: Rate exceeded"
     missing = "An error occurred (ResourceNotFoundException) when calling the Scan operation: not found"
     for unit, error in ((agendas, throttled), (agendas, missing), (misspelt, missing)):
-        signal = run_failed("reclaim_agendas", "r1", tags, error, ui_url=None, unit=unit, cause=cause_of([], [error]))
+        signal = run_failed(RunEnd("reclaim_agendas", "r1", tags, unit), error, cause=cause_of([], [error]))
         _run(book, [signal], sink)
     assert [m["alert_key"] for m in sink.messages] == [
         "run_failure:reclaim_agendas@Agendas:ThrottlingException",
@@ -220,8 +221,8 @@ def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_re
         "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException",
     ]
     other, _ = _reclaim("OtherAgendas")
-    assert run_succeeded("reclaim_agendas", "r2", tags, ui_url=None, unit=other, open_units=book.open_units()) == []
-    resolved = run_succeeded("reclaim_agendas", "r3", tags, ui_url=None, unit=agendas, open_units=book.open_units())
+    assert run_succeeded(RunEnd("reclaim_agendas", "r2", tags, other), book.open_units()) == []
+    resolved = run_succeeded(RunEnd("reclaim_agendas", "r3", tags, agendas), book.open_units())
     _run(book, resolved, sink)
     assert [(m["alert_key"], m["state"]) for m in sink.messages[3:]] == [
         ("run_failure:reclaim_agendas@Agendas:ResourceNotFoundException", RESOLVED),

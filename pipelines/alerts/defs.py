@@ -1,5 +1,4 @@
-"""The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident``. The sensor's state is one
-JSON document (and a copy) in the instance's key-value store (docs/alerts.md, "What holds")."""
+"""The ``alerts`` sensor, the ``alerts/incidents`` asset and ``close_incident`` (docs/alerts.md)."""
 
 import contextlib
 import dataclasses
@@ -19,6 +18,7 @@ from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, AlertConfig, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
+    RunEnd,
     as_demo,
     automatic_retry,
     cause_of,
@@ -38,8 +38,8 @@ from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.retry import fixed
 from pipelines.retry.simulate import human
-from resources.clients import CloudWatchResource, SNSResource, SQSResource
-from resources.settings import AlertSettings, FleetSettings
+from resources.clients import SNSResource
+from resources.settings import FleetSettings
 
 SENSOR_NAME = "alerts"
 CLOSE_JOB = "close_incident"  # an operator's acknowledge or close, applied by the sensor's next tick
@@ -207,8 +207,7 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
-    """What a run is of, for its alert: the assets it materializes (whichever job did it: an asset
-    job, a materialization or backfill launched from the UI, a partition redrive), else its job."""
+    """What a run is of, for its alert: the assets it materializes (whichever job ran it), else its job."""
     keys = set(run.asset_selection or ())
     if not keys:
         planned = instance.get_records_for_run(
@@ -225,19 +224,17 @@ def _failure_signal(
     instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, at: float | None, note: str = ""
 ) -> Signal:
     """``at``: when ``run`` failed (its RUN_FAILURE event's time), the incident's first_seen."""
-    tags = dict(run.tags)
     what = run_target(instance, run)
-    first, cause = _first_error(instance, lineage_root(run.run_id, tags))
+    first, cause = _first_error(instance, lineage_root(run.run_id, run.tags))
     if not first:
         first, cause = _first_error(instance, run.run_id)
-    unit = work_unit(what, tags, run.run_config)
-    signal = run_failed(what, run.run_id, tags, first, ui_url=cfg.ui_url, unit=unit, cause=cause, note=note, at=at)
+    unit = work_unit(what, run.tags, run.run_config)
+    signal = run_failed(RunEnd(what, run.run_id, dict(run.tags), unit, cfg.ui_url, at), first, cause, note)
     return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
 def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    """The failures waiting for their automatic retry: one whose retry run exists is done with; one
-    whose retry was not launched in time alerts."""
+    """The failures waiting for their automatic retry: done with once a retry run exists; alerting if none came."""
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
@@ -309,8 +306,7 @@ def run_signals(
 def _run_signals_of(
     context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
 ) -> list:
-    """A run whose lineage finally failed fires under its unit of work and cause; a success resolves
-    the open failures of its unit of work, and only those."""
+    """The signals of run ends (docs/alerts.md, "What resolves what")."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
@@ -328,9 +324,7 @@ def _run_signals_of(
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
         if not failed:
-            signals = run_succeeded(
-                what, run.run_id, tags, ui_url=cfg.ui_url, unit=unit, open_units=open_units, at=record.timestamp
-            )
+            signals = run_succeeded(RunEnd(what, run.run_id, tags, unit, cfg.ui_url, record.timestamp), open_units)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
             for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == unit]:
@@ -339,13 +333,10 @@ def _run_signals_of(
             continue
         expected = automatic_retry(tags, run.run_id, instance)
         if expected:
-            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {expected.why}")
-            awaiting[run.run_id] = {
-                "at": record.timestamp,
-                "by": record.timestamp + expected.within,
-                "tags": list(expected.child_tags),
-                "unit": unit,
-            }
+            why, seconds, child_tags = expected
+            context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {why}")
+            by = record.timestamp + seconds
+            awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": unit}
             continue
         signal = _failure_signal(instance, run, cfg, record.timestamp)
         open_units[signal.alert_key] = unit
@@ -356,10 +347,8 @@ def _run_signals_of(
 def rebuild_run_signals(
     context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float, deadline: float
 ) -> list:
-    """A fresh state: the open incidents of runs, rebuilt by reading the latest finished run of each unit
-    of work of the last ``REBUILD_LOOKBACK_SECONDS`` as if it had just finished (docs/alerts.md, "What
-    holds"). The read positions start at the latest run events, read first: a run that ends meanwhile
-    is read twice, which changes nothing. One warning line says what was rebuilt."""
+    """A fresh state: the open incidents of runs, rebuilt (docs/alerts.md, "What holds"). The read positions
+    start at the latest run events, read first: a run that ends meanwhile is read twice, which changes nothing."""
     for kind in RUN_STATUS_EVENTS:
         latest = instance.fetch_run_status_changes(dg.RunStatusChangeRecordsFilter(event_type=kind), limit=1)
         if latest.records:
@@ -489,45 +478,32 @@ def build_alerts_sensor(
         name=SENSOR_NAME,
         minimum_interval_seconds=minimum_interval_seconds,
         default_status=dg.DefaultSensorStatus.RUNNING,
+        required_resource_keys={"alerts", "fleet", "sns", "sqs", "cloudwatch"},
         description=(
             "Turns failed runs (after their automatic retries), failed asset checks, failing ticks and "
             "dead letters into incidents, sends one message when each opens and one when it resolves "
             "(ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL) and publishes the AlertsHeartbeat metric."
         ),
     )
-    def alerts(
-        context: dg.SensorEvaluationContext,
-        alerts: AlertSettings,
-        fleet: FleetSettings,
-        sns: SNSResource,
-        sqs: SQSResource,
-        cloudwatch: CloudWatchResource,
-    ) -> dg.SkipReason:
+    def alerts(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         with sensor_lease(context.instance, context.log.warning) as busy:
             if busy:
                 return dg.SkipReason(busy)
-            return _evaluate(context, alerts, fleet, sns, sqs, cloudwatch, demo_noise, demo_jobs)
+            return _evaluate(context, demo_noise, demo_jobs)
 
     return alerts
 
 
-def _evaluate(
-    context,
-    alerts: AlertSettings,
-    fleet: FleetSettings,
-    sns: SNSResource,
-    sqs: SQSResource,
-    cloudwatch: CloudWatchResource,
-    demo_noise: frozenset[str],
-    demo_jobs: frozenset[str],
-) -> dg.SkipReason:
+def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) -> dg.SkipReason:
     """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
+    resources = context.resources  # AlertSettings, FleetSettings, SNSResource, SQSResource, CloudWatchResource
+    sns = resources.sns
     region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
-    topic = (alerts.sns_topic_arn or "").strip()
+    topic = (resources.alerts.sns_topic_arn or "").strip()
     cfg = alert_config(
-        alerts,
+        resources.alerts,
         sns=sns.get_client() if topic else None,
         region=region,
         account=caller_account(sns, context.log.warning) if topic else None,
@@ -563,7 +539,7 @@ def _evaluate(
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
     observe(tick_signals(instance, cfg))
-    observe(dead_letter_signals(context, sqs.get_client(), fleet, cfg))
+    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg))
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks,
@@ -586,7 +562,8 @@ def _evaluate(
             # deployments sharing an account and a namespace each feed their own alarm
             dimensions = [{"Name": "Env", "Value": cfg.heartbeat_env}]
             beat = {"MetricName": HEARTBEAT_METRIC, "Value": 1.0, "Unit": "Count", "Dimensions": dimensions}
-            put_metrics(cloudwatch.get_client(), fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
+            cloudwatch = resources.cloudwatch.get_client()
+            put_metrics(cloudwatch, resources.fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
         except Exception as exc:
             context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
     if not cfg.sinks:

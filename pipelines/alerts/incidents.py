@@ -1,6 +1,5 @@
 """Incidents, not events: one message per state change of an ``alert_key``, kept in per-sink outboxes
-until a sink takes it (at least once, each with its state change's ``message_id``). No Dagster.
-"""
+until a sink takes it (at least once, each with its state change's ``message_id``). No Dagster."""
 
 from __future__ import annotations
 
@@ -214,20 +213,20 @@ class AlertBook:
                 incident["unit"] = signal.unit
             self.incidents[signal.alert_key] = incident
             self.history.append([now, FIRING])
-            return self._message(incident)
+            return _message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
             due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
             if due and not incident.get("acknowledged"):
                 incident["notified"] = now
-                return self._message(incident, reminder=True)
+                return _message(incident, reminder=True)
             return None
         if not signal.firing and open_now:
             incident.update(state=RESOLVED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
             # the resolving run's page, when there is one
             incident.update({name: getattr(signal, name) for name in ("run_id", "url") if getattr(signal, name)})
             self.history.append([now, RESOLVED])
-            return self._message(incident)
+            return _message(incident)
         return None
 
     def _act(self, incident: dict[str, Any] | None, signal: Signal, now: float) -> dict[str, Any] | None:
@@ -237,23 +236,13 @@ class AlertBook:
         if signal.action == "close":
             incident.update(state=CLOSED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
             self.history.append([now, CLOSED])
-            return self._message(incident)
+            return _message(incident)
         if incident.get("acknowledged"):
             return None
         incident["acknowledged"] = now
-        message = self._message(incident)
+        message = _message(incident)
         message["state"] = ACKNOWLEDGED
         message["summary"] = f"{first_line(signal.summary, SUMMARY_CHARS)} (was: {incident.get('summary', '')})"
-        return message
-
-    def _message(self, incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
-        message = {name: incident.get(name) for name in FIELDS}
-        message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
-        message["first_seen"] = iso_seconds(incident["first_seen"])
-        message["last_seen"] = iso_seconds(incident["last_seen"])
-        message["reminder"] = reminder
-        if incident["state"] in (RESOLVED, CLOSED) and incident.get("resolved_by"):
-            message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
         return message
 
     def open_units(self) -> dict[str, str]:
@@ -318,6 +307,27 @@ class AlertBook:
             done.out_of_time = done.out_of_time or (deadline is not None and clock() >= deadline)
             return done.out_of_time
 
+        def send(sink: Sink, item: dict[str, Any], replaces: list[dict[str, Any]] | None = None) -> bool:
+            box = self.outbox.setdefault(sink.name, [])
+            try:
+                sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
+            except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
+                if not isinstance(exc, SinkError):
+                    exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
+                for kept in replaces or [item]:
+                    kept["attempts"] += 1
+                    wait = policy.delay(kept["attempts"])
+                    kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
+                    kept["last_error"] = first_line(exc, SUMMARY_CHARS)
+                self.took = [name for name in self.took if name != sink.name]
+                done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
+                return False
+            self.took = sorted({*self.took, sink.name})
+            gone = {item["id"]} | {r["id"] for r in replaces or []}
+            self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
+            done.sent.append((sink.name, item["id"]))
+            return True
+
         for sink in sinks:
             box = self.outbox.get(sink.name, [])
             due = [item for item in box if item["next_try"] <= now]
@@ -330,7 +340,7 @@ class AlertBook:
                     break
                 if item["message"].get("alert_key") in refused:
                     continue
-                if self._send(sink, item, now, policy, done):
+                if send(sink, item):
                     in_a_row = 0
                     save()
                     continue
@@ -342,7 +352,7 @@ class AlertBook:
             if rest and not out_of_time():
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
-                if self._send(sink, item, now, policy, done, replaces=rest):
+                if send(sink, item, replaces=rest):
                     done.summarised += len(rest)
                     save()
             done.waiting[sink.name] = len(self.outbox.get(sink.name, []))
@@ -351,35 +361,6 @@ class AlertBook:
     def undeliverable(self, sinks: Iterable[str]) -> list[str]:
         """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
-
-    def _send(
-        self,
-        sink: Sink,
-        item: dict[str, Any],
-        now: float,
-        policy: RetryPolicy,
-        done: Delivery,
-        replaces: list[dict[str, Any]] | None = None,
-    ) -> bool:
-        box = self.outbox.setdefault(sink.name, [])
-        try:
-            sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
-        except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
-            if not isinstance(exc, SinkError):
-                exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
-            for kept in replaces or [item]:
-                kept["attempts"] += 1
-                wait = policy.delay(kept["attempts"])
-                kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
-                kept["last_error"] = first_line(exc, SUMMARY_CHARS)
-            self.took = [name for name in self.took if name != sink.name]
-            done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
-            return False
-        self.took = sorted({*self.took, sink.name})
-        gone = {item["id"]} | {r["id"] for r in replaces or []}
-        self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
-        done.sent.append((sink.name, item["id"]))
-        return True
 
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
@@ -390,21 +371,20 @@ class AlertBook:
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
     """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
-    moment = iso_seconds(now)
-    return {
-        **dict.fromkeys(FIELDS),
-        "alert_key": f"{kind}@{moment}",
-        "state": FIRING,
-        "severity": severity,
-        "kind": kind,
-        "title": title,
-        "summary": summary,
-        "capability": "alerts",
-        "first_seen": moment,
-        "last_seen": moment,
-        "runbook": f"{RUNBOOKS}/{kind}.md",
-        "reminder": False,
-    }
+    what = {"kind": kind, "title": title, "summary": summary, "severity": severity, "capability": "alerts"}
+    seen = {"state": FIRING, "first_seen": now, "last_seen": now}
+    return _message({**what, **seen, "alert_key": f"{kind}@{iso_seconds(now)}"})
+
+
+def _message(incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
+    message = {name: incident.get(name) for name in FIELDS}
+    message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
+    message["first_seen"] = iso_seconds(incident["first_seen"])
+    message["last_seen"] = iso_seconds(incident["last_seen"])
+    message["reminder"] = reminder
+    if incident["state"] in (RESOLVED, CLOSED) and incident.get("resolved_by"):
+        message["summary"] = f"{incident['resolved_by']} (was: {incident.get('summary', '')})"
+    return message
 
 
 def _number(value: Any) -> bool:

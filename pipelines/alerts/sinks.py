@@ -1,8 +1,5 @@
-"""The sinks (:class:`SnsSink`, a Slack-compatible :class:`WebhookSink`) and the settings that choose them,
-read into an :class:`AlertConfig` at each tick (docs/alerts.md, "Sinks", "Settings"). A sink that does not
-take a message raises :class:`SinkError` with one line, never a credential (a webhook URL's path is its
-secret); a bad setting is one line in :attr:`AlertConfig.problems` and its default (a sink: left out). No Dagster.
-"""
+"""The sinks and the settings that choose them (docs/alerts.md, "Sinks", "Settings"). A sink that does not take
+a message raises :class:`SinkError` with one line, never a credential (a webhook URL's path is its secret)."""
 
 from __future__ import annotations
 
@@ -201,17 +198,6 @@ class AlertConfig:
     demo_jobs: frozenset[str] = frozenset()  # a development code location's demo jobs (no setting): demo alerts
 
 
-def _checked_url(name: str, raw: str | None) -> str | None:
-    """An http(s) URL that messages link under: no user info, query or fragment (as a credential's URL)."""
-    url = (raw or "").strip().rstrip("/") or None
-    if url is None:
-        return None
-    try:
-        return credential_url(name, url)
-    except UnsafeURL as exc:
-        raise SettingsError(str(exc)) from None
-
-
 def _names(raw: str) -> frozenset[str]:
     return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
@@ -224,10 +210,8 @@ def _heartbeat_env(raw: str) -> str:
 
 
 def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account: str | None = None) -> AlertConfig:
-    """``settings``: the typed settings (``AlertSettings``: a string per field of :data:`ALERT_ENV`; unset: None).
-    ``sns``: the SNS client, when there is a topic; ``account``: the deployment's AWS account, when known
-    (a topic of another one is never published to). A bad setting is one line and its default (a sink:
-    left out)."""
+    """``settings``: ``AlertSettings`` (a string or None per field of :data:`ALERT_ENV`); ``sns``: the SNS client,
+    when there is a topic. A bad setting is one line in ``problems`` and its default (a sink: left out)."""
     problems: list[str] = []
 
     def setting(field_name: str, read: Callable[[str], Any], default: Any, then: str) -> Any:
@@ -238,7 +222,7 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
             return default
         try:
             return read(value)
-        except SettingsError as exc:
+        except (SettingsError, UnsafeURL) as exc:
             problems.append(f"{exc}: {then}")
         except RetryPolicyError as exc:
             problems.append(f"{name}: {exc}: {then}")
@@ -257,7 +241,11 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
         return setting(field_name, read, default, f"using {default!r}")
 
     def url(field_name: str, then: str) -> str | None:
-        return setting(field_name, lambda v: _checked_url(ALERT_ENV[field_name], v), None, then)
+        def read(value: str) -> str | None:  # messages link under it: no user info, query or fragment
+            value = value.strip().rstrip("/")
+            return credential_url(ALERT_ENV[field_name], value) if value else None
+
+        return setting(field_name, read, None, then)
 
     makers = {"sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account), "webhook_url": WebhookSink}
     sinks = [setting(name, make, None, "that sink is off") for name, make in makers.items()]

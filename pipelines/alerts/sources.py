@@ -1,6 +1,5 @@
-"""What each source observed (runs, checks, ticks, the capabilities' measures), as :class:`Signal` s:
-plain values in, signals out, so that each kind of alert is decided in one place. No Dagster.
-"""
+"""What each source observed (runs, checks, ticks, queues), as :class:`Signal` s: plain values in, signals
+out, so that each kind of alert is decided in one place. No Dagster."""
 
 from __future__ import annotations
 
@@ -60,29 +59,17 @@ def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(ROOT_TAG) or tags.get(DAGSTER_ROOT_TAG) or run_id
 
 
-@dataclass(frozen=True)
-class ExpectedRetry:
-    """A failed run that is retried automatically: no alert if a run carrying one of ``child_tags``
-    with its id exists ``within`` seconds of the failure; else it alerts after all."""
-
-    why: str
-    within: float
-    child_tags: tuple[str, ...]
-
-
-def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> ExpectedRetry | None:
-    """Whether a failed run will be retried automatically (so it does not alert yet), or None: by
+def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tuple[str, float, tuple[str, ...]] | None:
+    """Whether a failed run will be retried automatically (so it does not alert yet): (why, the seconds
+    within which a run carrying one of the tags with its id must exist, those tags), else None. By
     ``delayed_run_retries`` (``run_retry``'s decision, which the sensor reads too), else by Dagster's run
     retries (its ``dagster/will_retry`` tag, else the budget the run's tags and the instance allow;
     ``instance``: the Dagster instance, read for its ``run_retries_*`` settings only)."""
     if POLICY_TAG in tags:
         decided = run_retry(tags, run_id)
         if decided.wait is not None:
-            return ExpectedRetry(
-                f"delayed_run_retries retries it ({decided.why})",
-                decided.wait + RETRY_MARGIN_SECONDS,
-                (RETRY_OF_TAG, DAGSTER_PARENT_TAG),
-            )
+            why = f"delayed_run_retries retries it ({decided.why})"
+            return why, decided.wait + RETRY_MARGIN_SECONDS, (RETRY_OF_TAG, DAGSTER_PARENT_TAG)
     if not instance.run_retries_enabled:
         return None
     dagster = (DAGSTER_PARENT_TAG,)
@@ -90,7 +77,7 @@ def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> Expe
     if decided_by_dagster:
         if decided_by_dagster != "true":
             return None
-        return ExpectedRetry("Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster)
+        return "Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster
     on_step_failure = (
         tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(instance.run_retries_retry_on_asset_or_op_failure))
         .strip()
@@ -105,7 +92,7 @@ def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> Expe
         return None
     if done >= budget:
         return None
-    return ExpectedRetry(f"Dagster's run retries retry it ({done} of {budget} used)", RETRY_MARGIN_SECONDS, dagster)
+    return f"Dagster's run retries retry it ({done} of {budget} used)", RETRY_MARGIN_SECONDS, dagster
 
 
 # run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
@@ -156,80 +143,72 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
     return leading.group(1) if leading else "failure"
 
 
-def run_failed(
-    job: str,
-    run_id: str,
-    tags: Mapping[str, str],
-    first_error: str,
-    *,
-    ui_url: str | None,
-    unit: str,
-    cause: str = "failure",
-    note: str = "",
-    at: float | None = None,
-) -> Signal:
-    """``at``: when the run failed (the incident's first_seen)."""
-    attempts = attempt_of(tags)
-    partition = tags.get(PARTITION_TAG)
+@dataclass(frozen=True)
+class RunEnd:
+    """A finished run, as its alerts name it: ``job`` (its job, or the assets it materializes), its unit
+    of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen)."""
+
+    job: str
+    run_id: str
+    tags: Mapping[str, str]
+    unit: str
+    ui_url: str | None = None
+    at: float | None = None
+
+
+def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str = "") -> Signal:
+    attempts = attempt_of(run.tags)
+    partition = run.tags.get(PARTITION_TAG)
     target = f" partition {partition}" if partition else ""
     retries = f" after {attempts} attempts" if attempts > 1 else ""
     return Signal(
-        alert_key=f"run_failure:{unit}:{cause}",  # a new cause is a new incident
+        alert_key=f"run_failure:{run.unit}:{cause}",  # a new cause is a new incident
         kind="run_failure",
         firing=True,
-        title=f"{job}{target} failed{retries}" + (f", {note}" if note else ""),
+        title=f"{run.job}{target} failed{retries}" + (f", {note}" if note else ""),
         summary=first_line(first_error, SUMMARY_CHARS) or "the run failed",
-        capability=tags.get(CAPABILITY_TAG, ""),
-        job=job,
-        run_id=run_id,
-        url=_ui(ui_url, f"/runs/{run_id}"),
+        capability=run.tags.get(CAPABILITY_TAG, ""),
+        job=run.job,
+        run_id=run.run_id,
+        url=_ui(run.ui_url, f"/runs/{run.run_id}"),
         attempts=attempts,
-        unit=unit,
-        at=at,
+        unit=run.unit,
+        at=run.at,
     )
 
 
-def run_succeeded(
-    job: str,
-    run_id: str,
-    tags: Mapping[str, str],
-    *,
-    ui_url: str | None,
-    unit: str,
-    open_units: Mapping[str, str],
-    at: float | None = None,
-) -> list[Signal]:
+def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
     """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
-    alert_key -> unit); a reclaim run also says whether it had item errors (``at``: when it ended)."""
-    ran = {"job": job, "run_id": run_id, "url": _ui(ui_url, f"/runs/{run_id}")}
-    attempts = attempt_of(tags)
+    alert_key -> unit); a reclaim run also says whether it had item errors."""
+    ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
+    attempts = attempt_of(run.tags)
     out = [
         Signal(
             alert_key=key,
             kind="run_failure",
             firing=False,
-            summary=f"run {run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
-            unit=unit,
+            summary=f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
+            unit=run.unit,
             **ran,
         )
-        for key in sorted(key for key, their in open_units.items() if their == unit)
+        for key in sorted(key for key, their in open_units.items() if their == run.unit)
     ]
-    counters = run_counters(tags)
-    if tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
+    counters = run_counters(run.tags)
+    if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
         errors = counters["errors"]
         out.append(
             Signal(
-                alert_key=f"reclaim_errors:{job}",
+                alert_key=f"reclaim_errors:{run.job}",
                 kind="reclaim_errors",
                 firing=errors > 0,
                 severity="warning",
-                title=f"{job}: items could not be written",
-                summary=f"{errors} item error(s) in run {run_id}: see its log"
+                title=f"{run.job}: items could not be written",
+                summary=f"{errors} item error(s) in run {run.run_id}: see its log"
                 if errors
-                else f"run {run_id}: no errors",
+                else f"run {run.run_id}: no errors",
                 capability="reclaim",
                 **ran,
-                at=at,
+                at=run.at,
             )
         )
     return out
