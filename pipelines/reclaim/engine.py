@@ -133,7 +133,7 @@ def reclaim_pass(
                 else:
                     setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
                     if operations is not None and d.kind == FAIL and d.event:
-                        counts.operations_failed += operations.fail_executing(c.id, d.event, now)[0]
+                        counts.operations_failed += operations.fail_executing(c.id, d.event, now)
 
     for request in requests:
         resumable = request.operation == "scan" and cursor is not None  # scans keep their position between runs

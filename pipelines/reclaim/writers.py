@@ -367,8 +367,8 @@ class OperationProgressWriter:
                 )
             self.index = fitting[0]
 
-    def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, int]:
-        """(failed, raced) for the EXECUTING operations of one agenda."""
+    def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> int:
+        """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#link = :id",
@@ -378,7 +378,7 @@ class OperationProgressWriter:
         }
         if self.index:
             kwargs["IndexName"] = self.index
-        failed = raced = 0
+        failed = 0
         for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
                 try:
@@ -389,8 +389,6 @@ class OperationProgressWriter:
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
                 request = u.request(self.table, {k: item[k] for k in self.keys})
-                if conditional_write(lambda: self.dynamodb.update_item(**request)) is None:  # noqa: B023 (called at once)
-                    raced += 1
-                else:
+                if conditional_write(lambda: self.dynamodb.update_item(**request)) is not None:  # noqa: B023 (called at once)
                     failed += 1
-        return failed, raced
+        return failed
