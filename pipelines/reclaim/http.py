@@ -1,7 +1,5 @@
-"""The AgendaProgress HTTP endpoint writer (``docs/contracts.md``): GET, check, PUT a partial object
-with a bearer token from the identity login. No request follows a redirect, and secrets never show:
-every message built from an answer goes through :meth:`AgendaProgressEndpoint.redact`.
-:func:`make_writer` picks this writer or DynamoDB's for a run."""
+"""The AgendaProgress HTTP endpoint writer (``docs/reclaim.md``, "HTTP writer"). No request follows a
+redirect, and every message built from an answer goes through :func:`redact`."""
 
 from __future__ import annotations
 
@@ -110,9 +108,6 @@ class AgendaProgressEndpoint:
         self._secrets.append(secret)
         return secret
 
-    def redact(self, text: str) -> str:
-        return redact(text, self._secrets)
-
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
         if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
             raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
@@ -124,8 +119,8 @@ class AgendaProgressEndpoint:
                 status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.value}"})
             except Redirected as exc:
                 raise ItemError(
-                    f"{method} {item_id}: HTTP {exc.status}, a redirect to {self.redact(exc.where)}: not followed "
-                    "(the bearer token goes to the endpoint URL only)"
+                    f"{method} {item_id}: HTTP {exc.status}, a redirect to {redact(exc.where, self._secrets)}: "
+                    "not followed (the bearer token goes to the endpoint URL only)"
                 ) from None
             if status != 401:
                 break
@@ -137,7 +132,9 @@ class AgendaProgressEndpoint:
         if answer.get("errorResponse"):
             error = answer["errorResponse"]
             detail = error.get("message") or error.get("code") if isinstance(error, dict) else error
-            raise ItemError(f"{method} {item_id}: errorResponse on HTTP 200: {self.redact(str(detail))[:200]}")
+            raise ItemError(
+                f"{method} {item_id}: errorResponse on HTTP 200: {redact(str(detail), self._secrets)[:200]}"
+            )
         return answer
 
     def get(self, item_id: str) -> dict[str, Any] | None:
