@@ -15,10 +15,10 @@ from urllib.parse import quote, urlsplit
 
 from pipelines.common.aws_batches import conditional_write
 from pipelines.common.http import NO_REDIRECTS, Redirected, leaves_its_path, location
-from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.decide import QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
-from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate, parse_events
-from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, Outcome, apply_each, ready_put
+from pipelines.reclaim.source import FAILED, WAITING, Candidate, parse_events
+from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, apply_each, progress_update, ready_put
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
@@ -174,40 +174,7 @@ class HttpWriter:
         seen = current.get(self.time_field)
         return not isinstance(seen, int | float) or seen < cutoff
 
-    def partial(self, c: Candidate, d: Decision, current: dict[str, Any], now: int) -> dict[str, Any]:
-        events = parse_events(current.get("diagnosticEvents") or []) + ([d.event] if d.event else [])
-        times = {self.time_field: now, "updatedTime": now}
-        decision = "exhausted" if c.retryable else "non-retryable"
-        if d.kind == FAIL:
-            body = {
-                "processingState": COMPLETE,
-                "processingStateMessage": FAILED,
-                **times,
-                "completedTime": now,
-                "attemptsCompleted": d.attempt,
-                "diagnosticEvents": events,
-            }
-            if self.params.reclaimAction == "retry":
-                body["retryDecision"] = decision
-            return body
-        if d.kind == CLOSE:
-            return {"retryDecision": decision, "diagnosticEvents": events}
-        if d.kind in (RETRY, HOLD):
-            return {
-                "processingState": WAITING,
-                "processingStateMessage": PENDING,
-                **times,
-                "attemptsCompleted": d.attempt,
-                "diagnosticEvents": events,
-                "completedTime": None,
-                "startedTime": None,
-                "retryDecision": None,
-                ATTEMPT_ID_ATTR: d.attempt_id,
-                "retryAt": d.retry_at if d.kind == HOLD else None,
-            }
-        return {"retryAt": None, **times}  # QUEUE
-
-    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
+    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[str | ItemError]:
         return apply_each(self, pairs, now=now, cutoff=cutoff)  # the endpoint has no batch write
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
@@ -218,7 +185,9 @@ class HttpWriter:
             return RACED
         if d.kind in (RETRY, QUEUE) and not (self.dynamodb and self.ready_table):
             raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
-        body = self.partial(c, d, current, now)
+        body = progress_update(c, d, self.params, now=now, cutoff=cutoff).plain()
+        if "diagnosticEvents" in body:  # a list, the event appended to those the endpoint has now
+            body["diagnosticEvents"] = parse_events(current.get("diagnosticEvents") or []) + [d.event]
         if d.kind == RETRY:
             # No transactions over HTTP: reset as held first, so that a crash before the queue write
             # leaves a held retry that the next run queues, never a reset agenda that nobody queues.

@@ -11,7 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipelines.common import to_item
+from pipelines.common import from_item, to_item
 from pipelines.common.aws_batches import conditional_write, error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.params import ReclaimParams
@@ -144,6 +144,12 @@ class _Update:
     def _name(self, path: str) -> str:
         return _quote(self.names.get(path, path))
 
+    def plain(self) -> dict[str, Any]:
+        """The same update as a partial object of plain values (the HTTP endpoint's PUT; None removes)."""
+        assigned = dict(assignment.split(" = ") for assignment in self.sets)
+        body = from_item({self.names.get(path, path): self.values[value] for path, value in assigned.items()})
+        return body | {self.names.get(path, path): None for path in self.removes}
+
     def request(self, table: str, key: dict[str, Any]) -> dict[str, Any]:
         expression = "SET " + ", ".join(self.sets)
         if self.removes:
@@ -162,7 +168,7 @@ class _Update:
 
 
 def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: int, cutoff: int) -> _Update:
-    """The conditional update of one AgendaProgress for decision ``d`` (shared by the writers' tests)."""
+    """The conditional update of one AgendaProgress for decision ``d``, for both writers (and their tests)."""
     u = _Update(params.timeFieldName)
     diag = json.dumps(c.diagnostics + ([d.event] if d.event else []), separators=(",", ":"), default=str)
     if d.kind == FAIL:
