@@ -1,6 +1,5 @@
-"""Writes of the reclaim actions to DynamoDB, each conditional on what the scan saw (state, time,
-attempts, the ``attemptId`` fence): a failed condition is ``raced``. Retries due now are one
-``TransactWriteItems`` with their ReadyAgenda put; the rest may go 25 to a PartiQL ``BatchExecuteStatement``."""
+"""Conditional writes of the reclaim actions to DynamoDB, a failed condition being ``raced``
+(``docs/reclaim.md``, "Fail", "Grouped writes", "Retry")."""
 
 from __future__ import annotations
 
