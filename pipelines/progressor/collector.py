@@ -38,10 +38,6 @@ class Counts:
     would_error: int = 0
     would_retry: int = 0
 
-    @property
-    def collected(self) -> int:
-        return self.errored + self.retried
-
 
 @dataclass(frozen=True)
 class Zombie:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common.params import ParamsError, param, parse_params
-from pipelines.progressor.schema import TIMER_TYPES, NamespaceError, check_namespace
+from pipelines.progressor.schema import TIMER_TYPES, check_namespace
 
 ACTIONS = ("error", "retry")
 ZOMBIE_ERROR = "zombie detected"  # progressor's detail for a zombie; also the error name retry policies see
@@ -111,10 +111,7 @@ class CollectParams:
     )
 
     def __post_init__(self) -> None:
-        try:
-            check_namespace(self.namespace)
-        except NamespaceError as exc:
-            raise ParamsError(str(exc)) from None
+        check_namespace(self.namespace)  # a NamespaceError is a ParamsError
         parse_policy(self.retry_policy)
 
     @property

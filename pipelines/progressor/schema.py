@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from psycopg2 import sql
 
+from pipelines.common.params import ParamsError
+
 SUFFIXES = ("processes", "tasks", "schedule", "running", "events")
 MAX_IDENTIFIER_BYTES = 63  # PostgreSQL's NAMEDATALEN - 1: longer names are silently truncated
 TASK_STATUSES = ("waiting", "running", "blocked", "error", "finished", "cancelled")
@@ -16,8 +18,8 @@ TIMER_TYPES = ("timeout", "remove")
 _PERCENT_PLACEHOLDER = re.compile(r"%[s(]")
 
 
-class NamespaceError(ValueError):
-    """A namespace that cannot be used (bad name, or its tables are missing)."""
+class NamespaceError(ParamsError):
+    """The namespace parameter cannot be used (bad name, or its tables are missing)."""
 
 
 def check_namespace(namespace: object) -> str:

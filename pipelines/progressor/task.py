@@ -27,7 +27,7 @@ def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, An
     )
     result = {**asdict(counts), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
     if not params.dry_run:
-        datums = collection_datums(params.namespace, counts.collected)
+        datums = collection_datums(params.namespace, counts.errored + counts.retried)
         put_metrics(run.cloudwatch, run.progressor_db.metrics_namespace, datums)
         result["metrics_published"] = run.cloudwatch.published
     return result

@@ -74,14 +74,8 @@ def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: RetryPol
     event = diagnostic_event(f"retry attempt {n}", now, payload, status_code=202)
     if delay <= 0:
         return Decision(RETRY, n, event, reason=f"after {n} attempt(s), no delay", attempt_id=attempt_id)
-    return Decision(
-        HOLD,
-        n,
-        event,
-        retry_at=now + int(delay * 1000),
-        reason=f"after {n} attempt(s), delay {delay:g}s",
-        attempt_id=attempt_id,
-    )
+    reason = f"after {n} attempt(s), delay {delay:g}s"
+    return Decision(HOLD, n, event, retry_at=now + int(delay * 1000), reason=reason, attempt_id=attempt_id)
 
 
 def _stop_reason(c: Candidate, n: int, policy: RetryPolicy) -> str | None:

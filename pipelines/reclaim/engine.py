@@ -133,21 +133,21 @@ def reclaim_pass(
                 else:
                     setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
                     if operations is not None and d.kind == FAIL and d.event:
-                        counts.operations_failed += operations.fail_executing(c.id, d.event, now)[0]
+                        counts.operations_failed += operations.fail_executing(c.id, d.event, now)
 
-    for request in requests:
-        resumable = request.operation == "scan" and cursor is not None  # scans keep their position between runs
+    for label, operation, request in requests:
+        resumable = operation == "scan" and cursor is not None  # scans keep their position between runs
         start_key = cursor.load() if resumable else None
         if start_key:
-            log.info(f"{request.label}: resuming at {json.dumps(start_key)}")
+            log.info(f"{label}: resuming at {json.dumps(start_key)}")
         while True:
             if counts.api_calls and params.scanDelayMillis:
                 sleep(max(0.0, min(params.scanDelayMillis / 1000, deadline - clock())))  # never past the budget
             if counts.api_calls and clock() >= deadline:
                 counts.stopped_by_budget = True
                 break
-            kwargs = {**request.kwargs, "ExclusiveStartKey": start_key} if start_key else request.kwargs
-            page = getattr(dynamodb, request.operation)(**kwargs)
+            kwargs = {**request, "ExclusiveStartKey": start_key} if start_key else request
+            page = getattr(dynamodb, operation)(**kwargs)
             counts.api_calls += 1
             counts.pages += 1
             counts.scanned += page.get("ScannedCount", 0)
@@ -167,7 +167,7 @@ def reclaim_pass(
             start_key = page.get("LastEvaluatedKey")
             if clock() - last_progress >= PROGRESS_EVERY_SECONDS:
                 last_progress = clock()
-                log.info(f"{request.label}: {_progress(counts)}")
+                log.info(f"{label}: {_progress(counts)}")
             if not start_key:
                 break
         flush()  # the batch in hand is always finished, also when the budget ran out
@@ -175,9 +175,7 @@ def reclaim_pass(
             cursor.save(start_key)
             counts.completed_pass = counts.completed_pass or start_key is None
         if counts.stopped_by_budget:
-            log.info(
-                f"{request.label}: budget of {params.maximumExecutionSeconds}s used, stopping: {_progress(counts)}"
-            )
+            log.info(f"{label}: budget of {params.maximumExecutionSeconds}s used, stopping: {_progress(counts)}")
             break
     return counts
 

@@ -1,7 +1,5 @@
-"""The AgendaProgress HTTP endpoint writer (``docs/contracts.md``): GET, check, PUT a partial object
-with a bearer token from the identity login. No request follows a redirect, and secrets never show:
-every message built from an answer goes through :meth:`AgendaProgressEndpoint.redact`.
-:func:`make_writer` picks this writer or DynamoDB's for a run."""
+"""The AgendaProgress HTTP endpoint writer (``docs/reclaim.md``, "HTTP writer"). No request follows a
+redirect, and every message built from an answer goes through :func:`redact`."""
 
 from __future__ import annotations
 
@@ -17,10 +15,10 @@ from urllib.parse import quote, urlsplit
 
 from pipelines.common.aws_batches import conditional_write
 from pipelines.common.http import NO_REDIRECTS, Redirected, leaves_its_path, location
-from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.decide import QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
-from pipelines.reclaim.source import COMPLETE, FAILED, PENDING, WAITING, Candidate, parse_events
-from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, Outcome, apply_each, ready_put
+from pipelines.reclaim.source import FAILED, WAITING, Candidate, parse_events
+from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, apply_each, progress_update, ready_put
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
@@ -110,9 +108,6 @@ class AgendaProgressEndpoint:
         self._secrets.append(secret)
         return secret
 
-    def redact(self, text: str) -> str:
-        return redact(text, self._secrets)
-
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
         if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
             raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
@@ -124,8 +119,8 @@ class AgendaProgressEndpoint:
                 status, answer = _request(method, url, body, {"Authorization": f"Bearer {self._token.value}"})
             except Redirected as exc:
                 raise ItemError(
-                    f"{method} {item_id}: HTTP {exc.status}, a redirect to {self.redact(exc.where)}: not followed "
-                    "(the bearer token goes to the endpoint URL only)"
+                    f"{method} {item_id}: HTTP {exc.status}, a redirect to {redact(exc.where, self._secrets)}: "
+                    "not followed (the bearer token goes to the endpoint URL only)"
                 ) from None
             if status != 401:
                 break
@@ -137,7 +132,9 @@ class AgendaProgressEndpoint:
         if answer.get("errorResponse"):
             error = answer["errorResponse"]
             detail = error.get("message") or error.get("code") if isinstance(error, dict) else error
-            raise ItemError(f"{method} {item_id}: errorResponse on HTTP 200: {self.redact(str(detail))[:200]}")
+            raise ItemError(
+                f"{method} {item_id}: errorResponse on HTTP 200: {redact(str(detail), self._secrets)[:200]}"
+            )
         return answer
 
     def get(self, item_id: str) -> dict[str, Any] | None:
@@ -177,40 +174,7 @@ class HttpWriter:
         seen = current.get(self.time_field)
         return not isinstance(seen, int | float) or seen < cutoff
 
-    def partial(self, c: Candidate, d: Decision, current: dict[str, Any], now: int) -> dict[str, Any]:
-        events = parse_events(current.get("diagnosticEvents") or []) + ([d.event] if d.event else [])
-        times = {self.time_field: now, "updatedTime": now}
-        decision = "exhausted" if c.retryable else "non-retryable"
-        if d.kind == FAIL:
-            body = {
-                "processingState": COMPLETE,
-                "processingStateMessage": FAILED,
-                **times,
-                "completedTime": now,
-                "attemptsCompleted": d.attempt,
-                "diagnosticEvents": events,
-            }
-            if self.params.reclaimAction == "retry":
-                body["retryDecision"] = decision
-            return body
-        if d.kind == CLOSE:
-            return {"retryDecision": decision, "diagnosticEvents": events}
-        if d.kind in (RETRY, HOLD):
-            return {
-                "processingState": WAITING,
-                "processingStateMessage": PENDING,
-                **times,
-                "attemptsCompleted": d.attempt,
-                "diagnosticEvents": events,
-                "completedTime": None,
-                "startedTime": None,
-                "retryDecision": None,
-                ATTEMPT_ID_ATTR: d.attempt_id,
-                "retryAt": d.retry_at if d.kind == HOLD else None,
-            }
-        return {"retryAt": None, **times}  # QUEUE
-
-    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
+    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[str | ItemError]:
         return apply_each(self, pairs, now=now, cutoff=cutoff)  # the endpoint has no batch write
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
@@ -221,7 +185,9 @@ class HttpWriter:
             return RACED
         if d.kind in (RETRY, QUEUE) and not (self.dynamodb and self.ready_table):
             raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
-        body = self.partial(c, d, current, now)
+        body = progress_update(c, d, self.params, now=now, cutoff=cutoff).plain()
+        if "diagnosticEvents" in body:  # a list, the event appended to those the endpoint has now
+            body["diagnosticEvents"] = parse_events(current.get("diagnosticEvents") or []) + [d.event]
         if d.kind == RETRY:
             # No transactions over HTTP: reset as held first, so that a crash before the queue write
             # leaves a held retry that the next run queues, never a reset agenda that nobody queues.

@@ -104,15 +104,6 @@ def _choose_index(desc: dict, params: ReclaimParams) -> str | None:
     return next((name for name, (ok, _, _) in fits.items() if ok), None)
 
 
-@dataclass
-class Request:
-    """One paged DynamoDB read: ``operation`` is ``scan`` or ``query``; ``kwargs`` without paging."""
-
-    label: str
-    operation: str
-    kwargs: dict[str, Any]
-
-
 # moto answers HTTP 500 when `<` compares an S attribute with a number (real DynamoDB says false): the
 # attribute_type guard comes first. Non-numeric and missing times pass the filter on purpose, so that
 # they are logged and counted (ISO-8601 strings are parsed client side).
@@ -128,8 +119,9 @@ def _used(placeholders: dict[str, Any], text: str) -> dict[str, Any]:
     return {k: v for k, v in placeholders.items() if re.search(re.escape(k) + r"\b", text)}
 
 
-def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: int = 0) -> list[Request]:
-    """The reads one run makes: a single filtered scan (segment ``segment``), or index queries."""
+def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: int = 0) -> list[tuple[str, str, dict]]:
+    """The reads one run makes: a single filtered scan (segment ``segment``), or index queries, each
+    ``(label, "scan" or "query", its kwargs without paging)``."""
     retry = params.reclaimAction == "retry"
     names = {"#t": params.timeFieldName, **ATTR_NAMES}
     values = {**_READ_VALUES, ":cutoff": {"N": str(params.cutoff_ms(now))}, ":now": {"N": str(now)}}
@@ -137,7 +129,7 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
     projection = {f"#p{i}": attr for i, attr in enumerate(attrs)}
     base: dict[str, Any] = {"TableName": info.table, "Limit": params.objectScanLimit}
 
-    def read(label: str, operation: str, **expressions: str) -> Request:
+    def read(label: str, operation: str, **expressions: str) -> tuple[str, str, dict]:
         text = " ".join(expressions.values())
         kwargs = {
             **base,
@@ -146,7 +138,7 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
             "ExpressionAttributeNames": {**projection, **_used(names, text)},
             "ExpressionAttributeValues": _used(values, text),
         }
-        return Request(label=label, operation=operation, kwargs=kwargs)
+        return label, operation, kwargs
 
     if info.index is None:
         clauses = [STALE_EXECUTING]

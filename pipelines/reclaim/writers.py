@@ -1,6 +1,5 @@
-"""Writes of the reclaim actions to DynamoDB, each conditional on what the scan saw (state, time,
-attempts, the ``attemptId`` fence): a failed condition is ``raced``. Retries due now are one
-``TransactWriteItems`` with their ReadyAgenda put; the rest may go 25 to a PartiQL ``BatchExecuteStatement``."""
+"""Conditional writes of the reclaim actions to DynamoDB, a failed condition being ``raced``
+(``docs/reclaim.md``, "Fail", "Grouped writes", "Retry")."""
 
 from __future__ import annotations
 
@@ -11,7 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipelines.common import to_item
+from pipelines.common import from_item, to_item
 from pipelines.common.aws_batches import conditional_write, error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.params import ReclaimParams
@@ -144,6 +143,12 @@ class _Update:
     def _name(self, path: str) -> str:
         return _quote(self.names.get(path, path))
 
+    def plain(self) -> dict[str, Any]:
+        """The same update as a partial object of plain values (the HTTP endpoint's PUT; None removes)."""
+        assigned = dict(assignment.split(" = ") for assignment in self.sets)
+        body = from_item({self.names.get(path, path): self.values[value] for path, value in assigned.items()})
+        return body | {self.names.get(path, path): None for path in self.removes}
+
     def request(self, table: str, key: dict[str, Any]) -> dict[str, Any]:
         expression = "SET " + ", ".join(self.sets)
         if self.removes:
@@ -162,7 +167,7 @@ class _Update:
 
 
 def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: int, cutoff: int) -> _Update:
-    """The conditional update of one AgendaProgress for decision ``d`` (shared by the writers' tests)."""
+    """The conditional update of one AgendaProgress for decision ``d``, for both writers (and their tests)."""
     u = _Update(params.timeFieldName)
     diag = json.dumps(c.diagnostics + ([d.event] if d.event else []), separators=(",", ":"), default=str)
     if d.kind == FAIL:
@@ -367,8 +372,8 @@ class OperationProgressWriter:
                 )
             self.index = fitting[0]
 
-    def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, int]:
-        """(failed, raced) for the EXECUTING operations of one agenda."""
+    def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> int:
+        """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#link = :id",
@@ -378,7 +383,7 @@ class OperationProgressWriter:
         }
         if self.index:
             kwargs["IndexName"] = self.index
-        failed = raced = 0
+        failed = 0
         for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
                 try:
@@ -389,8 +394,6 @@ class OperationProgressWriter:
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
                 request = u.request(self.table, {k: item[k] for k in self.keys})
-                if conditional_write(lambda: self.dynamodb.update_item(**request)) is None:  # noqa: B023 (called at once)
-                    raced += 1
-                else:
+                if conditional_write(lambda: self.dynamodb.update_item(**request)) is not None:  # noqa: B023 (called at once)
                     failed += 1
-        return failed, raced
+        return failed
