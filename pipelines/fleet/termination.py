@@ -37,11 +37,6 @@ def round_marker_key(queue_url: str, round_id: str) -> str:
     return f"{ROUNDS_PREFIX}/{queue_name(queue_url)}/{round_id}"
 
 
-def round_started_at(round_id: str) -> float | None:
-    head = round_id.split("-", 1)[0]
-    return int(head) / 1000 if head.isdigit() else None
-
-
 @dataclass
 class _Job:
     """A job of the round: its first message, and any later copies in the same round."""
@@ -312,8 +307,8 @@ class TerminationHandler:
                 if self.round_done(old_round):
                     out.conditional.append(job)
                     continue
-                began = round_started_at(old_round)
-                if began is not None and time.time() - began < self.visibility_timeout:
+                began = old_round.split("-", 1)[0]  # see new_round_id
+                if began.isdigit() and time.time() - int(began) / 1000 < self.visibility_timeout:
                     self.log.info(
                         f"job {job.term.job_id}: round {old_round} applied this message and is still within "
                         "its visibility timeout; leaving the message in the queue"
