@@ -1,6 +1,4 @@
-"""SQS for the fleet processors within SQS's limits, each call retried by runs-fleet's policy, and the
-sending of poison messages to a dead-letter queue with the reason and the source queue as attributes
-(docs/fleet.md, "Poison messages and dead letters"; sending them back is ``dead_letter_redrive``)."""
+"""SQS calls within SQS's limits, and dead-lettering (docs/fleet.md, "Poison messages and dead letters")."""
 
 from __future__ import annotations
 
@@ -63,12 +61,7 @@ MAX_BATCH_ENTRIES = 10  # SendMessageBatch / DeleteMessageBatch entries
 MAX_MESSAGE_BYTES = 256 * 1024  # one message, body and attributes; a bigger dead letter goes to S3
 MAX_BATCH_BYTES = 1024 * 1024  # one SendMessageBatch, all entries together
 MAX_ATTRIBUTES = 10  # message attributes per message
-_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def sqs_text(text: str, limit: int = 1000) -> str:
-    """``text`` as SQS accepts it in an attribute: one line of allowed characters, at most ``limit``."""
-    return _NOT_SQS_TEXT.sub("?", " ".join(text.split()))[:limit]
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # in an attribute
 
 
 def clean_attribute(value: dict[str, Any]) -> dict[str, Any]:
@@ -155,7 +148,7 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
     message bigger than 256 KiB is stored whole in the archive bucket and the envelope points to it
     (``groundskeeper-envelope=s3``).
     """
-    ours = {REASON_ATTRIBUTE: sqs_text(reason), SOURCE_ATTRIBUTE: source}
+    ours = {REASON_ATTRIBUTE: _NOT_SQS_TEXT.sub("?", " ".join(reason.split()))[:1000], SOURCE_ATTRIBUTE: source}
     originals = {
         name: clean_attribute(value)
         for name, value in (message.get("MessageAttributes") or {}).items()
