@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pipelines.common.aws_batches import chunks, error_code
@@ -77,25 +76,20 @@ def message_size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
     return size
 
 
-def _size_batches(sizes: Sequence[int]) -> Iterable[list[int]]:
-    """Indexes of ``sizes`` grouped by SendMessageBatch's limits: 10 entries and 1 MiB together."""
-    batch: list[int] = []
-    total = 0
-    for n, size in enumerate(sizes):
-        if batch and (len(batch) == MAX_BATCH_ENTRIES or total + size > MAX_BATCH_BYTES):
-            yield batch
-            batch, total = [], 0
-        batch.append(n)
-        total += size
-    if batch:
-        yield batch
-
-
 def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, Any]]]) -> list[str | None]:
     """``SendMessageBatch`` of (body, attributes) within SQS's batch limits. Returns, per entry, None
     when sent or why not: a failed entry or a failed call fails those entries only, never the rest."""
     errors: list[str | None] = [None] * len(outgoing)
-    for batch in _size_batches([message_size(body, attrs) for body, attrs in outgoing]):
+    batches: list[list[int]] = []  # indexes, by SendMessageBatch's limits: 10 entries and 1 MiB together
+    total = 0
+    for n, (body, attrs) in enumerate(outgoing):
+        size = message_size(body, attrs)
+        if not batches or len(batches[-1]) == MAX_BATCH_ENTRIES or total + size > MAX_BATCH_BYTES:
+            batches.append([])
+            total = 0
+        batches[-1].append(n)
+        total += size
+    for batch in batches:
         entries = [{"Id": str(n), "MessageBody": outgoing[n][0], "MessageAttributes": outgoing[n][1]} for n in batch]
         try:
             response = aws_call(
@@ -114,13 +108,6 @@ def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, An
                 entry = failed.get(str(n), {})
                 errors[n] = f"{entry.get('Code', 'not sent')}: {entry.get('Message', '')}"
     return errors
-
-
-def message_received_at(message: dict[str, Any], default: dt.datetime | None = None) -> dt.datetime:
-    sent = (message.get("Attributes") or {}).get("SentTimestamp")
-    if sent and str(sent).isdigit():
-        return dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC)
-    return default or dt.datetime.now(dt.UTC)
 
 
 REASON_ATTRIBUTE = "groundskeeper-reason"
@@ -192,16 +179,13 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
     return json.dumps(pointer), {k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}
 
 
-def dead_letter_into(
-    sqs, ctx, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list
-) -> None:
-    """Send (message, reason) pairs to the dead-letter queue (:func:`dead_letter_entry`; ``ctx``: the
-    ``FleetContext`` whose archive bucket takes the oversized ones); count them, and add those sent to
-    ``to_ack``. What could not be sent stays in the source queue (``dead_letter_failed``), where its
-    redrive policy moves it."""
+def dead_letter_into(handler, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list) -> None:
+    """Send (message, reason) pairs from ``handler``'s queue to its dead-letter queue (:func:`dead_letter_entry`;
+    oversized ones to its context's archive bucket); count them, and add those sent to ``to_ack``. What could
+    not be sent stays in the source queue (``dead_letter_failed``), where its redrive policy moves it."""
     if not poison:
         return
-    source = queue_name(source_url)
+    sqs, ctx, dlq_url, source = handler.sqs, handler.ctx, handler.dlq_url, queue_name(handler.queue_url)
     ready: list[tuple[dict[str, Any], tuple[str, dict[str, Any]]]] = []
     unsent: list[dict[str, Any]] = []
     for message, reason in poison:
