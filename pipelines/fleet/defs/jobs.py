@@ -170,10 +170,8 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         _record(context, [result], notes)
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
-        metadata = metadata_from(
-            {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
-        )
-        return dg.Output(result.summary, metadata=metadata)
+        metadata = {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
+        return dg.Output(result.summary, metadata=metadata_from(metadata))
 
     @dg.job(
         description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",
