@@ -1,6 +1,5 @@
-"""runs-fleet's AWS calls, each retried by the retry library's ``runs-fleet`` preset: any one call
-(:func:`aws_call`), the runners' SSM parameters deleted in tens, and metrics in as few ``PutMetricData``
-calls as possible (1000 datums a call, with ``Values``/``Counts`` so that many samples cost one datum)."""
+"""runs-fleet's AWS calls, each retried by the retry library's ``runs-fleet`` preset; metrics in as few
+``PutMetricData`` calls as possible (1000 datums a call, ``Values``/``Counts``: many samples, one datum)."""
 
 from __future__ import annotations
 

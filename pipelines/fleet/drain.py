@@ -25,10 +25,8 @@ from pipelines.fleet.queues import receive
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY = 500  # messages between two progress lines in the run log
-TERMINATED = "terminated"
-"""``stopped_by`` of a drain that saw, at a round boundary, that its run is being terminated."""
-STATUS_UNREADABLE = "status unreadable"
-"""``stopped_by`` of a drain whose run's status could not be read at a round boundary."""
+TERMINATED = "terminated"  # stopped_by of a drain that saw, at a round boundary, that its run is being terminated
+STATUS_UNREADABLE = "status unreadable"  # stopped_by of a drain whose run's status could not be read then
 # handler(messages, pool, started_at=<wall-clock time at which the round's receive began>) -> counts
 RoundHandler = Callable[..., Counter]
 
@@ -149,17 +147,6 @@ class QueueDrain:
         self.stop_detail = ""
         self.terminated: Callable[[], bool] | None = None  # is the run being terminated? (round boundaries)
 
-    def _stop_reason(self) -> str | None:
-        """Why the drain stops at this round boundary, or None: a run whose status cannot be read (the
-        instance's database is gone) rather stops than works unrecorded."""
-        if self.terminated is None:
-            return None
-        try:
-            return TERMINATED if self.terminated() else None
-        except Exception as exc:
-            self.stop_detail = first_line(exc)
-            return STATUS_UNREADABLE
-
     def _round(self, budget: int) -> list[dict[str, Any]]:
         """One long-poll receive, then (while they come back full) up to ``concurrency - 1`` short polls.
         Sequential: concurrent receives on one queue can be handed the same message (moto does so readily)."""
@@ -203,7 +190,10 @@ class QueueDrain:
             if self.stop.is_set():
                 result.stopped_by = "stop requested"
                 break
-            reason = self._stop_reason()
+            try:  # a run whose status cannot be read (its instance's database is gone) stops, not works unrecorded
+                reason = TERMINATED if self.terminated is not None and self.terminated() else None
+            except Exception as exc:
+                self.stop_detail, reason = first_line(exc), STATUS_UNREADABLE
             if reason is not None:
                 self.stop.set()
                 result.stopped_by = reason
@@ -262,18 +252,6 @@ def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: 
     return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
 
 
-def _absorb_further_interrupts(drain: QueueDrain) -> dict[int, Any]:
-    """After the first interrupt, later SIGINT/SIGTERM (the executor forwards the signal it got) only
-    keep ``stop`` set, so they cannot cut the round in flight short. Returns the handlers to restore."""
-    if threading.current_thread() is not threading.main_thread():
-        return {}
-    previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        previous[sig] = signal.getsignal(sig)
-        signal.signal(sig, lambda *_: drain.stop.set())
-    return previous
-
-
 def run_with_graceful_stop(
     drain: QueueDrain, *, logger: Any, terminated: Callable[[], bool] | None = None
 ) -> tuple[DrainResult, BaseException | None]:
@@ -314,9 +292,13 @@ def run_with_graceful_stop(
                 finished.wait(0.2)
             except BaseException as exc:  # DagsterExecutionInterruptedError, KeyboardInterrupt
                 drain.stop.set()
-                if interrupt is None:
-                    interrupt = exc
-                    restore = _absorb_further_interrupts(drain)
+                if interrupt is None and threading.current_thread() is threading.main_thread():
+                    # Later SIGINT/SIGTERM (the executor forwards the signal it got) only keep ``stop``
+                    # set, so they cannot cut the round in flight short.
+                    for sig in (signal.SIGINT, signal.SIGTERM):
+                        restore[sig] = signal.getsignal(sig)
+                        signal.signal(sig, lambda *_: drain.stop.set())
+                interrupt = interrupt or exc
         if "error" in outcome:
             raise outcome["error"]
         result = outcome.get("result", drain.result)

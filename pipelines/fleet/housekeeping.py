@@ -117,7 +117,7 @@ class HousekeepingHandler:
             counts["tasks_run"] += 1
             counts["duplicates_in_round"] += len(group) - 1
             to_ack += group
-        dead_letter_into(self.sqs, self.ctx, self.queue_url, self.dlq_url, poison, counts, to_ack)
+        dead_letter_into(self, poison, counts, to_ack)
         if to_ack:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)

@@ -152,16 +152,6 @@ def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> 
     return value
 
 
-def _integer(value: Any, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidMessage(f"{name} must be a number, got {type(value).__name__}")
-    if isinstance(value, float) and (not math.isfinite(value) or value != int(value)):
-        raise InvalidMessage(f"{name} must be a whole number, got {value!r}")
-    if not low <= int(value) <= high:
-        raise InvalidMessage(f"{name} out of range [{low}, {high}]: {value!r}")
-    return int(value)
-
-
 @dataclass(frozen=True)
 class Termination:
     """A validated termination message."""
@@ -180,13 +170,10 @@ class Termination:
         return STATUS_MAP[self.status]
 
 
-TERMINATION_FIELDS = {f.name for f in fields(Termination)}
-
-
 def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     """runs-fleet's termination message, or ``InvalidMessage`` with the reason."""
     data = load_object(body)
-    unknown = sorted(set(data) - TERMINATION_FIELDS)
+    unknown = sorted(set(data) - {f.name for f in fields(Termination)})
     if unknown:
         raise InvalidMessage(f"unknown field(s): {', '.join(u[:40] for u in unknown[:5])}")
     for name in ("instance_id", "job_id", "status"):
@@ -199,17 +186,22 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     status = data["status"]
     if not isinstance(status, str) or status not in STATUS_MAP:
         raise InvalidMessage(f"unknown status {str(status)[:40]!r}")
-    exit_code = None
-    if data.get("exit_code") is not None:
-        exit_code = _integer(data["exit_code"], "exit_code", -(2**31), 2**31 - 1)
-    duration = None
-    if data.get("duration_seconds") is not None:
-        raw = data["duration_seconds"]
-        if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw):
-            raise InvalidMessage(f"duration_seconds must be a number, got {raw!r:.40}")
-        if not 0 <= raw <= MAX_DURATION_SECONDS:
-            raise InvalidMessage(f"duration_seconds out of range [0, {MAX_DURATION_SECONDS}]: {raw!r}")
-        duration = int(raw) if float(raw).is_integer() else float(raw)
+    exit_code = data.get("exit_code")
+    if exit_code is not None:
+        if isinstance(exit_code, bool) or not isinstance(exit_code, int | float):
+            raise InvalidMessage(f"exit_code must be a number, got {type(exit_code).__name__}")
+        if isinstance(exit_code, float) and (not math.isfinite(exit_code) or exit_code != int(exit_code)):
+            raise InvalidMessage(f"exit_code must be a whole number, got {exit_code!r}")
+        if not -(2**31) <= exit_code <= 2**31 - 1:
+            raise InvalidMessage(f"exit_code out of range [{-(2**31)}, {2**31 - 1}]: {exit_code!r}")
+        exit_code = int(exit_code)
+    duration = data.get("duration_seconds")
+    if duration is not None:
+        if isinstance(duration, bool) or not isinstance(duration, int | float) or not math.isfinite(duration):
+            raise InvalidMessage(f"duration_seconds must be a number, got {duration!r:.40}")
+        if not 0 <= duration <= MAX_DURATION_SECONDS:
+            raise InvalidMessage(f"duration_seconds out of range [0, {MAX_DURATION_SECONDS}]: {duration!r}")
+        duration = int(duration) if float(duration).is_integer() else float(duration)
     started = parse_time(data["started_at"], "started_at") if data.get("started_at") is not None else None
     completed = (
         parse_time(data["completed_at"], "completed_at") if data.get("completed_at") is not None else received_at

@@ -1,15 +1,12 @@
-"""SQS for the fleet processors within SQS's limits, each call retried by runs-fleet's policy, and the
-sending of poison messages to a dead-letter queue with the reason and the source queue as attributes
-(docs/fleet.md, "Poison messages and dead letters"; sending them back is ``dead_letter_redrive``)."""
+"""SQS calls within SQS's limits, and dead-lettering (docs/fleet.md, "Poison messages and dead letters")."""
 
 from __future__ import annotations
 
 import base64
-import datetime as dt
 import json
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pipelines.common.aws_batches import chunks, error_code
@@ -63,12 +60,7 @@ MAX_BATCH_ENTRIES = 10  # SendMessageBatch / DeleteMessageBatch entries
 MAX_MESSAGE_BYTES = 256 * 1024  # one message, body and attributes; a bigger dead letter goes to S3
 MAX_BATCH_BYTES = 1024 * 1024  # one SendMessageBatch, all entries together
 MAX_ATTRIBUTES = 10  # message attributes per message
-_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def sqs_text(text: str, limit: int = 1000) -> str:
-    """``text`` as SQS accepts it in an attribute: one line of allowed characters, at most ``limit``."""
-    return _NOT_SQS_TEXT.sub("?", " ".join(text.split()))[:limit]
+_NOT_SQS_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")  # in an attribute
 
 
 def clean_attribute(value: dict[str, Any]) -> dict[str, Any]:
@@ -84,25 +76,20 @@ def message_size(body: str, attributes: dict[str, dict[str, Any]]) -> int:
     return size
 
 
-def _size_batches(sizes: Sequence[int]) -> Iterable[list[int]]:
-    """Indexes of ``sizes`` grouped by SendMessageBatch's limits: 10 entries and 1 MiB together."""
-    batch: list[int] = []
-    total = 0
-    for n, size in enumerate(sizes):
-        if batch and (len(batch) == MAX_BATCH_ENTRIES or total + size > MAX_BATCH_BYTES):
-            yield batch
-            batch, total = [], 0
-        batch.append(n)
-        total += size
-    if batch:
-        yield batch
-
-
 def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, Any]]]) -> list[str | None]:
     """``SendMessageBatch`` of (body, attributes) within SQS's batch limits. Returns, per entry, None
     when sent or why not: a failed entry or a failed call fails those entries only, never the rest."""
     errors: list[str | None] = [None] * len(outgoing)
-    for batch in _size_batches([message_size(body, attrs) for body, attrs in outgoing]):
+    batches: list[list[int]] = []  # indexes, by SendMessageBatch's limits: 10 entries and 1 MiB together
+    total = 0
+    for n, (body, attrs) in enumerate(outgoing):
+        size = message_size(body, attrs)
+        if not batches or len(batches[-1]) == MAX_BATCH_ENTRIES or total + size > MAX_BATCH_BYTES:
+            batches.append([])
+            total = 0
+        batches[-1].append(n)
+        total += size
+    for batch in batches:
         entries = [{"Id": str(n), "MessageBody": outgoing[n][0], "MessageAttributes": outgoing[n][1]} for n in batch]
         try:
             response = aws_call(
@@ -121,13 +108,6 @@ def send_entries(sqs, queue_url: str, outgoing: Sequence[tuple[str, dict[str, An
                 entry = failed.get(str(n), {})
                 errors[n] = f"{entry.get('Code', 'not sent')}: {entry.get('Message', '')}"
     return errors
-
-
-def message_received_at(message: dict[str, Any], default: dt.datetime | None = None) -> dt.datetime:
-    sent = (message.get("Attributes") or {}).get("SentTimestamp")
-    if sent and str(sent).isdigit():
-        return dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC)
-    return default or dt.datetime.now(dt.UTC)
 
 
 REASON_ATTRIBUTE = "groundskeeper-reason"
@@ -155,7 +135,7 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
     message bigger than 256 KiB is stored whole in the archive bucket and the envelope points to it
     (``groundskeeper-envelope=s3``).
     """
-    ours = {REASON_ATTRIBUTE: sqs_text(reason), SOURCE_ATTRIBUTE: source}
+    ours = {REASON_ATTRIBUTE: _NOT_SQS_TEXT.sub("?", " ".join(reason.split()))[:1000], SOURCE_ATTRIBUTE: source}
     originals = {
         name: clean_attribute(value)
         for name, value in (message.get("MessageAttributes") or {}).items()
@@ -199,16 +179,13 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
     return json.dumps(pointer), {k: {"DataType": "String", "StringValue": v} for k, v in ours.items()}
 
 
-def dead_letter_into(
-    sqs, ctx, source_url: str, dlq_url: str, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list
-) -> None:
-    """Send (message, reason) pairs to the dead-letter queue (:func:`dead_letter_entry`; ``ctx``: the
-    ``FleetContext`` whose archive bucket takes the oversized ones); count them, and add those sent to
-    ``to_ack``. What could not be sent stays in the source queue (``dead_letter_failed``), where its
-    redrive policy moves it."""
+def dead_letter_into(handler, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list) -> None:
+    """Send (message, reason) pairs from ``handler``'s queue to its dead-letter queue (:func:`dead_letter_entry`;
+    oversized ones to its context's archive bucket); count them, and add those sent to ``to_ack``. What could
+    not be sent stays in the source queue (``dead_letter_failed``), where its redrive policy moves it."""
     if not poison:
         return
-    source = queue_name(source_url)
+    sqs, ctx, dlq_url, source = handler.sqs, handler.ctx, handler.dlq_url, queue_name(handler.queue_url)
     ready: list[tuple[dict[str, Any], tuple[str, dict[str, Any]]]] = []
     unsent: list[dict[str, Any]] = []
     for message, reason in poison:

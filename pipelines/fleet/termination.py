@@ -22,7 +22,7 @@ from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
-from pipelines.fleet.queues import dead_letter_into, delete_messages, message_received_at
+from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks.old_jobs import archived_job_key
 
 ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
@@ -35,11 +35,6 @@ def new_round_id(started_at: float) -> str:
 
 def round_marker_key(queue_url: str, round_id: str) -> str:
     return f"{ROUNDS_PREFIX}/{queue_name(queue_url)}/{round_id}"
-
-
-def round_started_at(round_id: str) -> float | None:
-    head = round_id.split("-", 1)[0]
-    return int(head) / 1000 if head.isdigit() else None
 
 
 @dataclass
@@ -187,7 +182,9 @@ class TerminationHandler:
         jobs: dict[str, _Job] = {}
         for message in messages:
             try:
-                term = parse_termination(message.get("Body"), received_at=message_received_at(message, now))
+                sent = (message.get("Attributes") or {}).get("SentTimestamp")
+                received_at = dt.datetime.fromtimestamp(int(sent) / 1000, dt.UTC) if str(sent).isdigit() else now
+                term = parse_termination(message.get("Body"), received_at=received_at)
             except InvalidMessage as exc:
                 self.log.warning(f"dead-lettering message {message.get('MessageId')}: {exc.reason}")
                 pending.poison.append((message, exc.reason))
@@ -237,7 +234,7 @@ class TerminationHandler:
             return counts
 
         to_ack = list(pending.to_ack)
-        dead_letter_into(self.sqs, self.ctx, self.queue_url, self.dlq_url, pending.poison, counts, to_ack)
+        dead_letter_into(self, pending.poison, counts, to_ack)
         applied = pending.applied
         if applied and time.time() - pending.began >= self.visibility_timeout / 2:
             # Late: another run may take these jobs over once the timeout has passed; check first.
@@ -312,8 +309,8 @@ class TerminationHandler:
                 if self.round_done(old_round):
                     out.conditional.append(job)
                     continue
-                began = round_started_at(old_round)
-                if began is not None and time.time() - began < self.visibility_timeout:
+                began = old_round.split("-", 1)[0]  # see new_round_id
+                if began.isdigit() and time.time() - int(began) / 1000 < self.visibility_timeout:
                     self.log.info(
                         f"job {job.term.job_id}: round {old_round} applied this message and is still within "
                         "its visibility timeout; leaving the message in the queue"

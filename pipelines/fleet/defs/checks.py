@@ -54,10 +54,9 @@ def dlq_checks(notes: CheckNotes | None = None) -> list[dg.AssetChecksDefinition
     return [_dlq_check(label, spec, notes) for label, spec in DLQ_ASSETS.items()]
 
 
-DLQ_CHECKS = dlq_checks()
 dead_letter_checks_job = dg.define_asset_job(
     "fleet_dead_letter_checks",
-    selection=dg.AssetSelection.checks(*DLQ_CHECKS),
+    selection=dg.AssetSelection.checks(*dlq_checks()),
     description="Checks the depth of each fleet dead-letter queue.",
     tags=CAPABILITY_TAGS,
     executor_def=dg.in_process_executor,

@@ -1,6 +1,5 @@
-"""The fleet's jobs, one op each, run in the run's own process, where a UI termination or SIGTERM
-reaches the drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's status at
-each round boundary instead."""
+"""The fleet's jobs, one op each, in the run's own process, where a UI termination or SIGTERM reaches the
+drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's status at round boundaries."""
 
 from collections.abc import Iterable
 
@@ -20,7 +19,6 @@ from pipelines.fleet.drain import (
     STATUS_UNREADABLE,
     TERMINATED,
     DrainLimits,
-    QueueDrain,
     TerminationLimits,
     queue_drain,
     run_with_graceful_stop,
@@ -59,42 +57,6 @@ def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes
                 context.log_event(event)
 
 
-def _drain(context: dg.OpExecutionContext, drain: QueueDrain, archive_bucket: str) -> dg.Output[dict]:
-    """Run the queue's drain with graceful stop, and report its counts as metadata. A drain stopped
-    because its run is being terminated fails its step (one line), so the run ends canceled."""
-
-    def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
-        run = context.instance.get_run_by_id(context.run_id)
-        return run is not None and run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
-
-    result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
-    summary = result.as_dict(drain.report_keys)
-    if interrupt is not None:
-        raise interrupt
-    queue = queue_name(drain.queue_url)
-    if result.stopped_by == STATUS_UNREADABLE:
-        # the instance's database is gone: no summary or metadata can be recorded, and each try to
-        # write one would only wait out the storage's connection retries
-        raise dg.Failure(
-            description=f"the run's status cannot be read ({drain.stop_detail}): the {queue} drain stopped at "
-            "a round boundary; what it did not acknowledge comes back to the queue",
-            allow_retries=False,
-        )
-    metadata = metadata_from({k: v for k, v in summary.items() if isinstance(v, int | float | str)})
-    counts = {k: summary[k] for k in drain.report_keys}
-    run_summary(context, f"{queue} drain", counts, f"stopped by {result.stopped_by}")
-    if result.stopped_by == TERMINATED:
-        done = ", ".join(f"{k}={v}" for k, v in counts.items())
-        raise dg.Failure(
-            description=f"run terminated: the {queue} drain stopped at a round boundary ({done}); "
-            "what it did not receive is still in the queue",
-            allow_retries=False,
-        )
-    keys = drain.handler.archive.keys
-    metadata["raw_archive"] = dg.MetadataValue.text(f"s3://{archive_bucket}/{keys[0]}" if keys else "(nothing)")
-    return dg.Output(summary, metadata=metadata)
-
-
 def drain_job(
     queue: str,
     description: str,
@@ -104,8 +66,7 @@ def drain_job(
     executor_def: dg.ExecutorDefinition | None = None,
     notes: CheckNotes | None = None,
 ) -> dg.JobDefinition:
-    """``process_<queue>_queue``: its op ``drain_<queue>_queue`` drains ``queue`` with ``handler_cls``'s rounds;
-    a handler's task results, if any, are recorded (a pool audit's failed check with its note from ``notes``)."""
+    """``process_<queue>_queue``; a handler's pool audits are recorded (a failed check noted from ``notes``)."""
 
     @dg.op(
         name=f"drain_{queue}_queue",
@@ -128,12 +89,42 @@ def drain_job(
             run_id=context.run_id,
             limits=limits,
         )
-        output = _drain(context, drain, fleet.archive_bucket)
-        results = getattr(drain.handler, "results", [])
+
+        def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
+            run = context.instance.get_run_by_id(context.run_id)
+            return run is not None and run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
+
+        result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
+        summary = result.as_dict(drain.report_keys)
+        if interrupt is not None:
+            raise interrupt
+        name = queue_name(drain.queue_url)
+        if result.stopped_by == STATUS_UNREADABLE:
+            # the instance's database is gone: no summary or metadata can be recorded, and each try to
+            # write one would only wait out the storage's connection retries
+            raise dg.Failure(
+                description=f"the run's status cannot be read ({drain.stop_detail}): the {name} drain stopped at "
+                "a round boundary; what it did not acknowledge comes back to the queue",
+                allow_retries=False,
+            )
+        counts = {k: summary[k] for k in drain.report_keys}
+        run_summary(context, f"{name} drain", counts, f"stopped by {result.stopped_by}")
+        if result.stopped_by == TERMINATED:  # fails the step in one line, so the run ends canceled
+            done = ", ".join(f"{k}={v}" for k, v in counts.items())
+            raise dg.Failure(
+                description=f"run terminated: the {name} drain stopped at a round boundary ({done}); "
+                "what it did not receive is still in the queue",
+                allow_retries=False,
+            )
+        keys, results = drain.handler.archive.keys, getattr(drain.handler, "results", [])
         _record(context, results, notes)
-        tasks = [{"task_type": r.task_type, **r.summary} for r in results]
-        output.metadata.update(metadata_from({"tasks": tasks, "metrics_published": ctx.cloudwatch.published}))
-        return output
+        metadata = {
+            **summary,
+            "raw_archive": f"s3://{fleet.archive_bucket}/{keys[0]}" if keys else "(nothing)",
+            "tasks": [{"task_type": r.task_type, **r.summary} for r in results],
+            "metrics_published": ctx.cloudwatch.published,
+        }
+        return dg.Output(summary, metadata=metadata_from(metadata))
 
     @dg.job(
         name=f"process_{queue}_queue",
@@ -179,10 +170,8 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         _record(context, [result], notes)
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
-        metadata = metadata_from(
-            {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
-        )
-        return dg.Output(result.summary, metadata=metadata)
+        metadata = {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
+        return dg.Output(result.summary, metadata=metadata_from(metadata))
 
     @dg.job(
         description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",

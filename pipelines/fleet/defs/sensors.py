@@ -1,6 +1,4 @@
-"""The queue sensors: launch drain runs when messages wait, one per consumer slot (run tag
-``groundskeeper/queue``: slot 1 is the queue's name, slot k ``<name>#k``), up to
-``FleetSettings.<queue>_drain_runs`` (docs/fleet.md, "Parallel drains")."""
+"""The queue sensors: drain runs while messages wait, one per consumer slot (docs/fleet.md, "Parallel drains")."""
 
 import math
 

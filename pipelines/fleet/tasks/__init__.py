@@ -1,2 +1,1 @@
-"""runs-fleet's clean-up tasks, one module each exporting its ``TASK``, listed in
-``pipelines.fleet.housekeeping.TASKS``."""
+"""runs-fleet's clean-up tasks, one module each, listed in ``pipelines.fleet.housekeeping.TASKS``."""

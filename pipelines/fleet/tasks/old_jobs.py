@@ -1,5 +1,4 @@
-"""runs-fleet's ``old_jobs`` housekeeping task: archive finished jobs older than the retention to S3
-(JSON Lines), mark each archived, then delete them."""
+"""runs-fleet's ``old_jobs`` housekeeping task (docs/fleet.md, "Housekeeping")."""
 
 from __future__ import annotations
 
@@ -28,9 +27,6 @@ class OldJobsParams:
     )
 
 
-MARKER_THREADS = 8
-
-
 def archived_job_key(job_id: str) -> str:
     return f"archived-jobs/{fingerprint(job_id)}.json"
 
@@ -57,7 +53,7 @@ def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key:
             what="PutObject (archived job marker)",
         )
 
-    with ThreadPoolExecutor(max_workers=MARKER_THREADS, thread_name_prefix="archived-marker") as pool:
+    with ThreadPoolExecutor(max_workers=8, thread_name_prefix="archived-marker") as pool:
         list(pool.map(put, records))  # raises the first failure: then nothing of the page is deleted
 
 

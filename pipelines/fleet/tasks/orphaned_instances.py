@@ -1,5 +1,4 @@
-"""runs-fleet's ``orphaned_instances`` housekeeping task: terminate managed instances without a
-running job, in two phases (tag a suspect; terminate it on a later pass if it is still orphaned)."""
+"""runs-fleet's ``orphaned_instances`` housekeeping task (docs/fleet.md, "Housekeeping")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""runs-fleet's ``stale_ssm`` housekeeping task: delete the runner parameters of instances that are
-gone or were terminated over a grace period ago."""
+"""runs-fleet's ``stale_ssm`` housekeeping task (docs/fleet.md, "Housekeeping")."""
 
 from __future__ import annotations
 
