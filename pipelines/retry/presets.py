@@ -1,7 +1,5 @@
-"""Policies by name and by JSON. The presets: the published default retry timing of other systems, each
-with its ``source``, mapping the other system's counter onto ``n`` (attempts made so far); ``max_attempts``
-counts the first run. The JSON form (the table in docs/retry.md), so a run config or a run tag can carry
-a policy; bad input raises ``RetryPolicyError`` naming the field and the value."""
+"""Policies by name (the presets: other systems' published defaults, each with its ``source``, their counter
+mapped onto ``n``) and by their JSON form (docs/retry.md); bad input raises ``RetryPolicyError``."""
 
 from __future__ import annotations
 
@@ -104,7 +102,7 @@ PRESETS: dict[str, p.Formula] = {
 }
 
 
-def preset(name: str, non_retryable: tuple[str, ...] | list[str] = ()) -> p.Formula:
+def preset(name: str, non_retryable: p.Names = ()) -> p.Formula:
     """A preset by name, optionally with non-retryable error types added."""
     names = p._names(non_retryable)
     try:

@@ -191,7 +191,6 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
     )
     if t["hours_covered"] < 23.5:
         context.log.warning(f"snapshots cover {hours:g} of 24 hours on {day}: figures are for the covered hours only")
-    # Key figures first, then the chart and the per-pool table (both shown inline), then links.
     metadata: dict[str, Any] = metadata_from({**t, "hours_covered": hours})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
@@ -221,8 +220,6 @@ def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
     return look_at_fleet(fleet_context(context.resources.fleet, log=context.log, **clients))
 
 
-# Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does
-# not), and yesterday's report.
 def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     return schedule(
         name="pool_audit_schedule",
