@@ -40,6 +40,11 @@ class RetryPolicyError(ValueError):
         self.value = value
 
 
+def invalid(name: str, value: Any, what: str) -> RetryPolicyError:
+    """``<name> must be <what>, got <value>``, naming the field and the value."""
+    return RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
+
+
 class DelayFunctionError(RetryPolicyError):
     """A user delay function raised or returned garbage. Never retried (the retry RFC's warning)."""
 
@@ -265,7 +270,6 @@ FUNCTIONS_ENV = "GROUNDSKEEPER_RETRY_FUNCTIONS"  # the module prefixes a functio
 
 
 def registered_function_modules() -> tuple[str, ...]:
-    """The module prefixes of ``GROUNDSKEEPER_RETRY_FUNCTIONS`` (empty: no function policy allowed)."""
     return tuple(p.strip() for p in os.environ.get(FUNCTIONS_ENV, "").split(",") if p.strip())
 
 
@@ -308,7 +312,7 @@ def exponential(
     if max_delay is not None:
         max_delay = _seconds("maxDelay", max_delay)
     if jitter not in JITTERS:
-        raise RetryPolicyError(f"jitter must be one of {sorted(JITTERS)}, got {jitter!r}", field="jitter", value=jitter)
+        raise invalid("jitter", jitter, f"one of {sorted(JITTERS)}")
     jitter_ratio = _number("jitterRatio", jitter_ratio, 0, 1, "a number in [0, 1]")
     return Exponential(
         initial=initial,
@@ -408,7 +412,7 @@ def _describe(value: Any) -> str:
 
 def _number(name: str, value: Any, low: float, high: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:  # NaN too
-        raise RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
+        raise invalid(name, value, what)
     return float(value)
 
 
@@ -420,19 +424,13 @@ def _max_attempts(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
-        raise RetryPolicyError(
-            f"maxAttempts must be an integer from 1 to {MAX_ATTEMPTS} (or null for unlimited), got {value!r}",
-            field="maxAttempts",
-            value=value,
-        )
+        raise invalid("maxAttempts", value, f"an integer from 1 to {MAX_ATTEMPTS} (or null for unlimited)")
     return value
 
 
 def _names(values: Any) -> tuple[str, ...]:
     if not isinstance(values, list | tuple) or not all(isinstance(v, str) and v for v in values):
-        raise RetryPolicyError(
-            f"nonRetryable must be a list of error type names, got {values!r}", field="nonRetryable", value=values
-        )
+        raise invalid("nonRetryable", values, "a list of error type names")
     return tuple(values)
 
 

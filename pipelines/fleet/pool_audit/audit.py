@@ -37,7 +37,6 @@ PREFIX = "pool-audit"
 
 
 def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
-    """Every pools-table item as plain values."""
     pages = dynamodb.get_paginator("scan").paginate(TableName=table)
     return [from_item(item) for page in pages for item in page.get("Items", [])]
 
