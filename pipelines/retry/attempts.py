@@ -1,8 +1,6 @@
-"""Attempts of one piece of work. ``retry_call`` makes them for one call, by a policy: for batch code
-that should not restart a whole op because one AWS call was throttled. Attempt ids fence them (the
-retry RFC): a new attempt gets a fresh ``attempt_id``, written on the work's record, and every later
-write on behalf of an attempt is conditional on the record still naming it, so a late write from a
-superseded attempt is refused."""
+"""Attempts of one piece of work: ``retry_call`` retries one call by a policy (batch code need not restart
+a whole op for one throttled call); attempt ids fence them (the retry RFC): every write on behalf of an
+attempt is conditional on the work's record still naming it, so a superseded attempt's late write is refused."""
 
 from __future__ import annotations
 

@@ -31,8 +31,8 @@ class RetryPoliciesParams:
     )
 
 
+# 4 columns, the most the asset page shows inline
 TIMELINE_COLUMNS = {"policy": "policy", "attempts": "attempts", "over": "over (worst case)", "timeline": "timeline"}
-"""The inline table: 4 columns, the most the asset page shows without a link."""
 
 
 def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:

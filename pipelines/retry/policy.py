@@ -29,7 +29,6 @@ class _Stop:
 
 
 STOP = _Stop()
-"""Returned by ``RetryPolicy.delay`` when no further attempt should be made."""
 
 
 class RetryPolicyError(ValueError):
@@ -39,6 +38,11 @@ class RetryPolicyError(ValueError):
         super().__init__(message)
         self.field = field
         self.value = value
+
+
+def invalid(name: str, value: Any, what: str) -> RetryPolicyError:
+    """``<name> must be <what>, got <value>``, naming the field and the value."""
+    return RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
 
 
 class DelayFunctionError(RetryPolicyError):
@@ -262,14 +266,10 @@ class FunctionPolicy(RetryPolicy):
 
 _PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", re.ASCII)  # one name after ':', no walk
 
-FUNCTIONS_ENV = "GROUNDSKEEPER_RETRY_FUNCTIONS"
-"""Comma-separated module prefixes whose functions a ``function`` policy may name (the deployment
-registers them). A run config or a run tag carries a policy, so without this list it could make the
-run (or the sensor) call any importable function: ``os:_exit``."""
+FUNCTIONS_ENV = "GROUNDSKEEPER_RETRY_FUNCTIONS"  # the module prefixes a function policy may name (docs/retry.md)
 
 
 def registered_function_modules() -> tuple[str, ...]:
-    """The module prefixes of ``GROUNDSKEEPER_RETRY_FUNCTIONS`` (empty: no function policy allowed)."""
     return tuple(p.strip() for p in os.environ.get(FUNCTIONS_ENV, "").split(",") if p.strip())
 
 
@@ -279,21 +279,20 @@ def _registered(module_name: str) -> list[str]:
     return [p.rstrip(".") for p in prefixes if module_name == p or module_name.startswith(p.rstrip(".") + ".")]
 
 
-MAX_DELAY_SECONDS = 30 * 86_400
-"""The longest wait a policy may give (30 days): a JSON policy is refused above it, and a delay
-function that answers more fails as a policy error (a run waits, it does not wait forever)."""
+MAX_DELAY_SECONDS = 30 * 86_400  # the longest wait a policy may give: a run waits, it does not wait forever
 MAX_COEFFICIENT = 100
 MAX_ATTEMPTS = 10_000
+Names = tuple[str, ...] | list[str]  # error type names (nonRetryable)
 
 
-def none(*, non_retryable: tuple[str, ...] | list[str] = ()) -> NoRetry:
+def none(*, non_retryable: Names = ()) -> NoRetry:
     return NoRetry(max_attempts=1, non_retryable=_names(non_retryable))
 
 
-def fixed(delay: float, max_attempts: int | None, *, non_retryable: tuple[str, ...] | list[str] = ()) -> FixedDelay:
+def fixed(delay: float, max_attempts: int | None, *, non_retryable: Names = ()) -> FixedDelay:
     return FixedDelay(
         seconds=_seconds("delay", delay),
-        max_attempts=_max_attempts("maxAttempts", max_attempts),
+        max_attempts=_max_attempts(max_attempts),
         non_retryable=_names(non_retryable),
     )
 
@@ -306,28 +305,26 @@ def exponential(
     jitter: str = "none",
     *,
     jitter_ratio: float = 0.1,
-    non_retryable: tuple[str, ...] | list[str] = (),
+    non_retryable: Names = (),
 ) -> Exponential:
     initial = _seconds("initial", initial)
     coefficient = _number("coefficient", coefficient, 1, MAX_COEFFICIENT, f"a number from 1 to {MAX_COEFFICIENT}")
     if max_delay is not None:
         max_delay = _seconds("maxDelay", max_delay)
     if jitter not in JITTERS:
-        raise RetryPolicyError(f"jitter must be one of {sorted(JITTERS)}, got {jitter!r}", field="jitter", value=jitter)
+        raise invalid("jitter", jitter, f"one of {sorted(JITTERS)}")
     jitter_ratio = _number("jitterRatio", jitter_ratio, 0, 1, "a number in [0, 1]")
     return Exponential(
         initial=initial,
         coefficient=coefficient,
         max_delay=max_delay,
-        max_attempts=_max_attempts("maxAttempts", max_attempts),
+        max_attempts=_max_attempts(max_attempts),
         jitter=Jitter("plus-minus", -jitter_ratio, jitter_ratio) if jitter == "plus-minus" else JITTERS[jitter],
         non_retryable=_names(non_retryable),
     )
 
 
-def function(
-    path: str, max_attempts: int | None = None, *, non_retryable: tuple[str, ...] | list[str] = ()
-) -> FunctionPolicy:
+def function(path: str, max_attempts: int | None = None, *, non_retryable: Names = ()) -> FunctionPolicy:
     """Resolve ``package.module:function`` now, so a bad path fails when the policy is built (what it may
     name, and why: docs/retry.md). Anything raised while resolving it, ``SystemExit`` too, is a ``RetryPolicyError``."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
@@ -355,7 +352,7 @@ def function(
     return FunctionPolicy(
         path=path,
         function=target,
-        max_attempts=_max_attempts("maxAttempts", max_attempts),
+        max_attempts=_max_attempts(max_attempts),
         non_retryable=_names(non_retryable),
     )
 
@@ -415,7 +412,7 @@ def _describe(value: Any) -> str:
 
 def _number(name: str, value: Any, low: float, high: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:  # NaN too
-        raise RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
+        raise invalid(name, value, what)
     return float(value)
 
 
@@ -423,27 +420,17 @@ def _seconds(name: str, value: Any) -> float:
     return _number(name, value, 0, MAX_DELAY_SECONDS, f"a number of seconds from 0 to {MAX_DELAY_SECONDS} (30 days)")
 
 
-def _max_attempts(name: str, value: Any) -> int | None:
+def _max_attempts(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
-        raise RetryPolicyError(
-            f"{name} must be an integer from 1 to {MAX_ATTEMPTS} (or null for unlimited), got {value!r}",
-            field=name,
-            value=value,
-        )
+        raise invalid("maxAttempts", value, f"an integer from 1 to {MAX_ATTEMPTS} (or null for unlimited)")
     return value
 
 
 def _names(values: Any) -> tuple[str, ...]:
-    if (
-        isinstance(values, str)
-        or not isinstance(values, list | tuple)
-        or not all(isinstance(v, str) and v for v in values)
-    ):
-        raise RetryPolicyError(
-            f"nonRetryable must be a list of error type names, got {values!r}", field="nonRetryable", value=values
-        )
+    if not isinstance(values, list | tuple) or not all(isinstance(v, str) and v for v in values):
+        raise invalid("nonRetryable", values, "a list of error type names")
     return tuple(values)
 
 

@@ -1,7 +1,5 @@
-"""Policies by name and by JSON. The presets: the published default retry timing of other systems, each
-with its ``source``, mapping the other system's counter onto ``n`` (attempts made so far); ``max_attempts``
-counts the first run. The JSON form (the table in docs/retry.md), so a run config or a run tag can carry
-a policy; bad input raises ``RetryPolicyError`` naming the field and the value."""
+"""Policies by name (the presets: other systems' published defaults, each with its ``source``, their counter
+mapped onto ``n``) and by their JSON form (docs/retry.md); bad input raises ``RetryPolicyError``."""
 
 from __future__ import annotations
 
@@ -104,15 +102,12 @@ PRESETS: dict[str, p.Formula] = {
 }
 
 
-def preset(name: str, non_retryable: tuple[str, ...] | list[str] = ()) -> p.Formula:
-    """A preset by name, optionally with non-retryable error types added."""
+def preset(name: str, non_retryable: p.Names = ()) -> p.Formula:
     names = p._names(non_retryable)
     try:
         base = PRESETS[name]
     except (KeyError, TypeError):
-        raise p.RetryPolicyError(
-            f"name must be one of {sorted(PRESETS)}, got {name!r}", field="name", value=name
-        ) from None
+        raise p.invalid("name", name, f"one of {sorted(PRESETS)}") from None
     return dataclasses.replace(base, non_retryable=names) if names else base
 
 
@@ -136,10 +131,10 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
         except RecursionError:
             raise p.RetryPolicyError("policy is nested too deeply to be a policy", field="policy", value=None) from None
     if not isinstance(obj, dict):
-        raise p.RetryPolicyError(f"policy must be a JSON object, got {obj!r}", field="policy", value=obj)
+        raise p.invalid("policy", obj, "a JSON object")
     kind = obj.get("kind")
     if kind not in _FIELDS:
-        raise p.RetryPolicyError(f"kind must be one of {sorted(_FIELDS)}, got {kind!r}", field="kind", value=kind)
+        raise p.invalid("kind", kind, f"one of {sorted(_FIELDS)}")
     build, required, optional = _FIELDS[kind]
     missing = sorted(required - obj.keys())
     if missing:
@@ -157,9 +152,7 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
 def policy_from_text(text: str) -> p.RetryPolicy:
     """A run tag's value: a preset name (``sidekiq``), ``none``, or a JSON policy object."""
     if not isinstance(text, str) or not text.strip():
-        raise p.RetryPolicyError(
-            f"policy must be a preset name or a JSON object, got {text!r}", field="policy", value=text
-        )
+        raise p.invalid("policy", text, "a preset name or a JSON object")
     text = text.strip()
     if text.startswith("{"):
         return policy_from_json(text)

@@ -16,14 +16,13 @@ from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
 from pipelines.fleet.pool_audit.audit import (
     AuditRun,
+    PoolAuditParams,
     PoolCostReportParams,
     build_daily_report,
     look_at_fleet,
     run_pool_audit,
 )
 from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, evaluate_checks
-from pipelines.fleet.pool_audit.compute import COUNT_COLUMNS
-from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit, PoolAuditParams
 from pipelines.fleet.pool_audit.render import cost_chart_text
 from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
 
@@ -42,8 +41,6 @@ POOL_COLUMNS = {
 }
 PROBLEM_COLUMNS = {"pool": "pool", "kind": "kind", "problem": "left out of the totals because"}
 REPORT_COLUMNS = {"pool": "pool", "cost_usd": "USD", "idle_cost_usd": "idle USD", "idle_share_pct": "idle %"}
-LEFT_OUT_COUNTERS = ("untagged_instances", "unknown_pool_instances", "running_left_out_of_totals")
-COUNTERS = ("pools", "pools_in_totals", *COUNT_COLUMNS, *LEFT_OUT_COUNTERS)
 
 
 def audit_metadata(run: AuditRun) -> dict[str, Any]:
@@ -64,8 +61,8 @@ def audit_metadata(run: AuditRun) -> dict[str, Any]:
         metadata["problems"] = table_from(audit.problems.to_dict("records"), PROBLEM_COLUMNS)
     if run.snapshot_key:
         metadata["snapshot"] = dg.MetadataValue.path(f"s3://{run.archive_bucket}/{run.snapshot_key}")
-    counters = {
-        **{key: int(totals[key]) for key in COUNTERS},
+    counters = {  # the totals' counts; pools_with_problems is a key figure above
+        **{key: n for key, n in totals.items() if isinstance(n, int) and key != "pools_with_problems"},
         "instances_audited": run.instances,
         "instances_with_running_jobs": run.running_jobs,
         "cloudwatch_datums": run.metric_datums,
@@ -85,10 +82,10 @@ def audit_metadata(run: AuditRun) -> dict[str, Any]:
 CHECK_METADATA = {int: dg.MetadataValue.int, float: dg.MetadataValue.float, str: dg.MetadataValue.md}
 
 
-def recorded(log, audit: HousekeepingAudit, notes: CheckNotes | None, kind: type) -> tuple[dict[str, Any], list[Any]]:
+def recorded(log, run: AuditRun, notes: CheckNotes | None, kind: type) -> tuple[dict[str, Any], list[Any]]:
     """Logs an audit; returns its metadata and its checks as ``kind``: ``dg.AssetCheckResult`` (the
     asset's) or ``dg.AssetCheckEvaluation`` (a housekeeping task's), with a failed check's note."""
-    run, t = audit.run, audit.run.audit.totals
+    t = run.audit.totals
     log.info(
         f"pool audit: {t['pools']} pools, {run.instances} instances, running={t['running']} busy={t['busy']} "
         f"idle={t['idle']}, compute {t['compute_cost_usd_per_hour']:.4f} USD/h, idle {t['idle_cost_usd_per_hour']:.4f}"
@@ -98,7 +95,7 @@ def recorded(log, audit: HousekeepingAudit, notes: CheckNotes | None, kind: type
     for row in run.audit.problems.itertuples(index=False):
         log.warning(f"pool {row.pool!r} ({row.kind}) left out of the totals: {row.problem}")
     checks = []
-    for c in evaluate_checks(run, audit.idle_cost_threshold_usd_per_hour):
+    for c in evaluate_checks(run):
         description, demo = noted(dg.AssetCheckKey(ASSET_KEY, c.check_name), c.passed, c.description, notes)
         metadata = {key: CHECK_METADATA.get(type(v), dg.MetadataValue.json)(v) for key, v in c.metadata.items()}
         checks.append(
@@ -142,8 +139,8 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
         clients = {"dynamodb": dynamodb.get_client(), "ec2": ec2.get_client(), "s3": s3.get_client()}
         ctx = fleet_context(fleet, log=context.log, cloudwatch=metrics, **clients)
-        audit = HousekeepingAudit(run_pool_audit(ctx, dry_run=params.dry_run), params.idle_cost_threshold_usd_per_hour)
-        metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckResult)
+        run = run_pool_audit(ctx, params, dry_run=params.dry_run)
+        metadata, checks = recorded(context.log, run, notes, dg.AssetCheckResult)
         if not params.dry_run:
             metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
         return dg.MaterializeResult(metadata=metadata, check_results=checks)
@@ -152,7 +149,7 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
 
 
 def housekeeping_audit_events(
-    context: dg.OpExecutionContext, audit: HousekeepingAudit, notes: CheckNotes | None = None
+    context: dg.OpExecutionContext, audit: AuditRun, notes: CheckNotes | None = None
 ) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
     """A housekeeping ``pool_audit`` task's audit as a ``pool_audit`` materialization of the run that
     ran it, with its check evaluations, exactly as the asset records them."""
@@ -194,7 +191,6 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
     )
     if t["hours_covered"] < 23.5:
         context.log.warning(f"snapshots cover {hours:g} of 24 hours on {day}: figures are for the covered hours only")
-    # Key figures first, then the chart and the per-pool table (both shown inline), then links.
     metadata: dict[str, Any] = metadata_from({**t, "hours_covered": hours})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
@@ -224,8 +220,6 @@ def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
     return look_at_fleet(fleet_context(context.resources.fleet, log=context.log, **clients))
 
 
-# Both on by default: a snapshot every 10 minutes when the fleet changes (every 20 when it does
-# not), and yesterday's report.
 def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     return schedule(
         name="pool_audit_schedule",

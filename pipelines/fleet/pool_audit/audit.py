@@ -35,16 +35,13 @@ INSTANCES_PAGE_SIZE = 1000  # DescribeInstances' maximum
 MAX_DIMENSION_VALUE = 1024
 PREFIX = "pool-audit"
 
-Progress = Callable[[str], None]
-
 
 def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
-    """Every pools-table item as plain values."""
     pages = dynamodb.get_paginator("scan").paginate(TableName=table)
     return [from_item(item) for page in pages for item in page.get("Items", [])]
 
 
-def list_fleet_instances(ec2, progress: Progress | None = None) -> list[dict[str, Any]]:
+def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Managed instances that are pending, running, stopping or stopped, 1000 per call, as
     ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
     rows: list[dict[str, Any]] = []
@@ -72,7 +69,7 @@ def list_fleet_instances(ec2, progress: Progress | None = None) -> list[dict[str
     return rows
 
 
-def running_job_instances(dynamodb, jobs_table: str, progress: Progress | None = None) -> set[str]:
+def running_job_instances(dynamodb, jobs_table: str, progress: Callable[[str], None] | None = None) -> set[str]:
     """Instance ids that have a job in status ``running`` (Query on the index; Scan if it is missing)."""
     base = {
         "TableName": jobs_table,
@@ -124,6 +121,24 @@ def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
 
 
 @dataclass(frozen=True)
+class AuditMessageParams:
+    """A housekeeping ``pool_audit`` message's ``params`` (besides the fleet's ``dryRun`` and ``now``)."""
+
+    idle_cost_threshold_usd_per_hour: float = param(
+        5.0,
+        description="The idle_cost_below_threshold check warns when the fleet's idle capacity costs more "
+        "than this, in USD per hour.",
+        minimum=0,
+        maximum=100_000,
+    )
+
+
+@dataclass(frozen=True)
+class PoolAuditParams(AuditMessageParams):
+    dry_run: bool = param(False, description="Compute and report, but publish no metrics and store no snapshot.")
+
+
+@dataclass(frozen=True)
 class PoolCostReportParams:
     max_gap_minutes: int = param(
         30,
@@ -135,6 +150,8 @@ class PoolCostReportParams:
 
 @dataclass
 class AuditRun:
+    """One audit run, with the threshold its checks use (the asset's config or a housekeeping message's)."""
+
     audit: PoolAudit
     taken_at: dt.datetime
     instances: int
@@ -147,9 +164,22 @@ class AuditRun:
     metric_calls: int = 0
     metric_datums: int = 0
     metrics_skipped: list[str] = field(default_factory=list)
+    idle_cost_threshold_usd_per_hour: float = AuditMessageParams.idle_cost_threshold_usd_per_hour
+
+    def summary(self) -> dict[str, Any]:
+        """The small, JSON-friendly part: what the run's output and log show."""
+        totals = self.audit.totals
+        return {
+            "pools": int(totals["pools"]),
+            "instances": self.instances,
+            **{key: int(totals[key]) for key in ("running", "busy", "idle")},
+            **{key: round(float(totals[key]), 4) for key in ("compute_cost_usd_per_hour", "idle_cost_usd_per_hour")},
+            "snapshot_key": self.snapshot_key or "(dry run: none)",
+            "dry_run": self.dry_run,
+        }
 
 
-def _read_fleet(ctx: FleetContext, progress: Progress | None = None) -> tuple[list, list, set[str], str]:
+def _read_fleet(ctx: FleetContext, progress: Callable[[str], None] | None = None) -> tuple[list, list, set[str], str]:
     """The audit's reads: pools, managed instances, instances with running jobs, and their counts in words."""
     pools = load_pools(ctx.dynamodb, ctx.pools_table)
     instances = list_fleet_instances(ctx.ec2, progress=progress)
@@ -159,7 +189,12 @@ def _read_fleet(ctx: FleetContext, progress: Progress | None = None) -> tuple[li
 
 
 def run_pool_audit(
-    ctx: FleetContext, *, dry_run: bool = False, prices: PriceList | None = None, now: dt.datetime | None = None
+    ctx: FleetContext,
+    params: AuditMessageParams = AuditMessageParams(),
+    *,
+    dry_run: bool = False,
+    prices: PriceList | None = None,
+    now: dt.datetime | None = None,
 ) -> AuditRun:
     """Read pools, instances and running jobs (progress to ``ctx.log``); compute; publish metrics and the
     CSV snapshot (the table with its time in front). ``dry_run`` computes everything and writes nothing."""
@@ -173,6 +208,7 @@ def run_pool_audit(
     audit = audit_pools(pools, instances, busy, prices)
     seconds = time.perf_counter() - started
     run = AuditRun(audit, taken_at, len(instances), len(busy), seconds, prices, dry_run, ctx.archive_bucket)
+    run.idle_cost_threshold_usd_per_hour = params.idle_cost_threshold_usd_per_hour
     datums, run.metrics_skipped = metric_datums(audit.table, taken_at)
     run.metric_datums = len(datums)
     if dry_run:

@@ -33,9 +33,10 @@ class CheckOutcome:
     metadata: dict[str, int | float | str | list[Any]]
 
 
-def evaluate_checks(run: AuditRun, idle_cost_threshold: float) -> list[CheckOutcome]:
-    """The three checks of one audit, with ``idle_cost_threshold`` in USD per hour."""
+def evaluate_checks(run: AuditRun) -> list[CheckOutcome]:
+    """The three checks of one audit, with the run's ``idle_cost_threshold_usd_per_hour``."""
     table, totals = run.audit.table, run.audit.totals
+    idle_cost_threshold = run.idle_cost_threshold_usd_per_hour
     idle = float(totals["idle_cost_usd_per_hour"])
     priced = table.loc[table["in_totals"] & (table["idle_cost_usd_per_hour"] > 0)]
     top_idle = priced.sort_values("idle_cost_usd_per_hour", ascending=False).head(MAX_LISTED)
