@@ -277,7 +277,7 @@ def test_there_are_run_config_modules_to_check():
 @pytest.mark.parametrize("path", _modules_named_like_run_config(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_a_module_named_params_declares_run_config(path):
     """``params`` means run config: a module named so declares its parameters through
-    ``pipelines.common.params`` (an SSM parameter module is named for SSM, ``ssm_parameters``)."""
+    ``pipelines.common.params`` (runs-fleet's SSM parameters are named for SSM, in ``calls.py``)."""
     assert "pipelines.common.params" in _imports(path)
 
 
