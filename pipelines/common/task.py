@@ -4,7 +4,6 @@ request, params)``; run as a job, ``context`` is a :class:`TaskRun` and ``reques
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -54,7 +53,7 @@ class Task(Generic[P]):
         the default, and a whole number may be a whole float (``7.0``)."""
         kinds = {name: spec.kind for spec in specs(self.params) for name in (spec.name, *spec.aliases)}
         given = {
-            key: int(value) if _whole_float(value) and kinds.get(key) is int else value
+            key: int(value) if isinstance(value, float) and value.is_integer() and kinds.get(key) is int else value
             for key, value in raw.items()
             if value is not None
         }
@@ -74,7 +73,3 @@ class TaskRun:
             return self.__dict__["clients"][name]
         except KeyError:
             raise AttributeError(name) from None
-
-
-def _whole_float(value: Any) -> bool:
-    return isinstance(value, float) and math.isfinite(value) and value == int(value)
