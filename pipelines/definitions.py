@@ -11,8 +11,8 @@ import dagster as dg
 
 from pipelines.alerts.defs import build_defs as alerts_defs
 from pipelines.batching.defs import build_defs as batching_defs
+from pipelines.common.defs import build_defs as common_defs
 from pipelines.common.defs.metadata import CheckNotes
-from pipelines.common.defs.summary import operations_summary_asset
 from pipelines.common.targets import targets_path
 from pipelines.fleet.defs import build_defs as fleet_defs
 from pipelines.progressor.defs import build_defs as progressor_defs
@@ -63,11 +63,8 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         add.defs,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
-        dg.Definitions(
-            assets=[operations_summary_asset()],
-            resources=resources_for(deployment),
-            executor=executor or dg.in_process_executor,  # no process per step, unless the deployment's
-        ),
+        common_defs(executor),
+        dg.Definitions(resources=resources_for(deployment)),
     )
     retry = retry_defs(list(base.jobs or []), demo=add.retry_demo)  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
