@@ -1,6 +1,5 @@
-"""The task contract: one periodic task, declared once (``docs/development.md``, "The task contract").
-No Dagster. Its pass and look are called as ``run(context, request, params)`` and ``look(context,
-request, params)``; run as a job, ``context`` is a :class:`TaskRun` and ``request`` is None."""
+"""The task contract, no Dagster (``docs/development.md``, "The task contract"). Run as a job, a task's
+pass is called as ``run(context, None, params)``, ``context`` a :class:`TaskRun`."""
 
 from __future__ import annotations
 
