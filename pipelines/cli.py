@@ -22,6 +22,8 @@ SETTINGS_ERROR = 1
 MAX_DEPTH = 100  # levels of nesting in a run config (Dagster's own nest a few)
 MAX_VALUES = 100_000  # values in a run config, aliases counted each time they are used
 _SCALARS = (str, int, float, bool, type(None))
+_KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
+_TOO_DEEP = f"nested too deeply (a run config nests at most {MAX_DEPTH} levels)"
 
 
 class _RunConfigLoader(yaml.SafeLoader):
@@ -37,7 +39,7 @@ _RunConfigLoader.yaml_implicit_resolvers = {
 class RunConfigError(ValueError):
     """A run config that cannot be run: one line each."""
 
-    def __init__(self, lines: Sequence[str]):
+    def __init__(self, *lines: str):
         super().__init__("\n".join(lines))
         self.lines = list(lines)
 
@@ -60,20 +62,18 @@ def _parse(text: str, source: str) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or first_line(exc, None)
-        raise RunConfigError([f"{source}: not valid YAML or JSON{where}: {problem}"]) from None
+        raise RunConfigError(f"{source}: not valid YAML or JSON{where}: {problem}") from None
     except RecursionError:
-        raise RunConfigError([f"{source}: nested too deeply (a run config nests at most {MAX_DEPTH} levels)"]) from None
+        raise RunConfigError(f"{source}: {_TOO_DEEP}") from None
     except Exception as exc:  # a value its tag refuses: !!timestamp 2026-13-45, !!float x...
         problem = " ".join(str(exc).split())[:200]
-        raise RunConfigError([f"{source}: not valid YAML or JSON: {type(exc).__name__}: {problem}"]) from None
+        raise RunConfigError(f"{source}: not valid YAML or JSON: {type(exc).__name__}: {problem}") from None
     _check_shape(value, source)
     if value is None:
         return {}
     if not isinstance(value, dict):
-        kind = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}.get(
-            type(value), type(value).__name__
-        )
-        raise RunConfigError([f"{source}: a run config is a mapping (a JSON object), not {kind}"])
+        kind = _KINDS.get(type(value), type(value).__name__)
+        raise RunConfigError(f"{source}: a run config is a mapping (a JSON object), not {kind}")
     return value
 
 
@@ -86,24 +86,24 @@ def _check_shape(value: Any, source: str) -> None:
         node, where, depth = stack.pop()
         seen += 1
         if seen > MAX_VALUES:
-            raise RunConfigError([f"{source}: more than {MAX_VALUES} values: too large for a run config"])
+            raise RunConfigError(f"{source}: more than {MAX_VALUES} values: too large for a run config")
         if depth > MAX_DEPTH:
-            raise RunConfigError([f"{source}: nested too deeply (a run config nests at most {MAX_DEPTH} levels)"])
+            raise RunConfigError(f"{source}: {_TOO_DEEP}")
         if isinstance(node, dict):
             for key, child in node.items():
                 if not isinstance(key, str):
                     raise RunConfigError(
-                        [f"{source}: the key {repr(key)[:50]} at {where[:200]} is not text: quote it (a run config's "
-                         "keys are text)"]
-                    )  # fmt: skip
+                        f"{source}: the key {repr(key)[:50]} at {where[:200]} is not text: quote it (a run config's "
+                        "keys are text)"
+                    )
                 stack.append((child, f"{where}:{key}", depth + 1))
         elif isinstance(node, list):
             stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(node))
         elif not isinstance(node, _SCALARS):
             raise RunConfigError(
-                [f"{source}: the value at {where[:200]} is {type(node).__name__}: a run config holds text, numbers, "
-                 "booleans, null, lists and mappings"]
-            )  # fmt: skip
+                f"{source}: the value at {where[:200]} is {type(node).__name__}: a run config holds text, numbers, "
+                "booleans, null, lists and mappings"
+            )
 
 
 def read_run_config(files: Sequence[str], config_json: str | None) -> dict[str, Any]:
@@ -113,7 +113,7 @@ def read_run_config(files: Sequence[str], config_json: str | None) -> dict[str, 
         try:
             text = Path(name).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise RunConfigError([f"{name}: cannot be read: {exc}"]) from None
+            raise RunConfigError(f"{name}: cannot be read: {exc}") from None
         _merge(config, _parse(text, name))
     if config_json is not None:
         _merge(config, _parse(config_json, "--config-json"))
@@ -126,12 +126,12 @@ def check_run_config(defs: Any, job_name: str, run_config: Mapping[str, Any]) ->
 
     names = sorted(job.name for job in defs.resolve_all_job_defs() if not job.name.startswith("__"))
     if job_name not in names:
-        raise RunConfigError([f"no job {job_name!r} in the code location; one of: {', '.join(names)}"])
+        raise RunConfigError(f"no job {job_name!r} in the code location; one of: {', '.join(names)}")
     try:
         dg.validate_run_config(defs.resolve_job_def(job_name), dict(run_config))
     except dg.DagsterInvalidConfigError as exc:
         raise RunConfigError(
-            [f"invalid run config for {job_name}: {' '.join(error.message.split())}" for error in exc.errors]
+            *[f"invalid run config for {job_name}: {' '.join(error.message.split())}" for error in exc.errors]
             or [f"invalid run config for {job_name}: {' '.join(str(exc).split())}"]
         ) from None
 

@@ -18,7 +18,7 @@ from resources.clients import (
     SSMResource,
     metrics_sink_from_env,
 )
-from resources.errors import explain_aws_error as explain_aws_error
+from resources.clients import explain_aws_error as explain_aws_error
 from resources.postgres import progressor_database_from_env
 from resources.settings import AgendaSettings as AgendaSettings
 from resources.settings import BatchingSettings as BatchingSettings

@@ -1,5 +1,6 @@
 """One resource per AWS service Groundskeeper calls: ``get_client()`` gives a plain boto3 client (from
-the process's shared boto3 session), which the capability logic takes as an argument."""
+the process's shared boto3 session), which the capability logic takes as an argument; and AWS
+connection and configuration failures as one clear line (:func:`explain_aws_error`)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,21 @@ import threading
 from typing import Any, ClassVar
 
 import boto3
+from botocore.exceptions import (
+    ClientError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+)
 from dagster_aws.s3 import S3Resource as DagsterAwsS3Resource
 from dagster_aws.s3.utils import disable_signing
 from dagster_aws.ssm import SSMResource as DagsterAwsSSMResource
 from dagster_aws.utils import ResourceWithBoto3Configuration, construct_boto_client_retry_config
 from pydantic import Field
 
+from pipelines.common.http import location
+from pipelines.retry.classify import error_code_and_message
 from resources.settings import CheckedSettings, LoadSettingError
 
 __all__ = [
@@ -145,3 +155,43 @@ class SNSResource(_Boto3ClientResource):
     def get_sts_client(self) -> Any:
         """An STS client of the same configuration (the caller's account, to check a topic's)."""
         return _shared_client("sts", self)
+
+
+SIGNATURE_ERRORS = frozenset({"SignatureDoesNotMatch", "InvalidSignatureException", "IncompleteSignature"})
+_NOT_FOUND = frozenset(
+    {"ResourceNotFoundException", "AWS.SimpleQueueService.NonExistentQueue", "NoSuchBucket", "QueueDoesNotExist"}
+)
+_ACCESS_DENIED = frozenset(
+    {"AccessDenied", "AccessDeniedException", "UnrecognizedClientException", "InvalidClientTokenId"}
+    | {"ExpiredToken", "ExpiredTokenException"}
+)
+
+
+def explain_aws_error(exc: BaseException) -> str | None:
+    """A one-line explanation for environment-level AWS failures, or None for anything else."""
+    if isinstance(exc, EndpointConnectionError):
+        return (
+            f"cannot reach the AWS endpoint {location(str(exc.kwargs.get('endpoint_url') or ''))}: is the local AWS "
+            "running (`make dev`), or is AWS_ENDPOINT_URL / the network wrong?"
+        )
+    if isinstance(exc, NoCredentialsError):
+        return "no AWS credentials found: set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+    if isinstance(exc, NoRegionError):
+        return "no AWS region configured: set AWS_REGION"
+    if isinstance(exc, ParamValidationError):
+        return f"invalid AWS request parameters: {exc}"
+    if isinstance(exc, ClientError):
+        code, message = error_code_and_message(exc.response.get("Error", {}))
+        if code in SIGNATURE_ERRORS:
+            return (
+                f"{exc.operation_name}: {code}: AWS rejected the request signature: the secret key does not "
+                "belong to the access key id (check AWS_SECRET_ACCESS_KEY / the profile's secret, and the clock)"
+            )
+        if code in _NOT_FOUND:
+            return (
+                f"{exc.operation_name}: {code}: {message} (check the table, queue "
+                "and bucket environment variables, and that infra/template.yaml is deployed)"
+            )
+        if code in _ACCESS_DENIED:
+            return f"{exc.operation_name}: {code}: {message} (check credentials and the IAM policy)"
+    return None

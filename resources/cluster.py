@@ -1,7 +1,5 @@
-"""The ``cluster`` profile's Celery executor. Its broker or instance database, lost while a run is going,
-is one line (``docs/troubleshooting-cluster.md``): the executor records the run's failure through the
-instance, as run monitoring does, then ends it as interrupted. dagster-celery is imported only when it
-is built."""
+"""The ``cluster`` profile's Celery executor: a broker or instance database lost while a run is going is
+one line (``docs/troubleshooting-cluster.md``). dagster-celery is imported only when it is built."""
 
 from __future__ import annotations
 
@@ -126,22 +124,20 @@ def storage_error_info(infos: Iterable[Any]) -> Any:
     return None
 
 
-def _database_url(instance: Any) -> str:
-    storage = getattr(instance, "run_storage", None)
-    return getattr(storage, "postgres_url", None) or os.environ.get("DAGSTER_PG_URL", "")
-
-
-def _wait_for_storage(instance: Any, run_id: str) -> None:
-    """Until the instance database answers again, so that the run's failure can be recorded at all."""
+def _storage_lost(instance: Any, run_id: str, reason: str, step_keys: Iterable[str] = ()) -> str:
+    """The line of a lost instance database, once it answers again (so that the run's failure can be
+    recorded at all) or ``STORAGE_WAIT_SECONDS`` have passed."""
     deadline = time.monotonic() + STORAGE_WAIT_SECONDS
     while True:
         try:
             instance.get_run_by_id(run_id)
-            return
+            break
         except Exception:
             if time.monotonic() >= deadline:
-                return
+                break
             time.sleep(2)
+    url = getattr(getattr(instance, "run_storage", None), "postgres_url", None) or os.environ.get("DAGSTER_PG_URL", "")
+    return storage_lost_message(url, reason, step_keys)
 
 
 def celery_fan_out_executor() -> dg.ExecutorDefinition:
@@ -183,17 +179,15 @@ def celery_fan_out_executor() -> dg.ExecutorDefinition:
             """The line for a lost broker or database, or None for any other error."""
             instance, run_id = plan_context.instance, plan_context.run_id
             if is_storage_error(exc):
-                _wait_for_storage(instance, run_id)
-                return storage_lost_message(_database_url(instance), _reason(exc))
+                return _storage_lost(instance, run_id, _reason(exc))
             if is_broker_error(exc):
                 return broker_lost_message(self.broker, exc)
             if isinstance(exc, dg.DagsterSubprocessError):
                 info = storage_error_info(exc.subprocess_error_infos)
                 if info is not None:
-                    _wait_for_storage(instance, run_id)
                     steps = [k for k in execution_plan.step_keys_to_execute if f"[{k}]:" in str(exc)]
                     reason = info.message.split(f"{info.cls_name}: ", 1)[-1]  # without the module.Class prefix
-                    return storage_lost_message(_database_url(instance), reason, steps)
+                    return _storage_lost(instance, run_id, reason, steps)
             return None
 
     @dg.executor(name="celery", config_schema=CELERY_CONFIG, requirements=dg.multiple_process_executor_requirements())

@@ -98,14 +98,8 @@ def transact_conditional(
     policy: RetryPolicy = CALL_POLICY,
     what: str = "TransactWriteItems",
 ) -> Transacted[T]:
-    """Apply ``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``) for each item, in
-    transactions of up to 100 actions; ``fence`` (a ``ConditionCheck``) joins every transaction.
-
-    An item whose condition failed (``conditional``) or that was refused (``refused``, with the reason)
-    leaves its cancelled transaction, and the rest is submitted again at once; a whole call refused
-    for a reason one item can cause is split in halves until that item is alone. Conflicts and
-    transient errors are retried by ``policy``, then the items left are ``failed``. A failed fence
-    raises :class:`FenceFailed`; other errors are raised."""
+    """``action(item)`` (one ``Put``/``Update``/``Delete``/``ConditionCheck``) for each item, ``fence`` in
+    every transaction: see ``docs/development.md``, "Batched writes"."""
     out: Transacted[T] = Transacted()
     for part in chunks(list(items), TRANSACTION_LIMIT - (1 if fence else 0)):
         _transact(dynamodb, list(part), action, fence, policy, what, out)

@@ -66,8 +66,7 @@ def param(
     spec = {"description": description, "minimum": minimum, "maximum": maximum, "aliases": tuple(aliases)}
     metadata = {_META: {**spec, "choices": tuple(choices) if choices is not None else None}}
     if isinstance(default, dict | list):
-        frozen = default
-        return dataclasses.field(default_factory=lambda: type(frozen)(frozen), metadata=metadata)
+        return dataclasses.field(default_factory=lambda: type(default)(default), metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
 
 

@@ -52,15 +52,12 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class RunCounts:
-    """One run's counters: its capability, when it was created, its tags, its job."""
+    """One run's counters of :data:`COUNTERS`: its capability, when it was created, its job."""
 
     capability: str
     created: dt.datetime
-    tags: Mapping[str, str]
+    counts: Mapping[str, int]
     job_name: str
-
-    def counts(self) -> dict[str, int]:
-        return {name: value for name, value in run_counters(self.tags).items() if name in COUNTERS}
 
 
 def run_counts(
@@ -69,7 +66,8 @@ def run_counts(
     """A run's counts under its capability: its tag, else its assets' (joined with ``+``), else its job's name."""
     from_assets = "+".join(sorted(set(filter(None, asset_capabilities))))
     capability = tags.get(CAPABILITY_TAG) or from_assets or job_name
-    return RunCounts(capability, created if created.tzinfo else created.replace(tzinfo=dt.UTC), tags, job_name)
+    counts = {name: value for name, value in run_counters(tags).items() if name in COUNTERS}
+    return RunCounts(capability, created if created.tzinfo else created.replace(tzinfo=dt.UTC), counts, job_name)
 
 
 def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:
@@ -79,7 +77,7 @@ def add_up(runs: Iterable[RunCounts], now: dt.datetime) -> list[dict]:
         age = now - run.created
         if age > WINDOWS["last_7d"] or age < dt.timedelta(0):
             continue
-        for counter, value in run.counts().items():
+        for counter, value in run.counts.items():
             row = sums.setdefault((run.capability, counter), {"last_24h": 0, "last_7d": 0, "runs_7d": 0})
             row["last_7d"] += value
             row["runs_7d"] += 1

@@ -1,10 +1,8 @@
-"""The task contract: one periodic task, declared once (``docs/development.md``, "The task contract").
-No Dagster. Its pass and look are called as ``run(context, request, params)`` and ``look(context,
-request, params)``; run as a job, ``context`` is a :class:`TaskRun` and ``request`` is None."""
+"""The task contract, no Dagster (``docs/development.md``, "The task contract"). Run as a job, a task's
+pass is called as ``run(context, None, params)``, ``context`` a :class:`TaskRun`."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -54,7 +52,7 @@ class Task(Generic[P]):
         the default, and a whole number may be a whole float (``7.0``)."""
         kinds = {name: spec.kind for spec in specs(self.params) for name in (spec.name, *spec.aliases)}
         given = {
-            key: int(value) if _whole_float(value) and kinds.get(key) is int else value
+            key: int(value) if isinstance(value, float) and value.is_integer() and kinds.get(key) is int else value
             for key, value in raw.items()
             if value is not None
         }
@@ -74,7 +72,3 @@ class TaskRun:
             return self.__dict__["clients"][name]
         except KeyError:
             raise AttributeError(name) from None
-
-
-def _whole_float(value: Any) -> bool:
-    return isinstance(value, float) and math.isfinite(value) and value == int(value)

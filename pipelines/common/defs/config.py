@@ -20,23 +20,16 @@ _DAGSTER_TYPES: dict[type, Any] = {int: dg.Int, float: dg.Float, bool: dg.Bool, 
 _ENUMS: dict[str, tuple[tuple[str, ...], dg.Enum]] = {}
 
 
-def _enum(cls: type, spec: ParamSpec) -> dg.Enum:
-    """The choices of ``cls.<field>`` as a Dagster enum named ``<Class>_<field>``."""
-    name = f"{cls.__name__}_{spec.name}"
-    values = tuple(spec.choices or ())
-    known = _ENUMS.get(name)
-    if known is None:
-        known = _ENUMS[name] = (values, dg.Enum(name, [dg.EnumValue(v) for v in values]))
-    elif known[0] != values:
-        raise TypeError(f"two parameter declarations make the config enum {name} with other choices: rename one")
-    return known[1]
-
-
 def _field(cls: type, spec: ParamSpec, description: str, *, with_default: bool) -> dg.Field:
     if spec.kind is dict:
         kind = dg.Permissive()
     elif spec.choices and spec.kind is str and all(isinstance(c, str) for c in spec.choices):
-        kind = _enum(cls, spec)
+        name, values = f"{cls.__name__}_{spec.name}", tuple(spec.choices)  # <Class>_<field>
+        if name not in _ENUMS:
+            _ENUMS[name] = (values, dg.Enum(name, [dg.EnumValue(v) for v in values]))
+        elif _ENUMS[name][0] != values:
+            raise TypeError(f"two parameter declarations make the config enum {name} with other choices: rename one")
+        kind = _ENUMS[name][1]
     else:
         kind = _DAGSTER_TYPES[spec.kind]
     kind = dg.Noneable(kind) if spec.optional else kind

@@ -11,7 +11,7 @@ import dagster as dg
 
 from pipelines.retry.classify import ErrorKind, classify_aws_error
 from pipelines.retry.policy import STOP, RetryPolicy, RetryPolicyError, exponential
-from resources.errors import explain_aws_error
+from resources.clients import explain_aws_error
 
 DEFAULT_OP_POLICY = exponential(initial=2, coefficient=2, max_delay=60, max_attempts=3, jitter="full")
 """Ops', assets' and checks' retries, for outages longer than botocore's: as :data:`AWS_RETRY_POLICY`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from pipelines.retry.classify import classify_aws_error
-from resources.errors import explain_aws_error
+from resources.clients import explain_aws_error
 
 
 class CommittedChangeMetrics:

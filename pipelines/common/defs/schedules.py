@@ -44,13 +44,6 @@ def tick_time(context: dg.ScheduleEvaluationContext) -> dt.datetime:
     return (scheduled_time(context) or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
 
 
-def _instance(context: dg.ScheduleEvaluationContext) -> dg.DagsterInstance | None:
-    try:
-        return context.instance
-    except dg.DagsterInvariantViolationError:  # a bare build_schedule_context() in a test: no runs
-        return None
-
-
 def _ago(delta: dt.timedelta) -> str:
     minutes = int(delta.total_seconds() // 60)
     return f"{minutes // 60} h {minutes % 60} min" if minutes >= 60 else f"{minutes} min"
@@ -133,7 +126,10 @@ def schedule(
         run = request(context) if request else dg.RunRequest(run_config=dict(run_config or {}), tags=dict(tags or {}))
         if isinstance(run, dg.SkipReason):  # the request decides there is nothing to launch
             return run
-        instance = _instance(context)
+        try:
+            instance = context.instance
+        except dg.DagsterInvariantViolationError:  # a bare build_schedule_context() in a test: no runs
+            instance = None
         previous = held_by(instance, {**job_tags, **(run.tags or {})}) if instance is not None else None
         if previous is not None:
             return dg.SkipReason(f"the previous {previous.job_name} run {still_going(previous)}: not queueing another")

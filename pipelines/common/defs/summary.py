@@ -78,10 +78,6 @@ PAGE_RUNS = 5_000
 """Runs read from the run storage at a time: what ``operations_summary`` holds in memory at most."""
 
 
-def _summary_tag(key: str) -> bool:
-    return key in (summary.COUNTS_TAG, summary.CAPABILITY_TAG) or key.startswith(summary.COUNT_TAG_PREFIX)
-
-
 def window_runs(
     instance: Any, since: dt.datetime, page: int = PAGE_RUNS, of_asset: Mapping[Any, str | None] | None = None
 ) -> Iterator[summary.RunCounts]:
@@ -94,12 +90,11 @@ def window_runs(
         )
         for record in records:
             run = record.dagster_run
-            tags = {k: v for k, v in run.tags.items() if _summary_tag(k)}
             selected: tuple[Any, ...] = ()
-            if not tags.get(summary.CAPABILITY_TAG) and summary.run_counters(tags):  # counts under its assets
+            if not run.tags.get(summary.CAPABILITY_TAG) and summary.run_counters(run.tags):  # counts under its assets
                 selected = (*(run.asset_selection or ()), *(k.asset_key for k in run.asset_check_selection or ()))
             capabilities = ((of_asset or {}).get(key) for key in selected)
-            yield summary.run_counts(run.job_name, record.create_timestamp, tags, capabilities)
+            yield summary.run_counts(run.job_name, record.create_timestamp, run.tags, capabilities)
         if len(records) < page:
             return
         cursor = records[-1].dagster_run.run_id
