@@ -1,8 +1,5 @@
-"""Import ReportStream's receiver settings into the receivers table. No Dagster.
-
-Settings files are untrusted: a safe YAML loader, a size limit, one line for each entry that cannot be
-imported. Writes are conditional: an import run twice changes nothing, a concurrent writer's change is
-reported, not overwritten (what is added, changed and disabled: docs/batching.md)."""
+"""Import ReportStream's receiver settings into the receivers table (docs/batching.md). No Dagster.
+Settings files are untrusted (a safe loader, a size limit); writes are conditional (a rerun changes nothing)."""
 
 from __future__ import annotations
 
