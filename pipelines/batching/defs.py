@@ -355,8 +355,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
     """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
     tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
-    runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)
-    previous = runs[0] if runs else None
+    previous = next(iter(context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)), None)
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")

@@ -46,11 +46,8 @@ def _text_if_base_60(construct):
 
 
 _SettingsLoader.add_multi_constructor("", _plain)
-for _tag, _construct in [
-    ("tag:yaml.org,2002:int", yaml.SafeLoader.construct_yaml_int),
-    ("tag:yaml.org,2002:float", yaml.SafeLoader.construct_yaml_float),
-]:
-    _SettingsLoader.add_constructor(_tag, _text_if_base_60(_construct))
+_SettingsLoader.add_constructor("tag:yaml.org,2002:int", _text_if_base_60(yaml.SafeLoader.construct_yaml_int))
+_SettingsLoader.add_constructor("tag:yaml.org,2002:float", _text_if_base_60(yaml.SafeLoader.construct_yaml_float))
 
 
 def _is_settings_file(name: str) -> bool:
