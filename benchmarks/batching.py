@@ -267,9 +267,8 @@ def main() -> int:
             counter.reset()
             started = time.perf_counter()
             if variant == "decide":
-                decision = decide(
-                    ddb, receivers_table=env["RECEIVERS_TABLE"], records_table=env["BATCH_RECORDS_TABLE"], tick=TICK
-                )
+                tables = BatchSettings(env["RECEIVERS_TABLE"], env["BATCH_RECORDS_TABLE"], env["BATCH_OUTBOX_BUCKET"])
+                decision = decide(ddb, tables, tick=TICK)
                 counts = {d.receiver: d.pending for d in decision.due}
             else:
                 counts = naive_decider(ddb, env)

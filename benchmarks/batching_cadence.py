@@ -295,9 +295,7 @@ def loop_phase(env: dict, names: list[str], args, servers: list[int]) -> dict:
         if tick.timestamp() > end:
             break
         time.sleep(max(0.0, tick.timestamp() - time.time()))
-        decision = decide(
-            ddb, receivers_table=settings.receivers_table, records_table=settings.records_table, tick=tick
-        )
+        decision = decide(ddb, settings, tick=tick)
         for d in decision.due:
             ReceiverBatcher(ddb, s3, settings).run(d.receiver, d.day, dt.datetime.now(UTC))
     written = queue.get()

@@ -26,6 +26,7 @@ from tests.batching_helpers import (
     put_records,
     record,
     set_enabled,
+    settings,
 )
 
 UTC = dt.UTC
@@ -359,9 +360,7 @@ def test_deleted_receiver_with_pending_records_is_reported_and_runs_skip_it(aws)
     put_receiver(aws, "gone")
     put_records(aws, "gone", _minutes_before(T10, 3))
     aws.client("dynamodb").delete_item(TableName=aws.env["RECEIVERS_TABLE"], Key={"receiver": {"S": "gone"}})
-    orphans = orphaned_pending(
-        aws.client("dynamodb"), receivers_table=aws.env["RECEIVERS_TABLE"], records_table=aws.env["BATCH_RECORDS_TABLE"]
-    )
+    orphans = orphaned_pending(aws.client("dynamodb"), settings(aws))
     assert orphans == {"gone": 3}
     report = batcher(aws).run("gone", DAY, now=T10)
     assert report.status == "receiver_missing"
@@ -390,12 +389,7 @@ def test_decider_launches_due_receivers_only(aws):
     put_receiver(aws, "bad", number_per_day=2000)
     put_records(aws, "hourly", _minutes_before(T10, 5))
     put_records(aws, "off", _minutes_before(T10, 5))
-    decision = decide(
-        aws.client("dynamodb"),
-        receivers_table=aws.env["RECEIVERS_TABLE"],
-        records_table=aws.env["BATCH_RECORDS_TABLE"],
-        tick=T10,
-    )
+    decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
     due = {d.receiver: d for d in decision.due}
     assert set(due) == {"hourly", "empty-but-flagged"}  # quarter's times are :05, :20, :35, :50
     assert due["hourly"].pending == 5
@@ -406,12 +400,7 @@ def test_decider_launches_due_receivers_only(aws):
     assert "batching_enabled is false" in decision.skipped["off"]
     assert "invalid config" in decision.skipped["bad"]
     assert "nothing pending" in decision.skipped["empty"]
-    later = decide(
-        aws.client("dynamodb"),
-        receivers_table=aws.env["RECEIVERS_TABLE"],
-        records_table=aws.env["BATCH_RECORDS_TABLE"],
-        tick=T10 + dt.timedelta(minutes=5),
-    )
+    later = decide(aws.client("dynamodb"), settings(aws), tick=T10 + dt.timedelta(minutes=5))
     assert [d.receiver for d in later.due] == []  # quarter is due but has nothing pending
 
 

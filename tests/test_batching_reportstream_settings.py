@@ -18,7 +18,7 @@ from pipelines.batching.schedule import batch_times_in_day, due_in_window, parse
 from pipelines.common import to_item
 from pipelines.definitions import build_definitions
 from resources import resources_for
-from tests.batching_helpers import batcher, outbox, put_records
+from tests.batching_helpers import batcher, outbox, put_records, settings
 
 UTC = dt.UTC
 DATA = Path(__file__).parent / "data" / "reportstream"
@@ -308,10 +308,9 @@ def test_the_decider_launches_no_second_empty_batch_of_the_day(aws):
         aws, "o.once", {"numberPerDay": 24, "timeZone": "UTC", "whenEmpty": {"action": "SEND", "onlyOncePerDay": True}}
     )
     batcher(aws).run("o.once", "2026-11-20", dt.datetime(2026, 11, 20, 0, 0, 30, tzinfo=UTC))
-    tables = {"receivers_table": aws.env["RECEIVERS_TABLE"], "records_table": aws.env["BATCH_RECORDS_TABLE"]}
-    later = decide(aws.client("dynamodb"), tick=dt.datetime(2026, 11, 20, 1, 0, tzinfo=UTC), **tables)
+    later = decide(aws.client("dynamodb"), settings(aws), tick=dt.datetime(2026, 11, 20, 1, 0, tzinfo=UTC))
     assert later.due == []
-    tomorrow = decide(aws.client("dynamodb"), tick=dt.datetime(2026, 11, 21, 0, 0, tzinfo=UTC), **tables)
+    tomorrow = decide(aws.client("dynamodb"), settings(aws), tick=dt.datetime(2026, 11, 21, 0, 0, tzinfo=UTC))
     assert [(d.receiver, d.batch_time) for d in tomorrow.due] == [("o.once", dt.datetime(2026, 11, 21, tzinfo=UTC))]
 
 
@@ -329,8 +328,7 @@ def test_customer_status_inactive_is_disabled_and_testing_batches(aws):
     _put_timing(aws, "o.testing", {"numberPerDay": 24, "timeZone": "UTC", "operation": "MERGE"}, status="testing")
     for name in ("o.inactive", "o.testing"):
         put_records(aws, name, [dt.datetime(2026, 11, 20, 9, 0, tzinfo=UTC)])
-    tables = {"receivers_table": aws.env["RECEIVERS_TABLE"], "records_table": aws.env["BATCH_RECORDS_TABLE"]}
-    decision = decide(aws.client("dynamodb"), tick=dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC), **tables)
+    decision = decide(aws.client("dynamodb"), settings(aws), tick=dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC))
     assert [d.receiver for d in decision.due] == ["o.testing"]
     assert decision.skipped["o.inactive"] == "customerStatus is inactive"
     report = batcher(aws).run("o.inactive", "2026-11-20", dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC))

@@ -64,6 +64,11 @@ class RunReport:
     def records_batched(self) -> int:
         return sum(f.records for f in self.files)
 
+    @property
+    def failure(self) -> str | None:
+        """One line when the partition fails (as a run of it fails), before any record is read; else None."""
+        return "; ".join(self.errors) or self.status if self.status in ("invalid_config", "receiver_missing") else None
+
 
 @dataclass
 class _Record:

@@ -1,6 +1,8 @@
 """The batch decider (ReportStream's BatchDecider) and the audits behind the asset checks. No Dagster.
 
-The decider scans the receivers table once, then COUNTs the pending-index of each receiver due."""
+The decider scans the receivers table once, then COUNTs the pending-index of each receiver due. ``tables``
+is what names the two tables (``receivers_table``, ``records_table``): the ``batching`` resource, or a
+``BatchSettings``."""
 
 from __future__ import annotations
 
@@ -34,11 +36,9 @@ class Decision:
     receivers: int = 0
 
 
-def decide(
-    dynamodb, *, receivers_table: str, records_table: str, tick: dt.datetime, window_seconds: int = 60
-) -> Decision:
+def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Decision:
     """Which receivers had a batch time in ``(tick - window, tick]`` and should get a run now."""
-    items = store.scan_receivers(dynamodb, receivers_table)
+    items = store.scan_receivers(dynamodb, tables.receivers_table)
     decision = Decision(receivers=len(items))
     for item in items:
         name = str(item.get("receiver"))
@@ -53,7 +53,7 @@ def decide(
             )
             continue
         for moment in schedule.due_in_window(cfg, tick, window_seconds):
-            pending = store.count_pending(dynamodb, records_table, cfg.receiver, iso(moment))
+            pending = store.count_pending(dynamodb, tables.records_table, cfg.receiver, iso(moment))
             empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
             if pending == 0 and not empty:
                 decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (
@@ -66,7 +66,6 @@ def decide(
 
 
 def invalid_receivers(items: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """receiver -> the problems with its configuration, for every invalid receiver item."""
     return {str(item.get("receiver")): errors for item in items if (errors := schedule.receiver_errors(item))}
 
 
@@ -85,17 +84,18 @@ def _orphaned(items: list[dict[str, Any]], pending: dict[str, int]) -> dict[str,
     return {name: n for name, n in pending.items() if name not in known}
 
 
-def orphaned_pending(dynamodb, *, receivers_table: str, records_table: str) -> dict[str, int]:
+def orphaned_pending(dynamodb, tables) -> dict[str, int]:
     """Receivers that are gone from the receivers table but still have pending records."""
-    return _orphaned(store.scan_receivers(dynamodb, receivers_table), pending_by_receiver(dynamodb, records_table))
+    items = store.scan_receivers(dynamodb, tables.receivers_table)
+    return _orphaned(items, pending_by_receiver(dynamodb, tables.records_table))
 
 
-def look_at_receivers(dynamodb, *, receivers_table: str, records_table: str) -> Look:
+def look_at_receivers(dynamodb, tables) -> Look:
     """The batching checks schedule's look: what two of the three checks read (a scan of the receivers
     table and of the pending-index); the third scans the whole records table: the refresh covers it."""
-    items = store.scan_receivers(dynamodb, receivers_table)
+    items = store.scan_receivers(dynamodb, tables.receivers_table)
     invalid = invalid_receivers(items)
-    orphans = _orphaned(items, pending_by_receiver(dynamodb, records_table))
+    orphans = _orphaned(items, pending_by_receiver(dynamodb, tables.records_table))
     return Look.state(
         {"invalid_receivers": invalid, "orphaned_pending": orphans},
         f"{len(items)} receiver(s), {len(invalid)} invalid; pending records of {len(orphans)} deleted receiver(s)",

@@ -87,8 +87,8 @@ def receiver_batches(
     except store.ReceiverBusy as exc:
         raise dg.Failure(str(exc)) from exc
     metadata = report_metadata(report)
-    if report.status in minute.FAILED_STATUSES:  # before any record is read
-        raise dg.Failure(description="; ".join(report.errors), metadata=metadata, allow_retries=False)
+    if report.failure:
+        raise dg.Failure(description=report.failure, metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
     run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
     return dg.MaterializeResult(metadata=metadata)
@@ -124,24 +124,7 @@ receiver_records = dg.AssetSpec(
 
 
 BATCHING_TAG = "groundskeeper/batching"
-"""Every batching run that the decider or a backfill launches: ``minute`` (a decider minute's run) or
-``partition`` (one partition); the run queue gives each value at most 2 runs at once (dagster.yaml)."""
-
-
-def batches_job(executor_def: dg.ExecutorDefinition | None = None):
-    """The ``receiver_batches_job``: in process (one asset, no step worth a process of its own)
-    unless ``executor_def`` is given (the cluster's Celery executor, ``celery_fan_out_executor``)."""
-    return dg.define_asset_job(
-        "receiver_batches_job",
-        selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
-        tags={"groundskeeper/capability": "batching", BATCHING_TAG: "partition"},
-        description="Batches one (receiver, day) partition: a backfill, a redrive, a launch by hand, or a receiver "
-        "that failed in a batch_minute_job run (batch_failures_handoff).",
-        executor_def=executor_def or dg.in_process_executor,
-    )
-
-
-receiver_batches_job = batches_job()
+"""``minute`` or ``partition``: the run queue gives each value at most 2 runs at once (dagster.yaml)."""
 
 
 MINUTE_JOB = "batch_minute_job"
@@ -160,8 +143,7 @@ MAX_WINDOW_SECONDS = 15 * 60
 
 
 def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, list[dict]]:
-    """The partitions due in the run's minute (its config), in shares of at most 25 receivers; each
-    share names its partitions already materialized (the asset's status, one query)."""
+    """The run's partitions in shares, each naming its partitions already materialized (one query)."""
     params = params_from_config(context, BatchMinuteParams)
     due, problems = minute.parse_partitions(params.partitions)
     for line in problems:
@@ -190,8 +172,6 @@ def _batch_share(
     s3: S3Resource,
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
-    """Batch a share's receivers on a few threads: a materialization for each partition whose status
-    this changes or that holds something to look at, the others counted in the output's metadata."""
     settings = ReceiverBatchesParams().settings(batching)
     ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
     due, _ = minute.parse_partitions(share["partitions"])
@@ -200,31 +180,30 @@ def _batch_share(
     counted: dict[str, dict[str, int]] = {}  # partitions batched as usual: counted, not materialized again
 
     def report(outcome: minute.Outcome) -> None:  # in the step's own thread: the run's log and events
-        d = outcome.due
+        d, r = outcome.due, outcome.report
+        if not outcome.failed:
+            for name, value in _counters(r).items():
+                totals[name] += value
+            if d.partition in already and not minute.worth_showing(r):
+                counted[d.partition] = {
+                    "files": len(r.files),
+                    "records": r.records_batched,
+                    "still_pending": r.still_pending,
+                }
+                return
+        for line in outcome.lines:
+            context.log.info(line)
         if outcome.failed:
-            for line in outcome.lines:
-                context.log.info(line)
             context.log.error(
                 f"{d.receiver} {d.day}: {outcome.error} (handed to a receiver_batches_job run of its own)"
             )
             return
-        for name, value in _counters(outcome.report).items():
-            totals[name] += value
-        if d.partition in already and not minute.worth_showing(outcome.report):
-            counted[d.partition] = {
-                "files": len(outcome.report.files),
-                "records": outcome.report.records_batched,
-                "still_pending": outcome.report.still_pending,
-            }
-            return
-        for line in outcome.lines:
-            context.log.info(line)
-        _log_report(context.log, outcome.report)
+        _log_report(context.log, r)
         context.log_event(
             dg.AssetMaterialization(
                 asset_key=receiver_batches.key,
                 partition=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
-                metadata=report_metadata(outcome.report),
+                metadata=report_metadata(r),
             )
         )
 
@@ -260,8 +239,7 @@ def _minute_totals(results: list[dict]) -> tuple[dict, dict]:
 
 
 def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool) -> tuple[list[str], dict]:
-    """The minute's run summary from its shares' results; receivers that failed are tagged for their own
-    runs. Returns those and the minute's metadata."""
+    """The minute's run summary; receivers that failed are tagged for their own runs (returned, with metadata)."""
     totals, metadata = _minute_totals(results)
     failed = totals["failed"]
     if failed and not dry_run:
@@ -339,12 +317,6 @@ def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefin
     return batch_minute_job
 
 
-batch_minute_job = minute_job()
-
-
-SYNC_REFRESH_SECONDS = 600
-
-
 @dg.sensor(
     # A new receiver's first batch does not wait for it (batch_decider adds a missing partition itself).
     minimum_interval_seconds=120,
@@ -359,9 +331,9 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
     if bad:
         context.log.warning(f"receiver names that cannot be partition keys (skipped): {', '.join(bad[:20])}")
     clock, names = time.time(), sorted(wanted)
-    try:  # the cursor: the receiver names the partitions last equalled, and when
+    try:  # the cursor: the receiver names the partitions last equalled, and when (read again after 10 minutes)
         seen = json.loads(context.cursor or "")
-        unchanged = list(seen["receivers"]) == names and clock - float(seen["at"]) < SYNC_REFRESH_SECONDS
+        unchanged = list(seen["receivers"]) == names and clock - float(seen["at"]) < 600
     except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
         unchanged = False
     if unchanged:
@@ -382,10 +354,8 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 @one_line_failures
 def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
     """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
-    batching: BatchingSettings = context.resources.batching
     tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
-    runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)
-    previous = runs[0] if runs else None
+    previous = next(iter(context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)), None)
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
@@ -393,13 +363,8 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
         gap = int((tick - dt.datetime.fromisoformat(previous.tags[BATCH_TIME_TAG])).total_seconds())
     except (AttributeError, KeyError, ValueError):  # no previous run, or no minute in its tags
         gap = 60
-    decision = decider.decide(
-        context.resources.dynamodb.get_client(),
-        receivers_table=batching.receivers_table,
-        records_table=batching.records_table,
-        tick=tick,
-        window_seconds=gap if 60 < gap <= MAX_WINDOW_SECONDS else 60,
-    )
+    window = gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
+    decision = decider.decide(context.resources.dynamodb.get_client(), context.resources.batching, tick, window)
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s))")
     due = list(dict.fromkeys(minute.Due(d.receiver, d.day) for d in decision.due))
@@ -439,7 +404,7 @@ clock may disagree); a partition handed off already is not launched twice (its r
 
 
 @dg.sensor(
-    job_name=receiver_batches_job.name,
+    job_name="receiver_batches_job",
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Every minute: a receiver_batches_job run of its own for each receiver that failed in a "
@@ -502,9 +467,7 @@ def receiver_configs_valid(
 def no_orphaned_pending_records(
     context: dg.AssetCheckExecutionContext, dynamodb: DynamoDBResource, batching: BatchingSettings
 ) -> dg.AssetCheckResult:
-    orphans = decider.orphaned_pending(
-        dynamodb.get_client(), receivers_table=batching.receivers_table, records_table=batching.records_table
-    )
+    orphans = decider.orphaned_pending(dynamodb.get_client(), batching)
     return dg.AssetCheckResult(
         passed=not orphans,
         severity=dg.AssetCheckSeverity.WARN,
@@ -532,9 +495,6 @@ batching_checks_job = dg.define_asset_job(
     description="The batching asset checks (receiver configs, orphaned and malformed pending records).",
     executor_def=dg.in_process_executor,  # three short scans: a process each would cost more than they do
 )
-
-
-CHECKS_REFRESH = dt.timedelta(hours=1)
 
 
 IMPORT_OP = "import_reportstream_receivers"
@@ -597,18 +557,15 @@ def import_receiver_settings():
 
 
 def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:
-    """Batching; each batch run's step (a minute run's: each share's) on ``executor`` when given (the
-    cluster's Celery workers, decided in pipelines/definitions.py)."""
+    """Batching; each batch run's step (a minute run's: each share's) on ``executor`` when given (the cluster's)."""
     checks_schedule = schedule(
         name="batching_checks_schedule",
         job=batching_checks_job,
         cron_schedule="*/15 * * * *",
         look=lambda context: decider.look_at_receivers(
-            context.resources.dynamodb.get_client(),
-            receivers_table=context.resources.batching.receivers_table,
-            records_table=context.resources.batching.records_table,
+            context.resources.dynamodb.get_client(), context.resources.batching
         ),
-        refresh=CHECKS_REFRESH,
+        refresh=dt.timedelta(hours=1),
         required_resource_keys={"dynamodb", "batching"},
         description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
         "of the pending-index) and runs them when the invalid receivers or the pending records of deleted "
@@ -619,8 +576,15 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
         jobs=[
-            batches_job(executor) if executor else receiver_batches_job,
-            minute_job(executor) if executor else batch_minute_job,
+            dg.define_asset_job(
+                "receiver_batches_job",
+                selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
+                tags={"groundskeeper/capability": "batching", BATCHING_TAG: "partition"},
+                description="Batches one (receiver, day) partition: a backfill, a redrive, a launch by hand, or a "
+                "receiver that failed in a batch_minute_job run (batch_failures_handoff).",
+                executor_def=executor or dg.in_process_executor,  # one asset: no step worth a process of its own
+            ),
+            minute_job(executor),
             batching_checks_job,
             import_receiver_settings,
         ],

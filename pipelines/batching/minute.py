@@ -1,5 +1,5 @@
-"""A decider minute's batching: every due (receiver, day) in one run, a few receivers at a time, each as a run
-of its own partition would be; one receiver's failure never stops its neighbours. No Dagster."""
+"""A decider minute's batching (docs/batching.md, "Runs sized by the work"); one receiver's failure never
+stops its neighbours. No Dagster."""
 
 from __future__ import annotations
 
@@ -19,14 +19,9 @@ WORKERS = 4
 """Threads batching a share's receivers at once (each its own batcher; the boto3 clients are shared:
 clients are thread-safe, sessions are not). Their work waits on DynamoDB and S3, not the CPU."""
 
-FAILED_STATUSES = ("invalid_config", "receiver_missing")
-"""Report statuses that fail a partition (as a run of that partition fails)."""
-
 
 @dataclass(frozen=True)
 class Due:
-    """One (receiver, UTC day) partition of ``receiver_batches`` that a minute run batches."""
-
     receiver: str
     day: str
 
@@ -78,7 +73,6 @@ def parse_partitions(entries: Iterable[object]) -> tuple[list[Due], list[str]]:
 
 
 def shares(due: list[Due]) -> list[list[Due]]:
-    """``due`` in consecutive shares of at most :data:`SHARE_SIZE`."""
     return [due[i : i + SHARE_SIZE] for i in range(0, len(due), SHARE_SIZE)]
 
 
@@ -93,8 +87,7 @@ def batch_one(batcher: ReceiverBatcher, due: Due, now: dt.datetime, *, dry_run: 
     except Exception as exc:  # noqa: BLE001 - one receiver's failure is its own, never its neighbours'
         outcome.error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     else:
-        if outcome.report.status in FAILED_STATUSES:
-            outcome.error = "; ".join(outcome.report.errors) or outcome.report.status
+        outcome.error = outcome.report.failure
     return outcome
 
 

@@ -24,8 +24,6 @@ def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
 
 @dataclass(frozen=True)
 class ReceiverBatchesParams:
-    """How one (receiver, day) run behaves. Every key is optional."""
-
     dry_run: bool = param(False, description="Report what would be written; take no lease, lock and write nothing.")
     lookback_days: int = param(
         7,
@@ -44,7 +42,7 @@ class ReceiverBatchesParams:
     )
 
     def settings(self, deployed) -> BatchSettings:
-        """The batcher's settings for these parameters and the ``deployed`` (``batching`` resource) tables."""
+        """The batcher's settings: these parameters on the ``deployed`` (``batching`` resource) tables."""
         return BatchSettings(
             receivers_table=deployed.receivers_table,
             records_table=deployed.records_table,
@@ -56,8 +54,6 @@ class ReceiverBatchesParams:
 
 @dataclass(frozen=True)
 class ImportReceiverSettingsParams:
-    """The run config of ``import_receiver_settings`` (flat: ``{"path": ..., "dry_run": true}``)."""
-
     path: str = param(
         description=(
             "ReportStream's settings: organizations.yml, or a folder of per-organization files "
@@ -69,8 +65,7 @@ class ImportReceiverSettingsParams:
 
 @dataclass(frozen=True)
 class BatchMinuteParams:
-    """The run config of ``batch_minute_job`` (flat), written by ``batch_decider``: the partitions
-    due in its minute. Launched by hand, an entry that is not a partition key is one line and skipped."""
+    """Written by ``batch_decider``; an entry that is not a partition key is one line and skipped."""
 
     batch_time: str = param(description="The decider minute (UTC, ISO 8601) whose due receivers this run batches.")
     partitions: list = param(

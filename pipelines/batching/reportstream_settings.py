@@ -1,8 +1,5 @@
-"""Import ReportStream's receiver settings into the receivers table. No Dagster.
-
-Settings files are untrusted: a safe YAML loader, a size limit, one line for each entry that cannot be
-imported. Writes are conditional: an import run twice changes nothing, a concurrent writer's change is
-reported, not overwritten (what is added, changed and disabled: docs/batching.md)."""
+"""Import ReportStream's receiver settings into the receivers table (docs/batching.md). No Dagster.
+Settings files are untrusted (a safe loader, a size limit); writes are conditional (a rerun changes nothing)."""
 
 from __future__ import annotations
 
@@ -49,11 +46,8 @@ def _text_if_base_60(construct):
 
 
 _SettingsLoader.add_multi_constructor("", _plain)
-for _tag, _construct in [
-    ("tag:yaml.org,2002:int", yaml.SafeLoader.construct_yaml_int),
-    ("tag:yaml.org,2002:float", yaml.SafeLoader.construct_yaml_float),
-]:
-    _SettingsLoader.add_constructor(_tag, _text_if_base_60(_construct))
+_SettingsLoader.add_constructor("tag:yaml.org,2002:int", _text_if_base_60(yaml.SafeLoader.construct_yaml_int))
+_SettingsLoader.add_constructor("tag:yaml.org,2002:float", _text_if_base_60(yaml.SafeLoader.construct_yaml_float))
 
 
 def _is_settings_file(name: str) -> bool:

@@ -1,7 +1,5 @@
-"""Receiver configuration and batch-time math (ReportStream's receivers). No AWS, no Dagster.
-
-An item is in Groundskeeper's form or carries ReportStream's ``timing`` block; either way its batch
-times are wall-clock minutes that every local day repeats (the rules and DST: docs/batching.md)."""
+"""Receiver configuration and batch-time math, either form of item (rules and DST: docs/batching.md).
+No AWS, no Dagster."""
 
 from __future__ import annotations
 
@@ -228,11 +226,8 @@ def item_enabled(item: dict[str, Any]) -> bool:
 
 
 def parse_receiver(item: dict[str, Any]) -> ReceiverConfig:
-    """A validated ``ReceiverConfig`` from a receiver item, or ``InvalidReceiver`` naming every problem.
-
-    ``batching_enabled`` of the result is false also for ``customerStatus: inactive``; ``testing``
-    batches as ``active`` does (ReportStream routes and sends to every receiver that is not inactive).
-    """
+    """A validated ``ReceiverConfig`` (disabled also by ``customerStatus: inactive``), or ``InvalidReceiver``
+    naming every problem."""
     fields, errors = _fields(item)
     if errors:
         raise InvalidReceiver(f"receiver {item.get('receiver')!r}: " + "; ".join(errors))

@@ -1,5 +1,5 @@
-"""DynamoDB and S3 access for batching (receiver lease, pending records, locks, files, ledger); no Dagster.
-Every write is conditional or idempotent: a lock is fenced by the lease (docs/batching.md)."""
+"""Batching's DynamoDB and S3 access; every write is conditional or idempotent, a lock fenced by the lease.
+No Dagster."""
 
 from __future__ import annotations
 
@@ -150,8 +150,7 @@ def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str,
 
 
 def _pending_pages(dynamodb, table: str, receiver: str, before: str | None, **select):
-    """The pages of a query of ``receiver``'s pending records (the sparse ``pending-index``), optionally
-    only those created before ``before``."""
+    """A query of ``receiver``'s pending records (the sparse ``pending-index``), created before ``before``."""
     condition, values = "pending_receiver = :r", {":r": {"S": receiver}}
     if before is not None:
         condition += " AND created_at < :t"
@@ -181,7 +180,6 @@ CONFLICT_POLICY = Formula(
     summary="0.05 s x n (0.05 s to 0.35 s), 8 attempts",
     source="batching: a transaction cancelled by another writer's transaction is simply tried again",
 )
-"""Transactions that other writers' transactions cancel: 8 attempts, 50 ms more wait each time."""
 
 
 def _update_in_groups(
