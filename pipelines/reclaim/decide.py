@@ -47,7 +47,6 @@ class Decision:
 
 
 def diagnostic_event(message: str, now: int, payload: dict[str, Any], status_code: int = 408) -> dict[str, Any]:
-    """A diagnostic event in the contract's shape."""
     return {"message": message, "statusCode": status_code, "stackTrace": None, "time": now, "payload": payload}
 
 
