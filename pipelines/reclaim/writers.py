@@ -209,7 +209,6 @@ Outcome = str | ItemError  # DONE, RACED, or why this one item could not be writ
 
 
 def apply_each(writer, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
-    """``writer.apply`` item by item, an ``ItemError`` kept as that item's outcome."""
     outcomes: list[Outcome] = []
     for c, d in pairs:
         try:
