@@ -80,14 +80,12 @@ class _Update:
         return self
 
     def touch(self, now: int) -> _Update:
-        """The time field and ``updatedTime`` become now."""
         self.set("#t", "now", {"N": str(now)})
         if self.time_field != "updatedTime":
             self.sets.append("updatedTime = :now")
         return self
 
     def fail(self, now: int, diag: str) -> _Update:
-        """COMPLETE/failed now, with these diagnostic events (JSON)."""
         self.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
         self.sets.append("completedTime = :now")
         return self.set("diagnosticEvents", "diag", {"S": diag})
