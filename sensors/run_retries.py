@@ -1,7 +1,5 @@
-"""``delayed_run_retries``: re-launches failed runs of jobs tagged ``groundskeeper/retry_policy`` after the
-policy's delay (Dagster's run retries re-launch at once: dagster-io/dagster#13427). A plain ``dg.sensor``,
-not a run-failure sensor (called once per failure, with a cursor Dagster owns, it cannot keep a retry
-waiting): the waiting retries are kept in its own cursor."""
+"""``delayed_run_retries`` (docs/retry.md, "Run retries"): a plain ``dg.sensor``, not a run-failure sensor,
+so that the retries waiting for their delay are kept in its own cursor."""
 
 import json
 import time
@@ -73,7 +71,7 @@ def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | N
 
 
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
-    """The sensor, targeting ``jobs`` (every job of the code location)."""
+    """``jobs``: every job of the code location."""
     job_names = {job.name for job in jobs}
 
     @dg.sensor(

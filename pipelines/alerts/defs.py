@@ -495,7 +495,6 @@ def build_alerts_sensor(
 
 
 def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) -> dg.SkipReason:
-    """One evaluation of the ``alerts`` sensor, under its lease."""
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
     resources = context.resources  # AlertSettings, FleetSettings, SNSResource, SQSResource, CloudWatchResource

@@ -11,8 +11,6 @@ ACKNOWLEDGE, CLOSE = "acknowledge", "close"
 
 @dataclass(frozen=True)
 class IncidentAction:
-    """What an operator does to one incident by hand."""
-
     key: str = param(description="The incident's alert_key, as its messages and the alerts/incidents table show it.")
     action: str = param(
         ACKNOWLEDGE,

@@ -1,6 +1,5 @@
-"""Zombie collection beside live workers (docs/progressor.md, "How it works"). No Dagster: functions over a
-psycopg2 connection. Each batch locks its zombies ``FOR UPDATE OF <processes>, <running> SKIP LOCKED``, in the
-order progressor's workers lock them, so a task a live worker holds is left for a later run, never deadlocked on."""
+"""Zombie collection beside live workers (docs/progressor.md, "How it works"), over psycopg2; no Dagster. Batches
+lock in the order progressor's workers do, so a task a live worker holds is skipped, never deadlocked on."""
 
 from __future__ import annotations
 
@@ -189,7 +188,6 @@ class Threshold:
 
     @property
     def older(self) -> sql.Composable:
-        """True for a zombie."""
         return sql.SQL("{} < {} - make_interval(secs => {})").format(
             self.clock.started(_RUNNING_TIME), self._now(), sql.Literal(self.seconds)
         )

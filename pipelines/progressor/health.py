@@ -1,6 +1,5 @@
-"""Is progressor keeping up? One namespace's figures from its tables and the database clock, the checks an
-operator reads and the CloudWatch datums of health and collection (docs/progressor.md, "Health asset and checks",
-"Metrics": progressor exports only Prometheus histograms, no count of collected zombies). No Dagster."""
+"""One namespace's health figures, checks and CloudWatch datums (docs/progressor.md, "Health asset and checks",
+"Metrics": progressor itself exports no count of collected zombies). No Dagster."""
 
 from __future__ import annotations
 

@@ -67,8 +67,6 @@ def parse_policy(raw: Any) -> ProgressorRetryPolicy:
 
 @dataclass(frozen=True)
 class CollectParams:
-    """The flat run config of ``collect_zombies``."""
-
     namespace: str = param(
         description='Progressor namespace id, e.g. default/default; its tables are "<namespace>_processes" and so on.'
     )

@@ -1,5 +1,4 @@
-"""``collect_zombies`` as a task (``pipelines.common.task``): one namespace's collection, its
-metrics after the commit, and its schedules' look. No Dagster."""
+"""``collect_zombies`` as a task (``pipelines.common.task``). No Dagster."""
 
 from __future__ import annotations
 
@@ -16,7 +15,6 @@ from pipelines.progressor.schema import NamespaceError, tables_for
 
 
 def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, Any]:
-    """Collect the namespace's zombie tasks in SKIP LOCKED batches; then publish how many."""
     with run.progressor_db.connection() as conn:
         counts = collect_zombies(conn, params, run.log)
     run.log.info(

@@ -16,7 +16,6 @@ EXHAUSTED_MESSAGE = "attempts exhausted"
 NOT_RETRYABLE_MESSAGE = "not retryable"
 READY_NAMESPACE = uuid.UUID("6f1c1f5e-4f0e-4c53-9a39-0c1d4d1b2a77")
 
-# Decision kinds
 FAIL = "fail"  # timed out: COMPLETE/failed (fail action, or retry action out of attempts)
 RETRY = "retry"  # reset to WAITING/pending and queue a ReadyAgenda item now
 HOLD = "hold"  # reset to WAITING/pending with retryAt; a later run queues it
@@ -47,7 +46,6 @@ class Decision:
 
 
 def diagnostic_event(message: str, now: int, payload: dict[str, Any], status_code: int = 408) -> dict[str, Any]:
-    """A diagnostic event in the contract's shape."""
     return {"message": message, "statusCode": status_code, "stackTrace": None, "time": now, "payload": payload}
 
 

@@ -32,11 +32,11 @@ PLAN_OP = "plan_reclaim"
 MAX_RUNTIME_SECONDS = "900"  # dagster/max_runtime; maximumExecutionSeconds must stay below it
 MAX_PARALLEL_SEGMENTS = 8
 TABLE_TAG = "groundskeeper/table"  # one reclaim run per table (dagster.yaml tag concurrency limit)
-# Counts field -> metric name (namespace RUNS_FLEET_METRICS_NAMESPACE, default RunsFleet).
 WRITE_MODES = {  # DynamoDB writes grouped or not, for the run log's plan line
     True: "grouped writes (up to 25 conditional updates per BatchExecuteStatement)",
     False: "one conditional UpdateItem per item (DYNAMODB_GROUPED_WRITES off)",
 }
+# Counts field -> metric name (namespace RUNS_FLEET_METRICS_NAMESPACE, default RunsFleet).
 ACTION_METRICS = {
     "reclaimed": "AgendaReclaimFailed",
     "retried": "AgendaReclaimRetried",
@@ -100,11 +100,6 @@ def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str
     return len(data)
 
 
-def _failure(exc: Exception) -> dg.Failure:
-    """The run's one line for a refused parameter, endpoint or table: a final failure, never retried."""
-    return dg.Failure(description=first_line(exc, None), allow_retries=False)
-
-
 @dg.op(
     name=PLAN_OP,
     config_schema=config_schema(ReclaimParams),
@@ -131,7 +126,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
         if params.operationProgressTableName:
             OperationProgressWriter(client, params.operationProgressTableName)
     except (ParamsError, TableError) as exc:
-        raise _failure(exc) from None
+        raise dg.Failure(description=first_line(exc, None), allow_retries=False) from None
     segments = 1 if info.index else params.segments
     context.log.info(
         f"reclaim {params.tableName}: {'query ' + info.index if info.index else f'scan in {segments} segment(s)'}, "
@@ -180,7 +175,7 @@ def reclaim_segment(
             run_id=context.run_id,
         )
     except (ParamsError, EndpointError, TableError) as exc:
-        raise _failure(exc) from None
+        raise dg.Failure(description=first_line(exc, None), allow_retries=False) from None
     result = asdict(counts)
     context.log.info(f"segment {plan.segment}: " + ", ".join(f"{k}={v}" for k, v in result.items() if v))
     return dg.Output(counts, metadata=metadata_from(result))

@@ -239,8 +239,7 @@ def endpoint_url(params: ReclaimParams, agenda) -> str | None:
 
 
 def make_writer(params: ReclaimParams, *, dynamodb, kms, agenda, grouped_writes=False) -> DynamoWriter | HttpWriter:
-    """The endpoint's writer when the run (or the deployment) names one, else DynamoDB's (``grouped_writes``:
-    fail, close and hold updates go 25 to a ``BatchExecuteStatement``)."""
+    """The endpoint's writer when the run (or the deployment) names one, else DynamoDB's."""
     url = endpoint_url(params, agenda)
     if url is None:
         return DynamoWriter(dynamodb, params, ready_table=agenda.ready_table, grouped=grouped_writes)

@@ -80,14 +80,12 @@ class _Update:
         return self
 
     def touch(self, now: int) -> _Update:
-        """The time field and ``updatedTime`` become now."""
         self.set("#t", "now", {"N": str(now)})
         if self.time_field != "updatedTime":
             self.sets.append("updatedTime = :now")
         return self
 
     def fail(self, now: int, diag: str) -> _Update:
-        """COMPLETE/failed now, with these diagnostic events (JSON)."""
         self.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
         self.sets.append("completedTime = :now")
         return self.set("diagnosticEvents", "diag", {"S": diag})
@@ -209,7 +207,6 @@ Outcome = str | ItemError  # DONE, RACED, or why this one item could not be writ
 
 
 def apply_each(writer, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
-    """``writer.apply`` item by item, an ``ItemError`` kept as that item's outcome."""
     outcomes: list[Outcome] = []
     for c, d in pairs:
         try:
