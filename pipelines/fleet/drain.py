@@ -1,6 +1,5 @@
 """The drain loop of both queues and a run's raw archive (docs/fleet.md, "Rounds and flushes" and
-"Stopping a drain"). A handler with ``flush(pool)`` is flushed every ``flush_rounds`` rounds, sooner
-when its ``flush_due()`` says so, and always before the run ends, however it ends."""
+"Stopping a drain")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Retry policies: a policy is a delay function ``delay(n) -> seconds | STOP`` (the retry RFC), ``n``
-being the attempts made so far (see docs/retry.md). No Dagster imports here."""
+"""Retry policies: ``delay(n) -> seconds | STOP``, ``n`` the attempts made so far (docs/retry.md)."""
 
 from __future__ import annotations
 

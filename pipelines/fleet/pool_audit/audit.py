@@ -24,10 +24,10 @@ from pipelines.common.params import param
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.pool_audit.compute import PoolAudit, PriceList, audit_pools, daily_report, load_price_list
 from pipelines.fleet.pool_audit.render import cost_chart_svg
+from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG
 
 log = logging.getLogger(__name__)
 
-MANAGED_TAG = "runs-fleet:managed"
 POOL_TAG = "runs-fleet:pool"
 RUNNING_JOBS_INDEX = "status-instance_id-index"
 AUDITED_STATES = ["pending", "running", "stopping", "stopped"]

@@ -1,5 +1,4 @@
-"""The pool audit as a housekeeping task (``pool_audit``) of the fleet's dispatcher. No Dagster.
-Bad parameters raise ``ParamsError`` (the dispatcher dead-letters the message)."""
+"""The pool audit as the housekeeping task ``pool_audit``; ``ParamsError`` dead-letters the message."""
 
 from __future__ import annotations
 
@@ -8,8 +7,6 @@ from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit.audit import AuditMessageParams, AuditRun, run_pool_audit
-
-HousekeepingAudit = AuditRun  # what the dispatcher records as a pool_audit materialization
 
 
 def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: AuditMessageParams) -> AuditRun:
