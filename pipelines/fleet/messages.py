@@ -1,5 +1,4 @@
-"""Parsing and validation of runs-fleet's queue messages. Anything from outside is checked here first:
-a message that fails raises ``InvalidMessage``, whose one-line ``reason`` goes with its dead letter."""
+"""Parsing and validation of runs-fleet's queue messages: a message that fails raises ``InvalidMessage``."""
 
 from __future__ import annotations
 

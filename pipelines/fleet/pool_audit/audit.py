@@ -24,7 +24,7 @@ from pipelines.common.params import param
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.pool_audit.compute import PoolAudit, PriceList, audit_pools, daily_report, load_price_list
 from pipelines.fleet.pool_audit.render import cost_chart_svg
-from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG
+from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, instance_tags
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +55,11 @@ def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> 
     for n, page in enumerate(pages, start=1):
         for reservation in page.get("Reservations", []):
             for inst in reservation.get("Instances", []):
-                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
                 rows.append(
                     {
                         "instance_id": inst["InstanceId"],
                         "state": inst.get("State", {}).get("Name", ""),
-                        "pool": tags.get(POOL_TAG),
+                        "pool": instance_tags(inst).get(POOL_TAG),
                         "instance_type": inst.get("InstanceType"),
                     }
                 )

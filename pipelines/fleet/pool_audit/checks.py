@@ -1,5 +1,4 @@
-"""The pool audit's three WARN checks, evaluated on an audit (pandas). No Dagster imports: the
-Dagster layer turns each :class:`CheckOutcome` into an ``AssetCheckResult`` or ``AssetCheckEvaluation``."""
+"""The pool audit's three WARN checks (docs/fleet.md, "Checks"), evaluated on an audit; no Dagster."""
 
 from __future__ import annotations
 
