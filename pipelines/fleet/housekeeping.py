@@ -38,8 +38,7 @@ class Housekeeping:
     """The dispatcher of ``TASKS``."""
 
     def parse(self, data: Any) -> HousekeepingRequest:
-        """Validate a message body or run config against the known tasks and their declared
-        parameters (``InvalidMessage`` otherwise)."""
+        """A message body or run config, checked against the tasks' parameters (else ``InvalidMessage``)."""
         request = parse_housekeeping(data, allowed_params={task.name: set(task.param_names) for task in TASKS})
         self.params(request)
         return request

@@ -153,8 +153,6 @@ def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> 
 
 @dataclass(frozen=True)
 class Termination:
-    """A validated termination message."""
-
     instance_id: str
     job_id: str
     status: str  # success | failure | timeout | interrupted

@@ -40,7 +40,6 @@ class RetryPolicyError(ValueError):
 
 
 def invalid(name: str, value: Any, what: str) -> RetryPolicyError:
-    """``<name> must be <what>, got <value>``, naming the field and the value."""
     return RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
 
 
@@ -391,7 +390,6 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
 
 
 def _type_and_message(exc: BaseException) -> str:
-    """``Type: message`` on one line, cut short."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 
