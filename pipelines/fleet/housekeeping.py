@@ -12,7 +12,7 @@ from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
-from pipelines.fleet.pool_audit import housekeeping as pool_audit
+from pipelines.fleet.pool_audit import audit as pool_audit
 from pipelines.fleet.pool_audit.audit import AuditRun
 from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks import old_jobs, orphaned_instances, stale_ssm
