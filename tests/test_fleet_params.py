@@ -10,8 +10,8 @@ from pipelines.common.params import ParamsError, parse_params, specs
 from pipelines.common.task import TaskRun
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive_dead_letters
 from pipelines.fleet.drain import DrainLimits, TerminationLimits, receive_budget
+from pipelines.fleet.pool_audit.audit import TASK as pool_audit_task
 from pipelines.fleet.pool_audit.audit import PoolAuditParams, PoolCostReportParams
-from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
 from tests import fleet_support as fs
 
 

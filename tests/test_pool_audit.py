@@ -35,10 +35,10 @@ from pipelines.fleet.context import FleetContext
 from pipelines.fleet.defs.pool_audit import pool_audit_asset, pool_cost_report
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit import audit as pool_audit_module
+from pipelines.fleet.pool_audit.audit import TASK as pool_audit_task
 from pipelines.fleet.pool_audit.audit import build_daily_report, run_pool_audit
 from pipelines.fleet.pool_audit.checks import CHECK_DESIRED_IDLE, CHECK_IDLE_COST, CHECK_KNOWN_POOLS
 from pipelines.fleet.pool_audit.compute import PriceList, audit_pools, daily_report, load_price_list, snapshot_weights
-from pipelines.fleet.pool_audit.housekeeping import TASK as pool_audit_task
 from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
 from resources import resources_for
 

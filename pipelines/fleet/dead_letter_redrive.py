@@ -38,8 +38,6 @@ REDRIVE_ATTRIBUTE = "groundskeeper-redrive-count"
 
 @dataclass(frozen=True)
 class RedriveSettings:
-    """The ``redrive_dead_letters`` job's parameters, declared once (its flat run config)."""
-
     queue: str = param(
         "termination",
         description="Whose dead-letter queue to redrive.",

@@ -1,6 +1,5 @@
 """The drain loop of both queues and a run's raw archive (docs/fleet.md, "Rounds and flushes" and
-"Stopping a drain"). A handler with ``flush(pool)`` is flushed every ``flush_rounds`` rounds, sooner
-when its ``flush_due()`` says so, and always before the run ends, however it ends."""
+"Stopping a drain")."""
 
 from __future__ import annotations
 
@@ -246,7 +245,6 @@ def writable_log(result: DrainResult, run_log: Any) -> Any:
 
 
 def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits) -> QueueDrain:
-    """A drain of ``queue_url`` whose rounds go to ``handler_cls``, with the run's raw archive."""
     archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
     handler = handler_cls(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
     return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)

@@ -12,8 +12,8 @@ from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage, parse_housekeeping
-from pipelines.fleet.pool_audit import housekeeping as pool_audit
-from pipelines.fleet.pool_audit.housekeeping import HousekeepingAudit
+from pipelines.fleet.pool_audit import audit as pool_audit
+from pipelines.fleet.pool_audit.audit import AuditRun
 from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks import old_jobs, orphaned_instances, stale_ssm
 
@@ -25,7 +25,7 @@ class TaskResult:
 
     task_type: str
     summary: dict[str, Any]
-    audit: HousekeepingAudit | None = None
+    audit: AuditRun | None = None
 
 
 TASKS: tuple[Task, ...] = (orphaned_instances.TASK, stale_ssm.TASK, old_jobs.TASK, pool_audit.TASK)
@@ -38,8 +38,7 @@ class Housekeeping:
     """The dispatcher of ``TASKS``."""
 
     def parse(self, data: Any) -> HousekeepingRequest:
-        """Validate a message body or run config against the known tasks and their declared
-        parameters (``InvalidMessage`` otherwise)."""
+        """A message body or run config, checked against the tasks' parameters (else ``InvalidMessage``)."""
         request = parse_housekeeping(data, allowed_params={task.name: set(task.param_names) for task in TASKS})
         self.params(request)
         return request
@@ -66,7 +65,7 @@ class Housekeeping:
             out = self.task(request).run(ctx, request, params)
         except ParamsError as exc:
             raise InvalidMessage(str(exc)) from None
-        if isinstance(out, HousekeepingAudit):
+        if isinstance(out, AuditRun):
             return TaskResult(request.task_type, out.summary(), audit=out)
         return TaskResult(request.task_type, out)
 

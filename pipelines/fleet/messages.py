@@ -1,5 +1,4 @@
-"""Parsing and validation of runs-fleet's queue messages. Anything from outside is checked here first:
-a message that fails raises ``InvalidMessage``, whose one-line ``reason`` goes with its dead letter."""
+"""Parsing and validation of runs-fleet's queue messages: a message that fails raises ``InvalidMessage``."""
 
 from __future__ import annotations
 
@@ -154,8 +153,6 @@ def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> 
 
 @dataclass(frozen=True)
 class Termination:
-    """A validated termination message."""
-
     instance_id: str
     job_id: str
     status: str  # success | failure | timeout | interrupted

@@ -128,13 +128,8 @@ def _json_attributes(attrs: dict[str, dict[str, Any]]) -> dict[str, dict[str, An
 
 
 def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, bucket: str) -> tuple[str, dict[str, Any]]:
-    """The (body, attributes) that dead-letters ``message`` with ``reason``.
-
-    The reason and the source queue are always attributes; the message's own follow as many as fit
-    in SQS's 10, and the rest go into an envelope body (``groundskeeper-envelope=attributes``). A
-    message bigger than 256 KiB is stored whole in the archive bucket and the envelope points to it
-    (``groundskeeper-envelope=s3``).
-    """
+    """The (body, attributes) that dead-letters ``message`` with ``reason``: envelope and S3 pointer as
+    docs/fleet.md, "Poison messages and dead letters", describes them."""
     ours = {REASON_ATTRIBUTE: _NOT_SQS_TEXT.sub("?", " ".join(reason.split()))[:1000], SOURCE_ATTRIBUTE: source}
     originals = {
         name: clean_attribute(value)

@@ -1,6 +1,4 @@
-"""Retry policies, attempt ids and fencing (the retry RFC): plain Python, no Dagster imports here
-(docs/retry.md). The Dagster layer is ``pipelines.common.defs.failures``, ``pipelines.retry.defs``
-and ``sensors.run_retries``."""
+"""Retry policies, attempt ids and fencing (docs/retry.md): plain Python, no Dagster imports here."""
 
 from pipelines.retry.attempts import ATTEMPT_ID_ATTR, dynamodb_fence, new_attempt_id, retry_call
 from pipelines.retry.classify import TRANSIENT_ITEM_CODES, classify_aws_error, is_transient

@@ -1,6 +1,5 @@
-"""Attempts of one piece of work: ``retry_call`` retries one call by a policy (batch code need not restart
-a whole op for one throttled call); attempt ids fence them (the retry RFC): every write on behalf of an
-attempt is conditional on the work's record still naming it, so a superseded attempt's late write is refused."""
+"""``retry_call`` and the attempt ids that fence an attempt's writes (docs/retry.md, "Presets" and
+"One AWS failure policy"): a superseded attempt's late write is refused."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Retry policies: a policy is a delay function ``delay(n) -> seconds | STOP`` (the retry RFC), ``n``
-being the attempts made so far (see docs/retry.md). No Dagster imports here."""
+"""Retry policies: ``delay(n) -> seconds | STOP``, ``n`` the attempts made so far (docs/retry.md)."""
 
 from __future__ import annotations
 
@@ -41,7 +40,6 @@ class RetryPolicyError(ValueError):
 
 
 def invalid(name: str, value: Any, what: str) -> RetryPolicyError:
-    """``<name> must be <what>, got <value>``, naming the field and the value."""
     return RetryPolicyError(f"{name} must be {what}, got {value!r}", field=name, value=value)
 
 
@@ -392,7 +390,6 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
 
 
 def _type_and_message(exc: BaseException) -> str:
-    """``Type: message`` on one line, cut short."""
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}"[:300] if text else type(exc).__name__
 

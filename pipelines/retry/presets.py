@@ -1,5 +1,4 @@
-"""Policies by name (the presets: other systems' published defaults, each with its ``source``, their counter
-mapped onto ``n``) and by their JSON form (docs/retry.md); bad input raises ``RetryPolicyError``."""
+"""Policies by preset name and by JSON form (docs/retry.md); bad input raises ``RetryPolicyError``."""
 
 from __future__ import annotations
 

@@ -26,7 +26,6 @@ class Timeline:
 
     @property
     def attempts(self) -> int:
-        """Attempts made in all: the first run plus one per step."""
         return 1 + len(self.steps)
 
     @property

@@ -41,8 +41,7 @@ RESOURCES = {"fleet", "cloudwatch", *CLIENTS}
 
 
 def _run_context(context: dg.OpExecutionContext) -> FleetContext:
-    """A run's context: its resources' clients (a dagster-aws resource is its client already), and
-    metrics after a commit as its ``cloudwatch``."""
+    """A dagster-aws resource is its client already; ``cloudwatch`` publishes after a commit."""
     resources = {key: getattr(context.resources, key) for key in CLIENTS}
     clients = {key: r.get_client() if hasattr(r, "get_client") else r for key, r in resources.items()}
     cloudwatch = CommittedChangeMetrics(context, context.resources.cloudwatch, "fleet")
@@ -50,7 +49,6 @@ def _run_context(context: dg.OpExecutionContext) -> FleetContext:
 
 
 def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None) -> None:
-    """The pool audits among ``results`` as ``pool_audit`` materializations with their checks."""
     for result in results:
         if result.audit is not None:
             for event in housekeeping_audit_events(context, result.audit, notes):

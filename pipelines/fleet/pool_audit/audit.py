@@ -1,5 +1,5 @@
-"""One pool audit (:func:`run_pool_audit`) and one daily report (:func:`build_daily_report`) over boto3
-clients, in as few calls as the APIs allow (docs/fleet.md, "How it reads AWS")."""
+"""One pool audit (:func:`run_pool_audit`, also the housekeeping task ``pool_audit``) and one daily
+report (:func:`build_daily_report`), in as few AWS calls as the APIs allow (docs/fleet.md, "How it reads AWS")."""
 
 from __future__ import annotations
 
@@ -20,14 +20,16 @@ if TYPE_CHECKING:
 from pipelines.common import from_item
 from pipelines.common.aws_batches import error_code, put_metrics
 from pipelines.common.looks import Look
-from pipelines.common.params import param
+from pipelines.common.params import ParamsError, param
+from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
+from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit.compute import PoolAudit, PriceList, audit_pools, daily_report, load_price_list
 from pipelines.fleet.pool_audit.render import cost_chart_svg
+from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, instance_tags
 
 log = logging.getLogger(__name__)
 
-MANAGED_TAG = "runs-fleet:managed"
 POOL_TAG = "runs-fleet:pool"
 RUNNING_JOBS_INDEX = "status-instance_id-index"
 AUDITED_STATES = ["pending", "running", "stopping", "stopped"]
@@ -55,12 +57,11 @@ def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> 
     for n, page in enumerate(pages, start=1):
         for reservation in page.get("Reservations", []):
             for inst in reservation.get("Instances", []):
-                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
                 rows.append(
                     {
                         "instance_id": inst["InstanceId"],
                         "state": inst.get("State", {}).get("Name", ""),
-                        "pool": tags.get(POOL_TAG),
+                        "pool": instance_tags(inst).get(POOL_TAG),
                         "instance_type": inst.get("InstanceType"),
                     }
                 )
@@ -231,6 +232,21 @@ def look_at_fleet(ctx: FleetContext) -> Look:
         "busy": sorted(busy),
     }
     return Look.state(state, read)
+
+
+def pool_audit_task(ctx: FleetContext, request: HousekeepingRequest, params: AuditMessageParams) -> AuditRun:
+    """A what-if clock (``now``) is only allowed with a dry run, so that no snapshot is written at a made-up time."""
+    what_if = "now" in request.params
+    if what_if and not request.dry_run:
+        raise ParamsError("pool_audit: params.now is only allowed with dryRun (a snapshot would be misdated)")
+    if not ctx.pools_table:
+        raise RuntimeError("pool_audit: no pools table is configured (RUNS_FLEET_POOLS_TABLE)")
+    return run_pool_audit(ctx, params, dry_run=request.dry_run, now=request.now() if what_if else None)
+
+
+TASK = Task(
+    name="pool_audit", params=AuditMessageParams, run=pool_audit_task, clients=("dynamodb", "ec2", "cloudwatch", "s3")
+)
 
 
 @dataclass

@@ -1,5 +1,4 @@
-"""The pool audit's three WARN checks, evaluated on an audit (pandas). No Dagster imports: the
-Dagster layer turns each :class:`CheckOutcome` into an ``AssetCheckResult`` or ``AssetCheckEvaluation``."""
+"""The pool audit's three WARN checks (docs/fleet.md, "Checks"), evaluated on an audit; no Dagster."""
 
 from __future__ import annotations
 
@@ -34,7 +33,6 @@ class CheckOutcome:
 
 
 def evaluate_checks(run: AuditRun) -> list[CheckOutcome]:
-    """The three checks of one audit, with the run's ``idle_cost_threshold_usd_per_hour``."""
     table, totals = run.audit.table, run.audit.totals
     idle_cost_threshold = run.idle_cost_threshold_usd_per_hour
     idle = float(totals["idle_cost_usd_per_hour"])

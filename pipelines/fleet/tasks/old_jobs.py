@@ -62,7 +62,6 @@ def _old_jobs_cutoff(req: HousekeepingRequest, params: OldJobsParams) -> str:
 
 
 def _old_jobs_query(jobs_table: str, status: str, cutoff: str, *, limit: int) -> dict[str, Any]:
-    """The ``completed_at-index`` query of the jobs of ``status`` completed before ``cutoff``."""
     return {
         "TableName": jobs_table,
         "IndexName": "completed_at-index",

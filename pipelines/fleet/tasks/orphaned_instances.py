@@ -41,7 +41,6 @@ class OrphanedInstancesParams:
 
 
 def described_instances(ec2, *filters: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every instance ``DescribeInstances`` finds with ``filters``, over all its pages."""
     pages = ec2.get_paginator("describe_instances").paginate(Filters=list(filters))
     return [inst for page in pages for reservation in page["Reservations"] for inst in reservation["Instances"]]
 
