@@ -176,7 +176,6 @@ def celery_fan_out_executor() -> dg.ExecutorDefinition:
                 yield held
 
         def _lost(self, plan_context, execution_plan, exc: Exception) -> str | None:
-            """The line for a lost broker or database, or None for any other error."""
             instance, run_id = plan_context.instance, plan_context.run_id
             if is_storage_error(exc):
                 return _storage_lost(instance, run_id, _reason(exc))

@@ -14,7 +14,7 @@ from infra.demo.progressor import DemoTraffic, play
 from infra.demo.traffic import DEMO_PARAMS, DemoConfig, DemoTargets, run_demo_traffic
 from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
-from pipelines.common.defs.schedules import one_at_a_time, schedule
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule
 from pipelines.common.params import param
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
 from resources import (
@@ -69,7 +69,7 @@ def demo_traffic_step(
 
 @dg.job(
     description="Local only: keeps the demo platform alive (agendas, fleet jobs, queue messages, records).",
-    tags={"groundskeeper/capability": "demo", **one_at_a_time("demo_traffic")},
+    tags={"groundskeeper/capability": "demo", ONE_AT_A_TIME_TAG: "demo_traffic"},
     executor_def=dg.in_process_executor,  # one op
 )
 def demo_traffic():
@@ -89,7 +89,7 @@ def play_progressor(context: dg.OpExecutionContext, progressor_db: ProgressorDat
 
 @dg.job(
     description="Local only: progressor demo traffic.",
-    tags={"groundskeeper/capability": "progressor", **one_at_a_time("progressor_demo_traffic")},
+    tags={"groundskeeper/capability": "progressor", ONE_AT_A_TIME_TAG: "progressor_demo_traffic"},
 )
 def progressor_demo_traffic():
     play_progressor()

@@ -1,8 +1,6 @@
-"""The batch decider (ReportStream's BatchDecider) and the audits behind the asset checks. No Dagster.
-
-The decider scans the receivers table once, then COUNTs the pending-index of each receiver due. ``tables``
-is what names the two tables (``receivers_table``, ``records_table``): the ``batching`` resource, or a
-``BatchSettings``."""
+"""The batch decider (ReportStream's BatchDecider: one scan of the receivers table, then a COUNT of the
+pending-index per receiver due) and the audits behind the asset checks. No Dagster. ``tables`` names
+``receivers_table`` and ``records_table``: the ``batching`` resource, or a ``BatchSettings``."""
 
 from __future__ import annotations
 

@@ -158,18 +158,14 @@ def iana_zone(name: Any) -> str | None:
     return name if _is_zone(name) else None
 
 
-def _integral(value: Any) -> Any:
-    """A whole ``Decimal`` (a number inside a DynamoDB map) as an int; anything else as it is."""
-    return int(value) if isinstance(value, Decimal) and value == value.to_integral_value() else value
-
-
 def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
     """The config fields of an item that carries ReportStream's ``timing`` block."""
     timing = item.get("timing")
     if not isinstance(timing, dict):
         errors.append(f"timing must be a map (ReportStream's Receiver.Timing), got {timing!r}")
         timing = {}
-    values = {**REPORTSTREAM_DEFAULTS, **{k: _integral(v) for k, v in timing.items()}}
+    whole = {k: int(v) for k, v in timing.items() if isinstance(v, Decimal) and v == v.to_integral_value()}
+    values = {**REPORTSTREAM_DEFAULTS, **timing, **whole}  # a number inside a DynamoDB map is a Decimal
     number = _int_field(values, "numberPerDay", 1440, errors)
     size = _int_field(values, "maxReportCount", MAX_BATCH_SIZE_LIMIT, errors)
     initial = _checked(values, "initialTime", _matches(HHMMSS), "HH:MM (00:00 to 23:59)", errors)

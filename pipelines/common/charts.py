@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 INLINE_MARKDOWN_LIMIT = 1000
-"""The Dagster UI shows markdown metadata shorter than this inline on the asset page."""
 
 MARKS = ("█", "░", "▓", "▒", "#", "=")
 """The character of each stacked part of a bar, in legend order (the first two: a part and the rest)."""

@@ -25,7 +25,6 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 
 
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
-"""The opener of every request that carries a credential."""
 
 
 def leaves_its_path(path: str) -> bool:

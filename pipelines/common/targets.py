@@ -14,7 +14,6 @@ from pipelines.common.params import ParamsError
 
 
 def targets_path(env_var: str) -> Path | None:
-    """``$env_var`` when set, else None (no targets)."""
     explicit = os.environ.get(env_var)
     return Path(explicit) if explicit else None
 

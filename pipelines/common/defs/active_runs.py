@@ -8,7 +8,6 @@ import dagster as dg
 
 _QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
 ACTIVE_STATUSES = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
-"""A run in one of these is still queued or running (it has not finished, failed or been canceled)."""
 
 
 def still_going(run: Any) -> str:

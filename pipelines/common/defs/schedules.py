@@ -19,11 +19,6 @@ ONE_AT_A_TIME_TAG = "groundskeeper/one_at_a_time"
 """A job tagged with its own name here runs one at a time (the instance limits it to one run per value)."""
 
 
-def one_at_a_time(job_name: str) -> dict[str, str]:
-    """The tag that makes the instance run ``job_name`` one run at a time (a job's own tags)."""
-    return {ONE_AT_A_TIME_TAG: job_name}
-
-
 LOOK_TAG = "groundskeeper/look"
 """The fingerprint of the state the schedule's look read before the run (state looks)."""
 
@@ -32,7 +27,6 @@ REFRESH_SLACK = dt.timedelta(minutes=1)
 
 
 def scheduled_time(context: dg.ScheduleEvaluationContext) -> dt.datetime | None:
-    """The tick's scheduled time, or None for a context built without one (a test's)."""
     try:
         return context.scheduled_execution_time
     except Exception:  # build_schedule_context() without scheduled_execution_time: Dagster's check fails

@@ -46,7 +46,6 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
         try:
             graph = asset_graph() if asset_graph else context.repository_def.asset_graph
             nodes = {key: graph.get(key) for key in graph.get_all_asset_keys()}
-            # each asset's capability: its groundskeeper/capability tag, else its group's name
             of_asset = {key: node.tags.get(summary.CAPABILITY_TAG) or node.group_name for key, node in nodes.items()}
         except Exception:  # materialized alone (dg.materialize): no code location to tell the assets by
             of_asset = {}
