@@ -40,7 +40,6 @@ class Additions:
     progressor_targets: Path | None = None
     check_notes: CheckNotes = field(default_factory=dict)
     alert_noise: frozenset[str] = frozenset()
-    retry_demo: bool = False
     demo_jobs: frozenset[str] = frozenset()
 
 
@@ -66,7 +65,7 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         common_defs(executor),
         dg.Definitions(resources=resources_for(deployment)),
     )
-    retry = retry_defs(list(base.jobs or []), demo=add.retry_demo)  # renders the jobs' retry policies
+    retry = retry_defs(list(base.jobs or []))  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
     jobs = [*(base.jobs or []), *(retry.jobs or [])]
     built.append(dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)])))

@@ -86,7 +86,6 @@ def demo_additions(environ: Mapping[str, str]) -> Additions:
         progressor_targets=TARGETS_DIR / "progressor.json",
         check_notes=CHECK_NOTES,
         alert_noise=frozenset({"dead_letters"}),
-        retry_demo=True,
         demo_jobs=frozenset(job.name for job in defs.jobs or []),
     )
 

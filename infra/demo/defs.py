@@ -169,4 +169,25 @@ def demo_defs(mode: str) -> dg.Definitions:
         )
         for name in DEMO_TRAFFIC_SCHEDULES
     ]
-    return dg.Definitions(jobs=[*jobs.values(), retry_demo], schedules=schedules)
+    return dg.Definitions(jobs=[*jobs.values(), retry_demo], schedules=schedules, sensors=[retry_policies_on_start])
+
+
+RETRY_POLICIES = dg.AssetKey("retry_policies")
+MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has seen the asset materialized
+
+
+@dg.sensor(
+    name="retry_policies_on_start",
+    target=dg.AssetSelection.assets(RETRY_POLICIES),
+    default_status=dg.DefaultSensorStatus.RUNNING,
+    minimum_interval_seconds=600,  # its first tick is at the start; later ones only find it materialized
+    description="Local only: materializes retry_policies once when it was never materialized.",
+)
+def retry_policies_on_start(context: dg.SensorEvaluationContext):
+    """``make dev`` opens on the retry policies rendered."""
+    # once seen materialized, the cursor spares reading the instance again
+    if context.cursor == MATERIALIZED or context.instance.get_latest_materialization_event(RETRY_POLICIES) is not None:
+        context.update_cursor(MATERIALIZED)
+        return dg.SkipReason(f"{RETRY_POLICIES.to_user_string()} is materialized; nothing to do")
+    # the run key makes this one run per instance, also if it is still queued on the next tick
+    return dg.RunRequest(run_key="first-materialization")

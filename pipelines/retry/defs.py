@@ -82,29 +82,6 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
     return retry_policies
 
 
-MATERIALIZED = "materialized"  # retry_policies_on_start's cursor once it has seen the asset materialized
-
-
-def build_defs(jobs: Sequence = (), *, demo: bool = False) -> dg.Definitions:
-    """The ``retry_policies`` asset (with the policies ``jobs`` are tagged with) and, with ``demo``, a
-    sensor that materializes it once, so ``make dev`` opens on it rendered."""
-    asset = build_retry_policies_asset(jobs)
-    if not demo:
-        return dg.Definitions(assets=[asset])
-
-    @dg.sensor(
-        name="retry_policies_on_start",
-        target=asset,
-        default_status=dg.DefaultSensorStatus.RUNNING,
-        minimum_interval_seconds=600,  # its first tick is at the start; later ones only find it materialized
-        description="Local only: materializes retry_policies once when it was never materialized.",
-    )
-    def retry_policies_on_start(context: dg.SensorEvaluationContext):
-        # once seen materialized, the cursor spares reading the instance again
-        if context.cursor == MATERIALIZED or context.instance.get_latest_materialization_event(asset.key) is not None:
-            context.update_cursor(MATERIALIZED)
-            return dg.SkipReason(f"{asset.key.to_user_string()} is materialized; nothing to do")
-        # the run key makes this one run per instance, also if it is still queued on the next tick
-        return dg.RunRequest(run_key="first-materialization")
-
-    return dg.Definitions(assets=[asset], sensors=[retry_policies_on_start])
+def build_defs(jobs: Sequence = ()) -> dg.Definitions:
+    """The ``retry_policies`` asset, with the policies ``jobs`` are tagged with."""
+    return dg.Definitions(assets=[build_retry_policies_asset(jobs)])
