@@ -17,7 +17,7 @@ from pipelines.common.looks import Look
 from pipelines.common.task import Task, TaskRun
 
 
-def _clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
+def resource_clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     """The resources ``keys`` as a pass sees them: a boto3 client for a client resource, any other as it is."""
     resources = {key: getattr(context.resources, key) for key in keys}
     return {key: r.get_client() if callable(getattr(r, "get_client", None)) else r for key, r in resources.items()}
@@ -38,7 +38,7 @@ def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> d
     @one_line_failures
     def task_op(context) -> dg.Output:  # no annotation: this module has lazy annotations
         params = params_from_config(context, task.params)
-        clients = _clients(context, tuple(key for key in task.clients if key != "cloudwatch"))
+        clients = resource_clients(context, tuple(key for key in task.clients if key != "cloudwatch"))
         if "cloudwatch" in task.clients:  # metrics after a committed change, never a failed run
             clients["cloudwatch"] = CommittedChangeMetrics(context, context.resources.cloudwatch, what(params))
         try:
@@ -75,7 +75,7 @@ def task_schedule(
     """The schedule ``name`` of ``task``'s ``job``, looking first with the task's look (its clients only)."""
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
-        return task.look(TaskRun(context.log, "", _clients(context, task.look_clients)), None, params)  # type: ignore[misc]
+        return task.look(TaskRun(context.log, "", resource_clients(context, task.look_clients)), None, params)  # type: ignore[misc]
 
     return schedule(
         name=name,

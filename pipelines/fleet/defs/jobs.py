@@ -10,7 +10,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
-from pipelines.common.defs.tasks import task_job
+from pipelines.common.defs.tasks import resource_clients, task_job
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import dead_letter_redrive
 from pipelines.fleet.context import FleetContext, fleet_context
@@ -42,8 +42,7 @@ RESOURCES = {"fleet", "cloudwatch", *CLIENTS}
 
 def _run_context(context: dg.OpExecutionContext) -> FleetContext:
     """A dagster-aws resource is its client already; ``cloudwatch`` publishes after a commit."""
-    resources = {key: getattr(context.resources, key) for key in CLIENTS}
-    clients = {key: r.get_client() if hasattr(r, "get_client") else r for key, r in resources.items()}
+    clients = resource_clients(context, CLIENTS)
     cloudwatch = CommittedChangeMetrics(context, context.resources.cloudwatch, "fleet")
     return fleet_context(context.resources.fleet, log=context.log, cloudwatch=cloudwatch, **clients)
 
