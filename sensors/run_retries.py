@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from pipelines.alerts.defs import status_changes
+from pipelines.common.defs.active_runs import status_changes
 from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG

@@ -32,6 +32,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
+from pipelines.common.defs.active_runs import status_changes
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.params import ParamsError, parse_params
@@ -49,7 +50,6 @@ STATE_COPY_KEY = "groundskeeper/alerts/state-copy"  # the same document, read wh
 LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
 KEY_VALUES = db.table("kvs", db.column("key"), db.column("value"))  # the SQL run storage's key-value table
 ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
-FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
 REBUILD_LOOKBACK_SECONDS = 7 * 86400  # a fresh state's open incidents: rebuilt from the runs of the last 7 days
 REBUILD_PAGE = 500  # run records read per query while rebuilding
 EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
@@ -156,14 +156,6 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | None]:
 
 
 # ---------------------------------------------------------------------------- what happened
-
-
-def status_changes(instance: dg.DagsterInstance, kind, after: int | None, clock: float, limit: int) -> list:
-    """At most ``limit`` run events of ``kind`` after storage id ``after``, oldest first (with no position yet,
-    those of the last hour): how this sensor and ``delayed_run_retries`` read runs' ends."""
-    since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
-    wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
-    return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
 
 
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:

@@ -1,4 +1,4 @@
-"""Is a run still queued or running, and how a skip reason names such a run."""
+"""Is a run still queued or running, how a skip reason names such a run, and the runs' ends as sensors read them."""
 
 from __future__ import annotations
 
@@ -13,3 +13,14 @@ ACTIVE_STATUSES = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.S
 def still_going(run: Any) -> str:
     """How a skip reason names the run that is still going: ``<run id> is still queued``."""
     return f"{run.run_id} is still {'queued' if run.status in _QUEUED else 'running'}"
+
+
+FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
+
+
+def status_changes(instance: dg.DagsterInstance, kind, after: int | None, clock: float, limit: int) -> list:
+    """At most ``limit`` run events of ``kind`` after storage id ``after``, oldest first (with no position yet,
+    those of the last hour): how the alerts sensor and ``delayed_run_retries`` read runs' ends."""
+    since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
+    wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
+    return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
