@@ -33,8 +33,8 @@ from pipelines.alerts.sources import (
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.active_runs import status_changes
-from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.metadata import metadata_from, table_from
+from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.retry import fixed
@@ -600,9 +600,7 @@ def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata={**figures, "incidents": table_from(rows, INCIDENT_COLUMNS)})
 
 
-@dg.op(name=CLOSE_OP, config_schema=config_schema(IncidentAction), description="Acknowledge or close an incident.")
-def close_incident_op(context: dg.OpExecutionContext) -> None:
-    params = params_from_config(context, IncidentAction)
+def _close_incident(context: dg.OpExecutionContext, params: IncidentAction) -> None:
     book = load_book(context.instance, context.log.warning)
     incident = book.incidents.get(params.key)
     if incident is None or incident["state"] != FIRING:
@@ -611,18 +609,20 @@ def close_incident_op(context: dg.OpExecutionContext) -> None:
     context.log.info(f"{params.action} {params.key}: applied by the alerts sensor's next tick")
 
 
-@dg.job(
-    name=CLOSE_JOB,
-    config=flat_config(CLOSE_OP, IncidentAction),
+close_incident = one_op_job(
+    CLOSE_JOB,
+    CLOSE_OP,
+    IncidentAction,
+    _close_incident,
     description=(
         "Acknowledge (no more reminders) or close (closed until it fires again) an open incident of the "
         "alerts sensor by its key; the sensor applies it at its next tick and sends one message."
     ),
+    op_description="Acknowledge or close an incident.",
     tags={"groundskeeper/capability": "alerts"},
     executor_def=dg.in_process_executor,
+    retry_policy=None,  # no AWS call
 )
-def close_incident():
-    close_incident_op()
 
 
 def build_defs(*, noise: frozenset[str] = frozenset(), demo_jobs: frozenset[str] = frozenset()) -> dg.Definitions:

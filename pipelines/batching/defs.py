@@ -24,6 +24,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
+from pipelines.common.defs.tasks import one_op_job, resource_clients
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -500,18 +501,10 @@ batching_checks_job = dg.define_asset_job(
 IMPORT_OP = "import_reportstream_receivers"
 
 
-@dg.op(
-    name=IMPORT_OP,
-    description="Reads ReportStream's receiver settings and adds, changes or disables receiver items to match.",
-    retry_policy=AWS_RETRY_POLICY,
-)
-@one_line_failures
-def import_receiver_settings_op(
-    context: dg.OpExecutionContext, dynamodb: DynamoDBResource, s3: S3Resource, batching: BatchingSettings
-) -> dg.Output[dict]:
-    params = params_from_config(context, ImportReceiverSettingsParams)
+def _import_receiver_settings(context: dg.OpExecutionContext, params: ImportReceiverSettingsParams) -> dg.Output:
+    clients = resource_clients(context, ("dynamodb", "s3"))
     changes, problems = import_settings(
-        dynamodb.get_client(), s3.get_client(), table=batching.receivers_table, path=params.path, dry_run=params.dry_run
+        **clients, table=context.resources.batching.receivers_table, path=params.path, dry_run=params.dry_run
     )
     for line in problems:
         context.log.warning(line)
@@ -543,17 +536,19 @@ def import_receiver_settings_op(
     return dg.Output({**result, "changes": rows}, metadata=metadata)
 
 
-@dg.job(
-    name="import_receiver_settings",
-    config=flat_config(IMPORT_OP, ImportReceiverSettingsParams),
+import_receiver_settings = one_op_job(
+    "import_receiver_settings",
+    IMPORT_OP,
+    ImportReceiverSettingsParams,
+    _import_receiver_settings,
     description="ReportStream's receiver settings (organizations.yml or a folder of organization files, local "
     "or s3://) into the receivers table: adds, changes and disables receivers `<organization>.<receiver>`; "
     "`dry_run` shows what it would do.",
+    op_description="Reads ReportStream's receiver settings and adds, changes or disables receiver items to match.",
     tags={"groundskeeper/capability": "batching"},
+    resources=("dynamodb", "s3", "batching"),
     executor_def=dg.in_process_executor,
 )
-def import_receiver_settings():
-    import_receiver_settings_op()
 
 
 def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitions:

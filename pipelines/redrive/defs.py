@@ -11,13 +11,11 @@ from typing import Any
 import dagster as dg
 
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES
-from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
+from pipelines.common.defs.tasks import one_op_job, resource_clients
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import FAILED, GONE, IN_BACKFILL, IN_PROGRESS, MISSING, SKIPPED, counts, plan, report
-from resources import FleetSettings, S3Resource
 
 JOB_NAME = "redrive_failed_partitions"
 OP_NAME = "find_and_relaunch"
@@ -144,15 +142,8 @@ OUTCOMES_SCHEMA = dg.TableSchema(
 def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
     """``asset_graph`` gives the code location's asset graph (resolved when a run needs it)."""
 
-    @dg.op(
-        name=OP_NAME,
-        config_schema=config_schema(RedriveParams),
-        description="Relaunch failed partitions.",
-        retry_policy=AWS_RETRY_POLICY,
-    )
-    @one_line_failures
-    def redrive_op(context: dg.OpExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.Output[dict]:
-        params = params_from_config(context, RedriveParams)
+    def redrive(context: dg.OpExecutionContext, params: RedriveParams) -> dg.Output[dict]:
+        fleet = context.resources.fleet
         if context.run.tags.get(ONE_AT_A_TIME_TAG) != JOB_NAME:
             raise dg.Failure(
                 description=f"run tag {ONE_AT_A_TIME_TAG} must be {JOB_NAME!r} (the job's own, got "
@@ -193,7 +184,9 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                 )
             )
         s3_key, body = report(params, context.run_id, backfill_id, outcomes)
-        s3.get_client().put_object(Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json")
+        resource_clients(context, ("s3",))["s3"].put_object(
+            Bucket=fleet.archive_bucket, Key=s3_key, Body=body, ContentType="application/json"
+        )
         totals = counts(outcomes)
         report_url = f"s3://{fleet.archive_bucket}/{s3_key}"
         context.log.info(
@@ -207,17 +200,18 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         table = dg.MetadataValue.table([dg.TableRecord(dataclasses.asdict(o)) for o in outcomes], OUTCOMES_SCHEMA)
         return dg.Output(result, metadata={"partitions": table, **metadata_from(result)})
 
-    @dg.job(
-        name=JOB_NAME,
-        config=flat_config(OP_NAME, RedriveParams),
+    job = one_op_job(
+        JOB_NAME,
+        OP_NAME,
+        RedriveParams,
+        redrive,
         description=(
             "Relaunch the failed (optionally missing) partitions of a partitioned asset in a time window, "
             "bounded by max_runs, as one tagged backfill; reports each partition's outcome."
         ),
+        op_description="Relaunch failed partitions.",
         tags={**CAPABILITY, ONE_AT_A_TIME_TAG: JOB_NAME},  # one redrive at a time: none launches a partition twice
+        resources=("s3", "fleet"),
         executor_def=dg.in_process_executor,
     )
-    def redrive_failed_partitions():
-        redrive_op()
-
-    return dg.Definitions(jobs=[redrive_failed_partitions])
+    return dg.Definitions(jobs=[job])

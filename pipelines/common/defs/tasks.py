@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -23,21 +23,50 @@ def resource_clients(context: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return {key: r.get_client() if callable(getattr(r, "get_client", None)) else r for key, r in resources.items()}
 
 
+def one_op_job(
+    name: str,
+    op: str,
+    params: type,
+    body: Callable[[Any, Any], dg.Output],
+    *,
+    description: str,
+    tags: Mapping[str, str],
+    resources: Iterable[str] = (),
+    executor_def: dg.ExecutorDefinition | None = None,
+    op_description: str | None = None,
+    retry_policy: dg.RetryPolicy | None = AWS_RETRY_POLICY,
+    op_tags: Mapping[str, str] | None = None,
+) -> dg.JobDefinition:
+    """The job ``name`` of one op ``op`` whose parameters ``params`` are the flat run config: the op
+    returns ``body(context, params)`` under the one AWS failure policy (a bad value fails it in one line)."""
+
+    @dg.op(
+        name=op,
+        description=op_description or description,
+        config_schema=config_schema(params),
+        required_resource_keys=set(resources),
+        retry_policy=retry_policy,
+        tags=op_tags,
+    )
+    @one_line_failures
+    def the_op(context):  # no annotation: this module has lazy annotations
+        return body(context, params_from_config(context, params))
+
+    @dg.job(
+        name=name, description=description, tags=dict(tags), config=flat_config(op, params), executor_def=executor_def
+    )
+    def the_job():
+        the_op()
+
+    return the_job
+
+
 def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
     """The job of ``task`` (``task.job``, one op ``task.op``), on ``executor_def`` or the code location's."""
     assert task.job is not None, f"{task.name}: no job"  # with one, Task checked its op, what and counters
     what, counters = task.what, task.counters
 
-    @dg.op(
-        name=task.op,
-        description=task.description,
-        config_schema=config_schema(task.params),
-        required_resource_keys=set(task.clients),
-        retry_policy=AWS_RETRY_POLICY,
-    )
-    @one_line_failures
-    def task_op(context) -> dg.Output:  # no annotation: this module has lazy annotations
-        params = params_from_config(context, task.params)
+    def run(context, params) -> dg.Output:
         clients = resource_clients(context, tuple(key for key in task.clients if key != "cloudwatch"))
         if "cloudwatch" in task.clients:  # metrics after a committed change, never a failed run
             clients["cloudwatch"] = CommittedChangeMetrics(context, context.resources.cloudwatch, what(params))
@@ -48,17 +77,16 @@ def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> d
         run_summary(context, what(params), counters(result), "dry run" if getattr(params, "dry_run", False) else "")
         return dg.Output(result, metadata=metadata_from(result))
 
-    @dg.job(
-        name=task.job,
+    return one_op_job(
+        task.job,
+        task.op,
+        task.params,
+        run,
         description=task.description,
-        tags=dict(task.tags),
-        config=flat_config(task.op, task.params),
+        tags=task.tags,
+        resources=task.clients,
         executor_def=executor_def,
     )
-    def task_job():
-        task_op()
-
-    return task_job
 
 
 def task_schedule(

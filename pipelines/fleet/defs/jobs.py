@@ -5,12 +5,10 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from pipelines.common.defs.config import config_schema, flat_config, params_from_config
-from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
-from pipelines.common.defs.tasks import resource_clients, task_job
+from pipelines.common.defs.tasks import one_op_job, resource_clients, task_job
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import dead_letter_redrive
 from pipelines.fleet.context import FleetContext, fleet_context
@@ -65,17 +63,7 @@ def drain_job(
 ) -> dg.JobDefinition:
     """``process_<queue>_queue``; a handler's pool audits are recorded (a failed check noted from ``notes``)."""
 
-    @dg.op(
-        name=f"drain_{queue}_queue",
-        description=description,
-        tags={"kind": "sqs"},
-        config_schema=config_schema(limits_cls),
-        required_resource_keys={"sqs", *RESOURCES},
-        retry_policy=AWS_RETRY_POLICY,
-    )
-    @one_line_failures
-    def _op(context: dg.OpExecutionContext) -> dg.Output[dict]:
-        limits = params_from_config(context, limits_cls)
+    def drain_queue(context: dg.OpExecutionContext, limits: DrainLimits) -> dg.Output[dict]:
         ctx, fleet = _run_context(context), context.resources.fleet
         drain = queue_drain(
             handler_cls,
@@ -123,17 +111,18 @@ def drain_job(
         }
         return dg.Output(summary, metadata=metadata_from(metadata))
 
-    @dg.job(
-        name=f"process_{queue}_queue",
+    return one_op_job(
+        f"process_{queue}_queue",
+        f"drain_{queue}_queue",
+        limits_cls,
+        drain_queue,
         description=f"Drain the {queue} queue (launched by {queue}_queue_sensor; one run per consumer slot).",
+        op_description=description,
         tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: QUEUE_TAGS[queue]},
-        config=flat_config(_op.name, limits_cls),
+        resources={"sqs", *RESOURCES},
         executor_def=executor_def or dg.in_process_executor,
+        op_tags={"kind": "sqs"},
     )
-    def process_queue():
-        _op()
-
-    return process_queue
 
 
 def termination_queue_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefinition:
@@ -151,14 +140,7 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     description = "Drains the housekeeping queue: dispatches each message on its task_type."
     process_housekeeping_queue = drain_job("housekeeping", description, HousekeepingHandler, notes=notes)
 
-    @dg.op(
-        description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
-        config_schema=config_schema(HousekeepingRequest),
-        required_resource_keys=RESOURCES,
-        retry_policy=AWS_RETRY_POLICY,
-    )
-    @one_line_failures
-    def run_housekeeping_task(context: dg.OpExecutionContext) -> dg.Output[dict]:
+    def run_task(context: dg.OpExecutionContext, _message: HousekeepingRequest) -> dg.Output[dict]:
         try:
             request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
             ctx = _run_context(context)
@@ -170,15 +152,17 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
         metadata = {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
         return dg.Output(result.summary, metadata=metadata_from(metadata))
 
-    @dg.job(
+    housekeeping = one_op_job(
+        "housekeeping",
+        "run_housekeeping_task",
+        HousekeepingRequest,
+        run_task,
         description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",
+        op_description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
         tags=CAPABILITY_TAGS,
-        config=flat_config("run_housekeeping_task", HousekeepingRequest),
+        resources=RESOURCES,
         executor_def=dg.in_process_executor,
     )
-    def housekeeping():
-        run_housekeeping_task()
-
     return process_housekeeping_queue, housekeeping
 
 
