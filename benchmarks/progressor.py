@@ -298,8 +298,8 @@ def main() -> int:
                 elapsed, read = measured(conn, t, lambda: progressor_statement(conn, t, THRESHOLD))
             left = zombie_count(conn, t)
             problems = [f"{left} zombies left"] if left else []
-            if "c" in holder and holder["c"].collected != args.zombies:
-                problems.append(f"the collector counted {holder['c'].collected} collected")
+            if "c" in holder and (collected := holder["c"].errored + holder["c"].retried) != args.zombies:
+                problems.append(f"the collector counted {collected} collected")
             return trials.Run(elapsed, args.zombies - left, problems, detail=read,
                               extra={"counts": asdict(holder["c"]) if "c" in holder else None})  # fmt: skip
 
