@@ -117,6 +117,12 @@ def load(conn, t: Tables, processes: int, per_process: int, zombies: int) -> Non
 
 
 def rows_read(conn, t: Tables) -> dict[str, int]:
+    """Rows read per table so far, this backend's reads included: its pending statistics are flushed
+    first (PostgreSQL 15+ writes them when the backend goes idle, up to a second later)."""
+    with conn.cursor() as cur:
+        cur.execute("SELECT pg_stat_force_next_flush()")
+    conn.commit()
+    time.sleep(0.5)
     with conn.cursor() as cur:
         cur.execute("SELECT pg_stat_clear_snapshot()")
         cur.execute(
@@ -134,10 +140,6 @@ def measured(conn, t: Tables, fn) -> tuple[float, dict[str, int]]:
     started = time.perf_counter()
     fn()
     elapsed = time.perf_counter() - started
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_stat_force_next_flush()")  # PostgreSQL 15+: flush when this backend goes idle
-    conn.commit()
-    time.sleep(0.5)
     after = rows_read(conn, t)
     return elapsed, {k.rsplit("_", 1)[1]: after[k] - before.get(k, 0) for k in after if after[k] - before.get(k, 0)}
 
@@ -310,7 +312,7 @@ def main() -> int:
         results = trials.interleaved(["progressor", "collector"], args.repeat, once, label="collect / ")
         report["table"] = trials.table(results, baseline="progressor", unit="zombies", labels=labels, digits=3)
         report["rows_read"] = {k: runs[0].detail for k, runs in results.items()}
-        report["collector_counts"] = results["collector"][0].extra["counts"]
+        report["collector_counts"] = results["collector"][0].extra.get("counts")
         report["ok"] = trials.all_ok(results)
         # A live worker holds one zombie's process row, briefly, then past deadlock_timeout.
         with conn.cursor() as cur:
