@@ -142,3 +142,48 @@ def test_a_flush_later_than_the_visibility_timeout_leaves_jobs_taken_over_to_the
     assert late["applied"] == 0
     assert fs.metric_sum(aws, "JobSuccess") == 5
     assert fs.depth(aws, TQ) == 0
+
+
+@pytest.mark.slow
+def test_a_late_flush_renews_its_round_so_a_copy_received_during_its_clean_up_is_left_to_it(aws):
+    """Drain A writes a round, then flushes it later than the visibility timeout. Its flush renews
+    the round before its clean-up; drain B, run while A is held in that clean-up, receives the
+    messages again and leaves them (held elsewhere): the jobs are applied and counted once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipelines.fleet.queues import receive
+
+    visibility = 10  # B runs right after A's renewal: well inside a fresh timeout, even on a loaded machine
+    aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": str(visibility)})
+    jobs = fs.start_jobs(aws, 5)
+    fs.send(aws, [fs.termination_body(j, "success") for j in jobs])
+    a = fs.make_drain(aws).handler
+    during_clean_up: list = []
+
+    class HoldingSSM:  # A's SSM client: the first DeleteParameters of A's clean-up runs drain B first
+        def __init__(self, client):
+            self.client = client
+
+        def __getattr__(self, name):
+            return getattr(self.client, name)
+
+        def delete_parameters(self, **kwargs):
+            if not during_clean_up:
+                during_clean_up.append(fs.drain(aws))
+            return self.client.delete_parameters(**kwargs)
+
+    a.ctx.ssm = HoldingSSM(a.ctx.ssm)
+    with ThreadPoolExecutor(1) as pool:
+        a(receive(aws.client("sqs"), aws.env[TQ], max_messages=10), pool, started_at=time.time())
+        fs.wait_until_visible(aws, TQ)  # A's round is now older than the timeout: its flush is late
+        late = a.flush(pool)
+    (b,) = during_clean_up
+    assert b.counts["held_elsewhere"] == 5
+    assert b.counts["taken_over"] == 0
+    assert late["applied"] == 5
+    assert late["lost_to_takeover"] == 0
+    fs.wait_until_visible(aws, TQ)  # B's copies, unless A's acknowledgement removed them, come back
+    after = fs.drain(aws)
+    assert after.counts["applied"] == 0  # a copy of a done round is a duplicate
+    assert fs.metric_sum(aws, "JobSuccess") == 5
+    assert fs.depth(aws, TQ) == 0

@@ -111,19 +111,6 @@ def _take_over(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     }
 
 
-def _still_ours(table: str, round_id: str, job: _Job) -> dict[str, Any]:
-    """A check that the job is still stamped with this round (no other run took it over)."""
-    return {
-        "ConditionCheck": {
-            "TableName": table,
-            "Key": {"job_id": {"S": job.term.job_id}},
-            "ConditionExpression": "#round = :round",
-            "ExpressionAttributeNames": {"#round": "termination_round"},
-            "ExpressionAttributeValues": {":round": {"S": round_id}},
-        }
-    }
-
-
 @dataclass
 class JobOutcomes:
     """What a conditional write (or settling a failed condition) did with each job."""
@@ -235,12 +222,12 @@ class TerminationHandler:
 
         to_ack = list(pending.to_ack)
         dead_letter_into(self, pending.poison, counts, to_ack)
-        applied = pending.applied
+        applied, round_id = pending.applied, pending.round_id
         if applied and time.time() - pending.began >= self.visibility_timeout / 2:
-            # Late: another run may take these jobs over once the timeout has passed; check first.
-            applied = self._still_held(applied, pending.round_id, counts)
+            # Late: another run may take these jobs over once the timeout has passed; renew them first.
+            applied, round_id = self._renewed(applied, round_id, counts)
         if applied:
-            done = self._clean_up(applied, pending.round_id, pool, counts)
+            done = self._clean_up(applied, round_id, pool, counts)
             to_ack += [m for job in done for m in job.messages]
             counts["applied"] += len(done)
 
@@ -337,18 +324,25 @@ class TerminationHandler:
         out.refused += taken.refused
         return out
 
-    def _still_held(self, jobs: list[_Job], round_id: str, counts: Counter) -> list[_Job]:
-        """The jobs still stamped with this round, for a flush later than half the visibility timeout
-        (one ``ConditionCheck`` each); the others are left to the run that took them over."""
-        checked = self._transact(jobs, _still_ours, round_id)
-        counts["lost_to_takeover"] += len(checked.conditional)
-        counts["failed"] += sum(len(j.messages) for j in [*checked.failed, *(j for j, _ in checked.refused)])
-        if checked.conditional:
+    def _renewed(self, jobs: list[_Job], round_id: str, counts: Counter) -> tuple[list[_Job], str]:
+        """For a flush later than half the visibility timeout: the jobs still stamped with this round,
+        moved to a fresh one (a take-over of this run's own, one conditional update each), and that
+        round's id. Another run that receives their messages now finds a round younger than the
+        timeout and leaves them; those another run took over before are left to it."""
+        renewed = new_round_id(time.time())
+        for job in jobs:
+            job.current = {"termination_round": round_id}
+        moved = self._transact(jobs, _take_over, renewed)
+        # A renewal whose call failed and was tried again may have landed the first time: the job is ours.
+        landed = [j for j in moved.conditional if j.current.get("termination_round") == renewed]
+        lost = len(moved.conditional) - len(landed)
+        counts["lost_to_takeover"] += lost
+        counts["failed"] += sum(len(j.messages) for j in [*moved.failed, *(j for j, _ in moved.refused)])
+        if lost:
             self.log.warning(
-                f"round {round_id}: flushed late; {len(checked.conditional)} job(s) were "
-                "taken over by another run, which finishes them"
+                f"round {round_id}: flushed late; {lost} job(s) were taken over by another run, which finishes them"
             )
-        return checked.applied
+        return moved.applied + landed, renewed
 
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
