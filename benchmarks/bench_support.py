@@ -14,7 +14,16 @@ from typing import Any
 
 def start_daemon(home: Path, defs_file: Path, location: str, *, cwd: Path, env: dict[str, str]) -> subprocess.Popen:
     """``dagster-daemon run`` over ``defs_file`` (code location ``location``, loaded in ``cwd``), in a
-    session of its own, logging to ``home/daemon.log``; ``env`` names its ``DAGSTER_HOME``."""
+    session of its own, logging to ``home/daemon.log``; ``env`` names its ``DAGSTER_HOME``. The
+    instance's storages are created first, here: several processes creating them at once (the daemon,
+    its code server, the benchmark) can leave two alembic heads ("more than one head present") and a
+    code location that never loads."""
+    import dagster as dg
+
+    instance = dg.DagsterInstance.from_config(str(home))
+    instance.get_runs(limit=1)
+    instance.all_instigator_state()
+    instance.dispose()
     workspace = home / "workspace.yaml"
     workspace.write_text(
         "load_from:\n  - python_file:\n"

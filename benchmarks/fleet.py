@@ -10,9 +10,10 @@ Starts its own moto server on 127.0.0.1, deploys infra/template.yaml, and measur
    and a bare *batched* loop (the drain's own batch calls, inline, no validation, no threads);
 3. backlog: N messages drained by the runs ``termination_queue_sensor`` launches under a real
    ``dagster-daemon`` (code location ``benchmarks/fleet_backlog_defs.py``: that job and sensor only),
-   on a moto server of its own with the ``transactions`` and ``sqs-retention`` patches
-   (``benchmarks/moto_server.py``; same semantics: without them every write to a 10,000-job table
-   and every receive from a 10,000-message queue takes seconds), counting what was lost;
+   on a moto server of its own with the ``transactions``, ``sqs-retention`` and ``hot-paths`` patches
+   (``benchmarks/moto_server.py``; same semantics: without them every write to a 10,000-job table,
+   every receive from a 10,000-message queue and the seeding's every send take seconds), counting
+   what was lost;
 4. ``old_jobs``: calls per deleted record (archive writes not counted) against a naive scan +
    ``DeleteItem`` per record.
 
@@ -646,7 +647,7 @@ def bench_backlog(n: int, *, patched: bool = True, drain_runs: int = 1, timeout:
 
     import dagster as dg
 
-    server, endpoint = moto_server.start(("transactions", "sqs-retention") if patched else ())
+    server, endpoint = moto_server.start(("transactions", "sqs-retention", "hot-paths") if patched else ())
     home = Path(tempfile.mkdtemp(prefix="fleet-backlog-"))
     daemon = None
     try:

@@ -674,11 +674,7 @@ def run_daemon(cap: Capability, endpoint: str, env: dict[str, str], home: Path, 
         sub_env["WHOLE_RUN_TAGS"] = json.dumps(cap.tags(env))
     if cap.setup_instance:
         cap.setup_instance(home, sub_env)
-    # Create the instance's SQLite storages before the daemon and its code server start: several
-    # processes creating them at once can leave two alembic heads ("more than one head present").
     instance = dg.DagsterInstance.from_config(str(home))
-    instance.get_runs(limit=1)
-    _ticked(instance)
     server_calls(endpoint, cap.dynamodb_endpoint, reset=True)
     daemon = start_daemon(home, BENCH / "whole_run_defs.py", "whole_run", cwd=CODE_ROOT, env=sub_env)
     started = time.perf_counter()
@@ -716,13 +712,6 @@ def _alive(daemon: subprocess.Popen, home: Path, started: float) -> None:
         raise RuntimeError(f"no finished run after {DAEMON_TIMEOUT}s; see {home / 'daemon.log'}")
     if daemon.poll() is not None:
         raise RuntimeError(f"dagster-daemon exited with {daemon.returncode}; see {home / 'daemon.log'}")
-
-
-def _ticked(instance) -> bool:
-    from dagster._core.scheduler.instigation import InstigatorType
-
-    states = instance.all_instigator_state(instigator_type=InstigatorType.SENSOR)
-    return any(instance.get_ticks(s.instigator_origin_id, s.selector_id, limit=1) for s in states)
 
 
 LABELS = {
