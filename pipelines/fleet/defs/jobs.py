@@ -1,6 +1,7 @@
 """The fleet's jobs, one op each, in the run's own process, where a UI termination or SIGTERM reaches the
 drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's status at round boundaries."""
 
+import dataclasses
 from collections.abc import Iterable
 
 import dagster as dg
@@ -140,9 +141,9 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     description = "Drains the housekeeping queue: dispatches each message on its task_type."
     process_housekeeping_queue = drain_job("housekeeping", description, HousekeepingHandler, notes=notes)
 
-    def run_task(context: dg.OpExecutionContext, _message: HousekeepingRequest) -> dg.Output[dict]:
-        try:
-            request = dispatcher.parse({k: v for k, v in context.op_config.items() if v is not None})
+    def run_task(context: dg.OpExecutionContext, message: HousekeepingRequest) -> dg.Output[dict]:
+        try:  # the message's task parameters, checked against its task's declaration
+            request = dispatcher.parse({k: v for k, v in dataclasses.asdict(message).items() if v is not None})
             ctx = _run_context(context)
             result = dispatcher.run(ctx, request)
         except InvalidMessage as exc:
