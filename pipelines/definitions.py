@@ -65,9 +65,9 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         common_defs(executor),
         dg.Definitions(resources=resources_for(deployment)),
     )
-    retry = retry_defs(list(base.jobs or []))  # renders the jobs' retry policies
+    jobs = list(base.jobs or [])
+    retry = retry_defs(jobs)  # renders the jobs' retry policies
     # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
-    jobs = [*(base.jobs or []), *(retry.jobs or [])]
     built.append(dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)])))
     return built[0]
 
