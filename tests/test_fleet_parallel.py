@@ -67,8 +67,8 @@ def test_three_drains_at_once_apply_every_message_exactly_once(atomic_aws):
 
 def _three_drains(aws):
     # A copy held by one drain's unflushed rounds comes back to the others after this. Long enough that
-    # no flush outlasts half of it even on a loaded machine: past that, a take-over between a late flush's
-    # check and its marker may count a job twice (docs/fleet.md, "Stopping a drain").
+    # no clean-up outlasts a whole timeout after its round began or was renewed, even on a loaded
+    # machine: past that, a take-over before its marker may count a job twice (docs/fleet.md).
     visibility = 60
     aws.client("sqs").set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"VisibilityTimeout": str(visibility)})
     jobs = fs.start_jobs(aws, 200)
