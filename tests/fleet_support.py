@@ -13,10 +13,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
+from pipelines.common.task import TaskRun
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import TerminationLimits, queue_drain
 from pipelines.fleet.termination import TerminationHandler
@@ -55,6 +57,16 @@ def make_drain(aws, *, run_id: str | None = None, dlq_url: str | None = None, **
 
 def drain(aws, *, run_id: str | None = None, dlq_url: str | None = None, **limits):
     return make_drain(aws, run_id=run_id, dlq_url=dlq_url, **limits).run()
+
+
+def redrive_run(aws, *, dlq_url: str | None = None, source_url: str | None = None) -> TaskRun:
+    """The dead-letter redrive's ``TaskRun`` over the test's clients (default: the termination queues)."""
+    fleet = SimpleNamespace(
+        termination_dlq_url=dlq_url or aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"],
+        termination_queue_url=source_url or aws.env["RUNS_FLEET_TERMINATION_QUEUE_URL"],
+        archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
+    )
+    return TaskRun(log, "", {"sqs": aws.client("sqs"), "s3": aws.client("s3"), "fleet": fleet})
 
 
 def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:

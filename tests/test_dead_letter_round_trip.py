@@ -3,12 +3,10 @@ plain dead letter and for each envelope kind (``attributes``: attributes beyond 
 body; ``s3``: the whole message in the archive bucket)."""
 
 import json
-from types import SimpleNamespace
 
 import pytest
 
 from pipelines.common import to_item
-from pipelines.common.task import TaskRun
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive_dead_letters
 from pipelines.retry import fixed
@@ -23,10 +21,7 @@ def _no_retry_waits(monkeypatch):
 
 
 def _redrive(aws, **settings) -> dict:
-    bucket = aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
-    fleet = SimpleNamespace(termination_dlq_url=aws.env[DLQ], termination_queue_url=aws.env[TQ], archive_bucket=bucket)
-    run = TaskRun(fs.log, "", {"sqs": aws.client("sqs"), "s3": aws.client("s3"), "fleet": fleet})
-    return redrive_dead_letters(run, None, RedriveSettings(rate_per_second=100, **settings))
+    return redrive_dead_letters(fs.redrive_run(aws), None, RedriveSettings(rate_per_second=100, **settings))
 
 
 def _peek(aws, queue_env: str) -> dict:

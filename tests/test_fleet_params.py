@@ -2,12 +2,10 @@
 it is refused with one line that names the key and the value."""
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from pipelines.common.params import ParamsError, parse_params, specs
-from pipelines.common.task import TaskRun
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive_dead_letters
 from pipelines.fleet.drain import DrainLimits, TerminationLimits, receive_budget
 from pipelines.fleet.pool_audit.audit import TASK as pool_audit_task
@@ -57,10 +55,7 @@ def test_a_slow_redrive_stops_at_max_seconds_instead_of_sleeping_on(aws_shared):
         sqs.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(n), "MessageBody": f"m{n}"} for n in range(10)])
         sqs.send_message_batch(QueueUrl=dlq, Entries=[{"Id": str(n), "MessageBody": f"n{n}"} for n in range(10)])
         settings, _ = parse_params(RedriveSettings, {"rate_per_second": 0.1, "max_seconds": 1})
-        bucket = aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
-        fleet = SimpleNamespace(termination_dlq_url=dlq, termination_queue_url=source, archive_bucket=bucket)
-        run = TaskRun(fs.log, "", {"sqs": sqs, "s3": aws.client("s3"), "fleet": fleet})
-        out = redrive_dead_letters(run, None, settings)
+        out = redrive_dead_letters(fs.redrive_run(aws, dlq_url=dlq, source_url=source), None, settings)
         assert out["stopped_by"] == "max_seconds"
         assert 1 <= out["redriven"] < 20  # the rest stays in the dead-letter queue for the next run
         # At 0.1/s, the first receive's redrives alone would have it wait at least 10 s per message (a sleep
