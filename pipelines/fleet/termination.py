@@ -202,8 +202,11 @@ class TerminationHandler:
     def flush_due(self) -> bool:
         """Flush before the rounds held reach half the visibility timeout (their messages would
         otherwise come back to other runs while this one still holds them)."""
-        pending = self._pending
-        return pending is not None and time.time() - pending.began >= self.visibility_timeout / 2
+        return self._pending is not None and self._late(self._pending)
+
+    def _late(self, pending: _Pending) -> bool:
+        """Have the rounds held reached half the visibility timeout?"""
+        return time.time() - pending.began >= self.visibility_timeout / 2
 
     def flush(self, pool: ThreadPoolExecutor) -> Counter:
         """Steps 3 to 8 for the rounds since the last flush: archive, dead letters, clean-up, done
@@ -223,7 +226,7 @@ class TerminationHandler:
         to_ack = list(pending.to_ack)
         dead_letter_into(self, pending.poison, counts, to_ack)
         applied, round_id = pending.applied, pending.round_id
-        if applied and time.time() - pending.began >= self.visibility_timeout / 2:
+        if applied and self._late(pending):
             # Late: another run may take these jobs over once the timeout has passed; renew them first.
             applied, round_id = self._renewed(applied, round_id, counts)
         if applied:
@@ -312,17 +315,24 @@ class TerminationHandler:
                 continue
             self.log.warning(f"job {job.term.job_id}: round {old_round} was cut short; finishing its clean-up")
             unfinished.append(job)
-        taken = self._transact(unfinished, _take_over, round_id)
-        # A take-over whose call failed and was tried again may have landed the first time: the job is ours.
-        landed = [j for j in taken.conditional if j.current.get("termination_round") == round_id]
-        counts["landed_on_retry"] += len(landed)
-        counts["taken_over"] += len(taken.applied) + len(landed)
-        out.applied += taken.applied + landed + own
-        # Another run took the others over first: it finishes their clean-up.
-        out.conditional += [j for j in taken.conditional if j.current.get("termination_round") != round_id]
+        taken = self._move(unfinished, round_id, counts)
+        counts["taken_over"] += len(taken.applied)
+        out.applied += taken.applied + own
+        out.conditional += taken.conditional  # another run took them over first: it finishes their clean-up
         out.failed += taken.failed
         out.refused += taken.refused
         return out
+
+    def _move(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
+        """``jobs`` moved from the round in ``job.current`` to ``round_id`` (``_take_over``: of two runs,
+        one wins). A move whose call failed and was tried again may have landed the first time: a job
+        whose condition failed but that is in ``round_id`` already is moved (``landed_on_retry``)."""
+        moved = self._transact(jobs, _take_over, round_id)
+        landed = [j for j in moved.conditional if j.current.get("termination_round") == round_id]
+        counts["landed_on_retry"] += len(landed)
+        moved.applied += landed
+        moved.conditional = [j for j in moved.conditional if j.current.get("termination_round") != round_id]
+        return moved
 
     def _renewed(self, jobs: list[_Job], round_id: str, counts: Counter) -> tuple[list[_Job], str]:
         """For a flush later than half the visibility timeout: the jobs still stamped with this round,
@@ -332,17 +342,15 @@ class TerminationHandler:
         renewed = new_round_id(time.time())
         for job in jobs:
             job.current = {"termination_round": round_id}
-        moved = self._transact(jobs, _take_over, renewed)
-        # A renewal whose call failed and was tried again may have landed the first time: the job is ours.
-        landed = [j for j in moved.conditional if j.current.get("termination_round") == renewed]
-        lost = len(moved.conditional) - len(landed)
+        moved = self._move(jobs, renewed, counts)
+        lost = len(moved.conditional)
         counts["lost_to_takeover"] += lost
         counts["failed"] += sum(len(j.messages) for j in [*moved.failed, *(j for j, _ in moved.refused)])
         if lost:
             self.log.warning(
                 f"round {round_id}: flushed late; {lost} job(s) were taken over by another run, which finishes them"
             )
-        return moved.applied + landed, renewed
+        return moved.applied, renewed
 
     def _clean_up(self, applied: list[_Job], round_id: str, pool: ThreadPoolExecutor, counts: Counter) -> list[_Job]:
         """SSM parameters and metrics of the applied jobs, then the round's done marker. Returns those done."""
