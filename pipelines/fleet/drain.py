@@ -105,7 +105,7 @@ class RunArchive:
         self._lock = threading.Lock()
         self.keys: list[str] = []
 
-    def write(self, messages: Sequence[dict[str, Any]]) -> str:
+    def write(self, messages: Sequence[dict[str, Any]]) -> None:
         received = iso(dt.datetime.now(dt.UTC))
         lines = [
             json.dumps(
@@ -134,7 +134,6 @@ class RunArchive:
             )
             if key not in self.keys:
                 self.keys.append(key)
-            return key
 
 
 class QueueDrain:
