@@ -12,6 +12,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
+from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
 from pipelines.fleet.pool_audit.audit import (
@@ -216,7 +217,7 @@ pool_cost_report_job = dg.define_asset_job(
 
 
 def _fleet_look(context: dg.ScheduleEvaluationContext) -> Look:
-    clients = {"dynamodb": context.resources.dynamodb.get_client(), "ec2": context.resources.ec2.get_client()}
+    clients = resource_clients(context, ("dynamodb", "ec2"))
     return look_at_fleet(fleet_context(context.resources.fleet, log=context.log, **clients))
 
 

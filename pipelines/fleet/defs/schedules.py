@@ -6,6 +6,7 @@ from collections.abc import Mapping
 import dagster as dg
 
 from pipelines.common.defs.schedules import schedule, scheduled_time, tick_time
+from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.common.task import Task
@@ -30,8 +31,7 @@ def housekeeping_schedule(task: Task, crons: Mapping[str, str] | None = None) ->
     def look(context: dg.ScheduleEvaluationContext) -> Look:
         request = DISPATCHER.parse({k: v for k, v in _request(name, context).items() if v is not None})
         params, _ = DISPATCHER.params(request)
-        # only the clients the look reads with, no metrics
-        clients = {service: getattr(context.resources, service).get_client() for service in task.look_clients}
+        clients = resource_clients(context, task.look_clients)  # only the clients the look reads with, no metrics
         return look_task(fleet_context(context.resources.fleet, log=context.log, **clients), request, params)
 
     def request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest:
