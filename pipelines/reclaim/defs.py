@@ -233,16 +233,14 @@ def reclaim_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefi
     return reclaim_agendas
 
 
-reclaim_agendas = reclaim_job()
-
-
 def schedule_for(
-    target: Target, job: dg.JobDefinition = reclaim_agendas, crons: Mapping[str, str] | None = None
+    target: Target, job: dg.JobDefinition | None = None, crons: Mapping[str, str] | None = None
 ) -> dg.ScheduleDefinition:
     table = target.config["tableName"]
     return schedule(
         name=f"reclaim_{target.name}",
         job=job,
+        job_name=JOB_NAME,
         cron_schedule=target.cron,
         run_config=target.config,
         tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},
@@ -259,5 +257,5 @@ def build_defs(
 ) -> dg.Definitions:
     """The job (its segments on ``executor`` when given: the cluster's Celery workers); a schedule
     per entry of ``targets_file`` (at the cron ``crons`` names for it, if any)."""
-    job = reclaim_job(executor) if executor else reclaim_agendas
+    job = reclaim_job(executor)
     return dg.Definitions(jobs=[job], schedules=[schedule_for(t, job, crons) for t in load_targets(targets_file)])
