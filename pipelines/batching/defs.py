@@ -22,7 +22,7 @@ from pipelines.common.defs.active_runs import still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
-from pipelines.common.defs.schedules import schedule
+from pipelines.common.defs.schedules import schedule, tick_time
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.defs.tasks import one_op_job, resource_clients
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -355,7 +355,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 @one_line_failures
 def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
     """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
-    tick = (context.scheduled_execution_time or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+    tick = tick_time(context)
     previous = next(iter(context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)), None)
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
