@@ -18,7 +18,16 @@ from pipelines.common.http import NO_REDIRECTS, Redirected, leaves_its_path, loc
 from pipelines.reclaim.decide import QUEUE, RETRY, Decision, ready_item
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
 from pipelines.reclaim.source import FAILED, WAITING, Candidate, parse_events
-from pipelines.reclaim.writers import DONE, RACED, DynamoWriter, ItemError, apply_each, progress_update, ready_put
+from pipelines.reclaim.writers import (
+    DONE,
+    RACED,
+    DynamoWriter,
+    ItemError,
+    Outcome,
+    apply_each,
+    progress_update,
+    ready_put,
+)
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
@@ -174,7 +183,7 @@ class HttpWriter:
         seen = current.get(self.time_field)
         return not isinstance(seen, int | float) or seen < cutoff
 
-    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[str | ItemError]:
+    def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
         return apply_each(self, pairs, now=now, cutoff=cutoff)  # the endpoint has no batch write
 
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
