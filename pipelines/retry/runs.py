@@ -25,10 +25,6 @@ class RunRetry:
     why: str  # one line: why not, or when and by which policy
     bad_tags: bool = False  # not retried because its tags could not be read
 
-    @property
-    def retried(self) -> bool:
-        return self.wait is not None
-
 
 def run_retry(tags: Mapping[str, str], seed: str) -> RunRetry:
     """The decision for a failed run with these run tags; ``seed`` (its run id) fixes the jitter."""
