@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from pipelines.common.defs.active_runs import status_changes
+from pipelines.common.defs.active_runs import child_run, status_changes
 from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
+from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 __all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 
@@ -63,11 +63,9 @@ def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | N
     canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
     if canceling.records:
         return "an operator terminated it"
-    for tag, how in (("dagster/parent_run_id", "re-executed"), (RETRY_OF_TAG, "retried")):
-        children = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
-        if children:
-            return f"it was already {how} as run {children[0].dagster_run.run_id}"
-    return None
+    how = {DAGSTER_PARENT_TAG: "re-executed", RETRY_OF_TAG: "retried"}
+    child = child_run(instance, run_id, how)
+    return f"it was already {how[child[0]]} as run {child[1]}" if child else None
 
 
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:

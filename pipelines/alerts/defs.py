@@ -32,7 +32,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.active_runs import status_changes
+from pipelines.common.defs.active_runs import child_run, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
@@ -230,9 +230,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
-        # a run launched as a retry (or re-execution) of it
-        found = (instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1) for tag in item.get("tags") or ())
-        child = next((children[0].dagster_run.run_id for children in found if children), None)
+        found = child_run(instance, run_id, item.get("tags") or ())  # a retry (or re-execution) of it
+        child = found[1] if found else None
         if child is None and clock < float(item.get("by", 0)):
             continue
         del awaiting[run_id]

@@ -14,14 +14,13 @@ from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
 from pipelines.common import first_line
 from pipelines.common.summary import CAPABILITY_TAG, run_counters
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
+from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 PARTITION_TAG = "dagster/partition"
 # Dagster's own run retries (run_retries in dagster.yaml, or the dagster/max_retries tag)
 DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
 DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"
 DAGSTER_ROOT_TAG = "dagster/root_run_id"
-DAGSTER_PARENT_TAG = "dagster/parent_run_id"  # on a re-execution (Dagster's retry, or by hand) of a run
 DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
 DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 import dagster as dg
@@ -24,3 +25,13 @@ def status_changes(instance: dg.DagsterInstance, kind, after: int | None, clock:
     since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
     wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
     return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
+
+
+def child_run(instance: dg.DagsterInstance, run_id: str, tags: Iterable[str]) -> tuple[str, str] | None:
+    """The first run launched from ``run_id`` under one of ``tags`` (a re-execution's ``dagster/parent_run_id``,
+    a retry's ``groundskeeper/retry_of``): (that tag, its run id), or None."""
+    for tag in tags:
+        records = instance.get_run_records(dg.RunsFilter(tags={tag: run_id}), limit=1)
+        if records:
+            return tag, records[0].dagster_run.run_id
+    return None
