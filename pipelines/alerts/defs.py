@@ -213,10 +213,16 @@ AWAITING_RETRY = "awaiting_retry"  # positions[...]: failed runs whose automatic
 
 
 def _failure_signal(
-    instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, at: float | None, note: str = ""
+    instance: dg.DagsterInstance,
+    run: dg.DagsterRun,
+    cfg: AlertConfig,
+    at: float | None,
+    note: str = "",
+    what: str | None = None,
 ) -> Signal:
-    """``at``: when ``run`` failed (its RUN_FAILURE event's time), the incident's first_seen."""
-    what = run_target(instance, run)
+    """``at``: when ``run`` failed (its RUN_FAILURE event's time), the incident's first_seen; ``what``: its
+    :func:`run_target`, when the caller has it already."""
+    what = what or run_target(instance, run)
     first, cause = _first_error(instance, lineage_root(run.run_id, run.tags))
     if not first:
         first, cause = _first_error(instance, run.run_id)
@@ -307,13 +313,13 @@ def _run_signals_of(
         run = runs.get(record.run_id)
         if run is None:
             continue
-        tags = dict(run.tags)
-        what = run_target(instance, run)
-        unit = work_unit(what, tags, run.run_config)
         if run.job_name == CLOSE_JOB:
             action = incident_action(context, book, run) if not failed else None
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
+        tags = dict(run.tags)
+        what = run_target(instance, run)
+        unit = work_unit(what, tags, run.run_config)
         if not failed:
             signals = run_succeeded(RunEnd(what, run.run_id, tags, unit, cfg.ui_url, record.timestamp), open_units)
             for signal in signals:
@@ -329,7 +335,7 @@ def _run_signals_of(
             by = record.timestamp + seconds
             awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": unit}
             continue
-        signal = _failure_signal(instance, run, cfg, record.timestamp)
+        signal = _failure_signal(instance, run, cfg, record.timestamp, what=what)
         open_units[signal.alert_key] = unit
         out.append(signal)
     return out
