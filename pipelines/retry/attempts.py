@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from collections.abc import Callable
@@ -27,12 +28,10 @@ def retry_call(
     AWS error) and allowed by ``policy.is_retryable``, wait ``policy.delay(n)`` and call again.
     When the policy says STOP, or for any other error, the error is raised as is. A failing
     user delay function raises its ``DelayFunctionError`` (chained to the call's error)."""
-    attempts = 0
-    while True:
+    for attempts in itertools.count(1):
         try:
             return fn()
         except Exception as exc:
-            attempts += 1
             if not (retryable(exc) and policy.is_retryable(exc)):
                 raise
             try:

@@ -58,14 +58,12 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
             try:
                 policy = policy_from_text(text)
                 t = timeline(policy, None if policy.max_attempts else params.horizon)
-                summary = (
-                    f"{policy.describe()}. {t.attempts} attempts over {human(t.total)} "
-                    f"(worst case with jitter {human(t.worst_case)})."
-                )
+                total, worst = human(t.total), human(t.worst_case)
+                summary = f"{policy.describe()}. {t.attempts} attempts over {total} (worst case with jitter {worst})."
                 source = f"\nSource: {policy.source}\n" if getattr(policy, "source", "") else ""
                 sections.append(f"### {name}\n\n{summary}\n{source}\n{t.to_markdown()}")
                 attempts = f"{t.attempts}" if t.stopped else f"{t.attempts}+"
-                over = f"{human(t.total)} ({human(t.worst_case)})"
+                over = f"{total} ({worst})"
                 rows.append({"policy": name, "attempts": attempts, "over": over, "timeline": t.sketch()})
             except RetryPolicyError as exc:
                 sections.append(f"### {name}\n\n**invalid policy** `{text}`: {exc}\n")

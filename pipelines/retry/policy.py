@@ -305,21 +305,21 @@ def exponential(
     jitter_ratio: float = 0.1,
     non_retryable: Names = (),
 ) -> Exponential:
-    initial = _seconds("initial", initial)
-    coefficient = _number("coefficient", coefficient, 1, MAX_COEFFICIENT, f"a number from 1 to {MAX_COEFFICIENT}")
-    if max_delay is not None:
-        max_delay = _seconds("maxDelay", max_delay)
-    if jitter not in JITTERS:
-        raise invalid("jitter", jitter, f"one of {sorted(JITTERS)}")
-    jitter_ratio = _number("jitterRatio", jitter_ratio, 0, 1, "a number in [0, 1]")
     return Exponential(
-        initial=initial,
-        coefficient=coefficient,
-        max_delay=max_delay,
+        initial=_seconds("initial", initial),
+        coefficient=_number("coefficient", coefficient, 1, MAX_COEFFICIENT, f"a number from 1 to {MAX_COEFFICIENT}"),
+        max_delay=None if max_delay is None else _seconds("maxDelay", max_delay),
+        jitter=_jitter(jitter, jitter_ratio),
         max_attempts=_max_attempts(max_attempts),
-        jitter=Jitter("plus-minus", -jitter_ratio, jitter_ratio) if jitter == "plus-minus" else JITTERS[jitter],
         non_retryable=_names(non_retryable),
     )
+
+
+def _jitter(name: Any, ratio: Any) -> Jitter:
+    if name not in JITTERS:
+        raise invalid("jitter", name, f"one of {sorted(JITTERS)}")
+    ratio = _number("jitterRatio", ratio, 0, 1, "a number in [0, 1]")
+    return Jitter("plus-minus", -ratio, ratio) if name == "plus-minus" else JITTERS[name]
 
 
 def function(path: str, max_attempts: int | None = None, *, non_retryable: Names = ()) -> FunctionPolicy:
@@ -418,9 +418,7 @@ def _seconds(name: str, value: Any) -> float:
 
 
 def _max_attempts(value: Any) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS):
         raise invalid("maxAttempts", value, f"an integer from 1 to {MAX_ATTEMPTS} (or null for unlimited)")
     return value
 

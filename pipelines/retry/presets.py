@@ -135,11 +135,9 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
     if kind not in _FIELDS:
         raise p.invalid("kind", kind, f"one of {sorted(_FIELDS)}")
     build, required, optional = _FIELDS[kind]
-    missing = sorted(required - obj.keys())
-    if missing:
+    if missing := sorted(required - obj.keys()):
         raise p.RetryPolicyError(f"{kind} policy needs {missing[0]!r}", field=missing[0], value=None)
-    unknown = sorted(obj.keys() - required - optional - {"kind", "nonRetryable"})
-    if unknown:
+    if unknown := sorted(obj.keys() - required - optional - {"kind", "nonRetryable"}):
         raise p.RetryPolicyError(
             f"{kind} policy has an unknown field {unknown[0]!r} (value {obj[unknown[0]]!r})",
             field=unknown[0],

@@ -39,11 +39,9 @@ class Timeline:
     def sketch(self, width: int = 20) -> str:
         """The attempts on a line, ``●`` at each attempt's start (nominal, scaled to this policy's
         total time), ``…`` at the end when the simulation ran out before the policy stopped."""
-        line = ["─"] * width
+        line = ["─"] * (width if self.steps else 1)
         for cumulative in (0.0, *(s.cumulative for s in self.steps)):
             line[round(cumulative / self.total * (width - 1)) if self.total else 0] = "●"
-        if not self.steps:
-            line = ["●"]
         return "".join(line) + ("" if self.stopped else "…")
 
     def to_markdown(self) -> str:
@@ -64,9 +62,7 @@ def timeline(policy: RetryPolicy, attempts: int | None = None) -> Timeline:
     steps: list[Step] = []
     cumulative = worst = 0.0
     for n in range(1, limit):
-        nominal = policy.nominal(n)
-        bounds = policy.bounds(n)
-        if nominal is STOP or bounds is STOP:
+        if (nominal := policy.nominal(n)) is STOP or (bounds := policy.bounds(n)) is STOP:
             break
         low, high = bounds
         cumulative += nominal
