@@ -29,11 +29,10 @@ _TOO_DEEP = f"nested too deeply (a run config nests at most {MAX_DEPTH} levels)"
 class _RunConfigLoader(yaml.SafeLoader):
     """YAML as Dagster reads a run config: safe, and any date (also ``2026-13-45``) stays text."""
 
-
-_RunConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
+    yaml_implicit_resolvers = {
+        first: [(tag, pattern) for tag, pattern in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
 
 class RunConfigError(ValueError):

@@ -25,10 +25,9 @@ CAPABILITY = {"groundskeeper/capability": "redrive"}
 
 def _run_partitions(instance: dg.DagsterInstance, key: dg.AssetKey, runs_filter: dg.RunsFilter) -> set[str]:
     """The partition tags of the runs ``runs_filter`` selects that targeted ``key`` (or every asset)."""
-    runs = instance.get_runs(runs_filter, limit=10_000)
     return {
         run.tags["dagster/partition"]
-        for run in runs
+        for run in instance.get_runs(runs_filter, limit=10_000)
         if run.tags.get("dagster/partition") and (not run.asset_selection or key in run.asset_selection)
     }
 
