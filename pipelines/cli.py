@@ -21,7 +21,6 @@ USAGE_ERROR = 2
 SETTINGS_ERROR = 1
 MAX_DEPTH = 100  # levels of nesting in a run config (Dagster's own nest a few)
 MAX_VALUES = 100_000  # values in a run config, aliases counted each time they are used
-_SCALARS = (str, int, float, bool, type(None))
 _KINDS = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "a boolean"}
 _TOO_DEEP = f"nested too deeply (a run config nests at most {MAX_DEPTH} levels)"
 
@@ -36,11 +35,7 @@ class _RunConfigLoader(yaml.SafeLoader):
 
 
 class RunConfigError(ValueError):
-    """A run config that cannot be run: one line each."""
-
-    def __init__(self, *lines: str):
-        super().__init__("\n".join(lines))
-        self.lines = list(lines)
+    """A run config that cannot be run: one line per problem."""
 
 
 def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
@@ -98,7 +93,7 @@ def _check_shape(value: Any, source: str) -> None:
                 stack.append((child, f"{where}:{key}", depth + 1))
         elif isinstance(node, list):
             stack.extend((child, f"{where}[{i}]", depth + 1) for i, child in enumerate(node))
-        elif not isinstance(node, _SCALARS):
+        elif not isinstance(node, str | int | float | bool | None):
             raise RunConfigError(
                 f"{source}: the value at {where[:200]} is {type(node).__name__}: a run config holds text, numbers, "
                 "booleans, null, lists and mappings"
@@ -129,10 +124,9 @@ def check_run_config(defs: Any, job_name: str, run_config: Mapping[str, Any]) ->
     try:
         dg.validate_run_config(defs.resolve_job_def(job_name), dict(run_config))
     except dg.DagsterInvalidConfigError as exc:
-        raise RunConfigError(
-            *[f"invalid run config for {job_name}: {' '.join(error.message.split())}" for error in exc.errors]
-            or [f"invalid run config for {job_name}: {' '.join(str(exc).split())}"]
-        ) from None
+        problems = [error.message for error in exc.errors] or [str(exc)]
+        lines = [f"invalid run config for {job_name}: {' '.join(problem.split())}" for problem in problems]
+        raise RunConfigError("\n".join(lines)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -156,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return SETTINGS_ERROR
         check_run_config(defs, options.job, run_config)
     except RunConfigError as exc:
-        print(*exc.lines, sep="\n", file=sys.stderr)
+        print(exc, file=sys.stderr)
         return USAGE_ERROR
     with tempfile.TemporaryDirectory(prefix="groundskeeper-run-") as tmp:
         config_file = Path(tmp, "run_config.json")
