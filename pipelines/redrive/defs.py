@@ -149,7 +149,7 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
                 f"{context.run.tags.get(ONE_AT_A_TIME_TAG)!r}): two redrives at once would launch a partition twice",
                 allow_retries=False,
             )
-        key = dg.AssetKey(params.asset_path)
+        key = dg.AssetKey([part for part in params.asset.split("/") if part])
         graph = asset_graph()
         if not graph.has(key) or graph.get(key).partitions_def is None:
             partitioned = sorted(

@@ -38,7 +38,3 @@ class RedriveParams:
     def __post_init__(self) -> None:
         if not self.asset.strip("/"):
             raise ParamsError("asset must name an asset key, e.g. receiver_batches")
-
-    @property
-    def asset_path(self) -> list[str]:
-        return [part for part in self.asset.split("/") if part]
