@@ -38,14 +38,13 @@ class RunConfigError(ValueError):
     """A run config that cannot be run: one line per problem."""
 
 
-def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> dict[str, Any]:
+def _merge(into: dict[str, Any], more: Mapping[str, Any]) -> None:
     """Deep merge, as Dagster merges several ``-c`` files (later files win)."""
     for key, value in more.items():
         if isinstance(value, Mapping) and isinstance(into.get(key), dict):
             _merge(into[key], value)
         else:
             into[key] = value
-    return into
 
 
 def _parse(text: str, source: str) -> dict[str, Any]:

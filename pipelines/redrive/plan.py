@@ -15,8 +15,6 @@ LAUNCHED, WOULD_LAUNCH, SKIPPED = "launched", "would_launch", "skipped"
 
 @dataclass(frozen=True)
 class Outcome:
-    """One partition: what state it was found in and what the redrive did with it."""
-
     partition: str
     state: str  # failed | missing | in_progress | in_backfill | gone (no longer a partition, e.g. a deleted receiver)
     outcome: str  # launched | would_launch | skipped

@@ -46,7 +46,6 @@ def retry_call(
 
 
 def new_attempt_id() -> str:
-    """A fresh, unique attempt id (``att-<32 hex>``)."""
     return f"att-{uuid.uuid4().hex}"
 
 

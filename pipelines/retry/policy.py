@@ -52,8 +52,7 @@ class DelayFunctionError(RetryPolicyError):
 
 @dataclass(frozen=True)
 class Jitter:
-    """How a nominal delay ``base`` is spread: uniformly over ``base * (1 + [low, high])``; by
-    default not at all. ``sample`` draws one delay, ``bounds`` gives its range."""
+    """How a nominal delay ``base`` is spread: uniformly over ``base * (1 + [low, high])``; by default not at all."""
 
     name: str = "none"
     low: float = 0.0

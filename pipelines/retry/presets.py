@@ -131,8 +131,7 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
             raise p.RetryPolicyError("policy is nested too deeply to be a policy", field="policy", value=None) from None
     if not isinstance(obj, dict):
         raise p.invalid("policy", obj, "a JSON object")
-    kind = obj.get("kind")
-    if kind not in _FIELDS:
+    if (kind := obj.get("kind")) not in _FIELDS:
         raise p.invalid("kind", kind, f"one of {sorted(_FIELDS)}")
     build, required, optional = _FIELDS[kind]
     if missing := sorted(required - obj.keys()):
