@@ -78,9 +78,5 @@ def human(seconds: float) -> str:
     if seconds < 60:
         return f"{seconds:.3g}s" if seconds != int(seconds) else f"{int(seconds)}s"
     total = int(round(seconds))
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        amount, total = divmod(total, size)
-        if amount:
-            parts.append(f"{amount}{unit}")
-    return "".join(parts)
+    amounts = (total // 86_400, total % 86_400 // 3600, total % 3600 // 60, total % 60)
+    return "".join(f"{amount}{unit}" for amount, unit in zip(amounts, "dhms", strict=True) if amount)
