@@ -168,14 +168,13 @@ class ReceiverBatcher:
             return free
         low, high = wanted[0] - s.lookback, wanted[-1]
         done = self._ledger(cfg.receiver, low, high)
-        slots = schedule.batch_times(cfg, low, high + dt.timedelta(microseconds=1))
         report.already_done = [format_batch_time(t) for t in day_times if t in done]
 
         for batch in sorted(locked, key=lambda b: store.parse_batch_id(b)[1:]):
             if not self._recover(cfg, batch, locked[batch], report):
                 return free
 
-        undone = [t for t in slots if t not in done]
+        undone = [t for t in schedule.batch_times(cfg, low, high + dt.timedelta(microseconds=1)) if t not in done]
         taken: set[str] = set()
         for moment in wanted:
             if moment in done:
@@ -183,8 +182,7 @@ class ReceiverBatcher:
             window_start = self._window_start(moment, done, undone)
             before = [r for r in free if r.record_id not in taken and r.created < moment]
             candidates = [r for r in before if window_start is None or r.created >= window_start]
-            written = self._write_batch(cfg, moment, window_start, candidates, taken, report)
-            if written is None:  # cancelled
+            if self._write_batch(cfg, moment, window_start, candidates, taken, report) is None:  # cancelled
                 break
             bisect.insort(done, moment)
             i = bisect.bisect_left(undone, moment)
@@ -263,7 +261,6 @@ class ReceiverBatcher:
             in_s3 = True
         except self.s3.exceptions.ClientError:
             in_s3 = False
-        entry = {"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3}
         if not report.dry_run:
             if not self._still_enabled(cfg, report):
                 return False
@@ -272,7 +269,7 @@ class ReceiverBatcher:
             else:
                 self._upload_and_finalize(batch, key, records)
             self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
-        report.recovered.append(entry)
+        report.recovered.append({"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3})
         return True
 
     def _may_send_empty(self, cfg: ReceiverConfig, moment: dt.datetime, report: RunReport) -> bool:
@@ -306,13 +303,12 @@ class ReceiverBatcher:
             batch_time=format_batch_time(moment),
             window_start=format_batch_time(window_start) if window_start else None,
         )
-        n = existing
         for group in chunks(candidates, cfg.file_size):
             if not self._still_enabled(cfg, report):
                 if written.files:
                     report.batches.append(written)
                 return None
-            n += 1
+            n = existing + len(written.files) + 1  # a group with no record locked wrote no file
             batch = store.batch_id(cfg.receiver, moment, n)
             key = store.file_key(cfg.receiver, moment, n)
             taken.update(r.record_id for r in group)  # records a run could not lock belong to someone else
@@ -327,16 +323,10 @@ class ReceiverBatcher:
             )
             mine = [r for r in group if r.record_id in got]
             if not mine:
-                n -= 1
                 continue
             written.files.append(self._upload_and_finalize(batch, key, mine))
             self.log(f"{cfg.receiver} {written.batch_time}: wrote {key} ({len(mine)} records)")
-        if (
-            not written.files
-            and existing == 0
-            and cfg.send_if_empty_batch
-            and self._may_send_empty(cfg, moment, report)
-        ):
+        if not written.files and not existing and cfg.send_if_empty_batch and self._may_send_empty(cfg, moment, report):
             if not self._still_enabled(cfg, report):
                 return None
             key = store.file_key(cfg.receiver, moment, 1)
