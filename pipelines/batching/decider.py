@@ -77,15 +77,13 @@ def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
     return Counter(item["pending_receiver"]["S"] for page in found for item in page.get("Items", []))
 
 
-def _orphaned(items: list[dict[str, Any]], pending: dict[str, int]) -> dict[str, int]:
+def orphaned_pending(dynamodb, tables, items: list[dict[str, Any]] | None = None) -> dict[str, int]:
+    """Receivers that are gone from the receivers table (``items``: its scan, when read already) but still
+    have pending records."""
+    if items is None:
+        items = store.scan_receivers(dynamodb, tables.receivers_table)
     known = {str(i.get("receiver")) for i in items}
-    return {name: n for name, n in pending.items() if name not in known}
-
-
-def orphaned_pending(dynamodb, tables) -> dict[str, int]:
-    """Receivers that are gone from the receivers table but still have pending records."""
-    items = store.scan_receivers(dynamodb, tables.receivers_table)
-    return _orphaned(items, pending_by_receiver(dynamodb, tables.records_table))
+    return {name: n for name, n in pending_by_receiver(dynamodb, tables.records_table).items() if name not in known}
 
 
 def look_at_receivers(dynamodb, tables) -> Look:
@@ -93,7 +91,7 @@ def look_at_receivers(dynamodb, tables) -> Look:
     table and of the pending-index); the third scans the whole records table: the refresh covers it."""
     items = store.scan_receivers(dynamodb, tables.receivers_table)
     invalid = invalid_receivers(items)
-    orphans = _orphaned(items, pending_by_receiver(dynamodb, tables.records_table))
+    orphans = orphaned_pending(dynamodb, tables, items)
     return Look.state(
         {"invalid_receivers": invalid, "orphaned_pending": orphans},
         f"{len(items)} receiver(s), {len(invalid)} invalid; pending records of {len(orphans)} deleted receiver(s)",
@@ -103,15 +101,12 @@ def look_at_receivers(dynamodb, tables) -> Look:
 def malformed_pending(dynamodb, records_table: str, limit: int = 100) -> tuple[int, list[dict[str, Any]]]:
     """(How many, the first ``limit``) pending records lack ``created_at``/``receiver``/``pending_receiver``
     (the pending-index cannot serve them): a full scan of the records table, for the asset check."""
+    keys = ("receiver", "created_at", "pending_receiver")
     found = dynamodb.get_paginator("scan").paginate(
         TableName=records_table,
-        FilterExpression=(
-            "next_action = :b AND (attribute_not_exists(created_at) OR attribute_not_exists(receiver) "
-            "OR attribute_not_exists(pending_receiver))"
-        ),
+        FilterExpression=f"next_action = :b AND ({' OR '.join(f'attribute_not_exists({a})' for a in keys)})",
         ExpressionAttributeValues={":b": {"S": store.BATCH_ACTION}},
     )
-    keys = ("receiver", "created_at", "pending_receiver")
     total, sample = 0, []
     for raw in (item for page in found for item in page.get("Items", [])):  # counted, not kept
         total += 1
