@@ -291,15 +291,8 @@ def _write(dynamodb, table: str, change: Change) -> Any:
         update = "SET " + ", ".join(f"{k} = :{k}" for k in owned)
         values = to_item({f":{k}": change.item[k] for k in owned})
     values |= {":src": {"S": SETTINGS_SOURCE}, ":old": {"S": change.expected_digest or ""}}
-    return conditional_write(
-        lambda: dynamodb.update_item(
-            TableName=table,
-            Key={"receiver": {"S": change.receiver}},
-            UpdateExpression=update,
-            ConditionExpression="settings_source = :src AND settings_digest = :old",
-            ExpressionAttributeValues=values,
-        )
-    )
+    condition = "settings_source = :src AND settings_digest = :old"
+    return store.update_receiver(dynamodb, table, change.receiver, update, condition, values)
 
 
 def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:

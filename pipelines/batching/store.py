@@ -64,7 +64,7 @@ def get_receiver(dynamodb, table: str, receiver: str) -> dict[str, Any] | None:
     return from_item(item) if item else None
 
 
-def _update_receiver(dynamodb, table: str, receiver: str, update: str, condition: str, values: dict, **extra) -> Any:
+def update_receiver(dynamodb, table: str, receiver: str, update: str, condition: str, values: dict, **extra) -> Any:
     """A conditional update of the receiver item: the response, or None when ``condition`` failed."""
     return conditional_write(
         lambda: dynamodb.update_item(
@@ -82,7 +82,7 @@ def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, c
     """The receiver item after setting this run's lease until ``until_ms``, or None when ``condition`` failed."""
     update = "SET batch_lease_owner = :o, batch_lease_until = :u"
     values = {":o": {"S": owner}, ":u": {"N": str(until_ms)}, **(values or {})}
-    response = _update_receiver(dynamodb, table, receiver, update, condition, values, ReturnValues="ALL_NEW")
+    response = update_receiver(dynamodb, table, receiver, update, condition, values, ReturnValues="ALL_NEW")
     return from_item(response["Attributes"]) if response else None
 
 
@@ -128,14 +128,14 @@ def renew_lease(dynamodb, table: str, receiver: str, owner: str, lease_seconds: 
 
 def release_lease(dynamodb, table: str, receiver: str, owner: str) -> None:
     remove = "REMOVE batch_lease_owner, batch_lease_until"
-    _update_receiver(dynamodb, table, receiver, remove, "batch_lease_owner = :o", {":o": {"S": owner}})
+    update_receiver(dynamodb, table, receiver, remove, "batch_lease_owner = :o", {":o": {"S": owner}})
 
 
 def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str, batch_time) -> bool:
     """Claim the one empty file of local day ``day`` (``whenEmpty.onlyOncePerDay``) for batch time T,
     only while this run holds the lease: True when T has it (now, or from an earlier run of T that
     died before its ledger entry), False when another batch time of the day (or a later day) has it."""
-    claimed = _update_receiver(
+    claimed = update_receiver(
         dynamodb,
         table,
         receiver,
