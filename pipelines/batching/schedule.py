@@ -137,6 +137,11 @@ def _choice(values: dict[str, Any], name: str, choices: tuple[str, ...], default
     return _checked(values, name, lambda v: v in choices, f"one of {', '.join(choices)}", errors, default)
 
 
+def _map(values: dict[str, Any], name: str, expected: str, errors: list[str]) -> dict[str, Any]:
+    value = _checked(values, name, lambda v: isinstance(v, dict), f"a map ({expected})", errors, {})
+    return value if isinstance(value, dict) else {}
+
+
 def _matches(pattern: re.Pattern[str]):
     return lambda value: isinstance(value, str) and pattern.match(value) is not None
 
@@ -160,10 +165,7 @@ def iana_zone(name: Any) -> str | None:
 
 def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
     """The config fields of an item that carries ReportStream's ``timing`` block."""
-    timing = item.get("timing")
-    if not isinstance(timing, dict):
-        errors.append(f"timing must be a map (ReportStream's Receiver.Timing), got {timing!r}")
-        timing = {}
+    timing = _map(item, "timing", "ReportStream's Receiver.Timing", errors)
     whole = {k: int(v) for k, v in timing.items() if isinstance(v, Decimal) and v == v.to_integral_value()}
     values = {**REPORTSTREAM_DEFAULTS, **timing, **whole}  # a number inside a DynamoDB map is a Decimal
     number = _int_field(values, "numberPerDay", 1440, errors)
@@ -171,20 +173,16 @@ def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
     initial = _checked(values, "initialTime", _matches(HHMMSS), "HH:MM (00:00 to 23:59)", errors)
     zones = f"a ReportStream USTimeZone name ({', '.join(US_TIME_ZONES)}) or an IANA zone"
     zone = iana_zone(_checked(values, "timeZone", lambda v: iana_zone(v) is not None, zones, errors))
-    when_empty = values.get("whenEmpty", {})
-    if not isinstance(when_empty, dict):
-        errors.append(f"whenEmpty must be a map (action, onlyOncePerDay), got {when_empty!r}")
-        when_empty = {}
-    status = _choice(item, "customerStatus", CUSTOMER_STATUSES, "active", errors)
+    when_empty = _map(values, "whenEmpty", "action, onlyOncePerDay", errors)
     return {
         "number_per_day": number,
         "initial_time": initial,
         "time_zone": zone,
         "max_batch_size": size,
+        "customer_status": _choice(item, "customerStatus", CUSTOMER_STATUSES, "active", errors),
         "send_if_empty_batch": _choice(when_empty, "action", EMPTY_ACTIONS, "NONE", errors) == "SEND",
         "empty_once_per_day": _bool_field(when_empty, "onlyOncePerDay", False, errors),
         "operation": _choice(values, "operation", OPERATIONS, "NONE", errors),
-        "customer_status": status,
         "reportstream_timing": True,
     }
 
