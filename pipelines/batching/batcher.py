@@ -241,14 +241,12 @@ class ReceiverBatcher:
             return False
         return True
 
-    def _finalize(self, batch: str, records: list[_Record]) -> None:
+    def _upload_and_finalize(self, batch: str, key: str, records: list[_Record], upload: bool = True) -> FileWritten:
+        lines = [store.record_line(r.item, batch) for r in records]
+        if upload:
+            store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
         ids = [r.record_id for r in records]
         store.finalize_records(self.dynamodb, self.settings.records_table, ids, batch, iso(dt.datetime.now(dt.UTC)))
-
-    def _upload_and_finalize(self, batch: str, key: str, records: list[_Record]) -> FileWritten:
-        lines = [store.record_line(r.item, batch) for r in records]
-        store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
-        self._finalize(batch, records)
         invalid = sum(1 for line in lines if '"payload_invalid_json":true' in line)
         return FileWritten(key=key, records=len(records), invalid_payloads=invalid)
 
@@ -264,10 +262,8 @@ class ReceiverBatcher:
         if not report.dry_run:
             if not self._still_enabled(cfg, report):
                 return False
-            if in_s3:  # the upload happened; only the final updates were missing
-                self._finalize(batch, records)
-            else:
-                self._upload_and_finalize(batch, key, records)
+            # a file in S3: the upload happened, only the final updates were missing
+            self._upload_and_finalize(batch, key, records, upload=not in_s3)
             self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
         report.recovered.append({"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3})
         return True

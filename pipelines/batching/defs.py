@@ -498,9 +498,6 @@ batching_checks_job = dg.define_asset_job(
 )
 
 
-IMPORT_OP = "import_reportstream_receivers"
-
-
 def _import_receiver_settings(context: dg.OpExecutionContext, params: ImportReceiverSettingsParams) -> dg.Output:
     clients = resource_clients(context, ("dynamodb", "s3"))
     changes, problems = import_settings(
@@ -538,7 +535,7 @@ def _import_receiver_settings(context: dg.OpExecutionContext, params: ImportRece
 
 import_receiver_settings = one_op_job(
     "import_receiver_settings",
-    IMPORT_OP,
+    "import_reportstream_receivers",
     ImportReceiverSettingsParams,
     _import_receiver_settings,
     description="ReportStream's receiver settings (organizations.yml or a folder of organization files, local "
