@@ -88,14 +88,13 @@ def tick_budget_seconds() -> float:
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
     """The saved book; when its document is gone or unreadable, its copy, else a fresh one."""
     saved = instance.run_storage.get_cursor_values({STATE_KEY, STATE_COPY_KEY})
-    book = AlertBook.load(saved.get(STATE_KEY), lambda _: None)
-    if saved.get(STATE_KEY) and not book.reset:
+    book = AlertBook.load(saved.get(STATE_KEY))
+    if not book.fresh:
         return book
-    if saved.get(STATE_COPY_KEY):
-        copy = AlertBook.load(saved[STATE_COPY_KEY], lambda _: None)
-        if not copy.reset:
-            warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
-            return copy
+    copy = AlertBook.load(saved.get(STATE_COPY_KEY))
+    if not copy.fresh:
+        warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
+        return copy
     return AlertBook.load(saved.get(STATE_KEY), warn)  # fresh: the sensor rebuilds it (rebuild_run_signals)
 
 
@@ -180,22 +179,19 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[li
 def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
     """(the error of the first failed step of ``run_id``, else its run-failure message; its cause's class)."""
     steps = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
-    for record in steps:
-        data = record.event_log_entry.dagster_event.step_failure_data
-        chain, error = [], data.error if data else None
-        while error is not None:
-            chain.append(error)
-            error = error.cause
-        if data and data.user_failure_data and data.user_failure_data.description:
-            message = data.user_failure_data.description
-        elif chain:  # the user's error, not Dagster's wrapping of it
-            message = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1]).message
-        else:
-            continue
-        return message, cause_of([e.cls_name for e in chain], [message, *(e.message for e in chain)])
-    failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
-    message = (failed[0].event_log_entry.dagster_event.message or "") if failed else ""
-    return message, cause_of([], [message])
+    data = steps[0].event_log_entry.dagster_event.step_failure_data if steps else None
+    chain, error = [], data.error if data else None
+    while error is not None:
+        chain.append(error)
+        error = error.cause
+    if data and data.user_failure_data and data.user_failure_data.description:
+        message = data.user_failure_data.description
+    elif chain:  # the user's error, not Dagster's wrapping of it
+        message = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1]).message
+    else:
+        failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
+        message = (failed[0].event_log_entry.dagster_event.message or "") if failed else ""
+    return message, cause_of([e.cls_name for e in chain], [message, *(e.message for e in chain)])
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
@@ -236,13 +232,12 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
-        found = child_run(instance, run_id, item.get("tags") or ())  # a retry (or re-execution) of it
-        child = found[1] if found else None
+        child = child_run(instance, run_id, item.get("tags") or ())  # a retry (or re-execution) of it
         if child is None and clock < float(item.get("by", 0)):
             continue
         del awaiting[run_id]
         if child is not None:
-            context.log.info(f"run {run_id} failed and was retried as run {child}: no alert")
+            context.log.info(f"run {run_id} failed and was retried as run {child[1]}: no alert")
             continue
         run = instance.get_run_by_id(run_id)
         if run is None:
@@ -328,8 +323,7 @@ def _run_signals_of(
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        expected = automatic_retry(tags, run.run_id, instance)
-        if expected:
+        if expected := automatic_retry(tags, run.run_id, instance):
             why, seconds, child_tags = expected
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {why}")
             by = record.timestamp + seconds

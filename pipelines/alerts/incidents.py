@@ -143,8 +143,7 @@ class Delivery:
         if self.summarised:
             parts.append(f"{self.summarised} summarised in one message")
         parts += self.failed
-        kept = {sink: n for sink, n in self.waiting.items() if n}
-        if kept:
+        if kept := {sink: n for sink, n in self.waiting.items() if n}:
             parts.append("kept for a later tick: " + ", ".join(f"{n} for {sink}" for sink, n in kept.items()))
         return "; ".join(parts) or "nothing to send"
 
