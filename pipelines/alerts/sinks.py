@@ -60,18 +60,16 @@ class _Deadline:
         return make
 
 
-class _DeadlineHTTP(urllib.request.HTTPHandler):
+class _DeadlineHandler(urllib.request.HTTPHandler, urllib.request.HTTPSHandler):
     def http_open(self, req):
         return self.do_open(req.deadline.watched(http.client.HTTPConnection), req)
 
-
-class _DeadlineHTTPS(urllib.request.HTTPSHandler):
     def https_open(self, req):
         return self.do_open(req.deadline.watched(http.client.HTTPSConnection), req, context=self._context)
 
 
 _NO_REDIRECTS = next(h for h in NO_REDIRECTS.handlers if isinstance(h, urllib.request.HTTPRedirectHandler))
-_OPENER = urllib.request.build_opener(type(_NO_REDIRECTS), _DeadlineHTTP, _DeadlineHTTPS)
+_OPENER = urllib.request.build_opener(type(_NO_REDIRECTS), _DeadlineHandler)
 """``NO_REDIRECTS``' rules, with a deadline over each whole request (``Request.deadline``)."""
 
 
