@@ -3,6 +3,7 @@ out, so that each kind of alert is decided in one place. No Dagster."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 from collections.abc import Mapping
@@ -45,11 +46,8 @@ def _ui(ui_url: str | None, path: str) -> str | None:
 def attempt_of(tags: Mapping[str, str]) -> int:
     """The attempt number of a run in its lineage (1 for the original run)."""
     for tag, offset in ((ATTEMPT_TAG, 0), (DAGSTER_RETRY_NUMBER_TAG, 1)):
-        try:
-            if tag in tags:
-                return max(1, int(tags[tag]) + offset)
-        except ValueError:
-            continue
+        with contextlib.suppress(KeyError, ValueError):  # absent, or not a number: the next one
+            return max(1, int(tags[tag]) + offset)
     return 1
 
 
@@ -77,11 +75,8 @@ def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tupl
         if decided_by_dagster != "true":
             return None
         return "Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster
-    on_step_failure = (
-        tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, str(instance.run_retries_retry_on_asset_or_op_failure))
-        .strip()
-        .lower()
-    )
+    instance_default = str(instance.run_retries_retry_on_asset_or_op_failure)
+    on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, instance_default).strip().lower()
     if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
         return None
     try:
@@ -132,8 +127,7 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
     one of its messages names, else the first class under Dagster's and ``Failure``'s wrapping,
     else the class its first message starts with, else ``failure``."""
     for message in messages:
-        code = _AWS_CODE.search(message or "")
-        if code:
+        if code := _AWS_CODE.search(message or ""):
             return code.group(1) or code.group(2)
     for name in error_classes:
         if not name.startswith("Dagster") and name not in ("Failure", "ClientError"):
