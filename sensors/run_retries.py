@@ -1,6 +1,7 @@
 """``delayed_run_retries`` (docs/retry.md, "Run retries"): a plain ``dg.sensor``, not a run-failure sensor,
 so that the retries waiting for their delay are kept in its own cursor."""
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -45,23 +46,20 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
     operator set to something else starts over (the last hour's failures; run keys still hold)."""
     if not context.cursor:
         return None, {}
-    try:
+    with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
         state = json.loads(context.cursor)
         after, pending = state.get("after"), state.get("pending", {})
         if (after is None or isinstance(after, int)) and isinstance(pending, dict):
             for item in pending.values():
                 float(item["due"]), int(item["attempt"]), str(item["job"])
             return after, pending
-    except (ValueError, TypeError, KeyError, AttributeError):
-        pass
     context.log.warning(f"ignoring an unreadable cursor {context.cursor[:200]!r}: starting over")
     return None, {}
 
 
 def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:
     """Why a failed run must not be re-launched after all, or None."""
-    canceling = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1)
-    if canceling.records:
+    if instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
         return "an operator terminated it"
     how = {DAGSTER_PARENT_TAG: "re-executed", RETRY_OF_TAG: "retried"}
     child = child_run(instance, run_id, how)
@@ -94,13 +92,11 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
         here = context.code_location_origin.location_name if context.code_location_origin else None
         for record in failures:
             run = runs.get(record.run_id)
-            if run is None or run.run_id in pending:
+            if run is None or run.run_id in pending or POLICY_TAG not in run.tags:
                 continue
             origin = run.remote_job_origin
             if here and origin and origin.repository_origin.code_location_origin.location_name != here:
                 continue  # another code location's run (as dg.run_failure_sensor, which also skips them)
-            if POLICY_TAG not in run.tags:
-                continue
             decided = run_retry(run.tags, run.run_id)  # the decision alerting reads too
             prefix = f"run {run.run_id} of {run.job_name}"
             if decided.wait is None:
