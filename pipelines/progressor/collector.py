@@ -124,15 +124,6 @@ def _server_default_zone(cur) -> str:
     )
 
 
-def _offsets(cur, zones: list[str]) -> tuple[tuple[str, int], ...]:
-    cur.execute(
-        "SELECT z, extract(epoch FROM (now() AT TIME ZONE z) - (now() AT TIME ZONE 'UTC'))::int "
-        "FROM unnest(%s::text[]) WITH ORDINALITY AS u(z, n) ORDER BY n",
-        (zones,),
-    )
-    return tuple(cur.fetchall())
-
-
 def _iana_zone(cur, writer_time_zone: str) -> str:
     """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError. An offset such as
     ``+09:00`` or ``UTC+9`` is a POSIX zone to PostgreSQL, whose signs count west of UTC: refused."""
@@ -308,18 +299,25 @@ def _describe(z: Zombie) -> str:
     )
 
 
-def prepare(conn, tables: Tables, writer_time_zone: str | None) -> tuple[Clock, set[str]]:
+def prepare(conn, params: CollectParams, now: dt.datetime | None = None) -> tuple[Tables, Threshold, set[str]]:
     """Check the namespace's tables, then read the processes table's columns and the clock of progressor's sessions
     (``writer_time_zone`` if given, else every zone they may use) in one read-only transaction."""
+    tables = tables_for(params.namespace)
     try:
-        require_tables(conn, tables)
-        columns = process_columns(conn, tables)
         with conn.cursor() as cur:
+            require_tables(cur, tables)
+            columns = process_columns(cur, tables)
             cur.execute("SELECT current_setting('TimeZone')")
             session_zone = cur.fetchone()[0]
-            if writer_time_zone is not None:
-                return Clock(session_zone, _offsets(cur, [_iana_zone(cur, writer_time_zone)]), explicit=True), columns
-            return Clock(session_zone, _offsets(cur, _writer_zone_names(cur, session_zone))), columns
+            explicit = params.writer_time_zone is not None
+            zones = [_iana_zone(cur, params.writer_time_zone)] if explicit else _writer_zone_names(cur, session_zone)
+            cur.execute(
+                "SELECT z, extract(epoch FROM (now() AT TIME ZONE z) - (now() AT TIME ZONE 'UTC'))::int "
+                "FROM unnest(%s::text[]) WITH ORDINALITY AS u(z, n) ORDER BY n",
+                (zones,),
+            )
+            clock = Clock(session_zone, tuple(cur.fetchall()), explicit)
+        return tables, Threshold(clock, params.threshold_seconds, now), columns
     finally:
         _rollback(conn)
 
@@ -328,12 +326,9 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
     """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
     ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking;
     ``now`` (tests) replaces the database's ``now()`` in telling a zombie."""
-    tables = tables_for(params.namespace)
-    clock, columns = prepare(conn, tables, params.writer_time_zone)
+    tables, threshold, columns = prepare(conn, params, now)
     with_status_columns = {"previous_status", "status_changed_at"} <= columns
-    clock.warn(log)
-    seconds = params.threshold_seconds
-    threshold = Threshold(clock, seconds, now)
+    threshold.clock.warn(log)
     counts = Counts()
     with conn.cursor() as cur:
         # Candidates, oldest first, read without locks (one pass over the running table).
@@ -341,7 +336,7 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
     conn.rollback()
     counts.found = len(zombies)
     log.info(
-        f"progressor namespace {params.namespace!r}: {counts.found} zombie(s) older than {seconds}s "
+        f"progressor namespace {params.namespace!r}: {counts.found} zombie(s) older than {threshold.seconds}s "
         f"(action {params.action}{', DRY RUN' if params.dry_run else ''})"
     )
     if params.dry_run:

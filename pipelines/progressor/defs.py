@@ -45,9 +45,8 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
         with context.resources.progressor_db.connection() as conn:
             for target in targets:
                 namespace = target.params.namespace
-                health = measure(conn, target.params)
-                states[namespace] = recorded_state(health)
-                failing = [c.name for c in checks(health) if not c.passed]
+                states[namespace] = recorded_state(measure(conn, target.params))
+                failing = [name for name, passed in states[namespace]["checks"].items() if not passed]
                 said.append(f"{namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
         return Look.state(states, "; ".join(said))
 

@@ -10,9 +10,9 @@ from psycopg2 import sql
 
 from pipelines.common import dimension_value
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
-from pipelines.progressor.collector import Clock, Threshold, prepare
+from pipelines.progressor.collector import Clock, prepare
 from pipelines.progressor.params import CollectParams
-from pipelines.progressor.schema import TASK_STATUSES, tables_for
+from pipelines.progressor.schema import TASK_STATUSES
 
 BUCKETS_MS = (50, 150, 300, 500, 750, 1000)  # progressor's histogram buckets (prometheus "le")
 BUCKET_LABELS = tuple(f"<={b}" for b in BUCKETS_MS) + (">1000",)
@@ -40,10 +40,8 @@ class Health:
 
 def measure(conn, params: CollectParams) -> Health:
     """Read the figures (a few aggregate queries; the durations read the last 24 h of finished tasks)."""
-    tables = tables_for(params.namespace)
-    clock, columns = prepare(conn, tables, params.writer_time_zone)
-    threshold = Threshold(clock, params.threshold_seconds)
-    health = Health(tables.namespace, clock, zombie_threshold_seconds=threshold.seconds)
+    tables, threshold, columns = prepare(conn, params)
+    health = Health(tables.namespace, threshold.clock, zombie_threshold_seconds=threshold.seconds)
     health.overdue_after_seconds = 2 * params.task_scan_timeout
     with conn.cursor() as cur:
 

@@ -69,16 +69,14 @@ def tables_for(namespace: str) -> Tables:
     return Tables(check_namespace(namespace))
 
 
-def require_tables(conn, tables: Tables) -> None:
+def require_tables(cur, tables: Tables) -> None:
     """NamespaceError unless the namespace's tables all exist (visible in the search path)."""
     names = [tables.name(s) for s in SUFFIXES]
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind IN ('r', 'p') "
-            "AND pg_table_is_visible(oid)",
-            (names,),
-        )
-        found = {row[0] for row in cur.fetchall()}
+    cur.execute(
+        "SELECT relname FROM pg_class WHERE relname = ANY(%s) AND relkind IN ('r', 'p') AND pg_table_is_visible(oid)",
+        (names,),
+    )
+    found = {row[0] for row in cur.fetchall()}
     missing = [name for name in names if name not in found]
     if len(missing) == len(SUFFIXES):
         raise NamespaceError(f"namespace {tables.namespace!r} has no progressor tables in this database")
@@ -86,11 +84,10 @@ def require_tables(conn, tables: Tables) -> None:
         raise NamespaceError(f"namespace {tables.namespace!r} is missing the tables {', '.join(missing)}")
 
 
-def process_columns(conn, tables: Tables) -> set[str]:
+def process_columns(cur, tables: Tables) -> set[str]:
     """Column names of the processes table (migration 2 adds previous_status, status_changed_at)."""
-    with conn.cursor() as cur:
-        cur.execute(
-            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
-            (tables.ident("processes").as_string(conn),),
-        )
-        return {row[0] for row in cur.fetchall()}
+    cur.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+        (tables.ident("processes").as_string(cur),),
+    )
+    return {row[0] for row in cur.fetchall()}
