@@ -266,8 +266,7 @@ def build_daily_report(
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     s3, bucket = ctx.s3, ctx.archive_bucket
-    keys = list_snapshot_keys(s3, bucket, day)
-    keys = list_snapshot_keys(s3, bucket, day - dt.timedelta(days=1))[-1:] + keys
+    keys = list_snapshot_keys(s3, bucket, day - dt.timedelta(days=1))[-1:] + list_snapshot_keys(s3, bucket, day)
     text_columns = {name: str for name in ("pool", "kind", "instance_type", "price_source", "problem")}
     frames = []
     for n, key in enumerate(keys, start=1):

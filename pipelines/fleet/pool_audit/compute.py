@@ -82,8 +82,7 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         spot = False
 
     price, source = None, ""
-    if item.get("hourly_price_usd") is not None:
-        own = item["hourly_price_usd"]
+    if (own := item.get("hourly_price_usd")) is not None:
         if not _is_number(own):
             problems.append(f"invalid hourly_price_usd {own!r}")
         elif own < 0:
