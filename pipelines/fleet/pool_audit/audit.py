@@ -44,8 +44,7 @@ def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
 
 
 def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Managed instances that are pending, running, stopping or stopped, 1000 per call, as
-    ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
+    """Managed instances as ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
     rows: list[dict[str, Any]] = []
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
@@ -96,8 +95,7 @@ def running_job_instances(dynamodb, jobs_table: str, progress: Callable[[str], N
 
 
 def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dict[str, Any]], list[str]]:
-    """``PoolComputeCost``/``PoolIdleCost`` (USD per hour) for priced pools and ``PoolUtilization``
-    (percent) for every pool of the pools table. Returns the datums and the pools left out."""
+    """The datums (costs of priced pools only, the utilization of every pool), and the pools left out."""
     datums: list[dict[str, Any]] = []
     skipped: list[str] = []
     for row in table.loc[table["kind"] == "pool"].itertuples(index=False):
