@@ -54,18 +54,16 @@ def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: RetryPol
     seen = {"processingState": c.state, "time": c.time_ms, "cutoff": cutoff, "runId": run_id}
     if c.kind == "held":
         return Decision(QUEUE, c.attempts, None, reason="held retry due", attempt_id=c.attempt_id)
-    if c.kind == "timeout":
-        n = c.attempts + 1
-        if action == "fail":
-            return Decision(FAIL, n, diagnostic_event(TIMEOUT_MESSAGE, now, seen), reason="timed out")
-        stop = _stop_reason(c, n, policy)
-        if stop:
-            return Decision(FAIL, n, diagnostic_event(f"{TIMEOUT_MESSAGE} {stop}", now, seen), reason=stop)
-    else:  # "failed": the failed attempt was already counted by whoever failed it
-        n = max(c.attempts, 1)
-        stop = _stop_reason(c, n, policy)
-        if stop:
-            return Decision(CLOSE, n, diagnostic_event(stop, now, seen, status_code=500), reason=stop)
+    timeout = c.kind == "timeout"
+    # "failed": the failed attempt was already counted by whoever failed it
+    n = c.attempts + 1 if timeout else max(c.attempts, 1)
+    if timeout and action == "fail":
+        return Decision(FAIL, n, diagnostic_event(TIMEOUT_MESSAGE, now, seen), reason="timed out")
+    stop = _stop_reason(c, n, policy)
+    if stop and timeout:
+        return Decision(FAIL, n, diagnostic_event(f"{TIMEOUT_MESSAGE} {stop}", now, seen), reason=stop)
+    if stop:
+        return Decision(CLOSE, n, diagnostic_event(stop, now, seen, status_code=500), reason=stop)
     delay = float(policy.delay(n)) or 0
     attempt_id = new_attempt_id()
     payload = {**seen, "delaySeconds": delay, "attemptId": attempt_id}

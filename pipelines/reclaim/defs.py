@@ -113,8 +113,7 @@ def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, age
     deadline = time.time() + params.maximumExecutionSeconds
     try:
         check_max_runtime(params, context.run.tags.get("dagster/max_runtime"))
-        older = older_run_on_same_table(context.instance, context.run_id, params.tableName)
-        if older:
+        if older := older_run_on_same_table(context.instance, context.run_id, params.tableName):
             context.log.warning(
                 f"reclaim run {older} is still working on table {params.tableName}: this run does nothing"
             )
@@ -195,8 +194,7 @@ def report_reclaim(
     params = plans[0].params
     summary = asdict(total)
     summary.update(table=params.tableName, action=params.reclaimAction, dry_run=params.logReclaimOnly)
-    overlap = next((p.overlap for p in plans if p.overlap), None)
-    if overlap:
+    if overlap := next((p.overlap for p in plans if p.overlap), None):
         summary["overlapping_run"] = overlap
     elif not params.logReclaimOnly:
         metrics = CommittedChangeMetrics(context, cloudwatch, f"reclaim {params.tableName}")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from pipelines.common.aws_batches import conditional_write
+from pipelines.common.aws_batches import conditional_write, error_code
 from pipelines.common.http import NO_REDIRECTS, Redirected, leaves_its_path, location
-from pipelines.reclaim.decide import QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.decide import QUEUE, RETRY, Decision
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_url
 from pipelines.reclaim.source import FAILED, WAITING, Candidate, parse_events
 from pipelines.reclaim.writers import (
@@ -61,8 +61,7 @@ def decrypt_password(kms, encrypted_b64: str) -> Secret:
     try:
         plaintext = kms.decrypt(CiphertextBlob=blob)["Plaintext"]
     except Exception as exc:  # botocore errors carry no secret, but keep the message short
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
-        raise EndpointError(f"KMS could not decrypt IDM_ENCRYPTED_PASS ({code})") from None
+        raise EndpointError(f"KMS could not decrypt IDM_ENCRYPTED_PASS ({error_code(exc)})") from None
     return Secret(plaintext.decode("utf-8"))
 
 
@@ -138,8 +137,7 @@ class AgendaProgressEndpoint:
             raise EndpointError(f"{method} {location(self.url)}/...: HTTP 401 after a fresh login")
         if status != 200 or not isinstance(answer, dict):
             raise ItemError(f"{method} {item_id}: HTTP {status}")
-        if answer.get("errorResponse"):
-            error = answer["errorResponse"]
+        if error := answer.get("errorResponse"):
             detail = error.get("message") or error.get("code") if isinstance(error, dict) else error
             raise ItemError(
                 f"{method} {item_id}: errorResponse on HTTP 200: {redact(str(detail), self._secrets)[:200]}"
@@ -164,7 +162,7 @@ class HttpWriter:
     """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object
     (no conditional PUT: a small window remains). ReadyAgenda items still go to DynamoDB, idempotently."""
 
-    def __init__(self, endpoint: AgendaProgressEndpoint, params: ReclaimParams, *, dynamodb=None, ready_table=None):
+    def __init__(self, endpoint: AgendaProgressEndpoint, params: ReclaimParams, *, dynamodb, ready_table=None):
         self.endpoint = endpoint
         self.params = params
         self.time_field = params.timeFieldName
@@ -192,8 +190,7 @@ class HttpWriter:
             raise ItemError(f"GET {c.id}: not found at the endpoint")
         if not self._unchanged(c, current, cutoff):
             return RACED
-        if d.kind in (RETRY, QUEUE) and not (self.dynamodb and self.ready_table):
-            raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
+        put = ready_put(self.ready_table, self.params.tableName, c, d, now) if d.kind in (RETRY, QUEUE) else None
         body = progress_update(c, d, self.params, now=now, cutoff=cutoff).plain()
         if "diagnosticEvents" in body:  # a list, the event appended to those the endpoint has now
             body["diagnosticEvents"] = parse_events(current.get("diagnosticEvents") or []) + [d.event]
@@ -201,8 +198,7 @@ class HttpWriter:
             # No transactions over HTTP: reset as held first, so that a crash before the queue write
             # leaves a held retry that the next run queues, never a reset agenda that nobody queues.
             self.endpoint.put(c.id, {**body, "retryAt": now})
-        if d.kind in (RETRY, QUEUE):
-            put = ready_put(self.ready_table, ready_item(self.params.tableName, c, d, now))
+        if put is not None:
             conditional_write(lambda: self.dynamodb.put_item(**put))  # idempotent: a repeated put is refused
             body = {"retryAt": None}
         self.endpoint.put(c.id, body)

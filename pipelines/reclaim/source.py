@@ -82,39 +82,40 @@ def key_schema(desc: dict[str, Any]) -> dict[str, str]:
     return {k["KeyType"]: k["AttributeName"] for k in desc["KeySchema"]}
 
 
+def indexes_on(desc: dict[str, Any], hash_key: str) -> dict[str, str | None]:
+    """The GSIs of a table's description with hash key ``hash_key`` and projection ALL: name -> range key."""
+    return {
+        gsi["IndexName"]: key_schema(gsi).get("RANGE")
+        for gsi in desc.get("GlobalSecondaryIndexes", [])
+        if key_schema(gsi)["HASH"] == hash_key and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
+    }
+
+
 def _choose_index(desc: dict, params: ReclaimParams) -> str | None:
-    fits = {}
-    for gsi in desc.get("GlobalSecondaryIndexes", []):
-        keys = key_schema(gsi)
-        projection = gsi.get("Projection", {}).get("ProjectionType")
-        ok = keys.get("HASH") == STATE_ATTR and keys.get("RANGE") == params.timeFieldName and projection == "ALL"
-        fits[gsi["IndexName"]] = (ok, keys, projection)
-    if params.indexName:
-        if params.indexName not in fits:
-            raise TableError(f"indexName {params.indexName!r} is not an index of table {params.tableName!r}")
-        ok, keys, projection = fits[params.indexName]
-        if not ok:
-            raise TableError(
-                f"indexName {params.indexName!r} must have hash key {STATE_ATTR!r}, range key "
-                f"{params.timeFieldName!r} and projection ALL (it has {keys}, {projection})"
-            )
-        return params.indexName
-    if fits.get(CONTRACT_INDEX, (False,))[0]:
-        return CONTRACT_INDEX
-    return next((name for name, (ok, _, _) in fits.items() if ok), None)
+    fits = [name for name, range_key in indexes_on(desc, STATE_ATTR).items() if range_key == params.timeFieldName]
+    if not params.indexName:
+        return CONTRACT_INDEX if CONTRACT_INDEX in fits else next(iter(fits), None)
+    gsi = next((g for g in desc.get("GlobalSecondaryIndexes", []) if g["IndexName"] == params.indexName), None)
+    if gsi is None:
+        raise TableError(f"indexName {params.indexName!r} is not an index of table {params.tableName!r}")
+    if params.indexName not in fits:
+        raise TableError(
+            f"indexName {params.indexName!r} must have hash key {STATE_ATTR!r}, range key "
+            f"{params.timeFieldName!r} and projection ALL (it has {key_schema(gsi)}, "
+            f"{gsi.get('Projection', {}).get('ProjectionType')})"
+        )
+    return params.indexName
 
 
 # moto answers HTTP 500 when `<` compares an S attribute with a number (real DynamoDB says false): the
 # attribute_type guard comes first. Non-numeric and missing times pass the filter on purpose, so that
 # they are logged and counted (ISO-8601 strings are parsed client side).
 STALE_TIME = "((attribute_type(#t, :ntype) AND #t < :cutoff) OR NOT attribute_type(#t, :ntype))"
-STALE_EXECUTING = f"(#s = :exec AND {STALE_TIME})"
-STALE_WAITING = f"(#s = :wait AND attribute_not_exists(#ra) AND {STALE_TIME})"
 HELD_DUE = "(attribute_type(#ra, :ntype) AND #ra <= :now)"
 UNHANDLED_FAILURE = "(#m = :failed AND attribute_not_exists(#rd))"
 
 
-def _used(placeholders: dict[str, Any], text: str) -> dict[str, Any]:
+def used_placeholders(placeholders: dict[str, Any], text: str) -> dict[str, Any]:
     """The placeholders ``text`` uses: DynamoDB refuses unused ones."""
     return {k: v for k, v in placeholders.items() if re.search(re.escape(k) + r"\b", text)}
 
@@ -135,15 +136,15 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
             **base,
             **expressions,
             "ProjectionExpression": ", ".join(projection),
-            "ExpressionAttributeNames": {**projection, **_used(names, text)},
-            "ExpressionAttributeValues": _used(values, text),
+            "ExpressionAttributeNames": {**projection, **used_placeholders(names, text)},
+            "ExpressionAttributeValues": used_placeholders(values, text),
         }
         return label, operation, kwargs
 
     if info.index is None:
-        clauses = [STALE_EXECUTING]
+        clauses = [f"(#s = :exec AND {STALE_TIME})"]
         if params.includeWaiting:
-            clauses.append(STALE_WAITING)
+            clauses.append(f"(#s = :wait AND attribute_not_exists(#ra) AND {STALE_TIME})")
         if retry:
             clauses.append(f"(#s = :wait AND {HELD_DUE})")
         if params.retryFailed:
@@ -240,10 +241,7 @@ def _error_type(events: list) -> str | None:
 
 
 def _agenda(item: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in ("agendaId", "customerId"):
-        if "S" in item.get(name, {}):
-            out[name] = item[name]["S"]
+    out: dict[str, Any] = {name: item[name]["S"] for name in ("agendaId", "customerId") if "S" in item.get(name, {})}
     try:
         insight = json.loads(item.get("agendaInsight", {}).get("S", "{}"))
         if isinstance(insight, dict) and insight.get("insightId") is not None:

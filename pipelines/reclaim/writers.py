@@ -25,7 +25,8 @@ from pipelines.reclaim.source import (
     Candidate,
     TableError,
     describe_table,
-    key_schema,
+    indexes_on,
+    used_placeholders,
 )
 from pipelines.retry import ATTEMPT_ID_ATTR, TRANSIENT_ITEM_CODES, dynamodb_fence, is_transient, retry_call
 from pipelines.retry.policy import Formula
@@ -152,14 +153,12 @@ class _Update:
         if self.removes:
             expression += " REMOVE " + ", ".join(self.removes)
         condition = " AND ".join(self.conditions)
-        referenced = set(re.findall(r"#\w+", expression + " " + condition))
-        used = {n: v for n, v in self.names.items() if n in referenced}
         return {
             "TableName": table,
             "Key": key,
             "UpdateExpression": expression,
             "ConditionExpression": condition,
-            "ExpressionAttributeNames": used,
+            "ExpressionAttributeNames": used_placeholders(self.names, f"{expression} {condition}"),
             "ExpressionAttributeValues": self.values,
         }
 
@@ -231,13 +230,11 @@ class DynamoWriter:
     def apply(self, c: Candidate, d: Decision, *, now: int, cutoff: int) -> str:
         request = progress_update(c, d, self.params, now=now, cutoff=cutoff).request(self.table, c.key)
         try:
-            if d.kind not in (RETRY, QUEUE):
-                self.dynamodb.update_item(**request)
-            elif not self.ready_table:
-                raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
-            else:
-                put = ready_put(self.ready_table, ready_item(self.table, c, d, now))
+            if d.kind in (RETRY, QUEUE):
+                put = ready_put(self.ready_table, self.table, c, d, now)
                 self.dynamodb.transact_write_items(TransactItems=[{"Update": request}, {"Put": put}])
+            else:
+                self.dynamodb.update_item(**request)
         except ClientError as exc:
             code = error_code(exc)
             # A cancelled transaction: the progress moved on, or this attempt was queued already.
@@ -325,24 +322,23 @@ def _distinct_groups(
     statements: list[tuple[int, dict[str, Any]]], pairs: list[tuple[Candidate, Decision]]
 ) -> list[list[tuple[int, dict[str, Any]]]]:
     """Groups of up to 25 statements, never two on the same item in one call (DynamoDB refuses that)."""
-    groups: list[list[tuple[int, dict[str, Any]]]] = []
-    keys: list[set[str]] = []
+    groups: list[dict[str, tuple[int, dict[str, Any]]]] = []  # each by its items' keys
     for i, statement in statements:
         key = json.dumps(pairs[i][0].key, sort_keys=True)
-        for group, seen in zip(groups, keys, strict=True):
-            if len(group) < STATEMENTS_PER_CALL and key not in seen:
-                group.append((i, statement))
-                seen.add(key)
-                break
-        else:
-            groups.append([(i, statement)])
-            keys.append({key})
-    return groups
+        group = next((g for g in groups if len(g) < STATEMENTS_PER_CALL and key not in g), None)
+        if group is None:
+            group = {}
+            groups.append(group)
+        group[key] = (i, statement)
+    return [list(group.values()) for group in groups]
 
 
-def ready_put(ready_table: str, item: dict[str, Any]) -> dict[str, Any]:
-    """The ReadyAgenda put, refused when the item (of a deterministic id) was queued already."""
-    return {"TableName": ready_table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(id)"}
+def ready_put(ready_table: str | None, table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any]:
+    """The put of the retry's ReadyAgenda item, refused when the item (of a deterministic id) was queued already."""
+    if not ready_table:
+        raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
+    item = to_item(ready_item(table, c, d, now))
+    return {"TableName": ready_table, "Item": item, "ConditionExpression": "attribute_not_exists(id)"}
 
 
 class OperationProgressWriter:
@@ -356,18 +352,13 @@ class OperationProgressWriter:
         self.keys = [k["AttributeName"] for k in desc["KeySchema"]]
         self.index = None
         if self.keys[0] != OPERATION_LINK_ATTR:
-            fitting = [
-                gsi["IndexName"]
-                for gsi in desc.get("GlobalSecondaryIndexes", [])
-                if key_schema(gsi)["HASH"] == OPERATION_LINK_ATTR
-                and gsi.get("Projection", {}).get("ProjectionType") == "ALL"
-            ]
+            fitting = indexes_on(desc, OPERATION_LINK_ATTR)
             if not fitting:
                 raise TableError(
                     f"table {table!r} (operationProgressTableName) has neither the hash key nor a GSI "
                     f"(projection ALL) on {OPERATION_LINK_ATTR!r}"
                 )
-            self.index = fitting[0]
+            self.index = next(iter(fitting))
 
     def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> int:
         """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left)."""
