@@ -90,7 +90,7 @@ def ready_item(table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any
     """The ReadyAgenda item of the retry decided by ``d``. Its id is deterministic in (table, agenda
     progress id, attempt), so a repeated write is a no-op; ``added`` is the agenda's original
     ``addedTime`` and ``priority`` 1, so a consumer takes the retry ahead of work added since."""
-    item = {
+    return {
         "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{d.attempt}")),
         "insightId": c.agenda.get("insightId"),
         "agendaId": c.agenda.get("agendaId"),
@@ -101,4 +101,3 @@ def ready_item(table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any
         "attemptId": d.attempt_id,
         "priority": 1,
     }
-    return {k: v for k, v in item.items() if v is not None}

@@ -102,7 +102,6 @@ def reclaim_pass(
     counts = Counts()
     now = now_ms()
     cutoff = params.cutoff_ms(now)
-    requests = build_requests(info, params, now, plan.segment)
     batch: list[Candidate] = []
     last_progress = clock()
 
@@ -135,7 +134,7 @@ def reclaim_pass(
                     if operations is not None and d.kind == FAIL and d.event:
                         counts.operations_failed += operations.fail_executing(c.id, d.event, now)
 
-    for label, operation, request in requests:
+    for label, operation, request in build_requests(info, params, now, plan.segment):
         resumable = operation == "scan" and cursor is not None  # scans keep their position between runs
         start_key = cursor.load() if resumable else None
         if start_key:

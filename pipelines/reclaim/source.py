@@ -254,7 +254,6 @@ def _agenda(item: dict[str, Any]) -> dict[str, Any]:
 
 def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, now: int) -> Candidate | Skip | None:
     """Classify one returned item; None means "not stale after all" (e.g. a fresh ISO time)."""
-    key = {k: item[k] for k in info.key_attrs if k in item}
     item_id = next(iter(item.get(params.idFieldName, {}).values()), "?")
     state = item.get(STATE_ATTR, {}).get("S")
     message = item.get(MESSAGE_ATTR, {}).get("S")
@@ -263,7 +262,7 @@ def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, n
     diagnostics = parse_events(events["S"]) if events and "S" in events else []
     common = dict(
         id=str(item_id),
-        key=key,
+        key={k: item[k] for k in info.key_attrs if k in item},
         state=state,
         attempts=_int(item.get("attemptsCompleted"), 0),
         attempts_attr=item.get("attemptsCompleted"),

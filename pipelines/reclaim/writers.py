@@ -29,19 +29,13 @@ from pipelines.reclaim.source import (
     used_placeholders,
 )
 from pipelines.retry import ATTEMPT_ID_ATTR, TRANSIENT_ITEM_CODES, dynamodb_fence, is_transient, retry_call
-from pipelines.retry.policy import Formula
+from pipelines.retry.policy import exponential
 
 DONE, RACED = "done", "raced"
 STATEMENTS_PER_CALL = 25  # BatchExecuteStatement's limit
 # Statements that came back throttled (or with a transient server error, ``TRANSIENT_ITEM_CODES``) inside a
-# successful ``BatchExecuteStatement``: botocore retries failed calls, not failed statements of a call.
-STATEMENT_POLICY = Formula(
-    name="partiql-statements",
-    formula=lambda n: min(0.05 * 2 ** (n - 1), 2.0),
-    max_attempts=8,
-    summary="0.05 s doubling to 2 s, 8 attempts",
-    source="reclaim: statements of a BatchExecuteStatement that DynamoDB throttled are sent again",
-)
+# successful ``BatchExecuteStatement`` are sent again: botocore retries failed calls, not failed statements.
+STATEMENT_POLICY = exponential(0.05, max_delay=2.0, max_attempts=8)  # 0.05 s doubling to 2 s, 8 attempts
 ITEM_STATEMENT_CODES = frozenset({"ValidationError", "ItemCollectionSizeLimitExceeded", "DuplicateItem"})
 OPERATION_LINK_ATTR = "agendaProgressId"  # OperationProgress -> its AgendaProgress (contract extension)
 
@@ -337,7 +331,7 @@ def ready_put(ready_table: str | None, table: str, c: Candidate, d: Decision, no
     """The put of the retry's ReadyAgenda item, refused when the item (of a deterministic id) was queued already."""
     if not ready_table:
         raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
-    item = to_item(ready_item(table, c, d, now))
+    item = to_item(ready_item(table, c, d, now))  # the agenda's missing ids left out
     return {"TableName": ready_table, "Item": item, "ConditionExpression": "attribute_not_exists(id)"}
 
 
@@ -368,9 +362,8 @@ class OperationProgressWriter:
             "FilterExpression": "#s = :executing",
             "ExpressionAttributeNames": {"#link": OPERATION_LINK_ATTR, "#s": STATE_ATTR},
             "ExpressionAttributeValues": {":id": {"S": progress_id}, ":executing": {"S": EXECUTING}},
+            **({"IndexName": self.index} if self.index else {}),
         }
-        if self.index:
-            kwargs["IndexName"] = self.index
         failed = 0
         for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
