@@ -200,12 +200,10 @@ def report_reclaim(
         metrics = CommittedChangeMetrics(context, cloudwatch, f"reclaim {params.tableName}")
         put_reclaim_metrics(metrics, agenda.metrics_namespace, params.tableName, summary)
         summary["metrics_published"] = metrics.published
-    context.log.info(
-        f"reclaim {params.tableName}{' (dry run)' if params.logReclaimOnly else ''}: scanned {total.scanned}, "
-        f"matched {total.matched}, reclaimed {total.reclaimed}, retried {total.retried}, held {total.held}, "
-        f"queued {total.queued}, exhausted {total.exhausted}, raced {total.raced}, skipped {total.skipped}, "
-        f"errors {total.errors}, would act on {total.would_act}"
-    )
+    told = ("scanned", "matched", "reclaimed", "retried", "held", "queued", "exhausted", "raced", "skipped", "errors")
+    said = ", ".join(f"{name} {summary[name]}" for name in told)
+    dry_run = " (dry run)" if params.logReclaimOnly else ""
+    context.log.info(f"reclaim {params.tableName}{dry_run}: {said}, would act on {total.would_act}")
     counters = {"reclaimed": total.reclaimed, "retried": total.retried, "held": total.held, "errors": total.errors}
     run_summary(context, f"reclaim {params.tableName}", counters, "dry run" if params.logReclaimOnly else "")
     return dg.Output(summary, metadata=metadata_from(summary))

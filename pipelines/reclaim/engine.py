@@ -180,8 +180,5 @@ def reclaim_pass(
 
 
 def _progress(counts: Counts) -> str:
-    return (
-        f"{counts.pages} page(s), scanned {counts.scanned}, matched {counts.matched}, reclaimed {counts.reclaimed}, "
-        f"retried {counts.retried}, held {counts.held}, queued {counts.queued}, raced {counts.raced}, "
-        f"skipped {counts.skipped}"
-    )
+    told = ("scanned", "matched", "reclaimed", "retried", "held", "queued", "raced", "skipped")
+    return f"{counts.pages} page(s), " + ", ".join(f"{name} {getattr(counts, name)}" for name in told)

@@ -165,7 +165,6 @@ class HttpWriter:
     def __init__(self, endpoint: AgendaProgressEndpoint, params: ReclaimParams, *, dynamodb, ready_table=None):
         self.endpoint = endpoint
         self.params = params
-        self.time_field = params.timeFieldName
         self.dynamodb = dynamodb
         self.ready_table = ready_table
 
@@ -174,11 +173,11 @@ class HttpWriter:
             return False  # the fence: a retry superseded the attempt the scan saw
         if c.kind == "held":
             return current.get("processingState") == WAITING and current.get("retryAt") == c.retry_at
-        if current.get("processingState") != c.state or current.get(self.time_field) != _plain_time(c.time_attr):
+        seen = current.get(self.params.timeFieldName)
+        if current.get("processingState") != c.state or seen != _plain_time(c.time_attr):
             return False
         if c.kind == "failed":
             return current.get("processingStateMessage") == FAILED and not current.get("retryDecision")
-        seen = current.get(self.time_field)
         return not isinstance(seen, int | float) or seen < cutoff
 
     def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
@@ -250,8 +249,7 @@ def make_writer(params: ReclaimParams, *, dynamodb, kms, agenda, grouped_writes=
         return DynamoWriter(dynamodb, params, ready_table=agenda.ready_table, grouped=grouped_writes)
     user, encrypted = agenda.idm_user, agenda.idm_encrypted_pass
     login_settings = {"IDENTITY_URL": agenda.identity_url, "IDM_USER": user, "IDM_ENCRYPTED_PASS": encrypted}
-    missing = [name for name, value in login_settings.items() if not value]
-    if missing:
+    if missing := [name for name, value in login_settings.items() if not value]:
         raise EndpointError(
             f"the AgendaProgress endpoint {location(url)} needs {', '.join(missing)} in the environment"
         )
