@@ -17,7 +17,7 @@ from pipelines.common.params import param, specs
 # accept a trailing newline).
 INSTANCE_ID_RE = re.compile(r"i-[0-9a-f]{8}([0-9a-f]{9})?")
 RUNNER_PREFIX = "/runs-fleet/runners/"
-RUNNER_PARAMETER_RE = re.compile(r"/runs-fleet/runners/(?P<instance_id>[^/]+)/config")
+RUNNER_PARAMETER_RE = re.compile(rf"{RUNNER_PREFIX}(?P<instance_id>{INSTANCE_ID_RE.pattern})/config")
 
 # Termination message status -> job status (contract).
 STATUS_MAP = {"success": "completed", "failure": "failed", "timeout": "timeout", "interrupted": "interrupted"}
@@ -61,9 +61,7 @@ def runner_parameter(instance_id: str) -> str:
 def instance_of_parameter(name: str) -> str | None:
     """The instance id in ``/runs-fleet/runners/<id>/config``, or None for any other name."""
     match = RUNNER_PARAMETER_RE.fullmatch(name)
-    if not match or not INSTANCE_ID_RE.fullmatch(match["instance_id"]):
-        return None
-    return match["instance_id"]
+    return match["instance_id"] if match else None
 
 
 def utcnow() -> dt.datetime:
@@ -112,9 +110,8 @@ def _reject_unencodable(value: dict[str, Any]) -> None:
         path, item = todo.pop()
         if isinstance(item, dict):
             for key, child in item.items():
-                name = f"{path}.{key}" if path else key
                 _encodable(key, f"a key in {path or 'the message'}")
-                todo.append((name, child))
+                todo.append((f"{path}.{key}" if path else key, child))
         elif isinstance(item, list):
             todo += [(f"{path}[{n}]", child) for n, child in enumerate(item)]
         elif isinstance(item, str):
@@ -139,6 +136,13 @@ def parse_time(value: Any, name: str) -> dt.datetime:
     if moment.tzinfo is None:
         raise InvalidMessage(f"{name} has no time zone: {value[:40]!r}")
     return moment.astimezone(dt.UTC)
+
+
+def _only_known(names: Any, known: set[str], what: str = "field(s)") -> None:
+    """Refuse any name not in ``known``, naming the first five (each cut to 40 characters)."""
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise InvalidMessage(f"unknown {what}: {', '.join(u[:40] for u in unknown[:5])}")
 
 
 def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> str:
@@ -170,9 +174,7 @@ class Termination:
 def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     """runs-fleet's termination message, or ``InvalidMessage`` with the reason."""
     data = load_object(body)
-    unknown = sorted(set(data) - {f.name for f in fields(Termination)})
-    if unknown:
-        raise InvalidMessage(f"unknown field(s): {', '.join(u[:40] for u in unknown[:5])}")
+    _only_known(data, {f.name for f in fields(Termination)})
     for name in ("instance_id", "job_id", "status"):
         if name not in data or data[name] is None:
             raise InvalidMessage(f"missing field {name}")
@@ -262,9 +264,7 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
     (the dispatcher, which knows which tasks exist, checks ``task_type``)."""
     if not isinstance(data, dict):
         data = load_object(data)
-    unknown = sorted(set(data) - {spec.name for spec in specs(HousekeepingRequest)})
-    if unknown:
-        raise InvalidMessage(f"unknown field(s): {', '.join(u[:40] for u in unknown[:5])}")
+    _only_known(data, {spec.name for spec in specs(HousekeepingRequest)})
     task_type = data.get("task_type")
     if not isinstance(task_type, str) or not task_type:
         raise InvalidMessage("missing field task_type")
@@ -275,9 +275,7 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
     if not isinstance(params, dict):
         raise InvalidMessage(f"params must be an object, got {type(params).__name__}")
     if task_type in allowed_params:
-        extra = sorted(set(params) - allowed_params[task_type] - COMMON_PARAMS)
-        if extra:
-            raise InvalidMessage(f"unknown parameter(s) for {task_type}: {', '.join(e[:40] for e in extra[:5])}")
+        _only_known(params, allowed_params[task_type] | COMMON_PARAMS, f"parameter(s) for {task_type}")
     if "dryRun" in params and not isinstance(params["dryRun"], bool):
         raise InvalidMessage("params.dryRun must be true or false")
     if "now" in params:
