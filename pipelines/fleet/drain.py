@@ -189,19 +189,14 @@ class QueueDrain:
                 result.stopped_by = "stop requested"
                 break
             try:  # a run whose status cannot be read (its instance's database is gone) stops, not works unrecorded
-                reason = TERMINATED if self.terminated is not None and self.terminated() else None
+                if self.terminated is not None and self.terminated():
+                    result.stopped_by, why = TERMINATED, "the run is being terminated"
             except Exception as exc:
-                self.stop_detail, reason = first_line(exc), STATUS_UNREADABLE
-            if reason is not None:
+                self.stop_detail, result.stopped_by = first_line(exc), STATUS_UNREADABLE
+                why = f"the run's status cannot be read ({self.stop_detail})"
+            if result.stopped_by:
                 self.stop.set()
-                result.stopped_by = reason
-                if reason == TERMINATED:
-                    self.log.warning("the run is being terminated: no more receives; finishing the messages in flight")
-                else:
-                    writable_log(result, self.log).warning(
-                        f"the run's status cannot be read ({self.stop_detail}): no more receives; "
-                        "finishing the messages in flight"
-                    )
+                writable_log(result, self.log).warning(f"{why}: no more receives; finishing the messages in flight")
                 break
             budget = receive_budget(limits, result.counts["received"], started, 10 * limits.concurrency)
             if isinstance(budget, str):
