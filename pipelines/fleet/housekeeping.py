@@ -70,6 +70,9 @@ class Housekeeping:
         return TaskResult(request.task_type, out)
 
 
+DISPATCHER = Housekeeping()
+
+
 class HousekeepingHandler:
     """One round of housekeeping messages (a ``drain.RoundHandler``): identical requests run once."""
 
@@ -77,7 +80,6 @@ class HousekeepingHandler:
 
     def __init__(self, *, sqs, ctx: FleetContext, archive: RunArchive, queue_url: str, dlq_url: str):
         self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
-        self.housekeeping = Housekeeping()
         self.results: list[TaskResult] = []
 
     def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float) -> Counter:
@@ -93,7 +95,7 @@ class HousekeepingHandler:
         groups: dict[str, tuple[HousekeepingRequest, list[dict[str, Any]]]] = {}
         for message in messages:
             try:
-                request = self.housekeeping.parse(message.get("Body"))
+                request = DISPATCHER.parse(message.get("Body"))
             except InvalidMessage as exc:
                 log.warning(f"dead-lettering housekeeping message {message.get('MessageId')}: {exc.reason}")
                 poison.append((message, exc.reason))
@@ -102,7 +104,7 @@ class HousekeepingHandler:
         to_ack: list[dict[str, Any]] = []
         for request, group in groups.values():
             try:
-                result = self.housekeeping.run(self.ctx, request)
+                result = DISPATCHER.run(self.ctx, request)
             except InvalidMessage as exc:
                 log.warning(f"dead-lettering housekeeping message(s) for {request.task_type}: {exc.reason}")
                 poison += [(m, exc.reason) for m in group]

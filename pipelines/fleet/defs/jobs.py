@@ -22,7 +22,7 @@ from pipelines.fleet.drain import (
     queue_drain,
     run_with_graceful_stop,
 )
-from pipelines.fleet.housekeeping import Housekeeping, HousekeepingHandler, TaskResult
+from pipelines.fleet.housekeeping import DISPATCHER, HousekeepingHandler, TaskResult
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
 from pipelines.fleet.termination import TerminationHandler
 
@@ -137,15 +137,14 @@ process_termination_queue = termination_queue_job()
 
 def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition, dg.JobDefinition]:
     """``process_housekeeping_queue`` and ``housekeeping`` (a pool audit's failed check notes from ``notes``)."""
-    dispatcher = Housekeeping()
     description = "Drains the housekeeping queue: dispatches each message on its task_type."
     process_housekeeping_queue = drain_job("housekeeping", description, HousekeepingHandler, notes=notes)
 
     def run_task(context: dg.OpExecutionContext, message: HousekeepingRequest) -> dg.Output[dict]:
         try:  # the message's task parameters, checked against its task's declaration
-            request = dispatcher.parse({k: v for k, v in dataclasses.asdict(message).items() if v is not None})
+            request = DISPATCHER.parse(dataclasses.asdict(message))
             ctx = _run_context(context)
-            result = dispatcher.run(ctx, request)
+            result = DISPATCHER.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         _record(context, [result], notes)

@@ -11,10 +11,8 @@ from pipelines.common.looks import Look
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.common.task import Task
 from pipelines.fleet.context import fleet_context
-from pipelines.fleet.housekeeping import TASKS, Housekeeping
+from pipelines.fleet.housekeeping import DISPATCHER, TASKS
 from resources import FleetSettings
-
-DISPATCHER = Housekeeping()
 
 
 def _request(task_type: str, context: dg.ScheduleEvaluationContext) -> dict:
@@ -29,7 +27,7 @@ def housekeeping_schedule(task: Task, crons: Mapping[str, str] | None = None) ->
     look_task, name = task.look, task.name
 
     def look(context: dg.ScheduleEvaluationContext) -> Look:
-        request = DISPATCHER.parse({k: v for k, v in _request(name, context).items() if v is not None})
+        request = DISPATCHER.parse(_request(name, context))
         params, _ = DISPATCHER.params(request)
         clients = resource_clients(context, task.look_clients)  # only the clients the look reads with, no metrics
         return look_task(fleet_context(context.resources.fleet, log=context.log, **clients), request, params)
