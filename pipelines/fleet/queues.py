@@ -118,13 +118,10 @@ ENVELOPE = "groundskeeper-dead-letter"
 
 def _json_attributes(attrs: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Message attributes as JSON (a binary value in base64)."""
-    out = {}
-    for name, value in attrs.items():
-        value = dict(value)
-        if isinstance(value.get("BinaryValue"), bytes | bytearray):
-            value["BinaryValue"] = base64.b64encode(value["BinaryValue"]).decode()
-        out[name] = value
-    return out
+    return {
+        name: {k: base64.b64encode(v).decode() if isinstance(v, bytes | bytearray) else v for k, v in value.items()}
+        for name, value in attrs.items()
+    }
 
 
 def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, bucket: str) -> tuple[str, dict[str, Any]]:

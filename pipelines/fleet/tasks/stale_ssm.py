@@ -86,8 +86,7 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParam
     now = req.now()
     grace = dt.timedelta(minutes=params.terminated_grace_minutes)
     found = runner_parameters(ctx.ssm)
-    if found.unrecognised:
-        left = found.unrecognised
+    if left := found.unrecognised:
         ctx.log.warning(f"stale_ssm: left {len(left)} parameter(s) not of the runner shape: {left[:10]}")
     ids = sorted(found.by_instance)
     stale, recent = stale_instances(ctx.ec2, ids, now, grace)
