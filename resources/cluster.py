@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -45,13 +45,14 @@ SUBMISSION_ERROR = "Encountered error during celery task submission"
 _STORAGE_WORDS = ("psycopg2", "postgres", "database", "server closed the connection", "terminating connection")
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def _chain(exc: Any, cause: Callable[[Any], Any] = lambda e: e.__cause__ or e.__context__) -> Iterator[Any]:
+    """``exc`` and its causes (``cause``: an exception's, or a serialized error's), each once."""
     seen: set[int] = set()
-    current: BaseException | None = exc
+    current = exc
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         yield current
-        current = current.__cause__ or current.__context__
+        current = cause(current)
 
 
 def _reason(exc: BaseException) -> str:
@@ -101,26 +102,22 @@ def is_storage_error(exc: BaseException) -> bool:
     import psycopg2
     import sqlalchemy.exc
 
-    for e in _chain(exc):
-        if isinstance(e, sqlalchemy.exc.DBAPIError | psycopg2.Error):
-            return True
-        if any(cls.__name__ == "DagsterPostgresException" for cls in type(e).__mro__):
-            return True
-    return False
+    return any(
+        isinstance(e, sqlalchemy.exc.DBAPIError | psycopg2.Error)
+        or any(cls.__name__ == "DagsterPostgresException" for cls in type(e).__mro__)
+        for e in _chain(exc)
+    )
 
 
 def storage_error_info(infos: Iterable[Any]) -> Any:
     """The first serialized error (a worker's) that is the instance database's, or None."""
     for info in infos:
-        current = info
-        while current is not None:
-            name = current.cls_name or ""
-            text = (current.message or "").lower()
+        for current in _chain(info, lambda e: e.cause or e.context):
+            name, text = current.cls_name or "", (current.message or "").lower()
             if name == "DagsterPostgresException" or (
                 name in _STORAGE_ERROR_NAMES and any(word in text for word in _STORAGE_WORDS)
             ):
                 return current
-            current = current.cause or current.context
     return None
 
 
@@ -128,13 +125,11 @@ def _storage_lost(instance: Any, run_id: str, reason: str, step_keys: Iterable[s
     """The line of a lost instance database, once it answers again (so that the run's failure can be
     recorded at all) or ``STORAGE_WAIT_SECONDS`` have passed."""
     deadline = time.monotonic() + STORAGE_WAIT_SECONDS
-    while True:
+    while time.monotonic() < deadline:
         try:
             instance.get_run_by_id(run_id)
             break
         except Exception:
-            if time.monotonic() >= deadline:
-                break
             time.sleep(2)
     url = getattr(getattr(instance, "run_storage", None), "postgres_url", None) or os.environ.get("DAGSTER_PG_URL", "")
     return storage_lost_message(url, reason, step_keys)
