@@ -30,11 +30,8 @@ NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 def leaves_its_path(path: str) -> bool:
     """True when a server that normalises ``path`` could serve another one: a decoded segment ``.`` or
     ``..`` (also before a ``;``, as some servers read it), or an encoded ``/`` or a ``\\``."""
-    for segment in path.split("/"):
-        decoded = unquote(segment)
-        if decoded.split(";", 1)[0] in (".", "..") or "/" in decoded or "\\" in decoded:
-            return True
-    return False
+    decoded = [unquote(segment) for segment in path.split("/")]
+    return any(part.split(";", 1)[0] in (".", "..") or "/" in part or "\\" in part for part in decoded)
 
 
 class UnsafeURL(ValueError):
