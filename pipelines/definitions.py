@@ -72,5 +72,4 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
     return built[0]
 
 
-DEPLOYMENT = deployment_name()
-defs = build_definitions(DEPLOYMENT)
+defs = build_definitions(deployment_name())

@@ -34,5 +34,4 @@ class CommittedChangeMetrics:
 
     @property
     def published(self) -> bool:
-        """Every call went through (False when the sink is none or a call failed)."""
         return self._client is not None and self.failures == 0
