@@ -117,12 +117,12 @@ def load(conn, t: Tables, processes: int, per_process: int, zombies: int) -> Non
 
 
 def rows_read(conn, t: Tables) -> dict[str, int]:
-    """Rows read per table so far, this backend's reads included: its pending statistics are flushed
-    first (PostgreSQL 15+ writes them when the backend goes idle, up to a second later)."""
+    """Rows read per table so far, this backend's reads included (every measured read is on ``conn``):
+    PostgreSQL 15+ writes a backend's statistics when it goes idle, at most once a second, and
+    ``pg_stat_force_next_flush()`` makes the commit below write them before it returns."""
     with conn.cursor() as cur:
         cur.execute("SELECT pg_stat_force_next_flush()")
     conn.commit()
-    time.sleep(0.5)
     with conn.cursor() as cur:
         cur.execute("SELECT pg_stat_clear_snapshot()")
         cur.execute(
