@@ -89,6 +89,9 @@ class ProgressorDatabase(dg.ConfigurableResource):
             if text.startswith("Is the server running"):
                 text = first_line(exc, None)
             raise ProgressorDatabaseError(f"cannot reach {where}: {text}") from None
+        except psycopg2.Error:  # libpq's "invalid dsn: ..." quotes the DSN, password and all
+            text = "not a valid connection string (its value is not shown)"
+            raise ProgressorDatabaseError(f"cannot reach {where}: {text}") from None
         try:
             yield conn
         except psycopg2.OperationalError as exc:

@@ -144,6 +144,19 @@ def test_job_unreachable_dsn_fails_with_one_line():
     assert "secret" not in line
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://collector:S3cr3t%Pw@127.0.0.1:9/progressor",  # '%' not followed by two hex digits
+        "host=127.0.0.1 port=9 user=collector password S3cr3tPw dbname=progressor",  # a missing '='
+    ],
+)
+def test_job_malformed_dsn_fails_with_one_line_without_the_password(dsn):
+    line = _failure_line(_run(dsn, {"namespace": "default/default"}))
+    assert "not a valid connection string (its value is not shown)" in line
+    assert "S3cr3t" not in line
+
+
 def test_job_bad_value_fails_with_one_line(dsn):
     result = _run(dsn, {"namespace": "default/default", "batch_size": 0})
     assert _failure_line(result).endswith("invalid run config: batch_size must be at least 1, got 0")
