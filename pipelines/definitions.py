@@ -21,7 +21,7 @@ from pipelines.reclaim.defs import build_defs as reclaim_defs
 from pipelines.reclaim.targets import TARGETS_ENV as RECLAIM_TARGETS_ENV
 from pipelines.redrive.defs import build_defs as redrive_defs
 from pipelines.retry.defs import build_defs as retry_defs
-from resources import deployment_name, resources_for
+from resources import deployment_name, fixed, resources_for
 from resources.cluster import celery_fan_out_executor
 from sensors.run_retries import build_delayed_run_retries
 
@@ -63,7 +63,7 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
         redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
         common_defs(executor),
-        dg.Definitions(resources=resources_for(deployment)),
+        dg.Definitions(resources=fixed(resources_for(deployment))),  # none set by a run's config
     )
     jobs = list(base.jobs or [])
     retry = retry_defs(jobs)  # renders the jobs' retry policies

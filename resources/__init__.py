@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from pipelines.common.env import SettingsError as SettingsError
@@ -48,6 +49,34 @@ def deployment_name() -> str:
     if name not in DEPLOYMENTS:  # one line where the code location's load error is shown, no traceback
         raise LoadSettingError(f"DAGSTER_DEPLOYMENT={name!r} is not one of {', '.join(DEPLOYMENTS)}")
     return name
+
+
+def fixed(resources: Mapping[str, Any]) -> dict[str, Any]:
+    """``resources`` as the deployment set them, with nothing a run's config may set: a Launchpad or backfill
+    run config cannot point a client at another endpoint, credential, database, table or bucket (a fully
+    configured Dagster resource takes its fields from ``resources.<key>.config`` otherwise). Each is built at
+    run start from the values it was given, its ``dg.EnvVar`` fields read then, as Dagster reads them."""
+    return {key: _fixed(key, resource) for key, resource in resources.items()}
+
+
+def _fixed(key: str, resource: Any) -> Any:
+    import dagster as dg
+
+    definition = resource.get_resource_definition()
+    values = definition.config_schema.as_field().default_value  # its fields' values: {"env": NAME} for an EnvVar
+
+    def init(context: dg.InitResourceContext) -> Any:
+        config = {}
+        for name, value in values.items():
+            if isinstance(value, dict) and set(value) == {"env"}:
+                variable, value = value["env"], os.environ.get(value["env"])
+                if value is None:
+                    raise SettingsError(f"resource {key}: the environment variable {variable} is not set")
+            config[name] = value
+        return definition.resource_fn(context.replace_config(config))
+
+    kind = dg.IOManagerDefinition if isinstance(definition, dg.IOManagerDefinition) else dg.ResourceDefinition
+    return kind(resource_fn=init, config_schema={}, description=definition.description)
 
 
 def resources_for(deployment: str | None = None) -> dict[str, Any]:

@@ -106,3 +106,50 @@ def test_the_code_location_module_loads_with_invalid_values_in_its_environment(a
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == str(sorted(VALID_JOBS))
+
+
+def _accepts(job: dg.JobDefinition, run_config: dict) -> bool:
+    try:
+        dg.validate_run_config(job, run_config)
+    except dg.DagsterInvalidConfigError:
+        return False
+    return True
+
+
+def test_no_job_takes_a_resource_setting_from_its_run_config():
+    # The Launchpad, a backfill or `dagster job launch` would otherwise point the run's clients at another
+    # endpoint, credential or database: the asset jobs have no flat config mapping to hide them behind.
+    defs = build_definitions("prod")
+    jobs = defs.resolve_all_job_defs()
+    probe = {"resources": {"s3": {"config": {"endpoint_url": "http://elsewhere.example"}}}}
+    assert "pool_cost_report_job" in {job.name for job in jobs}
+    assert [job.name for job in jobs if _accepts(job, probe)] == []
+
+
+def test_a_fixed_resource_reads_its_environment_variable_when_the_run_starts(aws_shared, monkeypatch):
+    from resources import fixed
+    from resources.settings import FleetSettings, fleet_settings_from_env
+
+    @dg.asset
+    def table(fleet: FleetSettings) -> str:
+        return fleet.jobs_table
+
+    resources = fixed({"fleet": fleet_settings_from_env()})
+    monkeypatch.setenv("RUNS_FLEET_JOBS_TABLE", "read-at-run-start")
+    result = dg.materialize([table], resources=resources)
+    assert result.output_for_node("table") == "read-at-run-start"
+
+
+def test_a_fixed_resource_with_its_variable_unset_fails_the_run_with_one_line_naming_it(aws_shared, monkeypatch):
+    from resources import fixed
+    from resources.settings import FleetSettings, fleet_settings_from_env
+
+    @dg.asset
+    def table(fleet: FleetSettings) -> str:
+        return fleet.jobs_table
+
+    resources = fixed({"fleet": fleet_settings_from_env()})
+    monkeypatch.delenv("RUNS_FLEET_JOBS_TABLE", raising=False)
+    result = dg.materialize([table], resources=resources, raise_on_error=False)
+    line = "resource fleet: the environment variable RUNS_FLEET_JOBS_TABLE is not set"
+    assert _resource_failure(result).strip().endswith(line)
