@@ -4,11 +4,13 @@ checks and the pool audit, when what they record changed or is old)."""
 
 import ast
 import datetime as dt
+import uuid
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from infra.demo.definitions import build_local_definitions
 from pipelines.common import iso, to_item
 from pipelines.common.defs.schedules import LOOK_TAG, SCHEDULE_TAG, schedule
 from pipelines.common.looks import Look
@@ -18,10 +20,13 @@ from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
 from resources import resources_for
 from tests import fleet_support as fs
 from tests.batching_helpers import put_receiver
+from tests.progressor_support import local_run_limits
 
 ROOT = Path(__file__).resolve().parent.parent
 
 DLQ = "RUNS_FLEET_TERMINATION_DLQ_URL"
+LIMITS = local_run_limits()
+"""The local instance's run concurrency (its tag concurrency limits, as in every instance config)."""
 
 
 @pytest.fixture
@@ -37,6 +42,13 @@ def _tick(defs, name: str, instance=None, at: dt.datetime | None = None):
         scheduled_execution_time=at or dt.datetime.now(dt.UTC).replace(second=0, microsecond=0),
     )
     return schedule.evaluate_tick(context)
+
+
+def _started(instance, job_name: str, tags: dict) -> dg.DagsterRun:
+    """A run of ``job_name`` with ``tags`` that is still running (its process held at its step)."""
+    return instance.add_run(
+        dg.DagsterRun(job_name=job_name, run_id=str(uuid.uuid4()), status=dg.DagsterRunStatus.STARTED, tags=tags)
+    )
 
 
 def _run(defs, job_name: str, instance, request: dg.RunRequest) -> None:
@@ -120,7 +132,46 @@ def test_old_jobs_skips_when_no_finished_job_is_past_the_retention_and_runs_when
     assert request.run_config["task_type"] == "old_jobs"
 
 
+def test_a_housekeeping_schedule_skips_while_its_task_runs_and_not_while_another_task_runs(aws, defs):
+    stale_ssm, old_jobs = "housekeeping_stale_ssm_schedule", "housekeeping_old_jobs_schedule"
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    old = {"job_id": "old", "status": "timeout", "completed_at": iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=8))}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(old))
+    with dg.instance_for_test(overrides=LIMITS) as instance:
+        (other,) = _tick(defs, old_jobs, instance).run_requests
+        _started(instance, "housekeeping", other.tags)  # a long old_jobs run
+        (request,) = _tick(defs, stale_ssm, instance).run_requests
+        run = _started(instance, "housekeeping", request.tags)
+        busy = _tick(defs, stale_ssm, instance)
+    assert request.run_config["task_type"] == "stale_ssm"
+    assert busy.run_requests == []
+    assert busy.skip_message == f"the previous housekeeping run {run.run_id} is still running: not queueing another"
+
+
 # ---------------------------------------------------------------- state looks: checks and snapshots
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "fleet_dead_letter_checks_schedule",
+        "pool_audit_schedule",
+        "batching_checks_schedule",
+        "progressor_health_schedule",
+    ],
+)
+def test_a_state_look_skips_while_its_previous_run_is_started_even_when_the_state_changed(aws, name):
+    """The job carries its one-at-a-time tag: its schedule's run (or one launched from the Launchpad) holds it."""
+    defs = build_local_definitions()  # with a progressor target
+    job = defs.resolve_job_def(defs.resolve_schedule_def(name).job_name)
+    with dg.instance_for_test(overrides=LIMITS) as instance:
+        run = _started(instance, job.name, {**job.tags, SCHEDULE_TAG: name, LOOK_TAG: "another state"})
+        busy = _tick(defs, name, instance)
+        instance.report_run_failed(run)
+        (after,) = _tick(defs, name, instance).run_requests
+    assert busy.run_requests == []
+    assert busy.skip_message == f"the previous {job.name} run {run.run_id} is still running: not queueing another"
+    assert after.tags[SCHEDULE_TAG] == name
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from pipelines.common.defs.active_runs import still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
-from pipelines.common.defs.schedules import schedule, tick_time
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule, tick_time
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.defs.tasks import one_op_job, resource_clients
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -492,7 +492,7 @@ def pending_records_well_formed(
 batching_checks_job = dg.define_asset_job(
     "batching_checks_job",
     selection=dg.AssetSelection.checks_for_assets(receiver_records.key),
-    tags={"groundskeeper/capability": "batching"},
+    tags={"groundskeeper/capability": "batching", ONE_AT_A_TIME_TAG: "batching_checks_job"},
     description="The batching asset checks (receiver configs, orphaned and malformed pending records).",
     executor_def=dg.in_process_executor,  # three short scans: a process each would cost more than they do
 )

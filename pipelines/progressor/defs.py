@@ -10,7 +10,7 @@ import dagster as dg
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted
 from pipelines.common.defs.metrics import CommittedChangeMetrics
-from pipelines.common.defs.schedules import schedule
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule
 from pipelines.common.defs.tasks import task_job, task_schedule
 from pipelines.common.looks import Look
 from pipelines.progressor.health import CHECKS, checks, durations_chart, health_datums, measure, recorded_state
@@ -138,7 +138,7 @@ def build_defs(
         health_job = dg.define_asset_job(
             "progressor_health_job",
             selection=dg.AssetSelection.groups("progressor"),
-            tags=CAPABILITY,
+            tags={**CAPABILITY, ONE_AT_A_TIME_TAG: "progressor_health_job"},
             description="Progressor health of every target namespace (zombies, overdue timers, the oldest running "
             "task, recent process errors, task durations) with its checks; launched by progressor_health_schedule.",
         )

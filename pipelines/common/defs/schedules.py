@@ -16,7 +16,8 @@ SCHEDULE_TAG = "dagster/schedule_name"
 """Dagster's tag on every run a schedule launches: which schedule (the last run of this schedule)."""
 
 ONE_AT_A_TIME_TAG = "groundskeeper/one_at_a_time"
-"""A job tagged with its own name here runs one at a time (the instance limits it to one run per value)."""
+"""The instance runs one run per value at a time: a job's own name on the job (a Launchpad run holds it too),
+``housekeeping:<task>`` on a housekeeping schedule's runs (one per task)."""
 
 
 LOOK_TAG = "groundskeeper/look"

@@ -4,6 +4,7 @@ import dagster as dg
 
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, noted
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.fleet.defs.jobs import CAPABILITY_TAGS
 from resources import FleetSettings, SQSResource
@@ -58,6 +59,6 @@ dead_letter_checks_job = dg.define_asset_job(
     "fleet_dead_letter_checks",
     selection=dg.AssetSelection.checks(*dlq_checks()),
     description="Checks the depth of each fleet dead-letter queue.",
-    tags=CAPABILITY_TAGS,
+    tags={**CAPABILITY_TAGS, ONE_AT_A_TIME_TAG: "fleet_dead_letter_checks"},
     executor_def=dg.in_process_executor,
 )

@@ -11,7 +11,7 @@ from pipelines.common.defs.config import config_schema, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
-from pipelines.common.defs.schedules import schedule
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule
 from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
@@ -202,7 +202,7 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
 
 pool_audit_job = dg.define_asset_job(
     "pool_audit_job",
-    **JOB_OPTIONS,
+    **(JOB_OPTIONS | {"tags": {**CAPABILITY_TAGS, ONE_AT_A_TIME_TAG: "pool_audit_job"}}),
     selection=dg.AssetSelection.assets(ASSET_KEY),
     description="Audit every fleet pool now (also run by pool_audit_schedule when the fleet changes, and at "
     "least every 20 minutes).",

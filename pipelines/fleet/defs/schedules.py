@@ -5,12 +5,13 @@ from collections.abc import Mapping
 
 import dagster as dg
 
-from pipelines.common.defs.schedules import schedule, scheduled_time, tick_time
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule, scheduled_time, tick_time
 from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.common.task import Task
 from pipelines.fleet.context import fleet_context
+from pipelines.fleet.defs.checks import dead_letter_checks_job
 from pipelines.fleet.housekeeping import DISPATCHER, TASKS
 from resources import FleetSettings
 
@@ -37,7 +38,7 @@ def housekeeping_schedule(task: Task, crons: Mapping[str, str] | None = None) ->
         return dg.RunRequest(
             run_key=f"{name}-{config['timestamp']}" if config["timestamp"] else None,
             run_config=config,
-            tags={"groundskeeper/task": name},
+            tags={"groundskeeper/task": name, ONE_AT_A_TIME_TAG: f"housekeeping:{name}"},  # one run per task
         )
 
     return schedule(
@@ -68,7 +69,7 @@ def schedules(crons: Mapping[str, str] | None = None) -> list[dg.ScheduleDefinit
         schedule(
             name="fleet_dead_letter_checks_schedule",
             crons=crons,
-            job_name="fleet_dead_letter_checks",
+            job=dead_letter_checks_job,
             cron_schedule="*/10 * * * *",
             look=_dead_letter_look,
             refresh=dt.timedelta(hours=1),
