@@ -4,6 +4,8 @@ failing receiver handed to a run of its own partition."""
 
 import datetime as dt
 import json
+import time
+import uuid
 
 import dagster as dg
 import pytest
@@ -13,7 +15,9 @@ from pipelines.batching.defs import (
     BATCH_TIME_TAG,
     FAILED_TAG,
     HANDOFF_OF_TAG,
+    HANDOFF_TAG,
     MINUTE_JOB,
+    PARTITION_JOB,
     batch_failures_handoff,
     minute_job,
     receiver_batches,
@@ -211,6 +215,84 @@ def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws
                 build_alerts_sensor().evaluate_tick(context)
             keys = [body["alert_key"] for body in receiver.received]
     assert keys == ["run_failure:receiver_batches:2026-11-20|globex:failure"]
+
+
+def _at(instance, run, kind: dg.DagsterEventType, when: float) -> None:
+    """The run's start or end as the run storage records it, at ``when`` (epoch seconds)."""
+    event = dg.DagsterEvent(kind.value, job_name=run.job_name)
+    instance.handle_run_event(run.run_id, event, update_timestamp=dt.datetime.fromtimestamp(when, UTC))
+
+
+def _failed_in_minute_run(instance, partitions: list[str], ended: float) -> dg.DagsterRun:
+    """A minute run that ended at ``ended`` with ``partitions`` failed (tagged for the handoff)."""
+    tags = {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(partitions)}
+    run = instance.add_run(dg.DagsterRun(job_name=MINUTE_JOB, run_id=str(uuid.uuid4()), tags=tags))
+    _at(instance, run, dg.DagsterEventType.RUN_SUCCESS, ended)
+    return run
+
+
+def _partition_run(instance, partition: str, started: float | None = None) -> dg.DagsterRun:
+    """A receiver_batches_job run of ``partition``: not started yet, or running since ``started``."""
+    tags = {"dagster/partition": partition}
+    run = instance.add_run(dg.DagsterRun(job_name=PARTITION_JOB, run_id=str(uuid.uuid4()), tags=tags))  # not started
+    if started is not None:
+        _at(instance, run, dg.DagsterEventType.RUN_START, started)
+    return run
+
+
+def _handoff(instance, cursor: str | None = None) -> dg.SensorResult:
+    return batch_failures_handoff(dg.build_sensor_context(instance=instance, cursor=cursor))
+
+
+def test_the_handoff_requests_one_run_for_a_partition_that_failed_in_several_minute_runs():
+    now = time.time()
+    with dg.instance_for_test() as instance:
+        minutes = [
+            _failed_in_minute_run(instance, ["2026-11-20|acme", "2026-11-20|globex"], now - s) for s in (180, 120, 60)
+        ]
+        result = _handoff(instance)
+    assert sorted(r.run_key for r in result.run_requests) == [
+        f"{minutes[-1].run_id}:2026-11-20|acme",  # the newest minute run that failed it
+        f"{minutes[-1].run_id}:2026-11-20|globex",
+    ]
+
+
+@pytest.mark.parametrize("started", [None, 30], ids=["not started yet", "begun after the failure"])
+def test_the_handoff_requests_no_run_for_a_partition_whose_queued_or_running_run_batches_it(started):
+    now = time.time()
+    with dg.instance_for_test() as instance:
+        _failed_in_minute_run(instance, ["2026-11-20|acme"], now - 60)
+        active = _partition_run(instance, "2026-11-20|acme", None if started is None else now - started)
+        result = _handoff(instance)
+    assert result.run_requests == []
+    assert f"2026-11-20|acme: run {active.run_id} batches it" in result.skip_reason.skip_message
+
+
+def test_a_partition_whose_run_began_before_the_failure_gets_its_run_once_that_run_ends():
+    now = time.time()
+    with dg.instance_for_test() as instance:
+        running = _partition_run(instance, "2026-11-20|acme", started=now - 1500)
+        failed = _failed_in_minute_run(instance, ["2026-11-20|acme"], now - 1400)  # waiting for its lease, say
+        _failed_in_minute_run(instance, ["2026-11-20|globex"], now - 10)  # a later failure moves the cursor on
+        first = _handoff(instance)
+        _at(instance, running, dg.DagsterEventType.RUN_SUCCESS, now)  # its batch times end before the failure's
+        second = _handoff(instance, first.cursor)  # no longer reads that minute run: its cursor carries it
+    assert [str(r.partition_key) for r in first.run_requests] == ["2026-11-20|globex"]
+    assert f"{failed.run_id}:2026-11-20|acme" in [r.run_key for r in second.run_requests]
+
+
+@pytest.mark.slow
+def test_the_handoff_requests_no_run_for_a_partition_failed_already(aws):
+    put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["globex"])
+        BATCH_JOB.execute_in_process(
+            partition_key="2026-11-20|globex", instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        _failed_in_minute_run(instance, ["2026-11-20|globex"], time.time())
+        result = _handoff(instance)
+    assert result.run_requests == []
+    assert "2026-11-20|globex: FAILED already" in result.skip_reason.skip_message
 
 
 @pytest.mark.slow

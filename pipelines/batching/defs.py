@@ -18,7 +18,7 @@ from pipelines.batching.params import (
 from pipelines.batching.reportstream_settings import ADD, CHANGE, DISABLE, SKIPPED, UNCHANGED, import_settings
 from pipelines.batching.schedule import format_batch_time
 from pipelines.common import iso
-from pipelines.common.defs.active_runs import still_going
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
@@ -129,6 +129,8 @@ BATCHING_TAG = "groundskeeper/batching"
 
 
 MINUTE_JOB = "batch_minute_job"
+PARTITION_JOB = "receiver_batches_job"
+PARTITION_TAG = "dagster/partition"
 MINUTE_OP = "plan_batch_minute"
 MINUTE_IN_PROCESS_OP = "batch_minute"
 BATCH_TIME_TAG = "groundskeeper/batch_time"
@@ -405,18 +407,20 @@ clock may disagree); a partition handed off already is not launched twice (its r
 
 
 @dg.sensor(
-    job_name="receiver_batches_job",
+    job_name=PARTITION_JOB,
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
-    description="Every minute: a receiver_batches_job run of its own for each receiver that failed in a "
-    "batch_minute_job run, so its partition fails (or succeeds) by Dagster's own rules and the alert names it.",
+    description="Every minute: a receiver_batches_job run for each partition that failed in batch_minute_job "
+    "runs, so it fails (or succeeds) by Dagster's own rules and the alert names it; one run a partition at a "
+    "time, none while the partition is FAILED already.",
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
-    try:
-        since = float(context.cursor or "")
-    except ValueError:  # no cursor yet, or not a time
-        since = time.time() - MAX_WINDOW_SECONDS
+    try:  # the cursor: the update time read up to, and the partitions waiting for a run that began before them
+        cursor = json.loads(context.cursor or "")
+        since, waiting = float(cursor["at"]), dict(cursor["waiting"])
+    except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
+        since, waiting = time.time() - MAX_WINDOW_SECONDS, {}
     records = context.instance.get_run_records(
         filters=dg.RunsFilter(
             job_name=MINUTE_JOB,
@@ -426,23 +430,48 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
         ),
         limit=100,
     )
-    newest, requests = since, []
+    newest, failures = since, [(ended, run_id, p) for p, (run_id, ended) in waiting.items()]
     for record in records:
-        run = record.dagster_run
-        newest = max(newest, record.update_timestamp.timestamp())
+        run, ended = record.dagster_run, record.update_timestamp.timestamp()
+        newest = max(newest, ended)
         due, problems = minute.parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
-        requests += [
-            dg.RunRequest(
-                run_key=f"{run.run_id}:{d.partition}",
-                partition_key=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
-                tags={HANDOFF_OF_TAG: run.run_id},
+        failures += [(ended, run.run_id, d.partition) for d in due]
+    latest = {p: (run_id, ended) for ended, run_id, p in sorted(failures)}  # a partition once: its newest failure
+    if not latest:
+        return dg.SensorResult(
+            skip_reason="no receiver failed in a minute run", cursor=json.dumps({"at": newest, "waiting": {}})
+        )
+    keys = sorted(latest)
+    runs = context.instance.get_run_records(dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={PARTITION_TAG: keys}))
+    active = {r.dagster_run.tags[PARTITION_TAG]: r for r in runs}
+    status = context.instance.get_status_by_partition(receiver_batches.key, keys, receiver_batches.partitions_def)
+    requests, skipped, held = [], {}, {}
+    for partition, (run_id, ended) in latest.items():
+        other = active.get(partition)
+        if other is not None and (other.start_time is None or other.start_time >= ended):
+            skipped[partition] = f"run {other.dagster_run.run_id} batches it (queued, or begun after the failure)"
+        elif other is not None:  # its batch times end before the failure's: a tick after it ends looks again
+            held[partition] = [run_id, ended]
+            skipped[partition] = f"waits for run {other.dagster_run.run_id} (begun before the failure) to end"
+        elif (status or {}).get(partition) == dg.AssetPartitionStatus.FAILED:
+            skipped[partition] = "FAILED already (shown and alerted; minute runs and the redrive batch it again)"
+        else:
+            day, _, receiver = partition.partition("|")
+            requests.append(
+                dg.RunRequest(
+                    run_key=f"{run_id}:{partition}",
+                    partition_key=dg.MultiPartitionKey({"receiver": receiver, "day": day}),
+                    tags={HANDOFF_OF_TAG: run_id},
+                )
             )
-            for d in due
-        ]
-    skip = None if requests else "no receiver failed in a minute run"
-    return dg.SensorResult(run_requests=requests, skip_reason=skip, cursor=str(newest))
+    line = f"{len(failures)} failure(s) of {len(latest)} partition(s) in minute runs, {len(requests)} run(s) "
+    line += "requested" + "".join(f"; {p}: {why}" for p, why in list(skipped.items())[:20])
+    if requests:
+        context.log.info(line)
+    cursor = json.dumps({"at": newest, "waiting": held})
+    return dg.SensorResult(run_requests=requests, skip_reason=None if requests else line, cursor=cursor)
 
 
 def _tables_check(description: str):
@@ -569,7 +598,7 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
         jobs=[
             dg.define_asset_job(
-                "receiver_batches_job",
+                PARTITION_JOB,
                 selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
                 tags={"groundskeeper/capability": "batching", BATCHING_TAG: "partition"},
                 description="Batches one (receiver, day) partition: a backfill, a redrive, a launch by hand, or a "
