@@ -341,6 +341,20 @@ def test_three_failing_ticks_of_a_sensor_fire_once_and_its_next_good_tick_resolv
     assert inbox.messages[0]["summary"] == "queue_watch: AccessDenied on ReceiveMessage"
 
 
+def test_a_tick_failure_threshold_above_ten_fires_at_its_count_of_failed_ticks(aws):
+    inbox = Inbox(aws)
+    res = resources(aws, tick_failures="15")
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 14)
+        tick(instance, res)
+        assert inbox.read() == []
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE])
+        tick(instance, res)
+    (firing,) = inbox.read()
+    assert (firing["alert_key"], firing["state"]) == ("tick_failure:queue_watch", "firing")
+    assert firing["title"] == "sensor queue_watch: 15 failed ticks in a row"
+
+
 def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):
     inbox = Inbox(aws)
     res = resources(aws)

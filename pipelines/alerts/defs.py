@@ -53,7 +53,7 @@ ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 REBUILD_LOOKBACK_SECONDS = 7 * 86400  # a fresh state's open incidents: rebuilt from the runs of the last 7 days
 REBUILD_PAGE = 500  # run records read per query while rebuilding
 EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
-TICKS_READ = 10  # latest ticks read per sensor and schedule
+TICKS_READ = 10  # ticks read per sensor and schedule beyond ALERTS_TICK_FAILURES (some may still be running)
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
 LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
@@ -428,7 +428,7 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
         kind = {"SENSOR": "sensor", "SCHEDULE": "schedule"}.get(state.instigator_type.value)
         if kind is None:
             continue
-        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=TICKS_READ)
+        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=cfg.tick_failures + TICKS_READ)
         statuses = [tick.status.value for tick in ticks]
         error = next((t.error.message for t in ticks if t.error is not None), None)
         signal = ticks_seen(
