@@ -392,6 +392,29 @@ def test_a_topic_of_another_region_is_one_line_and_the_alert_waits(aws):
     assert "sent run_failure:retry_demo" in reason
 
 
+def test_a_topic_of_another_region_stops_the_heartbeat_and_its_alert_is_sent_once_it_is_fixed(aws):
+    inbox = Inbox(aws)
+    bad = resources(aws, sns_topic_arn="arn:aws:sns:eu-west-1:123456789012:alerts", retry_policy=NO_WAIT)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reason = tick(instance, bad)
+        assert _beats(aws) == []
+        fixed = tick(instance, resources(aws, retry_policy=NO_WAIT))
+    assert "no heartbeat: sns cannot deliver" in reason
+    assert "kept for a later tick: 1 for sns" in reason
+    assert "sent run_failure:retry_demo" in fixed
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+    assert _beats(aws) != []
+
+
+def test_a_topic_arn_that_is_not_one_stops_the_heartbeat_with_nothing_to_send(aws):
+    res = resources(aws, sns_topic_arn="arn:aws:sqs:us-east-1:123456789012:alerts")
+    with dg.instance_for_test() as instance:
+        reason = tick(instance, res)
+    assert "no heartbeat: sns cannot deliver" in reason
+    assert _beats(aws) == []
+
+
 def test_a_topic_of_another_account_is_one_line_and_the_alert_is_kept_for_it(aws):
     """The deployment cannot publish there (moto: no such topic; AWS: not authorised): one line per
     tick, the message kept for that sink, the webhook not held back."""
@@ -549,7 +572,7 @@ def test_demo_alerts_are_marked_on_every_surface_and_never_critical(aws):
     assert sorted(r.data["alert"].startswith("[demo] ") for r in table.records) == [True, True]
 
 
-def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_on(aws):
+def test_a_webhook_url_with_a_bad_port_is_one_line_sns_goes_on_and_the_heartbeat_stops(aws):
     inbox = Inbox(aws)
     res = resources(aws, webhook_url="http://hooks.example:99999/services/T000/B000/secret-token")
     with dg.instance_for_test() as instance:
@@ -557,8 +580,9 @@ def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_
         reason = tick(instance, res)
     assert "sent run_failure:retry_demo" in reason
     assert [m["state"] for m in inbox.read()] == ["firing"]
-    beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
-    assert beats != []
+    assert "no heartbeat: webhook cannot deliver" in reason
+    assert "secret-token" not in reason
+    assert _beats(aws) == []
 
 
 @pytest.mark.parametrize(

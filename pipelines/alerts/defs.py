@@ -544,9 +544,9 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
     book.prune(clock)
     save_book(instance, book)
     parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
-    stuck = book.undeliverable(sinks)
+    stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
-        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
+        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its messages are kept until it can)")
     else:
         try:
             # deployments sharing an account and a namespace each feed their own alarm
