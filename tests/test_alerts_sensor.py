@@ -8,6 +8,7 @@ import urllib.request
 
 import dagster as dg
 import pytest
+from botocore.exceptions import ClientError
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
@@ -353,6 +354,39 @@ def test_a_tick_failure_threshold_above_ten_fires_at_its_count_of_failed_ticks(a
     (firing,) = inbox.read()
     assert (firing["alert_key"], firing["state"]) == ("tick_failure:queue_watch", "firing")
     assert firing["title"] == "sensor queue_watch: 15 failed ticks in a row"
+
+
+def test_a_dead_letter_depth_unread_for_five_minutes_alerts_and_resolves_once_read(aws, monkeypatch):
+    """GetQueueAttributes denied on one queue: a tick or two is no signal (a throttled call pages nobody);
+    from 5 minutes on, one alert; once the depth is read, it resolves and the dead letters alert."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    dlq = aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    aws.client("sqs").send_message(QueueUrl=dlq, MessageBody="poison")
+    real = alerts_defs.dead_letter_depth
+
+    def denied(sqs, url):
+        if url == dlq:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "GetQueueAttributes")
+        return real(sqs, url)
+
+    start = time.time()
+    with dg.instance_for_test() as instance:
+        monkeypatch.setattr(alerts_defs, "dead_letter_depth", denied)
+        for minutes in (0, 2, 4):
+            monkeypatch.setattr(alerts_defs, "now", lambda minutes=minutes: start + minutes * 60)
+            tick(instance, res)
+        assert inbox.read() == []
+        monkeypatch.setattr(alerts_defs, "now", lambda: start + 300)
+        tick(instance, res)
+        (unread,) = inbox.read()
+        monkeypatch.setattr(alerts_defs, "dead_letter_depth", real)
+        monkeypatch.setattr(alerts_defs, "now", lambda: start + 360)
+        tick(instance, res)
+    key = "dead_letters:runs-fleet-termination-dlq-dev"
+    assert (unread["alert_key"], unread["state"], unread["kind"]) == (f"{key}:unread", "firing", "dead_letters")
+    assert "AccessDenied" in unread["summary"]
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(f"{key}:unread", "resolved"), (key, "firing")]
 
 
 def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):
