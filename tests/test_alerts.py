@@ -356,7 +356,7 @@ def test_bad_settings_are_one_line_each_and_the_defaults_hold():
         ),
         region="us-east-1",
     )
-    assert cfg.sinks == []
+    assert cfg.refusing == ["sns", "webhook"]  # set, but unusable: their alerts wait, and no heartbeat
     assert cfg.max_per_tick == 20
     assert cfg.remind_seconds is None
     assert cfg.ui_url is None
@@ -423,9 +423,20 @@ def test_any_bad_value_of_any_setting_is_at_most_one_line_and_the_other_sinks_st
 )
 def test_a_webhook_url_with_a_bad_port_or_host_is_one_line_and_sns_stays(url):
     cfg = alert_config(typed({"ALERTS_SNS_TOPIC_ARN": GOOD_TOPIC, "ALERTS_WEBHOOK_URL": url}), region="us-east-1")
-    assert [sink.name for sink in cfg.sinks] == ["sns"]
+    assert [sink.name for sink in cfg.sinks] == ["sns", "webhook"]
+    assert cfg.refusing == ["webhook"]
     (line,) = cfg.problems
     assert "ALERTS_WEBHOOK_URL" in line
+
+
+def test_a_refused_sink_setting_refuses_each_message_with_its_line_and_no_secret():
+    url = "http://hooks.example:99999/services/T000/B000/secret-token"
+    cfg = alert_config(typed({"ALERTS_WEBHOOK_URL": url}), region="us-east-1")
+    (sink,) = cfg.sinks
+    with pytest.raises(SinkError) as refused:
+        sink.send(_message())
+    assert str(refused.value) == cfg.problems[0]
+    assert "secret-token" not in str(refused.value)
 
 
 def _tcp_server(answer):

@@ -8,6 +8,7 @@ import urllib.request
 
 import dagster as dg
 import pytest
+from botocore.exceptions import ClientError
 from dagster._core.definitions.run_request import InstigatorType
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
@@ -341,6 +342,53 @@ def test_three_failing_ticks_of_a_sensor_fire_once_and_its_next_good_tick_resolv
     assert inbox.messages[0]["summary"] == "queue_watch: AccessDenied on ReceiveMessage"
 
 
+def test_a_tick_failure_threshold_above_ten_fires_at_its_count_of_failed_ticks(aws):
+    inbox = Inbox(aws)
+    res = resources(aws, tick_failures="15")
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 14)
+        tick(instance, res)
+        assert inbox.read() == []
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE])
+        tick(instance, res)
+    (firing,) = inbox.read()
+    assert (firing["alert_key"], firing["state"]) == ("tick_failure:queue_watch", "firing")
+    assert firing["title"] == "sensor queue_watch: 15 failed ticks in a row"
+
+
+def test_a_dead_letter_depth_unread_for_five_minutes_alerts_and_resolves_once_read(aws, monkeypatch):
+    """GetQueueAttributes denied on one queue: a tick or two is no signal (a throttled call pages nobody);
+    from 5 minutes on, one alert; once the depth is read, it resolves and the dead letters alert."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    dlq = aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    aws.client("sqs").send_message(QueueUrl=dlq, MessageBody="poison")
+    real = alerts_defs.dead_letter_depth
+
+    def denied(sqs, url):
+        if url == dlq:
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "no"}}, "GetQueueAttributes")
+        return real(sqs, url)
+
+    start = time.time()
+    with dg.instance_for_test() as instance:
+        monkeypatch.setattr(alerts_defs, "dead_letter_depth", denied)
+        for minutes in (0, 2, 4):
+            monkeypatch.setattr(alerts_defs, "now", lambda minutes=minutes: start + minutes * 60)
+            tick(instance, res)
+        assert inbox.read() == []
+        monkeypatch.setattr(alerts_defs, "now", lambda: start + 300)
+        tick(instance, res)
+        (unread,) = inbox.read()
+        monkeypatch.setattr(alerts_defs, "dead_letter_depth", real)
+        monkeypatch.setattr(alerts_defs, "now", lambda: start + 360)
+        tick(instance, res)
+    key = "dead_letters:runs-fleet-termination-dlq-dev"
+    assert (unread["alert_key"], unread["state"], unread["kind"]) == (f"{key}:unread", "firing", "dead_letters")
+    assert "AccessDenied" in unread["summary"]
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(f"{key}:unread", "resolved"), (key, "firing")]
+
+
 def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):
     inbox = Inbox(aws)
     res = resources(aws)
@@ -376,6 +424,29 @@ def test_a_topic_of_another_region_is_one_line_and_the_alert_waits(aws):
         reason = tick(instance, res)
         assert len(receiver.received) == 1  # the webhook still works
     assert "sent run_failure:retry_demo" in reason
+
+
+def test_a_topic_of_another_region_stops_the_heartbeat_and_its_alert_is_sent_once_it_is_fixed(aws):
+    inbox = Inbox(aws)
+    bad = resources(aws, sns_topic_arn="arn:aws:sns:eu-west-1:123456789012:alerts", retry_policy=NO_WAIT)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        reason = tick(instance, bad)
+        assert _beats(aws) == []
+        fixed = tick(instance, resources(aws, retry_policy=NO_WAIT))
+    assert "no heartbeat: sns cannot deliver" in reason
+    assert "kept for a later tick: 1 for sns" in reason
+    assert "sent run_failure:retry_demo" in fixed
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+    assert _beats(aws) != []
+
+
+def test_a_topic_arn_that_is_not_one_stops_the_heartbeat_with_nothing_to_send(aws):
+    res = resources(aws, sns_topic_arn="arn:aws:sqs:us-east-1:123456789012:alerts")
+    with dg.instance_for_test() as instance:
+        reason = tick(instance, res)
+    assert "no heartbeat: sns cannot deliver" in reason
+    assert _beats(aws) == []
 
 
 def test_a_topic_of_another_account_is_one_line_and_the_alert_is_kept_for_it(aws):
@@ -535,7 +606,7 @@ def test_demo_alerts_are_marked_on_every_surface_and_never_critical(aws):
     assert sorted(r.data["alert"].startswith("[demo] ") for r in table.records) == [True, True]
 
 
-def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_on(aws):
+def test_a_webhook_url_with_a_bad_port_is_one_line_sns_goes_on_and_the_heartbeat_stops(aws):
     inbox = Inbox(aws)
     res = resources(aws, webhook_url="http://hooks.example:99999/services/T000/B000/secret-token")
     with dg.instance_for_test() as instance:
@@ -543,8 +614,9 @@ def test_a_webhook_url_with_a_bad_port_is_one_line_and_sns_and_the_heartbeat_go_
         reason = tick(instance, res)
     assert "sent run_failure:retry_demo" in reason
     assert [m["state"] for m in inbox.read()] == ["firing"]
-    beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
-    assert beats != []
+    assert "no heartbeat: webhook cannot deliver" in reason
+    assert "secret-token" not in reason
+    assert _beats(aws) == []
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ from pipelines.alerts.sources import (
     cause_of,
     check_evaluated,
     dead_letters,
+    depth_unread,
     lineage_root,
     run_failed,
     run_succeeded,
@@ -53,7 +54,7 @@ ASSET_KEY = dg.AssetKey(["alerts", "incidents"])
 REBUILD_LOOKBACK_SECONDS = 7 * 86400  # a fresh state's open incidents: rebuilt from the runs of the last 7 days
 REBUILD_PAGE = 500  # run records read per query while rebuilding
 EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until caught up or out of time)
-TICKS_READ = 10  # latest ticks read per sensor and schedule
+TICKS_READ = 10  # ticks read per sensor and schedule beyond ALERTS_TICK_FAILURES (some may still be running)
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
 LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
@@ -428,7 +429,7 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
         kind = {"SENSOR": "sensor", "SCHEDULE": "schedule"}.get(state.instigator_type.value)
         if kind is None:
             continue
-        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=TICKS_READ)
+        ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=cfg.tick_failures + TICKS_READ)
         statuses = [tick.status.value for tick in ticks]
         error = next((t.error.message for t in ticks if t.error is not None), None)
         signal = ticks_seen(
@@ -438,18 +439,26 @@ def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Sig
             yield signal
 
 
-def dead_letter_signals(context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None) -> Iterator[Signal]:
-    """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``)."""
+def dead_letter_signals(
+    context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None, unread: dict[str, int] | None = None
+) -> Iterator[Signal]:
+    """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``).
+    ``unread``: since when each queue's depth could not be read (kept in the book between ticks)."""
+    unread = {} if unread is None else unread
     for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
+        ui_url = cfg.ui_url if cfg else None
+        link = f"{ui_url}/assets/runs_fleet/{label}_dead_letters?view=checks" if ui_url else None
         try:
             depth = dead_letter_depth(sqs, url)["depth"]
-        except Exception as exc:  # one line; the incident keeps its state until the queue can be read
+        except Exception as exc:  # one line; its incident keeps its state, and a depth unread for long alerts
             context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
-            continue
-        ui_url = cfg.ui_url if cfg else None
-        asset = f"/assets/runs_fleet/{label}_dead_letters?view=checks"
-        yield dataclasses.replace(dead_letters(name, depth), url=f"{ui_url}{asset}" if ui_url else None)
+            since = unread.setdefault(name, int(now()))
+            signals = [depth_unread(name, now() - since, first_line(exc, 200))]
+        else:
+            signals = [depth_unread(name, None)] if unread.pop(name, None) is not None else []
+            signals.append(dead_letters(name, depth))
+        yield from (dataclasses.replace(signal, url=link) for signal in signals if signal is not None)
 
 
 # ---------------------------------------------------------------------------- the sensor
@@ -529,7 +538,8 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
     observe(tick_signals(instance, cfg))
-    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg))
+    unread = book.positions.setdefault("dead_letters_unread", {})
+    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks,
@@ -544,9 +554,9 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
     book.prune(clock)
     save_book(instance, book)
     parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
-    stuck = book.undeliverable(sinks)
+    stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
-        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (messages wait, none taken since)")
+        parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its messages are kept until it can)")
     else:
         try:
             # deployments sharing an account and a namespace each feed their own alarm

@@ -110,16 +110,16 @@ class SnsSink:
                 f"ALERTS_SNS_TOPIC_ARN names a topic in {found.group(1)}, not in this deployment's region {region}"
             )
         self.sns, self.topic_arn = sns, topic_arn.strip()
-        self.elsewhere = None  # why it cannot be published to, when known up front
+        self.refuses = None  # why it cannot be published to, when known up front
         if account and found.group(2) != account:
-            self.elsewhere = (
+            self.refuses = (
                 f"SNS Publish to {self.topic_arn}: the topic is in account {found.group(2)}, "
                 f"not in this deployment's {account} (not tried)"
             )
 
     def send(self, message: Mapping[str, Any]) -> None:
-        if self.elsewhere:
-            raise SinkError(self.elsewhere)
+        if self.refuses:
+            raise SinkError(self.refuses)
         attributes = {
             name: {"DataType": "String", "StringValue": str(message.get(name) or "-")}
             for name in ("severity", "state", "alert_key")
@@ -141,6 +141,7 @@ class SnsSink:
 
 class WebhookSink:
     name = "webhook"
+    refuses = None
 
     def __init__(self, url: str, *, timeout: float = WEBHOOK_TIMEOUT_SECONDS) -> None:
         try:
@@ -177,6 +178,17 @@ class WebhookSink:
         return f"cannot be reached: {type(reason).__name__}"
 
 
+class RefusedSink:
+    """A sink whose setting was refused: it takes no message, so its messages wait for the setting to be fixed
+    and the heartbeat stops (the alarm pages) rather than alerts going nowhere."""
+
+    def __init__(self, name: str, refuses: str) -> None:
+        self.name, self.refuses = name, refuses
+
+    def send(self, message: Mapping[str, Any]) -> None:
+        raise SinkError(self.refuses)
+
+
 DEFAULT_HEARTBEAT_ENV = "dev"  # the template's default Env
 _ENV = re.compile(r"[a-z0-9-]{1,20}")  # the template's Env pattern
 
@@ -194,6 +206,11 @@ class AlertConfig:
     heartbeat_env: str  # the heartbeat's Env dimension
     problems: list[str]
     demo_jobs: frozenset[str] = frozenset()  # a development code location's demo jobs (no setting): demo alerts
+
+    @property
+    def refusing(self) -> list[str]:
+        """The sinks known up front to take no message (a refused setting, a topic of another account)."""
+        return [sink.name for sink in self.sinks if getattr(sink, "refuses", None)]
 
 
 def _names(raw: str) -> frozenset[str]:
@@ -245,8 +262,16 @@ def alert_config(settings: Any, *, sns=None, region: str = "us-east-1", account:
 
         return setting(field_name, read, None, then)
 
-    makers = {"sns_topic_arn": lambda v: SnsSink(sns, v, region=region, account=account), "webhook_url": WebhookSink}
-    sinks = [setting(name, make, None, "that sink is off") for name, make in makers.items()]
+    def sink(field_name: str, name: str, make: Callable[[str], Sink]) -> Sink | None:
+        """The sink, None when unset, or a :class:`RefusedSink` when set to what it cannot use."""
+        known = len(problems)
+        made = setting(field_name, make, None, "its alerts wait until it is fixed, and no heartbeat")
+        return RefusedSink(name, problems[-1]) if len(problems) > known else made
+
+    sinks = [
+        sink("sns_topic_arn", SnsSink.name, lambda v: SnsSink(sns, v, region=region, account=account)),
+        sink("webhook_url", WebhookSink.name, WebhookSink),
+    ]
     policy = exponential(30, 2, 900, 8)  # 30 s, doubling up to 15 min, then every 15 min
     policy = setting("retry_policy", policy_from_text, policy, f"using {policy.describe()}")
     remind = number("remind_hours", None, float, 0.01, 24 * 365)

@@ -261,7 +261,7 @@ def ticks_seen(
 
 
 def dead_letters(queue: str, depth: int) -> Signal:
-    """A dead-letter queue's depth (one that could not be read is no signal: no change)."""
+    """A dead-letter queue's depth (one that cannot be read: :func:`depth_unread`)."""
     return Signal(
         alert_key=f"dead_letters:{queue}",
         kind="dead_letters",
@@ -272,6 +272,29 @@ def dead_letters(queue: str, depth: int) -> Signal:
             f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
             if depth
             else "no dead letters left"
+        ),
+        capability="fleet",
+    )
+
+
+UNREAD_ALERT_SECONDS = 300  # a dead-letter depth unread this long alerts: one throttled call does not
+
+
+def depth_unread(queue: str, seconds: float | None, error: str = "") -> Signal | None:
+    """A dead-letter queue whose depth has not been read for ``seconds`` (None: read again): firing from
+    ``UNREAD_ALERT_SECONDS`` on (its dead letters would not alert), resolved once read; before, no change."""
+    if seconds is not None and seconds < UNREAD_ALERT_SECONDS:
+        return None
+    return Signal(
+        alert_key=f"dead_letters:{queue}:unread",
+        kind="dead_letters",
+        firing=seconds is not None,
+        severity="warning",
+        title=f"the depth of {queue} cannot be read" if seconds is not None else f"the depth of {queue} is read again",
+        summary=(
+            f"not read for {seconds / 60:.0f} min, its dead letters cannot alert: {first_line(error, 200)}"
+            if seconds is not None
+            else "its depth is read again"
         ),
         capability="fleet",
     )
