@@ -23,6 +23,7 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common.env import SettingsError
+from pipelines.common.summary import counts_tag
 from pipelines.retry import fixed
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
@@ -231,6 +232,36 @@ def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_re
     assert [i["alert_key"] for i in book.open_incidents()] == [
         "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException"
     ]
+
+
+def _reclaimed(book: AlertBook, table: str, errors: int, run_id: str) -> list[Signal]:
+    """The signals of a reclaim_agendas run on ``table`` that had ``errors`` item errors."""
+    tags = {"groundskeeper/capability": "reclaim", **counts_tag({"reclaimed": 1, "errors": errors})}
+    return run_succeeded(RunEnd("reclaim_agendas", run_id, tags, _reclaim(table)[0]), book.open_units())
+
+
+def test_item_errors_are_one_incident_per_table_which_only_a_clean_run_of_that_table_resolves():
+    book, sink = AlertBook(), ListSink()
+    for table, errors, run_id in (("A", 7, "a1"), ("B", 0, "b1"), ("B", 2, "b2"), ("A", 7, "a2"), ("A", 0, "a3")):
+        _run(book, _reclaimed(book, table, errors, run_id), sink)
+    assert [(m["alert_key"], m["state"], m["run_id"]) for m in sink.messages] == [
+        ("reclaim_errors:reclaim_agendas@A", FIRING, "a1"),
+        ("reclaim_errors:reclaim_agendas@B", FIRING, "b2"),
+        ("reclaim_errors:reclaim_agendas@A", RESOLVED, "a3"),
+    ]
+
+
+def test_an_item_errors_incident_of_the_whole_job_is_closed_by_its_next_run_and_says_why():
+    """Saved before item errors were per table, under reclaim_errors:<job>: the job's next run closes it
+    (not resolved: its table may still fail, and then opens its own incident)."""
+    book, sink = AlertBook(), ListSink()
+    _run(book, [Signal("reclaim_errors:reclaim_agendas", "reclaim_errors", True, summary="7 item error(s)")], sink)
+    _run(book, _reclaimed(book, "B", 0, "b1"), sink)
+    _run(book, _reclaimed(book, "B", 0, "b2"), sink)
+    (_, closed) = sink.messages
+    assert (closed["alert_key"], closed["state"]) == ("reclaim_errors:reclaim_agendas", "closed")
+    assert closed["summary"].startswith("now one per table, reclaim_errors:reclaim_agendas@<table>: a table still")
+    assert book.open_incidents() == []
 
 
 def test_the_cause_is_the_aws_code_else_the_first_class_under_dagsters_wrapping():

@@ -172,7 +172,7 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
 
 def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
     """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
-    alert_key -> unit); a reclaim run also says whether it had item errors."""
+    alert_key -> unit); a reclaim run also says whether its table had item errors."""
     ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
     attempts = attempt_of(run.tags)
     out = [
@@ -189,13 +189,16 @@ def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
     counters = run_counters(run.tags)
     if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
         errors = counters["errors"]
+        if run.unit != run.job:  # an incident of the whole job, from before they were per table: closed
+            now = f"now one per table, reclaim_errors:{run.job}@<table>: a table still failing opens it at its next run"
+            out.append(Signal(f"reclaim_errors:{run.job}", "reclaim_errors", False, summary=now, action="close"))
         out.append(
             Signal(
-                alert_key=f"reclaim_errors:{run.job}",
+                alert_key=f"reclaim_errors:{run.unit}",  # per table: each has its own schedule
                 kind="reclaim_errors",
                 firing=errors > 0,
                 severity="warning",
-                title=f"{run.job}: items could not be written",
+                title=f"{run.unit}: items could not be written",
                 summary=f"{errors} item error(s) in run {run.run_id}: see its log"
                 if errors
                 else f"run {run.run_id}: no errors",
