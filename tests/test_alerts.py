@@ -12,6 +12,7 @@ import pytest
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
+    STILL_FAILING_SECONDS,
     RunEnd,
     automatic_retry,
     cause_of,
@@ -25,6 +26,7 @@ from pipelines.alerts.sources import (
 from pipelines.common.env import SettingsError
 from pipelines.common.summary import counts_tag
 from pipelines.retry import fixed
+from pipelines.retry.runs import run_retry
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
 
@@ -201,6 +203,49 @@ def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
     step_off = {**step, "dagster/retry_on_asset_or_op_failure": "false"}
     assert not automatic_retry(step_off, "", _retries(True, 2, on_step_failure=True))
     assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, "", on)
+
+
+def _lineage(first_failed_ago: float | None, status: str = "FAILURE") -> SimpleNamespace:
+    """A Dagster instance holding a lineage's first run ``root`` (None: gone) and its attempt ``r`` that
+    failed ``first_failed_ago`` seconds after it, as automatic_retry reads them."""
+
+    def record(end_time: float, status: str) -> SimpleNamespace:
+        return SimpleNamespace(end_time=end_time, dagster_run=SimpleNamespace(status=SimpleNamespace(value=status)))
+
+    records = {"r": record(NOW, "FAILURE")}
+    if first_failed_ago is not None:
+        records["root"] = record(NOW - first_failed_ago, status)
+    return SimpleNamespace(**vars(_retries(False, 0)), get_run_record_by_id=records.get)
+
+
+TEMPORAL = {"groundskeeper/retry_policy": "temporal", "groundskeeper/retry_root": "root"}  # unlimited attempts
+
+
+@pytest.mark.parametrize("attempt", ["40", "10000"])
+def test_a_lineage_retried_for_an_hour_alerts_while_its_retries_go_on(attempt):
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": attempt}
+    assert automatic_retry(tags, "r", _lineage(STILL_FAILING_SECONDS)) is None
+    assert run_retry(tags, "r").wait == 100.0  # delayed_run_retries, reading the same decision, retries it
+
+
+def test_a_lineage_retried_for_less_than_an_hour_does_not_alert_yet():
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": "40"}
+    assert automatic_retry(tags, "r", _lineage(STILL_FAILING_SECONDS - 1)) is not None
+
+
+def test_a_lineage_whose_first_run_is_gone_alerts_while_its_retries_go_on():
+    assert automatic_retry({**TEMPORAL, "groundskeeper/retry_attempt": "2"}, "r", _lineage(None)) is None
+
+
+def test_a_re_execution_of_a_run_that_succeeded_counts_from_its_own_failure():
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": "2"}
+    assert automatic_retry(tags, "r", _lineage(7 * 86400, status="SUCCESS")) is not None
+
+
+def test_the_alert_of_a_lineage_still_retried_says_that_its_retries_go_on():
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": "40"}
+    signal = run_failed(RunEnd("sync_orders", "r", tags, "sync_orders"), "boom")
+    assert signal.title == "sync_orders failed after 40 attempts, retries go on (the next in 1m40s)"
 
 
 def _reclaim(table: str) -> tuple[str, dict]:
