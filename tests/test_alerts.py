@@ -12,6 +12,7 @@ import pytest
 from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
 from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
+    STILL_FAILING_SECONDS,
     RunEnd,
     automatic_retry,
     cause_of,
@@ -23,7 +24,9 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common.env import SettingsError
+from pipelines.common.summary import counts_tag
 from pipelines.retry import fixed
+from pipelines.retry.runs import run_retry
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
 
@@ -202,6 +205,49 @@ def test_dagster_run_retries_count_only_when_dagster_retries_the_run():
     assert automatic_retry({"dagster/failure_reason": "RUN_EXCEPTION"}, "", on)
 
 
+def _lineage(first_failed_ago: float | None, status: str = "FAILURE") -> SimpleNamespace:
+    """A Dagster instance holding a lineage's first run ``root`` (None: gone) and its attempt ``r`` that
+    failed ``first_failed_ago`` seconds after it, as automatic_retry reads them."""
+
+    def record(end_time: float, status: str) -> SimpleNamespace:
+        return SimpleNamespace(end_time=end_time, dagster_run=SimpleNamespace(status=SimpleNamespace(value=status)))
+
+    records = {"r": record(NOW, "FAILURE")}
+    if first_failed_ago is not None:
+        records["root"] = record(NOW - first_failed_ago, status)
+    return SimpleNamespace(**vars(_retries(False, 0)), get_run_record_by_id=records.get)
+
+
+TEMPORAL = {"groundskeeper/retry_policy": "temporal", "groundskeeper/retry_root": "root"}  # unlimited attempts
+
+
+@pytest.mark.parametrize("attempt", ["40", "10000"])
+def test_a_lineage_retried_for_an_hour_alerts_while_its_retries_go_on(attempt):
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": attempt}
+    assert automatic_retry(tags, "r", _lineage(STILL_FAILING_SECONDS)) is None
+    assert run_retry(tags, "r").wait == 100.0  # delayed_run_retries, reading the same decision, retries it
+
+
+def test_a_lineage_retried_for_less_than_an_hour_does_not_alert_yet():
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": "40"}
+    assert automatic_retry(tags, "r", _lineage(STILL_FAILING_SECONDS - 1)) is not None
+
+
+def test_a_lineage_whose_first_run_is_gone_alerts_while_its_retries_go_on():
+    assert automatic_retry({**TEMPORAL, "groundskeeper/retry_attempt": "2"}, "r", _lineage(None)) is None
+
+
+def test_a_re_execution_of_a_run_that_succeeded_counts_from_its_own_failure():
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": "2"}
+    assert automatic_retry(tags, "r", _lineage(7 * 86400, status="SUCCESS")) is not None
+
+
+def test_the_alert_of_a_lineage_still_retried_says_that_its_retries_go_on():
+    tags = {**TEMPORAL, "groundskeeper/retry_attempt": "40"}
+    signal = run_failed(RunEnd("sync_orders", "r", tags, "sync_orders"), "boom")
+    assert signal.title == "sync_orders failed after 40 attempts, retries go on (the next in 1m40s)"
+
+
 def _reclaim(table: str) -> tuple[str, dict]:
     return work_unit("reclaim_agendas", {}, {"ops": {"reclaim": {"config": {"tableName": table}}}}), {}
 
@@ -231,6 +277,36 @@ def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_re
     assert [i["alert_key"] for i in book.open_incidents()] == [
         "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException"
     ]
+
+
+def _reclaimed(book: AlertBook, table: str, errors: int, run_id: str) -> list[Signal]:
+    """The signals of a reclaim_agendas run on ``table`` that had ``errors`` item errors."""
+    tags = {"groundskeeper/capability": "reclaim", **counts_tag({"reclaimed": 1, "errors": errors})}
+    return run_succeeded(RunEnd("reclaim_agendas", run_id, tags, _reclaim(table)[0]), book.open_units())
+
+
+def test_item_errors_are_one_incident_per_table_which_only_a_clean_run_of_that_table_resolves():
+    book, sink = AlertBook(), ListSink()
+    for table, errors, run_id in (("A", 7, "a1"), ("B", 0, "b1"), ("B", 2, "b2"), ("A", 7, "a2"), ("A", 0, "a3")):
+        _run(book, _reclaimed(book, table, errors, run_id), sink)
+    assert [(m["alert_key"], m["state"], m["run_id"]) for m in sink.messages] == [
+        ("reclaim_errors:reclaim_agendas@A", FIRING, "a1"),
+        ("reclaim_errors:reclaim_agendas@B", FIRING, "b2"),
+        ("reclaim_errors:reclaim_agendas@A", RESOLVED, "a3"),
+    ]
+
+
+def test_an_item_errors_incident_of_the_whole_job_is_closed_by_its_next_run_and_says_why():
+    """Saved before item errors were per table, under reclaim_errors:<job>: the job's next run closes it
+    (not resolved: its table may still fail, and then opens its own incident)."""
+    book, sink = AlertBook(), ListSink()
+    _run(book, [Signal("reclaim_errors:reclaim_agendas", "reclaim_errors", True, summary="7 item error(s)")], sink)
+    _run(book, _reclaimed(book, "B", 0, "b1"), sink)
+    _run(book, _reclaimed(book, "B", 0, "b2"), sink)
+    (_, closed) = sink.messages
+    assert (closed["alert_key"], closed["state"]) == ("reclaim_errors:reclaim_agendas", "closed")
+    assert closed["summary"].startswith("now one per table, reclaim_errors:reclaim_agendas@<table>: a table still")
+    assert book.open_incidents() == []
 
 
 def test_the_cause_is_the_aws_code_else_the_first_class_under_dagsters_wrapping():

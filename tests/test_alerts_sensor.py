@@ -16,9 +16,11 @@ from dagster_shared.error import SerializableErrorInfo
 
 from infra.demo.defs import retry_demo
 from pipelines.alerts import defs as alerts_defs
+from pipelines.alerts import sources
 from pipelines.alerts.defs import ASSET_KEY, HEARTBEAT_METRIC, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.incidents import KINDS
-from pipelines.retry.runs import RETRY_MARGIN_SECONDS
+from pipelines.common.defs.summary import run_summary
+from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
@@ -528,6 +530,58 @@ def test_a_failure_retried_in_time_never_alerts_even_after_its_deadline(aws, mon
         tick(instance, res)
         tick(instance, res)
     assert inbox.read() == []
+
+
+def test_a_lineage_retried_forever_alerts_once_it_has_failed_long_enough_and_its_success_resolves(aws, monkeypatch):
+    """temporal retries without end: the lineage's second failure comes after the bound (here 0 s, the
+    default is an hour), so it alerts while its retries go on; the third attempt succeeds and resolves it."""
+    monkeypatch.setattr(sources, "STILL_FAILING_SECONDS", 0.0)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        first = _demo_with(instance, {POLICY_TAG: "temporal", ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        assert inbox.read() == []
+        second = _demo_with(instance, {POLICY_TAG: "temporal", ATTEMPT_TAG: "2", RETRY_OF_TAG: first, ROOT_TAG: first})
+        tick(instance, res)
+        (firing,) = inbox.read()
+        assert (firing["state"], firing["run_id"]) == ("firing", second)
+        assert "retries go on" in firing["title"]
+        assert run_retry(instance.get_run_by_id(second).tags, second).wait is not None  # the retry sensor's
+        third, ok = run_demo(instance, 3, succeed_on=3, root=first, previous=second)
+        assert ok
+        tick(instance, res)
+        (resolved,) = inbox.read()
+    assert (resolved["alert_key"], resolved["state"], resolved["run_id"]) == (firing["alert_key"], "resolved", third)
+
+
+@dg.op(config_schema={"tableName": str, "errors": int})
+def reclaim_stand_in(context: dg.OpExecutionContext) -> None:
+    counters = {"reclaimed": 1, "errors": context.op_config["errors"]}
+    run_summary(context, f"reclaim {context.op_config['tableName']}", counters)
+
+
+@dg.job(name="reclaim_agendas", tags={"groundskeeper/capability": "reclaim"})
+def reclaim_agendas_stand_in():  # the real job's name, capability tag and run config key
+    reclaim_stand_in()
+
+
+def test_reclaim_item_errors_are_one_incident_per_table(aws):
+    """Each table has its own schedule: a clean run on B neither resolves A's item errors nor hides B's."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        runs = {}
+        for name, table, errors in (("a1", "A", 7), ("b1", "B", 0), ("b2", "B", 2), ("a2", "A", 7), ("a3", "A", 0)):
+            config = {"ops": {"reclaim_stand_in": {"config": {"tableName": table, "errors": errors}}}}
+            runs[name] = reclaim_agendas_stand_in.execute_in_process(run_config=config, instance=instance).run_id
+            tick(instance, res)
+    assert [(m["alert_key"], m["state"], m["run_id"]) for m in inbox.read()] == [
+        ("reclaim_errors:reclaim_agendas@A", "firing", runs["a1"]),
+        ("reclaim_errors:reclaim_agendas@B", "firing", runs["b2"]),
+        ("reclaim_errors:reclaim_agendas@A", "resolved", runs["a3"]),
+    ]
 
 
 def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aws):

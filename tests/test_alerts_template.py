@@ -71,6 +71,6 @@ def test_the_dead_letter_depth_checks_do_not_alert_a_second_time():
 
 
 def test_reclaim_item_errors_page_from_one_source_the_sensor_and_no_alarm_of_the_template(aws):
-    """The sensor's reclaim_errors incident links its run and resolves by the job's next clean run;
+    """The sensor's reclaim_errors incident links its run and resolves by its table's next clean run;
     the metric stays (reclaim publishes it) with no alarm on it."""
     assert [a["AlarmName"] for a in _alarms(aws).values() if a["MetricName"] == "AgendaReclaimErrors"] == []

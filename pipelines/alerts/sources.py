@@ -15,6 +15,7 @@ from pipelines.alerts.incidents import SUMMARY_CHARS, Signal
 from pipelines.common import first_line
 from pipelines.common.summary import CAPABILITY_TAG, run_counters
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
+from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 PARTITION_TAG = "dagster/partition"
@@ -27,6 +28,8 @@ DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
 DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
 DEMO_MARK = "[demo] "
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
+# a lineage that delayed_run_retries still retries this long after its first run failed alerts all the same
+STILL_FAILING_SECONDS = 3600.0
 # checks that measure what another source alerts on (one source per signal): never a check_failure
 CHECKS_WITH_THEIR_OWN_SOURCE = {"dead_letter_depth": "dead_letters"}
 
@@ -61,10 +64,13 @@ def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tupl
     within which a run carrying one of the tags with its id must exist, those tags), else None. By
     ``delayed_run_retries`` (``run_retry``'s decision, which the sensor reads too), else by Dagster's run
     retries (its ``dagster/will_retry`` tag, else the budget the run's tags and the instance allow;
-    ``instance``: the Dagster instance, read for its ``run_retries_*`` settings only)."""
+    ``instance``: the Dagster instance, read for its ``run_retries_*`` settings and the lineage's runs).
+    A lineage ``delayed_run_retries`` has retried for ``STILL_FAILING_SECONDS`` alerts all the same."""
     if POLICY_TAG in tags:
         decided = run_retry(tags, run_id)
         if decided.wait is not None:
+            if still_failing(run_id, tags, instance):
+                return None  # its alert says that its retries go on (run_failed)
             why = f"delayed_run_retries retries it ({decided.why})"
             return why, decided.wait + RETRY_MARGIN_SECONDS, (RETRY_OF_TAG, DAGSTER_PARENT_TAG)
     if not instance.run_retries_enabled:
@@ -87,6 +93,20 @@ def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tupl
     if done >= budget:
         return None
     return f"Dagster's run retries retry it ({done} of {budget} used)", RETRY_MARGIN_SECONDS, dagster
+
+
+def still_failing(run_id: str, tags: Mapping[str, str], instance: Any) -> bool:
+    """Whether ``run_id`` failed ``STILL_FAILING_SECONDS`` or more after the first run of its lineage did (a
+    first run that is gone: its age is unknown, so yes; one that did not fail, a re-execution's: no)."""
+    root = lineage_root(run_id, tags)
+    if root == run_id:
+        return False
+    first, this = instance.get_run_record_by_id(root), instance.get_run_record_by_id(run_id)
+    if first is None:
+        return True
+    if first.dagster_run.status.value != "FAILURE" or first.end_time is None or this is None:
+        return False
+    return (this.end_time or first.end_time) - first.end_time >= STILL_FAILING_SECONDS
 
 
 # run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
@@ -153,6 +173,8 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
     attempts = attempt_of(run.tags)
     partition = run.tags.get(PARTITION_TAG)
     target = f" partition {partition}" if partition else ""
+    if not note and POLICY_TAG in run.tags and (wait := run_retry(run.tags, run.run_id).wait) is not None:
+        note = f"retries go on (the next in {human(wait)})"  # a lineage still failing (still_failing)
     retries = f" after {attempts} attempts" if attempts > 1 else ""
     return Signal(
         alert_key=f"run_failure:{run.unit}:{cause}",  # a new cause is a new incident
@@ -172,7 +194,7 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
 
 def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
     """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
-    alert_key -> unit); a reclaim run also says whether it had item errors."""
+    alert_key -> unit); a reclaim run also says whether its table had item errors."""
     ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
     attempts = attempt_of(run.tags)
     out = [
@@ -189,13 +211,16 @@ def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
     counters = run_counters(run.tags)
     if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
         errors = counters["errors"]
+        if run.unit != run.job:  # an incident of the whole job, from before they were per table: closed
+            now = f"now one per table, reclaim_errors:{run.job}@<table>: a table still failing opens it at its next run"
+            out.append(Signal(f"reclaim_errors:{run.job}", "reclaim_errors", False, summary=now, action="close"))
         out.append(
             Signal(
-                alert_key=f"reclaim_errors:{run.job}",
+                alert_key=f"reclaim_errors:{run.unit}",  # per table: each has its own schedule
                 kind="reclaim_errors",
                 firing=errors > 0,
                 severity="warning",
-                title=f"{run.job}: items could not be written",
+                title=f"{run.unit}: items could not be written",
                 summary=f"{errors} item error(s) in run {run.run_id}: see its log"
                 if errors
                 else f"run {run.run_id}: no errors",
