@@ -23,7 +23,7 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common.env import SettingsError
-from pipelines.retry import fixed
+from pipelines.retry import exponential, fixed
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
 
@@ -648,3 +648,24 @@ def test_a_sink_not_yet_tried_with_messages_waiting_is_not_known_to_deliver():
     assert book.undeliverable(["list"]) == ["list"]
     book.deliver([ListSink()], NOW, policy=NO_WAIT, max_per_tick=20)
     assert book.undeliverable(["list"]) == []
+
+
+def test_a_resolution_waits_for_its_firing_that_a_sink_refused_however_many_ticks_later():
+    # the sink is down for three ticks (30 s doubling); the check passes again meanwhile
+    book, sink = AlertBook(), ListSink(fail=3)
+    for minute, passed in enumerate([False, False, True, True, True]):
+        _run(book, [_check(passed)], sink, now=NOW + 60 * minute, policy=exponential(30, 2, 900, 8))
+    assert [m["state"] for m in sink.messages] == [FIRING, RESOLVED]
+
+
+def test_a_summary_holds_no_message_whose_incidents_earlier_one_was_refused():
+    book, sink = AlertBook(), ListSink(fail=1)
+    book.enqueue(book.observe(_check(False), NOW), [sink.name])
+    for name in "ab":
+        book.enqueue(book.observe(_failing_ticks(name), NOW), [sink.name])
+    book.enqueue(book.observe(_check(True), NOW + 1), [sink.name])
+    for t in range(2):
+        book.deliver([sink], NOW + 1 + t, policy=NO_WAIT, max_per_tick=3)
+    kinds = [m["kind"] for m in sink.messages]
+    assert kinds == ["tick_failure", "tick_failure", "check_failure", "check_failure"]
+    assert [m["state"] for m in sink.messages if m["kind"] == "check_failure"] == [FIRING, RESOLVED]

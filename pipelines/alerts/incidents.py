@@ -328,26 +328,31 @@ class AlertBook:
             return True
 
         for sink in sinks:
-            box = self.outbox.get(sink.name, [])
-            due = [item for item in box if item["next_try"] <= now]
+            held: set[str] = set()  # incidents with a message waiting (not due, or refused): theirs wait behind it
+            due = []
+            for item in self.outbox.get(sink.name, []):
+                if item["next_try"] > now or item["message"].get("alert_key") in held:
+                    held.add(item["message"].get("alert_key"))
+                else:
+                    due.append(item)
             due, rest = due[:max_per_tick], due[max_per_tick:]
-            refused: set[str] = set()  # incidents whose message was refused: theirs wait behind it
             in_a_row = 0
             for item in due:
                 if out_of_time():
                     rest = []
                     break
-                if item["message"].get("alert_key") in refused:
+                if item["message"].get("alert_key") in held:
                     continue
                 if send(sink, item):
                     in_a_row = 0
                     save()
                     continue
-                refused.add(item["message"].get("alert_key"))
+                held.add(item["message"].get("alert_key"))
                 in_a_row += 1
                 if in_a_row >= 2:
                     rest = []  # the sink is down: the summary waits too
                     break
+            rest = [item for item in rest if item["message"].get("alert_key") not in held]
             if rest and not out_of_time():
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
