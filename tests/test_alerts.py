@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
+from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError, text_of
 from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
     RunEnd,
@@ -136,7 +136,7 @@ def test_at_most_max_per_tick_messages_the_rest_in_one_summary():
     assert done.summarised == 5
     summary = sink.messages[-1]
     assert summary["kind"] == "summary"
-    assert summary["title"] == "5 more alerts this tick"
+    assert summary["title"] == "5 more alerts this tick (5 firing)"
     assert "check_failure:asset_20:c firing" in summary["summary"]
     assert book.outbox["list"] == []
     assert len(book.open_incidents()) == 25
@@ -669,3 +669,30 @@ def test_a_summary_holds_no_message_whose_incidents_earlier_one_was_refused():
     kinds = [m["kind"] for m in sink.messages]
     assert kinds == ["tick_failure", "tick_failure", "check_failure", "check_failure"]
     assert [m["state"] for m in sink.messages if m["kind"] == "check_failure"] == [FIRING, RESOLVED]
+
+
+def _resolved_ticks(sensor: str):
+    return ticks_seen(sensor, "sensor", ["SUCCESS", "FAILURE"], None, threshold=3, ui_url=None)
+
+
+def test_a_summary_of_resolutions_is_a_resolved_info_message():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_failing_ticks(name) for name in "abcde"], sink)
+    _run(book, [_resolved_ticks(name) for name in "abcde"], sink, now=NOW + 60, max_per_tick=2)
+    summary = sink.messages[-1]
+    assert summary["kind"] == "summary"
+    assert summary["state"] == RESOLVED
+    assert summary["severity"] == "info"
+    assert summary["message_id"].endswith("#resolved")
+    assert text_of(summary).startswith("RESOLVED 3 more alerts this tick (3 resolved): tick_failure:c resolved, ")
+
+
+def test_a_mixed_summary_fires_at_the_worst_severity_of_what_fires_and_says_what_it_holds():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_failing_ticks(name) for name in "ab"], sink)  # critical
+    warnings = [check_evaluated(n, "c", False, "WARN", "bad", run_id=None, ui_url=None) for n in ("x", "y")]
+    _run(book, [_resolved_ticks("a"), _resolved_ticks("b"), *warnings], sink, now=NOW + 60, max_per_tick=1)
+    summary = sink.messages[-1]
+    assert summary["state"] == FIRING
+    assert summary["severity"] == "warning"
+    assert summary["title"] == "3 more alerts this tick (2 firing, 1 resolved)"

@@ -17,6 +17,7 @@ from pipelines.retry import STOP, RetryPolicy
 FIRING, RESOLVED = "firing", "resolved"
 CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
 ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
+STATES = (FIRING, ACKNOWLEDGED, CLOSED, RESOLVED)  # a message's states, the most open first
 SEVERITIES = ("critical", "warning", "info")
 # every alert kind, each with its runbook docs/runbooks/<kind>.md (what each means: docs/alerts.md)
 KINDS = (
@@ -369,8 +370,14 @@ class AlertBook:
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
         shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
-        worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
-        return notice("summary", f"{len(rest)} more alerts this tick", shown, now, SEVERITIES[worst])
+        states = [i["message"]["state"] for i in rest]
+        held = ", ".join(f"{states.count(state)} {state}" for state in STATES if state in states)
+        # the most open state it holds; the worst severity of what fires in it (nothing firing: info)
+        state = min(states, key=STATES.index)
+        firing = [i["message"].get("severity") or "info" for i in rest if i["message"]["state"] == FIRING]
+        severity = min(firing, key=SEVERITIES.index, default="info")
+        title = f"{len(rest)} more alerts this tick ({held})"
+        return {**notice("summary", title, shown, now, severity), "state": state}
 
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
