@@ -159,6 +159,24 @@ def test_an_outbox_keeps_at_most_its_limit_and_says_what_it_dropped(monkeypatch)
     ]
 
 
+def test_a_full_outbox_drops_an_incident_that_opened_and_ended_while_waiting_never_its_firing_alone(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 3)
+    book, lines = AlertBook(), []
+    lines += book.enqueue(book.observe(_check(False), NOW), ["down"])
+    lines += book.enqueue(book.observe(_failing_ticks("a"), NOW), ["down"])
+    lines += book.enqueue(book.observe(_check(True), NOW + 60), ["down"])
+    lines += book.enqueue(book.observe(_failing_ticks("b"), NOW + 60), ["down"])
+    kept = [(item["message"]["alert_key"], item["message"]["state"]) for item in book.outbox["down"]]
+    assert kept == [("tick_failure:a", FIRING), ("tick_failure:b", FIRING)]
+    assert lines == [
+        "down has 3 messages waiting: dropped check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#firing, "
+        "check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#resolved, an incident that opened and ended "
+        "while they waited"
+    ]
+
+
 def test_a_reminder_only_when_asked_for():
     book = AlertBook()
     assert book.observe(_check(False), NOW, remind_seconds=None)["state"] == FIRING

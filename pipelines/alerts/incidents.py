@@ -36,7 +36,7 @@ SUMMARY_CHARS = 300
 RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
 HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
-MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: the oldest give way, with one line each tick
+MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: some give way (_giving_way), one line each
 PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list}  # of a saved state
 
 
@@ -282,8 +282,10 @@ class AlertBook:
             if not any(item["id"] == mid for item in box):
                 box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
             while len(box) > MAX_KEPT_PER_SINK:
-                gone = box.pop(0)
-                dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped the oldest, {gone['id']}")
+                gone, why = _giving_way(box)
+                ids = [item["id"] for item in gone]
+                box[:] = [item for item in box if item["id"] not in ids]
+                dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped {why.format(', '.join(ids))}")
         return dropped
 
     def deliver(
@@ -378,6 +380,19 @@ class AlertBook:
         severity = min(firing, key=SEVERITIES.index, default="info")
         title = f"{len(rest)} more alerts this tick ({held})"
         return {**notice("summary", title, shown, now, severity), "state": state}
+
+
+def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """What a full outbox drops, and how to say it: an incident that opened and ended while its messages
+    waited (all of them: its receiver hears nothing of it, never of its end alone), else the oldest."""
+    episodes: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # one opening of an incident: its messages
+    for item in box:
+        episodes.setdefault((item["message"]["alert_key"], item["message"].get("first_seen")), []).append(item)
+    for theirs in episodes.values():
+        first, last = theirs[0]["message"], theirs[-1]["message"]
+        if first["state"] == FIRING and not first.get("reminder") and last["state"] in (RESOLVED, CLOSED):
+            return theirs, "{}, an incident that opened and ended while they waited"
+    return box[:1], "the oldest, {}"
 
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
