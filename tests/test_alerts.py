@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError
+from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError, text_of
 from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
     STILL_FAILING_SECONDS,
@@ -25,7 +25,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common.env import SettingsError
 from pipelines.common.summary import counts_tag
-from pipelines.retry import fixed
+from pipelines.retry import exponential, fixed
 from pipelines.retry.runs import run_retry
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
@@ -139,7 +139,7 @@ def test_at_most_max_per_tick_messages_the_rest_in_one_summary():
     assert done.summarised == 5
     summary = sink.messages[-1]
     assert summary["kind"] == "summary"
-    assert summary["title"] == "5 more alerts this tick"
+    assert summary["title"] == "5 more alerts this tick (5 firing)"
     assert "check_failure:asset_20:c firing" in summary["summary"]
     assert book.outbox["list"] == []
     assert len(book.open_incidents()) == 25
@@ -159,6 +159,24 @@ def test_an_outbox_keeps_at_most_its_limit_and_says_what_it_dropped(monkeypatch)
     ]
     assert lines == [
         "down has 2 messages waiting: dropped the oldest, check_failure:a0:c#2027-01-15T08:00:00.000Z#firing"
+    ]
+
+
+def test_a_full_outbox_drops_an_incident_that_opened_and_ended_while_waiting_never_its_firing_alone(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 3)
+    book, lines = AlertBook(), []
+    lines += book.enqueue(book.observe(_check(False), NOW), ["down"])
+    lines += book.enqueue(book.observe(_failing_ticks("a"), NOW), ["down"])
+    lines += book.enqueue(book.observe(_check(True), NOW + 60), ["down"])
+    lines += book.enqueue(book.observe(_failing_ticks("b"), NOW + 60), ["down"])
+    kept = [(item["message"]["alert_key"], item["message"]["state"]) for item in book.outbox["down"]]
+    assert kept == [("tick_failure:a", FIRING), ("tick_failure:b", FIRING)]
+    assert lines == [
+        "down has 3 messages waiting: dropped check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#firing, "
+        "check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#resolved, an incident that opened and ended "
+        "while they waited"
     ]
 
 
@@ -735,3 +753,51 @@ def test_a_sink_not_yet_tried_with_messages_waiting_is_not_known_to_deliver():
     assert book.undeliverable(["list"]) == ["list"]
     book.deliver([ListSink()], NOW, policy=NO_WAIT, max_per_tick=20)
     assert book.undeliverable(["list"]) == []
+
+
+def test_a_resolution_waits_for_its_firing_that_a_sink_refused_however_many_ticks_later():
+    # the sink is down for three ticks (30 s doubling); the check passes again meanwhile
+    book, sink = AlertBook(), ListSink(fail=3)
+    for minute, passed in enumerate([False, False, True, True, True]):
+        _run(book, [_check(passed)], sink, now=NOW + 60 * minute, policy=exponential(30, 2, 900, 8))
+    assert [m["state"] for m in sink.messages] == [FIRING, RESOLVED]
+
+
+def test_a_summary_holds_no_message_whose_incidents_earlier_one_was_refused():
+    book, sink = AlertBook(), ListSink(fail=1)
+    book.enqueue(book.observe(_check(False), NOW), [sink.name])
+    for name in "ab":
+        book.enqueue(book.observe(_failing_ticks(name), NOW), [sink.name])
+    book.enqueue(book.observe(_check(True), NOW + 1), [sink.name])
+    for t in range(2):
+        book.deliver([sink], NOW + 1 + t, policy=NO_WAIT, max_per_tick=3)
+    kinds = [m["kind"] for m in sink.messages]
+    assert kinds == ["tick_failure", "tick_failure", "check_failure", "check_failure"]
+    assert [m["state"] for m in sink.messages if m["kind"] == "check_failure"] == [FIRING, RESOLVED]
+
+
+def _resolved_ticks(sensor: str):
+    return ticks_seen(sensor, "sensor", ["SUCCESS", "FAILURE"], None, threshold=3, ui_url=None)
+
+
+def test_a_summary_of_resolutions_is_a_resolved_info_message():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_failing_ticks(name) for name in "abcde"], sink)
+    _run(book, [_resolved_ticks(name) for name in "abcde"], sink, now=NOW + 60, max_per_tick=2)
+    summary = sink.messages[-1]
+    assert summary["kind"] == "summary"
+    assert summary["state"] == RESOLVED
+    assert summary["severity"] == "info"
+    assert summary["message_id"].endswith("#resolved")
+    assert text_of(summary).startswith("RESOLVED 3 more alerts this tick (3 resolved): tick_failure:c resolved, ")
+
+
+def test_a_mixed_summary_fires_at_the_worst_severity_of_what_fires_and_says_what_it_holds():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_failing_ticks(name) for name in "ab"], sink)  # critical
+    warnings = [check_evaluated(n, "c", False, "WARN", "bad", run_id=None, ui_url=None) for n in ("x", "y")]
+    _run(book, [_resolved_ticks("a"), _resolved_ticks("b"), *warnings], sink, now=NOW + 60, max_per_tick=1)
+    summary = sink.messages[-1]
+    assert summary["state"] == FIRING
+    assert summary["severity"] == "warning"
+    assert summary["title"] == "3 more alerts this tick (2 firing, 1 resolved)"

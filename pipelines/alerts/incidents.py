@@ -17,6 +17,7 @@ from pipelines.retry import STOP, RetryPolicy
 FIRING, RESOLVED = "firing", "resolved"
 CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
 ACKNOWLEDGED = "acknowledged"  # a message's state only: the incident is still firing
+STATES = (FIRING, ACKNOWLEDGED, CLOSED, RESOLVED)  # a message's states, the most open first
 SEVERITIES = ("critical", "warning", "info")
 # every alert kind, each with its runbook docs/runbooks/<kind>.md (what each means: docs/alerts.md)
 KINDS = (
@@ -35,7 +36,7 @@ SUMMARY_CHARS = 300
 RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
 HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
-MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: the oldest give way, with one line each tick
+MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: some give way (_giving_way), one line each
 PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list}  # of a saved state
 
 
@@ -281,8 +282,10 @@ class AlertBook:
             if not any(item["id"] == mid for item in box):
                 box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
             while len(box) > MAX_KEPT_PER_SINK:
-                gone = box.pop(0)
-                dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped the oldest, {gone['id']}")
+                gone, why = _giving_way(box)
+                ids = [item["id"] for item in gone]
+                box[:] = [item for item in box if item["id"] not in ids]
+                dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped {why.format(', '.join(ids))}")
         return dropped
 
     def deliver(
@@ -328,26 +331,31 @@ class AlertBook:
             return True
 
         for sink in sinks:
-            box = self.outbox.get(sink.name, [])
-            due = [item for item in box if item["next_try"] <= now]
+            held: set[str] = set()  # incidents with a message waiting (not due, or refused): theirs wait behind it
+            due = []
+            for item in self.outbox.get(sink.name, []):
+                if item["next_try"] > now or item["message"].get("alert_key") in held:
+                    held.add(item["message"].get("alert_key"))
+                else:
+                    due.append(item)
             due, rest = due[:max_per_tick], due[max_per_tick:]
-            refused: set[str] = set()  # incidents whose message was refused: theirs wait behind it
             in_a_row = 0
             for item in due:
                 if out_of_time():
                     rest = []
                     break
-                if item["message"].get("alert_key") in refused:
+                if item["message"].get("alert_key") in held:
                     continue
                 if send(sink, item):
                     in_a_row = 0
                     save()
                     continue
-                refused.add(item["message"].get("alert_key"))
+                held.add(item["message"].get("alert_key"))
                 in_a_row += 1
                 if in_a_row >= 2:
                     rest = []  # the sink is down: the summary waits too
                     break
+            rest = [item for item in rest if item["message"].get("alert_key") not in held]
             if rest and not out_of_time():
                 summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
@@ -364,8 +372,27 @@ class AlertBook:
     def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
         shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
-        worst = min((SEVERITIES.index(i["message"].get("severity") or "info") for i in rest), default=2)
-        return notice("summary", f"{len(rest)} more alerts this tick", shown, now, SEVERITIES[worst])
+        states = [i["message"]["state"] for i in rest]
+        held = ", ".join(f"{states.count(state)} {state}" for state in STATES if state in states)
+        # the most open state it holds; the worst severity of what fires in it (nothing firing: info)
+        state = min(states, key=STATES.index)
+        firing = [i["message"].get("severity") or "info" for i in rest if i["message"]["state"] == FIRING]
+        severity = min(firing, key=SEVERITIES.index, default="info")
+        title = f"{len(rest)} more alerts this tick ({held})"
+        return {**notice("summary", title, shown, now, severity), "state": state}
+
+
+def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
+    """What a full outbox drops, and how to say it: an incident that opened and ended while its messages
+    waited (all of them: its receiver hears nothing of it, never of its end alone), else the oldest."""
+    episodes: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # one opening of an incident: its messages
+    for item in box:
+        episodes.setdefault((item["message"]["alert_key"], item["message"].get("first_seen")), []).append(item)
+    for theirs in episodes.values():
+        first, last = theirs[0]["message"], theirs[-1]["message"]
+        if first["state"] == FIRING and not first.get("reminder") and last["state"] in (RESOLVED, CLOSED):
+            return theirs, "{}, an incident that opened and ended while they waited"
+    return box[:1], "the oldest, {}"
 
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
