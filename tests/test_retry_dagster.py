@@ -183,10 +183,13 @@ def test_every_op_asset_and_check_with_an_aws_client_declares_the_retry_policy(d
     import resources.clients
     from infra.demo.definitions import build_local_definitions
     from pipelines.definitions import build_definitions
+    from resources import resources_for
 
     aws = tuple(getattr(resources.clients, name) for name in resources.clients.__all__)  # one per AWS service
     defs = build_local_definitions() if deployment == "make dev" else build_definitions(deployment)
-    clients = {key for key, r in defs.resources.items() if isinstance(r, aws)} - {"cloudwatch"}
+    given = resources_for("local" if deployment == "make dev" else deployment)  # what definitions.py hands Dagster
+    assert set(defs.resources) >= set(given)
+    clients = {key for key, r in given.items() if isinstance(r, aws)} - {"cloudwatch"}
     assert {"dynamodb", "s3", "sqs"} <= clients
     jobs = defs.resolve_all_job_defs()
     assert "__ASSET_JOB" in {job.name for job in jobs}  # every asset and check, also those in no job of ours
