@@ -48,6 +48,20 @@ def test_a_ui_backfill_runs_the_asset_alone_in_process(aws):
     assert pending_ids(aws, "fine") == set()
 
 
+@pytest.mark.slow
+def test_a_run_tagged_with_its_partition_alone_batches_that_receiver_and_day(aws):
+    # `dagster job launch --tags '{"dagster/partition": ...}'` or GraphQL without the dimension tags the UI adds
+    put_receiver(aws, "tagged")
+    put_records(aws, "tagged", [T10 - dt.timedelta(minutes=1)])
+    job = DEFS.resolve_job_def("receiver_batches_job")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["tagged"])
+        job.execute_in_process(
+            tags={"dagster/partition": "2026-11-20|tagged"}, instance=instance, resources=resources_for("local")
+        )
+    assert pending_ids(aws, "tagged") == set()
+
+
 def test_the_checks_run_in_their_own_job():
     job = DEFS.resolve_job_def("batching_checks_job")
     assert {n.name.removeprefix("receiver_records_") for n in job.graph.nodes} == {

@@ -77,7 +77,8 @@ def receiver_batches(
     batching: BatchingSettings,
 ) -> dg.MaterializeResult:
     params = params_from_config(context, ReceiverBatchesParams)
-    keys = context.partition_key.keys_by_dimension
+    # a launch tagged with dagster/partition alone (no dimension tags) gives the key as its text
+    keys = batch_partitions.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
     receiver, day = keys["receiver"], keys["day"]
     settings = params.settings(batching)
     batcher = ReceiverBatcher(
