@@ -267,11 +267,13 @@ def test_every_sensor_and_schedule_tick_is_allowed_by_the_code_servers_policies_
     """Each sensor and schedule of the prod definitions evaluated once over the demo's data (and a
     failed run, so that the alerts sensor publishes), as the code server's role: no call is denied,
     and every call is one of test_iam_static's sensor_calls()."""
+    from infra.demo.definitions import TARGETS_DIR
     from pipelines.alerts import defs as alerts_defs
     from pipelines.definitions import build_definitions
     from resources import resources_for
 
     _seed(aws)
+    monkeypatch.setenv("RECLAIM_TARGETS_FILE", str(TARGETS_DIR / "reclaim.json"))  # the stack's AgendaProgress
     _policy_user(aws, monkeypatch, table, _code_server_policies())
     # the account check is once per process: forget what an earlier test of this worker learnt
     monkeypatch.setattr(alerts_defs, "_ACCOUNTS", {})
@@ -296,7 +298,7 @@ def test_every_sensor_and_schedule_tick_is_allowed_by_the_code_servers_policies_
             ) as context:
                 sensor.evaluate_tick(context)
             evaluated.append(sensor.name)
-    assert {"alerts", "termination_queue_sensor", "pool_audit_schedule"} <= set(evaluated)
+    assert {"alerts", "termination_queue_sensor", "pool_audit_schedule", "reclaim_demo_agendas"} <= set(evaluated)
     assert not denied, "\n".join(denied)
     made = {(svc, op) for svc, op, _ in recorded}
     expected = set(sensor_calls(Stack(load_template())))

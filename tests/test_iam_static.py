@@ -165,7 +165,7 @@ def sensor_calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
     sensors' depths, the alerts sensor's dead-letter depths, heartbeat and publishing. Each is one of
     ``calls()``; ``test_iam_enforced`` evaluates every sensor and schedule and checks that they make
     no call outside this table."""
-    jobs = s.arn("JobsTable")
+    jobs, agenda = s.arn("JobsTable"), s.arn("AgendaProgressTable")
     table = calls(s)
     reads = {
         ("dynamodb", "Query"): [
@@ -179,6 +179,9 @@ def sensor_calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
             s.arn("PoolsTable"),  # the pool audit's look
             jobs,  # the pool audit's look without its index
         ],
+        ("dynamodb", "DescribeTable"): [agenda],  # the reclaim schedules' looks: inspect_table
+        # and the reclaim engine's reads (its look on the scan path, or on the index)
+        ("dynamodb", "getattr"): [agenda, f"{agenda}/index/processingState-updatedTime-index"],
     }
     out = {key: [req for req in table[key] if req.resource in resources] for key, resources in reads.items()}
     assert all(len(out[key]) == len(resources) for key, resources in reads.items()), out

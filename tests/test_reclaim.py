@@ -9,12 +9,14 @@ import dagster as dg
 import pytest
 
 from pipelines.common import to_item
+from pipelines.common.targets import Target
 from pipelines.reclaim.defs import build_defs, execution_for, older_run_on_same_table, schedule_for
-from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
+from pipelines.reclaim.engine import LOOK_READS, SegmentPlan, look, reclaim_pass
 from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
-from pipelines.reclaim.source import TableError, inspect_table, parse_time
+from pipelines.reclaim.source import CONTRACT_INDEX, TableError, inspect_table, parse_time
 from pipelines.reclaim.targets import load_targets
 from pipelines.reclaim.writers import DynamoWriter, OperationProgressWriter
+from resources import resources_for
 from tests.conftest import ATOMIC_DYNAMODB_SERVER, moto_server
 from tests.reclaim_support import (
     DAY_MS,
@@ -372,14 +374,24 @@ def test_a_second_run_on_the_same_table_does_nothing(aws):
     assert not any(v.get("processingStateMessage") == "failed" for v in items_by_id(ddb).values())
 
 
-def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
+def _put(ddb, item_id: str, state: str, age_minutes: float, table: str = PROGRESS_TABLE, **extra) -> None:
+    now = int(time.time() * 1000)
+    ddb.put_item(TableName=table, Item=to_item(agenda(item_id, state, int(age_minutes * 60_000), now=now, **extra)))
+
+
+def _tick(schedule: dg.ScheduleDefinition, instance=None) -> dg.ScheduleExecutionData:
+    with dg.build_schedule_context(instance=instance, resources=resources_for("local")) as context:
+        return schedule.evaluate_tick(context)
+
+
+def test_targets_file_generates_one_schedule_per_table(aws, tmp_path, monkeypatch):
+    _put(aws.client("dynamodb"), "stale", "EXECUTING", 90)
     path = tmp_path / "targets.json"
     path.write_text(json.dumps([{**BASE, "cron": "*/5 * * * *"}, {**BASE, "tableName": "t-two", "cron": "0 * * * *"}]))
     targets = load_targets(path)
     assert [t.name for t in targets] == ["POP_ProgressAgenda_dev", "t_two"]
     schedule = schedule_for(targets[0])
-    with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
-        (request,) = schedule.evaluate_tick(context).run_requests
+    (request,) = _tick(schedule, dg.DagsterInstance.ephemeral()).run_requests
     assert request.run_config == {**BASE}
     assert request.tags["groundskeeper/table"] == PROGRESS_TABLE
     path.write_text(json.dumps([{**BASE, "cron": "*/5 * * * *", "targetBatchSize": 0}]))
@@ -392,7 +404,8 @@ def test_targets_file_generates_one_schedule_per_table(tmp_path, monkeypatch):
         build_definitions("prod")
 
 
-def test_make_dev_reclaims_the_demo_table_every_five_minutes(monkeypatch):
+def test_make_dev_reclaims_the_demo_table_every_five_minutes(aws, monkeypatch):
+    _put(aws.client("dynamodb"), "stale", "EXECUTING", 180)  # over the demo target's 120 minutes
     monkeypatch.delenv("RECLAIM_TARGETS_FILE", raising=False)
     monkeypatch.setenv("GROUNDSKEEPER_DEMO", "busy")  # the targets file's cadence (quiet: test_demo_cadence)
     from infra.demo.definitions import build_local_definitions
@@ -401,11 +414,75 @@ def test_make_dev_reclaims_the_demo_table_every_five_minutes(monkeypatch):
     schedule = defs.resolve_schedule_def("reclaim_demo_agendas")
     assert schedule.cron_schedule == "*/5 * * * *"
     assert schedule.default_status == dg.DefaultScheduleStatus.RUNNING
-    with dg.build_schedule_context(instance=dg.DagsterInstance.ephemeral()) as context:
-        (request,) = schedule.evaluate_tick(context).run_requests
+    (request,) = _tick(schedule, dg.DagsterInstance.ephemeral()).run_requests
     assert request.run_config["reclaimAgeMinutes"] == 120  # younger ones: docs/examples/reclaim_demo.yaml
     assert request.run_config["tableName"] == PROGRESS_TABLE
     assert not build_defs().schedules
+
+
+# ------------------------------------------------------------------ the schedules' look
+
+
+def _looked(**config) -> dg.ScheduleExecutionData:
+    """A tick of the schedule of a target with ``config`` (over BASE: the deployed table, 60 minutes)."""
+    config = {**BASE, **config}
+    return _tick(schedule_for(Target("looked", "*/5 * * * *", config, parse_params(config))))
+
+
+def test_the_schedule_skips_an_empty_table_and_says_why(aws):
+    tick = _looked()
+    assert tick.run_requests == []
+    assert tick.skip_message.startswith(f"{PROGRESS_TABLE}: nothing to reclaim (cutoff 60 min;")
+
+
+def test_the_schedule_launches_the_run_for_one_stale_item(aws):
+    ddb = aws.client("dynamodb")
+    _put(ddb, "stale", "EXECUTING", 90)
+    assert look(ddb, _params()).reason == f"{PROGRESS_TABLE}: an item to reclaim (query {CONTRACT_INDEX} EXECUTING)"
+    (request,) = _looked().run_requests
+    assert request.run_config == BASE
+
+
+def test_the_schedule_skips_an_item_not_yet_stale_and_items_the_run_leaves_alone(aws):
+    ddb = aws.client("dynamodb")
+    _put(ddb, "young", "EXECUTING", 30)
+    _put(ddb, "queued", "WAITING", 90, message="pending")
+    _put(ddb, "done", "COMPLETE", 90, message="failed")
+    tick = _looked()
+    assert tick.run_requests == []
+    assert "nothing to reclaim" in tick.skip_message
+
+
+def test_the_schedule_takes_the_threshold_and_statuses_from_its_target(aws):
+    ddb = aws.client("dynamodb")
+    _put(ddb, "young", "EXECUTING", 30)
+    _put(ddb, "queued", "WAITING", 90, message="pending")
+    assert _looked(reclaimAgeMinutes=60).run_requests == []
+    assert len(_looked(reclaimAgeMinutes=20).run_requests) == 1
+    assert len(_looked(reclaimAgeMinutes=60, includeWaiting=True).run_requests) == 1
+
+
+def test_on_the_scan_path_the_schedule_skips_a_table_it_reads_to_the_end(aws):
+    ddb = aws.client("dynamodb")
+    create_plain_table(ddb, "plain-agendas")
+    _put(ddb, "young", "EXECUTING", 30, table="plain-agendas")
+    tick = _looked(tableName="plain-agendas")
+    assert tick.run_requests == []
+    assert "scan segment 1/1: 1 read(s)" in tick.skip_message
+    _put(ddb, "stale", "EXECUTING", 90, table="plain-agendas")
+    assert len(_looked(tableName="plain-agendas", segments=4).run_requests) == 1
+
+
+def test_on_the_scan_path_the_schedule_runs_when_the_table_is_longer_than_the_look_reads(aws):
+    ddb = aws.client("dynamodb")
+    create_plain_table(ddb, "long-agendas")
+    for n in range(LOOK_READS + 1):
+        _put(ddb, f"young-{n}", "EXECUTING", 30, table="long-agendas")
+    assert _looked(tableName="long-agendas", objectScanLimit=LOOK_READS + 1).run_requests == []
+    said = look(ddb, _params(tableName="long-agendas", objectScanLimit=1)).reason
+    assert said == f"long-agendas: scan segment 1/1 not read to its end in {LOOK_READS} page(s): the run reads on"
+    (request,) = _looked(tableName="long-agendas", objectScanLimit=1).run_requests
+    assert request.run_config["tableName"] == "long-agendas"
 
 
 @pytest.mark.parametrize(

@@ -19,7 +19,7 @@ from pipelines.common.defs.schedules import schedule
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.http import location
 from pipelines.common.targets import Target
-from pipelines.reclaim.engine import Counts, KeyValueCursor, SegmentPlan, reclaim_pass
+from pipelines.reclaim.engine import LOOK_READS, Counts, KeyValueCursor, SegmentPlan, look, reclaim_pass
 from pipelines.reclaim.http import EndpointError, endpoint_url, make_writer
 from pipelines.reclaim.params import ParamsError, ReclaimParams, check_max_runtime
 from pipelines.reclaim.source import TableError, inspect_table
@@ -240,8 +240,11 @@ def schedule_for(
         cron_schedule=target.cron,
         run_config=target.config,
         tags={TABLE_TAG: table, "groundskeeper/capability": "reclaim"},
+        look=lambda context: look(context.resources.dynamodb.get_client(), target.params),
+        required_resource_keys={"dynamodb"},
         crons=crons,
-        description=f"Reclaim stale agendas of {table} ({target.cron}).",
+        description=f"Reclaim stale agendas of {table} ({target.cron}). Looks first (the run's own reads, at most "
+        f"{LOOK_READS} pages) and runs when an item is to reclaim, or when the reads go on past that.",
     )
 
 

@@ -7,17 +7,19 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pipelines.common import now_ms
+from pipelines.common.looks import Look
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
 from pipelines.reclaim.http import HttpWriter
 from pipelines.reclaim.params import ReclaimParams, policy_from_params
-from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, to_candidate
+from pipelines.reclaim.source import Candidate, Skip, TableInfo, build_requests, inspect_table, to_candidate
 from pipelines.reclaim.writers import DONE, DynamoWriter, ItemError, OperationProgressWriter
 
 PROGRESS_EVERY_SECONDS = 10.0
+LOOK_READS = 5  # the most Query/Scan pages a schedule's look reads (after one DescribeTable)
 
 # decision kind -> the counter a successful write adds to
 DONE_COUNTER = {FAIL: "reclaimed", RETRY: "retried", HOLD: "held", QUEUE: "queued", CLOSE: "exhausted"}
@@ -182,3 +184,31 @@ def reclaim_pass(
 def _progress(counts: Counts) -> str:
     told = ("scanned", "matched", "reclaimed", "retried", "held", "queued", "raced", "skipped")
     return f"{counts.pages} page(s), " + ", ".join(f"{name} {getattr(counts, name)}" for name in told)
+
+
+def look(dynamodb, params: ReclaimParams) -> Look:
+    """The reclaim schedules' look: the run's own reads (:func:`build_requests`, the whole table on the scan
+    path) and its own check (:func:`to_candidate`), at most :data:`LOOK_READS` pages. Due at the first item
+    the run would act on, idle when every read reached its end without one, due when the pages ran out first."""
+    params = replace(params, segments=1)
+    info, now, reads = inspect_table(dynamodb, params), now_ms(), 0
+    requests = build_requests(info, params, now)
+    for label, operation, request in requests:
+        start_key = None
+        while True:
+            if reads == LOOK_READS:
+                return Look.work(
+                    f"{params.tableName}: {label} not read to its end in {reads} page(s): the run reads on"
+                )
+            page = getattr(dynamodb, operation)(
+                **({**request, "ExclusiveStartKey": start_key} if start_key else request)
+            )
+            reads += 1
+            if any(isinstance(to_candidate(item, info, params, now), Candidate) for item in page.get("Items", [])):
+                return Look.work(f"{params.tableName}: an item to reclaim ({label})")
+            if not (start_key := page.get("LastEvaluatedKey")):
+                break
+    said = ", ".join(label for label, _, _ in requests)
+    return Look.idle(
+        f"{params.tableName}: nothing to reclaim (cutoff {params.reclaimAgeMinutes} min; {said}: {reads} read(s))"
+    )
