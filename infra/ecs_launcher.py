@@ -20,7 +20,7 @@ starts a run only if each of its ``ecs/`` tags is in ``allowed_run_tags`` (defau
 tags), with a well-formed value; any other ``ecs/`` tag (a tag dagster-aws may read in a later
 version included) fails the run with one line before any ECS call. ``ecs/task_arn`` and
 ``ecs/cluster`` are the launcher's own record of the task it started (a re-executed run inherits its
-parent's): they are replaced at launch and never refused.
+parent's): they are blanked before RunTask, set to the new task once it runs, and never refused.
 
 What the launcher reads besides run tags comes from the deployment, not from whoever launches a run:
 its own config (infra/dagster.ecs.yaml) and the code location's ``container_context`` (the code
@@ -109,8 +109,14 @@ class RestrictedEcsRunLauncher(EcsRunLauncher):
         return True
 
     def launch_run(self, context) -> None:
-        if not self._refused(context.dagster_run):
-            super().launch_run(context)
+        run = context.dagster_run
+        if self._refused(run):
+            return
+        # Inherited from a parent or set at launch, they name some other task until RunTask returns: a
+        # termination or health check in between would act on it. Blank, they name none.
+        if named := {key: "" for key in LAUNCHER_TAGS if run.tags.get(key)}:
+            self._instance.add_run_tags(run.run_id, named)
+        super().launch_run(context)
 
     def resume_run(self, context) -> None:
         if not self._refused(context.dagster_run):

@@ -352,6 +352,32 @@ def test_an_allowed_sizing_tag_launches_the_run_with_that_size(aws, ecs_stack, e
     assert run.tags["ecs/task_arn"] != "inherited"  # the launcher's own record of the task it started
 
 
+def test_a_run_launched_with_another_tasks_arn_cannot_stop_that_task_before_its_own_starts(aws, ecs_instance):
+    """``ecs/task_arn`` and ``ecs/cluster`` are the launcher's record of the run's task: a launch that sets
+    them (or a re-execution that inherits them) must not let a termination reach the task they name in
+    the moment before RunTask returns. The termination is made at that moment (RunTask about to be sent)."""
+    from dagster._core.test_utils import create_run_for_test
+
+    launcher, ecs = ecs_instance.run_launcher, aws.client("ecs")
+    cluster = launcher.run_task_kwargs["cluster"]
+    other = ecs.run_task(**launcher.run_task_kwargs, taskDefinition=launcher.task_definition)
+    other_arn = other["tasks"][0]["taskArn"]
+    run = create_run_for_test(
+        ecs_instance,
+        job_name="pool_audit_job",
+        job_code_origin=_run_origin("pool_audit_job"),
+        tags={"ecs/task_arn": other_arn, "ecs/cluster": cluster},
+    )
+    stopped: list[bool] = []
+    launcher.ecs.meta.events.register(
+        "provide-client-params.ecs.RunTask", lambda **_: stopped.append(launcher.terminate(run.run_id))
+    )
+    ecs_instance.launch_run(run.run_id, workspace=None)
+    assert stopped == [False]
+    (task,) = ecs.describe_tasks(cluster=cluster, tasks=[other_arn])["tasks"]
+    assert task["lastStatus"] != "STOPPED"
+
+
 def test_the_allowlist_is_the_deployments_and_replaces_the_default():
     from infra.ecs_launcher import SIZING_TAGS, RestrictedEcsRunLauncher, refusal
 
