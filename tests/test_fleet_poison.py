@@ -205,3 +205,34 @@ def test_the_reason_survives_a_poison_message_that_already_carries_ten_attribute
         else:
             assert value["StringValue"] == originals[name]["StringValue"]
     assert fs.depth(aws, TQ) == 0
+
+
+@pytest.mark.slow
+def test_a_time_with_no_utc_value_is_dead_lettered_and_the_good_messages_of_its_round_are_applied(aws):
+    jobs = fs.start_jobs(aws, 3)
+    poison_job, good = jobs[0], jobs[1:]
+    poison = fs.termination_body(poison_job, started_at="0001-01-01T00:00:00+05:00")  # ISO, before year 1 in UTC
+    fs.send(aws, [poison] + [fs.termination_body(j) for j in good])
+    result = fs.drain(aws)
+    reason = _one_poison_dead_lettered(aws, result, good, poison_job)
+    assert "started_at is out of range in UTC" in reason
+
+
+@pytest.mark.slow
+def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws):
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    bad = {"task_type": "stale_ssm", "timestamp": "0001-01-01T00:00:00+01:00"}
+    fs.send(aws, [json.dumps(bad), json.dumps({"task_type": "stale_ssm"})], queue_env=HQ)
+    result = queue_drain(
+        HousekeepingHandler,
+        fs.context(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env[HQ],
+        dlq_url=aws.env[HDLQ],
+        run_id="out-of-range",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
+    assert result.counts["tasks_run"] == 1
+    assert fs.runner_parameters(aws) == set()
+    ((reason, _),) = _dead_letters(aws, HDLQ)
+    assert "timestamp is out of range in UTC" in reason

@@ -135,7 +135,10 @@ def parse_time(value: Any, name: str) -> dt.datetime:
         raise InvalidMessage(f"{name} is not ISO-8601: {value[:40]!r}") from None
     if moment.tzinfo is None:
         raise InvalidMessage(f"{name} has no time zone: {value[:40]!r}")
-    return moment.astimezone(dt.UTC)
+    try:
+        return moment.astimezone(dt.UTC)
+    except OverflowError:  # 0001-01-01T00:00+05:00 has no UTC time
+        raise InvalidMessage(f"{name} is out of range in UTC: {value[:40]!r}") from None
 
 
 def _only_known(names: Any, known: set[str], what: str = "field(s)") -> None:
