@@ -550,3 +550,37 @@ def test_a_range_error_fails_the_run_with_one_line_not_a_config_mapping_tracebac
     description = failure.step_failure_data.user_failure_data.description
     assert description == "invalid run config: targetBatchSize must be at least 1, got 0"
     assert failure.step_failure_data.error.message.strip().splitlines()[-1].endswith(description)
+
+
+DEEP = "[" * 50000 + "]" * 50000  # JSON nested deeper than the parser goes (100 KB: an item holds 400)
+
+
+def _one_bad_among_stale(aws, bad: dict, action: str = "fail") -> tuple[dict, dict]:
+    ddb = aws.client("dynamodb")
+    create_plain_table(ddb, "plain-agendas")
+    now = int(time.time() * 1000)
+    rows = [agenda(f"good-{n}", "EXECUTING", 2 * DAY_MS, now=now) for n in range(3)]
+    rows.insert(1, {**agenda("bad", "EXECUTING", 2 * DAY_MS, now=now), **bad})
+    for row in rows:
+        ddb.put_item(TableName="plain-agendas", Item=to_item(row))
+    config = {"tableName": "plain-agendas", "idFieldName": "id", "timeFieldName": "updatedTime"}
+    return ddb, parse_params({**config, "reclaimAgeMinutes": 60, "reclaimAction": action})
+
+
+@pytest.mark.parametrize(
+    ("bad", "action", "counter"),
+    [({"diagnosticEvents": DEEP}, "fail", "reclaimed"), ({"agendaInsight": DEEP}, "retry", "retried")],
+)
+def test_an_item_with_json_nested_too_deep_for_the_parser_does_not_stop_the_pass(aws, bad, action, counter):
+    ddb, params = _one_bad_among_stale(aws, bad, action)
+    info = inspect_table(ddb, params)
+    writer = DynamoWriter(ddb, params, ready_table=aws.env["AGENDA_READY_TABLE"])  # a retry writes its agenda
+    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, info), writer)
+    assert getattr(counts, counter) == 4
+
+
+def test_a_dry_run_over_a_time_beyond_any_calendar_says_its_number(aws):
+    ddb, params = _one_bad_among_stale(aws, {"updatedTime": -(10**37)})
+    info = inspect_table(ddb, params)
+    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, info), None)
+    assert counts.matched == 4

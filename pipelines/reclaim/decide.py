@@ -34,7 +34,10 @@ class Decision:
 
     def describe(self, c: Candidate) -> str:
         if self.kind == FAIL:
-            seen = dt.datetime.fromtimestamp(c.time_ms / 1000, dt.UTC).isoformat(timespec="seconds")
+            try:
+                seen = dt.datetime.fromtimestamp(c.time_ms / 1000, dt.UTC).isoformat(timespec="seconds")
+            except (OverflowError, ValueError, OSError):  # beyond any calendar: its number
+                seen = f"{c.time_ms} ms"
             return f"fail {c.id} ({c.state} since {seen}; {self.reason})"
         if self.kind == RETRY:
             return f"retry {c.id} now: retry attempt {self.attempt} ({self.reason})"

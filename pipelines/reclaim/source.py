@@ -228,7 +228,7 @@ def parse_events(events: Any) -> list:
     if isinstance(events, str):
         try:
             events = json.loads(events)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
             return [{"message": "unparseable diagnosticEvents kept as text", "payload": events[:2000]}]
     return events if isinstance(events, list) else [events]
 
@@ -246,7 +246,7 @@ def _agenda(item: dict[str, Any]) -> dict[str, Any]:
         insight = json.loads(item.get("agendaInsight", {}).get("S", "{}"))
         if isinstance(insight, dict) and insight.get("insightId") is not None:
             out["insightId"] = str(insight["insightId"])
-    except ValueError:
+    except (ValueError, RecursionError):
         pass
     out["addedTime"] = _int(item.get("addedTime"), 0)
     return out

@@ -369,7 +369,7 @@ class OperationProgressWriter:
             for item in page.get("Items", []):
                 try:
                     events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]"))
-                except ValueError:
+                except (ValueError, RecursionError):
                     events = []
                 events = (events if isinstance(events, list) else [events]) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
