@@ -533,3 +533,28 @@ def test_a_refused_row_costs_that_row_only(conn, overflow_world):
     counts, log = _collect(conn, ns)
     assert (counts.found, counts.errored, counts.failed) == (2, 1, 1), log.text()
     assert _one(conn, t, "SELECT status FROM {tasks} WHERE task_id = {}", later) == ("error",)
+
+
+@pytest.fixture
+def infinite_world(conn):
+    """Three zombies and a running row whose running_time is '-infinity' (a legal timestamptz)."""
+    ns = unique_namespace("infinite")
+    tables = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        for name in ("p-zombie-0", "p-zombie-1", "p-zombie-2", "p-odd"):
+            engine.start_process(cur, tables, name, age_seconds=200, task_type="call")
+        cur.execute(tables.sql("UPDATE {running} SET running_time = '-infinity' WHERE process_id = 'p-odd'"))
+    return ns, tables
+
+
+def test_a_running_row_started_at_minus_infinity_is_collected_with_the_others(conn, infinite_world):
+    ns, tables = infinite_world
+    counts, _ = _collect(conn, ns)
+    assert counts.found == 4
+    assert _rows(conn, tables, "SELECT process_id FROM {running}") == []
+
+
+def test_the_health_figures_pass_over_a_running_row_started_at_minus_infinity(conn, infinite_world):
+    ns, _ = infinite_world
+    health = measure(conn, collect_params({"namespace": ns}))
+    assert health.zombies == 4

@@ -175,7 +175,9 @@ class Threshold:
     @property
     def age(self) -> sql.Composable:
         """Seconds since the task started, read the youngest way."""
-        return sql.SQL("extract(epoch FROM {} - {})::float8").format(self._now(), self.clock.started(_RUNNING_TIME))
+        # epochs, not an interval: an infinite running_time (a legal timestamptz) is an infinite age, not an error
+        started = self.clock.started(_RUNNING_TIME)
+        return sql.SQL("(extract(epoch FROM {}) - extract(epoch FROM {}))::float8").format(self._now(), started)
 
     @property
     def older(self) -> sql.Composable:

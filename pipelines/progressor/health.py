@@ -51,7 +51,7 @@ def measure(conn, params: CollectParams) -> Health:
 
         [(health.zombies, health.running, health.oldest_running_seconds, health.oldest_running)] = rows(
             "SELECT count(*) FILTER (WHERE {older}), count(*), "
-            "coalesce(max(extract(epoch FROM now() - running_time)), 0)::float8, "
+            "coalesce(max(extract(epoch FROM now() - running_time)) FILTER (WHERE isfinite(running_time)), 0)::float8, "
             "coalesce((SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
             "ORDER BY running_time LIMIT 1), '') FROM {running} r",
             older=threshold.older,
@@ -72,7 +72,7 @@ def measure(conn, params: CollectParams) -> Health:
         for task_type, bucket, count, max_ms in rows(
             "SELECT task_type::text, " + _BUCKET_CASE + " AS bucket, count(*), max(d) FROM ("
             "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
-            "  WHERE status = 'finished' AND running_time IS NOT NULL "
+            "  WHERE status = 'finished' AND isfinite(running_time) AND isfinite(finished_time) "
             "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"
         ):
             health.durations.setdefault(task_type, [0] * len(BUCKET_LABELS))[bucket] = count
