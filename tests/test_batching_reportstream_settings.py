@@ -346,3 +346,26 @@ def test_the_cli_imports_and_shows_a_dry_run(aws, tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "rs-forms.puerto-rico: add -> would" in result.stdout + result.stderr
     assert _items(aws) == {}
+
+
+ALIAS_CHAIN = """
+- name: org-a
+  receivers:
+    - name: good
+      customerStatus: active
+      timing: {numberPerDay: 1, initialTime: "09:00", timeZone: EASTERN, maxReportCount: 100}
+- name: org-b
+  x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]
+"""
+ALIAS_CHAIN += "".join(f"  x{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]\n" for n in range(1, 10))
+ALIAS_CHAIN += "  receivers:\n    - *a9\n"  # 10^10 strings once expanded, in under 1 KiB
+
+
+def test_a_receiver_that_is_a_yaml_alias_chain_is_one_short_line_and_the_others_are_read(tmp_path):
+    path = tmp_path / "organizations.yml"
+    path.write_text(ALIAS_CHAIN)
+    sources, _ = read_sources(str(path), None)
+    entries, _, _ = entries_of(sources)
+    problems = {entry.receiver: entry.problem for entry in entries}
+    assert problems["org-a.good"] is None
+    assert len(problems["org-b.?"]) < 120

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,12 +143,21 @@ def _timing_as_written(timing: dict[str, Any], notes: list[str]) -> dict[str, An
     return out
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
+
+
+def _shown(value: Any) -> str:
+    """``repr(value)`` cut to 80 characters, built no deeper than that (a YAML alias chain is not expanded)."""
+    return _SHOWN.repr(value)[:80]
+
+
 def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     """The receiver item for one receiver of ReportStream's settings, or its problem."""
     if not isinstance(receiver, dict):
-        return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {receiver!r:.80}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {_shown(receiver)}")
     if not isinstance(receiver.get("name"), str) or not receiver["name"]:
-        return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {receiver!r:.80}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {_shown(receiver)}")
     name, timing = f"{organization}.{receiver['name']}", receiver.get("timing")
     entry = Entry(name, source)
     if not RECEIVER_NAME.match(name):
@@ -155,7 +165,7 @@ def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     elif timing is None:
         entry.problem = "no timing block: ReportStream does not batch this receiver"
     elif not isinstance(timing, dict):
-        entry.problem = f"timing must be a map, got {timing!r:.80}"
+        entry.problem = f"timing must be a map, got {_shown(timing)}"
     else:
         item = {
             "receiver": name,
@@ -198,7 +208,7 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
                 continue
             receivers = org.get("receivers") or []
             if not isinstance(receivers, list):
-                problems.append(f"{source}: organization {name!r:.80}: receivers must be a list")
+                problems.append(f"{source}: organization {_shown(name)}: receivers must be a list")
                 continue
             organizations.add(name)
             entries.extend(entry_for(name, r, source) for r in receivers)
