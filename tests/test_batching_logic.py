@@ -28,6 +28,7 @@ from tests.batching_helpers import (
     set_enabled,
     settings,
 )
+from tests.conftest import PATIENCE
 
 UTC = dt.UTC
 DAY = "2026-11-20"
@@ -483,3 +484,60 @@ def test_the_conflict_policy_waits_as_before():
     waits = [store.CONFLICT_POLICY.delay(n) for n in range(1, 8)]
     assert waits == pytest.approx([0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35])
     assert store.CONFLICT_POLICY.delay(8) is STOP
+
+
+def test_a_record_lock_that_landed_although_its_call_failed_is_taken_again_and_batched(aws):
+    """A TransactWriteItems that commits but whose answer is lost (a timeout after the server acted) is
+    retried as a new call: the records it locked are this batch's, not someone else's."""
+    from botocore.exceptions import ReadTimeoutError
+
+    put_receiver(aws, "acme", max_batch_size=3, number_per_day=1, initial_time="10:00")
+    ids = put_records(aws, "acme", [T10 - dt.timedelta(minutes=i + 1) for i in range(6)])
+    ddb = boto3.client("dynamodb", endpoint_url=aws.endpoint, region_name="us-east-1")
+    sent: list[dict] = []  # each TransactWriteItems request (after-call does not see it)
+    locks: list[bool] = []
+    ddb.meta.events.register("before-call.dynamodb.TransactWriteItems", lambda params, **_: sent.append(params))
+
+    def answer_lost(**_):
+        if "SET batch_id" in str(sent[-1].get("body")):
+            locks.append(True)
+            if len(locks) == 1:  # the first lock: committed, then its answer is lost
+                raise ReadTimeoutError(endpoint_url="dynamodb (committed, answer lost)")
+
+    ddb.meta.events.register("after-call.dynamodb.TransactWriteItems", answer_lost)
+    batcher(aws, dynamodb=ddb).run("acme", "2026-11-20", now=T10)
+    written = sorted(line["record_id"] for lines in outbox(aws, "acme").values() for line in lines)
+    assert written == sorted(ids)
+
+
+def test_a_run_whose_lease_lapsed_before_its_empty_file_leaves_the_new_owners_file_as_it_is(aws):
+    """Run A finds nothing pending for a receiver that sends empty files and is held just before its
+    PutObject; its lease lapses; a late record arrives and run B batches it into the same file name; A
+    then goes on: the file keeps B's record."""
+    put_receiver(aws, "quiet", send_if_empty_batch=True, number_per_day=1, initial_time="10:00")
+    s3_of_a = boto3.client("s3", endpoint_url=aws.endpoint, region_name="us-east-1")
+    at_put, go = threading.Event(), threading.Event()
+
+    def hold(params, **_):
+        if params.get("Key", "").startswith("batches/quiet/"):
+            at_put.set()
+            go.wait(PATIENCE)
+
+    s3_of_a.meta.events.register("provide-client-params.s3.PutObject", hold)
+    a = threading.Thread(target=lambda: batcher(aws, s3=s3_of_a).run("quiet", DAY, now=T10))
+    a.start()
+    try:
+        assert at_put.wait(PATIENCE)
+        aws.client("dynamodb").update_item(  # what a lapsed lease looks like
+            TableName=aws.env["RECEIVERS_TABLE"],
+            Key={"receiver": {"S": "quiet"}},
+            UpdateExpression="SET batch_lease_until = :past",
+            ExpressionAttributeValues={":past": {"N": "0"}},
+        )
+        ids = put_records(aws, "quiet", [T10 - dt.timedelta(minutes=1)])
+        batcher(aws).run("quiet", DAY, now=T10)
+    finally:
+        go.set()
+        a.join()
+    written = [line["record_id"] for lines in outbox(aws, "quiet").values() for line in lines]
+    assert written == ids

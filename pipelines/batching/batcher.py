@@ -326,8 +326,10 @@ class ReceiverBatcher:
             if not self._still_enabled(cfg, report):
                 return None
             key = store.file_key(cfg.receiver, moment, 1)
-            if not report.dry_run:
-                store.put_file(self.s3, s.outbox_bucket, key, [])
+            # only where no file is: a run whose lease lapsed while it got here must not empty another's
+            if not report.dry_run and not store.put_file(self.s3, s.outbox_bucket, key, [], new_only=True):
+                self.log(f"{cfg.receiver} {written.batch_time}: {key} was written by another run meanwhile; kept")
+                return None
             written.files.append(FileWritten(key=key, records=0))
         if not report.dry_run:
             entry = {

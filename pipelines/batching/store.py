@@ -8,6 +8,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from pipelines.batching.schedule import format_batch_time, parse_batch_time
 from pipelines.common import from_item
 from pipelines.common.aws_batches import (
@@ -216,8 +218,9 @@ def _update_in_groups(
 def lock_records(
     dynamodb, records_table: str, receivers_table: str, receiver: str, owner: str, record_ids: list[str], batch: str
 ) -> list[str]:
-    """Set ``batch_id = batch`` on each record still pending with no ``batch_id``; returns the ids taken
-    (records someone else took, or that stopped being pending, are left out, never overwritten)."""
+    """Set ``batch_id = batch`` on each record still pending with no ``batch_id`` (or this one: a lock that
+    landed although its call failed is taken again on retry); returns the ids taken (records someone else
+    took, or that stopped being pending, are left out, never overwritten)."""
     fence = {
         "ConditionCheck": {
             "TableName": receivers_table,
@@ -231,7 +234,7 @@ def lock_records(
         records_table,
         record_ids,
         "SET batch_id = :b",
-        "next_action = :n AND attribute_not_exists(batch_id)",
+        "next_action = :n AND (attribute_not_exists(batch_id) OR batch_id = :b)",
         {":b": {"S": batch}, ":n": {"S": BATCH_ACTION}},
         fence,
     )
@@ -264,9 +267,22 @@ def record_line(record: dict[str, Any], batch: str) -> str:
     return json.dumps(line, separators=(",", ":"), sort_keys=True)
 
 
-def put_file(s3, bucket: str, key: str, lines: list[str]) -> None:
+def put_file(s3, bucket: str, key: str, lines: list[str], *, new_only: bool = False) -> bool:
+    """Write the file; ``new_only``: only if no object has ``key`` yet (False when one has)."""
     body = ("\n".join(lines) + "\n") if lines else ""
-    s3.put_object(Bucket=bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson")
+    try:
+        s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=body.encode(),
+            ContentType="application/x-ndjson",
+            **({"IfNoneMatch": "*"} if new_only else {}),
+        )
+    except ClientError as exc:
+        if new_only and exc.response.get("Error", {}).get("Code") == "PreconditionFailed":
+            return False
+        raise
+    return True
 
 
 def list_keys(s3, bucket: str, prefix: str, start_after: str | None = None, stop_after: str | None = None):
