@@ -13,6 +13,7 @@ from pipelines.fleet.housekeeping import Housekeeping, HousekeepingHandler
 from pipelines.fleet.messages import InvalidMessage
 from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
 from tests import fleet_support as fs
+from tests.conftest import PATIENCE
 
 # The dispatcher: runs-fleet's tasks and the pool audit's.
 HOUSEKEEPING = Housekeeping()
@@ -268,3 +269,40 @@ def test_a_message_cannot_move_the_clock_forward_to_terminate_instances(aws):
         assert state == "running"
         assert SUSPECT_TAG not in tags
     assert _run(aws, "orphaned_instances", now=FUTURE, dryRun=True)["would_terminate"] == 0  # suspected only
+
+
+def test_an_instance_two_passes_terminate_at_once_is_counted_once(aws, monkeypatch):
+    """Pass A (a drain run's) is held just before its TerminateInstances while pass B (the schedule's)
+    terminates the same instance: A's call returns it as already terminated, and A does not count it."""
+    import dataclasses
+    import threading
+
+    import boto3
+
+    [job] = fs.start_jobs(aws, 1)
+    done = {**job, "status": "completed"}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(done))
+    _move_clock(monkeypatch, hours=7)
+    assert _run(aws, "orphaned_instances")["suspected"] == 1
+    _move_clock(monkeypatch, hours=7, minutes=5)
+    ec2_of_a = boto3.client("ec2", endpoint_url=aws.endpoint, region_name="us-east-1")
+    at_call, go = threading.Event(), threading.Event()
+
+    def hold(**_) -> None:  # returns None: botocore takes a returned value as the call's parameters
+        at_call.set()
+        go.wait(PATIENCE)
+
+    ec2_of_a.meta.events.register("provide-client-params.ec2.TerminateInstances", hold)
+    counted: dict[str, int] = {}
+    request = HOUSEKEEPING.parse({"task_type": "orphaned_instances", "params": {}})
+    context_of_a = dataclasses.replace(_ctx(aws), ec2=ec2_of_a)
+    a = threading.Thread(target=lambda: counted.update(a=HOUSEKEEPING.run(context_of_a, request).summary["terminated"]))
+    a.start()
+    try:
+        assert at_call.wait(PATIENCE)
+        counted["b"] = _run(aws, "orphaned_instances")["terminated"]
+    finally:
+        go.set()
+        a.join()
+    assert counted == {"a": 0, "b": 1}
+    assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 1

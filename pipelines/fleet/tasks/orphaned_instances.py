@@ -143,7 +143,11 @@ def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: Orph
             response = aws_call(
                 lambda part=part: ctx.ec2.terminate_instances(InstanceIds=list(part)), what="TerminateInstances"
             )
-            terminated += [i["InstanceId"] for i in response.get("TerminatingInstances", [])]
+            terminated += [  # not those a concurrent pass had terminated already
+                i["InstanceId"]
+                for i in response.get("TerminatingInstances", [])
+                if i.get("PreviousState", {}).get("Name") not in ("shutting-down", "terminated")
+            ]
         publish_count(ctx.cloudwatch, ctx.namespace, "OrphanedInstancesTerminated", len(terminated))
     return {
         "managed_instances": len(plan.instances),
