@@ -306,3 +306,14 @@ def test_an_instance_two_passes_terminate_at_once_is_counted_once(aws, monkeypat
         a.join()
     assert counted == {"a": 0, "b": 1}
     assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 1
+
+
+@pytest.mark.slow
+def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws):
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    bad = {"task_type": "stale_ssm", "timestamp": "0001-01-01T00:00:00+01:00"}  # ISO, before year 1 in UTC
+    result = _drain_housekeeping(aws, [json.dumps(bad), json.dumps({"task_type": "stale_ssm"})])
+    assert result.counts["tasks_run"] == 1
+    assert fs.runner_parameters(aws) == set()
+    ((message,),) = [fs.read_all(aws, HDLQ)]
+    assert "timestamp is out of range in UTC" in message["MessageAttributes"]["groundskeeper-reason"]["StringValue"]

@@ -216,23 +216,3 @@ def test_a_time_with_no_utc_value_is_dead_lettered_and_the_good_messages_of_its_
     result = fs.drain(aws)
     reason = _one_poison_dead_lettered(aws, result, good, poison_job)
     assert "started_at is out of range in UTC" in reason
-
-
-@pytest.mark.slow
-def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws):
-    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
-    bad = {"task_type": "stale_ssm", "timestamp": "0001-01-01T00:00:00+01:00"}
-    fs.send(aws, [json.dumps(bad), json.dumps({"task_type": "stale_ssm"})], queue_env=HQ)
-    result = queue_drain(
-        HousekeepingHandler,
-        fs.context(aws),
-        sqs=aws.client("sqs"),
-        queue_url=aws.env[HQ],
-        dlq_url=aws.env[HDLQ],
-        run_id="out-of-range",
-        limits=DrainLimits(concurrency=1, wait_seconds=0),
-    ).run()
-    assert result.counts["tasks_run"] == 1
-    assert fs.runner_parameters(aws) == set()
-    ((reason, _),) = _dead_letters(aws, HDLQ)
-    assert "timestamp is out of range in UTC" in reason
