@@ -67,23 +67,19 @@ def invalid_receivers(items: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {str(item.get("receiver")): errors for item in items if (errors := schedule.receiver_errors(item))}
 
 
-def pending_by_receiver(dynamodb, records_table: str) -> dict[str, int]:
-    """receiver -> pending records, from a scan of the sparse pending-index (costs what is pending)."""
-    found = dynamodb.get_paginator("scan").paginate(
-        TableName=records_table,
-        IndexName=store.PENDING_INDEX,
-        ProjectionExpression="pending_receiver",
-    )
-    return Counter(item["pending_receiver"]["S"] for page in found for item in page.get("Items", []))
-
-
 def orphaned_pending(dynamodb, tables, items: list[dict[str, Any]] | None = None) -> dict[str, int]:
     """Receivers that are gone from the receivers table (``items``: its scan, when read already) but still
-    have pending records."""
+    have pending records (a scan of the sparse pending-index: costs what is pending)."""
     if items is None:
         items = store.scan_receivers(dynamodb, tables.receivers_table)
     known = {str(i.get("receiver")) for i in items}
-    return {name: n for name, n in pending_by_receiver(dynamodb, tables.records_table).items() if name not in known}
+    found = dynamodb.get_paginator("scan").paginate(
+        TableName=tables.records_table,
+        IndexName=store.PENDING_INDEX,
+        ProjectionExpression="pending_receiver",
+    )
+    pending = Counter(item["pending_receiver"]["S"] for page in found for item in page.get("Items", []))
+    return {name: n for name, n in pending.items() if name not in known}
 
 
 def look_at_receivers(dynamodb, tables) -> Look:

@@ -55,13 +55,6 @@ def _is_settings_file(name: str) -> bool:
     return name.endswith((".yml", ".yaml"))
 
 
-def _decode(data: bytes, source: str) -> str:
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ValueError(f"{source}: not UTF-8 text") from None
-
-
 def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
     """``(source, text)`` of every settings file at ``path`` (a file, a folder, ``s3://bucket/key``
     or ``s3://bucket/prefix/``), and one line per file that could not be read."""
@@ -82,11 +75,11 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
                     problems.append(f"{source}: {head['ContentLength']} bytes, over the {MAX_FILE_BYTES} allowed")
                     continue
                 body = s3.get_object(Bucket=bucket, Key=name)["Body"].read(MAX_FILE_BYTES + 1)
-                texts.append((source, _decode(body, source)))
+                texts.append((source, body.decode("utf-8")))
             except ClientError as exc:
                 problems.append(f"{source}: cannot be read: {error_code(exc)}")
-            except ValueError as exc:
-                problems.append(str(exc))
+            except UnicodeDecodeError:
+                problems.append(f"{source}: not UTF-8 text")
     else:
         root = Path(path)
         if root.is_dir():
@@ -100,11 +93,11 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
                 if file.stat().st_size > MAX_FILE_BYTES:
                     problems.append(f"{file}: {file.stat().st_size} bytes, over the {MAX_FILE_BYTES} allowed")
                     continue
-                texts.append((str(file), _decode(file.read_bytes(), str(file))))
+                texts.append((str(file), file.read_bytes().decode("utf-8")))
             except OSError as exc:
                 problems.append(f"{file}: cannot be read: {exc.strerror or exc}")
-            except ValueError as exc:
-                problems.append(str(exc))
+            except UnicodeDecodeError:
+                problems.append(f"{file}: not UTF-8 text")
         if len(files) > MAX_FILES:
             problems.append(f"{path}: {len(files)} settings files, only the first {MAX_FILES} read")
     if not texts and not problems:
