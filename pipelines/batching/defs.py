@@ -350,8 +350,7 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
         return dg.SkipReason(f"{len(current)} receiver partition(s), all in sync")
     context.log.info(f"receivers: adding {add[:20]}, removing {remove[:20]}")
     requests = [receivers_partitions.build_add_request(add)] if add else []
-    if remove:
-        requests.append(receivers_partitions.build_delete_request(remove))
+    requests += [receivers_partitions.build_delete_request(remove)] if remove else []
     return dg.SensorResult(dynamic_partitions_requests=requests, cursor=cursor)
 
 
