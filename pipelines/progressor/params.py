@@ -107,10 +107,9 @@ class CollectParams:
     @property
     def policy(self) -> ProgressorRetryPolicy:
         try:
-            policy, _ = parse_params(ProgressorRetryPolicy, self.retry_policy or {}, what="retry_policy field")
+            return parse_params(ProgressorRetryPolicy, self.retry_policy or {}, what="retry_policy field")[0]
         except ParamsError as exc:
             raise ParamsError(f"retry_policy: {exc}") from None
-        return policy
 
     @property
     def threshold_seconds(self) -> int:
@@ -120,5 +119,4 @@ class CollectParams:
 
 def collect_params(raw: Any) -> CollectParams:
     """Validate a flat run config or targets entry; deprecation warnings do not apply (no old names)."""
-    params, _ = parse_params(CollectParams, raw, what="key")
-    return params
+    return parse_params(CollectParams, raw, what="key")[0]
