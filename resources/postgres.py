@@ -23,19 +23,14 @@ class ProgressorDatabaseError(ConnectionError):
     """The progressor database cannot be reached, or failed a statement on its side; one line."""
 
 
-def _parsed(dsn: str) -> dict[str, str] | None:
+def _where(dsn: str) -> tuple[str, str]:
+    """``host:port/dbname`` of a libpq URL or key=value string (without credentials), and its ``options``."""
     try:
-        return psycopg2.extensions.parse_dsn(dsn)
+        parts = psycopg2.extensions.parse_dsn(dsn)
     except psycopg2.ProgrammingError:
-        return None
-
-
-def describe_dsn(dsn: str) -> str:
-    """``host:port/dbname`` of a libpq URL or key=value string, without credentials."""
-    if (parts := _parsed(dsn)) is None:
-        return "an unparsable DSN"
-    host = parts.get("host") or "localhost"
-    return f"{host}:{parts.get('port') or 5432}/{parts.get('dbname') or parts.get('user') or ''}"
+        return "an unparsable DSN", ""
+    where = f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/"
+    return where + (parts.get("dbname") or parts.get("user") or ""), parts.get("options", "")
 
 
 def reason(exc: psycopg2.Error) -> str:
@@ -74,13 +69,14 @@ class ProgressorDatabase(dg.ConfigurableResource):
         statement_timeout = _clamp(self.statement_timeout, 1, 3600)
         # The session's bounds, then whatever options the DSN gives (which win where they overlap).
         bounds = f"-c statement_timeout={statement_timeout}s -c lock_timeout={_clamp(self.lock_timeout, 1, 3600)}s"
-        where = f"the progressor database at {describe_dsn(self.dsn)} (PROGRESSOR_DSN)"
+        where, options = _where(self.dsn)
+        where = f"the progressor database at {where} (PROGRESSOR_DSN)"
         try:
             conn = psycopg2.connect(
                 self.dsn,
                 connect_timeout=_clamp(self.connect_timeout, 1, 300),
                 application_name="groundskeeper",
-                options=f"{bounds} {(_parsed(self.dsn) or {}).get('options', '')}".strip(),
+                options=f"{bounds} {options}".strip(),
                 tcp_user_timeout=TCP_USER_TIMEOUT_MS,
                 **KEEPALIVES,
             )

@@ -290,8 +290,7 @@ def plan(zombies: list[Zombie], params: CollectParams) -> list[Action]:
     if params.action != "retry":
         return [Action(z, False, 0, "action error") for z in zombies]
     policy = params.policy
-    decided = [(z, *policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)) for z in zombies]
-    return [Action(z, retry, timeout if retry else 0, reason) for z, retry, timeout, reason in decided]
+    return [Action(z, *policy.decide(z.task_type, z.attempts_count, z.last_retry_interval)) for z in zombies]
 
 
 def _describe(z: Zombie) -> str:

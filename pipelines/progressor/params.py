@@ -57,14 +57,6 @@ class ProgressorRetryPolicy:
         return True, timeout, f"attempt {attempt + 1} of {self.max_attempts} in {timeout}s"
 
 
-def parse_policy(raw: Any) -> ProgressorRetryPolicy:
-    try:
-        policy, _ = parse_params(ProgressorRetryPolicy, raw or {}, what="retry_policy field")
-    except ParamsError as exc:
-        raise ParamsError(f"retry_policy: {exc}") from None
-    return policy
-
-
 @dataclass(frozen=True)
 class CollectParams:
     namespace: str = param(
@@ -110,11 +102,14 @@ class CollectParams:
 
     def __post_init__(self) -> None:
         check_namespace(self.namespace)  # a NamespaceError is a ParamsError
-        parse_policy(self.retry_policy)
+        self.policy  # noqa: B018 - a bad retry_policy is a ParamsError here
 
     @property
     def policy(self) -> ProgressorRetryPolicy:
-        return parse_policy(self.retry_policy)
+        try:
+            return parse_params(ProgressorRetryPolicy, self.retry_policy or {}, what="retry_policy field")[0]
+        except ParamsError as exc:
+            raise ParamsError(f"retry_policy: {exc}") from None
 
     @property
     def threshold_seconds(self) -> int:
@@ -124,5 +119,4 @@ class CollectParams:
 
 def collect_params(raw: Any) -> CollectParams:
     """Validate a flat run config or targets entry; deprecation warnings do not apply (no old names)."""
-    params, _ = parse_params(CollectParams, raw, what="key")
-    return params
+    return parse_params(CollectParams, raw, what="key")[0]

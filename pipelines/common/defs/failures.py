@@ -74,8 +74,7 @@ def step_retry_policy(context: Any) -> dg.RetryPolicy | None:
 def _final(message: str, cause: BaseException | None) -> dg.Failure:
     """``dg.Failure(message, allow_retries=False)`` as ``raise ... from cause`` would leave it."""
     failure = dg.Failure(description=message, allow_retries=False)
-    failure.__cause__ = cause
-    failure.__suppress_context__ = True
+    failure.__cause__ = cause  # which also suppresses the context, as ``raise ... from`` does
     return failure
 
 
