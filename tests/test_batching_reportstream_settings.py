@@ -369,3 +369,22 @@ def test_a_receiver_that_is_a_yaml_alias_chain_is_one_short_line_and_the_others_
     problems = {entry.receiver: entry.problem for entry in entries}
     assert problems["org-a.good"] is None
     assert len(problems["org-b.?"]) < 120
+
+
+def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monkeypatch):
+    monkeypatch.setattr("pipelines.batching.reportstream_settings.MAX_FILES", 2)
+    for name in ("a.yml", "b.yml", "c.yml"):
+        (tmp_path / name).write_text("- name: org\n  receivers: []\n")
+    sources, problems = read_sources(str(tmp_path))
+    assert [Path(source).name for source, _ in sources] == ["a.yml", "b.yml"]
+    assert problems == [f"{tmp_path}: 3 settings files, only the first 2 read"]
+
+
+def test_settings_files_past_the_limit_are_one_line_from_s3(aws, monkeypatch):
+    monkeypatch.setattr("pipelines.batching.reportstream_settings.MAX_FILES", 2)
+    s3, bucket = aws.client("s3"), aws.env["BATCH_OUTBOX_BUCKET"]
+    for name in ("a.yml", "b.yml", "c.yml"):
+        s3.put_object(Bucket=bucket, Key=f"many/{name}", Body=b"- name: org\n  receivers: []\n")
+    sources, problems = read_sources(f"s3://{bucket}/many/", s3)
+    assert [source for source, _ in sources] == [f"s3://{bucket}/many/a.yml", f"s3://{bucket}/many/b.yml"]
+    assert problems == [f"s3://{bucket}/many/: 3 settings files, only the first 2 read"]

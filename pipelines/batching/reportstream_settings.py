@@ -64,10 +64,10 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
         bucket, _, key = path[5:].partition("/")
         if s3 is None or not bucket:
             return [], [f"{path}: an s3:// URL needs a bucket and an S3 client"]
-        keys = (
+        found = (
             [key] if _is_settings_file(key) else [k for k in store.list_keys(s3, bucket, key) if _is_settings_file(k)]
         )
-        for name in keys[:MAX_FILES]:
+        for name in found[:MAX_FILES]:
             source = f"s3://{bucket}/{name}"
             try:
                 head = s3.head_object(Bucket=bucket, Key=name)
@@ -83,12 +83,12 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
     else:
         root = Path(path)
         if root.is_dir():
-            files = sorted(p for p in root.rglob("*") if p.is_file() and _is_settings_file(p.name))
+            found = sorted(p for p in root.rglob("*") if p.is_file() and _is_settings_file(p.name))
         elif root.is_file():
-            files = [root]
+            found = [root]
         else:
             return [], [f"{path}: no such file or folder"]
-        for file in files[:MAX_FILES]:
+        for file in found[:MAX_FILES]:
             try:
                 if file.stat().st_size > MAX_FILE_BYTES:
                     problems.append(f"{file}: {file.stat().st_size} bytes, over the {MAX_FILE_BYTES} allowed")
@@ -98,8 +98,8 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
                 problems.append(f"{file}: cannot be read: {exc.strerror or exc}")
             except UnicodeDecodeError:
                 problems.append(f"{file}: not UTF-8 text")
-        if len(files) > MAX_FILES:
-            problems.append(f"{path}: {len(files)} settings files, only the first {MAX_FILES} read")
+    if len(found) > MAX_FILES:
+        problems.append(f"{path}: {len(found)} settings files, only the first {MAX_FILES} read")
     if not texts and not problems:
         problems.append(f"{path}: no .yml or .yaml settings file")
     return texts, problems
