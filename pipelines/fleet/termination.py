@@ -77,8 +77,6 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     if t.started_at:
         sets.append("#started_at = if_not_exists(#started_at, :started_at)")
         values["started_at"] = t.started_at
-    names = {f"#{k}": k for k in values} | {"#job_id": "job_id"}
-    expr_values = to_item({f":{k}": v for k, v in values.items()} | {":running": "running"})
     return {
         "Update": {
             "TableName": table,
@@ -87,8 +85,8 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
             # The job must exist: a late copy must not recreate a job that old_jobs archived and deleted.
             "ConditionExpression": "attribute_exists(#job_id) AND "
             "(attribute_not_exists(#status) OR #status = :running)",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": expr_values,
+            "ExpressionAttributeNames": {f"#{k}": k for k in values} | {"#job_id": "job_id"},
+            "ExpressionAttributeValues": to_item({f":{k}": v for k, v in values.items()} | {":running": "running"}),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
