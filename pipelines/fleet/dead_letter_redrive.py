@@ -246,14 +246,13 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
             except BadEnvelope as exc:
                 fp, bad = fingerprint(message["Body"]), f"envelope cannot be opened: {exc}"
                 why = f"its {bad}"
+                counts["bad_envelope"] += 1
             dry = " (dry run)" if settings.dry_run else ""
             log.warning(f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): {why}{dry}")
             if not settings.dry_run:
                 ledger.quarantine(fp, message, count if bad is None else ledger.count(fp), reason=bad)
                 done.append(message)
             counts["quarantined"] += 1
-            if bad is not None:
-                counts["bad_envelope"] += 1
         if settings.dry_run:
             counts["would_redrive"] += len(to_send)
             peeked += messages
