@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from pipelines.common import dimension_value
 from pipelines.common.aws_batches import CALL_POLICY, chunks, put_metrics
@@ -50,18 +50,12 @@ class MetricBatch:
         self._samples[(name, dims, unit)][float(value)] += 1
 
     def publish(self, cloudwatch, namespace: str) -> None:
-        datums = []
-        for (name, dims, unit), values in self._samples.items():
-            for part in chunks(list(values.items()), 150):  # PutMetricData: at most 150 distinct values per datum
-                datum: dict[str, Any] = {
-                    "MetricName": name,
-                    "Unit": unit,
-                    "Values": [v for v, _ in part],
-                    "Counts": [c for _, c in part],
-                }
-                if dims:
-                    datum["Dimensions"] = [{"Name": k, "Value": v} for k, v in dims]
-                datums.append(datum)
+        datums = [
+            {"MetricName": name, "Unit": unit, "Values": [v for v, _ in part], "Counts": [c for _, c in part]}
+            | ({"Dimensions": [{"Name": k, "Value": v} for k, v in dims]} if dims else {})
+            for (name, dims, unit), values in self._samples.items()
+            for part in chunks(list(values.items()), 150)  # PutMetricData: at most 150 distinct values per datum
+        ]
         put_metrics(cloudwatch, namespace, datums, policy=POLICY)
 
 

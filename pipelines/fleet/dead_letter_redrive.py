@@ -218,7 +218,6 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
     started = time.monotonic()
     seen: set[str] = set()
     peeked: list[dict[str, Any]] = []
-    deadline = started + settings.max_seconds
     stopped_by = "dead-letter queue empty"
     while True:
         ask = receive_budget(settings, counts["received"], started, 10)
@@ -247,14 +246,13 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
             except BadEnvelope as exc:
                 fp, bad = fingerprint(message["Body"]), f"envelope cannot be opened: {exc}"
                 why = f"its {bad}"
+                counts["bad_envelope"] += 1
             dry = " (dry run)" if settings.dry_run else ""
             log.warning(f"quarantining {message['MessageId']} (fingerprint {fp[:12]}): {why}{dry}")
             if not settings.dry_run:
                 ledger.quarantine(fp, message, count if bad is None else ledger.count(fp), reason=bad)
                 done.append(message)
             counts["quarantined"] += 1
-            if bad is not None:
-                counts["bad_envelope"] += 1
         if settings.dry_run:
             counts["would_redrive"] += len(to_send)
             peeked += messages
@@ -271,7 +269,7 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
         # Rate: never faster than rate_per_second on average; never waiting past max_seconds.
         ahead = counts["redriven"] / settings.rate_per_second - (time.monotonic() - started)
         if ahead > 0:
-            time.sleep(min(ahead, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(ahead, max(0.0, started + settings.max_seconds - time.monotonic())))
     for batch in chunks(peeked, 10):  # a dry run puts back what it looked at
         entries = [
             {"Id": str(n), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0} for n, m in enumerate(batch)

@@ -251,8 +251,7 @@ def run_with_graceful_stop(
     SIGTERM) sets ``drain.stop`` and waits up to ``stop_timeout_seconds`` for the round in flight;
     ``terminated`` stops it the same way where no interrupt arrives. Returns the result and the
     interrupt to re-raise (or None)."""
-    if terminated is not None:
-        drain.terminated = terminated
+    drain.terminated = terminated
     outcome: dict[str, Any] = {}
     finished = threading.Event()
 

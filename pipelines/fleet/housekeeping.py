@@ -46,8 +46,7 @@ class Housekeeping:
     def task(self, request: HousekeepingRequest) -> Task:
         if request.task_type in TASKS_BY_NAME:
             return TASKS_BY_NAME[request.task_type]
-        known = ", ".join(TASKS_BY_NAME)
-        raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}; known: {known}")
+        raise InvalidMessage(f"unknown task_type {request.task_type[:40]!r}; known: {', '.join(TASKS_BY_NAME)}")
 
     def params(self, request: HousekeepingRequest) -> tuple[Any, list[str]]:
         """The request's task parameters, validated by its task, and the deprecation warnings for old names."""

@@ -143,8 +143,7 @@ def parse_time(value: Any, name: str) -> dt.datetime:
 
 def _only_known(names: Any, known: set[str], what: str = "field(s)") -> None:
     """Refuse any name not in ``known``, naming the first five (each cut to 40 characters)."""
-    unknown = sorted(set(names) - known)
-    if unknown:
+    if unknown := sorted(set(names) - known):
         raise InvalidMessage(f"unknown {what}: {', '.join(u[:40] for u in unknown[:5])}")
 
 

@@ -77,8 +77,6 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     if t.started_at:
         sets.append("#started_at = if_not_exists(#started_at, :started_at)")
         values["started_at"] = t.started_at
-    names = {f"#{k}": k for k in values} | {"#job_id": "job_id"}
-    expr_values = to_item({f":{k}": v for k, v in values.items()} | {":running": "running"})
     return {
         "Update": {
             "TableName": table,
@@ -87,8 +85,8 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
             # The job must exist: a late copy must not recreate a job that old_jobs archived and deleted.
             "ConditionExpression": "attribute_exists(#job_id) AND "
             "(attribute_not_exists(#status) OR #status = :running)",
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": expr_values,
+            "ExpressionAttributeNames": {f"#{k}": k for k in values} | {"#job_id": "job_id"},
+            "ExpressionAttributeValues": to_item({f":{k}": v for k, v in values.items()} | {":running": "running"}),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
@@ -141,18 +139,13 @@ class TerminationHandler:
         )
         for job, current in result.conditional:
             job.current = current
-        out = JobOutcomes(
-            applied=result.applied,
-            conditional=[job for job, _ in result.conditional],
-            failed=result.failed,
-            refused=[(job, f"job update refused: {reason}") for job, reason in result.refused],
-        )
-        for job, reason in out.refused:
+        refused = [(job, f"job update refused: {reason}") for job, reason in result.refused]
+        for job, reason in refused:
             self.log.warning(f"job {job.term.job_id}: {reason}")
-        if out.failed:
+        if result.failed:
             policy = fleet_calls.POLICY.describe()
-            self.log.warning(f"{len(out.failed)} job update(s) still failing after {policy}; left in the queue")
-        return out
+            self.log.warning(f"{len(result.failed)} job update(s) still failing after {policy}; left in the queue")
+        return JobOutcomes(result.applied, [job for job, _ in result.conditional], result.failed, refused)
 
     def __call__(self, messages: list[dict[str, Any]], pool: ThreadPoolExecutor, started_at: float) -> Counter:
         """One round: validate and write the jobs; the rest waits for :meth:`flush`. ``started_at``: when
@@ -184,19 +177,17 @@ class TerminationHandler:
 
         # 2. conditional updates; a job whose write is refused is dead-lettered like the poison
         result = self._transact(list(jobs.values()), _update, round_id)
-        applied, failed = result.applied, result.failed
-        refused = list(result.refused)
         if result.conditional:
             settled = self._settle(result.conditional, round_id, counts)
-            failed += settled.failed
-            refused += settled.refused
             counts["duplicates"] += len(settled.conditional)
-            applied += settled.applied
             pending.to_ack += [m for job in settled.conditional for m in job.messages]
-        counts["failed"] += sum(len(j.messages) for j in failed)
-        pending.poison += [(m, reason) for job, reason in refused for m in job.messages]
-        pending.applied += applied
-        pending.applied_ids.update(job.term.job_id for job in applied)
+            result.applied += settled.applied
+            result.failed += settled.failed
+            result.refused += settled.refused
+        counts["failed"] += sum(len(j.messages) for j in result.failed)
+        pending.poison += [(m, reason) for job, reason in result.refused for m in job.messages]
+        pending.applied += result.applied
+        pending.applied_ids.update(job.term.job_id for job in result.applied)
         return counts
 
     def flush_due(self) -> bool:

@@ -54,16 +54,16 @@ def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> 
         PaginationConfig={"PageSize": INSTANCES_PAGE_SIZE},
     )
     for n, page in enumerate(pages, start=1):
-        for reservation in page.get("Reservations", []):
-            for inst in reservation.get("Instances", []):
-                rows.append(
-                    {
-                        "instance_id": inst["InstanceId"],
-                        "state": inst.get("State", {}).get("Name", ""),
-                        "pool": instance_tags(inst).get(POOL_TAG),
-                        "instance_type": inst.get("InstanceType"),
-                    }
-                )
+        rows += [
+            {
+                "instance_id": inst["InstanceId"],
+                "state": inst.get("State", {}).get("Name", ""),
+                "pool": instance_tags(inst).get(POOL_TAG),
+                "instance_type": inst.get("InstanceType"),
+            }
+            for reservation in page.get("Reservations", [])
+            for inst in reservation.get("Instances", [])
+        ]
         if progress and n % 5 == 0:
             progress(f"DescribeInstances: {n} pages, {len(rows)} instances so far")
     return rows

@@ -35,21 +35,13 @@ def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key:
     """One small marker per archived job (``archived-jobs/<sha256 of job_id>.json``), written before
     the job is deleted: a late copy of its termination message is then known as a duplicate, not an
     unknown job. The bucket's lifecycle expires them after 15 days (SQS keeps a message 14 at most)."""
-    archived_at = iso(utcnow())
+    archived = {"archive": archive_key, "archived_at": iso(utcnow())}  # the same for every job of the page
 
     def put(record: dict[str, Any]) -> None:
-        body = json.dumps(
-            {
-                "job_id": record["job_id"],
-                "status": record.get("status"),
-                "archive": archive_key,
-                "archived_at": archived_at,
-            }
-        )
+        body = json.dumps({"job_id": record["job_id"], "status": record.get("status"), **archived}).encode()
+        key = archived_job_key(record["job_id"])
         aws_call(
-            lambda: ctx.s3.put_object(
-                Bucket=ctx.archive_bucket, Key=archived_job_key(record["job_id"]), Body=body.encode()
-            ),
+            lambda: ctx.s3.put_object(Bucket=ctx.archive_bucket, Key=key, Body=body),
             what="PutObject (archived job marker)",
         )
 

@@ -83,13 +83,12 @@ def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) 
 
 def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParams) -> dict[str, Any]:
     """Delete runner parameters of instances that do not exist or were terminated over the grace ago."""
-    now = req.now()
     grace = dt.timedelta(minutes=params.terminated_grace_minutes)
     found = runner_parameters(ctx.ssm)
     if left := found.unrecognised:
         ctx.log.warning(f"stale_ssm: left {len(left)} parameter(s) not of the runner shape: {left[:10]}")
     ids = sorted(found.by_instance)
-    stale, recent = stale_instances(ctx.ec2, ids, now, grace)
+    stale, recent = stale_instances(ctx.ec2, ids, req.now(), grace)
     names = [n for iid in stale for n in found.by_instance[iid]]
     ctx.log.info(
         f"stale_ssm: {len(ids)} runner parameter instance(s) in {found.pages} page(s); {len(stale)} gone or "
