@@ -39,17 +39,25 @@ def _move_clock(monkeypatch, **delta) -> None:
     monkeypatch.setattr(messages, "utcnow", lambda: at)
 
 
-def _drain_housekeeping(aws, bodies: list[str]):
+def _drain_housekeeping(aws, bodies: list[str], sqs=None):
     fs.send(aws, bodies, queue_env=HQ)
     return queue_drain(
         HousekeepingHandler,
         _ctx(aws),
-        sqs=aws.client("sqs"),
+        sqs=sqs or aws.client("sqs"),
         queue_url=aws.env[HQ],
         dlq_url=aws.env[HDLQ],
         run_id="housekeeping",
         limits=DrainLimits(concurrency=1, wait_seconds=0),
     ).run()
+
+
+def test_a_housekeeping_message_that_could_not_be_deleted_is_counted_as_such(aws):
+    sqs = aws.client("sqs")
+    with fs.refused(sqs, "DeleteMessageBatch", "AccessDenied", "not allowed here", lambda params: True):
+        result = _drain_housekeeping(aws, [json.dumps({"task_type": "old_jobs"})], sqs=sqs)
+    assert result.counts["delete_failed"] == 1
+    assert result.counts["deleted"] == 0
 
 
 def _tags(aws, instance_id):

@@ -121,4 +121,5 @@ class HousekeepingHandler:
         if to_ack:
             not_deleted = delete_messages(self.sqs, self.queue_url, to_ack)
             counts["deleted"] += len(to_ack) - len(not_deleted)
+            counts["delete_failed"] += len(not_deleted)
         return counts
