@@ -126,3 +126,13 @@ def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_r
     assert any("not JSON" in r for r in reasons)
     assert any("does not exist" in r for r in reasons)
     assert any("is not in s3://" in r for r in reasons)
+
+
+def test_a_dead_letter_that_sqs_moved_is_recorded_as_failing_its_queues_receives_not_a_fixed_count(aws):
+    job = fs.start_jobs(aws, 1)[0]
+    aws.client("sqs").send_message(QueueUrl=aws.env[DLQ], MessageBody=fs.termination_body(job))
+    _redrive(aws)
+    s3, bucket = aws.client("s3"), aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dead-letters/")["Contents"]]
+    record = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert record["last_reason"] == "failed its source queue's maxReceiveCount receives (SQS redrive policy)"

@@ -79,7 +79,7 @@ class RedriveSettings:
 
 def _reason(message: dict[str, Any]) -> str:
     attr = (message.get("MessageAttributes") or {}).get(REASON_ATTRIBUTE) or {}
-    return attr.get("StringValue") or "failed 3 receives (SQS redrive policy)"
+    return attr.get("StringValue") or "failed its source queue's maxReceiveCount receives (SQS redrive policy)"
 
 
 class Ledger:
