@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,7 +13,6 @@ from pipelines.retry import STOP, RetryPolicy, new_attempt_id
 TIMEOUT_MESSAGE = "AgendaProgress timed out."
 EXHAUSTED_MESSAGE = "attempts exhausted"
 NOT_RETRYABLE_MESSAGE = "not retryable"
-READY_NAMESPACE = uuid.UUID("6f1c1f5e-4f0e-4c53-9a39-0c1d4d1b2a77")
 
 FAIL = "fail"  # timed out: COMPLETE/failed (fail action, or retry action out of attempts)
 RETRY = "retry"  # reset to WAITING/pending and queue a ReadyAgenda item now
@@ -87,20 +85,3 @@ def _stop_reason(c: Candidate, n: int, policy: RetryPolicy) -> str | None:
     if policy.delay(n) is STOP:
         return f"{EXHAUSTED_MESSAGE} (the retry policy stops after {n})"
     return None
-
-
-def ready_item(table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any]:
-    """The ReadyAgenda item of the retry decided by ``d``. Its id is deterministic in (table, agenda
-    progress id, attempt), so a repeated write is a no-op; ``added`` is the agenda's original
-    ``addedTime`` and ``priority`` 1, so a consumer takes the retry ahead of work added since."""
-    return {
-        "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{d.attempt}")),
-        "insightId": c.agenda.get("insightId"),
-        "agendaId": c.agenda.get("agendaId"),
-        "customerId": c.agenda.get("customerId"),
-        "added": min(c.agenda.get("addedTime") or 0, now),
-        "agendaProgressId": c.id,
-        "retryAttempt": d.attempt,
-        "attemptId": d.attempt_id,
-        "priority": 1,
-    }

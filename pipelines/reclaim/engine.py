@@ -200,9 +200,8 @@ def look(dynamodb, params: ReclaimParams) -> Look:
                 return Look.work(
                     f"{params.tableName}: {label} not read to its end in {reads} page(s): the run reads on"
                 )
-            page = getattr(dynamodb, operation)(
-                **({**request, "ExclusiveStartKey": start_key} if start_key else request)
-            )
+            kwargs = {**request, "ExclusiveStartKey": start_key} if start_key else request
+            page = getattr(dynamodb, operation)(**kwargs)
             reads += 1
             if any(isinstance(to_candidate(item, info, params, now), Candidate) for item in page.get("Items", [])):
                 return Look.work(f"{params.tableName}: an item to reclaim ({label})")

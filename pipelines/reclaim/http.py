@@ -4,7 +4,6 @@ redirect, and every message built from an answer goes through :func:`redact`."""
 from __future__ import annotations
 
 import base64
-import binascii
 import json
 import urllib.error
 import urllib.request
@@ -56,7 +55,7 @@ def decrypt_password(kms, encrypted_b64: str) -> Secret:
     """``IDM_ENCRYPTED_PASS``: base64-decode, then KMS-decrypt."""
     try:
         blob = base64.b64decode(encrypted_b64.strip(), validate=True)
-    except (binascii.Error, ValueError):
+    except ValueError:  # binascii.Error
         raise EndpointError("IDM_ENCRYPTED_PASS is not valid base64") from None
     try:
         plaintext = kms.decrypt(CiphertextBlob=blob)["Plaintext"]
@@ -77,7 +76,7 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
         if 300 <= exc.code < 400:
             raise Redirected(exc.code, exc.headers.get("Location")) from None
         status, raw = exc.code, exc.read()
-    except (urllib.error.URLError, OSError) as exc:
+    except OSError as exc:  # URLError too
         reason = getattr(exc, "reason", exc)
         raise EndpointError(f"cannot reach {method} {location(url)}: {reason}") from None
     try:

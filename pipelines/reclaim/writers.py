@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 import re
 import time
+import uuid
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 from pipelines.common import from_item, to_item
 from pipelines.common.aws_batches import conditional_write, error_code
-from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision, ready_item
+from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.source import (
     ATTR_NAMES,
@@ -26,6 +27,7 @@ from pipelines.reclaim.source import (
     TableError,
     describe_table,
     indexes_on,
+    parse_events,
     used_placeholders,
 )
 from pipelines.retry import ATTEMPT_ID_ATTR, TRANSIENT_ITEM_CODES, dynamodb_fence, is_transient, retry_call
@@ -37,6 +39,7 @@ STATEMENTS_PER_CALL = 25  # BatchExecuteStatement's limit
 # successful ``BatchExecuteStatement`` are sent again: botocore retries failed calls, not failed statements.
 STATEMENT_POLICY = exponential(0.05, max_delay=2.0, max_attempts=8)  # 0.05 s doubling to 2 s, 8 attempts
 ITEM_STATEMENT_CODES = frozenset({"ValidationError", "ItemCollectionSizeLimitExceeded", "DuplicateItem"})
+READY_NAMESPACE = uuid.UUID("6f1c1f5e-4f0e-4c53-9a39-0c1d4d1b2a77")  # of the ReadyAgenda items' ids
 OPERATION_LINK_ATTR = "agendaProgressId"  # OperationProgress -> its AgendaProgress (contract extension)
 
 
@@ -328,11 +331,23 @@ def _distinct_groups(
 
 
 def ready_put(ready_table: str | None, table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any]:
-    """The put of the retry's ReadyAgenda item, refused when the item (of a deterministic id) was queued already."""
+    """The put of the retry's ReadyAgenda item, refused when it was queued already: its id is deterministic in
+    (table, agenda progress id, attempt). ``added`` is the agenda's original ``addedTime`` and ``priority`` 1,
+    so a consumer takes the retry ahead of work added since."""
     if not ready_table:
         raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
-    item = to_item(ready_item(table, c, d, now))  # the agenda's missing ids left out
-    return {"TableName": ready_table, "Item": item, "ConditionExpression": "attribute_not_exists(id)"}
+    item = {
+        "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{d.attempt}")),
+        "insightId": c.agenda.get("insightId"),
+        "agendaId": c.agenda.get("agendaId"),
+        "customerId": c.agenda.get("customerId"),
+        "added": min(c.agenda.get("addedTime") or 0, now),
+        "agendaProgressId": c.id,
+        "retryAttempt": d.attempt,
+        "attemptId": d.attempt_id,
+        "priority": 1,
+    }  # to_item leaves out the agenda's missing ids
+    return {"TableName": ready_table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(id)"}
 
 
 class OperationProgressWriter:
@@ -367,11 +382,7 @@ class OperationProgressWriter:
         failed = 0
         for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
-                try:
-                    events = json.loads(item.get("diagnosticEvents", {}).get("S", "[]"))
-                except (ValueError, RecursionError):
-                    events = []
-                events = (events if isinstance(events, list) else [events]) + [event]
+                events = parse_events(item.get("diagnosticEvents", {}).get("S", "[]")) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
                 request = u.request(self.table, {k: item[k] for k in self.keys})

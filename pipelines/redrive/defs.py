@@ -71,14 +71,9 @@ def unfinished_backfills(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict
             data = action.asset_backfill_data
             if data is None:  # a job backfill: its runs carry the partition tag (see in-flight runs)
                 continue
-            done = {
-                p.partition_key
-                for subset in (data.materialized_subset, data.failed_and_downstream_subset)
-                for p in subset.iterate_asset_partitions()
-                if p.asset_key == key
-            }
             for p in data.target_subset.iterate_asset_partitions():
-                if p.asset_key == key and p.partition_key and p.partition_key not in done:
+                settled = p in data.materialized_subset or p in data.failed_and_downstream_subset
+                if p.asset_key == key and p.partition_key and not settled:
                     pending.setdefault(p.partition_key, action.backfill_id)
     return pending
 

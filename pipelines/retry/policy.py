@@ -370,11 +370,10 @@ def _resolve(path: str, module_name: str, attr: str) -> Callable[[int], Any]:
             ) from None
     module = sys.modules.get(module_name)
     if module is None:
-        raise RetryPolicyError(
-            f"path {path!r}: {module_name} is not imported by its registered module, and a policy never imports "
+        raise _path_error(
+            path,
+            f"names {module_name}, which is not imported by its registered module, and a policy never imports "
             f"one: register {module_name} itself in {FUNCTIONS_ENV}",
-            field="path",
-            value=path,
         )
     target = vars(module).get(attr)  # the module's own namespace: no module __getattr__
     if target is None:
