@@ -16,6 +16,7 @@ from pipelines.batching import store
 from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
 from pipelines.common import iso
 from pipelines.retry import STOP
+from tests import fleet_support as fs
 from tests.batching_helpers import (
     batcher,
     get_record,
@@ -177,6 +178,31 @@ def test_crash_after_upload_only_finalizes(aws):
     files = outbox(aws, "acme")
     assert list(files) == ["batches/acme/2026-11-20T10:00Z/1.jsonl"]
     assert sorted(line["record_id"] for line in files["batches/acme/2026-11-20T10:00Z/1.jsonl"]) == sorted(ids)
+
+
+def test_a_recovery_whose_file_check_is_refused_fails_and_the_next_run_finalizes_the_file(aws):
+    """A refused HeadObject says nothing of the file: the run fails (and is retried), it does not
+    upload the file again and report it as missing."""
+    put_receiver(aws, "acme", max_batch_size=10)
+    put_records(aws, "acme", _minutes_before(T10, 10))
+    original = store.finalize_records
+
+    def dying_finalize(*args, **kwargs):
+        raise ConnectionError("died after the upload")
+
+    store.finalize_records = dying_finalize
+    try:
+        with pytest.raises(ConnectionError):
+            batcher(aws).run("acme", DAY, now=T10)
+    finally:
+        store.finalize_records = original
+    refusing = batcher(aws)
+    with fs.refused(refusing.s3, "HeadObject", "AccessDenied", "Access Denied", lambda params: True):
+        with pytest.raises(ClientError):
+            refusing.run("acme", DAY, now=T10)
+    assert len(pending_ids(aws, "acme")) == 10
+    report = batcher(aws).run("acme", DAY, now=T10)
+    assert report.recovered[0]["file_was_in_s3"] is True
 
 
 def test_a_recovered_file_does_not_hide_the_days_other_files(aws):

@@ -14,7 +14,7 @@ from typing import Any
 from pipelines.batching import schedule, store
 from pipelines.batching.schedule import ReceiverConfig, format_batch_time
 from pipelines.common import iso
-from pipelines.common.aws_batches import chunks
+from pipelines.common.aws_batches import chunks, no_such_object
 
 
 @dataclass
@@ -257,7 +257,9 @@ class ReceiverBatcher:
         try:
             self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
             in_s3 = True
-        except self.s3.exceptions.ClientError:
+        except self.s3.exceptions.ClientError as exc:
+            if not no_such_object(exc):  # another refusal says nothing of the file: the run fails and retries
+                raise
             in_s3 = False
         if not report.dry_run:
             if not self._still_enabled(cfg, report):

@@ -36,6 +36,11 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
+def no_such_object(exc: BaseException) -> bool:
+    """An S3 read of a key that is not there (HeadObject answers 404, GetObject NoSuchKey)."""
+    return error_code(exc) in ("404", "NoSuchKey", "NotFound")
+
+
 def conditional_write(write: Callable[[], Any]) -> Any:
     """``write()``'s response, or None when its condition failed (other errors raise)."""
     try:

@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import iso
-from pipelines.common.aws_batches import chunks
+from pipelines.common.aws_batches import chunks, no_such_object
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
 from pipelines.common.task import Task, TaskRun
@@ -94,7 +94,7 @@ class Ledger:
                 lambda: self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json")["Body"].read()
             )
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+            if no_such_object(exc):
                 return 0
             raise
         return int(json.loads(body).get("count", 0))
@@ -162,7 +162,7 @@ def _archived(s3, bucket: str, envelope: dict[str, Any]) -> dict[str, Any]:
     try:
         data = aws_call(lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), what="GetObject (dead letter)")
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") in {"NoSuchKey", "404"}:
+        if no_such_object(exc):
             raise BadEnvelope(f"the archived message {url} does not exist") from exc
         raise
     try:

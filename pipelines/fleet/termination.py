@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from pipelines.common import first_line, to_item
-from pipelines.common.aws_batches import chunks, error_code, transact_conditional
+from pipelines.common.aws_batches import chunks, no_such_object, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters
@@ -244,7 +244,7 @@ class TerminationHandler:
         try:
             aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what=f"HeadObject ({what})")
         except ClientError as exc:
-            if error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            if no_such_object(exc):
                 return False
             raise
         return True
