@@ -185,6 +185,11 @@ def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, pol
     return calls
 
 
+def _not_published(sink) -> Any:
+    """A metrics sink's ``not_published(exc)``, or None for a raw client (which raises instead)."""
+    return getattr(sink, "not_published", None)
+
+
 def put_metrics(
     cloudwatch,
     namespace: str,
@@ -195,7 +200,7 @@ def put_metrics(
 ) -> int:
     """``PutMetricData``, each call retried by ``policy``; a call that still fails raises, unless
     ``cloudwatch`` has ``not_published(exc)`` (``CommittedChangeMetrics``). Returns the calls made."""
-    not_published = getattr(cloudwatch, "not_published", None)  # None for a raw client
+    not_published = _not_published(cloudwatch)
     calls = 0
     for batch in chunks(list(datums), per_call):
         try:
