@@ -136,3 +136,13 @@ def test_a_dead_letter_that_sqs_moved_is_recorded_as_failing_its_queues_receives
     (key,) = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="dead-letters/")["Contents"]]
     record = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
     assert record["last_reason"] == "failed its source queue's maxReceiveCount receives (SQS redrive policy)"
+
+
+def test_a_dead_letter_that_could_not_be_deleted_after_its_redrive_is_counted_as_such(aws):
+    job = fs.start_jobs(aws, 1)[0]
+    aws.client("sqs").send_message(QueueUrl=aws.env[DLQ], MessageBody=fs.termination_body(job))
+    run = fs.redrive_run(aws)
+    with fs.refused(run.sqs, "DeleteMessageBatch", "AccessDenied", "not allowed here", lambda params: True):
+        out = redrive_dead_letters(run, None, RedriveSettings(rate_per_second=100))
+    assert out["delete_failed"] == 1
+    assert out["redriven"] == 1

@@ -264,8 +264,8 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
         counts["redriven"] += len(sent)
         counts["send_failed"] += len(to_send) - len(sent)
         done += sent
-        if done:
-            delete_messages(sqs, dlq_url, done)
+        if done:  # what could not be deleted comes back after its visibility timeout (the ledger counted it)
+            counts["delete_failed"] += len(delete_messages(sqs, dlq_url, done))
         # Rate: never faster than rate_per_second on average; never waiting past max_seconds.
         ahead = counts["redriven"] / settings.rate_per_second - (time.monotonic() - started)
         if ahead > 0:
