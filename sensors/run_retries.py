@@ -57,15 +57,6 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
     return None, {}
 
 
-def _terminated_or_retried(instance: dg.DagsterInstance, run_id: str) -> str | None:
-    """Why a failed run must not be re-launched after all, or None."""
-    if instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
-        return "an operator terminated it"
-    how = {DAGSTER_PARENT_TAG: "re-executed", RETRY_OF_TAG: "retried"}
-    child = child_run(instance, run_id, how)
-    return f"it was already {how[child[0]]} as run {child[1]}" if child else None
-
-
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
     """``jobs``: every job of the code location."""
     job_names = {job.name for job in jobs}
@@ -119,8 +110,12 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 reason = "it was deleted"
             elif run.job_name not in job_names:
                 reason = f"job {run.job_name} is no longer in this code location"
+            elif instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
+                reason = "an operator terminated it"
             else:
-                reason = _terminated_or_retried(instance, run_id)
+                how = {DAGSTER_PARENT_TAG: "re-executed", RETRY_OF_TAG: "retried"}
+                child = child_run(instance, run_id, how)
+                reason = f"it was already {how[child[0]]} as run {child[1]}" if child else None
             if reason:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue

@@ -243,10 +243,9 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
         run = instance.get_run_by_id(run_id)
         if run is None:
             continue
-        waited = human(max(0.0, clock - float(item.get("at", clock))))
+        waited = human(max(0.0, clock - float(item["at"])))
         context.log.warning(f"run {run_id} of {run.job_name}: no retry was launched within {waited}, alerting")
-        at = float(item["at"]) if "at" in item else None
-        out.append(_failure_signal(instance, run, cfg, at, note=f"no retry launched within {waited}"))
+        out.append(_failure_signal(instance, run, cfg, float(item["at"]), note=f"no retry launched within {waited}"))
     return out
 
 
@@ -447,8 +446,7 @@ def dead_letter_signals(
     unread = {} if unread is None else unread
     for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
-        ui_url = cfg.ui_url if cfg else None
-        link = f"{ui_url}/assets/runs_fleet/{label}_dead_letters?view=checks" if ui_url else None
+        link = f"{cfg.ui_url}/assets/runs_fleet/{label}_dead_letters?view=checks" if cfg and cfg.ui_url else None
         try:
             depth = dead_letter_depth(sqs, url)["depth"]
         except Exception as exc:  # one line; its incident keeps its state, and a depth unread for long alerts
@@ -487,9 +485,7 @@ def build_alerts_sensor(
     )
     def alerts(context: dg.SensorEvaluationContext) -> dg.SkipReason:
         with sensor_lease(context.instance, context.log.warning) as busy:
-            if busy:
-                return dg.SkipReason(busy)
-            return _evaluate(context, demo_noise, demo_jobs)
+            return dg.SkipReason(busy) if busy else _evaluate(context, demo_noise, demo_jobs)
 
     return alerts
 

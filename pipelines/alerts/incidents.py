@@ -341,8 +341,7 @@ class AlertBook:
             due, rest = due[:max_per_tick], due[max_per_tick:]
             in_a_row = 0
             for item in due:
-                if out_of_time():
-                    rest = []
+                if out_of_time():  # the summary waits too (out_of_time stays so)
                     break
                 if item["message"].get("alert_key") in held:
                     continue

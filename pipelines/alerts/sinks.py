@@ -133,10 +133,9 @@ class SnsSink:
                     TopicArn=self.topic_arn, Message=body, Subject=subject, MessageAttributes=attributes
                 ),
             )
-        except NoAnswer as exc:
-            raise SinkError(f"SNS Publish to {self.topic_arn}: {exc}") from None
         except Exception as exc:
-            raise SinkError(f"SNS Publish to {self.topic_arn}: {classify_aws_error(exc).reason}") from None
+            why = exc if isinstance(exc, NoAnswer) else classify_aws_error(exc).reason
+            raise SinkError(f"SNS Publish to {self.topic_arn}: {why}") from None
 
 
 class WebhookSink:
