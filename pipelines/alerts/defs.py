@@ -582,7 +582,7 @@ TABLE_ALERT_CHARS = 140  # the title (a demo alert's starts with [demo]) and the
     key=ASSET_KEY,
     group_name="alerts",
     description="The open incidents of the alerts sensor (inline table) and the last 24 h of opened/resolved counts.",
-    tags={"groundskeeper/capability": "alerts"},
+    tags={CAPABILITY_TAG: "alerts"},
 )
 def incidents(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
     book = load_book(context.instance, context.log.warning)
@@ -624,7 +624,7 @@ close_incident = one_op_job(
         "alerts sensor by its key; the sensor applies it at its next tick and sends one message."
     ),
     op_description="Acknowledge or close an incident.",
-    tags={"groundskeeper/capability": "alerts"},
+    tags={CAPABILITY_TAG: "alerts"},
     executor_def=dg.in_process_executor,
     retry_policy=None,  # no AWS call
 )
