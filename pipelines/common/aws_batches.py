@@ -199,7 +199,7 @@ def put_metrics(
     per_call: int = METRICS_PER_CALL,
 ) -> int:
     """``PutMetricData``, each call retried by ``policy``; a call that still fails raises, unless
-    ``cloudwatch`` has ``not_published(exc)`` (``CommittedChangeMetrics``). Returns the calls made."""
+    ``cloudwatch`` has ``not_published(exc)`` (``CommittedChangeMetrics``). Returns the calls that published."""
     not_published = _not_published(cloudwatch)
     calls = 0
     for batch in chunks(list(datums), per_call):
