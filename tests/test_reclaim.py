@@ -217,14 +217,18 @@ def test_operation_progress_items_are_failed_with_the_agenda(aws):
     for state, op in (("EXECUTING", "op-1"), ("COMPLETE", "op-2")):
         row = {"agendaProgressId": ids["stale"][0], "operationId": op, "processingState": state}
         ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(row))
+    garbled = {"agendaProgressId": ids["stale"][0], "operationId": "op-3", "processingState": "EXECUTING"}
+    ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item({**garbled, "diagnosticEvents": "[{not json"}))
     params = _params(operationProgressTableName="POP-OperationProgress-test")
     counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
-    assert counts.operations_failed == 1
+    assert counts.operations_failed == 2
     ops = {i["operationId"]["S"]: i for i in ddb.scan(TableName="POP-OperationProgress-test")["Items"]}
     assert ops["op-1"]["processingStateMessage"]["S"] == "failed"
     assert "AgendaProgress timed out." in ops["op-1"]["diagnosticEvents"]["S"]
     assert ops["op-2"]["processingState"]["S"] == "COMPLETE"
     assert "processingStateMessage" not in ops["op-2"]
+    kept = json.loads(ops["op-3"]["diagnosticEvents"]["S"])[0]  # events that are not JSON are kept as text
+    assert kept["payload"] == "[{not json"
     with pytest.raises(TableError, match="agendaProgressId"):
         OperationProgressWriter(ddb, PROGRESS_TABLE)
 
