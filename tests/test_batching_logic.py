@@ -156,7 +156,8 @@ def test_crash_between_lock_and_upload_is_finished_by_the_next_run(aws):
     assert pending_ids(aws, "acme") == set()
 
 
-def test_crash_after_upload_only_finalizes(aws):
+def _crash_after_upload(aws) -> list[str]:
+    """acme's 10 records, uploaded to their file by a run that died before finalizing them: their ids."""
     put_receiver(aws, "acme", max_batch_size=10)
     ids = put_records(aws, "acme", _minutes_before(T10, 10))
     b = batcher(aws)
@@ -171,6 +172,11 @@ def test_crash_after_upload_only_finalizes(aws):
             b.run("acme", DAY, now=T10)
     finally:
         store.finalize_records = original
+    return ids
+
+
+def test_crash_after_upload_only_finalizes(aws):
+    ids = _crash_after_upload(aws)
     assert len(pending_ids(aws, "acme")) == 10
     report = batcher(aws).run("acme", DAY, now=T10)
     assert report.recovered[0]["file_was_in_s3"] is True
@@ -183,19 +189,7 @@ def test_crash_after_upload_only_finalizes(aws):
 def test_a_recovery_whose_file_check_is_refused_fails_and_the_next_run_finalizes_the_file(aws):
     """A refused HeadObject says nothing of the file: the run fails (and is retried), it does not
     upload the file again and report it as missing."""
-    put_receiver(aws, "acme", max_batch_size=10)
-    put_records(aws, "acme", _minutes_before(T10, 10))
-    original = store.finalize_records
-
-    def dying_finalize(*args, **kwargs):
-        raise ConnectionError("died after the upload")
-
-    store.finalize_records = dying_finalize
-    try:
-        with pytest.raises(ConnectionError):
-            batcher(aws).run("acme", DAY, now=T10)
-    finally:
-        store.finalize_records = original
+    _crash_after_upload(aws)
     refusing = batcher(aws)
     with fs.refused(refusing.s3, "HeadObject", "AccessDenied", "Access Denied", lambda params: True):
         with pytest.raises(ClientError):
