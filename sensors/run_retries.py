@@ -11,7 +11,7 @@ import dagster as dg
 from pipelines.common.defs.active_runs import child_run, status_changes
 from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
+from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 __all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 
@@ -131,7 +131,7 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                     run_config=run.run_config,
                     tags={**kept, **retry},
                     asset_selection=list(run.asset_selection) if run.asset_selection else None,
-                    partition_key=run.tags.get("dagster/partition"),
+                    partition_key=run.tags.get(PARTITION_TAG),
                 )
             )
 

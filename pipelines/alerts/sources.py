@@ -16,9 +16,8 @@ from pipelines.common import first_line
 from pipelines.common.summary import CAPABILITY_TAG, run_counters
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
+from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
-PARTITION_TAG = "dagster/partition"
 # Dagster's own run retries (run_retries in dagster.yaml, or the dagster/max_retries tag)
 DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
 DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"

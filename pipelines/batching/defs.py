@@ -25,6 +25,7 @@ from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule, tick_time
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.defs.tasks import one_op_job, resource_clients
+from pipelines.retry.tags import PARTITION_TAG
 from resources import BatchingSettings, DynamoDBResource, S3Resource
 
 BATCH_START_DATE = batch_start_date(os.environ, dt.date.today())
@@ -131,7 +132,6 @@ BATCHING_TAG = "groundskeeper/batching"
 
 MINUTE_JOB = "batch_minute_job"
 PARTITION_JOB = "receiver_batches_job"
-PARTITION_TAG = "dagster/partition"
 MINUTE_OP = "plan_batch_minute"
 MINUTE_IN_PROCESS_OP = "batch_minute"
 BATCH_TIME_TAG = "groundskeeper/batch_time"

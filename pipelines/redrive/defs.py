@@ -16,6 +16,7 @@ from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
 from pipelines.common.defs.tasks import one_op_job, resource_clients
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import FAILED, GONE, IN_BACKFILL, IN_PROGRESS, MISSING, SKIPPED, counts, plan, report
+from pipelines.retry.tags import PARTITION_TAG
 
 JOB_NAME = "redrive_failed_partitions"
 OP_NAME = "find_and_relaunch"
@@ -26,9 +27,9 @@ CAPABILITY = {"groundskeeper/capability": "redrive"}
 def _run_partitions(instance: dg.DagsterInstance, key: dg.AssetKey, runs_filter: dg.RunsFilter) -> set[str]:
     """The partition tags of the runs ``runs_filter`` selects that targeted ``key`` (or every asset)."""
     return {
-        run.tags["dagster/partition"]
+        run.tags[PARTITION_TAG]
         for run in instance.get_runs(runs_filter, limit=10_000)
-        if run.tags.get("dagster/partition") and (not run.asset_selection or key in run.asset_selection)
+        if run.tags.get(PARTITION_TAG) and (not run.asset_selection or key in run.asset_selection)
     }
 
 
@@ -104,9 +105,7 @@ def partition_states(
     if live:
         statuses = dict(instance.get_status_by_partition(key, live, partitions_def) or {})
         # a queued, starting or started run (also one of a job backfill)
-        in_flight = _run_partitions(
-            instance, key, dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={"dagster/partition": live})
-        )
+        in_flight = _run_partitions(instance, key, dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={PARTITION_TAG: live}))
     states = dict.fromkeys(gone, GONE)
     for k in live:
         status = statuses.get(k)
