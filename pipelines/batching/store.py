@@ -17,6 +17,7 @@ from pipelines.common.aws_batches import (
     FenceFailed,
     chunks,
     conditional_write,
+    error_code,
     transact_conditional,
 )
 from pipelines.retry.policy import Formula
@@ -279,7 +280,7 @@ def put_file(s3, bucket: str, key: str, lines: list[str], *, new_only: bool = Fa
             **({"IfNoneMatch": "*"} if new_only else {}),
         )
     except ClientError as exc:
-        if new_only and exc.response.get("Error", {}).get("Code") == "PreconditionFailed":
+        if new_only and error_code(exc) == "PreconditionFailed":
             return False
         raise
     return True
