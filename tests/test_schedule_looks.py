@@ -12,7 +12,7 @@ import pytest
 
 from infra.demo.definitions import build_local_definitions
 from pipelines.common import iso, to_item
-from pipelines.common.defs.schedules import LOOK_TAG, SCHEDULE_TAG, schedule
+from pipelines.common.defs.schedules import LOOK_TAG, ONE_AT_A_TIME_TAG, SCHEDULE_TAG, schedule
 from pipelines.common.looks import Look
 from pipelines.definitions import build_definitions
 from pipelines.fleet import messages
@@ -87,6 +87,9 @@ def test_orphaned_instances_skips_when_no_instance_is_old_enough_and_runs_when_o
     (request,) = _tick(defs, name).run_requests
     assert request.run_config["task_type"] == "orphaned_instances"
     assert request.tags[SCHEDULE_TAG] == name
+    # the runs list shows these and the run's counts: at most 3 tags (Dagster's own are hidden)
+    shown = {k for k in {**defs.resolve_job_def("housekeeping").tags, **request.tags} if not k.startswith("dagster/")}
+    assert shown == {"groundskeeper/capability", ONE_AT_A_TIME_TAG}
 
 
 def test_orphaned_instances_runs_for_a_suspect_that_is_due_for_termination(aws, defs, monkeypatch):

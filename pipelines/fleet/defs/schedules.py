@@ -38,7 +38,7 @@ def housekeeping_schedule(task: Task, crons: Mapping[str, str] | None = None) ->
         return dg.RunRequest(
             run_key=f"{name}-{config['timestamp']}" if config["timestamp"] else None,
             run_config=config,
-            tags={"groundskeeper/task": name, ONE_AT_A_TIME_TAG: f"housekeeping:{name}"},  # one run per task
+            tags={ONE_AT_A_TIME_TAG: f"housekeeping:{name}"},  # one run per task, which its value names
         )
 
     return schedule(
