@@ -251,12 +251,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
 
 def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | None:
     """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
-    config = run.run_config or {}
-    raw = (((config.get("ops") or {}).get(CLOSE_OP) or {}).get("config")) or {
-        k: v for k, v in config.items() if k not in ("ops", "execution", "resources", "loggers")
-    }
-    try:
-        params, _ = parse_params(IncidentAction, raw)
+    try:  # the flat run config as given (the job's config mapping takes nothing else)
+        params, _ = parse_params(IncidentAction, run.run_config or {})
     except ParamsError as exc:
         context.log.warning(f"{CLOSE_JOB} run {run.run_id}: not applied, {exc}")
         return None
