@@ -58,14 +58,6 @@ def execution_for(values: Mapping[str, Any]) -> dict[str, Any]:
     return {"in_process": {}}
 
 
-def _table_of(run_config: dict) -> str | None:
-    """The table of a reclaim run, from its flat run config (or the plan op's config)."""
-    for config in (run_config, run_config.get("ops", {}).get(PLAN_OP, {}).get("config", {})):
-        if isinstance(config, dict) and isinstance(config.get("tableName"), str):
-            return config["tableName"]
-    return None
-
-
 def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: str) -> str | None:
     """The id of an earlier-started reclaim run still working on ``table``, if any. Scheduled runs are
     held by the tag concurrency limit on ``groundskeeper/table``; this covers runs launched by hand,
@@ -77,7 +69,7 @@ def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: st
     my_start = (mine.start_time if mine else None) or time.time()
     for record in records:
         other = record.dagster_run
-        if other.run_id == run_id or _table_of(other.run_config or {}) != table:
+        if other.run_id == run_id or (other.run_config or {}).get("tableName") != table:  # its flat run config
             continue
         if ((record.start_time or 0), other.run_id) < (my_start, run_id):
             return other.run_id
