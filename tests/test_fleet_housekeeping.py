@@ -5,13 +5,16 @@ import json
 from collections import Counter
 
 import pytest
+from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
+from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet import messages
 from pipelines.fleet.drain import DrainLimits, queue_drain
 from pipelines.fleet.housekeeping import Housekeeping, HousekeepingHandler
-from pipelines.fleet.messages import InvalidMessage
+from pipelines.fleet.messages import FINAL_STATUSES, InvalidMessage
 from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
+from pipelines.retry import fixed
 from tests import fleet_support as fs
 from tests.conftest import PATIENCE
 
@@ -185,6 +188,86 @@ def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
     assert sorted(r["job_id"] for r in archived) == sorted(j["job_id"] for j in old)
     assert fs.metric_sum(aws, "JobRecordsArchived") == 130
     assert _run(aws, "old_jobs", retention_days=2)["archived"] == 0  # the recent ones stay
+
+
+def _old_jobs(aws, statuses: list[str]) -> None:
+    completed_at = iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=8))
+    for n, status in enumerate(statuses):
+        item = {"job_id": f"old-{n}", "status": status, "completed_at": completed_at}
+        aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(item))
+
+
+def _after_first_query(ddb, meanwhile) -> None:
+    """The next ``Query`` of ``ddb`` returns its page, then ``meanwhile()`` runs before the caller goes on."""
+
+    def hook(**kwargs):
+        ddb.meta.events.unregister("after-call.dynamodb.Query", unique_id="old-jobs-hold")
+        meanwhile()
+
+    ddb.meta.events.register("after-call.dynamodb.Query", hook, unique_id="old-jobs-hold")
+
+
+@pytest.mark.slow
+def test_two_old_jobs_passes_over_one_page_delete_and_count_each_job_once(aws):
+    """Two passes at once (a queue message beside the schedule's run): pass B has read the page when
+    pass A archives and deletes it all; B then archives the page again but deletes and counts none of it."""
+    _old_jobs(aws, [FINAL_STATUSES[0]] * 5)  # one page, B's first query
+    first = {}
+    _after_first_query(aws.client("dynamodb"), lambda: first.update(_run(aws, "old_jobs")))
+    second = _run(aws, "old_jobs")
+    assert second["found"] == 5  # B read the page before A deleted it
+    assert first["archived"] + second["archived"] == 5
+    assert fs.metric_sum(aws, "JobRecordsArchived") == 5
+    assert second["already_deleted"] == 5
+    assert fs.jobs_state(aws) == {}
+
+
+@pytest.mark.slow
+def test_old_jobs_keeps_a_job_that_changed_after_its_page_was_read(aws):
+    _old_jobs(aws, [FINAL_STATUSES[0]] * 3)
+    ddb, table = aws.client("dynamodb"), aws.env["RUNS_FLEET_JOBS_TABLE"]
+    later = {"job_id": "old-1", "status": FINAL_STATUSES[0], "completed_at": iso(dt.datetime.now(dt.UTC))}
+    _after_first_query(ddb, lambda: ddb.put_item(TableName=table, Item=to_item(later)))
+    result = _run(aws, "old_jobs")
+    assert result["archived"] == 2
+    assert result["changed"] == 1
+    assert set(fs.jobs_state(aws)) == {"old-1"}
+    assert fs.metric_sum(aws, "JobRecordsArchived") == 2
+
+
+@pytest.mark.slow
+def test_old_jobs_names_a_job_whose_delete_is_refused_in_one_warning_and_deletes_the_others(aws, caplog):
+    _old_jobs(aws, [FINAL_STATUSES[0]] * 3)
+
+    def old_1(params):
+        return any(action["Delete"]["Key"]["job_id"]["S"] == "old-1" for action in params["TransactItems"])
+
+    with fs.refused(aws.client("dynamodb"), "TransactWriteItems", "ValidationException", "too big", old_1):
+        result = _run(aws, "old_jobs")
+    assert result["archived"] == 2
+    assert result["refused"] == 1
+    assert set(fs.jobs_state(aws)) == {"old-1"}
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning == (
+        "old_jobs: 1 archived job(s) not deleted, refused: old-1: ValidationException: "
+        "An error occurred (ValidationException) when calling the TransactWriteItems operation: too big"
+    )
+
+
+@pytest.mark.slow
+def test_old_jobs_still_failing_to_delete_fails_the_run_and_publishes_what_it_deleted(aws, monkeypatch):
+    monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=2))
+    _old_jobs(aws, [FINAL_STATUSES[0]] * 3 + [FINAL_STATUSES[1]] * 2)
+    ddb = aws.client("dynamodb")
+
+    def second_status(params):
+        return params["TransactItems"][0]["Delete"]["ExpressionAttributeValues"][":s"]["S"] == FINAL_STATUSES[1]
+
+    with fs.refused(ddb, "TransactWriteItems", "InternalServerError", "try again", second_status):
+        with pytest.raises(ClientError, match="InternalServerError"):
+            _run(aws, "old_jobs")
+    assert set(fs.jobs_state(aws)) == {"old-3", "old-4"}
+    assert fs.metric_sum(aws, "JobRecordsArchived") == 3
 
 
 @pytest.mark.parametrize(

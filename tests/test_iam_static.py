@@ -72,8 +72,8 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
     return {
         # fleet, pool audit, reclaim and progressor metrics, all in RUNS_FLEET_METRICS_NAMESPACE
         ("cloudwatch", "PutMetricData"): [request("cloudwatch:PutMetricData", "*", namespace)],
-        # old_jobs deletes archived jobs
-        ("dynamodb", "BatchWriteItem"): ddb("BatchWriteItem", jobs),
+        # batch_write: only infra's seeding calls it (the demo, the cluster's seed table), never a prod job
+        ("dynamodb", "BatchWriteItem"): [],
         # reclaim: inspect_table (AgendaProgress tables), OperationProgressWriter
         ("dynamodb", "DescribeTable"): ddb("DescribeTable", agenda, OTHER_TABLE),
         # batching: the receiver item
@@ -102,6 +102,7 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
             *ddb("UpdateItem", records, jobs, agenda, OTHER_TABLE),  # batching, termination, reclaim
             *ddb("ConditionCheckItem", receivers, jobs),  # batching: the lease fence; termination: a late flush
             *ddb("PutItem", ready),  # reclaim: queue a retry
+            *ddb("DeleteItem", jobs),  # old_jobs: delete archived jobs
         ],
         # reclaim's grouped writes: a BatchExecuteStatement is authorised per statement (PartiQL UPDATE)
         ("dynamodb", "BatchExecuteStatement"): ddb("PartiQLUpdate", agenda, OTHER_TABLE),
@@ -488,7 +489,7 @@ def test_the_code_server_role_is_denied_every_call_of_the_runs_that_sensors_do_n
     sensors = {req for reqs in sensor_calls(s).values() for req in reqs}
     others = [req for reqs in calls(s).values() for req in reqs if req not in sensors]
     writes = {"ec2:TerminateInstances", "ec2:CreateTags", "ssm:DeleteParameters", "dynamodb:PutItem"}
-    writes |= {"dynamodb:UpdateItem", "dynamodb:BatchWriteItem", "sqs:SendMessage", "sqs:DeleteMessage"}
+    writes |= {"dynamodb:UpdateItem", "dynamodb:DeleteItem", "sqs:SendMessage", "sqs:DeleteMessage"}
     assert writes | {"s3:PutObject"} <= {req.action for req in others}
     allowed = [str(req) for req in others if any(allowed_by(st, req) for st in statements)]
     assert not allowed, "the code server may:\n" + "\n".join(allowed)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pipelines.common import from_item, iso
-from pipelines.common.aws_batches import batch_write
+from pipelines.common.aws_batches import TRANSACTION_LIMIT, transact_conditional
 from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
@@ -64,49 +64,84 @@ def _old_jobs_query(jobs_table: str, status: str, cutoff: str, *, limit: int) ->
     }
 
 
+DELETES = ("archived", "already_deleted", "changed", "refused")  # what became of the archived jobs
+
+
+def _delete(ctx: FleetContext, items: list[dict[str, Any]], counts: Counter) -> None:
+    """Delete a page's jobs as it read them, 100 a transaction (``batch_writes``): ``archived`` counts those
+    this pass deleted; a job already gone was deleted by another pass, one that changed is kept."""
+
+    def delete(item: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "Delete": {
+                "TableName": ctx.jobs_table,
+                "Key": {"job_id": item["job_id"]},
+                "ConditionExpression": "#s = :s AND completed_at = :c",
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":s": item["status"], ":c": item["completed_at"]},
+                "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+            }
+        }
+
+    done = transact_conditional(
+        ctx.dynamodb, items, delete, policy=fleet_calls.POLICY, what="TransactWriteItems (delete old jobs)"
+    )
+    counts["batch_writes"] += -(-len(items) // TRANSACTION_LIMIT)
+    counts["archived"] += len(done.applied)
+    counts.update("changed" if current else "already_deleted" for _, current in done.conditional)
+    counts["refused"] += len(done.refused)
+    if done.refused:
+        reasons = "; ".join(f"{item['job_id']['S']}: {reason}" for item, reason in done.refused)
+        ctx.log.warning(f"old_jobs: {len(done.refused)} archived job(s) not deleted, refused: {reasons}")
+    if done.failed:
+        raise done.error
+
+
 def old_jobs(ctx: FleetContext, req: HousekeepingRequest, params: OldJobsParams) -> dict[str, Any]:
-    """Archive finished jobs older than the retention to S3 (JSON Lines), then delete them. Never scans."""
+    """Archive finished jobs older than the retention to S3 (JSON Lines), then delete them. Never scans.
+    ``JobRecordsArchived`` counts the jobs this pass deleted, also when it fails part-way."""
     cutoff = _old_jobs_cutoff(req, params)
     counts: Counter = Counter()
     keys_written: list[str] = []
-    for status in FINAL_STATUSES:
-        kwargs = _old_jobs_query(ctx.jobs_table, status, cutoff, limit=1000)
-        while True:
-            page = aws_call(lambda kwargs=kwargs: ctx.dynamodb.query(**kwargs), what="Query completed_at-index")
-            counts["queries"] += 1
-            items = page.get("Items", [])
-            counts[status] += len(items)
-            if items and not req.dry_run:
-                records = [from_item(item) for item in items]
-                body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
-                ids = ",".join(sorted(r["job_id"] for r in records))
-                # Deterministic key: archiving the same records again (after a crash) rewrites one object.
-                key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
-                aws_call(
-                    lambda key=key, body=body: ctx.s3.put_object(
-                        Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
-                    ),
-                    what="PutObject (job archive)",
-                )
-                keys_written.append(key)
-                mark_archived(ctx, records, key)
-                deletes = [{"DeleteRequest": {"Key": {"job_id": item["job_id"]}}} for item in items]
-                counts["batch_writes"] += batch_write(ctx.dynamodb, ctx.jobs_table, deletes, policy=fleet_calls.POLICY)
-                counts["archived"] += len(items)
-            if "LastEvaluatedKey" not in page:
-                break
-            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    try:
+        for status in FINAL_STATUSES:
+            kwargs = _old_jobs_query(ctx.jobs_table, status, cutoff, limit=1000)
+            while True:
+                page = aws_call(lambda kwargs=kwargs: ctx.dynamodb.query(**kwargs), what="Query completed_at-index")
+                counts["queries"] += 1
+                items = page.get("Items", [])
+                counts[status] += len(items)
+                if items and not req.dry_run:
+                    records = [from_item(item) for item in items]
+                    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+                    ids = ",".join(sorted(r["job_id"] for r in records))
+                    # Deterministic key: archiving the same records again (after a crash) rewrites one object.
+                    key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
+                    aws_call(
+                        lambda key=key, body=body: ctx.s3.put_object(
+                            Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
+                        ),
+                        what="PutObject (job archive)",
+                    )
+                    keys_written.append(key)
+                    mark_archived(ctx, records, key)
+                    _delete(ctx, items, counts)
+                if "LastEvaluatedKey" not in page:
+                    break
+                kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    finally:
+        if not req.dry_run:
+            publish_count(ctx.cloudwatch, ctx.namespace, "JobRecordsArchived", counts["archived"])
+    deleted = ", ".join(f"{k}={counts[k]}" for k in DELETES)
     ctx.log.info(
         f"old_jobs: completed_at before {cutoff}: "
         + ", ".join(f"{s}={counts[s]}" for s in FINAL_STATUSES)
-        + (" (dry run: nothing archived or deleted)" if req.dry_run else f"; archived to {len(keys_written)} object(s)")
+        + (" (dry run: nothing archived or deleted)" if req.dry_run else f"; {len(keys_written)} object(s), {deleted}")
     )
-    if not req.dry_run:
-        publish_count(ctx.cloudwatch, ctx.namespace, "JobRecordsArchived", counts["archived"])
     return {
         "cutoff": cutoff,
         "found": sum(counts[s] for s in FINAL_STATUSES),
-        "archived": counts["archived"],
+        **{k: counts[k] for k in DELETES},
         "archive_objects": len(keys_written),
         "queries": counts["queries"],
         "batch_writes": counts["batch_writes"],
