@@ -379,8 +379,8 @@ def seed_scan_table(ddb: Any, table: str, count: int, *, stale_every: int = 2, n
     """Create ``table`` (hash key ``id``, no index) if needed and put ``count`` agendas in it: every
     ``stale_every``-th one EXECUTING for a day (what reclaim fails), the others fresh. Returns the
     ids of the stale ones."""
+    from infra.seed import batch_write
     from pipelines.common import to_item
-    from pipelines.common.aws_batches import batch_write
 
     try:
         ddb.create_table(

@@ -11,11 +11,10 @@ from contextlib import contextmanager
 import pytest
 from botocore.exceptions import ClientError
 
+from infra.seed import Unprocessed, batch_write
 from pipelines.common import from_item, to_item
 from pipelines.common.aws_batches import (
     FenceFailed,
-    Unprocessed,
-    batch_write,
     chunks,
     error_code,
     put_metrics,

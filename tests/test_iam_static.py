@@ -72,8 +72,6 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
     return {
         # fleet, pool audit, reclaim and progressor metrics, all in RUNS_FLEET_METRICS_NAMESPACE
         ("cloudwatch", "PutMetricData"): [request("cloudwatch:PutMetricData", "*", namespace)],
-        # batch_write: only infra's seeding calls it (the demo, the cluster's seed table), never a prod job
-        ("dynamodb", "BatchWriteItem"): [],
         # reclaim: inspect_table (AgendaProgress tables), OperationProgressWriter
         ("dynamodb", "DescribeTable"): ddb("DescribeTable", agenda, OTHER_TABLE),
         # batching: the receiver item

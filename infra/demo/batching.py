@@ -13,8 +13,8 @@ import random
 from dataclasses import dataclass
 
 from infra.demo.common import demo_uuid, put_once, step_count
+from infra.seed import batch_write
 from pipelines.common import iso, to_item
-from pipelines.common.aws_batches import batch_write
 
 DEMO_RECEIVERS = [
     {

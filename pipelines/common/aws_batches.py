@@ -20,7 +20,6 @@ log = logging.getLogger(__name__)
 CALL_POLICY = preset("runs-fleet")
 """One AWS call's retry unless the caller names another: waits 0.1, 0.5, 1 s, 4 attempts."""
 TRANSACTION_LIMIT = 100  # TransactWriteItems actions per call
-BATCH_WRITE_LIMIT = 25  # BatchWriteItem requests per call
 METRICS_PER_CALL = 1000  # PutMetricData datums per call
 
 
@@ -155,34 +154,6 @@ def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what:
             half = len(todo) // 2
             _transact(dynamodb, todo[:half], action, fence, policy, what, out)
             _transact(dynamodb, todo[half:], action, fence, policy, what, out)
-
-
-class Unprocessed(Exception):
-    """``BatchWriteItem`` left items unprocessed (throttled): worth another try after a wait."""
-
-
-def _retry_batch_write(exc: BaseException) -> bool:
-    return isinstance(exc, Unprocessed) or is_transient(exc)
-
-
-def batch_write(dynamodb, table: str, requests: Sequence[dict[str, Any]], *, policy: RetryPolicy = CALL_POLICY) -> int:
-    """``BatchWriteItem`` 25 requests a call, ``UnprocessedItems`` sent again as the policy allows
-    (then ``Unprocessed``); returns the number of calls."""
-    calls = 0
-    for part in chunks(list(requests), BATCH_WRITE_LIMIT):
-        request = {table: list(part)}
-
-        def write() -> None:
-            nonlocal request, calls
-            response = dynamodb.batch_write_item(RequestItems=request)
-            calls += 1
-            left = response.get("UnprocessedItems") or {}
-            if left:
-                request = left
-                raise Unprocessed(f"BatchWriteItem left {len(left.get(table, []))} item(s) unprocessed")
-
-        retry_call(write, policy, retryable=_retry_batch_write, on_retry=_note("BatchWriteItem"))
-    return calls
 
 
 def _not_published(sink) -> Any:
