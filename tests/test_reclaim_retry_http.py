@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
@@ -366,6 +367,33 @@ def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
     assert "s3cret" not in str(Secret("s3cret"))
 
 
+@pytest.mark.parametrize("token", ["eyJhbGciOi.SECRET-BEARER.sig\r\n", "SECRET BEARER", "SECRET\u00e9"])
+def test_a_login_answering_a_token_no_header_can_carry_fails_in_one_line_without_it(token):
+    from infra.local_server import LocalServer
+    from pipelines.reclaim.http import login
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.dumps({"token": token}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    identity = LocalServer()
+    identity._serve(Handler, 0)
+    with identity:
+        with pytest.raises(EndpointError) as info:
+            login(f"{identity.base}/login", "reclaimer", Secret("pw"))
+    message = str(info.value)
+    assert message.splitlines() == [message]
+    assert "SECRET" not in message
+    assert "not a bearer token" in message
+
+
 def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_line(aws_shared):
     from pipelines.definitions import build_definitions
 
@@ -516,7 +544,17 @@ def test_a_redirect_from_the_identity_login_fails_the_run_and_the_password_never
 # ------------------------------------------------------------------ dot segments
 
 
-DOT_PATHS = ["/../../evil", "/%2e%2e/%2E%2E/evil", "/.%2e/evil", "/..;/evil", "/./x", "/..%2fevil", "/..%5cevil"]
+DOT_PATHS = [
+    "/../../evil",
+    "/%2e%2e/%2E%2E/evil",
+    "/.%2e/evil",
+    "/..;/evil",
+    "/./x",
+    "/..%2fevil",
+    "/..%5cevil",
+    "/%252e%252e/%252e%252e/evil",
+    "/..%252f..%252fevil",
+]  # decoded twice: by a proxy, then the server
 
 
 def test_an_endpoint_url_with_dot_segments_is_under_no_prefix():

@@ -27,10 +27,17 @@ class _NoRedirects(urllib.request.HTTPRedirectHandler):
 NO_REDIRECTS = urllib.request.build_opener(_NoRedirects)
 
 
+def _decoded(segment: str) -> str:
+    """``segment`` percent-decoded until it stops changing: a proxy and a server may each decode it."""
+    while (once := unquote(segment)) != segment:
+        segment = once
+    return segment
+
+
 def leaves_its_path(path: str) -> bool:
-    """True when a server that normalises ``path`` could serve another one: a decoded segment ``.`` or
-    ``..`` (also before a ``;``, as some servers read it), or an encoded ``/`` or a ``\\``."""
-    decoded = [unquote(segment) for segment in path.split("/")]
+    """True when a server that normalises ``path`` could serve another one: a segment decoded (as often as it
+    decodes) ``.`` or ``..`` (also before a ``;``, as some servers read it), or an encoded ``/`` or a ``\\``."""
+    decoded = [_decoded(segment) for segment in path.split("/")]
     return any(part.split(";", 1)[0] in (".", "..") or "/" in part or "\\" in part for part in decoded)
 
 

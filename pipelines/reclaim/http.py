@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from pipelines.reclaim.writers import (
 from pipelines.retry import ATTEMPT_ID_ATTR
 
 TIMEOUT_SECONDS = 15
+BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")  # RFC 6750's b64token: nothing a header could break on
 
 
 class EndpointError(RuntimeError):
@@ -98,6 +100,8 @@ def login(identity_url: str, username: str, password: Secret) -> Secret:
     token = body.get("token") if isinstance(body, dict) else None
     if status != 200 or not isinstance(token, str) or not token:
         raise EndpointError(f"identity login at {location(identity_url)} as {username!r} failed (HTTP {status})")
+    if not BEARER_TOKEN.fullmatch(token):  # a header would refuse it, and show it in the error
+        raise EndpointError(f"identity login at {location(identity_url)} answered a token that is not a bearer token")
     return Secret(token)
 
 
