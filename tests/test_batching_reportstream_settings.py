@@ -380,6 +380,15 @@ def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monk
     assert problems == [f"{tmp_path}: 3 settings files, only the first 2 read"]
 
 
+@pytest.mark.parametrize("name", ["organizations.txt", "passwd", "environ"])
+def test_a_local_file_that_is_not_named_as_settings_is_not_read(tmp_path, name):
+    file = tmp_path / name
+    file.write_text("- name: org\n  receivers:\n  - name: full-elr\n")
+    sources, problems = read_sources(str(file))
+    assert sources == []
+    assert problems == [f"{file}: no .yml or .yaml settings file"]
+
+
 def test_settings_files_past_the_limit_are_one_line_from_s3(aws, monkeypatch):
     monkeypatch.setattr("pipelines.batching.reportstream_settings.MAX_FILES", 2)
     s3, bucket = aws.client("s3"), aws.env["BATCH_OUTBOX_BUCKET"]

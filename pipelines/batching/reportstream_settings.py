@@ -84,8 +84,8 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
         root = Path(path)
         if root.is_dir():
             found = sorted(p for p in root.rglob("*") if p.is_file() and _is_settings_file(p.name))
-        elif root.is_file():
-            found = [root]
+        elif root.is_file():  # named by its extension, as an S3 key is: no other file is opened
+            found = [root] if _is_settings_file(root.name) else []
         else:
             return [], [f"{path}: no such file or folder"]
         for file in found[:MAX_FILES]:
