@@ -7,8 +7,10 @@ import json
 import pytest
 
 from pipelines.common import to_item
+from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive_dead_letters
+from pipelines.fleet.messages import fingerprint
 from pipelines.retry import fixed
 from tests import fleet_support as fs
 
@@ -100,18 +102,31 @@ def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_r
         "missing": json.dumps(
             {
                 "envelope": "groundskeeper-dead-letter",
-                "body_s3": f"s3://{bucket}/dead-letters/q/oversized/gone.json",
+                "body_s3": f"s3://{bucket}/dead-letters/{queue_name(aws.env[TQ])}/oversized/gone.json",
                 "body_sha256": "0",
             }
         ),
+        # an archived message that would open, but in another queue's folder
+        "another queue's": json.dumps(
+            {
+                "envelope": "groundskeeper-dead-letter",
+                "body_s3": f"s3://{bucket}/dead-letters/runs-fleet-housekeeping/oversized/other.json",
+                "body_sha256": fingerprint("{}"),
+            }
+        ),
     }
+    s3.put_object(
+        Bucket=bucket,
+        Key="dead-letters/runs-fleet-housekeeping/oversized/other.json",
+        Body=json.dumps({"body": "{}", "message_attributes": {}}).encode(),
+    )
     for body in bodies.values():
         sqs.send_message(
             QueueUrl=aws.env[DLQ], MessageBody=body, MessageAttributes={"groundskeeper-envelope": envelope}
         )
     out = _redrive(aws)
-    assert out["quarantined"] == 3, out
-    assert out["bad_envelope"] == 3, out
+    assert out["quarantined"] == 4, out
+    assert out["bad_envelope"] == 4, out
     assert out.get("redriven", 0) == 0
     assert fs.depth(aws, DLQ) == 0
     assert fs.depth(aws, TQ) == 0
@@ -121,7 +136,7 @@ def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_r
         for o in listed["Contents"]
         if "/quarantine/" in o["Key"]
     )
-    assert len(reasons) == 3
+    assert len(reasons) == 4
     assert all(r.startswith("envelope cannot be opened: ") for r in reasons)
     assert any("not JSON" in r for r in reasons)
     assert any("does not exist" in r for r in reasons)

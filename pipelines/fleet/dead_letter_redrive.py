@@ -151,13 +151,12 @@ def _own_attributes(attrs: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _archived(s3, bucket: str, envelope: dict[str, Any]) -> dict[str, Any]:
+def _archived(s3, bucket: str, queue: str, envelope: dict[str, Any]) -> dict[str, Any]:
     """The archived message an ``s3`` envelope points to: only in the archive bucket's
-    ``dead-letters/<queue>/oversized/``, and only if its body has the envelope's SHA-256."""
-    url = envelope.get("body_s3")
-    prefix = f"s3://{bucket}/dead-letters/"
-    if not isinstance(url, str) or not url.startswith(prefix) or "/oversized/" not in url or ".." in url:
-        raise BadEnvelope(f"body_s3 {str(url)[:200]!r} is not in s3://{bucket}/dead-letters/<queue>/oversized/")
+    ``dead-letters/<queue>/oversized/`` of the queue redriven, and only if its body has the envelope's SHA-256."""
+    url, folder = envelope.get("body_s3"), f"s3://{bucket}/dead-letters/{queue}/oversized/"
+    if not isinstance(url, str) or not url.startswith(folder) or "/" in url[len(folder) :] or ".." in url:
+        raise BadEnvelope(f"body_s3 {str(url)[:200]!r} is not in {folder}")
     key = url.removeprefix(f"s3://{bucket}/")
     try:
         data = aws_call(lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), what="GetObject (dead letter)")
@@ -176,7 +175,7 @@ def _archived(s3, bucket: str, envelope: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
-def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, dict[str, Any]]]:
+def restore(message: dict[str, Any], s3, bucket: str, queue: str) -> tuple[str, dict[str, dict[str, Any]]]:
     """The (body, attributes) ``message`` had before it was dead-lettered: its envelope opened, the
     dead-letter and redrive attributes left out. ``BadEnvelope`` if the envelope cannot be opened."""
     attrs = message.get("MessageAttributes") or {}
@@ -193,7 +192,7 @@ def restore(message: dict[str, Any], s3, bucket: str) -> tuple[str, dict[str, di
     if not isinstance(envelope, dict) or envelope.get("envelope") != ENVELOPE:
         raise BadEnvelope(f'the envelope is not a JSON object with "envelope": "{ENVELOPE}"')
     if kind == "s3":
-        record = _archived(s3, bucket, envelope)
+        record = _archived(s3, bucket, queue, envelope)
         moved = record.get("message_attributes") or {}
         original, restored = record["body"], {}
     else:
@@ -234,7 +233,7 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
             seen.add(message["MessageId"])
             bad: str | None = None  # why its envelope cannot be opened
             try:
-                body, attrs = restore(message, s3, bucket)
+                body, attrs = restore(message, s3, bucket, queue_name(source_url))
                 fp = fingerprint(body)
                 count = ledger.count(fp)
                 if count < settings.max_redrives:
