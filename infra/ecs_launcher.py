@@ -20,7 +20,8 @@ starts a run only if each of its ``ecs/`` tags is in ``allowed_run_tags`` (defau
 tags), with a well-formed value; any other ``ecs/`` tag (a tag dagster-aws may read in a later
 version included) fails the run with one line before any ECS call. ``ecs/task_arn`` and
 ``ecs/cluster`` are the launcher's own record of the task it started (a re-executed run inherits its
-parent's): they are blanked before RunTask, set to the new task once it runs, and never refused.
+parent's): they are blanked before RunTask, set to the new task once it runs, and never refused; a
+termination stops the task they name only if its ECS tag ``dagster/run_id`` (RunTask's) is the run's.
 
 What the launcher reads besides run tags comes from the deployment, not from whoever launches a run:
 its own config (infra/dagster.ecs.yaml) and the code location's ``container_context`` (the code
@@ -121,3 +122,17 @@ class RestrictedEcsRunLauncher(EcsRunLauncher):
     def resume_run(self, context) -> None:
         if not self._refused(context.dagster_run):
             super().resume_run(context)
+
+    def terminate(self, run_id: str) -> bool:
+        """Stops the run's task only if the task ``ecs/task_arn`` names is this run's (its ECS tag
+        ``dagster/run_id``, set by RunTask): until the launcher writes them, the run's ``ecs/`` tags are
+        whatever its launch set or its parent left, and may name another run's task."""
+        arn, cluster = self._get_run_tags(run_id)[:2]
+        if arn and cluster:
+            tasks = self.ecs.describe_tasks(tasks=[arn], cluster=cluster, include=["TAGS"]).get("tasks") or []
+            if not any({"key": "dagster/run_id", "value": run_id} in (task.get("tags") or []) for task in tasks):
+                run = self._instance.get_run_by_id(run_id)
+                if run is not None and not run.is_finished:
+                    self._instance.report_run_canceling(run)
+                return False
+        return super().terminate(run_id)

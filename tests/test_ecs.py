@@ -378,6 +378,35 @@ def test_a_run_launched_with_another_tasks_arn_cannot_stop_that_task_before_its_
     assert task["lastStatus"] != "STOPPED"
 
 
+def test_a_starting_run_whose_tags_name_another_runs_task_cannot_stop_that_task(aws, ecs_instance):
+    """Between the run's STARTING and the launcher's blanking of its tags, a termination reads the tags
+    the launch set: the launcher stops a task only if its ECS tag dagster/run_id is the run's own."""
+    from dagster._core.test_utils import create_run_for_test
+
+    launcher, ecs = ecs_instance.run_launcher, aws.client("ecs")
+    cluster = launcher.run_task_kwargs["cluster"]
+    other = ecs.run_task(**launcher.run_task_kwargs, taskDefinition=launcher.task_definition)
+    other_arn = other["tasks"][0]["taskArn"]
+    run = create_run_for_test(
+        ecs_instance,
+        job_name="pool_audit_job",
+        job_code_origin=_run_origin("pool_audit_job"),
+        tags={"ecs/task_arn": other_arn, "ecs/cluster": cluster},
+        status=dg.DagsterRunStatus.STARTING,
+    )
+    assert launcher.terminate(run.run_id) is False
+    (task,) = ecs.describe_tasks(cluster=cluster, tasks=[other_arn])["tasks"]
+    assert task["lastStatus"] != "STOPPED"
+
+
+def test_a_run_can_stop_its_own_task(aws, ecs_instance):
+    run, _ = _launch(ecs_instance, {})
+    assert ecs_instance.run_launcher.terminate(run.run_id) is True
+    cluster, arn = run.tags["ecs/cluster"], run.tags["ecs/task_arn"]
+    (task,) = aws.client("ecs").describe_tasks(cluster=cluster, tasks=[arn])["tasks"]
+    assert task["desiredStatus"] == "STOPPED"
+
+
 def test_the_allowlist_is_the_deployments_and_replaces_the_default():
     from infra.ecs_launcher import SIZING_TAGS, RestrictedEcsRunLauncher, refusal
 
