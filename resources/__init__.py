@@ -101,8 +101,11 @@ def resources_for(deployment: str | None = None) -> dict[str, Any]:
         "progressor_db": progressor_database_from_env(),
         "alerts": alert_settings_from_env(),
     }
+    import dagster as dg
+
+    # Step outputs: named here so that no run config can choose where they are pickled and read back.
+    resources["io_manager"] = dg.FilesystemIOManager()  # under the instance's storage folder
     if deployment == "cluster":  # steps run on Celery workers on other machines: their outputs cross through S3
-        import dagster as dg
         from dagster_aws.s3 import S3PickleIOManager
 
         bucket = dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET")

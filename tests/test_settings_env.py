@@ -126,6 +126,14 @@ def test_no_job_takes_a_resource_setting_from_its_run_config():
     assert [job.name for job in jobs if _accepts(job, probe)] == []
 
 
+def test_no_job_takes_where_its_step_outputs_go_from_its_run_config():
+    # Dagster's default io_manager takes base_dir from run config: a step's output would be pickled
+    # to, and the next step's input unpickled from, a folder the Launchpad named.
+    jobs = build_definitions("prod").resolve_all_job_defs()
+    probe = {"resources": {"io_manager": {"config": {"base_dir": "/tmp/elsewhere"}}}}
+    assert [job.name for job in jobs if _accepts(job, probe)] == []
+
+
 def test_a_fixed_resource_reads_its_environment_variable_when_the_run_starts(aws_shared, monkeypatch):
     from resources import fixed
     from resources.settings import FleetSettings, fleet_settings_from_env
