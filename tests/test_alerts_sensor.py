@@ -742,6 +742,23 @@ def test_no_heartbeat_while_the_only_sink_is_a_topic_the_deployment_cannot_publi
     assert "210987654321" in reasons[0]
 
 
+def test_no_heartbeat_while_no_sink_is_configured(aws):
+    with dg.instance_for_test() as instance:
+        reason = tick(instance, resources(aws, sns_topic_arn=None))
+    assert _beats(aws) == []
+    assert "no heartbeat: no sink configured" in reason
+
+
+def test_an_incident_open_before_its_sink_was_configured_goes_to_it_once_it_is(aws):
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # its last attempt failed
+        tick(instance, resources(aws, sns_topic_arn=None))
+        tick(instance, resources(aws))
+        tick(instance, resources(aws))
+    assert [(m["kind"], m["state"]) for m in inbox.read()] == [("run_failure", "firing")]
+
+
 def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):
     with webhook_receiver() as receiver, dg.instance_for_test() as instance:
         receiver.failures = [500]

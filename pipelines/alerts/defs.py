@@ -505,6 +505,8 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
     book = load_book(instance, context.log.warning)
     clock = now()
     sinks = [sink.name for sink in cfg.sinks]
+    for line in book.add_sinks(sinks):
+        context.log.warning(line)
     if book.reset:
         book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
     changes, noise = [], []
@@ -549,6 +551,8 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
     stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its messages are kept until it can)")
+    elif not sinks:  # nowhere to send: alerts would go unseen (the open ones go to a sink once there is one)
+        parts.append("no heartbeat: no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
     else:
         try:
             # deployments sharing an account and a namespace each feed their own alarm
@@ -558,8 +562,6 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
             put_metrics(cloudwatch, resources.fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
         except Exception as exc:
             context.log.warning(f"heartbeat not published: {first_line(exc, 200)}")
-    if not cfg.sinks:
-        parts.append("no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
     if noise:
         parts.append(f"demo noise, not sent: {', '.join(noise[:5])}")
     if changes:

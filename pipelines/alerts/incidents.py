@@ -272,6 +272,12 @@ class AlertBook:
 
     # ------------------------------------------------------------------ delivery
 
+    def add_sinks(self, sinks: Iterable[str]) -> list[str]:
+        """A sink this book has never had gets the firing message of every open incident (it was not
+        configured when they opened). Returns :meth:`enqueue`'s lines."""
+        new = [name for name in sinks if name not in self.outbox]
+        return [line for incident in self.open_incidents() for line in self.enqueue(_message(incident), new)]
+
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
         """Put ``message`` in each sink's outbox, unless the same state change is already there.
         Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
