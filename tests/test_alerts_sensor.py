@@ -3,6 +3,7 @@ what reaches the alerts topic is read back from an SQS queue subscribed to it (r
 
 import io
 import json
+import threading
 import time
 import urllib.request
 
@@ -757,6 +758,35 @@ def test_an_incident_open_before_its_sink_was_configured_goes_to_it_once_it_is(a
         tick(instance, resources(aws))
         tick(instance, resources(aws))
     assert [(m["kind"], m["state"]) for m in inbox.read()] == [("run_failure", "firing")]
+
+
+def test_a_tick_that_outlived_its_lease_sends_nothing_beside_the_tick_that_took_it(aws, monkeypatch):
+    """A tick held in a read past its lease (the daemon gave up on it and ticked again): the later tick
+    takes the lease and sends; the held one, once it goes on, neither saves nor sends."""
+    inbox, res, sqs = Inbox(aws), resources(aws), aws.client("sqs")
+    sqs.send_message(QueueUrl=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"], MessageBody="poison")
+    later = [0.0]
+    monkeypatch.setattr(alerts_defs, "now", lambda: time.time() + later[0])
+    held, go, depth = threading.Event(), threading.Event(), alerts_defs.dead_letter_depth
+
+    def held_depth(client, url):
+        if threading.current_thread().name == "held" and not go.is_set():
+            held.set()
+            go.wait(PATIENCE)
+        return depth(client, url)
+
+    monkeypatch.setattr(alerts_defs, "dead_letter_depth", held_depth)
+    with dg.instance_for_test() as instance:
+        reasons = {}
+        first = threading.Thread(name="held", target=lambda: reasons.setdefault("held", tick(instance, res)))
+        first.start()
+        assert held.wait(PATIENCE)
+        later[0] = 600.0  # past the held tick's lease
+        reasons["next"] = tick(instance, res)
+        go.set()
+        first.join(PATIENCE)
+    assert "lease lapsed" in reasons["held"]
+    assert [m["state"] for m in inbox.read()] == ["firing"]
 
 
 def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):

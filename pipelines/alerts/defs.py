@@ -7,7 +7,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import dagster as dg
 import sqlalchemy as db
@@ -130,12 +130,13 @@ def compare_and_set(instance: dg.DagsterInstance, key: str, expected: str | None
 
 
 @contextlib.contextmanager
-def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | None]:
-    """Holds the sensor's lease (one evaluation at a time) and yields None, else yields why not. The lease
-    outlasts any tick (its budget, the last request, a margin): it lapses only when its holder died."""
+def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | Callable[[], bool]]:
+    """Holds the sensor's lease (one evaluation at a time) and yields its renewal, else yields why not. The
+    lease outlasts any tick (its budget, the last request, a margin) from its last renewal; ``renew()`` is
+    False once another evaluation took it (this one outlived it: it must neither save nor send)."""
     if not hasattr(instance.run_storage, "connect"):  # not a SQL run storage: no compare-and-set
         warn("the instance's run storage is not SQL: two evaluations at once could repeat an alert")
-        yield None
+        yield lambda: True
         return
     current = instance.run_storage.get_cursor_values({LEASE_KEY}).get(LEASE_KEY)
     try:
@@ -143,14 +144,23 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | None]:
     except (ValueError, TypeError, KeyError):
         until = 0.0  # unreadable: lapsed
     seconds = max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
-    mine = json.dumps({"holder": uuid.uuid4().hex, "until": now() + seconds})
+    holder = uuid.uuid4().hex
+    mine = json.dumps({"holder": holder, "until": now() + seconds})
+
+    def renew() -> bool:
+        nonlocal mine
+        renewed = json.dumps({"holder": holder, "until": now() + seconds})
+        held = compare_and_set(instance, LEASE_KEY, mine, renewed)
+        mine = renewed if held else mine
+        return held
+
     if until > now():
         yield f"another evaluation of the sensor holds its lease until {iso_seconds(until)}: nothing sent"
     elif not compare_and_set(instance, LEASE_KEY, current, mine):
         yield "another evaluation of the sensor took its lease first: nothing sent"
     else:
         try:
-            yield None
+            yield renew
         finally:
             compare_and_set(instance, LEASE_KEY, mine, json.dumps({"holder": None, "until": 0}))
 
@@ -480,13 +490,15 @@ def build_alerts_sensor(
         ),
     )
     def alerts(context: dg.SensorEvaluationContext) -> dg.SkipReason:
-        with sensor_lease(context.instance, context.log.warning) as busy:
-            return dg.SkipReason(busy) if busy else _evaluate(context, demo_noise, demo_jobs)
+        with sensor_lease(context.instance, context.log.warning) as lease:
+            return dg.SkipReason(lease) if isinstance(lease, str) else _evaluate(context, demo_noise, demo_jobs, lease)
 
     return alerts
 
 
-def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) -> dg.SkipReason:
+def _evaluate(
+    context, demo_noise: frozenset[str], demo_jobs: frozenset[str], lease: Callable[[], bool]
+) -> dg.SkipReason:
     deadline = time.monotonic() + tick_budget_seconds()
     instance = context.instance
     resources = context.resources  # AlertSettings, FleetSettings, SNSResource, SQSResource, CloudWatchResource
@@ -534,6 +546,10 @@ def _evaluate(context, demo_noise: frozenset[str], demo_jobs: frozenset[str]) ->
     observe(tick_signals(instance, cfg))
     unread = book.positions.setdefault("dead_letters_unread", {})
     observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
+    if not lease():  # this tick outlived its lease: another evaluation may have sent and saved since
+        return dg.SkipReason(
+            "the sensor's lease lapsed during this tick (its reads took too long): nothing saved or sent"
+        )
     save_book(instance, book)  # the read positions and the outboxes, before anything is sent
     delivery = book.deliver(
         cfg.sinks,
