@@ -219,6 +219,21 @@ def test_the_pool_audit_snapshots_a_changed_fleet_and_an_unchanged_one_every_20_
 
 
 @pytest.mark.slow
+def test_the_pool_audit_does_not_snapshot_a_fleet_whose_runners_changed_but_not_its_counts(aws, defs):
+    name = "pool_audit_schedule"
+    (gone, _) = fs.start_jobs(aws, 2)
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(defs, name, instance).run_requests
+        _run(defs, "pool_audit_job", instance, first)
+        _drop_job(aws, gone)  # one runner's job ends and its instance goes; a new runner takes a new job
+        aws.client("ec2").terminate_instances(InstanceIds=[gone["instance_id"]])
+        fs.start_jobs(aws, 1)
+        replaced = _tick(defs, name, instance)
+    assert replaced.run_requests == []
+    assert "2 managed instances, 2 with running jobs: unchanged since run" in replaced.skip_message
+
+
+@pytest.mark.slow
 def test_batching_checks_run_when_a_receiver_becomes_invalid(aws, defs):
     name = "batching_checks_schedule"
     put_receiver(aws, "fine")

@@ -232,9 +232,9 @@ def pool_audit_schedule(crons: Mapping[str, str] | None = None) -> dg.ScheduleDe
         refresh=dt.timedelta(minutes=20),
         required_resource_keys={"fleet", "dynamodb", "ec2"},
         description="Every 10 minutes: a pool_audit snapshot (metrics, CSV, checks). Looks first (the audit's own "
-        "reads: the pools table, the managed instances, the running jobs) and takes the snapshot when the fleet "
-        "differs from the last snapshot's, and at least every 20 minutes (the cost report counts a snapshot for "
-        "at most 30).",
+        "reads: the pools table, the managed instances, the running jobs) and takes the snapshot when the pools or "
+        "the instance counts per pool, state, type and busy differ from the last snapshot's, and at least every "
+        "20 minutes (the cost report counts a snapshot for at most 30).",
     )
 
 

@@ -8,6 +8,7 @@ import io
 import json
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -222,12 +223,15 @@ def run_pool_audit(
 
 
 def look_at_fleet(ctx: FleetContext) -> Look:
-    """A schedule's look (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads, as a state look."""
+    """A schedule's look (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads, as a state look of
+    what a snapshot counts (instances per pool tag, state, type, busy or not), not which: runners come and go."""
     pools, instances, busy, read = _read_fleet(ctx)
+    counted = Counter(
+        (i["pool"] or "", i["state"], i["instance_type"] or "", i["instance_id"] in busy) for i in instances
+    )
     state = {
         "pools": sorted(json.dumps(pool, sort_keys=True, default=str) for pool in pools),
-        "instances": sorted(instances, key=lambda row: row["instance_id"]),
-        "busy": sorted(busy),
+        "instances": sorted([*key, n] for key, n in counted.items()),
     }
     return Look.state(state, read)
 
