@@ -161,3 +161,14 @@ def test_a_dead_letter_that_could_not_be_deleted_after_its_redrive_is_counted_as
         out = redrive_dead_letters(run, None, RedriveSettings(rate_per_second=100))
     assert out["delete_failed"] == 1
     assert out["redriven"] == 1
+
+
+def test_a_dead_letter_its_queue_refuses_stays_a_dead_letter_with_one_line_naming_it(aws, caplog):
+    sqs = aws.client("sqs")
+    sqs.set_queue_attributes(QueueUrl=aws.env[TQ], Attributes={"MaximumMessageSize": "1024"})
+    sent = sqs.send_message(QueueUrl=aws.env[DLQ], MessageBody="x" * 2000)
+    with caplog.at_level("WARNING"):
+        out = _redrive(aws)
+    assert out["send_failed"] == 1
+    assert fs.depth(aws, DLQ) == 1
+    assert any(f"{sent['MessageId']} not sent back" in r.getMessage() for r in caplog.records)
