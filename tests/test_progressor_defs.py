@@ -21,6 +21,7 @@ from pipelines.progressor.defs import (
     schedule_for,
 )
 from pipelines.progressor.params import collect_params
+from pipelines.progressor.schema import tables_for
 from pipelines.progressor.targets import Target, dagster_name, load_targets
 from pipelines.retry.presets import preset
 from resources.clients import CloudWatchResource
@@ -230,6 +231,59 @@ def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn,
         assert changed.tags != first.tags
         an_hour_on = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
         assert len(_tick(schedule, dsn, instance, at=an_hour_on).run_requests) == 1
+
+
+@pytest.fixture
+def live_ns(dsn):
+    """A namespace where every check passes: a few young running tasks, no timers, no errors."""
+    ns = unique_namespace("live")
+    conn = psycopg2.connect(dsn)
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        for k in range(3):
+            engine.start_process(cur, t, f"p-{k}", age_seconds=5)
+    conn.close()
+    return ns
+
+
+def test_health_schedule_skips_when_a_task_finishes_and_every_check_still_passes(dsn, live_ns):
+    [target] = load_targets_for(live_ns)
+    job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
+    defs = dg.Definitions(assets=[health_asset(target)], jobs=[job], resources=_resources(dsn))
+    schedule = health_schedule([target], job)
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(schedule, dsn, instance).run_requests
+        defs.resolve_job_def("progressor_health_job").execute_in_process(instance=instance, tags=first.tags)
+        conn = psycopg2.connect(dsn)
+        t = create_namespace(conn, live_ns)
+        engine.complete_running(conn, t, "p-1")  # live progress: one task finishes, another process starts
+        with conn, conn.cursor() as cur:
+            engine.start_process(cur, t, "p-new", age_seconds=1)
+        conn.close()
+        assert _tick(schedule, dsn, instance).run_requests == []
+
+
+class _RecordingCursor(psycopg2.extensions.cursor):
+    statements: list[str] = []
+
+    def execute(self, query, vars=None):
+        self.statements.append(query if isinstance(query, str) else query.as_string(self))
+        return super().execute(query, vars)
+
+
+def test_health_schedule_look_reads_nothing_of_the_tasks_table(dsn, live_ns, monkeypatch):
+    """The look reads what the checks need (here processes, running, schedule): not the tasks by status or the
+    durations, whose scans grow with the tasks' history."""
+    [target] = load_targets_for(live_ns)
+    connect = psycopg2.connect
+    monkeypatch.setattr(psycopg2, "connect", lambda *a, **kw: connect(*a, cursor_factory=_RecordingCursor, **kw))
+    job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
+    _RecordingCursor.statements.clear()
+    with dg.instance_for_test() as instance:
+        _tick(health_schedule([target], job), dsn, instance)
+    read = " ".join(_RecordingCursor.statements)
+    assert f'"{tables_for(live_ns).name("running")}"' in read  # the look did read
+    assert f'"{tables_for(live_ns).name("tasks")}"' not in read
 
 
 def test_bad_target_is_one_line(tmp_path):

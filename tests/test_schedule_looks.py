@@ -16,6 +16,8 @@ from pipelines.common.defs.schedules import LOOK_TAG, ONE_AT_A_TIME_TAG, SCHEDUL
 from pipelines.common.looks import Look
 from pipelines.definitions import build_definitions
 from pipelines.fleet import messages
+from pipelines.fleet.messages import HousekeepingRequest
+from pipelines.fleet.tasks import stale_ssm
 from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
 from resources import resources_for
 from tests import fleet_support as fs
@@ -118,6 +120,34 @@ def test_stale_ssm_skips_while_every_parameter_has_its_instance_and_runs_for_a_g
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
     (request,) = _tick(defs, name).run_requests
     assert request.run_config == {"task_type": "stale_ssm", "timestamp": request.run_config["timestamp"], "params": {}}
+
+
+LAST_RUNNER = "/runs-fleet/runners/i-fffffffffffffffff/config"
+"""A runner parameter whose instance never existed, read last (after every other runner's)."""
+
+
+def test_stale_ssm_skips_for_a_fleet_of_120_live_runners(aws, defs):
+    fs.start_jobs(aws, 120)  # 12 pages of runner parameters, every instance running
+    assert _tick(defs, "housekeeping_stale_ssm_schedule").run_requests == []
+
+
+def test_stale_ssm_runs_for_a_gone_instance_on_the_last_page_of_120_runners(aws, defs):
+    fs.start_jobs(aws, 120)
+    aws.client("ssm").put_parameter(Name=LAST_RUNNER, Type="String", Value="{}")
+    pages = (
+        aws.client("ssm").get_paginator("get_parameters_by_path").paginate(Path="/runs-fleet/runners", Recursive=True)
+    )
+    assert LAST_RUNNER in [p["Name"] for p in list(pages)[-1]["Parameters"]]
+    (request,) = _tick(defs, "housekeeping_stale_ssm_schedule").run_requests
+    assert request.run_config["task_type"] == "stale_ssm"
+
+
+def test_stale_ssm_look_is_due_past_its_page_bound_and_says_so(aws, monkeypatch):
+    monkeypatch.setattr(stale_ssm, "LOOK_MAX_PAGES", 2)
+    fs.start_jobs(aws, 25)  # 3 pages, every instance running
+    request = HousekeepingRequest(task_type="stale_ssm", timestamp=iso(dt.datetime.now(dt.UTC)))
+    look = stale_ssm.look_stale_ssm(fs.context(aws), request, stale_ssm.StaleSsmParams())
+    assert look.reason.startswith("more than 2 pages of runner parameters, the look's bound")
 
 
 def test_old_jobs_skips_when_no_finished_job_is_past_the_retention_and_runs_when_one_is(aws, defs):

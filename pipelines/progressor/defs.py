@@ -45,7 +45,7 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
         with context.resources.progressor_db.connection() as conn:
             for target in targets:
                 namespace = target.params.namespace
-                states[namespace] = recorded_state(measure(conn, target.params))
+                states[namespace] = recorded_state(measure(conn, target.params, checked_only=True))
                 failing = [name for name, passed in states[namespace]["checks"].items() if not passed]
                 said.append(f"{namespace}: " + (f"failing {', '.join(failing)}" if failing else "healthy"))
         return Look.state(states, "; ".join(said))
@@ -58,10 +58,10 @@ def health_schedule(targets: list[Target], job: Any, crons: Mapping[str, str] | 
         look=look,
         refresh=dt.timedelta(hours=1),  # at least hourly, whatever the look finds
         required_resource_keys={"progressor_db"},
-        description="Progressor health of every target namespace, with its checks. Looks first (the health "
-        "figures' own queries) and runs when a check's outcome or a count (zombies, overdue timers, running "
-        "tasks, process errors, tasks by status) differs from what the last run recorded, and at least every "
-        "hour.",
+        description="Progressor health of every target namespace, with its checks. Looks first every 5 minutes "
+        "(the figures the checks read: zombies and the oldest running task, overdue timers, process errors in "
+        "24 h; not the tasks by status or the durations) and runs when a check's outcome or one of those counts "
+        "differs from what the last run recorded, and at least every hour.",
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,9 +19,9 @@ from pipelines.fleet.tasks.orphaned_instances import described_instances
 
 _REASON_TIME = re.compile(r"\((\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}) (?:GMT|UTC)\)")
 
-LOOK_MAX_PAGES = 5
-"""A look reads at most this many pages of runner parameters (10 a page); more parameters than
-that, and the run reads them all."""
+LOOK_MAX_PAGES = 300
+"""A look reads at most this many pages of runner parameters (10 a page: 3,000 runners); with more
+pages than that and none stale so far it declares work, saying so, and the run reads them all."""
 
 
 @dataclass(frozen=True)
@@ -35,22 +36,19 @@ class StaleSsmParams:
 
 @dataclass
 class RunnerParameters:
-    """The runner parameters read page by page: by instance id, and the names not of the runner shape.
-    ``complete``: every page was read (False when a look stopped at its page limit)."""
+    """The runner parameters read so far: by instance id, and the names not of the runner shape.
+    ``complete``: the last page was read."""
 
     by_instance: dict[str, list[str]] = field(default_factory=dict)
     unrecognised: list[str] = field(default_factory=list)
     pages: int = 0
-    complete: bool = True
+    complete: bool = False
 
 
-def runner_parameters(ssm, max_pages: int | None = None) -> RunnerParameters:
-    """``/runs-fleet/runners/`` page by page (all of them, or the first ``max_pages``)."""
+def runner_parameter_pages(ssm) -> Iterator[RunnerParameters]:
+    """``/runs-fleet/runners/`` page by page: after each page, what was read so far."""
     found = RunnerParameters()
     for page in ssm.get_paginator("get_parameters_by_path").paginate(Path=RUNNER_PREFIX.rstrip("/"), Recursive=True):
-        if max_pages is not None and found.pages >= max_pages:
-            found.complete = False
-            break
         found.pages += 1
         for parameter in page.get("Parameters", []):
             iid = instance_of_parameter(parameter["Name"])
@@ -58,6 +56,13 @@ def runner_parameters(ssm, max_pages: int | None = None) -> RunnerParameters:
                 found.unrecognised.append(parameter["Name"])
             else:
                 found.by_instance.setdefault(iid, []).append(parameter["Name"])
+        found.complete = "NextToken" not in page
+        yield found
+
+
+def runner_parameters(ssm) -> RunnerParameters:
+    """All of ``/runs-fleet/runners/``."""
+    *_, found = runner_parameter_pages(ssm)  # a paginator yields at least one page
     return found
 
 
@@ -110,23 +115,31 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParam
 
 
 def look_stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParams) -> Look:
-    """Due when a pass would delete a parameter: up to :data:`LOOK_MAX_PAGES` pages of runner
-    parameters, then one ``DescribeInstances`` of their instances."""
-    found = runner_parameters(ctx.ssm, max_pages=LOOK_MAX_PAGES)
-    if not found.complete:
-        return Look.work(f"over {len(found.by_instance)} instances with runner parameters: the run reads them all")
+    """Due at the first instance whose parameters a pass would delete: the runner parameters page by page,
+    their instances described 100 at a time as they are read; idle once every page is read and none is
+    stale (more than :data:`LOOK_MAX_PAGES` pages: due)."""
+    grace = dt.timedelta(minutes=params.terminated_grace_minutes)
+    found, checked, recent = RunnerParameters(), 0, 0
+    for found in runner_parameter_pages(ctx.ssm):
+        ids = list(found.by_instance)
+        while len(ids) - checked >= 100 or (found.complete and checked < len(ids)):
+            stale, since = stale_instances(ctx.ec2, ids[checked : checked + 100], req.now(), grace)
+            checked, recent = min(checked + 100, len(ids)), recent + len(since)
+            if stale:
+                return Look.work(
+                    f"{len(stale)} of the first {checked} instance(s) with runner parameters gone or "
+                    f"terminated over {grace} ago"
+                )
+        if found.pages >= LOOK_MAX_PAGES and not found.complete:
+            return Look.work(
+                f"more than {found.pages} pages of runner parameters, the look's bound ({checked} instance(s) "
+                "described, none stale): the run reads them all"
+            )
     if not found.by_instance:
         return Look.idle(f"no runner parameters ({len(found.unrecognised)} of another shape)")
-    grace = dt.timedelta(minutes=params.terminated_grace_minutes)
-    ids = sorted(found.by_instance)
-    stale, recent = stale_instances(ctx.ec2, ids, req.now(), grace)
-    if not stale:
-        return Look.idle(
-            f"{len(ids)} instance(s) with runner parameters, none gone or terminated over {grace} ago "
-            f"({len(recent)} terminated since)"
-        )
-    return Look.work(
-        f"{len(stale)} of {len(ids)} instance(s) with runner parameters gone or terminated over {grace} ago"
+    return Look.idle(
+        f"{checked} instance(s) with runner parameters, none gone or terminated over {grace} ago "
+        f"({recent} terminated since)"
     )
 
 
