@@ -255,6 +255,21 @@ def test_a_check_passing_failing_failing_passing_fires_once_and_resolves_once(aw
     ]
 
 
+def test_a_check_failing_passing_failing_between_two_ticks_is_sent_firing_resolved_firing(aws):
+    """Each failing evaluation opens its incident at its own time, so the second firing has an id of its own."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"})
+        tick(instance, res, CHECKED)
+        for good in ("no", "yes", "no"):
+            dg.materialize([orders, not_empty], instance=instance, tags={"good": good})
+        tick(instance, res, CHECKED)
+    got = inbox.read()
+    assert [m["state"] for m in got] == ["firing", "resolved", "firing"]
+    assert got[0]["message_id"] != got[2]["message_id"]
+
+
 MID_CHECK: dict = {}
 
 

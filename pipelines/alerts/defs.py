@@ -411,6 +411,7 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 run_id=record.run_id,
                 ui_url=cfg.ui_url,
                 muted=cfg.muted_checks,
+                at=record.event.timestamp,  # each firing its own first_seen, so its own message_id
             )
             if signal is not None:
                 demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo

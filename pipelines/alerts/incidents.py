@@ -60,7 +60,7 @@ class Signal:
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
     runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
     action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
-    at: float | None = None  # when its source saw the problem happen (a run's failure): the incident's first_seen
+    at: float | None = None  # when it happened (a run's failure, a check's evaluation): the incident's first_seen
 
     def __post_init__(self) -> None:
         for what, value, known in (("alert kind", self.kind, KINDS), ("severity", self.severity, SEVERITIES)):
