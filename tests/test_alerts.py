@@ -617,6 +617,9 @@ BAD_STATES = [
     {"positions": []},
     {"positions": {"RUN_FAILURE": "abc"}},
     {"positions": {"checks": {"a:b": "x"}}},
+    {"positions": {"checks_ahead": []}},
+    {"positions": {"checks_ahead": {"a:b": ["x"]}}},
+    {"positions": {"checks_ahead": {"a:b": 5}}},
 ]
 
 
@@ -637,6 +640,11 @@ def test_a_good_state_is_no_reset():
     book = AlertBook()
     _run(book, [_check(False)], ListSink())
     assert AlertBook.load(book.dumps()).reset is None
+
+
+@pytest.mark.parametrize("ahead", [{}, {"checks_ahead": {"a:b": [5, 6]}}], ids=["saved before", "ids read ahead"])
+def test_the_read_positions_of_checks_load_with_or_without_ids_read_beyond_one_still_being_evaluated(ahead):
+    assert AlertBook.load(json.dumps({"positions": {"checks": {"a:b": 3}, **ahead}})).reset is None
 
 
 class PickySink(ListSink):

@@ -296,6 +296,44 @@ def test_a_check_still_being_evaluated_is_read_once_it_is_evaluated(aws):
     assert got == [("check_failure:alerts_test/orders:not_empty", "firing", "0 rows")]
 
 
+HELD: dict = {}
+
+
+@dg.asset_check(asset=orders, name="not_empty")
+def not_empty_held(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    """A long run evaluating the check, held here (its record planned) while another run evaluates it and fails."""
+    dg.materialize([orders, not_empty], instance=context.instance, tags={"good": "no"})
+    if HELD["tick_meanwhile"]:
+        tick(context.instance, HELD["resources"], HELD["definitions"])
+        HELD["meanwhile"] = HELD["inbox"].read()
+    return dg.AssetCheckResult(passed=True, description="12 rows")
+
+
+def _held_check(aws, tick_meanwhile: bool) -> list[dict]:
+    """The check passes, then a long run evaluates it: what reached the topic after the long run ended."""
+    HELD.update(inbox=Inbox(aws), resources=resources(aws), tick_meanwhile=tick_meanwhile, meanwhile=None)
+    HELD["definitions"] = dg.Definitions(assets=[orders], asset_checks=[not_empty_held], sensors=[SENSOR])
+    with dg.instance_for_test() as instance:
+        dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"})
+        tick(instance, HELD["resources"], HELD["definitions"])
+        dg.materialize([orders, not_empty_held], instance=instance)
+        tick(instance, HELD["resources"], HELD["definitions"])
+        tick(instance, HELD["resources"], HELD["definitions"])
+    return HELD["inbox"].read()
+
+
+def test_a_check_still_being_evaluated_holds_back_no_later_evaluation_and_is_read_once_evaluated(aws):
+    after = _held_check(aws, tick_meanwhile=True)
+    assert [m["state"] for m in HELD["meanwhile"]] == ["firing"]
+    assert [(m["state"], m["summary"]) for m in after] == [("resolved", "12 rows (was: 0 rows)")]
+
+
+def test_evaluations_read_in_one_tick_are_observed_in_the_order_they_were_evaluated(aws):
+    """The long run's evaluation is planned first and evaluated last: the check passes now."""
+    after = _held_check(aws, tick_meanwhile=False)
+    assert [m["state"] for m in after] == ["firing", "resolved"]
+
+
 @dg.asset(key=["alerts_test", "batches"], partitions_def=dg.StaticPartitionsDefinition(["acme", "zeta"]))
 def batches(context: dg.AssetExecutionContext) -> int:
     if context.run.tags["good"] != "yes":

@@ -456,8 +456,10 @@ def _check_shape(state: Any) -> None:
         or not all(
             isinstance(v, int) or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values()))
             for k, v in positions.items()
-            if k != "awaiting_retry"
+            if k not in ("awaiting_retry", "checks_ahead")
         )
+        or not isinstance(ahead := positions.get("checks_ahead", {}), dict)
+        or not all(isinstance(ids, list) and all(isinstance(i, int) for i in ids) for ids in ahead.values())
         or not isinstance(positions.get("awaiting_retry", {}), dict)
         or not all(
             isinstance(item, dict) and _number(item.get("at")) and _number(item.get("by"))
