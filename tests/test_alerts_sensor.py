@@ -334,6 +334,24 @@ def test_evaluations_read_in_one_tick_are_observed_in_the_order_they_were_evalua
     assert [m["state"] for m in after] == ["firing", "resolved"]
 
 
+@dg.asset_check(asset=orders, name="fresh")
+def fresh(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    severity = dg.AssetCheckSeverity[context.run.tags["severity"]]
+    return dg.AssetCheckResult(passed=False, severity=severity, description=f"{context.run.tags['lag']} behind")
+
+
+def test_a_check_failing_at_warn_then_at_error_is_sent_again_once_as_critical(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    definitions = dg.Definitions(assets=[orders], asset_checks=[fresh], sensors=[SENSOR])
+    with dg.instance_for_test() as instance:
+        for severity, lag in (("WARN", "2 h"), ("ERROR", "3 days"), ("ERROR", "4 days")):
+            dg.materialize([orders, fresh], instance=instance, tags={"severity": severity, "lag": lag})
+            tick(instance, res, definitions)
+    got = [(m["state"], m["severity"], m["summary"], m["reminder"]) for m in inbox.read()]
+    assert got == [("firing", "warning", "2 h behind", False), ("firing", "critical", "3 days behind", True)]
+
+
 @dg.asset(key=["alerts_test", "batches"], partitions_def=dg.StaticPartitionsDefinition(["acme", "zeta"]))
 def batches(context: dg.AssetExecutionContext) -> int:
     if context.run.tags["good"] != "yes":

@@ -216,8 +216,11 @@ class AlertBook:
             return _message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
+            rose = SEVERITIES.index(signal.severity) < SEVERITIES.index(incident["severity"])
+            if signal.severity != incident["severity"]:  # rose: sent, even when acknowledged; fell: kept, not sent
+                incident.update(severity=signal.severity, summary=first_line(signal.summary, SUMMARY_CHARS))
             due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
-            if due and not incident.get("acknowledged"):
+            if rose or (due and not incident.get("acknowledged")):
                 incident["notified"] = now
                 return _message(incident, reminder=True)
             return None
@@ -273,13 +276,16 @@ class AlertBook:
     # ------------------------------------------------------------------ delivery
 
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
-        """Put ``message`` in each sink's outbox, unless the same state change is already there.
-        Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
+        """Put ``message`` in each sink's outbox; the same state change already there takes its fields (a
+        reminder and a rise of severity in one tick: the rise's). Returns one line per message dropped to keep
+        an outbox at ``MAX_KEPT_PER_SINK``."""
         mid = message_id(message)
         dropped = []
         for sink in sinks:
             box = self.outbox.setdefault(sink, [])
-            if not any(item["id"] == mid for item in box):
+            if same := [item for item in box if item["id"] == mid]:
+                same[0]["message"] = dict(message)
+            else:
                 box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
             while len(box) > MAX_KEPT_PER_SINK:
                 gone, why = _giving_way(box)
