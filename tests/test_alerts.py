@@ -190,6 +190,39 @@ def test_a_reminder_only_when_asked_for():
     assert book.observe(_check(False), NOW + 7300, remind_seconds=3600) is None
 
 
+CHECK_KEY = "check_failure:orders:not_empty"
+
+
+def test_an_open_incident_failing_at_a_higher_severity_sends_one_message_at_that_severity():
+    book = AlertBook()
+    book.observe(_check(False, "WARN"), NOW)
+    escalated = book.observe(_check(False, "ERROR"), NOW + 60)
+    assert (escalated["state"], escalated["severity"], escalated["reminder"]) == (FIRING, "critical", True)
+
+
+def test_a_rise_of_severity_is_sent_even_when_the_incident_is_acknowledged():
+    book = AlertBook()
+    book.observe(_check(False, "WARN"), NOW)
+    book.observe(Signal(CHECK_KEY, "check_failure", False, action="acknowledge", summary="on it"), NOW + 1)
+    assert book.observe(_check(False, "ERROR"), NOW + 60)["severity"] == "critical"
+
+
+def test_a_fall_of_severity_is_kept_without_a_message():
+    book = AlertBook()
+    book.observe(_check(False, "ERROR"), NOW)
+    assert book.observe(_check(False, "WARN"), NOW + 60) is None
+    assert book.incidents[CHECK_KEY]["severity"] == "warning"
+
+
+def test_a_reminder_and_a_rise_of_severity_in_one_tick_send_the_rise():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_check(False, "WARN")], sink)
+    for severity in ("WARN", "ERROR"):
+        book.enqueue(book.observe(_check(False, severity), NOW + 7200, remind_seconds=3600), [sink.name])
+    book.deliver([sink], NOW + 7200, policy=NO_WAIT, max_per_tick=20)
+    assert [m["severity"] for m in sink.messages] == ["warning", "critical"]
+
+
 def _retries(enabled: bool, max_retries: int, on_step_failure: bool = False) -> SimpleNamespace:
     """A Dagster instance's run retries, as automatic_retry reads them."""
     return SimpleNamespace(
@@ -617,6 +650,9 @@ BAD_STATES = [
     {"positions": []},
     {"positions": {"RUN_FAILURE": "abc"}},
     {"positions": {"checks": {"a:b": "x"}}},
+    {"positions": {"checks_ahead": []}},
+    {"positions": {"checks_ahead": {"a:b": ["x"]}}},
+    {"positions": {"checks_ahead": {"a:b": 5}}},
 ]
 
 
@@ -637,6 +673,11 @@ def test_a_good_state_is_no_reset():
     book = AlertBook()
     _run(book, [_check(False)], ListSink())
     assert AlertBook.load(book.dumps()).reset is None
+
+
+@pytest.mark.parametrize("ahead", [{}, {"checks_ahead": {"a:b": [5, 6]}}], ids=["saved before", "ids read ahead"])
+def test_the_read_positions_of_checks_load_with_or_without_ids_read_beyond_one_still_being_evaluated(ahead):
+    assert AlertBook.load(json.dumps({"positions": {"checks": {"a:b": 3}, **ahead}})).reset is None
 
 
 class PickySink(ListSink):

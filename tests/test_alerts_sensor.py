@@ -256,6 +256,21 @@ def test_a_check_passing_failing_failing_passing_fires_once_and_resolves_once(aw
     ]
 
 
+def test_a_check_failing_passing_failing_between_two_ticks_is_sent_firing_resolved_firing(aws):
+    """Each failing evaluation opens its incident at its own time, so the second firing has an id of its own."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"})
+        tick(instance, res, CHECKED)
+        for good in ("no", "yes", "no"):
+            dg.materialize([orders, not_empty], instance=instance, tags={"good": good})
+        tick(instance, res, CHECKED)
+    got = inbox.read()
+    assert [m["state"] for m in got] == ["firing", "resolved", "firing"]
+    assert got[0]["message_id"] != got[2]["message_id"]
+
+
 MID_CHECK: dict = {}
 
 
@@ -280,6 +295,62 @@ def test_a_check_still_being_evaluated_is_read_once_it_is_evaluated(aws):
         tick(instance, MID_CHECK["resources"], MID_CHECK["definitions"])
     got = [(m["alert_key"], m["state"], m["summary"]) for m in inbox.read()]
     assert got == [("check_failure:alerts_test/orders:not_empty", "firing", "0 rows")]
+
+
+HELD: dict = {}
+
+
+@dg.asset_check(asset=orders, name="not_empty")
+def not_empty_held(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    """A long run evaluating the check, held here (its record planned) while another run evaluates it and fails."""
+    dg.materialize([orders, not_empty], instance=context.instance, tags={"good": "no"})
+    if HELD["tick_meanwhile"]:
+        tick(context.instance, HELD["resources"], HELD["definitions"])
+        HELD["meanwhile"] = HELD["inbox"].read()
+    return dg.AssetCheckResult(passed=True, description="12 rows")
+
+
+def _held_check(aws, tick_meanwhile: bool) -> list[dict]:
+    """The check passes, then a long run evaluates it: what reached the topic after the long run ended."""
+    HELD.update(inbox=Inbox(aws), resources=resources(aws), tick_meanwhile=tick_meanwhile, meanwhile=None)
+    HELD["definitions"] = dg.Definitions(assets=[orders], asset_checks=[not_empty_held], sensors=[SENSOR])
+    with dg.instance_for_test() as instance:
+        dg.materialize([orders, not_empty], instance=instance, tags={"good": "yes"})
+        tick(instance, HELD["resources"], HELD["definitions"])
+        dg.materialize([orders, not_empty_held], instance=instance)
+        tick(instance, HELD["resources"], HELD["definitions"])
+        tick(instance, HELD["resources"], HELD["definitions"])
+    return HELD["inbox"].read()
+
+
+def test_a_check_still_being_evaluated_holds_back_no_later_evaluation_and_is_read_once_evaluated(aws):
+    after = _held_check(aws, tick_meanwhile=True)
+    assert [m["state"] for m in HELD["meanwhile"]] == ["firing"]
+    assert [(m["state"], m["summary"]) for m in after] == [("resolved", "12 rows (was: 0 rows)")]
+
+
+def test_evaluations_read_in_one_tick_are_observed_in_the_order_they_were_evaluated(aws):
+    """The long run's evaluation is planned first and evaluated last: the check passes now."""
+    after = _held_check(aws, tick_meanwhile=False)
+    assert [m["state"] for m in after] == ["firing", "resolved"]
+
+
+@dg.asset_check(asset=orders, name="fresh")
+def fresh(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+    severity = dg.AssetCheckSeverity[context.run.tags["severity"]]
+    return dg.AssetCheckResult(passed=False, severity=severity, description=f"{context.run.tags['lag']} behind")
+
+
+def test_a_check_failing_at_warn_then_at_error_is_sent_again_once_as_critical(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    definitions = dg.Definitions(assets=[orders], asset_checks=[fresh], sensors=[SENSOR])
+    with dg.instance_for_test() as instance:
+        for severity, lag in (("WARN", "2 h"), ("ERROR", "3 days"), ("ERROR", "4 days")):
+            dg.materialize([orders, fresh], instance=instance, tags={"severity": severity, "lag": lag})
+            tick(instance, res, definitions)
+    got = [(m["state"], m["severity"], m["summary"], m["reminder"]) for m in inbox.read()]
+    assert got == [("firing", "warning", "2 h behind", False), ("firing", "critical", "3 days behind", True)]
 
 
 @dg.asset(key=["alerts_test", "batches"], partitions_def=dg.StaticPartitionsDefinition(["acme", "zeta"]))

@@ -391,27 +391,31 @@ def rebuild_run_signals(
 
 
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
-    """Each asset check's evaluations since the last one read, oldest first (the first time, only its
-    latest). Execution ids are global in every storage (SQLite too)."""
+    """Each asset check's evaluations not read yet, in the order they were evaluated (the first time, only its
+    latest). One still being evaluated (planned, its run still going) holds back none after it: the position
+    stays before it and the ids read beyond it are kept (``checks_ahead``; those among its latest ``CHECKS_READ``)
+    until it is read. Execution ids are global in every storage (SQLite too)."""
     repository = context.repository_def
     if repository is None:
         return []
-    seen = book.positions.setdefault("checks", {})
+    seen, ahead = book.positions.setdefault("checks", {}), book.positions.setdefault("checks_ahead", {})
     out = []
     for key in sorted(repository.asset_graph.asset_check_keys, key=str):
         name = key.to_user_string()
         history = instance.event_log_storage.get_asset_check_execution_history(key, limit=CHECKS_READ)
-        last = seen.get(name)
-        new = [r for r in history if last is None or r.id > last][: 1 if last is None else None]
-        for record in sorted(new, key=lambda r: r.id):
-            if record.status.value == "PLANNED":  # planned, not yet evaluated
-                run = instance.get_run_by_id(record.run_id)
-                if run is not None and not run.is_finished:
-                    break  # still being evaluated: read it (and what follows) on a later tick
-            seen[name] = record.id
-            data = record.evaluation  # not an evaluation when planned and its run ended without it (the run alerts)
-            if not isinstance(data, dg.AssetCheckEvaluation):
-                continue
+        last, done = seen.get(name), set(ahead.pop(name, ()))
+        new = [r for r in history if (last is None or r.id > last) and r.id not in done][: 1 if last is None else None]
+        runs = {r.id: instance.get_run_by_id(r.run_id) for r in new if r.status.value == "PLANNED"}  # not evaluated
+        waiting = [i for i, run in runs.items() if run is not None and not run.is_finished]  # read once evaluated
+        done |= {r.id for r in new if r.id not in waiting}
+        if waiting or done:
+            seen[name] = min(waiting) - 1 if waiting else max(done)
+            if beyond := sorted(i for i in done & {r.id for r in history} if i > seen[name]):
+                ahead[name] = beyond
+        # not an evaluation when planned and its run ended without it (the run alerts)
+        evaluated = [r for r in new if r.id not in waiting and isinstance(r.evaluation, dg.AssetCheckEvaluation)]
+        for record in sorted(evaluated, key=lambda r: (r.event.timestamp, r.id)):
+            data = record.evaluation
             signal = check_evaluated(
                 data.asset_key.to_user_string(),
                 data.check_name,
@@ -421,6 +425,7 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
                 run_id=record.run_id,
                 ui_url=cfg.ui_url,
                 muted=cfg.muted_checks,
+                at=record.event.timestamp,  # each firing its own first_seen, so its own message_id
             )
             if signal is not None:
                 demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo

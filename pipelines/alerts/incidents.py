@@ -60,7 +60,7 @@ class Signal:
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
     runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
     action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
-    at: float | None = None  # when its source saw the problem happen (a run's failure): the incident's first_seen
+    at: float | None = None  # when it happened (a run's failure, a check's evaluation): the incident's first_seen
 
     def __post_init__(self) -> None:
         for what, value, known in (("alert kind", self.kind, KINDS), ("severity", self.severity, SEVERITIES)):
@@ -216,8 +216,11 @@ class AlertBook:
             return _message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
+            rose = SEVERITIES.index(signal.severity) < SEVERITIES.index(incident["severity"])
+            if signal.severity != incident["severity"]:  # rose: sent, even when acknowledged; fell: kept, not sent
+                incident.update(severity=signal.severity, summary=first_line(signal.summary, SUMMARY_CHARS))
             due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
-            if due and not incident.get("acknowledged"):
+            if rose or (due and not incident.get("acknowledged")):
                 incident["notified"] = now
                 return _message(incident, reminder=True)
             return None
@@ -279,13 +282,16 @@ class AlertBook:
         return [line for incident in self.open_incidents() for line in self.enqueue(_message(incident), new)]
 
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
-        """Put ``message`` in each sink's outbox, unless the same state change is already there.
-        Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
+        """Put ``message`` in each sink's outbox; the same state change already there takes its fields (a
+        reminder and a rise of severity in one tick: the rise's). Returns one line per message dropped to keep
+        an outbox at ``MAX_KEPT_PER_SINK``."""
         mid = message_id(message)
         dropped = []
         for sink in sinks:
             box = self.outbox.setdefault(sink, [])
-            if not any(item["id"] == mid for item in box):
+            if same := [item for item in box if item["id"] == mid]:
+                same[0]["message"] = dict(message)
+            else:
                 box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
             while len(box) > MAX_KEPT_PER_SINK:
                 gone, why = _giving_way(box)
@@ -462,8 +468,10 @@ def _check_shape(state: Any) -> None:
         or not all(
             isinstance(v, int) or (isinstance(v, dict) and all(isinstance(n, int) for n in v.values()))
             for k, v in positions.items()
-            if k != "awaiting_retry"
+            if k not in ("awaiting_retry", "checks_ahead")
         )
+        or not isinstance(ahead := positions.get("checks_ahead", {}), dict)
+        or not all(isinstance(ids, list) and all(isinstance(i, int) for i in ids) for ids in ahead.values())
         or not isinstance(positions.get("awaiting_retry", {}), dict)
         or not all(
             isinstance(item, dict) and _number(item.get("at")) and _number(item.get("by"))

@@ -241,9 +241,10 @@ def check_evaluated(
     run_id: str | None,
     ui_url: str | None,
     muted: frozenset[str] = frozenset(),
+    at: float | None = None,
 ) -> Signal | None:
-    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check). None when
-    muted, or when another source alerts on what the check measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
+    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check); ``at``: when it was
+    evaluated. None when muted, or when another source alerts on what it measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
     if (warn and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
@@ -260,6 +261,7 @@ def check_evaluated(
         asset=asset,
         check=check,
         url=_ui(ui_url, f"/assets/{quote(asset)}?view=checks"),
+        at=at,
     )
 
 
