@@ -590,6 +590,22 @@ def test_a_failure_whose_retry_is_never_launched_alerts_once_its_delay_and_margi
         assert run_id not in load_book(instance).positions["awaiting_retry"]
 
 
+def test_a_failure_deleted_while_its_retry_is_awaited_is_one_line_and_no_alert(aws, monkeypatch, capfd):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        run_id = _demo_with(instance, {ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        instance.delete_run(run_id)
+        later = time.time() + 10 + RETRY_MARGIN_SECONDS + 1
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        capfd.readouterr()
+        tick(instance, res)
+        assert run_id not in load_book(instance).positions["awaiting_retry"]
+    assert inbox.read() == []
+    assert f"run {run_id} failed and was deleted" in capfd.readouterr().err
+
+
 def test_a_failure_retried_in_time_never_alerts_even_after_its_deadline(aws, monkeypatch):
     inbox = Inbox(aws)
     res = resources(aws)

@@ -251,7 +251,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
             context.log.info(f"run {run_id} failed and was retried as run {child[1]}: no alert")
             continue
         run = instance.get_run_by_id(run_id)
-        if run is None:
+        if run is None:  # deleted from the instance: nothing left to alert with
+            context.log.warning(f"run {run_id} failed and was deleted before its retry was due: no alert")
             continue
         waited = human(max(0.0, clock - float(item["at"])))
         context.log.warning(f"run {run_id} of {run.job_name}: no retry was launched within {waited}, alerting")
