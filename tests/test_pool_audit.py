@@ -462,6 +462,18 @@ def test_describe_instances_is_paginated(aws, monkeypatch):
     assert counter.calls == ["DescribeInstances", "DescribeInstances"]
 
 
+def test_a_desired_idle_out_of_range_is_its_pools_problem_and_the_other_pools_are_audited(aws):
+    ddb, table = aws.client("dynamodb"), aws.env["RUNS_FLEET_POOLS_TABLE"]
+    ddb.put_item(TableName=table, Item=to_item(POOLS[0]))
+    typo = {"pool_name": "typo", "instance_type": "t3.small", "spot": False}
+    ddb.put_item(TableName=table, Item={**to_item(typo), "desired_idle": {"N": "1E+30"}})
+    run = run_pool_audit(_audit_ctx(aws), prices=PRICES, dry_run=True)
+    problems = dict(zip(run.audit.table["pool"], run.audit.table["problem"], strict=True))
+    assert problems["typo"] == f"invalid desired_idle {10**30} (a whole number from 0 to 1000000)"
+    assert problems["small"] == ""
+    assert run.audit.totals["pools_in_totals"] == 1
+
+
 def test_metrics_are_batched_1000_datums_per_call(aws):
     cw = aws.client("cloudwatch")
     counter = _Calls(cw)
