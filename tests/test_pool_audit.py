@@ -601,6 +601,39 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
     assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
 
 
+@pytest.mark.slow
+def test_an_unreadable_snapshot_is_skipped_with_one_warning_and_the_others_are_reported(aws, caplog):
+    _seed_fleet(aws)
+    ctx, s3 = _audit_ctx(aws), aws.client("s3")
+    for at in ("2026-11-21T00:05", "2026-11-21T00:15"):
+        run_pool_audit(ctx, prices=PRICES, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
+    folder = "pool-audit/snapshots/2026-11-21/"
+    good = [folder + "20261121T000500000Z.csv", folder + "20261121T001500000Z.csv"]
+    header, first, *_ = s3.get_object(Bucket=ctx.archive_bucket, Key=good[1])["Body"].read().decode().splitlines()
+    empty, cut, bad_time = (folder + f"20261121T00{m}00000Z.csv" for m in (20, 25, 30))
+    s3.put_object(Bucket=ctx.archive_bucket, Key=empty, Body=b"")
+    s3.put_object(Bucket=ctx.archive_bucket, Key=cut, Body=b"snapshot_at,pool,ki")  # cut short: columns missing
+    bad_row = "not-a-time" + first[first.index(",") :]
+    s3.put_object(Bucket=ctx.archive_bucket, Key=bad_time, Body=f"{header}\n{bad_row}\n".encode())
+    report = build_daily_report(ctx, dt.date(2026, 11, 21))
+    assert report.skipped == [empty, cut, bad_time]
+    assert report.snapshot_keys == good
+    # 00:05 covers 10 min, 00:15 covers 30 (the gap cap); small 4 running x 0.0208 + spotty 2 x 0.0595.
+    assert report.totals["cost_usd"] == pytest.approx(40 / 60 * (4 * 0.0208 + 2 * 0.0595))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        warnings[0]
+        == f"pool cost report 2026-11-21: snapshot {empty} skipped, unreadable: No columns to parse from file"
+    )
+    assert warnings[1].startswith(f"pool cost report 2026-11-21: snapshot {cut} skipped, unreadable: ")
+    assert warnings[2].startswith(f"pool cost report 2026-11-21: snapshot {bad_time} skipped, unreadable: ")
+    assert warnings[2].endswith("not-a-time")
+    assert len(warnings) == 3
+    result = _materialize(aws, [pool_cost_report], partition_key="2026-11-21")
+    meta = result.asset_materializations_for_node("pool_cost_report")[0].metadata
+    assert meta["snapshots_skipped"].value == [empty, cut, bad_time]
+
+
 def test_a_day_covered_for_seconds_shows_its_hours_not_zero(aws):
     _seed_fleet(aws)
     run_pool_audit(_audit_ctx(aws), prices=PRICES, now=dt.datetime(2026, 11, 21, 23, 59, 51, tzinfo=dt.UTC))
