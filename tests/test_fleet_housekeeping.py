@@ -120,6 +120,31 @@ def test_orphaned_instances_are_suspected_on_one_pass_and_terminated_on_a_later_
     assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 2
 
 
+def test_a_suspect_mark_with_no_time_zone_is_renewed_with_a_warning_and_the_other_orphans_are_handled(
+    aws, monkeypatch, caplog
+):
+    idle = fs.start_jobs(aws, 3)
+    for job in idle:
+        aws.client("dynamodb").put_item(
+            TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item({**job, "status": "completed"})
+        )
+    marked, others = idle[0]["instance_id"], [job["instance_id"] for job in idle[1:]]
+    # Set by hand (an operator, another tool): a date with no time zone.
+    aws.client("ec2").create_tags(Resources=[marked], Tags=[{"Key": SUSPECT_TAG, "Value": "2026-01-01"}])
+    _move_clock(monkeypatch, hours=7)
+    result = _drain_housekeeping(aws, [json.dumps({"task_type": "orphaned_instances"})])
+    assert result.counts["tasks_run"] == 1
+    assert _tags(aws, marked)[1][SUSPECT_TAG] != "2026-01-01"
+    assert all(SUSPECT_TAG in _tags(aws, i)[1] for i in others)
+    (warning,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("orphaned_instances: i-")]
+    assert warning == (
+        f"orphaned_instances: {marked}'s {SUSPECT_TAG} '2026-01-01' is no ISO-8601 time with a time zone: "
+        "it counts as a new suspect (its mark is renewed), not as one to terminate"
+    )
+    _move_clock(monkeypatch, hours=7, minutes=5)
+    assert _run(aws, "orphaned_instances")["terminated"] == 3
+
+
 @pytest.mark.slow
 def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_tens(aws, monkeypatch):
     live = fs.start_jobs(aws, 2)

@@ -462,6 +462,18 @@ def test_describe_instances_is_paginated(aws, monkeypatch):
     assert counter.calls == ["DescribeInstances", "DescribeInstances"]
 
 
+def test_a_desired_idle_out_of_range_is_its_pools_problem_and_the_other_pools_are_audited(aws):
+    ddb, table = aws.client("dynamodb"), aws.env["RUNS_FLEET_POOLS_TABLE"]
+    ddb.put_item(TableName=table, Item=to_item(POOLS[0]))
+    typo = {"pool_name": "typo", "instance_type": "t3.small", "spot": False}
+    ddb.put_item(TableName=table, Item={**to_item(typo), "desired_idle": {"N": "1E+30"}})
+    run = run_pool_audit(_audit_ctx(aws), prices=PRICES, dry_run=True)
+    problems = dict(zip(run.audit.table["pool"], run.audit.table["problem"], strict=True))
+    assert problems["typo"] == f"invalid desired_idle {10**30} (a whole number from 0 to 1000000)"
+    assert problems["small"] == ""
+    assert run.audit.totals["pools_in_totals"] == 1
+
+
 def test_metrics_are_batched_1000_datums_per_call(aws):
     cw = aws.client("cloudwatch")
     counter = _Calls(cw)
@@ -587,6 +599,39 @@ def test_daily_report_reads_the_days_snapshots_and_renders_its_chart(aws):
 
     empty = _materialize(aws, [pool_cost_report], partition_key="2026-11-05")
     assert empty.asset_materializations_for_node("pool_cost_report")[0].metadata["snapshots"].value == 0
+
+
+@pytest.mark.slow
+def test_an_unreadable_snapshot_is_skipped_with_one_warning_and_the_others_are_reported(aws, caplog):
+    _seed_fleet(aws)
+    ctx, s3 = _audit_ctx(aws), aws.client("s3")
+    for at in ("2026-11-21T00:05", "2026-11-21T00:15"):
+        run_pool_audit(ctx, prices=PRICES, now=dt.datetime.fromisoformat(at).replace(tzinfo=dt.UTC))
+    folder = "pool-audit/snapshots/2026-11-21/"
+    good = [folder + "20261121T000500000Z.csv", folder + "20261121T001500000Z.csv"]
+    header, first, *_ = s3.get_object(Bucket=ctx.archive_bucket, Key=good[1])["Body"].read().decode().splitlines()
+    empty, cut, bad_time = (folder + f"20261121T00{m}00000Z.csv" for m in (20, 25, 30))
+    s3.put_object(Bucket=ctx.archive_bucket, Key=empty, Body=b"")
+    s3.put_object(Bucket=ctx.archive_bucket, Key=cut, Body=b"snapshot_at,pool,ki")  # cut short: columns missing
+    bad_row = "not-a-time" + first[first.index(",") :]
+    s3.put_object(Bucket=ctx.archive_bucket, Key=bad_time, Body=f"{header}\n{bad_row}\n".encode())
+    report = build_daily_report(ctx, dt.date(2026, 11, 21))
+    assert report.skipped == [empty, cut, bad_time]
+    assert report.snapshot_keys == good
+    # 00:05 covers 10 min, 00:15 covers 30 (the gap cap); small 4 running x 0.0208 + spotty 2 x 0.0595.
+    assert report.totals["cost_usd"] == pytest.approx(40 / 60 * (4 * 0.0208 + 2 * 0.0595))
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert (
+        warnings[0]
+        == f"pool cost report 2026-11-21: snapshot {empty} skipped, unreadable: No columns to parse from file"
+    )
+    assert warnings[1].startswith(f"pool cost report 2026-11-21: snapshot {cut} skipped, unreadable: ")
+    assert warnings[2].startswith(f"pool cost report 2026-11-21: snapshot {bad_time} skipped, unreadable: ")
+    assert warnings[2].endswith("not-a-time")
+    assert len(warnings) == 3
+    result = _materialize(aws, [pool_cost_report], partition_key="2026-11-21")
+    meta = result.asset_materializations_for_node("pool_cost_report")[0].metadata
+    assert meta["snapshots_skipped"].value == [empty, cut, bad_time]
 
 
 def test_a_day_covered_for_seconds_shows_its_hours_not_zero(aws):

@@ -192,7 +192,7 @@ def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: F
     )
     if t["hours_covered"] < 23.5:
         context.log.warning(f"snapshots cover {hours:g} of 24 hours on {day}: figures are for the covered hours only")
-    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": hours})
+    metadata: dict[str, Any] = metadata_from({**t, "hours_covered": hours, "snapshots_skipped": result.skipped})
     metadata["chart"] = dg.MetadataValue.md(cost_chart_text(result.report))
     metadata["per_pool"] = table_from(result.report.to_dict("records"), REPORT_COLUMNS)
     metadata["report_csv"] = dg.MetadataValue.path(f"s3://{fleet.archive_bucket}/{result.csv_key}")

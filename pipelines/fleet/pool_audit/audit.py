@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError
 if TYPE_CHECKING:
     import pandas as pd
 
-from pipelines.common import from_item
+from pipelines.common import first_line, from_item
 from pipelines.common.aws_batches import error_code, put_metrics
 from pipelines.common.looks import Look
 from pipelines.common.params import ParamsError, param
@@ -251,6 +251,21 @@ TASK = Task(
 )
 
 
+def read_snapshot(body: bytes) -> pd.DataFrame:
+    """A stored snapshot (CSV) as the rows the daily report reads, parsed. ValueError (pandas' parse errors
+    are ValueErrors) or KeyError (a column missing) when it is not a snapshot the report can count."""
+    import pandas as pd  # lazy: keeps pandas out of the code location's load time
+
+    text = {name: str for name in ("pool", "kind", "instance_type", "price_source", "problem")}
+    frame = pd.read_csv(io.BytesIO(body), dtype=text, keep_default_na=False, na_values=[""])
+    numbers = ["running", "idle", "compute_cost_usd_per_hour", "idle_cost_usd_per_hour"]
+    frame = frame[["snapshot_at", "pool", "in_totals", *numbers]]
+    times = pd.to_datetime(frame["snapshot_at"], utc=True)
+    if times.isna().any():
+        raise ValueError("a row has no snapshot_at")
+    return frame.assign(snapshot_at=times, **{column: pd.to_numeric(frame[column]) for column in numbers})
+
+
 @dataclass
 class DailyReport:
     report: pd.DataFrame
@@ -258,6 +273,7 @@ class DailyReport:
     snapshot_keys: list[str]
     csv_key: str
     svg_key: str
+    skipped: list[str] = field(default_factory=list)  # keys of unreadable snapshots (each named in the run log)
 
 
 def build_daily_report(
@@ -269,11 +285,13 @@ def build_daily_report(
 
     s3, bucket = ctx.s3, ctx.archive_bucket
     keys = list_snapshot_keys(s3, bucket, day - dt.timedelta(days=1))[-1:] + list_snapshot_keys(s3, bucket, day)
-    text_columns = {name: str for name in ("pool", "kind", "instance_type", "price_source", "problem")}
-    frames = []
+    frames, skipped = [], []
     for n, key in enumerate(keys, start=1):
-        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
-        frames.append(pd.read_csv(io.BytesIO(body), dtype=text_columns, keep_default_na=False, na_values=[""]))
+        try:
+            frames.append(read_snapshot(s3.get_object(Bucket=bucket, Key=key)["Body"].read()))
+        except (ValueError, KeyError) as exc:
+            skipped.append(key)
+            ctx.log.warning(f"pool cost report {day}: snapshot {key} skipped, unreadable: {first_line(exc)}")
         if n % 50 == 0:
             ctx.log.info(f"read {n}/{len(keys)} snapshots")
     snapshots = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -283,4 +301,4 @@ def build_daily_report(
     csv_key, svg_key = (f"{PREFIX}/reports/{day:%Y-%m-%d}/{name}" for name in ("report.csv", "chart.svg"))
     s3.put_object(Bucket=bucket, Key=csv_key, Body=report.to_csv(index=False).encode(), ContentType="text/csv")
     s3.put_object(Bucket=bucket, Key=svg_key, Body=svg.encode(), ContentType="image/svg+xml")
-    return DailyReport(report, totals, keys, csv_key, svg_key)
+    return DailyReport(report, totals, [key for key in keys if key not in skipped], csv_key, svg_key, skipped)

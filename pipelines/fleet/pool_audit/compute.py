@@ -31,6 +31,7 @@ CONFIG_COLUMNS = [*POOL_COLUMNS, *PRICE_COLUMNS, "problem"]
 INSTANCE_COLUMNS = ["instance_id", "state", "pool", "instance_type"]
 # EC2 states -> the audit's buckets. shutting-down and terminated instances are not capacity.
 STATE_BUCKET = {"pending": "pending", "running": "running", "stopping": "stopped", "stopped": "stopped"}
+MAX_DESIRED_IDLE = 1_000_000  # beyond it a pool's desired_idle is a typo (and past 2**63 no count holds it)
 
 
 @dataclass(frozen=True)
@@ -72,8 +73,8 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         instance_type = None
 
     desired_idle = item.get("desired_idle", 0)
-    if not _is_number(desired_idle) or desired_idle < 0 or int(desired_idle) != desired_idle:
-        problems.append(f"invalid desired_idle {desired_idle!r}")
+    if not _is_number(desired_idle) or not 0 <= desired_idle <= MAX_DESIRED_IDLE or int(desired_idle) != desired_idle:
+        problems.append(f"invalid desired_idle {desired_idle!r} (a whole number from 0 to {MAX_DESIRED_IDLE})")
         desired_idle = 0
 
     spot = item.get("spot", False)

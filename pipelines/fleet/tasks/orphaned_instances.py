@@ -88,6 +88,7 @@ class OrphanPlan:
     terminate: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
     waiting: list[str] = field(default_factory=list)
+    unreadable: dict[str, str] = field(default_factory=dict)  # suspects whose mark is no time with a zone
 
 
 def plan_orphans(
@@ -113,10 +114,11 @@ def plan_orphans(
             continue
         try:
             since = dt.datetime.fromisoformat(tags[SUSPECT_TAG])
-        except ValueError:  # an unreadable mark is renewed, never trusted
+            confirmed = since <= now - dt.timedelta(minutes=params.confirm_after_minutes)
+        except (ValueError, TypeError):  # an unreadable mark (or one with no time zone) is renewed, never trusted
             plan.suspect.append(iid)
+            plan.unreadable[iid] = tags[SUSPECT_TAG]
             continue
-        confirmed = since <= now - dt.timedelta(minutes=params.confirm_after_minutes)
         (plan.terminate if confirmed else plan.waiting).append(iid)
     return plan
 
@@ -130,6 +132,11 @@ def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: Orph
         f"{iso(plan.cutoff)}; suspect {suspect}, terminate {terminate}, waiting {plan.waiting}, no longer suspect "
         f"{cleared}" + (" (dry run)" if req.dry_run else "")
     )
+    for iid, mark in plan.unreadable.items():
+        ctx.log.warning(
+            f"orphaned_instances: {iid}'s {SUSPECT_TAG} {mark!r} is no ISO-8601 time with a time zone: "
+            "it counts as a new suspect (its mark is renewed), not as one to terminate"
+        )
     terminated: list[str] = []
     if not req.dry_run:
         if suspect:
