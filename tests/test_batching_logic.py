@@ -425,6 +425,17 @@ def test_decider_launches_due_receivers_only(aws):
     assert [d.receiver for d in later.due] == []  # quarter is due but has nothing pending
 
 
+def test_a_zone_that_is_a_tzdata_folder_skips_its_receiver_and_the_others_are_decided(aws):
+    put_receiver(aws, "fine", number_per_day=24)
+    put_records(aws, "fine", _minutes_before(T10, 2))
+    put_receiver(aws, "folder", time_zone="America")
+    put_receiver(aws, "long", time_zone="x" * 256)
+    decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
+    assert [d.receiver for d in decision.due] == ["fine"]
+    assert "time_zone must be an IANA zone name, got 'America'" in decision.skipped["folder"]
+    assert "time_zone must be an IANA zone name" in decision.skipped["long"]
+
+
 def test_payload_lines_are_json(aws):
     line = store.record_line({"record_id": "a", "receiver": "r", "created_at": iso(T10), "payload": "[1,2]"}, "r/x/1")
     assert json.loads(line) == {

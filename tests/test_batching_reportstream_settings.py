@@ -273,6 +273,28 @@ def test_bad_entries_are_listed_one_line_each_and_the_rest_imported(aws, tmp_pat
     assert items["big.x"]["timing"]["initialTime"] == "12:30"
 
 
+def test_a_time_zone_that_is_a_tzdata_folder_is_a_skipped_line_and_the_rest_imported(aws, tmp_path):
+    (tmp_path / "zones.yml").write_text(
+        """
+- name: zones
+  receivers:
+    - name: folder
+      timing: {numberPerDay: 24, timeZone: US}
+    - name: long
+      timing: {numberPerDay: 24, timeZone: %s}
+    - name: good
+      customerStatus: active
+      timing: {numberPerDay: 24, timeZone: EASTERN}
+"""
+        % ("x" * 256)
+    )
+    out = _import(aws, tmp_path)
+    skipped = {c["receiver"]: c["detail"] for c in out["changes"] if c["action"] == "skipped"}
+    assert sorted(skipped) == ["zones.folder", "zones.long"]
+    assert "timeZone must be a ReportStream USTimeZone name" in skipped["zones.folder"]
+    assert sorted(_items(aws)) == ["zones.good"]
+
+
 # ---------------------------------------------------------------- what each form does
 
 

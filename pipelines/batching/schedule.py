@@ -151,7 +151,7 @@ def _is_zone(zone: Any) -> bool:
         if not isinstance(zone, str) or not zone or zone.startswith("/") or ".." in zone:
             return False
         ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a tzdata folder ("America"), a name too long
         return False
     return True
 
