@@ -378,6 +378,17 @@ def test_bad_records_are_reported_batched_or_left_pending(aws):
     assert {s["record_id"] for s in sample} == {"no-created", "no-receiver"}
 
 
+@pytest.mark.parametrize("created_at", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_created_at_whose_utc_time_is_outside_the_calendar_is_malformed_and_the_others_are_batched(aws, created_at):
+    put_receiver(aws, "acme", max_batch_size=10)
+    put_records(aws, "acme", _minutes_before(T10, 2))
+    put_items(aws, [{**record("acme", "out-of-range", T10), "created_at": created_at}])
+    report = batcher(aws).run("acme", DAY, now=T10)
+    assert report.invalid_records == [{"record_id": "out-of-range", "problem": f"malformed created_at {created_at!r}"}]
+    assert report.records_batched == 2
+    assert pending_ids(aws, "acme") == {"out-of-range"}
+
+
 def test_deleted_receiver_with_pending_records_is_reported_and_runs_skip_it(aws):
     put_receiver(aws, "acme")
     put_receiver(aws, "gone")

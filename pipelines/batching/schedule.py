@@ -291,6 +291,6 @@ def parse_created_at(text: Any) -> dt.datetime | None:
     """A record's ISO-8601 ``created_at`` as an aware UTC datetime, or None when malformed."""
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (AttributeError, TypeError, ValueError):  # not text, or not ISO 8601
+        return moment.astimezone(dt.UTC) if moment.tzinfo else None
+    except (AttributeError, TypeError, ValueError, OverflowError):  # not text, not ISO 8601, UTC out of range
         return None
-    return moment.astimezone(dt.UTC) if moment.tzinfo else None
