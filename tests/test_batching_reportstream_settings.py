@@ -393,6 +393,14 @@ def test_a_receiver_that_is_a_yaml_alias_chain_is_one_short_line_and_the_others_
     assert len(problems["org-b.?"]) < 120
 
 
+def test_a_settings_file_nested_too_deeply_is_one_line_and_the_other_files_are_imported(aws, tmp_path):
+    (tmp_path / "a.yml").write_text("- name: org\n  receivers:\n    - name: good\n      timing: {numberPerDay: 24}\n")
+    (tmp_path / "deep.yml").write_text("- name: deep\n  receivers: " + "[" * 600 + "]" * 600 + "\n")
+    out = _import(aws, tmp_path)
+    assert out["not_read"] == [f"{tmp_path / 'deep.yml'}: not valid YAML (nested too deeply)"]
+    assert sorted(_items(aws)) == ["org.good"]
+
+
 def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monkeypatch):
     monkeypatch.setattr("pipelines.batching.reportstream_settings.MAX_FILES", 2)
     for name in ("a.yml", "b.yml", "c.yml"):
