@@ -156,6 +156,7 @@ def test_asset_checks_flag_invalid_receivers_orphans_and_malformed_records(aws):
     put_receiver(aws, "ok")
     put_receiver(aws, "too-many", number_per_day=2000)
     put_receiver(aws, "mars", time_zone="Mars/Olympus_Mons")
+    put_receiver(aws, "folder", time_zone="Europe")  # a folder of tzdata, not a zone
     put_records(aws, "deleted", [T10])
     no_created = {k: v for k, v in record("ok", "no-created", T10).items() if k != "created_at"}
     put_items(aws, [no_created])
@@ -163,7 +164,7 @@ def test_asset_checks_flag_invalid_receivers_orphans_and_malformed_records(aws):
 
     configs = receiver_configs_valid(ctx)
     assert not configs.passed
-    assert set(configs.metadata["invalid_receivers"].value) == {"too-many", "mars"}
+    assert set(configs.metadata["invalid_receivers"].value) == {"too-many", "mars", "folder"}
     orphans = no_orphaned_pending_records(ctx)
     assert not orphans.passed
     assert orphans.metadata["orphaned_pending"].value == {"deleted": 1}

@@ -7,14 +7,16 @@ import json
 import random
 import threading
 import time
+from decimal import Decimal
 
 import boto3
 import pytest
+from boto3.dynamodb.types import Binary
 from botocore.exceptions import ClientError
 
 from pipelines.batching import store
 from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
-from pipelines.common import iso
+from pipelines.common import iso, to_item
 from pipelines.retry import STOP
 from tests import fleet_support as fs
 from tests.batching_helpers import (
@@ -376,6 +378,17 @@ def test_bad_records_are_reported_batched_or_left_pending(aws):
     assert {s["record_id"] for s in sample} == {"no-created", "no-receiver"}
 
 
+@pytest.mark.parametrize("created_at", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_created_at_whose_utc_time_is_outside_the_calendar_is_malformed_and_the_others_are_batched(aws, created_at):
+    put_receiver(aws, "acme", max_batch_size=10)
+    put_records(aws, "acme", _minutes_before(T10, 2))
+    put_items(aws, [{**record("acme", "out-of-range", T10), "created_at": created_at}])
+    report = batcher(aws).run("acme", DAY, now=T10)
+    assert report.invalid_records == [{"record_id": "out-of-range", "problem": f"malformed created_at {created_at!r}"}]
+    assert report.records_batched == 2
+    assert pending_ids(aws, "acme") == {"out-of-range"}
+
+
 def test_deleted_receiver_with_pending_records_is_reported_and_runs_skip_it(aws):
     put_receiver(aws, "acme")
     put_receiver(aws, "gone")
@@ -425,6 +438,17 @@ def test_decider_launches_due_receivers_only(aws):
     assert [d.receiver for d in later.due] == []  # quarter is due but has nothing pending
 
 
+def test_a_zone_that_is_a_tzdata_folder_skips_its_receiver_and_the_others_are_decided(aws):
+    put_receiver(aws, "fine", number_per_day=24)
+    put_records(aws, "fine", _minutes_before(T10, 2))
+    put_receiver(aws, "folder", time_zone="America")
+    put_receiver(aws, "long", time_zone="x" * 256)
+    decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
+    assert [d.receiver for d in decision.due] == ["fine"]
+    assert "time_zone must be an IANA zone name, got 'America'" in decision.skipped["folder"]
+    assert "time_zone must be an IANA zone name" in decision.skipped["long"]
+
+
 def test_payload_lines_are_json(aws):
     line = store.record_line({"record_id": "a", "receiver": "r", "created_at": iso(T10), "payload": "[1,2]"}, "r/x/1")
     assert json.loads(line) == {
@@ -434,6 +458,54 @@ def test_payload_lines_are_json(aws):
         "batch_id": "r/x/1",
         "payload": [1, 2],
     }
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("payload", "kept"),
+    [
+        ({"n": Decimal("3"), "x": Decimal("0.5")}, '{"n":3,"x":0.5}'),  # a DynamoDB map: its JSON
+        ([Decimal("1"), "a"], '[1,"a"]'),  # a DynamoDB list
+        (Binary(b'{"a":1}'), '{"a":1}'),  # DynamoDB binary: its bytes as text
+        (DEEP, DEEP),  # JSON nested deeper than a parser goes
+        ('{"v": 1e400}', '{"v": 1e400}'),  # a number JSON cannot hold
+        ('{"w": NaN}', '{"w": NaN}'),  # not JSON
+    ],
+    ids=["map", "list", "binary", "nested too deeply", "1e400", "NaN"],
+)
+def test_a_payload_that_is_not_json_text_is_kept_as_text_with_the_flag(payload, kept):
+    line = json.loads(store.record_line({"record_id": "a", "payload": payload}, "r/x/1"), parse_constant=_refuse)
+    assert line["payload"] == kept
+    assert line["payload_invalid_json"] is True
+
+
+def _refuse(constant: str):
+    raise ValueError(f"{constant} is not JSON")
+
+
+def test_records_whose_payloads_are_not_json_text_are_batched_and_the_receiver_goes_on(aws):
+    put_receiver(aws, "acme", max_batch_size=10)
+    created = T10 - dt.timedelta(minutes=5)
+    put_items(aws, [record("acme", "good", created), record("acme", "infinite", created, payload='{"v": 1e400}')])
+    put_items(aws, [record("acme", "deep", created, payload=DEEP)])
+    # A map payload, locked into a batch by a run that died before it wrote the file: recovery writes it.
+    locked = {**record("acme", "map", created), "batch_id": store.batch_id("acme", T10 - dt.timedelta(hours=1), 1)}
+    item = {**to_item(locked), "payload": {"M": {"count": {"N": "3"}}}}
+    aws.client("dynamodb").put_item(TableName=aws.env["BATCH_RECORDS_TABLE"], Item=item)
+    report = batcher(aws).run("acme", DAY, now=T10)
+    s3, bucket = aws.client("s3"), aws.env["BATCH_OUTBOX_BUCKET"]
+    texts = [s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode() for key in outbox(aws, "acme")]
+    lines = {
+        line["record_id"]: line for line in (json.loads(t, parse_constant=_refuse) for t in "".join(texts).splitlines())
+    }
+    assert pending_ids(aws, "acme") == set()
+    assert [r["batch_id"] for r in report.recovered] == ["acme/2026-11-20T09:00Z/1"]
+    assert report.files[0].invalid_payloads == 2
+    assert lines["map"]["payload"] == '{"count":3}'
+    assert lines["infinite"]["payload_invalid_json"] is True
+    assert lines["good"]["payload"] == {"id": "good"}
 
 
 @contextlib.contextmanager

@@ -224,7 +224,9 @@ def _at(instance, run, kind: dg.DagsterEventType, when: float) -> None:
 
 
 def _failed_in_minute_run(instance, partitions: list[str], ended: float) -> dg.DagsterRun:
-    """A minute run that ended at ``ended`` with ``partitions`` failed (tagged for the handoff)."""
+    """A minute run that ended at ``ended`` with ``partitions`` failed (tagged for the handoff); their
+    receivers are partitions, as the decider makes them before it launches a minute run."""
+    instance.add_dynamic_partitions(receivers_partitions.name, sorted({p.partition("|")[2] for p in partitions}))
     tags = {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(partitions)}
     run = instance.add_run(dg.DagsterRun(job_name=MINUTE_JOB, run_id=str(uuid.uuid4()), tags=tags))
     _at(instance, run, dg.DagsterEventType.RUN_SUCCESS, ended)
@@ -279,6 +281,36 @@ def test_a_partition_whose_run_began_before_the_failure_gets_its_run_once_that_r
         second = _handoff(instance, first.cursor)  # no longer reads that minute run: its cursor carries it
     assert [str(r.partition_key) for r in first.run_requests] == ["2026-11-20|globex"]
     assert f"{failed.run_id}:2026-11-20|acme" in [r.run_key for r in second.run_requests]
+
+
+def _handoff_tick(instance) -> dg.SensorResult:
+    """One tick of the handoff as the daemon evaluates it: its run requests resolved against the partitions."""
+    context = dg.build_sensor_context(instance=instance, definitions=DEFS)
+    with dg.partition_loading_context(dynamic_partitions_store=instance):
+        return batch_failures_handoff.evaluate_tick(context)
+
+
+GONE = ["2026-11-20|gone", "2099-01-01|acme"]
+"""Failed partitions that are not partitions of receiver_batches: a deleted receiver's, a day past the last."""
+
+
+def test_failed_partitions_that_are_no_longer_partitions_are_skipped_and_the_others_handed_off():
+    with dg.instance_for_test() as instance:
+        _failed_in_minute_run(instance, ["2026-11-20|acme", *GONE], time.time() - 60)
+        instance.delete_dynamic_partition(receivers_partitions.name, "gone")  # the receiver was deleted since
+        tick = _handoff_tick(instance)
+    assert [str(r.partition_key) for r in tick.run_requests] == ["2026-11-20|acme"]
+
+
+def test_a_failed_partition_that_is_no_longer_a_partition_is_named_with_its_reason():
+    with dg.instance_for_test() as instance:
+        _failed_in_minute_run(instance, GONE, time.time() - 60)
+        instance.delete_dynamic_partition(receivers_partitions.name, "gone")
+        tick = _handoff_tick(instance)
+    assert tick.run_requests == []
+    assert "2026-11-20|gone: not a partition of receiver_batches (its receiver was deleted?)" in tick.skip_message
+    assert "2099-01-01|acme: not a partition of receiver_batches (its day is outside" in tick.skip_message
+    assert json.loads(tick.cursor)["waiting"] == {}
 
 
 @pytest.mark.slow

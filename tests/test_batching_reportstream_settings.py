@@ -273,6 +273,28 @@ def test_bad_entries_are_listed_one_line_each_and_the_rest_imported(aws, tmp_pat
     assert items["big.x"]["timing"]["initialTime"] == "12:30"
 
 
+def test_a_time_zone_that_is_a_tzdata_folder_is_a_skipped_line_and_the_rest_imported(aws, tmp_path):
+    (tmp_path / "zones.yml").write_text(
+        """
+- name: zones
+  receivers:
+    - name: folder
+      timing: {numberPerDay: 24, timeZone: US}
+    - name: long
+      timing: {numberPerDay: 24, timeZone: %s}
+    - name: good
+      customerStatus: active
+      timing: {numberPerDay: 24, timeZone: EASTERN}
+"""
+        % ("x" * 256)
+    )
+    out = _import(aws, tmp_path)
+    skipped = {c["receiver"]: c["detail"] for c in out["changes"] if c["action"] == "skipped"}
+    assert sorted(skipped) == ["zones.folder", "zones.long"]
+    assert "timeZone must be a ReportStream USTimeZone name" in skipped["zones.folder"]
+    assert sorted(_items(aws)) == ["zones.good"]
+
+
 # ---------------------------------------------------------------- what each form does
 
 
@@ -369,6 +391,14 @@ def test_a_receiver_that_is_a_yaml_alias_chain_is_one_short_line_and_the_others_
     problems = {entry.receiver: entry.problem for entry in entries}
     assert problems["org-a.good"] is None
     assert len(problems["org-b.?"]) < 120
+
+
+def test_a_settings_file_nested_too_deeply_is_one_line_and_the_other_files_are_imported(aws, tmp_path):
+    (tmp_path / "a.yml").write_text("- name: org\n  receivers:\n    - name: good\n      timing: {numberPerDay: 24}\n")
+    (tmp_path / "deep.yml").write_text("- name: deep\n  receivers: " + "[" * 600 + "]" * 600 + "\n")
+    out = _import(aws, tmp_path)
+    assert out["not_read"] == [f"{tmp_path / 'deep.yml'}: not valid YAML (nested too deeply)"]
+    assert sorted(_items(aws)) == ["org.good"]
 
 
 def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monkeypatch):

@@ -107,6 +107,8 @@ def test_batch_times_up_to_now_and_the_decider_window():
         ({"number_per_day": True}, "number_per_day"),
         ({"time_zone": "Mars/Olympus_Mons"}, "time_zone"),
         ({"time_zone": "../../etc/passwd"}, "time_zone"),
+        ({"time_zone": "America"}, "time_zone"),  # a folder of tzdata, not a zone
+        ({"time_zone": "x" * 256}, "time_zone"),  # longer than a file name may be
         ({"initial_time": "6:00"}, "initial_time"),
         ({"initial_time": "24:00"}, "initial_time"),
         ({"initial_time": "noon"}, "initial_time"),

@@ -42,15 +42,17 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
         name = str(item.get("receiver"))
         try:
             cfg = schedule.parse_receiver(item)
-        except schedule.InvalidReceiver as exc:
-            decision.skipped[name] = f"invalid config: {exc}"
+            due = schedule.due_in_window(cfg, tick, window_seconds) if cfg.batching_enabled else []
+        except Exception as exc:  # an invalid config, or one that breaks the schedule: its receiver only
+            why = exc if isinstance(exc, schedule.InvalidReceiver) else f"{type(exc).__name__}: {exc}"
+            decision.skipped[name] = f"invalid config: {why}"
             continue
         if not cfg.batching_enabled:
             decision.skipped[name] = (
                 "customerStatus is inactive" if cfg.customer_status == "inactive" else "batching_enabled is false"
             )
             continue
-        for moment in schedule.due_in_window(cfg, tick, window_seconds):
+        for moment in due:
             pending = store.count_pending(dynamodb, tables.records_table, cfg.receiver, iso(moment))
             empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
             if pending == 0 and not empty:

@@ -448,9 +448,13 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     active = {r.dagster_run.tags[PARTITION_TAG]: r for r in runs}
     status = context.instance.get_status_by_partition(receiver_batches.key, keys, receiver_batches.partitions_def)
     requests, skipped, held = [], {}, {}
+    receivers = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     for partition, (run_id, ended) in latest.items():
-        other = active.get(partition)
-        if other is not None and (other.start_time is None or other.start_time >= ended):
+        other, (day, _, receiver) = active.get(partition), partition.partition("|")
+        if receiver not in receivers or not days_partitions.has_partition_key(day):
+            why = "its receiver was deleted?" if receiver not in receivers else "its day is outside the day partitions"
+            skipped[partition] = f"not a partition of receiver_batches ({why}): not handed off"
+        elif other is not None and (other.start_time is None or other.start_time >= ended):
             skipped[partition] = f"run {other.dagster_run.run_id} batches it (queued, or begun after the failure)"
         elif other is not None:  # its batch times end before the failure's: a tick after it ends looks again
             held[partition] = [run_id, ended]
@@ -458,7 +462,6 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
         elif (status or {}).get(partition) == dg.AssetPartitionStatus.FAILED:
             skipped[partition] = "FAILED already (shown and alerted; minute runs and the redrive batch it again)"
         else:
-            day, _, receiver = partition.partition("|")
             requests.append(
                 dg.RunRequest(
                     run_key=f"{run_id}:{partition}",

@@ -190,6 +190,9 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
             problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
             problems.append(f"{source}: not valid YAML{where}: {problem}")
             continue
+        except RecursionError:
+            problems.append(f"{source}: not valid YAML (nested too deeply)")
+            continue
         orgs = doc if isinstance(doc, list) else [doc] if isinstance(doc, dict) else None
         if orgs is None:
             problems.append(f"{source}: a settings file is a list of organizations, got {type(doc).__name__}")

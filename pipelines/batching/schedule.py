@@ -151,7 +151,7 @@ def _is_zone(zone: Any) -> bool:
         if not isinstance(zone, str) or not zone or zone.startswith("/") or ".." in zone:
             return False
         ZoneInfo(zone)
-    except (ZoneInfoNotFoundError, ValueError):
+    except (ZoneInfoNotFoundError, ValueError, OSError):  # OSError: a tzdata folder ("America"), a name too long
         return False
     return True
 
@@ -291,6 +291,6 @@ def parse_created_at(text: Any) -> dt.datetime | None:
     """A record's ISO-8601 ``created_at`` as an aware UTC datetime, or None when malformed."""
     try:
         moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except (AttributeError, TypeError, ValueError):  # not text, or not ISO 8601
+        return moment.astimezone(dt.UTC) if moment.tzinfo else None
+    except (AttributeError, TypeError, ValueError, OverflowError):  # not text, not ISO 8601, UTC out of range
         return None
-    return moment.astimezone(dt.UTC) if moment.tzinfo else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -255,16 +256,34 @@ def finalize_records(dynamodb, records_table: str, record_ids: Iterable[str], ba
     return len(written)
 
 
+def _json_number(value: Any) -> Any:
+    if not isinstance(value, Decimal):  # a number in a DynamoDB map or list
+        raise TypeError(f"{type(value).__name__} is not JSON")
+    return int(value) if value == value.to_integral_value() else float(value)
+
+
+def _as_text(value: Any) -> str:
+    """A payload stored as another DynamoDB type: a map or list as its JSON, binary decoded, else ``str``."""
+    try:
+        return json.dumps(value, default=_json_number, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raw = getattr(value, "value", value)  # boto3's Binary holds the bytes
+        return raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(value)
+
+
 def record_line(record: dict[str, Any], batch: str) -> str:
-    """One JSON line; a payload that is not valid JSON is kept as a string with a flag."""
+    """One JSON line; a payload that is not JSON text (not JSON, nested too deeply, a number JSON cannot hold
+    such as ``1e400``, a DynamoDB map or binary) is kept as text with a flag."""
     line: dict[str, Any] = {k: record.get(k) for k in ("record_id", "receiver", "created_at")}
     line["batch_id"] = batch
     raw = record.get("payload")
-    try:
-        line["payload"] = json.loads(raw) if isinstance(raw, str) else raw
-    except ValueError:
-        line["payload"] = raw
-        line["payload_invalid_json"] = True
+    if raw is None or isinstance(raw, str):
+        try:
+            payload = None if raw is None else json.loads(raw)
+            return json.dumps({**line, "payload": payload}, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        except (ValueError, RecursionError):
+            pass
+    line |= {"payload": raw if isinstance(raw, str) else _as_text(raw), "payload_invalid_json": True}
     return json.dumps(line, separators=(",", ":"), sort_keys=True)
 
 
