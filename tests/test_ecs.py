@@ -352,22 +352,27 @@ def test_an_allowed_sizing_tag_launches_the_run_with_that_size(aws, ecs_stack, e
     assert run.tags["ecs/task_arn"] != "inherited"  # the launcher's own record of the task it started
 
 
+def _run_naming_another_task(aws, instance, **run_args):
+    """A run whose ecs/task_arn and ecs/cluster name a task of another run, started here: (run, cluster, arn)."""
+    from dagster._core.test_utils import create_run_for_test
+
+    launcher = instance.run_launcher
+    cluster = launcher.run_task_kwargs["cluster"]
+    other = aws.client("ecs").run_task(**launcher.run_task_kwargs, taskDefinition=launcher.task_definition)
+    arn = other["tasks"][0]["taskArn"]
+    tags = {"ecs/task_arn": arn, "ecs/cluster": cluster}
+    run = create_run_for_test(
+        instance, job_name="pool_audit_job", job_code_origin=_run_origin("pool_audit_job"), tags=tags, **run_args
+    )
+    return run, cluster, arn
+
+
 def test_a_run_launched_with_another_tasks_arn_cannot_stop_that_task_before_its_own_starts(aws, ecs_instance):
     """``ecs/task_arn`` and ``ecs/cluster`` are the launcher's record of the run's task: a launch that sets
     them (or a re-execution that inherits them) must not let a termination reach the task they name in
     the moment before RunTask returns. The termination is made at that moment (RunTask about to be sent)."""
-    from dagster._core.test_utils import create_run_for_test
-
     launcher, ecs = ecs_instance.run_launcher, aws.client("ecs")
-    cluster = launcher.run_task_kwargs["cluster"]
-    other = ecs.run_task(**launcher.run_task_kwargs, taskDefinition=launcher.task_definition)
-    other_arn = other["tasks"][0]["taskArn"]
-    run = create_run_for_test(
-        ecs_instance,
-        job_name="pool_audit_job",
-        job_code_origin=_run_origin("pool_audit_job"),
-        tags={"ecs/task_arn": other_arn, "ecs/cluster": cluster},
-    )
+    run, cluster, other_arn = _run_naming_another_task(aws, ecs_instance)
     stopped: list[bool] = []
     launcher.ecs.meta.events.register(
         "provide-client-params.ecs.RunTask", lambda **_: stopped.append(launcher.terminate(run.run_id))
@@ -381,21 +386,9 @@ def test_a_run_launched_with_another_tasks_arn_cannot_stop_that_task_before_its_
 def test_a_starting_run_whose_tags_name_another_runs_task_cannot_stop_that_task(aws, ecs_instance):
     """Between the run's STARTING and the launcher's blanking of its tags, a termination reads the tags
     the launch set: the launcher stops a task only if its ECS tag dagster/run_id is the run's own."""
-    from dagster._core.test_utils import create_run_for_test
-
-    launcher, ecs = ecs_instance.run_launcher, aws.client("ecs")
-    cluster = launcher.run_task_kwargs["cluster"]
-    other = ecs.run_task(**launcher.run_task_kwargs, taskDefinition=launcher.task_definition)
-    other_arn = other["tasks"][0]["taskArn"]
-    run = create_run_for_test(
-        ecs_instance,
-        job_name="pool_audit_job",
-        job_code_origin=_run_origin("pool_audit_job"),
-        tags={"ecs/task_arn": other_arn, "ecs/cluster": cluster},
-        status=dg.DagsterRunStatus.STARTING,
-    )
-    assert launcher.terminate(run.run_id) is False
-    (task,) = ecs.describe_tasks(cluster=cluster, tasks=[other_arn])["tasks"]
+    run, cluster, other_arn = _run_naming_another_task(aws, ecs_instance, status=dg.DagsterRunStatus.STARTING)
+    assert ecs_instance.run_launcher.terminate(run.run_id) is False
+    (task,) = aws.client("ecs").describe_tasks(cluster=cluster, tasks=[other_arn])["tasks"]
     assert task["lastStatus"] != "STOPPED"
 
 

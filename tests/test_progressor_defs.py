@@ -57,16 +57,25 @@ def dsn():
 @pytest.fixture
 def zombie_ns(dsn):
     """A namespace with two zombies (a timer and a call), a live task and finished history."""
-    ns = unique_namespace("defs")
-    conn = psycopg2.connect(dsn)
-    t = create_namespace(conn, ns)
-    with conn, conn.cursor() as cur:
+
+    def seed(cur, t) -> None:
         engine.start_process(cur, t, "p-timer", age_seconds=300, task_type="timeout")
         engine.start_process(cur, t, "p-call", age_seconds=300, task_type="call")
         engine.start_process(cur, t, "p-live", age_seconds=5)
         for ms in (30, 120, 400, 2000):
             finished_task(cur, t, "p-live", "call", duration_ms=ms, ago=60)
         engine.schedule_task(cur, t, "p-live", "timeout", in_seconds=-200)  # overdue timer
+
+    return _seeded(dsn, "defs", seed)
+
+
+def _seeded(dsn, prefix: str, seed) -> str:
+    """A new namespace, ``seed(cursor, tables)`` written in one transaction."""
+    ns = unique_namespace(prefix)
+    conn = psycopg2.connect(dsn)
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        seed(cur, t)
     conn.close()
     return ns
 
@@ -212,16 +221,20 @@ def test_collect_zombies_schedule_skips_without_zombies_and_runs_with_them(dsn, 
         assert "is still queued" in _tick(schedule, dsn, instance).skip_message
 
 
-def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn, zombie_ns):
-    [target] = load_targets_for(zombie_ns)
+def _health_run_by_schedule(dsn, ns: str, instance):
+    """The health schedule of ``ns`` and its first request, whose run has run (it raises on failure)."""
+    [target] = load_targets_for(ns)
     job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
     defs = dg.Definitions(assets=[health_asset(target)], jobs=[job], resources=_resources(dsn))
     schedule = health_schedule([target], job)
+    (first,) = _tick(schedule, dsn, instance).run_requests
+    defs.resolve_job_def("progressor_health_job").execute_in_process(instance=instance, tags=first.tags)
+    return schedule, first
+
+
+def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn, zombie_ns):
     with dg.instance_for_test() as instance:
-        (first,) = _tick(schedule, dsn, instance).run_requests
-        defs.resolve_job_def("progressor_health_job").execute_in_process(
-            instance=instance, tags=first.tags
-        )  # raises on failure
+        schedule, first = _health_run_by_schedule(dsn, zombie_ns, instance)
         same = _tick(schedule, dsn, instance)
         assert same.run_requests == []
         assert f"{zombie_ns}: failing no_zombies, timers_on_time, oldest_running_task: unchanged" in same.skip_message
@@ -236,24 +249,14 @@ def test_health_schedule_runs_when_a_check_would_change_and_at_least_hourly(dsn,
 @pytest.fixture
 def live_ns(dsn):
     """A namespace where every check passes: a few young running tasks, no timers, no errors."""
-    ns = unique_namespace("live")
-    conn = psycopg2.connect(dsn)
-    t = create_namespace(conn, ns)
-    with conn, conn.cursor() as cur:
-        for k in range(3):
-            engine.start_process(cur, t, f"p-{k}", age_seconds=5)
-    conn.close()
-    return ns
+    return _seeded(
+        dsn, "live", lambda cur, t: [engine.start_process(cur, t, f"p-{k}", age_seconds=5) for k in range(3)]
+    )
 
 
 def test_health_schedule_skips_when_a_task_finishes_and_every_check_still_passes(dsn, live_ns):
-    [target] = load_targets_for(live_ns)
-    job = dg.define_asset_job("progressor_health_job", selection=dg.AssetSelection.groups("progressor"))
-    defs = dg.Definitions(assets=[health_asset(target)], jobs=[job], resources=_resources(dsn))
-    schedule = health_schedule([target], job)
     with dg.instance_for_test() as instance:
-        (first,) = _tick(schedule, dsn, instance).run_requests
-        defs.resolve_job_def("progressor_health_job").execute_in_process(instance=instance, tags=first.tags)
+        schedule, _ = _health_run_by_schedule(dsn, live_ns, instance)
         conn = psycopg2.connect(dsn)
         t = create_namespace(conn, live_ns)
         engine.complete_running(conn, t, "p-1")  # live progress: one task finishes, another process starts
