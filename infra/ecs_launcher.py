@@ -124,15 +124,19 @@ class RestrictedEcsRunLauncher(EcsRunLauncher):
             super().resume_run(context)
 
     def terminate(self, run_id: str) -> bool:
-        """Stops the run's task only if the task ``ecs/task_arn`` names is this run's (its ECS tag
-        ``dagster/run_id``, set by RunTask): until the launcher writes them, the run's ``ecs/`` tags are
-        whatever its launch set or its parent left, and may name another run's task."""
+        """``EcsRunLauncher.terminate``, stopping the task ``ecs/task_arn`` names only if it is this run's (its
+        ECS tag ``dagster/run_id``, set by RunTask): until the launcher writes them, the run's ``ecs/`` tags
+        are whatever its launch set or its parent left, and may name another run's task."""
         arn, cluster = self._get_run_tags(run_id)[:2]
-        if arn and cluster:
-            tasks = self.ecs.describe_tasks(tasks=[arn], cluster=cluster, include=["TAGS"]).get("tasks") or []
-            if not any({"key": "dagster/run_id", "value": run_id} in (task.get("tags") or []) for task in tasks):
-                run = self._instance.get_run_by_id(run_id)
-                if run is not None and not run.is_finished:
-                    self._instance.report_run_canceling(run)
-                return False
-        return super().terminate(run_id)
+        run = self._instance.get_run_by_id(run_id)
+        if run is None or run.is_finished:
+            return False
+        self._instance.report_run_canceling(run)
+        if not (arn and cluster):
+            return False
+        tasks = self.ecs.describe_tasks(tasks=[arn], cluster=cluster, include=["TAGS"]).get("tasks") or []
+        own = [task for task in tasks if {"key": "dagster/run_id", "value": run_id} in (task.get("tags") or [])]
+        if not own or own[0].get("lastStatus") == "STOPPED":
+            return False
+        self.ecs.stop_task(task=arn, cluster=cluster)
+        return True
