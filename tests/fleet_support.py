@@ -22,6 +22,7 @@ from pipelines.common.task import TaskRun
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import TerminationLimits, queue_drain
 from pipelines.fleet.termination import TerminationHandler
+from tests.conftest import PATIENCE
 
 log = logging.getLogger("tests.fleet")
 AMI = "ami-12c6146b"
@@ -182,7 +183,7 @@ def jobs_done(aws) -> int:
     return sum(1 for j in jobs_state(aws).values() if j["status"] != "running")
 
 
-def wait_until_completed(aws, at_least: int, still_running, timeout: float = 120) -> None:
+def wait_until_completed(aws, at_least: int, still_running, timeout: float = PATIENCE) -> None:
     """Wait until ``at_least`` jobs are no longer running; ``still_running()`` must stay true meanwhile
     (the run under test must not end before the test stops it)."""
     deadline = time.monotonic() + timeout
@@ -194,7 +195,7 @@ def wait_until_completed(aws, at_least: int, still_running, timeout: float = 120
     raise AssertionError("the drain run did not get going")
 
 
-def wait_until_visible(aws, queue_env: str, timeout: float = 60) -> None:
+def wait_until_visible(aws, queue_env: str, timeout: float = PATIENCE) -> None:
     """Wait until no message of the queue is in flight: what a stopped run received but did not
     acknowledge is visible again once its visibility timeout has run out."""
     deadline = time.monotonic() + timeout
@@ -282,7 +283,7 @@ class ReceiveHold:
         self._server.shutdown()
         self._server.server_close()
 
-    def wait_held(self, still_running: Callable[[], bool], timeout: float = 120) -> None:
+    def wait_held(self, still_running: Callable[[], bool], timeout: float = PATIENCE) -> None:
         """Until the run is held; ``still_running()`` must stay true meanwhile."""
         deadline = time.monotonic() + timeout
         while not self._held.wait(0.05):

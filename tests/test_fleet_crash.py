@@ -8,7 +8,7 @@ The job runs its one op in the run's own process (in-process executor), so the s
 drain directly. The run starts first and long-polls the empty queue while the test builds the
 backlog (the run's start-up is most of the time). One round holds 10 messages (concurrency 1), and
 a flush finishes 3 rounds (flush_rounds 3, the default). The run reaches moto through a proxy that
-holds it at its first receive once 20 jobs are written (``fs.ReceiveHold``): it is stopped there, with
+holds it at its first receive once 30 jobs are written (``fs.ReceiveHold``): it is stopped there, with
 most of the backlog still to come however fast it is, and released once it has stopped receiving.
 """
 
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.cli  # dagster job execute in a subprocess
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 N = 100
-STOP_AFTER = 20  # jobs done before the run is stopped
+STOP_AFTER = 30  # jobs done before the run is stopped: one flush of 3 rounds of 10, its clean-up marked done
 # Short, so that what the stopped run held comes back within seconds; long beside the three rounds and
 # their flush that a message waits for its delete, even on a loaded machine: a message received three
 # times undeleted (maxReceiveCount 3) is dead-lettered, which the tests rightly count as a loss.
@@ -125,6 +125,7 @@ def test_a_drain_run_killed_with_sigkill_leaves_nothing_half_applied(aws, tmp_pa
     done = fs.rounds_done(aws)
     applied = [j for j in jobs if state[j["job_id"]]["status"] == "completed"]
     assert STOP_AFTER <= len(applied) < N, len(applied)
+    assert any(fs.round_done(aws, state[j["job_id"]], done) for j in applied), "no finished round to check"
     for job in jobs:
         item = state[job["job_id"]]
         if item["status"] == "running":  # untouched

@@ -19,6 +19,7 @@ from pipelines.fleet.drain import STATUS_UNREADABLE, run_with_graceful_stop
 from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, runner_parameter
 from pipelines.retry import fixed, preset, timeline
 from tests import fleet_support as fs
+from tests.conftest import PATIENCE
 
 TQ, DLQ = "RUNS_FLEET_TERMINATION_QUEUE_URL", "RUNS_FLEET_TERMINATION_DLQ_URL"
 STATUSES = ["success", "failure", "timeout", "interrupted"]
@@ -316,7 +317,7 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     def handler(messages, pool, **kwargs):
         if not rounds:  # the interrupt arrives (as SIGINT/SIGTERM would) while the first round is in flight
             os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.3)
+            drain.stop.wait(PATIENCE)  # the main thread has turned the interrupt into a stop
         rounds.append(len(messages))
         return handle(messages, pool, **kwargs)
 
@@ -420,7 +421,7 @@ def test_a_round_cut_short_before_its_clean_up_is_finished_by_the_redelivery(aws
     state = fs.jobs_state(aws)
     assert all(state[j["job_id"]]["status"] == "completed" for j in jobs), "the update did not land"
     assert not any(fs.round_done(aws, state[j["job_id"]]) for j in jobs), "a round was marked done without clean-up"
-    time.sleep(1.2)
+    fs.wait_until_visible(aws, TQ)
     second = fs.drain(aws)
     assert second.counts["taken_over"] == 4
     assert second.counts["applied"] == 4

@@ -74,7 +74,7 @@ def _start_code_server(aws, tmp_path, endpoint: str) -> tuple[subprocess.Popen, 
 
 def _wait_for(proc: subprocess.Popen, port: int, tmp_path) -> None:
     client = DagsterGrpcClient(host="127.0.0.1", port=port)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + PATIENCE
     while True:
         try:
             client.ping("")

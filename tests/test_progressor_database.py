@@ -16,13 +16,14 @@ from pipelines.progressor.collector import collect_zombies
 from pipelines.progressor.defs import collect_zombies_job
 from pipelines.progressor.params import collect_params
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
+from tests.conftest import PATIENCE
 from tests.progressor_support import ListLog, admin_connection, scratch_database, unique_namespace
 from tests.test_progressor_defs import RecordingCloudWatch
 
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parent.parent
-GUARD_SECONDS = 120  # only the unbounded code waits this long: then the hold ends and the test fails
+GUARD_SECONDS = PATIENCE  # only the unbounded code waits this long: then the hold ends and the test fails
 
 
 @pytest.fixture(scope="module")
