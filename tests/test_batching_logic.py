@@ -633,3 +633,57 @@ def test_a_run_whose_lease_lapsed_before_its_empty_file_leaves_the_new_owners_fi
         a.join()
     written = [line["record_id"] for lines in outbox(aws, "quiet").values() for line in lines]
     assert written == ids
+
+
+def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_entry_as_it_is(aws):
+    """Run A locks 3 records for 10:00's 1.jsonl and is held at its PutObject until its lease lapses; run B
+    takes the lease, finishes A's file and writes 2 newer records into 2.jsonl. A then goes on: it fails
+    with LeaseLost before its ledger entry, which keeps B's files."""
+    put_receiver(aws, "acme")
+    old = put_records(aws, "acme", _minutes_before(T10, 3), prefix="old")
+    s3_of_a = boto3.client("s3", endpoint_url=aws.endpoint, region_name="us-east-1")
+    at_put, go, lapsed = threading.Event(), threading.Event(), threading.Event()
+
+    def hold(params, **_):
+        if params.get("Key", "").startswith("batches/acme/") and not at_put.is_set():
+            at_put.set()
+            go.wait(PATIENCE)
+
+    s3_of_a.meta.events.register("provide-client-params.s3.PutObject", hold)
+    a = batcher(aws, s3=s3_of_a)
+    a.clock = lambda: time.monotonic() + (3600 if lapsed.is_set() else 0)  # A's view of its lease's age
+    outcome = {}
+
+    def run_a():
+        try:
+            outcome["a"] = a.run("acme", DAY, now=T10)
+        except store.LeaseLost as exc:
+            outcome["a"] = exc
+
+    thread = threading.Thread(target=run_a)
+    thread.start()
+    try:
+        assert at_put.wait(PATIENCE)
+        aws.client("dynamodb").update_item(  # what a lapsed lease looks like
+            TableName=aws.env["RECEIVERS_TABLE"],
+            Key={"receiver": {"S": "acme"}},
+            UpdateExpression="SET batch_lease_until = :past",
+            ExpressionAttributeValues={":past": {"N": "0"}},
+        )
+        lapsed.set()
+        new = put_records(aws, "acme", [T10 - dt.timedelta(seconds=2), T10 - dt.timedelta(seconds=1)], prefix="new")
+        b = batcher(aws).run("acme", DAY, now=T10)
+    finally:
+        go.set()
+        thread.join(PATIENCE)
+    ledger = json.loads(
+        aws.client("s3")
+        .get_object(Bucket=aws.env["BATCH_OUTBOX_BUCKET"], Key="ledger/acme/2026-11-20T10:00Z.json")["Body"]
+        .read()
+    )
+    assert isinstance(outcome["a"], store.LeaseLost)
+    assert ledger["files"] == [{"key": "batches/acme/2026-11-20T10:00Z/2.jsonl", "records": 2}]
+    assert [(r["batch_id"], r["records"]) for r in b.recovered] == [("acme/2026-11-20T10:00Z/1", 3)]
+    assert b.records_batched == 2
+    assert pending_ids(aws, "acme") == set()
+    assert sorted(line["record_id"] for lines in outbox(aws, "acme").values() for line in lines) == sorted(old + new)

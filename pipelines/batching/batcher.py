@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as dt
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable
@@ -113,6 +114,8 @@ class ReceiverBatcher:
     settings: BatchSettings
     owner: str = field(default_factory=lambda: f"batcher-{uuid.uuid4()}", kw_only=True)
     log: Callable[[str], None] = field(default=lambda _msg: None, kw_only=True)
+    clock: Callable[[], float] = field(default=time.monotonic, kw_only=True)  # the lease's age, in seconds
+    _lease_taken: float = field(default=0.0, init=False, repr=False)  # the clock when it was last taken or renewed
     _files_by_day: dict[str, dict[str, int]] = field(default_factory=dict, init=False, repr=False)
 
     def run(self, receiver: str, day: str, now: dt.datetime, *, dry_run: bool = False) -> RunReport:
@@ -122,6 +125,7 @@ class ReceiverBatcher:
         if dry_run:
             item = store.get_receiver(self.dynamodb, s.receivers_table, receiver)
         else:
+            self._lease_taken = self.clock()
             item = store.acquire_lease(
                 self.dynamodb, s.receivers_table, receiver, self.owner, s.lease_seconds, s.lease_wait_seconds
             )
@@ -231,6 +235,7 @@ class ReceiverBatcher:
         if report.dry_run:
             return True
         s = self.settings
+        self._lease_taken = self.clock()
         item = store.renew_lease(self.dynamodb, s.receivers_table, cfg.receiver, self.owner, s.lease_seconds)
         if not schedule.item_enabled(item):
             report.status = "cancelled"
@@ -241,14 +246,24 @@ class ReceiverBatcher:
             return False
         return True
 
+    def _hold_lease(self, receiver: str) -> None:
+        """Before a write to S3: renew the lease once half of it has run out since it was last taken or
+        renewed (``LeaseLost`` when another run has it now); no call while more than half is left."""
+        s = self.settings
+        if self.clock() - self._lease_taken >= s.lease_seconds / 2:
+            self._lease_taken = self.clock()
+            store.renew_lease(self.dynamodb, s.receivers_table, receiver, self.owner, s.lease_seconds)
+
     def _upload_and_finalize(self, batch: str, key: str, records: list[_Record], upload: bool = True) -> FileWritten:
         lines = [store.record_line(r.item, batch) for r in records]
         if upload:
+            self._hold_lease(store.parse_batch_id(batch)[0])
             store.put_file(self.s3, self.settings.outbox_bucket, key, lines)
         ids = [r.record_id for r in records]
-        store.finalize_records(self.dynamodb, self.settings.records_table, ids, batch, iso(dt.datetime.now(dt.UTC)))
+        at = iso(dt.datetime.now(dt.UTC))
+        finalized = store.finalize_records(self.dynamodb, self.settings.records_table, ids, batch, at)
         invalid = sum(1 for line in lines if '"payload_invalid_json":true' in line)
-        return FileWritten(key=key, records=len(records), invalid_payloads=invalid)
+        return FileWritten(key=key, records=finalized, invalid_payloads=invalid)
 
     def _recover(self, cfg: ReceiverConfig, batch: str, records: list[_Record], report: RunReport) -> bool:
         """Finish a file whose run died between locking and finalizing."""
@@ -265,9 +280,11 @@ class ReceiverBatcher:
             if not self._still_enabled(cfg, report):
                 return False
             # a file in S3: the upload happened, only the final updates were missing
-            self._upload_and_finalize(batch, key, records, upload=not in_s3)
-            self.log(f"recovered {batch}: {len(records)} record(s) ({'finalized' if in_s3 else 'written'})")
-        report.recovered.append({"batch_id": batch, "key": key, "records": len(records), "file_was_in_s3": in_s3})
+            finalized = self._upload_and_finalize(batch, key, records, upload=not in_s3).records
+            self.log(f"recovered {batch}: {finalized} record(s) ({'finalized' if in_s3 else 'written'})")
+        else:
+            finalized = len(records)
+        report.recovered.append({"batch_id": batch, "key": key, "records": finalized, "file_was_in_s3": in_s3})
         return True
 
     def _may_send_empty(self, cfg: ReceiverConfig, moment: dt.datetime, report: RunReport) -> bool:
@@ -343,6 +360,7 @@ class ReceiverBatcher:
                 "run": self.owner,
                 "written_at": iso(dt.datetime.now(dt.UTC)),
             }
+            self._hold_lease(cfg.receiver)  # a run whose lease lapsed leaves the new owner's entry as it is
             store.put_ledger(self.s3, s.outbox_bucket, cfg.receiver, moment, entry)
         report.batches.append(written)
         return written
