@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import time
 from http.server import BaseHTTPRequestHandler
 
@@ -16,7 +17,7 @@ from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret, make_writer
 from pipelines.reclaim.params import ParamsError, parse_params, policy_from_params
 from pipelines.reclaim.source import inspect_table, to_candidate
-from pipelines.reclaim.writers import RACED, DynamoWriter, apply_each
+from pipelines.reclaim.writers import RACED, DynamoWriter, ItemError, apply_each
 from pipelines.retry import dynamodb_fence
 from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
 
@@ -350,6 +351,66 @@ def test_http_writer_retry_and_race(aws, endpoint):
     assert "retryAt" not in items["h"]
     assert items["gone"]["processingState"] == "EXECUTING"
     assert set(ready_items(aws)) == {"h"}
+
+
+def test_http_retry_by_two_passes_at_once_queues_one_attempt_and_the_other_pass_races(aws, endpoint):
+    """Pass A is held after its GET while pass B retries the agenda: A's ReadyAgenda put is refused, so A
+    writes nothing and the endpoint keeps the attempt that ReadyAgenda queued."""
+    ddb = aws.client("dynamodb")
+    put(aws, agenda("h", "EXECUTING", DAY_MS, now=int(time.time() * 1000)))
+    settings = dataclasses.replace(endpoint_settings(aws, endpoint), ready_table=aws.env["AGENDA_READY_TABLE"])
+    params = parse_params({**BASE, "reclaimAction": "retry"})
+    info = inspect_table(ddb, params)
+
+    def writer():
+        return make_writer(params, dynamodb=ddb, kms=aws.client("kms"), agenda=settings)
+
+    def one_pass(w):
+        return reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, info), w, log=ListLog())
+
+    held = writer()
+    got, release = threading.Event(), threading.Event()
+    real_get = held.endpoint.get
+
+    def get_then_wait(item_id):
+        current = real_get(item_id)
+        got.set()
+        release.wait(30)
+        return current
+
+    held.endpoint.get = get_then_wait
+    counts = {}
+    pass_a = threading.Thread(target=lambda: counts.update(a=one_pass(held)))
+    pass_a.start()
+    assert got.wait(30)
+    counts["b"] = one_pass(writer())  # runs to completion while A waits after its GET
+    release.set()
+    pass_a.join(30)
+    assert counts["a"].retried + counts["b"].retried == 1
+    assert counts["a"].raced + counts["b"].raced == 1
+    item = items_by_id(ddb)["h"]
+    assert item["attemptId"] == ready_items(aws)["h"]["attemptId"]
+    assert events(item).count("retry attempt 1") == 1
+
+
+def test_http_retry_after_a_pass_died_between_its_queue_write_and_its_put(aws, endpoint):
+    """The next pass finds the attempt queued and the endpoint unchanged: it PUTs the queued attemptId."""
+    ddb = aws.client("dynamodb")
+    put(aws, agenda("h", "EXECUTING", DAY_MS, now=int(time.time() * 1000)))
+    settings = dataclasses.replace(endpoint_settings(aws, endpoint), ready_table=aws.env["AGENDA_READY_TABLE"])
+    params = parse_params({**BASE, "reclaimAction": "retry"})
+    dying = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), agenda=settings)
+
+    def die(item_id, partial):
+        raise ItemError(f"PUT {item_id}: the process died")
+
+    dying.endpoint.put = die
+    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    assert reclaim_pass(ddb, plan, dying, log=ListLog()).errors == 1
+    assert run(aws, endpoint=settings, reclaimAction="retry").retried == 1
+    item = items_by_id(ddb)["h"]
+    assert item["attemptId"] == ready_items(aws)["h"]["attemptId"]
+    assert json.loads(item["diagnosticEvents"])[-1]["payload"]["attemptId"] == item["attemptId"]
 
 
 def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):

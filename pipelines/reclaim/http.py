@@ -4,6 +4,7 @@ redirect, and every message built from an answer goes through :func:`redact`."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import re
 import urllib.error
@@ -163,7 +164,13 @@ def _plain_time(attr: dict[str, Any]) -> Any:
 
 class HttpWriter:
     """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object
-    (no conditional PUT: a small window remains). ReadyAgenda items still go to DynamoDB, idempotently."""
+    (no conditional PUT: a small window remains). ReadyAgenda items still go to DynamoDB, idempotently.
+
+    A retry queues its ReadyAgenda item before the PUT, and that conditional put decides which of two
+    passes over one agenda retries it (the item's id is the attempt's): the one refused writes nothing and
+    counts ``raced``, so it never replaces the winner's ``attemptId``. A pass that died between the two
+    writes left the item queued and the endpoint as the scan saw it: the next pass is refused too, finds
+    the endpoint unchanged and PUTs the queued item's ``attemptId``, so the two agree again."""
 
     def __init__(self, endpoint: AgendaProgressEndpoint, params: ReclaimParams, *, dynamodb, ready_table=None):
         self.endpoint = endpoint
@@ -193,18 +200,29 @@ class HttpWriter:
         if not self._unchanged(c, current, cutoff):
             return RACED
         put = ready_put(self.ready_table, self.params.tableName, c, d, now) if d.kind in (RETRY, QUEUE) else None
+        if d.kind == RETRY and conditional_write(lambda: self.dynamodb.put_item(**put)) is None:
+            current = self.endpoint.get(c.id)  # refused: this attempt is queued already
+            if current is None or not self._unchanged(c, current, cutoff):
+                return RACED  # the pass that queued it wrote the endpoint
+            d = self._queued_attempt(c, d, put)  # that pass died before its PUT
         body = progress_update(c, d, self.params, now=now, cutoff=cutoff).plain()
         if "diagnosticEvents" in body:  # a list, the event appended to those the endpoint has now
             body["diagnosticEvents"] = parse_events(current.get("diagnosticEvents") or []) + [d.event]
-        if d.kind == RETRY:
-            # No transactions over HTTP: reset as held first, so that a crash before the queue write
-            # leaves a held retry that the next run queues, never a reset agenda that nobody queues.
-            self.endpoint.put(c.id, {**body, "retryAt": now})
-        if put is not None:
+        if d.kind == QUEUE:
             conditional_write(lambda: self.dynamodb.put_item(**put))  # idempotent: a repeated put is refused
             body = {"retryAt": None}
         self.endpoint.put(c.id, body)
         return DONE
+
+    def _queued_attempt(self, c: Candidate, d: Decision, put: dict[str, Any]) -> Decision:
+        """``d`` with the ``attemptId`` of the ReadyAgenda item already queued for its attempt."""
+        key = {"id": put["Item"]["id"]}
+        queued = self.dynamodb.get_item(TableName=put["TableName"], Key=key, ConsistentRead=True).get("Item")
+        attempt_id = (queued or {}).get(ATTEMPT_ID_ATTR, {}).get("S")
+        if not attempt_id:
+            raise ItemError(f"{c.id}: retry attempt {d.attempt} is queued without a readable attemptId")
+        event = {**d.event, "payload": {**d.event["payload"], ATTEMPT_ID_ATTR: attempt_id}}
+        return dataclasses.replace(d, attempt_id=attempt_id, event=event)
 
 
 def url_allowed(url: str, prefixes: list[str]) -> bool:
