@@ -606,3 +606,57 @@ def test_a_transaction_that_landed_although_its_call_failed_is_finished_not_take
     assert fs.depth(aws, TQ) == 0
     state = fs.jobs_state(aws)
     assert all(fs.round_done(aws, state[j["job_id"]]) for j in jobs)
+
+
+def test_a_write_that_landed_but_was_reported_failed_is_taken_over_though_a_later_round_marked_its_round_done(
+    aws, monkeypatch
+):
+    """A's TransactWriteItems lands, but every try is reported failed: A is left in the queue. B,
+    applied in a later round of the same flush, has the flush write its round's marker, which lists
+    B only. A's message, back in the queue, takes A over and finishes its clean-up; it is no duplicate."""
+    from pipelines.fleet import termination
+
+    monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=4))
+    a, b = fs.start_jobs(aws, 2)
+    body_a = _valid_body(a)
+    fs.send(aws, [body_a])
+    sqs, ddb = aws.client("sqs"), aws.client("dynamodb")
+    receive, write = sqs.receive_message, ddb.transact_write_items
+    received, tries = [], Counter()
+
+    def receive_and_keep(**kwargs):
+        response = receive(**kwargs)
+        received.extend(response.get("Messages", []))
+        return response
+
+    def lands_then_fails(**kwargs):
+        if tries["a"] < 4 and a["job_id"] in [i["Update"]["Key"]["job_id"]["S"] for i in kwargs["TransactItems"]]:
+            tries["a"] += 1
+            if tries["a"] == 1:
+                write(**kwargs)  # lands, while B arrives for the next round of the same flush
+                fs.send(aws, [_valid_body(b)])
+            raise ClientError({"Error": {"Code": "InternalServerError", "Message": "timeout"}}, "TransactWriteItems")
+        return write(**kwargs)
+
+    with monkeypatch.context() as m:
+        m.setattr(sqs, "receive_message", receive_and_keep)
+        m.setattr(ddb, "transact_write_items", lands_then_fails)
+        # the flush's round began an hour ago: once A's message is back, that round's hold has lapsed
+        m.setattr(termination, "new_round_id", lambda began, new=termination.new_round_id: new(began - 3600))
+        first = fs.drain(aws, flush_rounds=3)
+    assert tries["a"] == 4
+    assert first.counts["failed"] == 1
+    assert first.counts["applied"] == 1
+    state = fs.jobs_state(aws)
+    assert state[a["job_id"]]["termination_round"] == state[b["job_id"]]["termination_round"]
+    assert fs.round_done(aws, state[a["job_id"]])  # B's clean-up marked the round done
+    (held,) = [msg for msg in received if msg["Body"] == body_a]
+    # A's visibility timeout runs out: its message comes back
+    sqs.change_message_visibility(QueueUrl=aws.env[TQ], ReceiptHandle=held["ReceiptHandle"], VisibilityTimeout=0)
+    second = fs.drain(aws)
+    assert second.counts["taken_over"] == 1
+    assert second.counts["duplicates"] == 0
+    assert second.counts["applied"] == 1
+    assert fs.runner_parameters(aws) == set()
+    assert fs.metric_sum(aws, "JobSuccess") == 2
+    assert fs.depth(aws, TQ) == 0

@@ -128,11 +128,10 @@ def calls(s: Stack) -> dict[tuple[str, str], list[Request]]:
                 f"{archive}/dead-letters/termination/redriven/0f.json",
                 f"{archive}/dead-letters/termination/oversized/0f.json",  # a redrive opens an s3 envelope
                 f"{archive}/{POOL_AUDIT_PREFIX}/snapshots/x",
+                f"{archive}/{ROUNDS_PREFIX}/termination/r",  # a copy's round marker: the jobs it lists
             ],
         ),
-        ("s3", "HeadObject"): on(
-            "s3:GetObject", [f"{outbox}/ledger/acme/x.json", f"{archive}/{ROUNDS_PREFIX}/termination/r"]
-        ),
+        ("s3", "HeadObject"): on("s3:GetObject", [f"{outbox}/ledger/acme/x.json"]),
         ("s3", "ListObjectsV2"): on("s3:ListBucket", [outbox, archive]),
         ("s3", "PutObject"): on(
             "s3:PutObject",

@@ -25,7 +25,7 @@ from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, p
 from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks.old_jobs import archived_job_key
 
-ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: the round's clean-up is done
+ROUNDS_PREFIX = "rounds"  # s3://<archive bucket>/rounds/<queue>/<round id>: done for the job ids it lists
 
 
 def new_round_id(started_at: float) -> str:
@@ -128,7 +128,8 @@ class TerminationHandler:
         self.sqs, self.ctx, self.archive, self.queue_url, self.dlq_url = sqs, ctx, archive, queue_url, dlq_url
         self.dynamodb, self.s3, self.bucket = ctx.dynamodb, ctx.s3, ctx.archive_bucket
         self.log, self.table = ctx.log, ctx.jobs_table
-        self._done_rounds: set[str] = set()  # rounds known to be done (S3 markers are never removed early)
+        # rounds known to be done: the job ids their markers list (S3 markers are never removed early)
+        self._done_rounds: dict[str, frozenset[str]] = {}
         self._pending: _Pending | None = None  # the rounds since the last flush
 
     def _transact(self, jobs: Sequence[_Job], action: Callable[..., dict[str, Any]], round_id: str) -> JobOutcomes:
@@ -233,12 +234,23 @@ class TerminationHandler:
             counts["delete_failed"] += not_deleted
         return counts
 
-    def round_done(self, round_id: str) -> bool:
-        """Is the round's clean-up done (its S3 marker exists)?"""
-        if round_id in self._done_rounds or self._exists(round_marker_key(self.queue_url, round_id), "round marker"):
-            self._done_rounds.add(round_id)
-            return True
-        return False
+    def round_done(self, round_id: str, job_id: str) -> bool:
+        """Is the job's clean-up in that round done: its S3 marker exists and lists the job (a job of
+        the round whose write was reported failed is not listed)? A marker listing no job covers all."""
+        if round_id not in self._done_rounds:
+            key = round_marker_key(self.queue_url, round_id)
+            try:
+                body = aws_call(
+                    lambda: self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read(),
+                    what="GetObject (round marker)",
+                )
+            except ClientError as exc:
+                if no_such_object(exc):
+                    return False
+                raise
+            self._done_rounds[round_id] = frozenset(filter(None, body.decode().split("\n")))
+        listed = self._done_rounds[round_id]
+        return not listed or job_id in listed
 
     def _exists(self, key: str, what: str) -> bool:
         try:
@@ -287,7 +299,7 @@ class TerminationHandler:
                         counts["landed_on_retry"] += 1
                         own.append(job)
                     continue
-                if self.round_done(old_round):
+                if self.round_done(old_round, job.term.job_id):
                     out.conditional.append(job)
                     continue
                 began = old_round.split("-", 1)[0]  # see new_round_id
@@ -363,7 +375,7 @@ class TerminationHandler:
             self.log.error(f"clean-up of {len(applied)} job(s) failed, their messages stay in the queue: {exc}")
             counts["failed"] += sum(len(j.messages) for j in applied)
             return []
-        self._done_rounds.add(round_id)
+        self._done_rounds[round_id] = frozenset(job.term.job_id for job in applied)
         body = "\n".join(job.term.job_id for job in applied).encode()
         key = round_marker_key(self.queue_url, round_id)
         try:
