@@ -602,30 +602,40 @@ def test_a_record_lock_that_landed_although_its_call_failed_is_taken_again_and_b
     assert written == sorted(ids)
 
 
+def _s3_held_at_first_put(aws, receiver: str):
+    """An S3 client whose first PutObject of a batch file of ``receiver`` waits for ``go``: (client, at_put, go)."""
+    client = boto3.client("s3", endpoint_url=aws.endpoint, region_name="us-east-1")
+    at_put, go = threading.Event(), threading.Event()
+
+    def hold(params, **_):
+        if params.get("Key", "").startswith(f"batches/{receiver}/") and not at_put.is_set():
+            at_put.set()
+            go.wait(PATIENCE)
+
+    client.meta.events.register("provide-client-params.s3.PutObject", hold)
+    return client, at_put, go
+
+
+def _lapse_lease(aws, receiver: str) -> None:
+    aws.client("dynamodb").update_item(  # what a lapsed lease looks like
+        TableName=aws.env["RECEIVERS_TABLE"],
+        Key={"receiver": {"S": receiver}},
+        UpdateExpression="SET batch_lease_until = :past",
+        ExpressionAttributeValues={":past": {"N": "0"}},
+    )
+
+
 def test_a_run_whose_lease_lapsed_before_its_empty_file_leaves_the_new_owners_file_as_it_is(aws):
     """Run A finds nothing pending for a receiver that sends empty files and is held just before its
     PutObject; its lease lapses; a late record arrives and run B batches it into the same file name; A
     then goes on: the file keeps B's record."""
     put_receiver(aws, "quiet", send_if_empty_batch=True, number_per_day=1, initial_time="10:00")
-    s3_of_a = boto3.client("s3", endpoint_url=aws.endpoint, region_name="us-east-1")
-    at_put, go = threading.Event(), threading.Event()
-
-    def hold(params, **_):
-        if params.get("Key", "").startswith("batches/quiet/"):
-            at_put.set()
-            go.wait(PATIENCE)
-
-    s3_of_a.meta.events.register("provide-client-params.s3.PutObject", hold)
+    s3_of_a, at_put, go = _s3_held_at_first_put(aws, "quiet")
     a = threading.Thread(target=lambda: batcher(aws, s3=s3_of_a).run("quiet", DAY, now=T10))
     a.start()
     try:
         assert at_put.wait(PATIENCE)
-        aws.client("dynamodb").update_item(  # what a lapsed lease looks like
-            TableName=aws.env["RECEIVERS_TABLE"],
-            Key={"receiver": {"S": "quiet"}},
-            UpdateExpression="SET batch_lease_until = :past",
-            ExpressionAttributeValues={":past": {"N": "0"}},
-        )
+        _lapse_lease(aws, "quiet")
         ids = put_records(aws, "quiet", [T10 - dt.timedelta(minutes=1)])
         batcher(aws).run("quiet", DAY, now=T10)
     finally:
@@ -641,15 +651,8 @@ def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_ent
     with LeaseLost before its ledger entry, which keeps B's files."""
     put_receiver(aws, "acme")
     old = put_records(aws, "acme", _minutes_before(T10, 3), prefix="old")
-    s3_of_a = boto3.client("s3", endpoint_url=aws.endpoint, region_name="us-east-1")
-    at_put, go, lapsed = threading.Event(), threading.Event(), threading.Event()
-
-    def hold(params, **_):
-        if params.get("Key", "").startswith("batches/acme/") and not at_put.is_set():
-            at_put.set()
-            go.wait(PATIENCE)
-
-    s3_of_a.meta.events.register("provide-client-params.s3.PutObject", hold)
+    s3_of_a, at_put, go = _s3_held_at_first_put(aws, "acme")
+    lapsed = threading.Event()
     a = batcher(aws, s3=s3_of_a)
     a.clock = lambda: time.monotonic() + (3600 if lapsed.is_set() else 0)  # A's view of its lease's age
     outcome = {}
@@ -664,12 +667,7 @@ def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_ent
     thread.start()
     try:
         assert at_put.wait(PATIENCE)
-        aws.client("dynamodb").update_item(  # what a lapsed lease looks like
-            TableName=aws.env["RECEIVERS_TABLE"],
-            Key={"receiver": {"S": "acme"}},
-            UpdateExpression="SET batch_lease_until = :past",
-            ExpressionAttributeValues={":past": {"N": "0"}},
-        )
+        _lapse_lease(aws, "acme")
         lapsed.set()
         new = put_records(aws, "acme", [T10 - dt.timedelta(seconds=2), T10 - dt.timedelta(seconds=1)], prefix="new")
         b = batcher(aws).run("acme", DAY, now=T10)
