@@ -144,12 +144,26 @@ def test_locked_process_skipped_then_collected_later(raced):
 def test_progressors_statement_deadlocks_with_a_live_worker(dsn):
     """The contrast: progressor's statement locks running rows first, a worker holds the process row first."""
     conn, ns, t = _world(dsn, "deadlock")
-    worker_locked, errors = threading.Event(), {}
+    worker_locked, errors, collector = threading.Event(), {}, conn.get_backend_pid()
+
+    def once_the_collector_waits() -> None:
+        """The worker holds the process row; it goes on to the running row once the collector waits on it."""
+        worker_locked.set()
+        watch = psycopg2.connect(dsn)
+        watch.autocommit = True
+        deadline = time.monotonic() + PATIENCE
+        with watch.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (collector,))
+                if (cur.fetchone() or [None])[0] == "Lock":
+                    break
+                time.sleep(0.01)
+        watch.close()
 
     def worker():
         wconn = psycopg2.connect(dsn)
         try:
-            engine.complete_running(wconn, t, "p005", hold_seconds=0.5, on_locked=worker_locked.set)
+            engine.complete_running(wconn, t, "p005", on_locked=once_the_collector_waits)
         except psycopg2.errors.DeadlockDetected as exc:
             errors["worker"] = exc
         finally:
@@ -157,12 +171,12 @@ def test_progressors_statement_deadlocks_with_a_live_worker(dsn):
 
     thread = threading.Thread(target=worker)
     thread.start()
-    worker_locked.wait(30)
+    assert worker_locked.wait(PATIENCE)
     try:
         progressor_statement(conn, t, 96)
     except psycopg2.errors.DeadlockDetected as exc:
         errors["collector"] = exc
-    thread.join(30)
+    thread.join(PATIENCE)
     with conn.cursor() as cur:
         cur.execute(t.sql("SELECT count(*) FROM {running}"))
         left = cur.fetchone()[0]

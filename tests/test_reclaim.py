@@ -17,7 +17,7 @@ from pipelines.reclaim.source import CONTRACT_INDEX, TableError, inspect_table, 
 from pipelines.reclaim.targets import load_targets
 from pipelines.reclaim.writers import DynamoWriter, OperationProgressWriter
 from resources import resources_for
-from tests.conftest import ATOMIC_DYNAMODB_SERVER, moto_server
+from tests.conftest import ATOMIC_DYNAMODB_SERVER, PATIENCE, moto_server
 from tests.reclaim_support import (
     DAY_MS,
     PROGRESS_TABLE,
@@ -43,7 +43,7 @@ def _pass(ddb, params, *, writer="dynamo", deadline=None, **kwargs):
     info = inspect_table(ddb, params)
     if writer == "dynamo":
         writer = DynamoWriter(ddb, params)
-    return reclaim_pass(ddb, SegmentPlan(params, 0, deadline or time.time() + 60, info), writer, **kwargs)
+    return reclaim_pass(ddb, SegmentPlan(params, 0, deadline or time.time() + PATIENCE, info), writer, **kwargs)
 
 
 # ------------------------------------------------------------------ parameters
@@ -579,12 +579,12 @@ def test_an_item_with_json_nested_too_deep_for_the_parser_does_not_stop_the_pass
     ddb, params = _one_bad_among_stale(aws, bad, action)
     info = inspect_table(ddb, params)
     writer = DynamoWriter(ddb, params, ready_table=aws.env["AGENDA_READY_TABLE"])  # a retry writes its agenda
-    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, info), writer)
+    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + PATIENCE, info), writer)
     assert getattr(counts, counter) == 4
 
 
 def test_a_dry_run_over_a_time_beyond_any_calendar_says_its_number(aws):
     ddb, params = _one_bad_among_stale(aws, {"updatedTime": -(10**37)})
     info = inspect_table(ddb, params)
-    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, info), None)
+    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + PATIENCE, info), None)
     assert counts.matched == 4

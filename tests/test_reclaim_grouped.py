@@ -21,6 +21,7 @@ from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
 from pipelines.reclaim.params import parse_params
 from pipelines.reclaim.source import COMPLETE, Candidate, inspect_table
 from pipelines.reclaim.writers import DONE, RACED, STATEMENTS_PER_CALL, DynamoWriter, ItemError, progress_update
+from tests.conftest import PATIENCE
 from tests.iam_support import Stack, load_template
 from tests.reclaim_support import (
     DAY_MS,
@@ -73,7 +74,7 @@ def writer(ddb, table: str, *, grouped: bool, action: str = "fail", ready_table:
 
 def run_pass(ddb, w, **overrides):
     params = parse_params({**BASE, **overrides})
-    return reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 120, inspect_table(ddb, params)), w)
+    return reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + PATIENCE, inspect_table(ddb, params)), w)
 
 
 # ------------------------------------------------------------------ the statement
