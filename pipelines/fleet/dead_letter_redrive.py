@@ -212,7 +212,8 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
     """Move the chosen queue's dead letters back to it at ``rate_per_second``; quarantine repeat offenders."""
     sqs, s3, log, bucket = run.sqs, run.s3, run.log, run.fleet.archive_bucket
     dlq_url, source_url = (getattr(run.fleet, f"{settings.queue}_{kind}_url") for kind in ("dlq", "queue"))
-    ledger = Ledger(s3, bucket, queue_name(source_url))
+    queue = queue_name(source_url)
+    ledger = Ledger(s3, bucket, queue)
     counts: Counter = Counter()
     started = time.monotonic()
     seen: set[str] = set()
@@ -233,7 +234,7 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
             seen.add(message["MessageId"])
             bad: str | None = None  # why its envelope cannot be opened
             try:
-                body, attrs = restore(message, s3, bucket, queue_name(source_url))
+                body, attrs = restore(message, s3, bucket, queue)
                 fp = fingerprint(body)
                 count = ledger.count(fp)
                 if count < settings.max_redrives:
@@ -279,9 +280,7 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
         aws_call(lambda entries=entries: sqs.change_message_visibility_batch(QueueUrl=dlq_url, Entries=entries))
     seconds = round(time.monotonic() - started, 2)
     out: dict[str, Any] = {**counts, "seconds": seconds, "dry_run": settings.dry_run, "stopped_by": stopped_by}
-    log.info(
-        f"redrive {queue_name(dlq_url)} -> {queue_name(source_url)}: " + ", ".join(f"{k}={v}" for k, v in out.items())
-    )
+    log.info(f"redrive {queue_name(dlq_url)} -> {queue}: " + ", ".join(f"{k}={v}" for k, v in out.items()))
     return out
 
 

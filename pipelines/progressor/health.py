@@ -68,19 +68,17 @@ def measure(conn, params: CollectParams, *, checked_only: bool = False) -> Healt
         else:
             errored = "SELECT count(DISTINCT process_id) FROM {tasks} WHERE status = 'error' AND finished_time > "
         [(health.errored_24h,)] = rows(errored + "now() - interval '24 hours'")
-        if checked_only:
-            conn.rollback()
-            return health
-        counted = dict(rows("SELECT status::text, count(*) FROM {tasks} GROUP BY 1"))
-        health.tasks_by_status = {status: counted.get(status, 0) for status in TASK_STATUSES}
-        for task_type, bucket, count, max_ms in rows(
-            "SELECT task_type::text, " + _BUCKET_CASE + " AS bucket, count(*), max(d) FROM ("
-            "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
-            "  WHERE status = 'finished' AND isfinite(running_time) AND isfinite(finished_time) "
-            "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"
-        ):
-            health.durations.setdefault(task_type, [0] * len(BUCKET_LABELS))[bucket] = count
-            health.duration_max_ms[task_type] = max(health.duration_max_ms.get(task_type, 0.0), float(max_ms))
+        if not checked_only:  # the run's figures besides the checks' (a look reads those only)
+            counted = dict(rows("SELECT status::text, count(*) FROM {tasks} GROUP BY 1"))
+            health.tasks_by_status = {status: counted.get(status, 0) for status in TASK_STATUSES}
+            for task_type, bucket, count, max_ms in rows(
+                "SELECT task_type::text, " + _BUCKET_CASE + " AS bucket, count(*), max(d) FROM ("
+                "  SELECT task_type, extract(epoch FROM finished_time - running_time) * 1000 AS d FROM {tasks} "
+                "  WHERE status = 'finished' AND isfinite(running_time) AND isfinite(finished_time) "
+                "  AND finished_time > now() - interval '24 hours') f GROUP BY 1, 2"
+            ):
+                health.durations.setdefault(task_type, [0] * len(BUCKET_LABELS))[bucket] = count
+                health.duration_max_ms[task_type] = max(health.duration_max_ms.get(task_type, 0.0), float(max_ms))
     conn.rollback()
     return health
 

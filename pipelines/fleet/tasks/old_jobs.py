@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -86,7 +87,7 @@ def _delete(ctx: FleetContext, items: list[dict[str, Any]], counts: Counter) -> 
     done = transact_conditional(
         ctx.dynamodb, items, delete, policy=fleet_calls.POLICY, what="TransactWriteItems (delete old jobs)"
     )
-    counts["batch_writes"] += -(-len(items) // TRANSACTION_LIMIT)
+    counts["batch_writes"] += math.ceil(len(items) / TRANSACTION_LIMIT)
     counts["archived"] += len(done.applied)
     counts.update("changed" if current else "already_deleted" for _, current in done.conditional)
     counts["refused"] += len(done.refused)
@@ -95,6 +96,24 @@ def _delete(ctx: FleetContext, items: list[dict[str, Any]], counts: Counter) -> 
         ctx.log.warning(f"old_jobs: {len(done.refused)} archived job(s) not deleted, refused: {reasons}")
     if done.failed:
         raise done.error
+
+
+def _archive_page(ctx: FleetContext, status: str, cutoff: str, items: list[dict[str, Any]], counts: Counter) -> str:
+    """One page of a status: archived to one object (returns its key), each job marked, then deleted."""
+    records = [from_item(item) for item in items]
+    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+    ids = ",".join(sorted(r["job_id"] for r in records))
+    # Deterministic key: archiving the same records again (after a crash) rewrites one object.
+    key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
+    aws_call(
+        lambda: ctx.s3.put_object(
+            Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
+        ),
+        what="PutObject (job archive)",
+    )
+    mark_archived(ctx, records, key)
+    _delete(ctx, items, counts)
+    return key
 
 
 def old_jobs(ctx: FleetContext, req: HousekeepingRequest, params: OldJobsParams) -> dict[str, Any]:
@@ -112,20 +131,7 @@ def old_jobs(ctx: FleetContext, req: HousekeepingRequest, params: OldJobsParams)
                 items = page.get("Items", [])
                 counts[status] += len(items)
                 if items and not req.dry_run:
-                    records = [from_item(item) for item in items]
-                    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
-                    ids = ",".join(sorted(r["job_id"] for r in records))
-                    # Deterministic key: archiving the same records again (after a crash) rewrites one object.
-                    key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
-                    aws_call(
-                        lambda key=key, body=body: ctx.s3.put_object(
-                            Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
-                        ),
-                        what="PutObject (job archive)",
-                    )
-                    keys_written.append(key)
-                    mark_archived(ctx, records, key)
-                    _delete(ctx, items, counts)
+                    keys_written.append(_archive_page(ctx, status, cutoff, items, counts))
                 if "LastEvaluatedKey" not in page:
                     break
                 kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
