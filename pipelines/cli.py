@@ -1,8 +1,6 @@
 """Run a job of the code location from the command line, with a bad run config reported in one line.
 A config that passes runs through ``dagster job execute`` (``docs/troubleshooting.md``, "Run config")."""
 
-from __future__ import annotations
-
 import argparse
 import json
 import runpy

@@ -1,8 +1,6 @@
 """The one ``dg.Definitions``: the deployment is decided here, once, and what differs by it goes to each
 capability's ``build_defs`` as plain values; a development code location adds :class:`Additions`."""
 
-from __future__ import annotations
-
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path

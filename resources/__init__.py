@@ -1,7 +1,5 @@
 """Resources for every deployment (``DAGSTER_DEPLOYMENT``), from ``docs/contracts.md``'s variables."""
 
-from __future__ import annotations
-
 import os
 from collections.abc import Mapping
 from typing import Any

@@ -2,8 +2,6 @@
 the process's shared boto3 session), which the capability logic takes as an argument; and AWS
 connection and configuration failures as one clear line (:func:`explain_aws_error`)."""
 
-from __future__ import annotations
-
 import os
 import threading
 from typing import Any, ClassVar

@@ -1,8 +1,6 @@
 """The ``cluster`` profile's Celery executor: a broker or instance database lost while a run is going is
 one line (``docs/troubleshooting-cluster.md``). dagster-celery is imported only when it is built."""
 
-from __future__ import annotations
-
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator

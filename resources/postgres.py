@@ -1,8 +1,6 @@
 """The progressor database (``PROGRESSOR_DSN``) through psycopg2 (not psycopg 3: see
 ``infra/dagster.prod.yaml``), bounded everywhere; each failure is one line, never the password."""
 
-from __future__ import annotations
-
 import contextlib
 import os
 

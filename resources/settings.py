@@ -1,7 +1,5 @@
 """One settings resource per capability (``dg.EnvVar``: a missing variable fails the run in one line)."""
 
-from __future__ import annotations
-
 import os
 
 import dagster as dg

@@ -1,15 +1,13 @@
 """Incidents, not events: one message per state change of an ``alert_key``, kept in per-sink outboxes
 until a sink takes it (at least once, each with its state change's ``message_id``). No Dagster."""
 
-from __future__ import annotations
-
 import dataclasses
 import datetime as dt
 import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from pipelines.common import first_line, iso
 from pipelines.retry import STOP, RetryPolicy
@@ -163,7 +161,7 @@ class AlertBook:
         self.took: list[str] = list(state.get("took") or [])  # sinks that took the last message tried
 
     @classmethod
-    def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> AlertBook:
+    def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> Self:
         """The book saved as ``text``; an unreadable one starts afresh, with one warning line."""
         book = cls()
         if text:

@@ -1,7 +1,5 @@
 """The run config of ``close_incident``, declared once (no Dagster)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from pipelines.common.params import ParamsError, param

@@ -1,8 +1,6 @@
 """The sinks and the settings that choose them (docs/alerts.md, "Sinks", "Settings"). A sink that does not take
 a message raises :class:`SinkError` with one line, never a credential (a webhook URL's path is its secret)."""
 
-from __future__ import annotations
-
 import contextlib
 import http.client
 import json

@@ -1,8 +1,6 @@
 """What each source observed (runs, checks, ticks, queues), as :class:`Signal` s: plain values in, signals
 out, so that each kind of alert is decided in one place. No Dagster."""
 
-from __future__ import annotations
-
 import contextlib
 import dataclasses
 import re

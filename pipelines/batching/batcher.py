@@ -1,8 +1,6 @@
 """One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches
 under the receiver's lease (the lease, crash recovery and missed batches: docs/batching.md)."""
 
-from __future__ import annotations
-
 import bisect
 import datetime as dt
 import time

@@ -2,8 +2,6 @@
 pending-index per receiver due) and the audits behind the asset checks. No Dagster. ``tables`` names
 ``receivers_table`` and ``records_table``: the ``batching`` resource, or a ``BatchSettings``."""
 
-from __future__ import annotations
-
 import datetime as dt
 import math
 from collections import Counter

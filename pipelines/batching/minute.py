@@ -1,8 +1,6 @@
 """A decider minute's batching (docs/batching.md, "Runs sized by the work"); one receiver's failure never
 stops its neighbours. No Dagster."""
 
-from __future__ import annotations
-
 import datetime as dt
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor

@@ -1,7 +1,5 @@
 """Batching's run configs, declared once (no Dagster)."""
 
-from __future__ import annotations
-
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass

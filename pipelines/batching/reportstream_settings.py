@@ -1,8 +1,6 @@
 """Import ReportStream's receiver settings into the receivers table (docs/batching.md). No Dagster.
 Settings files are untrusted (a safe loader, a size limit); writes are conditional (a rerun changes nothing)."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 import reprlib

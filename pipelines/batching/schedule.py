@@ -1,8 +1,6 @@
 """Receiver configuration and batch-time math, either form of item (rules and DST: docs/batching.md).
 No AWS, no Dagster."""
 
-from __future__ import annotations
-
 import datetime as dt
 import re
 from dataclasses import dataclass

@@ -1,8 +1,6 @@
 """Batching's DynamoDB and S3 access; every write is conditional or idempotent, a lock fenced by the lease.
 No Dagster."""
 
-from __future__ import annotations
-
 import json
 import time
 from collections.abc import Iterable

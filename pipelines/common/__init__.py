@@ -1,7 +1,5 @@
 """Small helpers shared by the capabilities. No Dagster imports."""
 
-from __future__ import annotations
-
 import datetime as dt
 import re
 from decimal import Decimal

@@ -1,7 +1,5 @@
 """Batched AWS writes over boto3 clients, each call retried by a retry-library policy after a transient error."""
 
-from __future__ import annotations
-
 import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field

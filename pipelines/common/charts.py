@@ -1,8 +1,6 @@
 """Bar charts as text (no Dagster): the Dagster UI (1.13) shows markdown inline only under 1,000
 characters and drops ``data:`` images, so a chart is block characters in a code block."""
 
-from __future__ import annotations
-
 from collections.abc import Sequence
 from dataclasses import dataclass
 

@@ -1,7 +1,5 @@
 """Environment values, one reader per kind: a bad one is a ``SettingsError`` line naming the variable."""
 
-from __future__ import annotations
-
 import datetime as dt
 import os
 from collections.abc import Callable, Mapping

@@ -1,8 +1,6 @@
 """The rules of every HTTP request with a credential in it (no Dagster): no redirect is followed, the URL
 passes :func:`credential_url`, and a line shows a URL only through :func:`location`."""
 
-from __future__ import annotations
-
 import re
 import urllib.request
 from urllib.parse import SplitResult, unquote, unquote_to_bytes, urlsplit

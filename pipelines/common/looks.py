@@ -1,11 +1,9 @@
 """What a schedule finds when it looks before it launches a run: a *work* or a *state* look."""
 
-from __future__ import annotations
-
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 
 @dataclass(frozen=True)
@@ -17,15 +15,15 @@ class Look:
     fingerprint: str | None = None
 
     @classmethod
-    def work(cls, reason: str) -> Look:
+    def work(cls, reason: str) -> Self:
         return cls(True, reason)
 
     @classmethod
-    def idle(cls, reason: str) -> Look:
+    def idle(cls, reason: str) -> Self:
         return cls(False, reason)
 
     @classmethod
-    def state(cls, value: Any, reason: str) -> Look:
+    def state(cls, value: Any, reason: str) -> Self:
         """``value`` (JSON-able) is what the run would record; ``due`` is decided against the last run's."""
         return cls(False, reason, fingerprint(value))
 

@@ -1,7 +1,5 @@
 """Parameters declared once: a frozen dataclass of :func:`param` fields (cross-field rules in ``__post_init__``)."""
 
-from __future__ import annotations
-
 import dataclasses
 import math
 import types

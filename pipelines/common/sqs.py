@@ -1,7 +1,5 @@
 """An SQS queue's name and depth, and a dead-letter queue's depth, read one way everywhere. No Dagster."""
 
-from __future__ import annotations
-
 
 def queue_name(queue_url: str) -> str:
     """The queue's name: the last segment of its URL (``.../123456789012/runs-fleet-termination``)."""

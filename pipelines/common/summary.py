@@ -1,7 +1,5 @@
 """What the jobs did, added up across runs: the plain logic of the ``operations_summary`` asset."""
 
-from __future__ import annotations
-
 import datetime as dt
 import json
 from collections.abc import Iterable, Mapping

@@ -1,8 +1,6 @@
 """Targets files (reclaim tables, progressor namespaces): a JSON list of entries, each a job's flat run
 config plus a ``cron``, one schedule per entry; a bad one is one ``ParamsError`` line naming it."""
 
-from __future__ import annotations
-
 import json
 import os
 from collections.abc import Callable

@@ -1,8 +1,6 @@
 """The task contract, no Dagster (``docs/development.md``, "The task contract"). Run as a job, a task's
 pass is called as ``run(context, None, params)``, ``context`` a :class:`TaskRun`."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar

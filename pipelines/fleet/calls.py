@@ -1,8 +1,6 @@
 """runs-fleet's AWS calls, each retried by the retry library's ``runs-fleet`` preset; metrics in as few
 ``PutMetricData`` calls as possible (1000 datums a call, ``Values``/``Counts``: many samples, one datum)."""
 
-from __future__ import annotations
-
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Sequence

@@ -1,7 +1,5 @@
 """What the fleet processors and housekeeping tasks work with."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Any
 

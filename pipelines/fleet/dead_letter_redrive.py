@@ -1,8 +1,6 @@
 """The ``redrive_dead_letters`` task (docs/fleet.md, "Redrive dead letters"): SQS dead letters, not
 ``pipelines.redrive``'s failed partitions."""
 
-from __future__ import annotations
-
 import base64
 import json
 import time

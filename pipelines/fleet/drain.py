@@ -1,8 +1,6 @@
 """The drain loop of both queues and a run's raw archive (docs/fleet.md, "Rounds and flushes" and
 "Stopping a drain")."""
 
-from __future__ import annotations
-
 import datetime as dt
 import json
 import logging

@@ -1,7 +1,5 @@
 """The housekeeping tasks' one list, ``TASKS``, their dispatcher and the housekeeping queue's round handler."""
 
-from __future__ import annotations
-
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass

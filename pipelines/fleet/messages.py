@@ -1,7 +1,5 @@
 """Parsing and validation of runs-fleet's queue messages: a message that fails raises ``InvalidMessage``."""
 
-from __future__ import annotations
-
 import datetime as dt
 import hashlib
 import json

@@ -1,7 +1,5 @@
 """SQS calls within SQS's limits, and dead-lettering (docs/fleet.md, "Poison messages and dead letters")."""
 
-from __future__ import annotations
-
 import base64
 import json
 import logging

@@ -1,7 +1,5 @@
 """The termination queue's rounds and flushes (docs/fleet.md, "Rounds and flushes" and "Stopping a drain")."""
 
-from __future__ import annotations
-
 import datetime as dt
 import functools
 import time

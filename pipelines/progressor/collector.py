@@ -1,8 +1,6 @@
 """Zombie collection beside live workers (docs/progressor.md, "How it works"), over psycopg2; no Dagster. Batches
 lock in the order progressor's workers do, so a task a live worker holds is skipped, never deadlocked on."""
 
-from __future__ import annotations
-
 import contextlib
 import datetime as dt
 import time

@@ -1,8 +1,6 @@
 """One namespace's health figures, checks and CloudWatch datums (docs/progressor.md, "Health asset and checks",
 "Metrics": progressor itself exports no count of collected zombies). No Dagster."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass, field
 from typing import Any
 

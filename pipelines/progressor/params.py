@@ -1,7 +1,5 @@
 """The ``collect_zombies`` parameters, with progressor's own option names. No Dagster."""
 
-from __future__ import annotations
-
 import math
 from dataclasses import dataclass
 from typing import Any

@@ -2,8 +2,6 @@
 Identifiers are quoted (``sql.Identifier``); values enter statements as ``sql.Literal`` (:meth:`Tables.sql`), never
 as ``%s`` parameters, which psycopg2 would %-format into quoted names too (a namespace ``pct%s``)."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 

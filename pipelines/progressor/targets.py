@@ -1,8 +1,6 @@
 """Progressor targets: one entry per namespace, the ``collect_zombies`` flat run config plus an optional
 ``cron`` (docs/progressor.md, "Schedules"), named after the namespace (``default/default`` -> ``default_default``)."""
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Any

@@ -1,7 +1,5 @@
 """``collect_zombies`` as a task (``pipelines.common.task``). No Dagster."""
 
-from __future__ import annotations
-
 from dataclasses import asdict
 from typing import Any
 

@@ -1,8 +1,6 @@
 """What to do with one candidate: a pure function of the candidate, the parameters and the clock
 (the retry rules are the original retry Lambda's, in ``docs/reclaim.md``)."""
 
-from __future__ import annotations
-
 import datetime as dt
 from dataclasses import dataclass
 from typing import Any

@@ -1,8 +1,6 @@
 """One reclaim pass over one scan segment (or the index queries): read pages, gather batches of
 ``targetBatchSize``, act. Memory is one page plus one batch. No Dagster imports."""
 
-from __future__ import annotations
-
 import json
 import logging
 import time
@@ -46,7 +44,7 @@ class Counts:
     completed_pass: bool = False  # the scan reached the end of the table (cursor cleared)
     skipped_ids: list[str] = field(default_factory=list)  # first few, for the run log and metadata
 
-    def add(self, other: Counts) -> None:
+    def add(self, other: "Counts") -> None:
         for name, value in asdict(other).items():
             if isinstance(value, bool):
                 setattr(self, name, getattr(self, name) or value)

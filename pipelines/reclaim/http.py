@@ -1,8 +1,6 @@
 """The AgendaProgress HTTP endpoint writer (``docs/reclaim.md``, "HTTP writer"). No request follows a
 redirect, and every message built from an answer goes through :func:`redact`."""
 
-from __future__ import annotations
-
 import base64
 import dataclasses
 import json

@@ -1,8 +1,6 @@
 """The reclaim job's parameters: POP's flat JSON plus Groundskeeper's extension keys, validated
 by :func:`parse_params` alike for run config, targets file and tests. No Dagster."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 from typing import Any

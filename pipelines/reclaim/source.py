@@ -1,8 +1,6 @@
 """Where stale AgendaProgress candidates come from (a filtered scan or an index query), and each
 returned item as a :class:`Candidate` or a :class:`Skip`. No Dagster imports."""
 
-from __future__ import annotations
-
 import datetime as dt
 import json
 import re

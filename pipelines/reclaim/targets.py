@@ -1,8 +1,6 @@
 """Reclaim targets (``RECLAIM_TARGETS_FILE``): one entry per table, POP's JSON plus a ``cron`` and an
 optional ``name`` (default from the table name) for its schedule ``reclaim_<name>``."""
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Any

@@ -1,13 +1,11 @@
 """Conditional writes of the reclaim actions to DynamoDB, a failed condition being ``raced``
 (``docs/reclaim.md``, "Fail", "Grouped writes", "Retry")."""
 
-from __future__ import annotations
-
 import json
 import re
 import time
 import uuid
-from typing import Any
+from typing import Any, Self
 
 from botocore.exceptions import ClientError
 
@@ -72,39 +70,39 @@ class _Update:
         self.conditions: list[str] = []
         self.time_field = time_field
 
-    def set(self, path: str, name: str, value: Any) -> _Update:
+    def set(self, path: str, name: str, value: Any) -> Self:
         self.values[f":{name}"] = value
         self.sets.append(f"{path} = :{name}")
         return self
 
-    def touch(self, now: int) -> _Update:
+    def touch(self, now: int) -> Self:
         self.set("#t", "now", {"N": str(now)})
         if self.time_field != "updatedTime":
             self.sets.append("updatedTime = :now")
         return self
 
-    def fail(self, now: int, diag: str) -> _Update:
+    def fail(self, now: int, diag: str) -> Self:
         self.set("#s", "complete", {"S": COMPLETE}).set("#m", "failed", {"S": FAILED}).touch(now)
         self.sets.append("completedTime = :now")
         return self.set("diagnosticEvents", "diag", {"S": diag})
 
-    def remove(self, *paths: str) -> _Update:
+    def remove(self, *paths: str) -> Self:
         self.removes.extend(p for p in paths if p != self.time_field)
         return self
 
-    def when(self, expression: str, **values: Any) -> _Update:
+    def when(self, expression: str, **values: Any) -> Self:
         self.conditions.append(expression)
         self.values.update({f":{k}": v for k, v in values.items()})
         return self
 
-    def fenced(self, attempt_id: str | None) -> _Update:
+    def fenced(self, attempt_id: str | None) -> Self:
         """The item still names the attempt the scan saw: a write for a superseded attempt is refused."""
         fence = dynamodb_fence(attempt_id)
         self.names.update(fence["names"])
         self.values.update(fence["values"])
         return self.when(fence["condition"])
 
-    def when_unchanged(self, c: Candidate) -> _Update:
+    def when_unchanged(self, c: Candidate) -> Self:
         """The item still has the state, time and attempt the scan saw (an executor writing moves the time)."""
         self.when("#s = :seen_state", seen_state={"S": c.state})
         if c.time_attr:

@@ -1,7 +1,5 @@
 """The run config of ``redrive_failed_partitions``, declared once (no Dagster)."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from pipelines.common.params import ParamsError, param

@@ -1,7 +1,5 @@
 """Which partitions a redrive launches, and its per-partition report (no Dagster)."""
 
-from __future__ import annotations
-
 import json
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass

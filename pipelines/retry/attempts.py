@@ -1,8 +1,6 @@
 """``retry_call`` and the attempt ids that fence an attempt's writes (docs/retry.md, "Presets" and
 "One AWS failure policy"): a superseded attempt's late write is refused."""
 
-from __future__ import annotations
-
 import itertools
 import time
 import uuid

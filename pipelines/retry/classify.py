@@ -2,8 +2,6 @@
 connection errors (the codes botocore's "standard" retry mode retries, botocore/retries/standard.py).
 Permanent: any other AWS or client-side error. Anything else is not an AWS error."""
 
-from __future__ import annotations
-
 import re
 from dataclasses import dataclass
 from enum import StrEnum

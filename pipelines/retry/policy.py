@@ -1,7 +1,5 @@
 """Retry policies: ``delay(n) -> seconds | STOP``, ``n`` the attempts made so far (docs/retry.md)."""
 
-from __future__ import annotations
-
 import importlib
 import inspect
 import math

@@ -1,7 +1,5 @@
 """Policies by preset name and by JSON form (docs/retry.md); bad input raises ``RetryPolicyError``."""
 
-from __future__ import annotations
-
 import dataclasses
 import json
 import re

@@ -2,8 +2,6 @@
 sensor launches that retry, and alerting alerts for a retried failure only when no retry run of it
 appears within its delay plus ``RETRY_MARGIN_SECONDS`` (the sensor may be stopped)."""
 
-from __future__ import annotations
-
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass

@@ -1,7 +1,5 @@
 """The simulator: what a policy means in wall-clock time."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 from pipelines.retry.policy import STOP, RetryPolicy

@@ -1,7 +1,5 @@
 """Is a run still queued or running, how a skip reason names such a run, and the runs' ends as sensors read them."""
 
-from __future__ import annotations
-
 from collections.abc import Iterable
 from typing import Any
 

@@ -1,7 +1,5 @@
 """A parameters dataclass (``pipelines.common.params``) as Dagster config."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 

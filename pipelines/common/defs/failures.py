@@ -1,7 +1,5 @@
 """The one AWS failure policy of ops, assets, asset checks and sensors (``docs/retry.md``)."""
 
-from __future__ import annotations
-
 import functools
 import inspect
 from collections.abc import Callable

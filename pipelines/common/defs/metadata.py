@@ -1,7 +1,5 @@
 """Results as UI metadata, and a failed check's note."""
 
-from __future__ import annotations
-
 import math
 from collections.abc import Iterable, Mapping
 from typing import Any

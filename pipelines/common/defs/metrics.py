@@ -1,7 +1,5 @@
 """Metrics after a committed change: a failed publish is a warning and ``metrics_published: false``."""
 
-from __future__ import annotations
-
 from typing import Any
 
 from pipelines.retry.classify import classify_aws_error

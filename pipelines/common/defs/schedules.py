@@ -1,7 +1,5 @@
 """The one schedule factory, :func:`schedule`, of every schedule."""
 
-from __future__ import annotations
-
 import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import Any

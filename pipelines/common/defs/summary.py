@@ -1,7 +1,5 @@
 """How every job ends, and the ``operations_summary`` asset (its arithmetic: ``pipelines.common.summary``)."""
 
-from __future__ import annotations
-
 import datetime as dt
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any

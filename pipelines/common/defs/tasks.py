@@ -1,7 +1,5 @@
 """The one Dagster adapter of the task contract (``pipelines.common.task``): its job and schedules."""
 
-from __future__ import annotations
-
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 

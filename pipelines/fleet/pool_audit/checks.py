@@ -1,7 +1,5 @@
 """The pool audit's three WARN checks (docs/fleet.md, "Checks"), evaluated on an audit; no Dagster."""
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 from typing import Any
 

@@ -1,7 +1,5 @@
 """runs-fleet's ``old_jobs`` housekeeping task (docs/fleet.md, "Housekeeping")."""
 
-from __future__ import annotations
-
 import datetime as dt
 import json
 import math

@@ -1,7 +1,5 @@
 """runs-fleet's ``orphaned_instances`` housekeeping task (docs/fleet.md, "Housekeeping")."""
 
-from __future__ import annotations
-
 import datetime as dt
 from dataclasses import dataclass, field
 from typing import Any

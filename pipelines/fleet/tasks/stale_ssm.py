@@ -1,7 +1,5 @@
 """runs-fleet's ``stale_ssm`` housekeeping task (docs/fleet.md, "Housekeeping")."""
 
-from __future__ import annotations
-
 import datetime as dt
 import re
 from collections.abc import Iterator
