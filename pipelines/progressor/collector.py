@@ -119,8 +119,7 @@ def _server_default_zone(cur) -> str:
 
 
 def _iana_zone(cur, writer_time_zone: str) -> str:
-    """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError. An offset such as
-    ``+09:00`` or ``UTC+9`` is a POSIX zone to PostgreSQL, whose signs count west of UTC: refused."""
+    """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError (an offset is refused)."""
     cur.execute("SELECT name FROM pg_timezone_names WHERE lower(name) = lower(%s) LIMIT 1", (writer_time_zone,))
     row = cur.fetchone()
     if row is not None:

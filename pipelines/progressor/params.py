@@ -36,8 +36,7 @@ class ProgressorRetryPolicy:
 
     def decide(self, task_type: str, attempts_count: int, last_retry_interval: int) -> tuple[bool, int, str]:
         """(retry?, timeout, reason) for a zombie task: only timers, within attempts and max_timeout."""
-        # Progressor's check_retryable: the initial timeout first, then trunc(last x coefficient); clamped, as a
-        # longer one would fail the whole batch with NumericValueOutOfRange.
+        # progressor's check_retryable, clamped: a longer one would fail the batch with NumericValueOutOfRange
         grown = math.trunc(last_retry_interval * self.backoff_coefficient)
         timeout = min(grown if last_retry_interval else self.initial_timeout, MAX_RETRY_INTERVAL)
         attempt = attempts_count + 1
