@@ -34,7 +34,7 @@ def test_nothing_to_draw_and_too_many_parts():
 
 
 def _health(durations: dict[str, list[int]]) -> Health:
-    health = Health("default/default", Clock("UTC", ()))
+    health = Health("default/default", Clock(()))
     health.durations = durations
     health.duration_max_ms = {t: 10.0 * (n + 1) for n, t in enumerate(sorted(durations))}
     return health

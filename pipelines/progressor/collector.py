@@ -16,9 +16,6 @@ from pipelines.progressor.schema import Tables, process_columns, require_tables,
 
 _UTC = ("utc", "uct", "gmt", "gmt0", "gmt+0", "gmt-0", "greenwich", "universal", "zulu")
 UTC_NAMES = frozenset([*_UTC, *(f"etc/{name}" for name in _UTC)])  # PostgreSQL's names of UTC, lowercased
-BATCH_ERRORS = (LockNotAvailable, DeadlockDetected, SerializationFailure)  # they cost one batch
-# Errors caused by one row's data: they cost that row only (its batch is retried one zombie at a time).
-ROW_ERRORS = (psycopg2.DataError, psycopg2.IntegrityError)
 
 
 @dataclass
@@ -55,7 +52,6 @@ class Clock:
     """The time zones progressor's sessions may use: each ``running_time`` (a wall clock in its writer's zone) is
     read back in every one (:meth:`started`), the latest reading counting (docs/progressor.md, "Time zone")."""
 
-    time_zone: str  # this session's
     writer_zones: tuple[tuple[str, int], ...]  # (zone, UTC offset in seconds now)
     explicit: bool = False  # writer_time_zone was set
 
@@ -123,8 +119,7 @@ def _server_default_zone(cur) -> str:
 
 
 def _iana_zone(cur, writer_time_zone: str) -> str:
-    """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError. An offset such as
-    ``+09:00`` or ``UTC+9`` is a POSIX zone to PostgreSQL, whose signs count west of UTC: refused."""
+    """``writer_time_zone`` if it names an IANA zone PostgreSQL has, else ClockError (an offset is refused)."""
     cur.execute("SELECT name FROM pg_timezone_names WHERE lower(name) = lower(%s) LIMIT 1", (writer_time_zone,))
     row = cur.fetchone()
     if row is not None:
@@ -315,7 +310,7 @@ def prepare(conn, params: CollectParams, now: dt.datetime | None = None) -> tupl
                 "FROM unnest(%s::text[]) WITH ORDINALITY AS u(z, n) ORDER BY n",
                 (zones,),
             )
-            clock = Clock(session_zone, tuple(cur.fetchall()), explicit)
+            clock = Clock(tuple(cur.fetchall()), explicit)
         return tables, Threshold(clock, params.threshold_seconds, now), columns
     finally:
         _rollback(conn)
@@ -390,7 +385,7 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
         """One transaction for ``batch``; a row error splits a batch into one transaction per zombie."""
         try:
             collect(batch)
-        except BATCH_ERRORS as exc:
+        except (LockNotAvailable, DeadlockDetected, SerializationFailure) as exc:
             counts.batches_rolled_back += 1
             counts.rolled_back_zombies += len(batch)
             log.warning(
@@ -398,7 +393,7 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
                 f"{exc.pgcode} {first_line(exc)}"
             )
             time.sleep(0.05)
-        except ROW_ERRORS as exc:
+        except (psycopg2.DataError, psycopg2.IntegrityError) as exc:  # one row's data: that row only
             if len(batch) > 1:
                 log.warning(
                     f"batch {counts.batches} ({len(batch)} zombie(s)) rolled back by a refused row "

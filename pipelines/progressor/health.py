@@ -142,9 +142,8 @@ def checks(health: Health) -> list[CheckOutcome]:
 
 
 def recorded_state(health: Health) -> dict[str, Any]:
-    """What the checks of a health run depend on (a schedule's look compares it with the last run's): each
-    check's outcome and the counts behind them, not the running tasks, the tasks by status or the durations,
-    which move whenever a task finishes (the hourly refresh records those)."""
+    """What a schedule's look compares with the last run's: each check's outcome and the counts behind them
+    (docs/progressor.md, "Health asset and checks")."""
     return {
         "checks": {c.name: c.passed for c in checks(health)},
         "zombies": health.zombies,
@@ -190,8 +189,7 @@ def collection_datums(namespace: str, collected: int) -> list[dict[str, Any]]:
 
 
 def health_datums(health: Health) -> list[dict[str, Any]]:
-    """Overdue timers, and the last 24 h of task durations per task_type as a value/count set: one value per
-    bucket, its upper bound (the overflow bucket's is the largest duration seen)."""
+    """Overdue timers, and the last 24 h of task durations per task_type (docs/progressor.md, "Metrics")."""
     datums = [_count("ProgressorOverdueTimers", health.namespace, health.overdue_timers)]
     for task_type, counts in sorted(health.durations.items()):
         values = [*map(float, BUCKETS_MS), max(float(BUCKETS_MS[-1]) + 1, health.duration_max_ms[task_type])]

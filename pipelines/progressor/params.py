@@ -7,10 +7,7 @@ from typing import Any
 from pipelines.common.params import ParamsError, param, parse_params
 from pipelines.progressor.schema import TIMER_TYPES, check_namespace
 
-ACTIONS = ("error", "retry")
 ZOMBIE_ERROR = "zombie detected"  # progressor's detail for a zombie; also the error name retry policies see
-PROTECT_TIMEOUT = 5  # progressor's ?PROTECT_TIMEOUT, seconds added to the threshold
-MONTH = 30 * 86400
 MAX_RETRY_INTERVAL = 2**31 - 1  # last_retry_interval is an INTEGER column: a longer timeout is clamped to it
 
 
@@ -19,7 +16,7 @@ class ProgressorRetryPolicy:
     """Progressor's retry policy (``retry_policy()`` in progressor.hrl): the ``retry_policy`` run config field.
     Not the retry library's ``RetryPolicy``, whose ``progressor`` preset states the same timing."""
 
-    initial_timeout: int = param(5, description="Seconds before the first retry.", minimum=0, maximum=MONTH)
+    initial_timeout: int = param(5, description="Seconds before the first retry.", minimum=0, maximum=30 * 86400)
     backoff_coefficient: float = param(
         1.0, description="Next timeout = trunc(last_retry_interval x coefficient).", minimum=0, maximum=1000
     )
@@ -39,8 +36,7 @@ class ProgressorRetryPolicy:
 
     def decide(self, task_type: str, attempts_count: int, last_retry_interval: int) -> tuple[bool, int, str]:
         """(retry?, timeout, reason) for a zombie task: only timers, within attempts and max_timeout."""
-        # Progressor's check_retryable: the initial timeout first, then trunc(last x coefficient); clamped, as a
-        # longer one would fail the whole batch with NumericValueOutOfRange.
+        # progressor's check_retryable, clamped: a longer one would fail the batch with NumericValueOutOfRange
         grown = math.trunc(last_retry_interval * self.backoff_coefficient)
         timeout = min(grown if last_retry_interval else self.initial_timeout, MAX_RETRY_INTERVAL)
         attempt = attempts_count + 1
@@ -74,7 +70,7 @@ class CollectParams:
         "error",
         description="error: what progressor does (task and process to error, schedule dropped); retry: zombie "
         "timers (timeout, remove) within their attempts get a new waiting task, the rest get error.",
-        choices=ACTIONS,
+        choices=("error", "retry"),
     )
     writer_time_zone: str | None = param(
         None,
@@ -112,7 +108,7 @@ class CollectParams:
     @property
     def threshold_seconds(self) -> int:
         """Progressor's zombie age: process_step_timeout + task_scan_timeout + 5 s (96 s by default)."""
-        return self.process_step_timeout + self.task_scan_timeout + PROTECT_TIMEOUT
+        return self.process_step_timeout + self.task_scan_timeout + 5  # progressor's ?PROTECT_TIMEOUT
 
 
 def collect_params(raw: Any) -> CollectParams:

@@ -9,7 +9,6 @@ from pipelines.common.targets import Target, read_targets
 from pipelines.progressor.params import CollectParams, collect_params
 
 TARGETS_ENV = "PROGRESSOR_TARGETS_FILE"
-DEFAULT_CRON = "* * * * *"
 
 
 def dagster_name(namespace: str) -> str:
@@ -22,4 +21,4 @@ def _name(entry: dict[str, Any], params: CollectParams) -> str:
 
 def load_targets(path: Path | None) -> list[Target[CollectParams]]:
     """Parse and validate a targets file; a bad entry is one line naming the file and the entry."""
-    return read_targets(path, "progressor targets file", collect_params, _name, default_cron=DEFAULT_CRON)
+    return read_targets(path, "progressor targets file", collect_params, _name, default_cron="* * * * *")

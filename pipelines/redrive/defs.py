@@ -54,8 +54,8 @@ def _failed_since(instance: dg.DagsterInstance, key: dg.AssetKey, since: dt.date
 
 def _backfill_module():
     """Dagster has no public API to launch an asset backfill from code or to list the unfinished ones:
-    this is what the UI's "Launch backfill" uses. The code location's one private import, imported
-    when a redrive runs (0.1 s that loading the code location need not pay)."""
+    this is what the UI's "Launch backfill" uses, imported when a redrive runs (0.1 s that loading the code
+    location need not pay)."""
     from dagster._core.execution import backfill
 
     return backfill
