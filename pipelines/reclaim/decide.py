@@ -1,5 +1,4 @@
-"""What to do with one candidate: a pure function of the candidate, the parameters and the clock
-(the retry rules are the original retry Lambda's, in ``docs/reclaim.md``)."""
+"""What to do with one candidate, a pure function (the original retry Lambda's rules: ``docs/reclaim.md``)."""
 
 import datetime as dt
 from dataclasses import dataclass

@@ -59,9 +59,8 @@ def execution_for(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: str) -> str | None:
-    """The id of an earlier-started reclaim run still working on ``table``, if any. Scheduled runs are
-    held by the tag concurrency limit on ``groundskeeper/table``; this covers runs launched by hand,
-    whose table is in run config only (Dagster cannot derive a run tag from it)."""
+    """The id of an earlier-started reclaim run still working on ``table``, if any: the check of runs
+    launched by hand (``docs/development.md``, "Queue hygiene")."""
     records = instance.get_run_records(
         dg.RunsFilter(job_name=JOB_NAME, statuses=[dg.DagsterRunStatus.STARTED]), limit=100
     )
@@ -77,8 +76,7 @@ def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: st
 
 
 def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str, Any]) -> int:
-    """One PutMetricData call (retried after a transient error) with a datum per action (zeros
-    included, so alarms see quiet runs)."""
+    """One PutMetricData call with a datum per action (zeros included, so alarms see quiet runs)."""
     data = [
         {
             "MetricName": metric,

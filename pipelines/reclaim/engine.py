@@ -185,9 +185,7 @@ def _progress(counts: Counts) -> str:
 
 
 def look(dynamodb, params: ReclaimParams) -> Look:
-    """The reclaim schedules' look: the run's own reads (:func:`build_requests`, the whole table on the scan
-    path) and its own check (:func:`to_candidate`), at most :data:`LOOK_READS` pages. Due at the first item
-    the run would act on, idle when every read reached its end without one, due when the pages ran out first."""
+    """The reclaim schedules' look, the run's own reads and check (``docs/reclaim.md``, "Schedules")."""
     params = replace(params, segments=1)
     info, now, reads = inspect_table(dynamodb, params), now_ms(), 0
     requests = build_requests(info, params, now)

@@ -87,8 +87,7 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
 
 
 def login(identity_url: str, username: str, password: Secret) -> Secret:
-    """The identity adapter, an assumed protocol (the original is not public): ``POST {IDENTITY_URL}``
-    with ``{"username", "password"}`` answers ``{"token"}``, the bearer token it returns."""
+    """The bearer token of the identity adapter (an assumed protocol: ``docs/reclaim.md``, "HTTP writer")."""
     try:
         status, body = _request("POST", identity_url, {"username": username, "password": password.value})
     except Redirected as exc:
@@ -161,14 +160,8 @@ def _plain_time(attr: dict[str, Any]) -> Any:
 
 
 class HttpWriter:
-    """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object
-    (no conditional PUT: a small window remains). ReadyAgenda items still go to DynamoDB, idempotently.
-
-    A retry queues its ReadyAgenda item before the PUT, and that conditional put decides which of two
-    passes over one agenda retries it (the item's id is the attempt's): the one refused writes nothing and
-    counts ``raced``, so it never replaces the winner's ``attemptId``. A pass that died between the two
-    writes left the item queued and the endpoint as the scan saw it: the next pass is refused too, finds
-    the endpoint unchanged and PUTs the queued item's ``attemptId``, so the two agree again."""
+    """Applies decisions through the endpoint: GET, check what the scan saw, then PUT a partial object;
+    a retry's ReadyAgenda item goes to DynamoDB first (``docs/reclaim.md``, "HTTP writer")."""
 
     def __init__(self, endpoint: AgendaProgressEndpoint, params: ReclaimParams, *, dynamodb, ready_table=None):
         self.endpoint = endpoint
@@ -240,10 +233,8 @@ def url_allowed(url: str, prefixes: list[str]) -> bool:
 
 
 def endpoint_url(params: ReclaimParams, agenda) -> str | None:
-    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB. The bearer
-    token goes to it, so a run config may name only ``AGENDA_PROGRESS_URL`` or a URL under a prefix in
-    ``AGENDA_PROGRESS_ALLOWED_URLS``; anything else is refused before any request. ``agenda``: the
-    ``agenda`` settings resource, or anything with its endpoint, login and ``ready_table`` fields."""
+    """``agendaProgressEndpointURL`` wins over ``AGENDA_PROGRESS_URL``; None = write to DynamoDB. Which URLs
+    a run config may name: ``docs/reclaim.md``, "HTTP writer". ``agenda``: the settings resource, or its like."""
     configured = check_url("AGENDA_PROGRESS_URL", agenda.progress_url) if agenda.progress_url else None
     if not params.agendaProgressEndpointURL:
         return configured

@@ -19,7 +19,7 @@ MESSAGE_ATTR = "processingStateMessage"
 CONTRACT_INDEX = "processingState-updatedTime-index"
 EXECUTING, WAITING, COMPLETE = "EXECUTING", "WAITING", "COMPLETE"
 FAILED, PENDING = "failed", "pending"
-# Contract extensions (optional attributes, see README "Contract extensions").
+# Contract extensions (optional attributes, see docs/reclaim.md, "Contract extensions").
 RETRY_AT_ATTR = "retryAt"  # N: a retry decided but not yet due; queued by a later run
 RETRYABLE_ATTR = "retryable"  # BOOL: false marks an agenda as non-retryable
 RETRY_DECISION_ATTR = "retryDecision"  # S: "exhausted" / "non-retryable": a failure already handled

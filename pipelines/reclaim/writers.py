@@ -241,8 +241,7 @@ class DynamoWriter:
         return DONE
 
     def apply_many(self, pairs: list[tuple[Candidate, Decision]], *, now: int, cutoff: int) -> list[Outcome]:
-        """Outcomes in the order of ``pairs``. Retries and queued retries stay one transaction each
-        (the ReadyAgenda put goes with the update); the rest are grouped when ``grouped``."""
+        """Outcomes in the order of ``pairs``; retries and queued retries stay one transaction each."""
         if not self.grouped:
             return apply_each(self, pairs, now=now, cutoff=cutoff)
         outcomes: dict[int, Outcome] = {}
@@ -329,9 +328,8 @@ def _distinct_groups(
 
 
 def ready_put(ready_table: str | None, table: str, c: Candidate, d: Decision, now: int) -> dict[str, Any]:
-    """The put of the retry's ReadyAgenda item, refused when it was queued already: its id is deterministic in
-    (table, agenda progress id, attempt). ``added`` is the agenda's original ``addedTime`` and ``priority`` 1,
-    so a consumer takes the retry ahead of work added since."""
+    """The put of the retry's ReadyAgenda item (``docs/reclaim.md``, "Retry"), refused when it was queued
+    already: its id is deterministic in (table, agenda progress id, attempt)."""
     if not ready_table:
         raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
     item = {
