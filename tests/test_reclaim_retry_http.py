@@ -242,6 +242,7 @@ def test_non_retryable_error_types_of_the_policy(aws):
         events(items_by_id(aws.client("dynamodb"))["v"])[-1]
         == "AgendaProgress timed out. not retryable (ValidationException)"
     )
+    assert items_by_id(aws.client("dynamodb"))["v"]["retryDecision"] == "non-retryable"
 
 
 def test_retry_failed_handles_each_failure_once(aws):

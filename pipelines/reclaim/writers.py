@@ -11,7 +11,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import from_item, to_item
 from pipelines.common.aws_batches import conditional_write, error_code
-from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, Decision
+from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, NOT_RETRYABLE_MESSAGE, QUEUE, RETRY, Decision
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.source import (
     ATTR_NAMES,
@@ -158,6 +158,11 @@ class _Update:
         }
 
 
+def _retry_decision(d: Decision) -> str:
+    """Why a failure will not be retried: the item or the policy's ``nonRetryable`` refused it, or it ran out."""
+    return "non-retryable" if d.reason.startswith(NOT_RETRYABLE_MESSAGE) else "exhausted"
+
+
 def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: int, cutoff: int) -> _Update:
     """The conditional update of one AgendaProgress for decision ``d``, for both writers (and their tests)."""
     u = _Update(params.timeFieldName)
@@ -165,12 +170,12 @@ def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: in
     if d.kind == FAIL:
         u.fail(now, diag).set("attemptsCompleted", "n", {"N": str(d.attempt)})
         if params.reclaimAction == "retry":
-            u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
+            u.set("#rd", "decision", {"S": _retry_decision(d)})
         u.when_unchanged(c)
         if "N" in (c.time_attr or {}):
             u.when("#t < :cutoff", cutoff={"N": str(cutoff)})
     elif d.kind == CLOSE:
-        u.set("#rd", "decision", {"S": "exhausted" if c.retryable else "non-retryable"})
+        u.set("#rd", "decision", {"S": _retry_decision(d)})
         u.set("diagnosticEvents", "diag", {"S": diag})
         u.when_unchanged(c).when("#m = :failed_seen AND attribute_not_exists(#rd)", failed_seen={"S": FAILED})
     elif d.kind in (RETRY, HOLD):
