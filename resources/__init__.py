@@ -4,8 +4,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from pipelines.common.env import SettingsError as SettingsError
-from pipelines.common.env import bool_env, checked
+import dagster as dg
+from dagster_aws.s3 import S3PickleIOManager
+
+from pipelines.common.env import SettingsError, bool_env, checked
 from resources.clients import (
     CloudWatchResource,
     DynamoDBResource,
@@ -50,16 +52,12 @@ def deployment_name() -> str:
 
 
 def fixed(resources: Mapping[str, Any]) -> dict[str, Any]:
-    """``resources`` as the deployment set them, with nothing a run's config may set: a Launchpad or backfill
-    run config cannot point a client at another endpoint, credential, database, table or bucket (a fully
-    configured Dagster resource takes its fields from ``resources.<key>.config`` otherwise). Each is built at
-    run start from the values it was given, its ``dg.EnvVar`` fields read then, as Dagster reads them."""
+    """``resources`` with an empty config schema, each built at run start from the values it was given: no
+    run config reaches a resource (docs/development.md, "Flat run config")."""
     return {key: _fixed(key, resource) for key, resource in resources.items()}
 
 
 def _fixed(key: str, resource: Any) -> Any:
-    import dagster as dg
-
     definition = resource.get_resource_definition()
     values = definition.config_schema.as_field().default_value  # its fields' values: {"env": NAME} for an EnvVar
 
@@ -99,13 +97,10 @@ def resources_for(deployment: str | None = None) -> dict[str, Any]:
         "progressor_db": progressor_database_from_env(),
         "alerts": alert_settings_from_env(),
     }
-    import dagster as dg
 
     # Step outputs: named here so that no run config can choose where they are pickled and read back.
     resources["io_manager"] = dg.FilesystemIOManager()  # under the instance's storage folder
     if deployment == "cluster":  # steps run on Celery workers on other machines: their outputs cross through S3
-        from dagster_aws.s3 import S3PickleIOManager
-
         bucket = dg.EnvVar("RUNS_FLEET_ARCHIVE_BUCKET")
         resources["io_manager"] = S3PickleIOManager(s3_resource=resources["s3"], s3_bucket=bucket, s3_prefix=IO_PREFIX)
     return resources

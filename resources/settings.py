@@ -4,8 +4,7 @@ import os
 
 import dagster as dg
 
-# No public API shows a code location's load error without a stack: Dagster hoists the one error
-# info of a user code process error (see LoadSettingError).
+# No public API shows a code location's load error without a stack (LoadSettingError says how this does).
 from dagster._core.errors import DagsterUserCodeProcessError
 from dagster_shared.error import SerializableErrorInfo
 from pydantic import Field

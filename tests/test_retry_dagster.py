@@ -18,7 +18,7 @@ from pipelines.common.defs.failures import (
     one_line_failures,
 )
 from pipelines.retry import PRESETS, RetryPolicyError, exponential, fixed, none
-from pipelines.retry.defs import RetryPoliciesParams, build_retry_policies_asset
+from pipelines.retry.defs import RetryPoliciesParams, build_defs
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from sensors.run_retries import build_delayed_run_retries
 
@@ -351,7 +351,7 @@ def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp
 
 
 def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy():
-    asset = build_retry_policies_asset([flaky_job])
+    asset = build_defs([flaky_job]).get_assets_def("retry_policies")
     result = dg.materialize(
         [asset],
         run_config={

@@ -35,7 +35,8 @@ class RetryPoliciesParams:
 TIMELINE_COLUMNS = {"policy": "policy", "attempts": "attempts", "over": "over (worst case)", "timeline": "timeline"}
 
 
-def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
+def build_defs(jobs: Sequence = ()) -> dg.Definitions:
+    """The ``retry_policies`` asset, with the policies ``jobs`` are tagged with."""
     tagged = {
         f"job {job.name}": job.tags[POLICY_TAG] for job in jobs if POLICY_TAG in (getattr(job, "tags", None) or {})
     }
@@ -77,9 +78,4 @@ def build_retry_policies_asset(jobs: Sequence) -> dg.AssetsDefinition:
             }
         )
 
-    return retry_policies
-
-
-def build_defs(jobs: Sequence = ()) -> dg.Definitions:
-    """The ``retry_policies`` asset, with the policies ``jobs`` are tagged with."""
-    return dg.Definitions(assets=[build_retry_policies_asset(jobs)])
+    return dg.Definitions(assets=[retry_policies])

@@ -86,8 +86,7 @@ JITTERS: dict[str, Jitter] = {
 @dataclass(frozen=True, kw_only=True)
 class RetryPolicy:
     """Base of every policy: subclasses give the nominal delay ``_base(n)`` for ``n >= 1``. ``max_attempts``
-    counts the first attempt (``None``: unlimited); ``non_retryable`` names error types that never
-    retry: an exception class name (or a base class's, or a dotted ``module.Class``) or an AWS error code."""
+    counts the first attempt (``None``: unlimited); ``non_retryable``: the names :meth:`is_retryable` refuses."""
 
     max_attempts: int | None = 1
     non_retryable: tuple[str, ...] = ()
@@ -229,8 +228,7 @@ class Formula(RetryPolicy):
 @dataclass(frozen=True, kw_only=True)
 class FunctionPolicy(RetryPolicy):
     """A user delay function ``package.module:function`` of ``n``: seconds, or ``False``/``None``/``STOP``
-    for "do not retry". Whatever else it returns or raises (``SystemExit`` included) is a
-    ``DelayFunctionError`` naming it: final, never a reason to retry, never a process exit."""
+    for "do not retry"; anything else it returns or raises is a ``DelayFunctionError`` (docs/retry.md)."""
 
     path: str = ""
     function: Callable[[int], Any] = field(default=lambda n: STOP, compare=False, repr=False)

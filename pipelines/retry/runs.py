@@ -1,6 +1,5 @@
-"""Whether a failed run is retried by ``delayed_run_retries``, decided once (no Dagster): the retry
-sensor launches that retry, and alerting alerts for a retried failure only when no retry run of it
-appears within its delay plus ``RETRY_MARGIN_SECONDS`` (the sensor may be stopped)."""
+"""Whether a failed run is retried by ``delayed_run_retries``, decided once for the retry sensor and for
+alerting (docs/retry.md, "Checks and metrics"); no Dagster."""
 
 import random
 from collections.abc import Mapping
