@@ -179,7 +179,7 @@ def explain_aws_error(exc: BaseException) -> str | None:
     if isinstance(exc, ParamValidationError):
         return f"invalid AWS request parameters: {exc}"
     if isinstance(exc, ClientError):
-        code, message = error_code_and_message(exc.response.get("Error", {}))
+        code, message = error_code_and_message(exc.response.get("Error") or {})
         if code in SIGNATURE_ERRORS:
             return (
                 f"{exc.operation_name}: {code}: AWS rejected the request signature: the secret key does not "

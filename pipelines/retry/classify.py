@@ -96,7 +96,7 @@ def error_code_and_message(error: dict) -> tuple[str, str]:
 def classify_aws_error(exc: BaseException) -> Classification:
     """Sort an exception into transient / permanent / not an AWS error, with a short reason."""
     if isinstance(exc, ClientError):
-        code, message = error_code_and_message(exc.response.get("Error", {}) or {})
+        code, message = error_code_and_message(exc.response.get("Error") or {})
         status = (exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode")
         if code in THROTTLING_CODES:
             return Classification(ErrorKind.TRANSIENT, f"{exc.operation_name} was throttled ({code})")
