@@ -29,9 +29,6 @@ QUEUE_TAG = "groundskeeper/queue"
 QUEUE_TAGS = {"termination": "runs-fleet-termination", "housekeeping": "runs-fleet-housekeeping"}
 """Each queue's ``groundskeeper/queue`` value of consumer slot 1 (its drain job's own tag): the queue's name."""
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
-DRAIN_PRIORITY = {"dagster/priority": "10"}
-"""A drain run leaves the run queue before other capabilities' runs (default priority 0): a batching
-or backfill backlog never delays the queue drains."""
 
 
 CLIENTS = ("ec2", "dynamodb", "ssm", "s3")
@@ -111,7 +108,8 @@ def drain_job(
         drain_queue,
         description=f"Drain the {queue} queue (launched by {queue}_queue_sensor; one run per consumer slot).",
         op_description=description,
-        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: QUEUE_TAGS[queue]},
+        # priority 10: a drain leaves the run queue before other runs (0), so no backlog delays it
+        tags={**CAPABILITY_TAGS, "dagster/priority": "10", QUEUE_TAG: QUEUE_TAGS[queue]},
         resources={"sqs", *RESOURCES},
         executor_def=executor_def or dg.in_process_executor,
         op_tags={"kind": "sqs"},

@@ -33,8 +33,7 @@ CAPABILITY_TAGS = {"groundskeeper/capability": "pool_audit"}
 ASSET_OPTIONS = {"group_name": "fleet", "tags": CAPABILITY_TAGS, "retry_policy": AWS_RETRY_POLICY}
 JOB_OPTIONS = {"tags": CAPABILITY_TAGS, "executor_def": dg.in_process_executor}  # one asset each: in process
 
-# The per-pool tables: at most 4 columns, so the asset page shows them inline; key figures first.
-# Every column is in the CSV (the snapshot and report links).
+# The per-pool tables: at most 4 columns, shown inline (docs/development.md, "Metadata"); all are in the CSV.
 POOL_COLUMNS = {
     "pool": "pool",
     "compute_cost_usd_per_hour": "compute USD/h",
@@ -46,8 +45,7 @@ REPORT_COLUMNS = {"pool": "pool", "cost_usd": "USD", "idle_cost_usd": "idle USD"
 
 
 def audit_metadata(run: AuditRun) -> dict[str, Any]:
-    """Key figures first (the Plots tab draws the numbers: these only); then the per-pool table,
-    and the operational counters folded into one ``counters`` entry."""
+    """The asset's metadata, as docs/fleet.md lists it ("Where the figures go")."""
     audit, totals = run.audit, run.audit.totals
     metadata: dict[str, Any] = metadata_from(
         {
@@ -158,8 +156,7 @@ def record_housekeeping_audits(
             context.log_event(event)
 
 
-# end_offset=1: today's partition exists too, so an operator can look at the day so far (the report
-# says how many hours its snapshots cover); the schedule builds yesterday's once the day is over.
+# end_offset=1: today's partition is the day so far; the schedule builds yesterday's once the day is over.
 daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezone="UTC", end_offset=1)
 
 
