@@ -176,9 +176,8 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezon
 def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.MaterializeResult:
     params = params_from_config(context, PoolCostReportParams)
     day = dt.date.fromisoformat(context.partition_key)
-    result = build_daily_report(
-        fleet_context(fleet, log=context.log, s3=s3.get_client()), day, dt.timedelta(minutes=params.max_gap_minutes)
-    )
+    ctx = fleet_context(fleet, log=context.log, s3=s3.get_client())
+    result = build_daily_report(ctx, day, dt.timedelta(minutes=params.max_gap_minutes))
     t = result.totals
     # Under an hour, two significant digits: a few minutes covered never show as 0.
     hours = round(t["hours_covered"], 2) if t["hours_covered"] >= 1 else float(f"{t['hours_covered']:.2g}")
