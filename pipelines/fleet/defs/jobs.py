@@ -2,7 +2,6 @@
 drain's graceful stop; a drain on a Celery worker (``cluster``) reads its run's status at round boundaries."""
 
 import dataclasses
-from collections.abc import Iterable
 
 import dagster as dg
 
@@ -13,7 +12,7 @@ from pipelines.common.defs.tasks import one_op_job, resource_clients, task_job
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import dead_letter_redrive
 from pipelines.fleet.context import FleetContext, fleet_context
-from pipelines.fleet.defs.pool_audit import housekeeping_audit_events
+from pipelines.fleet.defs.pool_audit import record_housekeeping_audits
 from pipelines.fleet.drain import (
     STATUS_UNREADABLE,
     TERMINATED,
@@ -22,7 +21,7 @@ from pipelines.fleet.drain import (
     queue_drain,
     run_with_graceful_stop,
 )
-from pipelines.fleet.housekeeping import DISPATCHER, HousekeepingHandler, TaskResult
+from pipelines.fleet.housekeeping import DISPATCHER, HousekeepingHandler
 from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
 from pipelines.fleet.termination import TerminationHandler
 
@@ -30,9 +29,6 @@ QUEUE_TAG = "groundskeeper/queue"
 QUEUE_TAGS = {"termination": "runs-fleet-termination", "housekeeping": "runs-fleet-housekeeping"}
 """Each queue's ``groundskeeper/queue`` value of consumer slot 1 (its drain job's own tag): the queue's name."""
 CAPABILITY_TAGS = {"groundskeeper/capability": "fleet"}
-DRAIN_PRIORITY = {"dagster/priority": "10"}
-"""A drain run leaves the run queue before other capabilities' runs (default priority 0): a batching
-or backfill backlog never delays the queue drains."""
 
 
 CLIENTS = ("ec2", "dynamodb", "ssm", "s3")
@@ -44,13 +40,6 @@ def _run_context(context: dg.OpExecutionContext) -> FleetContext:
     clients = resource_clients(context, CLIENTS)
     cloudwatch = CommittedChangeMetrics(context, context.resources.cloudwatch, "fleet")
     return fleet_context(context.resources.fleet, log=context.log, cloudwatch=cloudwatch, **clients)
-
-
-def _record(context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None) -> None:
-    for result in results:
-        if result.audit is not None:
-            for event in housekeeping_audit_events(context, result.audit, notes):
-                context.log_event(event)
 
 
 def drain_job(
@@ -103,7 +92,7 @@ def drain_job(
                 allow_retries=False,
             )
         keys, results = drain.handler.archive.keys, getattr(drain.handler, "results", [])
-        _record(context, results, notes)
+        record_housekeeping_audits(context, results, notes)
         metadata = {
             **summary,
             "raw_archive": f"s3://{fleet.archive_bucket}/{keys[0]}" if keys else "(nothing)",
@@ -119,7 +108,8 @@ def drain_job(
         drain_queue,
         description=f"Drain the {queue} queue (launched by {queue}_queue_sensor; one run per consumer slot).",
         op_description=description,
-        tags={**CAPABILITY_TAGS, **DRAIN_PRIORITY, QUEUE_TAG: QUEUE_TAGS[queue]},
+        # priority 10: a drain leaves the run queue before other runs (0), so no backlog delays it
+        tags={**CAPABILITY_TAGS, "dagster/priority": "10", QUEUE_TAG: QUEUE_TAGS[queue]},
         resources={"sqs", *RESOURCES},
         executor_def=executor_def or dg.in_process_executor,
         op_tags={"kind": "sqs"},
@@ -147,7 +137,7 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
             result = DISPATCHER.run(ctx, request)
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
-        _record(context, [result], notes)
+        record_housekeeping_audits(context, [result], notes)
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
         metadata = {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
         return dg.Output(result.summary, metadata=metadata_from(metadata))

@@ -1,8 +1,8 @@
 """The pool audit's Dagster layer: the ``pool_audit`` asset with its checks, the daily ``pool_cost_report``, their
-jobs and schedules, and a housekeeping audit recorded as the same (:func:`housekeeping_audit_events`)."""
+jobs and schedules, and a housekeeping audit recorded as the same (:func:`record_housekeeping_audits`)."""
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import dagster as dg
@@ -15,6 +15,7 @@ from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule
 from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
+from pipelines.fleet.housekeeping import TaskResult
 from pipelines.fleet.pool_audit.audit import (
     AuditRun,
     PoolAuditParams,
@@ -25,15 +26,14 @@ from pipelines.fleet.pool_audit.audit import (
 )
 from pipelines.fleet.pool_audit.checks import CHECK_DESCRIPTIONS, evaluate_checks
 from pipelines.fleet.pool_audit.render import cost_chart_text
-from resources import CloudWatchResource, DynamoDBResource, EC2Resource, FleetSettings, S3Resource
+from resources import FleetSettings, S3Resource
 
 ASSET_KEY = dg.AssetKey("pool_audit")
 CAPABILITY_TAGS = {"groundskeeper/capability": "pool_audit"}
 ASSET_OPTIONS = {"group_name": "fleet", "tags": CAPABILITY_TAGS, "retry_policy": AWS_RETRY_POLICY}
 JOB_OPTIONS = {"tags": CAPABILITY_TAGS, "executor_def": dg.in_process_executor}  # one asset each: in process
 
-# The per-pool tables: at most 4 columns, so the asset page shows them inline; key figures first.
-# Every column is in the CSV (the snapshot and report links).
+# The per-pool tables: at most 4 columns, shown inline (docs/development.md, "Metadata"); all are in the CSV.
 POOL_COLUMNS = {
     "pool": "pool",
     "compute_cost_usd_per_hour": "compute USD/h",
@@ -45,8 +45,7 @@ REPORT_COLUMNS = {"pool": "pool", "cost_usd": "USD", "idle_cost_usd": "idle USD"
 
 
 def audit_metadata(run: AuditRun) -> dict[str, Any]:
-    """Key figures first (the Plots tab draws the numbers: these only); then the per-pool table,
-    and the operational counters folded into one ``counters`` entry."""
+    """The asset's metadata, as docs/fleet.md lists it ("Where the figures go")."""
     audit, totals = run.audit, run.audit.totals
     metadata: dict[str, Any] = metadata_from(
         {
@@ -126,20 +125,14 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         ),
         check_specs=[dg.AssetCheckSpec(name, asset=ASSET_KEY, description=d) for name, d in CHECK_DESCRIPTIONS.items()],
         config_schema=config_schema(PoolAuditParams),
+        required_resource_keys={"dynamodb", "ec2", "cloudwatch", "s3", "fleet"},
     )
     @one_line_failures
-    def pool_audit(
-        context: dg.AssetExecutionContext,
-        dynamodb: DynamoDBResource,
-        ec2: EC2Resource,
-        cloudwatch: CloudWatchResource,
-        s3: S3Resource,
-        fleet: FleetSettings,
-    ) -> dg.MaterializeResult:
+    def pool_audit(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
         params = params_from_config(context, PoolAuditParams)
-        metrics = CommittedChangeMetrics(context, cloudwatch, "pool audit")
-        clients = {"dynamodb": dynamodb.get_client(), "ec2": ec2.get_client(), "s3": s3.get_client()}
-        ctx = fleet_context(fleet, log=context.log, cloudwatch=metrics, **clients)
+        metrics = CommittedChangeMetrics(context, context.resources.cloudwatch, "pool audit")
+        clients = resource_clients(context, ("dynamodb", "ec2", "s3"))
+        ctx = fleet_context(context.resources.fleet, log=context.log, cloudwatch=metrics, **clients)
         run = run_pool_audit(ctx, params, dry_run=params.dry_run)
         metadata, checks = recorded(context.log, run, notes, dg.AssetCheckResult)
         if not params.dry_run:
@@ -149,18 +142,21 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
     return pool_audit
 
 
-def housekeeping_audit_events(
-    context: dg.OpExecutionContext, audit: AuditRun, notes: CheckNotes | None = None
-) -> list[dg.AssetMaterialization | dg.AssetCheckEvaluation]:
-    """A housekeeping ``pool_audit`` task's audit as a ``pool_audit`` materialization of the run that
-    ran it, with its check evaluations, exactly as the asset records them."""
-    metadata, checks = recorded(context.log, audit, notes, dg.AssetCheckEvaluation)
-    metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
-    return [dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata), *checks]
+def record_housekeeping_audits(
+    context: dg.OpExecutionContext, results: Iterable[TaskResult], notes: CheckNotes | None = None
+) -> None:
+    """Each housekeeping ``pool_audit`` task's audit among ``results`` as a ``pool_audit`` materialization
+    of the run that ran it, with its check evaluations, exactly as the asset records them."""
+    for result in results:
+        if result.audit is None:
+            continue
+        metadata, checks = recorded(context.log, result.audit, notes, dg.AssetCheckEvaluation)
+        metadata["triggered_by"] = dg.MetadataValue.text("housekeeping message task_type=pool_audit")
+        for event in [dg.AssetMaterialization(asset_key=ASSET_KEY, metadata=metadata), *checks]:
+            context.log_event(event)
 
 
-# end_offset=1: today's partition exists too, so an operator can look at the day so far (the report
-# says how many hours its snapshots cover); the schedule builds yesterday's once the day is over.
+# end_offset=1: today's partition is the day so far; the schedule builds yesterday's once the day is over.
 daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezone="UTC", end_offset=1)
 
 
@@ -180,9 +176,8 @@ daily_partitions = dg.DailyPartitionsDefinition(start_date="2026-11-01", timezon
 def pool_cost_report(context: dg.AssetExecutionContext, s3: S3Resource, fleet: FleetSettings) -> dg.MaterializeResult:
     params = params_from_config(context, PoolCostReportParams)
     day = dt.date.fromisoformat(context.partition_key)
-    result = build_daily_report(
-        fleet_context(fleet, log=context.log, s3=s3.get_client()), day, dt.timedelta(minutes=params.max_gap_minutes)
-    )
+    ctx = fleet_context(fleet, log=context.log, s3=s3.get_client())
+    result = build_daily_report(ctx, day, dt.timedelta(minutes=params.max_gap_minutes))
     t = result.totals
     # Under an hour, two significant digits: a few minutes covered never show as 0.
     hours = round(t["hours_covered"], 2) if t["hours_covered"] >= 1 else float(f"{t['hours_covered']:.2g}")

@@ -14,11 +14,6 @@ from resources import FleetSettings
 MESSAGES_PER_RUN = 10 * DrainLimits().concurrency
 """One more drain run per this many waiting messages (a full round of the default drain), up to the free slots."""
 
-HOUSEKEEPING_SENSOR_INTERVAL = 120
-"""Seconds between two looks at the housekeeping queue: its tasks are periodic clean-ups (the
-housekeeping schedules run them directly), not waited for; the termination queue is looked at
-every 30 s. Every tick costs the daemon and the code server whatever it finds."""
-
 
 def slot_tag(queue_tag: str, slot: int) -> str:
     """The ``groundskeeper/queue`` value of consumer slot ``slot`` (1-based) of a queue."""
@@ -64,4 +59,5 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
 
 
 termination_queue_sensor = queue_sensor("termination")
-housekeeping_queue_sensor = queue_sensor("housekeeping", interval=HOUSEKEEPING_SENSOR_INTERVAL)
+# every 2 minutes: housekeeping tasks are periodic clean-ups (the schedules run them directly), not waited for
+housekeeping_queue_sensor = queue_sensor("housekeeping", interval=120)

@@ -35,7 +35,6 @@ POOL_TAG = "runs-fleet:pool"
 RUNNING_JOBS_INDEX = "status-instance_id-index"
 AUDITED_STATES = ["pending", "running", "stopping", "stopped"]
 INSTANCES_PAGE_SIZE = 1000  # DescribeInstances' maximum
-MAX_DIMENSION_VALUE = 1024
 PREFIX = "pool-audit"
 
 
@@ -100,7 +99,7 @@ def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dic
     datums: list[dict[str, Any]] = []
     skipped: list[str] = []
     for row in table.loc[table["kind"] == "pool"].itertuples(index=False):
-        if not 0 < len(row.pool) <= MAX_DIMENSION_VALUE:
+        if not 0 < len(row.pool) <= 1024:  # CloudWatch's longest dimension value
             skipped.append(row.pool[:80])
             continue
         dims = [{"Name": "PoolName", "Value": row.pool}]
@@ -196,8 +195,7 @@ def run_pool_audit(
     prices: PriceList | None = None,
     now: dt.datetime | None = None,
 ) -> AuditRun:
-    """Read pools, instances and running jobs (progress to ``ctx.log``); compute; publish metrics and the
-    CSV snapshot (the table with its time in front). ``dry_run`` computes everything and writes nothing."""
+    """Read, compute and publish (docs/fleet.md, "Where the figures go"); ``dry_run`` writes nothing."""
     import pandas as pd  # lazy: keeps pandas out of the code location's load time
 
     prices = prices or load_price_list()
@@ -223,8 +221,7 @@ def run_pool_audit(
 
 
 def look_at_fleet(ctx: FleetContext) -> Look:
-    """A schedule's look (``ctx.dynamodb`` and ``ctx.ec2`` only): the audit's own reads, as a state look of
-    what a snapshot counts (instances per pool tag, state, type, busy or not), not which: runners come and go."""
+    """``pool_audit_schedule``'s look (``ctx.dynamodb`` and ``ctx.ec2`` only; docs/fleet.md, "Pool audit")."""
     pools, instances, busy, read = _read_fleet(ctx)
     counted = Counter(
         (i["pool"] or "", i["state"], i["instance_type"] or "", i["instance_id"] in busy) for i in instances

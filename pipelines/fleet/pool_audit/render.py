@@ -71,8 +71,7 @@ def cost_chart_svg(report: pd.DataFrame, title: str, max_pools: int = 40) -> str
 
 
 def cost_chart_text(report: pd.DataFrame, width: int = 24, limit: int = INLINE_MARKDOWN_LIMIT) -> str:
-    """The cost chart as markdown shown inline: per pool, ``█`` busy and ``░`` idle USD (scaled to the dearest
-    pool), then the USD and idle share. As many pools as fit under ``limit`` characters; the rest are counted."""
+    """The cost chart as markdown shown inline (docs/fleet.md, "Charts"): ``█`` busy and ``░`` idle USD per pool."""
     bars = [
         Bar(
             str(row.pool),
