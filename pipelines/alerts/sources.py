@@ -286,17 +286,14 @@ def ticks_seen(
 
 def dead_letters(queue: str, depth: int) -> Signal:
     """A dead-letter queue's depth (one that cannot be read: :func:`depth_unread`)."""
+    held = f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
     return Signal(
         alert_key=f"dead_letters:{queue}",
         kind="dead_letters",
         firing=depth > 0,
         severity="warning",
         title=f"{queue} holds {depth} dead letter(s)" if depth else f"{queue} is empty",
-        summary=(
-            f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
-            if depth
-            else "no dead letters left"
-        ),
+        summary=held if depth else "no dead letters left",
         capability="fleet",
     )
 
