@@ -163,9 +163,6 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | Callable[
             compare_and_set(instance, LEASE_KEY, mine, json.dumps({"holder": None, "until": 0}))
 
 
-# ---------------------------------------------------------------------------- what happened
-
-
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
     order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
@@ -464,9 +461,6 @@ def dead_letter_signals(
         yield from (dataclasses.replace(signal, url=link) for signal in signals if signal is not None)
 
 
-# ---------------------------------------------------------------------------- the sensor
-
-
 def build_alerts_sensor(
     *,
     demo_noise: frozenset[str] = frozenset(),
@@ -582,8 +576,6 @@ def _evaluate(
         context.log.info(f"state changes: {', '.join(changes)}")
     return dg.SkipReason("; ".join(parts))
 
-
-# ---------------------------------------------------------------------------- the asset
 
 # at most 4 columns, so that the asset page shows the table inline; the key in full (close_incident takes it)
 INCIDENT_COLUMNS = {"alert_key": "key", "severity": "severity", "since": "since (UTC)", "alert": "alert"}
