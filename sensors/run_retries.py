@@ -77,8 +77,7 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
         clock = now()
         failures = status_changes(instance, dg.DagsterEventType.RUN_FAILURE, after, clock, FAILURES_PER_TICK)
         ids = [r.run_id for r in failures]
-        records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
-        runs = {r.dagster_run.run_id: r.dagster_run for r in records}
+        runs = {run.run_id: run for run in instance.get_runs(dg.RunsFilter(run_ids=ids))} if ids else {}
         after = failures[-1].storage_id if ids else after
         here = context.code_location_origin.location_name if context.code_location_origin else None
         for record in failures:

@@ -800,10 +800,10 @@ def test_a_tick_whose_budget_is_spent_sends_nothing_more_and_the_next_tick_sends
 
 
 def test_the_tick_budget_ends_well_inside_the_daemons_sensor_timeout(monkeypatch):
-    from pipelines.alerts.sinks import WEBHOOK_TIMEOUT_SECONDS
+    from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS
 
     monkeypatch.setenv("DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS", "60")
-    assert alerts_defs.tick_budget_seconds() + WEBHOOK_TIMEOUT_SECONDS <= 30
+    assert alerts_defs.tick_budget_seconds() + REQUEST_TIMEOUT_SECONDS <= 30
 
 
 def _beats(aws) -> list[dict]:

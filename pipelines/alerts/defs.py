@@ -15,7 +15,7 @@ from sqlalchemy import exc as db_exc
 
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import SNS_TIMEOUT_SECONDS, WEBHOOK_TIMEOUT_SECONDS, AlertConfig, alert_config, within
+from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS, AlertConfig, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
     RunEnd,
@@ -45,7 +45,6 @@ from resources.settings import FleetSettings
 
 SENSOR_NAME = "alerts"
 CLOSE_JOB = "close_incident"  # an operator's acknowledge or close, applied by the sensor's next tick
-CLOSE_OP = "incident_action"
 STATE_KEY = "groundskeeper/alerts/state"
 STATE_COPY_KEY = "groundskeeper/alerts/state-copy"  # the same document, read when the first is gone
 LEASE_KEY = "groundskeeper/alerts/lease"  # who is evaluating the sensor now, and until when
@@ -57,7 +56,6 @@ EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until
 TICKS_READ = 10  # ticks read per sensor and schedule beyond ALERTS_TICK_FAILURES (some may still be running)
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
-LONGEST_REQUEST_SECONDS = max(WEBHOOK_TIMEOUT_SECONDS, SNS_TIMEOUT_SECONDS)  # a send to either sink, cut after it
 HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none came for 10 minutes
 HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
 
@@ -74,7 +72,7 @@ def caller_account(sns: SNSResource, warn) -> str | None:
     key = (sns.region_name, sns.endpoint_url, sns.profile_name, sns.aws_access_key_id)
     if key not in _ACCOUNTS:
         try:
-            _ACCOUNTS[key] = within(SNS_TIMEOUT_SECONDS, sns.get_sts_client().get_caller_identity)["Account"]
+            _ACCOUNTS[key] = within(REQUEST_TIMEOUT_SECONDS, sns.get_sts_client().get_caller_identity)["Account"]
         except Exception as exc:
             warn(f"the deployment's AWS account is unknown ({first_line(exc, 200)}): the topic's is not checked")
             return None
@@ -83,7 +81,7 @@ def caller_account(sns: SNSResource, warn) -> str | None:
 
 def tick_budget_seconds() -> float:
     """How long after its start a tick may begin another read or send: it ends well inside the daemon's timeout."""
-    return max(1.0, sensor_timeout_seconds() / 2 - LONGEST_REQUEST_SECONDS)
+    return max(1.0, sensor_timeout_seconds() / 2 - REQUEST_TIMEOUT_SECONDS)
 
 
 def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
@@ -143,7 +141,7 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | Callable[
         until = float(json.loads(current)["until"]) if current else 0.0
     except (ValueError, TypeError, KeyError):
         until = 0.0  # unreadable: lapsed
-    seconds = max(sensor_timeout_seconds(), tick_budget_seconds() + LONGEST_REQUEST_SECONDS + 30)
+    seconds = max(sensor_timeout_seconds(), tick_budget_seconds() + REQUEST_TIMEOUT_SECONDS + 30)
     holder = uuid.uuid4().hex
     mine = json.dumps({"holder": holder, "until": now() + seconds})
 
@@ -163,9 +161,6 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | Callable[
             yield renew
         finally:
             compare_and_set(instance, LEASE_KEY, mine, json.dumps({"holder": None, "until": 0}))
-
-
-# ---------------------------------------------------------------------------- what happened
 
 
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
@@ -219,22 +214,19 @@ def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
 AWAITING_RETRY = "awaiting_retry"  # positions[...]: failed runs whose automatic retry is awaited
 
 
+def _run_end(instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig, at: float) -> RunEnd:
+    """``run`` as its alerts name it; ``at``: its RUN_FAILURE or RUN_SUCCESS event's time (a failure's first_seen)."""
+    what = run_target(instance, run)
+    return RunEnd(what, run.run_id, dict(run.tags), work_unit(what, run.tags, run.run_config), cfg.ui_url, at)
+
+
 def _failure_signal(
-    instance: dg.DagsterInstance,
-    run: dg.DagsterRun,
-    cfg: AlertConfig,
-    at: float | None,
-    note: str = "",
-    what: str | None = None,
+    instance: dg.DagsterInstance, run: dg.DagsterRun, end: RunEnd, cfg: AlertConfig, note: str = ""
 ) -> Signal:
-    """``at``: when ``run`` failed (its RUN_FAILURE event's time), the incident's first_seen; ``what``: its
-    :func:`run_target`, when the caller has it already."""
-    what = what or run_target(instance, run)
     first, cause = _first_error(instance, lineage_root(run.run_id, run.tags))
     if not first:
         first, cause = _first_error(instance, run.run_id)
-    unit = work_unit(what, run.tags, run.run_config)
-    signal = run_failed(RunEnd(what, run.run_id, dict(run.tags), unit, cfg.ui_url, at), first, cause, note)
+    signal = run_failed(end, first, cause, note)
     return as_demo(signal) if run.job_name in cfg.demo_jobs else signal
 
 
@@ -256,7 +248,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
             continue
         waited = human(max(0.0, clock - float(item["at"])))
         context.log.warning(f"run {run_id} of {run.job_name}: no retry was launched within {waited}, alerting")
-        out.append(_failure_signal(instance, run, cfg, float(item["at"]), note=f"no retry launched within {waited}"))
+        end = _run_end(instance, run, cfg, float(item["at"]))
+        out.append(_failure_signal(instance, run, end, cfg, note=f"no retry launched within {waited}"))
     return out
 
 
@@ -309,8 +302,7 @@ def _run_signals_of(
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
-    records = instance.get_run_records(dg.RunsFilter(run_ids=ids)) if ids else []
-    runs = {r.dagster_run.run_id: r.dagster_run for r in records}
+    runs = {run.run_id: run for run in instance.get_runs(dg.RunsFilter(run_ids=ids))} if ids else {}
     for record, failed in changes:
         run = runs.get(record.run_id)
         if run is None:
@@ -319,25 +311,23 @@ def _run_signals_of(
             action = incident_action(context, book, run) if not failed else None
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
-        tags = dict(run.tags)
-        what = run_target(instance, run)
-        unit = work_unit(what, tags, run.run_config)
+        end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
-            signals = run_succeeded(RunEnd(what, run.run_id, tags, unit, cfg.ui_url, record.timestamp), open_units)
+            signals = run_succeeded(end, open_units)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
-            for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == unit]:
+            for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == end.unit]:
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        if expected := automatic_retry(tags, run.run_id, instance):
+        if expected := automatic_retry(end.tags, run.run_id, instance):
             why, seconds, child_tags = expected
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {why}")
             by = record.timestamp + seconds
-            awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": unit}
+            awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": end.unit}
             continue
-        signal = _failure_signal(instance, run, cfg, record.timestamp, what=what)
-        open_units[signal.alert_key] = unit
+        signal = _failure_signal(instance, run, end, cfg)
+        open_units[signal.alert_key] = end.unit
         out.append(signal)
     return out
 
@@ -471,9 +461,6 @@ def dead_letter_signals(
         yield from (dataclasses.replace(signal, url=link) for signal in signals if signal is not None)
 
 
-# ---------------------------------------------------------------------------- the sensor
-
-
 def build_alerts_sensor(
     *,
     demo_noise: frozenset[str] = frozenset(),
@@ -509,12 +496,11 @@ def _evaluate(
     instance = context.instance
     resources = context.resources  # AlertSettings, FleetSettings, SNSResource, SQSResource, CloudWatchResource
     sns = resources.sns
-    region = sns.region_name or os.environ.get("AWS_REGION") or "us-east-1"
     topic = (resources.alerts.sns_topic_arn or "").strip()
     cfg = alert_config(
         resources.alerts,
         sns=sns.get_client() if topic else None,
-        region=region,
+        region=sns.region_name or os.environ.get("AWS_REGION") or "us-east-1",
         account=caller_account(sns, context.log.warning) if topic else None,
     )
     cfg = dataclasses.replace(cfg, demo_jobs=demo_jobs)
@@ -591,8 +577,6 @@ def _evaluate(
     return dg.SkipReason("; ".join(parts))
 
 
-# ---------------------------------------------------------------------------- the asset
-
 # at most 4 columns, so that the asset page shows the table inline; the key in full (close_incident takes it)
 INCIDENT_COLUMNS = {"alert_key": "key", "severity": "severity", "since": "since (UTC)", "alert": "alert"}
 TABLE_ALERT_CHARS = 140  # the title (a demo alert's starts with [demo]) and the summary, on one line
@@ -636,7 +620,7 @@ def _close_incident(context: dg.OpExecutionContext, params: IncidentAction) -> N
 
 close_incident = one_op_job(
     CLOSE_JOB,
-    CLOSE_OP,
+    "incident_action",
     IncidentAction,
     _close_incident,
     description=(

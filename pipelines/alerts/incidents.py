@@ -29,10 +29,7 @@ KINDS = (
     "summary",
     "state_reset",
 )
-RUNBOOKS = "docs/runbooks"
 SUMMARY_CHARS = 300
-RESOLVED_KEPT_SECONDS = 7 * 86400  # resolved incidents are forgotten after a week
-HISTORY_SECONDS = 86400  # opened / resolved counts of the last 24 h
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
 MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: some give way (_giving_way), one line each
 PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list}  # of a saved state
@@ -90,7 +87,7 @@ FIELDS = (
 
 def runbook_link(kind: str, base_url: str | None) -> str:
     """A kind's runbook: under ``base_url`` (``ALERTS_RUNBOOK_BASE_URL``) when set, else its repository path."""
-    return f"{base_url.rstrip('/')}/{kind}.md" if base_url else f"{RUNBOOKS}/{kind}.md"
+    return f"{base_url.rstrip('/')}/{kind}.md" if base_url else f"docs/runbooks/{kind}.md"
 
 
 def message_id(message: Mapping[str, Any]) -> str:
@@ -265,11 +262,9 @@ class AlertBook:
     def prune(self, now: float) -> None:
         """Forget resolved incidents after a week and history older than a day."""
         self.incidents = {
-            key: i
-            for key, i in self.incidents.items()
-            if i["state"] == FIRING or now - i["last_seen"] < RESOLVED_KEPT_SECONDS
+            key: i for key, i in self.incidents.items() if i["state"] == FIRING or now - i["last_seen"] < 7 * 86400
         }
-        self.history = [h for h in self.history if now - h[0] < HISTORY_SECONDS]
+        self.history = [h for h in self.history if now - h[0] < 86400]
 
     # ------------------------------------------------------------------ delivery
 
@@ -338,6 +333,7 @@ class AlertBook:
             gone = {item["id"]} | {r["id"] for r in replaces or []}
             self.outbox[sink.name] = [i for i in box if i["id"] not in gone]
             done.sent.append((sink.name, item["id"]))
+            save()
             return True
 
         for sink in sinks:
@@ -357,7 +353,6 @@ class AlertBook:
                     continue
                 if send(sink, item):
                     in_a_row = 0
-                    save()
                     continue
                 held.add(item["message"].get("alert_key"))
                 in_a_row += 1
@@ -370,7 +365,6 @@ class AlertBook:
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
                 if send(sink, item, replaces=rest):
                     done.summarised += len(rest)
-                    save()
             done.waiting[sink.name] = len(self.outbox.get(sink.name, []))
         return done
 

@@ -18,8 +18,7 @@ from pipelines.common.env import ALERT_ENV, SettingsError
 from pipelines.common.http import NO_REDIRECTS, UnsafeURL, credential_url, location
 from pipelines.retry import RetryPolicy, RetryPolicyError, classify_aws_error, exponential, policy_from_text
 
-WEBHOOK_TIMEOUT_SECONDS = 10
-SNS_TIMEOUT_SECONDS = WEBHOOK_TIMEOUT_SECONDS  # the longest request of a tick, whichever the sink
+REQUEST_TIMEOUT_SECONDS = 10  # a request to either sink is cut after it: the longest request of a tick
 _TOPIC_ARN = re.compile(r"arn:aws(?:-[a-z]+)*:sns:([a-z0-9-]+):(\d{12}):([A-Za-z0-9_-]{1,256})")
 _SUBJECT_TEXT = re.compile(r"[^\x20-\x7e]")
 
@@ -126,7 +125,7 @@ class SnsSink:
         body = json.dumps(message, sort_keys=True, default=str)
         try:
             within(
-                SNS_TIMEOUT_SECONDS,
+                REQUEST_TIMEOUT_SECONDS,
                 lambda: self.sns.publish(
                     TopicArn=self.topic_arn, Message=body, Subject=subject, MessageAttributes=attributes
                 ),
@@ -140,7 +139,7 @@ class WebhookSink:
     name = "webhook"
     refuses = None
 
-    def __init__(self, url: str, *, timeout: float = WEBHOOK_TIMEOUT_SECONDS) -> None:
+    def __init__(self, url: str, *, timeout: float = REQUEST_TIMEOUT_SECONDS) -> None:
         try:
             self.url = credential_url("ALERTS_WEBHOOK_URL", url, query=True)  # a chat webhook's query may hold its key
         except UnsafeURL as exc:

@@ -16,13 +16,7 @@ from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
-# Dagster's own run retries (run_retries in dagster.yaml, or the dagster/max_retries tag)
-DAGSTER_MAX_RETRIES_TAG = "dagster/max_retries"
-DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"
-DAGSTER_ROOT_TAG = "dagster/root_run_id"
-DAGSTER_WILL_RETRY_TAG = "dagster/will_retry"  # Dagster's decision, on a failed run
-DAGSTER_FAILURE_REASON_TAG = "dagster/failure_reason"
-DAGSTER_RETRY_ON_STEP_FAILURE_TAG = "dagster/retry_on_asset_or_op_failure"
+DAGSTER_RETRY_NUMBER_TAG = "dagster/retry_number"  # Dagster's own run retries (run_retries in dagster.yaml)
 DEMO_MARK = "[demo] "
 PROGRESSOR_TIMERS_CHECK = "timers_on_time"  # progressor's check: its failure is progressor_overdue
 # a lineage that delayed_run_retries still retries this long after its first run failed alerts all the same
@@ -53,16 +47,13 @@ def attempt_of(tags: Mapping[str, str]) -> int:
 
 def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
     """The original run of a run's retries (ours or Dagster's)."""
-    return tags.get(ROOT_TAG) or tags.get(DAGSTER_ROOT_TAG) or run_id
+    return tags.get(ROOT_TAG) or tags.get("dagster/root_run_id") or run_id
 
 
 def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tuple[str, float, tuple[str, ...]] | None:
-    """Whether a failed run will be retried automatically (so it does not alert yet): (why, the seconds
-    within which a run carrying one of the tags with its id must exist, those tags), else None. By
-    ``delayed_run_retries`` (``run_retry``'s decision, which the sensor reads too), else by Dagster's run
-    retries (its ``dagster/will_retry`` tag, else the budget the run's tags and the instance allow;
-    ``instance``: the Dagster instance, read for its ``run_retries_*`` settings and the lineage's runs).
-    A lineage ``delayed_run_retries`` has retried for ``STILL_FAILING_SECONDS`` alerts all the same."""
+    """Whether a failed run will be retried automatically, so that it does not alert yet (docs/alerts.md,
+    ``run_failure``): (why, the seconds within which a run carrying one of the tags with its id must exist,
+    those tags), else None. ``instance``: read for its ``run_retries_*`` settings and the lineage's runs."""
     if POLICY_TAG in tags:
         decided = run_retry(tags, run_id)
         if decided.wait is not None:
@@ -73,17 +64,15 @@ def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tupl
     if not instance.run_retries_enabled:
         return None
     dagster = (DAGSTER_PARENT_TAG,)
-    decided_by_dagster = tags.get(DAGSTER_WILL_RETRY_TAG, "").strip().lower()
-    if decided_by_dagster:
-        if decided_by_dagster != "true":
-            return None
-        return "Dagster's run retries retry it (dagster/will_retry)", RETRY_MARGIN_SECONDS, dagster
+    if will_retry := tags.get("dagster/will_retry", "").strip().lower():  # Dagster's decision, on a failed run
+        why = "Dagster's run retries retry it (dagster/will_retry)"
+        return (why, RETRY_MARGIN_SECONDS, dagster) if will_retry == "true" else None
     instance_default = str(instance.run_retries_retry_on_asset_or_op_failure)
-    on_step_failure = tags.get(DAGSTER_RETRY_ON_STEP_FAILURE_TAG, instance_default).strip().lower()
-    if tags.get(DAGSTER_FAILURE_REASON_TAG) == "STEP_FAILURE" and on_step_failure != "true":
+    on_step_failure = tags.get("dagster/retry_on_asset_or_op_failure", instance_default).strip().lower()
+    if tags.get("dagster/failure_reason") == "STEP_FAILURE" and on_step_failure != "true":
         return None
     try:
-        budget = int(tags.get(DAGSTER_MAX_RETRIES_TAG, instance.run_retries_max_retries))
+        budget = int(tags.get("dagster/max_retries", instance.run_retries_max_retries))
         done = int(tags.get(DAGSTER_RETRY_NUMBER_TAG, "0"))
     except ValueError:
         return None
@@ -286,17 +275,14 @@ def ticks_seen(
 
 def dead_letters(queue: str, depth: int) -> Signal:
     """A dead-letter queue's depth (one that cannot be read: :func:`depth_unread`)."""
+    held = f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
     return Signal(
         alert_key=f"dead_letters:{queue}",
         kind="dead_letters",
         firing=depth > 0,
         severity="warning",
         title=f"{queue} holds {depth} dead letter(s)" if depth else f"{queue} is empty",
-        summary=(
-            f"{depth} message(s) the processors could not handle: inspect, then redrive or drop them"
-            if depth
-            else "no dead letters left"
-        ),
+        summary=held if depth else "no dead letters left",
         capability="fleet",
     )
 
