@@ -16,7 +16,7 @@ from typing import Any
 from pipelines.common import first_line, iso
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import put_object
 from pipelines.fleet.queues import receive
 
 log = logging.getLogger(__name__)
@@ -126,9 +126,8 @@ class RunArchive:
             self._size += sum(map(len, lines))
             body = b"".join(self._lines)
             key = f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
-            aws_call(
-                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"),
-                what="PutObject (raw archive)",
+            put_object(
+                self.s3, self.bucket, key, body, what="PutObject (raw archive)", ContentType="application/x-ndjson"
             )
             if key not in self.keys:
                 self.keys.append(key)

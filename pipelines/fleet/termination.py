@@ -16,7 +16,7 @@ from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, no_such_object, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters
+from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters, put_object, read_object
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
@@ -237,15 +237,9 @@ class TerminationHandler:
         the round whose write was reported failed is not listed)? A marker listing no job covers all."""
         if round_id not in self._done_rounds:
             key = round_marker_key(self.queue_url, round_id)
-            try:
-                body = aws_call(
-                    lambda: self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read(),
-                    what="GetObject (round marker)",
-                )
-            except ClientError as exc:
-                if no_such_object(exc):
-                    return False
-                raise
+            body = read_object(self.s3, self.bucket, key, what="GetObject (round marker)")
+            if body is None:
+                return False
             self._done_rounds[round_id] = frozenset(filter(None, body.decode().split("\n")))
         listed = self._done_rounds[round_id]
         return not listed or job_id in listed
@@ -377,10 +371,7 @@ class TerminationHandler:
         body = "\n".join(job.term.job_id for job in applied).encode()
         key = round_marker_key(self.queue_url, round_id)
         try:
-            aws_call(
-                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="text/plain"),
-                what="PutObject (round marker)",
-            )
+            put_object(self.s3, self.bucket, key, body, what="PutObject (round marker)", ContentType="text/plain")
         except Exception as exc:
             # The work is done; acknowledging is right. Only the marker is missing: a later copy of one
             # of these messages, in another run, would find the round unfinished and count it again.
