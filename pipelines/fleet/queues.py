@@ -167,9 +167,8 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
 
 
 def dead_letter_into(handler, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list) -> None:
-    """Send (message, reason) pairs from ``handler``'s queue to its dead-letter queue (:func:`dead_letter_entry`;
-    oversized ones to its context's archive bucket); count them, and add those sent to ``to_ack``. What could
-    not be sent stays in the source queue (``dead_letter_failed``), where its redrive policy moves it."""
+    """Send (message, reason) pairs from ``handler``'s queue to its dead-letter queue (:func:`dead_letter_entry`)
+    and count them; those sent join ``to_ack``, the rest stay in the queue (``dead_letter_failed``)."""
     if not poison:
         return
     sqs, ctx, dlq_url, source = handler.sqs, handler.ctx, handler.dlq_url, queue_name(handler.queue_url)

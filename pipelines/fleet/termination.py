@@ -263,9 +263,8 @@ class TerminationHandler:
         return float(attrs.get("VisibilityTimeout", 30))
 
     def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
-        """Jobs whose condition failed: duplicates (``conditional``), taken over by this round
-        (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter). A missing job
-        is never created: with old_jobs' marker it is a late duplicate, else unknown (dead-lettered)."""
+        """Jobs whose condition failed (docs/fleet.md, "Stopping a drain"): duplicates (``conditional``), taken
+        over by this round (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter)."""
         out = JobOutcomes()
         unfinished: list[_Job] = []
         own: list[_Job] = []
@@ -330,10 +329,8 @@ class TerminationHandler:
         return moved
 
     def _renewed(self, jobs: list[_Job], round_id: str, counts: Counter) -> tuple[list[_Job], str]:
-        """For a flush later than half the visibility timeout: the jobs still stamped with this round,
-        moved to a fresh one (a take-over of this run's own, one conditional update each), and that
-        round's id. Another run that receives their messages now finds a round younger than the
-        timeout and leaves them; those another run took over before are left to it."""
+        """A late flush's renewal (docs/fleet.md, "Rounds and flushes"): the jobs still stamped with ``round_id``
+        moved to a fresh round (``_take_over``), and its id; those another run took over are left to it."""
         renewed = new_round_id(time.time())
         for job in jobs:
             job.current = {"termination_round": round_id}

@@ -31,9 +31,8 @@ def archived_job_key(job_id: str) -> str:
 
 
 def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key: str) -> None:
-    """One small marker per archived job (``archived-jobs/<sha256 of job_id>.json``), written before
-    the job is deleted: a late copy of its termination message is then known as a duplicate, not an
-    unknown job. The bucket's lifecycle expires them after 15 days (SQS keeps a message 14 at most)."""
+    """One small marker per archived job, written before its delete: a late copy of its termination message
+    is then a duplicate, not an unknown job (docs/contracts.md, "Fleet")."""
     archived = {"archive": archive_key, "archived_at": iso(utcnow())}  # the same for every job of the page
 
     def put(record: dict[str, Any]) -> None:
