@@ -156,7 +156,6 @@ class TerminationHandler:
         pending.received += messages
         round_id = pending.round_id
 
-        # 1. validate
         now = dt.datetime.now(dt.UTC)
         jobs: dict[str, _Job] = {}
         for message in messages:
@@ -174,15 +173,12 @@ class TerminationHandler:
             else:
                 jobs[term.job_id] = _Job(term=term, digest=fingerprint(message["Body"]), messages=[message])
 
-        # 2. conditional updates; a job whose write is refused is dead-lettered like the poison
+        # Conditional updates; a job whose write is refused is dead-lettered like the poison.
         result = self._transact(list(jobs.values()), _update, round_id)
         if result.conditional:
-            settled = self._settle(result.conditional, round_id, counts)
-            counts["duplicates"] += len(settled.conditional)
-            pending.to_ack += [m for job in settled.conditional for m in job.messages]
-            result.applied += settled.applied
-            result.failed += settled.failed
-            result.refused += settled.refused
+            self._settle(result, round_id, counts)
+            counts["duplicates"] += len(result.conditional)
+            pending.to_ack += [m for job in result.conditional for m in job.messages]
         counts["failed"] += sum(len(j.messages) for j in result.failed)
         pending.poison += [(m, reason) for job, reason in result.refused for m in job.messages]
         pending.applied += result.applied
@@ -199,8 +195,8 @@ class TerminationHandler:
         return time.time() - pending.began >= self.visibility_timeout / 2
 
     def flush(self, pool: ThreadPoolExecutor) -> Counter:
-        """Steps 3 to 8 for the rounds since the last flush: archive, dead letters, clean-up, done
-        marker, acknowledge. Nothing is acknowledged unless archived first."""
+        """The rounds since the last flush: archive, dead letters, clean-up, done marker, acknowledge.
+        Nothing is acknowledged unless archived first."""
         counts: Counter = Counter()
         pending, self._pending = self._pending, None
         if pending is None:
@@ -224,8 +220,7 @@ class TerminationHandler:
             to_ack += [m for job in done for m in job.messages]
             counts["applied"] += len(done)
 
-        # 8. acknowledge exactly what was handled
-        if to_ack:
+        if to_ack:  # exactly what was handled
             # One DeleteMessageBatch after another: moto's SQS loses deletes made at the same time.
             not_deleted = len(delete_messages(self.sqs, self.queue_url, to_ack))
             counts["deleted"] += len(to_ack) - not_deleted
@@ -262,12 +257,11 @@ class TerminationHandler:
         )["Attributes"]
         return float(attrs.get("VisibilityTimeout", 30))
 
-    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
-        """Jobs whose condition failed (docs/fleet.md, "Stopping a drain"): duplicates (``conditional``), taken
-        over by this round (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter)."""
-        out = JobOutcomes()
+    def _settle(self, out: JobOutcomes, round_id: str, counts: Counter) -> None:
+        """``out``'s jobs whose condition failed, settled in place (docs/fleet.md, "Stopping a drain"): duplicates
+        stay ``conditional``, taken over by this round are ``applied``, else ``failed`` or ``refused``."""
+        jobs, out.conditional = out.conditional, []
         unfinished: list[_Job] = []
-        own: list[_Job] = []
         for job in jobs:
             old_round = job.current.get("termination_round")
             try:
@@ -288,7 +282,7 @@ class TerminationHandler:
                         out.conditional.append(job)  # a copy of a message an unflushed round of this run applied
                     else:  # this run's own write, which landed although its call failed and was tried again
                         counts["landed_on_retry"] += 1
-                        own.append(job)
+                        out.applied.append(job)
                     continue
                 if self.round_done(old_round, job.term.job_id):
                     out.conditional.append(job)
@@ -311,11 +305,10 @@ class TerminationHandler:
             unfinished.append(job)
         taken = self._move(unfinished, round_id, counts)
         counts["taken_over"] += len(taken.applied)
-        out.applied += taken.applied + own
+        out.applied += taken.applied
         out.conditional += taken.conditional  # another run took them over first: it finishes their clean-up
         out.failed += taken.failed
         out.refused += taken.refused
-        return out
 
     def _move(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
         """``jobs`` moved from the round in ``job.current`` to ``round_id`` (``_take_over``: of two runs,
