@@ -6,8 +6,10 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from botocore.exceptions import ClientError
+
 from pipelines.common import dimension_value
-from pipelines.common.aws_batches import CALL_POLICY, chunks, put_metrics
+from pipelines.common.aws_batches import CALL_POLICY, chunks, no_such_object, put_metrics
 from pipelines.retry import retry_call
 
 T = TypeVar("T")
@@ -24,6 +26,21 @@ def aws_call(operation: Callable[[], T], *, what: str = "AWS call") -> T:
         log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
     return retry_call(operation, POLICY, on_retry=note)
+
+
+def put_object(s3, bucket: str, key: str, body: bytes, *, what: str = "AWS call", **options: str) -> None:
+    """One retried ``PutObject``; ``options`` such as ``ContentType``."""
+    aws_call(lambda: s3.put_object(Bucket=bucket, Key=key, Body=body, **options), what=what)
+
+
+def read_object(s3, bucket: str, key: str, *, what: str = "AWS call") -> bytes | None:
+    """One retried ``GetObject``: the object's body, or None when there is no such object."""
+    try:
+        return aws_call(lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), what=what)
+    except ClientError as exc:
+        if no_such_object(exc):
+            return None
+        raise
 
 
 def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:

@@ -8,14 +8,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from pipelines.common import iso
-from pipelines.common.aws_batches import chunks, no_such_object
+from pipelines.common.aws_batches import chunks
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
 from pipelines.common.task import Task, TaskRun
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import aws_call, put_object, read_object
 from pipelines.fleet.drain import receive_budget
 from pipelines.fleet.messages import fingerprint, utcnow
 from pipelines.fleet.queues import (
@@ -87,21 +85,12 @@ class Ledger:
         self.s3, self.bucket, self.prefix = s3, bucket, f"dead-letters/{queue}"
 
     def count(self, fp: str) -> int:
-        try:
-            body = aws_call(
-                lambda: self.s3.get_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json")["Body"].read()
-            )
-        except ClientError as exc:
-            if no_such_object(exc):
-                return 0
-            raise
-        return int(json.loads(body).get("count", 0))
+        body = read_object(self.s3, self.bucket, f"{self.prefix}/redriven/{fp}.json")
+        return 0 if body is None else int(json.loads(body).get("count", 0))
 
     def record(self, fp: str, count: int, reason: str) -> None:
         body = json.dumps({"fingerprint": fp, "count": count, "last_reason": reason, "redriven_at": iso(utcnow())})
-        aws_call(
-            lambda: self.s3.put_object(Bucket=self.bucket, Key=f"{self.prefix}/redriven/{fp}.json", Body=body.encode())
-        )
+        put_object(self.s3, self.bucket, f"{self.prefix}/redriven/{fp}.json", body.encode())
 
     def quarantine(self, fp: str, message: dict[str, Any], count: int, reason: str | None = None) -> None:
         key = f"{self.prefix}/quarantine/{fp}.json"
@@ -116,9 +105,7 @@ class Ledger:
                 k: v.get("StringValue") for k, v in (message.get("MessageAttributes") or {}).items()
             },
         }
-        aws_call(
-            lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=json.dumps(body, ensure_ascii=False).encode())
-        )
+        put_object(self.s3, self.bucket, key, json.dumps(body, ensure_ascii=False).encode())
 
 
 class BadEnvelope(ValueError):
@@ -156,12 +143,9 @@ def _archived(s3, bucket: str, queue: str, envelope: dict[str, Any]) -> dict[str
     if not isinstance(url, str) or not url.startswith(folder) or "/" in url[len(folder) :] or ".." in url:
         raise BadEnvelope(f"body_s3 {str(url)[:200]!r} is not in {folder}")
     key = url.removeprefix(f"s3://{bucket}/")
-    try:
-        data = aws_call(lambda: s3.get_object(Bucket=bucket, Key=key)["Body"].read(), what="GetObject (dead letter)")
-    except ClientError as exc:
-        if no_such_object(exc):
-            raise BadEnvelope(f"the archived message {url} does not exist") from exc
-        raise
+    data = read_object(s3, bucket, key, what="GetObject (dead letter)")
+    if data is None:
+        raise BadEnvelope(f"the archived message {url} does not exist")
     try:
         record = json.loads(data)
     except ValueError as exc:

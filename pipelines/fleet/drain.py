@@ -16,7 +16,7 @@ from typing import Any
 from pipelines.common import first_line, iso
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import put_object
 from pipelines.fleet.queues import receive
 
 log = logging.getLogger(__name__)
@@ -90,9 +90,8 @@ class DrainResult:
 
 
 class RunArchive:
-    """The raw messages one run received, in ONE S3 object per run (JSON Lines), written before handling.
-    S3 objects cannot be appended to: each ``write`` rewrites the object with everything received so far,
-    and past ``max_bytes`` the run starts a new part (``<run>.part-0002.jsonl``). Thread-safe."""
+    """A run's raw messages as JSON Lines, rewritten whole by each ``write`` (S3 cannot append), in parts of
+    up to ``max_bytes`` (docs/fleet.md, "Rounds and flushes"). Thread-safe."""
 
     def __init__(self, s3, bucket: str, queue: str, run_id: str, *, max_bytes: int = 256 * 1024):
         self.s3, self.bucket, self.max_bytes = s3, bucket, max_bytes
@@ -126,9 +125,8 @@ class RunArchive:
             self._size += sum(map(len, lines))
             body = b"".join(self._lines)
             key = f"{self.prefix}.jsonl" if self._part == 1 else f"{self.prefix}.part-{self._part:04d}.jsonl"
-            aws_call(
-                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="application/x-ndjson"),
-                what="PutObject (raw archive)",
+            put_object(
+                self.s3, self.bucket, key, body, what="PutObject (raw archive)", ContentType="application/x-ndjson"
             )
             if key not in self.keys:
                 self.keys.append(key)
@@ -245,10 +243,8 @@ def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: 
 def run_with_graceful_stop(
     drain: QueueDrain, *, logger: Any, terminated: Callable[[], bool] | None = None
 ) -> tuple[DrainResult, BaseException | None]:
-    """Run ``drain`` in a worker thread. An interrupt of the calling (main) thread (a UI termination or
-    SIGTERM) sets ``drain.stop`` and waits up to ``stop_timeout_seconds`` for the round in flight;
-    ``terminated`` stops it the same way where no interrupt arrives. Returns the result and the
-    interrupt to re-raise (or None)."""
+    """Run ``drain`` in a worker thread, stopped by an interrupt of the calling (main) thread or ``terminated``
+    (docs/fleet.md, "Stopping a drain"). Returns the result and the interrupt to re-raise (or None)."""
     drain.terminated = terminated
     outcome: dict[str, Any] = {}
     finished = threading.Event()

@@ -9,7 +9,7 @@ from typing import Any
 
 from pipelines.common.aws_batches import chunks, error_code
 from pipelines.common.sqs import queue_name
-from pipelines.fleet.calls import aws_call
+from pipelines.fleet.calls import aws_call, put_object
 from pipelines.fleet.messages import fingerprint
 
 log = logging.getLogger(__name__)
@@ -155,10 +155,7 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
         "message_attributes": _json_attributes(message.get("MessageAttributes") or {}),
     }
     data = json.dumps(record, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    aws_call(
-        lambda: s3.put_object(Bucket=bucket, Key=key, Body=data, ContentType="application/json"),
-        what="PutObject (oversized dead letter)",
-    )
+    put_object(s3, bucket, key, data, what="PutObject (oversized dead letter)", ContentType="application/json")
     pointer = {
         "envelope": ENVELOPE,
         "body_s3": f"s3://{bucket}/{key}",
@@ -170,9 +167,8 @@ def dead_letter_entry(message: dict[str, Any], reason: str, source: str, s3, buc
 
 
 def dead_letter_into(handler, poison: Sequence[tuple[dict[str, Any], str]], counts, to_ack: list) -> None:
-    """Send (message, reason) pairs from ``handler``'s queue to its dead-letter queue (:func:`dead_letter_entry`;
-    oversized ones to its context's archive bucket); count them, and add those sent to ``to_ack``. What could
-    not be sent stays in the source queue (``dead_letter_failed``), where its redrive policy moves it."""
+    """Send (message, reason) pairs from ``handler``'s queue to its dead-letter queue (:func:`dead_letter_entry`)
+    and count them; those sent join ``to_ack``, the rest stay in the queue (``dead_letter_failed``)."""
     if not poison:
         return
     sqs, ctx, dlq_url, source = handler.sqs, handler.ctx, handler.dlq_url, queue_name(handler.queue_url)

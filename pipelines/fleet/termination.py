@@ -16,7 +16,7 @@ from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import chunks, no_such_object, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters
+from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters, put_object, read_object
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
@@ -156,7 +156,6 @@ class TerminationHandler:
         pending.received += messages
         round_id = pending.round_id
 
-        # 1. validate
         now = dt.datetime.now(dt.UTC)
         jobs: dict[str, _Job] = {}
         for message in messages:
@@ -174,15 +173,12 @@ class TerminationHandler:
             else:
                 jobs[term.job_id] = _Job(term=term, digest=fingerprint(message["Body"]), messages=[message])
 
-        # 2. conditional updates; a job whose write is refused is dead-lettered like the poison
+        # Conditional updates; a job whose write is refused is dead-lettered like the poison.
         result = self._transact(list(jobs.values()), _update, round_id)
         if result.conditional:
-            settled = self._settle(result.conditional, round_id, counts)
-            counts["duplicates"] += len(settled.conditional)
-            pending.to_ack += [m for job in settled.conditional for m in job.messages]
-            result.applied += settled.applied
-            result.failed += settled.failed
-            result.refused += settled.refused
+            self._settle(result, round_id, counts)
+            counts["duplicates"] += len(result.conditional)
+            pending.to_ack += [m for job in result.conditional for m in job.messages]
         counts["failed"] += sum(len(j.messages) for j in result.failed)
         pending.poison += [(m, reason) for job, reason in result.refused for m in job.messages]
         pending.applied += result.applied
@@ -199,8 +195,8 @@ class TerminationHandler:
         return time.time() - pending.began >= self.visibility_timeout / 2
 
     def flush(self, pool: ThreadPoolExecutor) -> Counter:
-        """Steps 3 to 8 for the rounds since the last flush: archive, dead letters, clean-up, done
-        marker, acknowledge. Nothing is acknowledged unless archived first."""
+        """The rounds since the last flush: archive, dead letters, clean-up, done marker, acknowledge.
+        Nothing is acknowledged unless archived first."""
         counts: Counter = Counter()
         pending, self._pending = self._pending, None
         if pending is None:
@@ -224,8 +220,7 @@ class TerminationHandler:
             to_ack += [m for job in done for m in job.messages]
             counts["applied"] += len(done)
 
-        # 8. acknowledge exactly what was handled
-        if to_ack:
+        if to_ack:  # exactly what was handled
             # One DeleteMessageBatch after another: moto's SQS loses deletes made at the same time.
             not_deleted = len(delete_messages(self.sqs, self.queue_url, to_ack))
             counts["deleted"] += len(to_ack) - not_deleted
@@ -237,15 +232,9 @@ class TerminationHandler:
         the round whose write was reported failed is not listed)? A marker listing no job covers all."""
         if round_id not in self._done_rounds:
             key = round_marker_key(self.queue_url, round_id)
-            try:
-                body = aws_call(
-                    lambda: self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read(),
-                    what="GetObject (round marker)",
-                )
-            except ClientError as exc:
-                if no_such_object(exc):
-                    return False
-                raise
+            body = read_object(self.s3, self.bucket, key, what="GetObject (round marker)")
+            if body is None:
+                return False
             self._done_rounds[round_id] = frozenset(filter(None, body.decode().split("\n")))
         listed = self._done_rounds[round_id]
         return not listed or job_id in listed
@@ -268,13 +257,11 @@ class TerminationHandler:
         )["Attributes"]
         return float(attrs.get("VisibilityTimeout", 30))
 
-    def _settle(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
-        """Jobs whose condition failed: duplicates (``conditional``), taken over by this round
-        (``applied``), ``failed`` (left in the queue) and ``refused`` (to dead-letter). A missing job
-        is never created: with old_jobs' marker it is a late duplicate, else unknown (dead-lettered)."""
-        out = JobOutcomes()
+    def _settle(self, out: JobOutcomes, round_id: str, counts: Counter) -> None:
+        """``out``'s jobs whose condition failed, settled in place (docs/fleet.md, "Stopping a drain"): duplicates
+        stay ``conditional``, taken over by this round are ``applied``, else ``failed`` or ``refused``."""
+        jobs, out.conditional = out.conditional, []
         unfinished: list[_Job] = []
-        own: list[_Job] = []
         for job in jobs:
             old_round = job.current.get("termination_round")
             try:
@@ -295,7 +282,7 @@ class TerminationHandler:
                         out.conditional.append(job)  # a copy of a message an unflushed round of this run applied
                     else:  # this run's own write, which landed although its call failed and was tried again
                         counts["landed_on_retry"] += 1
-                        own.append(job)
+                        out.applied.append(job)
                     continue
                 if self.round_done(old_round, job.term.job_id):
                     out.conditional.append(job)
@@ -318,11 +305,10 @@ class TerminationHandler:
             unfinished.append(job)
         taken = self._move(unfinished, round_id, counts)
         counts["taken_over"] += len(taken.applied)
-        out.applied += taken.applied + own
+        out.applied += taken.applied
         out.conditional += taken.conditional  # another run took them over first: it finishes their clean-up
         out.failed += taken.failed
         out.refused += taken.refused
-        return out
 
     def _move(self, jobs: list[_Job], round_id: str, counts: Counter) -> JobOutcomes:
         """``jobs`` moved from the round in ``job.current`` to ``round_id`` (``_take_over``: of two runs,
@@ -336,10 +322,8 @@ class TerminationHandler:
         return moved
 
     def _renewed(self, jobs: list[_Job], round_id: str, counts: Counter) -> tuple[list[_Job], str]:
-        """For a flush later than half the visibility timeout: the jobs still stamped with this round,
-        moved to a fresh one (a take-over of this run's own, one conditional update each), and that
-        round's id. Another run that receives their messages now finds a round younger than the
-        timeout and leaves them; those another run took over before are left to it."""
+        """A late flush's renewal (docs/fleet.md, "Rounds and flushes"): the jobs still stamped with ``round_id``
+        moved to a fresh round (``_take_over``), and its id; those another run took over are left to it."""
         renewed = new_round_id(time.time())
         for job in jobs:
             job.current = {"termination_round": round_id}
@@ -377,10 +361,7 @@ class TerminationHandler:
         body = "\n".join(job.term.job_id for job in applied).encode()
         key = round_marker_key(self.queue_url, round_id)
         try:
-            aws_call(
-                lambda: self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType="text/plain"),
-                what="PutObject (round marker)",
-            )
+            put_object(self.s3, self.bucket, key, body, what="PutObject (round marker)", ContentType="text/plain")
         except Exception as exc:
             # The work is done; acknowledging is right. Only the marker is missing: a later copy of one
             # of these messages, in another run, would find the round unfinished and count it again.

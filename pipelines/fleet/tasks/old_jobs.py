@@ -14,7 +14,7 @@ from pipelines.common.looks import Look
 from pipelines.common.params import param
 from pipelines.common.task import Task
 from pipelines.fleet import calls as fleet_calls
-from pipelines.fleet.calls import aws_call, publish_count
+from pipelines.fleet.calls import aws_call, publish_count, put_object
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import FINAL_STATUSES, HousekeepingRequest, fingerprint, utcnow
 
@@ -31,18 +31,14 @@ def archived_job_key(job_id: str) -> str:
 
 
 def mark_archived(ctx: FleetContext, records: list[dict[str, Any]], archive_key: str) -> None:
-    """One small marker per archived job (``archived-jobs/<sha256 of job_id>.json``), written before
-    the job is deleted: a late copy of its termination message is then known as a duplicate, not an
-    unknown job. The bucket's lifecycle expires them after 15 days (SQS keeps a message 14 at most)."""
+    """One small marker per archived job, written before its delete: a late copy of its termination message
+    is then a duplicate, not an unknown job (docs/contracts.md, "Fleet")."""
     archived = {"archive": archive_key, "archived_at": iso(utcnow())}  # the same for every job of the page
 
     def put(record: dict[str, Any]) -> None:
         body = json.dumps({"job_id": record["job_id"], "status": record.get("status"), **archived}).encode()
         key = archived_job_key(record["job_id"])
-        aws_call(
-            lambda: ctx.s3.put_object(Bucket=ctx.archive_bucket, Key=key, Body=body),
-            what="PutObject (archived job marker)",
-        )
+        put_object(ctx.s3, ctx.archive_bucket, key, body, what="PutObject (archived job marker)")
 
     with ThreadPoolExecutor(max_workers=8, thread_name_prefix="archived-marker") as pool:
         list(pool.map(put, records))  # raises the first failure: then nothing of the page is deleted
@@ -99,15 +95,12 @@ def _delete(ctx: FleetContext, items: list[dict[str, Any]], counts: Counter) -> 
 def _archive_page(ctx: FleetContext, status: str, cutoff: str, items: list[dict[str, Any]], counts: Counter) -> str:
     """One page of a status: archived to one object (returns its key), each job marked, then deleted."""
     records = [from_item(item) for item in items]
-    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records)
+    body = "".join(json.dumps(r, sort_keys=True, default=str) + "\n" for r in records).encode()
     ids = ",".join(sorted(r["job_id"] for r in records))
     # Deterministic key: archiving the same records again (after a crash) rewrites one object.
     key = f"jobs/{status}/{cutoff[:10]}/{fingerprint(ids)[:24]}.jsonl"
-    aws_call(
-        lambda: ctx.s3.put_object(
-            Bucket=ctx.archive_bucket, Key=key, Body=body.encode(), ContentType="application/x-ndjson"
-        ),
-        what="PutObject (job archive)",
+    put_object(
+        ctx.s3, ctx.archive_bucket, key, body, what="PutObject (job archive)", ContentType="application/x-ndjson"
     )
     mark_archived(ctx, records, key)
     _delete(ctx, items, counts)

@@ -56,22 +56,16 @@ def managed_instances(ec2, states=("pending", "running")) -> list[dict[str, Any]
 
 
 def has_running_job(dynamodb, jobs_table: str, instance_id: str) -> bool:
-    kwargs: dict[str, Any] = {
-        "TableName": jobs_table,
-        "IndexName": "instance_id-index",
-        "KeyConditionExpression": "instance_id = :i",
-        "FilterExpression": "#s = :running",
-        "ExpressionAttributeNames": {"#s": "status"},
-        "ExpressionAttributeValues": {":i": {"S": instance_id}, ":running": {"S": "running"}},
-        "Select": "COUNT",
-    }
-    while True:
-        page = aws_call(lambda: dynamodb.query(**kwargs), what="Query instance_id-index")
-        if page.get("Count", 0):
-            return True
-        if "LastEvaluatedKey" not in page:
-            return False
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    pages = dynamodb.get_paginator("query").paginate(
+        TableName=jobs_table,
+        IndexName="instance_id-index",
+        KeyConditionExpression="instance_id = :i",
+        FilterExpression="#s = :running",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":i": {"S": instance_id}, ":running": {"S": "running"}},
+        Select="COUNT",
+    )
+    return aws_call(lambda: any(page.get("Count", 0) for page in pages), what="Query instance_id-index")
 
 
 @dataclass
