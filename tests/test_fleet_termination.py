@@ -14,6 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from pipelines.fleet import calls as fleet_calls
+from pipelines.fleet import drain as drain_module
 from pipelines.fleet import queues
 from pipelines.fleet.drain import STATUS_UNREADABLE, run_with_graceful_stop
 from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, runner_parameter
@@ -339,6 +340,29 @@ def test_an_interrupt_stops_receiving_and_finishes_the_round_in_flight(aws):
     assert rest.counts["duplicates"] == 0
     assert all(j["status"] == "completed" for j in fs.jobs_state(aws).values())
     assert fs.metric_sum(aws, "JobSuccess") == 60
+
+
+def test_an_interrupt_while_the_drain_thread_starts_leaves_it_nothing_to_do(aws, monkeypatch):
+    """SIGINT lands while the calling thread is still inside ``Thread.start``: the interrupt is raised there,
+    and the drain thread, which may be running already, receives nothing (it would otherwise drain unwatched)."""
+    jobs = fs.start_jobs(aws, 20)
+    fs.send(aws, [_valid_body(j) for j in jobs])
+    drain = fs.make_drain(aws, concurrency=1)
+    started: list[threading.Thread] = []
+
+    class InterruptedStart(threading.Thread):
+        def start(self) -> None:
+            super().start()
+            started.append(self)
+            os.kill(os.getpid(), signal.SIGINT)  # handled in this (the main) thread, still inside start()
+
+    monkeypatch.setattr(drain_module.threading, "Thread", InterruptedStart)
+    with dg.raise_execution_interrupts(), pytest.raises(dg.DagsterExecutionInterruptedError):
+        run_with_graceful_stop(drain, logger=fs.log)
+    started[0].join(PATIENCE)
+    assert drain.result.stopped_by == "stop requested"
+    assert drain.result.counts["received"] == 0
+    assert fs.depth(aws, TQ) == 20
 
 
 def test_a_drain_whose_run_status_cannot_be_read_stops_at_the_round_boundary_without_writing_to_the_run(aws, caplog):

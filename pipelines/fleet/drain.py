@@ -247,9 +247,10 @@ def run_with_graceful_stop(
     (docs/fleet.md, "Stopping a drain"). Returns the result and the interrupt to re-raise (or None)."""
     drain.terminated = terminated
     outcome: dict[str, Any] = {}
-    finished = threading.Event()
+    finished, watched = threading.Event(), threading.Event()
 
     def target() -> None:
+        watched.wait()  # the drain begins once an interrupt would reach the loop below
         try:
             outcome["result"] = drain.run()
         except BaseException as exc:  # surfaced to the caller's thread
@@ -258,11 +259,17 @@ def run_with_graceful_stop(
             finished.set()
 
     # Wait on an Event, not Thread.join: an interrupt inside join() can leave is_alive() wrong.
-    threading.Thread(target=target, name="queue-drain", daemon=True).start()
+    try:
+        threading.Thread(target=target, name="queue-drain", daemon=True).start()
+    except BaseException:  # interrupted before anything was received: the drain, if started, stops at once
+        drain.stop.set()
+        watched.set()
+        raise
     interrupt: BaseException | None = None
     deadline: float | None = None
     restore: dict[int, Any] = {}
     try:
+        watched.set()
         while not finished.is_set():
             try:
                 if interrupt is not None and deadline is None:
