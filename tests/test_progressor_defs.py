@@ -168,6 +168,19 @@ def test_job_malformed_dsn_fails_with_one_line_without_the_password(dsn):
     assert "S3cr3t" not in line
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://collector:S3cr3t@PwTail@127.0.0.1:9/progressor",  # libpq's host: PwTail@127.0.0.1
+        "postgresql://collector:S3cr3t@PwTail:9@127.0.0.1:9/progressor",  # libpq's host PwTail, port 9@127...
+    ],
+)
+def test_job_dsn_whose_password_holds_an_at_sign_fails_with_one_line_without_the_password(dsn):
+    line = _failure_line(_run(dsn, {"namespace": "default/default"}))
+    assert "password (or user name) holds an unencoded '@', percent-encode it as %40" in line
+    assert "PwTail" not in line
+
+
 def test_job_bad_value_fails_with_one_line(dsn):
     result = _run(dsn, {"namespace": "default/default", "batch_size": 0})
     assert _failure_line(result).endswith("invalid run config: batch_size must be at least 1, got 0")
