@@ -22,11 +22,17 @@ class ProgressorDatabaseError(ConnectionError):
 
 
 def _where(dsn: str) -> tuple[str, str]:
-    """``host:port/dbname`` of a libpq URL or key=value string (without credentials), and its ``options``."""
+    """``host:port/dbname`` of a libpq URL or key=value string (without credentials), and its ``options``;
+    ProgressorDatabaseError when the host or port holds a part of the user-info."""
     try:
         parts = psycopg2.extensions.parse_dsn(dsn)
     except psycopg2.ProgrammingError:
         return "an unparsable DSN", ""
+    if "@" in f"{parts.get('host', '')}{parts.get('port', '')}":  # libpq ends a URL's user-info at its first '@'
+        raise ProgressorDatabaseError(
+            "cannot reach the progressor database (PROGRESSOR_DSN): its password (or user name) holds an unencoded "
+            "'@', percent-encode it as %40 (its value is not shown)"
+        )
     where = f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/"
     return where + (parts.get("dbname") or parts.get("user") or ""), parts.get("options", "")
 

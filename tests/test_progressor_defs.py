@@ -10,6 +10,7 @@ from pathlib import Path
 import dagster as dg
 import psycopg2
 import pytest
+from psycopg2 import sql
 
 from infra.demo import progressor_engine as engine
 from infra.demo.progressor_schema import create_namespace
@@ -167,6 +168,19 @@ def test_job_malformed_dsn_fails_with_one_line_without_the_password(dsn):
     assert "S3cr3t" not in line
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://collector:S3cr3t@PwTail@127.0.0.1:9/progressor",  # libpq's host: PwTail@127.0.0.1
+        "postgresql://collector:S3cr3t@PwTail:9@127.0.0.1:9/progressor",  # libpq's host PwTail, port 9@127...
+    ],
+)
+def test_job_dsn_whose_password_holds_an_at_sign_fails_with_one_line_without_the_password(dsn):
+    line = _failure_line(_run(dsn, {"namespace": "default/default"}))
+    assert "password (or user name) holds an unencoded '@', percent-encode it as %40" in line
+    assert "PwTail" not in line
+
+
 def test_job_bad_value_fails_with_one_line(dsn):
     result = _run(dsn, {"namespace": "default/default", "batch_size": 0})
     assert _failure_line(result).endswith("invalid run config: batch_size must be at least 1, got 0")
@@ -219,6 +233,42 @@ def test_collect_zombies_schedule_skips_without_zombies_and_runs_with_them(dsn, 
         # While that run is queued, the next tick does not queue another.
         instance.create_run_for_job(collect_zombies_job, run_config=request.run_config, tags=request.tags)
         assert "is still queued" in _tick(schedule, dsn, instance).skip_message
+
+
+@pytest.fixture(scope="module")
+def tokyo_dsn():
+    """A database whose default TimeZone, the one progressor's sessions get, is Asia/Tokyo."""
+    with scratch_database() as url:
+        conn = psycopg2.connect(url)
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT current_database()")
+            cur.execute(
+                sql.SQL("ALTER DATABASE {} SET TimeZone = 'Asia/Tokyo'").format(sql.Identifier(cur.fetchone()[0]))
+            )
+        conn.close()
+        yield url
+
+
+@pytest.mark.parametrize("writer_time_zone", ["Asia/Tokyo", None])
+def test_collect_zombies_schedule_reads_running_times_in_the_writers_zone(request, writer_time_zone):
+    """progressor in Asia/Tokyo stores TO_TIMESTAMP(<UTC text>) 9 h early: the look reads it back as the run does,
+    in writer_time_zone or else the zones progressor's sessions may use (here the database's)."""
+    url = request.getfixturevalue("dsn" if writer_time_zone else "tokyo_dsn")
+    tokyo_hours = 9 * 3600
+    ns = _seeded(url, "tokyo", lambda cur, t: engine.start_process(cur, t, "p-live", age_seconds=tokyo_hours + 5))
+    config = {"namespace": ns, **({"writer_time_zone": writer_time_zone} if writer_time_zone else {})}
+    target = Target(name=dagster_name(ns), cron="* * * * *", config=config, params=collect_params(config))
+    schedule = schedule_for(target)
+    with dg.instance_for_test(overrides=local_run_limits()) as instance:
+        live_only = _tick(schedule, url, instance)
+        conn = psycopg2.connect(url)
+        with conn, conn.cursor() as cur:
+            engine.start_process(cur, tables_for(ns), "p-dead", age_seconds=tokyo_hours + 3600)
+        conn.close()
+        with_a_zombie = _tick(schedule, url, instance)
+    assert live_only.skip_message == f"no running task of {ns} older than 96s"
+    assert len(with_a_zombie.run_requests) == 1
 
 
 def _health_run_by_schedule(dsn, ns: str, instance):

@@ -6,10 +6,10 @@ from typing import Any
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.looks import Look
 from pipelines.common.task import Task, TaskRun
-from pipelines.progressor.collector import ClockError, collect_zombies
+from pipelines.progressor.collector import ClockError, collect_zombies, prepare
 from pipelines.progressor.health import collection_datums
 from pipelines.progressor.params import CollectParams
-from pipelines.progressor.schema import NamespaceError, tables_for
+from pipelines.progressor.schema import NamespaceError
 
 
 def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, Any]:
@@ -30,15 +30,15 @@ def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, An
 
 
 def look(run: TaskRun, _request: None, params: CollectParams) -> Look:
-    """One count of the running rows older than the threshold, each ``running_time`` as stored (not read back
-    in the writers' zones, ``collector.Clock``): at least the zombies a run would find."""
-    tables, seconds = tables_for(params.namespace), params.threshold_seconds
-    with run.progressor_db.connection() as conn, conn.cursor() as cur:
-        cur.execute(
-            tables.sql("SELECT count(*) FROM {running} WHERE running_time < now() - make_interval(secs => {})", seconds)
-        )
-        found = cur.fetchone()[0]
+    """One count of the running rows older than the threshold, each ``running_time`` read as a run reads it
+    (``collector.prepare``: in the writers' zones, ``collector.Clock``): the zombies a run would find."""
+    with run.progressor_db.connection() as conn:
+        tables, threshold, _ = prepare(conn, params)
+        with conn.cursor() as cur:
+            cur.execute(tables.sql("SELECT count(*) FROM {running} r WHERE {older}", older=threshold.older))
+            found = cur.fetchone()[0]
         conn.rollback()
+    seconds = threshold.seconds
     if found:
         return Look.work(f"{found} running task(s) of {params.namespace} older than {seconds}s")
     return Look.idle(f"no running task of {params.namespace} older than {seconds}s")
