@@ -28,10 +28,12 @@ def _where(dsn: str) -> tuple[str, str]:
         parts = psycopg2.extensions.parse_dsn(dsn)
     except psycopg2.ProgrammingError:
         return "an unparsable DSN", ""
-    if "@" in f"{parts.get('host', '')}{parts.get('port', '')}":  # libpq ends a URL's user-info at its first '@'
+    scheme, _, rest = dsn.partition("://")
+    if rest and scheme.lower() in ("postgres", "postgresql") and set("/?#@") & set(rest.rpartition("@")[0]):
+        # libpq ends a URL's user-info at its first '@' (or its host at a '/'): the rest would show as host and port
         raise ProgressorDatabaseError(
             "cannot reach the progressor database (PROGRESSOR_DSN): its password (or user name) holds an unencoded "
-            "'@', percent-encode it as %40 (its value is not shown)"
+            "'@', '/', '?' or '#', percent-encode it (%40, %2F, %3F, %23; its value is not shown)"
         )
     where = f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/"
     return where + (parts.get("dbname") or parts.get("user") or ""), parts.get("options", "")

@@ -173,11 +173,13 @@ def test_job_malformed_dsn_fails_with_one_line_without_the_password(dsn):
     [
         "postgresql://collector:S3cr3t@PwTail@127.0.0.1:9/progressor",  # libpq's host: PwTail@127.0.0.1
         "postgresql://collector:S3cr3t@PwTail:9@127.0.0.1:9/progressor",  # libpq's host PwTail, port 9@127...
+        "postgresql://collector:S3cr3t/PwTail@127.0.0.1:9/progressor",  # libpq's host collector, port S3cr3t
+        "postgresql://collector:12/PwTail@127.0.0.1:9/progressor",  # libpq's port 12, dbname PwTail@127...
     ],
 )
-def test_job_dsn_whose_password_holds_an_at_sign_fails_with_one_line_without_the_password(dsn):
+def test_job_dsn_whose_password_holds_a_url_delimiter_fails_with_one_line_without_the_password(dsn):
     line = _failure_line(_run(dsn, {"namespace": "default/default"}))
-    assert "password (or user name) holds an unencoded '@', percent-encode it as %40" in line
+    assert "password (or user name) holds an unencoded '@', '/', '?' or '#', percent-encode it" in line
     assert "PwTail" not in line
 
 
