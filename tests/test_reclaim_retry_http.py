@@ -791,14 +791,19 @@ def test_user_info_in_agenda_progress_url_fails_the_run_with_one_line_without_it
     assert [p for _, p in endpoint.requests if p != "/login"] == []
 
 
-def test_an_item_id_that_is_a_dot_segment_is_an_item_error_and_never_sent(aws, endpoint):
+# A dot segment, also once the quoted id is decoded twice (a proxy and a server), a '\', an encoded '/',
+# fullwidth dots a server may normalise to '..'.
+LEAVING_IDS = ["..", ".", "..\\admin", "%2e%2e%2fadmin", "a/../../admin", "\uff0e\uff0e"]
+
+
+def test_an_item_id_that_leaves_the_endpoint_path_is_an_item_error_and_never_sent(aws, endpoint):
     now = int(time.time() * 1000)
-    put(aws, agenda("..", "EXECUTING", DAY_MS, now=now), agenda(".", "EXECUTING", DAY_MS, now=now),
-        agenda("plain", "EXECUTING", DAY_MS, now=now))  # fmt: skip
+    put(aws, *(agenda(item_id, "EXECUTING", DAY_MS, now=now) for item_id in [*LEAVING_IDS, "plain"]))
     log = ListLog()
     counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
-    assert (counts.reclaimed, counts.errors) == (1, 2)
+    assert (counts.reclaimed, counts.errors) == (1, len(LEAVING_IDS))
     assert [p for _, p in endpoint.requests if p != "/login"] == ["/progress/plain", "/progress/plain"]
     refused = [line for line in log.lines if "not sent" in line]
-    assert len(refused) == 2
+    assert len(refused) == len(LEAVING_IDS)
     assert all(line.splitlines() == [line] for line in refused)
+    assert all(f"not sent, this id would name a path outside {endpoint.progress_url}" in line for line in refused)

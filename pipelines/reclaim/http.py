@@ -118,9 +118,12 @@ class AgendaProgressEndpoint:
         return secret
 
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
-        if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
-            raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
-        url = f"{self.url}/{quote(item_id, safe='')}"
+        segment = quote(item_id, safe="")  # keeps dots, and a server or proxy may decode it again
+        if not (item_id.isascii() and item_id.isprintable()) or leaves_its_path(segment):
+            raise ItemError(
+                f"{method} {item_id[:80]!r}: not sent, this id would name a path outside {location(self.url)}"
+            )
+        url = f"{self.url}/{segment}"
         for _ in range(2):  # a second try after a fresh login
             if self._token is None:
                 self._token = self.remember(self._authenticate())
