@@ -12,6 +12,7 @@ import pytest
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
+from pipelines.reclaim import http as reclaim_http
 from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret, make_writer
@@ -412,6 +413,29 @@ def test_http_retry_after_a_pass_died_between_its_queue_write_and_its_put(aws, e
     item = items_by_id(ddb)["h"]
     assert item["attemptId"] == ready_items(aws)["h"]["attemptId"]
     assert json.loads(item["diagnosticEvents"])[-1]["payload"]["attemptId"] == item["attemptId"]
+
+
+MALFORMED_ALL = {"as-object": {"id": "as-object", "processingState": "EXECUTING"}, "of-strings": ["x"]}
+
+
+def test_a_get_answering_no_list_of_objects_is_an_error_of_that_item_and_the_pass_goes_on(aws, endpoint, monkeypatch):
+    now = int(time.time() * 1000)
+    put(aws, *(agenda(item_id, "EXECUTING", DAY_MS, now=now) for item_id in [*MALFORMED_ALL, "plain"]))
+    real_request = reclaim_http._request
+
+    def malformed_get(method, url, body=None, headers=None):
+        item_id = url.rsplit("/", 1)[1]
+        if method == "GET" and item_id in MALFORMED_ALL:
+            return 200, {"all": MALFORMED_ALL[item_id], "count": 1, "errorResponse": None}
+        return real_request(method, url, body, headers)
+
+    monkeypatch.setattr(reclaim_http, "_request", malformed_get)
+    log = ListLog()
+    counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
+    assert (counts.reclaimed, counts.errors) == (1, len(MALFORMED_ALL))
+    assert [p for m, p in endpoint.requests if m == "PUT"] == ["/progress/plain"]
+    refused = [line for line in log.lines if "not a list of AgendaProgress objects" in line]
+    assert len(refused) == len(MALFORMED_ALL)
 
 
 def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):

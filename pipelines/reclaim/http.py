@@ -149,7 +149,14 @@ class AgendaProgressEndpoint:
         return answer
 
     def get(self, item_id: str) -> dict[str, Any] | None:
-        return next(iter(self._call("GET", item_id).get("all") or []), None)
+        """The AgendaProgress the endpoint has, None when it has none; an answer of another shape is an item error."""
+        found = self._call("GET", item_id).get("all")
+        if found is None or found == []:
+            return None
+        if not isinstance(found, list) or not isinstance(found[0], dict):
+            kind = f"a list of {type(found[0]).__name__}" if isinstance(found, list) else type(found).__name__
+            raise ItemError(f"GET {item_id}: HTTP 200 with 'all' {kind}, not a list of AgendaProgress objects")
+        return found[0]
 
     def put(self, item_id: str, partial: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", item_id, partial)
