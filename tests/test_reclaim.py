@@ -199,6 +199,9 @@ def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count(tmp
                                       lambda ddb: _pass(ddb, params))  # fmt: skip
 
 
+EARLIER_EVENTS = [{"message": "earlier failure: disk full"}]  # a list: DynamoDB type L, not the contract's S
+
+
 def test_operation_progress_items_are_failed_with_the_agenda(aws):
     ddb = aws.client("dynamodb")
     ddb.create_table(
@@ -219,9 +222,11 @@ def test_operation_progress_items_are_failed_with_the_agenda(aws):
         ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(row))
     garbled = {"agendaProgressId": ids["stale"][0], "operationId": "op-3", "processingState": "EXECUTING"}
     ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item({**garbled, "diagnosticEvents": "[{not json"}))
+    as_list = {**garbled, "operationId": "op-4", "diagnosticEvents": EARLIER_EVENTS}
+    ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(as_list))
     params = _params(operationProgressTableName="POP-OperationProgress-test")
     counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
-    assert counts.operations_failed == 2
+    assert counts.operations_failed == 3
     ops = {i["operationId"]["S"]: i for i in ddb.scan(TableName="POP-OperationProgress-test")["Items"]}
     assert ops["op-1"]["processingStateMessage"]["S"] == "failed"
     assert "AgendaProgress timed out." in ops["op-1"]["diagnosticEvents"]["S"]
@@ -229,6 +234,8 @@ def test_operation_progress_items_are_failed_with_the_agenda(aws):
     assert "processingStateMessage" not in ops["op-2"]
     kept = json.loads(ops["op-3"]["diagnosticEvents"]["S"])[0]  # events that are not JSON are kept as text
     assert kept["payload"] == "[{not json"
+    kept = json.loads(ops["op-4"]["diagnosticEvents"]["S"])[0]  # events of another type are kept as read
+    assert kept["payload"] == to_item({"d": EARLIER_EVENTS})["d"]
     with pytest.raises(TableError, match="agendaProgressId"):
         OperationProgressWriter(ddb, PROGRESS_TABLE)
 
@@ -581,6 +588,18 @@ def test_an_item_with_json_nested_too_deep_for_the_parser_does_not_stop_the_pass
     writer = DynamoWriter(ddb, params, ready_table=aws.env["AGENDA_READY_TABLE"])  # a retry writes its agenda
     counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + PATIENCE, info), writer)
     assert getattr(counts, counter) == 4
+
+
+def test_diagnostic_events_that_are_not_json_text_are_kept_as_read_when_the_item_is_failed(aws):
+    ddb, params = _one_bad_among_stale(aws, {"diagnosticEvents": EARLIER_EVENTS})
+    assert _pass(ddb, params).reclaimed == 4
+    item = ddb.get_item(TableName="plain-agendas", Key={"id": {"S": "bad"}})["Item"]
+    kept, added = json.loads(item["diagnosticEvents"]["S"])
+    assert kept == {
+        "message": "diagnosticEvents of DynamoDB type L kept as read",
+        "payload": to_item({"d": EARLIER_EVENTS})["d"],
+    }
+    assert added["message"] == "AgendaProgress timed out."
 
 
 def test_a_dry_run_over_a_time_beyond_any_calendar_says_its_number(aws):

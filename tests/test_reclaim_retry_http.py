@@ -12,6 +12,7 @@ import pytest
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
+from pipelines.reclaim import http as reclaim_http
 from pipelines.reclaim.decide import decide
 from pipelines.reclaim.engine import SegmentPlan, reclaim_pass
 from pipelines.reclaim.http import EndpointError, Secret, make_writer
@@ -414,6 +415,29 @@ def test_http_retry_after_a_pass_died_between_its_queue_write_and_its_put(aws, e
     assert json.loads(item["diagnosticEvents"])[-1]["payload"]["attemptId"] == item["attemptId"]
 
 
+MALFORMED_ALL = {"as-object": {"id": "as-object", "processingState": "EXECUTING"}, "of-strings": ["x"]}
+
+
+def test_a_get_answering_no_list_of_objects_is_an_error_of_that_item_and_the_pass_goes_on(aws, endpoint, monkeypatch):
+    now = int(time.time() * 1000)
+    put(aws, *(agenda(item_id, "EXECUTING", DAY_MS, now=now) for item_id in [*MALFORMED_ALL, "plain"]))
+    real_request = reclaim_http._request
+
+    def malformed_get(method, url, body=None, headers=None):
+        item_id = url.rsplit("/", 1)[1]
+        if method == "GET" and item_id in MALFORMED_ALL:
+            return 200, {"all": MALFORMED_ALL[item_id], "count": 1, "errorResponse": None}
+        return real_request(method, url, body, headers)
+
+    monkeypatch.setattr(reclaim_http, "_request", malformed_get)
+    log = ListLog()
+    counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
+    assert (counts.reclaimed, counts.errors) == (1, len(MALFORMED_ALL))
+    assert [p for m, p in endpoint.requests if m == "PUT"] == ["/progress/plain"]
+    refused = [line for line in log.lines if "not a list of AgendaProgress objects" in line]
+    assert len(refused) == len(MALFORMED_ALL)
+
+
 def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
     seed_mixed(aws.client("dynamodb"))
     with pytest.raises(EndpointError) as wrong:
@@ -791,14 +815,19 @@ def test_user_info_in_agenda_progress_url_fails_the_run_with_one_line_without_it
     assert [p for _, p in endpoint.requests if p != "/login"] == []
 
 
-def test_an_item_id_that_is_a_dot_segment_is_an_item_error_and_never_sent(aws, endpoint):
+# A dot segment, also once the quoted id is decoded twice (a proxy and a server), a '\', an encoded '/',
+# fullwidth dots a server may normalise to '..'.
+LEAVING_IDS = ["..", ".", "..\\admin", "%2e%2e%2fadmin", "a/../../admin", "\uff0e\uff0e"]
+
+
+def test_an_item_id_that_leaves_the_endpoint_path_is_an_item_error_and_never_sent(aws, endpoint):
     now = int(time.time() * 1000)
-    put(aws, agenda("..", "EXECUTING", DAY_MS, now=now), agenda(".", "EXECUTING", DAY_MS, now=now),
-        agenda("plain", "EXECUTING", DAY_MS, now=now))  # fmt: skip
+    put(aws, *(agenda(item_id, "EXECUTING", DAY_MS, now=now) for item_id in [*LEAVING_IDS, "plain"]))
     log = ListLog()
     counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
-    assert (counts.reclaimed, counts.errors) == (1, 2)
+    assert (counts.reclaimed, counts.errors) == (1, len(LEAVING_IDS))
     assert [p for _, p in endpoint.requests if p != "/login"] == ["/progress/plain", "/progress/plain"]
     refused = [line for line in log.lines if "not sent" in line]
-    assert len(refused) == 2
+    assert len(refused) == len(LEAVING_IDS)
     assert all(line.splitlines() == [line] for line in refused)
+    assert all(f"not sent, this id would name a path outside {endpoint.progress_url}" in line for line in refused)

@@ -118,9 +118,12 @@ class AgendaProgressEndpoint:
         return secret
 
     def _call(self, method: str, item_id: str, body: Any = None) -> dict[str, Any]:
-        if item_id in (".", ".."):  # quote() keeps dots: the id would be a dot segment of the URL
-            raise ItemError(f"{method} {item_id!r}: not sent, this id would name a path outside {location(self.url)}")
-        url = f"{self.url}/{quote(item_id, safe='')}"
+        segment = quote(item_id, safe="")  # keeps dots, and a server or proxy may decode it again
+        if not (item_id.isascii() and item_id.isprintable()) or leaves_its_path(segment):
+            raise ItemError(
+                f"{method} {item_id[:80]!r}: not sent, this id would name a path outside {location(self.url)}"
+            )
+        url = f"{self.url}/{segment}"
         for _ in range(2):  # a second try after a fresh login
             if self._token is None:
                 self._token = self.remember(self._authenticate())
@@ -146,7 +149,14 @@ class AgendaProgressEndpoint:
         return answer
 
     def get(self, item_id: str) -> dict[str, Any] | None:
-        return next(iter(self._call("GET", item_id).get("all") or []), None)
+        """The AgendaProgress the endpoint has, None when it has none; an answer of another shape is an item error."""
+        found = self._call("GET", item_id).get("all")
+        if found is None or found == []:
+            return None
+        if not isinstance(found, list) or not isinstance(found[0], dict):
+            kind = f"a list of {type(found[0]).__name__}" if isinstance(found, list) else type(found).__name__
+            raise ItemError(f"GET {item_id}: HTTP 200 with 'all' {kind}, not a list of AgendaProgress objects")
+        return found[0]
 
     def put(self, item_id: str, partial: dict[str, Any]) -> dict[str, Any]:
         return self._call("PUT", item_id, partial)

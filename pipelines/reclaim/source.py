@@ -231,6 +231,17 @@ def parse_events(events: Any) -> list:
     return events if isinstance(events, list) else [events]
 
 
+def item_events(attr: dict[str, Any] | None) -> list:
+    """An item's ``diagnosticEvents`` attribute as a list: JSON text as :func:`parse_events` reads it; a value
+    of another DynamoDB type (the contract's is S) is kept as one event holding it as read, so that no
+    write drops it (a NULL holds none)."""
+    if attr is None or "NULL" in attr:
+        return []
+    if "S" in attr:
+        return parse_events(attr["S"])
+    return [{"message": f"diagnosticEvents of DynamoDB type {next(iter(attr), '?')} kept as read", "payload": attr}]
+
+
 def _error_type(events: list) -> str | None:
     last = events[-1] if events and isinstance(events[-1], dict) else {}
     payload = last.get("payload") if isinstance(last.get("payload"), dict) else {}
@@ -256,8 +267,7 @@ def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, n
     state = item.get(STATE_ATTR, {}).get("S")
     message = item.get(MESSAGE_ATTR, {}).get("S")
     time_attr = item.get(params.timeFieldName)
-    events = item.get("diagnosticEvents")
-    diagnostics = parse_events(events["S"]) if events and "S" in events else []
+    diagnostics = item_events(item.get("diagnosticEvents"))
     common = dict(
         id=str(item_id),
         key={k: item[k] for k in info.key_attrs if k in item},

@@ -25,7 +25,7 @@ from pipelines.reclaim.source import (
     TableError,
     describe_table,
     indexes_on,
-    parse_events,
+    item_events,
     used_placeholders,
 )
 from pipelines.retry import ATTEMPT_ID_ATTR, TRANSIENT_ITEM_CODES, dynamodb_fence, is_transient, retry_call
@@ -383,7 +383,7 @@ class OperationProgressWriter:
         failed = 0
         for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
-                events = parse_events(item.get("diagnosticEvents", {}).get("S", "[]")) + [event]
+                events = item_events(item.get("diagnosticEvents")) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
                 request = u.request(self.table, {k: item[k] for k in self.keys})
