@@ -132,8 +132,6 @@ BATCHING_TAG = "groundskeeper/batching"
 
 MINUTE_JOB = "batch_minute_job"
 PARTITION_JOB = "receiver_batches_job"
-MINUTE_OP = "plan_batch_minute"
-MINUTE_IN_PROCESS_OP = "batch_minute"
 BATCH_TIME_TAG = "groundskeeper/batch_time"
 """The decider minute of a ``batch_minute_job`` run; the next tick's window starts there."""
 HANDOFF_TAG = "groundskeeper/handoff"
@@ -255,7 +253,6 @@ def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool)
 
 
 @dg.op(
-    name=MINUTE_OP,
     description="The partitions due in the decider's minute, in shares of at most 25 receivers (a step each).",
     out=dg.DynamicOut(dict),
 )
@@ -280,7 +277,6 @@ def report_batch_minute(context: dg.OpExecutionContext, results: list[dict]) -> 
 
 
 @dg.op(
-    name=MINUTE_IN_PROCESS_OP,
     description="Batches every partition due in the decider's minute: its shares of at most 25 receivers one "
     "after another, each on a few threads; a materialization for each partition whose status this changes or "
     "that holds something to look at.",
@@ -307,7 +303,9 @@ def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefin
     @dg.job(
         name=MINUTE_JOB,
         # a minute run comes every minute: its console (captured with the run) shows INFO and above
-        config=flat_config(MINUTE_OP if fan_out else MINUTE_IN_PROCESS_OP, BatchMinuteParams, console_level="INFO"),
+        config=flat_config(
+            (plan_batch_minute if fan_out else batch_minute).name, BatchMinuteParams, console_level="INFO"
+        ),
         description="Batches every (receiver, day) partition due in one decider minute; launched by batch_decider.",
         tags={"groundskeeper/capability": "batching", BATCHING_TAG: "minute"},
         executor_def=executor_def or dg.in_process_executor,

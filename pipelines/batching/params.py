@@ -10,10 +10,9 @@ from pipelines.common.params import ParamsError, param
 
 
 def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
-    """The first day of the ``day`` partitions, ``YYYY-MM-DD``: ``BATCH_PARTITIONS_START_DATE``, or the
-    first of the month ``BATCH_PARTITIONS_LOOKBACK_DAYS`` before ``today`` (the start moves once a month).
-    An invalid value counts as unset here, so that the code location loads; the batching settings
-    resource fails the batching runs and sensors with its line (``resources.settings``)."""
+    """The first day of the ``day`` partitions, ``YYYY-MM-DD`` (docs/batching.md#partitions). An invalid
+    variable counts as unset here, so that the code location loads; the ``batching`` resource fails its
+    runs and sensors with its line (``resources.settings``)."""
     fixed, lookback_days = batch_partitions_env([], env)
     if fixed is not None:
         return fixed.isoformat()

@@ -36,8 +36,7 @@ US_TIME_ZONES: dict[str, str] = {
     "UTC": "UTC",
     "MAJURO": "Pacific/Majuro",
 }
-"""ReportStream's ``USTimeZone`` names -> the IANA zone each denotes (ReportStream's own ``US/...``
-names are aliases of these)."""
+"""ReportStream's ``USTimeZone`` names -> the IANA zone each denotes (docs/batching.md#reportstreams-settings)."""
 
 REPORTSTREAM_DEFAULTS: dict[str, Any] = {
     "operation": "NONE",
@@ -47,10 +46,6 @@ REPORTSTREAM_DEFAULTS: dict[str, Any] = {
     "maxReportCount": 100,
 }
 """ReportStream's ``Receiver.Timing`` defaults, for a key its ``timing`` block leaves out."""
-
-OPERATIONS = ("MERGE", "NONE")
-EMPTY_ACTIONS = ("NONE", "SEND")
-CUSTOMER_STATUSES = ("active", "testing", "inactive")
 
 
 @dataclass(frozen=True)
@@ -177,10 +172,10 @@ def _timing_fields(item: dict[str, Any], errors: list[str]) -> dict[str, Any]:
         "initial_time": initial,
         "time_zone": zone,
         "max_batch_size": size,
-        "customer_status": _choice(item, "customerStatus", CUSTOMER_STATUSES, "active", errors),
-        "send_if_empty_batch": _choice(when_empty, "action", EMPTY_ACTIONS, "NONE", errors) == "SEND",
+        "customer_status": _choice(item, "customerStatus", ("active", "testing", "inactive"), "active", errors),
+        "send_if_empty_batch": _choice(when_empty, "action", ("NONE", "SEND"), "NONE", errors) == "SEND",
         "empty_once_per_day": _bool_field(when_empty, "onlyOncePerDay", False, errors),
-        "operation": _choice(values, "operation", OPERATIONS, "NONE", errors),
+        "operation": _choice(values, "operation", ("MERGE", "NONE"), "NONE", errors),
         "reportstream_timing": True,
     }
 
