@@ -438,6 +438,34 @@ def test_decider_launches_due_receivers_only(aws):
     assert [d.receiver for d in later.due] == []  # quarter is due but has nothing pending
 
 
+INVALID_PENDING = {
+    "no offset": {"created_at": "2026-11-20T09:00:00"},
+    "another receiver": {"receiver": "globex"},
+    "no receiver": {"receiver": None},
+    "another receiver's batch": {"batch_id": "globex/2026-11-20T09:00Z/1"},
+}
+
+
+@pytest.mark.parametrize("change", INVALID_PENDING.values(), ids=INVALID_PENDING)
+def test_a_pending_record_no_run_batches_makes_no_batch_time_due_and_is_counted(aws, change):
+    put_receiver(aws, "acme", number_per_day=1440)
+    bad = {**record("acme", "acme-bad", T10 - dt.timedelta(hours=1)), **change}
+    put_items(aws, [{k: v for k, v in bad.items() if v is not None}])
+    decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
+    assert decision.due == []
+    assert decision.invalid_pending == {"acme": 1}
+    assert batcher(aws).run("acme", DAY, now=T10).invalid_records[0]["record_id"] == "acme-bad"
+
+
+def test_a_due_receiver_counts_only_the_pending_records_a_run_batches(aws):
+    put_receiver(aws, "acme", number_per_day=24, max_batch_size=2)
+    put_records(aws, "acme", _minutes_before(T10, 2))
+    put_items(aws, [{**record("acme", "acme-bad", T10 - dt.timedelta(hours=1)), **INVALID_PENDING["no offset"]}])
+    [due] = decide(aws.client("dynamodb"), settings(aws), tick=T10).due
+    assert due.pending == 2
+    assert due.expected_files == 1
+
+
 def test_a_zone_that_is_a_tzdata_folder_skips_its_receiver_and_the_others_are_decided(aws):
     put_receiver(aws, "fine", number_per_day=24)
     put_records(aws, "fine", _minutes_before(T10, 2))

@@ -150,6 +150,7 @@ def test_a_partition_with_something_to_look_at_is_materialized_again(aws):
     with dg.instance_for_test() as instance:
         _run_minute(instance, _tick(instance, T10))
         put_items(aws, [{**record("acme", "acme-malformed", T10 + dt.timedelta(minutes=30)), "receiver": "globex"}])
+        put_records(aws, "acme", [T10 + dt.timedelta(minutes=30)], prefix="acme-later")  # due again at 11:00
         again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
         [shown] = _materialized(again)
         assert shown.partition == "2026-11-20|acme"
@@ -342,6 +343,16 @@ def test_a_failed_partition_batched_by_a_minute_run_is_materialized_again(aws):
         again = _run_minute(instance, _tick(instance, T10 + dt.timedelta(hours=1)))
         assert [m.partition for m in _materialized(again)] == ["2026-11-20|globex"]
         assert _statuses(instance, ["2026-11-20|globex"]) == {"2026-11-20|globex": "MATERIALIZED"}
+
+
+def test_a_pending_record_no_run_batches_launches_no_minute_run_and_each_tick_names_it(aws):
+    put_receiver(aws, "solo", number_per_day=1440, max_batch_size=100)
+    bad = {**record("solo", "solo-bad", T10 - dt.timedelta(hours=1)), "created_at": "2026-11-20T09:00:00"}
+    put_items(aws, [bad])
+    with dg.instance_for_test() as instance:
+        ticks = [_tick(instance, T10 + dt.timedelta(minutes=m)) for m in range(3)]
+    assert [type(t) for t in ticks] == [dg.SkipReason] * 3
+    assert "that no run batches (left pending): solo 1" in ticks[-1].skip_message
 
 
 @pytest.mark.slow

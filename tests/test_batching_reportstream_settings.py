@@ -393,6 +393,22 @@ def test_a_receiver_that_is_a_yaml_alias_chain_is_one_short_line_and_the_others_
     assert len(problems["org-b.?"]) < 120
 
 
+TEN_THOUSAND = "  x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"  x{n}: &a{n} [{', '.join([f'*a{n - 1}'] * 10)}]\n" for n in range(1, 4)
+)  # *a3: 10^4 strings once expanded (its repr some 70,000 characters)
+
+
+@pytest.mark.parametrize(
+    ("key", "shown_in"),
+    [("numberPerDay", lambda entry: entry.problem), ("timeBetweenBatches", lambda entry: entry.notes[0])],
+)
+def test_a_timing_value_that_is_a_yaml_alias_chain_is_shown_in_a_short_line(tmp_path, key, shown_in):
+    path = tmp_path / "organizations.yml"
+    path.write_text(f"- name: org\n{TEN_THOUSAND}  receivers:\n    - name: r1\n      timing:\n        {key}: *a3\n")
+    [entry] = entries_of(read_sources(str(path), None)[0])[0]
+    assert len(shown_in(entry)) < 200
+
+
 def test_a_settings_file_nested_too_deeply_is_one_line_and_the_other_files_are_imported(aws, tmp_path):
     (tmp_path / "a.yml").write_text("- name: org\n  receivers:\n    - name: good\n      timing: {numberPerDay: 24}\n")
     (tmp_path / "deep.yml").write_text("- name: deep\n  receivers: " + "[" * 600 + "]" * 600 + "\n")

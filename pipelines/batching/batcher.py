@@ -76,28 +76,33 @@ class _Record:
     item: dict[str, Any]
 
 
+def record_problem(receiver: str, item: dict[str, Any]) -> str | None:
+    """Why a pending record of ``receiver`` is invalid (left pending: no run batches it), or None."""
+    if item.get("receiver") is None:
+        return "missing receiver"
+    if item.get("receiver") != receiver:
+        return f"receiver {item.get('receiver')!r} differs from pending_receiver {receiver!r}"
+    if schedule.parse_created_at(item.get("created_at")) is None:
+        return f"malformed created_at {item.get('created_at')!r}"
+    if "batch_id" in item:
+        parsed = store.parse_batch_id(item["batch_id"])
+        if parsed is None or parsed[0] != receiver:
+            return f"batch_id {item['batch_id']!r} is not a batch of this receiver"
+    return None
+
+
 def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
     """Split pending items into free records, locked groups (by batch id) and invalid records."""
     free: list[_Record] = []
     locked: dict[str, list[_Record]] = defaultdict(list)
     for item in items:
         rid = item.get("record_id")
-        created = schedule.parse_created_at(item.get("created_at"))
-        problem = None
-        if item.get("receiver") is None:
-            problem = "missing receiver"
-        elif item.get("receiver") != receiver:
-            problem = f"receiver {item.get('receiver')!r} differs from pending_receiver {receiver!r}"
-        elif created is None:
-            problem = f"malformed created_at {item.get('created_at')!r}"
-        elif "batch_id" in item:
-            parsed = store.parse_batch_id(item["batch_id"])
-            if parsed is None or parsed[0] != receiver:
-                problem = f"batch_id {item['batch_id']!r} is not a batch of this receiver"
+        problem = record_problem(receiver, item)
         if problem:
             report.invalid_records.append({"record_id": rid, "problem": problem})
             continue
-        (locked[item["batch_id"]] if "batch_id" in item else free).append(_Record(rid, created, item))
+        record = _Record(rid, schedule.parse_created_at(item["created_at"]), item)
+        (locked[item["batch_id"]] if "batch_id" in item else free).append(record)
     for group in (free, *locked.values()):
         group.sort(key=lambda r: (r.created, r.record_id))
     return free, locked

@@ -1,4 +1,4 @@
-"""The batch decider (ReportStream's BatchDecider: one scan of the receivers table, then a COUNT of the
+"""The batch decider (ReportStream's BatchDecider: one scan of the receivers table, then a query of the
 pending-index per receiver due) and the audits behind the asset checks. No Dagster. ``tables`` names
 ``receivers_table`` and ``records_table``: the ``batching`` resource, or a ``BatchSettings``."""
 
@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pipelines.batching import schedule, store
+from pipelines.batching.batcher import record_problem
 from pipelines.common import iso
 from pipelines.common.looks import Look
 
@@ -30,6 +31,7 @@ class Decision:
     due: list[DueBatch] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # receiver -> why not launched
     receivers: int = 0
+    invalid_pending: dict[str, int] = field(default_factory=dict)  # receiver -> pending records no run batches
 
 
 def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Decision:
@@ -51,7 +53,11 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
             )
             continue
         for moment in due:
-            pending = store.count_pending(dynamodb, tables.records_table, cfg.receiver, iso(moment))
+            found = store.pending_keys(dynamodb, tables.records_table, cfg.receiver, iso(moment))
+            valid = Counter(record_problem(cfg.receiver, r) is None for r in found)  # counted, not kept
+            pending = valid[True]
+            if valid[False]:
+                decision.invalid_pending[name] = valid[False]
             empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
             if pending == 0 and not empty:
                 decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (

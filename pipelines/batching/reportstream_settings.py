@@ -3,7 +3,6 @@ Settings files are untrusted (a safe loader, a size limit); writes are condition
 
 import hashlib
 import json
-import reprlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,7 +12,7 @@ import yaml
 from botocore.exceptions import ClientError
 
 from pipelines.batching import store
-from pipelines.batching.schedule import RECEIVER_NAME, receiver_errors
+from pipelines.batching.schedule import RECEIVER_NAME, receiver_errors, shown
 from pipelines.common import to_item
 from pipelines.common.aws_batches import conditional_write, error_code
 
@@ -127,28 +126,21 @@ def _timing_as_written(timing: dict[str, Any], notes: list[str]) -> dict[str, An
         out["whenEmpty"] = {k: v for k, v in out["whenEmpty"].items() if k in WHEN_EMPTY_KEYS and v is not None}
     between = timing.get("timeBetweenBatches")
     if between not in (None, 0):
-        notes.append(f"timeBetweenBatches {between!r} is not honoured: a batch's files are written one after another")
+        notes.append(
+            f"timeBetweenBatches {shown(between)} is not honoured: a batch's files are written one after another"
+        )
     other = sorted(str(k) for k in timing if k not in TIMING_KEYS and k != "timeBetweenBatches")
     if other:
         notes.append(f"timing keys not read by batching: {', '.join(other)}")
     return out
 
 
-_SHOWN = reprlib.Repr()
-_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
-
-
-def _shown(value: Any) -> str:
-    """``repr(value)`` cut to 80 characters, built no deeper than that (a YAML alias chain is not expanded)."""
-    return _SHOWN.repr(value)[:80]
-
-
 def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     """The receiver item for one receiver of ReportStream's settings, or its problem."""
     if not isinstance(receiver, dict):
-        return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {_shown(receiver)}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver is a map, got {shown(receiver)}")
     if not isinstance(receiver.get("name"), str) or not receiver["name"]:
-        return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {_shown(receiver)}")
+        return Entry(f"{organization}.?", source, problem=f"a receiver without a name: {shown(receiver)}")
     name, timing = f"{organization}.{receiver['name']}", receiver.get("timing")
     entry = Entry(name, source)
     if not RECEIVER_NAME.match(name):
@@ -156,7 +148,7 @@ def entry_for(organization: str, receiver: Any, source: str) -> Entry:
     elif timing is None:
         entry.problem = "no timing block: ReportStream does not batch this receiver"
     elif not isinstance(timing, dict):
-        entry.problem = f"timing must be a map, got {_shown(timing)}"
+        entry.problem = f"timing must be a map, got {shown(timing)}"
     else:
         item = {
             "receiver": name,
@@ -202,7 +194,7 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
                 continue
             receivers = org.get("receivers") or []
             if not isinstance(receivers, list):
-                problems.append(f"{source}: organization {_shown(name)}: receivers must be a list")
+                problems.append(f"{source}: organization {shown(name)}: receivers must be a list")
                 continue
             organizations.add(name)
             entries.extend(entry_for(name, r, source) for r in receivers)

@@ -3,6 +3,7 @@ No AWS, no Dagster."""
 
 import datetime as dt
 import re
+import reprlib
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -102,6 +103,15 @@ def reportstream_wall_minutes(number_per_day: int, initial_time: str) -> list[in
     return sorted(m for m in minutes if 0 <= m < 1440 and m * 60 >= initial - 86340)
 
 
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 3, 80, 80
+
+
+def shown(value: Any) -> str:
+    """``repr(value)`` cut to 80 characters, built no deeper than that (a YAML alias chain is not expanded)."""
+    return _SHOWN.repr(value)[:80]
+
+
 class InvalidReceiver(ValueError):
     """A receiver item whose configuration cannot be scheduled."""
 
@@ -111,7 +121,7 @@ def _checked(values: dict[str, Any], name: str, ok, expected: str, errors: list[
     with errors is never scheduled, so the value is then only read by later checks."""
     value = values.get(name, default)
     if not ok(value):
-        errors.append(f"{name} must be {expected}, got {value!r}")
+        errors.append(f"{name} must be {expected}, got {shown(value)}")
     return value
 
 

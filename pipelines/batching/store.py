@@ -3,7 +3,7 @@ No Dagster."""
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -170,9 +170,13 @@ def query_pending(dynamodb, table: str, receiver: str, before: str | None = None
     return [from_item(i) for page in _pending_pages(dynamodb, table, receiver, before) for i in page.get("Items", [])]
 
 
-def count_pending(dynamodb, table: str, receiver: str, before: str) -> int:
-    """A COUNT query (one call per 1 MB)."""
-    return sum(page.get("Count", 0) for page in _pending_pages(dynamodb, table, receiver, before, Select="COUNT"))
+def pending_keys(dynamodb, table: str, receiver: str, before: str) -> Iterator[dict[str, Any]]:
+    """``receiver``'s pending records created before ``before``, each with only what tells whether a run
+    batches it (``record_id``, ``receiver``, ``created_at``, ``batch_id``), a page at a time (one call per
+    1 MB read, as a COUNT query)."""
+    keys = "record_id, receiver, created_at, batch_id"
+    pages = _pending_pages(dynamodb, table, receiver, before, ProjectionExpression=keys)
+    return (from_item(i) for page in pages for i in page.get("Items", []))
 
 
 CONFLICT_POLICY = Formula(
