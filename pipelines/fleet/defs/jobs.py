@@ -63,6 +63,7 @@ def drain_job(
             dlq_url=getattr(fleet, f"{queue}_dlq_url"),
             run_id=context.run_id,
             limits=limits,
+            retry_number=context.retry_number,
         )
 
         def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
