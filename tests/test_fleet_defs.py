@@ -280,3 +280,20 @@ def test_a_retried_drain_step_keeps_the_raw_messages_its_failed_attempt_archived
         for line in s3.get_object(Bucket=bucket, Key=key)["Body"].read().splitlines()
     ]
     assert sorted(archived) == sorted(bodies)
+
+
+@pytest.mark.slow
+def test_a_retried_drain_steps_run_counts_what_its_failed_attempt_applied_too(aws, defs, monkeypatch):
+    from pipelines.common.summary import run_counters
+
+    jobs = fs.start_jobs(aws, 20)
+    fs.send(aws, [fs.termination_body(j) for j in jobs])
+    _throttled_on_second_receive(monkeypatch)
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("process_termination_queue").execute_in_process(
+        run_config={"concurrency": 1, "flush_rounds": 1, "wait_seconds": 0}, instance=instance
+    )
+    assert result.output_for_node("drain_termination_queue")["applied"] == 10  # the last attempt's own
+    counts = run_counters(instance.get_run_by_id(result.run_id).tags)
+    assert counts["applied"] == 20
+    assert counts["deleted"] == 20
