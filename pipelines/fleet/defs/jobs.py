@@ -5,6 +5,7 @@ import dataclasses
 
 import dagster as dg
 
+from pipelines.common import first_line
 from pipelines.common.defs.metadata import CheckNotes, metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
@@ -63,17 +64,25 @@ def drain_job(
             dlq_url=getattr(fleet, f"{queue}_dlq_url"),
             run_id=context.run_id,
             limits=limits,
+            retry_number=context.retry_number,
         )
 
         def terminated() -> bool:  # read from the instance: on a Celery worker no interrupt arrives
             run = context.instance.get_run_by_id(context.run_id)
             return run is not None and run.status in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED)
 
-        result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
+        name = queue_name(drain.queue_url)
+        try:
+            result, interrupt = run_with_graceful_stop(drain, logger=context.log, terminated=terminated)
+        except Exception as exc:  # what this attempt did counts on the run; a retry's counts add to it
+            counts = {k: drain.result.counts[k] for k in drain.report_keys}
+            run_summary(
+                context, f"{name} drain", counts, f"attempt {context.retry_number + 1} failed: {first_line(exc)}"
+            )
+            raise
         summary = result.as_dict(drain.report_keys)
         if interrupt is not None:
             raise interrupt
-        name = queue_name(drain.queue_url)
         if result.stopped_by == STATUS_UNREADABLE:
             # the instance's database is gone: no summary or metadata can be recorded, and each try to
             # write one would only wait out the storage's connection retries

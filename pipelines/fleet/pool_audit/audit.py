@@ -25,7 +25,14 @@ from pipelines.common.params import ParamsError, param
 from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.pool_audit.compute import PoolAudit, PriceList, audit_pools, daily_report, load_price_list
+from pipelines.fleet.pool_audit.compute import (
+    PoolAudit,
+    PriceList,
+    audit_pools,
+    daily_report,
+    load_price_list,
+    pool_label,
+)
 from pipelines.fleet.pool_audit.render import cost_chart_svg
 from pipelines.fleet.tasks.orphaned_instances import MANAGED_TAG, instance_tags
 
@@ -99,7 +106,8 @@ def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dic
     datums: list[dict[str, Any]] = []
     skipped: list[str] = []
     for row in table.loc[table["kind"] == "pool"].itertuples(index=False):
-        if not 0 < len(row.pool) <= 1024:  # CloudWatch's longest dimension value
+        # CloudWatch's longest dimension value; a quoted name (not plain) is not the pool's own
+        if not 0 < len(row.pool) <= 1024 or pool_label(row.pool) != row.pool:
             skipped.append(row.pool[:80])
             continue
         dims = [{"Name": "PoolName", "Value": row.pool}]

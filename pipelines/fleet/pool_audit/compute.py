@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
@@ -32,6 +33,8 @@ INSTANCE_COLUMNS = ["instance_id", "state", "pool", "instance_type"]
 # EC2 states -> the audit's buckets. shutting-down and terminated instances are not capacity.
 STATE_BUCKET = {"pending": "pending", "running": "running", "stopping": "stopped", "stopped": "stopped"}
 MAX_DESIRED_IDLE = 1_000_000  # beyond it a pool's desired_idle is a typo (and past 2**63 no count holds it)
+PLAIN_POOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+"""A pool name as runs-fleet's are (``linux-small``, ``gpu``): any other is its row's problem (docs/fleet.md)."""
 
 
 @dataclass(frozen=True)
@@ -63,10 +66,19 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def pool_label(name: str) -> str:
+    """A pool name as the audit's rows and CSVs show it: as it is when plain, else quoted (its ``repr``), so
+    that no cell starts with what a spreadsheet takes for a formula (``=``, ``+``, ``-``, ``@``)."""
+    return name if PLAIN_POOL_NAME.fullmatch(name) else repr(name)
+
+
 def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
     """A plain pools-table item (``pipelines.common.from_item``), validated and priced, as a snapshot
     row's pool columns. A non-empty ``problem`` means: report it, keep it out of the totals."""
     problems: list[str] = []
+    name = str(item.get("pool_name", ""))
+    if pool_label(name) != name:
+        problems.append("pool_name is not a plain name (a letter or digit, then letters, digits, '.', '_' or '-')")
     instance_type = item.get("instance_type")
     if not isinstance(instance_type, str) or not instance_type.strip():
         problems.append("missing instance_type")
@@ -99,7 +111,7 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         else:
             price, source = listed, label
     return {
-        "pool": str(item.get("pool_name", "")),
+        "pool": pool_label(name),
         "kind": "pool",
         "instance_type": instance_type,
         "spot": spot,
@@ -140,7 +152,7 @@ def audit_pools(
     inst = inst.assign(bucket=inst["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
     tag = inst["pool"].fillna("").astype(str)
     untagged = tag.str.strip() == ""
-    inst["label"] = tag.where(~untagged, "untagged")
+    inst["label"] = tag.map(pool_label).where(~untagged, "untagged")
     inst["kind"] = "pool"
     inst.loc[untagged, "kind"] = "untagged"
     inst.loc[~untagged & ~inst["label"].isin(set(configs["pool"])), "kind"] = "unknown_pool"
@@ -172,7 +184,8 @@ def audit_pools(
     table = table.assign(_k=table["kind"].map(KINDS.index)).sort_values(["_k", "pool"])
     table = table[SNAPSHOT_COLUMNS].reset_index(drop=True)
 
-    unknown = inst.loc[inst["kind"] == "unknown_pool", INSTANCE_COLUMNS].sort_values(["pool", "instance_id"])
+    unknown = inst.loc[inst["kind"] == "unknown_pool"].assign(pool=lambda rows: rows["label"])  # as its row shows it
+    unknown = unknown[INSTANCE_COLUMNS].sort_values(["pool", "instance_id"])
     return PoolAudit(table=table, totals=totals_of(table), unknown_pool_instances=unknown.reset_index(drop=True))
 
 
@@ -234,6 +247,7 @@ def daily_report(
     in_totals = frame["in_totals"].astype(str).str.lower().isin(["true", "1"])
     priced = frame.loc[in_totals & (frame["hours"] > 0)]
     by_pool = priced.assign(
+        pool=priced["pool"].map(pool_label, na_action="ignore"),  # an older snapshot's names may not be plain
         cost_usd=priced["compute_cost_usd_per_hour"].astype(float) * priced["hours"],
         idle_cost_usd=priced["idle_cost_usd_per_hour"].astype(float) * priced["hours"],
         running_hours=priced["running"].astype(float) * priced["hours"],
