@@ -200,6 +200,14 @@ def test_a_pool_name_that_is_not_plain_is_its_rows_problem_and_never_starts_a_cs
     assert skipped == [repr(FORMULA)]
 
 
+def test_a_pools_instance_type_that_is_not_plain_is_its_rows_problem_and_never_starts_a_csv_cell_with_a_formula():
+    pools = [{"pool_name": "priced", "instance_type": FORMULA, "hourly_price_usd": 0.5}, POOLS[0]]
+    result = audit_pools(pools, [], set(), PRICES)
+    assert _formula_cells(result.table.to_csv(index=False)) == []
+    problems = dict(zip(result.table["pool"], result.table["problem"], strict=True))
+    assert problems["priced"].startswith("instance_type is not a plain name")
+
+
 def test_the_daily_report_never_starts_a_csv_cell_with_a_formula_from_an_older_snapshot():
     day = dt.datetime(2026, 11, 21, tzinfo=dt.UTC)
     rows = [_snapshot("2026-11-21T00:00:00Z", compute=6.0, idle=3.0, pool=FORMULA)]

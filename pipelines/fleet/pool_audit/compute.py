@@ -67,7 +67,8 @@ def _is_number(value: Any) -> bool:
 
 
 def pool_label(name: str) -> str:
-    """A pool name as the audit's rows and CSVs show it: as it is when plain, else quoted (its ``repr``), so
+    """A pool name (or a pool's instance type) as the audit's rows and CSVs show it: as it is when plain, else
+    quoted (its ``repr``), so
     that no cell starts with what a spreadsheet takes for a formula (``=``, ``+``, ``-``, ``@``)."""
     return name if PLAIN_POOL_NAME.fullmatch(name) else repr(name)
 
@@ -83,6 +84,9 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
     if not isinstance(instance_type, str) or not instance_type.strip():
         problems.append("missing instance_type")
         instance_type = None
+    elif pool_label(instance_type) != instance_type:
+        problems.append("instance_type is not a plain name (an EC2 instance type such as m5.large)")
+        instance_type = pool_label(instance_type)
 
     desired_idle = item.get("desired_idle", 0)
     if not _is_number(desired_idle) or not 0 <= desired_idle <= MAX_DESIRED_IDLE or int(desired_idle) != desired_idle:
