@@ -33,6 +33,7 @@ from dagster._utils import find_free_port
 from dagster_graphql.client.client_queries import TERMINATE_RUN_JOB_MUTATION
 from dagster_graphql.test.utils import execute_dagster_graphql
 
+from pipelines.common.summary import run_counters
 from pipelines.definitions import ROOT_DIR, defs
 from tests import fleet_support as fs
 from tests.conftest import PATIENCE
@@ -137,6 +138,7 @@ def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
                     for e in instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_FAILURE)
                 ]
                 retries = instance.all_logs(run.run_id, of_type=dg.DagsterEventType.STEP_UP_FOR_RETRY)
+                counted = run_counters(instance.get_run_by_id(run.run_id).tags)
         finally:
             _stop_process_group(server)
             instance.dispose()
@@ -154,6 +156,7 @@ def test_terminate_from_the_ui_stops_the_drain_run_gracefully(aws, tmp_path):
     state = fs.jobs_state(aws)
     done = sum(1 for j in jobs if state[j["job_id"]]["status"] == "completed")
     assert STOP_AFTER <= done < N, done
+    assert counted.get("applied") == done  # the run's counts tag holds what it applied, however it stopped
 
     fs.wait_until_visible(aws, TQ)  # what the interrupted run received but did not acknowledge
     second = fs.drain(aws)

@@ -82,7 +82,10 @@ def drain_job(
             raise
         summary = result.as_dict(drain.report_keys)
         if interrupt is not None:
-            raise interrupt
+            try:  # what the round in flight finished counts on the run too
+                run_summary(context, f"{name} drain", {k: summary[k] for k in drain.report_keys}, "interrupted")
+            finally:
+                raise interrupt
         if result.stopped_by == STATUS_UNREADABLE:
             # the instance's database is gone: no summary or metadata can be recorded, and each try to
             # write one would only wait out the storage's connection retries
