@@ -88,6 +88,18 @@ def test_a_warn_check_is_a_warning_and_can_be_muted():
     assert muted is None
 
 
+def test_a_warn_check_muted_while_its_incident_is_open_still_resolves_when_it_passes():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_check(False, "WARN")], sink)
+    muted = frozenset({"orders:not_empty"})
+    passing = check_evaluated("orders", "not_empty", True, "WARN", "12 rows", run_id="r", ui_url=None, muted=muted)
+    _run(book, [passing], sink, now=NOW + 1)
+    assert [(m["alert_key"], m["state"]) for m in sink.messages] == [
+        ("check_failure:orders:not_empty", FIRING),
+        ("check_failure:orders:not_empty", RESOLVED),
+    ]
+
+
 def test_three_failing_ticks_fire_once_and_the_next_success_resolves():
     book, sink = AlertBook(), ListSink()
     history: list[str] = []

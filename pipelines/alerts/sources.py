@@ -230,10 +230,11 @@ def check_evaluated(
     muted: frozenset[str] = frozenset(),
     at: float | None = None,
 ) -> Signal | None:
-    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check); ``at``: when it was
-    evaluated. None when muted, or when another source alerts on what it measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
+    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; its failures muted per check, while a
+    pass still resolves); ``at``: when it was evaluated. None when a muted check fails, or when another source
+    alerts on what it measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
-    if (warn and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
+    if (warn and not passed and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
     overdue = check == PROGRESSOR_TIMERS_CHECK
     return Signal(
