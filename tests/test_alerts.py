@@ -342,6 +342,18 @@ def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_re
     ]
 
 
+@pytest.mark.parametrize(
+    ("job", "config", "unit"),
+    [
+        ("housekeeping", {"task_type": "stale_ssm", "params": {"dryRun": True}}, "housekeeping@stale_ssm"),
+        ("redrive_dead_letters", {"queue": "housekeeping"}, "redrive_dead_letters@housekeeping"),
+        ("redrive_failed_partitions", {"asset": "receiver_batches"}, "redrive_failed_partitions@receiver_batches"),
+    ],
+)
+def test_a_job_that_works_on_one_of_several_things_names_it_in_its_unit_of_work(job, config, unit):
+    assert work_unit(job, {}, config) == unit
+
+
 def _reclaimed(book: AlertBook, table: str, errors: int, run_id: str) -> list[Signal]:
     """The signals of a reclaim_agendas run on ``table`` that had ``errors`` item errors."""
     tags = {"groundskeeper/capability": "reclaim", **counts_tag({"reclaimed": 1, "errors": errors})}

@@ -672,6 +672,38 @@ def test_reclaim_item_errors_are_one_incident_per_table(aws):
     ]
 
 
+def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success_resolves_it(aws):
+    """The housekeeping job runs one task per run (run config task_type): a failing pool_audit stays open while
+    stale_ssm succeeds, and pool_audit's own success resolves it."""
+    from pipelines.definitions import build_definitions
+
+    inbox = Inbox(aws)
+    res = resources(aws)
+    job = build_definitions("local").resolve_job_def("housekeeping")
+    with dg.instance_for_test() as instance:
+
+        def run(task: str, **params) -> tuple[str, bool]:
+            config = {"task_type": task, "params": {**params, "dryRun": True}}
+            tags = {"groundskeeper/one_at_a_time": f"housekeeping:{task}"}  # as its schedule's runs carry
+            result = job.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
+            tick(instance, res)
+            return result.run_id, result.success
+
+        tick(instance, res)
+        bad, ok = run("pool_audit", idle_cost_threshold_usd_per_hour="high")
+        assert not ok
+        _, ok = run("stale_ssm")
+        assert ok
+        assert sorted(load_book(instance).open_units().values()) == ["housekeeping@pool_audit"]
+        good, ok = run("pool_audit")
+        assert ok
+    got = [(m["alert_key"].rsplit(":", 1)[0], m["state"], m["run_id"]) for m in inbox.read()]
+    assert got == [
+        ("run_failure:housekeeping@pool_audit", "firing", bad),
+        ("run_failure:housekeeping@pool_audit", "resolved", good),
+    ]
+
+
 def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aws):
     inbox = Inbox(aws)
     res = resources(aws)

@@ -95,8 +95,11 @@ def still_failing(run_id: str, tags: Mapping[str, str], instance: Any) -> bool:
     return (this.end_time or first.end_time) - first.end_time >= STILL_FAILING_SECONDS
 
 
-# run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
-TARGET_KEYS = frozenset({"tableName", "table", "namespace", "queueUrl", "queue_url", "bucket", "receiver"})
+# run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue, the housekeeping
+# task, the dead-letter queue redrive_dead_letters redrives, the asset redrive_failed_partitions relaunches...)
+TARGET_KEYS = frozenset(
+    {"tableName", "table", "namespace", "queueUrl", "queue_url", "bucket", "receiver", "task_type", "queue", "asset"}
+)
 TARGET_CHARS = 80
 _AWS_CODE = re.compile(r"An error occurred \(([A-Za-z0-9_.]+)\)|\(([A-Z][A-Za-z0-9]*(?:Exception|Error|Fault))\)")
 _LEADING_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception|Failure|Timeout))\b")
