@@ -148,7 +148,8 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
 @dataclass(frozen=True)
 class RunEnd:
     """A finished run, as its alerts name it: ``job`` (its job, or the assets it materializes), its unit
-    of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen)."""
+    of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen); a successful
+    re-execution's ``completes``: the unit of work of each failed run whose undone work it did -> that run's id."""
 
     job: str
     run_id: str
@@ -156,6 +157,7 @@ class RunEnd:
     unit: str
     ui_url: str | None = None
     at: float | None = None
+    completes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str = "") -> Signal:
@@ -182,20 +184,27 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
 
 
 def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
-    """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
-    alert_key -> unit); a reclaim run also says whether its table had item errors."""
+    """A success resolves the open run failures of its unit of work, and a re-execution those of the units it
+    completes, whatever their cause (``open_units``: alert_key -> unit); a reclaim run also says whether its
+    table had item errors."""
     ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
     attempts = attempt_of(run.tags)
+    succeeded = f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else "")
+    resolves = {
+        unit: f"{succeeded}, re-executing what run {failed} left undone" for unit, failed in run.completes.items()
+    }
+    resolves[run.unit] = succeeded
     out = [
         Signal(
             alert_key=key,
             kind="run_failure",
             firing=False,
-            summary=f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
+            summary=resolves[their],
             unit=run.unit,
             **ran,
         )
-        for key in sorted(key for key, their in open_units.items() if their == run.unit)
+        for key, their in sorted(open_units.items())
+        if their in resolves
     ]
     counters = run_counters(run.tags)
     if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
