@@ -88,6 +88,18 @@ def test_a_warn_check_is_a_warning_and_can_be_muted():
     assert muted is None
 
 
+def test_a_warn_check_muted_while_its_incident_is_open_still_resolves_when_it_passes():
+    book, sink = AlertBook(), ListSink()
+    _run(book, [_check(False, "WARN")], sink)
+    muted = frozenset({"orders:not_empty"})
+    passing = check_evaluated("orders", "not_empty", True, "WARN", "12 rows", run_id="r", ui_url=None, muted=muted)
+    _run(book, [passing], sink, now=NOW + 1)
+    assert [(m["alert_key"], m["state"]) for m in sink.messages] == [
+        ("check_failure:orders:not_empty", FIRING),
+        ("check_failure:orders:not_empty", RESOLVED),
+    ]
+
+
 def test_three_failing_ticks_fire_once_and_the_next_success_resolves():
     book, sink = AlertBook(), ListSink()
     history: list[str] = []
@@ -328,6 +340,18 @@ def test_a_new_cause_is_a_new_incident_and_only_a_success_of_its_unit_of_work_re
     assert [i["alert_key"] for i in book.open_incidents()] == [
         "run_failure:reclaim_agendas@Agendsa:ResourceNotFoundException"
     ]
+
+
+@pytest.mark.parametrize(
+    ("job", "config", "unit"),
+    [
+        ("housekeeping", {"task_type": "stale_ssm", "params": {"dryRun": True}}, "housekeeping@stale_ssm"),
+        ("redrive_dead_letters", {"queue": "housekeeping"}, "redrive_dead_letters@housekeeping"),
+        ("redrive_failed_partitions", {"asset": "receiver_batches"}, "redrive_failed_partitions@receiver_batches"),
+    ],
+)
+def test_a_job_that_works_on_one_of_several_things_names_it_in_its_unit_of_work(job, config, unit):
+    assert work_unit(job, {}, config) == unit
 
 
 def _reclaimed(book: AlertBook, table: str, errors: int, run_id: str) -> list[Signal]:

@@ -380,6 +380,84 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
 
 
+@dg.asset(key=["alerts_test", "extract"])
+def extract() -> None:
+    pass
+
+
+@dg.asset(key=["alerts_test", "load"], deps=[extract])
+def load(context: dg.AssetExecutionContext) -> None:
+    if context.run.tags.get("load") != "ok":
+        raise RuntimeError("load is broken")
+
+
+@dg.asset(key=["alerts_test", "report"], deps=[load])
+def report(context: dg.AssetExecutionContext) -> None:
+    if context.run.tags.get("report") != "ok":
+        raise RuntimeError("report is broken")
+
+
+def pipeline_job() -> dg.JobDefinition:
+    """extract, load and report, in one job that Dagster can re-execute from its failure."""
+    jobs = [dg.define_asset_job("alerts_test_pipeline")]
+    defs = dg.Definitions(assets=[extract, load, report], jobs=jobs, executor=dg.in_process_executor)
+    return defs.resolve_job_def("alerts_test_pipeline")
+
+
+def _reexecuted_until_done(instance, res) -> dict[str, str]:
+    """A run fails at load; a re-execution of load alone succeeds; a re-execution from the failure fails at report;
+    a re-execution from that failure succeeds. The alerts sensor ticks after each run."""
+    runs: dict[str, str] = {}
+
+    def run(name: str, tags: dict, options: dg.ReexecutionOptions | None = None) -> bool:
+        with dg.execute_job(dg.reconstructable(pipeline_job), instance, tags=tags, reexecution_options=options) as done:
+            runs[name], success = done.run_id, done.success
+        tick(instance, res)
+        return success
+
+    tick(instance, res)
+    assert not run("failed", {})
+    assert run("load only", {"load": "ok"}, dg.ReexecutionOptions(runs["failed"], ["alerts_test__load"]))
+    assert not run("failed again", {"load": "ok"}, dg.ReexecutionOptions.from_failure(runs["failed"], instance))
+    everything_ok = {"load": "ok", "report": "ok"}
+    assert run("done", everything_ok, dg.ReexecutionOptions.from_failure(runs["failed again"], instance))
+    return runs
+
+
+def test_a_re_execution_that_completes_a_failed_runs_work_resolves_its_failure_and_one_that_does_not_does_not(aws):
+    """Dagster's re-execution from failure runs only what failed, so its unit of work is not the failed run's;
+    it resolves the failures up its parent chain whose work it completed, and a re-execution of only some of the
+    failed steps resolves nothing."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    whole = "run_failure:alerts_test/extract,alerts_test/load,alerts_test/report:RuntimeError"
+    rest = "run_failure:alerts_test/load,alerts_test/report:RuntimeError"
+    with dg.instance_for_test() as instance:
+        runs = _reexecuted_until_done(instance, res)
+    got = [(m["alert_key"], m["state"], m["run_id"]) for m in inbox.read()]
+    assert got == [
+        (whole, "firing", runs["failed"]),
+        (rest, "firing", runs["failed again"]),
+        (whole, "resolved", runs["done"]),
+        (rest, "resolved", runs["done"]),
+    ]
+    assert f"succeeded, re-executing what run {runs['failed']} left undone" in inbox.messages[2]["summary"]
+
+
+def test_a_lost_state_keeps_resolved_the_failures_a_re_execution_resolved(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        _reexecuted_until_done(instance, res)
+        before = [m["message_id"] for m in inbox.read()]
+        with instance.run_storage.connect() as conn:
+            table = alerts_defs.KEY_VALUES
+            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        tick(instance, res)
+        assert load_book(instance).open_incidents() == []
+    assert [m["message_id"] for m in inbox.read()] == before  # sent again as they were: receivers drop them
+
+
 def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
     """Ticks of a sensor ``queue_watch`` as the daemon stores them (state and ticks in the instance)."""
     repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("groundskeeper"), "__repository__")
@@ -669,6 +747,38 @@ def test_reclaim_item_errors_are_one_incident_per_table(aws):
         ("reclaim_errors:reclaim_agendas@A", "firing", runs["a1"]),
         ("reclaim_errors:reclaim_agendas@B", "firing", runs["b2"]),
         ("reclaim_errors:reclaim_agendas@A", "resolved", runs["a3"]),
+    ]
+
+
+def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success_resolves_it(aws):
+    """The housekeeping job runs one task per run (run config task_type): a failing pool_audit stays open while
+    stale_ssm succeeds, and pool_audit's own success resolves it."""
+    from pipelines.definitions import build_definitions
+
+    inbox = Inbox(aws)
+    res = resources(aws)
+    job = build_definitions("local").resolve_job_def("housekeeping")
+    with dg.instance_for_test() as instance:
+
+        def run(task: str, **params) -> tuple[str, bool]:
+            config = {"task_type": task, "params": {**params, "dryRun": True}}
+            tags = {"groundskeeper/one_at_a_time": f"housekeeping:{task}"}  # as its schedule's runs carry
+            result = job.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
+            tick(instance, res)
+            return result.run_id, result.success
+
+        tick(instance, res)
+        bad, ok = run("pool_audit", idle_cost_threshold_usd_per_hour="high")
+        assert not ok
+        _, ok = run("stale_ssm")
+        assert ok
+        assert sorted(load_book(instance).open_units().values()) == ["housekeeping@pool_audit"]
+        good, ok = run("pool_audit")
+        assert ok
+    got = [(m["alert_key"].rsplit(":", 1)[0], m["state"], m["run_id"]) for m in inbox.read()]
+    assert got == [
+        ("run_failure:housekeeping@pool_audit", "firing", bad),
+        ("run_failure:housekeeping@pool_audit", "resolved", good),
     ]
 
 

@@ -40,6 +40,7 @@ from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.retry import fixed
 from pipelines.retry.simulate import human
+from pipelines.retry.tags import DAGSTER_PARENT_TAG
 from resources.clients import SNSResource
 from resources.settings import FleetSettings
 
@@ -220,6 +221,44 @@ def _run_end(instance: dg.DagsterInstance, run: dg.DagsterRun, cfg: AlertConfig,
     return RunEnd(what, run.run_id, dict(run.tags), work_unit(what, run.tags, run.run_config), cfg.ui_url, at)
 
 
+REEXECUTED_DEPTH = 10  # the runs read up a successful re-execution's parent chain
+
+
+def _parent_id(run: dg.DagsterRun) -> str | None:
+    return run.parent_run_id or run.tags.get(DAGSTER_PARENT_TAG)
+
+
+def _succeeded_steps(instance: dg.DagsterInstance, run_id: str) -> set[str]:
+    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS).records
+    return {record.event_log_entry.step_key for record in records if record.event_log_entry.step_key}
+
+
+def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[str, str]:
+    """The failed runs whose work a successful re-execution completed (Dagster's re-execution from failure, by
+    hand or as a run retry, runs only what failed: its unit of work is not theirs), by unit of work -> run id:
+    up its parent chain, each failed run of its partition and target whose steps that did not succeed (failed,
+    skipped, never started) all succeeded in it or in the runs between. The chain ends at the first failed run
+    it did not complete: a failure that still stands is never resolved."""
+    out: dict[str, str] = {}
+    parent_id = _parent_id(run)
+    done = _succeeded_steps(instance, run.run_id) if parent_id else set()
+    where = work_unit("", run.tags, run.run_config)  # its partition and target
+    for _ in range(REEXECUTED_DEPTH):
+        parent = instance.get_run_by_id(parent_id) if parent_id else None
+        if parent is None or work_unit("", parent.tags, parent.run_config) != where:
+            break
+        succeeded = _succeeded_steps(instance, parent.run_id)
+        if parent.status == dg.DagsterRunStatus.FAILURE:
+            plan_id = parent.execution_plan_snapshot_id
+            plan = instance.get_execution_plan_snapshot(plan_id) if plan_id else None
+            if plan is None or not set(plan.step_keys_to_execute) - succeeded <= done:
+                break
+            out[work_unit(run_target(instance, parent), parent.tags, parent.run_config)] = parent.run_id
+        done |= succeeded
+        parent_id = _parent_id(parent)
+    return out
+
+
 def _failure_signal(
     instance: dg.DagsterInstance, run: dg.DagsterRun, end: RunEnd, cfg: AlertConfig, note: str = ""
 ) -> Signal:
@@ -313,7 +352,7 @@ def _run_signals_of(
             continue  # its failure is the operator's to see in its run (a key not open): no page
         end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
-            signals = run_succeeded(end, open_units)
+            signals = run_succeeded(dataclasses.replace(end, completes=reexecuted_failures(instance, run)), open_units)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
             for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == end.unit]:
@@ -344,13 +383,14 @@ def rebuild_run_signals(
     since = dt.datetime.fromtimestamp(clock - REBUILD_LOOKBACK_SECONDS, dt.UTC)
     finished = dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.SUCCESS], updated_after=since)
     newest: dict[str, tuple[float, dg.DagsterRun]] = {}  # unit of work -> its latest finished run
-    targets: dict[tuple, str] = {}  # the assets a job's whole runs materialize: read once per job snapshot
+    targets: dict[tuple, str] = {}  # the assets a job's runs materialize: read once per job snapshot, selection, steps
     cursor, back_to = None, None
     while cursor is None or time.monotonic() < deadline:
         page = instance.get_run_records(finished, limit=REBUILD_PAGE, cursor=cursor)
         for record in page:
             run = record.dagster_run
-            key = (run.job_name, run.job_snapshot_id, tuple(sorted(map(str, run.asset_selection or ()))))
+            assets = tuple(sorted(map(str, run.asset_selection or ())))
+            key = (run.job_name, run.job_snapshot_id, assets, tuple(sorted(run.step_keys_to_execute or ())))
             if key not in targets:
                 targets[key] = run_target(instance, run)
             unit = work_unit(targets[key], run.tags, run.run_config)
@@ -364,12 +404,14 @@ def rebuild_run_signals(
     changes = []
     for _, run in newest.values():
         failed = run.status == dg.DagsterRunStatus.FAILURE
-        if run.job_name == CLOSE_JOB or not (failed or run.tags.get(CAPABILITY_TAG) == "reclaim"):
-            continue  # a success opens nothing but a reclaim run's item errors
+        if run.job_name == CLOSE_JOB or not (failed or _parent_id(run) or run.tags.get(CAPABILITY_TAG) == "reclaim"):
+            continue  # a success opens nothing but a reclaim run's item errors; a re-execution's resolves its failures
         kind = dg.DagsterEventType.RUN_FAILURE if failed else dg.DagsterEventType.RUN_SUCCESS
         events = instance.get_records_for_run(run.run_id, of_type=kind, limit=1).records
         changes += [(events[0], failed)] if events else []
-    changes.sort(key=lambda change: change[0].storage_id)
+    # in the order the runs ended (a re-execution's success after the failures it resolves): a run's own events'
+    # storage ids are of its own shard in a SQLite event log
+    changes.sort(key=lambda change: (change[0].timestamp, change[0].storage_id))
     signals = _run_signals_of(context, instance, book, changes, cfg, {})
     opened = [s.alert_key for s in signals if s.firing]
     context.log.warning(

@@ -95,8 +95,11 @@ def still_failing(run_id: str, tags: Mapping[str, str], instance: Any) -> bool:
     return (this.end_time or first.end_time) - first.end_time >= STILL_FAILING_SECONDS
 
 
-# run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue...)
-TARGET_KEYS = frozenset({"tableName", "table", "namespace", "queueUrl", "queue_url", "bucket", "receiver"})
+# run config keys that name what a run works on (reclaim's table, a metrics namespace, a queue, the housekeeping
+# task, the dead-letter queue redrive_dead_letters redrives, the asset redrive_failed_partitions relaunches...)
+TARGET_KEYS = frozenset(
+    {"tableName", "table", "namespace", "queueUrl", "queue_url", "bucket", "receiver", "task_type", "queue", "asset"}
+)
 TARGET_CHARS = 80
 _AWS_CODE = re.compile(r"An error occurred \(([A-Za-z0-9_.]+)\)|\(([A-Z][A-Za-z0-9]*(?:Exception|Error|Fault))\)")
 _LEADING_CLASS = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*(?:Error|Exception|Failure|Timeout))\b")
@@ -145,7 +148,8 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
 @dataclass(frozen=True)
 class RunEnd:
     """A finished run, as its alerts name it: ``job`` (its job, or the assets it materializes), its unit
-    of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen)."""
+    of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen); a successful
+    re-execution's ``completes``: the unit of work of each failed run whose undone work it did -> that run's id."""
 
     job: str
     run_id: str
@@ -153,6 +157,7 @@ class RunEnd:
     unit: str
     ui_url: str | None = None
     at: float | None = None
+    completes: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str = "") -> Signal:
@@ -179,20 +184,27 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
 
 
 def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
-    """A success resolves the open run failures of its unit of work, whatever their cause (``open_units``:
-    alert_key -> unit); a reclaim run also says whether its table had item errors."""
+    """A success resolves the open run failures of its unit of work, and a re-execution those of the units it
+    completes, whatever their cause (``open_units``: alert_key -> unit); a reclaim run also says whether its
+    table had item errors."""
     ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
     attempts = attempt_of(run.tags)
+    succeeded = f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else "")
+    resolves = {
+        unit: f"{succeeded}, re-executing what run {failed} left undone" for unit, failed in run.completes.items()
+    }
+    resolves[run.unit] = succeeded
     out = [
         Signal(
             alert_key=key,
             kind="run_failure",
             firing=False,
-            summary=f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else ""),
+            summary=resolves[their],
             unit=run.unit,
             **ran,
         )
-        for key in sorted(key for key, their in open_units.items() if their == run.unit)
+        for key, their in sorted(open_units.items())
+        if their in resolves
     ]
     counters = run_counters(run.tags)
     if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
@@ -230,10 +242,11 @@ def check_evaluated(
     muted: frozenset[str] = frozenset(),
     at: float | None = None,
 ) -> Signal | None:
-    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; muted per check); ``at``: when it was
-    evaluated. None when muted, or when another source alerts on what it measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
+    """``severity``: Dagster's ``ERROR`` (critical) or ``WARN`` (warning; its failures muted per check, while a
+    pass still resolves); ``at``: when it was evaluated. None when a muted check fails, or when another source
+    alerts on what it measures (``CHECKS_WITH_THEIR_OWN_SOURCE``)."""
     warn = severity.upper().startswith("WARN")
-    if (warn and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
+    if (warn and not passed and f"{asset}:{check}" in muted) or check in CHECKS_WITH_THEIR_OWN_SOURCE:
         return None
     overdue = check == PROGRESSOR_TIMERS_CHECK
     return Signal(
