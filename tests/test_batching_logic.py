@@ -15,6 +15,7 @@ from boto3.dynamodb.types import Binary
 from botocore.exceptions import ClientError
 
 from pipelines.batching import store
+from pipelines.batching.batcher import record_problem
 from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
 from pipelines.common import iso, to_item
 from pipelines.retry import STOP
@@ -713,3 +714,9 @@ def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_ent
     assert b.records_batched == 2
     assert pending_ids(aws, "acme") == set()
     assert sorted(line["record_id"] for lines in outbox(aws, "acme").values() for line in lines) == sorted(old + new)
+
+
+@pytest.mark.parametrize("field", ["receiver", "created_at", "batch_id"])
+def test_a_pending_records_problem_shows_a_long_value_cut_short(field):
+    item = {"record_id": "r1", "receiver": "acme.elr", "created_at": "2026-11-20T09:00:00Z", field: "x" * 100_000}
+    assert len(record_problem("acme.elr", item)) < 200

@@ -209,6 +209,19 @@ def test_dry_run_writes_nothing_and_shows_the_adds(aws):
 
 
 @pytest.mark.slow
+def test_a_long_value_another_system_stored_is_shown_cut_short_in_its_change(aws):
+    _import(aws, SLICE)
+    aws.client("dynamodb").update_item(
+        TableName=aws.env["RECEIVERS_TABLE"],
+        Key={"receiver": {"S": "rs-forms.michigan"}},
+        UpdateExpression="SET organization = :o, settings_digest = :d",  # as another writer might leave it
+        ExpressionAttributeValues={":o": {"S": "x" * 100_000}, ":d": {"S": "another"}},
+    )
+    changes = {c["receiver"]: c for c in _import(aws, SLICE)["changes"]}
+    assert len(changes["rs-forms.michigan"]["detail"]) < 300
+
+
+@pytest.mark.slow
 def test_changed_and_removed_receivers_are_changed_and_disabled(aws, tmp_path):
     folder = tmp_path / "settings"
     shutil.copytree(SLICE, folder)

@@ -81,13 +81,13 @@ def record_problem(receiver: str, item: dict[str, Any]) -> str | None:
     if item.get("receiver") is None:
         return "missing receiver"
     if item.get("receiver") != receiver:
-        return f"receiver {item.get('receiver')!r} differs from pending_receiver {receiver!r}"
+        return f"receiver {schedule.shown(item.get('receiver'))} differs from pending_receiver {receiver!r}"
     if schedule.parse_created_at(item.get("created_at")) is None:
-        return f"malformed created_at {item.get('created_at')!r}"
+        return f"malformed created_at {schedule.shown(item.get('created_at'))}"
     if "batch_id" in item:
         parsed = store.parse_batch_id(item["batch_id"])
         if parsed is None or parsed[0] != receiver:
-            return f"batch_id {item['batch_id']!r} is not a batch of this receiver"
+            return f"batch_id {schedule.shown(item['batch_id'])} is not a batch of this receiver"
     return None
 
 

@@ -226,7 +226,9 @@ def _differences(old: dict[str, Any], new: dict[str, Any]) -> str:
     owned = ("organization", "customerStatus")
     before, after = ({**(i.get("timing") or {}), **{k: i.get(k) for k in owned}} for i in (old, new))
     parts = [
-        f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in (*owned, *TIMING_KEYS) if before.get(k) != after.get(k)
+        f"{k} {shown(before.get(k))} -> {shown(after.get(k))}"
+        for k in (*owned, *TIMING_KEYS)
+        if before.get(k) != after.get(k)
     ]
     return ", ".join(parts) or "settings digest differs"
 
