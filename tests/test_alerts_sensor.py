@@ -360,6 +360,23 @@ def batches(context: dg.AssetExecutionContext) -> int:
     return 1
 
 
+def test_a_run_failure_still_open_is_reminded_every_remind_hours_though_its_run_failed_once(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws, remind_hours="1")
+    start = time.time()
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # its last attempt fails
+        tick(instance, res)
+        for hours in (0.5, 2, 5):
+            monkeypatch.setattr(alerts_defs, "now", lambda hours=hours: start + hours * 3600)
+            tick(instance, res)
+    assert [(m["state"], m["reminder"]) for m in inbox.read()] == [
+        ("firing", False),
+        ("firing", True),
+        ("firing", True),
+    ]
+
+
 def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aws):
     """Runs of Dagster's own asset job (the UI, backfills, redrive_failed_partitions) alert under the
     assets they selected and their partition."""

@@ -515,19 +515,21 @@ def _evaluate(
         book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
     changes, noise = [], []
 
+    def enqueue(message) -> None:
+        if message["kind"] in demo_noise:
+            noise.append(message["alert_key"])
+            return
+        changes.append(f"{message['alert_key']} {message['state']}")
+        for line in book.enqueue(message, sinks):
+            context.log.warning(line)
+
     def observe(signals) -> None:
         for signal in signals:
             if cfg.runbook_url:  # its runbook's URL, else (in the message) its repository path
                 signal = dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
-            message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
-            if message is None:
-                continue
-            if signal.kind in demo_noise:
-                noise.append(signal.alert_key)
-                continue
-            changes.append(f"{message['alert_key']} {message['state']}")
-            for line in book.enqueue(message, sinks):
-                context.log.warning(line)
+            message = book.observe(signal, clock)
+            if message is not None:
+                enqueue(message)
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
         observe(rebuild_run_signals(context, instance, book, cfg, clock, deadline))
@@ -538,6 +540,8 @@ def _evaluate(
     observe(tick_signals(instance, cfg))
     unread = book.positions.setdefault("dead_letters_unread", {})
     observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
+    for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals
+        enqueue(message)
     if not lease():  # this tick outlived its lease: another evaluation may have sent and saved since
         return dg.SkipReason(
             "the sensor's lease lapsed during this tick (its reads took too long): nothing saved or sent"
