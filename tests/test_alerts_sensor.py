@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.execution.build_resources import wrap_resources_for_execution
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
 from dagster_shared.error import SerializableErrorInfo
@@ -45,9 +46,18 @@ def resources(aws, **settings) -> dict:
     }
 
 
-def tick(instance: dg.DagsterInstance, res: dict, definitions: dg.Definitions | None = None) -> str:
-    """One evaluation of the sensor, as the daemon's; returns its skip reason."""
-    with dg.build_sensor_context(instance=instance, resources=res, definitions=definitions) as context:
+def tick(
+    instance: dg.DagsterInstance, res: dict, definitions: dg.Definitions | None = None, location: str | None = None
+) -> str:
+    """One evaluation of the sensor, as the daemon's (in the code location named ``location``, when given; as
+    ``dg.build_sensor_context`` builds it, with the origin that it cannot take); returns its skip reason."""
+    with dg.SensorEvaluationContext(
+        instance_ref=None,
+        instance=instance,
+        resources=wrap_resources_for_execution(res),
+        definitions=definitions,
+        code_location_origin=RegisteredCodeLocationOrigin(location) if location else None,
+    ) as context:
         data = SENSOR.evaluate_tick(context)
     assert not data.run_requests
     return data.skip_message or ""
@@ -397,10 +407,13 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
 
 
-def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
-    """Ticks of a sensor ``queue_watch`` as the daemon stores them (state and ticks in the instance)."""
-    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("groundskeeper"), "__repository__")
-    origin = RemoteInstigatorOrigin(repository, "queue_watch")
+def _failing_sensor_ticks(
+    instance, statuses: list[TickStatus], location: str = "groundskeeper", name: str = "queue_watch"
+) -> None:
+    """Ticks of a sensor ``name`` of the code location ``location`` as the daemon stores them (state and ticks
+    in the instance)."""
+    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin(location), "__repository__")
+    origin = RemoteInstigatorOrigin(repository, name)
     state = InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.RUNNING)
     if not instance.get_instigator_state(origin.get_id(), state.selector_id):
         instance.add_instigator_state(state)
@@ -409,7 +422,7 @@ def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
         instance.create_tick(
             TickData(
                 instigator_origin_id=origin.get_id(),
-                instigator_name="queue_watch",
+                instigator_name=name,
                 instigator_type=InstigatorType.SENSOR,
                 status=status,
                 timestamp=time.time(),
@@ -419,15 +432,23 @@ def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
         )
 
 
+@dg.sensor(name="queue_watch")
+def queue_watch():
+    return dg.SkipReason("a sensor of the code location whose ticks the tests store")
+
+
+WATCHING = dg.Definitions(sensors=[SENSOR, queue_watch])
+
+
 def test_three_failing_ticks_of_a_sensor_fire_once_and_its_next_good_tick_resolves(aws):
     inbox = Inbox(aws)
     res = resources(aws)
     with dg.instance_for_test() as instance:
         for _ in range(5):
             _failing_sensor_ticks(instance, [TickStatus.FAILURE])
-            tick(instance, res)
+            tick(instance, res, WATCHING, "groundskeeper")
         _failing_sensor_ticks(instance, [TickStatus.SKIPPED])
-        tick(instance, res)
+        tick(instance, res, WATCHING, "groundskeeper")
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [("tick_failure:queue_watch", "firing"), ("tick_failure:queue_watch", "resolved")]
     assert inbox.messages[0]["summary"] == "queue_watch: AccessDenied on ReceiveMessage"
@@ -438,13 +459,35 @@ def test_a_tick_failure_threshold_above_ten_fires_at_its_count_of_failed_ticks(a
     res = resources(aws, tick_failures="15")
     with dg.instance_for_test() as instance:
         _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 14)
-        tick(instance, res)
+        tick(instance, res, WATCHING, "groundskeeper")
         assert inbox.read() == []
         _failing_sensor_ticks(instance, [TickStatus.FAILURE])
-        tick(instance, res)
+        tick(instance, res, WATCHING, "groundskeeper")
     (firing,) = inbox.read()
     assert (firing["alert_key"], firing["state"]) == ("tick_failure:queue_watch", "firing")
     assert firing["title"] == "sensor queue_watch: 15 failed ticks in a row"
+
+
+def test_a_sensor_of_the_same_name_in_another_code_location_neither_resolves_nor_fires_this_ones(aws):
+    """The instance keeps the ticks of a renamed code location's queue_watch, which last did not fail;
+    this location's queue_watch fails: one incident, which stays open."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.SKIPPED], location="groundskeeper-old")
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 3)
+        for _ in range(3):
+            tick(instance, res, WATCHING, "groundskeeper")
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [("tick_failure:queue_watch", "firing")]
+
+
+def test_a_sensor_no_longer_in_the_code_location_does_not_alert_on_its_stored_ticks(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 3, name="removed_watch")
+        tick(instance, res, WATCHING, "groundskeeper")
+    assert inbox.read() == []
 
 
 def test_a_dead_letter_depth_unread_for_five_minutes_alerts_and_resolves_once_read(aws, monkeypatch):

@@ -424,11 +424,19 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
     return out
 
 
-def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Signal]:
-    """Every sensor and schedule the instance knows: N failed ticks in a row fire; a good tick resolves."""
+def tick_signals(context, instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Signal]:
+    """Each sensor and schedule of this code location: N failed ticks in a row fire; a good tick resolves.
+    The instance also keeps the states and ticks of other code locations (one renamed: the same names) and
+    of sensors and schedules removed since: those are not read."""
+    repository = context.repository_def
+    if repository is None:
+        return
+    names = {d.name for d in (*repository.sensor_defs, *repository.schedule_defs)}
+    here = context.code_location_origin.location_name if context.code_location_origin else None
     for state in instance.all_instigator_state():
         kind = {"SENSOR": "sensor", "SCHEDULE": "schedule"}.get(state.instigator_type.value)
-        if kind is None:
+        location = state.origin.repository_origin.code_location_origin.location_name
+        if kind is None or state.instigator_name not in names or (here and location != here):
             continue
         ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=cfg.tick_failures + TICKS_READ)
         statuses = [tick.status.value for tick in ticks]
@@ -537,7 +545,7 @@ def _evaluate(
     if behind:
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
-    observe(tick_signals(instance, cfg))
+    observe(tick_signals(context, instance, cfg))
     unread = book.positions.setdefault("dead_letters_unread", {})
     observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
     for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals
