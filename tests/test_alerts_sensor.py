@@ -1031,6 +1031,23 @@ def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(a
     assert firing["message_id"].startswith("run_failure:retry_demo:ThrottlingException#")
 
 
+@pytest.mark.parametrize("saved", [None, '{"positions": {}}'], ids=["first tick", "saved without positions"])
+def test_a_failure_while_the_daemon_was_down_for_hours_alerts_though_no_run_had_ever_failed(aws, monkeypatch, saved):
+    """The sensor has ticked (afresh, or with a state saved before it read any run event), no run has
+    ever failed; a run fails while the daemon is down, and the next tick comes two hours later."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        if saved:
+            instance.run_storage.set_cursor_values({alerts_defs.STATE_KEY: saved})
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # its last attempt fails
+        later = time.time() + 2 * 3600
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+    assert [(m["kind"], m["state"]) for m in inbox.read()] == [("run_failure", "firing")]
+
+
 def test_a_lost_state_rebuilds_its_open_incidents_from_the_runs_with_their_message_ids(aws, monkeypatch):
     """Both state documents are deleted, and the next tick comes two hours after the failures (past
     a first tick's look back): the failure still open is rebuilt from the runs, sent again with the
