@@ -551,6 +551,20 @@ def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_publish
     assert ASSET_KEY.to_user_string() == "alerts/incidents"
 
 
+def test_demo_noise_is_never_sent_though_the_sink_had_taken_nothing_before(aws):
+    """make dev: the demo's dead letters are the only incident; a sink that has taken nothing yet is not
+    taken for one added since they opened."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    aws.client("sqs").send_message(QueueUrl=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"], MessageBody="poison")
+    noisy = build_alerts_sensor(demo_noise=frozenset({"dead_letters"}))
+    with dg.instance_for_test() as instance:
+        for _ in range(3):
+            with dg.build_sensor_context(instance=instance, resources=res) as context:
+                noisy.evaluate_tick(context)
+    assert inbox.read() == []
+
+
 def test_a_topic_of_another_region_is_one_line_and_the_alert_waits(aws):
     with webhook_receiver() as receiver, dg.instance_for_test() as instance:
         res = resources(aws, sns_topic_arn="arn:aws:sns:eu-west-1:123456789012:alerts", webhook_url=receiver.url)

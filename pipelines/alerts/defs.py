@@ -529,7 +529,7 @@ def _evaluate(
     book = load_book(instance, context.log.warning)
     clock = now()
     sinks = [sink.name for sink in cfg.sinks]
-    for line in book.add_sinks(sinks):
+    for line in book.add_sinks(sinks, demo_noise):
         context.log.warning(line)
     if book.reset:
         book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)

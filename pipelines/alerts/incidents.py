@@ -282,11 +282,12 @@ class AlertBook:
 
     # ------------------------------------------------------------------ delivery
 
-    def add_sinks(self, sinks: Iterable[str]) -> list[str]:
+    def add_sinks(self, sinks: Iterable[str], noise: frozenset[str] = frozenset()) -> list[str]:
         """A sink this book has never had gets the firing message of every open incident (it was not
-        configured when they opened). Returns :meth:`enqueue`'s lines."""
+        configured when they opened) but those of the ``noise`` kinds (never sent). Returns :meth:`enqueue`'s lines."""
         new = [name for name in sinks if name not in self.outbox]
-        return [line for incident in self.open_incidents() for line in self.enqueue(_message(incident), new)]
+        opened = [incident for incident in self.open_incidents() if incident["kind"] not in noise]
+        return [line for incident in opened for line in self.enqueue(_message(incident), new)]
 
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
         """Put ``message`` in each sink's outbox; the same state change already there takes its fields.
