@@ -858,6 +858,22 @@ def test_a_state_of_another_shape_starts_afresh_with_one_state_reset_alert(aws, 
     assert got == [("run_failure", "firing"), ("state_reset", "firing")]
 
 
+def test_a_missing_state_whose_copy_is_unreadable_starts_afresh_with_one_state_reset_alert(aws, capfd):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        instance.run_storage.set_cursor_values({alerts_defs.STATE_COPY_KEY: "{not json"})
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        capfd.readouterr()
+        tick(instance, res)
+        tick(instance, res)
+    assert sorted((m["kind"], m["state"]) for m in inbox.read()) == [
+        ("run_failure", "firing"),
+        ("state_reset", "firing"),
+    ]
+    assert "alert state unreadable (Expecting property name" in capfd.readouterr().err
+
+
 def test_a_tick_whose_budget_is_spent_sends_nothing_more_and_the_next_tick_sends_it(aws, monkeypatch):
     inbox = Inbox(aws)
     res = resources(aws)

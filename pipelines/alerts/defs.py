@@ -94,7 +94,8 @@ def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
     if not copy.fresh:
         warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
         return copy
-    return AlertBook.load(saved.get(STATE_KEY), warn)  # fresh: the sensor rebuilds it (rebuild_run_signals)
+    # fresh: the sensor rebuilds it (rebuild_run_signals); a document there but unreadable is a reset
+    return AlertBook.load(saved.get(STATE_KEY) or saved.get(STATE_COPY_KEY), warn)
 
 
 def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
