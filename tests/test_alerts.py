@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError, text_of
+from pipelines.alerts.incidents import FIRING, KINDS, RESOLVED, AlertBook, Signal, SinkError, message_id, text_of
 from pipelines.alerts.sinks import SnsSink, WebhookSink, alert_config
 from pipelines.alerts.sources import (
     STILL_FAILING_SECONDS,
@@ -194,12 +194,23 @@ def test_a_full_outbox_drops_an_incident_that_opened_and_ended_while_waiting_nev
 
 def test_a_reminder_only_when_asked_for():
     book = AlertBook()
-    assert book.observe(_check(False), NOW, remind_seconds=None)["state"] == FIRING
-    assert book.observe(_check(False), NOW + 7200, remind_seconds=None) is None
-    reminder = book.observe(_check(False), NOW + 7200, remind_seconds=3600)
+    assert book.observe(_check(False), NOW)["state"] == FIRING
+    assert book.observe(_check(False), NOW + 7200) is None
+    assert book.reminders(NOW + 7200, None) == []
+    (reminder,) = book.reminders(NOW + 7200, 3600)
     assert reminder["reminder"] is True
     assert reminder["state"] == FIRING
-    assert book.observe(_check(False), NOW + 7300, remind_seconds=3600) is None
+    assert book.reminders(NOW + 7300, 3600) == []
+
+
+def test_an_incident_its_source_does_not_see_again_is_reminded_each_time_with_its_own_id():
+    book = AlertBook()
+    book.observe(_check(False), NOW)  # a check evaluated once, or a run failure: seen once
+    ids = [message_id(m) for at in (NOW + 3600, NOW + 7200) for m in book.reminders(at, 3600)]
+    assert ids == [
+        "check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#firing#reminder@2027-01-15T09:00:00.000Z",
+        "check_failure:orders:not_empty#2027-01-15T08:00:00.000Z#firing#reminder@2027-01-15T10:00:00.000Z",
+    ]
 
 
 CHECK_KEY = "check_failure:orders:not_empty"
@@ -230,7 +241,9 @@ def test_a_reminder_and_a_rise_of_severity_in_one_tick_send_the_rise():
     book, sink = AlertBook(), ListSink()
     _run(book, [_check(False, "WARN")], sink)
     for severity in ("WARN", "ERROR"):
-        book.enqueue(book.observe(_check(False, severity), NOW + 7200, remind_seconds=3600), [sink.name])
+        if message := book.observe(_check(False, severity), NOW + 7200):
+            book.enqueue(message, [sink.name])
+    assert book.reminders(NOW + 7200, 3600) == []
     book.deliver([sink], NOW + 7200, policy=NO_WAIT, max_per_tick=20)
     assert [m["severity"] for m in sink.messages] == ["warning", "critical"]
 
@@ -541,7 +554,8 @@ def test_an_acknowledged_incident_gets_no_reminder_and_still_resolves():
     book.observe(_dead_letters(3), NOW)
     acknowledged = book.observe(_by_hand("acknowledge"), NOW + 1)
     assert acknowledged["state"] == "acknowledged"
-    assert book.observe(_dead_letters(3), NOW + 7200, remind_seconds=3600) is None
+    assert book.observe(_dead_letters(3), NOW + 7200) is None
+    assert book.reminders(NOW + 7200, 3600) == []
     assert book.observe(_dead_letters(0), NOW + 7300)["state"] == RESOLVED
 
 

@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 from dagster._core.definitions.run_request import InstigatorType
+from dagster._core.execution.build_resources import wrap_resources_for_execution
 from dagster._core.remote_origin import RegisteredCodeLocationOrigin, RemoteInstigatorOrigin, RemoteRepositoryOrigin
 from dagster._core.scheduler.instigation import InstigatorState, InstigatorStatus, TickData, TickStatus
 from dagster_shared.error import SerializableErrorInfo
@@ -45,9 +46,18 @@ def resources(aws, **settings) -> dict:
     }
 
 
-def tick(instance: dg.DagsterInstance, res: dict, definitions: dg.Definitions | None = None) -> str:
-    """One evaluation of the sensor, as the daemon's; returns its skip reason."""
-    with dg.build_sensor_context(instance=instance, resources=res, definitions=definitions) as context:
+def tick(
+    instance: dg.DagsterInstance, res: dict, definitions: dg.Definitions | None = None, location: str | None = None
+) -> str:
+    """One evaluation of the sensor, as the daemon's (in the code location named ``location``, when given; as
+    ``dg.build_sensor_context`` builds it, with the origin that it cannot take); returns its skip reason."""
+    with dg.SensorEvaluationContext(
+        instance_ref=None,
+        instance=instance,
+        resources=wrap_resources_for_execution(res),
+        definitions=definitions,
+        code_location_origin=RegisteredCodeLocationOrigin(location) if location else None,
+    ) as context:
         data = SENSOR.evaluate_tick(context)
     assert not data.run_requests
     return data.skip_message or ""
@@ -360,6 +370,23 @@ def batches(context: dg.AssetExecutionContext) -> int:
     return 1
 
 
+def test_a_run_failure_still_open_is_reminded_every_remind_hours_though_its_run_failed_once(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws, remind_hours="1")
+    start = time.time()
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # its last attempt fails
+        tick(instance, res)
+        for hours in (0.5, 2, 5):
+            monkeypatch.setattr(alerts_defs, "now", lambda hours=hours: start + hours * 3600)
+            tick(instance, res)
+    assert [(m["state"], m["reminder"]) for m in inbox.read()] == [
+        ("firing", False),
+        ("firing", True),
+        ("firing", True),
+    ]
+
+
 def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aws):
     """Runs of Dagster's own asset job (the UI, backfills, redrive_failed_partitions) alert under the
     assets they selected and their partition."""
@@ -458,10 +485,13 @@ def test_a_lost_state_keeps_resolved_the_failures_a_re_execution_resolved(aws):
     assert [m["message_id"] for m in inbox.read()] == before  # sent again as they were: receivers drop them
 
 
-def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
-    """Ticks of a sensor ``queue_watch`` as the daemon stores them (state and ticks in the instance)."""
-    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin("groundskeeper"), "__repository__")
-    origin = RemoteInstigatorOrigin(repository, "queue_watch")
+def _failing_sensor_ticks(
+    instance, statuses: list[TickStatus], location: str = "groundskeeper", name: str = "queue_watch"
+) -> None:
+    """Ticks of a sensor ``name`` of the code location ``location`` as the daemon stores them (state and ticks
+    in the instance)."""
+    repository = RemoteRepositoryOrigin(RegisteredCodeLocationOrigin(location), "__repository__")
+    origin = RemoteInstigatorOrigin(repository, name)
     state = InstigatorState(origin, InstigatorType.SENSOR, InstigatorStatus.RUNNING)
     if not instance.get_instigator_state(origin.get_id(), state.selector_id):
         instance.add_instigator_state(state)
@@ -470,7 +500,7 @@ def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
         instance.create_tick(
             TickData(
                 instigator_origin_id=origin.get_id(),
-                instigator_name="queue_watch",
+                instigator_name=name,
                 instigator_type=InstigatorType.SENSOR,
                 status=status,
                 timestamp=time.time(),
@@ -480,15 +510,23 @@ def _failing_sensor_ticks(instance, statuses: list[TickStatus]) -> None:
         )
 
 
+@dg.sensor(name="queue_watch")
+def queue_watch():
+    return dg.SkipReason("a sensor of the code location whose ticks the tests store")
+
+
+WATCHING = dg.Definitions(sensors=[SENSOR, queue_watch])
+
+
 def test_three_failing_ticks_of_a_sensor_fire_once_and_its_next_good_tick_resolves(aws):
     inbox = Inbox(aws)
     res = resources(aws)
     with dg.instance_for_test() as instance:
         for _ in range(5):
             _failing_sensor_ticks(instance, [TickStatus.FAILURE])
-            tick(instance, res)
+            tick(instance, res, WATCHING, "groundskeeper")
         _failing_sensor_ticks(instance, [TickStatus.SKIPPED])
-        tick(instance, res)
+        tick(instance, res, WATCHING, "groundskeeper")
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [("tick_failure:queue_watch", "firing"), ("tick_failure:queue_watch", "resolved")]
     assert inbox.messages[0]["summary"] == "queue_watch: AccessDenied on ReceiveMessage"
@@ -499,13 +537,35 @@ def test_a_tick_failure_threshold_above_ten_fires_at_its_count_of_failed_ticks(a
     res = resources(aws, tick_failures="15")
     with dg.instance_for_test() as instance:
         _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 14)
-        tick(instance, res)
+        tick(instance, res, WATCHING, "groundskeeper")
         assert inbox.read() == []
         _failing_sensor_ticks(instance, [TickStatus.FAILURE])
-        tick(instance, res)
+        tick(instance, res, WATCHING, "groundskeeper")
     (firing,) = inbox.read()
     assert (firing["alert_key"], firing["state"]) == ("tick_failure:queue_watch", "firing")
     assert firing["title"] == "sensor queue_watch: 15 failed ticks in a row"
+
+
+def test_a_sensor_of_the_same_name_in_another_code_location_neither_resolves_nor_fires_this_ones(aws):
+    """The instance keeps the ticks of a renamed code location's queue_watch, which last did not fail;
+    this location's queue_watch fails: one incident, which stays open."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.SKIPPED], location="groundskeeper-old")
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 3)
+        for _ in range(3):
+            tick(instance, res, WATCHING, "groundskeeper")
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [("tick_failure:queue_watch", "firing")]
+
+
+def test_a_sensor_no_longer_in_the_code_location_does_not_alert_on_its_stored_ticks(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 3, name="removed_watch")
+        tick(instance, res, WATCHING, "groundskeeper")
+    assert inbox.read() == []
 
 
 def test_a_dead_letter_depth_unread_for_five_minutes_alerts_and_resolves_once_read(aws, monkeypatch):
@@ -567,6 +627,20 @@ def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_publish
     beats = aws.client("cloudwatch").list_metrics(MetricName=HEARTBEAT_METRIC)["Metrics"]
     assert {m["Namespace"] for m in beats} == {aws.env["RUNS_FLEET_METRICS_NAMESPACE"]}
     assert ASSET_KEY.to_user_string() == "alerts/incidents"
+
+
+def test_demo_noise_is_never_sent_though_the_sink_had_taken_nothing_before(aws):
+    """make dev: the demo's dead letters are the only incident; a sink that has taken nothing yet is not
+    taken for one added since they opened."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    aws.client("sqs").send_message(QueueUrl=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"], MessageBody="poison")
+    noisy = build_alerts_sensor(demo_noise=frozenset({"dead_letters"}))
+    with dg.instance_for_test() as instance:
+        for _ in range(3):
+            with dg.build_sensor_context(instance=instance, resources=res) as context:
+                noisy.evaluate_tick(context)
+    assert inbox.read() == []
 
 
 def test_a_topic_of_another_region_is_one_line_and_the_alert_waits(aws):
@@ -894,6 +968,22 @@ def test_a_state_of_another_shape_starts_afresh_with_one_state_reset_alert(aws, 
     assert got == [("run_failure", "firing"), ("state_reset", "firing")]
 
 
+def test_a_missing_state_whose_copy_is_unreadable_starts_afresh_with_one_state_reset_alert(aws, capfd):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        instance.run_storage.set_cursor_values({alerts_defs.STATE_COPY_KEY: "{not json"})
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        capfd.readouterr()
+        tick(instance, res)
+        tick(instance, res)
+    assert sorted((m["kind"], m["state"]) for m in inbox.read()) == [
+        ("run_failure", "firing"),
+        ("state_reset", "firing"),
+    ]
+    assert "alert state unreadable (Expecting property name" in capfd.readouterr().err
+
+
 def test_a_tick_whose_budget_is_spent_sends_nothing_more_and_the_next_tick_sends_it(aws, monkeypatch):
     inbox = Inbox(aws)
     res = resources(aws)
@@ -1079,6 +1169,23 @@ def test_a_deleted_state_document_repeats_nothing_and_forgets_no_open_incident(a
         assert open_keys == ["run_failure:retry_demo:ThrottlingException"]
     (firing,) = inbox.read()
     assert firing["message_id"].startswith("run_failure:retry_demo:ThrottlingException#")
+
+
+@pytest.mark.parametrize("saved", [None, '{"positions": {}}'], ids=["first tick", "saved without positions"])
+def test_a_failure_while_the_daemon_was_down_for_hours_alerts_though_no_run_had_ever_failed(aws, monkeypatch, saved):
+    """The sensor has ticked (afresh, or with a state saved before it read any run event), no run has
+    ever failed; a run fails while the daemon is down, and the next tick comes two hours later."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        if saved:
+            instance.run_storage.set_cursor_values({alerts_defs.STATE_KEY: saved})
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")  # its last attempt fails
+        later = time.time() + 2 * 3600
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+    assert [(m["kind"], m["state"]) for m in inbox.read()] == [("run_failure", "firing")]
 
 
 def test_a_lost_state_rebuilds_its_open_incidents_from_the_runs_with_their_message_ids(aws, monkeypatch):

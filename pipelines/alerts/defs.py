@@ -33,7 +33,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.active_runs import child_run, status_changes
+from pipelines.common.defs.active_runs import FIRST_TICK_LOOKBACK_SECONDS, child_run, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
@@ -95,7 +95,8 @@ def load_book(instance: dg.DagsterInstance, warn=lambda _: None) -> AlertBook:
     if not copy.fresh:
         warn(f"alert state {'unreadable' if saved.get(STATE_KEY) else 'missing'}: using its copy")
         return copy
-    return AlertBook.load(saved.get(STATE_KEY), warn)  # fresh: the sensor rebuilds it (rebuild_run_signals)
+    # fresh: the sensor rebuilds it (rebuild_run_signals); a document there but unreadable is a reset
+    return AlertBook.load(saved.get(STATE_KEY) or saved.get(STATE_COPY_KEY), warn)
 
 
 def save_book(instance: dg.DagsterInstance, book: AlertBook) -> None:
@@ -164,10 +165,22 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | Callable[
             compare_and_set(instance, LEASE_KEY, mine, json.dumps({"holder": None, "until": 0}))
 
 
+def first_position(instance: dg.DagsterInstance, kind, clock: float) -> int:
+    """Where run events of ``kind`` are read from when none was ever read: after its last event older than an
+    hour (the first read takes the last hour's), 0 when there is none. A position, never a time window: a
+    later read goes on from there however long the sensor was stopped."""
+    older = dg.RunStatusChangeRecordsFilter(event_type=kind, before_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS)
+    records = instance.fetch_run_status_changes(older, limit=1).records
+    return records[0].storage_id if records else 0
+
+
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
     order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
     far, so that a success is never taken before an earlier failure left for the next read."""
+    for kind in RUN_STATUS_EVENTS:
+        if book.positions.get(kind.value) is None:
+            book.positions[kind.value] = first_position(instance, kind, clock)
     kinds = {
         kind: status_changes(instance, kind, book.positions.get(kind.value), clock, EVENTS_PER_TICK)
         for kind in RUN_STATUS_EVENTS
@@ -466,11 +479,19 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
     return out
 
 
-def tick_signals(instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Signal]:
-    """Every sensor and schedule the instance knows: N failed ticks in a row fire; a good tick resolves."""
+def tick_signals(context, instance: dg.DagsterInstance, cfg: AlertConfig) -> Iterator[Signal]:
+    """Each sensor and schedule of this code location: N failed ticks in a row fire; a good tick resolves.
+    The instance also keeps the states and ticks of other code locations (one renamed: the same names) and
+    of sensors and schedules removed since: those are not read."""
+    repository = context.repository_def
+    if repository is None:
+        return
+    names = {d.name for d in (*repository.sensor_defs, *repository.schedule_defs)}
+    here = context.code_location_origin.location_name if context.code_location_origin else None
     for state in instance.all_instigator_state():
         kind = {"SENSOR": "sensor", "SCHEDULE": "schedule"}.get(state.instigator_type.value)
-        if kind is None:
+        location = state.origin.repository_origin.code_location_origin.location_name
+        if kind is None or state.instigator_name not in names or (here and location != here):
             continue
         ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=cfg.tick_failures + TICKS_READ)
         statuses = [tick.status.value for tick in ticks]
@@ -551,25 +572,27 @@ def _evaluate(
     book = load_book(instance, context.log.warning)
     clock = now()
     sinks = [sink.name for sink in cfg.sinks]
-    for line in book.add_sinks(sinks):
+    for line in book.add_sinks(sinks, demo_noise):
         context.log.warning(line)
     if book.reset:
         book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
     changes, noise = [], []
 
+    def enqueue(message) -> None:
+        if message["kind"] in demo_noise:
+            noise.append(message["alert_key"])
+            return
+        changes.append(f"{message['alert_key']} {message['state']}")
+        for line in book.enqueue(message, sinks):
+            context.log.warning(line)
+
     def observe(signals) -> None:
         for signal in signals:
             if cfg.runbook_url:  # its runbook's URL, else (in the message) its repository path
                 signal = dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
-            message = book.observe(signal, clock, remind_seconds=cfg.remind_seconds)
-            if message is None:
-                continue
-            if signal.kind in demo_noise:
-                noise.append(signal.alert_key)
-                continue
-            changes.append(f"{message['alert_key']} {message['state']}")
-            for line in book.enqueue(message, sinks):
-                context.log.warning(line)
+            message = book.observe(signal, clock)
+            if message is not None:
+                enqueue(message)
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
         observe(rebuild_run_signals(context, instance, book, cfg, clock, deadline))
@@ -577,9 +600,11 @@ def _evaluate(
     if behind:
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
-    observe(tick_signals(instance, cfg))
+    observe(tick_signals(context, instance, cfg))
     unread = book.positions.setdefault("dead_letters_unread", {})
     observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
+    for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals
+        enqueue(message)
     if not lease():  # this tick outlived its lease: another evaluation may have sent and saved since
         return dg.SkipReason(
             "the sensor's lease lapsed during this tick (its reads took too long): nothing saved or sent"

@@ -177,7 +177,7 @@ class AlertBook:
 
     # ------------------------------------------------------------------ incidents
 
-    def observe(self, signal: Signal, now: float, *, remind_seconds: float | None = None) -> dict[str, Any] | None:
+    def observe(self, signal: Signal, now: float) -> dict[str, Any] | None:
         """Record one observation; returns the message of the state change it makes, or None."""
         incident = self.incidents.get(signal.alert_key)
         if signal.action:
@@ -214,8 +214,7 @@ class AlertBook:
             rose = SEVERITIES.index(signal.severity) < SEVERITIES.index(incident["severity"])
             if signal.severity != incident["severity"]:  # rose: sent, even when acknowledged; fell: kept, not sent
                 incident.update(severity=signal.severity, summary=first_line(signal.summary, SUMMARY_CHARS))
-            due = remind_seconds and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
-            if rose or (due and not incident.get("acknowledged")):
+            if rose:  # in a reminder's form: a reminder falling due this tick is this message
                 incident["notified"] = now
                 return _message(incident, reminder=True)
             return None
@@ -226,6 +225,21 @@ class AlertBook:
             self.history.append([now, RESOLVED])
             return _message(incident)
         return None
+
+    def reminders(self, now: float, remind_seconds: float | None) -> list[dict[str, Any]]:
+        """A reminder of each open incident, not acknowledged, whose last message is ``remind_seconds`` old or
+        more, whether its source saw it again or not (a run failure is seen once); each with ``last_seen`` now."""
+        if not remind_seconds:
+            return []
+        due = [
+            incident
+            for incident in self.open_incidents()
+            if not incident.get("acknowledged")
+            and now - incident.get("notified", incident["first_seen"]) >= remind_seconds
+        ]
+        for incident in due:
+            incident.update(notified=now, last_seen=now)
+        return [_message(incident, reminder=True) for incident in due]
 
     def _act(self, incident: dict[str, Any] | None, signal: Signal, now: float) -> dict[str, Any] | None:
         """An operator's acknowledge or close of an open incident; None when it is not open (any more)."""
@@ -268,16 +282,16 @@ class AlertBook:
 
     # ------------------------------------------------------------------ delivery
 
-    def add_sinks(self, sinks: Iterable[str]) -> list[str]:
+    def add_sinks(self, sinks: Iterable[str], noise: frozenset[str] = frozenset()) -> list[str]:
         """A sink this book has never had gets the firing message of every open incident (it was not
-        configured when they opened). Returns :meth:`enqueue`'s lines."""
+        configured when they opened) but those of the ``noise`` kinds (never sent). Returns :meth:`enqueue`'s lines."""
         new = [name for name in sinks if name not in self.outbox]
-        return [line for incident in self.open_incidents() for line in self.enqueue(_message(incident), new)]
+        opened = [incident for incident in self.open_incidents() if incident["kind"] not in noise]
+        return [line for incident in opened for line in self.enqueue(_message(incident), new)]
 
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
-        """Put ``message`` in each sink's outbox; the same state change already there takes its fields (a
-        reminder and a rise of severity in one tick: the rise's). Returns one line per message dropped to keep
-        an outbox at ``MAX_KEPT_PER_SINK``."""
+        """Put ``message`` in each sink's outbox; the same state change already there takes its fields.
+        Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
         mid = message_id(message)
         dropped = []
         for sink in sinks:
