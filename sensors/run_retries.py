@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from pipelines.common.defs.active_runs import child_run, status_changes
+from pipelines.common.defs.active_runs import child_run, first_position, status_changes
 from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
@@ -75,7 +75,9 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
         instance = context.instance
         after, pending = _cursor_state(context)
         clock = now()
-        failures = status_changes(instance, dg.DagsterEventType.RUN_FAILURE, after, clock, FAILURES_PER_TICK)
+        if after is None:  # never read: a position, so that a sensor stopped for hours misses no failure
+            after = first_position(instance, dg.DagsterEventType.RUN_FAILURE, clock)
+        failures = status_changes(instance, dg.DagsterEventType.RUN_FAILURE, after, FAILURES_PER_TICK)
         ids = [r.run_id for r in failures]
         runs = {run.run_id: run for run in instance.get_runs(dg.RunsFilter(run_ids=ids))} if ids else {}
         after = failures[-1].storage_id if ids else after

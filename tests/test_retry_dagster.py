@@ -347,6 +347,29 @@ def test_a_run_already_reexecuted_by_an_operator_is_not_relaunched(instance, tmp
     assert not data.run_requests
 
 
+def test_a_failure_while_the_daemon_was_down_for_hours_is_retried_though_no_run_had_ever_failed(
+    instance, tmp_path, monkeypatch
+):
+    """The sensor has ticked with no failure ever; a run fails while the daemon is down, and the next tick
+    comes two hours later: the failure is still read (a read position, not the last hour's)."""
+    import sensors.run_retries as run_retries
+
+    sensor = build_delayed_run_retries([flaky_job])
+    defs = dg.Definitions(jobs=[flaky_job], sensors=[sensor])
+    _, cursor = _tick(sensor, instance, defs, None)
+    policy = {"kind": "fixed", "delay": 0, "maxAttempts": 2}
+    first = flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=9),
+        tags={POLICY_TAG: json.dumps(policy)},
+        instance=instance,
+        raise_on_error=False,
+    )
+    later = time.time() + 2 * 3600
+    monkeypatch.setattr(run_retries, "now", lambda: later)
+    data, _ = _tick(sensor, instance, defs, cursor)
+    assert [r.run_key for r in data.run_requests] == [first.run_id]
+
+
 # -- the retry_policies asset ----------------------------------------------------------------------
 
 

@@ -33,7 +33,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.active_runs import FIRST_TICK_LOOKBACK_SECONDS, child_run, status_changes
+from pipelines.common.defs.active_runs import child_run, first_position, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
@@ -165,15 +165,6 @@ def sensor_lease(instance: dg.DagsterInstance, warn) -> Iterator[str | Callable[
             compare_and_set(instance, LEASE_KEY, mine, json.dumps({"holder": None, "until": 0}))
 
 
-def first_position(instance: dg.DagsterInstance, kind, clock: float) -> int:
-    """Where run events of ``kind`` are read from when none was ever read: after its last event older than an
-    hour (the first read takes the last hour's), 0 when there is none. A position, never a time window: a
-    later read goes on from there however long the sensor was stopped."""
-    older = dg.RunStatusChangeRecordsFilter(event_type=kind, before_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS)
-    records = instance.fetch_run_status_changes(older, limit=1).records
-    return records[0].storage_id if records else 0
-
-
 def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[list[tuple[object, bool]], bool]:
     """Run failures and successes since the last read, at most ``EVENTS_PER_TICK`` of each kind, in
     order: ([(record, failed)], whether more remain). When one kind has more, the other is read only as
@@ -182,8 +173,7 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[li
         if book.positions.get(kind.value) is None:
             book.positions[kind.value] = first_position(instance, kind, clock)
     kinds = {
-        kind: status_changes(instance, kind, book.positions.get(kind.value), clock, EVENTS_PER_TICK)
-        for kind in RUN_STATUS_EVENTS
+        kind: status_changes(instance, kind, book.positions[kind.value], EVENTS_PER_TICK) for kind in RUN_STATUS_EVENTS
     }
     full = [records[-1].storage_id for records in kinds.values() if len(records) >= EVENTS_PER_TICK]
     bound = min(full) if full else None

@@ -14,14 +14,22 @@ def still_going(run: Any) -> str:
     return f"{run.run_id} is still {'queued' if run.status in _QUEUED else 'running'}"
 
 
-FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the last hour is read
+FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the first read takes the last hour's
 
 
-def status_changes(instance: dg.DagsterInstance, kind, after: int | None, clock: float, limit: int) -> list:
-    """At most ``limit`` run events of ``kind`` after storage id ``after``, oldest first (with no position yet,
-    those of the last hour): how the alerts sensor and ``delayed_run_retries`` read runs' ends."""
-    since = clock - FIRST_TICK_LOOKBACK_SECONDS if after is None else None
-    wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after, after_timestamp=since)
+def first_position(instance: dg.DagsterInstance, kind, clock: float) -> int:
+    """Where run events of ``kind`` are read from when none was ever read: after its last event older than an
+    hour (the first read takes the last hour's), 0 when there is none. A position, never a time window: a
+    later read goes on from there however long the sensor was stopped."""
+    older = dg.RunStatusChangeRecordsFilter(event_type=kind, before_timestamp=clock - FIRST_TICK_LOOKBACK_SECONDS)
+    records = instance.fetch_run_status_changes(older, limit=1).records
+    return records[0].storage_id if records else 0
+
+
+def status_changes(instance: dg.DagsterInstance, kind, after: int, limit: int) -> list:
+    """At most ``limit`` run events of ``kind`` after storage id ``after``, oldest first: how the alerts sensor
+    and ``delayed_run_retries`` read runs' ends (from :func:`first_position` the first time)."""
+    wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after)
     return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
 
 
