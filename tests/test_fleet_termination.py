@@ -5,9 +5,11 @@ import json
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -363,6 +365,57 @@ def test_an_interrupt_while_the_drain_thread_starts_leaves_it_nothing_to_do(aws,
     assert drain.result.stopped_by == "stop requested"
     assert drain.result.counts["received"] == 0
     assert fs.depth(aws, TQ) == 20
+
+
+def _lines_between(first: str, last: str) -> range:
+    """The line numbers of drain.py from the one holding ``first`` to the one holding ``last``."""
+    lines = Path(drain_module.__file__).read_text().splitlines()
+    start = next(n for n, text in enumerate(lines, 1) if first in text)
+    return range(start, next(n for n, text in enumerate(lines, 1) if n > start and last in text) + 1)
+
+
+def _interrupted_at(drain, line: int) -> tuple[bool, list[str], str | None]:
+    """Runs ``drain`` with an interrupt raised before ``line`` of run_with_graceful_stop (as a signal handler
+    raises it, between two lines), and waits for the threads it started: (whether the line ran, the threads
+    still alive, how the drain stopped when the interrupt was returned)."""
+    raised: list[int] = []
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not run_with_graceful_stop.__code__:
+            return None
+
+        def local(frame, event, arg):
+            if event == "line" and frame.f_lineno == line and not raised:
+                raised.append(line)
+                raise KeyboardInterrupt("SIGTERM")
+            return local
+
+        return local
+
+    before = set(threading.enumerate())
+    sys.settrace(tracer)
+    try:
+        result, interrupt = run_with_graceful_stop(drain, logger=fs.log)
+        stopped = result.stopped_by if interrupt is not None else None
+    except KeyboardInterrupt:
+        stopped = None
+    finally:
+        sys.settrace(None)
+    started = set(threading.enumerate()) - before
+    for thread in started:
+        thread.join(PATIENCE)
+    return bool(raised), [t.name for t in started if t.is_alive()], stopped
+
+
+def test_an_interrupt_wherever_it_lands_while_the_drain_starts_leaves_no_drain_running_unwatched(aws):
+    """Before each line from the drain thread's start to the loop: the interrupt is raised before anything is
+    received and the drain thread ends, or the drain stops gracefully and the interrupt is returned."""
+    lines = _lines_between("threading.Thread(target=target", "finished.wait(0.2)")
+    outcomes = {line: _interrupted_at(fs.make_drain(aws, concurrency=1), line) for line in lines}
+    assert {line: alive for line, (_, alive, _) in outcomes.items() if alive} == {}
+    assert {stopped for _, _, stopped in outcomes.values()} <= {None, "interrupted"}
+    assert outcomes[lines[0]][0]  # the thread's start
+    assert outcomes[lines[1]][0]  # the line after it
 
 
 def test_a_drain_whose_run_status_cannot_be_read_stops_at_the_round_boundary_without_writing_to_the_run(aws, caplog):

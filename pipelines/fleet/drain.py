@@ -263,20 +263,22 @@ def run_with_graceful_stop(
         finally:
             finished.set()
 
+    interrupt: BaseException | None = None
+    deadline: float | None = None
+    restore: dict[int, Any] = {}
     # Wait on an Event, not Thread.join: an interrupt inside join() can leave is_alive() wrong.
     try:
         threading.Thread(target=target, name="queue-drain", daemon=True).start()
+        watched.set()
     except BaseException:  # interrupted before anything was received: the drain, if started, stops at once
         drain.stop.set()
         watched.set()
         raise
-    interrupt: BaseException | None = None
-    deadline: float | None = None
-    restore: dict[int, Any] = {}
     try:
-        watched.set()
-        while not finished.is_set():
-            try:
+        while True:
+            try:  # from here on an interrupt stops the drain gracefully, wherever it lands
+                if finished.is_set():
+                    break
                 if interrupt is not None and deadline is None:
                     deadline = time.monotonic() + drain.limits.stop_timeout_seconds
                     logger.warning("interrupted: no more receives; finishing the messages in flight")
