@@ -3,6 +3,7 @@
 
 import contextlib
 import os
+import re
 
 import dagster as dg
 import psycopg2
@@ -21,6 +22,17 @@ class ProgressorDatabaseError(ConnectionError):
     """The progressor database cannot be reached, or failed a statement on its side; one line."""
 
 
+def _user_info_spills(rest: str) -> bool:
+    """A URL's user-info (``rest``: after ``scheme://``) runs into what libpq reads as its host, port or
+    database: libpq ends it at the first '@', unless a '/' comes first (then there is none), so a further '@'
+    before the path (or, after a '/', before the query) is a password's unencoded '@' or '/'."""
+    end = re.search(r"[@/]", rest)
+    if end is None:
+        return False
+    after = rest[end.end() :]
+    return "@" in re.split(r"[/?]" if end.group() == "@" else r"\?", after, maxsplit=1)[0]
+
+
 def _where(dsn: str) -> tuple[str, str]:
     """``host:port/dbname`` of a libpq URL or key=value string (without credentials), and its ``options``;
     ProgressorDatabaseError when the host or port holds a part of the user-info."""
@@ -29,11 +41,10 @@ def _where(dsn: str) -> tuple[str, str]:
     except psycopg2.ProgrammingError:
         return "an unparsable DSN", ""
     scheme, _, rest = dsn.partition("://")
-    if rest and scheme.lower() in ("postgres", "postgresql") and set("/?#@") & set(rest.rpartition("@")[0]):
-        # libpq ends a URL's user-info at its first '@' (or its host at a '/'): the rest would show as host and port
+    if scheme.lower() in ("postgres", "postgresql") and _user_info_spills(rest):
         raise ProgressorDatabaseError(
             "cannot reach the progressor database (PROGRESSOR_DSN): its password (or user name) holds an unencoded "
-            "'@', '/', '?' or '#', percent-encode it (%40, %2F, %3F, %23; its value is not shown)"
+            "'@' or '/', percent-encode it (%40, %2F; its value is not shown)"
         )
     where = f"{parts.get('host') or 'localhost'}:{parts.get('port') or 5432}/"
     return where + (parts.get("dbname") or parts.get("user") or ""), parts.get("options", "")

@@ -179,8 +179,24 @@ def test_job_malformed_dsn_fails_with_one_line_without_the_password(dsn):
 )
 def test_job_dsn_whose_password_holds_a_url_delimiter_fails_with_one_line_without_the_password(dsn):
     line = _failure_line(_run(dsn, {"namespace": "default/default"}))
-    assert "password (or user name) holds an unencoded '@', '/', '?' or '#', percent-encode it" in line
+    assert "password (or user name) holds an unencoded '@' or '/', percent-encode it" in line
     assert "PwTail" not in line
+
+
+@pytest.mark.parametrize(
+    "user_info, query",
+    [("{user}:pa?ss@", ""), ("{user}:pa#ss@", ""), ("", "?user={user}&application_name=gk@prod")],
+    ids=["password with ?", "password with #", "an @ in the query"],
+)
+def test_a_dsn_libpq_reads_as_meant_connects(dsn, user_info, query):
+    """libpq takes a URL's user-info up to its first '@' ('?' and '#' in a password are its own) and never looks
+    for one in the query: such a DSN is not refused (this server trusts any password)."""
+    head, _, tail = dsn.partition("://")
+    user, _, where = tail.partition("@")
+    url = f"{head}://{user_info.format(user=user)}{where}{query.format(user=user)}"
+    with ProgressorDatabase(dsn=url).connection() as conn, conn.cursor() as cur:
+        cur.execute("SELECT 1")
+        assert cur.fetchone() == (1,)
 
 
 def test_job_bad_value_fails_with_one_line(dsn):
