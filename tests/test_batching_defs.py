@@ -122,8 +122,8 @@ def test_materializing_a_partition_writes_files_with_metadata(aws):
         dry = _materialize(instance, "2026-11-20|acme", dry_run=True)
         assert dry.success
         assert outbox(aws, "acme") == {}
-        dry_meta = dry.asset_materializations_for_node("receiver_batches")[0].metadata
-        assert dry_meta["files_written"].value == 3
+        dry_meta = dry.asset_observations_for_node("receiver_batches")[0].metadata
+        assert dry_meta["files_would_write"].value == 3
         assert dry_meta["dry_run"].value is True
 
         result = _materialize(instance, "2026-11-20|acme")
@@ -134,6 +134,35 @@ def test_materializing_a_partition_writes_files_with_metadata(aws):
         assert meta["records_batched"].value == 10
         assert meta["status"].value == "ok"
         assert sum(len(v) for v in outbox(aws, "acme").values()) == len(ids)
+
+
+def _statuses(instance, partitions):
+    status = instance.get_status_by_partition(receiver_batches.key, partitions, receiver_batches.partitions_def)
+    return {k: (v.value if v is not None else None) for k, v in status.items()}
+
+
+@pytest.mark.slow
+def test_a_dry_run_records_an_observation_and_leaves_the_partition_status_as_it_was(aws):
+    put_receiver(aws, "acme", initial_time="25:00")  # invalid: its partition fails
+    put_receiver(aws, "globex")
+    put_records(aws, "acme", [T10 - dt.timedelta(minutes=5)])
+    put_records(aws, "globex", [T10 - dt.timedelta(minutes=5)])
+    keys = ["2026-11-20|acme", "2026-11-20|globex"]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["acme", "globex"])
+        assert not _materialize(instance, keys[0]).success
+        shown = {keys[0]: "FAILED", keys[1]: None}
+        assert _statuses(instance, keys) == shown  # as the UI shows them
+        put_receiver(aws, "acme")  # repaired
+        dry = [_materialize(instance, key, dry_run=True) for key in keys]
+        assert [r.success for r in dry] == [True, True]
+        assert [r.asset_materializations_for_node("receiver_batches") for r in dry] == [[], []]
+        assert _statuses(instance, keys) == shown
+        observed = dry[0].asset_observations_for_node("receiver_batches")[0]
+        assert observed.partition == keys[0]
+        assert observed.metadata["files_would_write"].value == 1
+        assert "files_written" not in observed.metadata
+    assert pending_ids(aws, "acme") == {"acme-00000"}
 
 
 @pytest.mark.slow

@@ -345,6 +345,30 @@ def test_a_failed_partition_batched_by_a_minute_run_is_materialized_again(aws):
         assert _statuses(instance, ["2026-11-20|globex"]) == {"2026-11-20|globex": "MATERIALIZED"}
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("job", [MINUTE, FAN_OUT], ids=["one step", "a step for each share"])
+def test_a_minute_dry_run_records_observations_and_leaves_every_partition_status_as_it_was(aws, job):
+    _put_due(aws)
+    keys = [f"2026-11-20|{n}" for n in RECEIVERS]
+    with dg.instance_for_test() as instance:
+        request = _tick(instance, T10)
+        put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")
+        failed = BATCH_JOB.execute_in_process(
+            partition_key=keys[1], instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        assert not failed.success
+        put_receiver(aws, "globex", number_per_day=24, max_batch_size=3)  # repaired
+        dry_config = {**request.run_config, "dry_run": True}
+        dry = _run_minute(instance, dg.RunRequest(run_config=dry_config, tags=request.tags), job)
+        assert dry.success
+        assert _materialized(dry) == []
+        assert _statuses(instance, keys) == {keys[0]: None, keys[1]: "FAILED", keys[2]: None}
+        observed = [e.asset_observation_data.asset_observation for e in dry.all_events if e.is_asset_observation]
+        assert sorted(o.partition for o in observed) == keys
+        assert {o.metadata["records_would_batch"].value for o in observed} == {5}
+    assert [len(pending_ids(aws, n)) for n in RECEIVERS] == [5, 5, 5]
+
+
 def test_a_pending_record_no_run_batches_launches_no_minute_run_and_each_tick_names_it(aws):
     put_receiver(aws, "solo", number_per_day=1440, max_batch_size=100)
     bad = {**record("solo", "solo-bad", T10 - dt.timedelta(hours=1)), "created_at": "2026-11-20T09:00:00"}

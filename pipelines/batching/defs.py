@@ -4,6 +4,7 @@ import datetime as dt
 import json
 import os
 import time
+from collections.abc import Iterator
 
 import dagster as dg
 
@@ -35,6 +36,19 @@ days_partitions = dg.DailyPartitionsDefinition(start_date=BATCH_START_DATE, end_
 batch_partitions = dg.MultiPartitionsDefinition({"receiver": receivers_partitions, "day": days_partitions})
 
 
+DRY_RUN_KEYS = {
+    "batch_times_written": "batch_times_would_write",
+    "files_written": "files_would_write",
+    "files": "file_keys_would_write",
+    "records_per_file": "records_per_file_would_write",
+    "records_batched": "records_would_batch",
+    "recovered_batches": "batches_would_recover",
+    "still_pending": "records_would_stay_pending",
+    "batched": "partitions_would_batch",  # a minute run's
+}
+"""A dry run's metadata keys for what a run does (it writes nothing); the others keep theirs."""
+
+
 def report_metadata(report: RunReport) -> dict:
     files = report.files
     values = {
@@ -55,6 +69,8 @@ def report_metadata(report: RunReport) -> dict:
         "still_pending": report.still_pending,
         "oldest_pending_age_seconds": report.oldest_pending_age_seconds or 0.0,
     }
+    if report.dry_run:
+        values = {DRY_RUN_KEYS.get(key, key): value for key, value in values.items()}
     typed = metadata_from(values)  # leaves out an empty list or map: shown here as JSON all the same
     return {key: typed[key] if key in typed else dg.MetadataValue.json(value) for key, value in values.items()}
 
@@ -69,6 +85,7 @@ def report_metadata(report: RunReport) -> dict:
     group_name="batching",
     config_schema=config_schema(ReceiverBatchesParams),
     retry_policy=AWS_RETRY_POLICY,
+    output_required=False,  # a dry run materializes nothing
 )
 @one_line_failures
 def receiver_batches(
@@ -76,7 +93,7 @@ def receiver_batches(
     dynamodb: DynamoDBResource,
     s3: S3Resource,
     batching: BatchingSettings,
-) -> dg.MaterializeResult:
+) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
     params = params_from_config(context, ReceiverBatchesParams)
     # a launch tagged with dagster/partition alone (no dimension tags) gives the key as its text
     keys = batch_partitions.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
@@ -94,7 +111,10 @@ def receiver_batches(
         raise dg.Failure(description=report.failure, metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
     run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
-    return dg.MaterializeResult(metadata=metadata)
+    if params.dry_run:  # it wrote nothing: the partition's status stays as it was
+        yield dg.AssetObservation(asset_key=context.asset_key, partition=context.partition_key, metadata=metadata)
+    else:
+        yield dg.MaterializeResult(metadata=metadata)
 
 
 def _log_report(log, report: RunReport) -> None:
@@ -103,6 +123,13 @@ def _log_report(log, report: RunReport) -> None:
         log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
     if report.status in {"disabled", "cancelled"}:
         log.warning(f"{report.receiver}: batching_enabled is false ({report.status}); remaining batches wait")
+    if report.dry_run:
+        log.info(
+            f"{report.receiver} {report.day}: dry run, nothing written: {len(report.batches)} batch time(s) "
+            f"would write {len(report.files)} file(s) of {report.records_batched} record(s); "
+            f"{report.still_pending} would stay pending"
+        )
+        return
     log.info(
         f"{report.receiver} {report.day}: {len(report.batches)} batch time(s), {len(report.files)} file(s), "
         f"{report.records_batched} record(s); {report.still_pending} still pending"
@@ -201,8 +228,9 @@ def _batch_share(
             )
             return
         _log_report(context.log, r)
+        event = dg.AssetObservation if r.dry_run else dg.AssetMaterialization  # a dry run leaves the status be
         context.log_event(
-            dg.AssetMaterialization(
+            event(
                 asset_key=receiver_batches.key,
                 partition=dg.MultiPartitionKey({"receiver": d.receiver, "day": d.day}),
                 metadata=report_metadata(r),
@@ -218,11 +246,18 @@ def _batch_share(
     )
     failed = [o.due.partition for o in outcomes if o.failed]
     result = {**share, **totals, "batched": len(outcomes) - len(failed), "failed": failed, "counted": counted}
-    context.log.info(
-        f"{len(outcomes)} partition(s): {result['batched']} batched ({result['batched'] - len(counted)} "
-        f"materialized, {len(counted)} counted here: batched as usual, already materialized), {len(failed)} "
-        "failed; " + ", ".join(f"{k}={v}" for k, v in totals.items())
-    )
+    if share["dry_run"]:
+        context.log.info(
+            f"{len(outcomes)} partition(s), dry run (nothing written or materialized; an observation each): "
+            f"{result['batched']} would be batched, {len(failed)} failed, {totals['records_batched']} record(s) "
+            "would be batched"
+        )
+    else:
+        context.log.info(
+            f"{len(outcomes)} partition(s): {result['batched']} batched ({result['batched'] - len(counted)} "
+            f"materialized, {len(counted)} counted here: batched as usual, already materialized), {len(failed)} "
+            "failed; " + ", ".join(f"{k}={v}" for k, v in totals.items())
+        )
     return dg.Output(result, metadata=_minute_totals([result])[1])
 
 
@@ -233,11 +268,13 @@ def _minute_totals(results: list[dict]) -> tuple[dict, dict]:
         "failed": sorted(p for r in results for p in r["failed"]),
         "counted": {k: v for r in results for k, v in r["counted"].items()},
     }
-    return totals, {
+    dry_run = any(r["dry_run"] for r in results)  # it materializes nothing
+    metadata = {
         **{k: dg.MetadataValue.int(totals[k]) for k in ("batches_sent", "records_batched", "batched")},
-        "partitions_materialized": dg.MetadataValue.int(totals["batched"] - len(totals["counted"])),
+        "partitions_materialized": dg.MetadataValue.int(0 if dry_run else totals["batched"] - len(totals["counted"])),
         "partitions_counted": dg.MetadataValue.json(totals["counted"]),
     }
+    return totals, {DRY_RUN_KEYS.get(k, k): v for k, v in metadata.items()} if dry_run else metadata
 
 
 def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool) -> tuple[list[str], dict]:

@@ -42,7 +42,8 @@ class Outcome:
 
 
 def worth_showing(report: RunReport) -> bool:
-    """Whether a partition's batching needs an operator's eye beyond its run's counts."""
+    """Whether a partition's batching needs an operator's eye beyond its run's counts: its own lines and
+    event (a materialization; a dry run's, which writes nothing, an observation)."""
     return (
         report.dry_run
         or report.status != "ok"

@@ -21,7 +21,13 @@ def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
 
 @dataclass(frozen=True)
 class ReceiverBatchesParams:
-    dry_run: bool = param(False, description="Report what would be written; take no lease, lock and write nothing.")
+    dry_run: bool = param(
+        False,
+        description=(
+            "Report what would be written, as an observation of each partition (its status stays as it was); "
+            "take no lease, lock and write nothing."
+        ),
+    )
     lookback_days: int = param(
         7,
         description=(
@@ -69,7 +75,13 @@ class BatchMinuteParams:
         description="The (receiver, day) partitions of receiver_batches to batch, as their partition keys "
         "(the day YYYY-MM-DD, a vertical bar, the receiver)."
     )
-    dry_run: bool = param(False, description="Report what would be written; take no lease, lock and write nothing.")
+    dry_run: bool = param(
+        False,
+        description=(
+            "Report what would be written, as an observation of each partition (its status stays as it was); "
+            "take no lease, lock and write nothing."
+        ),
+    )
 
     def __post_init__(self):
         try:
