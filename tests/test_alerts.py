@@ -411,6 +411,20 @@ def test_every_kind_has_a_runbook():
     assert {p.stem for p in runbooks.glob("*.md")} >= set(KINDS)
 
 
+def test_the_dead_letters_runbook_names_the_drain_job_of_each_queue():
+    """Each fleet queue's dead letters are logged by its drain job, ``process_<queue>_queue``."""
+    from pathlib import Path
+
+    from pipelines.definitions import build_definitions
+    from pipelines.fleet.defs.checks import DLQ_ASSETS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "runbooks" / "dead_letters.md").read_text()
+    defs = build_definitions("local")
+    for queue in DLQ_ASSETS:
+        job = defs.resolve_job_def(f"process_{queue}_queue")
+        assert f"`{job.name}`" in text, job.name
+
+
 def _checks_run_by(repo, command: str, target: str) -> set:
     """The asset checks ``dg launch --<command> <target>`` runs (``--assets`` as dg selects them)."""
     import dagster as dg
