@@ -411,6 +411,57 @@ def test_every_kind_has_a_runbook():
     assert {p.stem for p in runbooks.glob("*.md")} >= set(KINDS)
 
 
+def test_the_dead_letters_runbook_names_the_drain_job_of_each_queue():
+    """Each fleet queue's dead letters are logged by its drain job, ``process_<queue>_queue``."""
+    from pathlib import Path
+
+    from pipelines.definitions import build_definitions
+    from pipelines.fleet.defs.checks import DLQ_ASSETS
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "runbooks" / "dead_letters.md").read_text()
+    defs = build_definitions("local")
+    for queue in DLQ_ASSETS:
+        job = defs.resolve_job_def(f"process_{queue}_queue")
+        assert f"`{job.name}`" in text, job.name
+
+
+def _checks_run_by(repo, command: str, target: str) -> set:
+    """The asset checks ``dg launch --<command> <target>`` runs (``--assets`` as dg selects them)."""
+    import dagster as dg
+
+    if command == "job":
+        return set(repo.get_job(target).asset_layer.asset_graph.asset_check_keys)
+    keys = dg.AssetSelection.from_coercible(target.split(",")).resolve(repo.asset_graph)
+    job = repo.get_implicit_job_def_for_assets(keys).get_subset(asset_selection=keys)
+    return set(job.asset_layer.asset_graph.asset_check_keys)
+
+
+def test_the_check_failure_runbook_runs_each_alerting_check_again():
+    """Each asset with a check that opens a check_failure has a row in the runbook whose commands run its checks."""
+    import re
+    from pathlib import Path
+
+    from infra.demo.definitions import build_local_definitions
+    from pipelines.alerts.sources import CHECKS_WITH_THEIR_OWN_SOURCE
+
+    runbook = Path(__file__).resolve().parent.parent / "docs" / "runbooks" / "check_failure.md"
+    rows = re.findall(r"^\| `([^`]+)`[^|]*\| (.+) \|$", runbook.read_text(), re.M)
+    repo = build_local_definitions({}).get_repository_def()
+    checks_by_asset: dict = {}
+    for key in repo.asset_graph.asset_check_keys:
+        if key.name not in CHECKS_WITH_THEIR_OWN_SOURCE:
+            checks_by_asset.setdefault(key.asset_key.to_user_string(), set()).add(key)
+    for asset, checks in sorted(checks_by_asset.items()):
+        row = [(pattern, cell) for pattern, cell in rows if re.fullmatch(re.sub("<[a-z]+>", "[^/]+", pattern), asset)]
+        assert len(row) == 1, f"{asset}: {len(row)} row(s) in {runbook.name}"
+        (pattern, cell) = row[0]
+        commands = re.findall(r"`\.venv/bin/dg launch --(job|assets) (\S+)`", cell)
+        assert commands, f"{asset}: no dg launch command in its row"
+        for command, target in commands:
+            target = asset if target == pattern else target
+            assert _checks_run_by(repo, command, target) >= checks, f"{asset}: --{command} {target}"
+
+
 # ------------------------------------------------------------------------------ sinks and settings
 
 

@@ -38,6 +38,13 @@ def test_the_template_deploys_the_topic_and_the_heartbeat_alarm(aws):
         assert (ROOT / runbook.group(1)).is_file(), name
 
 
+def test_the_heartbeat_runbook_says_it_is_the_templates_only_alarm_exactly_when_it_is(aws):
+    """Without the alerts sensor only the template's alarms alert: the runbook says whether any other does."""
+    text = (ROOT / "docs" / "runbooks" / "heartbeat.md").read_text()
+    others = sorted(name for name in _alarms(aws) if name != "groundskeeper-alerts-heartbeat-dev")
+    assert ("this alarm is the template's only alarm" in text) == (others == []), others
+
+
 def test_the_alerts_topic_is_encrypted_with_a_key_its_alarms_may_use(aws):
     """A customer managed key, not alias/aws/sns: CloudWatch alarms publish to an encrypted topic only
     when the key's policy lets cloudwatch.amazonaws.com use it, which the AWS managed key's does not."""

@@ -76,3 +76,38 @@ def test_prod_yaml_and_local_yaml_agree_on_retries_and_concurrency():
     assert (
         local["concurrency"]["runs"]["tag_concurrency_limits"] == prod["concurrency"]["runs"]["tag_concurrency_limits"]
     )
+
+
+INSTANCE_FILES = [
+    "dagster.yaml",
+    *sorted(str(p.relative_to(ROOT_DIR)) for p in (ROOT_DIR / "infra").glob("dagster.*.yaml")),
+]
+
+
+def _run_monitoring(path: str) -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT_DIR / path).read_text())["run_monitoring"]
+
+
+CLUSTER_MAX_RUNTIME = _run_monitoring("infra/dagster.cluster.yaml")["max_runtime_seconds"]
+
+
+@pytest.mark.parametrize("path", INSTANCE_FILES)
+def test_every_instance_cancels_a_hung_run_after_the_clusters_max_runtime(path):
+    """Dagster's default (0) is no limit: a hung run would hold its one_at_a_time slot (its schedule skipping)
+    forever."""
+    assert _run_monitoring(path).get("max_runtime_seconds") == CLUSTER_MAX_RUNTIME
+
+
+def test_the_prod_instance_reads_its_max_runtime(prod_instance: dg.DagsterInstance):
+    assert prod_instance.run_monitoring_max_runtime_seconds == CLUSTER_MAX_RUNTIME
+
+
+def test_the_local_instance_reads_its_max_runtime(tmp_path):
+    shutil.copy(ROOT_DIR / "dagster.yaml", tmp_path / "dagster.yaml")
+    instance = dg.DagsterInstance.from_config(str(tmp_path))
+    try:
+        assert instance.run_monitoring_max_runtime_seconds == CLUSTER_MAX_RUNTIME
+    finally:
+        instance.dispose()

@@ -12,7 +12,7 @@ from psycopg2 import sql
 from infra.demo import progressor_engine as engine
 from infra.demo.progressor_schema import create_namespace
 from pipelines.progressor.collector import ClockError, collect_zombies
-from pipelines.progressor.health import measure
+from pipelines.progressor.health import checks, measure
 from pipelines.progressor.params import ParamsError, collect_params
 from pipelines.progressor.schema import NamespaceError
 from tests.progressor_support import ListLog, add_event, finished_task, scratch_database, unique_namespace
@@ -447,6 +447,52 @@ def test_database_zone_that_fell_back_two_hours_ago_does_not_collect_a_live_task
         counts, log, statuses = _collect_live_and_dead(url, "fellback", live_seconds=30)
     assert statuses == {"p-live": "running", "p-dead": "error"}, log.text()
     assert counts.errored == 1
+
+
+def _outcome(health, name: str):
+    return next(c for c in checks(health) if c.name == name)
+
+
+def test_health_reads_the_oldest_running_task_written_in_tokyo_as_the_zombies(tokyo_dsn):
+    """Progressor wrote a task started 5 s ago in Tokyo time: its raw running_time is 9 h back."""
+    ns = unique_namespace("tokyo_health")
+    writer = psycopg2.connect(tokyo_dsn)
+    collector = psycopg2.connect(tokyo_dsn, options="-c TimeZone=UTC")
+    try:
+        t = create_namespace(writer, ns)
+        with writer, writer.cursor() as cur:
+            _progressor_running_task(cur, t, "p-live", started_seconds_ago=5)
+        health = measure(collector, collect_params({"namespace": ns}))
+    finally:
+        writer.close()
+        collector.close()
+    outcome = _outcome(health, "oldest_running_task")
+    assert outcome.passed, outcome.description
+
+
+def test_health_names_the_oldest_running_task_by_the_zombies_reading():
+    """The zone left summer time (+4 h) for winter time (+3 h) 5 h ago: a running_time 30 min before the change
+    reads 1 h 30 min ago, one 10 min after it 1 h 50 min ago, the older of the two."""
+    ns = unique_namespace("fellback_health")
+    with _database_in_zone(_zone_that_fell_back(dt.timedelta(hours=5))) as url:
+        conn = psycopg2.connect(url)
+        try:
+            t = create_namespace(conn, ns)
+            with conn, conn.cursor() as cur:
+                for process_id, minutes_ago in (("p-summer", 5 * 60 + 30), ("p-winter", 5 * 60 - 10)):
+                    engine.start_process(cur, t, process_id)
+                    cur.execute(
+                        t.sql(
+                            "UPDATE {running} SET running_time = now() - make_interval(mins => {}) "
+                            "WHERE process_id = {}",
+                            minutes_ago,
+                            process_id,
+                        )
+                    )
+            health = measure(conn, collect_params({"namespace": ns}))
+        finally:
+            conn.close()
+    assert health.oldest_running.startswith("p-winter task "), health.oldest_running
 
 
 @pytest.fixture

@@ -50,10 +50,11 @@ def measure(conn, params: CollectParams, *, checked_only: bool = False) -> Healt
 
         [(health.zombies, health.running, health.oldest_running_seconds, health.oldest_running)] = rows(
             "SELECT count(*) FILTER (WHERE {older}), count(*), "
-            "coalesce(max(extract(epoch FROM now() - running_time)) FILTER (WHERE isfinite(running_time)), 0)::float8, "
-            "coalesce((SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} "
-            "ORDER BY running_time LIMIT 1), '') FROM {running} r",
+            "coalesce(max({age}) FILTER (WHERE isfinite(r.running_time)), 0)::float8, "
+            "coalesce((SELECT process_id || ' task ' || task_id || ' (' || task_type || ')' FROM {running} r "
+            "ORDER BY {age} DESC LIMIT 1), '') FROM {running} r",
             older=threshold.older,
+            age=threshold.age,  # the zombies' reading of running_time (the writers' zones), not the raw value
         )
         [(health.overdue_timers, health.most_overdue_seconds)] = rows(
             "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
