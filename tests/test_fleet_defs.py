@@ -94,6 +94,21 @@ def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs):
     assert "idle_cost_threshold_usd_per_hour" in str(bad.get_step_failure_events()[0].event_specific_data.error)
 
 
+def _output_metadata(result) -> dict:
+    (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    return {key: value.value for key, value in output.event_specific_data.metadata.items()}
+
+
+@pytest.mark.slow
+def test_a_housekeeping_dry_run_says_that_it_published_no_metrics(aws, defs):
+    job = defs.resolve_job_def("housekeeping")
+    run = {"task_type": "stale_ssm", "params": {"dryRun": True}}
+    dry = job.execute_in_process(run_config=run, instance=dg.DagsterInstance.ephemeral())
+    assert _output_metadata(dry)["metrics_published"] is False
+    done = job.execute_in_process(run_config={**run, "params": {}}, instance=dg.DagsterInstance.ephemeral())
+    assert _output_metadata(done)["metrics_published"] is True
+
+
 def test_the_schedules_launch_the_housekeeping_job_with_their_task():
     defs = build_definitions("prod")  # runs-fleet's cadences (make dev's quiet demo slows one: test_demo_cadence)
     moment = dt.datetime(2026, 11, 22, 10, 15, tzinfo=dt.UTC)

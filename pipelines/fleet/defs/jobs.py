@@ -151,7 +151,8 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         record_housekeeping_audits(context, [result], notes)
         context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
-        metadata = {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
+        published = ctx.cloudwatch.published and not request.dry_run  # a dry run publishes nothing
+        metadata = {"task_type": request.task_type, **result.summary, "metrics_published": published}
         return dg.Output(result.summary, metadata=metadata_from(metadata))
 
     housekeeping = one_op_job(
