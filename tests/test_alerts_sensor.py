@@ -877,7 +877,8 @@ def test_a_dry_run_is_not_the_latest_run_of_its_unit_when_a_lost_state_is_rebuil
 
 def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success_resolves_it(aws):
     """The housekeeping job runs one task per run (run config task_type): a failing pool_audit stays open while
-    stale_ssm succeeds, and pool_audit's own success resolves it."""
+    stale_ssm succeeds, and while pool_audit succeeds as a dry run (it did nothing); pool_audit's own success
+    resolves it."""
     from pipelines.definitions import build_definitions
 
     inbox = Inbox(aws)
@@ -885,8 +886,8 @@ def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success
     job = build_definitions("local").resolve_job_def("housekeeping")
     with dg.instance_for_test() as instance:
 
-        def run(task: str, **params) -> tuple[str, bool]:
-            config = {"task_type": task, "params": {**params, "dryRun": True}}
+        def run(task: str, dry: bool = True, **params) -> tuple[str, bool]:
+            config = {"task_type": task, "params": {**params, "dryRun": dry}}
             tags = {"groundskeeper/one_at_a_time": f"housekeeping:{task}"}  # as its schedule's runs carry
             result = job.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
             tick(instance, res)
@@ -897,8 +898,10 @@ def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success
         assert not ok
         _, ok = run("stale_ssm")
         assert ok
+        _, ok = run("pool_audit")
+        assert ok
         assert sorted(load_book(instance).open_units().values()) == ["housekeeping@pool_audit"]
-        good, ok = run("pool_audit")
+        good, ok = run("pool_audit", dry=False)
         assert ok
     got = [(m["alert_key"].rsplit(":", 1)[0], m["state"], m["run_id"]) for m in inbox.read()]
     assert got == [

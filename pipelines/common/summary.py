@@ -4,6 +4,7 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 COUNTS_TAG = "groundskeeper/counts"
 COUNT_TAG_PREFIX = "groundskeeper/count/"
@@ -36,6 +37,11 @@ def counts_tag(counters: Mapping[str, int]) -> dict[str, str]:
 def is_dry_run(tags: Mapping[str, str]) -> bool:
     """Whether a run is tagged a dry run (:data:`DRY_RUN_TAG`)."""
     return tags.get(DRY_RUN_TAG) == "true"
+
+
+def counters_of(result: Mapping[str, Any]) -> dict[str, int]:
+    """A result's counters: its whole numbers (flags, figures and text left out)."""
+    return {name: value for name, value in result.items() if isinstance(value, int) and not isinstance(value, bool)}
 
 
 def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
