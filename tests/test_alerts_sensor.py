@@ -22,12 +22,14 @@ from pipelines.alerts import sources
 from pipelines.alerts.defs import ASSET_KEY, HEARTBEAT_METRIC, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.incidents import KINDS
 from pipelines.common.defs.summary import run_summary
+from pipelines.common.summary import DRY_RUN_TAG
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import HoldingEndpoint, tick_in_a_new_process, webhook_receiver
 from tests.conftest import PATIENCE
+from tests.reclaim_support import PROGRESS_TABLE, seed_mixed
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
 
@@ -824,9 +826,59 @@ def test_reclaim_item_errors_are_one_incident_per_table(aws):
     ]
 
 
+def _reclaim_dry_run(instance) -> str:
+    """A real reclaim_agendas run on the deployed table with logReclaimOnly: it reads and writes nothing."""
+    from pipelines.definitions import build_definitions
+
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime",
+              "reclaimAgeMinutes": 60, "logReclaimOnly": True}  # fmt: skip
+    result = job.execute_in_process(run_config=config, instance=instance)
+    assert instance.get_run_by_id(result.run_id).tags[DRY_RUN_TAG] == "true"
+    return result.run_id
+
+
+def test_a_reclaim_dry_run_resolves_neither_its_tables_item_errors_nor_its_failures(aws):
+    """A dry run writes nothing, so its errors (0) say nothing of the items that could not be written."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    seed_mixed(aws.client("dynamodb"))
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        config = {"ops": {"reclaim_stand_in": {"config": {"tableName": PROGRESS_TABLE, "errors": 5}}}}
+        reclaim_agendas_stand_in.execute_in_process(run_config=config, instance=instance)
+        tick(instance, res)
+        _reclaim_dry_run(instance)
+        tick(instance, res)
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+    assert open_keys == [f"reclaim_errors:reclaim_agendas@{PROGRESS_TABLE}"]
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+def test_a_dry_run_is_not_the_latest_run_of_its_unit_when_a_lost_state_is_rebuilt(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    seed_mixed(aws.client("dynamodb"))
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        config = {"ops": {"reclaim_stand_in": {"config": {"tableName": PROGRESS_TABLE, "errors": 5}}}}
+        reclaim_agendas_stand_in.execute_in_process(run_config=config, instance=instance)
+        _reclaim_dry_run(instance)
+        with instance.run_storage.connect() as conn:
+            table = alerts_defs.KEY_VALUES
+            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        later = time.time() + 2 * 3600
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+    assert open_keys == [f"reclaim_errors:reclaim_agendas@{PROGRESS_TABLE}"]
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
 def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success_resolves_it(aws):
     """The housekeeping job runs one task per run (run config task_type): a failing pool_audit stays open while
-    stale_ssm succeeds, and pool_audit's own success resolves it."""
+    stale_ssm succeeds, and while pool_audit succeeds as a dry run (it did nothing); pool_audit's own success
+    resolves it."""
     from pipelines.definitions import build_definitions
 
     inbox = Inbox(aws)
@@ -834,8 +886,8 @@ def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success
     job = build_definitions("local").resolve_job_def("housekeeping")
     with dg.instance_for_test() as instance:
 
-        def run(task: str, **params) -> tuple[str, bool]:
-            config = {"task_type": task, "params": {**params, "dryRun": True}}
+        def run(task: str, dry: bool = True, **params) -> tuple[str, bool]:
+            config = {"task_type": task, "params": {**params, "dryRun": dry}}
             tags = {"groundskeeper/one_at_a_time": f"housekeeping:{task}"}  # as its schedule's runs carry
             result = job.execute_in_process(run_config=config, instance=instance, tags=tags, raise_on_error=False)
             tick(instance, res)
@@ -846,8 +898,10 @@ def test_each_housekeeping_task_is_its_own_unit_of_work_and_only_its_own_success
         assert not ok
         _, ok = run("stale_ssm")
         assert ok
+        _, ok = run("pool_audit")
+        assert ok
         assert sorted(load_book(instance).open_units().values()) == ["housekeeping@pool_audit"]
-        good, ok = run("pool_audit")
+        good, ok = run("pool_audit", dry=False)
         assert ok
     got = [(m["alert_key"].rsplit(":", 1)[0], m["state"], m["run_id"]) for m in inbox.read()]
     assert got == [

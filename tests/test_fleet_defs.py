@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import dagster as dg
 import pytest
 
+from pipelines.common.summary import COUNTS_TAG, DRY_RUN_TAG
 from pipelines.definitions import build_definitions
 from pipelines.fleet.defs import QUEUE_TAG
 from resources import SQSResource, fleet_settings_from_env
@@ -92,6 +93,40 @@ def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs):
     )
     assert not bad.success
     assert "idle_cost_threshold_usd_per_hour" in str(bad.get_step_failure_events()[0].event_specific_data.error)
+
+
+def _output_metadata(result) -> dict:
+    (output,) = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+    return {key: value.value for key, value in output.event_specific_data.metadata.items()}
+
+
+@pytest.mark.slow
+def test_a_housekeeping_dry_run_says_that_it_published_no_metrics(aws, defs):
+    job = defs.resolve_job_def("housekeeping")
+    run = {"task_type": "stale_ssm", "params": {"dryRun": True}}
+    dry = job.execute_in_process(run_config=run, instance=dg.DagsterInstance.ephemeral())
+    assert _output_metadata(dry)["metrics_published"] is False
+    done = job.execute_in_process(run_config={**run, "params": {}}, instance=dg.DagsterInstance.ephemeral())
+    assert _output_metadata(done)["metrics_published"] is True
+
+
+@pytest.mark.slow
+def test_the_housekeeping_job_and_the_pool_audit_end_with_a_summary_line_and_their_counts(aws, defs):
+    aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    instance = dg.DagsterInstance.ephemeral()
+    task = {"task_type": "stale_ssm", "params": {}}
+    housekeeping = defs.resolve_job_def("housekeeping").execute_in_process(run_config=task, instance=instance)
+    counts = json.loads(instance.get_run_by_id(housekeeping.run_id).tags[COUNTS_TAG])
+    assert counts == {"parameters": 1, "stale": 1, "deleted": 1, "already_gone": 0, "recently_terminated": 0,
+                      "unrecognised": 0}  # fmt: skip
+    lines = [r.user_message for r in instance.all_logs(housekeeping.run_id) if r.user_message.startswith("summary:")]
+    assert lines == ["summary: housekeeping stale_ssm: " + ", ".join(f"{k}={v}" for k, v in counts.items())]
+
+    dry = {"ops": {"pool_audit": {"config": {"dry_run": True}}}}
+    audit = defs.resolve_job_def("pool_audit_job").execute_in_process(run_config=dry, instance=instance)
+    tags = instance.get_run_by_id(audit.run_id).tags
+    assert json.loads(tags[COUNTS_TAG]) == {"pools": 0, "instances": 0, "running": 0, "busy": 0, "idle": 0}
+    assert tags[DRY_RUN_TAG] == "true"
 
 
 def test_the_schedules_launch_the_housekeeping_job_with_their_task():

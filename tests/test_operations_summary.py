@@ -22,6 +22,7 @@ from pipelines.common.defs.summary import (
 from pipelines.common.summary import (
     COUNT_TAG_PREFIX,
     COUNTS_TAG,
+    DRY_RUN_TAG,
     FIGURES,
     WINDOWS,
     add_up,
@@ -124,6 +125,36 @@ def test_runs_are_tagged_and_the_asset_reads_them_back():
         assert rows[("reclaim", "reclaimed")]["7 days"] == 10
         assert rows[("reclaim", "retried")]["24 h"] == 2
         assert rows[("fleet", "redriven")]["7 days"] == 4
+
+
+@dg.op
+def dry_redrives(context: dg.OpExecutionContext) -> None:
+    run_summary(context, "redrive demo", {"redriven": 4}, dry_run=True)
+
+
+@dg.job(tags={"groundskeeper/capability": "fleet"})
+def dry_redrive_like():
+    dry_redrives()
+
+
+@pytest.mark.slow
+def test_a_dry_run_is_tagged_as_one_keeps_its_counts_and_the_asset_does_not_add_them_up():
+    with dg.instance_for_test() as instance:
+        redrive_like.execute_in_process(instance=instance)
+        dry = dry_redrive_like.execute_in_process(instance=instance)
+        tags = instance.get_run_by_id(dry.run_id).tags
+        assert tags[DRY_RUN_TAG] == "true"
+        assert tags[COUNTS_TAG] == '{"redriven":4}'
+        messages = [r.user_message for r in instance.all_logs(dry.run_id)]
+        assert "summary: redrive demo: redriven=4 (dry run)" in messages
+        result = dg.materialize([operations_summary_asset()], instance=instance)
+    meta = result.asset_materializations_for_node("operations_summary")[0].metadata
+    assert meta["redriven_24h"].value == 4
+
+
+def test_a_run_tagged_dry_run_counts_nothing():
+    tags = {"groundskeeper/capability": "reclaim", DRY_RUN_TAG: "true", **counts_tag({"reclaimed": 3})}
+    assert run_counts("reclaim_agendas", NOW, tags).counts == {}
 
 
 @dg.asset(group_name="batching")

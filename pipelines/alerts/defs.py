@@ -38,6 +38,7 @@ from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
+from pipelines.common.summary import is_dry_run
 from pipelines.retry import fixed
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import DAGSTER_PARENT_TAG
@@ -353,6 +354,8 @@ def _run_signals_of(
             action = incident_action(context, book, run) if not failed else None
             out += [action] if action else []
             continue  # its failure is the operator's to see in its run (a key not open): no page
+        if not failed and is_dry_run(run.tags):
+            continue  # it did none of its unit's work: it resolves nothing, and a retry awaited is awaited still
         end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
             signals = run_succeeded(dataclasses.replace(end, completes=reexecuted_failures(instance, run)), open_units)
@@ -392,6 +395,8 @@ def rebuild_run_signals(
         page = instance.get_run_records(finished, limit=REBUILD_PAGE, cursor=cursor)
         for record in page:
             run = record.dagster_run
+            if run.status == dg.DagsterRunStatus.SUCCESS and is_dry_run(run.tags):
+                continue  # resolves nothing: the unit's latest run is the one before it
             assets = tuple(sorted(map(str, run.asset_selection or ())))
             key = (run.job_name, run.job_snapshot_id, assets, tuple(sorted(run.step_keys_to_execute or ())))
             if key not in targets:

@@ -4,11 +4,15 @@ import datetime as dt
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 COUNTS_TAG = "groundskeeper/counts"
 COUNT_TAG_PREFIX = "groundskeeper/count/"
 """One tag per counter: how runs were tagged before :data:`COUNTS_TAG` (still read)."""
 CAPABILITY_TAG = "groundskeeper/capability"
+DRY_RUN_TAG = "groundskeeper/dry_run"
+"""``true`` on a dry run (it changed nothing): its counters stay on the run, never added up, and its success
+resolves no incident."""
 COUNTERS = ("reclaimed", "retried", "dead_lettered", "redriven", "batches_sent", "zombies_collected")
 """The counters the summary shows, in this order; a run's other counters stay on the run."""
 FIGURES = {
@@ -28,6 +32,16 @@ WINDOWS = {"last_24h": dt.timedelta(hours=24), "last_7d": dt.timedelta(days=7)}
 def counts_tag(counters: Mapping[str, int]) -> dict[str, str]:
     """The run tag that carries ``counters``: ``{"groundskeeper/counts": '{"reclaimed":3}'}``."""
     return {COUNTS_TAG: json.dumps({name: int(value) for name, value in counters.items()}, separators=(",", ":"))}
+
+
+def is_dry_run(tags: Mapping[str, str]) -> bool:
+    """Whether a run is tagged a dry run (:data:`DRY_RUN_TAG`)."""
+    return tags.get(DRY_RUN_TAG) == "true"
+
+
+def counters_of(result: Mapping[str, Any]) -> dict[str, int]:
+    """A result's counters: its whole numbers (flags, figures and text left out)."""
+    return {name: value for name, value in result.items() if isinstance(value, int) and not isinstance(value, bool)}
 
 
 def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
@@ -61,10 +75,12 @@ class RunCounts:
 def run_counts(
     job_name: str, created: dt.datetime, tags: Mapping[str, str], asset_capabilities: Iterable[str] = ()
 ) -> RunCounts:
-    """A run's counts under its capability: its tag, else its assets' (joined with ``+``), else its job's name."""
+    """A run's counts under its capability: its tag, else its assets' (joined with ``+``), else its job's name;
+    a dry run's none (it did nothing)."""
     from_assets = "+".join(sorted(set(filter(None, asset_capabilities))))
     capability = tags.get(CAPABILITY_TAG) or from_assets or job_name
-    counts = {name: value for name, value in run_counters(tags).items() if name in COUNTERS}
+    counted = {} if is_dry_run(tags) else run_counters(tags)
+    counts = {name: value for name, value in counted.items() if name in COUNTERS}
     return RunCounts(capability, created if created.tzinfo else created.replace(tzinfo=dt.UTC), counts, job_name)
 
 

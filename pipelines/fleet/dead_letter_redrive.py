@@ -12,6 +12,7 @@ from pipelines.common import iso
 from pipelines.common.aws_batches import chunks
 from pipelines.common.params import param
 from pipelines.common.sqs import queue_name
+from pipelines.common.summary import counters_of
 from pipelines.common.task import Task, TaskRun
 from pipelines.fleet.calls import aws_call, put_object, read_object
 from pipelines.fleet.drain import receive_budget
@@ -277,8 +278,5 @@ TASK = Task(
     "redriven too often.",
     tags={"groundskeeper/capability": "fleet"},
     what=lambda settings: f"{settings.queue} dead-letter redrive",
-    counters=lambda result: {
-        "redriven": 0,
-        **{k: v for k, v in result.items() if isinstance(v, int) and not isinstance(v, bool)},
-    },
+    counters=lambda result: {"redriven": 0, **counters_of(result)},
 )

@@ -195,7 +195,7 @@ def report_reclaim(
     dry_run = " (dry run)" if params.logReclaimOnly else ""
     context.log.info(f"reclaim {params.tableName}{dry_run}: {said}, would act on {total.would_act}")
     counters = {"reclaimed": total.reclaimed, "retried": total.retried, "held": total.held, "errors": total.errors}
-    run_summary(context, f"reclaim {params.tableName}", counters, "dry run" if params.logReclaimOnly else "")
+    run_summary(context, f"reclaim {params.tableName}", counters, dry_run=params.logReclaimOnly)
     return dg.Output(summary, metadata=metadata_from(summary))
 
 

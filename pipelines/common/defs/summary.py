@@ -10,17 +10,22 @@ from pipelines.common import summary
 from pipelines.common.defs.metadata import metadata_from, table_from
 
 
-def run_summary(context: Any, what: str, counters: Mapping[str, int], detail: str = "") -> None:
+def run_summary(
+    context: Any, what: str, counters: Mapping[str, int], detail: str = "", *, dry_run: bool = False
+) -> None:
     """How a job ends: a ``summary:`` line and the counters, zeros too, as one run tag (a short runs
-    list); called again in the same run, the counts add up."""
+    list); called again in the same run, the counts add up. A dry run says so in its line and is tagged
+    ``groundskeeper/dry_run=true``: its counters are never added up and its success resolves no incident."""
     counts = {name: int(value) for name, value in counters.items()}
     text = ", ".join(f"{name}={value}" for name, value in counts.items())
+    detail = ", ".join(filter(None, ("dry run" if dry_run else "", detail)))
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
     run = context.instance.get_run_by_id(context.run_id)
     before = summary.run_counters(run.tags if run is not None else {})
-    context.instance.add_run_tags(
-        context.run_id, summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
-    )
+    tags = summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
+    if dry_run:
+        tags[summary.DRY_RUN_TAG] = "true"
+    context.instance.add_run_tags(context.run_id, tags)
 
 
 def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg.AssetsDefinition:
@@ -34,8 +39,9 @@ def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg
             "What the jobs did, per capability, over the last 24 hours and 7 days: reclaimed, retried "
             "(reclaim's agendas and progressor's timers apart), dead-lettered, redriven, batches sent, zombies "
             "collected. Added up from the runs' `groundskeeper/counts` tag, which every job sets as it ends, of "
-            "every run of the 7 days whatever their number (`runs_read`; `window_complete`); a run launched from "
-            "an asset page or a backfill counts under its assets' capability."
+            "every run of the 7 days whatever their number (`runs_read`; `window_complete`) but dry runs' "
+            "(`groundskeeper/dry_run`); a run launched from an asset page or a backfill counts under its assets' "
+            "capability."
         ),
         tags={"groundskeeper/capability": "operations"},
     )

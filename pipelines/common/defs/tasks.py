@@ -72,7 +72,7 @@ def task_job(task: Task, executor_def: dg.ExecutorDefinition | None = None) -> d
             result = task.run(TaskRun(context.log, context.run_id, clients), None, params)
         except task.failures as exc:  # its message says it all
             raise dg.Failure(description=str(exc), allow_retries=False) from None
-        run_summary(context, what(params), counters(result), "dry run" if getattr(params, "dry_run", False) else "")
+        run_summary(context, what(params), counters(result), dry_run=getattr(params, "dry_run", False))
         return dg.Output(result, metadata=metadata_from(result))
 
     return one_op_job(

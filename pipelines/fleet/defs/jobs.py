@@ -11,6 +11,7 @@ from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.defs.tasks import one_op_job, resource_clients, task_job
 from pipelines.common.sqs import queue_name
+from pipelines.common.summary import counters_of
 from pipelines.fleet import dead_letter_redrive
 from pipelines.fleet.context import FleetContext, fleet_context
 from pipelines.fleet.defs.pool_audit import record_housekeeping_audits
@@ -150,8 +151,9 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
         except InvalidMessage as exc:
             raise dg.Failure(description=f"invalid housekeeping request: {exc.reason}", allow_retries=False) from None
         record_housekeeping_audits(context, [result], notes)
-        context.log.info(f"{request.task_type}: " + ", ".join(f"{k}={v}" for k, v in result.summary.items()))
-        metadata = {"task_type": request.task_type, **result.summary, "metrics_published": ctx.cloudwatch.published}
+        run_summary(context, f"housekeeping {request.task_type}", counters_of(result.summary), dry_run=request.dry_run)
+        published = ctx.cloudwatch.published and not request.dry_run  # a dry run publishes nothing
+        metadata = {"task_type": request.task_type, **result.summary, "metrics_published": published}
         return dg.Output(result.summary, metadata=metadata_from(metadata))
 
     housekeeping = one_op_job(
