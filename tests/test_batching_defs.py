@@ -162,6 +162,8 @@ def test_a_dry_run_records_an_observation_and_leaves_the_partition_status_as_it_
         assert observed.partition == keys[0]
         assert observed.metadata["files_would_write"].value == 1
         assert "files_written" not in observed.metadata
+        tags = [instance.get_run_by_id(r.run_id).tags.get("groundskeeper/dry_run") for r in dry]
+        assert tags == ["true", "true"]  # so that its success resolves no incident and its counts are not added up
     assert pending_ids(aws, "acme") == {"acme-00000"}
 
 

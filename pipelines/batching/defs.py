@@ -110,7 +110,7 @@ def receiver_batches(
     if report.failure:
         raise dg.Failure(description=report.failure, metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
-    run_summary(context, f"batches of {receiver} for {day}", _counters(report), "dry run" if params.dry_run else "")
+    run_summary(context, f"batches of {receiver} for {day}", _counters(report), dry_run=params.dry_run)
     if params.dry_run:  # it wrote nothing: the partition's status stays as it was
         yield dg.AssetObservation(asset_key=context.asset_key, partition=context.partition_key, metadata=metadata)
     else:
@@ -284,8 +284,9 @@ def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool)
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
     counters = {name: totals[name] for name in ("batches_sent", "records_batched")}
-    detail = ("dry run; " if dry_run else "") + (f"failed: {', '.join(failed)}" if failed else "")
-    run_summary(context, f"batch minute {batch_time}: {totals['batched']} partition(s) batched", counters, detail)
+    detail = f"failed: {', '.join(failed)}" if failed else ""
+    what = f"batch minute {batch_time}: {totals['batched']} partition(s) batched"
+    run_summary(context, what, counters, detail, dry_run=dry_run)
     return failed, metadata
 
 
@@ -595,7 +596,7 @@ def _import_receiver_settings(context: dg.OpExecutionContext, params: ImportRece
         f"receivers_{w}": 0 if params.dry_run else counts[a]
         for a, w in [(ADD, "added"), (CHANGE, "changed"), (DISABLE, "disabled")]
     }
-    run_summary(context, "ReportStream receiver settings", written, "dry run" if params.dry_run else "")
+    run_summary(context, "ReportStream receiver settings", written, dry_run=params.dry_run)
     metadata = metadata_from({**counts, "dry_run": params.dry_run, "conflicts": conflicts}) | {
         "not_read": dg.MetadataValue.json(problems),  # an empty list too
         "receivers": table_from(rows, dict(zip(columns, columns, strict=True))),
