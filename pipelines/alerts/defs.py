@@ -238,7 +238,7 @@ def _succeeded_steps(instance: dg.DagsterInstance, run_id: str) -> set[str]:
 
 def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[str, str]:
     """The failed runs whose work a successful re-execution completed (Dagster's re-execution from failure, by
-    hand or as a run retry, runs only what failed: its unit of work is not theirs), by unit of work -> run id:
+    hand or as a run retry, runs only what failed: its unit of work is not theirs), by run id -> unit of work:
     up its parent chain, each failed run of its partition and target whose steps that did not succeed (failed,
     skipped, never started) all succeeded in it or in the runs between. The chain ends at the first failed run
     it did not complete: a failure that still stands is never resolved."""
@@ -256,7 +256,7 @@ def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dic
             plan = instance.get_execution_plan_snapshot(plan_id) if plan_id else None
             if plan is None or not set(plan.step_keys_to_execute) - succeeded <= done:
                 break
-            out[work_unit(run_target(instance, parent), parent.tags, parent.run_config)] = parent.run_id
+            out[parent.run_id] = work_unit(run_target(instance, parent), parent.tags, parent.run_config)
         done |= succeeded
         parent_id = _parent_id(parent)
     return out
@@ -324,10 +324,11 @@ def run_signals(
     (the signals, a line on how far behind it still is, or None)."""
     out: list[Signal] = []
     open_units = book.open_units()  # and those this tick opens, in order, over every batch read
+    open_runs = book.open_runs()  # the same incidents': the run that failed last
     read, more, last = 0, True, None
     while more and (read == 0 or time.monotonic() < deadline):
         changes, more = status_changes_in_order(instance, book, clock)
-        out += _run_signals_of(context, instance, book, changes, cfg, open_units)
+        out += _run_signals_of(context, instance, book, changes, cfg, open_units, open_runs)
         read += len(changes)
         last = changes[-1][0] if changes else last
     out += awaited_retries(context, instance, book, cfg, clock)
@@ -338,9 +339,16 @@ def run_signals(
 
 
 def _run_signals_of(
-    context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
+    context,
+    instance: dg.DagsterInstance,
+    book: AlertBook,
+    changes: list,
+    cfg: AlertConfig,
+    open_units: dict,
+    open_runs: dict,
 ) -> list:
-    """The signals of run ends (docs/alerts.md, "What resolves what")."""
+    """The signals of run ends (docs/alerts.md, "What resolves what"); ``open_units`` and ``open_runs``: those of
+    :meth:`AlertBook.open_units` and :meth:`AlertBook.open_runs`, kept up to date."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
@@ -355,9 +363,11 @@ def _run_signals_of(
             continue  # its failure is the operator's to see in its run (a key not open): no page
         end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
-            signals = run_succeeded(dataclasses.replace(end, completes=reexecuted_failures(instance, run)), open_units)
+            end = dataclasses.replace(end, completes=reexecuted_failures(instance, run))
+            signals = run_succeeded(end, open_units, open_runs)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
+                open_runs.pop(signal.alert_key, None)
             for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == end.unit]:
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
@@ -369,7 +379,7 @@ def _run_signals_of(
             awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": end.unit}
             continue
         signal = _failure_signal(instance, run, end, cfg)
-        open_units[signal.alert_key] = end.unit
+        open_units[signal.alert_key], open_runs[signal.alert_key] = end.unit, run.run_id
         out.append(signal)
     return out
 
@@ -415,7 +425,7 @@ def rebuild_run_signals(
     # in the order the runs ended (a re-execution's success after the failures it resolves): a run's own events'
     # storage ids are of its own shard in a SQLite event log
     changes.sort(key=lambda change: (change[0].timestamp, change[0].storage_id))
-    signals = _run_signals_of(context, instance, book, changes, cfg, {})
+    signals = _run_signals_of(context, instance, book, changes, cfg, {}, {})
     opened = [s.alert_key for s in signals if s.firing]
     context.log.warning(
         f"alert state {'unreadable' if book.reset else 'missing'}: rebuilt from the latest run of each unit of "
