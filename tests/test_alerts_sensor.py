@@ -410,8 +410,9 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
 
 
 @dg.asset(key=["alerts_test", "extract"])
-def extract() -> None:
-    pass
+def extract(context: dg.AssetExecutionContext) -> None:
+    if context.run.tags.get("extract") == "bad":
+        raise ValueError("extract is broken")
 
 
 @dg.asset(key=["alerts_test", "load"], deps=[extract])
@@ -471,6 +472,100 @@ def test_a_re_execution_that_completes_a_failed_runs_work_resolves_its_failure_a
         (rest, "resolved", runs["done"]),
     ]
     assert f"succeeded, re-executing what run {runs['failed']} left undone" in inbox.messages[2]["summary"]
+
+
+PIPELINE = "alerts_test/extract,alerts_test/load,alerts_test/report"
+
+
+@pytest.mark.parametrize(
+    ("later", "expected"),
+    [
+        (
+            {"extract": "bad"},  # another cause: an incident of its own, left open
+            [
+                (f"run_failure:{PIPELINE}:RuntimeError", "firing"),
+                (f"run_failure:{PIPELINE}:ValueError", "firing"),
+                (f"run_failure:{PIPELINE}:RuntimeError", "resolved"),
+            ],
+        ),
+        ({}, [(f"run_failure:{PIPELINE}:RuntimeError", "firing")]),  # the same cause: the same incident, left open
+    ],
+    ids=["another cause", "the same cause"],
+)
+def test_a_re_execution_resolves_its_parents_failure_and_not_a_later_failure_of_the_same_work(aws, later, expected):
+    """A run fails at load; a later run of the same assets fails too; a re-execution of the first from its failure
+    succeeds: the later run's failure still stands."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        with dg.execute_job(dg.reconstructable(pipeline_job), instance) as first:
+            failed = first.run_id
+        tick(instance, res)
+        with dg.execute_job(dg.reconstructable(pipeline_job), instance, tags=later) as again:
+            assert not again.success
+        tick(instance, res)
+        everything_ok = {"load": "ok", "report": "ok"}
+        options = dg.ReexecutionOptions.from_failure(failed, instance)
+        with dg.execute_job(dg.reconstructable(pipeline_job), instance, tags=everything_ok,
+                            reexecution_options=options) as done:  # fmt: skip
+            assert done.success
+        tick(instance, res)
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == expected
+
+
+@dg.asset(key=["alerts_test", "segment_count"])
+def segment_count() -> int:
+    return 2
+
+
+@dg.op(out=dg.DynamicOut(int))
+def segments(count: int):
+    for i in range(count):
+        yield dg.DynamicOutput(i, mapping_key=f"segment_{i}")
+
+
+@dg.op
+def segment_work(context: dg.OpExecutionContext, segment: int) -> int:
+    if segment == 1 and context.run.tags.get("segment_1") != "ok":
+        raise RuntimeError("segment 1 is broken")
+    return segment
+
+
+@dg.op
+def segments_done(done: list) -> int:
+    return len(done)
+
+
+@dg.graph_asset(key=["alerts_test", "fanned"], ins={"count": dg.AssetIn(key=["alerts_test", "segment_count"])})
+def fanned(count):
+    """Fans out as reclaim_agendas and batch_minute_job do (DynamicOut): its plan holds segment_work[?]."""
+    return segments_done(segments(count).map(segment_work).collect())
+
+
+def fan_out_job() -> dg.JobDefinition:
+    jobs = [dg.define_asset_job("alerts_test_fan_out")]
+    defs = dg.Definitions(assets=[segment_count, fanned], jobs=jobs, executor=dg.in_process_executor)
+    return defs.resolve_job_def("alerts_test_fan_out")
+
+
+def test_a_re_execution_from_failure_of_a_fan_out_completes_its_parents_work_and_resolves_its_failure(aws):
+    """A run fails in one of its fanned-out steps; a re-execution from that failure (that step and what follows,
+    fanned alone) succeeds: it resolves the run's failure."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    key = "run_failure:alerts_test/fanned,alerts_test/segment_count:RuntimeError"
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        with dg.execute_job(dg.reconstructable(fan_out_job), instance) as first:
+            failed = first.run_id
+        tick(instance, res)
+        options = dg.ReexecutionOptions.from_failure(failed, instance)
+        with dg.execute_job(dg.reconstructable(fan_out_job), instance, tags={"segment_1": "ok"},
+                            reexecution_options=options) as done:  # fmt: skip
+            assert done.success
+        tick(instance, res)
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(key, "firing"), (key, "resolved")]
 
 
 def test_a_lost_state_keeps_resolved_the_failures_a_re_execution_resolved(aws):

@@ -7,7 +7,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 
 import dagster as dg
 import sqlalchemy as db
@@ -232,34 +232,54 @@ def _parent_id(run: dg.DagsterRun) -> str | None:
     return run.parent_run_id or run.tags.get(DAGSTER_PARENT_TAG)
 
 
-def _succeeded_steps(instance: dg.DagsterInstance, run_id: str) -> set[str]:
-    records = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS).records
-    return {record.event_log_entry.step_key for record in records if record.event_log_entry.step_key}
+STEP_EVENTS = {  # the steps a run began or passed over: with those planned, its steps (a fan-out's, as resolved)
+    dg.DagsterEventType.STEP_START,
+    dg.DagsterEventType.STEP_FAILURE,
+    dg.DagsterEventType.STEP_SKIPPED,
+}
 
 
-def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun) -> dict[str, str]:
-    """The failed runs whose work a successful re-execution completed (Dagster's re-execution from failure, by
-    hand or as a run retry, runs only what failed: its unit of work is not theirs), by unit of work -> run id:
-    up its parent chain, each failed run of its partition and target whose steps that did not succeed (failed,
-    skipped, never started) all succeeded in it or in the runs between. The chain ends at the first failed run
-    it did not complete: a failure that still stands is never resolved."""
-    out: dict[str, str] = {}
-    parent_id = _parent_id(run)
-    done = _succeeded_steps(instance, run.run_id) if parent_id else set()
+def _steps(instance: dg.DagsterInstance, run_id: str, kinds: set) -> tuple[set[str], set[str]]:
+    """(the steps of ``run_id`` that succeeded, those with an event of ``kinds``), in one read."""
+    succeeded, seen = set(), set()
+    for record in instance.get_records_for_run(run_id, of_type={dg.DagsterEventType.STEP_SUCCESS, *kinds}).records:
+        entry = record.event_log_entry
+        if entry.step_key:
+            (succeeded if entry.dagster_event_type == dg.DagsterEventType.STEP_SUCCESS else seen).add(entry.step_key)
+    return succeeded, seen
+
+
+def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun, failed: Container[str]) -> dict[str, str]:
+    """The runs of ``failed`` (those that failed an open incident last) whose work a successful re-execution
+    completed (Dagster's re-execution from failure, by hand or as a run retry, runs only what failed: its unit of
+    work is not theirs), by run id -> unit of work: up its parent chain, each failed run of its partition and target
+    whose steps that did not succeed (failed, skipped, begun, planned and never started) all succeeded in it or in
+    the runs between; a fan-out's step planned unresolved (``op[?]``) is its resolved steps (``op[<key>]``) the run
+    began. The chain ends at the first failed run it did not complete: a failure that still stands is never
+    resolved. No step is read when no run of ``failed`` is in the chain, nor above the last one."""
+    chain, parent_id = [], _parent_id(run)
     where = work_unit("", run.tags, run.run_config)  # its partition and target
-    for _ in range(REEXECUTED_DEPTH):
-        parent = instance.get_run_by_id(parent_id) if parent_id else None
+    while parent_id and len(chain) < REEXECUTED_DEPTH:
+        parent = instance.get_run_by_id(parent_id)
         if parent is None or work_unit("", parent.tags, parent.run_config) != where:
             break
-        succeeded = _succeeded_steps(instance, parent.run_id)
+        chain.append(parent)
+        parent_id = _parent_id(parent)
+    while chain and chain[-1].run_id not in failed:
+        chain.pop()
+    out: dict[str, str] = {}
+    done = _steps(instance, run.run_id, set())[0] if chain else set()
+    for parent in chain:
+        succeeded, seen = _steps(instance, parent.run_id, STEP_EVENTS)
         if parent.status == dg.DagsterRunStatus.FAILURE:
             plan_id = parent.execution_plan_snapshot_id
             plan = instance.get_execution_plan_snapshot(plan_id) if plan_id else None
-            if plan is None or not set(plan.step_keys_to_execute) - succeeded <= done:
+            steps = {*plan.step_keys_to_execute, *seen} if plan else set()
+            if plan is None or not {key for key in steps - succeeded if not key.endswith("[?]")} <= done:
                 break
-            out[work_unit(run_target(instance, parent), parent.tags, parent.run_config)] = parent.run_id
+            if parent.run_id in failed:
+                out[parent.run_id] = work_unit(run_target(instance, parent), parent.tags, parent.run_config)
         done |= succeeded
-        parent_id = _parent_id(parent)
     return out
 
 
@@ -325,10 +345,11 @@ def run_signals(
     (the signals, a line on how far behind it still is, or None)."""
     out: list[Signal] = []
     open_units = book.open_units()  # and those this tick opens, in order, over every batch read
+    open_runs = book.open_runs()  # the same incidents': the run that failed last
     read, more, last = 0, True, None
     while more and (read == 0 or time.monotonic() < deadline):
         changes, more = status_changes_in_order(instance, book, clock)
-        out += _run_signals_of(context, instance, book, changes, cfg, open_units)
+        out += _run_signals_of(context, instance, book, changes, cfg, open_units, open_runs)
         read += len(changes)
         last = changes[-1][0] if changes else last
     out += awaited_retries(context, instance, book, cfg, clock)
@@ -339,9 +360,16 @@ def run_signals(
 
 
 def _run_signals_of(
-    context, instance: dg.DagsterInstance, book: AlertBook, changes: list, cfg: AlertConfig, open_units: dict
+    context,
+    instance: dg.DagsterInstance,
+    book: AlertBook,
+    changes: list,
+    cfg: AlertConfig,
+    open_units: dict,
+    open_runs: dict,
 ) -> list:
-    """The signals of run ends (docs/alerts.md, "What resolves what")."""
+    """The signals of run ends (docs/alerts.md, "What resolves what"); ``open_units`` and ``open_runs``: those of
+    :meth:`AlertBook.open_units` and :meth:`AlertBook.open_runs`, kept up to date."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     ids = list({record.run_id for record, _ in changes})
@@ -358,9 +386,11 @@ def _run_signals_of(
             continue  # it did none of its unit's work: it resolves nothing, and a retry awaited is awaited still
         end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
-            signals = run_succeeded(dataclasses.replace(end, completes=reexecuted_failures(instance, run)), open_units)
+            end = dataclasses.replace(end, completes=reexecuted_failures(instance, run, set(open_runs.values())))
+            signals = run_succeeded(end, open_units, open_runs)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
+                open_runs.pop(signal.alert_key, None)
             for run_id in [rid for rid, item in awaiting.items() if item.get("unit") == end.unit]:
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
@@ -372,7 +402,7 @@ def _run_signals_of(
             awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": end.unit}
             continue
         signal = _failure_signal(instance, run, end, cfg)
-        open_units[signal.alert_key] = end.unit
+        open_units[signal.alert_key], open_runs[signal.alert_key] = end.unit, run.run_id
         out.append(signal)
     return out
 
@@ -420,7 +450,7 @@ def rebuild_run_signals(
     # in the order the runs ended (a re-execution's success after the failures it resolves): a run's own events'
     # storage ids are of its own shard in a SQLite event log
     changes.sort(key=lambda change: (change[0].timestamp, change[0].storage_id))
-    signals = _run_signals_of(context, instance, book, changes, cfg, {})
+    signals = _run_signals_of(context, instance, book, changes, cfg, {}, {})
     opened = [s.alert_key for s in signals if s.firing]
     context.log.warning(
         f"alert state {'unreadable' if book.reset else 'missing'}: rebuilt from the latest run of each unit of "

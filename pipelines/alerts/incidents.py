@@ -211,6 +211,8 @@ class AlertBook:
             return _message(incident)
         if signal.firing and open_now:
             incident["last_seen"] = now
+            if signal.kind == "run_failure" and signal.run_id:  # another failed run: what a re-execution must redo
+                incident["failed_run"] = signal.run_id
             rose = SEVERITIES.index(signal.severity) < SEVERITIES.index(incident["severity"])
             if signal.severity != incident["severity"]:  # rose: sent, even when acknowledged; fell: kept, not sent
                 incident.update(severity=signal.severity, summary=first_line(signal.summary, SUMMARY_CHARS))
@@ -262,6 +264,14 @@ class AlertBook:
         # an incident opened before units were recorded: its key was run_failure:<job>[:<partition>]
         return {
             key: incident.get("unit") or key.removeprefix("run_failure:")
+            for key, incident in self.incidents.items()
+            if incident["state"] == FIRING and incident["kind"] == "run_failure"
+        }
+
+    def open_runs(self) -> dict[str, str]:
+        """alert_key -> the run that failed last of each open run failure (what a re-execution must complete)."""
+        return {
+            key: incident.get("failed_run") or incident.get("run_id") or ""
             for key, incident in self.incidents.items()
             if incident["state"] == FIRING and incident["kind"] == "run_failure"
         }

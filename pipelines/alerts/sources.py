@@ -149,7 +149,7 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
 class RunEnd:
     """A finished run, as its alerts name it: ``job`` (its job, or the assets it materializes), its unit
     of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen); a successful
-    re-execution's ``completes``: the unit of work of each failed run whose undone work it did -> that run's id."""
+    re-execution's ``completes``: the id of each failed run whose undone work it did -> that run's unit of work."""
 
     job: str
     run_id: str
@@ -183,15 +183,17 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
     )
 
 
-def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
-    """A success resolves the open run failures of its unit of work, and a re-execution those of the units it
-    completes, whatever their cause (``open_units``: alert_key -> unit); a reclaim run also says whether its
-    table had item errors."""
+def run_succeeded(
+    run: RunEnd, open_units: Mapping[str, str], open_runs: Mapping[str, str] | None = None
+) -> list[Signal]:
+    """A success resolves the open run failures of its unit of work, whatever their cause, and a re-execution those
+    that a run it completes failed last (``open_units``: alert_key -> unit; ``open_runs``: alert_key -> the run
+    that failed last): a later run's failure still stands; a reclaim run also says whether its table had item errors."""
     ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
     attempts = attempt_of(run.tags)
     succeeded = f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else "")
     resolves = {
-        unit: f"{succeeded}, re-executing what run {failed} left undone" for unit, failed in run.completes.items()
+        unit: f"{succeeded}, re-executing what run {failed} left undone" for failed, unit in run.completes.items()
     }
     resolves[run.unit] = succeeded
     out = [
@@ -204,7 +206,7 @@ def run_succeeded(run: RunEnd, open_units: Mapping[str, str]) -> list[Signal]:
             **ran,
         )
         for key, their in sorted(open_units.items())
-        if their in resolves
+        if their in resolves and (their == run.unit or (open_runs or {}).get(key) in run.completes)
     ]
     counters = run_counters(run.tags)
     if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
