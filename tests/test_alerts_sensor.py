@@ -507,8 +507,9 @@ def test_a_re_execution_resolves_its_parents_failure_and_not_a_later_failure_of_
         tick(instance, res)
         everything_ok = {"load": "ok", "report": "ok"}
         options = dg.ReexecutionOptions.from_failure(failed, instance)
-        with dg.execute_job(dg.reconstructable(pipeline_job), instance, tags=everything_ok,
-                            reexecution_options=options) as done:  # fmt: skip
+        with dg.execute_job(
+            dg.reconstructable(pipeline_job), instance, tags=everything_ok, reexecution_options=options
+        ) as done:
             assert done.success
         tick(instance, res)
     assert [(m["alert_key"], m["state"]) for m in inbox.read()] == expected
@@ -561,8 +562,9 @@ def test_a_re_execution_from_failure_of_a_fan_out_completes_its_parents_work_and
             failed = first.run_id
         tick(instance, res)
         options = dg.ReexecutionOptions.from_failure(failed, instance)
-        with dg.execute_job(dg.reconstructable(fan_out_job), instance, tags={"segment_1": "ok"},
-                            reexecution_options=options) as done:  # fmt: skip
+        with dg.execute_job(
+            dg.reconstructable(fan_out_job), instance, tags={"segment_1": "ok"}, reexecution_options=options
+        ) as done:
             assert done.success
         tick(instance, res)
     assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(key, "firing"), (key, "resolved")]
@@ -926,11 +928,22 @@ def _reclaim_dry_run(instance) -> str:
     from pipelines.definitions import build_definitions
 
     job = build_definitions("local").resolve_job_def("reclaim_agendas")
-    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime",
-              "reclaimAgeMinutes": 60, "logReclaimOnly": True}  # fmt: skip
+    config = {
+        "tableName": PROGRESS_TABLE,
+        "idFieldName": "id",
+        "timeFieldName": "updatedTime",
+        "reclaimAgeMinutes": 60,
+        "logReclaimOnly": True,
+    }
     result = job.execute_in_process(run_config=config, instance=instance)
     assert instance.get_run_by_id(result.run_id).tags[DRY_RUN_TAG] == "true"
     return result.run_id
+
+
+def _reclaim_with_item_errors(instance) -> None:
+    """A reclaim run (its stand-in) of the deployed table that could not write 5 items."""
+    config = {"ops": {"reclaim_stand_in": {"config": {"tableName": PROGRESS_TABLE, "errors": 5}}}}
+    reclaim_agendas_stand_in.execute_in_process(run_config=config, instance=instance)
 
 
 def test_a_reclaim_dry_run_resolves_neither_its_tables_item_errors_nor_its_failures(aws):
@@ -940,8 +953,7 @@ def test_a_reclaim_dry_run_resolves_neither_its_tables_item_errors_nor_its_failu
     seed_mixed(aws.client("dynamodb"))
     with dg.instance_for_test() as instance:
         tick(instance, res)
-        config = {"ops": {"reclaim_stand_in": {"config": {"tableName": PROGRESS_TABLE, "errors": 5}}}}
-        reclaim_agendas_stand_in.execute_in_process(run_config=config, instance=instance)
+        _reclaim_with_item_errors(instance)
         tick(instance, res)
         _reclaim_dry_run(instance)
         tick(instance, res)
@@ -956,8 +968,7 @@ def test_a_dry_run_is_not_the_latest_run_of_its_unit_when_a_lost_state_is_rebuil
     seed_mixed(aws.client("dynamodb"))
     with dg.instance_for_test() as instance:
         tick(instance, res)
-        config = {"ops": {"reclaim_stand_in": {"config": {"tableName": PROGRESS_TABLE, "errors": 5}}}}
-        reclaim_agendas_stand_in.execute_in_process(run_config=config, instance=instance)
+        _reclaim_with_item_errors(instance)
         _reclaim_dry_run(instance)
         with instance.run_storage.connect() as conn:
             table = alerts_defs.KEY_VALUES

@@ -117,8 +117,14 @@ def test_the_housekeeping_job_and_the_pool_audit_end_with_a_summary_line_and_the
     task = {"task_type": "stale_ssm", "params": {}}
     housekeeping = defs.resolve_job_def("housekeeping").execute_in_process(run_config=task, instance=instance)
     counts = json.loads(instance.get_run_by_id(housekeeping.run_id).tags[COUNTS_TAG])
-    assert counts == {"parameters": 1, "stale": 1, "deleted": 1, "already_gone": 0, "recently_terminated": 0,
-                      "unrecognised": 0}  # fmt: skip
+    assert counts == {
+        "parameters": 1,
+        "stale": 1,
+        "deleted": 1,
+        "already_gone": 0,
+        "recently_terminated": 0,
+        "unrecognised": 0,
+    }
     lines = [r.user_message for r in instance.all_logs(housekeeping.run_id) if r.user_message.startswith("summary:")]
     assert lines == ["summary: housekeeping stale_ssm: " + ", ".join(f"{k}={v}" for k, v in counts.items())]
 
