@@ -111,7 +111,7 @@ def test_a_housekeeping_dry_run_says_that_it_published_no_metrics(aws, defs):
 
 
 @pytest.mark.slow
-def test_the_housekeeping_job_and_the_pool_audit_end_with_a_summary_line_and_their_counts(aws, defs):
+def test_the_housekeeping_job_ends_with_a_summary_line_and_its_counts_and_a_pool_audit_dry_run_is_tagged(aws, defs):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
     instance = dg.DagsterInstance.ephemeral()
     task = {"task_type": "stale_ssm", "params": {}}
@@ -131,7 +131,7 @@ def test_the_housekeeping_job_and_the_pool_audit_end_with_a_summary_line_and_the
     dry = {"ops": {"pool_audit": {"config": {"dry_run": True}}}}
     audit = defs.resolve_job_def("pool_audit_job").execute_in_process(run_config=dry, instance=instance)
     tags = instance.get_run_by_id(audit.run_id).tags
-    assert json.loads(tags[COUNTS_TAG]) == {"pools": 0, "instances": 0, "running": 0, "busy": 0, "idle": 0}
+    assert COUNTS_TAG not in tags  # a report: its figures are its metadata, and the runs list stays short
     assert tags[DRY_RUN_TAG] == "true"
 
 
