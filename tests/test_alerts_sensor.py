@@ -576,12 +576,17 @@ def test_a_lost_state_keeps_resolved_the_failures_a_re_execution_resolved(aws):
     with dg.instance_for_test() as instance:
         _reexecuted_until_done(instance, res)
         before = [m["message_id"] for m in inbox.read()]
-        with instance.run_storage.connect() as conn:
-            table = alerts_defs.KEY_VALUES
-            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        _lose_state(instance)
         tick(instance, res)
         assert load_book(instance).open_incidents() == []
     assert [m["message_id"] for m in inbox.read()] == before  # sent again as they were: receivers drop them
+
+
+def _lose_state(instance) -> None:
+    """Both documents of the alert state gone from the instance's key-value store."""
+    with instance.run_storage.connect() as conn:
+        table = alerts_defs.KEY_VALUES
+        conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
 
 
 def _failing_sensor_ticks(
@@ -970,9 +975,7 @@ def test_a_dry_run_is_not_the_latest_run_of_its_unit_when_a_lost_state_is_rebuil
         tick(instance, res)
         _reclaim_with_item_errors(instance)
         _reclaim_dry_run(instance)
-        with instance.run_storage.connect() as conn:
-            table = alerts_defs.KEY_VALUES
-            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        _lose_state(instance)
         later = time.time() + 2 * 3600
         monkeypatch.setattr(alerts_defs, "now", lambda: later)
         tick(instance, res)
@@ -1366,9 +1369,7 @@ def test_a_lost_state_rebuilds_its_open_incidents_from_the_runs_with_their_messa
         tick(instance, res)
         before = {(m["alert_key"], m["state"]): m["message_id"] for m in inbox.read()}
         assert sorted(before) == [(partition, "firing"), (partition, "resolved"), (key, "firing")]
-        with instance.run_storage.connect() as conn:
-            table = alerts_defs.KEY_VALUES
-            conn.execute(table.delete().where(table.c.key.in_([alerts_defs.STATE_KEY, alerts_defs.STATE_COPY_KEY])))
+        _lose_state(instance)
         later = time.time() + 2 * 3600
         monkeypatch.setattr(alerts_defs, "now", lambda: later)
         tick(instance, res)
