@@ -22,10 +22,17 @@ def run_summary(
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
     run = context.instance.get_run_by_id(context.run_id)
     before = summary.run_counters(run.tags if run is not None else {})
-    tags = summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
+    context.instance.add_run_tags(
+        context.run_id, summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
+    )
     if dry_run:
-        tags[summary.DRY_RUN_TAG] = "true"
-    context.instance.add_run_tags(context.run_id, tags)
+        mark_dry_run(context)
+
+
+def mark_dry_run(context: Any) -> None:
+    """Tags the run ``groundskeeper/dry_run=true``: its counters are never added up and its success resolves
+    no incident (:func:`run_summary` does it for a dry run; a job without a summary calls it itself)."""
+    context.instance.add_run_tags(context.run_id, {summary.DRY_RUN_TAG: "true"})
 
 
 def operations_summary_asset(asset_graph: Callable[[], Any] | None = None) -> dg.AssetsDefinition:

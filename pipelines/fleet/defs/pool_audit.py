@@ -12,9 +12,9 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule
+from pipelines.common.defs.summary import mark_dry_run
 from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
-from pipelines.common.summary import DRY_RUN_TAG
 from pipelines.fleet.context import fleet_context
 from pipelines.fleet.housekeeping import TaskResult
 from pipelines.fleet.pool_audit.audit import (
@@ -136,11 +136,10 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
         ctx = fleet_context(context.resources.fleet, log=context.log, cloudwatch=metrics, **clients)
         run = run_pool_audit(ctx, params, dry_run=params.dry_run)
         metadata, checks = recorded(context.log, run, notes, dg.AssetCheckResult)
-        if not params.dry_run:
+        if params.dry_run:  # its figures are its metadata: no summary's counts tag (a short runs list)
+            mark_dry_run(context)
+        else:
             metadata["metrics_published"] = dg.MetadataValue.bool(metrics.published)
-        if params.dry_run:  # its success resolves no failure; its figures are its metadata (no counts tag: the
-            # runs list shows a scheduled audit's capability, one_at_a_time and look tags, at most 3)
-            context.instance.add_run_tags(context.run_id, {DRY_RUN_TAG: "true"})
         return dg.MaterializeResult(metadata=metadata, check_results=checks)
 
     return pool_audit
