@@ -257,7 +257,7 @@ def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun, failed
     the runs between; a fan-out's step planned unresolved (``op[?]``) is its resolved steps (``op[<key>]``) the run
     began. The chain ends at the first failed run it did not complete: a failure that still stands is never
     resolved. No step is read when no run of ``failed`` is in the chain, nor above the last one."""
-    chain, parent_id = [], _parent_id(run)
+    chain, parent_id = [], _parent_id(run) if failed else None  # no open incident: nothing to read
     where = work_unit("", run.tags, run.run_config)  # its partition and target
     while parent_id and len(chain) < REEXECUTED_DEPTH:
         parent = instance.get_run_by_id(parent_id)
