@@ -225,3 +225,13 @@ def shared_stack(moto_endpoint: str) -> dict[str, str]:
 def aws_shared(moto_endpoint, monkeypatch) -> LocalAWS:
     """The deployed platform as earlier tests left it (deployed once if it is not there)."""
     return _use_stack(moto_endpoint, monkeypatch, shared_stack(moto_endpoint))
+
+
+class LogLines:
+    """A log that keeps each message, at any level."""
+
+    def __init__(self):
+        self.messages = []
+
+    def __getattr__(self, level):
+        return self.messages.append

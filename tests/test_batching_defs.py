@@ -8,7 +8,9 @@ import sys
 import dagster as dg
 import pytest
 
+from pipelines.batching.batcher import RunReport
 from pipelines.batching.defs import (
+    _log_report,
     no_orphaned_pending_records,
     pending_records_well_formed,
     receiver_batches,
@@ -21,6 +23,7 @@ from pipelines.common.params import ParamsError, parse_params
 from pipelines.definitions import ROOT_DIR, build_definitions
 from resources import resources_for
 from tests.batching_helpers import decider_tick, outbox, pending_ids, put_items, put_receiver, put_records, record
+from tests.conftest import LogLines
 
 UTC = dt.UTC
 T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -266,3 +269,10 @@ def test_every_run_config_key_has_a_description_and_a_range():
     for key in ("lookback_days", "lease_wait_seconds"):
         assert "Range 0 to" in schema[key].description, key
     assert schema["dry_run"].description
+
+
+def test_a_record_id_holding_a_newline_stays_on_its_line_of_the_log():
+    lines = LogLines()
+    invalid = [{"record_id": "r-1\nforged line", "problem": "malformed created_at 'x'"}]
+    _log_report(lines, RunReport("lab.elr", "2026-11-27", invalid_records=invalid))
+    assert lines.messages[0] == "record r-1\\nforged line left pending: malformed created_at 'x'"

@@ -17,7 +17,7 @@ from pipelines.reclaim.source import CONTRACT_INDEX, TableError, inspect_table, 
 from pipelines.reclaim.targets import load_targets
 from pipelines.reclaim.writers import DynamoWriter, OperationProgressWriter
 from resources import resources_for
-from tests.conftest import ATOMIC_DYNAMODB_SERVER, PATIENCE, moto_server
+from tests.conftest import ATOMIC_DYNAMODB_SERVER, PATIENCE, LogLines, moto_server
 from tests.reclaim_support import (
     DAY_MS,
     PROGRESS_TABLE,
@@ -607,3 +607,12 @@ def test_a_dry_run_over_a_time_beyond_any_calendar_says_its_number(aws):
     info = inspect_table(ddb, params)
     counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + PATIENCE, info), None)
     assert counts.matched == 4
+
+
+@pytest.mark.parametrize("action", ["fail", "retry"])
+def test_an_id_holding_a_newline_stays_on_its_line_of_the_log(aws, action):
+    ddb, params = _one_bad_among_stale(aws, {"id": "bad\nforged line\u2028"}, action)
+    lines = LogLines()
+    _pass(ddb, params, writer=None, log=lines)
+    assert "dry run: would " + ("fail" if action == "fail" else "retry") in "".join(lines.messages)
+    assert [m for m in lines.messages if not m.isprintable()] == []

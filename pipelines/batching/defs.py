@@ -18,7 +18,7 @@ from pipelines.batching.params import (
 )
 from pipelines.batching.reportstream_settings import ADD, CHANGE, DISABLE, SKIPPED, UNCHANGED, import_settings
 from pipelines.batching.schedule import format_batch_time
-from pipelines.common import iso
+from pipelines.common import iso, printable
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
@@ -120,7 +120,7 @@ def receiver_batches(
 def _log_report(log, report: RunReport) -> None:
     """The lines of one partition's batching (its run's, or its part of a minute run's log)."""
     for problem in report.invalid_records[:20]:
-        log.error(f"record {problem['record_id']} left pending: {problem['problem']}")
+        log.error(printable(f"record {problem['record_id']} left pending: {problem['problem']}"))
     if report.status in {"disabled", "cancelled"}:
         log.warning(f"{report.receiver}: batching_enabled is false ({report.status}); remaining batches wait")
     if report.dry_run:

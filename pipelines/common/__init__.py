@@ -53,6 +53,13 @@ def dimension_value(value: Any) -> str:
     return text or "none"
 
 
+def printable(text: Any) -> str:
+    """``text`` with every character that is not printable (a newline, a control character) escaped as Python
+    writes it: a value read from a table or a message stays on its line of the log."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def first_line(error: Any, limit: int | None = 300) -> str:
     """The first non-blank line of an error, collapsed, cut to ``limit`` (None: not cut). A first line
     ending in ``:`` (botocore's ``Parameter validation failed:``) is joined by the lines under it."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from pipelines.common import now_ms
+from pipelines.common import now_ms, printable
 from pipelines.common.looks import Look
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
 from pipelines.reclaim.http import HttpWriter
@@ -83,6 +83,16 @@ class KeyValueCursor:
         self.storage.set_cursor_values({self.key: json.dumps(key, sort_keys=True) if key else ""})
 
 
+class OneLineLog:
+    """A log whose every message is one line: the ids and errors in them are read from the table."""
+
+    def __init__(self, log: logging.Logger | Any) -> None:
+        self.log = log
+
+    def __getattr__(self, level: str) -> Callable[[str], None]:
+        return lambda message: getattr(self.log, level)(printable(message))
+
+
 def reclaim_pass(
     dynamodb,
     plan: SegmentPlan,
@@ -96,7 +106,7 @@ def reclaim_pass(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Counts:
     """Reclaim what ``plan.info`` holds in ``plan.segment`` before ``plan.deadline``. ``writer`` None = dry run."""
-    log = log or logging.getLogger(__name__)
+    log = OneLineLog(log or logging.getLogger(__name__))
     params, info, deadline = plan.params, plan.info, plan.deadline
     policy = policy_from_params(params.retryPolicy)  # unset: retry at once; the fail action never asks
     counts = Counts()
