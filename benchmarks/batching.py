@@ -133,7 +133,7 @@ def naive_batch(ddb, s3, env, name: str, before: str = iso(TICK)) -> int:
     """Baseline: one conditional UpdateItem per record to lock, one per record to finalize."""
     from pipelines.batching import store
 
-    items = store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], name, before=before)
+    items = [i for i in store.query_pending(ddb, env["BATCH_RECORDS_TABLE"], name) if i["created_at"] < before]
     done = 0
     for n, group in enumerate(chunks(items, MAX_BATCH_SIZE), start=1):
         batch = f"{name}/naive/{n}"

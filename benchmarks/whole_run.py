@@ -491,7 +491,8 @@ def batching(size: int) -> Capability:
                 ]
             )
 
-        items = store.query_pending(ddb, table, RECEIVER, before=iso(dt.datetime.now(dt.UTC)))
+        before = iso(dt.datetime.now(dt.UTC))
+        items = [i for i in store.query_pending(ddb, table, RECEIVER) if i["created_at"] < before]
         for n, group in enumerate(chunks(items, bb.MAX_BATCH_SIZE), start=1):
             batch = f"{RECEIVER}/bare/{n}"
             lock = "next_action = :n AND attribute_not_exists(batch_id)"

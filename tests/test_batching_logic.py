@@ -467,6 +467,18 @@ def test_a_due_receiver_counts_only_the_pending_records_a_run_batches(aws):
     assert due.expected_files == 1
 
 
+@pytest.mark.parametrize(
+    ("created_at", "pending"),
+    [("2026-11-20T11:59:00+02:00", 1), ("2026-11-20T05:30:00-05:00", 0)],
+    ids=["before the batch time, after it as text", "after the batch time, before it as text"],
+)
+def test_the_decider_compares_a_created_at_with_an_offset_as_a_time(aws, created_at, pending):
+    put_receiver(aws, "acme", number_per_day=1440, send_if_empty_batch=False)
+    put_items(aws, [{**record("acme", "acme-1", T10), "created_at": created_at}])
+    decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
+    assert [d.pending for d in decision.due] == ([pending] if pending else [])
+
+
 def test_a_zone_that_is_a_tzdata_folder_skips_its_receiver_and_the_others_are_decided(aws):
     put_receiver(aws, "fine", number_per_day=24)
     put_records(aws, "fine", _minutes_before(T10, 2))

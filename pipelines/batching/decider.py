@@ -10,7 +10,6 @@ from typing import Any
 
 from pipelines.batching import schedule, store
 from pipelines.batching.batcher import record_problem
-from pipelines.common import iso
 from pipelines.common.looks import Look
 
 
@@ -52,12 +51,20 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
                 "customerStatus is inactive" if cfg.customer_status == "inactive" else "batching_enabled is false"
             )
             continue
+        if not due:
+            continue
+        # What is pending, read once for the window's batch times and compared as times: the index sorts
+        # created_at as text, where one with an offset falls on the wrong side of a UTC batch time.
+        created, invalid = [], 0
+        for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver):
+            if record_problem(cfg.receiver, record) is None:
+                created.append(schedule.parse_created_at(record["created_at"]))
+            else:
+                invalid += 1
+        if invalid:
+            decision.invalid_pending[name] = invalid
         for moment in due:
-            found = store.pending_keys(dynamodb, tables.records_table, cfg.receiver, iso(moment))
-            valid = Counter(record_problem(cfg.receiver, r) is None for r in found)  # counted, not kept
-            pending = valid[True]
-            if valid[False]:
-                decision.invalid_pending[name] = valid[False]
+            pending = sum(1 for at in created if at < moment)
             empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
             if pending == 0 and not empty:
                 decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (

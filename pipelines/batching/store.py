@@ -151,31 +151,26 @@ def claim_empty_batch(dynamodb, table: str, receiver: str, owner: str, day: str,
     return claimed is not None
 
 
-def _pending_pages(dynamodb, table: str, receiver: str, before: str | None, **select):
-    """A query of ``receiver``'s pending records (the sparse ``pending-index``), created before ``before``."""
-    condition, values = "pending_receiver = :r", {":r": {"S": receiver}}
-    if before is not None:
-        condition += " AND created_at < :t"
-        values[":t"] = {"S": before}
+def _pending_pages(dynamodb, table: str, receiver: str, **select):
+    """A query of ``receiver``'s pending records (the sparse ``pending-index``)."""
     return dynamodb.get_paginator("query").paginate(
         TableName=table,
         IndexName=PENDING_INDEX,
-        KeyConditionExpression=condition,
-        ExpressionAttributeValues=values,
+        KeyConditionExpression="pending_receiver = :r",
+        ExpressionAttributeValues={":r": {"S": receiver}},
         **select,
     )
 
 
-def query_pending(dynamodb, table: str, receiver: str, before: str | None = None) -> list[dict[str, Any]]:
-    return [from_item(i) for page in _pending_pages(dynamodb, table, receiver, before) for i in page.get("Items", [])]
+def query_pending(dynamodb, table: str, receiver: str) -> list[dict[str, Any]]:
+    return [from_item(i) for page in _pending_pages(dynamodb, table, receiver) for i in page.get("Items", [])]
 
 
-def pending_keys(dynamodb, table: str, receiver: str, before: str) -> Iterator[dict[str, Any]]:
-    """``receiver``'s pending records created before ``before``, each with only what tells whether a run
-    batches it (``record_id``, ``receiver``, ``created_at``, ``batch_id``), a page at a time (one call per
-    1 MB read, as a COUNT query)."""
+def pending_keys(dynamodb, table: str, receiver: str) -> Iterator[dict[str, Any]]:
+    """``receiver``'s pending records, each with only what tells whether a run batches it (``record_id``,
+    ``receiver``, ``created_at``, ``batch_id``), a page at a time (one call per 1 MB read, as a COUNT query)."""
     keys = "record_id, receiver, created_at, batch_id"
-    pages = _pending_pages(dynamodb, table, receiver, before, ProjectionExpression=keys)
+    pages = _pending_pages(dynamodb, table, receiver, ProjectionExpression=keys)
     return (from_item(i) for page in pages for i in page.get("Items", []))
 
 
