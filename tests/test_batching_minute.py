@@ -369,6 +369,15 @@ def test_a_minute_dry_run_records_observations_and_leaves_every_partition_status
     assert [len(pending_ids(aws, n)) for n in RECEIVERS] == [5, 5, 5]
 
 
+@pytest.mark.parametrize("job", [MINUTE, FAN_OUT], ids=["one step", "a step for each share"])
+def test_a_minute_run_without_partitions_ends_with_its_summary(aws_shared, job):
+    request = dg.RunRequest(run_config={"batch_time": "2026-11-20T10:00:00.000Z", "partitions": []})
+    with dg.instance_for_test() as instance:
+        result = _run_minute(instance, request, job)
+        tags = instance.get_run_by_id(result.run_id).tags
+    assert json.loads(tags["groundskeeper/counts"]) == {"batches_sent": 0, "records_batched": 0}
+
+
 def test_a_pending_record_no_run_batches_launches_no_minute_run_and_each_tick_names_it(aws):
     put_receiver(aws, "solo", number_per_day=1440, max_batch_size=100)
     bad = {**record("solo", "solo-bad", T10 - dt.timedelta(hours=1)), "created_at": "2026-11-20T09:00:00"}

@@ -296,7 +296,10 @@ def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool)
 )
 @one_line_failures
 def plan_batch_minute(context: dg.OpExecutionContext):
-    for i, share in enumerate(_minute_shares(context)[1]):
+    params, parts = _minute_shares(context)
+    if not parts:  # no share: no step sums them
+        _report_minute(context, [], params.batch_time, params.dry_run)
+    for i, share in enumerate(parts):
         yield dg.DynamicOutput(share, mapping_key=f"share_{i}")
 
 
