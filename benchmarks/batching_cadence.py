@@ -167,7 +167,7 @@ def reportstream_receivers(env: dict, path: str) -> list[dict]:
             json.dumps({"path": path}),
         ],
         cwd=ROOT,
-        env=env,
+        env={**env, "RECEIVER_SETTINGS_DIR": os.path.dirname(os.path.abspath(path))},
         capture_output=True,
         text=True,
     )

@@ -295,6 +295,7 @@ def main() -> int:
             "DAGSTER_UI_URL": f"http://127.0.0.1:{dagster_port}",
             "ALERTS_RUNBOOK_BASE_URL": alerts_receiver.runbooks,  # docs/runbooks, served by the receiver
             "ALERTS_INBOX_QUEUE_URL": inbox,  # not read by the code: where the topic's messages can be read
+            "RECEIVER_SETTINGS_DIR": str(ROOT),  # import_receiver_settings reads the repository's settings files
         }
         print(f"alerts: webhook receiver on {alerts_receiver.page} (each alert is also an ALERT line here); "
               f"the topic's messages in {inbox}", file=sys.stderr)  # fmt: skip

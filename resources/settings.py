@@ -74,6 +74,11 @@ class BatchingSettings(CheckedSettings):
     outbox_bucket: str = Field(
         description="The outbox bucket (BATCH_OUTBOX_BUCKET): batch files under batches/, the ledger under ledger/."
     )
+    settings_dir: str | None = Field(
+        default=None,
+        description="The local folder whose ReportStream settings import_receiver_settings may read "
+        "(RECEIVER_SETTINGS_DIR; unset: s3:// URLs only).",
+    )
 
 
 class AlertSettings(dg.ConfigurableResource):
@@ -140,5 +145,6 @@ def batching_settings_from_env() -> BatchingSettings:
         receivers_table=dg.EnvVar("RECEIVERS_TABLE"),
         records_table=dg.EnvVar("BATCH_RECORDS_TABLE"),
         outbox_bucket=dg.EnvVar("BATCH_OUTBOX_BUCKET"),
+        settings_dir=_optional_env("RECEIVER_SETTINGS_DIR"),
         invalid="; ".join(problems),
     )

@@ -51,6 +51,12 @@ KOTLIN_ZONE_IDS = {
 SPRING_FORWARD, FALL_BACK, PLAIN = "2026-03-08", "2026-11-01", "2026-06-15"
 
 
+@pytest.fixture(autouse=True)
+def settings_dir(monkeypatch):
+    """The import reads local paths under RECEIVER_SETTINGS_DIR: here the repository's data and tmp_path."""
+    monkeypatch.setenv("RECEIVER_SETTINGS_DIR", "/")
+
+
 def _import(aws, path, *, dry_run=False):
     result = IMPORT_JOB.execute_in_process(
         run_config={"path": str(path), "dry_run": dry_run}, resources=resources_for("local"), raise_on_error=False
@@ -120,7 +126,7 @@ def _expected_ticks(timing: dict, day: str) -> set[dt.datetime]:
 def test_imported_settings_batch_at_reportstreams_times_on_dst_days(aws):
     out = _import(aws, SLICE)
     assert out["add"] == 29
-    settings = {e.receiver: e for e in entries_of(read_sources(str(SLICE))[0])[0] if e.item}
+    settings = {e.receiver: e for e in entries_of(read_sources(str(SLICE), root=str(DATA))[0])[0] if e.item}
     items = _items(aws)
     assert sorted(items) == sorted(settings)
     zones = {e.item["timing"].get("timeZone", "EASTERN") for e in settings.values()}
@@ -137,7 +143,7 @@ def test_imported_settings_batch_at_reportstreams_times_on_dst_days(aws):
 
 
 def test_a_minutely_eastern_receiver_is_due_every_minute_of_the_repeated_hour():
-    (entry,) = [e for e in entries_of(read_sources(str(SLICE))[0])[0] if e.receiver == "waters.giang"]
+    (entry,) = [e for e in entries_of(read_sources(str(SLICE), root=str(DATA))[0])[0] if e.receiver == "waters.giang"]
     cfg = parse_receiver(entry.item)
     start = dt.datetime(2026, 11, 1, 5, 0, tzinfo=UTC)  # 01:00 EDT; then 01:00 EST at 06:00Z
     ticks = [start + dt.timedelta(minutes=m) for m in range(120)]
@@ -147,7 +153,9 @@ def test_a_minutely_eastern_receiver_is_due_every_minute_of_the_repeated_hour():
 
 def test_a_time_in_the_spring_forward_gap_fires_right_after_it():
     (entry,) = [
-        e for e in entries_of(read_sources(str(SLICE))[0])[0] if e.receiver == "rs-forms.east-indiana-none-once"
+        e
+        for e in entries_of(read_sources(str(SLICE), root=str(DATA))[0])[0]
+        if e.receiver == "rs-forms.east-indiana-none-once"
     ]
     cfg = parse_receiver(entry.item)  # once a day at 02:30, America/Indiana/Indianapolis
     assert batch_times_in_day(cfg, SPRING_FORWARD) == [dt.datetime(2026, 3, 8, 7, 30, tzinfo=UTC)]  # 03:30 EDT
@@ -178,7 +186,7 @@ def test_timing_defaults_are_reportstreams():
 
 
 def test_the_whole_2022_organizations_file_reads():
-    entries, problems, _ = entries_of(read_sources(str(DATA / "organizations-2022-04-29.yml"))[0])
+    entries, problems, _ = entries_of(read_sources(str(DATA / "organizations-2022-04-29.yml"), root=str(DATA))[0])
     assert problems == []
     assert len(entries) == 106
     assert sum(1 for e in entries if e.item) == 93
@@ -372,9 +380,9 @@ def test_customer_status_inactive_is_disabled_and_testing_batches(aws):
 
 @pytest.mark.cli
 def test_the_cli_imports_and_shows_a_dry_run(aws, tmp_path):
-    env = {**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path)}
+    env = {**aws.subprocess_env(), "DAGSTER_HOME": str(tmp_path), "RECEIVER_SETTINGS_DIR": str(DATA)}
     (tmp_path / "dagster.yaml").write_text("")
-    config = json.dumps({"path": str(SLICE / "reportstream-forms.yml"), "dry_run": True})
+    config = json.dumps({"path": "slice/reportstream-forms.yml", "dry_run": True})
     cmd = [sys.executable, "-m", "pipelines.cli", "import_receiver_settings", "--config-json", config]
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=300)
@@ -399,7 +407,7 @@ ALIAS_CHAIN += "  receivers:\n    - *a9\n"  # 10^10 strings once expanded, in un
 def test_a_receiver_that_is_a_yaml_alias_chain_is_one_short_line_and_the_others_are_read(tmp_path):
     path = tmp_path / "organizations.yml"
     path.write_text(ALIAS_CHAIN)
-    sources, _ = read_sources(str(path), None)
+    sources, _ = read_sources(str(path), None, str(tmp_path))
     entries, _, _ = entries_of(sources)
     problems = {entry.receiver: entry.problem for entry in entries}
     assert problems["org-a.good"] is None
@@ -418,7 +426,7 @@ TEN_THOUSAND = "  x0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" 
 def test_a_timing_value_that_is_a_yaml_alias_chain_is_shown_in_a_short_line(tmp_path, key, shown_in):
     path = tmp_path / "organizations.yml"
     path.write_text(f"- name: org\n{TEN_THOUSAND}  receivers:\n    - name: r1\n      timing:\n        {key}: *a3\n")
-    [entry] = entries_of(read_sources(str(path), None)[0])[0]
+    [entry] = entries_of(read_sources(str(path), None, str(tmp_path))[0])[0]
     assert len(shown_in(entry)) < 200
 
 
@@ -434,7 +442,7 @@ def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monk
     monkeypatch.setattr("pipelines.batching.reportstream_settings.MAX_FILES", 2)
     for name in ("a.yml", "b.yml", "c.yml"):
         (tmp_path / name).write_text("- name: org\n  receivers: []\n")
-    sources, problems = read_sources(str(tmp_path))
+    sources, problems = read_sources(str(tmp_path), root=str(tmp_path))
     assert [Path(source).name for source, _ in sources] == ["a.yml", "b.yml"]
     assert problems == [f"{tmp_path}: 3 settings files, only the first 2 read"]
 
@@ -443,7 +451,7 @@ def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monk
 def test_a_local_file_that_is_not_named_as_settings_is_not_read(tmp_path, name):
     file = tmp_path / name
     file.write_text("- name: org\n  receivers:\n  - name: full-elr\n")
-    sources, problems = read_sources(str(file))
+    sources, problems = read_sources(str(file), root=str(tmp_path))
     assert sources == []
     assert problems == [f"{file}: no .yml or .yaml settings file"]
 
@@ -456,3 +464,27 @@ def test_settings_files_past_the_limit_are_one_line_from_s3(aws, monkeypatch):
     sources, problems = read_sources(f"s3://{bucket}/many/", s3)
     assert [source for source, _ in sources] == [f"s3://{bucket}/many/a.yml", f"s3://{bucket}/many/b.yml"]
     assert problems == [f"s3://{bucket}/many/: 3 settings files, only the first 2 read"]
+
+
+def test_a_local_path_is_not_read_when_no_settings_folder_is_set(aws, monkeypatch):
+    monkeypatch.delenv("RECEIVER_SETTINGS_DIR")
+    out = _import(aws, SLICE)
+    assert out["not_read"] == [f"{SLICE}: a local path is read only under RECEIVER_SETTINGS_DIR, which is not set"]
+
+
+@pytest.mark.parametrize("path", ["../../etc", "/etc/ssl", "slice/../../../etc"])
+def test_a_local_path_leading_out_of_the_settings_folder_is_not_read(path):
+    sources, problems = read_sources(path, root=str(DATA))
+    assert sources == []
+    assert problems == [f"{path}: outside RECEIVER_SETTINGS_DIR ({DATA.resolve()}): not read"]
+
+
+def test_a_settings_file_that_links_out_of_the_settings_folder_is_not_read(tmp_path):
+    (tmp_path / "outside.yml").write_text("- name: secret\n  receivers: []\n")
+    (tmp_path / "settings").mkdir()
+    (tmp_path / "settings" / "organizations.yml").symlink_to(tmp_path / "outside.yml")
+    sources, problems = read_sources(".", root=str(tmp_path / "settings"))
+    assert sources == []
+    assert problems == [
+        f"{tmp_path / 'settings' / '.' / 'organizations.yml'}: a link outside RECEIVER_SETTINGS_DIR: not read"
+    ]

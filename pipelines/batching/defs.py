@@ -574,8 +574,9 @@ batching_checks_job = dg.define_asset_job(
 
 def _import_receiver_settings(context: dg.OpExecutionContext, params: ImportReceiverSettingsParams) -> dg.Output:
     clients = resource_clients(context, ("dynamodb", "s3"))
+    batching = context.resources.batching
     changes, problems = import_settings(
-        **clients, table=context.resources.batching.receivers_table, path=params.path, dry_run=params.dry_run
+        **clients, table=batching.receivers_table, path=params.path, dry_run=params.dry_run, root=batching.settings_dir
     )
     for line in problems:
         context.log.warning(line)

@@ -60,7 +60,8 @@ class ImportReceiverSettingsParams:
     path: str = param(
         description=(
             "ReportStream's settings: organizations.yml, or a folder of per-organization files "
-            "(settings/STLTs), as a local path or an s3:// URL (a key, or a prefix ending in /)."
+            "(settings/STLTs), as an s3:// URL (a key, or a prefix ending in /) or a local path under "
+            "RECEIVER_SETTINGS_DIR."
         )
     )
     dry_run: bool = param(False, description="Report what the import would add, change and disable; write nothing.")

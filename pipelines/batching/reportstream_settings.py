@@ -52,9 +52,10 @@ def _is_settings_file(name: str) -> bool:
     return name.endswith((".yml", ".yaml"))
 
 
-def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
+def read_sources(path: str, s3=None, root: str | None = None) -> tuple[list[tuple[str, str]], list[str]]:
     """``(source, text)`` of every settings file at ``path`` (a file, a folder, ``s3://bucket/key``
-    or ``s3://bucket/prefix/``), and one line per file that could not be read."""
+    or ``s3://bucket/prefix/``), and one line per file that could not be read. A local path is read under
+    ``root`` only (``RECEIVER_SETTINGS_DIR``; None: none is): a run config names it."""
     texts: list[tuple[str, str]] = []
     problems: list[str] = []
     if path.startswith("s3://"):
@@ -78,15 +79,23 @@ def read_sources(path: str, s3=None) -> tuple[list[tuple[str, str]], list[str]]:
             except UnicodeDecodeError:
                 problems.append(f"{source}: not UTF-8 text")
     else:
-        root = Path(path)
-        if root.is_dir():
-            found = sorted(p for p in root.rglob("*") if p.is_file() and _is_settings_file(p.name))
-        elif root.is_file():  # named by its extension, as an S3 key is: no other file is opened
-            found = [root] if _is_settings_file(root.name) else []
+        if root is None:
+            return [], [f"{path}: a local path is read only under RECEIVER_SETTINGS_DIR, which is not set"]
+        base = Path(root).resolve()
+        start = base / path  # a relative path is read under it; an absolute one must lead there
+        if not start.resolve().is_relative_to(base):
+            return [], [f"{path}: outside RECEIVER_SETTINGS_DIR ({base}): not read"]
+        if start.is_dir():
+            found = sorted(p for p in start.rglob("*") if p.is_file() and _is_settings_file(p.name))
+        elif start.is_file():  # named by its extension, as an S3 key is: no other file is opened
+            found = [start] if _is_settings_file(start.name) else []
         else:
             return [], [f"{path}: no such file or folder"]
         for file in found[:MAX_FILES]:
             try:
+                if not file.resolve().is_relative_to(base):
+                    problems.append(f"{file}: a link outside RECEIVER_SETTINGS_DIR: not read")
+                    continue
                 if file.stat().st_size > MAX_FILE_BYTES:
                     problems.append(f"{file}: {file.stat().st_size} bytes, over the {MAX_FILE_BYTES} allowed")
                     continue
@@ -293,10 +302,12 @@ def _write(dynamodb, table: str, change: Change) -> Any:
     return store.update_receiver(dynamodb, table, change.receiver, update, condition, values)
 
 
-def import_settings(dynamodb, s3, *, table: str, path: str, dry_run: bool) -> tuple[list[Change], list[str]]:
-    """Read the settings at ``path``, plan against the receivers table, write unless ``dry_run``.
-    Returns every change (with its outcome) and one line per file or organization not read."""
-    sources, problems = read_sources(path, s3)
+def import_settings(
+    dynamodb, s3, *, table: str, path: str, dry_run: bool, root: str | None = None
+) -> tuple[list[Change], list[str]]:
+    """Read the settings at ``path`` (a local one under ``root``), plan against the receivers table, write unless
+    ``dry_run``. Returns every change (with its outcome) and one line per file or organization not read."""
+    sources, problems = read_sources(path, s3, root)
     entries, more, organizations = entries_of(sources)
     changes = plan(entries, organizations, store.scan_receivers(dynamodb, table))
     for change in (c for c in changes if c.action in (ADD, CHANGE, DISABLE)):
