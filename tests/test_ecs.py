@@ -209,6 +209,7 @@ def test_ecs_instance_launches_runs_as_tasks_of_the_stacks_task_definition(aws, 
         "groundskeeper/progressor_namespace",
         "groundskeeper/one_at_a_time",
         "groundskeeper/batching",
+        "dagster/backfill",
     }
 
     launcher = instance.run_launcher  # built now: it describes the task definition in moto

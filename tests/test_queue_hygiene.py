@@ -158,3 +158,17 @@ def test_a_drain_leaves_the_run_queue_before_a_batching_backlog_which_keeps_to_i
     assert picked[0] == drain
     assert len([r for r in picked if r in minutes]) == 2
     assert len([r for r in picked if r in partitions]) == 2
+
+
+def test_a_backfill_takes_at_most_four_run_slots_though_its_runs_carry_no_job_tags():
+    """A redrive's backfill, or one launched from an asset's page, runs as ``__ASSET_JOB``: no job's tags."""
+    from dagster._daemon.run_coordinator.queued_run_coordinator_daemon import QueuedRunCoordinatorDaemon
+
+    config = yaml.safe_load((ROOT / "dagster.yaml").read_text())
+    tags = {"dagster/backfill": "abcdefgh", "groundskeeper/capability": "redrive"}
+    with dg.instance_for_test(overrides={"concurrency": config["concurrency"]}) as instance:
+        for _ in range(6):
+            _run(instance, "__ASSET_JOB", dg.DagsterRunStatus.QUEUED, tags)
+        daemon = QueuedRunCoordinatorDaemon(interval_seconds=2)
+        picked = daemon._get_runs_to_dequeue(instance, instance.get_concurrency_config(), None)
+    assert len(picked) == 4
