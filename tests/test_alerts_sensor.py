@@ -967,6 +967,26 @@ def test_a_reclaim_dry_run_resolves_neither_its_tables_item_errors_nor_its_failu
     assert [m["state"] for m in inbox.read()] == ["firing"]
 
 
+def test_a_reclaim_run_that_does_nothing_while_another_holds_its_table_resolves_nothing(aws):
+    """A run launched by hand while an older one still works on the table does nothing: its success says
+    nothing of the table's items."""
+    from pipelines.definitions import build_definitions
+
+    res = resources(aws)
+    seed_mixed(aws.client("dynamodb"))
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime"}
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        _reclaim_with_item_errors(instance)
+        tick(instance, res)
+        instance.create_run_for_job(job, run_config=config, status=dg.DagsterRunStatus.STARTED)  # holds the table
+        job.execute_in_process(run_config=config, instance=instance)
+        tick(instance, res)
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+    assert open_keys == [f"reclaim_errors:reclaim_agendas@{PROGRESS_TABLE}"]
+
+
 def test_a_dry_run_is_not_the_latest_run_of_its_unit_when_a_lost_state_is_rebuilt(aws, monkeypatch):
     inbox = Inbox(aws)
     res = resources(aws)

@@ -16,7 +16,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
-from pipelines.common.defs.summary import run_summary
+from pipelines.common.defs.summary import mark_dry_run, run_summary
 from pipelines.common.http import location
 from pipelines.common.targets import Target
 from pipelines.reclaim.engine import LOOK_READS, Counts, KeyValueCursor, SegmentPlan, look, reclaim_pass
@@ -186,6 +186,7 @@ def report_reclaim(
     summary.update(table=params.tableName, action=params.reclaimAction, dry_run=params.logReclaimOnly)
     if overlap := next((p.overlap for p in plans if p.overlap), None):
         summary["overlapping_run"] = overlap
+        mark_dry_run(context)  # it did nothing: its success resolves no incident of the table
     elif not params.logReclaimOnly:
         metrics = CommittedChangeMetrics(context, cloudwatch, f"reclaim {params.tableName}")
         put_reclaim_metrics(metrics, agenda.metrics_namespace, params.tableName, summary)
