@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from pipelines.common.defs.active_runs import child_run, first_position, status_changes
+from pipelines.common.summary import COUNT_TAG_PREFIX, COUNTS_TAG
 from pipelines.retry.runs import run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
@@ -34,7 +35,7 @@ _KEPT_SYSTEM_TAGS = frozenset(
         "asset_partition_range_end",
     )
 )
-_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/")
+_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/", COUNTS_TAG, COUNT_TAG_PREFIX)  # counters: what the failed run did
 
 
 def now() -> float:

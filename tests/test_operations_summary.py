@@ -91,6 +91,10 @@ def reclaim_like():
     reclaims()
 
 
+def test_a_counter_below_zero_is_not_a_count():
+    assert run_counters(counts_tag({"errors": -1_000_000, "reclaimed": 2})) == {"reclaimed": 2}
+
+
 @dg.op
 def redrives(context: dg.OpExecutionContext) -> None:
     run_summary(context, "redrive demo", {"redriven": 4})

@@ -56,9 +56,11 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
     counters = {}
     for name, value in out.items():
         try:
-            counters[str(name)] = int(value)
+            count = int(value)
         except (TypeError, ValueError):
             continue
+        if count >= 0:  # a tag set at launch may say anything: no count is below zero
+            counters[str(name)] = count
     return counters
 
 
