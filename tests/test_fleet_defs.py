@@ -11,6 +11,7 @@ import pytest
 from pipelines.common.summary import COUNTS_TAG, DRY_RUN_TAG
 from pipelines.definitions import build_definitions
 from pipelines.fleet.defs import QUEUE_TAG
+from pipelines.fleet.defs.sensors import MAX_WAIT_SECONDS
 from resources import SQSResource, fleet_settings_from_env
 from tests import fleet_support as fs
 
@@ -162,15 +163,18 @@ def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, d
         assert not idle.run_requests
         assert "is empty" in idle.skip_message
         fs.send(aws, ["{}"] * 3)
-        ctx = _sensor_context(instance)
-        tick = sensor.evaluate_tick(ctx)
+        first = sensor.evaluate_tick(_sensor_context(instance, cursor=idle.cursor))
+        assert first.run_requests == []  # 3 waiting: not a run for 3 messages yet
+        since = json.loads(first.cursor)["since"]
+        waited = json.dumps({"sequence": 0, "since": since - MAX_WAIT_SECONDS})  # as if 5 minutes had passed
+        tick = sensor.evaluate_tick(_sensor_context(instance, cursor=waited))
         (request,) = tick.run_requests
         assert request.run_key == "termination-drain-1"
         assert request.tags[QUEUE_TAG] == "runs-fleet-termination"
-        assert tick.cursor == "1"
+        assert json.loads(tick.cursor) == {"sequence": 1, "since": None}
         # While a drain run is queued or going, the sensor does not pile up more.
         instance.create_run_for_job(defs.resolve_job_def("process_termination_queue"), run_config={})
-        busy = sensor.evaluate_tick(_sensor_context(instance, cursor="1"))
+        busy = sensor.evaluate_tick(_sensor_context(instance, cursor=waited))
         assert not busy.run_requests
         assert "is still queued" in busy.skip_message
 

@@ -10,6 +10,7 @@ import pytest
 
 from pipelines.definitions import build_definitions
 from pipelines.fleet.defs import QUEUE_TAG
+from pipelines.fleet.defs.sensors import MAX_WAIT_SECONDS
 from resources import SQSResource, fleet_settings_from_env
 from tests import fleet_support as fs
 from tests.conftest import PATIENCE
@@ -33,25 +34,28 @@ def test_the_sensor_fills_free_drain_slots_with_distinct_run_keys(aws, monkeypat
     with dg.instance_for_test() as instance:
         fs.send(aws, ["{}"] * 50)
         few = _tick(sensor, instance)
-        assert [r.tags[QUEUE_TAG] for r in few.run_requests] == ["runs-fleet-termination"]  # 50 waiting: one run
+        assert "a drain run starts at 100 waiting or after 300 s" in few.skip_message
+        waited = json.dumps({"sequence": 0, "since": time.time() - MAX_WAIT_SECONDS})
+        late = _tick(sensor, instance, cursor=waited)
+        assert [r.tags[QUEUE_TAG] for r in late.run_requests] == ["runs-fleet-termination"]  # 50 waited: one run
         fs.send(aws, ["{}"] * 200)
-        tick = _tick(sensor, instance, cursor="1")
+        tick = _tick(sensor, instance, cursor="1")  # a cursor of before the wait: the run keys' sequence
         assert [r.run_key for r in tick.run_requests] == [f"termination-drain-{k}" for k in (2, 3, 4)]
         assert [r.tags[QUEUE_TAG] for r in tick.run_requests] == [
             "runs-fleet-termination",
             "runs-fleet-termination#2",
             "runs-fleet-termination#3",
         ]
-        assert tick.cursor == "4"
+        assert json.loads(tick.cursor) == {"sequence": 4, "since": None}
         # Slot 2 busy (a queued run): the next tick fills slots 1 and 3 only.
         instance.create_run_for_job(job, run_config={}, tags={QUEUE_TAG: "runs-fleet-termination#2"})
-        tick = _tick(sensor, instance, cursor="4")
+        tick = _tick(sensor, instance, cursor=tick.cursor)
         assert [r.tags[QUEUE_TAG] for r in tick.run_requests] == ["runs-fleet-termination", "runs-fleet-termination#3"]
         assert [r.run_key for r in tick.run_requests] == ["termination-drain-5", "termination-drain-6"]
         # Every slot busy: skip, naming the runs.
         instance.create_run_for_job(job, run_config={})  # a run launched by hand takes slot 1
         instance.create_run_for_job(job, run_config={}, tags={QUEUE_TAG: "runs-fleet-termination#3"})
-        busy = _tick(sensor, instance, cursor="6")
+        busy = _tick(sensor, instance, cursor=tick.cursor)
         assert not busy.run_requests
         assert "all 3 drain slots busy" in busy.skip_message
         assert busy.skip_message.count("is still queued") == 3

@@ -1,6 +1,8 @@
 """The queue sensors: drain runs while messages wait, one per consumer slot (docs/fleet.md, "Parallel drains")."""
 
+import json
 import math
+import time
 
 import dagster as dg
 
@@ -13,6 +15,9 @@ from resources import FleetSettings
 
 MESSAGES_PER_RUN = 10 * DrainLimits().concurrency
 """One more drain run per this many waiting messages (a full round of the default drain), up to the free slots."""
+MAX_WAIT_SECONDS = 300
+"""Fewer than :data:`MESSAGES_PER_RUN` waiting start a drain run once messages have waited this long: a trickle
+of messages is drained a few minutes at a time, not a run per message."""
 
 
 def slot_tag(queue_tag: str, slot: int) -> str:
@@ -38,8 +43,22 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
         url = getattr(fleet, f"{label}_queue_url")
         slots = getattr(fleet, runs_field)
         depth = queue_depth(context.resources.sqs.get_client(), url)
+        try:  # the cursor: the run keys' sequence, and since when messages wait (an older cursor: the sequence)
+            cursor = json.loads(context.cursor or "0")
+            sequence, since = (cursor, None) if isinstance(cursor, int) else (int(cursor["sequence"]), cursor["since"])
+        except (ValueError, KeyError, TypeError):
+            sequence, since = 0, None
+        clock = time.time()
         if depth["visible"] == 0:
+            context.update_cursor(json.dumps({"sequence": sequence, "since": None}))
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
+        since = clock if since is None else float(since)
+        context.update_cursor(json.dumps({"sequence": sequence, "since": since}))
+        if depth["visible"] < MESSAGES_PER_RUN and clock - since < MAX_WAIT_SECONDS:
+            return dg.SkipReason(
+                f"{depth['visible']} waiting for {clock - since:.0f} s: a drain run starts at {MESSAGES_PER_RUN} "
+                f"waiting or after {MAX_WAIT_SECONDS} s"
+            )
         active = context.instance.get_runs(filters=dg.RunsFilter(job_name=job_name, statuses=ACTIVE_STATUSES))
         busy = {run.tags.get(QUEUE_TAG, queue_tag) for run in active}
         free = [k for k in range(1, slots + 1) if slot_tag(queue_tag, k) not in busy]
@@ -48,8 +67,7 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
             going = ", ".join(still_going(run) for run in active[:slots])
             what = "drain run" if slots == 1 else f"all {slots} drain slots busy: runs"
             return dg.SkipReason(f"{depth['visible']} waiting; {what} {going}")
-        sequence = int(context.cursor or 0)
-        context.update_cursor(str(sequence + len(launch)))
+        context.update_cursor(json.dumps({"sequence": sequence + len(launch), "since": None}))
         return [
             dg.RunRequest(run_key=f"{label}-drain-{sequence + n}", tags={QUEUE_TAG: slot_tag(queue_tag, slot)})
             for n, slot in enumerate(launch, 1)
