@@ -254,7 +254,7 @@ def endpoint_url(params: ReclaimParams, agenda) -> str | None:
         for p in (agenda.progress_allowed_urls or "").split(",")
         if p.strip()
     ]
-    if not url_allowed(url, prefixes + ([configured] if configured else [])):
+    if url != configured and not url_allowed(url, prefixes):
         raise ParamsError(
             f"agendaProgressEndpointURL {location(url)} is not an endpoint this deployment names: it must be "
             "AGENDA_PROGRESS_URL or under a prefix in AGENDA_PROGRESS_ALLOWED_URLS (the bearer token goes to it)"
