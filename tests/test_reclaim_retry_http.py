@@ -231,6 +231,22 @@ def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
     assert "retryAt" in items["second"]
 
 
+@pytest.mark.parametrize("through", ["dynamodb", "endpoint"])
+def test_a_held_retry_whose_retry_at_is_not_whole_is_queued(aws, request, through):
+    now = int(time.time() * 1000)
+    put(aws, agenda("half", "WAITING", DAY_MS, now=now, message="pending", attemptsCompleted=1))
+    aws.client("dynamodb").update_item(
+        TableName=PROGRESS_TABLE,
+        Key={"id": {"S": "half"}},
+        UpdateExpression="SET retryAt = :past",
+        ExpressionAttributeValues={":past": {"N": f"{now - 60_000}.5"}},
+    )
+    settings = endpoint_settings(aws, request.getfixturevalue("endpoint")) if through == "endpoint" else None
+    counts = run(aws, endpoint=settings, reclaimAction="retry")
+    assert (counts.queued, counts.raced) == (1, 0)
+    assert set(ready_items(aws)) == {"half"}
+
+
 def test_non_retryable_error_types_of_the_policy(aws):
     now = int(time.time() * 1000)
     bad = [{"message": "boom", "errorType": "ValidationException"}]

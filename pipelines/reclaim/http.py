@@ -183,7 +183,7 @@ class HttpWriter:
         if current.get(ATTEMPT_ID_ATTR) != c.attempt_id:
             return False  # the fence: a retry superseded the attempt the scan saw
         if c.kind == "held":
-            return current.get("processingState") == WAITING and current.get("retryAt") == c.retry_at
+            return current.get("processingState") == WAITING and current.get("retryAt") == _plain_time(c.retry_at_attr)
         seen = current.get(self.params.timeFieldName)
         if current.get("processingState") != c.state or seen != _plain_time(c.time_attr):
             return False

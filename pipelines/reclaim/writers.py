@@ -197,7 +197,7 @@ def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: in
         u.when(
             "#s = :waiting_seen AND #ra = :seen_retry_at",
             waiting_seen={"S": WAITING},
-            seen_retry_at={"N": str(c.retry_at)},
+            seen_retry_at=c.retry_at_attr,
         ).fenced(c.attempt_id)
     return u
 
