@@ -478,6 +478,22 @@ def test_the_webhook_posts_text_and_the_contract_fields():
     assert body["state"] == "firing"
 
 
+def test_the_webhook_escapes_text_from_the_data_for_slack():
+    description = "1 pending record(s) of <!channel> see <https://evil.example|runbook> & more"
+    signal = check_evaluated("orders", "not_empty", False, "ERROR", description, run_id="r", ui_url="http://ui")
+    with webhook_receiver() as receiver:
+        WebhookSink(receiver.url).send(AlertBook().observe(signal, NOW))
+    (body,) = receiver.received
+    assert "&lt;!channel&gt; see &lt;https://evil.example|runbook&gt; &amp; more" in body["text"]
+    assert "<" not in body["text"]
+
+
+def test_a_failed_runs_title_stays_on_one_line_whatever_its_partition_tag():
+    tags = {"dagster/partition": "2024-01-01\nFIRING [critical] all fine"}
+    message = AlertBook().observe(run_failed(RunEnd("sync_orders", "r", tags, "sync_orders"), "boom"), NOW)
+    assert "\n" not in message["title"]
+
+
 def test_the_webhook_follows_no_redirect_and_logs_no_secret_path():
     with webhook_receiver() as target, webhook_receiver() as receiver:
         receiver.redirect_to = target.url

@@ -202,8 +202,7 @@ def test_concurrent_executor_and_two_overlapping_reclaims_never_double_count(tmp
 EARLIER_EVENTS = [{"message": "earlier failure: disk full"}]  # a list: DynamoDB type L, not the contract's S
 
 
-def test_operation_progress_items_are_failed_with_the_agenda(aws):
-    ddb = aws.client("dynamodb")
+def _operation_table(ddb) -> None:
     ddb.create_table(
         TableName="POP-OperationProgress-test",
         KeySchema=[
@@ -216,6 +215,11 @@ def test_operation_progress_items_are_failed_with_the_agenda(aws):
         ],
         BillingMode="PAY_PER_REQUEST",
     )
+
+
+def test_operation_progress_items_are_failed_with_the_agenda(aws):
+    ddb = aws.client("dynamodb")
+    _operation_table(ddb)
     ids = seed_mixed(ddb)
     for state, op in (("EXECUTING", "op-1"), ("COMPLETE", "op-2")):
         row = {"agendaProgressId": ids["stale"][0], "operationId": op, "processingState": state}
@@ -238,6 +242,27 @@ def test_operation_progress_items_are_failed_with_the_agenda(aws):
     assert kept["payload"] == to_item({"d": EARLIER_EVENTS})["d"]
     with pytest.raises(TableError, match="agendaProgressId"):
         OperationProgressWriter(ddb, PROGRESS_TABLE)
+
+
+def test_an_operation_progress_update_dynamodb_refuses_is_one_error_and_the_pass_goes_on(aws):
+    ddb = aws.client("dynamodb")
+    _operation_table(ddb)
+    now = int(time.time() * 1000)
+    for n, item_id in enumerate(("big", "next-1", "next-2")):  # the oldest first
+        ddb.put_item(
+            TableName=PROGRESS_TABLE, Item=to_item(agenda(item_id, "EXECUTING", 4 * DAY_MS - n * 1000, now=now))
+        )
+        row = {"agendaProgressId": item_id, "operationId": "op-1", "processingState": "EXECUTING"}
+        ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(row))
+    near_the_limit = json.dumps([{"message": "x" * 404_500}])  # moto refuses items over 405,000 bytes: the update does
+    big = {"agendaProgressId": "big", "operationId": "op-1", "processingState": "EXECUTING"}
+    ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item({**big, "diagnosticEvents": near_the_limit}))
+    log = LogLines()
+    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
+    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"), log=log)
+    assert (counts.reclaimed, counts.errors, counts.operations_failed) == (3, 1, 2)
+    (line,) = [m for m in log.messages if "OperationProgress" in m]
+    assert "'agendaProgressId': 'big', 'operationId': 'op-1'" in line
 
 
 def test_missing_table_error_names_it(aws):

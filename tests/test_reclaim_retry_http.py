@@ -231,6 +231,22 @@ def test_policy_delays_hold_the_retry_until_a_later_run_queues_it(aws):
     assert "retryAt" in items["second"]
 
 
+@pytest.mark.parametrize("through", ["dynamodb", "endpoint"])
+def test_a_held_retry_whose_retry_at_is_not_whole_is_queued(aws, request, through):
+    now = int(time.time() * 1000)
+    put(aws, agenda("half", "WAITING", DAY_MS, now=now, message="pending", attemptsCompleted=1))
+    aws.client("dynamodb").update_item(
+        TableName=PROGRESS_TABLE,
+        Key={"id": {"S": "half"}},
+        UpdateExpression="SET retryAt = :past",
+        ExpressionAttributeValues={":past": {"N": f"{now - 60_000}.5"}},
+    )
+    settings = endpoint_settings(aws, request.getfixturevalue("endpoint")) if through == "endpoint" else None
+    counts = run(aws, endpoint=settings, reclaimAction="retry")
+    assert (counts.queued, counts.raced) == (1, 0)
+    assert set(ready_items(aws)) == {"half"}
+
+
 def test_non_retryable_error_types_of_the_policy(aws):
     now = int(time.time() * 1000)
     bad = [{"message": "boom", "errorType": "ValidationException"}]
@@ -520,6 +536,22 @@ def test_an_endpoint_url_must_be_under_a_named_prefix():
     assert not url_allowed("https://agenda.example.com/api", [])
 
 
+def test_a_segment_is_a_dot_segment_before_a_semicolon_a_question_mark_or_a_hash():
+    from pipelines.common.http import leaves_its_path
+
+    for segment in ("..;x", "..%3F", "..%23", "%2e%2e%3fx"):
+        assert leaves_its_path(segment), segment
+
+
+def test_a_run_config_url_below_agenda_progress_url_is_refused_without_an_allow_list(aws, endpoint):
+    from pipelines.reclaim.http import endpoint_url
+
+    settings = endpoint_settings(aws, endpoint)
+    assert endpoint_url(parse_params({**BASE, "agendaProgressEndpointURL": endpoint.progress_url}), settings)
+    with pytest.raises(ParamsError, match="AGENDA_PROGRESS_ALLOWED_URLS"):
+        endpoint_url(parse_params({**BASE, "agendaProgressEndpointURL": endpoint.progress_url + "/admin"}), settings)
+
+
 def _endpoint_env(aws, server, monkeypatch, **extra) -> None:
     """The deployment's endpoint settings in the environment (read when the definitions are built)."""
     settings = endpoint_settings(aws, server)
@@ -640,6 +672,8 @@ DOT_PATHS = [
     "/..%5cevil",
     "/%252e%252e/%252e%252e/evil",
     "/..%252f..%252fevil",
+    "/%2e%2e%3fx",
+    "/..%23x",
 ]  # decoded twice: by a proxy, then the server
 
 
@@ -817,7 +851,7 @@ def test_user_info_in_agenda_progress_url_fails_the_run_with_one_line_without_it
 
 # A dot segment, also once the quoted id is decoded twice (a proxy and a server), a '\', an encoded '/',
 # fullwidth dots a server may normalise to '..'.
-LEAVING_IDS = ["..", ".", "..\\admin", "%2e%2e%2fadmin", "a/../../admin", "\uff0e\uff0e"]
+LEAVING_IDS = ["..", ".", "..\\admin", "%2e%2e%2fadmin", "a/../../admin", "\uff0e\uff0e", "..?", "..#x"]
 
 
 def test_an_item_id_that_leaves_the_endpoint_path_is_an_item_error_and_never_sent(aws, endpoint):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
-from pipelines.common import first_line, iso
+from pipelines.common import first_line, iso, printable
 from pipelines.retry import STOP, RetryPolicy
 
 FIRING, RESOLVED = "firing", "resolved"
@@ -198,6 +198,7 @@ class AlertBook:
             first = min(signal.at, now) if signal.at is not None else now
             incident = {
                 **fields,
+                "title": printable(signal.title),
                 "summary": first_line(signal.summary, SUMMARY_CHARS),
                 "state": FIRING,
                 "first_seen": first,

@@ -148,7 +148,8 @@ class WebhookSink:
         self.where = location(self.url, path=False)  # what a log line may show: its path is the secret
 
     def send(self, message: Mapping[str, Any]) -> None:
-        body = json.dumps({"text": text_of(message), **message}, default=str).encode()
+        text = text_of(message).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # Slack's escapes
+        body = json.dumps({"text": text, **message}, default=str).encode()
         request = urllib.request.Request(
             self.url, data=body, method="POST", headers={"Content-Type": "application/json"}
         )

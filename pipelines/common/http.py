@@ -34,9 +34,10 @@ def _decoded(segment: str) -> str:
 
 def leaves_its_path(path: str) -> bool:
     """True when a server that normalises ``path`` could serve another one: a segment decoded (as often as it
-    decodes) ``.`` or ``..`` (also before a ``;``, as some servers read it), or an encoded ``/`` or a ``\\``."""
+    decodes) ``.`` or ``..`` (also before a ``;``, ``?`` or ``#``, as a server may read it after a proxy decoded
+    it), or an encoded ``/`` or a ``\\``."""
     decoded = [_decoded(segment) for segment in path.split("/")]
-    return any(part.split(";", 1)[0] in (".", "..") or "/" in part or "\\" in part for part in decoded)
+    return any(re.split("[;?#]", part, maxsplit=1)[0] in (".", "..") or "/" in part or "\\" in part for part in decoded)
 
 
 class UnsafeURL(ValueError):

@@ -142,7 +142,11 @@ def reclaim_pass(
                 else:
                     setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
                     if operations is not None and d.kind == FAIL and d.event:
-                        counts.operations_failed += operations.fail_executing(c.id, d.event, now)
+                        failed, refused = operations.fail_executing(c.id, d.event, now)
+                        counts.operations_failed += failed
+                        counts.errors += len(refused)
+                        for exc in refused:
+                            log.error(f"could not fail an OperationProgress item of {c.id}: {exc}")
 
     for label, operation, request in build_requests(info, params, now, plan.segment):
         resumable = operation == "scan" and cursor is not None  # scans keep their position between runs

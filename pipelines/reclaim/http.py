@@ -183,7 +183,7 @@ class HttpWriter:
         if current.get(ATTEMPT_ID_ATTR) != c.attempt_id:
             return False  # the fence: a retry superseded the attempt the scan saw
         if c.kind == "held":
-            return current.get("processingState") == WAITING and current.get("retryAt") == c.retry_at
+            return current.get("processingState") == WAITING and current.get("retryAt") == _plain_time(c.retry_at_attr)
         seen = current.get(self.params.timeFieldName)
         if current.get("processingState") != c.state or seen != _plain_time(c.time_attr):
             return False
@@ -254,7 +254,7 @@ def endpoint_url(params: ReclaimParams, agenda) -> str | None:
         for p in (agenda.progress_allowed_urls or "").split(",")
         if p.strip()
     ]
-    if not url_allowed(url, prefixes + ([configured] if configured else [])):
+    if url != configured and not url_allowed(url, prefixes):
         raise ParamsError(
             f"agendaProgressEndpointURL {location(url)} is not an endpoint this deployment names: it must be "
             "AGENDA_PROGRESS_URL or under a prefix in AGENDA_PROGRESS_ALLOWED_URLS (the bearer token goes to it)"

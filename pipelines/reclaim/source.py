@@ -181,6 +181,7 @@ class Candidate:
     max_attempts: int = 3
     diagnostics: list = field(default_factory=list)
     retry_at: int | None = None
+    retry_at_attr: dict[str, Any] | None = None  # retryAt exactly as read (the queue write's condition)
     retryable: bool = True
     error_type: str | None = None  # the last diagnostic event's errorType (checked against the policy)
     agenda: dict[str, Any] = field(default_factory=dict)  # agendaId, customerId, insightId, addedTime
@@ -285,7 +286,8 @@ def to_candidate(item: dict[str, Any], info: TableInfo, params: ReclaimParams, n
     if state == WAITING and retry_at is not None:
         if params.reclaimAction != "retry" or retry_at > now:
             return None
-        return Candidate(kind="held", time_attr=time_attr or {}, time_ms=0, retry_at=retry_at, **common)
+        seen = {"retry_at": retry_at, "retry_at_attr": item[RETRY_AT_ATTR]}
+        return Candidate(kind="held", time_attr=time_attr or {}, time_ms=0, **seen, **common)
     if state == COMPLETE:
         if not (params.retryFailed and message == FAILED and RETRY_DECISION_ATTR not in item):
             return None

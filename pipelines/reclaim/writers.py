@@ -197,7 +197,7 @@ def progress_update(c: Candidate, d: Decision, params: ReclaimParams, *, now: in
         u.when(
             "#s = :waiting_seen AND #ra = :seen_retry_at",
             waiting_seen={"S": WAITING},
-            seen_retry_at={"N": str(c.retry_at)},
+            seen_retry_at=c.retry_at_attr,
         ).fenced(c.attempt_id)
     return u
 
@@ -370,8 +370,9 @@ class OperationProgressWriter:
                 )
             self.index = next(iter(fitting))
 
-    def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> int:
-        """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left)."""
+    def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, list[ItemError]]:
+        """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left), and an
+        error for each update DynamoDB refused (the others are still written)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#link = :id",
@@ -380,13 +381,18 @@ class OperationProgressWriter:
             "ExpressionAttributeValues": {":id": {"S": progress_id}, ":executing": {"S": EXECUTING}},
             **({"IndexName": self.index} if self.index else {}),
         }
-        failed = 0
+        failed, refused = 0, []
         for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
             for item in page.get("Items", []):
                 events = item_events(item.get("diagnosticEvents")) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
-                request = u.request(self.table, {k: item[k] for k in self.keys})
-                if conditional_write(lambda: self.dynamodb.update_item(**request)) is not None:  # noqa: B023 (called at once)
-                    failed += 1
-        return failed
+                key = {k: item[k] for k in self.keys}
+                request = u.request(self.table, key)
+                try:
+                    if conditional_write(lambda: self.dynamodb.update_item(**request)) is not None:  # noqa: B023 (called at once)
+                        failed += 1
+                except ClientError as exc:
+                    message = exc.response["Error"].get("Message", "")
+                    refused.append(ItemError(f"{self.table} item {from_item(key)}: {error_code(exc)}: {message}"))
+        return failed, refused
