@@ -433,3 +433,32 @@ def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_goo
     assert fs.runner_parameters(aws) == set()
     ((message,),) = [fs.read_all(aws, HDLQ)]
     assert "timestamp is out of range in UTC" in message["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+
+
+def test_an_iso_time_writes_its_year_with_four_digits():
+    assert iso(dt.datetime(5, 1, 1, tzinfo=dt.UTC)) == "0005-01-01T00:00:00.000Z"
+
+
+@pytest.mark.parametrize("now", ["0500-01-01T00:00:00Z", "0001-01-01T00:00:00Z"])
+def test_a_housekeeping_clock_before_2000_is_dead_lettered_with_its_reason_and_deletes_no_job(aws, now):
+    job = {"job_id": "done-now", "status": "completed", "completed_at": iso(dt.datetime.now(dt.UTC))}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(job))
+    result = _drain_housekeeping(aws, [json.dumps({"task_type": "old_jobs", "params": {"now": now}})])
+    assert result.counts["dead_lettered"] == 1
+    ((message,),) = [fs.read_all(aws, HDLQ)]
+    reason = message["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert reason == f"params.now is before 2000-01-01T00:00:00.000Z: {now!r}"
+    assert set(fs.jobs_state(aws)) == {"done-now"}
+
+
+def test_a_housekeeping_clock_in_year_1_is_an_invalid_message():
+    with pytest.raises(InvalidMessage, match="^params.now is before 2000"):
+        HOUSEKEEPING.parse({"task_type": "old_jobs", "params": {"now": "0001-01-01T00:00:00Z"}})
+
+
+@pytest.mark.parametrize("name", ["started_at", "completed_at"])
+def test_a_termination_time_before_2000_is_an_invalid_message(name):
+    job = {"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}
+    body = fs.termination_body(job, **{name: "0001-01-01T00:00:00Z"})
+    with pytest.raises(InvalidMessage, match=f"^{name} is before 2000"):
+        messages.parse_termination(body, received_at=dt.datetime.now(dt.UTC))
