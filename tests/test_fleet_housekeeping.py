@@ -279,6 +279,16 @@ def test_old_jobs_names_a_job_whose_delete_is_refused_in_one_warning_and_deletes
     )
 
 
+def test_old_jobs_names_a_refused_job_whose_id_has_a_newline_on_one_line(aws, caplog):
+    completed_at = iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=8))
+    item = {"job_id": "old\nFORGED", "status": FINAL_STATUSES[0], "completed_at": completed_at}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(item))
+    with fs.refused(aws.client("dynamodb"), "TransactWriteItems", "ValidationException", "too big", lambda p: True):
+        assert _run(aws, "old_jobs")["refused"] == 1
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("old_jobs: 1 archived job(s) not deleted, refused: old\\nFORGED: ValidationException")
+
+
 @pytest.mark.slow
 def test_old_jobs_still_failing_to_delete_fails_the_run_and_publishes_what_it_deleted(aws, monkeypatch):
     monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=2))

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pipelines.common import iso
+from pipelines.common import iso, printable
 from pipelines.common.params import param, specs
 
 # Outside values that become a path, key or name are checked with ``fullmatch`` (``$`` would
@@ -122,7 +122,7 @@ def _encodable(text: str, where: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        where = where.encode("utf-8", "backslashreplace").decode()[:80]
+        where = printable(where)[:80]
         raise InvalidMessage(f"{where} contains a lone UTF-16 surrogate (not encodable as UTF-8)") from None
 
 
@@ -145,9 +145,9 @@ def parse_time(value: Any, name: str, *, earliest: dt.datetime | None = EARLIEST
 
 
 def _only_known(names: Any, known: set[str], what: str = "field(s)") -> None:
-    """Refuse any name not in ``known``, naming the first five (each cut to 40 characters)."""
+    """Refuse any name not in ``known``, naming the first five (each cut to 40 characters, escaped)."""
     if unknown := sorted(set(names) - known):
-        raise InvalidMessage(f"unknown {what}: {', '.join(u[:40] for u in unknown[:5])}")
+        raise InvalidMessage(f"unknown {what}: {', '.join(printable(u[:40]) for u in unknown[:5])}")
 
 
 def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> str:
