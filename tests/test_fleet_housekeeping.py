@@ -176,6 +176,42 @@ def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_te
     assert fs.metric_sum(aws, "SSMParametersDeleted") == 26
 
 
+def _second_call():
+    """A ``when`` for ``fs.refused``: true at the second call it sees only."""
+    calls = Counter()
+
+    def when(params) -> bool:
+        calls["n"] += 1
+        return calls["n"] == 2
+
+    return when
+
+
+def test_stale_ssm_failing_at_its_second_delete_publishes_the_first_batch(aws, monkeypatch):
+    ssm = aws.client("ssm")
+    for n in range(1, 24):  # 23 instances that do not exist: three DeleteParameters calls
+        ssm.put_parameter(Name=f"/runs-fleet/runners/i-{n:017x}/config", Type="String", Value="{}")
+    _move_clock(monkeypatch, minutes=11)
+    with fs.refused(ssm, "DeleteParameters", "AccessDeniedException", "not allowed", _second_call()):
+        with pytest.raises(ClientError, match="AccessDeniedException"):
+            _run(aws, "stale_ssm")
+    assert fs.metric_sum(aws, "SSMParametersDeleted") == 10
+
+
+@pytest.mark.slow
+def test_orphaned_instances_failing_at_their_second_terminate_publish_the_first_batch(aws, monkeypatch):
+    ec2 = aws.client("ec2")
+    managed = [{"ResourceType": "instance", "Tags": [{"Key": "runs-fleet:managed", "Value": "true"}]}]
+    ec2.run_instances(ImageId=fs.AMI, MinCount=101, MaxCount=101, InstanceType="t3.small", TagSpecifications=managed)
+    _move_clock(monkeypatch, hours=7)
+    assert _run(aws, "orphaned_instances")["suspected"] == 101
+    _move_clock(monkeypatch, hours=7, minutes=5)
+    with fs.refused(ec2, "TerminateInstances", "UnauthorizedOperation", "not allowed", _second_call()):
+        with pytest.raises(ClientError, match="UnauthorizedOperation"):
+            _run(aws, "orphaned_instances")
+    assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 100
+
+
 @pytest.mark.slow
 def test_old_jobs_are_archived_then_deleted_by_index_queries_never_a_scan(aws):
     now = dt.datetime.now(dt.UTC)

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -97,10 +98,13 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParam
         f"stale_ssm: {len(ids)} runner parameter instance(s) in {found.pages} page(s); {len(stale)} gone or "
         f"terminated over {grace} ago, {len(recent)} terminated recently" + (" (dry run)" if req.dry_run else "")
     )
-    deleted = {"deleted": 0, "missing": 0}
+    deleted: Counter = Counter()
     if not req.dry_run:
-        deleted = delete_parameters(ctx.ssm, names)
-        publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
+        try:  # counted batch by batch: a later batch failing still publishes what was deleted
+            for part in chunks(names, 10):
+                deleted.update(delete_parameters(ctx.ssm, part))
+        finally:
+            publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
     return {
         "parameters": sum(len(v) for v in found.by_instance.values()),
         "stale": len(names),
