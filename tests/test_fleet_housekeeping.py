@@ -156,20 +156,18 @@ def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_te
         ssm.put_parameter(Name=f"/runs-fleet/runners/{iid}/config", Type="String", Value="{}")
     ssm.put_parameter(Name="/runs-fleet/runners/not-an-instance/config", Type="String", Value="{}")
 
-    recent = _run(aws, "stale_ssm")  # the terminated ones ended just now: kept for 10 minutes
-    assert recent["deleted"] == 23
+    recent = _run(aws, "stale_ssm")  # terminated, or their parameters written, just now: kept for 10 minutes
+    assert recent["deleted"] == 0
     assert recent["recently_terminated"] == 3
     assert recent["unrecognised"] == 1
-    left = fs.runner_parameters(aws)
-    assert {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live + ended} <= left
 
     calls, hook = _count_calls(ssm)
     _move_clock(monkeypatch, minutes=11)
     later = _run(aws, "stale_ssm")
     ssm.meta.events.unregister("before-call.*.*", hook)
-    assert later["deleted"] == 3
+    assert later["deleted"] == 26
     assert later["recently_terminated"] == 0
-    assert calls["DeleteParameters"] == 1
+    assert calls["DeleteParameters"] == 3
     assert fs.runner_parameters(aws) == {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live} | {
         "/runs-fleet/runners/not-an-instance/config"
     }
@@ -210,6 +208,15 @@ def test_orphaned_instances_failing_at_their_second_terminate_publish_the_first_
         with pytest.raises(ClientError, match="UnauthorizedOperation"):
             _run(aws, "orphaned_instances")
     assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 100
+
+
+def test_stale_ssm_keeps_a_parameter_written_within_the_grace_for_an_instance_ec2_does_not_describe(aws, monkeypatch):
+    name = "/runs-fleet/runners/i-0000000000000abcd/config"  # EC2 may not describe a just-launched one yet
+    aws.client("ssm").put_parameter(Name=name, Type="String", Value="{}")
+    assert _run(aws, "stale_ssm")["deleted"] == 0
+    assert fs.runner_parameters(aws) == {name}
+    _move_clock(monkeypatch, minutes=11)
+    assert _run(aws, "stale_ssm")["deleted"] == 1
 
 
 @pytest.mark.slow
@@ -360,9 +367,10 @@ def test_invalid_housekeeping_requests_are_refused_with_a_reason(aws, request_da
         HOUSEKEEPING.run(_ctx(aws), HOUSEKEEPING.parse(request_data))
 
 
-def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws):
+def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws, monkeypatch):
     ssm = aws.client("ssm")
     ssm.put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     stale = json.dumps({"task_type": "stale_ssm", "timestamp": _later(), "params": {}})
     bad = [
         json.dumps({"task_type": "pool_audit", "timestamp": _later(), "params": {"now": _later()}}),
@@ -471,8 +479,9 @@ def test_an_instance_two_passes_terminate_at_once_is_counted_once(aws, monkeypat
 
 
 @pytest.mark.slow
-def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws):
+def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws, monkeypatch):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     bad = {"task_type": "stale_ssm", "timestamp": "0001-01-01T00:00:00+01:00"}  # ISO, before year 1 in UTC
     result = _drain_housekeeping(aws, [json.dumps(bad), json.dumps({"task_type": "stale_ssm"})])
     assert result.counts["tasks_run"] == 1
