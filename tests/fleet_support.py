@@ -19,6 +19,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.common import iso, to_item
 from pipelines.common.task import TaskRun
+from pipelines.fleet import messages
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import TerminationLimits, queue_drain
 from pipelines.fleet.termination import TerminationHandler
@@ -68,6 +69,13 @@ def redrive_run(aws, *, dlq_url: str | None = None, source_url: str | None = Non
         archive_bucket=aws.env["RUNS_FLEET_ARCHIVE_BUCKET"],
     )
     return TaskRun(log, "", {"sqs": aws.client("sqs"), "s3": aws.client("s3"), "fleet": fleet})
+
+
+def past_stale_ssm_grace(monkeypatch) -> None:
+    """The fleet's clock 11 minutes on: a runner parameter written now is past ``stale_ssm``'s 10-minute
+    grace for an instance EC2 does not describe."""
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=11)
+    monkeypatch.setattr(messages, "utcnow", lambda: at)
 
 
 def start_jobs(aws, n: int, *, tag_managed: bool = True) -> list[dict]:

@@ -76,8 +76,9 @@ def test_an_invalid_drain_config_fails_with_one_line(aws, defs):
 
 
 @pytest.mark.slow
-def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs):
+def test_the_housekeeping_job_takes_runs_fleets_message_as_config(aws, defs, monkeypatch):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     job = defs.resolve_job_def("housekeeping")
     message = {"task_type": "stale_ssm", "timestamp": "2026-11-22T10:00:00Z", "params": {"dryRun": True}}
     result = job.execute_in_process(run_config=message, instance=dg.DagsterInstance.ephemeral())
@@ -112,8 +113,11 @@ def test_a_housekeeping_dry_run_says_that_it_published_no_metrics(aws, defs):
 
 
 @pytest.mark.slow
-def test_the_housekeeping_job_ends_with_a_summary_line_and_its_counts_and_a_pool_audit_dry_run_is_tagged(aws, defs):
+def test_the_housekeeping_job_ends_with_a_summary_line_and_its_counts_and_a_pool_audit_dry_run_is_tagged(
+    aws, defs, monkeypatch
+):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     instance = dg.DagsterInstance.ephemeral()
     task = {"task_type": "stale_ssm", "params": {}}
     housekeeping = defs.resolve_job_def("housekeeping").execute_in_process(run_config=task, instance=instance)

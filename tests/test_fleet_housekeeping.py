@@ -156,24 +156,67 @@ def test_stale_ssm_deletes_parameters_of_gone_or_long_terminated_instances_in_te
         ssm.put_parameter(Name=f"/runs-fleet/runners/{iid}/config", Type="String", Value="{}")
     ssm.put_parameter(Name="/runs-fleet/runners/not-an-instance/config", Type="String", Value="{}")
 
-    recent = _run(aws, "stale_ssm")  # the terminated ones ended just now: kept for 10 minutes
-    assert recent["deleted"] == 23
+    recent = _run(aws, "stale_ssm")  # terminated, or their parameters written, just now: kept for 10 minutes
+    assert recent["deleted"] == 0
     assert recent["recently_terminated"] == 3
     assert recent["unrecognised"] == 1
-    left = fs.runner_parameters(aws)
-    assert {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live + ended} <= left
 
     calls, hook = _count_calls(ssm)
     _move_clock(monkeypatch, minutes=11)
     later = _run(aws, "stale_ssm")
     ssm.meta.events.unregister("before-call.*.*", hook)
-    assert later["deleted"] == 3
+    assert later["deleted"] == 26
     assert later["recently_terminated"] == 0
-    assert calls["DeleteParameters"] == 1
+    assert calls["DeleteParameters"] == 3
     assert fs.runner_parameters(aws) == {f"/runs-fleet/runners/{j['instance_id']}/config" for j in live} | {
         "/runs-fleet/runners/not-an-instance/config"
     }
     assert fs.metric_sum(aws, "SSMParametersDeleted") == 26
+
+
+def _second_call():
+    """A ``when`` for ``fs.refused``: true at the second call it sees only."""
+    calls = Counter()
+
+    def when(params) -> bool:
+        calls["n"] += 1
+        return calls["n"] == 2
+
+    return when
+
+
+def test_stale_ssm_failing_at_its_second_delete_publishes_the_first_batch(aws, monkeypatch):
+    ssm = aws.client("ssm")
+    for n in range(1, 24):  # 23 instances that do not exist: three DeleteParameters calls
+        ssm.put_parameter(Name=f"/runs-fleet/runners/i-{n:017x}/config", Type="String", Value="{}")
+    _move_clock(monkeypatch, minutes=11)
+    with fs.refused(ssm, "DeleteParameters", "AccessDeniedException", "not allowed", _second_call()):
+        with pytest.raises(ClientError, match="AccessDeniedException"):
+            _run(aws, "stale_ssm")
+    assert fs.metric_sum(aws, "SSMParametersDeleted") == 10
+
+
+@pytest.mark.slow
+def test_orphaned_instances_failing_at_their_second_terminate_publish_the_first_batch(aws, monkeypatch):
+    ec2 = aws.client("ec2")
+    managed = [{"ResourceType": "instance", "Tags": [{"Key": "runs-fleet:managed", "Value": "true"}]}]
+    ec2.run_instances(ImageId=fs.AMI, MinCount=101, MaxCount=101, InstanceType="t3.small", TagSpecifications=managed)
+    _move_clock(monkeypatch, hours=7)
+    assert _run(aws, "orphaned_instances")["suspected"] == 101
+    _move_clock(monkeypatch, hours=7, minutes=5)
+    with fs.refused(ec2, "TerminateInstances", "UnauthorizedOperation", "not allowed", _second_call()):
+        with pytest.raises(ClientError, match="UnauthorizedOperation"):
+            _run(aws, "orphaned_instances")
+    assert fs.metric_sum(aws, "OrphanedInstancesTerminated") == 100
+
+
+def test_stale_ssm_keeps_a_parameter_written_within_the_grace_for_an_instance_ec2_does_not_describe(aws, monkeypatch):
+    name = "/runs-fleet/runners/i-0000000000000abcd/config"  # EC2 may not describe a just-launched one yet
+    aws.client("ssm").put_parameter(Name=name, Type="String", Value="{}")
+    assert _run(aws, "stale_ssm")["deleted"] == 0
+    assert fs.runner_parameters(aws) == {name}
+    _move_clock(monkeypatch, minutes=11)
+    assert _run(aws, "stale_ssm")["deleted"] == 1
 
 
 @pytest.mark.slow
@@ -279,6 +322,16 @@ def test_old_jobs_names_a_job_whose_delete_is_refused_in_one_warning_and_deletes
     )
 
 
+def test_old_jobs_names_a_refused_job_whose_id_has_a_newline_on_one_line(aws, caplog):
+    completed_at = iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=8))
+    item = {"job_id": "old\nFORGED", "status": FINAL_STATUSES[0], "completed_at": completed_at}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(item))
+    with fs.refused(aws.client("dynamodb"), "TransactWriteItems", "ValidationException", "too big", lambda p: True):
+        assert _run(aws, "old_jobs")["refused"] == 1
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning.startswith("old_jobs: 1 archived job(s) not deleted, refused: old\\nFORGED: ValidationException")
+
+
 @pytest.mark.slow
 def test_old_jobs_still_failing_to_delete_fails_the_run_and_publishes_what_it_deleted(aws, monkeypatch):
     monkeypatch.setattr(fleet_calls, "POLICY", fixed(0, max_attempts=2))
@@ -314,9 +367,10 @@ def test_invalid_housekeeping_requests_are_refused_with_a_reason(aws, request_da
         HOUSEKEEPING.run(_ctx(aws), HOUSEKEEPING.parse(request_data))
 
 
-def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws):
+def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot_run(aws, monkeypatch):
     ssm = aws.client("ssm")
     ssm.put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     stale = json.dumps({"task_type": "stale_ssm", "timestamp": _later(), "params": {}})
     bad = [
         json.dumps({"task_type": "pool_audit", "timestamp": _later(), "params": {"now": _later()}}),
@@ -425,11 +479,41 @@ def test_an_instance_two_passes_terminate_at_once_is_counted_once(aws, monkeypat
 
 
 @pytest.mark.slow
-def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws):
+def test_a_housekeeping_timestamp_with_no_utc_value_is_dead_lettered_and_the_good_task_runs(aws, monkeypatch):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     bad = {"task_type": "stale_ssm", "timestamp": "0001-01-01T00:00:00+01:00"}  # ISO, before year 1 in UTC
     result = _drain_housekeeping(aws, [json.dumps(bad), json.dumps({"task_type": "stale_ssm"})])
     assert result.counts["tasks_run"] == 1
     assert fs.runner_parameters(aws) == set()
     ((message,),) = [fs.read_all(aws, HDLQ)]
     assert "timestamp is out of range in UTC" in message["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+
+
+def test_an_iso_time_writes_its_year_with_four_digits():
+    assert iso(dt.datetime(5, 1, 1, tzinfo=dt.UTC)) == "0005-01-01T00:00:00.000Z"
+
+
+@pytest.mark.parametrize("now", ["0500-01-01T00:00:00Z", "0001-01-01T00:00:00Z"])
+def test_a_housekeeping_clock_before_2000_is_dead_lettered_with_its_reason_and_deletes_no_job(aws, now):
+    job = {"job_id": "done-now", "status": "completed", "completed_at": iso(dt.datetime.now(dt.UTC))}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(job))
+    result = _drain_housekeeping(aws, [json.dumps({"task_type": "old_jobs", "params": {"now": now}})])
+    assert result.counts["dead_lettered"] == 1
+    ((message,),) = [fs.read_all(aws, HDLQ)]
+    reason = message["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert reason == f"params.now is before 2000-01-01T00:00:00.000Z: {now!r}"
+    assert set(fs.jobs_state(aws)) == {"done-now"}
+
+
+def test_a_housekeeping_clock_in_year_1_is_an_invalid_message():
+    with pytest.raises(InvalidMessage, match="^params.now is before 2000"):
+        HOUSEKEEPING.parse({"task_type": "old_jobs", "params": {"now": "0001-01-01T00:00:00Z"}})
+
+
+@pytest.mark.parametrize("name", ["started_at", "completed_at"])
+def test_a_termination_time_before_2000_is_an_invalid_message(name):
+    job = {"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}
+    body = fs.termination_body(job, **{name: "0001-01-01T00:00:00Z"})
+    with pytest.raises(InvalidMessage, match=f"^{name} is before 2000"):
+        messages.parse_termination(body, received_at=dt.datetime.now(dt.UTC))

@@ -161,8 +161,9 @@ def test_when_the_dead_letter_queue_is_unavailable_poison_stays_in_the_source_qu
 
 
 @pytest.mark.slow
-def test_the_housekeeping_drain_also_survives_an_unavailable_dead_letter_queue(aws):
+def test_the_housekeeping_drain_also_survives_an_unavailable_dead_letter_queue(aws, monkeypatch):
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-0000000000000abcd/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     fs.send(aws, [json.dumps({"task_type": "stale_ssm"}), json.dumps({"task_type": "reboot"})], queue_env=HQ)
     result = queue_drain(
         HousekeepingHandler,

@@ -1,6 +1,7 @@
 """Termination queue processor against the moto server: the happy path, duplicates, bad input,
 path traversal, transient failures and SQS's redrive, graceful stop, and API calls per message."""
 
+import datetime as dt
 import json
 import logging
 import os
@@ -19,7 +20,7 @@ from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet import drain as drain_module
 from pipelines.fleet import queues
 from pipelines.fleet.drain import STATUS_UNREADABLE, run_with_graceful_stop
-from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, runner_parameter
+from pipelines.fleet.messages import InvalidMessage, instance_of_parameter, parse_termination, runner_parameter
 from pipelines.retry import fixed, preset, timeline
 from tests import fleet_support as fs
 from tests.conftest import PATIENCE
@@ -248,6 +249,18 @@ def test_a_path_traversal_instance_id_never_reaches_ssm(aws):
     )
     # The job named by the evil message was completed by its valid message only.
     assert fs.jobs_state(aws)[jobs[0]["job_id"]]["instance_id"] == jobs[0]["instance_id"]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [{"a\nFORGED": 1}, {"a\nFORGED": {"x": "\ud800"}}],
+    ids=["unknown field", "unencodable field"],
+)
+def test_a_field_name_with_a_newline_stays_on_the_line_of_the_reason(extra):
+    body = fs.termination_body({"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}, **extra)
+    with pytest.raises(InvalidMessage, match="FORGED") as caught:
+        parse_termination(body, received_at=dt.datetime.now(dt.UTC))
+    assert "\n" not in caught.value.reason
 
 
 def _fail(client, operation, code="ThrottlingException", times=None):

@@ -130,6 +130,7 @@ def test_fleet_housekeeping_with_cloudwatch_unreachable_warns_and_succeeds(aws, 
     from tests import fleet_support as fs
 
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     monkeypatch.setenv("AWS_ENDPOINT_URL_CLOUDWATCH", CLOSED_PORT)
     job = build_definitions("local").resolve_job_def("housekeeping")
     instance = dg.DagsterInstance.ephemeral()

@@ -109,7 +109,7 @@ def test_orphaned_instances_runs_for_a_suspect_that_is_due_for_termination(aws, 
     assert request.run_config["task_type"] == "orphaned_instances"
 
 
-def test_stale_ssm_skips_while_every_parameter_has_its_instance_and_runs_for_a_gone_one(aws, defs):
+def test_stale_ssm_skips_while_every_parameter_has_its_instance_and_runs_for_a_gone_one(aws, defs, monkeypatch):
     name = "housekeeping_stale_ssm_schedule"
     none = _tick(defs, name)
     assert none.run_requests == []
@@ -118,6 +118,8 @@ def test_stale_ssm_skips_while_every_parameter_has_its_instance_and_runs_for_a_g
     live = _tick(defs, name)
     assert "2 instance(s) with runner parameters, none gone" in live.skip_message
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    assert _tick(defs, name).run_requests == []  # written just now: EC2 may not describe its instance yet
+    fs.past_stale_ssm_grace(monkeypatch)
     (request,) = _tick(defs, name).run_requests
     assert request.run_config == {"task_type": "stale_ssm", "timestamp": request.run_config["timestamp"], "params": {}}
 
@@ -131,9 +133,10 @@ def test_stale_ssm_skips_for_a_fleet_of_120_live_runners(aws, defs):
     assert _tick(defs, "housekeeping_stale_ssm_schedule").run_requests == []
 
 
-def test_stale_ssm_runs_for_a_gone_instance_on_the_last_page_of_120_runners(aws, defs):
+def test_stale_ssm_runs_for_a_gone_instance_on_the_last_page_of_120_runners(aws, defs, monkeypatch):
     fs.start_jobs(aws, 120)
     aws.client("ssm").put_parameter(Name=LAST_RUNNER, Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     pages = (
         aws.client("ssm").get_paginator("get_parameters_by_path").paginate(Path="/runs-fleet/runners", Recursive=True)
     )
@@ -165,9 +168,10 @@ def test_old_jobs_skips_when_no_finished_job_is_past_the_retention_and_runs_when
     assert request.run_config["task_type"] == "old_jobs"
 
 
-def test_a_housekeeping_schedule_skips_while_its_task_runs_and_not_while_another_task_runs(aws, defs):
+def test_a_housekeeping_schedule_skips_while_its_task_runs_and_not_while_another_task_runs(aws, defs, monkeypatch):
     stale_ssm, old_jobs = "housekeeping_stale_ssm_schedule", "housekeeping_old_jobs_schedule"
     aws.client("ssm").put_parameter(Name="/runs-fleet/runners/i-00000000000000001/config", Type="String", Value="{}")
+    fs.past_stale_ssm_grace(monkeypatch)
     old = {"job_id": "old", "status": "timeout", "completed_at": iso(dt.datetime.now(dt.UTC) - dt.timedelta(days=8))}
     aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(old))
     with dg.instance_for_test(overrides=LIMITS) as instance:

@@ -43,8 +43,9 @@ def now_ms(now: dt.datetime | None = None) -> int:
 
 
 def iso(moment: dt.datetime) -> str:
-    """ISO-8601 UTC with milliseconds and a Z, e.g. ``2026-11-22T01:02:03.456Z`` (sorts as text)."""
-    return moment.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    """ISO-8601 UTC with milliseconds and a Z, e.g. ``2026-11-22T01:02:03.456Z``; the year always has four
+    digits (glibc's ``%Y`` writes year 5 as ``5``), so it sorts as text."""
+    return moment.astimezone(dt.UTC).isoformat(timespec="milliseconds")[:-6] + "Z"
 
 
 def dimension_value(value: Any) -> str:

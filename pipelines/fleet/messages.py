@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass, fields
 from typing import Any
 
-from pipelines.common import iso
+from pipelines.common import iso, printable
 from pipelines.common.params import param, specs
 
 # Outside values that become a path, key or name are checked with ``fullmatch`` (``$`` would
@@ -27,6 +27,8 @@ MAX_DURATION_SECONDS = 31 * 24 * 3600  # a month: more is a broken clock, not a 
 FUTURE_SLACK = dt.timedelta(days=1)
 MAX_CLOCK_SKEW = dt.timedelta(minutes=5)
 """A housekeeping ``params.now`` later than the real clock by more than this needs ``dryRun``."""
+EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
+"""A ``params.now``, ``started_at`` or ``completed_at`` before this is a broken clock (Go's zero time is year 1)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -120,11 +122,11 @@ def _encodable(text: str, where: str) -> None:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        where = where.encode("utf-8", "backslashreplace").decode()[:80]
+        where = printable(where)[:80]
         raise InvalidMessage(f"{where} contains a lone UTF-16 surrogate (not encodable as UTF-8)") from None
 
 
-def parse_time(value: Any, name: str) -> dt.datetime:
+def parse_time(value: Any, name: str, *, earliest: dt.datetime | None = EARLIEST) -> dt.datetime:
     if not isinstance(value, str):
         raise InvalidMessage(f"{name} must be an ISO-8601 string, got {type(value).__name__}")
     try:
@@ -134,15 +136,18 @@ def parse_time(value: Any, name: str) -> dt.datetime:
     if moment.tzinfo is None:
         raise InvalidMessage(f"{name} has no time zone: {value[:40]!r}")
     try:
-        return moment.astimezone(dt.UTC)
+        moment = moment.astimezone(dt.UTC)
     except OverflowError:  # 0001-01-01T00:00+05:00 has no UTC time
         raise InvalidMessage(f"{name} is out of range in UTC: {value[:40]!r}") from None
+    if earliest is not None and moment < earliest:
+        raise InvalidMessage(f"{name} is before {iso(earliest)}: {value[:40]!r}")
+    return moment
 
 
 def _only_known(names: Any, known: set[str], what: str = "field(s)") -> None:
-    """Refuse any name not in ``known``, naming the first five (each cut to 40 characters)."""
+    """Refuse any name not in ``known``, naming the first five (each cut to 40 characters, escaped)."""
     if unknown := sorted(set(names) - known):
-        raise InvalidMessage(f"unknown {what}: {', '.join(u[:40] for u in unknown[:5])}")
+        raise InvalidMessage(f"unknown {what}: {', '.join(printable(u[:40]) for u in unknown[:5])}")
 
 
 def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> str:
@@ -270,7 +275,7 @@ def parse_housekeeping(data: Any, *, allowed_params: dict[str, set[str]]) -> Hou
         raise InvalidMessage("missing field task_type")
     timestamp = data.get("timestamp")
     if timestamp is not None:
-        timestamp = iso(parse_time(timestamp, "timestamp"))
+        timestamp = iso(parse_time(timestamp, "timestamp", earliest=None))
     params = {} if data.get("params") is None else data["params"]
     if not isinstance(params, dict):
         raise InvalidMessage(f"params must be an object, got {type(params).__name__}")

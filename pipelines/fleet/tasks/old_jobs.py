@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common import from_item, iso
+from pipelines.common import from_item, iso, printable
 from pipelines.common.aws_batches import TRANSACTION_LIMIT, transact_conditional
 from pipelines.common.looks import Look
 from pipelines.common.params import param
@@ -86,7 +86,7 @@ def _delete(ctx: FleetContext, items: list[dict[str, Any]], counts: Counter) -> 
     counts.update("changed" if current else "already_deleted" for _, current in done.conditional)
     counts["refused"] += len(done.refused)
     if done.refused:
-        reasons = "; ".join(f"{item['job_id']['S']}: {reason}" for item, reason in done.refused)
+        reasons = "; ".join(f"{printable(item['job_id']['S'])}: {reason}" for item, reason in done.refused)
         ctx.log.warning(f"old_jobs: {len(done.refused)} archived job(s) not deleted, refused: {reasons}")
     if done.failed:
         raise done.error

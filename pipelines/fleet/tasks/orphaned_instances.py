@@ -138,16 +138,18 @@ def orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params: Orph
             )
         if cleared:
             aws_call(lambda: ctx.ec2.delete_tags(Resources=cleared, Tags=[{"Key": SUSPECT_TAG}]), what="DeleteTags")
-        for part in chunks(terminate, 100):
-            response = aws_call(
-                lambda part=part: ctx.ec2.terminate_instances(InstanceIds=list(part)), what="TerminateInstances"
-            )
-            terminated += [  # not those a concurrent pass had terminated already
-                i["InstanceId"]
-                for i in response.get("TerminatingInstances", [])
-                if i.get("PreviousState", {}).get("Name") not in ("shutting-down", "terminated")
-            ]
-        publish_count(ctx.cloudwatch, ctx.namespace, "OrphanedInstancesTerminated", len(terminated))
+        try:  # a later batch failing still publishes those terminated
+            for part in chunks(terminate, 100):
+                response = aws_call(
+                    lambda part=part: ctx.ec2.terminate_instances(InstanceIds=list(part)), what="TerminateInstances"
+                )
+                terminated += [  # not those a concurrent pass had terminated already
+                    i["InstanceId"]
+                    for i in response.get("TerminatingInstances", [])
+                    if i.get("PreviousState", {}).get("Name") not in ("shutting-down", "terminated")
+                ]
+        finally:
+            publish_count(ctx.cloudwatch, ctx.namespace, "OrphanedInstancesTerminated", len(terminated))
     return {
         "managed_instances": len(plan.instances),
         "candidates": len(plan.candidates),

@@ -2,6 +2,7 @@
 
 import datetime as dt
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,8 @@ pages than that and none stale so far it declares work, saying so, and the run r
 class StaleSsmParams:
     terminated_grace_minutes: int = param(
         10,
-        description="Minutes after its instance terminated before a runner parameter is deleted.",
+        description="Minutes after its instance terminated (or, for an instance EC2 does not describe, after it "
+        "was written) before a runner parameter is deleted.",
         minimum=0,
         maximum=24 * 60,
     )
@@ -34,10 +36,11 @@ class StaleSsmParams:
 
 @dataclass
 class RunnerParameters:
-    """The runner parameters read so far: by instance id, and the names not of the runner shape.
-    ``complete``: the last page was read."""
+    """The runner parameters read so far: by instance id, when each instance's was last written, and the
+    names not of the runner shape. ``complete``: the last page was read."""
 
     by_instance: dict[str, list[str]] = field(default_factory=dict)
+    written: dict[str, dt.datetime] = field(default_factory=dict)
     unrecognised: list[str] = field(default_factory=list)
     pages: int = 0
     complete: bool = False
@@ -54,6 +57,7 @@ def runner_parameter_pages(ssm) -> Iterator[RunnerParameters]:
                 found.unrecognised.append(parameter["Name"])
             else:
                 found.by_instance.setdefault(iid, []).append(parameter["Name"])
+                found.written[iid] = parameter["LastModifiedDate"]  # the one name of the runner shape
         found.complete = "NextToken" not in page
         yield found
 
@@ -64,9 +68,12 @@ def runner_parameters(ssm) -> RunnerParameters:
     return found
 
 
-def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) -> tuple[list[str], list[str]]:
-    """(stale, recent) among ``ids`` (described 100 at a time): stale when gone or terminated over
-    ``grace`` ago, recent when terminated since."""
+def stale_instances(
+    ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta, written: dict[str, dt.datetime]
+) -> tuple[list[str], list[str]]:
+    """(stale, recent) among ``ids`` (described 100 at a time): stale when terminated, or not described
+    with its parameter ``written``, over ``grace`` ago (EC2 may not describe an instance launched just now
+    yet); recent when terminated since."""
     seen = {
         inst["InstanceId"]: inst
         for part in chunks(ids, 100)
@@ -76,7 +83,8 @@ def stale_instances(ec2, ids: list[str], now: dt.datetime, grace: dt.timedelta) 
     for iid in ids:
         inst = seen.get(iid)
         if inst is None:
-            stale.append(iid)
+            if written[iid] <= now - grace:
+                stale.append(iid)
         elif inst["State"]["Name"] == "terminated":
             match = _REASON_TIME.search(inst.get("StateTransitionReason") or "")  # "User initiated (... GMT)"
             when = dt.datetime.strptime(match[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=dt.UTC) if match else None
@@ -91,16 +99,19 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParam
     if left := found.unrecognised:
         ctx.log.warning(f"stale_ssm: left {len(left)} parameter(s) not of the runner shape: {left[:10]}")
     ids = sorted(found.by_instance)
-    stale, recent = stale_instances(ctx.ec2, ids, req.now(), grace)
+    stale, recent = stale_instances(ctx.ec2, ids, req.now(), grace, found.written)
     names = [n for iid in stale for n in found.by_instance[iid]]
     ctx.log.info(
         f"stale_ssm: {len(ids)} runner parameter instance(s) in {found.pages} page(s); {len(stale)} gone or "
         f"terminated over {grace} ago, {len(recent)} terminated recently" + (" (dry run)" if req.dry_run else "")
     )
-    deleted = {"deleted": 0, "missing": 0}
+    deleted: Counter = Counter()
     if not req.dry_run:
-        deleted = delete_parameters(ctx.ssm, names)
-        publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
+        try:  # counted batch by batch: a later batch failing still publishes what was deleted
+            for part in chunks(names, 10):
+                deleted.update(delete_parameters(ctx.ssm, part))
+        finally:
+            publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
     return {
         "parameters": sum(len(v) for v in found.by_instance.values()),
         "stale": len(names),
@@ -121,7 +132,7 @@ def look_stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsm
     for found in runner_parameter_pages(ctx.ssm):
         ids = list(found.by_instance)
         while len(ids) - checked >= 100 or (found.complete and checked < len(ids)):
-            stale, since = stale_instances(ctx.ec2, ids[checked : checked + 100], req.now(), grace)
+            stale, since = stale_instances(ctx.ec2, ids[checked : checked + 100], req.now(), grace, found.written)
             checked, recent = min(checked + 100, len(ids)), recent + len(since)
             if stale:
                 return Look.work(
