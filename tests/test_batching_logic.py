@@ -14,7 +14,7 @@ import pytest
 from boto3.dynamodb.types import Binary
 from botocore.exceptions import ClientError
 
-from pipelines.batching import store
+from pipelines.batching import decider, store
 from pipelines.batching.batcher import record_problem
 from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
 from pipelines.common import iso, to_item
@@ -477,6 +477,20 @@ def test_the_decider_compares_a_created_at_with_an_offset_as_a_time(aws, created
     put_items(aws, [{**record("acme", "acme-1", T10), "created_at": created_at}])
     decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
     assert [d.pending for d in decision.due] == ([pending] if pending else [])
+
+
+def test_a_tick_reads_at_most_the_bound_of_a_receivers_pending_records_and_a_backlog_is_due(aws, monkeypatch):
+    monkeypatch.setattr(decider, "PENDING_READ_LIMIT", 5)
+    put_receiver(aws, "acme", number_per_day=1440)
+    old = T10 - dt.timedelta(hours=1)  # records no run batches: only the bound makes the receiver due
+    put_items(aws, [{**record("acme", f"acme-{i}", old), **INVALID_PENDING["another receiver"]} for i in range(8)])
+    ddb, read = aws.client("dynamodb"), []
+    ddb.meta.events.register("after-call.dynamodb.Query", lambda parsed, **_: read.extend(parsed.get("Items", [])))
+    decision = decide(ddb, settings(aws), tick=T10, window_seconds=180)
+    assert len(read) == 5
+    assert [d.batch_time for d in decision.due] == [T10 - dt.timedelta(minutes=m) for m in (2, 1, 0)]
+    assert decision.backlog == {"acme"}
+    assert decision.invalid_pending == {"acme": 5}
 
 
 def test_a_zone_that_is_a_tzdata_folder_skips_its_receiver_and_the_others_are_decided(aws):

@@ -12,6 +12,10 @@ from pipelines.batching import schedule, store
 from pipelines.batching.batcher import record_problem
 from pipelines.common.looks import Look
 
+PENDING_READ_LIMIT = 1000
+"""The most pending records a tick reads of a due receiver; one with more (a backlog) is due at every batch
+time of its window, and its counts are lower bounds (its runs batch exactly)."""
+
 
 @dataclass(frozen=True)
 class DueBatch:
@@ -31,6 +35,7 @@ class Decision:
     skipped: dict[str, str] = field(default_factory=dict)  # receiver -> why not launched
     receivers: int = 0
     invalid_pending: dict[str, int] = field(default_factory=dict)  # receiver -> pending records no run batches
+    backlog: set[str] = field(default_factory=set)  # receivers with more pending records than a tick reads
 
 
 def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Decision:
@@ -56,17 +61,19 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
         # What is pending, read once for the window's batch times and compared as times: the index sorts
         # created_at as text, where one with an offset falls on the wrong side of a UTC batch time.
         created, invalid = [], 0
-        for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver):
+        for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver, PENDING_READ_LIMIT):
             if record_problem(cfg.receiver, record) is None:
                 created.append(schedule.parse_created_at(record["created_at"]))
             else:
                 invalid += 1
         if invalid:
             decision.invalid_pending[name] = invalid
+        if len(created) + invalid >= PENDING_READ_LIMIT:
+            decision.backlog.add(name)
         for moment in due:
             pending = sum(1 for at in created if at < moment)
             empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
-            if pending == 0 and not empty:
+            if pending == 0 and not empty and name not in decision.backlog:
                 decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (
                     f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
                 )

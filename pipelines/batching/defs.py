@@ -407,18 +407,21 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
         gap = 60
     window = gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
     decision = decider.decide(context.resources.dynamodb.get_client(), context.resources.batching, tick, window)
-    invalid = list(decision.invalid_pending.items())
+    invalid, least = list(decision.invalid_pending.items()), "at least " if decision.backlog else ""
     left = "; invalid pending records that no run batches (left pending): " if invalid else ""
-    left += ", ".join(f"{name} {n}" for name, n in invalid[:20])
+    left += ", ".join(f"{name} {'at least ' * (name in decision.backlog)}{n}" for name, n in invalid[:20])
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s)){left}")
     due = list(dict.fromkeys(minute.Due(d.receiver, d.day) for d in decision.due))
     # One line on the tick's page (a tick's log is kept with the instance, every minute): the run's
     # config lists its partitions, and the run their counts once it ends.
+    if decision.backlog:  # due at each batch time of the window; their runs batch exactly
+        left += f"; more pending records than the {decider.PENDING_READ_LIMIT} a tick reads: "
+        left += ", ".join(sorted(decision.backlog)[:20])
     context.log.info(
         f"{len(decision.due)} batch time(s) due for {len(due)} partition(s): "
-        f"{sum(d.pending for d in decision.due)} record(s) pending, "
-        f"{sum(d.expected_files for d in decision.due)} file(s) expected{left}"
+        f"{least}{sum(d.pending for d in decision.due)} record(s) pending, "
+        f"{least}{sum(d.expected_files for d in decision.due)} file(s) expected{left}"
     )
     known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     new = sorted({d.receiver for d in due} - known)
