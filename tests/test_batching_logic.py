@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.batching import decider, store
 from pipelines.batching.batcher import record_problem
-from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
+from pipelines.batching.decider import decide, look_at_receivers, malformed_pending, orphaned_pending
 from pipelines.common import iso, to_item
 from pipelines.retry import STOP
 from tests import fleet_support as fs
@@ -400,6 +400,22 @@ def test_deleted_receiver_with_pending_records_is_reported_and_runs_skip_it(aws)
     report = batcher(aws).run("gone", DAY, now=T10)
     assert report.status == "receiver_missing"
     assert len(pending_ids(aws, "gone")) == 3
+
+
+def test_the_checks_look_reads_at_most_its_bound_of_pending_index_pages_and_is_due_past_it(aws):
+    put_receiver(aws, "acme")
+    put_records(aws, "gone", _minutes_before(T10, decider.LOOK_READS + 2))
+    ddb, index_pages = aws.client("dynamodb"), []
+
+    def one_record_a_page(params, **_):
+        params["Limit"] = 1
+        if "IndexName" in params:
+            index_pages.append(params)
+
+    ddb.meta.events.register("provide-client-params.dynamodb.Scan", one_record_a_page)
+    look = look_at_receivers(ddb, settings(aws))
+    assert len(index_pages) == decider.LOOK_READS
+    assert look.due
 
 
 def test_invalid_receiver_is_skipped_and_others_go_on(aws):
