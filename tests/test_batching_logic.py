@@ -460,6 +460,8 @@ INVALID_PENDING = {
     "another receiver": {"receiver": "globex"},
     "no receiver": {"receiver": None},
     "another receiver's batch": {"batch_id": "globex/2026-11-20T09:00Z/1"},
+    "a batch time after now": {"batch_id": "acme/2027-06-01T23:00Z/1"},
+    "a batch time before its created_at": {"batch_id": "acme/2001-01-01T00:00Z/1"},
 }
 
 
@@ -472,6 +474,23 @@ def test_a_pending_record_no_run_batches_makes_no_batch_time_due_and_is_counted(
     assert decision.due == []
     assert decision.invalid_pending == {"acme": 1}
     assert batcher(aws).run("acme", DAY, now=T10).invalid_records[0]["record_id"] == "acme-bad"
+
+
+def test_a_record_locked_in_a_batch_time_after_now_is_left_pending_and_writes_nothing_of_that_time(aws):
+    put_receiver(aws, "acme", number_per_day=1, initial_time="23:00")
+    fresh = put_records(aws, "acme", _minutes_before(T10, 3))
+    put_items(aws, [{**record("acme", "locked", T10 - dt.timedelta(hours=1)), "batch_id": "acme/2027-06-01T23:00Z/1"}])
+    report = batcher(aws).run("acme", DAY, now=T10)
+    s3, bucket = aws.client("s3"), aws.env["BATCH_OUTBOX_BUCKET"]
+    assert [r["record_id"] for r in report.invalid_records] == ["locked"]
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="batches/acme/2027-").get("Contents") is None
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="ledger/acme/2027-").get("Contents") is None
+    assert pending_ids(aws, "acme") == {"locked", *fresh}  # their batch time is 23:00
+    batcher(aws).run("acme", DAY, now=T10.replace(hour=23))
+    assert {k: sorted(r["record_id"] for r in v) for k, v in outbox(aws, "acme").items()} == {
+        "batches/acme/2026-11-20T23:00Z/1.jsonl": sorted(fresh)
+    }
+    assert pending_ids(aws, "acme") == {"locked"}
 
 
 def test_a_due_receiver_counts_only_the_pending_records_a_run_batches(aws):
@@ -562,7 +581,8 @@ def test_records_whose_payloads_are_not_json_text_are_batched_and_the_receiver_g
     put_items(aws, [record("acme", "good", created), record("acme", "infinite", created, payload='{"v": 1e400}')])
     put_items(aws, [record("acme", "deep", created, payload=DEEP)])
     # A map payload, locked into a batch by a run that died before it wrote the file: recovery writes it.
-    locked = {**record("acme", "map", created), "batch_id": store.batch_id("acme", T10 - dt.timedelta(hours=1), 1)}
+    before = T10 - dt.timedelta(hours=1)
+    locked = {**record("acme", "map", before - dt.timedelta(minutes=5)), "batch_id": store.batch_id("acme", before, 1)}
     item = {**to_item(locked), "payload": {"M": {"count": {"N": "3"}}}}
     aws.client("dynamodb").put_item(TableName=aws.env["BATCH_RECORDS_TABLE"], Item=item)
     report = batcher(aws).run("acme", DAY, now=T10)
@@ -761,4 +781,4 @@ def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_ent
 @pytest.mark.parametrize("field", ["receiver", "created_at", "batch_id"])
 def test_a_pending_records_problem_shows_a_long_value_cut_short(field):
     item = {"record_id": "r1", "receiver": "acme.elr", "created_at": "2026-11-20T09:00:00Z", field: "x" * 100_000}
-    assert len(record_problem("acme.elr", item)) < 200
+    assert len(record_problem("acme.elr", item, T10)) < 200

@@ -65,7 +65,7 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
         # created_at as text, where one with an offset falls on the wrong side of a UTC batch time.
         created, invalid = [], 0
         for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver, PENDING_READ_LIMIT):
-            if record_problem(cfg.receiver, record) is None:
+            if record_problem(cfg.receiver, record, tick) is None:
                 created.append(schedule.parse_created_at(record["created_at"]))
             else:
                 invalid += 1
