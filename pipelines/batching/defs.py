@@ -449,6 +449,8 @@ batch_decider = schedule(
 HANDOFF_MARGIN_SECONDS = 600
 """The handoff sensor looks this far behind its cursor again (a run's update time and the sensor's
 clock may disagree); a partition handed off already is not launched twice (its run key)."""
+HANDOFF_READS = 100
+"""The most minute runs a handoff tick reads, oldest first: with more, the next tick reads on from there."""
 
 
 @dg.sensor(
@@ -461,20 +463,25 @@ clock may disagree); a partition handed off already is not launched twice (its r
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
-    try:  # the cursor: the update time read up to, and the partitions waiting for a run that began before them
+    try:  # the cursor: the update time read up to, the partitions waiting for a run that began before them, and
+        # whether that read was full (this one reads on from its newest update time, with no margin)
         cursor = json.loads(context.cursor or "")
         since, waiting = float(cursor["at"]), dict(cursor["waiting"])
+        margin = 1e-6 if cursor.get("more") else HANDOFF_MARGIN_SECONDS  # 1 µs: runs updated at that time too
     except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
-        since, waiting = time.time() - MAX_WINDOW_SECONDS, {}
+        since, waiting, margin = time.time() - MAX_WINDOW_SECONDS, {}, HANDOFF_MARGIN_SECONDS
     records = context.instance.get_run_records(
         filters=dg.RunsFilter(
             job_name=MINUTE_JOB,
             tags={HANDOFF_TAG: "pending"},
             statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
-            updated_after=dt.datetime.fromtimestamp(since - HANDOFF_MARGIN_SECONDS, dt.UTC),
+            updated_after=dt.datetime.fromtimestamp(since - margin, dt.UTC),
         ),
-        limit=100,
+        limit=HANDOFF_READS,
+        order_by="update_timestamp",
+        ascending=True,
     )
+    more = len(records) == HANDOFF_READS
     newest, failures = since, [(ended, run_id, p) for p, (run_id, ended) in waiting.items()]
     for record in records:
         run, ended = record.dagster_run, record.update_timestamp.timestamp()
@@ -486,7 +493,8 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     latest = {p: (run_id, ended) for ended, run_id, p in sorted(failures)}  # a partition once: its newest failure
     if not latest:
         return dg.SensorResult(
-            skip_reason="no receiver failed in a minute run", cursor=json.dumps({"at": newest, "waiting": {}})
+            skip_reason="no receiver failed in a minute run",
+            cursor=json.dumps({"at": newest, "waiting": {}, "more": more}),
         )
     keys = sorted(latest)
     runs = context.instance.get_run_records(dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={PARTITION_TAG: keys}))
@@ -518,7 +526,7 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     line += "requested" + "".join(f"; {p}: {why}" for p, why in list(skipped.items())[:20])
     if requests:
         context.log.info(line)
-    cursor = json.dumps({"at": newest, "waiting": held})
+    cursor = json.dumps({"at": newest, "waiting": held, "more": more})
     return dg.SensorResult(run_requests=requests, skip_reason=None if requests else line, cursor=cursor)
 
 
