@@ -8,6 +8,7 @@ import sys
 import dagster as dg
 import pytest
 
+from pipelines.batching import decider
 from pipelines.batching.batcher import RunReport
 from pipelines.batching.defs import (
     _log_report,
@@ -86,6 +87,20 @@ def test_batch_decider_requests_one_minute_run_for_the_due_receivers(aws):
     put_records(aws, "off", [T10 - dt.timedelta(minutes=1)])
     with dg.instance_for_test() as instance:
         _decider_ticks(instance)
+
+
+@pytest.mark.slow
+def test_a_tick_that_reads_a_backlog_up_to_its_bound_says_its_counts_are_lower_bounds(aws, monkeypatch, capfd):
+    monkeypatch.setattr(decider, "PENDING_READ_LIMIT", 3)
+    put_receiver(aws, "acme", number_per_day=24, max_batch_size=2)
+    put_records(aws, "acme", [T10 - dt.timedelta(minutes=m) for m in range(1, 6)])
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=T10, resources=_resources())
+        request = decider_tick(context)
+    assert request.run_config["partitions"] == ["2026-11-20|acme"]
+    [line] = [line for line in capfd.readouterr().err.splitlines() if "batch time(s) due" in line]
+    assert "at least 3 record(s) pending, at least 2 file(s) expected" in line
+    assert "more pending records than the 3 a tick reads: acme" in line
 
 
 def _decider_ticks(instance):

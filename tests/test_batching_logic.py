@@ -14,9 +14,9 @@ import pytest
 from boto3.dynamodb.types import Binary
 from botocore.exceptions import ClientError
 
-from pipelines.batching import store
+from pipelines.batching import decider, store
 from pipelines.batching.batcher import record_problem
-from pipelines.batching.decider import decide, malformed_pending, orphaned_pending
+from pipelines.batching.decider import decide, look_at_receivers, malformed_pending, orphaned_pending
 from pipelines.common import iso, to_item
 from pipelines.retry import STOP
 from tests import fleet_support as fs
@@ -402,6 +402,22 @@ def test_deleted_receiver_with_pending_records_is_reported_and_runs_skip_it(aws)
     assert len(pending_ids(aws, "gone")) == 3
 
 
+def test_the_checks_look_reads_at_most_its_bound_of_pending_index_pages_and_is_due_past_it(aws):
+    put_receiver(aws, "acme")
+    put_records(aws, "gone", _minutes_before(T10, decider.LOOK_READS + 2))
+    ddb, index_pages = aws.client("dynamodb"), []
+
+    def one_record_a_page(params, **_):
+        params["Limit"] = 1
+        if "IndexName" in params:
+            index_pages.append(params)
+
+    ddb.meta.events.register("provide-client-params.dynamodb.Scan", one_record_a_page)
+    look = look_at_receivers(ddb, settings(aws))
+    assert len(index_pages) == decider.LOOK_READS
+    assert look.due
+
+
 def test_invalid_receiver_is_skipped_and_others_go_on(aws):
     put_receiver(aws, "broken", number_per_day=0)
     put_receiver(aws, "fine")
@@ -444,6 +460,8 @@ INVALID_PENDING = {
     "another receiver": {"receiver": "globex"},
     "no receiver": {"receiver": None},
     "another receiver's batch": {"batch_id": "globex/2026-11-20T09:00Z/1"},
+    "a batch time after now": {"batch_id": "acme/2027-06-01T23:00Z/1"},
+    "a batch time before its created_at": {"batch_id": "acme/2001-01-01T00:00Z/1"},
 }
 
 
@@ -456,6 +474,23 @@ def test_a_pending_record_no_run_batches_makes_no_batch_time_due_and_is_counted(
     assert decision.due == []
     assert decision.invalid_pending == {"acme": 1}
     assert batcher(aws).run("acme", DAY, now=T10).invalid_records[0]["record_id"] == "acme-bad"
+
+
+def test_a_record_locked_in_a_batch_time_after_now_is_left_pending_and_writes_nothing_of_that_time(aws):
+    put_receiver(aws, "acme", number_per_day=1, initial_time="23:00")
+    fresh = put_records(aws, "acme", _minutes_before(T10, 3))
+    put_items(aws, [{**record("acme", "locked", T10 - dt.timedelta(hours=1)), "batch_id": "acme/2027-06-01T23:00Z/1"}])
+    report = batcher(aws).run("acme", DAY, now=T10)
+    s3, bucket = aws.client("s3"), aws.env["BATCH_OUTBOX_BUCKET"]
+    assert [r["record_id"] for r in report.invalid_records] == ["locked"]
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="batches/acme/2027-").get("Contents") is None
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="ledger/acme/2027-").get("Contents") is None
+    assert pending_ids(aws, "acme") == {"locked", *fresh}  # their batch time is 23:00
+    batcher(aws).run("acme", DAY, now=T10.replace(hour=23))
+    assert {k: sorted(r["record_id"] for r in v) for k, v in outbox(aws, "acme").items()} == {
+        "batches/acme/2026-11-20T23:00Z/1.jsonl": sorted(fresh)
+    }
+    assert pending_ids(aws, "acme") == {"locked"}
 
 
 def test_a_due_receiver_counts_only_the_pending_records_a_run_batches(aws):
@@ -477,6 +512,20 @@ def test_the_decider_compares_a_created_at_with_an_offset_as_a_time(aws, created
     put_items(aws, [{**record("acme", "acme-1", T10), "created_at": created_at}])
     decision = decide(aws.client("dynamodb"), settings(aws), tick=T10)
     assert [d.pending for d in decision.due] == ([pending] if pending else [])
+
+
+def test_a_tick_reads_at_most_the_bound_of_a_receivers_pending_records_and_a_backlog_is_due(aws, monkeypatch):
+    monkeypatch.setattr(decider, "PENDING_READ_LIMIT", 5)
+    put_receiver(aws, "acme", number_per_day=1440)
+    old = T10 - dt.timedelta(hours=1)  # records no run batches: only the bound makes the receiver due
+    put_items(aws, [{**record("acme", f"acme-{i}", old), **INVALID_PENDING["another receiver"]} for i in range(8)])
+    ddb, read = aws.client("dynamodb"), []
+    ddb.meta.events.register("after-call.dynamodb.Query", lambda parsed, **_: read.extend(parsed.get("Items", [])))
+    decision = decide(ddb, settings(aws), tick=T10, window_seconds=180)
+    assert len(read) == 5
+    assert [d.batch_time for d in decision.due] == [T10 - dt.timedelta(minutes=m) for m in (2, 1, 0)]
+    assert decision.backlog == {"acme"}
+    assert decision.invalid_pending == {"acme": 5}
 
 
 def test_a_zone_that_is_a_tzdata_folder_skips_its_receiver_and_the_others_are_decided(aws):
@@ -532,7 +581,8 @@ def test_records_whose_payloads_are_not_json_text_are_batched_and_the_receiver_g
     put_items(aws, [record("acme", "good", created), record("acme", "infinite", created, payload='{"v": 1e400}')])
     put_items(aws, [record("acme", "deep", created, payload=DEEP)])
     # A map payload, locked into a batch by a run that died before it wrote the file: recovery writes it.
-    locked = {**record("acme", "map", created), "batch_id": store.batch_id("acme", T10 - dt.timedelta(hours=1), 1)}
+    before = T10 - dt.timedelta(hours=1)
+    locked = {**record("acme", "map", before - dt.timedelta(minutes=5)), "batch_id": store.batch_id("acme", before, 1)}
     item = {**to_item(locked), "payload": {"M": {"count": {"N": "3"}}}}
     aws.client("dynamodb").put_item(TableName=aws.env["BATCH_RECORDS_TABLE"], Item=item)
     report = batcher(aws).run("acme", DAY, now=T10)
@@ -731,4 +781,4 @@ def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_ent
 @pytest.mark.parametrize("field", ["receiver", "created_at", "batch_id"])
 def test_a_pending_records_problem_shows_a_long_value_cut_short(field):
     item = {"record_id": "r1", "receiver": "acme.elr", "created_at": "2026-11-20T09:00:00Z", field: "x" * 100_000}
-    assert len(record_problem("acme.elr", item)) < 200
+    assert len(record_problem("acme.elr", item, T10)) < 200

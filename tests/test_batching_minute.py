@@ -284,6 +284,19 @@ def test_a_partition_whose_run_began_before_the_failure_gets_its_run_once_that_r
     assert f"{failed.run_id}:2026-11-20|acme" in [r.run_key for r in second.run_requests]
 
 
+def test_after_a_gap_the_handoff_reaches_every_failed_partition_over_successive_ticks():
+    now = time.time()
+    partitions = [f"2026-11-20|r{i:03d}" for i in range(120)]
+    with dg.instance_for_test() as instance:
+        for i, partition in enumerate(partitions):  # a minute run a second, each failing one partition
+            _failed_in_minute_run(instance, [partition], now - 300 + i)
+        cursor, handed = json.dumps({"at": now - 3600, "waiting": {}}), set()
+        for _ in range(3):
+            result = _handoff(instance, cursor)
+            cursor, handed = result.cursor, handed | {str(r.partition_key) for r in result.run_requests}
+    assert handed == set(partitions)
+
+
 def _handoff_tick(instance) -> dg.SensorResult:
     """One tick of the handoff as the daemon evaluates it: its run requests resolved against the partitions."""
     context = dg.build_sensor_context(instance=instance, definitions=DEFS)

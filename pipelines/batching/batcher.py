@@ -76,28 +76,30 @@ class _Record:
     item: dict[str, Any]
 
 
-def record_problem(receiver: str, item: dict[str, Any]) -> str | None:
-    """Why a pending record of ``receiver`` is invalid (left pending: no run batches it), or None."""
+def record_problem(receiver: str, item: dict[str, Any], now: dt.datetime) -> str | None:
+    """Why a pending record of ``receiver`` is invalid at ``now`` (left pending: no run batches it), or None."""
     if item.get("receiver") is None:
         return "missing receiver"
     if item.get("receiver") != receiver:
         return f"receiver {schedule.shown(item.get('receiver'))} differs from pending_receiver {receiver!r}"
-    if schedule.parse_created_at(item.get("created_at")) is None:
+    if (created := schedule.parse_created_at(item.get("created_at"))) is None:
         return f"malformed created_at {schedule.shown(item.get('created_at'))}"
     if "batch_id" in item:
-        parsed = store.parse_batch_id(item["batch_id"])
+        parsed, shown = store.parse_batch_id(item["batch_id"]), schedule.shown(item["batch_id"])
         if parsed is None or parsed[0] != receiver:
-            return f"batch_id {schedule.shown(item['batch_id'])} is not a batch of this receiver"
+            return f"batch_id {shown} is not a batch of this receiver"
+        if not created < parsed[1] <= now:  # a run locks a record in a batch time after it, up to its now
+            return f"batch_id {shown} names a batch time not after its created_at, or after {format_batch_time(now)}"
     return None
 
 
-def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport):
+def _classify(receiver: str, items: list[dict[str, Any]], report: RunReport, now: dt.datetime):
     """Split pending items into free records, locked groups (by batch id) and invalid records."""
     free: list[_Record] = []
     locked: dict[str, list[_Record]] = defaultdict(list)
     for item in items:
         rid = item.get("record_id")
-        problem = record_problem(receiver, item)
+        problem = record_problem(receiver, item, now)
         if problem:
             report.invalid_records.append({"record_id": rid, "problem": problem})
             continue
@@ -164,7 +166,7 @@ class ReceiverBatcher:
 
         pending_items = store.query_pending(self.dynamodb, s.records_table, cfg.receiver)
         report.pending_before = len(pending_items)
-        free, locked = _classify(cfg.receiver, pending_items, report)
+        free, locked = _classify(cfg.receiver, pending_items, report, now)
         if report.invalid_records:
             self.log(f"{len(report.invalid_records)} pending record(s) of {cfg.receiver} are malformed; left pending")
 

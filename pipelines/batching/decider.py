@@ -12,6 +12,13 @@ from pipelines.batching import schedule, store
 from pipelines.batching.batcher import record_problem
 from pipelines.common.looks import Look
 
+LOOK_READS = 10
+"""The most pages of the pending-index the checks schedule's look reads; past them it runs the checks."""
+
+PENDING_READ_LIMIT = 1000
+"""The most pending records a tick reads of a due receiver; one with more (a backlog) is due at every batch
+time of its window, and its counts are lower bounds (its runs batch exactly)."""
+
 
 @dataclass(frozen=True)
 class DueBatch:
@@ -31,6 +38,7 @@ class Decision:
     skipped: dict[str, str] = field(default_factory=dict)  # receiver -> why not launched
     receivers: int = 0
     invalid_pending: dict[str, int] = field(default_factory=dict)  # receiver -> pending records no run batches
+    backlog: set[str] = field(default_factory=set)  # receivers with more pending records than a tick reads
 
 
 def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Decision:
@@ -56,17 +64,19 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
         # What is pending, read once for the window's batch times and compared as times: the index sorts
         # created_at as text, where one with an offset falls on the wrong side of a UTC batch time.
         created, invalid = [], 0
-        for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver):
-            if record_problem(cfg.receiver, record) is None:
+        for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver, PENDING_READ_LIMIT):
+            if record_problem(cfg.receiver, record, tick) is None:
                 created.append(schedule.parse_created_at(record["created_at"]))
             else:
                 invalid += 1
         if invalid:
             decision.invalid_pending[name] = invalid
+        if len(created) + invalid >= PENDING_READ_LIMIT:
+            decision.backlog.add(name)
         for moment in due:
             pending = sum(1 for at in created if at < moment)
             empty = cfg.send_if_empty_batch and not schedule.empty_sent(cfg, item, moment)
-            if pending == 0 and not empty:
+            if pending == 0 and not empty and name not in decision.backlog:
                 decision.skipped[name] = f"nothing pending before {schedule.format_batch_time(moment)}" + (
                     f" (the empty file of {cfg.local_day(moment)} is sent)" if cfg.send_if_empty_batch else ""
                 )
@@ -80,9 +90,12 @@ def invalid_receivers(items: list[dict[str, Any]]) -> dict[str, list[str]]:
     return {str(item.get("receiver")): errors for item in items if (errors := schedule.receiver_errors(item))}
 
 
-def orphaned_pending(dynamodb, tables, items: list[dict[str, Any]] | None = None) -> dict[str, int]:
+def orphaned_pending(
+    dynamodb, tables, items: list[dict[str, Any]] | None = None, max_pages: int | None = None
+) -> dict[str, int] | None:
     """Receivers that are gone from the receivers table (``items``: its scan, when read already) but still
-    have pending records (a scan of the sparse pending-index: costs what is pending)."""
+    have pending records (a scan of the sparse pending-index: costs what is pending); None when it goes on
+    past ``max_pages`` pages."""
     if items is None:
         items = store.scan_receivers(dynamodb, tables.receivers_table)
     known = {str(i.get("receiver")) for i in items}
@@ -91,16 +104,23 @@ def orphaned_pending(dynamodb, tables, items: list[dict[str, Any]] | None = None
         IndexName=store.PENDING_INDEX,
         ProjectionExpression="pending_receiver",
     )
-    pending = Counter(item["pending_receiver"]["S"] for page in found for item in page.get("Items", []))
+    pending = Counter()
+    for pages, page in enumerate(found, 1):
+        pending.update(item["pending_receiver"]["S"] for item in page.get("Items", []))
+        if pages == max_pages and page.get("LastEvaluatedKey"):
+            return None
     return {name: n for name, n in pending.items() if name not in known}
 
 
 def look_at_receivers(dynamodb, tables) -> Look:
     """The batching checks schedule's look: what two of the three checks read (a scan of the receivers
-    table and of the pending-index); the third scans the whole records table: the refresh covers it."""
+    table and of the pending-index, at most :data:`LOOK_READS` pages: due past them); the third scans the
+    whole records table: the refresh covers it."""
     items = store.scan_receivers(dynamodb, tables.receivers_table)
     invalid = invalid_receivers(items)
-    orphans = orphaned_pending(dynamodb, tables, items)
+    orphans = orphaned_pending(dynamodb, tables, items, LOOK_READS)
+    if orphans is None:
+        return Look.work(f"the pending-index not read to its end in {LOOK_READS} page(s): the checks read on")
     return Look.state(
         {"invalid_receivers": invalid, "orphaned_pending": orphans},
         f"{len(items)} receiver(s), {len(invalid)} invalid; pending records of {len(orphans)} deleted receiver(s)",

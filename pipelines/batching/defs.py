@@ -407,18 +407,21 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
         gap = 60
     window = gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
     decision = decider.decide(context.resources.dynamodb.get_client(), context.resources.batching, tick, window)
-    invalid = list(decision.invalid_pending.items())
+    invalid, least = list(decision.invalid_pending.items()), "at least " if decision.backlog else ""
     left = "; invalid pending records that no run batches (left pending): " if invalid else ""
-    left += ", ".join(f"{name} {n}" for name, n in invalid[:20])
+    left += ", ".join(f"{name} {'at least ' * (name in decision.backlog)}{n}" for name, n in invalid[:20])
     if not decision.due:
         return dg.SkipReason(f"no receiver due at {tick:%H:%M} ({decision.receivers} receiver(s)){left}")
     due = list(dict.fromkeys(minute.Due(d.receiver, d.day) for d in decision.due))
     # One line on the tick's page (a tick's log is kept with the instance, every minute): the run's
     # config lists its partitions, and the run their counts once it ends.
+    if decision.backlog:  # due at each batch time of the window; their runs batch exactly
+        left += f"; more pending records than the {decider.PENDING_READ_LIMIT} a tick reads: "
+        left += ", ".join(sorted(decision.backlog)[:20])
     context.log.info(
         f"{len(decision.due)} batch time(s) due for {len(due)} partition(s): "
-        f"{sum(d.pending for d in decision.due)} record(s) pending, "
-        f"{sum(d.expected_files for d in decision.due)} file(s) expected{left}"
+        f"{least}{sum(d.pending for d in decision.due)} record(s) pending, "
+        f"{least}{sum(d.expected_files for d in decision.due)} file(s) expected{left}"
     )
     known = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     new = sorted({d.receiver for d in due} - known)
@@ -446,6 +449,8 @@ batch_decider = schedule(
 HANDOFF_MARGIN_SECONDS = 600
 """The handoff sensor looks this far behind its cursor again (a run's update time and the sensor's
 clock may disagree); a partition handed off already is not launched twice (its run key)."""
+HANDOFF_READS = 100
+"""The most minute runs a handoff tick reads, oldest first: with more, the next tick reads on from there."""
 
 
 @dg.sensor(
@@ -458,20 +463,25 @@ clock may disagree); a partition handed off already is not launched twice (its r
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
-    try:  # the cursor: the update time read up to, and the partitions waiting for a run that began before them
+    try:  # the cursor: the update time read up to, the partitions waiting for a run that began before them, and
+        # whether that read was full (this one reads on from its newest update time, with no margin)
         cursor = json.loads(context.cursor or "")
         since, waiting = float(cursor["at"]), dict(cursor["waiting"])
+        margin = 1e-6 if cursor.get("more") else HANDOFF_MARGIN_SECONDS  # 1 µs: runs updated at that time too
     except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
-        since, waiting = time.time() - MAX_WINDOW_SECONDS, {}
+        since, waiting, margin = time.time() - MAX_WINDOW_SECONDS, {}, HANDOFF_MARGIN_SECONDS
     records = context.instance.get_run_records(
         filters=dg.RunsFilter(
             job_name=MINUTE_JOB,
             tags={HANDOFF_TAG: "pending"},
             statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
-            updated_after=dt.datetime.fromtimestamp(since - HANDOFF_MARGIN_SECONDS, dt.UTC),
+            updated_after=dt.datetime.fromtimestamp(since - margin, dt.UTC),
         ),
-        limit=100,
+        limit=HANDOFF_READS,
+        order_by="update_timestamp",
+        ascending=True,
     )
+    more = len(records) == HANDOFF_READS
     newest, failures = since, [(ended, run_id, p) for p, (run_id, ended) in waiting.items()]
     for record in records:
         run, ended = record.dagster_run, record.update_timestamp.timestamp()
@@ -483,7 +493,8 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     latest = {p: (run_id, ended) for ended, run_id, p in sorted(failures)}  # a partition once: its newest failure
     if not latest:
         return dg.SensorResult(
-            skip_reason="no receiver failed in a minute run", cursor=json.dumps({"at": newest, "waiting": {}})
+            skip_reason="no receiver failed in a minute run",
+            cursor=json.dumps({"at": newest, "waiting": {}, "more": more}),
         )
     keys = sorted(latest)
     runs = context.instance.get_run_records(dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={PARTITION_TAG: keys}))
@@ -515,7 +526,7 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     line += "requested" + "".join(f"; {p}: {why}" for p, why in list(skipped.items())[:20])
     if requests:
         context.log.info(line)
-    cursor = json.dumps({"at": newest, "waiting": held})
+    cursor = json.dumps({"at": newest, "waiting": held, "more": more})
     return dg.SensorResult(run_requests=requests, skip_reason=None if requests else line, cursor=cursor)
 
 
@@ -635,9 +646,10 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         refresh=dt.timedelta(hours=1),
         required_resource_keys={"dynamodb", "batching"},
         description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
-        "of the pending-index) and runs them when the invalid receivers or the pending records of deleted "
-        "receivers differ from what the last checks recorded, and at least every hour (the malformed records "
-        "check scans the whole records table: it runs on that hourly refresh, or with the others).",
+        f"of the pending-index, at most {decider.LOOK_READS} pages: due past them) and runs them when the invalid "
+        "receivers or the pending records of deleted receivers differ from what the last checks recorded, and at "
+        "least every hour (the malformed records check scans the whole records table: it runs on that hourly "
+        "refresh, or with the others).",
     )
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],

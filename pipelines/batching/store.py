@@ -166,11 +166,12 @@ def query_pending(dynamodb, table: str, receiver: str) -> list[dict[str, Any]]:
     return [from_item(i) for page in _pending_pages(dynamodb, table, receiver) for i in page.get("Items", [])]
 
 
-def pending_keys(dynamodb, table: str, receiver: str) -> Iterator[dict[str, Any]]:
-    """``receiver``'s pending records, each with only what tells whether a run batches it (``record_id``,
-    ``receiver``, ``created_at``, ``batch_id``), a page at a time (one call per 1 MB read, as a COUNT query)."""
+def pending_keys(dynamodb, table: str, receiver: str, limit: int) -> Iterator[dict[str, Any]]:
+    """The first ``limit`` of ``receiver``'s pending records, each with only what tells whether a run batches
+    it (``record_id``, ``receiver``, ``created_at``, ``batch_id``), a page at a time."""
     keys = "record_id, receiver, created_at, batch_id"
-    pages = _pending_pages(dynamodb, table, receiver, ProjectionExpression=keys)
+    bound = {"MaxItems": limit, "PageSize": limit}
+    pages = _pending_pages(dynamodb, table, receiver, ProjectionExpression=keys, PaginationConfig=bound)
     return (from_item(i) for page in pages for i in page.get("Items", []))
 
 
