@@ -705,6 +705,38 @@ def test_a_dead_letter_depth_unread_for_five_minutes_alerts_and_resolves_once_re
     assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(f"{key}:unread", "resolved"), (key, "firing")]
 
 
+class HeldQueues:
+    """An SQS client (and its resource) whose every GetQueueAttributes is held, unanswered, until ``release``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def get_client(self):
+        return self
+
+    def get_queue_attributes(self, **_):
+        self.release.wait(PATIENCE)
+        return {"Attributes": {}}
+
+
+def test_a_dead_letter_queue_that_never_answers_holds_back_no_alert_and_counts_as_unread(aws, monkeypatch):
+    monkeypatch.setattr(alerts_defs, "REQUEST_TIMEOUT_SECONDS", 1)
+    inbox = Inbox(aws)
+    queues = HeldQueues()
+    res = {**resources(aws), "sqs": queues}
+    try:
+        with dg.instance_for_test() as instance:
+            run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+            tick(instance, res)
+            unread = load_book(instance).positions["dead_letters_unread"]
+    finally:
+        queues.release.set()
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [
+        ("run_failure:retry_demo:ThrottlingException", "firing")
+    ]
+    assert "runs-fleet-termination-dlq-dev" in unread
+
+
 def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):
     inbox = Inbox(aws)
     res = resources(aws)
@@ -1217,15 +1249,15 @@ def test_a_tick_that_outlived_its_lease_sends_nothing_beside_the_tick_that_took_
     sqs.send_message(QueueUrl=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"], MessageBody="poison")
     later = [0.0]
     monkeypatch.setattr(alerts_defs, "now", lambda: time.time() + later[0])
-    held, go, depth = threading.Event(), threading.Event(), alerts_defs.dead_letter_depth
+    held, go, read_ticks = threading.Event(), threading.Event(), alerts_defs.tick_signals
 
-    def held_depth(client, url):
+    def held_ticks(*args):
         if threading.current_thread().name == "held" and not go.is_set():
             held.set()
             go.wait(PATIENCE)
-        return depth(client, url)
+        return read_ticks(*args)
 
-    monkeypatch.setattr(alerts_defs, "dead_letter_depth", held_depth)
+    monkeypatch.setattr(alerts_defs, "tick_signals", held_ticks)
     with dg.instance_for_test() as instance:
         reasons = {}
         first = threading.Thread(name="held", target=lambda: reasons.setdefault("held", tick(instance, res)))

@@ -15,7 +15,7 @@ from sqlalchemy import exc as db_exc
 
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS, AlertConfig, alert_config, within
+from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS, AlertConfig, NoAnswer, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
     RunEnd,
@@ -529,16 +529,25 @@ def tick_signals(context, instance: dg.DagsterInstance, cfg: AlertConfig) -> Ite
 
 
 def dead_letter_signals(
-    context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None, unread: dict[str, int] | None = None
+    context,
+    sqs,
+    fleet: FleetSettings,
+    cfg: AlertConfig | None = None,
+    unread: dict[str, int] | None = None,
+    deadline: float | None = None,
 ) -> Iterator[Signal]:
     """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``).
-    ``unread``: since when each queue's depth could not be read (kept in the book between ticks)."""
+    ``unread``: since when each queue's depth could not be read (kept in the book between ticks). The reads
+    begin before ``deadline`` (``time.monotonic``) and take ``REQUEST_TIMEOUT_SECONDS`` at most together."""
     unread = {} if unread is None else unread
+    until = time.monotonic() + REQUEST_TIMEOUT_SECONDS
     for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
         link = f"{cfg.ui_url}/assets/runs_fleet/{label}_dead_letters?view=checks" if cfg and cfg.ui_url else None
         try:
-            depth = dead_letter_depth(sqs, url)["depth"]
+            if (deadline is not None and time.monotonic() >= deadline) or time.monotonic() >= until:
+                raise NoAnswer("out of time this tick")
+            depth = within(until - time.monotonic(), lambda url=url: dead_letter_depth(sqs, url))["depth"]
         except Exception as exc:  # one line; its incident keeps its state, and a depth unread for long alerts
             context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
             since = unread.setdefault(name, int(now()))
@@ -627,7 +636,7 @@ def _evaluate(
     observe(run_changes + check_signals(context, instance, book, cfg))
     observe(tick_signals(context, instance, cfg))
     unread = book.positions.setdefault("dead_letters_unread", {})
-    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
+    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread, deadline))
     for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals
         enqueue(message)
     if not lease():  # this tick outlived its lease: another evaluation may have sent and saved since
