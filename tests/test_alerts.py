@@ -192,6 +192,15 @@ def test_a_full_outbox_drops_an_incident_that_opened_and_ended_while_waiting_nev
     ]
 
 
+def test_a_sink_sending_elsewhere_since_the_last_tick_gets_the_firing_of_every_open_incident():
+    book = AlertBook()
+    book.add_sinks({"webhook": "one"})
+    book.enqueue(book.observe(_check(False), NOW), ["webhook"])
+    book.outbox["webhook"] = []  # taken
+    book.add_sinks({"webhook": "two"})
+    assert [item["message"]["state"] for item in book.outbox["webhook"]] == [FIRING]
+
+
 def test_a_reminder_only_when_asked_for():
     book = AlertBook()
     assert book.observe(_check(False), NOW)["state"] == FIRING

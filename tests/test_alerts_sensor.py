@@ -1242,6 +1242,21 @@ def test_an_incident_open_before_its_sink_was_configured_goes_to_it_once_it_is(a
     assert [(m["kind"], m["state"]) for m in inbox.read()] == [("run_failure", "firing")]
 
 
+def test_a_webhook_unset_and_set_again_gets_the_firing_of_what_opened_meanwhile_before_its_resolution(aws):
+    sqs, dlq = aws.client("sqs"), aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    key = "dead_letters:runs-fleet-termination-dlq-dev"
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        both = resources(aws, webhook_url=receiver.url)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, both)  # the webhook takes the run failure
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, resources(aws))  # the webhook unset: the dead letters go to SNS only
+        sqs.purge_queue(QueueUrl=dlq)
+        tick(instance, both)
+        got = [m["state"] for m in receiver.received if m["alert_key"] == key]
+    assert got == ["firing", "resolved"]
+
+
 def test_a_tick_that_outlived_its_lease_sends_nothing_beside_the_tick_that_took_it(aws, monkeypatch):
     """A tick held in a read past its lease (the daemon gave up on it and ticked again): the later tick
     takes the lease and sends; the held one, once it goes on, neither saves nor sends."""

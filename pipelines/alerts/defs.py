@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import os
 import time
@@ -79,6 +80,11 @@ def caller_account(sns: SNSResource, warn) -> str | None:
             warn(f"the deployment's AWS account is unknown ({first_line(exc, 200)}): the topic's is not checked")
             return None
     return _ACCOUNTS[key]
+
+
+def destination(sink) -> str:
+    """Where a sink sends, as the saved state keeps it: its topic, else a digest of its URL (a secret)."""
+    return getattr(sink, "topic_arn", None) or hashlib.sha256(getattr(sink, "url", "").encode()).hexdigest()[:16]
 
 
 def tick_budget_seconds() -> float:
@@ -606,7 +612,7 @@ def _evaluate(
     book = load_book(instance, context.log.warning)
     clock = now()
     sinks = [sink.name for sink in cfg.sinks]
-    for line in book.add_sinks(sinks, demo_noise):
+    for line in book.add_sinks({sink.name: destination(sink) for sink in cfg.sinks}, demo_noise):
         context.log.warning(line)
     if book.reset:
         book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)

@@ -32,7 +32,7 @@ KINDS = (
 SUMMARY_CHARS = 300
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
 MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: some give way (_giving_way), one line each
-PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list}  # of a saved state
+PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list, "sinks": dict}
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ class AlertBook:
         self.history: list[list[Any]] = list(state.get("history") or [])
         self.positions: dict[str, Any] = dict(state.get("positions") or {})
         self.took: list[str] = list(state.get("took") or [])  # sinks that took the last message tried
+        self.sinks: dict[str, str] | None = state.get("sinks")  # name -> where it sent at the last tick
 
     @classmethod
     def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> Self:
@@ -292,10 +293,13 @@ class AlertBook:
 
     # ------------------------------------------------------------------ delivery
 
-    def add_sinks(self, sinks: Iterable[str], noise: frozenset[str] = frozenset()) -> list[str]:
-        """A sink this book has never had gets the firing message of every open incident (it was not
-        configured when they opened) but those of the ``noise`` kinds (never sent). Returns :meth:`enqueue`'s lines."""
-        new = [name for name in sinks if name not in self.outbox]
+    def add_sinks(self, sinks: Mapping[str, str], noise: frozenset[str] = frozenset()) -> list[str]:
+        """A sink not configured at the last tick, or sending elsewhere since (``sinks``: name -> where it sends),
+        gets the firing message of every open incident (it was not there when they opened) but those of the
+        ``noise`` kinds (never sent). Returns :meth:`enqueue`'s lines."""
+        last = self.sinks if self.sinks is not None else {n: w for n, w in sinks.items() if n in self.outbox}
+        new = [name for name, where in sinks.items() if last.get(name) != where]
+        self.sinks = dict(sinks)
         opened = [incident for incident in self.open_incidents() if incident["kind"] not in noise]
         return [line for incident in opened for line in self.enqueue(_message(incident), new)]
 
@@ -449,9 +453,11 @@ def _check_shape(state: Any) -> None:
     if not isinstance(state, dict):
         raise ValueError("not an object")
     parts = {part: empty() if state.get(part) is None else state[part] for part, empty in PARTS.items()}
-    incidents, outbox, history, positions, took = parts.values()
+    incidents, outbox, history, positions, took, sinks = parts.values()
     if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
         raise ValueError("its sinks that took their last message are not a list of names")
+    if not isinstance(sinks, dict) or not all(isinstance(where, str) for where in sinks.values()):
+        raise ValueError("its sinks of the last tick are not names of destinations")
     if not isinstance(incidents, dict) or not all(
         isinstance(i, dict)
         and i.get("state") in (FIRING, RESOLVED, CLOSED)
