@@ -931,6 +931,22 @@ def test_a_lineage_retried_forever_alerts_once_it_has_failed_long_enough_and_its
     assert (resolved["alert_key"], resolved["state"], resolved["run_id"]) == (firing["alert_key"], "resolved", third)
 
 
+def test_a_lineage_whose_last_failed_run_was_terminated_alerts_without_saying_that_its_retries_go_on(aws, monkeypatch):
+    """delayed_run_retries skips a run that was terminated (an operator, its max runtime): RUN_CANCELING."""
+    monkeypatch.setattr(sources, "STILL_FAILING_SECONDS", 0.0)
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        first = _demo_with(instance, {POLICY_TAG: "temporal", ATTEMPT_TAG: "1"})
+        tags = {POLICY_TAG: "temporal", ATTEMPT_TAG: "2", RETRY_OF_TAG: first, ROOT_TAG: first}
+        second = instance.create_run_for_job(job_def=retry_demo, tags=tags)
+        instance.report_run_canceling(second)
+        instance.report_run_failed(second)
+        tick(instance, resources(aws))
+    (firing,) = inbox.read()
+    assert firing["run_id"] == second.run_id
+    assert "retries go on" not in firing["title"]
+
+
 @dg.op(config_schema={"tableName": str, "errors": int})
 def reclaim_stand_in(context: dg.OpExecutionContext) -> None:
     counters = {"reclaimed": 1, "errors": context.op_config["errors"]}

@@ -34,15 +34,16 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.active_runs import child_run, first_position, status_changes
+from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.common.summary import is_dry_run
 from pipelines.retry import fixed
+from pipelines.retry.runs import RETRY_SENSOR
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import DAGSTER_PARENT_TAG
+from pipelines.retry.tags import DAGSTER_PARENT_TAG, POLICY_TAG
 from resources.clients import SNSResource
 from resources.settings import FleetSettings
 
@@ -378,6 +379,10 @@ def _run_signals_of(
     :meth:`AlertBook.open_units` and :meth:`AlertBook.open_runs`, kept up to date."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
+    repository, origin = context.repository_def, context.code_location_origin
+    here = origin.location_name if origin else None
+    retrier = repository and repository.has_sensor_def(RETRY_SENSOR) and repository.get_sensor_def(RETRY_SENSOR)
+    retried_jobs = {target.job_name for target in retrier.targets} if retrier else None  # None: not known
     ids = list({record.run_id for record, _ in changes})
     runs = {run.run_id: run for run in instance.get_runs(dg.RunsFilter(run_ids=ids))} if ids else {}
     for record, failed in changes:
@@ -401,13 +406,14 @@ def _run_signals_of(
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        if expected := automatic_retry(end.tags, run.run_id, instance):
+        skipped = not_retried(instance, run, retried_jobs, here) if POLICY_TAG in run.tags else None
+        if expected := automatic_retry(end.tags, run.run_id, instance, skipped):
             why, seconds, child_tags = expected
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {why}")
             by = record.timestamp + seconds
             awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": end.unit}
             continue
-        signal = _failure_signal(instance, run, end, cfg)
+        signal = _failure_signal(instance, run, end, cfg, note=f"not retried, {skipped}" if skipped else "")
         open_units[signal.alert_key], open_runs[signal.alert_key] = end.unit, run.run_id
         out.append(signal)
     return out
