@@ -192,6 +192,20 @@ def test_a_full_outbox_drops_an_incident_that_opened_and_ended_while_waiting_nev
     ]
 
 
+def test_a_full_outbox_never_holds_an_incidents_resolution_without_its_firing(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 2)
+    book, held = AlertBook(), []
+    for name in "abc":
+        book.enqueue(book.observe(_failing_ticks(name), NOW), ["down"])
+        held.append({item["id"] for item in book.outbox["down"]})
+    book.enqueue(book.observe(_resolved_ticks("a"), NOW + 60), ["down"])
+    held.append({item["id"] for item in book.outbox["down"]})
+    a = "tick_failure:a#2027-01-15T08:00:00.000Z"
+    assert [ids for ids in held if f"{a}#resolved" in ids and f"{a}#firing" not in ids] == []
+
+
 def test_a_sink_sending_elsewhere_since_the_last_tick_gets_the_firing_of_every_open_incident():
     book = AlertBook()
     book.add_sinks({"webhook": "one"})

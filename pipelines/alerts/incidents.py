@@ -301,6 +301,8 @@ class AlertBook:
         new = [name for name, where in sinks.items() if last.get(name) != where]
         self.sinks = dict(sinks)
         opened = [incident for incident in self.open_incidents() if incident["kind"] not in noise]
+        for incident in [i for i in opened if i.get("gave_way")]:  # its firing goes to them again: the rest may too
+            incident["gave_way"] = [name for name in incident["gave_way"] if name not in new]
         return [line for incident in opened for line in self.enqueue(_message(incident), new)]
 
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
@@ -308,7 +310,8 @@ class AlertBook:
         Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
         mid = message_id(message)
         dropped = []
-        for sink in sinks:
+        gave_way = (self.incidents.get(message["alert_key"]) or {}).get("gave_way", ())
+        for sink in [name for name in sinks if name not in gave_way]:  # never an end whose firing gave way
             box = self.outbox.setdefault(sink, [])
             if same := [item for item in box if item["id"] == mid]:
                 same[0]["message"] = dict(message)
@@ -318,6 +321,9 @@ class AlertBook:
                 gone, why = _giving_way(box)
                 ids = [item["id"] for item in gone]
                 box[:] = [item for item in box if item["id"] not in ids]
+                opened = self.incidents.get(gone[0]["message"]["alert_key"])
+                if opened and opened["state"] == FIRING and message_id(_message(opened)) == ids[0]:
+                    opened.setdefault("gave_way", []).append(sink)  # an open incident's firing: none of the rest
                 dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped {why.format(', '.join(ids))}")
         return dropped
 
@@ -415,7 +421,8 @@ class AlertBook:
 
 def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """What a full outbox drops, and how to say it: an incident that opened and ended while its messages
-    waited (all of them: its receiver hears nothing of it, never of its end alone), else the oldest."""
+    waited (all of them: its receiver hears nothing of it, never of its end alone), else a reminder or an
+    acknowledgement, else the oldest with its incident's later messages."""
     episodes: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # one opening of an incident: its messages
     for item in box:
         episodes.setdefault((item["message"]["alert_key"], item["message"].get("first_seen")), []).append(item)
@@ -423,7 +430,9 @@ def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
         first, last = theirs[0]["message"], theirs[-1]["message"]
         if first["state"] == FIRING and not first.get("reminder") and last["state"] in (RESOLVED, CLOSED):
             return theirs, "{}, an incident that opened and ended while they waited"
-    return box[:1], "the oldest, {}"
+    if passed := [i for i in box if i["message"].get("reminder") or i["message"]["state"] == ACKNOWLEDGED][:1]:
+        return passed, "{}, a reminder or an acknowledgement"
+    return episodes[(box[0]["message"]["alert_key"], box[0]["message"].get("first_seen"))], "the oldest, {}"
 
 
 def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
