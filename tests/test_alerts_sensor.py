@@ -3,6 +3,7 @@ what reaches the alerts topic is read back from an SQS queue subscribed to it (r
 
 import io
 import json
+import logging
 import threading
 import time
 import urllib.request
@@ -1086,6 +1087,24 @@ def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aw
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [(key, "firing"), (key, "closed"), (key, "firing")]
     assert inbox.messages[1]["summary"].startswith(f"closed by hand (run {closed.run_id}): known")
+
+
+def test_a_close_asked_for_before_an_incident_opened_again_leaves_the_new_opening_firing(aws):
+    sqs, dlq = aws.client("sqs"), aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    key = "dead_letters:runs-fleet-termination-dlq-dev"
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, res)
+        close = instance.create_run_for_job(job_def=close_incident, run_config={"key": key, "action": "close"})
+        sqs.purge_queue(QueueUrl=dlq)
+        tick(instance, res)  # resolved while the close run waits in the queue
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, res)  # open again, after the close was asked for
+        success = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name=close.job_name)
+        instance.report_dagster_event(success, run_id=close.run_id, log_level=logging.INFO)
+        tick(instance, res)
+        assert load_book(instance).incidents[key]["state"] == "firing"
 
 
 def test_each_message_links_its_page_in_the_ui_and_a_runbook_that_opens(aws):

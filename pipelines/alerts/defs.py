@@ -324,7 +324,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
 
 
 def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | None:
-    """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
+    """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident (of the opening
+    the operator saw: one opened after the run was created is left alone)."""
     try:  # the flat run config as given (the job's config mapping takes nothing else)
         params, _ = parse_params(IncidentAction, run.run_config or {})
     except ParamsError as exc:
@@ -333,6 +334,9 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | No
     incident = book.incidents.get(params.key)
     if incident is None or incident["state"] != FIRING:
         context.log.warning(f"{CLOSE_JOB} run {run.run_id}: no open incident {params.key!r}, nothing to do")
+        return None
+    if incident["first_seen"] > context.instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp():
+        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: {params.key} opened again since, not applied")
         return None
     done = {"acknowledge": "acknowledged", "close": "closed"}[params.action]
     return Signal(
