@@ -945,6 +945,14 @@ def test_a_summary_of_resolutions_is_a_resolved_info_message():
     assert text_of(summary).startswith("RESOLVED 3 more alerts this tick (3 resolved): tick_failure:c resolved, ")
 
 
+def test_a_summary_links_its_runbook_under_the_runbook_base_url():
+    book, sink = AlertBook(), ListSink()
+    for name in "abc":
+        book.enqueue(book.observe(_failing_ticks(name), NOW), [sink.name])
+    book.deliver([sink], NOW, policy=NO_WAIT, max_per_tick=1, runbook_url="https://runbooks.example/docs")
+    assert sink.messages[-1]["runbook"] == "https://runbooks.example/docs/summary.md"
+
+
 def test_a_mixed_summary_fires_at_the_worst_severity_of_what_fires_and_says_what_it_holds():
     book, sink = AlertBook(), ListSink()
     _run(book, [_failing_ticks(name) for name in "ab"], sink)  # critical

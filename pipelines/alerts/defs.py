@@ -625,7 +625,8 @@ def _evaluate(
     for line in book.add_sinks({sink.name: destination(sink) for sink in cfg.sinks}, demo_noise):
         context.log.warning(line)
     if book.reset:
-        book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
+        why = "the alert state was unreadable: started afresh"
+        book.enqueue(notice("state_reset", why, book.reset, clock, runbook_url=cfg.runbook_url), sinks)
     changes, noise = [], []
 
     def enqueue(message) -> None:
@@ -667,6 +668,7 @@ def _evaluate(
         max_per_tick=cfg.max_per_tick,
         save=lambda: save_book(instance, book),
         deadline=deadline,
+        runbook_url=cfg.runbook_url,
     )
     for line in delivery.failed:
         context.log.warning(line)

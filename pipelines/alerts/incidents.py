@@ -337,11 +337,12 @@ class AlertBook:
         save: Callable[[], None] = lambda: None,
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        runbook_url: str | None = None,
     ) -> Delivery:
         """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
-        summary message. A refused message is tried again after ``policy``'s delay and holds back only
-        its own incident's; two failures in a row stop that sink for this tick. ``save`` runs after each
-        message a sink took; none is begun at or after ``deadline`` (by ``clock``)."""
+        summary message (its runbook under ``runbook_url``). A refused message is tried again after ``policy``'s
+        delay and holds back only its own incident's; two failures in a row stop that sink for this tick. ``save``
+        runs after each message a sink took; none is begun at or after ``deadline`` (by ``clock``)."""
         done = Delivery()
 
         def out_of_time() -> bool:
@@ -395,7 +396,7 @@ class AlertBook:
                     break
             rest = [item for item in rest if item["message"].get("alert_key") not in held]
             if rest and not out_of_time():
-                summary = self._summary(rest, now)
+                summary = self._summary(rest, now, runbook_url)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
                 if send(sink, item, replaces=rest):
                     done.summarised += len(rest)
@@ -406,7 +407,7 @@ class AlertBook:
         """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
 
-    def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    def _summary(self, rest: list[dict[str, Any]], now: float, runbook_url: str | None) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
         shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
         states = [i["message"]["state"] for i in rest]
@@ -416,7 +417,7 @@ class AlertBook:
         firing = [i["message"].get("severity") or "info" for i in rest if i["message"]["state"] == FIRING]
         severity = min(firing, key=SEVERITIES.index, default="info")
         title = f"{len(rest)} more alerts this tick ({held})"
-        return {**notice("summary", title, shown, now, severity), "state": state}
+        return {**notice("summary", title, shown, now, severity, runbook_url), "state": state}
 
 
 def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
@@ -435,9 +436,13 @@ def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     return episodes[(box[0]["message"]["alert_key"], box[0]["message"].get("first_seen"))], "the oldest, {}"
 
 
-def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
-    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
+def notice(
+    kind: str, title: str, summary: str, now: float, severity: str = "warning", runbook_url: str | None = None
+) -> dict[str, Any]:
+    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``; its runbook
+    under ``runbook_url`` (``ALERTS_RUNBOOK_BASE_URL``) when set."""
     what = {"kind": kind, "title": title, "summary": summary, "severity": severity, "capability": "alerts"}
+    what["runbook"] = runbook_link(kind, runbook_url)
     seen = {"state": FIRING, "first_seen": now, "last_seen": now}
     return _message({**what, **seen, "alert_key": f"{kind}@{iso_seconds(now)}"})
 
