@@ -8,15 +8,15 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from pipelines.common.defs.active_runs import child_run, first_position, status_changes
+from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
 from pipelines.common.summary import COUNT_TAG_PREFIX, COUNTS_TAG
-from pipelines.retry.runs import run_retry
+from pipelines.retry.runs import RETRY_SENSOR, run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 
 __all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 
-SENSOR_NAME = "delayed_run_retries"
+SENSOR_NAME = RETRY_SENSOR
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
 # Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
 # and are dropped, except these settings, which the re-launch keeps. The partition goes through
@@ -96,8 +96,8 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 (context.log.error if decided.bad_tags else context.log.info)(f"{prefix}: {decided.why}")
                 continue
             context.log.info(f"{prefix} failed (attempt {decided.attempt}); {decided.why}")
-            if run.job_name not in job_names:
-                context.log.warning(f"run {run.run_id}: job {run.job_name} is not in this code location, not retried")
+            if reason := not_retried(instance, run, job_names, here):
+                context.log.warning(f"run {run.run_id}: not retried, {reason}")
                 continue
             due = record.timestamp + decided.wait  # epoch seconds; the attempt is that of the run to launch
             pending[run.run_id] = {"job": run.job_name, "due": due, "attempt": decided.attempt + 1}
@@ -110,11 +110,7 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
             run = instance.get_run_by_id(run_id)
             if run is None:
                 reason = "it was deleted"
-            elif run.job_name not in job_names:
-                reason = f"job {run.job_name} is no longer in this code location"
-            elif instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
-                reason = "an operator terminated it"
-            else:
+            elif not (reason := not_retried(instance, run, job_names, here)):
                 how = {DAGSTER_PARENT_TAG: "re-executed", RETRY_OF_TAG: "retried"}
                 child = child_run(instance, run_id, how)
                 reason = f"it was already {how[child[0]]} as run {child[1]}" if child else None

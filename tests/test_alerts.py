@@ -192,6 +192,29 @@ def test_a_full_outbox_drops_an_incident_that_opened_and_ended_while_waiting_nev
     ]
 
 
+def test_a_full_outbox_never_holds_an_incidents_resolution_without_its_firing(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 2)
+    book, held = AlertBook(), []
+    for name in "abc":
+        book.enqueue(book.observe(_failing_ticks(name), NOW), ["down"])
+        held.append({item["id"] for item in book.outbox["down"]})
+    book.enqueue(book.observe(_resolved_ticks("a"), NOW + 60), ["down"])
+    held.append({item["id"] for item in book.outbox["down"]})
+    a = "tick_failure:a#2027-01-15T08:00:00.000Z"
+    assert [ids for ids in held if f"{a}#resolved" in ids and f"{a}#firing" not in ids] == []
+
+
+def test_a_sink_sending_elsewhere_since_the_last_tick_gets_the_firing_of_every_open_incident():
+    book = AlertBook()
+    book.add_sinks({"webhook": "one"})
+    book.enqueue(book.observe(_check(False), NOW), ["webhook"])
+    book.outbox["webhook"] = []  # taken
+    book.add_sinks({"webhook": "two"})
+    assert [item["message"]["state"] for item in book.outbox["webhook"]] == [FIRING]
+
+
 def test_a_reminder_only_when_asked_for():
     book = AlertBook()
     assert book.observe(_check(False), NOW)["state"] == FIRING
@@ -936,6 +959,14 @@ def test_a_summary_of_resolutions_is_a_resolved_info_message():
     assert summary["severity"] == "info"
     assert summary["message_id"].endswith("#resolved")
     assert text_of(summary).startswith("RESOLVED 3 more alerts this tick (3 resolved): tick_failure:c resolved, ")
+
+
+def test_a_summary_links_its_runbook_under_the_runbook_base_url():
+    book, sink = AlertBook(), ListSink()
+    for name in "abc":
+        book.enqueue(book.observe(_failing_ticks(name), NOW), [sink.name])
+    book.deliver([sink], NOW, policy=NO_WAIT, max_per_tick=1, runbook_url="https://runbooks.example/docs")
+    assert sink.messages[-1]["runbook"] == "https://runbooks.example/docs/summary.md"
 
 
 def test_a_mixed_summary_fires_at_the_worst_severity_of_what_fires_and_says_what_it_holds():

@@ -3,6 +3,7 @@ what reaches the alerts topic is read back from an SQS queue subscribed to it (r
 
 import io
 import json
+import logging
 import threading
 import time
 import urllib.request
@@ -705,6 +706,38 @@ def test_a_dead_letter_depth_unread_for_five_minutes_alerts_and_resolves_once_re
     assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [(f"{key}:unread", "resolved"), (key, "firing")]
 
 
+class HeldQueues:
+    """An SQS client (and its resource) whose every GetQueueAttributes is held, unanswered, until ``release``."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def get_client(self):
+        return self
+
+    def get_queue_attributes(self, **_):
+        self.release.wait(PATIENCE)
+        return {"Attributes": {}}
+
+
+def test_a_dead_letter_queue_that_never_answers_holds_back_no_alert_and_counts_as_unread(aws, monkeypatch):
+    monkeypatch.setattr(alerts_defs, "REQUEST_TIMEOUT_SECONDS", 1)
+    inbox = Inbox(aws)
+    queues = HeldQueues()
+    res = {**resources(aws), "sqs": queues}
+    try:
+        with dg.instance_for_test() as instance:
+            run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+            tick(instance, res)
+            unread = load_book(instance).positions["dead_letters_unread"]
+    finally:
+        queues.release.set()
+    assert [(m["alert_key"], m["state"]) for m in inbox.read()] == [
+        ("run_failure:retry_demo:ThrottlingException", "firing")
+    ]
+    assert "runs-fleet-termination-dlq-dev" in unread
+
+
 def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):
     inbox = Inbox(aws)
     res = resources(aws)
@@ -899,6 +932,22 @@ def test_a_lineage_retried_forever_alerts_once_it_has_failed_long_enough_and_its
     assert (resolved["alert_key"], resolved["state"], resolved["run_id"]) == (firing["alert_key"], "resolved", third)
 
 
+def test_a_lineage_whose_last_failed_run_was_terminated_alerts_without_saying_that_its_retries_go_on(aws, monkeypatch):
+    """delayed_run_retries skips a run that was terminated (an operator, its max runtime): RUN_CANCELING."""
+    monkeypatch.setattr(sources, "STILL_FAILING_SECONDS", 0.0)
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        first = _demo_with(instance, {POLICY_TAG: "temporal", ATTEMPT_TAG: "1"})
+        tags = {POLICY_TAG: "temporal", ATTEMPT_TAG: "2", RETRY_OF_TAG: first, ROOT_TAG: first}
+        second = instance.create_run_for_job(job_def=retry_demo, tags=tags)
+        instance.report_run_canceling(second)
+        instance.report_run_failed(second)
+        tick(instance, resources(aws))
+    (firing,) = inbox.read()
+    assert firing["run_id"] == second.run_id
+    assert "retries go on" not in firing["title"]
+
+
 @dg.op(config_schema={"tableName": str, "errors": int})
 def reclaim_stand_in(context: dg.OpExecutionContext) -> None:
     counters = {"reclaimed": 1, "errors": context.op_config["errors"]}
@@ -1058,6 +1107,24 @@ def test_close_incident_closes_an_incident_until_a_new_failure_fires_it_again(aw
     got = [(m["alert_key"], m["state"]) for m in inbox.read()]
     assert got == [(key, "firing"), (key, "closed"), (key, "firing")]
     assert inbox.messages[1]["summary"].startswith(f"closed by hand (run {closed.run_id}): known")
+
+
+def test_a_close_asked_for_before_an_incident_opened_again_leaves_the_new_opening_firing(aws):
+    sqs, dlq = aws.client("sqs"), aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    key = "dead_letters:runs-fleet-termination-dlq-dev"
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, res)
+        close = instance.create_run_for_job(job_def=close_incident, run_config={"key": key, "action": "close"})
+        sqs.purge_queue(QueueUrl=dlq)
+        tick(instance, res)  # resolved while the close run waits in the queue
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, res)  # open again, after the close was asked for
+        success = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name=close.job_name)
+        instance.report_dagster_event(success, run_id=close.run_id, log_level=logging.INFO)
+        tick(instance, res)
+        assert load_book(instance).incidents[key]["state"] == "firing"
 
 
 def test_each_message_links_its_page_in_the_ui_and_a_runbook_that_opens(aws):
@@ -1230,6 +1297,21 @@ def test_an_incident_open_before_its_sink_was_configured_goes_to_it_once_it_is(a
     assert [(m["kind"], m["state"]) for m in inbox.read()] == [("run_failure", "firing")]
 
 
+def test_a_webhook_unset_and_set_again_gets_the_firing_of_what_opened_meanwhile_before_its_resolution(aws):
+    sqs, dlq = aws.client("sqs"), aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    key = "dead_letters:runs-fleet-termination-dlq-dev"
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        both = resources(aws, webhook_url=receiver.url)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, both)  # the webhook takes the run failure
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, resources(aws))  # the webhook unset: the dead letters go to SNS only
+        sqs.purge_queue(QueueUrl=dlq)
+        tick(instance, both)
+        got = [m["state"] for m in receiver.received if m["alert_key"] == key]
+    assert got == ["firing", "resolved"]
+
+
 def test_a_tick_that_outlived_its_lease_sends_nothing_beside_the_tick_that_took_it(aws, monkeypatch):
     """A tick held in a read past its lease (the daemon gave up on it and ticked again): the later tick
     takes the lease and sends; the held one, once it goes on, neither saves nor sends."""
@@ -1237,15 +1319,15 @@ def test_a_tick_that_outlived_its_lease_sends_nothing_beside_the_tick_that_took_
     sqs.send_message(QueueUrl=aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"], MessageBody="poison")
     later = [0.0]
     monkeypatch.setattr(alerts_defs, "now", lambda: time.time() + later[0])
-    held, go, depth = threading.Event(), threading.Event(), alerts_defs.dead_letter_depth
+    held, go, read_ticks = threading.Event(), threading.Event(), alerts_defs.tick_signals
 
-    def held_depth(client, url):
+    def held_ticks(*args):
         if threading.current_thread().name == "held" and not go.is_set():
             held.set()
             go.wait(PATIENCE)
-        return depth(client, url)
+        return read_ticks(*args)
 
-    monkeypatch.setattr(alerts_defs, "dead_letter_depth", held_depth)
+    monkeypatch.setattr(alerts_defs, "tick_signals", held_ticks)
     with dg.instance_for_test() as instance:
         reasons = {}
         first = threading.Thread(name="held", target=lambda: reasons.setdefault("held", tick(instance, res)))

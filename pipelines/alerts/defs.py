@@ -3,6 +3,7 @@
 import contextlib
 import dataclasses
 import datetime as dt
+import hashlib
 import json
 import os
 import time
@@ -15,7 +16,7 @@ from sqlalchemy import exc as db_exc
 
 from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
 from pipelines.alerts.params import IncidentAction
-from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS, AlertConfig, alert_config, within
+from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS, AlertConfig, NoAnswer, alert_config, within
 from pipelines.alerts.sources import (
     CAPABILITY_TAG,
     RunEnd,
@@ -33,15 +34,16 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import put_metrics
-from pipelines.common.defs.active_runs import child_run, first_position, status_changes
+from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.common.sqs import dead_letter_depth, queue_name
 from pipelines.common.summary import is_dry_run
 from pipelines.retry import fixed
+from pipelines.retry.runs import RETRY_SENSOR
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import DAGSTER_PARENT_TAG
+from pipelines.retry.tags import DAGSTER_PARENT_TAG, POLICY_TAG
 from resources.clients import SNSResource
 from resources.settings import FleetSettings
 
@@ -79,6 +81,11 @@ def caller_account(sns: SNSResource, warn) -> str | None:
             warn(f"the deployment's AWS account is unknown ({first_line(exc, 200)}): the topic's is not checked")
             return None
     return _ACCOUNTS[key]
+
+
+def destination(sink) -> str:
+    """Where a sink sends, as the saved state keeps it: its topic, else a digest of its URL (a secret)."""
+    return getattr(sink, "topic_arn", None) or hashlib.sha256(getattr(sink, "url", "").encode()).hexdigest()[:16]
 
 
 def tick_budget_seconds() -> float:
@@ -317,7 +324,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
 
 
 def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | None:
-    """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident."""
+    """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident (of the opening
+    the operator saw: one opened after the run was created is left alone)."""
     try:  # the flat run config as given (the job's config mapping takes nothing else)
         params, _ = parse_params(IncidentAction, run.run_config or {})
     except ParamsError as exc:
@@ -326,6 +334,9 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | No
     incident = book.incidents.get(params.key)
     if incident is None or incident["state"] != FIRING:
         context.log.warning(f"{CLOSE_JOB} run {run.run_id}: no open incident {params.key!r}, nothing to do")
+        return None
+    if incident["first_seen"] > context.instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp():
+        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: {params.key} opened again since, not applied")
         return None
     done = {"acknowledge": "acknowledged", "close": "closed"}[params.action]
     return Signal(
@@ -372,6 +383,10 @@ def _run_signals_of(
     :meth:`AlertBook.open_units` and :meth:`AlertBook.open_runs`, kept up to date."""
     out: list[Signal] = []
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
+    repository, origin = context.repository_def, context.code_location_origin
+    here = origin.location_name if origin else None
+    retrier = repository and repository.has_sensor_def(RETRY_SENSOR) and repository.get_sensor_def(RETRY_SENSOR)
+    retried_jobs = {target.job_name for target in retrier.targets} if retrier else None  # None: not known
     ids = list({record.run_id for record, _ in changes})
     runs = {run.run_id: run for run in instance.get_runs(dg.RunsFilter(run_ids=ids))} if ids else {}
     for record, failed in changes:
@@ -395,13 +410,14 @@ def _run_signals_of(
                 del awaiting[run_id]  # the work was done since: its retry is not awaited any more
             out += signals
             continue
-        if expected := automatic_retry(end.tags, run.run_id, instance):
+        skipped = not_retried(instance, run, retried_jobs, here) if POLICY_TAG in run.tags else None
+        if expected := automatic_retry(end.tags, run.run_id, instance, skipped):
             why, seconds, child_tags = expected
             context.log.info(f"run {run.run_id} of {run.job_name} failed; no alert yet, {why}")
             by = record.timestamp + seconds
             awaiting[run.run_id] = {"at": record.timestamp, "by": by, "tags": list(child_tags), "unit": end.unit}
             continue
-        signal = _failure_signal(instance, run, end, cfg)
+        signal = _failure_signal(instance, run, end, cfg, note=f"not retried, {skipped}" if skipped else "")
         open_units[signal.alert_key], open_runs[signal.alert_key] = end.unit, run.run_id
         out.append(signal)
     return out
@@ -529,16 +545,25 @@ def tick_signals(context, instance: dg.DagsterInstance, cfg: AlertConfig) -> Ite
 
 
 def dead_letter_signals(
-    context, sqs, fleet: FleetSettings, cfg: AlertConfig | None = None, unread: dict[str, int] | None = None
+    context,
+    sqs,
+    fleet: FleetSettings,
+    cfg: AlertConfig | None = None,
+    unread: dict[str, int] | None = None,
+    deadline: float | None = None,
 ) -> Iterator[Signal]:
     """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``).
-    ``unread``: since when each queue's depth could not be read (kept in the book between ticks)."""
+    ``unread``: since when each queue's depth could not be read (kept in the book between ticks). The reads
+    begin before ``deadline`` (``time.monotonic``) and take ``REQUEST_TIMEOUT_SECONDS`` at most together."""
     unread = {} if unread is None else unread
+    until = time.monotonic() + REQUEST_TIMEOUT_SECONDS
     for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
         link = f"{cfg.ui_url}/assets/runs_fleet/{label}_dead_letters?view=checks" if cfg and cfg.ui_url else None
         try:
-            depth = dead_letter_depth(sqs, url)["depth"]
+            if (deadline is not None and time.monotonic() >= deadline) or time.monotonic() >= until:
+                raise NoAnswer("out of time this tick")
+            depth = within(until - time.monotonic(), lambda url=url: dead_letter_depth(sqs, url))["depth"]
         except Exception as exc:  # one line; its incident keeps its state, and a depth unread for long alerts
             context.log.warning(f"dead letters of {name}: not read this tick ({first_line(exc, 200)})")
             since = unread.setdefault(name, int(now()))
@@ -597,10 +622,11 @@ def _evaluate(
     book = load_book(instance, context.log.warning)
     clock = now()
     sinks = [sink.name for sink in cfg.sinks]
-    for line in book.add_sinks(sinks, demo_noise):
+    for line in book.add_sinks({sink.name: destination(sink) for sink in cfg.sinks}, demo_noise):
         context.log.warning(line)
     if book.reset:
-        book.enqueue(notice("state_reset", "the alert state was unreadable: started afresh", book.reset, clock), sinks)
+        why = "the alert state was unreadable: started afresh"
+        book.enqueue(notice("state_reset", why, book.reset, clock, runbook_url=cfg.runbook_url), sinks)
     changes, noise = [], []
 
     def enqueue(message) -> None:
@@ -627,7 +653,7 @@ def _evaluate(
     observe(run_changes + check_signals(context, instance, book, cfg))
     observe(tick_signals(context, instance, cfg))
     unread = book.positions.setdefault("dead_letters_unread", {})
-    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread))
+    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread, deadline))
     for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals
         enqueue(message)
     if not lease():  # this tick outlived its lease: another evaluation may have sent and saved since
@@ -642,6 +668,7 @@ def _evaluate(
         max_per_tick=cfg.max_per_tick,
         save=lambda: save_book(instance, book),
         deadline=deadline,
+        runbook_url=cfg.runbook_url,
     )
     for line in delivery.failed:
         context.log.warning(line)

@@ -32,7 +32,7 @@ KINDS = (
 SUMMARY_CHARS = 300
 LONGEST_WAIT_SECONDS = 900.0  # once the policy says STOP, a sink that is down is tried this often
 MAX_KEPT_PER_SINK = 1000  # a sink down for so long that more wait: some give way (_giving_way), one line each
-PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list}  # of a saved state
+PARTS = {"incidents": dict, "outbox": dict, "history": list, "positions": dict, "took": list, "sinks": dict}
 
 
 @dataclass(frozen=True)
@@ -156,6 +156,7 @@ class AlertBook:
         self.history: list[list[Any]] = list(state.get("history") or [])
         self.positions: dict[str, Any] = dict(state.get("positions") or {})
         self.took: list[str] = list(state.get("took") or [])  # sinks that took the last message tried
+        self.sinks: dict[str, str] | None = state.get("sinks")  # name -> where it sent at the last tick
 
     @classmethod
     def load(cls, text: str | None, warn: Callable[[str], None] = lambda _: None) -> Self:
@@ -293,11 +294,16 @@ class AlertBook:
 
     # ------------------------------------------------------------------ delivery
 
-    def add_sinks(self, sinks: Iterable[str], noise: frozenset[str] = frozenset()) -> list[str]:
-        """A sink this book has never had gets the firing message of every open incident (it was not
-        configured when they opened) but those of the ``noise`` kinds (never sent). Returns :meth:`enqueue`'s lines."""
-        new = [name for name in sinks if name not in self.outbox]
+    def add_sinks(self, sinks: Mapping[str, str], noise: frozenset[str] = frozenset()) -> list[str]:
+        """A sink not configured at the last tick, or sending elsewhere since (``sinks``: name -> where it sends),
+        gets the firing message of every open incident (it was not there when they opened) but those of the
+        ``noise`` kinds (never sent). Returns :meth:`enqueue`'s lines."""
+        last = self.sinks if self.sinks is not None else {n: w for n, w in sinks.items() if n in self.outbox}
+        new = [name for name, where in sinks.items() if last.get(name) != where]
+        self.sinks = dict(sinks)
         opened = [incident for incident in self.open_incidents() if incident["kind"] not in noise]
+        for incident in [i for i in opened if i.get("gave_way")]:  # its firing goes to them again: the rest may too
+            incident["gave_way"] = [name for name in incident["gave_way"] if name not in new]
         return [line for incident in opened for line in self.enqueue(_message(incident), new)]
 
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
@@ -305,7 +311,8 @@ class AlertBook:
         Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
         mid = message_id(message)
         dropped = []
-        for sink in sinks:
+        gave_way = (self.incidents.get(message["alert_key"]) or {}).get("gave_way", ())
+        for sink in [name for name in sinks if name not in gave_way]:  # never an end whose firing gave way
             box = self.outbox.setdefault(sink, [])
             if same := [item for item in box if item["id"] == mid]:
                 same[0]["message"] = dict(message)
@@ -315,6 +322,9 @@ class AlertBook:
                 gone, why = _giving_way(box)
                 ids = [item["id"] for item in gone]
                 box[:] = [item for item in box if item["id"] not in ids]
+                opened = self.incidents.get(gone[0]["message"]["alert_key"])
+                if opened and opened["state"] == FIRING and message_id(_message(opened)) == ids[0]:
+                    opened.setdefault("gave_way", []).append(sink)  # an open incident's firing: none of the rest
                 dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped {why.format(', '.join(ids))}")
         return dropped
 
@@ -328,11 +338,12 @@ class AlertBook:
         save: Callable[[], None] = lambda: None,
         deadline: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        runbook_url: str | None = None,
     ) -> Delivery:
         """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
-        summary message. A refused message is tried again after ``policy``'s delay and holds back only
-        its own incident's; two failures in a row stop that sink for this tick. ``save`` runs after each
-        message a sink took; none is begun at or after ``deadline`` (by ``clock``)."""
+        summary message (its runbook under ``runbook_url``). A refused message is tried again after ``policy``'s
+        delay and holds back only its own incident's; two failures in a row stop that sink for this tick. ``save``
+        runs after each message a sink took; none is begun at or after ``deadline`` (by ``clock``)."""
         done = Delivery()
 
         def out_of_time() -> bool:
@@ -386,7 +397,7 @@ class AlertBook:
                     break
             rest = [item for item in rest if item["message"].get("alert_key") not in held]
             if rest and not out_of_time():
-                summary = self._summary(rest, now)
+                summary = self._summary(rest, now, runbook_url)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
                 if send(sink, item, replaces=rest):
                     done.summarised += len(rest)
@@ -397,7 +408,7 @@ class AlertBook:
         """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
 
-    def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
+    def _summary(self, rest: list[dict[str, Any]], now: float, runbook_url: str | None) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
         shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
         states = [i["message"]["state"] for i in rest]
@@ -407,12 +418,13 @@ class AlertBook:
         firing = [i["message"].get("severity") or "info" for i in rest if i["message"]["state"] == FIRING]
         severity = min(firing, key=SEVERITIES.index, default="info")
         title = f"{len(rest)} more alerts this tick ({held})"
-        return {**notice("summary", title, shown, now, severity), "state": state}
+        return {**notice("summary", title, shown, now, severity, runbook_url), "state": state}
 
 
 def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     """What a full outbox drops, and how to say it: an incident that opened and ended while its messages
-    waited (all of them: its receiver hears nothing of it, never of its end alone), else the oldest."""
+    waited (all of them: its receiver hears nothing of it, never of its end alone), else a reminder or an
+    acknowledgement, else the oldest with its incident's later messages."""
     episodes: dict[tuple[str, Any], list[dict[str, Any]]] = {}  # one opening of an incident: its messages
     for item in box:
         episodes.setdefault((item["message"]["alert_key"], item["message"].get("first_seen")), []).append(item)
@@ -420,12 +432,18 @@ def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
         first, last = theirs[0]["message"], theirs[-1]["message"]
         if first["state"] == FIRING and not first.get("reminder") and last["state"] in (RESOLVED, CLOSED):
             return theirs, "{}, an incident that opened and ended while they waited"
-    return box[:1], "the oldest, {}"
+    if passed := [i for i in box if i["message"].get("reminder") or i["message"]["state"] == ACKNOWLEDGED][:1]:
+        return passed, "{}, a reminder or an acknowledgement"
+    return episodes[(box[0]["message"]["alert_key"], box[0]["message"].get("first_seen"))], "the oldest, {}"
 
 
-def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
-    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
+def notice(
+    kind: str, title: str, summary: str, now: float, severity: str = "warning", runbook_url: str | None = None
+) -> dict[str, Any]:
+    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``; its runbook
+    under ``runbook_url`` (``ALERTS_RUNBOOK_BASE_URL``) when set."""
     what = {"kind": kind, "title": title, "summary": summary, "severity": severity, "capability": "alerts"}
+    what["runbook"] = runbook_link(kind, runbook_url)
     seen = {"state": FIRING, "first_seen": now, "last_seen": now}
     return _message({**what, **seen, "alert_key": f"{kind}@{iso_seconds(now)}"})
 
@@ -450,9 +468,11 @@ def _check_shape(state: Any) -> None:
     if not isinstance(state, dict):
         raise ValueError("not an object")
     parts = {part: empty() if state.get(part) is None else state[part] for part, empty in PARTS.items()}
-    incidents, outbox, history, positions, took = parts.values()
+    incidents, outbox, history, positions, took, sinks = parts.values()
     if not isinstance(took, list) or not all(isinstance(name, str) for name in took):
         raise ValueError("its sinks that took their last message are not a list of names")
+    if not isinstance(sinks, dict) or not all(isinstance(where, str) for where in sinks.values()):
+        raise ValueError("its sinks of the last tick are not names of destinations")
     if not isinstance(incidents, dict) or not all(
         isinstance(i, dict)
         and i.get("state") in (FIRING, RESOLVED, CLOSED)

@@ -50,11 +50,14 @@ def lineage_root(run_id: str, tags: Mapping[str, str]) -> str:
     return tags.get(ROOT_TAG) or tags.get("dagster/root_run_id") or run_id
 
 
-def automatic_retry(tags: Mapping[str, str], run_id: str, instance: Any) -> tuple[str, float, tuple[str, ...]] | None:
+def automatic_retry(
+    tags: Mapping[str, str], run_id: str, instance: Any, skipped: str | None = None
+) -> tuple[str, float, tuple[str, ...]] | None:
     """Whether a failed run will be retried automatically, so that it does not alert yet (docs/alerts.md,
     ``run_failure``): (why, the seconds within which a run carrying one of the tags with its id must exist,
-    those tags), else None. ``instance``: read for its ``run_retries_*`` settings and the lineage's runs."""
-    if POLICY_TAG in tags:
+    those tags), else None. ``instance``: read for its ``run_retries_*`` settings and the lineage's runs;
+    ``skipped``: why ``delayed_run_retries`` passes it over whatever its policy says (``not_retried``)."""
+    if POLICY_TAG in tags and not skipped:
         decided = run_retry(tags, run_id)
         if decided.wait is not None:
             if still_failing(run_id, tags, instance):

@@ -10,6 +10,7 @@ from pipelines.retry.presets import policy_from_text
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
 
+RETRY_SENSOR = "delayed_run_retries"  # the sensor that retries by this decision (sensors/run_retries.py)
 RETRY_MARGIN_SECONDS = 180.0  # the retry sensor's interval (30 s) and a busy daemon's lag, with room
 
 

@@ -1,6 +1,6 @@
 """Is a run still queued or running, how a skip reason names such a run, and the runs' ends as sensors read them."""
 
-from collections.abc import Iterable
+from collections.abc import Container, Iterable
 from typing import Any
 
 import dagster as dg
@@ -31,6 +31,22 @@ def status_changes(instance: dg.DagsterInstance, kind, after: int, limit: int) -
     and ``delayed_run_retries`` read runs' ends (from :func:`first_position` the first time)."""
     wanted = dg.RunStatusChangeRecordsFilter(event_type=kind, after_storage_id=after)
     return instance.fetch_run_status_changes(wanted, limit=limit, ascending=True).records
+
+
+def not_retried(
+    instance: dg.DagsterInstance, run: Any, job_names: Container[str] | None, here: str | None
+) -> str | None:
+    """Why ``delayed_run_retries`` does not retry the failed ``run`` whatever its policy says (alerting reads this
+    rule too), else None: a run of another code location than ``here``, of a job not in ``job_names`` (None: not
+    known), or that was terminated (RUN_CANCELING: by an operator or its max runtime)."""
+    origin = run.remote_job_origin
+    if here and origin and origin.repository_origin.code_location_origin.location_name != here:
+        return "it is another code location's run"
+    if job_names is not None and run.job_name not in job_names:
+        return f"job {run.job_name} is not in this code location"
+    if instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
+        return "it was terminated"
+    return None
 
 
 def child_run(instance: dg.DagsterInstance, run_id: str, tags: Iterable[str]) -> tuple[str, str] | None:
