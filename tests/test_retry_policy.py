@@ -63,6 +63,16 @@ def test_exponential_without_jitter_caps_at_max_delay():
     assert exponential(1, 10, 100, None).delay(5000) == 100.0
 
 
+def test_without_max_delay_no_delay_is_longer_than_thirty_days():
+    assert exponential(5, max_attempts=25).delay(24) == 30 * 86_400
+
+
+def test_a_formula_past_the_largest_float_waits_thirty_days_and_sketches():
+    policy = exponential(1, 100, max_attempts=None)
+    assert policy.delay(160) == 30 * 86_400
+    timeline(policy, 200).sketch()  # raised on the infinite delay
+
+
 @pytest.mark.parametrize(
     "jitter,low,high",
     [("full", 0.0, 40.0), ("plus-minus", 36.0, 44.0), ("none", 40.0, 40.0)],

@@ -100,7 +100,7 @@ class RetryPolicy:
         raise NotImplementedError
 
     def _cap(self, seconds: float) -> float:
-        return min(seconds, self.max_delay) if self.max_delay is not None else seconds
+        return min(seconds, MAX_DELAY_SECONDS if self.max_delay is None else self.max_delay)
 
     def nominal(self, n: int) -> float | _Stop:
         """The delay after ``n`` attempts without jitter, or ``STOP``."""
