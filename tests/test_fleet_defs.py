@@ -183,6 +183,17 @@ def test_the_termination_sensor_launches_one_drain_run_when_messages_wait(aws, d
         assert "is still queued" in busy.skip_message
 
 
+def test_a_deleted_cursor_never_gives_a_run_key_used_before(aws, defs):
+    """Dagster skips a request whose run key the sensor used before: a sequence starting again at 1 would
+    skip drain after drain."""
+    sensor = defs.resolve_sensor_def("termination_queue_sensor")
+    fs.send(aws, ["{}"] * 100)
+    with dg.instance_for_test() as instance:
+        (before,) = sensor.evaluate_tick(_sensor_context(instance, cursor="3")).run_requests
+        (after,) = sensor.evaluate_tick(_sensor_context(instance)).run_requests
+    assert int(after.run_key.rsplit("-", 1)[1]) > int(before.run_key.rsplit("-", 1)[1])
+
+
 @pytest.mark.slow
 def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, defs):
     job = defs.resolve_job_def("fleet_dead_letter_checks")

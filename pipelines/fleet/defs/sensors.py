@@ -43,12 +43,12 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
         url = getattr(fleet, f"{label}_queue_url")
         slots = getattr(fleet, runs_field)
         depth = queue_depth(context.resources.sqs.get_client(), url)
-        try:  # the cursor: the run keys' sequence, and since when messages wait (an older cursor: the sequence)
-            cursor = json.loads(context.cursor or "0")
-            sequence, since = (cursor, None) if isinstance(cursor, int) else (int(cursor["sequence"]), cursor["since"])
-        except (ValueError, KeyError, TypeError):
-            sequence, since = 0, None
         clock = time.time()
+        try:  # the cursor: the run keys' sequence, and since when messages wait (an older cursor: the sequence)
+            cursor = json.loads(context.cursor or "")
+            sequence, since = (cursor, None) if isinstance(cursor, int) else (int(cursor["sequence"]), cursor["since"])
+        except (ValueError, KeyError, TypeError):  # none (or deleted): a sequence no earlier run key has used
+            sequence, since = int(clock), None
         if depth["visible"] == 0:
             context.update_cursor(json.dumps({"sequence": sequence, "since": None}))
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
