@@ -511,9 +511,15 @@ def test_a_housekeeping_clock_in_year_1_is_an_invalid_message():
         HOUSEKEEPING.parse({"task_type": "old_jobs", "params": {"now": "0001-01-01T00:00:00Z"}})
 
 
-@pytest.mark.parametrize("name", ["started_at", "completed_at"])
-def test_a_termination_time_before_2000_is_an_invalid_message(name):
+def test_a_started_at_of_gos_zero_time_is_absent():
+    """runs-fleet's agent sends Go's zero time.Time for a job that failed before it started."""
     job = {"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}
-    body = fs.termination_body(job, **{name: "0001-01-01T00:00:00Z"})
-    with pytest.raises(InvalidMessage, match=f"^{name} is before 2000"):
-        messages.parse_termination(body, received_at=dt.datetime.now(dt.UTC))
+    body = fs.termination_body(job, status="failure", started_at="0001-01-01T00:00:00Z")
+    assert messages.parse_termination(body, received_at=dt.datetime.now(dt.UTC)).started_at is None
+
+
+def test_a_completed_at_of_gos_zero_time_is_the_time_the_message_was_received():
+    job = {"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}
+    body = fs.termination_body(job, completed_at="0001-01-01T00:00:00Z")
+    received = dt.datetime.now(dt.UTC)
+    assert messages.parse_termination(body, received_at=received).completed_at == iso(received)

@@ -28,7 +28,8 @@ FUTURE_SLACK = dt.timedelta(days=1)
 MAX_CLOCK_SKEW = dt.timedelta(minutes=5)
 """A housekeeping ``params.now`` later than the real clock by more than this needs ``dryRun``."""
 EARLIEST = dt.datetime(2000, 1, 1, tzinfo=dt.UTC)
-"""A ``params.now``, ``started_at`` or ``completed_at`` before this is a broken clock (Go's zero time is year 1)."""
+"""A ``params.now`` before this is a broken clock (refused); a ``started_at`` or ``completed_at`` before it is
+absent (Go's zero time is year 1)."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -144,6 +145,13 @@ def parse_time(value: Any, name: str, *, earliest: dt.datetime | None = EARLIEST
     return moment
 
 
+def _job_time(data: dict[str, Any], name: str) -> dt.datetime | None:
+    """A termination message's time, None when absent or before :data:`EARLIEST`: runs-fleet sends Go's zero
+    time for a job that never started (``time.Time`` without ``omitempty``), and reads it as absent."""
+    moment = parse_time(data[name], name, earliest=None) if data.get(name) is not None else None
+    return None if moment is None or moment < EARLIEST else moment
+
+
 def _only_known(names: Any, known: set[str], what: str = "field(s)") -> None:
     """Refuse any name not in ``known``, naming the first five (each cut to 40 characters, escaped)."""
     if unknown := sorted(set(names) - known):
@@ -206,10 +214,8 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
         if not 0 <= duration <= MAX_DURATION_SECONDS:
             raise InvalidMessage(f"duration_seconds out of range [0, {MAX_DURATION_SECONDS}]: {duration!r}")
         duration = int(duration) if float(duration).is_integer() else float(duration)
-    started = parse_time(data["started_at"], "started_at") if data.get("started_at") is not None else None
-    completed = (
-        parse_time(data["completed_at"], "completed_at") if data.get("completed_at") is not None else received_at
-    )
+    started = _job_time(data, "started_at")
+    completed = _job_time(data, "completed_at") or received_at
     if completed > received_at + FUTURE_SLACK:
         raise InvalidMessage(f"completed_at {iso(completed)} is in the future")
     if started is not None and started > completed:
