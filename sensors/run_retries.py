@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import dagster as dg
 
 from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
-from pipelines.common.summary import COUNT_TAG_PREFIX, COUNTS_TAG
+from pipelines.common.summary import COUNT_TAG_PREFIX, COUNTS_TAG, DRY_RUN_TAG
 from pipelines.retry.runs import RETRY_SENSOR, run_retry
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
@@ -35,7 +35,7 @@ _KEPT_SYSTEM_TAGS = frozenset(
         "asset_partition_range_end",
     )
 )
-_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/", COUNTS_TAG, COUNT_TAG_PREFIX)  # counters: what the failed run did
+_SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/", COUNTS_TAG, COUNT_TAG_PREFIX, DRY_RUN_TAG)  # the failed run's outcome
 
 
 def now() -> float:

@@ -95,6 +95,18 @@ def test_a_counter_below_zero_is_not_a_count():
     assert run_counters(counts_tag({"errors": -1_000_000, "reclaimed": 2})) == {"reclaimed": 2}
 
 
+@pytest.mark.slow
+def test_a_re_execution_with_its_parents_tags_counts_its_own_work_only():
+    """The UI's re-execution and Dagster's run retries copy the parent's tags, its counts among them."""
+    with dg.instance_for_test() as instance:
+        parent = reclaim_like.execute_in_process(instance=instance)
+        tags = {k: v for k, v in instance.get_run_by_id(parent.run_id).tags.items() if not k.startswith("dagster/")}
+        options = dg.ReexecutionOptions(parent_run_id=parent.run_id)
+        child = dg.execute_job(dg.reconstructable(reclaim_like), instance, tags=tags, reexecution_options=options)
+        counted = run_counters(instance.get_run_by_id(child.run_id).tags)
+    assert counted == {"reclaimed": 5, "retried": 1}
+
+
 @dg.op
 def redrives(context: dg.OpExecutionContext) -> None:
     run_summary(context, "redrive demo", {"redriven": 4})

@@ -445,6 +445,7 @@ def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never
         "dagster/asset_partition_range_end": "2026-01-07",
         "dagster/backfill": "abc",
         "groundskeeper/counts": '{"dead_lettered":4}',
+        "groundskeeper/dry_run": "true",
     }
     policy = {"kind": "fixed", "delay": 0, "maxAttempts": 3}
     sensor, defs, first = _first_failure(instance, tmp_path, policy, 9, **extra)
@@ -455,6 +456,7 @@ def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never
     assert request.tags["dagster/asset_partition_range_end"] == "2026-01-07"
     assert "dagster/backfill" not in request.tags
     assert "groundskeeper/counts" not in request.tags  # what the failed run did is not the retry's
+    assert "groundskeeper/dry_run" not in request.tags  # the retry's own config says whether it is one
     flaky_job.execute_in_process(
         run_config=request.run_config, tags=request.tags, instance=instance, raise_on_error=False
     )

@@ -22,6 +22,9 @@ def run_summary(
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
     run = context.instance.get_run_by_id(context.run_id)
     before = summary.run_counters(run.tags if run is not None else {})
+    if before and run.parent_run_id:  # a re-execution begins with its parent's tags: those counts are the parent's
+        parent = context.instance.get_run_by_id(run.parent_run_id)
+        before = {} if parent is not None and summary.run_counters(parent.tags) == before else before
     context.instance.add_run_tags(
         context.run_id, summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
     )
