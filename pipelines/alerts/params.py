@@ -22,4 +22,4 @@ class IncidentAction:
 
     def __post_init__(self) -> None:
         if not self.key.strip():
-            raise ParamsError("key must be an incident's alert_key, e.g. dead_letters:groundskeeper-termination-dlq")
+            raise ParamsError("key must be an incident's alert_key, e.g. dead_letters:runs-fleet-termination-dlq-dev")
