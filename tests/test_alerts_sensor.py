@@ -410,6 +410,43 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
 
 
+def test_a_failed_partition_that_a_minute_run_batches_since_is_resolved_by_that_run(aws):
+    """The minute run materializes the partition: it is not FAILED any more, so the redrive launches nothing
+    for it, and the minute run's success resolves the partition's incident."""
+    import datetime as dt
+
+    from pipelines.batching.defs import MINUTE_JOB, PARTITION_JOB, receivers_partitions
+    from pipelines.definitions import build_definitions
+    from resources import resources_for
+    from tests.batching_helpers import decider_tick, put_receiver, put_records
+
+    defs, at = build_definitions("local"), dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    put_receiver(aws, "globex", initial_time="25:00")  # broken
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["globex"])
+        failed = defs.resolve_job_def(PARTITION_JOB).execute_in_process(
+            partition_key="2026-11-20|globex", instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        tick(instance, res)
+        put_receiver(aws, "globex", max_batch_size=3)  # repaired
+        put_records(aws, "globex", [at - dt.timedelta(seconds=5)])
+        schedule = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=at, resources=resources_for("local")
+        )
+        request = decider_tick(schedule)
+        minute = defs.resolve_job_def(MINUTE_JOB).execute_in_process(
+            run_config=request.run_config, instance=instance, tags=request.tags, resources=resources_for("local")
+        )
+        tick(instance, res)
+    key = "run_failure:receiver_batches:2026-11-20|globex:failure"
+    assert [(m["alert_key"], m["state"], m["run_id"]) for m in inbox.read()] == [
+        (key, "firing", failed.run_id),
+        (key, "resolved", minute.run_id),
+    ]
+
+
 @dg.asset(key=["alerts_test", "extract"])
 def extract(context: dg.AssetExecutionContext) -> None:
     if context.run.tags.get("extract") == "bad":
