@@ -1053,6 +1053,33 @@ def test_a_reclaim_dry_run_resolves_neither_its_tables_item_errors_nor_its_failu
     assert [m["state"] for m in inbox.read()] == ["firing"]
 
 
+def test_a_redrive_dry_run_does_not_resolve_a_failed_redrive_of_the_same_asset(aws):
+    from pipelines.definitions import build_definitions
+    from resources import resources_for
+
+    job = build_definitions("local").resolve_job_def("redrive_failed_partitions")
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        job.execute_in_process(  # fails: without its own one_at_a_time tag
+            run_config={"asset": "receiver_batches"},
+            instance=instance,
+            resources=resources_for("local"),
+            tags={"groundskeeper/one_at_a_time": "mine"},
+            raise_on_error=False,
+        )
+        tick(instance, res)
+        dry = job.execute_in_process(
+            run_config={"asset": "receiver_batches", "dry_run": True},
+            instance=instance,
+            resources=resources_for("local"),
+        )
+        assert dry.success
+        tick(instance, res)
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+    assert open_keys == ["run_failure:redrive_failed_partitions@receiver_batches:failure"]
+
+
 def test_a_reclaim_run_that_does_nothing_while_another_holds_its_table_resolves_nothing(aws):
     """A run launched by hand while an older one still works on the table does nothing: its success says
     nothing of the table's items."""
