@@ -59,7 +59,7 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
         alerts_defs(noise=add.alert_noise, demo_jobs=add.demo_jobs),
         add.defs,
         # redrive_failed_partitions works on any partitioned asset of the capabilities above.
-        redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph()),
+        redrive_defs(asset_graph=lambda: built[0].resolve_asset_graph(), retried_jobs=lambda: {j.name for j in jobs}),
         common_defs(executor),
         dg.Definitions(resources=fixed(resources_for(deployment))),  # none set by a run's config
     )

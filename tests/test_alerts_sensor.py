@@ -410,6 +410,43 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
 
 
+def test_a_failed_partition_that_a_minute_run_batches_since_is_resolved_by_that_run(aws):
+    """The minute run materializes the partition: it is not FAILED any more, so the redrive launches nothing
+    for it, and the minute run's success resolves the partition's incident."""
+    import datetime as dt
+
+    from pipelines.batching.defs import MINUTE_JOB, PARTITION_JOB, receivers_partitions
+    from pipelines.definitions import build_definitions
+    from resources import resources_for
+    from tests.batching_helpers import decider_tick, put_receiver, put_records
+
+    defs, at = build_definitions("local"), dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+    inbox = Inbox(aws)
+    res = resources(aws)
+    put_receiver(aws, "globex", initial_time="25:00")  # broken
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["globex"])
+        failed = defs.resolve_job_def(PARTITION_JOB).execute_in_process(
+            partition_key="2026-11-20|globex", instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        tick(instance, res)
+        put_receiver(aws, "globex", max_batch_size=3)  # repaired
+        put_records(aws, "globex", [at - dt.timedelta(seconds=5)])
+        schedule = dg.build_schedule_context(
+            instance=instance, scheduled_execution_time=at, resources=resources_for("local")
+        )
+        request = decider_tick(schedule)
+        minute = defs.resolve_job_def(MINUTE_JOB).execute_in_process(
+            run_config=request.run_config, instance=instance, tags=request.tags, resources=resources_for("local")
+        )
+        tick(instance, res)
+    key = "run_failure:receiver_batches:2026-11-20|globex:failure"
+    assert [(m["alert_key"], m["state"], m["run_id"]) for m in inbox.read()] == [
+        (key, "firing", failed.run_id),
+        (key, "resolved", minute.run_id),
+    ]
+
+
 @dg.asset(key=["alerts_test", "extract"])
 def extract(context: dg.AssetExecutionContext) -> None:
     if context.run.tags.get("extract") == "bad":
@@ -1014,6 +1051,33 @@ def test_a_reclaim_dry_run_resolves_neither_its_tables_item_errors_nor_its_failu
         open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
     assert open_keys == [f"reclaim_errors:reclaim_agendas@{PROGRESS_TABLE}"]
     assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+def test_a_redrive_dry_run_does_not_resolve_a_failed_redrive_of_the_same_asset(aws):
+    from pipelines.definitions import build_definitions
+    from resources import resources_for
+
+    job = build_definitions("local").resolve_job_def("redrive_failed_partitions")
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        job.execute_in_process(  # fails: without its own one_at_a_time tag
+            run_config={"asset": "receiver_batches"},
+            instance=instance,
+            resources=resources_for("local"),
+            tags={"groundskeeper/one_at_a_time": "mine"},
+            raise_on_error=False,
+        )
+        tick(instance, res)
+        dry = job.execute_in_process(
+            run_config={"asset": "receiver_batches", "dry_run": True},
+            instance=instance,
+            resources=resources_for("local"),
+        )
+        assert dry.success
+        tick(instance, res)
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+    assert open_keys == ["run_failure:redrive_failed_partitions@receiver_batches:failure"]
 
 
 def test_a_reclaim_run_that_does_nothing_while_another_holds_its_table_resolves_nothing(aws):

@@ -9,10 +9,12 @@ import dagster as dg
 import pytest
 import yaml
 
+from pipelines.common import iso
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.definitions import ROOT_DIR, build_definitions
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import FAILED, GONE, IN_PROGRESS, MISSING, plan
+from pipelines.retry.tags import POLICY_TAG
 from resources import resources_for
 from tests.batching_helpers import put_receiver, put_records
 
@@ -209,6 +211,33 @@ def test_a_run_not_started_yet_of_a_failed_partition_is_not_relaunched(aws):
             for r in output.event_specific_data.metadata["partitions"].records
         }
         assert rows == {"2026-11-20|broken": ("in_progress", "skipped")}
+
+
+@pytest.mark.slow
+def test_a_failed_partition_whose_retry_is_due_is_left_to_that_retry(aws):
+    """delayed_run_retries relaunches the failed run when its delay is past: a redrive would launch it twice."""
+    put_receiver(aws, "broken", initial_time="25:00")
+    policy = '{"kind": "fixed", "delay": 600, "maxAttempts": 3}'
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("receivers", ["broken"])
+        failed = BATCH_JOB.execute_in_process(
+            partition_key="2026-11-20|broken",
+            instance=instance,
+            resources=resources_for("local"),
+            tags={POLICY_TAG: policy},
+            raise_on_error=False,
+        )
+        ended = instance.get_run_record_by_id(failed.run_id).end_time
+        result = _redrive(instance, since_hours=1)
+        assert result.success
+        assert instance.get_backfills() == []
+        [output] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        rows = {
+            r.data["partition"]: (r.data["state"], r.data["outcome"], r.data["detail"])
+            for r in output.event_specific_data.metadata["partitions"].records
+        }
+    due = iso(dt.datetime.fromtimestamp(ended + 600, dt.UTC))
+    assert rows == {"2026-11-20|broken": ("failed", "skipped", f"a retry is due at {due}")}
 
 
 INSTANCE_FILES = ("dagster.yaml", "infra/dagster.prod.yaml", "infra/dagster.ecs.yaml", "infra/dagster.cluster.yaml")

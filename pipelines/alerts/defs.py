@@ -43,7 +43,7 @@ from pipelines.common.summary import is_dry_run
 from pipelines.retry import fixed
 from pipelines.retry.runs import RETRY_SENSOR
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import DAGSTER_PARENT_TAG, POLICY_TAG
+from pipelines.retry.tags import DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG
 from resources.clients import SNSResource
 from resources.settings import FleetSettings
 
@@ -290,6 +290,18 @@ def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun, failed
     return out
 
 
+def materialized_partitions(instance: dg.DagsterInstance, run: dg.DagsterRun, open_units: set[str]) -> frozenset[str]:
+    """The units of work of the asset partitions ``run`` materialized, as a run of each partition names them; read
+    only while ``open_units`` (the open run failures' units but the run's own) holds an asset partition's."""
+    if not any(":" in unit.split("@", 1)[0] for unit in open_units):  # <assets>:<partition>[@<target>]
+        return frozenset()
+    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
+    events = [r.event_log_entry.dagster_event for r in records if r.event_log_entry.dagster_event]
+    return frozenset(
+        work_unit(e.asset_key.to_user_string(), {PARTITION_TAG: e.partition}) for e in events if e.partition
+    )
+
+
 def _failure_signal(
     instance: dg.DagsterInstance, run: dg.DagsterRun, end: RunEnd, cfg: AlertConfig, note: str = ""
 ) -> Signal:
@@ -401,7 +413,9 @@ def _run_signals_of(
             continue  # it did none of its unit's work: it resolves nothing, and a retry awaited is awaited still
         end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
-            end = dataclasses.replace(end, completes=reexecuted_failures(instance, run, set(open_runs.values())))
+            completes = reexecuted_failures(instance, run, set(open_runs.values()))
+            materialized = materialized_partitions(instance, run, set(open_units.values()) - {end.unit})
+            end = dataclasses.replace(end, completes=completes, materialized=materialized)
             signals = run_succeeded(end, open_units, open_runs)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)

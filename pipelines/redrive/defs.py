@@ -5,17 +5,20 @@ import datetime as dt
 import secrets
 import string
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 import dagster as dg
 
-from pipelines.common.defs.active_runs import ACTIVE_STATUSES
+from pipelines.common import iso
+from pipelines.common.defs.active_runs import ACTIVE_STATUSES, not_retried
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG
+from pipelines.common.defs.summary import mark_dry_run
 from pipelines.common.defs.tasks import one_op_job, resource_clients
 from pipelines.redrive.params import RedriveParams
 from pipelines.redrive.plan import FAILED, GONE, IN_BACKFILL, IN_PROGRESS, MISSING, SKIPPED, counts, plan, report
+from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.tags import PARTITION_TAG
 
 JOB_NAME = "redrive_failed_partitions"
@@ -122,6 +125,27 @@ def partition_states(
     return states
 
 
+def retries_due(
+    instance: dg.DagsterInstance, key: dg.AssetKey, failed: list[str], retried_jobs: Container[str]
+) -> dict[str, str]:
+    """Partition -> when its retry is due, for each of the ``failed`` partitions whose latest failed run
+    ``delayed_run_retries`` retries (the rule alerting reads too) and whose retry is not overdue: launched by
+    a redrive as well, it would run twice (the retry does not know of the redrive's run)."""
+    latest: dict[str, Any] = {}  # partition -> the record of its latest failed run of ``key`` (newest first)
+    filters = dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], tags={PARTITION_TAG: failed})
+    for record in instance.get_run_records(filters) if failed else ():
+        if not record.dagster_run.asset_selection or key in record.dagster_run.asset_selection:
+            latest.setdefault(record.dagster_run.tags[PARTITION_TAG], record)
+    due: dict[str, str] = {}
+    for partition, record in latest.items():
+        run, at = record.dagster_run, record.end_time or record.update_timestamp.timestamp()
+        wait = run_retry(run.tags, run.run_id).wait
+        if wait is not None and time.time() < at + wait + RETRY_MARGIN_SECONDS:
+            if not not_retried(instance, run, retried_jobs, None):
+                due[partition] = iso(dt.datetime.fromtimestamp(at + wait, dt.UTC))
+    return due
+
+
 OUTCOMES_SCHEMA = dg.TableSchema(
     columns=[
         dg.TableColumn("partition", "string"),
@@ -132,8 +156,9 @@ OUTCOMES_SCHEMA = dg.TableSchema(
 )
 
 
-def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
-    """``asset_graph`` gives the code location's asset graph (resolved when a run needs it)."""
+def build_defs(asset_graph: Callable[[], Any], retried_jobs: Callable[[], Container[str]]) -> dg.Definitions:
+    """``asset_graph`` gives the code location's asset graph, ``retried_jobs`` the jobs ``delayed_run_retries``
+    retries (both resolved when a run needs them)."""
 
     def redrive(context: dg.OpExecutionContext, params: RedriveParams) -> dg.Output[dict]:
         fleet = context.resources.fleet
@@ -156,10 +181,13 @@ def build_defs(asset_graph: Callable[[], Any]) -> dg.Definitions:
         partitions_def = graph.get(key).partitions_def
         backfills = unfinished_backfills(context.instance, key)
         states = partition_states(context.instance, key, partitions_def, params, backfills)
-        outcomes = plan(states, params, backfills)
+        failed = [k for k, state in states.items() if state == FAILED]
+        outcomes = plan(states, params, backfills, retries_due(context.instance, key, failed, retried_jobs()))
         keys = [o.partition for o in outcomes if o.outcome != SKIPPED]
         backfill_id = None
-        if keys and not params.dry_run:
+        if params.dry_run:
+            mark_dry_run(context)  # it launches nothing: its success resolves no incident
+        elif keys:
             backfill_id = "".join(secrets.choice(string.ascii_lowercase) for _ in range(8))  # as Dagster's ids
             context.instance.add_backfill(
                 _backfill_module().PartitionBackfill.from_asset_partitions(

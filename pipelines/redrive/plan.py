@@ -19,12 +19,17 @@ class Outcome:
     detail: str = ""
 
 
-def plan(states: Mapping[str, str], params: RedriveParams, backfills: Mapping[str, str] | None = None) -> list[Outcome]:
+def plan(
+    states: Mapping[str, str],
+    params: RedriveParams,
+    backfills: Mapping[str, str] | None = None,
+    retries: Mapping[str, str] | None = None,
+) -> list[Outcome]:
     """Failed partitions first, then (if asked) missing ones, each in key order; at most
-    ``max_runs`` are launched, a partition with a run in progress or an unfinished backfill
-    (``backfills``: partition -> backfill id) never is."""
+    ``max_runs`` are launched, a partition with a run in progress, an unfinished backfill
+    (``backfills``: partition -> backfill id) or an automatic retry due (``retries``: partition -> when) never is."""
     order = {FAILED: 0, MISSING: 1, IN_PROGRESS: 2, IN_BACKFILL: 3, GONE: 4}
-    backfills = backfills or {}
+    backfills, retries = backfills or {}, retries or {}
     wanted = [(k, s) for k, s in states.items() if s != MISSING or params.include_missing]
     out: list[Outcome] = []
     launched = 0
@@ -35,6 +40,8 @@ def plan(states: Mapping[str, str], params: RedriveParams, backfills: Mapping[st
             out.append(Outcome(key, state, SKIPPED, f"backfill {backfills.get(key, '?')} has not finished it yet"))
         elif state == GONE:
             out.append(Outcome(key, state, SKIPPED, "no longer a partition of the asset"))
+        elif key in retries:
+            out.append(Outcome(key, state, SKIPPED, f"a retry is due at {retries[key]}"))
         elif launched >= params.max_runs:
             out.append(Outcome(key, state, SKIPPED, f"over max_runs ({params.max_runs})"))
         else:
