@@ -206,6 +206,20 @@ def test_a_full_outbox_never_holds_an_incidents_resolution_without_its_firing(mo
     assert [ids for ids in held if f"{a}#resolved" in ids and f"{a}#firing" not in ids] == []
 
 
+def test_an_open_incident_whose_firing_gave_way_is_sent_as_a_firing_at_its_next_rise(monkeypatch):
+    from pipelines.alerts import incidents
+
+    monkeypatch.setattr(incidents, "MAX_KEPT_PER_SINK", 2)
+    book = AlertBook()
+    book.enqueue(book.observe(_check(False, "WARN"), NOW), ["webhook"])
+    for name in "ab":  # the check's firing gives way
+        book.enqueue(book.observe(_failing_ticks(name), NOW + 60), ["webhook"])
+    book.enqueue(book.observe(_check(False, "ERROR"), NOW + 120), ["webhook"])  # its severity rises
+    check = "check_failure:orders:not_empty"
+    kept = [m for m in (item["message"] for item in book.outbox["webhook"]) if m["alert_key"] == check]
+    assert [(m["state"], m["reminder"], m["severity"]) for m in kept] == [(FIRING, False, "critical")]
+
+
 def test_a_sink_sending_elsewhere_since_the_last_tick_gets_the_firing_of_every_open_incident():
     book = AlertBook()
     book.add_sinks({"webhook": "one"})

@@ -7,6 +7,7 @@ import logging
 import threading
 import time
 import urllib.request
+from types import SimpleNamespace
 
 import dagster as dg
 import pytest
@@ -773,6 +774,55 @@ def test_a_dead_letter_queue_that_never_answers_holds_back_no_alert_and_counts_a
         ("run_failure:retry_demo:ThrottlingException", "firing")
     ]
     assert "runs-fleet-termination-dlq-dev" in unread
+
+
+class EmptyQueues:
+    """An SQS client (and its resource) whose every queue is empty, answered at once; it counts the reads."""
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def get_client(self):
+        return self
+
+    def get_queue_attributes(self, **_):
+        self.reads += 1
+        return {"Attributes": {"ApproximateNumberOfMessages": "0", "ApproximateNumberOfMessagesNotVisible": "0"}}
+
+
+def test_a_sensor_catching_up_on_run_events_still_reads_the_dead_letter_depths_and_raises_no_unread(aws, monkeypatch):
+    """Every tick's run-event reading has more and spends the whole budget (a backlog after a restart):
+    the dead-letter depths are read all the same, so an SQS that answers never looks unread."""
+    clock = [time.monotonic()]  # the sensor's monotonic clock: only the run-event reading moves it
+    monkeypatch.setattr(alerts_defs, "time", SimpleNamespace(monotonic=lambda: clock[0], time=time.time))
+
+    def backlog(instance, book, at):
+        clock[0] += 3600.0  # past any tick's budget
+        return [(SimpleNamespace(run_id="a-deleted-run", timestamp=at), True)], True
+
+    monkeypatch.setattr(alerts_defs, "status_changes_in_order", backlog)
+    queues = EmptyQueues()
+    res = {**resources(aws), "sqs": queues}
+    start, reads = time.time(), []
+    with dg.instance_for_test() as instance:
+        for minutes in range(0, 8, 2):
+            monkeypatch.setattr(alerts_defs, "now", lambda minutes=minutes: start + minutes * 60)
+            before = queues.reads
+            tick(instance, res)
+            reads.append(queues.reads - before)
+        book = load_book(instance)
+    assert [key for key in book.incidents if key.endswith(":unread")] == []
+    assert reads == [2, 2, 2, 2]
+
+
+def test_a_dead_letter_read_not_begun_for_want_of_time_leaves_the_unread_clock_as_it_is():
+    queues, unread = EmptyQueues(), {}
+    fleet = SimpleNamespace(termination_dlq_url="http://sqs/1/a-dlq", housekeeping_dlq_url="http://sqs/1/b-dlq")
+    with dg.build_sensor_context() as context:
+        signals = list(alerts_defs.dead_letter_signals(context, queues, fleet, None, unread, time.monotonic() - 1))
+    assert unread == {}
+    assert signals == []
+    assert queues.reads == 0
 
 
 def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_published(aws):

@@ -568,14 +568,18 @@ def dead_letter_signals(
 ) -> Iterator[Signal]:
     """Each dead-letter queue's depth; the message links its asset (``runs_fleet/<queue>_dead_letters``).
     ``unread``: since when each queue's depth could not be read (kept in the book between ticks). The reads
-    begin before ``deadline`` (``time.monotonic``) and take ``REQUEST_TIMEOUT_SECONDS`` at most together."""
+    begin before ``deadline`` (``time.monotonic``; one not begun leaves its queue's unread clock as it is) and
+    take ``REQUEST_TIMEOUT_SECONDS`` at most together."""
     unread = {} if unread is None else unread
     until = time.monotonic() + REQUEST_TIMEOUT_SECONDS
     for label, url in (("termination", fleet.termination_dlq_url), ("housekeeping", fleet.housekeeping_dlq_url)):
         name = queue_name(url)
         link = f"{cfg.ui_url}/assets/runs_fleet/{label}_dead_letters?view=checks" if cfg and cfg.ui_url else None
+        if deadline is not None and time.monotonic() >= deadline:
+            context.log.warning(f"dead letters of {name}: not asked this tick (its time budget is spent)")
+            continue
         try:
-            if (deadline is not None and time.monotonic() >= deadline) or time.monotonic() >= until:
+            if time.monotonic() >= until:
                 raise NoAnswer("out of time this tick")
             depth = within(until - time.monotonic(), lambda url=url: dead_letter_depth(sqs, url))["depth"]
         except Exception as exc:  # one line; its incident keeps its state, and a depth unread for long alerts
@@ -635,6 +639,8 @@ def _evaluate(
         context.log.warning(problem)
     book = load_book(instance, context.log.warning)
     clock = now()
+    unread = book.positions.setdefault("dead_letters_unread", {})  # read first: run events may take the budget
+    dead = list(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread, deadline))
     sinks = [sink.name for sink in cfg.sinks]
     for line in book.add_sinks({sink.name: destination(sink) for sink in cfg.sinks}, demo_noise):
         context.log.warning(line)
@@ -666,8 +672,7 @@ def _evaluate(
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
     observe(tick_signals(context, instance, cfg))
-    unread = book.positions.setdefault("dead_letters_unread", {})
-    observe(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread, deadline))
+    observe(dead)
     for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals
         enqueue(message)
     if not lease():  # this tick outlived its lease: another evaluation may have sent and saved since

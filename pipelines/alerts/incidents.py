@@ -309,22 +309,28 @@ class AlertBook:
     def enqueue(self, message: Mapping[str, Any], sinks: Iterable[str]) -> list[str]:
         """Put ``message`` in each sink's outbox; the same state change already there takes its fields.
         Returns one line per message dropped to keep an outbox at ``MAX_KEPT_PER_SINK``."""
-        mid = message_id(message)
         dropped = []
-        gave_way = (self.incidents.get(message["alert_key"]) or {}).get("gave_way", ())
-        for sink in [name for name in sinks if name not in gave_way]:  # never an end whose firing gave way
+        incident = self.incidents.get(message["alert_key"]) or {}
+        for sink in sinks:
+            sent = message
+            if sink in incident.get("gave_way", ()):  # its firing gave way: its end never goes alone,
+                if message["state"] not in (FIRING, ACKNOWLEDGED):
+                    continue
+                incident["gave_way"].remove(sink)
+                sent = _message(incident)  # and its next message while open goes as its firing, as it is now
+            mid = message_id(sent)
             box = self.outbox.setdefault(sink, [])
             if same := [item for item in box if item["id"] == mid]:
-                same[0]["message"] = dict(message)
+                same[0]["message"] = dict(sent)
             else:
-                box.append({"id": mid, "message": dict(message), "attempts": 0, "next_try": 0.0})
+                box.append({"id": mid, "message": dict(sent), "attempts": 0, "next_try": 0.0})
             while len(box) > MAX_KEPT_PER_SINK:
                 gone, why = _giving_way(box)
                 ids = [item["id"] for item in gone]
                 box[:] = [item for item in box if item["id"] not in ids]
                 opened = self.incidents.get(gone[0]["message"]["alert_key"])
                 if opened and opened["state"] == FIRING and message_id(_message(opened)) == ids[0]:
-                    opened.setdefault("gave_way", []).append(sink)  # an open incident's firing: none of the rest
+                    opened.setdefault("gave_way", []).append(sink)  # an open incident's firing: not its end alone
                 dropped.append(f"{sink} has {MAX_KEPT_PER_SINK} messages waiting: dropped {why.format(', '.join(ids))}")
         return dropped
 
