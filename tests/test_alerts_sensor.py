@@ -1,6 +1,7 @@
 """The alerts sensor evaluated against a real Dagster instance, with the template deployed into moto:
 what reaches the alerts topic is read back from an SQS queue subscribed to it (raw delivery)."""
 
+import datetime as dt
 import io
 import json
 import logging
@@ -411,41 +412,96 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
 
 
-def test_a_failed_partition_that_a_minute_run_batches_since_is_resolved_by_that_run(aws):
-    """The minute run materializes the partition: it is not FAILED any more, so the redrive launches nothing
-    for it, and the minute run's success resolves the partition's incident."""
-    import datetime as dt
-
-    from pipelines.batching.defs import MINUTE_JOB, PARTITION_JOB, receivers_partitions
-    from pipelines.definitions import build_definitions
+def _minute_run(aws, instance, defs, at):
+    """A batch_minute_job run that batches the repaired receiver globex: it materializes 2026-11-20|globex."""
+    from pipelines.batching.defs import MINUTE_JOB
     from resources import resources_for
     from tests.batching_helpers import decider_tick, put_receiver, put_records
 
-    defs, at = build_definitions("local"), dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
-    inbox = Inbox(aws)
-    res = resources(aws)
+    put_receiver(aws, "globex", max_batch_size=3)  # repaired
+    put_records(aws, "globex", [at - dt.timedelta(seconds=5)])
+    schedule = dg.build_schedule_context(
+        instance=instance, scheduled_execution_time=at, resources=resources_for("local")
+    )
+    request = decider_tick(schedule)
+    return defs.resolve_job_def(MINUTE_JOB).execute_in_process(
+        run_config=request.run_config, instance=instance, tags=request.tags, resources=resources_for("local")
+    )
+
+
+def _failed_partition_run(aws, instance, defs):
+    """A receiver_batches_job run of 2026-11-20|globex that fails: its receiver is broken."""
+    from pipelines.batching.defs import PARTITION_JOB, receivers_partitions
+    from resources import resources_for
+    from tests.batching_helpers import put_receiver
+
     put_receiver(aws, "globex", initial_time="25:00")  # broken
+    instance.add_dynamic_partitions(receivers_partitions.name, ["globex"])
+    return defs.resolve_job_def(PARTITION_JOB).execute_in_process(
+        partition_key="2026-11-20|globex", instance=instance, resources=resources_for("local"), raise_on_error=False
+    )
+
+
+BATCHED_AT = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.UTC)
+GLOBEX_FAILURE = "run_failure:receiver_batches:2026-11-20|globex:failure"
+
+
+def test_a_failed_partition_that_a_minute_run_batches_since_is_resolved_by_that_run(aws):
+    """The minute run materializes the partition: it is not FAILED any more, so the redrive launches nothing
+    for it, and the minute run's materialization resolves the partition's incident."""
+    from pipelines.definitions import build_definitions
+
+    defs, inbox, res = build_definitions("local"), Inbox(aws), resources(aws)
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(receivers_partitions.name, ["globex"])
-        failed = defs.resolve_job_def(PARTITION_JOB).execute_in_process(
-            partition_key="2026-11-20|globex", instance=instance, resources=resources_for("local"), raise_on_error=False
-        )
+        failed = _failed_partition_run(aws, instance, defs)
         tick(instance, res)
-        put_receiver(aws, "globex", max_batch_size=3)  # repaired
-        put_records(aws, "globex", [at - dt.timedelta(seconds=5)])
-        schedule = dg.build_schedule_context(
-            instance=instance, scheduled_execution_time=at, resources=resources_for("local")
-        )
-        request = decider_tick(schedule)
-        minute = defs.resolve_job_def(MINUTE_JOB).execute_in_process(
-            run_config=request.run_config, instance=instance, tags=request.tags, resources=resources_for("local")
-        )
+        minute = _minute_run(aws, instance, defs, BATCHED_AT)
         tick(instance, res)
-    key = "run_failure:receiver_batches:2026-11-20|globex:failure"
     assert [(m["alert_key"], m["state"], m["run_id"]) for m in inbox.read()] == [
-        (key, "firing", failed.run_id),
-        (key, "resolved", minute.run_id),
+        (GLOBEX_FAILURE, "firing", failed.run_id),
+        (GLOBEX_FAILURE, "resolved", minute.run_id),
     ]
+
+
+def test_a_partition_that_failed_after_a_minute_run_materialized_it_stays_failed_when_that_run_ends(aws, monkeypatch):
+    """The minute run materializes the partition, then a run of the partition fails, then the minute run
+    succeeds: the partition is FAILED, its incident stays open."""
+    from pipelines.batching import defs as batching_defs
+    from pipelines.definitions import build_definitions
+
+    defs, inbox, res = build_definitions("local"), Inbox(aws), resources(aws)
+    report, failed = batching_defs._report_minute, []
+
+    def fail_the_partition_then_report(context, *args):
+        failed.append(_failed_partition_run(aws, context.instance, defs))
+        return report(context, *args)
+
+    monkeypatch.setattr(batching_defs, "_report_minute", fail_the_partition_then_report)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        _minute_run(aws, instance, defs, BATCHED_AT)
+        tick(instance, res)
+        open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
+    assert open_keys == [GLOBEX_FAILURE]
+    assert [(m["alert_key"], m["state"], m["run_id"]) for m in inbox.read()] == [
+        (GLOBEX_FAILURE, "firing", failed[0].run_id)
+    ]
+
+
+def test_a_lost_state_keeps_resolved_a_failed_partition_that_a_minute_run_batched_since(aws):
+    from pipelines.definitions import build_definitions
+
+    defs, inbox, res = build_definitions("local"), Inbox(aws), resources(aws)
+    with dg.instance_for_test() as instance:
+        _failed_partition_run(aws, instance, defs)
+        tick(instance, res)
+        _minute_run(aws, instance, defs, BATCHED_AT)
+        tick(instance, res)
+        before = [m["message_id"] for m in inbox.read()]
+        _lose_state(instance)
+        tick(instance, res)
+        assert load_book(instance).open_incidents() == []
+    assert set(m["message_id"] for m in inbox.read()) <= set(before)  # sent again as they were: receivers drop them
 
 
 @dg.asset(key=["alerts_test", "extract"])

@@ -27,6 +27,7 @@ from pipelines.alerts.sources import (
     dead_letters,
     depth_unread,
     lineage_root,
+    partition_materialized,
     run_failed,
     run_succeeded,
     ticks_seen,
@@ -43,7 +44,7 @@ from pipelines.common.summary import is_dry_run
 from pipelines.retry import fixed
 from pipelines.retry.runs import RETRY_SENSOR
 from pipelines.retry.simulate import human
-from pipelines.retry.tags import DAGSTER_PARENT_TAG, PARTITION_TAG, POLICY_TAG
+from pipelines.retry.tags import DAGSTER_PARENT_TAG, POLICY_TAG
 from resources.clients import SNSResource
 from resources.settings import FleetSettings
 
@@ -60,6 +61,7 @@ EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until
 TICKS_READ = 10  # ticks read per sensor and schedule beyond ALERTS_TICK_FAILURES (some may still be running)
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
+PARTITIONS_CHECKED = 20  # open run failures of asset partitions asked per tick whether materialized since
 HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none came for 10 minutes
 HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
 
@@ -290,16 +292,24 @@ def reexecuted_failures(instance: dg.DagsterInstance, run: dg.DagsterRun, failed
     return out
 
 
-def materialized_partitions(instance: dg.DagsterInstance, run: dg.DagsterRun, open_units: set[str]) -> frozenset[str]:
-    """The units of work of the asset partitions ``run`` materialized, as a run of each partition names them; read
-    only while ``open_units`` (the open run failures' units but the run's own) holds an asset partition's."""
-    if not any(":" in unit.split("@", 1)[0] for unit in open_units):  # <assets>:<partition>[@<target>]
-        return frozenset()
-    records = instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION).records
-    events = [r.event_log_entry.dagster_event for r in records if r.event_log_entry.dagster_event]
-    return frozenset(
-        work_unit(e.asset_key.to_user_string(), {PARTITION_TAG: e.partition}) for e in events if e.partition
-    )
+def materialized_signals(instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
+    """Resolves the open run failures of asset partitions (``<asset>:<partition>``) that a run of another unit
+    materialized after they failed (a minute run batching a failed partition's receiver): ``PARTITIONS_CHECKED``
+    of them a tick, those checked longest ago first."""
+    out, units = [], book.open_units()
+    parts = {key: unit.partition(":")[::2] for key, unit in units.items() if "@" not in unit}  # (asset, partition)
+    due = [key for key, (asset, partition) in parts.items() if partition and "," not in asset]
+    for key in sorted(due, key=lambda k: book.incidents[k].get("partition_checked", 0))[:PARTITIONS_CHECKED]:
+        incident, (asset, partition) = book.incidents[key], parts[key]
+        incident["partition_checked"] = clock
+        after = incident["first_seen"]
+        if incident.get("failed_run") and (failed := instance.get_run_record_by_id(incident["failed_run"])):
+            after = max(after, failed.end_time or after)  # it failed again since it opened
+        found = dg.AssetRecordsFilter(dg.AssetKey.from_user_string(asset), [partition], after_timestamp=after)
+        for record in instance.fetch_materializations(found, limit=1).records:
+            job = record.event_log_entry.job_name
+            out.append(partition_materialized(key, units[key], record.run_id, job, cfg.ui_url))
+    return out
 
 
 def _failure_signal(
@@ -413,9 +423,7 @@ def _run_signals_of(
             continue  # it did none of its unit's work: it resolves nothing, and a retry awaited is awaited still
         end = _run_end(instance, run, cfg, record.timestamp)
         if not failed:
-            completes = reexecuted_failures(instance, run, set(open_runs.values()))
-            materialized = materialized_partitions(instance, run, set(open_units.values()) - {end.unit})
-            end = dataclasses.replace(end, completes=completes, materialized=materialized)
+            end = dataclasses.replace(end, completes=reexecuted_failures(instance, run, set(open_runs.values())))
             signals = run_succeeded(end, open_units, open_runs)
             for signal in signals:
                 open_units.pop(signal.alert_key, None)
@@ -671,6 +679,7 @@ def _evaluate(
     if behind:
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
+    observe(materialized_signals(instance, book, cfg, clock))  # of the incidents open now, a rebuilt one's too
     observe(tick_signals(context, instance, cfg))
     observe(dead)
     for message in book.reminders(clock, cfg.remind_seconds):  # of what is still open after this tick's signals

@@ -152,8 +152,7 @@ def cause_of(error_classes: list[str], messages: list[str]) -> str:
 class RunEnd:
     """A finished run, as its alerts name it: ``job`` (its job, or the assets it materializes), its unit
     of work (:func:`work_unit`) and ``at``, when it ended (a failure's: the incident's first_seen); a successful
-    re-execution's ``completes``: the id of each failed run whose undone work it did -> that run's unit of work;
-    ``materialized``: the units of work of the asset partitions it materialized (a minute run's, of each it batched)."""
+    re-execution's ``completes``: the id of each failed run whose undone work it did -> that run's unit of work."""
 
     job: str
     run_id: str
@@ -162,7 +161,6 @@ class RunEnd:
     ui_url: str | None = None
     at: float | None = None
     completes: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    materialized: frozenset[str] = frozenset()
 
 
 def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str = "") -> Signal:
@@ -191,17 +189,15 @@ def run_failed(run: RunEnd, first_error: str, cause: str = "failure", note: str 
 def run_succeeded(
     run: RunEnd, open_units: Mapping[str, str], open_runs: Mapping[str, str] | None = None
 ) -> list[Signal]:
-    """A success resolves the open run failures of its unit of work and of the asset partitions it materialized,
-    whatever their cause, and a re-execution those that a run it completes failed last (``open_units``: alert_key ->
-    unit; ``open_runs``: alert_key -> the run that failed last): a later run's failure still stands; a reclaim run
-    also says whether its table had item errors."""
+    """A success resolves the open run failures of its unit of work, whatever their cause, and a re-execution those
+    that a run it completes failed last (``open_units``: alert_key -> unit; ``open_runs``: alert_key -> the run
+    that failed last): a later run's failure still stands; a reclaim run also says whether its table had item errors."""
     ran = {"job": run.job, "run_id": run.run_id, "url": _ui(run.ui_url, f"/runs/{run.run_id}")}
     attempts = attempt_of(run.tags)
     succeeded = f"run {run.run_id} succeeded" + (f" on attempt {attempts}" if attempts > 1 else "")
     resolves = {
         unit: f"{succeeded}, re-executing what run {failed} left undone" for failed, unit in run.completes.items()
     }
-    resolves |= {unit: f"{succeeded}, materializing {unit}" for unit in run.materialized}
     resolves[run.unit] = succeeded
     out = [
         Signal(
@@ -213,8 +209,7 @@ def run_succeeded(
             **ran,
         )
         for key, their in sorted(open_units.items())
-        if their in resolves
-        and (their == run.unit or their in run.materialized or (open_runs or {}).get(key) in run.completes)
+        if their in resolves and (their == run.unit or (open_runs or {}).get(key) in run.completes)
     ]
     counters = run_counters(run.tags)
     if run.tags.get(CAPABILITY_TAG) == "reclaim" and "errors" in counters:
@@ -238,6 +233,14 @@ def run_succeeded(
             )
         )
     return out
+
+
+def partition_materialized(key: str, unit: str, run_id: str, job: str, ui_url: str | None) -> Signal:
+    """The open run failure ``key`` of the asset partition ``unit``, resolved by ``run_id`` that materialized it
+    since it failed."""
+    summary = f"run {run_id} materialized {unit} since it failed"
+    url = _ui(ui_url, f"/runs/{run_id}")
+    return Signal(key, "run_failure", False, summary=summary, job=job, run_id=run_id, url=url)
 
 
 def check_evaluated(
