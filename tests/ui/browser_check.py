@@ -292,6 +292,8 @@ def launch_job(url: str, job: str, tags: dict[str, str]) -> str:
 
 def step_pool_cost_report(page, url: str) -> str:
     day = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d")
+    # today's snapshot first: the demo's pool_audit_schedule runs every 15 minutes, maybe not yet
+    wait_run(url, launch_job(url, "pool_audit_job", {}), "pool_audit_job (a snapshot of the demo's pools)")
     run_id = launch_job(url, "pool_cost_report_job", {"dagster/partition": day})
     wait_run(url, run_id, f"pool_cost_report for {day}")
     goto(page, f"{url}/assets/pool_cost_report?partition={day}")
