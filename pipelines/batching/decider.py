@@ -13,7 +13,8 @@ from pipelines.batching.batcher import record_problem
 from pipelines.common.looks import Look
 
 LOOK_READS = 10
-"""The most pages of the pending-index the checks schedule's look reads; past them it runs the checks."""
+"""The most pages of the pending-index the checks schedule's look reads; past them it compares the invalid
+receivers alone (the hourly refresh runs the checks)."""
 
 PENDING_READ_LIMIT = 1000
 """The most pending records a tick reads of a due receiver; one with more (a backlog) is due at every batch
@@ -114,8 +115,8 @@ def orphaned_pending(
 
 def look_at_receivers(dynamodb, tables) -> Look:
     """The batching checks schedule's look: what two of the three checks read (a scan of the receivers
-    table and of the pending-index, at most :data:`LOOK_READS` pages: due past them); the third scans the
-    whole records table: the refresh covers it."""
+    table and of the pending-index, at most :data:`LOOK_READS` pages: past them, the invalid receivers alone);
+    the third scans the whole records table: the refresh covers it."""
     items = store.scan_receivers(dynamodb, tables.receivers_table)
     invalid = invalid_receivers(items)
     orphans = orphaned_pending(dynamodb, tables, items, LOOK_READS)

@@ -646,10 +646,10 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         refresh=dt.timedelta(hours=1),
         required_resource_keys={"dynamodb", "batching"},
         description="Every 15 minutes: the batching asset checks. Looks first (a scan of the receivers table and "
-        f"of the pending-index, at most {decider.LOOK_READS} pages: due past them) and runs them when the invalid "
-        "receivers or the pending records of deleted receivers differ from what the last checks recorded, and at "
-        "least every hour (the malformed records check scans the whole records table: it runs on that hourly "
-        "refresh, or with the others).",
+        f"of the pending-index, at most {decider.LOOK_READS} pages: past them the orphans are not compared) and runs "
+        "them when the invalid receivers or the pending records of deleted receivers differ from what the last "
+        "checks recorded, and at least every hour (the malformed records check scans the whole records table: it "
+        "runs on that hourly refresh, or with the others).",
     )
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
