@@ -277,7 +277,10 @@ def main() -> int:
             problems = [] if right == len(names) else [f"{len(names) - right} receivers not due with {args.records}"]
             return trials.Run(seconds, right, problems, calls=counter.total(), detail=dict(counter.calls))
 
-        labels = {"naive": "baseline: scan the records table", "decide": "decide: scan receivers + COUNT per due"}
+        labels = {
+            "naive": "baseline: scan the records table",
+            "decide": "decide: scan receivers + a keys query per due",
+        }
         ticks = trials.interleaved(["naive", "decide"], args.repeat, tick, label="decider tick / ")
         print("\n## decider tick (verified: every receiver due with all its pending records)")
         print("\n".join(trials.table(ticks, baseline="naive", unit="due receivers", labels=labels)))
