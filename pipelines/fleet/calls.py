@@ -2,7 +2,7 @@
 ``PutMetricData`` calls as possible (1000 datums a call, ``Values``/``Counts``: many samples, one datum)."""
 
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -43,9 +43,10 @@ def read_object(s3, bucket: str, key: str, *, what: str = "AWS call") -> bytes |
         raise
 
 
-def delete_parameters(ssm, names: Sequence[str]) -> dict[str, int]:
-    """``DeleteParameters`` in tens. A parameter that is already gone counts as ``missing``, not an error."""
-    counts = {"deleted": 0, "missing": 0}
+def delete_parameters(ssm, names: Sequence[str], counts: Counter | None = None) -> Counter:
+    """``DeleteParameters`` in tens, counted into ``counts`` as each ten is deleted (a later ten failing leaves
+    the earlier counted). A parameter that is already gone counts as ``missing``, not an error."""
+    counts = Counter(deleted=0, missing=0) if counts is None else counts
     for batch in chunks(sorted(set(names)), 10):
         response = aws_call(lambda batch=batch: ssm.delete_parameters(Names=list(batch)), what="DeleteParameters")
         counts["deleted"] += len(response.get("DeletedParameters", []))

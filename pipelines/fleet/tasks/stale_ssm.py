@@ -107,9 +107,8 @@ def stale_ssm(ctx: FleetContext, req: HousekeepingRequest, params: StaleSsmParam
     )
     deleted: Counter = Counter()
     if not req.dry_run:
-        try:  # counted batch by batch: a later batch failing still publishes what was deleted
-            for part in chunks(names, 10):
-                deleted.update(delete_parameters(ctx.ssm, part))
+        try:  # counted ten by ten: a later ten failing still publishes what was deleted
+            delete_parameters(ctx.ssm, names, deleted)
         finally:
             publish_count(ctx.cloudwatch, ctx.namespace, "SSMParametersDeleted", deleted["deleted"])
     return {
