@@ -24,7 +24,7 @@ class Counts:
     errored: int = 0
     retried: int = 0
     skipped_locked: int = 0
-    vanished: int = 0  # finished by their worker between the listing and the batch
+    vanished: int = 0  # gone meanwhile: finished by a worker, or collected by progressor's own collector or another run
     batches: int = 0
     batches_rolled_back: int = 0
     rolled_back_zombies: int = 0
@@ -379,7 +379,10 @@ def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.
         counts.skipped_locked += still
         counts.vanished += len(unlocked) - still
         if still:
-            log.info(f"batch {counts.batches}: {still} zombie(s) locked by a live worker, left for a later run")
+            log.info(
+                f"batch {counts.batches}: {still} zombie(s) locked meanwhile (by a worker, progressor's own collector "
+                "or another run), left for a later run"
+            )
 
     def attempt(batch: list[Zombie]) -> None:
         """One transaction for ``batch``; a row error splits a batch into one transaction per zombie."""
