@@ -10,7 +10,7 @@ import pytest
 from psycopg2 import sql
 
 from infra.demo import progressor_engine as engine
-from infra.demo.progressor_schema import create_namespace
+from infra.demo.progressor_schema import create_namespace, progressor_statement
 from pipelines.progressor.collector import ClockError, collect_zombies
 from pipelines.progressor.health import checks, measure
 from pipelines.progressor.params import ParamsError, collect_params
@@ -604,3 +604,24 @@ def test_the_health_figures_pass_over_a_running_row_started_at_minus_infinity(co
     ns, _ = infinite_world
     health = measure(conn, collect_params({"namespace": ns}))
     assert health.zombies == 4
+
+
+def test_health_counts_the_processes_progressors_own_collector_errored_today(conn):
+    """progressor's own collector sets no status_changed_at: its zombie task's finished_time tells when."""
+    ns = unique_namespace("own")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        for name in ("p-today", "p-two-days-ago"):  # created two days ago, the first task finished then
+            engine.start_process(cur, t, name, age_seconds=2 * 86400)
+        cur.execute(t.sql("DELETE FROM {running}"))
+        cur.execute(t.sql("UPDATE {tasks} SET status = 'finished', finished_time = now() - interval '2 days'"))
+        engine.run_task(cur, t, "p-today", "call", age_seconds=ZOMBIE_AGE)  # its worker node died
+    progressor_statement(conn, t, 96)
+    with conn, conn.cursor() as cur:  # went to error two days ago: its task finished then
+        cur.execute(
+            t.sql(
+                "UPDATE {processes} p SET status = 'error', corrupted_by = t.task_id FROM {tasks} t "
+                "WHERE p.process_id = 'p-two-days-ago' AND t.process_id = p.process_id"
+            )
+        )
+    assert measure(conn, collect_params({"namespace": ns})).errored_24h == 1

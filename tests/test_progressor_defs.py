@@ -342,9 +342,9 @@ class _RecordingCursor(psycopg2.extensions.cursor):
         return super().execute(query, vars)
 
 
-def test_health_schedule_look_reads_nothing_of_the_tasks_table(dsn, live_ns, monkeypatch):
-    """The look reads what the checks need (here processes, running, schedule): not the tasks by status or the
-    durations, whose scans grow with the tasks' history."""
+def test_health_schedule_look_reads_the_tasks_table_by_key_only(dsn, live_ns, monkeypatch):
+    """The look reads what the checks need (processes, running, schedule, and the corrupted_by task of a process
+    in error, by key): not the tasks by status or the durations, whose scans grow with the tasks' history."""
     [target] = load_targets_for(live_ns)
     connect = psycopg2.connect
     monkeypatch.setattr(psycopg2, "connect", lambda *a, **kw: connect(*a, cursor_factory=_RecordingCursor, **kw))
@@ -354,7 +354,8 @@ def test_health_schedule_look_reads_nothing_of_the_tasks_table(dsn, live_ns, mon
         _tick(health_schedule([target], job), dsn, instance)
     read = " ".join(_RecordingCursor.statements)
     assert f'"{tables_for(live_ns).name("running")}"' in read  # the look did read
-    assert f'"{tables_for(live_ns).name("tasks")}"' not in read
+    tasks = f'"{tables_for(live_ns).name("tasks")}"'
+    assert [s for s in _RecordingCursor.statements if tasks in s and "t.task_id = p.corrupted_by" not in s] == []
 
 
 def test_bad_target_is_one_line(tmp_path):

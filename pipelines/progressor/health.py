@@ -62,8 +62,11 @@ def measure(conn, params: CollectParams, *, checked_only: bool = False) -> Healt
             "AND scheduled_time < now() - make_interval(secs => {})",
             health.overdue_after_seconds,
         )
-        if "status_changed_at" in columns:
-            errored = "SELECT count(*) FROM {processes} WHERE status = 'error' AND status_changed_at > "
+        if "status_changed_at" in columns:  # progressor's own collector sets none: its zombie task's finished_time
+            errored = (
+                "SELECT count(*) FROM {processes} p LEFT JOIN {tasks} t ON t.task_id = p.corrupted_by "
+                "WHERE p.status = 'error' AND greatest(p.status_changed_at, t.finished_time) > "
+            )
         else:
             errored = "SELECT count(DISTINCT process_id) FROM {tasks} WHERE status = 'error' AND finished_time > "
         [(health.errored_24h,)] = rows(errored + "now() - interval '24 hours'")
