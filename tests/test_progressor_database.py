@@ -23,6 +23,7 @@ from tests.test_progressor_defs import RecordingCloudWatch
 pytestmark = pytest.mark.postgres
 
 ROOT = Path(__file__).resolve().parent.parent
+METRIC = "ProgressorZombiesCollected"
 GUARD_SECONDS = PATIENCE  # only the unbounded code waits this long: then the hold ends and the test fails
 
 
@@ -68,6 +69,37 @@ def test_a_statement_waiting_on_a_lock_is_cancelled_with_one_line(dsn, zombies):
     line = failure.event_specific_data.error.message.strip()
     assert line.endswith("(PROGRESSOR_DSN) failed: canceling statement due to lock timeout"), line
     assert "\n" not in line
+
+
+def test_a_run_cancelled_in_its_second_batch_still_publishes_what_the_first_collected(dsn):
+    """Batch 2 waits on the task row of a zombie's timer, which another transaction holds, until the statement
+    is cancelled: the run fails, and the five zombies batch 1 committed are still published."""
+    ns = unique_namespace("partway")
+    conn = psycopg2.connect(dsn)
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        for n in range(10):  # listed p-0 to p-9: batch 2 is p-5 to p-9
+            engine.start_process(cur, t, f"p-{n}", age_seconds=300)
+        timer = engine.schedule_task(cur, t, "p-7", "timeout")
+    conn.close()
+    holder = psycopg2.connect(dsn)
+    with holder.cursor() as cur:
+        cur.execute(t.sql("SELECT 1 FROM {tasks} WHERE task_id = {} FOR UPDATE", timer))
+    guard = threading.Timer(GUARD_SECONDS, holder.rollback)
+    guard.start()
+    cloudwatch = RecordingCloudWatch()
+    cloudwatch.get_client().calls.clear()
+    try:
+        collect_zombies_job.execute_in_process(
+            run_config={"namespace": ns, "batch_size": 5, "lock_timeout_ms": 60000},
+            resources={"progressor_db": ProgressorDatabase(dsn=dsn, statement_timeout=1), "cloudwatch": cloudwatch},
+            raise_on_error=False,
+        )
+    finally:
+        guard.cancel()
+        holder.close()
+    calls = cloudwatch.get_client().calls
+    assert [d["Value"] for call in calls for d in call["MetricData"] if d["MetricName"] == METRIC] == [5]
 
 
 def test_a_statement_running_too_long_is_cancelled_with_one_line(dsn):

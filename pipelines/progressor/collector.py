@@ -316,14 +316,17 @@ def prepare(conn, params: CollectParams, now: dt.datetime | None = None) -> tupl
         _rollback(conn)
 
 
-def collect_zombies(conn, params: CollectParams, log, *, on_batch=None, now: dt.datetime | None = None) -> Counts:
-    """Collect the namespace's zombies (or, with ``dry_run``, log what would be done). ``log`` has
+def collect_zombies(
+    conn, params: CollectParams, log, counts: Counts | None = None, *, on_batch=None, now: dt.datetime | None = None
+) -> Counts:
+    """Collect the namespace's zombies (or, with ``dry_run``, log what would be done), counting into ``counts``
+    (the caller's, which keeps what the committed batches did if a later one raises). ``log`` has
     ``info``/``warning``; ``on_batch(n)`` (tests) is called inside each batch's transaction after locking;
     ``now`` (tests) replaces the database's ``now()`` in telling a zombie."""
+    counts = Counts() if counts is None else counts
     tables, threshold, columns = prepare(conn, params, now)
     with_status_columns = {"previous_status", "status_changed_at"} <= columns
     threshold.clock.warn(log)
-    counts = Counts()
     with conn.cursor() as cur:
         # Candidates, oldest first, read without locks (one pass over the running table).
         zombies = _select_zombies(cur, tables, threshold, "WHERE {older} ORDER BY running_time, process_id")

@@ -6,25 +6,29 @@ from typing import Any
 from pipelines.common.aws_batches import put_metrics
 from pipelines.common.looks import Look
 from pipelines.common.task import Task, TaskRun
-from pipelines.progressor.collector import ClockError, collect_zombies, prepare
+from pipelines.progressor.collector import ClockError, Counts, collect_zombies, prepare
 from pipelines.progressor.health import collection_datums
 from pipelines.progressor.params import CollectParams
 from pipelines.progressor.schema import NamespaceError
 
 
 def collect(run: TaskRun, _request: None, params: CollectParams) -> dict[str, Any]:
-    with run.progressor_db.connection() as conn:
-        counts = collect_zombies(conn, params, run.log)
-    run.log.info(
-        f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, retried {counts.retried}, "
-        f"skipped_locked {counts.skipped_locked}, batches_rolled_back {counts.batches_rolled_back}, "
-        f"failed {counts.failed}"
-        + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
-    )
+    counts = Counts()
+    try:
+        with run.progressor_db.connection() as conn:
+            collect_zombies(conn, params, run.log, counts)
+    finally:  # a run failing part way still logs and publishes what its committed batches did
+        run.log.info(
+            f"progressor {params.namespace}: found {counts.found}, errored {counts.errored}, "
+            f"retried {counts.retried}, skipped_locked {counts.skipped_locked}, "
+            f"batches_rolled_back {counts.batches_rolled_back}, failed {counts.failed}"
+            + (f", would error {counts.would_error}, would retry {counts.would_retry}" if params.dry_run else "")
+        )
+        if not params.dry_run:
+            datums = collection_datums(params.namespace, counts.errored + counts.retried)
+            put_metrics(run.cloudwatch, run.progressor_db.metrics_namespace, datums)
     result = {**asdict(counts), "namespace": params.namespace, "action": params.action, "dry_run": params.dry_run}
     if not params.dry_run:
-        datums = collection_datums(params.namespace, counts.errored + counts.retried)
-        put_metrics(run.cloudwatch, run.progressor_db.metrics_namespace, datums)
         result["metrics_published"] = run.cloudwatch.published
     return result
 
