@@ -128,6 +128,28 @@ def test_error_action_leaves_other_namespace(conn, error_world):
     assert _one(conn, other, "SELECT status, detail FROM {processes}") == ("running", None)
 
 
+def test_error_action_keeps_when_a_process_already_in_error_went_to_error(conn):
+    """A repair of a process broken three days ago runs on a node that dies: the process stays as it was."""
+    ns = unique_namespace("repair")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        broken_by = engine.start_process(cur, t, "p-broken", age_seconds=3 * 86400)
+        cur.execute(t.sql("DELETE FROM {running}"))
+        cur.execute(t.sql("UPDATE {tasks} SET status = 'error', finished_time = now() - interval '3 days'"))
+        cur.execute(
+            t.sql(
+                "UPDATE {processes} SET status = 'error', previous_status = 'running', corrupted_by = {}, "
+                "status_changed_at = now() - interval '3 days'",
+                broken_by,
+            )
+        )
+        engine.run_task(cur, t, "p-broken", "repair", age_seconds=ZOMBIE_AGE)
+    went_to_error = "SELECT previous_status, status_changed_at FROM {processes}"
+    before = _one(conn, t, went_to_error)
+    _collect(conn, ns)
+    assert _one(conn, t, went_to_error) == before
+
+
 def test_second_run_is_idempotent(conn, error_world):
     ns, t, _, _ = error_world
     _collect(conn, ns)

@@ -235,7 +235,13 @@ def write_actions(cur, tables: Tables, actions: list[Action], with_status_column
             )
         )
         cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
-        extra = ", previous_status = p.status, status_changed_at = now()" if with_status_columns else ""
+        # a process already in error keeps them, as progressor's worker leaves a broken process's
+        extra = (
+            ", previous_status = CASE WHEN p.status <> 'error' THEN p.status ELSE p.previous_status END, "
+            "status_changed_at = CASE WHEN p.status <> 'error' THEN now() ELSE p.status_changed_at END"
+            if with_status_columns
+            else ""
+        )
         cur.execute(
             tables.sql(
                 "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
