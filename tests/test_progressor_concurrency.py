@@ -50,6 +50,23 @@ def _statuses(conn, t):
     return rows
 
 
+def _waits_on_a_lock(dsn, pid: int) -> bool:
+    """Whether the backend ``pid`` comes to wait on a lock (polled; at most PATIENCE seconds)."""
+    watch = psycopg2.connect(dsn)
+    watch.autocommit = True
+    deadline = time.monotonic() + PATIENCE
+    try:
+        with watch.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
+                if (cur.fetchone() or [None])[0] == "Lock":
+                    return True
+                time.sleep(0.01)
+        return False
+    finally:
+        watch.close()
+
+
 @pytest.fixture(scope="module")
 def raced(dsn):
     """Workers finish every third process while the collector runs in batches of 5; one worker holds a
@@ -149,16 +166,7 @@ def test_progressors_statement_deadlocks_with_a_live_worker(dsn):
     def once_the_collector_waits() -> None:
         """The worker holds the process row; it goes on to the running row once the collector waits on it."""
         worker_locked.set()
-        watch = psycopg2.connect(dsn)
-        watch.autocommit = True
-        deadline = time.monotonic() + PATIENCE
-        with watch.cursor() as cur:
-            while time.monotonic() < deadline:
-                cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (collector,))
-                if (cur.fetchone() or [None])[0] == "Lock":
-                    break
-                time.sleep(0.01)
-        watch.close()
+        _waits_on_a_lock(dsn, collector)
 
     def worker():
         wconn = psycopg2.connect(dsn)
@@ -184,3 +192,57 @@ def test_progressors_statement_deadlocks_with_a_live_worker(dsn):
     assert len(errors) == 1, errors
     if "collector" in errors:
         assert left == ZOMBIES - 1, "the whole statement rolled back, unrelated zombies included"
+
+
+def test_a_worker_completing_without_a_process_update_can_deadlock_with_a_batch(dsn):
+    """progressor's worker completes a step that changed no process field without an UPDATE of the process: its
+    task row first, then its running row, which the batch holds, while the batch goes on to that task row.
+    PostgreSQL ends one of the two, and the zombie is either collected or finished, never half of each."""
+    conn, ns, t = _world(dsn, "unchanged")
+    with conn.cursor() as cur:
+        cur.execute(t.sql("SELECT task_id FROM {running} WHERE process_id = 'p005'"))
+        [task_id] = cur.fetchone()
+    conn.rollback()
+    worker, ended = psycopg2.connect(dsn), {}
+
+    def complete() -> None:  # progressor's complete_and_suspend: do_cancel_timer, then do_complete_task
+        try:
+            with worker, worker.cursor() as cur:
+                cur.execute(
+                    t.sql(
+                        "WITH d AS (DELETE FROM {schedule} WHERE process_id = 'p005' AND task_type IN "
+                        "('timeout', 'remove') AND status IN ('waiting', 'blocked') RETURNING task_id) "
+                        "MERGE INTO {tasks} tt USING d ON tt.task_id = d.task_id "
+                        "WHEN MATCHED THEN UPDATE SET status = 'cancelled'"
+                    )
+                )
+                cur.execute(
+                    t.sql(
+                        "WITH deleted AS (DELETE FROM {running} WHERE process_id = 'p005') "
+                        "UPDATE {tasks} SET status = 'finished', finished_time = now() WHERE task_id = {}",
+                        task_id,
+                    )
+                )
+        except psycopg2.errors.DeadlockDetected:
+            ended["worker"] = True
+
+    thread = threading.Thread(target=complete)
+
+    def on_batch(_n: int) -> None:  # the batch holds the rows: the worker completes now, up to its wait on one
+        thread.start()
+        assert _waits_on_a_lock(dsn, worker.get_backend_pid()), "the worker never waited on the batch"
+
+    counts = collect_zombies(conn, collect_params({"namespace": ns}), ListLog(), on_batch=on_batch)
+    thread.join(PATIENCE)
+    worker.close()
+    with conn.cursor() as cur:
+        cur.execute(
+            t.sql(
+                "SELECT t.status, p.status FROM {tasks} t JOIN {processes} p USING (process_id) WHERE t.task_id = {}",
+                task_id,
+            )
+        )
+        statuses = cur.fetchone()
+    conn.close()
+    assert len(ended) + counts.batches_rolled_back == 1, "one side ended: the worker's completion or the batch"
+    assert statuses in (("error", "error"), ("finished", "running"))

@@ -1,5 +1,7 @@
 """Zombie collection beside live workers (docs/progressor.md, "How it works"), over psycopg2; no Dagster. Batches
-lock in the order progressor's workers do, so a task a live worker holds is skipped, never deadlocked on."""
+lock process and running rows first, skipping those held, so a worker that updates its process first is skipped
+or waits; one completing a task without a process update takes its task row first, and can deadlock with a
+batch (PostgreSQL ends one of the two)."""
 
 import contextlib
 import datetime as dt
