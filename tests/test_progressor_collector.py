@@ -647,3 +647,16 @@ def test_health_counts_the_processes_progressors_own_collector_errored_today(con
             )
         )
     assert measure(conn, collect_params({"namespace": ns})).errored_24h == 1
+
+
+def test_health_leaves_out_the_overdue_timers_of_a_process_with_a_running_task(conn):
+    """progressor's timer scanner starts no timer of a process with a running task (a zombie's here)."""
+    ns = unique_namespace("overdue")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-zombie", age_seconds=100, task_type="call")  # its node died
+        engine.start_process(cur, t, "p-idle", age_seconds=500)
+        cur.execute(t.sql("DELETE FROM {running} WHERE process_id = 'p-idle'"))
+        for name in ("p-zombie", "p-idle"):
+            engine.schedule_task(cur, t, name, "timeout", in_seconds=-70)
+    assert measure(conn, collect_params({"namespace": ns})).overdue_timers == 1

@@ -57,7 +57,8 @@ def dsn():
 
 @pytest.fixture
 def zombie_ns(dsn):
-    """A namespace with two zombies (a timer and a call), a live task and finished history."""
+    """A namespace with two zombies (a timer and a call), a live task and finished history, and an idle process
+    with an overdue timer."""
 
     def seed(cur, t) -> None:
         engine.start_process(cur, t, "p-timer", age_seconds=300, task_type="timeout")
@@ -65,7 +66,12 @@ def zombie_ns(dsn):
         engine.start_process(cur, t, "p-live", age_seconds=5)
         for ms in (30, 120, 400, 2000):
             finished_task(cur, t, "p-live", "call", duration_ms=ms, ago=60)
-        engine.schedule_task(cur, t, "p-live", "timeout", in_seconds=-200)  # overdue timer
+        engine.start_process(cur, t, "p-idle", age_seconds=2 * 86400)
+        cur.execute(t.sql("DELETE FROM {running} WHERE process_id = 'p-idle'"))
+        cur.execute(
+            t.sql("UPDATE {tasks} SET status = 'finished', finished_time = running_time WHERE process_id = 'p-idle'")
+        )
+        engine.schedule_task(cur, t, "p-idle", "timeout", in_seconds=-200)  # overdue timer
 
     return _seeded(dsn, "defs", seed)
 

@@ -59,7 +59,8 @@ def measure(conn, params: CollectParams, *, checked_only: bool = False) -> Healt
         [(health.overdue_timers, health.most_overdue_seconds)] = rows(
             "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
             "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
-            "AND scheduled_time < now() - make_interval(secs => {})",
+            "AND scheduled_time < now() - make_interval(secs => {}) "
+            "AND process_id NOT IN (SELECT process_id FROM {running})",  # progressor's scanner skips those
             health.overdue_after_seconds,
         )
         if "status_changed_at" in columns:  # progressor's own collector sets none: its zombie task's finished_time
@@ -95,7 +96,8 @@ class CheckOutcome:
 
 CHECKS = {
     "no_zombies": "No running task is older than progressor's zombie threshold.",
-    "timers_on_time": "No waiting timer is more than 2 x task_scan_timeout overdue (the timer scanner keeps up).",
+    "timers_on_time": "No waiting timer of a process with no running task is more than 2 x task_scan_timeout "
+    "overdue (the timer scanner keeps up).",
     "oldest_running_task": "The oldest running task is younger than the zombie threshold.",
     "no_recent_process_errors": "No process went to error in the last 24 hours.",
 }
