@@ -391,6 +391,19 @@ def test_the_housekeeping_queue_dispatches_tasks_and_dead_letters_what_it_cannot
     assert fs.depth(aws, HQ) == 0
 
 
+def test_runs_fleets_cost_report_message_is_acknowledged_with_one_log_line(aws, caplog):
+    """runs-fleet's EventBridge rules also send ``cost_report`` (its daily CloudWatch cost report)."""
+    caplog.set_level("INFO", logger="tests.fleet")
+    result = _drain_housekeeping(aws, [json.dumps({"task_type": "cost_report", "timestamp": _later()})])
+    assert result.counts["task_cost_report"] == 1
+    assert result.counts["dead_lettered"] == 0
+    assert result.counts["deleted"] == 1
+    assert [r.message for r in caplog.records if r.message.startswith("cost_report: ")] == [
+        "cost_report: runs-fleet's daily cost report is not made here (pool_cost_report is); acknowledged"
+    ]
+    assert fs.depth(aws, HDLQ) == 0
+
+
 FUTURE = "2999-01-01T00:00:00Z"
 
 

@@ -32,7 +32,13 @@ def _ids(tasks):
 
 
 def test_the_task_list_names_each_task_once():
-    assert sorted(task.name for task in TASKS) == ["old_jobs", "orphaned_instances", "pool_audit", "stale_ssm"]
+    assert sorted(task.name for task in TASKS) == [
+        "cost_report",
+        "old_jobs",
+        "orphaned_instances",
+        "pool_audit",
+        "stale_ssm",
+    ]
 
 
 @pytest.mark.parametrize("task", TASKS, ids=_ids(TASKS))

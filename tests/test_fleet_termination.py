@@ -106,6 +106,50 @@ def _valid_body(job):
     return fs.termination_body(job, "success")
 
 
+def _started_body(job):
+    """What runs-fleet's agent sends at a job's start (its JobStatus: no error, zero completed_at)."""
+    return json.dumps(
+        {
+            "instance_id": job["instance_id"],
+            "job_id": job["job_id"],
+            "status": "started",
+            "exit_code": 0,
+            "duration_seconds": 0,
+            "started_at": job["started_at"],
+            "completed_at": "0001-01-01T00:00:00Z",
+        }
+    )
+
+
+def test_the_agents_started_message_is_acknowledged_and_its_interrupted_by_is_read(aws):
+    """runs-fleet's agent sends ``started`` at each job's start, and ``interrupted_by`` with an interruption."""
+    short, long, interrupted = fs.start_jobs(aws, 3)
+    bodies = [
+        _started_body(short),
+        _valid_body(short),  # the same round: the start is no copy of the completion
+        _started_body(long),
+        fs.termination_body(interrupted, "interrupted", interrupted_by="spot-interruption"),
+    ]
+    fs.send(aws, bodies)
+    result = fs.drain(aws)
+    assert result.counts["started"] == 2
+    assert result.counts["applied"] == 2
+    assert result.counts["dead_lettered"] == 0
+    assert result.counts["deleted"] == 4
+    state = fs.jobs_state(aws)
+    assert state[short["job_id"]]["status"] == "completed"
+    assert state[long["job_id"]]["status"] == "running"
+    assert state[interrupted["job_id"]]["status"] == "interrupted"
+    assert fs.runner_parameters(aws) == {runner_parameter(long["instance_id"])}
+    assert fs.depth(aws, DLQ) == 0
+
+
+def test_an_interrupted_by_that_is_not_text_is_refused():
+    body = fs.termination_body({"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}, interrupted_by=["spot"])
+    with pytest.raises(InvalidMessage, match="^interrupted_by must be a string"):
+        parse_termination(body, received_at=dt.datetime.now(dt.UTC))
+
+
 MALFORMED = {
     "not json": "this is not json",
     "blank": "   ",

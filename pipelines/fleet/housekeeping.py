@@ -26,7 +26,20 @@ class TaskResult:
     audit: AuditRun | None = None
 
 
-TASKS: tuple[Task, ...] = (orphaned_instances.TASK, stale_ssm.TASK, old_jobs.TASK, pool_audit.TASK)
+@dataclass(frozen=True)
+class NoParams:
+    """A task without parameters of its own."""
+
+
+def cost_report(ctx: FleetContext, request: HousekeepingRequest, params: NoParams) -> dict[str, Any]:
+    """runs-fleet's daily cost report (its CloudWatch job and fleet metrics, to S3 and SNS) is not made here."""
+    ctx.log.info("cost_report: runs-fleet's daily cost report is not made here (pool_cost_report is); acknowledged")
+    return {}
+
+
+COST_REPORT = Task(name="cost_report", params=NoParams, run=cost_report, clients=())
+
+TASKS: tuple[Task, ...] = (orphaned_instances.TASK, stale_ssm.TASK, old_jobs.TASK, pool_audit.TASK, COST_REPORT)
 """The housekeeping tasks: adding one is its module and one entry here."""
 
 TASKS_BY_NAME: dict[str, Task] = {task.name: task for task in TASKS}

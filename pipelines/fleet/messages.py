@@ -20,6 +20,8 @@ RUNNER_PARAMETER_RE = re.compile(rf"{RUNNER_PREFIX}(?P<instance_id>{INSTANCE_ID_
 # Termination message status -> job status (contract).
 STATUS_MAP = {"success": "completed", "failure": "failed", "timeout": "timeout", "interrupted": "interrupted"}
 FINAL_STATUSES = tuple(STATUS_MAP.values())
+STARTED = "started"
+"""The status runs-fleet's agent sends when a job starts; runs-fleet's handler ignores it, and so does the drain."""
 
 MAX_JOB_ID = 256
 MAX_ERROR = 4096
@@ -172,12 +174,13 @@ def _text(value: Any, name: str, max_len: int, *, allow_empty: bool = False) -> 
 class Termination:
     instance_id: str
     job_id: str
-    status: str  # success | failure | timeout | interrupted
+    status: str  # success | failure | timeout | interrupted, or started (nothing else is read)
     completed_at: str  # normalised ISO-8601 (sorts as text in completed_at-index)
     exit_code: int | None = None
     duration_seconds: float | None = None
     started_at: str | None = None
     error: str | None = None
+    interrupted_by: str | None = None  # what interrupted the job (runs-fleet's agent, optional); not stored
 
     @property
     def job_status(self) -> str:
@@ -196,8 +199,10 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     if _CONTROL.search(job_id) or job_id != job_id.strip():
         raise InvalidMessage("job_id contains control characters or surrounding spaces")
     status = data["status"]
-    if not isinstance(status, str) or status not in STATUS_MAP:
+    if not isinstance(status, str) or status not in (*STATUS_MAP, STARTED):
         raise InvalidMessage(f"unknown status {str(status)[:40]!r}")
+    if status == STARTED:
+        return Termination(instance_id=instance_id, job_id=job_id, status=status, completed_at=iso(received_at))
     exit_code = data.get("exit_code")
     if exit_code is not None:
         if isinstance(exit_code, bool) or not isinstance(exit_code, int | float):
@@ -223,6 +228,9 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
     error = None
     if data.get("error") is not None:
         error = _text(data["error"], "error", MAX_ERROR, allow_empty=True) or None
+    interrupted_by = None
+    if data.get("interrupted_by") is not None:
+        interrupted_by = _text(data["interrupted_by"], "interrupted_by", MAX_ERROR, allow_empty=True) or None
     return Termination(
         instance_id=instance_id,
         job_id=job_id,
@@ -232,6 +240,7 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
         duration_seconds=duration,
         started_at=iso(started) if started else None,
         error=error,
+        interrupted_by=interrupted_by,
     )
 
 

@@ -19,7 +19,14 @@ from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters, put_object, read_object
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
-from pipelines.fleet.messages import InvalidMessage, Termination, fingerprint, parse_termination, runner_parameter
+from pipelines.fleet.messages import (
+    STARTED,
+    InvalidMessage,
+    Termination,
+    fingerprint,
+    parse_termination,
+    runner_parameter,
+)
 from pipelines.fleet.queues import dead_letter_into, delete_messages
 from pipelines.fleet.tasks.old_jobs import archived_job_key
 
@@ -166,6 +173,10 @@ class TerminationHandler:
             except InvalidMessage as exc:
                 self.log.warning(f"dead-lettering message {message.get('MessageId')}: {exc.reason}")
                 pending.poison.append((message, exc.reason))
+                continue
+            if term.status == STARTED:  # a job's start: nothing to update (runs-fleet ignores it too)
+                counts["started"] += 1
+                pending.to_ack.append(message)
                 continue
             if term.job_id in jobs:  # a copy in the same round follows the first one's outcome
                 jobs[term.job_id].messages.append(message)
