@@ -16,6 +16,7 @@ import dagster as dg
 import pytest
 from botocore.exceptions import ClientError
 
+from pipelines.common import to_item
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet import drain as drain_module
 from pipelines.fleet import queues
@@ -142,6 +143,23 @@ def test_the_agents_started_message_is_acknowledged_and_its_interrupted_by_is_re
     assert state[interrupted["job_id"]]["status"] == "interrupted"
     assert fs.runner_parameters(aws) == {runner_parameter(long["instance_id"])}
     assert fs.depth(aws, DLQ) == 0
+
+
+def test_a_job_in_any_status_but_a_final_one_is_ended_by_its_termination(aws):
+    """runs-fleet completes a job whatever its status: ``queued`` (the contract's), ``terminating`` (set by
+    later runs-fleet versions on a spot interruption, before the agent's ``interrupted``)."""
+    queued, terminating = fs.start_jobs(aws, 2)
+    table = aws.env["RUNS_FLEET_JOBS_TABLE"]
+    for job, status in ((queued, "queued"), (terminating, "terminating")):
+        aws.client("dynamodb").put_item(TableName=table, Item=to_item({**job, "status": status}))
+    fs.send(aws, [_valid_body(queued), fs.termination_body(terminating, "interrupted")])
+    result = fs.drain(aws)
+    assert result.counts["applied"] == 2
+    assert result.counts["duplicates"] == 0
+    state = fs.jobs_state(aws)
+    assert state[queued["job_id"]]["status"] == "completed"
+    assert state[terminating["job_id"]]["status"] == "interrupted"
+    assert fs.runner_parameters(aws) == set()
 
 
 def test_an_interrupted_by_that_is_not_text_is_refused():

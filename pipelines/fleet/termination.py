@@ -20,6 +20,7 @@ from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters, put_
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
 from pipelines.fleet.messages import (
+    FINAL_STATUSES,
     STARTED,
     InvalidMessage,
     Termination,
@@ -82,16 +83,18 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
     if t.started_at:
         sets.append("#started_at = if_not_exists(#started_at, :started_at)")
         values["started_at"] = t.started_at
+    finals = {f":final_{status}": status for status in FINAL_STATUSES}
     return {
         "Update": {
             "TableName": table,
             "Key": {"job_id": {"S": t.job_id}},
             "UpdateExpression": "SET " + ", ".join(sets),
             # The job must exist: a late copy must not recreate a job that old_jobs archived and deleted.
+            # Any status but a final one ends (runs-fleet completes a job whatever its status).
             "ConditionExpression": "attribute_exists(#job_id) AND "
-            "(attribute_not_exists(#status) OR #status = :running)",
+            f"(attribute_not_exists(#status) OR NOT #status IN ({', '.join(finals)}))",
             "ExpressionAttributeNames": {f"#{k}": k for k in values} | {"#job_id": "job_id"},
-            "ExpressionAttributeValues": to_item({f":{k}": v for k, v in values.items()} | {":running": "running"}),
+            "ExpressionAttributeValues": to_item({f":{k}": v for k, v in values.items()} | finals),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
     }
