@@ -162,6 +162,25 @@ def test_a_job_in_any_status_but_a_final_one_is_ended_by_its_termination(aws):
     assert fs.runner_parameters(aws) == set()
 
 
+def test_a_message_naming_another_instance_than_the_jobs_is_dead_lettered_and_changes_nothing(aws):
+    a, b, unplaced = fs.start_jobs(aws, 3)
+    no_instance = {k: v for k, v in unplaced.items() if k != "instance_id"}  # any instance may end it
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(no_instance))
+    forged = fs.termination_body({"job_id": a["job_id"], "instance_id": b["instance_id"]})
+    fs.send(aws, [forged, _valid_body(unplaced)])
+    result = fs.drain(aws)
+    assert result.counts["applied"] == 1
+    assert result.counts["dead_lettered"] == 1
+    state = fs.jobs_state(aws)
+    assert state[a["job_id"]]["status"] == "running"
+    assert state[a["job_id"]]["instance_id"] == a["instance_id"]
+    assert state[unplaced["job_id"]]["instance_id"] == unplaced["instance_id"]
+    assert fs.runner_parameters(aws) == {runner_parameter(a["instance_id"]), runner_parameter(b["instance_id"])}
+    (dead,) = fs.read_all(aws, DLQ)
+    reason = dead["MessageAttributes"]["groundskeeper-reason"]["StringValue"]
+    assert reason == f"job {a['job_id']!r} has instance_id {a['instance_id']}, not {b['instance_id']}"
+
+
 def test_an_interrupted_by_that_is_not_text_is_refused():
     body = fs.termination_body({"instance_id": "i-0123456789abcdef0", "job_id": "j-1"}, interrupted_by=["spot"])
     with pytest.raises(InvalidMessage, match="^interrupted_by must be a string"):

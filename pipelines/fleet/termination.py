@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from pipelines.common import first_line, to_item
+from pipelines.common import first_line, printable, to_item
 from pipelines.common.aws_batches import chunks, no_such_object, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
@@ -90,9 +90,11 @@ def _update(table: str, round_id: str, job: _Job) -> dict[str, Any]:
             "Key": {"job_id": {"S": t.job_id}},
             "UpdateExpression": "SET " + ", ".join(sets),
             # The job must exist: a late copy must not recreate a job that old_jobs archived and deleted.
-            # Any status but a final one ends (runs-fleet completes a job whatever its status).
+            # Any status but a final one ends (runs-fleet completes a job whatever its status); only the
+            # job's own instance (or any, for a job with none yet) ends it.
             "ConditionExpression": "attribute_exists(#job_id) AND "
-            f"(attribute_not_exists(#status) OR NOT #status IN ({', '.join(finals)}))",
+            f"(attribute_not_exists(#status) OR NOT #status IN ({', '.join(finals)})) AND "
+            "(attribute_not_exists(#instance_id) OR #instance_id = :instance_id)",
             "ExpressionAttributeNames": {f"#{k}": k for k in values} | {"#job_id": "job_id"},
             "ExpressionAttributeValues": to_item({f":{k}": v for k, v in values.items()} | finals),
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
@@ -287,6 +289,12 @@ class TerminationHandler:
                         out.refused.append(
                             (job, f"unknown job_id {job.term.job_id[:80]!r}: no such job, none archived")
                         )
+                    continue
+                owner, sender = job.current.get("instance_id", job.term.instance_id), job.term.instance_id
+                if owner != sender:  # another instance's message must not end this job
+                    out.refused.append(
+                        (job, f"job {job.term.job_id[:80]!r} has instance_id {printable(owner)[:40]}, not {sender}")
+                    )
                     continue
                 if job.current.get("termination_digest") != job.digest or not isinstance(old_round, str):
                     out.conditional.append(job)  # another message, or the job ended some other way
