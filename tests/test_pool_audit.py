@@ -522,6 +522,36 @@ def test_a_desired_idle_out_of_range_is_its_pools_problem_and_the_other_pools_ar
     assert run.audit.totals["pools_in_totals"] == 1
 
 
+def test_a_runs_fleet_pool_wants_desired_running_idle_and_its_spot_instances_are_priced_as_ec2_launched_them(aws):
+    """runs-fleet's PoolConfig has desired_running (no desired_idle) and no spot: it launches each instance
+    spot or on-demand, which EC2's InstanceLifecycle tells."""
+    ddb, ec2 = aws.client("dynamodb"), aws.client("ec2")
+    pool = {
+        "pool_name": "warm",
+        "instance_type": "t3.small",
+        "desired_running": 2,
+        "desired_stopped": 1,
+        "idle_timeout_minutes": 10,
+        "schedules": [{"name": "nights", "start_hour": 20, "end_hour": 6, "desired_running": 0}],
+        "region": "us-east-1",
+    }
+    ddb.put_item(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"], Item=to_item(pool))
+    tags = [{"ResourceType": "instance", "Tags": [{"Key": "runs-fleet:managed", "Value": "true"}]}]
+    tags[0]["Tags"].append({"Key": "runs-fleet:pool", "Value": "warm"})
+    launch = {"ImageId": AMI, "InstanceType": "t3.small", "TagSpecifications": tags}
+    ec2.run_instances(MinCount=2, MaxCount=2, InstanceMarketOptions={"MarketType": "spot"}, **launch)
+    (busy,) = ec2.run_instances(MinCount=1, MaxCount=1, **launch)["Instances"]
+    job = {"job_id": "j-warm", "instance_id": busy["InstanceId"], "status": "running"}
+    ddb.put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(job))
+    row = run_pool_audit(_audit_ctx(aws), prices=PRICES, dry_run=True).audit.table.set_index("pool").loc["warm"]
+    assert row.problem == ""
+    assert row.idle == 2  # the two spot instances
+    assert row.idle_excess == 0  # desired_running 2
+    assert row.spot == 2
+    assert row.compute_cost_usd_per_hour == pytest.approx(0.0208 + 2 * 0.0208 * 0.35)
+    assert row.idle_cost_usd_per_hour == pytest.approx(2 * 0.0208 * 0.35)
+
+
 def test_metrics_are_batched_1000_datums_per_call(aws):
     cw = aws.client("cloudwatch")
     counter = _Calls(cw)

@@ -51,7 +51,8 @@ def load_pools(dynamodb, table: str) -> list[dict[str, Any]]:
 
 
 def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
-    """Managed instances as ``instance_id, state, pool, instance_type`` rows (``pool`` None without a pool tag)."""
+    """Managed instances as ``instance_id, state, pool, instance_type, spot`` rows (``pool`` None without a pool
+    tag; ``spot``: EC2's ``InstanceLifecycle`` is ``spot``)."""
     rows: list[dict[str, Any]] = []
     pages = ec2.get_paginator("describe_instances").paginate(
         Filters=[
@@ -67,6 +68,7 @@ def list_fleet_instances(ec2, progress: Callable[[str], None] | None = None) -> 
                 "state": inst.get("State", {}).get("Name", ""),
                 "pool": instance_tags(inst).get(POOL_TAG),
                 "instance_type": inst.get("InstanceType"),
+                "spot": inst.get("InstanceLifecycle") == "spot",
             }
             for reservation in page.get("Reservations", [])
             for inst in reservation.get("Instances", [])
@@ -232,7 +234,7 @@ def look_at_fleet(ctx: FleetContext) -> Look:
     """``pool_audit_schedule``'s look (``ctx.dynamodb`` and ``ctx.ec2`` only; docs/fleet.md, "Pool audit")."""
     pools, instances, busy, read = _read_fleet(ctx)
     counted = Counter(
-        (i["pool"] or "", i["state"], i["instance_type"] or "", i["instance_id"] in busy) for i in instances
+        (i["pool"] or "", i["state"], i["instance_type"] or "", i["spot"], i["instance_id"] in busy) for i in instances
     )
     state = {
         "pools": sorted(json.dumps(pool, sort_keys=True, default=str) for pool in pools),

@@ -28,8 +28,9 @@ PRICE_COLUMNS = ["hourly_price_usd", "price_source"]
 FIGURE_COLUMNS = ["compute_cost_usd_per_hour", "idle_cost_usd_per_hour", "utilization_pct"]
 SNAPSHOT_COLUMNS = [*POOL_COLUMNS, *COUNT_COLUMNS, *PRICE_COLUMNS, *FIGURE_COLUMNS, "in_totals", "problem"]
 # What the pools table gives per pool (:func:`pool_config`); the rest of a row is counted or derived.
-CONFIG_COLUMNS = [*POOL_COLUMNS, *PRICE_COLUMNS, "problem"]
-INSTANCE_COLUMNS = ["instance_id", "state", "pool", "instance_type"]
+# ``spot_factor``: applied to the pool's spot instances (1: the price is already the one of every instance).
+CONFIG_COLUMNS = [*POOL_COLUMNS, *PRICE_COLUMNS, "spot_factor", "problem"]
+INSTANCE_COLUMNS = ["instance_id", "state", "pool", "instance_type"]  # and ``spot``: EC2's InstanceLifecycle
 # EC2 states -> the audit's buckets. shutting-down and terminated instances are not capacity.
 STATE_BUCKET = {"pending": "pending", "running": "running", "stopping": "stopped", "stopped": "stopped"}
 MAX_DESIRED_IDLE = 1_000_000  # beyond it a pool's desired_idle is a typo (and past 2**63 no count holds it)
@@ -88,17 +89,18 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         problems.append("instance_type is not a plain name (an EC2 instance type such as m5.large)")
         instance_type = pool_label(instance_type)
 
-    desired_idle = item.get("desired_idle", 0)
+    wanted = "desired_idle" if "desired_idle" in item else "desired_running"  # runs-fleet's PoolConfig: the latter
+    desired_idle = item.get(wanted, 0)
     if not _is_number(desired_idle) or not 0 <= desired_idle <= MAX_DESIRED_IDLE or int(desired_idle) != desired_idle:
-        problems.append(f"invalid desired_idle {desired_idle!r} (a whole number from 0 to {MAX_DESIRED_IDLE})")
+        problems.append(f"invalid {wanted} {desired_idle!r} (a whole number from 0 to {MAX_DESIRED_IDLE})")
         desired_idle = 0
 
-    spot = item.get("spot", False)
-    if not isinstance(spot, bool):
+    spot = item.get("spot")  # absent (runs-fleet's pools): each instance's own, as runs-fleet launches it
+    if spot is not None and not isinstance(spot, bool):
         problems.append(f"invalid spot {spot!r} (must be a boolean)")
         spot = False
 
-    price, source = None, ""
+    price, source, factor = None, "", 1.0
     if (own := item.get("hourly_price_usd")) is not None:
         if not _is_number(own):
             problems.append(f"invalid hourly_price_usd {own!r}")
@@ -112,6 +114,8 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
             problems.append(f"instance type {instance_type} is not in the {label} and the pool has no price")
         elif spot:
             price, source = listed * prices.spot_factor, f"{label} x spot {prices.spot_factor:g}"
+        elif spot is None:
+            price, source, factor = listed, f"{label}, spot instances x {prices.spot_factor:g}", prices.spot_factor
         else:
             price, source = listed, label
     return {
@@ -122,6 +126,7 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         "desired_idle": int(desired_idle),
         "hourly_price_usd": price,
         "price_source": source,
+        "spot_factor": factor,
         "problem": "; ".join(problems),
     }
 
@@ -152,7 +157,7 @@ def audit_pools(
 
     configs = pd.DataFrame([pool_config(item, prices) for item in pools], columns=CONFIG_COLUMNS)
 
-    inst = pd.DataFrame(instances, columns=INSTANCE_COLUMNS)
+    inst = pd.DataFrame(instances, columns=[*INSTANCE_COLUMNS, "spot"])
     inst = inst.assign(bucket=inst["state"].map(STATE_BUCKET)).dropna(subset=["bucket"])
     tag = inst["pool"].fillna("").astype(str)
     untagged = tag.str.strip() == ""
@@ -161,17 +166,19 @@ def audit_pools(
     inst.loc[untagged, "kind"] = "untagged"
     inst.loc[~untagged & ~inst["label"].isin(set(configs["pool"])), "kind"] = "unknown_pool"
     inst["busy"] = (inst["bucket"] == "running") & inst["instance_id"].isin(busy_instance_ids)
+    inst["spot_running"] = (inst["bucket"] == "running") & inst["spot"].eq(True)
+    inst["spot_idle"] = inst["spot_running"] & ~inst["busy"]
 
     groups = inst.groupby(["label", "kind"])
     counts = pd.crosstab([inst["label"], inst["kind"]], inst["bucket"]).reindex(columns=BUCKETS, fill_value=0)
-    counts["busy"] = groups["busy"].sum()
+    for column in ("busy", "spot_running", "spot_idle"):
+        counts[column] = groups[column].sum()
     counts["ec2_types"] = groups["instance_type"].agg(lambda s: ",".join(sorted(set(s.dropna()))))
     counts = counts.reset_index().rename(columns={"label": "pool"})
 
     table = configs.merge(counts, on=["pool", "kind"], how="outer")
-    for column in [*BUCKETS, "busy", "desired_idle"]:
+    for column in [*BUCKETS, "busy", "desired_idle", "spot_running", "spot_idle"]:
         table[column] = table[column].fillna(0).astype("int64")
-    table["spot"] = table["spot"].fillna(False).astype(bool)
     table["instance_type"] = table["instance_type"].fillna(table["ec2_types"]).fillna("")
     table["price_source"] = table["price_source"].fillna("")
     table["problem"] = table["kind"].map(LEFT_OUT).fillna(table["problem"]).fillna("")
@@ -180,9 +187,13 @@ def audit_pools(
     table["idle"] = table["running"] - table["busy"]
     table["idle_excess"] = (table["idle"] - table["desired_idle"]).clip(lower=0)
     table["in_totals"] = (table["kind"] == "pool") & (table["problem"] == "")
+    # The pool item's spot (true or false) is every instance's; else EC2 says which instances are spot.
+    given = table["spot"].notna()
+    table["spot"] = table["spot_running"].where(~given, table["running"].where(table["spot"].eq(True), 0))
     price = table["hourly_price_usd"].where(table["in_totals"])
-    table["compute_cost_usd_per_hour"] = table["running"] * price
-    table["idle_cost_usd_per_hour"] = table["idle"] * price
+    spot_off = price * (1 - table["spot_factor"].fillna(1.0))  # what a spot instance costs less than the price
+    table["compute_cost_usd_per_hour"] = table["running"] * price - table["spot_running"] * spot_off
+    table["idle_cost_usd_per_hour"] = table["idle"] * price - table["spot_idle"] * spot_off
     running = table["running"].where(table["running"] > 0)
     table["utilization_pct"] = (100.0 * table["busy"] / running).fillna(0.0)
     table = table.assign(_k=table["kind"].map(KINDS.index)).sort_values(["_k", "pool"])
