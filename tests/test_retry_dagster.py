@@ -526,6 +526,24 @@ def test_a_run_tag_whose_delay_function_would_exit_leaves_the_sensor_running(ins
     assert json.loads(data.cursor)["pending"] == {}
 
 
+@pytest.mark.parametrize(
+    "bad", [{"kind": []}, {"kind": {}}, {"kind": "exponential", "initial": 5, "maxAttempts": 5, "jitter": {}}]
+)
+def test_a_run_tag_of_the_wrong_json_type_leaves_the_sensor_retrying_other_runs(instance, tmp_path, bad):
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "good").mkdir()
+    sensor, defs, _ = _first_failure(instance, tmp_path / "bad", bad, failures=9)
+    good = flaky_job.execute_in_process(
+        run_config=_config(tmp_path / "good", failures=9),
+        tags={POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})},
+        instance=instance,
+        raise_on_error=False,
+    )
+    data, cursor = _tick(sensor, instance, defs, None)
+    assert [r.run_key for r in data.run_requests] == [good.run_id]
+    assert json.loads(cursor)["pending"] == {}
+
+
 CLI_PACKAGE = "tests.retry_function_package"
 
 

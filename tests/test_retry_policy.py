@@ -185,6 +185,10 @@ def test_the_rfc_examples_give_the_expected_delays():
         ),
         ({"kind": "function", "path": "tests.retry_delay_functions:linear", "maxAttempts": -2}, "maxAttempts", -2),
         ({"kind": "none", "nonRetryable": "ValueError"}, "nonRetryable", "ValueError"),
+        ({"kind": []}, "kind", []),
+        ({"kind": {}}, "kind", {}),
+        ({"kind": "exponential", "initial": 5, "maxAttempts": 5, "jitter": {}}, "jitter", {}),
+        ({"kind": "exponential", "initial": 5, "maxAttempts": 5, "jitter": ["full"]}, "jitter", ["full"]),
     ],
 )
 def test_bad_input_names_the_field_and_the_value(obj, field, value):

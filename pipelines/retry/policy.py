@@ -311,7 +311,7 @@ def exponential(
 
 
 def _jitter(name: Any, ratio: Any) -> Jitter:
-    if name not in JITTERS:
+    if not isinstance(name, str) or name not in JITTERS:
         raise invalid("jitter", name, f"one of {sorted(JITTERS)}")
     ratio = _number("jitterRatio", ratio, 0, 1, "a number in [0, 1]")
     return Jitter("plus-minus", -ratio, ratio) if name == "plus-minus" else JITTERS[name]

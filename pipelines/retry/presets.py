@@ -129,7 +129,7 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
             raise p.RetryPolicyError("policy is nested too deeply to be a policy", field="policy", value=None) from None
     if not isinstance(obj, dict):
         raise p.invalid("policy", obj, "a JSON object")
-    if (kind := obj.get("kind")) not in _FIELDS:
+    if not isinstance(kind := obj.get("kind"), str) or kind not in _FIELDS:
         raise p.invalid("kind", kind, f"one of {sorted(_FIELDS)}")
     build, required, optional = _FIELDS[kind]
     if missing := sorted(required - obj.keys()):
@@ -140,7 +140,10 @@ def policy_from_json(obj: Any) -> p.RetryPolicy:
             field=unknown[0],
             value=obj[unknown[0]],
         )
-    return build(**{re.sub("([A-Z])", r"_\1", key).lower(): value for key, value in obj.items() if key != "kind"})
+    try:
+        return build(**{re.sub("([A-Z])", r"_\1", key).lower(): value for key, value in obj.items() if key != "kind"})
+    except TypeError as exc:  # a value of a type no check above expected: a policy error, never the caller's crash
+        raise p.RetryPolicyError(f"{kind} policy is malformed: {exc}", field="policy", value=obj) from None
 
 
 def policy_from_text(text: str) -> p.RetryPolicy:
