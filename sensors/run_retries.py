@@ -58,6 +58,14 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
     return None, {}
 
 
+def _gone_partition(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str | None:
+    """The failed run's partition if its job no longer has it (a run request for it would fail the whole tick)."""
+    partition = run.tags.get(PARTITION_TAG)
+    partitions_def = context.repository_def.get_job(run.job_name).partitions_def if partition else None
+    with dg.partition_loading_context(dynamic_partitions_store=context.instance):
+        return partition if partitions_def and not partitions_def.has_partition_key(partition) else None
+
+
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
     """``jobs``: every job of the code location."""
     job_names = {job.name for job in jobs}
@@ -114,6 +122,8 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 how = {DAGSTER_PARENT_TAG: "re-executed", RETRY_OF_TAG: "retried"}
                 child = child_run(instance, run_id, how)
                 reason = f"it was already {how[child[0]]} as run {child[1]}" if child else None
+            if not reason and (gone := _gone_partition(context, run)):
+                reason = f"its partition {gone} is gone"  # a dynamic partition deleted, a window that moved on
             if reason:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue

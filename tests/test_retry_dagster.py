@@ -19,7 +19,7 @@ from pipelines.common.defs.failures import (
 )
 from pipelines.retry import PRESETS, RetryPolicyError, exponential, fixed, none
 from pipelines.retry.defs import RetryPoliciesParams, build_defs
-from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
+from pipelines.retry.tags import ATTEMPT_TAG, PARTITION_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from sensors.run_retries import build_delayed_run_retries
 
 THROTTLED = {"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}
@@ -542,6 +542,41 @@ def test_a_run_tag_of_the_wrong_json_type_leaves_the_sensor_retrying_other_runs(
     data, cursor = _tick(sensor, instance, defs, None)
     assert [r.run_key for r in data.run_requests] == [good.run_id]
     assert json.loads(cursor)["pending"] == {}
+
+
+@pytest.mark.parametrize("kind", ["static", "dynamic"])
+def test_a_retry_whose_partition_is_gone_is_dropped_and_the_other_retries_go_on(instance, tmp_path, kind):
+    """Partition a is gone since its run failed (a dynamic partition deleted, a window that moved on): a run
+    request for it would fail the whole tick, its cursor unsaved, and so every retry after it."""
+    if kind == "dynamic":
+        parts = dg.DynamicPartitionsDefinition(name="receivers")
+        instance.add_dynamic_partitions("receivers", ["b"])
+    else:
+        parts = dg.StaticPartitionsDefinition(["b"])
+
+    @dg.asset(partitions_def=parts)
+    def per_receiver() -> None:
+        raise RuntimeError("boom")
+
+    sensor = build_delayed_run_retries([dg.define_asset_job("per_receiver_job", [per_receiver]), flaky_job])
+    defs = dg.Definitions(assets=[per_receiver], jobs=sensor.jobs, sensors=[sensor])
+    zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
+    for partition in ("a", "b"):
+        run = instance.create_run_for_job(
+            job_def=defs.resolve_job_def("per_receiver_job"), tags={POLICY_TAG: zero, PARTITION_TAG: partition}
+        )
+        instance.report_run_failed(run)
+    flaky_job.execute_in_process(
+        run_config=_config(tmp_path, failures=9), tags={POLICY_TAG: zero}, instance=instance, raise_on_error=False
+    )
+    # as the daemon's: with the instance's ref, the run requests' dynamic partitions are read from it
+    context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs)
+    data = sensor.evaluate_tick(context)
+    assert sorted((r.job_name, r.partition_key) for r in data.run_requests) == [
+        ("flaky_job", None),
+        ("per_receiver_job", "b"),
+    ]
+    assert json.loads(data.cursor)["pending"] == {}
 
 
 CLI_PACKAGE = "tests.retry_function_package"
