@@ -3,6 +3,7 @@ so that the retries waiting for their delay are kept in its own cursor."""
 
 import contextlib
 import json
+import math
 import time
 from collections.abc import Sequence
 
@@ -52,7 +53,9 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
         after, pending = state.get("after"), state.get("pending", {})
         if (after is None or isinstance(after, int)) and isinstance(pending, dict):
             for item in pending.values():
-                float(item["due"]), int(item["attempt"]), str(item["job"])
+                due, _, _ = item["due"], int(item["attempt"]), str(item["job"])  # an item not a dict raises
+                if isinstance(due, bool) or not math.isfinite(due):  # so does a string: due is epoch seconds
+                    raise ValueError(due)
             return after, pending
     context.log.warning(f"ignoring an unreadable cursor {context.cursor[:200]!r}: starting over")
     return None, {}

@@ -471,7 +471,14 @@ def test_a_relaunch_keeps_settings_and_partition_tags_and_a_retried_run_is_never
 
 def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(instance, tmp_path):
     sensor, defs, first = _first_failure(instance, tmp_path, {"kind": "fixed", "delay": 0, "maxAttempts": 2}, 9)
-    for cursor in ("not json", '{"after": "x"}', '{"pending": {"r": {"due": "soon"}}}', "[]"):
+    item = {"attempt": 2, "job": "flaky_job"}
+    corrupt = [
+        *({"r": {**item, "due": due}} for due in ("5", float("inf"), True)),  # a string, Infinity, a boolean
+        {"r": {**item, "due": 5}, "s": {**item, "due": "6"}},
+        {"r": ["due"]},
+    ]
+    cursors = ["not json", '{"after": "x"}', '{"pending": {"r": {"due": "soon"}}}', "[]"]
+    for cursor in cursors + [json.dumps({"after": None, "pending": pending}) for pending in corrupt]:
         data, new_cursor = _tick(sensor, instance, defs, cursor)
         assert [r.run_key for r in data.run_requests] == [first.run_id]
         assert json.loads(new_cursor)["pending"] == {}
