@@ -63,6 +63,11 @@ def test_exponential_without_jitter_caps_at_max_delay():
     assert exponential(1, 10, 100, None).delay(5000) == 100.0
 
 
+def test_an_exponential_from_zero_waits_zero_however_many_attempts():
+    assert exponential(0, 2, None, None).delay(2000) == 0.0  # 2 ** 1999 is past the largest float
+    assert exponential(0, 100, 60, None).delay(200) == 0.0
+
+
 def test_without_max_delay_no_delay_is_longer_than_thirty_days():
     assert exponential(5, max_attempts=25).delay(24) == 30 * 86_400
 

@@ -193,7 +193,7 @@ class Exponential(RetryPolicy):
     json_fields = dict(initial="initial", coefficient="coefficient", maxDelay="max_delay", maxAttempts="max_attempts")
 
     def _base(self, n: int) -> float:
-        return self.initial * self.coefficient ** (n - 1)
+        return 0.0 if self.initial == 0 else self.initial * self.coefficient ** (n - 1)  # 0 x overflow is 0
 
     def to_json(self) -> dict[str, Any]:
         ratio = self.jitter.name == "plus-minus" and self.jitter != JITTERS["plus-minus"]
