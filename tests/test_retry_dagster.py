@@ -321,7 +321,8 @@ def test_terminated_untagged_and_badly_tagged_runs_are_not_relaunched(instance, 
     instance.report_run_canceling(terminated)
     instance.report_run_failed(terminated)
     plain_job.execute_in_process(run_config=_config(tmp_path, failures=9), instance=instance, raise_on_error=False)
-    for bad in ('{"kind": "fixed", "delay": -1, "maxAttempts": 3}', "resque"):
+    never = '{"kind": "fixed", "delay": 0, "maxAttempts": 3, "nonRetryable": ["ValidationException"]}'  # not read
+    for bad in ('{"kind": "fixed", "delay": -1, "maxAttempts": 3}', "resque", never):
         flaky_job.execute_in_process(
             run_config=_config(tmp_path, failures=99), tags={POLICY_TAG: bad}, instance=instance, raise_on_error=False
         )

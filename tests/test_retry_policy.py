@@ -2,6 +2,7 @@
 formulas), errors, the simulator and the AWS error classifier."""
 
 import dataclasses
+import json
 import random
 
 import pytest
@@ -31,6 +32,8 @@ from pipelines.retry import (
     preset,
     timeline,
 )
+from pipelines.retry.runs import run_retry
+from pipelines.retry.tags import POLICY_TAG
 
 
 def client_error(code: str, status: int = 400, op: str = "PutItem") -> ClientError:
@@ -221,6 +224,15 @@ def test_policy_from_text_takes_a_preset_name_none_or_json():
         policy_from_text("resque")
     with pytest.raises(RetryPolicyError):
         policy_from_text("")
+
+
+def test_a_run_tag_policy_with_non_retryable_is_refused_in_one_line():
+    policy = {"kind": "fixed", "delay": 5, "maxAttempts": 3, "nonRetryable": ["ValidationException"]}
+    decided = run_retry({POLICY_TAG: json.dumps(policy)}, "r")
+    assert decided.wait is None
+    assert decided.bad_tags is True
+    assert "nonRetryable must be absent (a run retry never reads the run's error)" in decided.why
+    assert "\n" not in decided.why
 
 
 def test_n_must_be_a_non_negative_integer():

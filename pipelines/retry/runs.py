@@ -5,7 +5,7 @@ import random
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from pipelines.retry.policy import STOP, RetryPolicyError
+from pipelines.retry.policy import STOP, RetryPolicyError, invalid
 from pipelines.retry.presets import policy_from_text
 from pipelines.retry.simulate import human
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG
@@ -31,6 +31,10 @@ def run_retry(tags: Mapping[str, str], seed: str) -> RunRetry:
         return RunRetry(None, 1, f"no {POLICY_TAG} tag")
     try:
         policy = policy_from_text(text)
+        if policy.non_retryable:
+            raise invalid(
+                "nonRetryable", list(policy.non_retryable), "absent (a run retry never reads the run's error)"
+            )
         raw = tags.get(ATTEMPT_TAG, "1")
         attempt = int(raw)
         if attempt < 1:
