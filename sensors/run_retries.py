@@ -69,6 +69,17 @@ def _gone_partition(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> 
         return partition if partitions_def and not partitions_def.has_partition_key(partition) else None
 
 
+def _materialized_since(instance: dg.DagsterInstance, failed: dg.RunRecord) -> bool:
+    """Whether every asset the failed run was to materialize has a materialization of its partition since it
+    failed: completion cancels a scheduled attempt (the retry RFC)."""
+    run, partition = failed.dagster_run, failed.dagster_run.tags.get(PARTITION_TAG)
+    kind = dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    planned = instance.get_records_for_run(run.run_id, of_type=kind, limit=100).records if partition else []
+    keys = run.asset_selection or {r.event_log_entry.dagster_event.asset_key for r in planned}
+    wanted = [dg.AssetRecordsFilter(key, [partition], after_timestamp=failed.end_time) for key in keys]
+    return bool(partition and wanted) and all(instance.fetch_materializations(w, limit=1).records for w in wanted)
+
+
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
     """``jobs``: every job of the code location."""
     job_names = {job.name for job in jobs}
@@ -118,7 +129,8 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
             if item["due"] > clock:
                 continue
             del pending[run_id]
-            run = instance.get_run_by_id(run_id)
+            found = instance.get_run_record_by_id(run_id)
+            run = found.dagster_run if found else None
             if run is None:
                 reason = "it was deleted"
             elif not (reason := not_retried(instance, run, job_names, here)):
@@ -127,6 +139,8 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 reason = f"it was already {how[child[0]]} as run {child[1]}" if child else None
             if not reason and (gone := _gone_partition(context, run)):
                 reason = f"its partition {gone} is gone"  # a dynamic partition deleted, a window that moved on
+            if not reason and _materialized_since(instance, found):
+                reason = f"partition {run.tags[PARTITION_TAG]} of its assets was materialized since it failed"
             if reason:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue

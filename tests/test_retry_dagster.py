@@ -587,6 +587,33 @@ def test_a_retry_whose_partition_is_gone_is_dropped_and_the_other_retries_go_on(
     assert json.loads(data.cursor)["pending"] == {}
 
 
+def test_a_partition_materialized_since_its_run_failed_is_not_retried(instance, monkeypatch):
+    """Completion cancels a scheduled attempt (the retry RFC): partition a succeeds before its retry is due."""
+    import sensors.run_retries as run_retries
+
+    failing = {"a", "b"}
+
+    @dg.asset(partitions_def=dg.StaticPartitionsDefinition(["a", "b"]))
+    def per_receiver(context: dg.AssetExecutionContext) -> None:
+        if context.partition_key in failing:
+            raise RuntimeError("boom")
+
+    sensor = build_delayed_run_retries([dg.define_asset_job("per_receiver_job", [per_receiver])])
+    defs = dg.Definitions(assets=[per_receiver], jobs=sensor.jobs, sensors=[sensor])
+    job = defs.resolve_job_def("per_receiver_job")
+    wait = {POLICY_TAG: json.dumps({"kind": "fixed", "delay": 60, "maxAttempts": 3})}
+    for partition in ("a", "b"):
+        job.execute_in_process(partition_key=partition, tags=wait, instance=instance, raise_on_error=False)
+    start = time.time()
+    monkeypatch.setattr(run_retries, "now", lambda: start)
+    _, cursor = _tick(sensor, instance, defs, None)
+    failing.discard("a")
+    job.execute_in_process(partition_key="a", instance=instance)  # by hand, or by another job's run
+    monkeypatch.setattr(run_retries, "now", lambda: start + 61)  # both retries are due now
+    data, _ = _tick(sensor, instance, defs, cursor)
+    assert [r.partition_key for r in data.run_requests] == ["b"]
+
+
 CLI_PACKAGE = "tests.retry_function_package"
 
 
