@@ -1091,6 +1091,19 @@ def test_a_lineage_whose_last_failed_run_was_terminated_alerts_without_saying_th
     assert "retries go on" not in firing["title"]
 
 
+def test_a_failed_run_of_part_of_its_job_alerts_at_once_as_not_retried(aws):
+    """delayed_run_retries does not re-launch a run of an op or step selection: a run request cannot select them."""
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        tags = {POLICY_TAG: "temporal"}
+        part = instance.create_run_for_job(job_def=retry_demo, tags=tags, op_selection=["throttled_until_attempt"])
+        instance.report_run_failed(part)
+        tick(instance, resources(aws))
+    (firing,) = inbox.read()
+    assert firing["run_id"] == part.run_id
+    assert "not retried, it ran part of its job's ops or steps" in firing["title"]
+
+
 @dg.op(config_schema={"tableName": str, "errors": int})
 def reclaim_stand_in(context: dg.OpExecutionContext) -> None:
     counters = {"reclaimed": 1, "errors": context.op_config["errors"]}

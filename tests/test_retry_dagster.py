@@ -614,6 +614,37 @@ def test_a_partition_materialized_since_its_run_failed_is_not_retried(instance, 
     assert [r.partition_key for r in data.run_requests] == ["b"]
 
 
+@dg.op
+def prepare() -> None:
+    """Succeeds: a re-execution from failure of two_step_job runs flaky_aws_call alone."""
+
+
+@dg.job(executor_def=dg.in_process_executor)
+def two_step_job():
+    prepare()
+    flaky_aws_call()
+
+
+def test_a_run_of_part_of_its_job_is_not_relaunched_as_the_whole_job(instance, tmp_path):
+    """A run request carries no op or step selection: its re-launch would run prepare again."""
+    sensor = build_delayed_run_retries([two_step_job])
+    defs = dg.Definitions(jobs=[two_step_job], sensors=[sensor])
+    config = _config(tmp_path, failures=9)
+    zero = {POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})}
+    first = two_step_job.execute_in_process(run_config=config, tags=zero, instance=instance, raise_on_error=False)
+    options = dg.ReexecutionOptions.from_failure(first.run_id, instance)
+    tags = {**zero, "dagster/parent_run_id": first.run_id}  # the failed run's tags and the parent, as the UI's
+    with dg.execute_job(
+        dg.reconstructable(two_step_job), instance, tags=tags, reexecution_options=options
+    ) as from_failure:
+        assert from_failure.dagster_run.step_keys_to_execute == ["flaky_aws_call"]
+    ops = instance.create_run_for_job(two_step_job, run_config=config, tags=zero, op_selection=["flaky_aws_call"])
+    instance.report_run_failed(ops)  # as a launch of the selected op from the UI that failed
+    whole = two_step_job.execute_in_process(run_config=config, tags=zero, instance=instance, raise_on_error=False)
+    data, _ = _tick(sensor, instance, defs, None)
+    assert [r.run_key for r in data.run_requests] == [whole.run_id]  # first was re-executed: not retried either
+
+
 CLI_PACKAGE = "tests.retry_function_package"
 
 

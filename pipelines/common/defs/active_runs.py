@@ -38,7 +38,8 @@ def not_retried(
 ) -> str | None:
     """Why ``delayed_run_retries`` does not retry the failed ``run`` whatever its policy says (alerting reads this
     rule too), else None: a run of another code location than ``here``, of a job not in ``job_names`` (None: not
-    known), or that was terminated (RUN_CANCELING: by an operator or its max runtime)."""
+    known), that was terminated (RUN_CANCELING: by an operator or its max runtime), or that ran part of its job's
+    ops or steps (an op selection, a re-execution from failure), which a run request cannot select."""
     origin = run.remote_job_origin
     if here and origin and origin.repository_origin.code_location_origin.location_name != here:
         return "it is another code location's run"
@@ -46,7 +47,18 @@ def not_retried(
         return f"job {run.job_name} is not in this code location"
     if instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
         return "it was terminated"
+    if run.op_selection or _some_steps(instance, run):
+        return "it ran part of its job's ops or steps, and a re-launch would run the whole job"
     return None
+
+
+def _some_steps(instance: dg.DagsterInstance, run: Any) -> bool:
+    """Whether ``run`` ran only some of its execution plan's steps (one run in process names them all)."""
+    if run.step_keys_to_execute is None:
+        return False
+    plan_id = run.execution_plan_snapshot_id
+    plan = instance.get_execution_plan_snapshot(plan_id) if plan_id else None
+    return plan is None or set(run.step_keys_to_execute) != {step.key for step in plan.steps}
 
 
 def child_run(instance: dg.DagsterInstance, run_id: str, tags: Iterable[str]) -> tuple[str, str] | None:
