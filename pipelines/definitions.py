@@ -65,7 +65,7 @@ def build_definitions(deployment: str, additions: Additions | None = None) -> dg
     )
     jobs = list(base.jobs or [])
     retry = retry_defs(jobs)  # renders the jobs' retry policies
-    # The delayed_run_retries sensor spans capabilities: it may re-launch any job of the code location.
+    # The delayed_run_retries sensor spans capabilities: it may re-launch any named job of the code location.
     built.append(dg.Definitions.merge(base, retry, dg.Definitions(sensors=[build_delayed_run_retries(jobs)])))
     return built[0]
 

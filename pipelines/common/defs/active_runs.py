@@ -44,7 +44,7 @@ def not_retried(
     if here and origin and origin.repository_origin.code_location_origin.location_name != here:
         return "it is another code location's run"
     if job_names is not None and run.job_name not in job_names:
-        return f"job {run.job_name} is not in this code location"
+        return f"job {run.job_name} is not a named job of the code location"
     if instance.get_records_for_run(run.run_id, of_type=dg.DagsterEventType.RUN_CANCELING, limit=1).records:
         return "it was terminated"
     if run.op_selection or _some_steps(instance, run):
