@@ -311,7 +311,7 @@ def _snapshot(aws, name):
 
 
 @pytest.mark.slow
-def test_backfill_over_three_missed_days_reproduces_the_uninterrupted_schedule(aws):
+def test_three_missed_days_go_out_first_in_the_next_run_as_the_uninterrupted_schedule_had_them(aws):
     days = [f"2026-11-{d}" for d in (16, 17, 18, 19, 20)]
     rng = random.Random(11)
     start = dt.datetime(2026, 11, 16, tzinfo=UTC)
@@ -332,14 +332,14 @@ def test_backfill_over_three_missed_days_reproduces_the_uninterrupted_schedule(a
     for moment in moments:
         ref.run("ref", moment.strftime("%Y-%m-%d"), now=moment)
 
-    # Backfilled: day 16 ran, 17-19 were missed (outage), the decider ran 20th's first batch before
-    # anyone noticed; the operator then backfilled 17, 18, 19 (newest first, to show order does not matter).
+    # Day 16 ran, 17-19 were missed (outage), the decider ran 20th's first batch before anyone noticed:
+    # it writes the missed batch times first; the operator's backfill of 17, 18, 19 then finds them done.
     bf = batcher(aws)
     for moment in moments:
         if moment.strftime("%Y-%m-%d") == days[0]:
             bf.run("bf", days[0], now=moment)
     live = bf.run("bf", days[4], now=dt.datetime(2026, 11, 20, 3, 0, tzinfo=UTC))
-    assert live.batches[0].window_start == "2026-11-19T15:00Z"  # leaves the missed batches' records alone
+    assert live.batches[0].batch_time == "2026-11-17T03:00Z"  # the first batch time missed
     for day in reversed(days[1:4]):
         bf.run("bf", day, now=end)
     bf.run("bf", days[4], now=end)
@@ -350,6 +350,38 @@ def test_backfill_over_three_missed_days_reproduces_the_uninterrupted_schedule(a
     assert len(batch_times) == len(moments), "every batch time has a file (empty ones included)"
     assert len(reference) > len(batch_times), "some batch times have several files"
     assert sum(len(v) for v in reference.values()) == len(created) - len(pending_ids(aws, "ref"))
+
+
+def test_a_record_written_late_before_utc_midnight_goes_in_the_next_days_first_run(aws):
+    # An hourly receiver batched at 10:00, then had nothing pending: no run, so no ledger entry, for 11:00-23:00.
+    put_receiver(aws, "acme", number_per_day=24)
+    put_records(aws, "acme", [dt.datetime(2026, 11, 19, 9, 30, tzinfo=UTC)], prefix="early")
+    batcher(aws).run("acme", "2026-11-19", now=dt.datetime(2026, 11, 19, 10, 0, 5, tzinfo=UTC))
+    # created at 22:59:58, in the table only after the 23:00 tick read the pending-index
+    [late] = put_records(aws, "acme", [dt.datetime(2026, 11, 19, 22, 59, 58, tzinfo=UTC)], prefix="late")
+    report = batcher(aws).run("acme", "2026-11-20", now=dt.datetime(2026, 11, 20, 0, 0, 5, tzinfo=UTC))
+    assert pending_ids(aws, "acme") == set()
+    assert [line["record_id"] for line in outbox(aws, "acme")["batches/acme/2026-11-19T23:00Z/1.jsonl"]] == [late]
+    assert report.batches[0].batch_time == "2026-11-19T11:00Z"  # the day's batch times after its last run
+
+
+def test_a_schedule_change_leaves_no_record_behind(aws):
+    # Daily at 00:00 UTC for a week, then the settings import moves initialTime to 12:00: every 12:00 of the
+    # week has no ledger entry.
+    put_receiver(aws, "acme", number_per_day=1)
+    for d in range(13, 20):
+        batcher(aws).run("acme", f"2026-11-{d}", now=dt.datetime(2026, 11, d, 0, 0, 5, tzinfo=UTC))
+    ids = put_records(
+        aws, "acme", [dt.datetime(2026, 11, 19, 3, 0, tzinfo=UTC), dt.datetime(2026, 11, 20, 1, 0, tzinfo=UTC)]
+    )
+    put_receiver(aws, "acme", number_per_day=1, initial_time="12:00")
+    report = batcher(aws).run("acme", "2026-11-20", now=dt.datetime(2026, 11, 20, 12, 0, 5, tzinfo=UTC))
+    assert pending_ids(aws, "acme") == set()
+    assert {key: [line["record_id"] for line in lines] for key, lines in outbox(aws, "acme").items()} == {
+        "batches/acme/2026-11-19T12:00Z/1.jsonl": ids[:1],
+        "batches/acme/2026-11-20T12:00Z/1.jsonl": ids[1:],
+    }
+    assert [b.batch_time for b in report.batches] == ["2026-11-19T12:00Z", "2026-11-20T12:00Z"]
 
 
 def test_bad_records_are_reported_batched_or_left_pending(aws):

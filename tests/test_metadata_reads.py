@@ -29,7 +29,7 @@ from tests.test_progressor_defs import RecordingCloudWatch
 def _batch(time: str, records: int) -> BatchWritten:
     """A batch time done by a run: one file of ``records``, or no file when nothing was pending."""
     files = [FileWritten(key=f"batches/acme/{time}/1.jsonl", records=records)] if records else []
-    return BatchWritten(batch_time=time, window_start=None, files=files)
+    return BatchWritten(batch_time=time, files=files)
 
 
 def test_batch_times_written_lists_only_the_batch_times_that_wrote_a_file():
@@ -51,7 +51,6 @@ def test_no_batch_time_written_beside_no_file_written():
 def test_an_empty_file_sent_on_purpose_is_a_batch_time_written():
     empty = BatchWritten(
         batch_time="2026-11-20T08:00",
-        window_start=None,
         files=[FileWritten(key="batches/acme/2026-11-20T08:00/1.jsonl", records=0)],
     )
     meta = report_metadata(RunReport(receiver="acme", day="2026-11-20", batches=[empty]))

@@ -1,7 +1,6 @@
 """One run for a (receiver, UTC day) partition: recover crashed batches, then write the day's batches
 under the receiver's lease (the lease, crash recovery and missed batches: docs/batching.md)."""
 
-import bisect
 import datetime as dt
 import time
 import uuid
@@ -36,7 +35,6 @@ class FileWritten:
 @dataclass
 class BatchWritten:
     batch_time: str
-    window_start: str | None  # None: every pending record created before the batch time
     files: list[FileWritten] = field(default_factory=list)
 
 
@@ -183,44 +181,30 @@ class ReceiverBatcher:
             if not self._recover(cfg, batch, locked[batch], report):
                 return free
 
-        undone = [t for t in schedule.batch_times(cfg, low, high + dt.timedelta(microseconds=1)) if t not in done]
+        last = max((t for t in done if t < wanted[0]), default=None)
+        if last:  # the batch times missed since the last one done (none was due, a stop, an outage) go first
+            wanted = schedule.batch_times(cfg, last, wanted[0]) + wanted
         taken: set[str] = set()
         for moment in wanted:
             if moment in done:
                 continue
-            window_start = self._window_start(moment, done, undone)
-            before = [r for r in free if r.record_id not in taken and r.created < moment]
-            candidates = [r for r in before if window_start is None or r.created >= window_start]
-            if self._write_batch(cfg, moment, window_start, candidates, taken, report) is None:  # cancelled
+            candidates = [r for r in free if r.record_id not in taken and r.created < moment]
+            if self._write_batch(cfg, moment, candidates, taken, report) is None:  # cancelled
                 break
-            bisect.insort(done, moment)
-            i = bisect.bisect_left(undone, moment)
-            if i < len(undone) and undone[i] == moment:
-                undone.pop(i)
         return [r for r in free if r.record_id not in taken]
 
-    def _window_start(self, moment: dt.datetime, done: list[dt.datetime], undone: list[dt.datetime]):
-        """The latest missed batch time before ``moment``, or None: one with no ledger entry while an
-        earlier one within the lookback has one. ``moment`` then takes only the records created since it,
-        leaving the older ones for a backfill of the missed one."""
-        i = bisect.bisect_left(done, moment - self.settings.lookback)  # the first done within the lookback
-        j = bisect.bisect_left(undone, moment)
-        if i < len(done) and done[i] < moment and j and undone[j - 1] > done[i]:
-            return undone[j - 1]
-        return None  # nothing done within the lookback (nothing counts as missed), or nothing missed since
-
-    def _ledger(self, receiver: str, low: dt.datetime, high: dt.datetime) -> list[dt.datetime]:
+    def _ledger(self, receiver: str, low: dt.datetime, high: dt.datetime) -> set[dt.datetime]:
         prefix = f"ledger/{receiver}/"
         start_after = store.ledger_key(receiver, low - dt.timedelta(minutes=1))
-        out = []
+        out = set()
         for key in store.list_keys(
             self.s3, self.settings.outbox_bucket, prefix, start_after, store.ledger_key(receiver, high)
         ):
             try:
-                out.append(schedule.parse_batch_time(key[len(prefix) :].removesuffix(".json")))
+                out.add(schedule.parse_batch_time(key[len(prefix) :].removesuffix(".json")))
             except ValueError:
                 continue
-        return sorted(out)
+        return out
 
     def _existing_files(self, receiver: str, moment: dt.datetime) -> int:
         """The highest file number already in S3 for batch time ``moment`` (0 when none)."""
@@ -312,17 +296,13 @@ class ReceiverBatcher:
         self,
         cfg: ReceiverConfig,
         moment: dt.datetime,
-        window_start: dt.datetime | None,
         candidates: list[_Record],
         taken: set[str],
         report: RunReport,
     ) -> BatchWritten | None:
         s = self.settings
         existing = self._existing_files(cfg.receiver, moment)
-        written = BatchWritten(
-            batch_time=format_batch_time(moment),
-            window_start=format_batch_time(window_start) if window_start else None,
-        )
+        written = BatchWritten(batch_time=format_batch_time(moment))
         for group in chunks(candidates, cfg.file_size):
             if not self._still_enabled(cfg, report):
                 if written.files:
@@ -359,7 +339,6 @@ class ReceiverBatcher:
             entry = {
                 "receiver": cfg.receiver,
                 "batch_time": written.batch_time,
-                "window_start": written.window_start,
                 "files": [{"key": f.key, "records": f.records} for f in written.files],
                 "resumed_after_file": existing,
                 "run": self.owner,

@@ -168,7 +168,7 @@ HANDOFF_OF_TAG = "groundskeeper/handoff_of"
 """On a ``receiver_batches_job`` run of a receiver that failed in a minute run: that run's id."""
 MAX_WINDOW_SECONDS = 15 * 60
 """A tick after skipped ones takes the batch times since the last minute run, at most this far back
-(older ones are missed batches: a backfill of their day sends them)."""
+(older ones are missed batches: the receiver's next run writes them first)."""
 
 
 def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, list[dict]]:

@@ -31,8 +31,8 @@ class ReceiverBatchesParams:
     lookback_days: int = param(
         7,
         description=(
-            "How many days back a batch time with no ledger entry still counts as missed, so that later "
-            "batches leave its records for a backfill (0: nothing counts as missed)."
+            "How many days back a batch time with no ledger entry still counts as missed: the receiver's next "
+            "run writes it first, with the records created before it (0: nothing counts as missed)."
         ),
         minimum=0,
         maximum=MAX_LOOKBACK_DAYS,
