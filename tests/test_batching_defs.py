@@ -4,11 +4,12 @@ import datetime as dt
 import json
 import subprocess
 import sys
+import uuid
 
 import dagster as dg
 import pytest
 
-from pipelines.batching import decider
+from pipelines.batching import decider, store
 from pipelines.batching.batcher import RunReport
 from pipelines.batching.defs import (
     _log_report,
@@ -128,6 +129,27 @@ def _materialize(instance, partition, **config):
         run_config={"ops": {"receiver_batches": {"config": config}}} if config else None,
         raise_on_error=False,
     )
+
+
+@pytest.mark.slow
+def test_a_retried_step_takes_back_its_own_lease_of_the_partition(aws):
+    put_receiver(aws, "acme")
+    put_records(aws, "acme", [T10 - dt.timedelta(seconds=1)])
+    run_id = str(uuid.uuid4())
+    # the step's first try died holding the lease; its retry is the same run and partition
+    owner = f"run-{run_id}:2026-11-20|acme"
+    store.acquire_lease(aws.client("dynamodb"), aws.env["RECEIVERS_TABLE"], "acme", owner, 600, 0)
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["acme"])
+        result = BATCH_JOB.execute_in_process(
+            partition_key="2026-11-20|acme",
+            instance=instance,
+            run_id=run_id,
+            run_config={"ops": {"receiver_batches": {"config": {"lease_wait_seconds": 0}}}},
+            raise_on_error=False,
+        )
+    assert result.success
+    assert pending_ids(aws, "acme") == set()
 
 
 @pytest.mark.slow

@@ -4,6 +4,7 @@ failing receiver handed to a run of its own partition."""
 
 import datetime as dt
 import json
+import threading
 import time
 import uuid
 
@@ -25,7 +26,7 @@ from pipelines.batching.defs import (
 )
 from pipelines.batching.minute import parse_partitions, shares
 from pipelines.definitions import build_definitions
-from resources import resources_for
+from resources import clients, resources_for
 from resources.settings import AlertSettings
 from tests.alerts_support import webhook_receiver
 from tests.batching_helpers import (
@@ -37,6 +38,7 @@ from tests.batching_helpers import (
     put_records,
     record,
 )
+from tests.conftest import PATIENCE
 
 UTC = dt.UTC
 T10 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=UTC)
@@ -116,6 +118,52 @@ def test_a_minute_run_batches_each_due_receiver_once_with_a_materialization_per_
             assert len(_ledger(aws, name)) == 24  # every batch time of the (past) day, once
         counts = json.loads(instance.get_run_by_id(result.run_id).tags["groundskeeper/counts"])
         assert counts["records_batched"] == 15
+
+
+@pytest.mark.slow
+def test_two_partitions_of_one_receiver_in_one_minute_run_take_its_lease_in_turn(aws, monkeypatch):
+    """A minute run whose window crosses UTC midnight holds both days of a receiver. The first batch file
+    upload waits until the other partition's batcher has tried the lease (and waits for it) or given it
+    back: each file is written once and neither partition fails."""
+    put_receiver(aws, "acme", number_per_day=24, max_batch_size=2)
+    put_records(aws, "acme", [dt.datetime(2026, 11, 19, 22, 10 + i, tzinfo=UTC) for i in range(4)])
+    put_records(aws, "acme", [dt.datetime(2026, 11, 20, 0, 30, tzinfo=UTC)], prefix="next")
+    turn, puts, lease_calls, held = threading.Condition(), [], [], []
+
+    def on_put(params, **_):
+        if params.get("Key", "").startswith("batches/"):
+            with turn:
+                puts.append(params["Key"])
+                if len(puts) == 1:
+                    me = threading.get_ident()
+                    held.append(turn.wait_for(lambda: any(t != me for t in lease_calls), PATIENCE))
+
+    def on_lease(params, **_):  # a lease refused (the batcher then reads the item) or given back
+        if "UpdateExpression" not in params or params["UpdateExpression"].startswith("REMOVE batch_lease"):
+            with turn:
+                lease_calls.append(threading.get_ident())
+                turn.notify_all()
+
+    shared = clients._shared_client
+
+    def hooked(service_name, configuration):
+        client = shared(service_name, configuration)
+        client.meta.events.register("provide-client-params.s3.PutObject", on_put)
+        client.meta.events.register("provide-client-params.dynamodb.GetItem", on_lease)
+        client.meta.events.register("provide-client-params.dynamodb.UpdateItem", on_lease)
+        return client
+
+    monkeypatch.setattr(clients, "_shared_client", hooked)
+    partitions = ["2026-11-19|acme", "2026-11-20|acme"]
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["acme"])
+        request = dg.RunRequest(run_config={"batch_time": "2026-11-20T00:00:00.000Z", "partitions": partitions})
+        result = _run_minute(instance, request)
+        tags = instance.get_run_by_id(result.run_id).tags
+    assert held == [True]
+    assert tags.get(FAILED_TAG) is None
+    assert sorted(puts) == sorted(set(puts))  # no file written twice
+    assert pending_ids(aws, "acme") == set()
 
 
 def _materialized(result) -> list:

@@ -99,9 +99,8 @@ def receiver_batches(
     keys = batch_partitions.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
     receiver, day = keys["receiver"], keys["day"]
     settings = params.settings(batching)
-    batcher = ReceiverBatcher(
-        dynamodb.get_client(), s3.get_client(), settings, owner=f"run-{context.run_id}", log=context.log.info
-    )
+    owner = f"run-{context.run_id}:{context.partition_key}"  # as a minute run's batcher of the partition
+    batcher = ReceiverBatcher(dynamodb.get_client(), s3.get_client(), settings, owner=owner, log=context.log.info)
     try:
         report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=params.dry_run)
     except store.ReceiverBusy as exc:
@@ -202,7 +201,7 @@ def _batch_share(
     batching: BatchingSettings,
 ) -> dg.Output[dict]:
     settings = ReceiverBatchesParams().settings(batching)
-    ddb, s3_client, owner = dynamodb.get_client(), s3.get_client(), f"run-{context.run_id}"
+    ddb, s3_client = dynamodb.get_client(), s3.get_client()
     due, _ = minute.parse_partitions(share["partitions"])
     already = set(share.get("materialized", ()))
     totals = {"batches_sent": 0, "records_batched": 0}
@@ -238,7 +237,8 @@ def _batch_share(
         )
 
     outcomes = minute.batch_share(
-        lambda: ReceiverBatcher(ddb, s3_client, settings, owner=owner),
+        # an owner a partition: two partitions of one receiver (a window across midnight) wait for each other
+        lambda d: ReceiverBatcher(ddb, s3_client, settings, owner=f"run-{context.run_id}:{d.partition}"),
         due,
         dt.datetime.now(dt.UTC),
         report,

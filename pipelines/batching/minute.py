@@ -91,7 +91,7 @@ def batch_one(batcher: ReceiverBatcher, due: Due, now: dt.datetime, *, dry_run: 
 
 
 def batch_share(
-    make_batcher: Callable[[], ReceiverBatcher],
+    make_batcher: Callable[[Due], ReceiverBatcher],
     share: list[Due],
     now: dt.datetime,
     done: Callable[[Outcome], None],
@@ -101,7 +101,7 @@ def batch_share(
     """Batch every partition of ``share`` on :data:`WORKERS` threads, each with its own batcher;
     ``done`` is called with each outcome as it comes (in the caller's thread, in ``share``'s order)."""
     with ThreadPoolExecutor(max_workers=max(1, min(WORKERS, len(share))), thread_name_prefix="batch") as pool:
-        futures = [pool.submit(batch_one, make_batcher(), d, now, dry_run=dry_run) for d in share]
+        futures = [pool.submit(batch_one, make_batcher(d), d, now, dry_run=dry_run) for d in share]
         outcomes = []
         for future in futures:
             outcomes.append(future.result())
