@@ -345,6 +345,36 @@ def test_after_a_gap_the_handoff_reaches_every_failed_partition_over_successive_
     assert handed == set(partitions)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("end", ["report_run_failed", "report_run_canceled"], ids=["died", "cancelled"])
+def test_every_partition_of_a_minute_run_that_ended_before_its_report_is_handed_off(aws, end):
+    put_receiver(aws, "hourly", number_per_day=24, max_batch_size=3)
+    put_records(aws, "hourly", [T10 - dt.timedelta(minutes=5)])
+    with dg.instance_for_test() as instance:
+        request = _tick(instance, T10)
+        run = instance.create_run_for_job(MINUTE, run_config=request.run_config, tags=request.tags)
+        getattr(instance, end)(run)  # out of memory, its task stopped, or cancelled: no tags, no report
+        result = _handoff(instance)
+    assert [r.run_key for r in result.run_requests] == [f"{run.run_id}:2026-11-20|hourly"]
+
+
+def _ended_minute_run(instance, kind: dg.DagsterEventType, partitions: list[str], **config) -> dg.DagsterRun:
+    """A minute run of ``partitions`` that ended as ``kind`` without the handoff's tags."""
+    instance.add_dynamic_partitions(receivers_partitions.name, sorted({p.partition("|")[2] for p in partitions}))
+    run_config = {"batch_time": "2026-11-20T10:00:00.000Z", "partitions": partitions, **config}
+    run = instance.add_run(dg.DagsterRun(job_name=MINUTE_JOB, run_id=str(uuid.uuid4()), run_config=run_config))
+    _at(instance, run, kind, time.time() - 60)
+    return run
+
+
+def test_a_minute_run_that_succeeded_untagged_or_a_dry_run_that_died_hands_nothing_off():
+    with dg.instance_for_test() as instance:
+        _ended_minute_run(instance, dg.DagsterEventType.RUN_SUCCESS, ["2026-11-20|acme"])
+        _ended_minute_run(instance, dg.DagsterEventType.RUN_FAILURE, ["2026-11-20|globex"], dry_run=True)
+        result = _handoff(instance)
+    assert result.run_requests == []
+
+
 def _handoff_tick(instance) -> dg.SensorResult:
     """One tick of the handoff as the daemon evaluates it: its run requests resolved against the partitions."""
     context = dg.build_sensor_context(instance=instance, definitions=DEFS)

@@ -458,8 +458,9 @@ HANDOFF_READS = 100
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Every minute: a receiver_batches_job run for each partition that failed in batch_minute_job "
-    "runs, so it fails (or succeeds) by Dagster's own rules and the alert names it; one run a partition at a "
-    "time, none while the partition is FAILED already.",
+    "runs (every partition of one that died or was cancelled before its report), so it fails (or succeeds) by "
+    "Dagster's own rules and the alert names it; one run a partition at a time, none while the partition is "
+    "FAILED already.",
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
@@ -473,7 +474,6 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     records = context.instance.get_run_records(
         filters=dg.RunsFilter(
             job_name=MINUTE_JOB,
-            tags={HANDOFF_TAG: "pending"},
             statuses=[dg.DagsterRunStatus.SUCCESS, dg.DagsterRunStatus.FAILURE, dg.DagsterRunStatus.CANCELED],
             updated_after=dt.datetime.fromtimestamp(since - margin, dt.UTC),
         ),
@@ -486,7 +486,13 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     for record in records:
         run, ended = record.dagster_run, record.update_timestamp.timestamp()
         newest = max(newest, ended)
-        due, problems = minute.parse_partitions(run.tags.get(FAILED_TAG, "").split(","))
+        if run.tags.get(HANDOFF_TAG) == "pending":
+            entries = run.tags.get(FAILED_TAG, "").split(",")
+        elif run.status != dg.DagsterRunStatus.SUCCESS and not run.run_config.get("dry_run"):
+            entries = run.run_config.get("partitions", [])  # it died or was cancelled before its report: all of them
+        else:
+            continue
+        due, problems = minute.parse_partitions(entries)
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
         failures += [(ended, run.run_id, d.partition) for d in due]
