@@ -99,6 +99,7 @@ def test_retry_resets_to_waiting_and_queues_ahead_of_new_work(aws):
     assert ready["a"]["insightId"] == "insight-7"
     assert ready["a"]["agendaId"] == "agenda-a"
     assert ready["a"]["customerId"] == "cust-1"
+    assert ready["a"]["insightIdCustomerIdComposite"] == "insight-7cust-1"  # POP's scheduler queries it
     assert ready["a"]["retryAttempt"] == 1
     assert ready["a"]["priority"] == 1
     # FIFO by `added`: the retry carries its original addedTime, so it sorts ahead of work added now
@@ -106,6 +107,31 @@ def test_retry_resets_to_waiting_and_queues_ahead_of_new_work(aws):
     # nothing left to do: a second pass queues nothing twice
     assert run(aws, reclaimAction="retry").retried == 0
     assert len(ready_items(aws)) == 2
+
+
+NO_QUEUE_KEY = {
+    "agendaInsight missing": ({"agendaInsight": None}, "insightId"),
+    "agendaInsight not JSON": ({"agendaInsight": "{insightId"}, "insightId"),
+    "customerId missing": ({"customerId": None}, "customerId"),
+}
+
+
+@pytest.mark.parametrize("through", ["dynamodb", "endpoint"])
+@pytest.mark.parametrize("change", list(NO_QUEUE_KEY.values()), ids=list(NO_QUEUE_KEY))
+def test_a_retry_without_the_ids_pops_scheduler_queries_by_is_an_error_and_writes_nothing(
+    aws, request, through, change
+):
+    fields, missing = change
+    now = int(time.time() * 1000)
+    put(aws, agenda("lost", "EXECUTING", DAY_MS, now=now, **fields), agenda("ok", "EXECUTING", DAY_MS, now=now))
+    settings = endpoint_settings(aws, request.getfixturevalue("endpoint")) if through == "endpoint" else None
+    log = ListLog()
+    counts = run(aws, endpoint=settings, log=log, reclaimAction="retry")
+    assert (counts.retried, counts.errors) == (1, 1)
+    assert set(ready_items(aws)) == {"ok"}
+    assert items_by_id(aws.client("dynamodb"))["lost"]["processingState"] == "EXECUTING"
+    (line,) = [line for line in log.lines if "lost" in line]
+    assert f"no {missing}" in line
 
 
 def late_write(aws, item_id: str, attempt_id: str | None) -> bool:

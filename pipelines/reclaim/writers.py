@@ -337,17 +337,22 @@ def ready_put(ready_table: str | None, table: str, c: Candidate, d: Decision, no
     already: its id is deterministic in (table, agenda progress id, attempt)."""
     if not ready_table:
         raise ItemError(f"{c.id}: no ReadyAgenda table configured (AGENDA_READY_TABLE)")
+    insight_id, customer_id = c.agenda.get("insightId"), c.agenda.get("customerId")
+    if missing := [name for name, value in (("insightId", insight_id), ("customerId", customer_id)) if not value]:
+        # POP's schedulers query ReadyAgenda by both: an item without them would never be taken
+        raise ItemError(f"{c.id}: no {' or '.join(missing)} (agendaInsight, customerId) for its ReadyAgenda item")
     item = {
         "id": str(uuid.uuid5(READY_NAMESPACE, f"{table}/{c.id}/{d.attempt}")),
-        "insightId": c.agenda.get("insightId"),
+        "insightId": insight_id,
         "agendaId": c.agenda.get("agendaId"),
-        "customerId": c.agenda.get("customerId"),
+        "customerId": customer_id,
+        "insightIdCustomerIdComposite": insight_id + customer_id,  # POP's index key (PersistentReadyAgendaConverter)
         "added": min(c.agenda.get("addedTime") or 0, now),
         "agendaProgressId": c.id,
         "retryAttempt": d.attempt,
         "attemptId": d.attempt_id,
         "priority": 1,
-    }  # to_item leaves out the agenda's missing ids
+    }  # to_item leaves out a missing agendaId
     return {"TableName": ready_table, "Item": to_item(item), "ConditionExpression": "attribute_not_exists(id)"}
 
 
