@@ -9,6 +9,7 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import pytest
+from botocore.exceptions import ClientError
 
 from infra.agenda_endpoint import LocalAgendaEndpoint
 from pipelines.common import from_item, to_item
@@ -199,6 +200,53 @@ def test_a_reclaim_write_for_a_superseded_attempt_is_raced(aws):
     writer = DynamoWriter(ddb, params)
     decision = decide(candidate, action="fail", now=now, cutoff=params.cutoff_ms(now), policy=policy_from_params(None))
     assert writer.apply(candidate, decision, now=now, cutoff=params.cutoff_ms(now)) == RACED
+
+
+class CancelledTransactions:
+    """DynamoDB as it answers a retry's TransactWriteItems cancelled for ``codes`` (one per action)."""
+
+    def __init__(self, real, codes):
+        self.real, self.codes = real, codes
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+    def transact_write_items(self, **kwargs):
+        reasons = [{"Code": code, **({"Message": f"{code} here"} if code != "None" else {})} for code in self.codes]
+        error = {"Error": {"Code": "TransactionCanceledException", "Message": "Transaction cancelled"}}
+        raise ClientError({**error, "CancellationReasons": reasons}, "TransactWriteItems")
+
+
+CANCELLATIONS = {
+    "throttled": (
+        ["ThrottlingError", "None"],
+        "errors",
+        "(ThrottlingError: ThrottlingError here); the next pass sees it again",
+    ),
+    "conflict": (
+        ["None", "TransactionConflict"],
+        "errors",
+        "(TransactionConflict: TransactionConflict here); the next pass sees it again",
+    ),
+    "over 400 KB": (["ValidationError", "None"], "errors", "cancelled (ValidationError: ValidationError here)"),
+    "progress moved on": (["ConditionalCheckFailed", "None"], "raced", "changed since it was read; left alone"),
+    "queued already": (["None", "ConditionalCheckFailed"], "raced", "changed since it was read; left alone"),
+}
+
+
+@pytest.mark.parametrize(("codes", "counter", "said"), list(CANCELLATIONS.values()), ids=list(CANCELLATIONS))
+def test_a_cancelled_retry_is_raced_only_when_a_condition_failed(aws, codes, counter, said):
+    now = int(time.time() * 1000)
+    put(aws, agenda("c", "EXECUTING", DAY_MS, now=now))
+    ddb = aws.client("dynamodb")
+    params = parse_params({**BASE, "reclaimAction": "retry"})
+    writer = DynamoWriter(CancelledTransactions(ddb, codes), params, ready_table=aws.env["AGENDA_READY_TABLE"])
+    log = ListLog()
+    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params)), writer, log=log)
+    assert getattr(counts, counter) == 1
+    assert counts.errors + counts.raced == 1
+    (line,) = [line for line in log.lines if " c" in line]  # one line about the item
+    assert line.endswith(said)
 
 
 def test_attempt_budget_counts_the_timed_out_attempt(aws):

@@ -10,7 +10,7 @@ from typing import Any, Self
 from botocore.exceptions import ClientError
 
 from pipelines.common import from_item, to_item
-from pipelines.common.aws_batches import conditional_write, error_code
+from pipelines.common.aws_batches import _cancellation_codes, conditional_write, error_code
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, NOT_RETRYABLE_MESSAGE, QUEUE, RETRY, Decision
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.source import (
@@ -237,9 +237,10 @@ class DynamoWriter:
                 self.dynamodb.update_item(**request)
         except ClientError as exc:
             code = error_code(exc)
-            # A cancelled transaction: the progress moved on, or this attempt was queued already.
-            if code in ("ConditionalCheckFailedException", "TransactionCanceledException"):
+            if code == "ConditionalCheckFailedException":
                 return RACED
+            if code == "TransactionCanceledException":
+                return _cancelled(c, exc)
             if code not in ("ValidationException", "SerializationException"):
                 raise
             raise ItemError(f"{c.id}: {code}: {exc.response['Error'].get('Message', '')}") from None
@@ -315,6 +316,21 @@ class DynamoWriter:
         for i, _ in pending:  # left for the next pass
             outcomes[i] = ItemError(f"{pairs[i][0].id}: {reason}; the next pass sees it again")
         return outcomes
+
+
+def _cancelled(c: Candidate, exc: ClientError) -> str:
+    """A cancelled retry transaction: ``raced`` when a condition failed (the progress moved on, or this
+    attempt was queued already); otherwise (throttled, a conflict, an item DynamoDB refuses) an error of the item."""
+    codes = _cancellation_codes(exc) or []
+    if "ConditionalCheckFailed" in codes:
+        return RACED
+    reasons = exc.response.get("CancellationReasons") or []
+    said = "; ".join(
+        f"{code}: {r.get('Message') or ''}" for code, r in zip(codes, reasons, strict=True) if code != "None"
+    )
+    refusals = set(codes) - {"None"}
+    later = "; the next pass sees it again" if refusals and refusals <= TRANSIENT_ITEM_CODES else ""
+    raise ItemError(f"{c.id}: TransactWriteItems cancelled ({said or 'no reason given'}){later}")
 
 
 def _distinct_groups(
