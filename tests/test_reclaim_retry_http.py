@@ -321,6 +321,19 @@ def test_a_held_retry_whose_retry_at_is_not_whole_is_queued(aws, request, throug
     assert set(ready_items(aws)) == {"half"}
 
 
+@pytest.mark.parametrize("through", ["dynamodb", "endpoint"])
+def test_a_queued_held_retry_is_fresh_and_the_next_run_with_include_waiting_leaves_it_alone(aws, request, through):
+    now = int(time.time() * 1000)
+    held = agenda("held", "WAITING", DAY_MS, now=now, message="pending", attemptsCompleted=1, retryAt=now - 1000)
+    put(aws, held)
+    settings = endpoint_settings(aws, request.getfixturevalue("endpoint")) if through == "endpoint" else None
+    assert run(aws, endpoint=settings, reclaimAction="retry", includeWaiting=True).queued == 1
+    assert items_by_id(aws.client("dynamodb"))["held"]["updatedTime"] >= now
+    again = run(aws, endpoint=settings, reclaimAction="retry", includeWaiting=True)
+    assert (again.matched, again.retried) == (0, 0)
+    assert len(ready_items(aws)) == 1
+
+
 def test_non_retryable_error_types_of_the_policy(aws):
     now = int(time.time() * 1000)
     bad = [{"message": "boom", "errorType": "ValidationException"}]

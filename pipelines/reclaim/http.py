@@ -209,9 +209,8 @@ class HttpWriter:
         body = progress_update(c, d, self.params, now=now, cutoff=cutoff).plain()
         if "diagnosticEvents" in body:  # a list, the event appended to those the endpoint has now
             body["diagnosticEvents"] = parse_events(current.get("diagnosticEvents") or []) + [d.event]
-        if d.kind == QUEUE:
+        if d.kind == QUEUE:  # the body removes retryAt and sets the time to now, as the DynamoDB update does
             conditional_write(lambda: self.dynamodb.put_item(**put))  # idempotent: a repeated put is refused
-            body = {"retryAt": None}
         self.endpoint.put(c.id, body)
         return DONE
 
