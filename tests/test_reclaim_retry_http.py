@@ -541,6 +541,30 @@ def test_a_get_answering_no_list_of_objects_is_an_error_of_that_item_and_the_pas
     assert len(refused) == len(MALFORMED_ALL)
 
 
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+def test_an_item_call_that_gets_no_answer_is_an_error_of_that_item_and_the_pass_goes_on(
+    aws, endpoint, monkeypatch, method
+):
+    from pipelines.common import http as common_http
+
+    ids = seed_mixed(aws.client("dynamodb"))
+    real_open, calls = common_http.NO_REDIRECTS.open, []
+
+    def one_times_out(req, *args, **kwargs):
+        if req.get_method() == method:
+            calls.append(req.full_url)
+            if len(calls) == 2:
+                raise TimeoutError("timed out")  # a socket timeout, as urllib raises it
+        return real_open(req, *args, **kwargs)
+
+    monkeypatch.setattr(common_http.NO_REDIRECTS, "open", one_times_out)
+    log = ListLog()
+    counts = run(aws, endpoint=endpoint_settings(aws, endpoint), log=log)
+    assert (counts.reclaimed, counts.errors) == (len(ids["stale"]) - 1, 1)
+    (line,) = [line for line in log.lines if "timed out" in line]
+    assert line.startswith(f"could not fail {calls[1].rsplit('/', 1)[1]}: cannot reach {method} ")
+
+
 def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
     seed_mixed(aws.client("dynamodb"))
     with pytest.raises(EndpointError) as wrong:

@@ -134,6 +134,8 @@ class AgendaProgressEndpoint:
                     f"{method} {item_id}: HTTP {exc.status}, a redirect to {redact(exc.where, self._secrets)}: "
                     "not followed (the bearer token goes to the endpoint URL only)"
                 ) from None
+            except EndpointError as exc:  # no answer (timeout, reset): this item's error, the pass goes on
+                raise ItemError(str(exc)) from None
             if status != 401:
                 break
             self._token = None  # expired: log in again, once
