@@ -274,7 +274,7 @@ class Throttling:
         return {"Responses": [{"Error": error} if t else next(answers) for t in throttled]}
 
 
-def test_throttled_statements_are_sent_again_and_left_for_the_next_pass_when_they_stay_throttled(ddb):
+def test_throttled_statements_are_sent_again_and_left_for_a_later_pass_when_they_stay_throttled(ddb, caplog):
     now = int(time.time() * 1000)
     create_plain_table(ddb, "grouped-a")
     seed(ddb, "grouped-a", [agenda(f"a{n}", "EXECUTING", DAY_MS, now=now) for n in range(6)])
@@ -291,6 +291,8 @@ def test_throttled_statements_are_sent_again_and_left_for_the_next_pass_when_the
     w = writer(client, "grouped-a", grouped=True, sleep=waits.append)
     counts = run_pass(client, w)
     assert (counts.reclaimed, counts.errors) == (2, 1)  # b1 is an error of this pass; the run goes on
+    (line,) = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+    assert line.endswith("(ProvisionedThroughputExceeded); left for a later pass")
     assert items_by_id(ddb, "grouped-a")["b1"]["processingState"] == "EXECUTING"
     assert run_pass(ddb, writer(ddb, "grouped-a", grouped=True)).reclaimed == 1  # the next pass takes it
 

@@ -221,12 +221,12 @@ CANCELLATIONS = {
     "throttled": (
         ["ThrottlingError", "None"],
         "errors",
-        "(ThrottlingError: ThrottlingError here); the next pass sees it again",
+        "(ThrottlingError: ThrottlingError here); left for a later pass",
     ),
     "conflict": (
         ["None", "TransactionConflict"],
         "errors",
-        "(TransactionConflict: TransactionConflict here); the next pass sees it again",
+        "(TransactionConflict: TransactionConflict here); left for a later pass",
     ),
     "over 400 KB": (["ValidationError", "None"], "errors", "cancelled (ValidationError: ValidationError here)"),
     "progress moved on": (["ConditionalCheckFailed", "None"], "raced", "changed since it was read; left alone"),

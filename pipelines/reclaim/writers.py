@@ -313,8 +313,8 @@ class DynamoWriter:
             reason = f"{error_code(exc)} after botocore's retries"  # the call itself failed
         else:
             return outcomes
-        for i, _ in pending:  # left for the next pass
-            outcomes[i] = ItemError(f"{pairs[i][0].id}: {reason}; the next pass sees it again")
+        for i, _ in pending:  # left for a later pass (docs/reclaim.md, "Grouped writes")
+            outcomes[i] = ItemError(f"{pairs[i][0].id}: {reason}; left for a later pass")
         return outcomes
 
 
@@ -329,7 +329,7 @@ def _cancelled(c: Candidate, exc: ClientError) -> str:
         f"{code}: {r.get('Message') or ''}" for code, r in zip(codes, reasons, strict=True) if code != "None"
     )
     refusals = set(codes) - {"None"}
-    later = "; the next pass sees it again" if refusals and refusals <= TRANSIENT_ITEM_CODES else ""
+    later = "; left for a later pass" if refusals and refusals <= TRANSIENT_ITEM_CODES else ""
     raise ItemError(f"{c.id}: TransactWriteItems cancelled ({said or 'no reason given'}){later}")
 
 
