@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 
 import dagster as dg
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from pipelines.common import to_item
 from pipelines.common.targets import Target
 from pipelines.reclaim.defs import build_defs, execution_for, older_run_on_same_table, schedule_for
-from pipelines.reclaim.engine import LOOK_READS, SegmentPlan, look, reclaim_pass
+from pipelines.reclaim.engine import LOOK_READS, KeyValueCursor, SegmentPlan, look, reclaim_pass
 from pipelines.reclaim.params import ParamsError, check_max_runtime, parse_params
 from pipelines.reclaim.source import CONTRACT_INDEX, TableError, inspect_table, parse_time
 from pipelines.reclaim.targets import load_targets
@@ -146,6 +147,27 @@ def test_resume_walks_the_table_to_the_end_then_starts_over(aws):
         assert counts.stopped_by_budget != counts.completed_pass
         seen.append((counts.scanned, counts.completed_pass))
     assert seen == [(5, False), (5, False), (2, True), (5, False)]
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        {"includeWaiting": True},
+        {"reclaimAction": "retry"},
+        {"reclaimAction": "retry", "retryFailed": True},
+        {"reclaimAgeMinutes": 120},
+    ],
+)
+def test_a_config_reading_other_items_of_the_table_keeps_its_own_scan_position(aws, other):
+    ddb = aws.client("dynamodb")
+    plain_table_with_stale(ddb, "shared-agendas", 12, "s", age_ms=1000)
+    storage = dg.DagsterInstance.ephemeral().run_storage
+    params = _params(tableName="shared-agendas", objectScanLimit=5)
+    _pass(ddb, params, deadline=time.time() - 1, cursor=KeyValueCursor(storage, params, 0))  # one page, then stops
+    saved = KeyValueCursor(storage, params, 0).load()
+    assert list(saved) == ["id"]  # the key of the first page's last item
+    assert KeyValueCursor(storage, replace(params, objectScanLimit=7, scanDelayMillis=5), 0).load() == saved
+    assert KeyValueCursor(storage, replace(params, **other), 0).load() is None  # starts at the table's start
 
 
 def test_batches_and_budget_finish_the_batch_in_hand(aws):

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from pipelines.common import now_ms, printable
-from pipelines.common.looks import Look
+from pipelines.common.looks import Look, fingerprint
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, QUEUE, RETRY, decide
 from pipelines.reclaim.http import HttpWriter
 from pipelines.reclaim.params import ReclaimParams, policy_from_params
@@ -66,11 +66,15 @@ class SegmentPlan:
 
 
 class KeyValueCursor:
-    """The scan position of one (table, segment), kept in the Dagster instance's cursor values."""
+    """The scan position of one (table, segment, filter), kept in the Dagster instance's cursor values: a config
+    that reads other items of the same table (action, statuses, cutoff) keeps its own."""
 
     def __init__(self, storage: Any, params: ReclaimParams, segment: int) -> None:
         self.storage = storage
-        self.key = f"groundskeeper/reclaim/{params.tableName}/{params.timeFieldName}/{segment}-of-{params.segments}"
+        names = ("reclaimAction", "includeWaiting", "retryFailed", "reclaimAgeMinutes")
+        where = fingerprint({name: getattr(params, name) for name in names})
+        table = f"{params.tableName}/{params.timeFieldName}"
+        self.key = f"groundskeeper/reclaim/{table}/{segment}-of-{params.segments}/{where}"
 
     def load(self) -> dict[str, Any] | None:
         try:
