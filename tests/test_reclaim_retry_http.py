@@ -369,6 +369,32 @@ def test_retry_failed_handles_each_failure_once(aws):
     assert set(ready_items(aws)) == {"failed-once"}
 
 
+def test_retry_failed_on_the_index_path_finds_a_recent_failure_behind_a_long_history(aws):
+    ddb = aws.client("dynamodb")
+    now = int(time.time() * 1000)
+    history = [agenda(f"ok-{n:02d}", "COMPLETE", 2 * DAY_MS + n, now=now, message="succeeded") for n in range(30)]
+    put(aws, *history, agenda("failed-now", "COMPLETE", 60_000, now=now, message="failed", attemptsCompleted=1))
+    params = parse_params({**BASE, "reclaimAction": "retry", "retryFailed": True, "objectScanLimit": 5})
+    info = inspect_table(ddb, params)
+    reads = []
+
+    class CountingReads:
+        def __getattr__(self, name):
+            return getattr(ddb, name)
+
+        def query(self, **kwargs):
+            reads.append(kwargs["KeyConditionExpression"])
+            return ddb.query(**kwargs)
+
+    writer = DynamoWriter(ddb, params, ready_table=aws.env["AGENDA_READY_TABLE"])
+    budget = SegmentPlan(params, 0, 1.0, info)  # used up after the EXECUTING, WAITING and one COMPLETE page
+    counts = reclaim_pass(CountingReads(), budget, writer, log=ListLog(), clock=lambda: 2.0 if len(reads) >= 3 else 0.0)
+    assert info.index is not None
+    assert reads == ["#s = :exec AND #t < :cutoff", "#s = :wait", "#s = :complete"]
+    assert counts.retried == 1
+    assert set(ready_items(aws)) == {"failed-now"}
+
+
 @pytest.mark.slow
 def test_retry_config_through_the_job(aws):
     from pipelines.definitions import build_definitions

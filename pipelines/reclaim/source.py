@@ -128,11 +128,12 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
     projection = {f"#p{i}": attr for i, attr in enumerate(attrs)}
     base: dict[str, Any] = {"TableName": info.table, "Limit": params.objectScanLimit}
 
-    def read(label: str, operation: str, **expressions: str) -> tuple[str, str, dict]:
+    def read(label: str, operation: str, newest_first: bool = False, **expressions: str) -> tuple[str, str, dict]:
         text = " ".join(expressions.values())
         kwargs = {
             **base,
             **expressions,
+            **({"ScanIndexForward": False} if newest_first else {}),
             "ProjectionExpression": ", ".join(projection),
             "ExpressionAttributeNames": {**projection, **used_placeholders(names, text)},
             "ExpressionAttributeValues": used_placeholders(values, text),
@@ -160,9 +161,9 @@ def build_requests(info: TableInfo, params: ReclaimParams, now: int, segment: in
     if waiting:
         where = {"KeyConditionExpression": "#s = :wait", "FilterExpression": " OR ".join(waiting)}
         requests.append(read(f"{label} WAITING", "query", **where))
-    if params.retryFailed:
+    if params.retryFailed:  # newest first: recent failures ahead of the ever longer history of handled ones
         where = {"KeyConditionExpression": "#s = :complete", "FilterExpression": UNHANDLED_FAILURE}
-        requests.append(read(f"{label} COMPLETE/failed", "query", **where))
+        requests.append(read(f"{label} COMPLETE/failed", "query", newest_first=True, **where))
     return requests
 
 
