@@ -88,7 +88,10 @@ class ReclaimParams:
         None, description="Also fail the EXECUTING OperationProgress items of each failed agenda in this table."
     )
     includeWaiting: bool = param(
-        False, description="Stale WAITING items count too (taken from the queue but never started)."
+        False,
+        description="Stale WAITING items count too, meant for agendas taken from the queue but never started; "
+        "a WAITING item cannot tell those from an agenda still waiting in the ReadyAgenda queue, which is then "
+        "failed, or queued a second time by the retry action.",
     )
     retryFailed: bool = param(
         False, description="Retry action only: COMPLETE/failed items not yet handled are retried too."
