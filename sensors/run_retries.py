@@ -48,7 +48,7 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
     operator set to something else starts over (the last hour's failures; run keys still hold)."""
     if not context.cursor:
         return None, {}
-    with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError):
+    with contextlib.suppress(ValueError, TypeError, KeyError, AttributeError, OverflowError):
         state = json.loads(context.cursor)
         after, pending = state.get("after"), state.get("pending", {})
         if (after is None or isinstance(after, int)) and isinstance(pending, dict):
@@ -62,22 +62,27 @@ def _cursor_state(context: dg.SensorEvaluationContext) -> tuple[int | None, dict
 
 
 def _gone_partition(context: dg.SensorEvaluationContext, run: dg.DagsterRun) -> str | None:
-    """The failed run's partition if its job no longer has it (a run request for it would fail the whole tick)."""
+    """The failed run's partition if its job no longer has it, or is no longer partitioned (a run request for it
+    would fail the whole tick)."""
     partition = run.tags.get(PARTITION_TAG)
-    partitions_def = context.repository_def.get_job(run.job_name).partitions_def if partition else None
+    if not partition:
+        return None
+    partitions_def = context.repository_def.get_job(run.job_name).partitions_def
     with dg.partition_loading_context(dynamic_partitions_store=context.instance):
-        return partition if partitions_def and not partitions_def.has_partition_key(partition) else None
+        return partition if partitions_def is None or not partitions_def.has_partition_key(partition) else None
 
 
 def _materialized_since(instance: dg.DagsterInstance, failed: dg.RunRecord) -> bool:
     """Whether every asset the failed run was to materialize has a materialization of its partition since it
     failed: completion cancels a scheduled attempt (the retry RFC)."""
     run, partition = failed.dagster_run, failed.dagster_run.tags.get(PARTITION_TAG)
+    if not partition:
+        return False
     kind = dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
-    planned = instance.get_records_for_run(run.run_id, of_type=kind, limit=100).records if partition else []
+    planned = instance.get_records_for_run(run.run_id, of_type=kind, limit=100).records
     keys = run.asset_selection or {r.event_log_entry.dagster_event.asset_key for r in planned}
     wanted = [dg.AssetRecordsFilter(key, [partition], after_timestamp=failed.end_time) for key in keys]
-    return bool(partition and wanted) and all(instance.fetch_materializations(w, limit=1).records for w in wanted)
+    return bool(wanted) and all(instance.fetch_materializations(w, limit=1).records for w in wanted)
 
 
 def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:

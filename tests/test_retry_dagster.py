@@ -479,6 +479,8 @@ def test_an_unreadable_cursor_starts_over_instead_of_failing_the_tick(instance, 
         {"r": ["due"]},
     ]
     cursors = ["not json", '{"after": "x"}', '{"pending": {"r": {"due": "soon"}}}', "[]"]
+    cursors += ['{"pending": {"r": {"due": 1%s, "attempt": 2, "job": "flaky_job"}}}' % ("0" * 400)]  # past a float
+    cursors += ['{"pending": {"r": {"due": 5, "attempt": 1e999, "job": "flaky_job"}}}']  # an infinite attempt
     for cursor in cursors + [json.dumps({"after": None, "pending": pending}) for pending in corrupt]:
         data, new_cursor = _tick(sensor, instance, defs, cursor)
         assert [r.run_key for r in data.run_requests] == [first.run_id]
@@ -550,6 +552,46 @@ def test_a_run_tag_of_the_wrong_json_type_leaves_the_sensor_retrying_other_runs(
     data, cursor = _tick(sensor, instance, defs, None)
     assert [r.run_key for r in data.run_requests] == [good.run_id]
     assert json.loads(cursor)["pending"] == {}
+
+
+def test_a_run_of_an_unpartitioned_job_with_an_asset_selection_is_retried(instance):
+    @dg.asset
+    def a() -> None:
+        raise RuntimeError("boom")
+
+    @dg.asset
+    def b() -> None:
+        pass
+
+    sensor = build_delayed_run_retries([dg.define_asset_job("ab_job", [a, b])])
+    defs = dg.Definitions(assets=[a, b], jobs=sensor.jobs, sensors=[sensor])
+    zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
+    run = instance.create_run_for_job(
+        job_def=defs.resolve_job_def("ab_job"), tags={POLICY_TAG: zero}, asset_selection=frozenset({dg.AssetKey("a")})
+    )
+    instance.report_run_failed(run)
+    context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs)
+    data = sensor.evaluate_tick(context)
+    assert [(r.job_name, r.asset_selection) for r in data.run_requests] == [("ab_job", [dg.AssetKey("a")])]
+
+
+def test_a_retry_of_a_partition_of_a_job_no_longer_partitioned_is_dropped(instance):
+    @dg.op
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    @dg.job
+    def plain():
+        boom()
+
+    sensor = build_delayed_run_retries([plain])
+    defs = dg.Definitions(jobs=sensor.jobs, sensors=[sensor])
+    zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
+    run = instance.create_run_for_job(job_def=plain, tags={POLICY_TAG: zero, PARTITION_TAG: "2024-01-01"})
+    instance.report_run_failed(run)
+    context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs)
+    data = sensor.evaluate_tick(context)
+    assert data.run_requests == []
 
 
 @pytest.mark.parametrize("kind", ["static", "dynamic"])
