@@ -119,20 +119,20 @@ NO_QUEUE_KEY = {
 
 @pytest.mark.parametrize("through", ["dynamodb", "endpoint"])
 @pytest.mark.parametrize("change", list(NO_QUEUE_KEY.values()), ids=list(NO_QUEUE_KEY))
-def test_a_retry_without_the_ids_pops_scheduler_queries_by_is_an_error_and_writes_nothing(
-    aws, request, through, change
-):
+def test_an_agenda_without_the_ids_pops_scheduler_queries_by_is_failed_not_retried(aws, request, through, change):
+    """A ReadyAgenda item without them would never be taken: retried or held, the agenda would stay stuck."""
     fields, missing = change
     now = int(time.time() * 1000)
     put(aws, agenda("lost", "EXECUTING", DAY_MS, now=now, **fields), agenda("ok", "EXECUTING", DAY_MS, now=now))
     settings = endpoint_settings(aws, request.getfixturevalue("endpoint")) if through == "endpoint" else None
-    log = ListLog()
-    counts = run(aws, endpoint=settings, log=log, reclaimAction="retry")
-    assert (counts.retried, counts.errors) == (1, 1)
-    assert set(ready_items(aws)) == {"ok"}
-    assert items_by_id(aws.client("dynamodb"))["lost"]["processingState"] == "EXECUTING"
-    (line,) = [line for line in log.lines if "lost" in line]
-    assert f"no {missing}" in line
+    policy = {"kind": "fixed", "delay": 60, "maxAttempts": 3}  # "ok" is held, "lost" failed
+    counts = run(aws, endpoint=settings, log=ListLog(), reclaimAction="retry", retryPolicy=policy)
+    assert (counts.held, counts.errors) == (1, 0)
+    assert ready_items(aws) == {}
+    lost = items_by_id(aws.client("dynamodb"))["lost"]
+    assert lost["processingState"] == "COMPLETE"
+    assert lost["processingStateMessage"] == "failed"
+    assert f"not retryable (no {missing} for its ReadyAgenda item)" in str(lost["diagnosticEvents"])
 
 
 def late_write(aws, item_id: str, attempt_id: str | None) -> bool:

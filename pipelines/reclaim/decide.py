@@ -75,6 +75,9 @@ def decide(c: Candidate, *, action: str, now: int, cutoff: int, policy: RetryPol
 def _stop_reason(c: Candidate, n: int, policy: RetryPolicy) -> str | None:
     if not c.retryable:
         return NOT_RETRYABLE_MESSAGE
+    if missing := [name for name in ("insightId", "customerId") if not c.agenda.get(name)]:
+        # POP's schedulers find a ReadyAgenda item by both: a retry would never be taken
+        return f"{NOT_RETRYABLE_MESSAGE} (no {' or '.join(missing)} for its ReadyAgenda item)"
     if c.error_type and not policy.is_retryable(c.error_type):  # the agenda's last error is non-retryable
         return f"{NOT_RETRYABLE_MESSAGE} ({c.error_type})"
     if n >= c.max_attempts:
