@@ -591,21 +591,22 @@ def test_an_item_call_that_gets_no_answer_is_an_error_of_that_item_and_the_pass_
     assert line.startswith(f"could not fail {calls[1].rsplit('/', 1)[1]}: cannot reach {method} ")
 
 
-def test_an_endpoint_that_stops_answering_ends_the_pass_after_three_item_calls(aws, endpoint, monkeypatch):
+@pytest.mark.parametrize("method", ["GET", "PUT"])
+def test_an_endpoint_that_stops_answering_ends_the_pass_after_three_calls(aws, endpoint, monkeypatch, method):
     from pipelines.common import http as common_http
     from pipelines.reclaim.http import UNANSWERED_IN_A_ROW
 
     seed_mixed(aws.client("dynamodb"))
     real_open, calls = common_http.NO_REDIRECTS.open, []
 
-    def down_after_login(req, *args, **kwargs):
-        if req.get_method() in ("GET", "PUT"):
+    def down_after_login(req, *args, **kwargs):  # the other method answers
+        if req.get_method() == method:
             calls.append(req.full_url)
             raise TimeoutError("timed out")
         return real_open(req, *args, **kwargs)
 
     monkeypatch.setattr(common_http.NO_REDIRECTS, "open", down_after_login)
-    with pytest.raises(EndpointError, match="3 item calls in a row got no answer"):
+    with pytest.raises(EndpointError, match=f"3 {method} calls in a row got no answer"):
         run(aws, endpoint=endpoint_settings(aws, endpoint), log=ListLog())
     assert len(calls) == UNANSWERED_IN_A_ROW
 

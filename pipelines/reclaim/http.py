@@ -104,7 +104,7 @@ def login(identity_url: str, username: str, password: Secret) -> Secret:
 
 
 UNANSWERED_IN_A_ROW = 3
-"""Item calls in a row with no answer that end the pass: the endpoint is down, not one item."""
+"""Item calls of one method (GET, PUT) in a row with no answer that end the pass: the endpoint is down."""
 
 
 class AgendaProgressEndpoint:
@@ -115,7 +115,7 @@ class AgendaProgressEndpoint:
         self._authenticate = authenticate
         self._token: Secret | None = None
         self._secrets: list[Secret] = []  # every token of this run, and the password once decrypted
-        self._unanswered = 0  # item calls in a row that got no answer
+        self._unanswered = {"GET": 0, "PUT": 0}  # item calls of each method in a row that got no answer
 
     def remember(self, secret: Secret) -> Secret:
         """Redact ``secret`` from every message built from now on; returns it."""
@@ -140,11 +140,13 @@ class AgendaProgressEndpoint:
                     "not followed (the bearer token goes to the endpoint URL only)"
                 ) from None
             except EndpointError as exc:  # no answer (timeout, reset): this item's error, the pass goes on,
-                self._unanswered += 1  # unless the endpoint is down (each call waits out its timeout)
-                if self._unanswered >= UNANSWERED_IN_A_ROW:
-                    raise EndpointError(f"{exc} ({self._unanswered} item calls in a row got no answer)") from None
+                self._unanswered[method] += 1  # unless the endpoint is down (each call waits out its timeout)
+                if self._unanswered[method] >= UNANSWERED_IN_A_ROW:
+                    raise EndpointError(
+                        f"{exc} ({UNANSWERED_IN_A_ROW} {method} calls in a row got no answer)"
+                    ) from None
                 raise ItemError(str(exc)) from None
-            self._unanswered = 0
+            self._unanswered[method] = 0
             if status != 401:
                 break
             self._token = None  # expired: log in again, once
