@@ -552,6 +552,22 @@ def test_a_runs_fleet_pool_wants_desired_running_idle_and_its_spot_instances_are
     assert row.idle_cost_usd_per_hour == pytest.approx(2 * 0.0208 * 0.35)
 
 
+def test_a_runs_fleet_pool_in_a_schedule_window_wants_its_effective_desired_running_idle(aws):
+    """runs-fleet's reconcile writes the target a schedule sets as effective_desired_running."""
+    pool = {"pool_name": "warm", "instance_type": "t3.small", "desired_running": 2, "effective_desired_running": 0}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_POOLS_TABLE"], Item=to_item(pool))
+    tags = [{"Key": "runs-fleet:managed", "Value": "true"}, {"Key": "runs-fleet:pool", "Value": "warm"}]
+    aws.client("ec2").run_instances(
+        ImageId=AMI,
+        InstanceType="t3.small",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
+    row = run_pool_audit(_audit_ctx(aws), prices=PRICES, dry_run=True).audit.table.set_index("pool").loc["warm"]
+    assert row.idle_excess == 1
+
+
 def test_metrics_are_batched_1000_datums_per_call(aws):
     cw = aws.client("cloudwatch")
     counter = _Calls(cw)

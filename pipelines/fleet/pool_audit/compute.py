@@ -89,7 +89,10 @@ def pool_config(item: dict[str, Any], prices: PriceList) -> dict[str, Any]:
         problems.append("instance_type is not a plain name (an EC2 instance type such as m5.large)")
         instance_type = pool_label(instance_type)
 
-    wanted = "desired_idle" if "desired_idle" in item else "desired_running"  # runs-fleet's PoolConfig: the latter
+    # runs-fleet's PoolConfig has no desired_idle: the target its reconcile set now (a schedule's), else its base
+    wanted = next(
+        (k for k in ("desired_idle", "effective_desired_running") if item.get(k) is not None), "desired_running"
+    )
     desired_idle = item.get(wanted, 0)
     if not _is_number(desired_idle) or not 0 <= desired_idle <= MAX_DESIRED_IDLE or int(desired_idle) != desired_idle:
         problems.append(f"invalid {wanted} {desired_idle!r} (a whole number from 0 to {MAX_DESIRED_IDLE})")
