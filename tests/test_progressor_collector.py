@@ -144,7 +144,7 @@ def test_error_action_keeps_when_a_process_already_in_error_went_to_error(conn):
             )
         )
         engine.run_task(cur, t, "p-broken", "repair", age_seconds=ZOMBIE_AGE)
-    went_to_error = "SELECT previous_status, status_changed_at FROM {processes}"
+    went_to_error = "SELECT previous_status, status_changed_at, detail, corrupted_by FROM {processes}"
     before = _one(conn, t, went_to_error)
     _collect(conn, ns)
     assert _one(conn, t, went_to_error) == before

@@ -237,7 +237,8 @@ def write_actions(cur, tables: Tables, actions: list[Action], with_status_column
             )
         )
         cur.execute(tables.sql("DELETE FROM {schedule} WHERE process_id = ANY({})", pids))
-        # a process already in error keeps them, as progressor's worker leaves a broken process's
+        # a process already in error keeps them (and its detail and corrupted_by), as progressor's worker leaves
+        # a broken process as it is
         extra = (
             ", previous_status = CASE WHEN p.status <> 'error' THEN p.status ELSE p.previous_status END, "
             "status_changed_at = CASE WHEN p.status <> 'error' THEN now() ELSE p.status_changed_at END"
@@ -246,7 +247,9 @@ def write_actions(cur, tables: Tables, actions: list[Action], with_status_column
         )
         cur.execute(
             tables.sql(
-                "UPDATE {processes} p SET status = 'error', detail = {}, corrupted_by = z.task_id" + extra + " "
+                "UPDATE {processes} p SET status = 'error', "
+                "detail = CASE WHEN p.status <> 'error' THEN {} ELSE p.detail END, "
+                "corrupted_by = CASE WHEN p.status <> 'error' THEN z.task_id ELSE p.corrupted_by END" + extra + " "
                 "FROM {keys} WHERE p.process_id = z.process_id",
                 ZOMBIE_ERROR,
                 keys=_keys(error),
