@@ -414,6 +414,17 @@ def test_retry_policies_asset_renders_every_preset_tagged_and_configured_policy(
     assert metadata["policies"].value == len(PRESETS) + 3, "every preset, the job's policy and the two configured"
 
 
+def test_retry_policies_shows_a_job_tag_policy_with_non_retryable_as_invalid():
+    tag = {POLICY_TAG: '{"kind": "fixed", "delay": 30, "maxAttempts": 3, "nonRetryable": ["ValidationException"]}'}
+    asset = build_defs([dg.JobDefinition(graph_def=flaky_job.graph, name="strict_job", tags=tag)]).get_assets_def(
+        "retry_policies"
+    )
+    result = dg.materialize([asset])
+    table = result.asset_materializations_for_node("retry_policies")[0].metadata["timelines"].value
+    rows = {r.data["policy"]: r.data for r in table.records}
+    assert rows["job strict_job"]["timeline"].startswith("invalid policy")
+
+
 @pytest.mark.slow
 def test_the_code_location_wires_the_sensor_to_every_job_and_the_local_demo(instance):
     from infra.demo.definitions import build_local_definitions

@@ -11,6 +11,7 @@ from pipelines.common.defs.metadata import table_from
 from pipelines.common.params import param
 from pipelines.retry.policy import RetryPolicyError
 from pipelines.retry.presets import PRESETS, policy_from_text
+from pipelines.retry.runs import run_policy
 from pipelines.retry.simulate import human, timeline
 from pipelines.retry.tags import POLICY_TAG
 
@@ -57,7 +58,7 @@ def build_defs(jobs: Sequence = ()) -> dg.Definitions:
         rows, sections = [], []  # a bad policy is reported in both
         for name, text in named.items():
             try:
-                policy = policy_from_text(text)
+                policy = run_policy(text) if name in tagged else policy_from_text(text)
                 t = timeline(policy, None if policy.max_attempts else params.horizon)
                 total, worst = human(t.total), human(t.worst_case)
                 summary = f"{policy.describe()}. {t.attempts} attempts over {total} (worst case with jitter {worst})."

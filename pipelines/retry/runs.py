@@ -24,17 +24,21 @@ class RunRetry:
     bad_tags: bool = False  # not retried because its tags could not be read
 
 
+def run_policy(text: str):
+    """The policy of a ``groundskeeper/retry_policy`` tag, or RetryPolicyError (one without nonRetryable)."""
+    policy = policy_from_text(text)
+    if policy.non_retryable:
+        raise invalid("nonRetryable", list(policy.non_retryable), "absent (a run retry never reads the run's error)")
+    return policy
+
+
 def run_retry(tags: Mapping[str, str], seed: str) -> RunRetry:
     """The decision for a failed run with these run tags; ``seed`` (its run id) fixes the jitter."""
     text = tags.get(POLICY_TAG)
     if text is None:
         return RunRetry(None, 1, f"no {POLICY_TAG} tag")
     try:
-        policy = policy_from_text(text)
-        if policy.non_retryable:
-            raise invalid(
-                "nonRetryable", list(policy.non_retryable), "absent (a run retry never reads the run's error)"
-            )
+        policy = run_policy(text)
         raw = tags.get(ATTEMPT_TAG, "1")
         attempt = int(raw)
         if attempt < 1:
