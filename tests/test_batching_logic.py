@@ -362,7 +362,22 @@ def test_a_record_written_late_before_utc_midnight_goes_in_the_next_days_first_r
     report = batcher(aws).run("acme", "2026-11-20", now=dt.datetime(2026, 11, 20, 0, 0, 5, tzinfo=UTC))
     assert pending_ids(aws, "acme") == set()
     assert [line["record_id"] for line in outbox(aws, "acme")["batches/acme/2026-11-19T23:00Z/1.jsonl"]] == [late]
-    assert report.batches[0].batch_time == "2026-11-19T11:00Z"  # the day's batch times after its last run
+    assert report.batches[0].batch_time == "2026-11-19T23:00Z"  # 11:00-22:00 had nothing before them: not written
+
+
+def test_an_idle_minutely_receiver_writes_nothing_for_the_batch_times_of_its_idle_days(aws):
+    # Batched once on the 17th at 00:00, then nothing pending until 00:09:30 on the 19th: the 2,879 batch
+    # times of the 17th and 18th after it have no ledger entry and nothing to send.
+    put_receiver(aws, "acme", number_per_day=1440, send_if_empty_batch=True)
+    put_records(aws, "acme", [dt.datetime(2026, 11, 16, 23, 59, 30, tzinfo=UTC)], prefix="early")
+    batcher(aws).run("acme", "2026-11-17", now=dt.datetime(2026, 11, 17, 0, 0, 5, tzinfo=UTC))
+    put_records(aws, "acme", [dt.datetime(2026, 11, 19, 0, 9, 30, tzinfo=UTC)])
+    batcher(aws).run("acme", "2026-11-19", now=dt.datetime(2026, 11, 19, 0, 10, 5, tzinfo=UTC))
+    times = [dt.datetime(2026, 11, 17, tzinfo=UTC)] + [dt.datetime(2026, 11, 19, 0, m, tzinfo=UTC) for m in range(11)]
+    bucket = aws.env["BATCH_OUTBOX_BUCKET"]
+    ledger = set(store.list_keys(aws.client("s3"), bucket, "ledger/acme/"))
+    assert ledger == {store.ledger_key("acme", t) for t in times}  # the 19th's own ones, empty ones included
+    assert set(outbox(aws, "acme")) == {store.file_key("acme", t, 1) for t in times}
 
 
 def test_a_schedule_change_leaves_no_record_behind(aws):

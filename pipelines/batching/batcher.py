@@ -181,6 +181,7 @@ class ReceiverBatcher:
             if not self._recover(cfg, batch, locked[batch], report):
                 return free
 
+        own = set(wanted)
         last = max((t for t in done if t < wanted[0]), default=None)
         if last:  # the batch times missed since the last one done (none was due, a stop, an outage) go first
             wanted = schedule.batch_times(cfg, last, wanted[0]) + wanted
@@ -189,6 +190,8 @@ class ReceiverBatcher:
             if moment in done:
                 continue
             candidates = [r for r in free if r.record_id not in taken and r.created < moment]
+            if not candidates and moment not in own:  # a missed one of another day writes only with records
+                continue
             if self._write_batch(cfg, moment, candidates, taken, report) is None:  # cancelled
                 break
         return [r for r in free if r.record_id not in taken]
