@@ -380,6 +380,26 @@ def test_an_idle_minutely_receiver_writes_nothing_for_the_batch_times_of_its_idl
     assert set(outbox(aws, "acme")) == {store.file_key("acme", t, 1) for t in times}
 
 
+def test_a_run_that_died_in_the_missed_batch_times_is_followed_by_the_rest_of_them_in_order(aws):
+    # Hourly, batched on the 19th at 10:00, then records at 14:30, 16:30 and 18:30 with no run for them.
+    put_receiver(aws, "acme", number_per_day=24)
+    put_records(aws, "acme", [dt.datetime(2026, 11, 19, 9, 30, tzinfo=UTC)], prefix="early")
+    batcher(aws).run("acme", "2026-11-19", now=dt.datetime(2026, 11, 19, 10, 0, 5, tzinfo=UTC))
+    ids = put_records(aws, "acme", [dt.datetime(2026, 11, 19, h, 30, tzinfo=UTC) for h in (14, 16, 18)])
+    # the 20th's first run writes 15:00 and dies on the upload of 17:00's file
+    with pytest.raises(ConnectionError):
+        batcher(aws, s3=CrashingS3(aws.client("s3"), crash_on=2)).run(
+            "acme", "2026-11-20", now=dt.datetime(2026, 11, 20, 0, 0, 5, tzinfo=UTC)
+        )
+    batcher(aws).run("acme", "2026-11-20", now=dt.datetime(2026, 11, 20, 0, 0, 30, tzinfo=UTC))
+    assert {key: [line["record_id"] for line in lines] for key, lines in outbox(aws, "acme").items()} == {
+        "batches/acme/2026-11-19T10:00Z/1.jsonl": ["early-00000"],
+        "batches/acme/2026-11-19T15:00Z/1.jsonl": ids[:1],
+        "batches/acme/2026-11-19T17:00Z/1.jsonl": ids[1:2],
+        "batches/acme/2026-11-19T19:00Z/1.jsonl": ids[2:],
+    }
+
+
 def test_a_schedule_change_leaves_no_record_behind(aws):
     # Daily at 00:00 UTC for a week, then the settings import moves initialTime to 12:00: every 12:00 of the
     # week has no ledger entry.

@@ -183,8 +183,8 @@ class ReceiverBatcher:
 
         own = set(wanted)
         last = max((t for t in done if t < wanted[0]), default=None)
-        if last:  # the batch times missed since the last one done (none was due, a stop, an outage) go first
-            wanted = schedule.batch_times(cfg, last, wanted[0]) + wanted
+        if last:  # the batch times missed since the last one done (none was due, a stop, an outage), in order
+            wanted = sorted(own | set(schedule.batch_times(cfg, last, wanted[-1])))
         taken: set[str] = set()
         for moment in wanted:
             if moment in done:
