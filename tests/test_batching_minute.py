@@ -375,6 +375,30 @@ def test_a_minute_run_that_succeeded_untagged_or_a_dry_run_that_died_hands_nothi
     assert result.run_requests == []
 
 
+def test_a_minute_run_that_died_hands_off_only_the_partitions_it_had_not_materialized():
+    partitions = ["2026-11-20|acme", "2026-11-20|globex", "2026-11-20|initech"]
+
+    @dg.op
+    def batch_then_die(context: dg.OpExecutionContext) -> None:  # out of memory at its last receiver
+        for partition in partitions[:2]:
+            day, _, receiver = partition.partition("|")
+            key = dg.MultiPartitionKey({"receiver": receiver, "day": day})
+            context.log_event(dg.AssetMaterialization(receiver_batches.key, partition=key))
+        raise MemoryError("out of memory")
+
+    config = dg.ConfigMapping(config_schema={"partitions": [str]}, config_fn=lambda _: {})
+
+    @dg.job(name=MINUTE_JOB, config=config)
+    def died():
+        batch_then_die()
+
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, RECEIVERS)
+        run = died.execute_in_process(run_config={"partitions": partitions}, instance=instance, raise_on_error=False)
+        result = _handoff(instance)
+    assert [r.run_key for r in result.run_requests] == [f"{run.run_id}:2026-11-20|initech"]
+
+
 def _handoff_tick(instance) -> dg.SensorResult:
     """One tick of the handoff as the daemon evaluates it: its run requests resolved against the partitions."""
     context = dg.build_sensor_context(instance=instance, definitions=DEFS)

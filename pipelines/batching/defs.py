@@ -458,9 +458,9 @@ HANDOFF_READS = 100
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Every minute: a receiver_batches_job run for each partition that failed in batch_minute_job "
-    "runs (every partition of one that died or was cancelled before its report), so it fails (or succeeds) by "
-    "Dagster's own rules and the alert names it; one run a partition at a time, none while the partition is "
-    "FAILED already.",
+    "runs (every partition of one that died or was cancelled before its report but those it materialized), so it "
+    "fails (or succeeds) by Dagster's own rules and the alert names it; one run a partition at a time, none while "
+    "the partition is FAILED already.",
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
@@ -486,16 +486,21 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     for record in records:
         run, ended = record.dagster_run, record.update_timestamp.timestamp()
         newest = max(newest, ended)
+        materialized = set()
         if run.tags.get(HANDOFF_TAG) == "pending":
             entries = run.tags.get(FAILED_TAG, "").split(",")
         elif run.status != dg.DagsterRunStatus.SUCCESS and not run.run_config.get("dry_run"):
             entries = run.run_config.get("partitions", [])  # it died or was cancelled before its report: all of them
+            events = context.instance.get_records_for_run(  # but those it materialized before
+                run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=len(entries)
+            ).records
+            materialized = {e.event_log_entry.dagster_event.partition for e in events}
         else:
             continue
         due, problems = minute.parse_partitions(entries)
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
-        failures += [(ended, run.run_id, d.partition) for d in due]
+        failures += [(ended, run.run_id, d.partition) for d in due if d.partition not in materialized]
     latest = {p: (run_id, ended) for ended, run_id, p in sorted(failures)}  # a partition once: its newest failure
     if not latest:
         return dg.SensorResult(
