@@ -19,6 +19,7 @@ __all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 
 SENSOR_NAME = RETRY_SENSOR
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
+RETRIES_PER_TICK = 50  # due retries handled per tick, the oldest due first (the rest are handled next tick)
 # Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
 # and are dropped, except these settings, which the re-launch keeps. The partition goes through
 # RunRequest.partition_key.
@@ -130,9 +131,8 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
             pending[run.run_id] = {"job": run.job_name, "due": due, "attempt": decided.attempt + 1}
 
         requests = []
-        for run_id, item in sorted(pending.items(), key=lambda kv: kv[1]["due"]):
-            if item["due"] > clock:
-                continue
+        ready = sorted((kv for kv in pending.items() if kv[1]["due"] <= clock), key=lambda kv: kv[1]["due"])
+        for run_id, item in ready[:RETRIES_PER_TICK]:
             del pending[run_id]
             found = instance.get_run_record_by_id(run_id)
             run = found.dagster_run if found else None

@@ -667,6 +667,37 @@ def test_a_partition_materialized_since_its_run_failed_is_not_retried(instance, 
     assert [r.partition_key for r in data.run_requests] == ["b"]
 
 
+def test_a_tick_handles_a_bounded_number_of_due_retries_the_oldest_first_and_the_rest_next_tick(instance, monkeypatch):
+    """Every due retry costs a few instance reads: hundreds in one tick would pass the sensor's timeout, the tick
+    failing with its cursor unsaved, again and again."""
+    import sensors.run_retries as run_retries
+
+    monkeypatch.setattr(run_retries, "RETRIES_PER_TICK", 2)
+
+    @dg.op
+    def boom() -> None:
+        raise RuntimeError("boom")
+
+    @dg.job
+    def plain():
+        boom()
+
+    sensor = build_delayed_run_retries([plain])
+    defs = dg.Definitions(jobs=sensor.jobs, sensors=[sensor])
+    zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
+    failed = []
+    for _ in range(3):
+        run = instance.create_run_for_job(job_def=plain, tags={POLICY_TAG: zero})
+        instance.report_run_failed(run)
+        failed.append(run.run_id)
+    data, cursor = _tick(sensor, instance, defs, None)
+    assert [r.run_key for r in data.run_requests] == failed[:2]
+    assert list(json.loads(cursor)["pending"]) == failed[2:]
+    data, cursor = _tick(sensor, instance, defs, cursor)
+    assert [r.run_key for r in data.run_requests] == failed[2:]
+    assert json.loads(cursor)["pending"] == {}
+
+
 @dg.op
 def prepare() -> None:
     """Succeeds: a re-execution from failure of two_step_job runs flaky_aws_call alone."""
