@@ -20,12 +20,13 @@ __all__ = ["SENSOR_NAME", "build_delayed_run_retries"]
 SENSOR_NAME = RETRY_SENSOR
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
 RETRIES_PER_TICK = 50  # due retries handled per tick, the oldest due first (the rest are handled next tick)
-# Dagster's own tags describe where the failed run came from (its sensor, run key, backfill...)
-# and are dropped, except these settings, which the re-launch keeps. The partition goes through
-# RunRequest.partition_key.
+# Dagster's own tags describe where the failed run came from (its sensor, run key...) and are
+# dropped, except these settings, which the re-launch keeps (the backfill: its run-queue limit holds
+# its retries too). The partition goes through RunRequest.partition_key.
 _KEPT_SYSTEM_TAGS = frozenset(
     f"dagster/{name}"
     for name in (
+        "backfill",
         "priority",
         "max_runtime",
         "isolation",
