@@ -17,7 +17,7 @@ from pipelines.common.looks import Look
 from pipelines.definitions import build_definitions
 from pipelines.fleet import messages
 from pipelines.fleet.messages import HousekeepingRequest
-from pipelines.fleet.tasks import stale_ssm
+from pipelines.fleet.tasks import orphaned_instances, stale_ssm
 from pipelines.fleet.tasks.orphaned_instances import SUSPECT_TAG
 from resources import resources_for
 from tests import fleet_support as fs
@@ -107,6 +107,32 @@ def test_orphaned_instances_runs_for_a_suspect_that_is_due_for_termination(aws, 
     monkeypatch.setattr(messages, "utcnow", lambda: later + dt.timedelta(minutes=10))
     (request,) = _tick(defs, "housekeeping_orphaned_instances_schedule").run_requests
     assert request.run_config["task_type"] == "orphaned_instances"
+
+
+def test_orphaned_instances_past_its_query_bound_runs_when_the_candidates_change_and_at_least_every_30_minutes(
+    aws, defs, monkeypatch
+):
+    """Long jobs still running keep more candidates than the look queries: a run at every tick would change nothing."""
+    name = "housekeeping_orphaned_instances_schedule"
+    monkeypatch.setattr(orphaned_instances, "LOOK_MAX_QUERIES", 2)
+    first_job, *_ = fs.start_jobs(aws, 3)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=7)
+    monkeypatch.setattr(messages, "utcnow", lambda: later)
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(defs, name, instance).run_requests
+        defs.resolve_job_def("housekeeping").execute_in_process(
+            run_config=first.run_config, instance=instance, tags=first.tags, resources=resources_for("local")
+        )
+        same = _tick(defs, name, instance)
+        assert same.run_requests == []
+        assert "3 managed instances launched before" in same.skip_message
+        in_30_minutes = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=30)
+        assert len(_tick(defs, name, instance, at=in_30_minutes).run_requests) == 1
+        aws.client("ec2").create_tags(
+            Resources=[first_job["instance_id"]], Tags=[{"Key": SUSPECT_TAG, "Value": iso(later)}]
+        )
+        in_5_minutes = dt.datetime.now(dt.UTC) + dt.timedelta(minutes=5)
+        assert len(_tick(defs, name, instance, at=in_5_minutes).run_requests) == 1
 
 
 def test_stale_ssm_skips_while_every_parameter_has_its_instance_and_runs_for_a_gone_one(aws, defs, monkeypatch):

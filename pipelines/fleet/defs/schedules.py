@@ -47,6 +47,7 @@ def housekeeping_schedule(task: Task, crons: Mapping[str, str] | None = None) ->
         job_name="housekeeping",
         cron_schedule=task.cron,
         look=look,
+        refresh=dt.timedelta(minutes=30),  # a state look's (orphaned_instances past its query bound)
         request=request,
         required_resource_keys={"fleet", *task.look_clients},
         description=f"Runs the {name} housekeeping task ({task.cron}), as runs-fleet's EventBridge rules do. "

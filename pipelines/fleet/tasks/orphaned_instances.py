@@ -18,8 +18,9 @@ SUSPECT_TAG = "groundskeeper:orphan-suspected"
 ORPHAN_SLACK = dt.timedelta(minutes=10)
 
 LOOK_MAX_QUERIES = 20
-"""A look queries the running job of at most this many candidates; more candidates than that, and
-the run looks at them all."""
+"""A look queries the running job of at most this many candidates; more candidates than that (long jobs
+still running), and the run looks at them all when the candidates or their suspect marks change, and at
+least every refresh interval of the housekeeping schedules."""
 
 
 @dataclass(frozen=True)
@@ -170,7 +171,8 @@ def look_orphaned_instances(ctx: FleetContext, req: HousekeepingRequest, params:
     if not candidates:
         return Look.idle(f"no managed instance launched before {cutoff} ({len(plan.instances)} running or pending)")
     if candidates > LOOK_MAX_QUERIES:
-        return Look.work(f"{candidates} managed instances launched before {cutoff}")
+        marks = {i["InstanceId"]: instance_tags(i).get(SUSPECT_TAG) for i in plan.candidates}
+        return Look.state(marks, f"{candidates} managed instances launched before {cutoff}, too many to query")
     if not (plan.suspect or plan.terminate or plan.cleared):
         return Look.idle(
             f"{candidates} managed instance(s) launched before {cutoff}: none to tag, untag or "
