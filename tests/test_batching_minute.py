@@ -25,6 +25,7 @@ from pipelines.batching.defs import (
     receivers_partitions,
 )
 from pipelines.batching.minute import parse_partitions, shares
+from pipelines.common.defs.schedules import SCHEDULE_TAG
 from pipelines.definitions import build_definitions
 from resources import clients, resources_for
 from resources.settings import AlertSettings
@@ -347,24 +348,40 @@ def test_after_a_gap_the_handoff_reaches_every_failed_partition_over_successive_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("end", ["report_run_failed", "report_run_canceled"], ids=["died", "cancelled"])
-def test_every_partition_of_a_minute_run_that_ended_before_its_report_is_handed_off(aws, end):
+def test_a_minute_run_that_ended_before_its_report_is_run_again_in_one_minute_run(aws, end):
     put_receiver(aws, "hourly", number_per_day=24, max_batch_size=3)
     put_records(aws, "hourly", [T10 - dt.timedelta(minutes=5)])
     with dg.instance_for_test() as instance:
         request = _tick(instance, T10)
         run = instance.create_run_for_job(MINUTE, run_config=request.run_config, tags=request.tags)
         getattr(instance, end)(run)  # out of memory, its task stopped, or cancelled: no tags, no report
-        result = _handoff(instance)
-    assert [r.run_key for r in result.run_requests] == [f"{run.run_id}:2026-11-20|hourly"]
+        [again] = _handoff_tick(instance).run_requests
+        MINUTE.execute_in_process(  # as the daemon launches it
+            run_config=again.run_config, instance=instance, tags=again.tags, resources=resources_for("local")
+        )
+    assert again.run_key == f"rerun:{run.run_id}"
+    assert again.run_config == request.run_config
+    assert pending_ids(aws, "hourly") == set()
 
 
-def _ended_minute_run(instance, kind: dg.DagsterEventType, partitions: list[str], **config) -> dg.DagsterRun:
+def _ended_minute_run(
+    instance, kind: dg.DagsterEventType, partitions: list[str], tags: dict | None = None, **config
+) -> dg.DagsterRun:
     """A minute run of ``partitions`` that ended as ``kind`` without the handoff's tags."""
     instance.add_dynamic_partitions(receivers_partitions.name, sorted({p.partition("|")[2] for p in partitions}))
     run_config = {"batch_time": "2026-11-20T10:00:00.000Z", "partitions": partitions, **config}
-    run = instance.add_run(dg.DagsterRun(job_name=MINUTE_JOB, run_id=str(uuid.uuid4()), run_config=run_config))
-    _at(instance, run, kind, time.time() - 60)
+    run = dg.DagsterRun(job_name=MINUTE_JOB, run_id=str(uuid.uuid4()), run_config=run_config, tags=tags or {})
+    _at(instance, instance.add_run(run), kind, time.time() - 60)
     return run
+
+
+def test_a_minute_run_handed_off_that_died_too_hands_off_each_of_its_partitions_in_a_run_of_its_own():
+    partitions = [f"2026-11-20|{n}" for n in RECEIVERS]
+    with dg.instance_for_test() as instance:
+        rerun = _ended_minute_run(instance, dg.DagsterEventType.RUN_FAILURE, partitions, {HANDOFF_OF_TAG: "dead"})
+        requests = _handoff_tick(instance).run_requests
+    assert [r.job_name for r in requests] == [PARTITION_JOB] * 3
+    assert sorted(r.run_key for r in requests) == [f"{rerun.run_id}:{p}" for p in partitions]
 
 
 def test_a_minute_run_that_succeeded_untagged_or_a_dry_run_that_died_hands_nothing_off():
@@ -375,8 +392,9 @@ def test_a_minute_run_that_succeeded_untagged_or_a_dry_run_that_died_hands_nothi
     assert result.run_requests == []
 
 
-def test_a_minute_run_that_died_hands_off_only_the_partitions_it_had_not_materialized():
-    partitions = ["2026-11-20|acme", "2026-11-20|globex", "2026-11-20|initech"]
+def test_a_minute_run_that_died_is_run_again_in_one_minute_run_of_the_partitions_it_had_not_materialized():
+    receivers = [f"org{i:03d}.receiver" for i in range(430)]  # ReportStream's receivers at 1440 a day, say
+    partitions = [f"2026-11-20|{n}" for n in receivers]
 
     @dg.op
     def batch_then_die(context: dg.OpExecutionContext) -> None:  # out of memory at its last receiver
@@ -393,17 +411,21 @@ def test_a_minute_run_that_died_hands_off_only_the_partitions_it_had_not_materia
         batch_then_die()
 
     with dg.instance_for_test() as instance:
-        instance.add_dynamic_partitions(receivers_partitions.name, RECEIVERS)
+        instance.add_dynamic_partitions(receivers_partitions.name, receivers)
         run = died.execute_in_process(run_config={"partitions": partitions}, instance=instance, raise_on_error=False)
-        result = _handoff(instance)
-    assert [r.run_key for r in result.run_requests] == [f"{run.run_id}:2026-11-20|initech"]
+        requests = _handoff_tick(instance).run_requests
+    assert [r.job_name for r in requests] == [MINUTE_JOB]
+    assert requests[0].run_config["partitions"] == partitions[2:]
+    assert requests[0].run_key == f"rerun:{run.run_id}"
+    assert requests[0].tags[HANDOFF_OF_TAG] == run.run_id
 
 
 def _handoff_tick(instance) -> dg.SensorResult:
-    """One tick of the handoff as the daemon evaluates it: its run requests resolved against the partitions."""
+    """One tick of the handoff as the daemon evaluates it: its run requests resolved against its jobs and the
+    partitions."""
     context = dg.build_sensor_context(instance=instance, definitions=DEFS)
     with dg.partition_loading_context(dynamic_partitions_store=instance):
-        return batch_failures_handoff.evaluate_tick(context)
+        return DEFS.resolve_sensor_def("batch_failures_handoff").evaluate_tick(context)
 
 
 GONE = ["2026-11-20|gone", "2099-01-01|acme"]
@@ -511,7 +533,7 @@ def test_the_decider_skips_while_the_previous_minute_run_is_queued_and_then_cove
         queued = instance.create_run_for_job(
             MINUTE,
             run_config={"batch_time": "2026-11-20T09:59:00.000Z", "partitions": []},
-            tags={BATCH_TIME_TAG: "2026-11-20T09:59:00.000Z"},
+            tags={BATCH_TIME_TAG: "2026-11-20T09:59:00.000Z", SCHEDULE_TAG: "batch_decider"},
         )
         skipped = _tick(instance, T10)
         assert isinstance(skipped, dg.SkipReason)
@@ -519,6 +541,20 @@ def test_the_decider_skips_while_the_previous_minute_run_is_queued_and_then_cove
         instance.report_run_canceled(queued)
         later = _tick(instance, T10 + dt.timedelta(minutes=1))  # its window reaches back to 09:59: 10:00 is in it
         assert later.run_config["partitions"] == ["2026-11-20|hourly"]
+
+
+@pytest.mark.slow
+def test_the_decider_does_not_wait_for_a_queued_minute_run_of_the_handoff(aws):
+    put_receiver(aws, "hourly", number_per_day=24, initial_time="00:00", max_batch_size=3)
+    put_records(aws, "hourly", [T10 - dt.timedelta(minutes=5)])
+    with dg.instance_for_test() as instance:
+        instance.create_run_for_job(  # the handoff's run of a minute run of 09:00 that died, queued
+            MINUTE,
+            run_config={"batch_time": "2026-11-20T09:00:00.000Z", "partitions": ["2026-11-20|hourly"]},
+            tags={HANDOFF_OF_TAG: "dead"},
+        )
+        tick = _tick(instance, T10)
+    assert tick.run_config["partitions"] == ["2026-11-20|hourly"]
 
 
 def test_run_config_partitions_that_are_not_keys_are_lines_and_skipped():

@@ -34,7 +34,8 @@ def test_the_cluster_runs_the_fan_out_jobs_on_celery_and_their_schedule_and_sens
     assert local.resolve_job_def("process_termination_queue").executor_def.name == "in_process"
     assert cluster.resolve_job_def("process_housekeeping_queue").executor_def.name == "in_process"
     assert cluster.resolve_schedule_def("batch_decider").job_name == "batch_minute_job"
-    assert cluster.resolve_sensor_def("batch_failures_handoff").job_name == "receiver_batches_job"
+    handoff_jobs = {t.job_name for t in cluster.resolve_sensor_def("batch_failures_handoff").targets}
+    assert handoff_jobs == {"receiver_batches_job", "batch_minute_job"}
     assert cluster.resolve_sensor_def("termination_queue_sensor").job_name == "process_termination_queue"
 
 

@@ -23,7 +23,7 @@ from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
-from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule, tick_time
+from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, SCHEDULE_TAG, schedule, tick_time
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.defs.tasks import one_op_job, resource_clients
 from pipelines.retry.tags import PARTITION_TAG
@@ -164,7 +164,8 @@ HANDOFF_TAG = "groundskeeper/handoff"
 """``pending`` on a minute run in which receivers failed; their partitions are in :data:`FAILED_TAG`."""
 FAILED_TAG = "groundskeeper/failed_partitions"
 HANDOFF_OF_TAG = "groundskeeper/handoff_of"
-"""On a ``receiver_batches_job`` run of a receiver that failed in a minute run: that run's id."""
+"""On a ``receiver_batches_job`` run of a receiver that failed in a minute run, and on the ``batch_minute_job``
+run of the partitions left by a minute run that ended before its report: that run's id."""
 MAX_WINDOW_SECONDS = 15 * 60
 """A tick after skipped ones takes the batch times since the last minute run, at most this far back
 (older ones are missed batches: the receiver's next run writes them first)."""
@@ -397,7 +398,8 @@ def receivers_sync(context: dg.SensorEvaluationContext, dynamodb: DynamoDBResour
 def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.SkipReason:
     """``batch_decider``'s tick: the minute run of the receivers due, or why there is none."""
     tick = tick_time(context)
-    previous = next(iter(context.instance.get_runs(filters=dg.RunsFilter(job_name=MINUTE_JOB), limit=1)), None)
+    mine = dg.RunsFilter(job_name=MINUTE_JOB, tags={SCHEDULE_TAG: "batch_decider"})  # not a handoff's re-run
+    previous = next(iter(context.instance.get_runs(filters=mine, limit=1)), None)
     if previous is not None and previous.status in (dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED):
         # Not a second run behind it: the next tick's window starts at that run's minute and covers this one.
         return dg.SkipReason(f"the previous minute run {still_going(previous)}: this minute goes in the next run")
@@ -442,7 +444,7 @@ batch_decider = schedule(
     request=minute_request,
     required_resource_keys={"dynamodb", "batching"},
     description="Every minute: one batch_minute_job run for every enabled receiver with a batch time in the minute "
-    "(none when no receiver is due; the tick skips while the previous minute run is still queued).",
+    "(none when no receiver is due; the tick skips while its previous minute run is still queued).",
 )
 
 
@@ -453,14 +455,13 @@ HANDOFF_READS = 100
 """The most minute runs a handoff tick reads, oldest first: with more, the next tick reads on from there."""
 
 
-@dg.sensor(
-    job_name=PARTITION_JOB,
+@dg.sensor(  # its jobs, receiver_batches_job and the deployment's batch_minute_job: build_defs
     minimum_interval_seconds=60,
     default_status=dg.DefaultSensorStatus.RUNNING,
     description="Every minute: a receiver_batches_job run for each partition that failed in batch_minute_job "
-    "runs (every partition of one that died or was cancelled before its report but those it materialized), so it "
-    "fails (or succeeds) by Dagster's own rules and the alert names it; one run a partition at a time, none while "
-    "the partition is FAILED already.",
+    "runs, so it fails (or succeeds) by Dagster's own rules and the alert names it; one run a partition at a "
+    "time, none while the partition is FAILED already. A minute run that died or was cancelled before its report: "
+    "one batch_minute_job run of its partitions but those it materialized (such a run that dies too: a run each).",
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
@@ -483,10 +484,11 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
     )
     more = len(records) == HANDOFF_READS
     newest, failures = since, [(ended, run_id, p) for p, (run_id, ended) in waiting.items()]
+    reruns: list[dg.RunRequest] = []  # of minute runs that ended before their report
     for record in records:
         run, ended = record.dagster_run, record.update_timestamp.timestamp()
         newest = max(newest, ended)
-        materialized = set()
+        materialized, rerun = set(), False
         if run.tags.get(HANDOFF_TAG) == "pending":
             entries = run.tags.get(FAILED_TAG, "").split(",")
         elif run.status != dg.DagsterRunStatus.SUCCESS and not run.run_config.get("dry_run"):
@@ -495,23 +497,37 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
                 run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=len(entries)
             ).records
             materialized = {e.event_log_entry.dagster_event.partition for e in events}
+            rerun = HANDOFF_OF_TAG not in run.tags  # one minute run again; a partition that kills it: a run each
         else:
             continue
         due, problems = minute.parse_partitions(entries)
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
-        failures += [(ended, run.run_id, d.partition) for d in due if d.partition not in materialized]
+        left = [d.partition for d in due if d.partition not in materialized]
+        if rerun and left:
+            context.log.info(f"minute run {run.run_id} ended before its report: {len(left)} partition(s) run again")
+            reruns.append(
+                dg.RunRequest(
+                    job_name=MINUTE_JOB,
+                    run_key=f"rerun:{run.run_id}",
+                    run_config={**run.run_config, "partitions": left},
+                    tags={HANDOFF_OF_TAG: run.run_id},
+                )
+            )
+        elif not rerun:
+            failures += [(ended, run.run_id, p) for p in left]
     latest = {p: (run_id, ended) for ended, run_id, p in sorted(failures)}  # a partition once: its newest failure
     if not latest:
         return dg.SensorResult(
-            skip_reason="no receiver failed in a minute run",
+            run_requests=reruns,
+            skip_reason=None if reruns else "no receiver failed in a minute run",
             cursor=json.dumps({"at": newest, "waiting": {}, "more": more}),
         )
     keys = sorted(latest)
     runs = context.instance.get_run_records(dg.RunsFilter(statuses=ACTIVE_STATUSES, tags={PARTITION_TAG: keys}))
     active = {r.dagster_run.tags[PARTITION_TAG]: r for r in runs}
     status = context.instance.get_status_by_partition(receiver_batches.key, keys, receiver_batches.partitions_def)
-    requests, skipped, held = [], {}, {}
+    requests, skipped, held = list(reruns), {}, {}
     receivers = set(context.instance.get_dynamic_partitions(receivers_partitions.name))
     for partition, (run_id, ended) in latest.items():
         other, (day, _, receiver) = active.get(partition), partition.partition("|")
@@ -528,6 +544,7 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
         else:
             requests.append(
                 dg.RunRequest(
+                    job_name=PARTITION_JOB,
                     run_key=f"{run_id}:{partition}",
                     partition_key=dg.MultiPartitionKey({"receiver": receiver, "day": day}),
                     tags={HANDOFF_OF_TAG: run_id},
@@ -662,22 +679,19 @@ def build_defs(*, executor: dg.ExecutorDefinition | None = None) -> dg.Definitio
         "checks recorded, and at least every hour (the malformed records check scans the whole records table: it "
         "runs on that hourly refresh, or with the others).",
     )
+    partition_job = dg.define_asset_job(
+        PARTITION_JOB,
+        selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
+        tags={"groundskeeper/capability": "batching", BATCHING_TAG: "partition"},
+        description="Batches one (receiver, day) partition: a backfill, a redrive, a launch by hand, or a "
+        "receiver that failed in a batch_minute_job run (batch_failures_handoff).",
+        executor_def=executor or dg.in_process_executor,  # one asset: no step worth a process of its own
+    )
+    minutes = minute_job(executor)
     return dg.Definitions(
         assets=[receiver_batches, receiver_records],
         asset_checks=[receiver_configs_valid, no_orphaned_pending_records, pending_records_well_formed],
-        jobs=[
-            dg.define_asset_job(
-                PARTITION_JOB,
-                selection=dg.AssetSelection.assets(receiver_batches).without_checks(),
-                tags={"groundskeeper/capability": "batching", BATCHING_TAG: "partition"},
-                description="Batches one (receiver, day) partition: a backfill, a redrive, a launch by hand, or a "
-                "receiver that failed in a batch_minute_job run (batch_failures_handoff).",
-                executor_def=executor or dg.in_process_executor,  # one asset: no step worth a process of its own
-            ),
-            minute_job(executor),
-            batching_checks_job,
-            import_receiver_settings,
-        ],
+        jobs=[partition_job, minutes, batching_checks_job, import_receiver_settings],
         schedules=[batch_decider, checks_schedule],
-        sensors=[receivers_sync, batch_failures_handoff],
+        sensors=[receivers_sync, batch_failures_handoff.with_updated_jobs([partition_job, minutes])],
     )
