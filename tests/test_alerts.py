@@ -653,6 +653,16 @@ def test_a_closed_incident_stays_closed_while_its_problem_stays_and_fires_again_
     assert [m["state"] for m in sink.messages] == [FIRING, "closed", FIRING]
 
 
+def test_a_close_asked_for_before_the_incident_opened_again_leaves_the_new_opening_firing():
+    book = AlertBook()
+    book.observe(_dead_letters(3), NOW)
+    book.observe(_dead_letters(0), NOW + 60)
+    book.observe(_dead_letters(2), NOW + 120)
+    asked = Signal("dead_letters:termination-dlq", "dead_letters", False, action="close", summary="x", at=NOW + 30)
+    assert book.observe(asked, NOW + 120) is None
+    assert book.incidents["dead_letters:termination-dlq"]["state"] == FIRING
+
+
 def test_an_acknowledged_incident_gets_no_reminder_and_still_resolves():
     book = AlertBook()
     book.observe(_dead_letters(3), NOW)

@@ -1309,6 +1309,24 @@ def test_a_close_asked_for_before_an_incident_opened_again_leaves_the_new_openin
         assert load_book(instance).incidents[key]["state"] == "firing"
 
 
+def test_a_close_asked_for_before_a_resolve_and_a_reopen_read_in_its_own_tick_leaves_the_new_opening_firing(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    key = "run_failure:retry_demo:ThrottlingException"
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        tick(instance, res)
+        close = instance.create_run_for_job(job_def=close_incident, run_config={"key": key, "action": "close"})
+        # while the close run waits: a success resolves the incident and a new lineage fails, all read in one tick
+        run_demo(instance, 1, succeed_on=1)
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        success = dg.DagsterEvent(event_type_value=dg.DagsterEventType.RUN_SUCCESS.value, job_name=close.job_name)
+        instance.report_dagster_event(success, run_id=close.run_id, log_level=logging.INFO)
+        tick(instance, res)
+        assert load_book(instance).incidents[key]["state"] == "firing"
+    assert [m["state"] for m in inbox.read()] == ["firing", "resolved", "firing"]
+
+
 def test_each_message_links_its_page_in_the_ui_and_a_runbook_that_opens(aws):
     """Under make dev the receiver serves docs/runbooks (ALERTS_RUNBOOK_BASE_URL); the terminal's
     ALERT line and the receiver's page show both links."""

@@ -347,7 +347,8 @@ def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg:
 
 def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | None:
     """The acknowledge or close a ``close_incident`` run asked for, as a signal of its incident (of the opening
-    the operator saw: one opened after the run was created is left alone)."""
+    the operator saw: ``at``, when the run was created; one opened after it is left alone as it is when the
+    signal applies, after this tick's earlier signals)."""
     try:  # the flat run config as given (the job's config mapping takes nothing else)
         params, _ = parse_params(IncidentAction, run.run_config or {})
     except ParamsError as exc:
@@ -357,9 +358,6 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | No
     if incident is None or incident["state"] != FIRING:
         context.log.warning(f"{CLOSE_JOB} run {run.run_id}: no open incident {params.key!r}, nothing to do")
         return None
-    if incident["first_seen"] > context.instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp():
-        context.log.warning(f"{CLOSE_JOB} run {run.run_id}: {params.key} opened again since, not applied")
-        return None
     done = {"acknowledge": "acknowledged", "close": "closed"}[params.action]
     return Signal(
         alert_key=params.key,
@@ -368,6 +366,7 @@ def incident_action(context, book: AlertBook, run: dg.DagsterRun) -> Signal | No
         action=params.action,
         summary=f"{done} by hand (run {run.run_id})" + (f": {params.note}" if params.note else ""),
         run_id=run.run_id,
+        at=context.instance.get_run_record_by_id(run.run_id).create_timestamp.timestamp(),  # when it was asked for
     )
 
 
@@ -672,6 +671,11 @@ def _evaluate(
             message = book.observe(signal, clock)
             if message is not None:
                 enqueue(message)
+            elif signal.action and signal.at is not None:  # a close_incident run's, as the incident is at this point
+                context.log.warning(
+                    f"{CLOSE_JOB} run {signal.run_id}: {signal.alert_key} is not open as it was when asked "
+                    "(it resolved or opened again since, or was acknowledged already): not applied"
+                )
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
         observe(rebuild_run_signals(context, instance, book, cfg, clock, deadline))

@@ -55,7 +55,8 @@ class Signal:
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
     runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
     action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
-    at: float | None = None  # when it happened (a run's failure, a check's evaluation): the incident's first_seen
+    at: float | None = None  # when it happened (a run's failure, a check's evaluation): the incident's first_seen;
+    # an action's: when it was asked for (an incident opened after that is not the one it was asked for)
 
     def __post_init__(self) -> None:
         for what, value, known in (("alert kind", self.kind, KINDS), ("severity", self.severity, SEVERITIES)):
@@ -246,8 +247,9 @@ class AlertBook:
         return [_message(incident, reminder=True) for incident in due]
 
     def _act(self, incident: dict[str, Any] | None, signal: Signal, now: float) -> dict[str, Any] | None:
-        """An operator's acknowledge or close of an open incident; None when it is not open (any more)."""
-        if incident is None or incident["state"] != FIRING:
+        """An operator's acknowledge or close of an open incident; None when it is not open (any more), or
+        opened after the action was asked for (``signal.at``)."""
+        if incident is None or incident["state"] != FIRING or incident["first_seen"] > (signal.at or float("inf")):
             return None
         if signal.action == "close":
             incident.update(state=CLOSED, last_seen=now, resolved_by=first_line(signal.summary, SUMMARY_CHARS))
