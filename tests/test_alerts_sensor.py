@@ -32,6 +32,7 @@ from resources import CloudWatchResource, SNSResource, SQSResource
 from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import HoldingEndpoint, tick_in_a_new_process, webhook_receiver
 from tests.conftest import PATIENCE
+from tests.fleet_support import metric_sum
 from tests.reclaim_support import PROGRESS_TABLE, seed_mixed
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
@@ -1447,6 +1448,36 @@ def test_a_tick_whose_budget_is_spent_sends_nothing_more_and_the_next_tick_sends
         budget[0] = 20.0
         tick(instance, res)
     assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+def test_a_tick_catching_up_on_run_events_stops_reading_in_time_to_send(aws, monkeypatch):
+    """The run events never run out (a backlog read the whole tick long): the tick stops reading at half its
+    budget and sends what it has."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    read = alerts_defs.status_changes_in_order
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: 6.0)
+        monkeypatch.setattr(alerts_defs, "status_changes_in_order", lambda *args: (read(*args)[0], True))
+        tick(instance, res)
+    assert [m["state"] for m in inbox.read()] == ["firing"]
+
+
+def test_no_heartbeat_at_a_tick_whose_budget_was_spent_before_it_sent_anything_waiting(aws, monkeypatch):
+    res = resources(aws, heartbeat_env="dev")
+    beats = [{"Name": "Env", "Value": "dev"}]
+    with dg.instance_for_test() as instance:
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)  # the sink takes the firing: a heartbeat
+        run_demo(instance, 1, succeed_on=1)
+        monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: -1.0)
+        tick(instance, res)  # the resolution waits
+        assert metric_sum(aws, HEARTBEAT_METRIC, beats) == 1
+        monkeypatch.setattr(alerts_defs, "tick_budget_seconds", lambda: 20.0)
+        tick(instance, res)
+    assert metric_sum(aws, HEARTBEAT_METRIC, beats) == 2
 
 
 def test_the_tick_budget_ends_well_inside_the_daemons_sensor_timeout(monkeypatch):

@@ -91,7 +91,8 @@ def destination(sink) -> str:
 
 
 def tick_budget_seconds() -> float:
-    """How long after its start a tick may begin another read or send: it ends well inside the daemon's timeout."""
+    """How long after its start a tick may begin another send (a read: half as long, the rest is kept for sending):
+    it ends well inside the daemon's timeout."""
     return max(1.0, sensor_timeout_seconds() / 2 - REQUEST_TIMEOUT_SECONDS)
 
 
@@ -631,6 +632,7 @@ def _evaluate(
     context, demo_noise: frozenset[str], demo_jobs: frozenset[str], lease: Callable[[], bool]
 ) -> dg.SkipReason:
     deadline = time.monotonic() + tick_budget_seconds()
+    reads_until = deadline - tick_budget_seconds() / 2  # catching up on run events leaves half of it for sending
     instance = context.instance
     resources = context.resources  # AlertSettings, FleetSettings, SNSResource, SQSResource, CloudWatchResource
     sns = resources.sns
@@ -647,7 +649,7 @@ def _evaluate(
     book = load_book(instance, context.log.warning)
     clock = now()
     unread = book.positions.setdefault("dead_letters_unread", {})  # read first: run events may take the budget
-    dead = list(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread, deadline))
+    dead = list(dead_letter_signals(context, resources.sqs.get_client(), resources.fleet, cfg, unread, reads_until))
     sinks = [sink.name for sink in cfg.sinks]
     for line in book.add_sinks({sink.name: destination(sink) for sink in cfg.sinks}, demo_noise):
         context.log.warning(line)
@@ -678,8 +680,8 @@ def _evaluate(
                 )
 
     if book.fresh:  # open incidents are not forgotten: rebuilt before anything new is read
-        observe(rebuild_run_signals(context, instance, book, cfg, clock, deadline))
-    run_changes, behind = run_signals(context, instance, book, cfg, clock, deadline)
+        observe(rebuild_run_signals(context, instance, book, cfg, clock, reads_until))
+    run_changes, behind = run_signals(context, instance, book, cfg, clock, reads_until)
     if behind:
         context.log.warning(behind)
     observe(run_changes + check_signals(context, instance, book, cfg))
@@ -710,6 +712,8 @@ def _evaluate(
     stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its messages are kept until it can)")
+    elif delivery.out_of_time and not delivery.sent:  # alerts wait, and none went: not a tick that delivers
+        parts.append("no heartbeat: the tick's time budget was spent before it sent any of the messages waiting")
     elif not sinks:  # nowhere to send: alerts would go unseen (the open ones go to a sink once there is one)
         parts.append("no heartbeat: no sink configured (ALERTS_SNS_TOPIC_ARN, ALERTS_WEBHOOK_URL)")
     else:
