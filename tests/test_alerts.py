@@ -81,6 +81,15 @@ def test_check_pass_fail_fail_pass_sends_one_firing_and_one_resolved():
     assert firing["url"].startswith("http://ui/assets/")
 
 
+def test_a_check_failing_passing_failing_after_the_ticks_clock_sends_each_change_with_its_own_id():
+    """The evaluations are stamped after the tick's clock (the run worker's clock ahead of the code server's)."""
+    book, sink = AlertBook(), ListSink()
+    for passed, at in ((False, NOW + 10), (True, NOW + 20), (False, NOW + 25)):
+        signal = check_evaluated("orders", "not_empty", passed, "ERROR", "x", run_id="r", ui_url=None, at=at)
+        _run(book, [signal], sink)
+    assert len({m["message_id"] for m in sink.messages}) == 3
+
+
 def test_a_warn_check_is_a_warning_and_can_be_muted():
     assert _check(False, "WARN").severity == "warning"
     muted = check_evaluated("orders", "not_empty", False, "WARN", None, run_id=None, ui_url=None,

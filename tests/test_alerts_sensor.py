@@ -199,6 +199,22 @@ def test_more_failures_than_a_tick_reads_are_never_overtaken_by_a_later_success(
     assert [m["state"] for m in inbox.read()] == ["firing", "resolved"]
 
 
+def test_a_failure_resolved_and_failing_again_after_the_ticks_clock_sends_each_change_with_its_own_id(aws, monkeypatch):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        monkeypatch.setattr(alerts_defs, "now", lambda: time.time() - 30)  # read 30 s before the runs ended
+        run_demo(instance, 4, succeed_on=5, previous="first-lineage")
+        run_demo(instance, 1, succeed_on=1)
+        run_demo(instance, 4, succeed_on=5, previous="second-lineage")
+        tick(instance, res)
+        monkeypatch.setattr(alerts_defs, "now", time.time)
+        run_demo(instance, 1, succeed_on=1)
+        tick(instance, res)
+    assert len({m["message_id"] for m in inbox.read()}) == 4
+
+
 def test_a_run_tagged_with_a_registered_packages_command_line_alerts_and_the_ticks_go_on(aws, monkeypatch):
     """Importing the package's __main__ would run its command line, which exits: the tag is a policy
     error (no automatic retry), so that run's failure alerts, and the next ticks resolve it."""

@@ -198,6 +198,8 @@ class AlertBook:
             # first_seen: when it happened, when the source says (a run failure read again from the
             # instance's history after a state reset has the same first_seen, so the same message_id)
             first = min(signal.at, now) if signal.at is not None else now
+            if incident is not None:  # a new opening, however close to the last (clocks apart): ids of its own
+                first = max(first, incident["first_seen"] + 0.001)
             incident = {
                 **fields,
                 "title": printable(signal.title),
