@@ -259,6 +259,14 @@ def test_an_incident_its_source_does_not_see_again_is_reminded_each_time_with_it
     ]
 
 
+def test_a_reminder_says_what_its_source_saw_last():
+    book = AlertBook()
+    book.observe(_dead_letters(3), NOW)
+    book.observe(_dead_letters(500), NOW + 60)
+    (reminder,) = book.reminders(NOW + 7200, 3600)
+    assert reminder["title"] == "termination-dlq holds 500 dead letter(s)"
+
+
 CHECK_KEY = "check_failure:orders:not_empty"
 
 

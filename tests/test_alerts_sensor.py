@@ -926,6 +926,22 @@ def test_dead_letters_fire_until_the_queue_is_empty_and_the_heartbeat_is_publish
     assert ASSET_KEY.to_user_string() == "alerts/incidents"
 
 
+def test_a_resolve_after_the_runbook_base_url_moved_links_the_new_one_and_names_the_last_depth_seen(aws):
+    inbox = Inbox(aws)
+    sqs, dlq = aws.client("sqs"), aws.env["RUNS_FLEET_TERMINATION_DLQ_URL"]
+    moved = resources(aws, runbook_base_url="https://docs.example/runbooks")
+    with dg.instance_for_test() as instance:
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, resources(aws, runbook_base_url="https://docs-old.example/runbooks"))
+        sqs.send_message(QueueUrl=dlq, MessageBody="poison")
+        tick(instance, moved)
+        sqs.purge_queue(QueueUrl=dlq)
+        tick(instance, moved)
+    resolved = inbox.read()[-1]
+    assert resolved["runbook"] == "https://docs.example/runbooks/dead_letters.md"
+    assert resolved["title"] == "runs-fleet-termination-dlq-dev holds 2 dead letter(s)"
+
+
 def test_demo_noise_is_never_sent_though_the_sink_had_taken_nothing_before(aws):
     """make dev: the demo's dead letters are the only incident; a sink that has taken nothing yet is not
     taken for one added since they opened."""

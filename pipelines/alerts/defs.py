@@ -14,7 +14,7 @@ import dagster as dg
 import sqlalchemy as db
 from sqlalchemy import exc as db_exc
 
-from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice, runbook_link
+from pipelines.alerts.incidents import FIRING, AlertBook, Signal, iso_seconds, notice
 from pipelines.alerts.params import IncidentAction
 from pipelines.alerts.sinks import REQUEST_TIMEOUT_SECONDS, AlertConfig, NoAnswer, alert_config, within
 from pipelines.alerts.sources import (
@@ -655,7 +655,7 @@ def _evaluate(
         context.log.warning(line)
     if book.reset:
         why = "the alert state was unreadable: started afresh"
-        book.enqueue(notice("state_reset", why, book.reset, clock, runbook_url=cfg.runbook_url), sinks)
+        book.enqueue(notice("state_reset", why, book.reset, clock), sinks)
     changes, noise = [], []
 
     def enqueue(message) -> None:
@@ -668,8 +668,6 @@ def _evaluate(
 
     def observe(signals) -> None:
         for signal in signals:
-            if cfg.runbook_url:  # its runbook's URL, else (in the message) its repository path
-                signal = dataclasses.replace(signal, runbook=runbook_link(signal.kind, cfg.runbook_url))
             message = book.observe(signal, clock)
             if message is not None:
                 enqueue(message)

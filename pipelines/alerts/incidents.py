@@ -53,7 +53,6 @@ class Signal:
     url: str | None = None
     attempts: int | None = None
     unit: str | None = None  # a run failure's unit of work (job or assets, partition, target)
-    runbook: str | None = None  # its runbook's URL (default: the repository path docs/runbooks/<kind>.md)
     action: str | None = None  # by hand (close_incident): "acknowledge" or "close"; ``summary`` says who and why
     at: float | None = None  # when it happened (a run's failure, a check's evaluation): the incident's first_seen;
     # an action's: when it was asked for (an incident opened after that is not the one it was asked for)
@@ -215,12 +214,14 @@ class AlertBook:
             self.history.append([now, FIRING])
             return _message(incident)
         if signal.firing and open_now:
-            incident["last_seen"] = now
             if signal.kind == "run_failure" and signal.run_id:  # another failed run: what a re-execution must redo
                 incident["failed_run"] = signal.run_id
             rose = SEVERITIES.index(signal.severity) < SEVERITIES.index(incident["severity"])
-            if signal.severity != incident["severity"]:  # rose: sent, even when acknowledged; fell: kept, not sent
-                incident.update(severity=signal.severity, summary=first_line(signal.summary, SUMMARY_CHARS))
+            # as it is now (a queue's depth, the latest failed run) in its later messages; a rise of its severity
+            # is sent, even when acknowledged, a fall is not
+            title, summary = printable(signal.title), first_line(signal.summary, SUMMARY_CHARS)
+            incident.update(last_seen=now, severity=signal.severity, title=title, summary=summary)
+            incident.update({n: getattr(signal, n) for n in ("url", "run_id", "attempts") if getattr(signal, n)})
             if rose:  # in a reminder's form: a reminder falling due this tick is this message
                 incident["notified"] = now
                 return _message(incident, reminder=True)
@@ -350,8 +351,8 @@ class AlertBook:
         clock: Callable[[], float] = time.monotonic,
         runbook_url: str | None = None,
     ) -> Delivery:
-        """Send what is due, sink by sink: at most ``max_per_tick`` messages each, the rest in one
-        summary message (its runbook under ``runbook_url``). A refused message is tried again after ``policy``'s
+        """Send what is due, sink by sink, each linking its runbook under ``runbook_url``: at most ``max_per_tick``
+        messages each, the rest in one summary message. A refused message is tried again after ``policy``'s
         delay and holds back only its own incident's; two failures in a row stop that sink for this tick. ``save``
         runs after each message a sink took; none is begun at or after ``deadline`` (by ``clock``)."""
         done = Delivery()
@@ -363,7 +364,8 @@ class AlertBook:
         def send(sink: Sink, item: dict[str, Any], replaces: list[dict[str, Any]] | None = None) -> bool:
             box = self.outbox.setdefault(sink.name, [])
             try:
-                sink.send({**item["message"], "message_id": item["id"]})  # the same change: the same id
+                runbook = runbook_link(item["message"]["kind"], runbook_url)  # as the settings say now
+                sink.send({**item["message"], "runbook": runbook, "message_id": item["id"]})  # the same change: id
             except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
                 if not isinstance(exc, SinkError):
                     exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
@@ -407,7 +409,7 @@ class AlertBook:
                     break
             rest = [item for item in rest if item["message"].get("alert_key") not in held]
             if rest and not out_of_time():
-                summary = self._summary(rest, now, runbook_url)
+                summary = self._summary(rest, now)
                 item = {"id": message_id(summary), "message": summary, "attempts": 0, "next_try": 0.0}
                 if send(sink, item, replaces=rest):
                     done.summarised += len(rest)
@@ -418,7 +420,7 @@ class AlertBook:
         """The sinks with messages waiting whose last attempt failed (or none was made yet)."""
         return [name for name in sinks if self.outbox.get(name) and name not in self.took]
 
-    def _summary(self, rest: list[dict[str, Any]], now: float, runbook_url: str | None) -> dict[str, Any]:
+    def _summary(self, rest: list[dict[str, Any]], now: float) -> dict[str, Any]:
         # every one of them, however long (at most MAX_KEPT_PER_SINK)
         shown = ", ".join(f"{first_line(i['message']['alert_key'], None)} {i['message']['state']}" for i in rest)
         states = [i["message"]["state"] for i in rest]
@@ -428,7 +430,7 @@ class AlertBook:
         firing = [i["message"].get("severity") or "info" for i in rest if i["message"]["state"] == FIRING]
         severity = min(firing, key=SEVERITIES.index, default="info")
         title = f"{len(rest)} more alerts this tick ({held})"
-        return {**notice("summary", title, shown, now, severity, runbook_url), "state": state}
+        return {**notice("summary", title, shown, now, severity), "state": state}
 
 
 def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
@@ -447,20 +449,16 @@ def _giving_way(box: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], str]:
     return episodes[(box[0]["message"]["alert_key"], box[0]["message"].get("first_seen"))], "the oldest, {}"
 
 
-def notice(
-    kind: str, title: str, summary: str, now: float, severity: str = "warning", runbook_url: str | None = None
-) -> dict[str, Any]:
-    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``; its runbook
-    under ``runbook_url`` (``ALERTS_RUNBOOK_BASE_URL``) when set."""
+def notice(kind: str, title: str, summary: str, now: float, severity: str = "warning") -> dict[str, Any]:
+    """A message of no incident (``summary``, ``state_reset``): sent once, keyed ``<kind>@<time>``."""
     what = {"kind": kind, "title": title, "summary": summary, "severity": severity, "capability": "alerts"}
-    what["runbook"] = runbook_link(kind, runbook_url)
     seen = {"state": FIRING, "first_seen": now, "last_seen": now}
     return _message({**what, **seen, "alert_key": f"{kind}@{iso_seconds(now)}"})
 
 
 def _message(incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str, Any]:
     message = {name: incident.get(name) for name in FIELDS}
-    message["runbook"] = incident.get("runbook") or runbook_link(incident["kind"], None)
+    message["runbook"] = runbook_link(incident["kind"], None)  # sent under the runbook base URL of its tick
     message["first_seen"] = iso_seconds(incident["first_seen"])
     message["last_seen"] = iso_seconds(incident["last_seen"])
     message["reminder"] = reminder
