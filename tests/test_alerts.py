@@ -31,6 +31,7 @@ from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
 
 NOW = 1_800_000_000.0
+HERE = "__repository__@groundskeeper"  # the code location's repository, as the UI's paths name it
 
 
 def typed(by_variable: dict[str, str]) -> AlertSettings:
@@ -114,7 +115,9 @@ def test_three_failing_ticks_fire_once_and_the_next_success_resolves():
     history: list[str] = []
     for i, status in enumerate(["FAILURE", "FAILURE", "FAILURE", "FAILURE", "FAILURE", "SUCCESS"]):
         history.insert(0, status)
-        signal = ticks_seen("queue_sensor", "sensor", history, "boom\nTraceback...", threshold=3, ui_url=None)
+        signal = ticks_seen(
+            "queue_sensor", "sensor", history, "boom\nTraceback...", threshold=3, ui_url=None, repository=HERE
+        )
         _run(book, [signal] if signal else [], sink, now=NOW + i)
         if i < 2:
             assert sink.messages == []
@@ -863,7 +866,7 @@ class PickySink(ListSink):
 
 
 def _failing_ticks(sensor: str):
-    return ticks_seen(sensor, "sensor", ["FAILURE"] * 3, "boom", threshold=3, ui_url=None)
+    return ticks_seen(sensor, "sensor", ["FAILURE"] * 3, "boom", threshold=3, ui_url=None, repository=HERE)
 
 
 def test_one_refused_message_does_not_hold_the_ones_behind_it():
@@ -987,7 +990,7 @@ def test_a_summary_holds_no_message_whose_incidents_earlier_one_was_refused():
 
 
 def _resolved_ticks(sensor: str):
-    return ticks_seen(sensor, "sensor", ["SUCCESS", "FAILURE"], None, threshold=3, ui_url=None)
+    return ticks_seen(sensor, "sensor", ["SUCCESS", "FAILURE"], None, threshold=3, ui_url=None, repository=HERE)
 
 
 def test_a_summary_of_resolutions_is_a_resolved_info_message():

@@ -748,6 +748,16 @@ def test_three_failing_ticks_of_a_sensor_fire_once_and_its_next_good_tick_resolv
     assert inbox.messages[0]["summary"] == "queue_watch: AccessDenied on ReceiveMessage"
 
 
+def test_a_tick_failure_links_its_sensors_own_page_in_the_ui(aws):
+    inbox = Inbox(aws)
+    res = resources(aws, ui_url="http://dagster.example:3000")
+    with dg.instance_for_test() as instance:
+        _failing_sensor_ticks(instance, [TickStatus.FAILURE] * 3)
+        tick(instance, res, WATCHING, "groundskeeper")
+    (firing,) = inbox.read()
+    assert firing["url"] == "http://dagster.example:3000/locations/__repository__@groundskeeper/sensors/queue_watch"
+
+
 def test_a_tick_failure_threshold_above_ten_fires_at_its_count_of_failed_ticks(aws):
     inbox = Inbox(aws)
     res = resources(aws, tick_failures="15")

@@ -559,8 +559,15 @@ def tick_signals(context, instance: dg.DagsterInstance, cfg: AlertConfig) -> Ite
         ticks = instance.get_ticks(state.instigator_origin_id, state.selector_id, limit=cfg.tick_failures + TICKS_READ)
         statuses = [tick.status.value for tick in ticks]
         error = next((t.error.message for t in ticks if t.error is not None), None)
+        repository = f"{state.origin.repository_origin.repository_name}@{location}"
         signal = ticks_seen(
-            state.instigator_name, kind, statuses, error, threshold=cfg.tick_failures, ui_url=cfg.ui_url
+            state.instigator_name,
+            kind,
+            statuses,
+            error,
+            threshold=cfg.tick_failures,
+            ui_url=cfg.ui_url,
+            repository=repository,
         )
         if signal is not None:
             yield signal

@@ -279,10 +279,18 @@ def check_evaluated(
 
 
 def ticks_seen(
-    name: str, kind: str, statuses: list[str], last_error: str | None, *, threshold: int, ui_url: str | None
+    name: str,
+    kind: str,
+    statuses: list[str],
+    last_error: str | None,
+    *,
+    threshold: int,
+    ui_url: str | None,
+    repository: str,
 ) -> Signal | None:
     """``statuses``: the latest ticks' statuses, newest first (``FAILURE``, ``SUCCESS``, ``SKIPPED``...).
-    Firing at ``threshold`` failures in a row; resolved by the next tick that did not fail."""
+    Firing at ``threshold`` failures in a row; resolved by the next tick that did not fail. ``repository``:
+    ``<repository>@<code location>``, where the UI has its page."""
     done = [s for s in statuses if s in ("FAILURE", "SUCCESS", "SKIPPED")]
     if not done:
         return None
@@ -295,7 +303,7 @@ def ticks_seen(
         firing=failures >= threshold,
         title=f"{kind} {name}: {failures} failed ticks in a row" if failures else f"{kind} {name} ticks again",
         summary=first_line(last_error, SUMMARY_CHARS) if failures else "its last tick did not fail",
-        url=_ui(ui_url, f"/automation?search={quote(name)}"),
+        url=_ui(ui_url, f"/locations/{quote(repository, safe='@')}/{kind}s/{quote(name)}"),
     )
 
 
