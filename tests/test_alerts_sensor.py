@@ -303,6 +303,18 @@ def test_a_check_failing_passing_failing_between_two_ticks_is_sent_firing_resolv
     assert got[0]["message_id"] != got[2]["message_id"]
 
 
+def test_an_incident_of_a_check_no_longer_defined_resolves_saying_so(aws):
+    inbox = Inbox(aws)
+    res = resources(aws)
+    with dg.instance_for_test() as instance:
+        dg.materialize([orders, not_empty], instance=instance, tags={"good": "no"})
+        tick(instance, res, CHECKED)
+        tick(instance, res, dg.Definitions(assets=[orders], sensors=[SENSOR]))  # the check removed or renamed
+    got = inbox.read()
+    assert [m["state"] for m in got] == ["firing", "resolved"]
+    assert got[1]["summary"] == f"{alerts_defs.CHECK_GONE} (was: 0 rows)"
+
+
 MID_CHECK: dict = {}
 
 

@@ -61,6 +61,7 @@ EVENTS_PER_TICK = 200  # run events read per query and kind (queried again until
 TICKS_READ = 10  # ticks read per sensor and schedule beyond ALERTS_TICK_FAILURES (some may still be running)
 RUN_STATUS_EVENTS = (dg.DagsterEventType.RUN_FAILURE, dg.DagsterEventType.RUN_SUCCESS)
 CHECKS_READ = 20  # latest evaluations read per check and tick
+CHECK_GONE = "its check is no longer defined in the code location (removed or renamed)"  # resolves its incidents
 PARTITIONS_CHECKED = 20  # open run failures of asset partitions asked per tick whether materialized since
 HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none came for 10 minutes
 HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
@@ -501,9 +502,10 @@ def rebuild_run_signals(
 
 def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig) -> list:
     """Each asset check's evaluations not read yet, in the order they were evaluated (the first time, only its
-    latest). One still being evaluated (planned, its run still going) holds back none after it: the position
-    stays before it and the ids read beyond it are kept (``checks_ahead``; those among its latest ``CHECKS_READ``)
-    until it is read. Execution ids are global in every storage (SQLite too)."""
+    latest), and a resolve of each open incident of a check no longer defined. One still being evaluated (planned,
+    its run still going) holds back none after it: the position stays before it and the ids read beyond it are kept
+    (``checks_ahead``; those among its latest ``CHECKS_READ``) until it is read. Execution ids are global in every
+    storage (SQLite too)."""
     repository = context.repository_def
     if repository is None:
         return []
@@ -539,6 +541,10 @@ def check_signals(context, instance: dg.DagsterInstance, book: AlertBook, cfg: A
             if signal is not None:
                 demo = signal.firing and "demo" in (data.metadata or {})  # seeded by the local demo
                 out.append(as_demo(signal) if demo else signal)
+    defined = {f"check_failure:{key.to_user_string()}" for key in repository.asset_graph.asset_check_keys}
+    for incident in book.open_incidents():  # a check removed or renamed is never evaluated again
+        if incident["alert_key"].startswith("check_failure:") and incident["alert_key"] not in defined:
+            out.append(Signal(incident["alert_key"], incident["kind"], False, summary=CHECK_GONE))
     return out
 
 
