@@ -1638,6 +1638,21 @@ def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):
     assert len(_beats(aws)) == 1
 
 
+def test_a_sink_that_delivers_nothing_for_ten_ticks_is_reported_once_to_the_sink_that_delivers(aws):
+    """The alerts topic deleted: the heartbeat alarm, which publishes to it, reaches nobody; the webhook hears."""
+    aws.client("sns").delete_topic(TopicArn=aws.env["ALERTS_SNS_TOPIC_ARN"])
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        for _ in range(13):
+            tick(instance, res)
+        got = [(m["kind"], m["title"].split(" (")[0]) for m in receiver.received]
+    assert got == [
+        ("run_failure", "[demo] retry_demo failed after 4 attempts"),
+        ("heartbeat", "sns has delivered no alert for 10 ticks"),
+    ]
+
+
 class HeldSink:
     """A sink whose first send holds until ``release`` is set (``reached`` says it got there)."""
 

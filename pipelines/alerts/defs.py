@@ -65,6 +65,8 @@ CHECK_GONE = "its check is no longer defined in the code location (removed or re
 PARTITIONS_CHECKED = 20  # open run failures of asset partitions asked per tick whether materialized since
 HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none came for 10 minutes
 HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
+UNDELIVERED = "undelivered_ticks"  # positions[...]: per sink that cannot deliver, for how many ticks in a row
+UNDELIVERED_TICKS = 10  # then the sinks that deliver are told, once: the heartbeat alarm goes to the alerts topic
 
 
 def now() -> float:
@@ -717,10 +719,19 @@ def _evaluate(
     )
     for line in delivery.failed:
         context.log.warning(line)
+    stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
+    last = book.positions.get(UNDELIVERED, {})
+    book.positions[UNDELIVERED] = {name: last.get(name, 0) + 1 for name in stuck}  # ticks in a row
+    for name in [name for name, ticks in book.positions[UNDELIVERED].items() if ticks == UNDELIVERED_TICKS]:
+        error = next((i["last_error"] for i in book.outbox.get(name, []) if i.get("last_error")), "a refused setting")
+        title = f"{name} has delivered no alert for {UNDELIVERED_TICKS} ticks ({first_line(error, 200)})"
+        why = "its alerts wait for it; the heartbeat alarm publishes to the alerts topic, which may be what fails"
+        others = [other for other in sinks if other not in stuck]  # the next tick sends it to them, once
+        for line in book.enqueue(notice("heartbeat", title, why, clock, "critical"), others):
+            context.log.warning(line)
     book.prune(clock)
     save_book(instance, book)
     parts = [delivery.describe(), f"{len(book.open_incidents())} open incident(s)", *([behind] if behind else [])]
-    stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
     if stuck:  # alerts cannot be delivered: the heartbeat alarm pages, by the template's own action
         parts.append(f"no heartbeat: {', '.join(stuck)} cannot deliver (its messages are kept until it can)")
     elif delivery.out_of_time and not delivery.sent:  # alerts wait, and none went: not a tick that delivers
