@@ -1077,6 +1077,27 @@ def test_a_failure_whose_retry_is_never_launched_alerts_once_its_delay_and_margi
         assert run_id not in load_book(instance).positions["awaiting_retry"]
 
 
+def test_a_tick_looks_for_the_retry_of_an_awaited_failure_only_once_it_is_due(aws, monkeypatch):
+    """A failure awaits its retry for up to its delay (days, for some policies): ticks before then ask nothing."""
+    res = resources(aws)
+    asked = []
+    child_run = alerts_defs.child_run
+    monkeypatch.setattr(
+        alerts_defs,
+        "child_run",
+        lambda instance, run_id, tags: asked.append(run_id) or child_run(instance, run_id, tags),
+    )
+    with dg.instance_for_test() as instance:
+        run_id = _demo_with(instance, {ATTEMPT_TAG: "1"})
+        tick(instance, res)
+        tick(instance, res)
+        assert asked == []
+        later = time.time() + 10 + RETRY_MARGIN_SECONDS + 1
+        monkeypatch.setattr(alerts_defs, "now", lambda: later)
+        tick(instance, res)
+    assert asked == [run_id]
+
+
 def test_a_failure_deleted_while_its_retry_is_awaited_is_one_line_and_no_alert(aws, monkeypatch, capfd):
     inbox = Inbox(aws)
     res = resources(aws)

@@ -327,13 +327,14 @@ def _failure_signal(
 
 
 def awaited_retries(context, instance: dg.DagsterInstance, book: AlertBook, cfg: AlertConfig, clock: float) -> list:
-    """The failures waiting for their automatic retry: done with once a retry run exists; alerting if none came."""
+    """The failures waiting for their automatic retry, looked at once due (a tick reads only those): done with when
+    a retry run exists, alerting if none came."""
     awaiting = book.positions.setdefault(AWAITING_RETRY, {})
     out: list[Signal] = []
     for run_id, item in sorted(awaiting.items(), key=lambda kv: kv[1].get("by", 0)):
+        if clock < float(item.get("by", 0)):
+            break  # in the order they are due
         child = child_run(instance, run_id, item.get("tags") or ())  # a retry (or re-execution) of it
-        if child is None and clock < float(item.get("by", 0)):
-            continue
         del awaiting[run_id]
         if child is not None:
             context.log.info(f"run {run_id} failed and was retried as run {child[1]}: no alert")
