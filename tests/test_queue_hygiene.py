@@ -104,10 +104,11 @@ def test_the_batch_decider_skips_its_tick_while_the_previous_minute_run_is_queue
             )
             return decider_tick(context)
 
-        running = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.STARTED, {})
+        ticked = {"dagster/schedule_name": "batch_decider"}  # its own runs: a handoff's re-run holds no tick
+        running = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.STARTED, ticked)
         assert tick().run_config["partitions"] == ["2026-11-20|acme", "2026-11-20|globex"]  # the lease keeps them apart
         instance.report_run_canceled(running)
-        queued = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.QUEUED, {})
+        queued = _run(instance, MINUTE_JOB, dg.DagsterRunStatus.QUEUED, ticked)
         skipped = tick()
         assert isinstance(skipped, dg.SkipReason)
         assert f"the previous minute run {queued.run_id} is still queued" in skipped.skip_message
