@@ -375,13 +375,23 @@ def _ended_minute_run(
     return run
 
 
-def test_a_minute_run_handed_off_that_died_too_hands_off_each_of_its_partitions_in_a_run_of_its_own():
+def test_a_minute_run_handed_off_that_died_too_is_run_again_in_halves():
+    """A partition that kills its minute run ends in a run of its own after a few halvings, not 430 runs."""
     partitions = [f"2026-11-20|{n}" for n in RECEIVERS]
     with dg.instance_for_test() as instance:
         rerun = _ended_minute_run(instance, dg.DagsterEventType.RUN_FAILURE, partitions, {HANDOFF_OF_TAG: "dead"})
         requests = _handoff_tick(instance).run_requests
-    assert [r.job_name for r in requests] == [PARTITION_JOB] * 3
-    assert sorted(r.run_key for r in requests) == [f"{rerun.run_id}:{p}" for p in partitions]
+    assert [r.job_name for r in requests] == [MINUTE_JOB] * 2
+    assert [r.run_key for r in requests] == [f"rerun:{rerun.run_id}:0", f"rerun:{rerun.run_id}:1"]
+    assert [r.run_config["partitions"] for r in requests] == [partitions[:2], partitions[2:]]
+
+
+def test_a_minute_run_of_one_partition_handed_off_that_died_too_hands_it_off_in_a_run_of_its_own():
+    partitions = [f"2026-11-20|{RECEIVERS[0]}"]
+    with dg.instance_for_test() as instance:
+        rerun = _ended_minute_run(instance, dg.DagsterEventType.RUN_FAILURE, partitions, {HANDOFF_OF_TAG: "dead"})
+        requests = _handoff_tick(instance).run_requests
+    assert [(r.job_name, r.run_key) for r in requests] == [(PARTITION_JOB, f"{rerun.run_id}:{partitions[0]}")]
 
 
 def test_a_minute_run_that_succeeded_untagged_or_a_dry_run_that_died_hands_nothing_off():

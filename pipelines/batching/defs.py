@@ -461,7 +461,8 @@ HANDOFF_READS = 100
     description="Every minute: a receiver_batches_job run for each partition that failed in batch_minute_job "
     "runs, so it fails (or succeeds) by Dagster's own rules and the alert names it; one run a partition at a "
     "time, none while the partition is FAILED already. A minute run that died or was cancelled before its report: "
-    "one batch_minute_job run of its partitions but those it materialized (such a run that dies too: a run each).",
+    "one batch_minute_job run of its partitions but those it materialized (such a run that dies too: two of "
+    "half each, down to a receiver_batches_job run of a partition that dies alone).",
 )
 @one_line_failures
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
@@ -497,24 +498,27 @@ def batch_failures_handoff(context: dg.SensorEvaluationContext):
                 run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION, limit=len(entries)
             ).records
             materialized = {e.event_log_entry.dagster_event.partition for e in events}
-            rerun = HANDOFF_OF_TAG not in run.tags  # one minute run again; a partition that kills it: a run each
+            rerun = True  # one minute run again; a re-run that dies too, in halves: one that kills it ends alone
         else:
             continue
         due, problems = minute.parse_partitions(entries)
         for line in problems:
             context.log.warning(f"minute run {run.run_id}: {line}")
         left = [d.partition for d in due if d.partition not in materialized]
-        if rerun and left:
+        again = HANDOFF_OF_TAG in run.tags
+        if rerun and (len(left) > 1 or left and not again):
             context.log.info(f"minute run {run.run_id} ended before its report: {len(left)} partition(s) run again")
-            reruns.append(
+            parts = [left[: (len(left) + 1) // 2], left[(len(left) + 1) // 2 :]] if again else [left]
+            reruns += [
                 dg.RunRequest(
                     job_name=MINUTE_JOB,
-                    run_key=f"rerun:{run.run_id}",
-                    run_config={**run.run_config, "partitions": left},
+                    run_key=f"rerun:{run.run_id}" + (f":{i}" if again else ""),
+                    run_config={**run.run_config, "partitions": part},
                     tags={HANDOFF_OF_TAG: run.run_id},
                 )
-            )
-        elif not rerun:
+                for i, part in enumerate(parts)
+            ]
+        else:  # a failed partition, or the one a re-run that died held: a receiver_batches_job run
             failures += [(ended, run.run_id, p) for p in left]
     latest = {p: (run_id, ended) for ended, run_id, p in sorted(failures)}  # a partition once: its newest failure
     if not latest:
