@@ -1675,6 +1675,23 @@ def test_a_sink_that_delivers_nothing_for_ten_ticks_is_reported_once_to_the_sink
     ]
 
 
+def test_a_sink_stuck_while_no_other_delivers_at_its_tenth_tick_is_reported_once_another_does(aws):
+    """The webhook refuses the tenth tick's message, delivers again from the eleventh: it hears of SNS then."""
+    aws.client("sns").delete_topic(TopicArn=aws.env["ALERTS_SNS_TOPIC_ARN"])
+    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
+        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT)
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        for _ in range(9):
+            tick(instance, res)
+        run_demo(instance, 1, succeed_on=1)  # a resolve to send at the tenth tick, which the webhook refuses
+        receiver.failures.append(503)
+        tick(instance, res)
+        for _ in range(3):
+            tick(instance, res)
+        got = [(m["kind"], m["title"].split(" (")[0]) for m in receiver.received]
+    assert got.count(("heartbeat", "sns has delivered no alert for 11 ticks")) == 1
+
+
 class HeldSink:
     """A sink whose first send holds until ``release`` is set (``reached`` says it got there)."""
 

@@ -67,6 +67,7 @@ HEARTBEAT_METRIC = "AlertsHeartbeat"  # the template's alarm pages when none cam
 HEARTBEAT_POLICY = fixed(1, 3)  # a throttled PutMetricData is tried twice more within the tick
 UNDELIVERED = "undelivered_ticks"  # positions[...]: per sink that cannot deliver, for how many ticks in a row
 UNDELIVERED_TICKS = 10  # then the sinks that deliver are told, once: the heartbeat alarm goes to the alerts topic
+UNDELIVERED_TOLD = "undelivered_told"  # positions[...]: the sinks the others were told of (until they deliver)
 
 
 def now() -> float:
@@ -723,11 +724,15 @@ def _evaluate(
     stuck = sorted({*book.undeliverable(sinks), *cfg.refusing})
     last = book.positions.get(UNDELIVERED, {})
     book.positions[UNDELIVERED] = {name: last.get(name, 0) + 1 for name in stuck}  # ticks in a row
-    for name in [name for name, ticks in book.positions[UNDELIVERED].items() if ticks == UNDELIVERED_TICKS]:
+    told = book.positions[UNDELIVERED_TOLD] = {n: 1 for n in book.positions.get(UNDELIVERED_TOLD, {}) if n in stuck}
+    others = [other for other in sinks if other not in stuck]  # the next tick sends it to them, once
+    for name, ticks in book.positions[UNDELIVERED].items():
+        if ticks < UNDELIVERED_TICKS or name in told or not others:  # none delivers now: a later tick tells
+            continue
         error = next((i["last_error"] for i in book.outbox.get(name, []) if i.get("last_error")), "a refused setting")
-        title = f"{name} has delivered no alert for {UNDELIVERED_TICKS} ticks ({first_line(error, 200)})"
+        title = f"{name} has delivered no alert for {ticks} ticks ({first_line(error, 200)})"
         why = "its alerts wait for it; the heartbeat alarm publishes to the alerts topic, which may be what fails"
-        others = [other for other in sinks if other not in stuck]  # the next tick sends it to them, once
+        told[name] = 1
         for line in book.enqueue(notice("heartbeat", title, why, clock, "critical"), others):
             context.log.warning(line)
     book.prune(clock)
