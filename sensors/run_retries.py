@@ -21,8 +21,9 @@ SENSOR_NAME = RETRY_SENSOR
 FAILURES_PER_TICK = 100  # run-failure events read per tick (the rest are read next tick)
 RETRIES_PER_TICK = 50  # due retries handled per tick, the oldest due first (the rest are handled next tick)
 # Dagster's own tags describe where the failed run came from (its sensor, run key...) and are
-# dropped, except these settings, which the re-launch keeps (the backfill: its run-queue limit holds
-# its retries too). The partition goes through RunRequest.partition_key.
+# dropped, except these settings, which the re-launch keeps (the backfill, while it goes on, as Dagster's
+# own re-execution does: its run-queue limit holds its retries too, and cancelling it ends them). The
+# partition goes through RunRequest.partition_key.
 _KEPT_SYSTEM_TAGS = frozenset(
     f"dagster/{name}"
     for name in (
@@ -38,6 +39,7 @@ _KEPT_SYSTEM_TAGS = frozenset(
         "asset_partition_range_end",
     )
 )
+BACKFILL_TAG = "dagster/backfill"
 _SYSTEM_TAG_PREFIXES = ("dagster/", ".dagster/", COUNTS_TAG, COUNT_TAG_PREFIX, DRY_RUN_TAG)  # the failed run's outcome
 
 
@@ -147,12 +149,19 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
                 reason = f"its partition {gone} is gone"  # a dynamic partition deleted, a window that moved on
             if not reason and _materialized_since(instance, found):
                 reason = f"partition {run.tags[PARTITION_TAG]} of its assets was materialized since it failed"
+            backfill = instance.get_backfill(run.tags[BACKFILL_TAG]) if run and BACKFILL_TAG in run.tags else None
+            going = getattr(getattr(backfill, "status", None), "value", None)  # a backfill's retry: while it goes on
+            if not reason and going in ("CANCELING", "CANCELED", "FAILING", "FAILED"):
+                reason = f"its backfill {run.tags[BACKFILL_TAG]} is {going.lower()}"
             if reason:
                 context.log.info(f"run {run_id}: not retried, {reason}")
                 continue
             context.log.info(f"re-launching run {run_id} of {run.job_name} as attempt {item['attempt']}")
             kept = {
-                k: v for k, v in run.tags.items() if k in _KEPT_SYSTEM_TAGS or not k.startswith(_SYSTEM_TAG_PREFIXES)
+                k: v
+                for k, v in run.tags.items()
+                if (k in _KEPT_SYSTEM_TAGS and (k != BACKFILL_TAG or going == "REQUESTED"))
+                or not k.startswith(_SYSTEM_TAG_PREFIXES)
             }
             retry = {ATTEMPT_TAG: str(item["attempt"]), RETRY_OF_TAG: run_id, ROOT_TAG: run.tags.get(ROOT_TAG, run_id)}
             requests.append(

@@ -4,6 +4,7 @@ running) skips its tick and says which run (the fleet's queue sensors check per 
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -173,3 +174,33 @@ def test_a_backfill_takes_at_most_four_run_slots_though_its_runs_carry_no_job_ta
         daemon = QueuedRunCoordinatorDaemon(interval_seconds=2)
         picked = daemon._get_runs_to_dequeue(instance, instance.get_concurrency_config(), None)
     assert len(picked) == 4
+
+
+@pytest.mark.parametrize(("status", "requests"), [("REQUESTED", [{"dagster/backfill": "bf1"}]), ("CANCELED", [])])
+def test_a_retry_of_a_backfills_run_is_held_by_its_limit_while_it_goes_on_and_none_once_cancelled(
+    tmp_path, status, requests
+):
+    """As Dagster's own re-execution: the backfill's tag (its run-queue limit) while the backfill goes on."""
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+
+    from tests.test_retry_dagster import _first_failure, _tick
+
+    policy = {"kind": "fixed", "delay": 0, "maxAttempts": 3}
+    with dg.instance_for_test() as instance:
+        sensor, defs, _ = _first_failure(instance, tmp_path, policy, 9, **{"dagster/backfill": "bf1"})
+        backfill = PartitionBackfill(
+            backfill_id="bf1",
+            status=BulkActionStatus[status],
+            from_failure=False,
+            tags={},
+            backfill_timestamp=time.time(),
+            asset_selection=[dg.AssetKey("x")],
+            partition_names=None,
+            partition_set_origin=None,
+            last_submitted_partition_name=None,
+            reexecution_steps=None,
+            serialized_asset_backfill_data=None,
+        )
+        instance.add_backfill(backfill)
+        data, _ = _tick(sensor, instance, defs, None)
+    assert [{k: v for k, v in r.tags.items() if k == "dagster/backfill"} for r in data.run_requests] == requests
