@@ -43,7 +43,9 @@ ALLOWED_PRIVATE_DAGSTER: dict[str, str] = {
     "tests/test_config_enums.py": "asks the UI's GraphQL isPipelineConfigValid, which needs a workspace context",
     "tests/test_ecs.py": "a run with a Python code origin (the ECS launcher's task command) and the instance schema",
     "tests/test_ecs_stack.py": "validates the ECS instance and workspace files against Dagster's own config schemas",
-    "tests/test_queue_hygiene.py": "a queued run record needs a remote job origin: no public API builds one",
+    "tests/test_queue_hygiene.py": (
+        "a queued run record needs a remote job origin, a backfill its PartitionBackfill: no public API builds either"
+    ),
     "tests/test_fleet_ui_terminate.py": "terminates a run from the UI: a gRPC code server and its workspace context",
     "tests/test_redrive.py": "runs the daemon's backfill iteration in process: no public API runs a backfill",
     "tests/test_operations_summary.py": "50,000 run records in one transaction: no public API adds runs in bulk",
