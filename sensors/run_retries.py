@@ -100,7 +100,8 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=(
             f"Re-launches a failed run of a job tagged {POLICY_TAG}=<preset | JSON policy> after the "
-            f"policy's delay, tagged {ATTEMPT_TAG} and {RETRY_OF_TAG}. Skips terminated runs."
+            f"policy's delay, tagged {ATTEMPT_TAG} and {RETRY_OF_TAG}. Skips terminated runs, runs of part of "
+            "their job, of a backfill cancelled, of a partition gone or materialized since (docs/retry.md)."
         ),
     )
     def delayed_run_retries(context: dg.SensorEvaluationContext):

@@ -79,7 +79,8 @@ def report_metadata(report: RunReport) -> dict:
     partitions_def=batch_partitions,
     description=(
         "Outbox batch files of one receiver for one UTC day: every batch time of that day up to now "
-        "that is not written yet, each with the receiver's pending records created before it."
+        "that is not written yet (first those missed since its last batch), each with the receiver's pending "
+        "records created before it."
     ),
     kinds={"s3", "dynamodb"},
     group_name="batching",
@@ -348,7 +349,8 @@ def minute_job(executor_def: dg.ExecutorDefinition | None = None) -> dg.JobDefin
         config=flat_config(
             (plan_batch_minute if fan_out else batch_minute).name, BatchMinuteParams, console_level="INFO"
         ),
-        description="Batches every (receiver, day) partition due in one decider minute; launched by batch_decider.",
+        description="Batches every (receiver, day) partition due in one decider minute; launched by batch_decider "
+        "(and by batch_failures_handoff, again, for a minute run that died).",
         tags={"groundskeeper/capability": "batching", BATCHING_TAG: "minute"},
         executor_def=executor_def or dg.in_process_executor,
     )

@@ -13,7 +13,8 @@ CHECK_DESIRED_IDLE = "pools_with_desired_idle_have_running_instances"
 CHECK_KNOWN_POOLS = "instances_tag_known_pools"
 CHECK_DESCRIPTIONS = {
     CHECK_IDLE_COST: "Warns when the fleet's idle cost (USD per hour) is above the configured threshold.",
-    CHECK_DESIRED_IDLE: "Warns about pools with desired_idle > 0 and no running instance.",
+    CHECK_DESIRED_IDLE: "Warns about pools that want idle instances (desired_idle, else runs-fleet's "
+    "effective_desired_running, else desired_running, > 0) and have none running.",
     CHECK_KNOWN_POOLS: "Warns about managed instances whose runs-fleet:pool tag names no pool, and lists them.",
 }
 IDLE_COLUMNS = {"pool": "pool", "idle": "idle", "idle_cost_usd_per_hour": "idle USD/h"}
