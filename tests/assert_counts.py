@@ -47,7 +47,9 @@ ALLOWED_PRIVATE_DAGSTER: dict[str, str] = {
         "a queued run record needs a remote job origin, a backfill its PartitionBackfill: no public API builds either"
     ),
     "tests/test_fleet_ui_terminate.py": "terminates a run from the UI: a gRPC code server and its workspace context",
-    "tests/test_redrive.py": "runs the daemon's backfill iteration in process: no public API runs a backfill",
+    "tests/test_redrive.py": (
+        "runs the daemon's backfill iteration in process, and adds a job backfill: no public API does either"
+    ),
     "tests/test_operations_summary.py": "50,000 run records in one transaction: no public API adds runs in bulk",
     "tests/test_definitions.py": "what the code server keeps as a load error: Dagster's own serialization of it",
 }

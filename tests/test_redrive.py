@@ -191,6 +191,53 @@ def test_two_redrives_back_to_back_launch_each_partition_once(aws):
         assert second.output_for_node("find_and_relaunch")["backfill_id"] == ""
 
 
+def test_a_job_backfill_not_yet_launched_keeps_its_partitions_from_the_redrive(aws):
+    """``dagster job backfill -j receiver_batches_job`` (the operator guide's missed-batch recovery): its runs
+    do not exist until the daemon submits them, and the redrive must not launch the partition too."""
+    from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+    from dagster._core.remote_origin import (
+        InProcessCodeLocationOrigin,
+        RemotePartitionSetOrigin,
+        RemoteRepositoryOrigin,
+    )
+    from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+
+    put_receiver(aws, "broken", initial_time="25:00")
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions("receivers", ["broken"])
+        BATCH_JOB.execute_in_process(
+            partition_key="2026-11-20|broken", instance=instance, resources=resources_for("local"), raise_on_error=False
+        )
+        location = InProcessCodeLocationOrigin(
+            loadable_target_origin=LoadableTargetOrigin(module_name="pipelines.definitions"),
+            location_name="groundskeeper",
+        )
+        origin = RemotePartitionSetOrigin(
+            repository_origin=RemoteRepositoryOrigin(code_location_origin=location, repository_name="__repository__"),
+            partition_set_name="receiver_batches_job_partition_set",
+        )
+        job_backfill = PartitionBackfill(
+            backfill_id="jobbf",
+            partition_set_origin=origin,
+            status=BulkActionStatus.REQUESTED,
+            partition_names=["2026-11-20|broken"],
+            from_failure=False,
+            reexecution_steps=None,
+            tags={},
+            backfill_timestamp=0.0,
+        )
+        instance.add_backfill(job_backfill)
+        result = _redrive(instance, since_hours=1)
+        [output] = [e for e in result.all_events if e.event_type_value == "STEP_OUTPUT"]
+        rows = {
+            r.data["partition"]: (r.data["state"], r.data["outcome"])
+            for r in output.event_specific_data.metadata["partitions"].records
+        }
+        backfills = [b.backfill_id for b in instance.get_backfills()]
+    assert rows == {"2026-11-20|broken": ("in_backfill", "skipped")}
+    assert backfills == ["jobbf"]
+
+
 @pytest.mark.slow
 def test_a_run_not_started_yet_of_a_failed_partition_is_not_relaunched(aws):
     put_receiver(aws, "broken", initial_time="25:00")

@@ -73,7 +73,9 @@ def unfinished_backfills(instance: dg.DagsterInstance, key: dg.AssetKey) -> dict
     for status in (backfill.BulkActionStatus.REQUESTED, backfill.BulkActionStatus.CANCELING):
         for action in instance.get_backfills(status=status):
             data = action.asset_backfill_data
-            if data is None:  # a job backfill: its runs carry the partition tag (see in-flight runs)
+            if data is None:  # a job backfill: its partitions (the daemon may not have launched their runs)
+                for name in action.partition_names or ():
+                    pending.setdefault(name, action.backfill_id)
                 continue
             for p in data.target_subset.iterate_asset_partitions():
                 settled = p in data.materialized_subset or p in data.failed_and_downstream_subset
