@@ -4,6 +4,7 @@ PostgreSQL, a run bounded by run monitoring, and a connection lost mid-batch rep
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import psycopg2
@@ -71,9 +72,27 @@ def test_a_statement_waiting_on_a_lock_is_cancelled_with_one_line(dsn, zombies):
     assert "\n" not in line
 
 
+def _end_the_backend_waiting_on(dsn: str, holder_pid: int) -> None:
+    """Terminates the first backend that comes to wait on a lock ``holder_pid`` holds (polled; at most PATIENCE
+    seconds), as a lost connection would end it."""
+    watch = psycopg2.connect(dsn)
+    watch.autocommit = True
+    deadline = time.monotonic() + PATIENCE
+    try:
+        with watch.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute("SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (holder_pid,))
+                if waiting := cur.fetchone():
+                    cur.execute("SELECT pg_terminate_backend(%s)", waiting)
+                    return
+                time.sleep(0.01)
+    finally:
+        watch.close()
+
+
 def test_a_run_cancelled_in_its_second_batch_still_publishes_what_the_first_collected(dsn):
-    """Batch 2 waits on the task row of a zombie's timer, which another transaction holds, until the statement
-    is cancelled: the run fails, and the five zombies batch 1 committed are still published."""
+    """Batch 2 waits on the task row of a zombie's timer, which another transaction holds, until its connection
+    is lost: the run fails, and the five zombies batch 1 committed are still published."""
     ns = unique_namespace("partway")
     conn = psycopg2.connect(dsn)
     t = create_namespace(conn, ns)
@@ -87,15 +106,18 @@ def test_a_run_cancelled_in_its_second_batch_still_publishes_what_the_first_coll
         cur.execute(t.sql("SELECT 1 FROM {tasks} WHERE task_id = {} FOR UPDATE", timer))
     guard = threading.Timer(GUARD_SECONDS, holder.rollback)
     guard.start()
+    ender = threading.Thread(target=_end_the_backend_waiting_on, args=(dsn, holder.get_backend_pid()))
+    ender.start()
     cloudwatch = RecordingCloudWatch()
     cloudwatch.get_client().calls.clear()
     try:
         collect_zombies_job.execute_in_process(
             run_config={"namespace": ns, "batch_size": 5, "lock_timeout_ms": 60000},
-            resources={"progressor_db": ProgressorDatabase(dsn=dsn, statement_timeout=1), "cloudwatch": cloudwatch},
+            resources={"progressor_db": ProgressorDatabase(dsn=dsn), "cloudwatch": cloudwatch},
             raise_on_error=False,
         )
     finally:
+        ender.join()
         guard.cancel()
         holder.close()
     calls = cloudwatch.get_client().calls
