@@ -586,19 +586,22 @@ def test_a_run_of_an_unpartitioned_job_with_an_asset_selection_is_retried(instan
     assert [(r.job_name, r.asset_selection) for r in data.run_requests] == [("ab_job", [dg.AssetKey("a")])]
 
 
+@dg.op
+def boom() -> None:
+    raise RuntimeError("boom")
+
+
+@dg.job
+def boom_job():
+    """An op job with no partitions, its runs only created and reported failed."""
+    boom()
+
+
 def test_a_retry_of_a_partition_of_a_job_no_longer_partitioned_is_dropped(instance):
-    @dg.op
-    def boom() -> None:
-        raise RuntimeError("boom")
-
-    @dg.job
-    def plain():
-        boom()
-
-    sensor = build_delayed_run_retries([plain])
+    sensor = build_delayed_run_retries([boom_job])
     defs = dg.Definitions(jobs=sensor.jobs, sensors=[sensor])
     zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
-    run = instance.create_run_for_job(job_def=plain, tags={POLICY_TAG: zero, PARTITION_TAG: "2024-01-01"})
+    run = instance.create_run_for_job(job_def=boom_job, tags={POLICY_TAG: zero, PARTITION_TAG: "2024-01-01"})
     instance.report_run_failed(run)
     context = dg.build_sensor_context(instance=instance, instance_ref=instance.get_ref(), definitions=defs)
     data = sensor.evaluate_tick(context)
@@ -674,20 +677,12 @@ def test_a_tick_handles_a_bounded_number_of_due_retries_the_oldest_first_and_the
 
     monkeypatch.setattr(run_retries, "RETRIES_PER_TICK", 2)
 
-    @dg.op
-    def boom() -> None:
-        raise RuntimeError("boom")
-
-    @dg.job
-    def plain():
-        boom()
-
-    sensor = build_delayed_run_retries([plain])
+    sensor = build_delayed_run_retries([boom_job])
     defs = dg.Definitions(jobs=sensor.jobs, sensors=[sensor])
     zero = json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})
     failed = []
     for _ in range(3):
-        run = instance.create_run_for_job(job_def=plain, tags={POLICY_TAG: zero})
+        run = instance.create_run_for_job(job_def=boom_job, tags={POLICY_TAG: zero})
         instance.report_run_failed(run)
         failed.append(run.run_id)
     data, cursor = _tick(sensor, instance, defs, None)
