@@ -1,6 +1,7 @@
 """The alerts sensor evaluated against a real Dagster instance, with the template deployed into moto:
 what reaches the alerts topic is read back from an SQS queue subscribed to it (raw delivery)."""
 
+import contextlib
 import datetime as dt
 import io
 import json
@@ -1660,12 +1661,19 @@ def test_the_heartbeat_comes_back_once_the_sink_takes_its_messages(aws):
     assert len(_beats(aws)) == 1
 
 
-def test_a_sink_that_delivers_nothing_for_ten_ticks_is_reported_once_to_the_sink_that_delivers(aws):
-    """The alerts topic deleted: the heartbeat alarm, which publishes to it, reaches nobody; the webhook hears."""
+@contextlib.contextmanager
+def _sns_gone_a_failure_open(aws):
+    """The alerts topic deleted, a webhook beside it, and a run failure to send: (receiver, instance, resources)."""
     aws.client("sns").delete_topic(TopicArn=aws.env["ALERTS_SNS_TOPIC_ARN"])
     with webhook_receiver() as receiver, dg.instance_for_test() as instance:
         res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT)
         run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        yield receiver, instance, res
+
+
+def test_a_sink_that_delivers_nothing_for_ten_ticks_is_reported_once_to_the_sink_that_delivers(aws):
+    """The alerts topic deleted: the heartbeat alarm, which publishes to it, reaches nobody; the webhook hears."""
+    with _sns_gone_a_failure_open(aws) as (receiver, instance, res):
         for _ in range(13):
             tick(instance, res)
         got = [(m["kind"], m["title"].split(" (")[0]) for m in receiver.received]
@@ -1677,10 +1685,7 @@ def test_a_sink_that_delivers_nothing_for_ten_ticks_is_reported_once_to_the_sink
 
 def test_a_sink_stuck_while_no_other_delivers_at_its_tenth_tick_is_reported_once_another_does(aws):
     """The webhook refuses the tenth tick's message, delivers again from the eleventh: it hears of SNS then."""
-    aws.client("sns").delete_topic(TopicArn=aws.env["ALERTS_SNS_TOPIC_ARN"])
-    with webhook_receiver() as receiver, dg.instance_for_test() as instance:
-        res = resources(aws, webhook_url=receiver.url, retry_policy=NO_WAIT)
-        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+    with _sns_gone_a_failure_open(aws) as (receiver, instance, res):
         for _ in range(9):
             tick(instance, res)
         run_demo(instance, 1, succeed_on=1)  # a resolve to send at the tenth tick, which the webhook refuses
