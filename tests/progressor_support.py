@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 
@@ -96,3 +97,21 @@ def local_run_limits() -> dict:
 
     root = Path(__file__).resolve().parent.parent
     return {"concurrency": yaml.safe_load((root / "dagster.yaml").read_text())["concurrency"]}
+
+
+def first_row_within(dsn: str, sql: str, args: tuple, seconds: float) -> tuple | None:
+    """The first row ``sql`` returns, asked again and again on a connection of its own for at most ``seconds``
+    (a test holding a process at a lock reads pg_stat_activity so), or None."""
+    watch = psycopg2.connect(dsn)
+    watch.autocommit = True
+    deadline = time.monotonic() + seconds
+    try:
+        with watch.cursor() as cur:
+            while time.monotonic() < deadline:
+                cur.execute(sql, args)
+                if row := cur.fetchone():
+                    return row
+                time.sleep(0.01)
+        return None
+    finally:
+        watch.close()

@@ -14,7 +14,7 @@ from infra.demo.progressor_schema import create_namespace, progressor_statement
 from pipelines.progressor.collector import collect_zombies
 from pipelines.progressor.params import collect_params
 from tests.conftest import PATIENCE
-from tests.progressor_support import ListLog, scratch_database, unique_namespace
+from tests.progressor_support import ListLog, first_row_within, scratch_database, unique_namespace
 
 pytestmark = pytest.mark.postgres
 
@@ -52,19 +52,8 @@ def _statuses(conn, t):
 
 def _waits_on_a_lock(dsn, pid: int) -> bool:
     """Whether the backend ``pid`` comes to wait on a lock (polled; at most PATIENCE seconds)."""
-    watch = psycopg2.connect(dsn)
-    watch.autocommit = True
-    deadline = time.monotonic() + PATIENCE
-    try:
-        with watch.cursor() as cur:
-            while time.monotonic() < deadline:
-                cur.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,))
-                if (cur.fetchone() or [None])[0] == "Lock":
-                    return True
-                time.sleep(0.01)
-        return False
-    finally:
-        watch.close()
+    wait = "SELECT 1 FROM pg_stat_activity WHERE pid = %s AND wait_event_type = 'Lock'"
+    return first_row_within(dsn, wait, (pid,), PATIENCE) is not None
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@ PostgreSQL, a run bounded by run monitoring, and a connection lost mid-batch rep
 
 from __future__ import annotations
 
+import contextlib
 import threading
-import time
 from pathlib import Path
 
 import psycopg2
@@ -18,7 +18,7 @@ from pipelines.progressor.defs import collect_zombies_job
 from pipelines.progressor.params import collect_params
 from resources.postgres import ProgressorDatabase, ProgressorDatabaseError
 from tests.conftest import PATIENCE
-from tests.progressor_support import ListLog, admin_connection, scratch_database, unique_namespace
+from tests.progressor_support import ListLog, admin_connection, first_row_within, scratch_database, unique_namespace
 from tests.test_progressor_defs import RecordingCloudWatch
 
 pytestmark = pytest.mark.postgres
@@ -75,19 +75,10 @@ def test_a_statement_waiting_on_a_lock_is_cancelled_with_one_line(dsn, zombies):
 def _end_the_backend_waiting_on(dsn: str, holder_pid: int) -> None:
     """Terminates the first backend that comes to wait on a lock ``holder_pid`` holds (polled; at most PATIENCE
     seconds), as a lost connection would end it."""
-    watch = psycopg2.connect(dsn)
-    watch.autocommit = True
-    deadline = time.monotonic() + PATIENCE
-    try:
-        with watch.cursor() as cur:
-            while time.monotonic() < deadline:
-                cur.execute("SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (holder_pid,))
-                if waiting := cur.fetchone():
-                    cur.execute("SELECT pg_terminate_backend(%s)", waiting)
-                    return
-                time.sleep(0.01)
-    finally:
-        watch.close()
+    blocked = "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))"
+    if waiting := first_row_within(dsn, blocked, (holder_pid,), PATIENCE):
+        with contextlib.closing(psycopg2.connect(dsn)) as conn, conn.cursor() as cur:
+            cur.execute("SELECT pg_terminate_backend(%s)", waiting)
 
 
 def test_a_run_cancelled_in_its_second_batch_still_publishes_what_the_first_collected(dsn):
