@@ -26,7 +26,7 @@ from pipelines.alerts import sources
 from pipelines.alerts.defs import ASSET_KEY, HEARTBEAT_METRIC, build_alerts_sensor, close_incident, incidents, load_book
 from pipelines.alerts.incidents import KINDS
 from pipelines.common.defs.summary import run_summary
-from pipelines.common.summary import DRY_RUN_TAG
+from pipelines.common.summary import COUNTS_TAG, DRY_RUN_TAG
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
@@ -240,6 +240,19 @@ def test_a_run_tagged_with_a_registered_packages_command_line_alerts_and_the_tic
         tick(instance, res)
         assert [m["state"] for m in inbox.read()] == ["resolved"]
     assert f"{package}.__main__" not in sys.modules
+
+
+def test_a_success_tagged_with_a_count_past_any_number_does_not_stop_a_later_failure_from_paging(aws):
+    """Run tags are set at launch and may say anything: JSON's 1e400 reads as an infinity."""
+    inbox = Inbox(aws)
+    res = resources(aws)
+    config = {"ops": {"throttled_until_attempt": {"config": {"succeed_on_attempt": 1}}}}
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        retry_demo.execute_in_process(run_config=config, instance=instance, tags={COUNTS_TAG: '{"x":1e400}'})
+        run_demo(instance, 4, succeed_on=5, previous="an-earlier-attempt")
+        tick(instance, res)
+    assert [m["state"] for m in inbox.read()] == ["firing"]
 
 
 def test_a_webhook_answering_500_twice_gets_the_alert_on_the_third_tick_once(aws):

@@ -95,6 +95,10 @@ def test_a_counter_below_zero_is_not_a_count():
     assert run_counters(counts_tag({"errors": -1_000_000, "reclaimed": 2})) == {"reclaimed": 2}
 
 
+def test_a_counter_past_any_number_is_not_a_count():
+    assert run_counters({COUNTS_TAG: '{"x":1e400,"y":2}'}) == {"y": 2}
+
+
 @pytest.mark.slow
 def test_a_re_execution_with_its_parents_tags_counts_its_own_work_only():
     """The UI's re-execution and Dagster's run retries copy the parent's tags, its counts among them."""

@@ -57,7 +57,7 @@ def run_counters(tags: Mapping[str, str]) -> dict[str, int]:
     for name, value in out.items():
         try:
             count = int(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # JSON's 1e400 is an infinity
             continue
         if count >= 0:  # a tag set at launch may say anything: no count is below zero
             counters[str(name)] = count
