@@ -217,3 +217,30 @@ def test_a_time_with_no_utc_value_is_dead_lettered_and_the_good_messages_of_its_
     result = fs.drain(aws)
     reason = _one_poison_dead_lettered(aws, result, good, poison_job)
     assert "started_at is out of range in UTC" in reason
+
+
+def test_a_duration_past_any_float_is_dead_lettered_and_the_good_messages_of_its_round_are_applied(aws):
+    jobs = fs.start_jobs(aws, 3)
+    poison_job, good = jobs[0], jobs[1:]
+    fs.send(aws, [fs.termination_body(poison_job, duration_seconds=10**400)] + [fs.termination_body(j) for j in good])
+    result = fs.drain(aws)
+    reason = _one_poison_dead_lettered(aws, result, good, poison_job)
+    assert "duration_seconds out of range" in reason
+
+
+def test_a_housekeeping_parameter_past_any_float_is_dead_lettered_and_the_other_task_runs(aws):
+    poison = json.dumps({"task_type": "pool_audit", "params": {"idle_cost_threshold_usd_per_hour": 10**400}})
+    fs.send(aws, [json.dumps({"task_type": "cost_report"}), poison], queue_env=HQ)
+    result = queue_drain(
+        HousekeepingHandler,
+        fs.context(aws),
+        sqs=aws.client("sqs"),
+        queue_url=aws.env[HQ],
+        dlq_url=aws.env[HDLQ],
+        run_id="past-any-float",
+        limits=DrainLimits(concurrency=1, wait_seconds=0),
+    ).run()
+    assert result.counts["tasks_run"] == 1
+    ((reason, _),) = _dead_letters(aws, HDLQ)
+    assert reason.startswith("idle_cost_threshold_usd_per_hour must be a number")
+    assert fs.depth(aws, HQ) == 0

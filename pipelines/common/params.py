@@ -1,7 +1,7 @@
 """Parameters declared once: a frozen dataclass of :func:`param` fields (cross-field rules in ``__post_init__``)."""
 
 import dataclasses
-import math
+import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -113,8 +113,8 @@ def _check_value(spec: ParamSpec, key: str, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ParamsError(f"{key} must be a whole number, got {value!r}")
     elif kind is float:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ParamsError(f"{key} must be a number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) <= sys.float_info.max:
+            raise ParamsError(f"{key} must be a number within a float's range, got {value!r:.40}")  # not NaN, 1e400
         value = float(value)
     elif not isinstance(value, kind):
         raise ParamsError(f"{key} must be a {kind.__name__}, got {value!r}")

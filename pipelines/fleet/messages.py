@@ -213,10 +213,10 @@ def parse_termination(body: Any, *, received_at: dt.datetime) -> Termination:
         exit_code = int(exit_code)
     duration = data.get("duration_seconds")
     if duration is not None:
-        if isinstance(duration, bool) or not isinstance(duration, int | float) or not math.isfinite(duration):
+        if isinstance(duration, bool) or not isinstance(duration, int | float):
             raise InvalidMessage(f"duration_seconds must be a number, got {duration!r:.40}")
-        if not 0 <= duration <= MAX_DURATION_SECONDS:
-            raise InvalidMessage(f"duration_seconds out of range [0, {MAX_DURATION_SECONDS}]: {duration!r}")
+        if not 0 <= duration <= MAX_DURATION_SECONDS:  # NaN, infinities and integers past a float too
+            raise InvalidMessage(f"duration_seconds out of range [0, {MAX_DURATION_SECONDS}]: {duration!r:.40}")
         duration = int(duration) if float(duration).is_integer() else float(duration)
     started = _job_time(data, "started_at")
     completed = _job_time(data, "completed_at") or received_at
