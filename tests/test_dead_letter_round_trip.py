@@ -143,6 +143,21 @@ def test_a_dead_letter_whose_envelope_cannot_be_opened_is_quarantined_with_the_r
     assert any("is not in s3://" in r for r in reasons)
 
 
+def test_an_envelope_nested_deeper_than_the_parser_goes_is_quarantined_and_the_other_dead_letters_redriven(aws):
+    body = fs.termination_body(fs.start_jobs(aws, 1)[0])
+    sqs, envelope = aws.client("sqs"), {"DataType": "String", "StringValue": "attributes"}
+    sqs.send_message(
+        QueueUrl=aws.env[DLQ], MessageBody="[" * 100_000, MessageAttributes={"groundskeeper-envelope": envelope}
+    )
+    sqs.send_message(QueueUrl=aws.env[DLQ], MessageBody=body)
+    out = _redrive(aws)
+    assert out["bad_envelope"] == 1, out
+    assert out["quarantined"] == 1, out
+    assert out["redriven"] == 1, out
+    assert fs.depth(aws, DLQ) == 0
+    assert _peek(aws, TQ)["Body"] == body
+
+
 def test_a_dead_letter_that_sqs_moved_is_recorded_as_failing_its_queues_receives_not_a_fixed_count(aws):
     job = fs.start_jobs(aws, 1)[0]
     aws.client("sqs").send_message(QueueUrl=aws.env[DLQ], MessageBody=fs.termination_body(job))

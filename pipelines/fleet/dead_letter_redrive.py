@@ -170,7 +170,7 @@ def restore(message: dict[str, Any], s3, bucket: str, queue: str) -> tuple[str, 
         raise BadEnvelope(f"unknown {ENVELOPE_ATTRIBUTE} {str(kind)[:100]!r} (attributes or s3)")
     try:
         envelope = json.loads(body)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than the parser goes
         raise BadEnvelope(f"the envelope is not JSON: {exc}") from exc
     if not isinstance(envelope, dict) or envelope.get("envelope") != ENVELOPE:
         raise BadEnvelope(f'the envelope is not a JSON object with "envelope": "{ENVELOPE}"')
