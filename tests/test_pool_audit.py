@@ -239,6 +239,14 @@ def test_the_shipped_price_list_has_source_date_and_a_sane_spot_factor(tmp_path)
         load_price_list(bad)
 
 
+def test_a_price_past_a_floats_range_is_named_as_a_bad_entry(tmp_path):
+    bad = tmp_path / "prices.json"
+    prices = {"source": "x", "as_of": "y", "spot_factor": 0.3, "on_demand_usd_per_hour": {"t3.big": 10**400}}
+    bad.write_text(json.dumps(prices))
+    with pytest.raises(ValueError, match="t3.big"):
+        load_price_list(bad)
+
+
 def test_housekeeping_params_are_validated():
     assert pool_audit_task.parse({})[0].idle_cost_threshold_usd_per_hour == 5.0
     assert (

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import re
+import sys
 from dataclasses import dataclass, field
 from numbers import Real
 from pathlib import Path
@@ -64,7 +64,8 @@ def load_price_list(path: Path | str | None = None) -> PriceList:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    """A finite number a float can hold (not NaN, not JSON's 1e400)."""
+    return isinstance(value, Real) and not isinstance(value, bool) and abs(value) <= sys.float_info.max
 
 
 def pool_label(name: str) -> str:
