@@ -25,7 +25,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common.env import SettingsError
 from pipelines.common.summary import counts_tag
-from pipelines.retry import exponential, fixed
+from pipelines.retry import exponential, fixed, policy_from_text
 from pipelines.retry.runs import run_retry
 from resources.settings import ALERT_ENV, AlertSettings
 from tests.alerts_support import webhook_receiver
@@ -144,6 +144,17 @@ def test_a_sink_that_is_down_keeps_its_messages_and_holds_back_no_other_sink():
     assert [m["state"] for m in down.messages] == [FIRING]
     assert len(up.messages) == 1
     assert book.outbox == {"down": [], "up": []}
+
+
+def test_a_delay_function_that_fails_stops_the_policy_and_delivery_goes_on():
+    book, down, up = AlertBook(), ListSink("down", fail=1), ListSink("up")
+    book.enqueue(book.observe(_check(False), NOW), ["down", "up"])
+    book.outbox["down"][0]["attempts"] = 1  # tests.retry_delay_functions:broken raises from its second attempt on
+    policy = policy_from_text('{"kind": "function", "path": "tests.retry_delay_functions:broken", "maxAttempts": 9}')
+    done = book.deliver([down, up], NOW, policy=policy, max_per_tick=20)
+    assert len(up.messages) == 1
+    assert book.outbox["down"][0]["next_try"] == NOW + 900  # as once the policy stops
+    assert "'tests.retry_delay_functions:broken' failed for n=2" in done.failed[0]
 
 
 def test_the_state_survives_a_save_and_a_load_without_repeating_anything():

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, Self
 
 from pipelines.common import first_line, iso, printable
-from pipelines.retry import STOP, RetryPolicy
+from pipelines.retry import STOP, RetryPolicy, RetryPolicyError
 
 FIRING, RESOLVED = "firing", "resolved"
 CLOSED = "closed"  # by hand (close_incident): stays closed until it fires again
@@ -369,13 +369,19 @@ class AlertBook:
             except Exception as exc:  # noqa: BLE001 (any failure of a sink is that sink's, never the tick's)
                 if not isinstance(exc, SinkError):
                     exc = SinkError(f"{sink.name} failed: {type(exc).__name__}")  # its text may hold a credential
+                stopped = ""
                 for kept in replaces or [item]:
                     kept["attempts"] += 1
-                    wait = policy.delay(kept["attempts"])
+                    try:
+                        wait = policy.delay(kept["attempts"])
+                    except RetryPolicyError as error:  # a policy error: the policy stops
+                        wait, stopped = STOP, f"; {first_line(error, SUMMARY_CHARS)}"
                     kept["next_try"] = now + (LONGEST_WAIT_SECONDS if wait is STOP else float(wait))
                     kept["last_error"] = first_line(exc, SUMMARY_CHARS)
                 self.took = [name for name in self.took if name != sink.name]
-                done.failed.append(f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}")
+                done.failed.append(
+                    f"{sink.name} did not take {item['id']} (attempt {item['attempts'] or 1}): {exc}{stopped}"
+                )
                 return False
             self.took = sorted({*self.took, sink.name})
             gone = {item["id"]} | {r["id"] for r in replaces or []}
