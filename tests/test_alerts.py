@@ -817,6 +817,7 @@ def test_any_failure_of_one_sink_is_that_sinks_failure_and_the_other_sink_still_
 
 
 _INCIDENT = {"alert_key": "k", "kind": "run_failure", "state": "firing", "first_seen": NOW, "last_seen": NOW}
+_ITEM = {"id": "x", "attempts": 0, "next_try": 0}
 BAD_STATES = [
     [],
     "text",
@@ -825,9 +826,13 @@ BAD_STATES = [
     {"incidents": {"k": {"state": "firing"}}},
     {"incidents": {"k": {**_INCIDENT, "first_seen": "yesterday"}}},
     {"incidents": {"k": {**_INCIDENT, "kind": "nonsense"}}},
+    {"incidents": {"k": {**_INCIDENT, "first_seen": float("inf")}}},
+    {"incidents": {"k": {**_INCIDENT, "first_seen": 1e300}}},
     {"outbox": []},
     {"outbox": {"list": [1]}},
     {"outbox": {"list": [{"id": "x"}]}},
+    {"outbox": {"list": [{**_ITEM, "message": {"alert_key": "k", "kind": "run_failure"}}]}},
+    {"outbox": {"list": [{**_ITEM, "message": {"alert_key": "k", "state": "firing"}}]}},
     {"history": [1]},
     {"history": {"a": 1}},
     {"positions": []},

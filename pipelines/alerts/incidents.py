@@ -473,8 +473,8 @@ def _message(incident: Mapping[str, Any], *, reminder: bool = False) -> dict[str
     return message
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value == value
+def _number(value: Any) -> bool:  # a time (or a count) from year 1 to year 9999, which a date can show
+    return isinstance(value, int | float) and not isinstance(value, bool) and -62135596800 <= value < 253402300800
 
 
 def _check_shape(state: Any) -> None:
@@ -503,6 +503,8 @@ def _check_shape(state: Any) -> None:
             and isinstance(item.get("id"), str)
             and isinstance(item.get("message"), dict)
             and isinstance(item["message"].get("alert_key"), str)
+            and item["message"].get("state") in STATES
+            and item["message"].get("kind") in KINDS
             and _number(item.get("attempts"))
             and _number(item.get("next_try"))
             for item in box
