@@ -438,6 +438,24 @@ def test_a_settings_file_nested_too_deeply_is_one_line_and_the_other_files_are_i
     assert sorted(_items(aws)) == ["org.good"]
 
 
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        ("2024-02-30", "ValueError: day is out of range for month"),
+        ("!!int abc", "ValueError: invalid literal for int() with base 10: 'abc'"),
+        ("!!bool maybe", "KeyError: 'maybe'"),
+        ("1" * 5001, "ValueError: Exceeds the limit (4300 digits) for integer string conversion"),
+    ],
+    ids=["no such day", "not an int", "not a bool", "too many digits"],
+)
+def test_a_settings_file_with_a_value_yaml_cannot_read_is_one_line_and_the_other_files_are_read(value, line):
+    good = "- name: org\n  receivers:\n    - name: good\n      timing: {numberPerDay: 24}\n"
+    entries, problems, _ = entries_of([("a.yml", good), ("odd.yml", f"- name: odd\n  lastModified: {value}\n")])
+    assert [entry.receiver for entry in entries] == ["org.good"]
+    assert len(problems) == 1
+    assert problems[0].startswith(f"odd.yml: not valid YAML: {line}")
+
+
 def test_settings_files_past_the_limit_are_one_line_from_a_folder(tmp_path, monkeypatch):
     monkeypatch.setattr("pipelines.batching.reportstream_settings.MAX_FILES", 2)
     for name in ("a.yml", "b.yml", "c.yml"):

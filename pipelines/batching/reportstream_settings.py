@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from pipelines.batching import store
 from pipelines.batching.schedule import RECEIVER_NAME, receiver_errors, shown
-from pipelines.common import to_item
+from pipelines.common import first_line, to_item
 from pipelines.common.aws_batches import conditional_write, error_code
 
 MAX_FILE_BYTES = 5_000_000
@@ -191,6 +191,9 @@ def entries_of(sources: list[tuple[str, str]]) -> tuple[list[Entry], list[str], 
             continue
         except RecursionError:
             problems.append(f"{source}: not valid YAML (nested too deeply)")
+            continue
+        except Exception as exc:  # a value its tag cannot be (2024-02-30, !!bool maybe): any error of the load
+            problems.append(f"{source}: not valid YAML: {type(exc).__name__}: {first_line(exc)}")
             continue
         orgs = doc if isinstance(doc, list) else [doc] if isinstance(doc, dict) else None
         if orgs is None:
