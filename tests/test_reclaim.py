@@ -641,6 +641,20 @@ def test_an_item_with_json_nested_too_deep_for_the_parser_does_not_stop_the_pass
     assert counts.errors == 0
 
 
+def test_events_nested_deeper_than_a_write_could_dump_are_kept_as_text_and_every_item_is_failed(aws):
+    ddb, params = _one_bad_among_stale(aws, {})
+    depths, now = range(400, 1000, 4), int(time.time() * 1000)  # parsed, then dumped a few frames deeper: some fail
+    for n in depths:
+        row = agenda(f"deep-{n}", "EXECUTING", 2 * DAY_MS, now=now, diagnosticEvents="[" * n + "]" * n)
+        ddb.put_item(TableName="plain-agendas", Item=to_item(row))
+    counts = _pass(ddb, params)
+    assert counts.reclaimed == 4 + len(depths)
+    assert counts.errors == 0
+    item = ddb.get_item(TableName="plain-agendas", Key={"id": {"S": "deep-400"}})["Item"]
+    kept = json.loads(item["diagnosticEvents"]["S"])[0]
+    assert kept == {"message": "unparseable diagnosticEvents kept as text", "payload": "[" * 400 + "]" * 400}
+
+
 def test_diagnostic_events_that_are_not_json_text_are_kept_as_read_when_the_item_is_failed(aws):
     ddb, params = _one_bad_among_stale(aws, {"diagnosticEvents": EARLIER_EVENTS})
     assert _pass(ddb, params).reclaimed == 4

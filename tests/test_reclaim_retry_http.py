@@ -653,6 +653,28 @@ def test_a_login_answering_a_token_no_header_can_carry_fails_in_one_line_without
     assert "not a bearer token" in message
 
 
+def test_a_login_answering_json_nested_deeper_than_the_parser_goes_fails_in_one_line():
+    from infra.local_server import LocalServer
+    from pipelines.reclaim.http import login
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = b"[" * 50000 + b"]" * 50000
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    identity = LocalServer()
+    identity._serve(Handler, 0)
+    with identity, pytest.raises(EndpointError) as info:
+        login(f"{identity.base}/login", "reclaimer", Secret("pw"))
+    assert str(info.value) == f"identity login at {identity.base}/login as 'reclaimer' failed (HTTP 200)"
+
+
 def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_line(aws_shared):
     from pipelines.definitions import build_definitions
 

@@ -82,7 +82,7 @@ def _request(method: str, url: str, body: Any = None, headers: dict[str, str] | 
         raise EndpointError(f"cannot reach {method} {location(url)}: {reason}") from None
     try:
         return status, json.loads(raw) if raw else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
         return status, None
 
 

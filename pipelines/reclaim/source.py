@@ -223,12 +223,32 @@ def _int(attr: dict | None, default: int) -> int:
         return default
 
 
+MAX_EVENTS_DEPTH = 100
+"""JSON nested deeper is kept as text: its write, which dumps it a few frames deeper, could not."""
+
+
+def _deeper_than(value: Any, depth: int) -> bool:
+    """Whether lists and maps nest more than ``depth`` levels in ``value`` (iterative: no recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        node, level = stack.pop()
+        if level > depth:
+            return True
+        inside = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, level + 1) for child in inside)
+    return False
+
+
 def parse_events(events: Any) -> list:
-    """``diagnosticEvents`` as a list: JSON text is parsed (unparseable text is kept as one event)."""
+    """``diagnosticEvents`` as a list: JSON text is parsed (unparseable text, or nested deeper than
+    :data:`MAX_EVENTS_DEPTH`, is kept as one event)."""
     if isinstance(events, str):
         try:
-            events = json.loads(events)
-        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser goes
+            parsed = json.loads(events)
+            if _deeper_than(parsed, MAX_EVENTS_DEPTH):
+                raise RecursionError
+            events = parsed
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than the parser (or the write) goes
             return [{"message": "unparseable diagnosticEvents kept as text", "payload": events[:2000]}]
     return events if isinstance(events, list) else [events]
 
