@@ -333,6 +333,27 @@ def test_a_partition_whose_run_began_before_the_failure_gets_its_run_once_that_r
     assert f"{failed.run_id}:2026-11-20|acme" in [r.run_key for r in second.run_requests]
 
 
+@pytest.mark.parametrize(
+    "cursor",
+    [
+        {"at": float("inf"), "waiting": {}},
+        {"at": 1e18, "waiting": {}},
+        {"at": -1e18, "waiting": {}},
+        {"at": 4e9, "waiting": {}},
+        {"at": 0, "waiting": {"2026-11-20|globex": 1}},
+        {"at": 0, "waiting": {"2026-11-20|globex": [None, 0]}},
+        {"at": 0, "waiting": {"2026-11-20|globex": ["run", "yesterday"]}},
+    ],
+    ids=["infinity", "beyond any date", "before any date", "later than now", "no pair", "no run id", "no time"],
+)
+def test_a_cursor_set_to_something_else_starts_over_and_hands_off_a_recent_failure(cursor):
+    with dg.instance_for_test() as instance:
+        instance.add_dynamic_partitions(receivers_partitions.name, ["globex"])  # a receiver, whose run would go
+        failed = _failed_in_minute_run(instance, ["2026-11-20|acme"], time.time() - 60)
+        result = _handoff(instance, json.dumps(cursor))
+    assert [r.run_key for r in result.run_requests] == [f"{failed.run_id}:2026-11-20|acme"]
+
+
 def test_after_a_gap_the_handoff_reaches_every_failed_partition_over_successive_ticks():
     now = time.time()
     partitions = [f"2026-11-20|r{i:03d}" for i in range(120)]

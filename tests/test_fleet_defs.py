@@ -194,6 +194,20 @@ def test_a_deleted_cursor_never_gives_a_run_key_used_before(aws, defs):
     assert int(after.run_key.rsplit("-", 1)[1]) > int(before.run_key.rsplit("-", 1)[1])
 
 
+@pytest.mark.parametrize(
+    ("sequence", "since"),
+    [(5, "yesterday"), (5, float("inf")), (5, 4e9), (5, [1]), (float("inf"), None)],
+    ids=["text", "infinity", "later than now", "a list", "an infinite sequence"],
+)
+def test_a_cursor_set_to_something_else_starts_the_wait_over(aws, defs, sequence, since):
+    sensor = defs.resolve_sensor_def("termination_queue_sensor")
+    fs.send(aws, ["{}"] * 3)
+    cursor = json.dumps({"sequence": sequence, "since": since})
+    with dg.instance_for_test() as instance:
+        tick = sensor.evaluate_tick(_sensor_context(instance, cursor=cursor))
+    assert tick.skip_message == "3 waiting for 0 s: a drain run starts at 100 waiting or after 300 s"
+
+
 @pytest.mark.slow
 def test_the_dead_letter_checks_warn_when_a_dead_letter_queue_is_not_empty(aws, defs):
     job = defs.resolve_job_def("fleet_dead_letter_checks")

@@ -18,7 +18,7 @@ from pipelines.batching.params import (
 )
 from pipelines.batching.reportstream_settings import ADD, CHANGE, DISABLE, SKIPPED, UNCHANGED, import_settings
 from pipelines.batching.schedule import format_batch_time
-from pipelines.common import iso, printable
+from pipelines.common import iso, printable, time_gone_by
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
@@ -470,8 +470,12 @@ HANDOFF_READS = 100
 def batch_failures_handoff(context: dg.SensorEvaluationContext):
     try:  # the cursor: the update time read up to, the partitions waiting for a run that began before them, and
         # whether that read was full (this one reads on from its newest update time, with no margin)
-        cursor = json.loads(context.cursor or "")
-        since, waiting = float(cursor["at"]), dict(cursor["waiting"])
+        cursor, latest = json.loads(context.cursor or ""), time.time() + HANDOFF_MARGIN_SECONDS  # clocks apart
+        since, waiting = time_gone_by(cursor["at"], latest), dict(cursor["waiting"])
+        for run_id, ended in waiting.values():  # partition -> [run id, when it failed]
+            if not isinstance(run_id, str):
+                raise TypeError(run_id)
+            time_gone_by(ended, latest)
         margin = 1e-6 if cursor.get("more") else HANDOFF_MARGIN_SECONDS  # 1 µs: runs updated at that time too
     except (ValueError, KeyError, TypeError):  # no cursor yet, or not one of ours
         since, waiting, margin = time.time() - MAX_WINDOW_SECONDS, {}, HANDOFF_MARGIN_SECONDS

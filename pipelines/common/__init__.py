@@ -42,6 +42,13 @@ def now_ms(now: dt.datetime | None = None) -> int:
     return int((now or dt.datetime.now(dt.UTC)).timestamp() * 1000)
 
 
+def time_gone_by(value: Any, now: float) -> float:
+    """``value`` as a time read back (a cursor's): seconds since the epoch from 0 to ``now``, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= now:
+        raise ValueError(f"not a time gone by: {value!r}")
+    return float(value)
+
+
 def iso(moment: dt.datetime) -> str:
     """ISO-8601 UTC with milliseconds and a Z, e.g. ``2026-11-22T01:02:03.456Z``; the year always has four
     digits (glibc's ``%Y`` writes year 5 as ``5``), so it sorts as text."""

@@ -6,6 +6,7 @@ import time
 
 import dagster as dg
 
+from pipelines.common import time_gone_by
 from pipelines.common.defs.active_runs import ACTIVE_STATUSES, still_going
 from pipelines.common.defs.failures import one_line_failures
 from pipelines.common.sqs import queue_depth, queue_name
@@ -47,12 +48,13 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
         try:  # the cursor: the run keys' sequence, and since when messages wait (an older cursor: the sequence)
             cursor = json.loads(context.cursor or "")
             sequence, since = (cursor, None) if isinstance(cursor, int) else (int(cursor["sequence"]), cursor["since"])
-        except (ValueError, KeyError, TypeError):  # none (or deleted): a sequence no earlier run key has used
-            sequence, since = int(clock), None
+            since = None if since is None else time_gone_by(since, clock)
+        except (ValueError, KeyError, TypeError, OverflowError):  # none (deleted, or set to something else):
+            sequence, since = int(clock), None  # a sequence no earlier run key has used
         if depth["visible"] == 0:
             context.update_cursor(json.dumps({"sequence": sequence, "since": None}))
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
-        since = clock if since is None else float(since)
+        since = clock if since is None else since
         context.update_cursor(json.dumps({"sequence": sequence, "since": since}))
         if depth["visible"] < MESSAGES_PER_RUN and clock - since < MAX_WAIT_SECONDS:
             return dg.SkipReason(
