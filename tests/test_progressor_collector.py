@@ -628,6 +628,21 @@ def test_the_health_figures_pass_over_a_running_row_started_at_minus_infinity(co
     assert health.zombies == 4
 
 
+def test_the_timer_check_counts_a_timer_scheduled_at_minus_infinity_and_reads_the_others(conn):
+    ns = unique_namespace("infinite_timer")
+    t = create_namespace(conn, ns)
+    with conn, conn.cursor() as cur:
+        engine.start_process(cur, t, "p-idle", age_seconds=900)
+        cur.execute(t.sql("DELETE FROM {running}"))
+        engine.schedule_task(cur, t, "p-idle", "timeout", in_seconds=-700)
+        odd = engine.schedule_task(cur, t, "p-idle", "timeout", in_seconds=-70)
+        cur.execute(t.sql("UPDATE {schedule} SET scheduled_time = '-infinity' WHERE task_id = {}", odd))
+    health = measure(conn, collect_params({"namespace": ns}))
+    assert health.overdue_timers == 2
+    assert health.most_overdue_seconds >= 700  # the finite one's
+    assert not _outcome(health, "timers_on_time").passed
+
+
 def test_health_counts_the_processes_progressors_own_collector_errored_today(conn):
     """progressor's own collector sets no status_changed_at: its zombie task's finished_time tells when."""
     ns = unique_namespace("own")

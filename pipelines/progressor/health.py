@@ -57,7 +57,8 @@ def measure(conn, params: CollectParams, *, checked_only: bool = False) -> Healt
             age=threshold.age,  # the zombies' reading of running_time (the writers' zones), not the raw value
         )
         [(health.overdue_timers, health.most_overdue_seconds)] = rows(
-            "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)), 0)::float8 "
+            "SELECT count(*), coalesce(max(extract(epoch FROM now() - scheduled_time)) "
+            "FILTER (WHERE isfinite(scheduled_time)), 0)::float8 "
             "FROM {schedule} WHERE status = 'waiting' AND task_type IN ('timeout', 'remove') "
             "AND scheduled_time < now() - make_interval(secs => {}) "
             "AND process_id NOT IN (SELECT process_id FROM {running})",  # progressor's scanner skips those
