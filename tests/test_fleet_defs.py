@@ -3,6 +3,7 @@ camelCase names, deprecated), sensors, schedules, the dead-letter asset checks a
 
 import datetime as dt
 import json
+import time
 from types import SimpleNamespace
 
 import dagster as dg
@@ -206,6 +207,17 @@ def test_a_cursor_set_to_something_else_starts_the_wait_over(aws, defs, sequence
     with dg.instance_for_test() as instance:
         tick = sensor.evaluate_tick(_sensor_context(instance, cursor=cursor))
     assert tick.skip_message == "3 waiting for 0 s: a drain run starts at 100 waiting or after 300 s"
+
+
+def test_a_wait_saved_by_a_clock_a_little_ahead_goes_on_with_its_sequence(aws, defs):
+    """Two code servers' clocks may differ by seconds: a wait saved a minute ahead of this one is not started over,
+    and neither is the run keys' sequence."""
+    sensor = defs.resolve_sensor_def("termination_queue_sensor")
+    fs.send(aws, ["{}"] * 3)
+    with dg.instance_for_test() as instance:
+        context = _sensor_context(instance, cursor=json.dumps({"sequence": 5, "since": time.time() + 60}))
+        sensor.evaluate_tick(context)
+    assert json.loads(context.cursor)["sequence"] == 5
 
 
 @pytest.mark.slow

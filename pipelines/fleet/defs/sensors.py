@@ -48,9 +48,12 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
         try:  # the cursor: the run keys' sequence, and since when messages wait (an older cursor: the sequence)
             cursor = json.loads(context.cursor or "")
             sequence, since = (cursor, None) if isinstance(cursor, int) else (int(cursor["sequence"]), cursor["since"])
-            since = None if since is None else time_gone_by(since, clock)
         except (ValueError, KeyError, TypeError, OverflowError):  # none (deleted, or set to something else):
             sequence, since = int(clock), None  # a sequence no earlier run key has used
+        try:  # a time gone by (another evaluator's clock may run a little ahead), else the wait starts over
+            since = None if since is None else min(time_gone_by(since, clock + MAX_WAIT_SECONDS), clock)
+        except ValueError:
+            since = None
         if depth["visible"] == 0:
             context.update_cursor(json.dumps({"sequence": sequence, "since": None}))
             return dg.SkipReason(f"{queue_name(url)} is empty ({depth['in_flight']} in flight)")
