@@ -34,7 +34,7 @@ from pipelines.alerts.sources import (
     work_unit,
 )
 from pipelines.common import first_line
-from pipelines.common.aws_batches import put_metrics
+from pipelines.common.aws_batches import datum, put_metrics
 from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
@@ -747,8 +747,7 @@ def _evaluate(
     else:
         try:
             # deployments sharing an account and a namespace each feed their own alarm
-            dimensions = [{"Name": "Env", "Value": cfg.heartbeat_env}]
-            beat = {"MetricName": HEARTBEAT_METRIC, "Value": 1.0, "Unit": "Count", "Dimensions": dimensions}
+            beat = datum(HEARTBEAT_METRIC, 1.0, Env=cfg.heartbeat_env)
             cloudwatch = resources.cloudwatch.get_client()
             put_metrics(cloudwatch, resources.fleet.metrics_namespace, [beat], policy=HEARTBEAT_POLICY)
         except Exception as exc:

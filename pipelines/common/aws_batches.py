@@ -159,6 +159,13 @@ def _not_published(sink) -> Any:
     return getattr(sink, "not_published", None)
 
 
+def datum(name: str, value: Any, unit: str = "Count", timestamp: Any = None, **dimensions: str) -> dict[str, Any]:
+    """One ``PutMetricData`` datum: ``value`` and the dimension values as given, ``Timestamp`` only when given."""
+    dims = [{"Name": k, "Value": v} for k, v in dimensions.items()]
+    out = {"MetricName": name, "Dimensions": dims, "Value": value, "Unit": unit}
+    return out if timestamp is None else out | {"Timestamp": timestamp}
+
+
 def put_metrics(
     cloudwatch,
     namespace: str,

@@ -7,6 +7,7 @@ from typing import Any
 from psycopg2 import sql
 
 from pipelines.common import dimension_value
+from pipelines.common.aws_batches import datum
 from pipelines.common.charts import INLINE_MARKDOWN_LIMIT, Bar, text_bars
 from pipelines.progressor.collector import Clock, prepare
 from pipelines.progressor.params import CollectParams
@@ -188,7 +189,7 @@ def _dims(namespace: str, **extra: str) -> list[dict[str, str]]:
 
 
 def _count(metric: str, namespace: str, value: int) -> dict[str, Any]:
-    return {"MetricName": metric, "Dimensions": _dims(namespace), "Value": value, "Unit": "Count"}
+    return datum(metric, value, Namespace=dimension_value(namespace))
 
 
 def collection_datums(namespace: str, collected: int) -> list[dict[str, Any]]:

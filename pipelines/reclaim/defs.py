@@ -10,7 +10,7 @@ from typing import Any
 import dagster as dg
 
 from pipelines.common import first_line
-from pipelines.common.aws_batches import put_metrics
+from pipelines.common.aws_batches import datum, put_metrics
 from pipelines.common.defs.config import config_schema, flat_config, params_from_config
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
@@ -77,15 +77,7 @@ def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: st
 
 def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str, Any]) -> int:
     """One PutMetricData call with a datum per action (zeros included, so alarms see quiet runs)."""
-    data = [
-        {
-            "MetricName": metric,
-            "Dimensions": [{"Name": "TableName", "Value": table}],
-            "Value": float(counts.get(field, 0)),
-            "Unit": "Count",
-        }
-        for field, metric in ACTION_METRICS.items()
-    ]
+    data = [datum(metric, float(counts.get(field, 0)), TableName=table) for field, metric in ACTION_METRICS.items()]
     put_metrics(cloudwatch, namespace, data)
     return len(data)
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from pipelines.common import first_line, from_item
-from pipelines.common.aws_batches import error_code, put_metrics
+from pipelines.common.aws_batches import datum, error_code, put_metrics
 from pipelines.common.looks import Look
 from pipelines.common.params import ParamsError, param
 from pipelines.common.task import Task
@@ -112,16 +112,12 @@ def metric_datums(table: pd.DataFrame, timestamp: dt.datetime) -> tuple[list[dic
         if not 0 < len(row.pool) <= 1024 or pool_label(row.pool) != row.pool:
             skipped.append(row.pool[:80])
             continue
-        dims = [{"Name": "PoolName", "Value": row.pool}]
+        pool = {"PoolName": row.pool}
         if row.in_totals:
-            datums.append(_datum("PoolComputeCost", dims, row.compute_cost_usd_per_hour, "None", timestamp))
-            datums.append(_datum("PoolIdleCost", dims, row.idle_cost_usd_per_hour, "None", timestamp))
-        datums.append(_datum("PoolUtilization", dims, row.utilization_pct, "Percent", timestamp))
+            datums.append(datum("PoolComputeCost", float(row.compute_cost_usd_per_hour), "None", timestamp, **pool))
+            datums.append(datum("PoolIdleCost", float(row.idle_cost_usd_per_hour), "None", timestamp, **pool))
+        datums.append(datum("PoolUtilization", float(row.utilization_pct), "Percent", timestamp, **pool))
     return datums, skipped
-
-
-def _datum(name: str, dims: list[dict[str, str]], value: float, unit: str, timestamp: dt.datetime) -> dict[str, Any]:
-    return {"MetricName": name, "Dimensions": dims, "Value": float(value), "Unit": unit, "Timestamp": timestamp}
 
 
 def list_snapshot_keys(s3, bucket: str, day: dt.date) -> list[str]:
