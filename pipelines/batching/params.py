@@ -8,6 +8,11 @@ from pipelines.batching.batcher import BatchSettings
 from pipelines.common.env import MAX_LOOKBACK_DAYS, batch_partitions_env
 from pipelines.common.params import ParamsError, param
 
+BATCH_DRY_RUN = (
+    "Report what would be written, as an observation of each partition (its status stays as it was); "
+    "take no lease, lock and write nothing."
+)
+
 
 def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
     """The first day of the ``day`` partitions, ``YYYY-MM-DD`` (docs/batching.md#partitions). An invalid
@@ -21,13 +26,7 @@ def batch_start_date(env: Mapping[str, str], today: dt.date) -> str:
 
 @dataclass(frozen=True)
 class ReceiverBatchesParams:
-    dry_run: bool = param(
-        False,
-        description=(
-            "Report what would be written, as an observation of each partition (its status stays as it was); "
-            "take no lease, lock and write nothing."
-        ),
-    )
+    dry_run: bool = param(False, description=BATCH_DRY_RUN)
     lookback_days: int = param(
         7,
         description=(
@@ -76,13 +75,7 @@ class BatchMinuteParams:
         description="The (receiver, day) partitions of receiver_batches to batch, as their partition keys "
         "(the day YYYY-MM-DD, a vertical bar, the receiver)."
     )
-    dry_run: bool = param(
-        False,
-        description=(
-            "Report what would be written, as an observation of each partition (its status stays as it was); "
-            "take no lease, lock and write nothing."
-        ),
-    )
+    dry_run: bool = param(False, description=BATCH_DRY_RUN)
 
     def __post_init__(self):
         try:
