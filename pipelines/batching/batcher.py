@@ -12,7 +12,7 @@ from typing import Any
 from pipelines.batching import schedule, store
 from pipelines.batching.schedule import ReceiverConfig, format_batch_time
 from pipelines.common import iso
-from pipelines.common.aws_batches import chunks, no_such_object
+from pipelines.common.aws_batches import chunks, object_exists
 
 
 @dataclass
@@ -261,13 +261,8 @@ class ReceiverBatcher:
         """Finish a file whose run died between locking and finalizing."""
         _, moment, n = store.parse_batch_id(batch)
         key = store.file_key(cfg.receiver, moment, n)
-        try:
-            self.s3.head_object(Bucket=self.settings.outbox_bucket, Key=key)
-            in_s3 = True
-        except self.s3.exceptions.ClientError as exc:
-            if not no_such_object(exc):  # another refusal says nothing of the file: the run fails and retries
-                raise
-            in_s3 = False
+        # another refusal than its absence says nothing of the file: the run fails and retries
+        in_s3 = object_exists(self.s3, self.settings.outbox_bucket, key)
         if not report.dry_run:
             if not self._still_enabled(cfg, report):
                 return False

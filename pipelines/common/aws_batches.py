@@ -38,6 +38,17 @@ def no_such_object(exc: BaseException) -> bool:
     return error_code(exc) in ("404", "NoSuchKey", "NotFound")
 
 
+def object_exists(s3, bucket: str, key: str) -> bool:
+    """``HeadObject``: whether the object is there (any other error than its absence raises)."""
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if not no_such_object(exc):
+            raise
+        return False
+    return True
+
+
 def conditional_write(write: Callable[[], Any]) -> Any:
     """``write()``'s response, or None when its condition failed (other errors raise)."""
     try:

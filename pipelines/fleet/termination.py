@@ -10,10 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from pipelines.common import first_line, printable, to_item
-from pipelines.common.aws_batches import chunks, no_such_object, transact_conditional
+from pipelines.common.aws_batches import chunks, object_exists, transact_conditional
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
 from pipelines.fleet.calls import MetricBatch, aws_call, delete_parameters, put_object, read_object
@@ -256,13 +254,7 @@ class TerminationHandler:
         return not listed or job_id in listed
 
     def _exists(self, key: str, what: str) -> bool:
-        try:
-            aws_call(lambda: self.s3.head_object(Bucket=self.bucket, Key=key), what=f"HeadObject ({what})")
-        except ClientError as exc:
-            if no_such_object(exc):
-                return False
-            raise
-        return True
+        return aws_call(lambda: object_exists(self.s3, self.bucket, key), what=f"HeadObject ({what})")
 
     @functools.cached_property
     def visibility_timeout(self) -> float:
