@@ -165,11 +165,6 @@ def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what:
             _transact(dynamodb, todo[half:], action, fence, policy, what, out)
 
 
-def _not_published(sink) -> Any:
-    """A metrics sink's ``not_published(exc)``, or None for a raw client (which raises instead)."""
-    return getattr(sink, "not_published", None)
-
-
 def datum(name: str, value: Any, unit: str = "Count", timestamp: Any = None, **dimensions: str) -> dict[str, Any]:
     """One ``PutMetricData`` datum: ``value`` and the dimension values as given, ``Timestamp`` only when given."""
     dims = [{"Name": k, "Value": v} for k, v in dimensions.items()]
@@ -187,7 +182,8 @@ def put_metrics(
 ) -> int:
     """``PutMetricData``, each call retried by ``policy``; a call that still fails raises, unless
     ``cloudwatch`` has ``not_published(exc)`` (``CommittedChangeMetrics``). Returns the calls that published."""
-    not_published = _not_published(cloudwatch)
+    # a metrics sink's ``not_published(exc)``, or None for a raw client (which raises instead)
+    not_published = getattr(cloudwatch, "not_published", None)
     calls = 0
     for batch in chunks(list(datums), per_call):
         try:
