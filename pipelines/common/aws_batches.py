@@ -59,8 +59,9 @@ def conditional_write(write: Callable[[], Any]) -> Any:
         return None
 
 
-def _note(what: str) -> Callable[[int, BaseException, float], None]:
-    return lambda attempt, exc, wait: log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
+def retry_note(what: str, logger: logging.Logger = log) -> Callable[[int, BaseException, float], None]:
+    """A retry's log line (``on_retry``): ``what``, its error, the retry's number and its wait."""
+    return lambda attempt, exc, wait: logger.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
 
 
 class FenceFailed(RuntimeError):
@@ -148,7 +149,7 @@ def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what:
             todo = []
 
     try:
-        retry_call(submit, policy, retryable=_worth_retrying, on_retry=_note(what))
+        retry_call(submit, policy, retryable=_worth_retrying, on_retry=retry_note(what))
     except FenceFailed:
         raise
     except Exception as exc:
@@ -190,7 +191,7 @@ def put_metrics(
             retry_call(
                 lambda batch=batch: cloudwatch.put_metric_data(Namespace=namespace, MetricData=list(batch)),
                 policy,
-                on_retry=_note("PutMetricData"),
+                on_retry=retry_note("PutMetricData"),
             )
             calls += 1
         except Exception as exc:

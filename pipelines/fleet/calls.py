@@ -9,7 +9,7 @@ from typing import TypeVar
 from botocore.exceptions import ClientError
 
 from pipelines.common import dimension_value
-from pipelines.common.aws_batches import CALL_POLICY, chunks, no_such_object, put_metrics
+from pipelines.common.aws_batches import CALL_POLICY, chunks, no_such_object, put_metrics, retry_note
 from pipelines.retry import retry_call
 
 T = TypeVar("T")
@@ -21,11 +21,7 @@ POLICY = CALL_POLICY
 
 def aws_call(operation: Callable[[], T], *, what: str = "AWS call") -> T:
     """``operation()`` retried by :data:`POLICY` after a transient AWS error."""
-
-    def note(attempt: int, exc: BaseException, wait: float) -> None:
-        log.warning("%s failed (%s), retry %d in %.1fs", what, exc, attempt, wait)
-
-    return retry_call(operation, POLICY, on_retry=note)
+    return retry_call(operation, POLICY, on_retry=retry_note(what, log))
 
 
 def put_object(s3, bucket: str, key: str, body: bytes, *, what: str = "AWS call", **options: str) -> None:
