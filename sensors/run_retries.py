@@ -9,7 +9,14 @@ from collections.abc import Sequence
 
 import dagster as dg
 
-from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
+from pipelines.common.defs.active_runs import (
+    child_run,
+    first_position,
+    not_retried,
+    other_location,
+    run_assets,
+    status_changes,
+)
 from pipelines.common.summary import COUNT_TAG_PREFIX, COUNTS_TAG, DRY_RUN_TAG
 from pipelines.retry.runs import RETRY_SENSOR, run_retry
 from pipelines.retry.simulate import human
@@ -82,9 +89,7 @@ def _materialized_since(instance: dg.DagsterInstance, failed: dg.RunRecord) -> b
     run, partition = failed.dagster_run, failed.dagster_run.tags.get(PARTITION_TAG)
     if not partition:
         return False
-    kind = dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
-    planned = instance.get_records_for_run(run.run_id, of_type=kind, limit=100).records
-    keys = run.asset_selection or {r.event_log_entry.dagster_event.asset_key for r in planned}
+    keys = run_assets(instance, run)
     wanted = [dg.AssetRecordsFilter(key, [partition], after_timestamp=failed.end_time) for key in keys]
     return bool(wanted) and all(instance.fetch_materializations(w, limit=1).records for w in wanted)
 
@@ -119,8 +124,7 @@ def build_delayed_run_retries(jobs: Sequence) -> dg.SensorDefinition:
             run = runs.get(record.run_id)
             if run is None or run.run_id in pending or POLICY_TAG not in run.tags:
                 continue
-            origin = run.remote_job_origin
-            if here and origin and origin.repository_origin.code_location_origin.location_name != here:
+            if other_location(run, here):
                 continue  # another code location's run (as dg.run_failure_sensor, which also skips them)
             decided = run_retry(run.tags, run.run_id)  # the decision alerting reads too
             prefix = f"run {run.run_id} of {run.job_name}"

@@ -35,7 +35,7 @@ from pipelines.alerts.sources import (
 )
 from pipelines.common import first_line
 from pipelines.common.aws_batches import datum, put_metrics
-from pipelines.common.defs.active_runs import child_run, first_position, not_retried, status_changes
+from pipelines.common.defs.active_runs import child_run, first_position, not_retried, run_assets, status_changes
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.tasks import one_op_job
 from pipelines.common.params import ParamsError, parse_params
@@ -221,13 +221,7 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
     """What a run is of, for its alert: the assets it materializes (whichever job ran it), else its job."""
-    keys = set(run.asset_selection or ())
-    if not keys:
-        planned = instance.get_records_for_run(
-            run.run_id, of_type=dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED, limit=100
-        ).records
-        keys = {r.event_log_entry.dagster_event.asset_key for r in planned if r.event_log_entry.dagster_event}
-    return ",".join(sorted(key.to_user_string() for key in keys if key)) or run.job_name
+    return ",".join(sorted(key.to_user_string() for key in run_assets(instance, run) if key)) or run.job_name
 
 
 AWAITING_RETRY = "awaiting_retry"  # positions[...]: failed runs whose automatic retry is awaited

@@ -40,8 +40,7 @@ def not_retried(
     rule too), else None: a run of another code location than ``here``, of a job not in ``job_names`` (None: not
     known), that was terminated (RUN_CANCELING: by an operator or its max runtime), or that ran part of its job's
     ops or steps (an op selection, a re-execution from failure), which a run request cannot select."""
-    origin = run.remote_job_origin
-    if here and origin and origin.repository_origin.code_location_origin.location_name != here:
+    if other_location(run, here):
         return "it is another code location's run"
     if job_names is not None and run.job_name not in job_names:
         return f"job {run.job_name} is not a named job of the code location"
@@ -50,6 +49,21 @@ def not_retried(
     if run.op_selection or _some_steps(instance, run):
         return "it ran part of its job's ops or steps, and a re-launch would run the whole job"
     return None
+
+
+def other_location(run: Any, here: str | None) -> bool:
+    """Whether ``run`` is of another code location than ``here`` (None: not known, and then no run is)."""
+    origin = run.remote_job_origin
+    return bool(here and origin and origin.repository_origin.code_location_origin.location_name != here)
+
+
+def run_assets(instance: dg.DagsterInstance, run: Any) -> set:
+    """The assets ``run`` materializes, whichever job ran it: its asset selection, else the ones it planned."""
+    if run.asset_selection:
+        return set(run.asset_selection)
+    kind = dg.DagsterEventType.ASSET_MATERIALIZATION_PLANNED
+    planned = instance.get_records_for_run(run.run_id, of_type=kind, limit=100).records
+    return {r.event_log_entry.dagster_event.asset_key for r in planned if r.event_log_entry.dagster_event}
 
 
 def _some_steps(instance: dg.DagsterInstance, run: Any) -> bool:
