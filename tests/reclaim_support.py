@@ -153,3 +153,19 @@ class MemoryCursor:
 
     def save(self, key: dict[str, Any] | None) -> None:
         self.key = key
+
+
+def reexecute_reclaim(instance, parent_run_id: str):
+    """All the steps of a ``reclaim_agendas`` run again, as the UI's re-execution: with its parent's run config
+    and tags (Dagster's run retries copy them too)."""
+    import dagster as dg
+
+    parent = instance.get_run_by_id(parent_run_id)
+    tags = {key: value for key, value in parent.tags.items() if not key.startswith("dagster/")}
+    return dg.execute_job(
+        dg.build_reconstructable_job("tests.test_reclaim", "_job"),
+        instance,
+        run_config=parent.run_config,
+        tags=tags,
+        reexecution_options=dg.ReexecutionOptions(parent_run_id=parent_run_id),
+    )

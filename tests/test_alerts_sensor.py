@@ -34,7 +34,7 @@ from resources.settings import AlertSettings, fleet_settings_from_env
 from tests.alerts_support import HoldingEndpoint, tick_in_a_new_process, webhook_receiver
 from tests.conftest import PATIENCE
 from tests.fleet_support import metric_sum
-from tests.reclaim_support import PROGRESS_TABLE, seed_mixed
+from tests.reclaim_support import PROGRESS_TABLE, reexecute_reclaim, seed_mixed
 
 pytestmark = pytest.mark.slow  # each test runs jobs and evaluates the sensor against a real instance
 
@@ -1306,6 +1306,27 @@ def test_a_reclaim_run_that_does_nothing_while_another_holds_its_table_resolves_
         tick(instance, res)
         open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
     assert open_keys == [f"reclaim_errors:reclaim_agendas@{PROGRESS_TABLE}"]
+
+
+def test_a_re_execution_of_a_reclaim_run_that_did_nothing_resolves_what_it_did_once_the_table_is_free(aws):
+    """The re-execution starts with its parent's tags, a dry run's among them: the work it did is its own."""
+    from pipelines.definitions import build_definitions
+
+    inbox = Inbox(aws)
+    res = resources(aws)
+    seed_mixed(aws.client("dynamodb"))
+    job = build_definitions("local").resolve_job_def("reclaim_agendas")
+    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime"}
+    with dg.instance_for_test() as instance:
+        tick(instance, res)
+        _reclaim_with_item_errors(instance)
+        tick(instance, res)
+        older = instance.create_run_for_job(job, run_config=config, status=dg.DagsterRunStatus.STARTED)
+        parent = job.execute_in_process(run_config=config, instance=instance)  # does nothing: the table is held
+        instance.report_run_canceled(older)  # the table is free
+        child = reexecute_reclaim(instance, parent.run_id).run_id
+        tick(instance, res)
+    assert [m["run_id"] for m in inbox.read() if m["state"] == "resolved"] == [child]
 
 
 def test_a_dry_run_is_not_the_latest_run_of_its_unit_when_a_lost_state_is_rebuilt(aws, monkeypatch):

@@ -16,6 +16,7 @@ from dagster._core.storage.runs.schema import RunsTable, RunTagsTable
 
 from pipelines.common.defs.summary import (
     operations_summary_asset,
+    own_outcome,
     run_summary,
     window_runs,
 )
@@ -32,6 +33,8 @@ from pipelines.common.summary import (
     totals,
 )
 from tests.progressor_support import scratch_database
+from tests.reclaim_support import PROGRESS_TABLE, reexecute_reclaim, seed_mixed
+from tests.test_reclaim import BASE, _job
 
 NOW = dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
 
@@ -82,6 +85,7 @@ def test_a_run_without_a_capability_tag_counts_under_its_assets_and_retries_stay
 
 @dg.op
 def reclaims(context: dg.OpExecutionContext) -> None:
+    own_outcome(context)  # as a job's first step
     run_summary(context, "reclaim demo", {"reclaimed": 2, "retried": 1})
     run_summary(context, "reclaim demo", {"reclaimed": 3, "retried": 0})  # a second partition: adds up
 
@@ -109,6 +113,33 @@ def test_a_re_execution_with_its_parents_tags_counts_its_own_work_only():
         child = dg.execute_job(dg.reconstructable(reclaim_like), instance, tags=tags, reexecution_options=options)
         counted = run_counters(instance.get_run_by_id(child.run_id).tags)
     assert counted == {"reclaimed": 5, "retried": 1}
+
+
+def _reclaimed_24h(instance: dg.DagsterInstance) -> int:
+    result = dg.materialize([operations_summary_asset()], instance=instance)
+    return result.asset_materializations_for_node("operations_summary")[0].metadata["reclaimed_24h"].value
+
+
+@pytest.mark.slow
+def test_a_re_execution_that_fails_before_its_summary_counts_none_of_its_parents_work(aws):
+    ddb = aws.client("dynamodb")
+    seed_mixed(ddb)
+    with dg.instance_for_test() as instance:
+        parent = _job().execute_in_process(run_config=BASE, instance=instance)  # reclaims the 7 stale agendas
+        ddb.delete_table(TableName=PROGRESS_TABLE)  # its re-execution fails as it plans
+        assert not reexecute_reclaim(instance, parent.run_id).success
+        assert _reclaimed_24h(instance) == 7
+
+
+@pytest.mark.slow
+def test_a_re_execution_of_a_run_that_stepped_aside_counts_what_it_reclaimed(aws):
+    seed_mixed(aws.client("dynamodb"))
+    with dg.instance_for_test() as instance:
+        older = instance.create_run_for_job(_job(), run_config=BASE, status=dg.DagsterRunStatus.STARTED)
+        parent = _job().execute_in_process(run_config=BASE, instance=instance)  # steps aside: a dry run
+        instance.report_run_canceled(older)  # the table is free
+        reexecute_reclaim(instance, parent.run_id)
+        assert _reclaimed_24h(instance) == 7
 
 
 @dg.op

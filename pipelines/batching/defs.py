@@ -24,7 +24,7 @@ from pipelines.common.defs.config import config_schema, flat_config, params_from
 from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from, table_from
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, SCHEDULE_TAG, schedule, tick_time
-from pipelines.common.defs.summary import run_summary
+from pipelines.common.defs.summary import own_outcome, run_summary
 from pipelines.common.defs.tasks import one_op_job, resource_clients
 from pipelines.retry.tags import PARTITION_TAG
 from resources import BatchingSettings, DynamoDBResource, S3Resource
@@ -95,6 +95,7 @@ def receiver_batches(
     s3: S3Resource,
     batching: BatchingSettings,
 ) -> Iterator[dg.MaterializeResult | dg.AssetObservation]:
+    own_outcome(context)
     params = params_from_config(context, ReceiverBatchesParams)
     # a launch tagged with dagster/partition alone (no dimension tags) gives the key as its text
     keys = batch_partitions.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
@@ -174,6 +175,7 @@ MAX_WINDOW_SECONDS = 15 * 60
 
 def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, list[dict]]:
     """The run's partitions in shares, each naming its partitions already materialized (one query)."""
+    own_outcome(context)  # the run's first step
     params = params_from_config(context, BatchMinuteParams)
     due, problems = minute.parse_partitions(params.partitions)
     for line in problems:

@@ -16,7 +16,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
-from pipelines.common.defs.summary import mark_dry_run, run_summary
+from pipelines.common.defs.summary import mark_dry_run, own_outcome, run_summary
 from pipelines.common.http import location
 from pipelines.common.targets import Target
 from pipelines.reclaim.engine import LOOK_READS, Counts, KeyValueCursor, SegmentPlan, look, reclaim_pass
@@ -91,6 +91,7 @@ def put_reclaim_metrics(cloudwatch, namespace: str, table: str, counts: dict[str
 )
 @one_line_failures
 def plan_reclaim(context: dg.OpExecutionContext, dynamodb: DynamoDBResource, agenda: AgendaSettings):
+    own_outcome(context)
     params = params_from_config(context, ReclaimParams)
     deadline = time.time() + params.maximumExecutionSeconds
     try:

@@ -14,22 +14,31 @@ def run_summary(
     context: Any, what: str, counters: Mapping[str, int], detail: str = "", *, dry_run: bool = False
 ) -> None:
     """How a job ends: a ``summary:`` line and the counters, zeros too, as one run tag (a short runs
-    list); called again in the same run, the counts add up. A dry run says so in its line and is tagged
-    ``groundskeeper/dry_run=true``: its counters are never added up and its success resolves no incident."""
+    list); called again in the same run, the counts add up (a job's first step calls :func:`own_outcome`). A dry
+    run says so in its line and is tagged ``groundskeeper/dry_run=true``: its counters are never added up and its
+    success resolves no incident."""
     counts = {name: int(value) for name, value in counters.items()}
     text = ", ".join(f"{name}={value}" for name, value in counts.items())
     detail = ", ".join(filter(None, ("dry run" if dry_run else "", detail)))
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
     run = context.instance.get_run_by_id(context.run_id)
     before = summary.run_counters(run.tags if run is not None else {})
-    if before and run.parent_run_id:  # a re-execution begins with its parent's tags: those counts are the parent's
-        parent = context.instance.get_run_by_id(run.parent_run_id)
-        before = {} if parent is not None and summary.run_counters(parent.tags) == before else before
     context.instance.add_run_tags(
         context.run_id, summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
     )
     if dry_run:
         mark_dry_run(context)
+
+
+def own_outcome(context: Any) -> None:
+    """Called as a run's first step starts: a re-execution (the UI's, Dagster's run retries) starts with its
+    parent's tags, whose outcome is the parent's; of those, it sets ``groundskeeper/counts`` to ``{}`` and
+    ``groundskeeper/dry_run`` to ``false``, so that they tell this run's work only, even if it fails first."""
+    if context.run.parent_run_id is None or context.retry_number:  # a step's retry: its run's outcome so far
+        return
+    none_yet = {**summary.counts_tag({}), summary.DRY_RUN_TAG: "false"}
+    if reset := {key: value for key, value in none_yet.items() if key in context.run.tags}:
+        context.instance.add_run_tags(context.run_id, reset)
 
 
 def mark_dry_run(context: Any) -> None:

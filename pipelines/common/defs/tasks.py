@@ -10,7 +10,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import metadata_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import schedule
-from pipelines.common.defs.summary import run_summary
+from pipelines.common.defs.summary import own_outcome, run_summary
 from pipelines.common.looks import Look
 from pipelines.common.task import Task, TaskRun
 
@@ -48,6 +48,7 @@ def one_op_job(
     )
     @one_line_failures
     def the_op(context):  # no annotation: this module has lazy annotations
+        own_outcome(context)
         return body(context, params_from_config(context, params))
 
     @dg.job(

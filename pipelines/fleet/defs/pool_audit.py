@@ -12,7 +12,7 @@ from pipelines.common.defs.failures import AWS_RETRY_POLICY, one_line_failures
 from pipelines.common.defs.metadata import CheckNotes, metadata_from, noted, table_from
 from pipelines.common.defs.metrics import CommittedChangeMetrics
 from pipelines.common.defs.schedules import ONE_AT_A_TIME_TAG, schedule
-from pipelines.common.defs.summary import mark_dry_run
+from pipelines.common.defs.summary import mark_dry_run, own_outcome
 from pipelines.common.defs.tasks import resource_clients
 from pipelines.common.looks import Look
 from pipelines.fleet.context import fleet_context
@@ -130,6 +130,7 @@ def pool_audit_asset(notes: CheckNotes | None = None) -> dg.AssetsDefinition:
     )
     @one_line_failures
     def pool_audit(context: dg.AssetExecutionContext) -> dg.MaterializeResult:
+        own_outcome(context)
         params = params_from_config(context, PoolAuditParams)
         metrics = CommittedChangeMetrics(context, context.resources.cloudwatch, "pool audit")
         clients = resource_clients(context, ("dynamodb", "ec2", "s3"))
