@@ -48,15 +48,20 @@ def active_run(instance: dg.DagsterInstance, job_name: str, tags: dict[str, str]
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", EXCLUSIVE)
-def test_a_schedule_skips_while_its_previous_run_is_queued_and_launches_after(defs, name):
+@pytest.mark.parametrize(  # Dagster's run queue counts a run being cancelled against the limits, as a queued one
+    ("status", "still"), [(dg.DagsterRunStatus.QUEUED, "queued"), (dg.DagsterRunStatus.CANCELING, "being cancelled")]
+)
+def test_a_schedule_skips_while_its_previous_run_is_queued_or_being_cancelled_and_launches_after(
+    defs, name, status, still
+):
     schedule = defs.resolve_schedule_def(name)
     job = defs.resolve_job_def(schedule.job_name)
     with dg.instance_for_test(overrides=LIMITS) as instance:
         [first] = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
-        run = _run(instance, job.name, dg.DagsterRunStatus.QUEUED, {**job.tags, **first.tags})  # as launched
+        run = _run(instance, job.name, status, {**job.tags, **first.tags})  # as launched
         busy = schedule.evaluate_tick(dg.build_schedule_context(instance=instance))
         assert not busy.run_requests
-        assert busy.skip_message == f"the previous {job.name} run {run.run_id} is still queued: not queueing another"
+        assert busy.skip_message == f"the previous {job.name} run {run.run_id} is still {still}: not queueing another"
         instance.report_run_failed(run)
         [again] = schedule.evaluate_tick(dg.build_schedule_context(instance=instance)).run_requests
         assert again.tags == first.tags

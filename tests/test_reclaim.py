@@ -415,11 +415,12 @@ def test_unknown_config_key_is_refused():
         _job().execute_in_process(run_config={**BASE, "bogus": 1})
 
 
-def test_a_second_run_on_the_same_table_does_nothing(aws):
+@pytest.mark.parametrize("status", [dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING])  # runs until it stops
+def test_a_second_run_on_the_same_table_does_nothing(aws, status):
     ddb = aws.client("dynamodb")
     seed_mixed(ddb)
     instance = dg.DagsterInstance.ephemeral()
-    older = instance.create_run_for_job(_job(), run_config=BASE, status=dg.DagsterRunStatus.STARTED)
+    older = instance.create_run_for_job(_job(), run_config=BASE, status=status)
     other_table = instance.create_run_for_job(
         _job(), run_config={**BASE, "tableName": "other"}, status=dg.DagsterRunStatus.STARTED
     )

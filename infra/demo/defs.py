@@ -163,7 +163,8 @@ def demo_defs(mode: str) -> dg.Definitions:
             name=name,
             job=jobs[name],
             cron_schedule=OWN_CRONS[name],
-            description=f"{descriptions[name]}{off} Skips a tick while the previous run is still queued or running.",
+            description=f"{descriptions[name]}{off} Skips a tick while the previous run is still queued, running "
+            "or being cancelled.",
             crons=crons,
             default_status=status,
         )

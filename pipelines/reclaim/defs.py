@@ -62,7 +62,8 @@ def older_run_on_same_table(instance: dg.DagsterInstance, run_id: str, table: st
     """The id of an earlier-started reclaim run still working on ``table``, if any: the check of runs
     launched by hand (``docs/development.md``, "Queue hygiene")."""
     records = instance.get_run_records(
-        dg.RunsFilter(job_name=JOB_NAME, statuses=[dg.DagsterRunStatus.STARTED]), limit=100
+        dg.RunsFilter(job_name=JOB_NAME, statuses=[dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]),
+        limit=100,
     )
     mine = instance.get_run_record_by_id(run_id)
     my_start = (mine.start_time if mine else None) or time.time()

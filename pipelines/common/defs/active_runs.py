@@ -1,4 +1,5 @@
-"""Is a run still queued or running, how a skip reason names such a run, and the runs' ends as sensors read them."""
+"""Is a run still queued, running or being cancelled, how a skip reason names such a run, and the runs' ends as
+sensors read them."""
 
 from collections.abc import Container, Iterable
 from typing import Any
@@ -6,12 +7,15 @@ from typing import Any
 import dagster as dg
 
 _QUEUED = [dg.DagsterRunStatus.QUEUED, dg.DagsterRunStatus.NOT_STARTED]
-ACTIVE_STATUSES = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED]
+ACTIVE_STATUSES = [*_QUEUED, dg.DagsterRunStatus.STARTING, dg.DagsterRunStatus.STARTED, dg.DagsterRunStatus.CANCELING]
+"""A run being cancelled runs until it stops: Dagster's run queue counts it against the tag concurrency limits."""
+_STILL = {dg.DagsterRunStatus.CANCELING: "being cancelled", **dict.fromkeys(_QUEUED, "queued")}
 
 
 def still_going(run: Any) -> str:
-    """How a skip reason names the run that is still going: ``<run id> is still queued``."""
-    return f"{run.run_id} is still {'queued' if run.status in _QUEUED else 'running'}"
+    """How a skip reason names the run that is still going: ``<run id> is still queued`` (``running``, ``being
+    cancelled``)."""
+    return f"{run.run_id} is still {_STILL.get(run.status, 'running')}"
 
 
 FIRST_TICK_LOOKBACK_SECONDS = 3600  # with no read position yet, the first read takes the last hour's

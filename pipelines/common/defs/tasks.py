@@ -115,7 +115,7 @@ def task_schedule(
         description=f"{task.description} For {task.what(params) if task.what else task.name} ({cron})."
         + (
             f" Looks first at {task.looks_at} and skips the tick when there is nothing to do, or while the "
-            "previous run is still queued or running."
+            "previous run is still queued, running or being cancelled."
             if task.look is not None
             else ""
         ),
