@@ -109,7 +109,8 @@ def check_broker(url: str, timeout: int = 10) -> None:
 
 def write_instance(home: Path, tag_limits: Mapping[str, int] | None = None) -> Path:
     """``infra/dagster.cluster.yaml`` as ``home/dagster.yaml``; ``tag_limits`` overrides the limit
-    of some tag keys (e.g. ``{"groundskeeper/queue": 3}`` for three drains per queue)."""
+    of some tag keys (e.g. ``{"groundskeeper/queue": 3}``: three runs of one consumer slot, as a test launches
+    drains by hand; the queue sensors add slots instead, ``RUNS_FLEET_*_DRAIN_RUNS``)."""
     home.mkdir(parents=True, exist_ok=True)
     target = home / "dagster.yaml"
     if not tag_limits:
