@@ -27,6 +27,7 @@ from pipelines.alerts.defs import ASSET_KEY, HEARTBEAT_METRIC, build_alerts_sens
 from pipelines.alerts.incidents import KINDS
 from pipelines.common.defs.summary import run_summary
 from pipelines.common.summary import COUNTS_TAG, DRY_RUN_TAG
+from pipelines.definitions import build_definitions
 from pipelines.retry.runs import RETRY_MARGIN_SECONDS, run_retry
 from pipelines.retry.tags import ATTEMPT_TAG, POLICY_TAG, RETRY_OF_TAG, ROOT_TAG
 from resources import CloudWatchResource, SNSResource, SQSResource
@@ -453,6 +454,20 @@ def test_a_failed_partition_alerts_under_its_asset_and_a_rerun_of_it_resolves(aw
     ]
     assert inbox.messages[0]["summary"] == "RuntimeError: receiver acme is unreachable"
     assert inbox.messages[0]["title"] == "alerts_test/batches partition acme failed"
+
+
+def test_a_run_whose_resource_fails_to_start_pages_that_resources_line(aws, monkeypatch):
+    """A run that fails before any step (no STEP_FAILURE) pages its resource's error, not Dagster's wrapping."""
+    inbox = Inbox(aws)
+    drain = build_definitions("local").resolve_job_def("process_termination_queue")
+    with dg.instance_for_test() as instance:
+        with monkeypatch.context() as unset:
+            unset.delenv("RUNS_FLEET_TERMINATION_DLQ_URL")
+            result = drain.execute_in_process(run_config={"wait_seconds": 1}, instance=instance, raise_on_error=False)
+        assert not result.success
+        tick(instance, resources(aws))
+    (firing,) = inbox.read()
+    assert firing["summary"] == "resource fleet: the environment variable RUNS_FLEET_TERMINATION_DLQ_URL is not set"
 
 
 def _minute_run(aws, instance, defs, at):

@@ -202,20 +202,26 @@ def status_changes_in_order(instance, book: AlertBook, clock: float) -> tuple[li
 
 
 def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
-    """(the error of the first failed step of ``run_id``, else its run-failure message; its cause's class)."""
-    steps = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.STEP_FAILURE, limit=1).records
-    data = steps[0].event_log_entry.dagster_event.step_failure_data if steps else None
+    """(the error of the first failed step of ``run_id``, else of the run itself (a resource that failed to start),
+    else its run-failure message; its cause's class)."""
+    events = [
+        records[0].event_log_entry.dagster_event
+        for kind in (dg.DagsterEventType.STEP_FAILURE, dg.DagsterEventType.RUN_FAILURE)
+        if (records := instance.get_records_for_run(run_id, of_type=kind, limit=1).records)
+    ]
+    data = next((e.event_specific_data for e in events if getattr(e.event_specific_data, "error", None)), None)
     chain, error = [], data.error if data else None
     while error is not None:
         chain.append(error)
         error = error.cause
-    if data and data.user_failure_data and data.user_failure_data.description:
-        message = data.user_failure_data.description
-    elif chain:  # the user's error, not Dagster's wrapping of it
-        message = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1]).message
+    if (failure := getattr(data, "user_failure_data", None)) and failure.description:
+        message = failure.description
+    elif chain:  # the user's error, not Dagster's wrapping of it; a module's class (its cause) not repeated
+        user = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1])
+        named, _, rest = user.message.partition(": ")
+        message = rest if named.endswith(f".{user.cls_name}") else user.message
     else:
-        failed = instance.get_records_for_run(run_id, of_type=dg.DagsterEventType.RUN_FAILURE, limit=1).records
-        message = (failed[0].event_log_entry.dagster_event.message or "") if failed else ""
+        message = (events[-1].message or "") if events else ""
     return message, cause_of([e.cls_name for e in chain], [message, *(e.message for e in chain)])
 
 
