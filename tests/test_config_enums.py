@@ -22,6 +22,7 @@ import pipelines
 from pipelines.common.defs.config import config_schema
 from pipelines.common.params import _META, ParamSpec, param, specs
 from pipelines.definitions import build_definitions, defs
+from pipelines.fleet.housekeeping import TASKS
 
 ROOT = Path(__file__).resolve().parent.parent
 RECLAIM = {"tableName": "AgendaProgress", "idFieldName": "id", "timeFieldName": "updatedTime"}
@@ -53,6 +54,16 @@ def test_dagster_refuses_a_dead_letter_queue_outside_its_choices():
 def test_dagster_refuses_a_zombie_action_outside_its_choices():
     message = _refusal("collect_zombies", {"namespace": "default/default", "action": "kill"})
     assert "root:action not in enum type CollectParams_action got kill" in message
+
+
+def test_dagster_refuses_a_housekeeping_task_outside_the_tasks():
+    message = _refusal("housekeeping", {"task_type": "stale-ssm", "params": {"dryRun": True}})
+    assert "root:task_type not in enum type HousekeepingJobRequest_task_type got stale-ssm" in message
+
+
+def test_the_housekeeping_jobs_task_types_are_the_tasks():
+    fields = defs.resolve_job_def("housekeeping").config_mapping.config_schema.config_type.fields
+    assert _type(fields, "task_type").config_values == [task.name for task in TASKS]
 
 
 @pytest.mark.parametrize("action", ["fail", "retry"])
@@ -210,6 +221,7 @@ def test_the_code_location_has_choices_fields_to_check():
         ("reclaim_agendas.plan_reclaim", "reclaimAction"),
         ("collect_zombies", "action"),
         ("redrive_dead_letters", "queue"),
+        ("housekeeping", "task_type"),
     }
 
 

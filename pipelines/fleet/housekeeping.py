@@ -5,7 +5,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from pipelines.common.params import ParamsError
+from pipelines.common.params import ParamsError, param, specs
 from pipelines.common.task import Task
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.drain import RunArchive
@@ -43,6 +43,17 @@ TASKS: tuple[Task, ...] = (orphaned_instances.TASK, stale_ssm.TASK, old_jobs.TAS
 """The housekeeping tasks: adding one is its module and one entry here."""
 
 TASKS_BY_NAME: dict[str, Task] = {task.name: task for task in TASKS}
+
+
+@dataclass(frozen=True)
+class HousekeepingJobRequest(HousekeepingRequest):
+    """The ``housekeeping`` job's run config: a message whose ``task_type`` is one of ``TASKS``, an enum of its
+    schema, refused before a run starts (a queue's message of an unknown task is dead-lettered instead)."""
+
+    task_type: str = param(
+        description=next(s.description for s in specs(HousekeepingRequest) if s.name == "task_type"),
+        choices=tuple(TASKS_BY_NAME),
+    )
 
 
 class Housekeeping:

@@ -23,8 +23,8 @@ from pipelines.fleet.drain import (
     queue_drain,
     run_with_graceful_stop,
 )
-from pipelines.fleet.housekeeping import DISPATCHER, HousekeepingHandler
-from pipelines.fleet.messages import HousekeepingRequest, InvalidMessage
+from pipelines.fleet.housekeeping import DISPATCHER, HousekeepingHandler, HousekeepingJobRequest
+from pipelines.fleet.messages import InvalidMessage
 from pipelines.fleet.termination import TerminationHandler
 
 QUEUE_TAG = "groundskeeper/queue"
@@ -143,7 +143,7 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     description = "Drains the housekeeping queue: dispatches each message on its task_type."
     process_housekeeping_queue = drain_job("housekeeping", description, HousekeepingHandler, notes=notes)
 
-    def run_task(context: dg.OpExecutionContext, message: HousekeepingRequest) -> dg.Output[dict]:
+    def run_task(context: dg.OpExecutionContext, message: HousekeepingJobRequest) -> dg.Output[dict]:
         try:  # the message's task parameters, checked against its task's declaration
             request = DISPATCHER.parse(dataclasses.asdict(message))
             ctx = _run_context(context)
@@ -159,7 +159,7 @@ def housekeeping_jobs(notes: CheckNotes | None = None) -> tuple[dg.JobDefinition
     housekeeping = one_op_job(
         "housekeeping",
         "run_housekeeping_task",
-        HousekeepingRequest,
+        HousekeepingJobRequest,
         run_task,
         description="Run one housekeeping task. Flat config: runs-fleet's message {task_type, timestamp, params}.",
         op_description="Runs one housekeeping task (runs-fleet's housekeeping message as config).",
