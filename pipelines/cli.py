@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from pipelines.common import first_line
+from pipelines.common.params import ParamsError, parse_params
 
 ROOT_DIR = Path(__file__).resolve().parent.parent
 USAGE_ERROR = 2
@@ -118,12 +119,20 @@ def check_run_config(defs: Any, job_name: str, run_config: Mapping[str, Any]) ->
     names = sorted(job.name for job in defs.resolve_all_job_defs() if not job.name.startswith("__"))
     if job_name not in names:
         raise RunConfigError(f"no job {job_name!r} in the code location; one of: {', '.join(names)}")
+    from pipelines.common.defs.config import flat_params
+
+    job = defs.resolve_job_def(job_name)
     try:
-        dg.validate_run_config(defs.resolve_job_def(job_name), dict(run_config))
+        dg.validate_run_config(job, dict(run_config))
     except dg.DagsterInvalidConfigError as exc:
         problems = [error.message for error in exc.errors] or [str(exc)]
         lines = [f"invalid run config for {job_name}: {' '.join(problem.split())}" for problem in problems]
         raise RunConfigError("\n".join(lines)) from None
+    try:  # the values the schema cannot refuse (ranges, old and new names that disagree), as the run would
+        if params := flat_params(job):
+            parse_params(params, run_config)
+    except ParamsError as exc:
+        raise RunConfigError(f"invalid run config for {job_name}: {exc}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+import dagster as dg
 import pytest
 
 from pipelines import cli
@@ -69,6 +70,28 @@ def test_a_bad_run_config_is_one_line_and_exit_status_2(tmp_path, capsys, job, n
     assert expected in line
     if not expected.startswith(name) and not line.startswith("no job"):
         assert line.startswith(f"invalid run config for {job}: ")
+
+
+RECLAIM = '{"tableName": "t", "idFieldName": "id", "timeFieldName": "updatedTime", "segments": 0}'
+OUT_OF_RANGE = [
+    ("reclaim_agendas", RECLAIM, "invalid run config for reclaim_agendas: segments must be at least 1, got 0"),
+    (
+        "redrive_dead_letters",
+        '{"dry_run": true, "dryRun": false}',
+        "invalid run config for redrive_dead_letters: dry_run=True and its old name dryRun=False disagree: give one",
+    ),
+]
+
+
+@pytest.mark.parametrize(("job", "text", "expected"), OUT_OF_RANGE, ids=["range", "old_name"])
+def test_a_value_the_schema_takes_but_the_parameters_refuse_is_one_line_and_no_run(
+    tmp_path, monkeypatch, capsys, job, text, expected
+):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    assert cli.main([job, "--config-json", text]) == 2
+    assert capsys.readouterr().err.splitlines() == [expected]
+    with dg.DagsterInstance.get() as instance:
+        assert instance.get_runs() == []
 
 
 @pytest.mark.cli

@@ -66,7 +66,13 @@ def flat_config(
             out["loggers"] = {"console": {"config": {"log_level": console_level}}}
         return out
 
+    mapping.params = cls  # type: ignore[attr-defined]  # what flat_params finds
     return dg.ConfigMapping(config_fn=mapping, config_schema=config_schema(cls))
+
+
+def flat_params(job: dg.JobDefinition) -> type | None:
+    """The parameters class of a job with a flat run config (:func:`flat_config`), else None."""
+    return getattr(job.config_mapping and job.config_mapping.config_fn, "params", None)
 
 
 def params_from_config(context: Any, cls: type[T], raw: Mapping[str, Any] | None = None) -> T:
