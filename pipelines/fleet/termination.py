@@ -191,7 +191,7 @@ class TerminationHandler:
         result = self._transact(list(jobs.values()), _update, round_id)
         if result.conditional:
             self._settle(result, round_id, counts)
-            counts["duplicates"] += len(result.conditional)
+            counts["duplicates"] += sum(len(job.messages) for job in result.conditional)
             pending.to_ack += [m for job in result.conditional for m in job.messages]
         counts["failed"] += sum(len(j.messages) for j in result.failed)
         pending.poison += [(m, reason) for job, reason in result.refused for m in job.messages]
@@ -233,6 +233,7 @@ class TerminationHandler:
             done = self._clean_up(applied, round_id, pool, counts)
             to_ack += [m for job in done for m in job.messages]
             counts["applied"] += len(done)
+            counts["duplicates"] += sum(len(job.messages) - 1 for job in done)  # their copies in their round
 
         if to_ack:  # exactly what was handled
             # One DeleteMessageBatch after another: moto's SQS loses deletes made at the same time.
