@@ -204,6 +204,8 @@ def test_a_dry_run_records_an_observation_and_leaves_the_partition_status_as_it_
         assert "files_written" not in observed.metadata
         tags = [instance.get_run_by_id(r.run_id).tags.get("groundskeeper/dry_run") for r in dry]
         assert tags == ["true", "true"]  # so that its success resolves no incident and its counts are not added up
+        counts = json.loads(instance.get_run_by_id(dry[1].run_id).tags["groundskeeper/counts"])
+    assert counts == {"files_would_write": 1, "records_would_batch": 1}  # a dry run counts what it would do
     assert pending_ids(aws, "acme") == {"acme-00000"}
 
 

@@ -534,6 +534,12 @@ def test_a_minute_dry_run_records_observations_and_leaves_every_partition_status
         observed = [e.asset_observation_data.asset_observation for e in dry.all_events if e.is_asset_observation]
         assert sorted(o.partition for o in observed) == keys
         assert {o.metadata["records_would_batch"].value for o in observed} == {5}
+        counts = json.loads(instance.get_run_by_id(dry.run_id).tags["groundskeeper/counts"])
+        logged = [e.user_message for e in instance.all_logs(dry.run_id) if e.user_message.startswith("summary: ")]
+    assert [name for name, value in counts.items() if value and "_would_" not in name] == []
+    assert counts["records_would_batch"] == 15
+    assert logged == [f"summary: batch minute {request.run_config['batch_time']}: 3 partition(s) would be batched: "
+                      f"files_would_write={counts['files_would_write']}, records_would_batch=15 (dry run)"]  # fmt: skip
     assert [len(pending_ids(aws, n)) for n in RECEIVERS] == [5, 5, 5]
 
 

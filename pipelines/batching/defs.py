@@ -45,6 +45,7 @@ DRY_RUN_KEYS = {
     "recovered_batches": "batches_would_recover",
     "still_pending": "records_would_stay_pending",
     "batched": "partitions_would_batch",  # a minute run's
+    "batches_sent": "files_would_write",  # a run's summary
 }
 """A dry run's metadata keys for what a run does (it writes nothing); the others keep theirs."""
 
@@ -69,8 +70,7 @@ def report_metadata(report: RunReport) -> dict:
         "still_pending": report.still_pending,
         "oldest_pending_age_seconds": report.oldest_pending_age_seconds or 0.0,
     }
-    if report.dry_run:
-        values = {DRY_RUN_KEYS.get(key, key): value for key, value in values.items()}
+    values = _as_dry_run(values, report.dry_run)
     typed = metadata_from(values)  # leaves out an empty list or map: shown here as JSON all the same
     return {key: typed[key] if key in typed else dg.MetadataValue.json(value) for key, value in values.items()}
 
@@ -111,7 +111,8 @@ def receiver_batches(
     if report.failure:
         raise dg.Failure(description=report.failure, metadata=metadata, allow_retries=False)
     _log_report(context.log, report)
-    run_summary(context, f"batches of {receiver} for {day}", _counters(report), dry_run=params.dry_run)
+    counters = _as_dry_run(_counters(report), params.dry_run)
+    run_summary(context, f"batches of {receiver} for {day}", counters, dry_run=params.dry_run)
     if params.dry_run:  # it wrote nothing: the partition's status stays as it was
         yield dg.AssetObservation(asset_key=context.asset_key, partition=context.partition_key, metadata=metadata)
     else:
@@ -138,7 +139,12 @@ def _log_report(log, report: RunReport) -> None:
 
 
 def _counters(report: RunReport) -> dict[str, int]:
-    return {"batches_sent": 0 if report.dry_run else len(report.files), "records_batched": report.records_batched}
+    return {"batches_sent": len(report.files), "records_batched": report.records_batched}
+
+
+def _as_dry_run(values: dict, dry_run: bool) -> dict:
+    """``values``, on a dry run named as what the run would have done (``DRY_RUN_KEYS``)."""
+    return {DRY_RUN_KEYS.get(key, key): value for key, value in values.items()} if dry_run else values
 
 
 # ReportStream writes these tables; Groundskeeper only reads them. An asset without a materializing
@@ -278,7 +284,7 @@ def _minute_totals(results: list[dict]) -> tuple[dict, dict]:
         "partitions_materialized": dg.MetadataValue.int(0 if dry_run else totals["batched"] - len(totals["counted"])),
         "partitions_counted": dg.MetadataValue.json(totals["counted"]),
     }
-    return totals, {DRY_RUN_KEYS.get(k, k): v for k, v in metadata.items()} if dry_run else metadata
+    return totals, _as_dry_run(metadata, dry_run)
 
 
 def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool) -> tuple[list[str], dict]:
@@ -287,9 +293,9 @@ def _report_minute(context, results: list[dict], batch_time: str, dry_run: bool)
     failed = totals["failed"]
     if failed and not dry_run:
         context.instance.add_run_tags(context.run_id, {HANDOFF_TAG: "pending", FAILED_TAG: ",".join(failed)})
-    counters = {name: totals[name] for name in ("batches_sent", "records_batched")}
+    counters = _as_dry_run({name: totals[name] for name in ("batches_sent", "records_batched")}, dry_run)
     detail = f"failed: {', '.join(failed)}" if failed else ""
-    what = f"batch minute {batch_time}: {totals['batched']} partition(s) batched"
+    what = f"batch minute {batch_time}: {totals['batched']} partition(s) {'would be ' if dry_run else ''}batched"
     run_summary(context, what, counters, detail, dry_run=dry_run)
     return failed, metadata
 
