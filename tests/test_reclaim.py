@@ -103,6 +103,15 @@ def test_index_path_reads_only_stale_items(aws):
     assert failed == set(ids["stale"])
 
 
+def test_an_index_path_pass_that_reads_its_query_to_the_end_is_a_completed_pass(aws):
+    ddb = aws.client("dynamodb")
+    seed_mixed(ddb)
+    stopped = _pass(ddb, _params(objectScanLimit=2), writer=None, deadline=time.time() - 1)  # one page of 2
+    completed = _pass(ddb, _params())
+    assert stopped.completed_pass is False
+    assert completed.completed_pass is True
+
+
 def test_scan_path_handles_bad_and_iso_times_without_crashing(aws):
     ddb = aws.client("dynamodb")
     create_plain_table(ddb, "plain-agendas")

@@ -41,7 +41,7 @@ class Counts:
     api_calls: int = 0  # reads made by this pass
     pages: int = 0
     stopped_by_budget: bool = False
-    completed_pass: bool = False  # the scan reached the end of the table (cursor cleared)
+    completed_pass: bool = False  # the pass read to the end what it reads (a scan's table, an index query)
     skipped_ids: list[str] = field(default_factory=list)  # first few, for the run log and metadata
 
     def add(self, other: "Counts") -> None:
@@ -190,10 +190,10 @@ def reclaim_pass(
         flush()  # the batch in hand is always finished, also when the budget ran out
         if resumable and writer is not None:
             cursor.save(start_key)
-            counts.completed_pass = counts.completed_pass or start_key is None
         if counts.stopped_by_budget:
             log.info(f"{label}: budget of {params.maximumExecutionSeconds}s used, stopping: {_progress(counts)}")
             break
+    counts.completed_pass = not counts.stopped_by_budget
     return counts
 
 
