@@ -483,6 +483,15 @@ def test_audit_against_moto_matches_hand_computed_values_and_writes_metrics_and_
     assert names == {"PoolComputeCost", "PoolIdleCost", "PoolUtilization"}
 
 
+def test_instances_with_running_jobs_are_the_managed_instances_it_describes(aws):
+    """A running job may still name a terminated instance (small6), or one runs-fleet does not manage."""
+    ids = _seed_fleet(aws)
+    late = {"job_id": "j7", "instance_id": ids["small6"], "status": "running", "started_at": "2026-11-22T00:00:00Z"}
+    aws.client("dynamodb").put_item(TableName=aws.env["RUNS_FLEET_JOBS_TABLE"], Item=to_item(late))
+    run = run_pool_audit(_audit_ctx(aws), prices=PRICES, dry_run=True)
+    assert run.running_jobs == 4  # small1, small2, small4 and the stopped small5
+
+
 def test_busy_instances_come_from_a_scan_when_the_table_has_no_status_index(aws):
     ids = _seed_fleet(aws)
     ddb = aws.client("dynamodb")

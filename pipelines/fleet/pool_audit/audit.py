@@ -185,10 +185,12 @@ class AuditRun:
 
 
 def _read_fleet(ctx: FleetContext, progress: Callable[[str], None] | None = None) -> tuple[list, list, set[str], str]:
-    """The audit's reads: pools, managed instances, instances with running jobs, and their counts in words."""
+    """The audit's reads: pools, managed instances, those of them with running jobs (not a terminated instance a
+    job still names), and their counts in words."""
     pools = load_pools(ctx.dynamodb, ctx.pools_table)
     instances = list_fleet_instances(ctx.ec2, progress=progress)
     busy = running_job_instances(ctx.dynamodb, ctx.jobs_table, progress=progress)
+    busy &= {i["instance_id"] for i in instances}
     read = f"{len(pools)} pools, {len(instances)} managed instances, {len(busy)} with running jobs"
     return pools, instances, busy, read
 
