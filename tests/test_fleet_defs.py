@@ -43,6 +43,12 @@ def test_the_fleet_definitions_are_in_every_deployment():
     assert tags[QUEUE_TAG] == "runs-fleet-termination"
 
 
+@pytest.mark.parametrize("label", ["termination", "housekeeping"])
+def test_a_queue_sensor_names_the_variable_that_sets_its_drain_runs(defs, label):
+    description = defs.resolve_sensor_def(f"{label}_queue_sensor").description
+    assert f"up to RUNS_FLEET_{label.upper()}_DRAIN_RUNS at once" in description
+
+
 @pytest.mark.slow
 def test_the_termination_job_runs_with_runs_fleets_camel_case_config_and_warns_that_it_is_deprecated(aws, defs):
     jobs = fs.start_jobs(aws, 12)

@@ -35,7 +35,7 @@ def queue_sensor(label: str, interval: int = 30) -> dg.SensorDefinition:
         minimum_interval_seconds=interval,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Launches {job_name} runs when messages wait on the {label} queue (one GetQueueAttributes "
-        f"every {interval} s), up to FleetSettings.{runs_field} at once.",
+        f"every {interval} s), up to RUNS_FLEET_{runs_field.upper()} at once (default 1).",
         required_resource_keys={"sqs", "fleet"},
     )
     @one_line_failures
