@@ -259,6 +259,18 @@ def test_dead_letter_checks_run_when_a_depth_changes_and_at_least_hourly(aws, de
         assert refresh.tags[LOOK_TAG] == changed.tags[LOOK_TAG]
 
 
+def test_an_unchanged_states_skip_names_a_time_from_which_a_tick_runs(aws, defs):
+    name = "fleet_dead_letter_checks_schedule"
+    with dg.instance_for_test() as instance:
+        (first,) = _tick(defs, name, instance).run_requests
+        _run(defs, "fleet_dead_letter_checks", instance, first)
+        now = dt.datetime.now(dt.UTC)
+        named = _tick(defs, name, instance, at=now).skip_message.rsplit("from ", 1)[1].removesuffix(" UTC")
+        at = now.replace(hour=int(named[:2]), minute=int(named[3:]), second=0, microsecond=0)
+        at += dt.timedelta(days=1) if at < now else dt.timedelta(0)  # past midnight
+        assert len(_tick(defs, name, instance, at=at).run_requests) == 1
+
+
 @pytest.mark.slow
 def test_the_pool_audit_snapshots_a_changed_fleet_and_an_unchanged_one_every_20_minutes(aws, defs):
     name = "pool_audit_schedule"

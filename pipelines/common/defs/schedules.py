@@ -1,6 +1,7 @@
 """The one schedule factory, :func:`schedule`, of every schedule."""
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -68,10 +69,11 @@ def against_last_run(
         return decided(
             True, f"; unchanged, the last run {run.run_id[:8]} was {_ago(age)} ago (at least every {_ago(refresh)})"
         )
+    due = dt.datetime.fromtimestamp(math.ceil((created + refresh - REFRESH_SLACK).timestamp() / 60) * 60, dt.UTC)
     return decided(
         False,
         f": unchanged since run {run.run_id[:8]} at {created:%H:%M} UTC; runs when it changes, "
-        f"and by {created + refresh:%H:%M} UTC at the latest",
+        f"or at its first tick from {due:%H:%M} UTC",  # a whole minute, as a cron's ticks are
     )
 
 
