@@ -470,6 +470,26 @@ def test_a_run_whose_resource_fails_to_start_pages_that_resources_line(aws, monk
     assert firing["summary"] == "resource fleet: the environment variable RUNS_FLEET_TERMINATION_DLQ_URL is not set"
 
 
+@dg.op
+def _violates_an_invariant(context):
+    raise dg.DagsterInvariantViolationError("the plan's output was not returned")
+
+
+@dg.job
+def invariant_job():
+    _violates_an_invariant()
+
+
+def test_a_dagster_errors_class_is_its_cause_and_left_out_of_its_summary(aws):
+    inbox = Inbox(aws)
+    with dg.instance_for_test() as instance:
+        invariant_job.execute_in_process(instance=instance, raise_on_error=False)
+        tick(instance, resources(aws))
+    (firing,) = inbox.read()
+    assert firing["alert_key"] == "run_failure:invariant_job:dagster._core.errors.DagsterInvariantViolationError"
+    assert firing["summary"] == "the plan's output was not returned"
+
+
 def _minute_run(aws, instance, defs, at):
     """A batch_minute_job run that batches the repaired receiver globex: it materializes 2026-11-20|globex."""
     from pipelines.batching.defs import MINUTE_JOB

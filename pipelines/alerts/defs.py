@@ -215,14 +215,15 @@ def _first_error(instance: dg.DagsterInstance, run_id: str) -> tuple[str, str]:
         chain.append(error)
         error = error.cause
     if (failure := getattr(data, "user_failure_data", None)) and failure.description:
-        message = failure.description
+        message = raw = failure.description
     elif chain:  # the user's error, not Dagster's wrapping of it; a module's class (its cause) not repeated
         user = next((e for e in chain if not e.cls_name.startswith("Dagster")), chain[-1])
-        named, _, rest = user.message.partition(": ")
-        message = rest if named.endswith(f".{user.cls_name}") else user.message
+        raw = user.message
+        named, _, rest = raw.partition(": ")
+        message = rest if named.endswith(f".{user.cls_name}") else raw
     else:
-        message = (events[-1].message or "") if events else ""
-    return message, cause_of([e.cls_name for e in chain], [message, *(e.message for e in chain)])
+        message = raw = (events[-1].message or "") if events else ""
+    return message, cause_of([e.cls_name for e in chain], [raw, *(e.message for e in chain)])
 
 
 def run_target(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
