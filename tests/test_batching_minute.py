@@ -267,6 +267,32 @@ def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws
     assert keys == ["run_failure:receiver_batches:2026-11-20|globex:failure"]
 
 
+def _minute_job():
+    return build_definitions("local").resolve_job_def(MINUTE_JOB)
+
+
+@pytest.mark.slow
+def test_a_re_execution_of_a_minute_run_that_batches_its_failed_receiver_hands_nothing_off(aws):
+    _put_due(aws)
+    with dg.instance_for_test() as instance:
+        request = _tick(instance, T10)
+        put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")  # broken after the decider's look
+        minute = _run_minute(instance, request)
+        handed = _handoff(instance)
+        put_receiver(aws, "globex", number_per_day=24, max_batch_size=3)  # repaired; the UI's re-execution
+        tags = {k: v for k, v in instance.get_run_by_id(minute.run_id).tags.items() if not k.startswith("dagster/")}
+        child = dg.execute_job(
+            dg.build_reconstructable_job("tests.test_batching_minute", "_minute_job"),
+            instance,
+            run_config=request.run_config,
+            tags=tags,
+            reexecution_options=dg.ReexecutionOptions(parent_run_id=minute.run_id),
+        )
+        assert child.success
+        again = _handoff(instance, handed.cursor)  # the parent's again (the daemon skips a run key it launched)
+    assert [r.run_key for r in again.run_requests if r.run_key.startswith(child.run_id)] == []
+
+
 def _at(instance, run, kind: dg.DagsterEventType, when: float) -> None:
     """The run's start or end as the run storage records it, at ``when`` (epoch seconds)."""
     event = dg.DagsterEvent(kind.value, job_name=run.job_name)

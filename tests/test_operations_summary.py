@@ -115,6 +115,47 @@ def test_a_re_execution_with_its_parents_tags_counts_its_own_work_only():
     assert counted == {"reclaimed": 5, "retried": 1}
 
 
+@dg.op
+def plans(context: dg.OpExecutionContext) -> int:
+    own_outcome(context)  # as a job's first step
+    return 7
+
+
+@dg.op
+def reports(context: dg.OpExecutionContext, reclaimed: int) -> None:
+    run_summary(context, "reclaim demo", {"reclaimed": reclaimed})
+
+
+@dg.job(tags={"groundskeeper/capability": "reclaim"})
+def planned_like():
+    reports(plans())
+
+
+def _reexecuted(instance: dg.DagsterInstance, job, parent_run_id: str, steps: list[str] | None = None) -> dict:
+    """The counters of ``job`` re-executed as the UI does, with its parent's tags: its counters."""
+    tags = {k: v for k, v in instance.get_run_by_id(parent_run_id).tags.items() if not k.startswith("dagster/")}
+    options = dg.ReexecutionOptions(parent_run_id=parent_run_id, step_selection=steps)
+    child = dg.execute_job(dg.reconstructable(job), instance, tags=tags, reexecution_options=options)
+    return run_counters(instance.get_run_by_id(child.run_id).tags)
+
+
+@pytest.mark.slow
+def test_a_re_execution_of_its_last_step_only_counts_that_steps_report_once():
+    with dg.instance_for_test() as instance:
+        parent = dg.execute_job(dg.reconstructable(planned_like), instance)
+        counted = _reexecuted(instance, planned_like, parent.run_id, ["reports"])
+    assert counted == {"reclaimed": 7}
+
+
+@pytest.mark.slow
+def test_a_re_execution_of_a_run_with_the_older_per_counter_tags_counts_its_own_work_only():
+    with dg.instance_for_test() as instance:
+        legacy = {"groundskeeper/count/reclaimed": "7"}
+        parent = dg.execute_job(dg.reconstructable(reclaim_like), instance, tags=legacy)
+        counted = _reexecuted(instance, reclaim_like, parent.run_id)
+    assert counted == {"reclaimed": 5, "retried": 1}
+
+
 def _reclaimed_24h(instance: dg.DagsterInstance) -> int:
     result = dg.materialize([operations_summary_asset()], instance=instance)
     return result.asset_materializations_for_node("operations_summary")[0].metadata["reclaimed_24h"].value

@@ -181,7 +181,7 @@ MAX_WINDOW_SECONDS = 15 * 60
 
 def _minute_shares(context: dg.OpExecutionContext) -> tuple[BatchMinuteParams, list[dict]]:
     """The run's partitions in shares, each naming its partitions already materialized (one query)."""
-    own_outcome(context)  # the run's first step
+    own_outcome(context, {HANDOFF_TAG: "", FAILED_TAG: ""})  # the run's first step
     params = params_from_config(context, BatchMinuteParams)
     due, problems = minute.parse_partitions(params.partitions)
     for line in problems:
