@@ -21,6 +21,7 @@ from pipelines.reclaim.params import ParamsError, parse_params, policy_from_para
 from pipelines.reclaim.source import inspect_table, to_candidate
 from pipelines.reclaim.writers import RACED, DynamoWriter, ItemError, apply_each
 from pipelines.retry import dynamodb_fence
+from tests.conftest import PATIENCE
 from tests.reclaim_support import DAY_MS, PROGRESS_TABLE, agenda, encrypted_password, items_by_id, seed_mixed
 
 BASE = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime", "reclaimAgeMinutes": 60}
@@ -59,7 +60,7 @@ def run(aws, endpoint=None, log=None, **overrides):
         kms=aws.client("kms"),
         agenda=dataclasses.replace(endpoint or EndpointSettings(), ready_table=aws.env["AGENDA_READY_TABLE"]),
     )
-    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    plan = SegmentPlan(params, 0, time.time() + PATIENCE, inspect_table(ddb, params))
     return reclaim_pass(ddb, plan, writer, log=log or ListLog())
 
 
@@ -242,7 +243,8 @@ def test_a_cancelled_retry_is_raced_only_when_a_condition_failed(aws, codes, cou
     params = parse_params({**BASE, "reclaimAction": "retry"})
     writer = DynamoWriter(CancelledTransactions(ddb, codes), params, ready_table=aws.env["AGENDA_READY_TABLE"])
     log = ListLog()
-    counts = reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params)), writer, log=log)
+    plan = SegmentPlan(params, 0, time.time() + PATIENCE, inspect_table(ddb, params))
+    counts = reclaim_pass(ddb, plan, writer, log=log)
     assert getattr(counts, counter) == 1
     assert counts.errors + counts.raced == 1
     (line,) = [line for line in log.lines if " c" in line]  # one line about the item
@@ -474,7 +476,7 @@ def test_http_writer_retry_and_race(aws, endpoint):
     params = parse_params({**BASE, "reclaimAction": "retry"})
     settings = dataclasses.replace(settings, ready_table=aws.env["AGENDA_READY_TABLE"])
     writer = make_writer(params, dynamodb=ddb, kms=aws.client("kms"), agenda=settings)
-    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    plan = SegmentPlan(params, 0, time.time() + PATIENCE, inspect_table(ddb, params))
     counts = reclaim_pass(ddb, plan, ExecutorBetweenScanAndGet(writer), log=ListLog())
     assert (counts.retried, counts.raced) == (1, 1)
     items = items_by_id(ddb)
@@ -497,26 +499,28 @@ def test_http_retry_by_two_passes_at_once_queues_one_attempt_and_the_other_pass_
         return make_writer(params, dynamodb=ddb, kms=aws.client("kms"), agenda=settings)
 
     def one_pass(w):
-        return reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + 60, info), w, log=ListLog())
+        return reclaim_pass(ddb, SegmentPlan(params, 0, time.time() + PATIENCE, info), w, log=ListLog())
 
     held = writer()
-    got, release = threading.Event(), threading.Event()
+    got, release, waited = threading.Event(), threading.Event(), []
     real_get = held.endpoint.get
 
     def get_then_wait(item_id):
         current = real_get(item_id)
         got.set()
-        release.wait(30)
+        waited.append(release.wait(PATIENCE))
         return current
 
     held.endpoint.get = get_then_wait
     counts = {}
     pass_a = threading.Thread(target=lambda: counts.update(a=one_pass(held)))
     pass_a.start()
-    assert got.wait(30)
+    assert got.wait(PATIENCE), "pass A did not reach its GET"
     counts["b"] = one_pass(writer())  # runs to completion while A waits after its GET
     release.set()
-    pass_a.join(30)
+    pass_a.join(PATIENCE)
+    assert all(waited), "pass A went on before pass B had finished"
+    assert "a" in counts, "pass A did not finish"
     assert counts["a"].retried + counts["b"].retried == 1
     assert counts["a"].raced + counts["b"].raced == 1
     item = items_by_id(ddb)["h"]
@@ -536,7 +540,7 @@ def test_http_retry_after_a_pass_died_between_its_queue_write_and_its_put(aws, e
         raise ItemError(f"PUT {item_id}: the process died")
 
     dying.endpoint.put = die
-    plan = SegmentPlan(params, 0, time.time() + 60, inspect_table(ddb, params))
+    plan = SegmentPlan(params, 0, time.time() + PATIENCE, inspect_table(ddb, params))
     assert reclaim_pass(ddb, plan, dying, log=ListLog()).errors == 1
     assert run(aws, endpoint=settings, reclaimAction="retry").retried == 1
     item = items_by_id(ddb)["h"]
