@@ -6,10 +6,13 @@ import datetime as dt
 import http.client
 import json
 import logging
+import select
+import socket
 import threading
 import time
 import urllib.parse
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -270,14 +273,16 @@ class ReceiveHold:
     request, except that the first SQS ``ReceiveMessage`` sent once ``until()`` is true waits until
     :meth:`release` (or the end of the block). A drain receives only between rounds, so while it is
     held (:meth:`wait_held`) what it has done is fixed: the test terminates or signals the run there,
-    whatever the machine's speed, and then releases it."""
+    whatever the machine's speed, and then releases it. :meth:`hold` sets another hold (another
+    request, another condition) on the same proxy; a held request whose client has gone meanwhile
+    (a killed process) is not forwarded."""
 
-    def __init__(self, upstream: str, until: Callable[[], bool]) -> None:
+    def __init__(self, upstream: str, until: Callable[[], bool] = lambda: False) -> None:
         self._upstream = urllib.parse.urlsplit(upstream).netloc
-        self._until = until
-        self._held = threading.Event()
-        self._released = threading.Event()
         self._lock = threading.Lock()
+        self.seen: Counter[str] = Counter()  # requests answered since the hold was set, by X-Amz-Target
+        self._released = threading.Event()
+        self.hold(until)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self.endpoint = f"http://127.0.0.1:{self._server.server_address[1]}"
@@ -291,6 +296,19 @@ class ReceiveHold:
         self._server.shutdown()
         self._server.server_close()
 
+    def hold(self, until: Callable[[], bool], target: str = "AmazonSQS.ReceiveMessage", naming: str = "") -> None:
+        """From now on hold the first ``target`` request whose body names ``naming`` sent once ``until()``
+        is true (an earlier hold is released)."""
+        with self._lock:
+            self._released.set()
+            self._until, self._target, self._naming = until, target, naming.encode()
+            self._held, self._released = threading.Event(), threading.Event()
+            self.seen.clear()
+
+    @property
+    def held(self) -> bool:
+        return self._held.is_set()
+
     def wait_held(self, still_running: Callable[[], bool], timeout: float = PATIENCE) -> None:
         """Until the run is held; ``still_running()`` must stay true meanwhile."""
         deadline = time.monotonic() + timeout
@@ -301,14 +319,21 @@ class ReceiveHold:
     def release(self) -> None:
         self._released.set()
 
-    def _hold(self, target: str) -> None:
-        if target != "AmazonSQS.ReceiveMessage" or self._released.is_set():
-            return
+    def _hold(self, target: str, body: bytes) -> bool:
+        """Whether this request was held."""
         with self._lock:
-            if self._held.is_set() or not self._until():
-                return
-            self._held.set()
-        self._released.wait()
+            held, released = self._held, self._released
+            if target != self._target or released.is_set() or held.is_set() or self._naming not in body:
+                return False
+            if not self._until():
+                return False
+            held.set()
+        released.wait()
+        return True
+
+    def _answered(self, target: str) -> None:
+        with self._lock:
+            self.seen[target] += 1
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         hold = self
@@ -318,7 +343,10 @@ class ReceiveHold:
 
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                hold._hold(self.headers.get("X-Amz-Target", ""))
+                target = self.headers.get("X-Amz-Target", "")
+                if hold._hold(target, body) and self._client_gone():
+                    self.close_connection = True
+                    return
                 upstream = http.client.HTTPConnection(hold._upstream, timeout=300)
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in ("expect", "connection")}
@@ -327,6 +355,7 @@ class ReceiveHold:
                     data = response.read()
                 finally:
                     upstream.close()
+                hold._answered(target)
                 self.send_response(response.status, response.reason)
                 for key, value in response.getheaders():
                     if key.lower() not in _HOP_BY_HOP:
@@ -338,6 +367,14 @@ class ReceiveHold:
                     self.wfile.write(data)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
+
+            def _client_gone(self) -> bool:
+                """The client closed its connection (it gave up, or its process died) before its answer."""
+                try:
+                    readable, _, _ = select.select([self.connection], [], [], 0)
+                    return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
+                except OSError:
+                    return True
 
             def log_message(self, *args) -> None:  # quiet
                 pass

@@ -6,7 +6,10 @@ file ``infra/dagster.cluster.yaml`` (with the per-queue limit raised to 3, for t
 one queue at once), ``dagster instance migrate``, then two workers
 ``w1`` and ``w2`` (``dagster-celery worker start``, one process each), the code location's gRPC
 server (``dagster code-server start``) and ``dagster-daemon`` on a workspace that points at it. Runs
-are submitted to the run queue (``infra.cluster.launch_runs``) and launched by the daemon.
+are submitted to the run queue (``infra.cluster.launch_runs``) and launched by the daemon. Each worker
+reaches moto through a proxy of its own (``fs.ReceiveHold``), so that a test can hold a step at the
+point under test (``Cluster.hold``) while it kills, terminates or cuts something, whatever the
+machine's speed.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +66,7 @@ class Cluster:
     vhost: str
     db_name: str
     workers: dict[str, subprocess.Popen] = field(default_factory=dict)
+    proxies: dict[str, fs.ReceiveHold] = field(default_factory=dict)  # each worker's way to moto
     daemon: subprocess.Popen | None = None
     code_server: subprocess.Popen | None = None
     workspace: Path = cl.ROOT / "workspace.yaml"
@@ -73,7 +78,8 @@ class Cluster:
     def start_worker(self, name: str) -> None:
         log = self.logs / f"{name}.log"
         log.write_text("")  # a restarted worker's "ready" line must be a new one
-        self.workers[name] = cl.start_worker(name, self.env, self.config_path, log)
+        env = {**self.env, "AWS_ENDPOINT_URL": self.proxies[name].endpoint}
+        self.workers[name] = cl.start_worker(name, env, self.config_path, log)
 
     def ensure_workers(self) -> None:
         """Both workers up (a test that killed one gets it back)."""
@@ -83,6 +89,25 @@ class Cluster:
                 self.start_worker(name)
         for name in cl.WORKERS:
             cl.wait_worker_ready(self.workers[name], name, self.logs / f"{name}.log")
+
+    def hold(self, until: Callable[[fs.ReceiveHold], bool], **what: str) -> None:
+        """Hold the next step, on whichever worker, that sends ``what`` (``fs.ReceiveHold.hold``) once
+        ``until(its worker's proxy)`` is true, until :meth:`release`."""
+        for proxy in self.proxies.values():
+            proxy.hold(lambda proxy=proxy: until(proxy), **what)
+
+    def wait_held(self, run_id: str) -> str:
+        """Until a step of the run is held (the run still going): the name of the worker it runs on."""
+        deadline = time.monotonic() + PATIENCE
+        while not (held := [name for name, proxy in self.proxies.items() if proxy.held]):
+            assert not self.instance.get_run_by_id(run_id).is_finished, self.failure(run_id)
+            assert time.monotonic() < deadline, f"no step of {run_id} was held (logs in {self.logs})"
+            time.sleep(0.05)
+        return held[0]
+
+    def release(self) -> None:
+        for proxy in self.proxies.values():
+            proxy.release()
 
     def launch(self, job: str, run_config: dict | None = None, tags: dict | None = None, count: int = 1) -> list[str]:
         """Submit runs to the queue from a subprocess with the cluster's environment (the daemon
@@ -135,6 +160,7 @@ def cluster(tmp_path_factory):
     try:
         # DynamoDB writes isolated as DynamoDB's are: three drains of one queue write at once
         endpoint = servers.enter_context(moto_server(logs / "moto.log", ATOMIC_DYNAMODB_SERVER))
+        proxies = {name: servers.enter_context(fs.ReceiveHold(endpoint)) for name in cl.WORKERS}
         stack = deploy(boto3.client("cloudformation", endpoint_url=endpoint, region_name="us-east-1"))
         aws = LocalAWS(endpoint=endpoint, env={"AWS_ENDPOINT_URL": endpoint, **stack})
         home = root / "home"
@@ -156,6 +182,7 @@ def cluster(tmp_path_factory):
             instance=dg.DagsterInstance.from_config(str(home)),
             vhost=vhost,
             db_name=db_name,
+            proxies=proxies,
         )
         for name in cl.WORKERS:
             state.start_worker(name)
@@ -328,42 +355,42 @@ def test_a_batching_backfill_of_more_partitions_than_its_limit_keeps_to_the_limi
     assert workers <= {"w1", "w2"}, workers
 
 
+SCAN, UPDATE = "DynamoDB_20120810.Scan", "DynamoDB_20120810.UpdateItem"
+
+
 @ONE_CLUSTER
 def test_a_worker_killed_mid_run_leaves_the_step_to_the_other_and_a_rerun_changes_nothing(cluster):
     cluster.ensure_workers()
     ddb = cluster.aws.client("dynamodb")
     stale = cl.seed_scan_table(ddb, "killed-reclaim", 300)
-    # small slow pages: a segment takes seconds, so the kill lands in the middle of one
-    config = cl.reclaim_config("killed-reclaim", 2, objectScanLimit=10, targetBatchSize=5, scanDelayMillis=250)
+    # small pages: a segment writes what it found on a page before it scans the next. Whichever worker
+    # has written some (the first reclaimed agendas) is held at its next scan, and killed there.
+    config = cl.reclaim_config("killed-reclaim", 2, objectScanLimit=10, targetBatchSize=5)
+    cluster.hold(lambda proxy: proxy.seen[UPDATE] > 0, target=SCAN, naming="killed-reclaim")
     (run_id,) = cluster.launch("reclaim_agendas", config)
-
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while time.monotonic() < deadline:
-        on_w1 = [
+    try:
+        killed = cluster.wait_held(run_id)
+        (step,) = [
             k
             for k, w in cl.step_workers(cluster.instance, run_id).items()
-            if k.startswith("reclaim_segment") and w.startswith("w1@")
+            if k.startswith("reclaim_segment")
+            and w.startswith(f"{killed}@")
+            and not _step_ended(cluster.instance, run_id, k)
         ]
-        done = {e.step_key for e in cluster.instance.all_logs(run_id, of_type=dg.DagsterEventType.STEP_SUCCESS)}
-        if on_w1 and on_w1[0] not in done:
-            break
-        time.sleep(0.1)
-    else:
-        raise AssertionError("no segment started on w1")
-    # kill it once it has written some (the first reclaimed agenda), not after a fixed pause
-    while time.monotonic() < deadline and not any(v[0] == "COMPLETE" for v in _state(ddb, "killed-reclaim").values()):
-        time.sleep(0.1)
-    cl.stop(cluster.workers["w1"], sig=signal.SIGKILL)
+        cl.stop(cluster.workers[killed], sig=signal.SIGKILL)
+    finally:
+        cluster.release()
 
     (record,) = cluster.wait([run_id])
     assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(run_id)
-    assert cl.step_workers(cluster.instance, run_id)[on_w1[0]].startswith("w2@")  # taken over
+    (other,) = set(cl.WORKERS) - {killed}
+    assert cl.step_workers(cluster.instance, run_id)[step].startswith(f"{other}@")  # taken over
     after = _state(ddb, "killed-reclaim")
     assert {after[i] for i in stale} == {("COMPLETE", "failed", 1, ("AgendaProgress timed out.",))}
     assert sum(1 for v in after.values() if v[0] == "EXECUTING") == 300 - len(stale)
 
     cluster.ensure_workers()
-    (again,) = cluster.launch("reclaim_agendas", {**config, "scanDelayMillis": 0})  # unpaced: no kill this time
+    (again,) = cluster.launch("reclaim_agendas", config)
     (record,) = cluster.wait([again])
     assert record.dagster_run.status == dg.DagsterRunStatus.SUCCESS, cluster.failure(again)
     assert _counts(cluster.instance, again)["reclaimed"] == 0
@@ -440,21 +467,16 @@ def _completed(aws, job_ids: set[str]) -> int:
     return sum(1 for j in job_ids if state[j]["status"] == "completed")
 
 
-def _wait_until_completed(cluster: Cluster, run_id: str, job_ids: set[str], at_least: int) -> None:
-    """Until the drain run has completed ``at_least`` of these jobs (it must still be going)."""
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while _completed(cluster.aws, job_ids) < at_least:
-        assert not cluster.instance.get_run_by_id(run_id).is_finished, cluster.failure(run_id)
-        assert time.monotonic() < deadline, f"the drain run {run_id} did not get going (logs in {cluster.logs})"
-        time.sleep(0.1)
-
-
-def _drain_with_backlog(cluster: Cluster, n: int) -> tuple[str, list[dict]]:
+def _drain_with_backlog(cluster: Cluster, n: int, held_after: int) -> tuple[str, list[dict]]:
     """A drain run queued first, then ``n`` termination messages: the run holds the queue's consumer
-    slot from the start, so the termination_queue_sensor launches no drain of its own beside it."""
+    slot from the start, so the termination_queue_sensor launches no drain of its own beside it. The
+    run is held at its first receive once it has completed ``held_after`` of these jobs (the rounds
+    before flushed: nothing it received waits undeleted), until ``cluster.release()``."""
     config = {"wait_seconds": 20, "concurrency": 1, "max_messages": n, "max_seconds": 1200}
     (run_id,) = cluster.launch("process_termination_queue", config)
     jobs = fs.start_jobs(cluster.aws, n)
+    mine = {j["job_id"] for j in jobs}
+    cluster.hold(lambda _: _completed(cluster.aws, mine) >= held_after, naming=cluster.aws.env[TQ])
     fs.send(cluster.aws, [fs.termination_body(job) for job in jobs])
     return run_id, jobs
 
@@ -468,18 +490,20 @@ def test_terminating_a_drain_on_a_celery_worker_stops_it_at_a_round_boundary_and
 
     cluster.ensure_workers()
     cluster.ensure_daemon()
-    aws, n, stop_after = cluster.aws, 150, 20
+    aws, n, stop_after = cluster.aws, 150, 30
     successes, dead_letters = fs.metric_sum(aws, "JobSuccess"), fs.depth(aws, DLQ)
-    run_id, jobs = _drain_with_backlog(cluster, n)
+    run_id, jobs = _drain_with_backlog(cluster, n, held_after=stop_after)
     mine = {j["job_id"] for j in jobs}
-    step, worker = _step_on_worker(cluster, run_id)
-    _wait_until_completed(cluster, run_id, mine, stop_after)
-
-    # The UI's "Terminate": the terminateRun mutation -> run coordinator -> run launcher.
-    with WorkspaceProcessContext(cluster.instance, EmptyWorkspaceTarget()) as workspace:
-        result = execute_dagster_graphql(
-            workspace.create_request_context(), TERMINATE_RUN_JOB_MUTATION, {"runId": run_id}
-        )
+    try:
+        step, worker = _step_on_worker(cluster, run_id)
+        cluster.wait_held(run_id)  # however fast the drain, it cannot finish before the terminate
+        # The UI's "Terminate": the terminateRun mutation -> run coordinator -> run launcher.
+        with WorkspaceProcessContext(cluster.instance, EmptyWorkspaceTarget()) as workspace:
+            result = execute_dagster_graphql(
+                workspace.create_request_context(), TERMINATE_RUN_JOB_MUTATION, {"runId": run_id}
+            )
+    finally:
+        cluster.release()
     assert result.data["terminateRun"]["__typename"] == "TerminateRunSuccess", result.data
     (record,) = cluster.wait([run_id])
     # every message applied once or still in its queue: nothing in between, nothing lost
@@ -548,13 +572,13 @@ def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(clu
     admin = psycopg2.connect(dbname="postgres", **PG)
     admin.autocommit = True
     try:
-        run_id, jobs = _drain_with_backlog(cluster, n)
+        run_id, jobs = _drain_with_backlog(cluster, n, held_after=30)
         mine = {j["job_id"] for j in jobs}
-        step, worker = _step_on_worker(cluster, run_id)
-        _wait_until_completed(cluster, run_id, mine, 10)
-        log = cluster.logs / f"{worker.split('@')[0]}.log"
-        seen = len(log.read_bytes())
         try:
+            step, worker = _step_on_worker(cluster, run_id)
+            cluster.wait_held(run_id)  # however fast the drain, it cannot finish before the database goes
+            log = cluster.logs / f"{worker.split('@')[0]}.log"
+            seen = len(log.read_bytes())
             with admin.cursor() as cur:
                 # the test's own database only: no new connection, and its open ones dropped
                 cur.execute(f'ALTER DATABASE "{cluster.db_name}" WITH ALLOW_CONNECTIONS false')
@@ -563,6 +587,7 @@ def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(clu
                     "AND pid <> pg_backend_pid()",
                     (cluster.db_name,),
                 )
+            cluster.release()
             # The drain stops at its next round boundary (its run's status unreadable), and its step
             # cannot record its end: the task fails on the worker.
             deadline = time.monotonic() + RUN_TIMEOUT
@@ -570,6 +595,7 @@ def test_a_storage_database_lost_while_a_run_is_going_fails_it_with_one_line(clu
                 assert time.monotonic() < deadline, f"the step's task did not fail (see {log})"
                 time.sleep(0.5)
         finally:
+            cluster.release()
             with admin.cursor() as cur:
                 cur.execute(f'ALTER DATABASE "{cluster.db_name}" WITH ALLOW_CONNECTIONS true')
 
