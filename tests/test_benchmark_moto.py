@@ -13,6 +13,7 @@ import botocore.exceptions
 import pytest
 
 from infra.deploy import wait_for_endpoint
+from tests.conftest import PATIENCE
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import moto_server  # noqa: E402
@@ -22,7 +23,7 @@ import moto_server  # noqa: E402
 def endpoint() -> Iterator[str]:
     proc, url = moto_server.start(("transactions", "sqs-retention", "sqs-deletes", "hot-paths"))
     try:
-        wait_for_endpoint(url, timeout_seconds=120)
+        wait_for_endpoint(url, timeout_seconds=PATIENCE, proc=proc)
         yield url
     finally:
         moto_server.stop(proc)
@@ -203,7 +204,7 @@ def test_update_expressions_answer_as_unpatched_moto_answers():
     for patches in ((), ("transactions", "hot-paths")):
         proc, url = moto_server.start(patches)
         try:
-            wait_for_endpoint(url, timeout_seconds=120)
+            wait_for_endpoint(url, timeout_seconds=PATIENCE, proc=proc)
             answers.append(_answers(url))
         finally:
             moto_server.stop(proc)
