@@ -136,20 +136,29 @@ main(["-H", "127.0.0.1", "-p", sys.argv[1]])
 def moto_server(log_path: Path, script: str | None = None) -> Iterator[str]:
     """A moto server on a free loopback port for the duration of the block; yields its endpoint.
     ``script``: Python source of a patched server, given the port as its argument (default: moto's
-    server with the performance patches of ``FAST_SERVER``)."""
-    port = free_port()
-    # infra.moto_server: moto's server with the template's alarms deployable (see that module)
-    cmd = ["-c", script or SERVER, str(port)]
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
-        )
+    server with the performance patches of ``FAST_SERVER``). A server that exits before it answers (its
+    port taken by another process since ``free_port`` found it free) starts again on another port."""
+    for attempt in range(3):
+        port = free_port()
+        # infra.moto_server: moto's server with the template's alarms deployable (see that module)
+        cmd = ["-c", script or SERVER, str(port)]
+        with open(log_path, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, *cmd], stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT
+            )
         endpoint = f"http://127.0.0.1:{port}"
         try:
             wait_for_endpoint(endpoint, timeout_seconds=PATIENCE, proc=proc)
-            yield endpoint
-        finally:
+            break
+        except DeployError:
+            exited = proc.poll() is not None
             stop(proc)
+            if not exited or attempt == 2:
+                raise
+    try:
+        yield endpoint
+    finally:
+        stop(proc)
 
 
 @pytest.fixture(scope="session")
