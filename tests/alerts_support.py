@@ -16,6 +16,7 @@ from pathlib import Path
 
 from infra.alerts_receiver import LocalAlertsReceiver
 from tests.conftest import PATIENCE
+from tests.fleet_support import client_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,13 +60,15 @@ def tick_in_a_new_process(instance_dir: str, settings: dict, env: dict[str, str]
 class Receiver:
     """A webhook receiver that is ``down`` (503), ``slow`` (answers 200 after ``delay`` s) or ``up``.
     After :meth:`hold`, the next request it receives is recorded and then held, unanswered, until
-    the test sets ``release`` (``reached`` says it arrived)."""
+    the test sets ``release`` (``reached`` says it arrived; ``hung_up``, once released, whether its
+    client had given up on it by then)."""
 
     def __init__(self, mode: str = "down") -> None:
         self.mode, self.delay, self.received, self.requests = mode, 3.0, [], 0
         self.reached, self.release = threading.Event(), threading.Event()
         self.release.set()  # nothing held until hold()
         self.holding = False
+        self.hung_up: list[bool] = []
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -80,6 +83,7 @@ class Receiver:
                         receiver.holding = False
                         receiver.reached.set()
                         receiver.release.wait(PATIENCE)  # held until the test says
+                        receiver.hung_up.append(client_gone(self.connection))
                     if receiver.mode == "slow":
                         time.sleep(receiver.delay)  # a slow receiver is the condition under test
                     status = 200

@@ -263,6 +263,15 @@ def refused(client, operation: str, code: str, message: str, when: Callable[[dic
         client.meta.events.unregister(event, hook)
 
 
+def client_gone(sock: socket.socket) -> bool:
+    """Whether the client of a server's connection has closed it (it gave up, or its process died)."""
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        return bool(readable) and not sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        return True
+
+
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length"}
 
 
@@ -344,7 +353,7 @@ class ReceiveHold:
             def _forward(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 target = self.headers.get("X-Amz-Target", "")
-                if hold._hold(target, body) and self._client_gone():
+                if hold._hold(target, body) and client_gone(self.connection):
                     self.close_connection = True
                     return
                 upstream = http.client.HTTPConnection(hold._upstream, timeout=300)
@@ -367,14 +376,6 @@ class ReceiveHold:
                     self.wfile.write(data)
 
             do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = _forward
-
-            def _client_gone(self) -> bool:
-                """The client closed its connection (it gave up, or its process died) before its answer."""
-                try:
-                    readable, _, _ = select.select([self.connection], [], [], 0)
-                    return bool(readable) and not self.connection.recv(1, socket.MSG_PEEK)
-                except OSError:
-                    return True
 
             def log_message(self, *args) -> None:  # quiet
                 pass

@@ -11,6 +11,7 @@ from infra.local import stop
 from pipelines.alerts.defs import load_book
 from tests import alerts_daemon_defs, alerts_scenario_defs
 from tests.alerts_support import Receiver, alerts_ticks, dagster_home, start_daemon, wait_for
+from tests.conftest import PATIENCE
 from tests.test_alerts_sensor import Inbox, run_demo
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
@@ -117,9 +118,18 @@ def test_a_second_evaluation_while_the_daemons_tick_sends_sends_nothing_and_each
 ):
     """The webhook holds the daemon's send (it answers when the test says) while a second
     evaluation of the same sensor runs against the same instance: it sends nothing and says so;
-    once released, every state change arrives at the webhook once (by its message_id)."""
+    once released, every state change arrives at the webhook once (by its message_id). The daemon's
+    webhook sink waits for the answer as long as the test waits for anything, and its lease (the
+    sensor timeout) outlasts that: a stall of the machine cannot end the hold early."""
     receiver = Receiver(mode="up")
-    env = dagster_home(aws, tmp_path, monkeypatch, ALERTS_WEBHOOK_URL=receiver.url)
+    env = dagster_home(
+        aws,
+        tmp_path,
+        monkeypatch,
+        ALERTS_WEBHOOK_URL=receiver.url,
+        SCENARIO_WEBHOOK_TIMEOUT_SECONDS=str(PATIENCE),
+        DAGSTER_SENSOR_GRPC_TIMEOUT_SECONDS=str(3 * PATIENCE),
+    )
     monkeypatch.setenv("ALERTS_WEBHOOK_URL", receiver.url)  # the second evaluation's sink: the same webhook
     key = "run_failure:retry_demo:ThrottlingException"
     log = tmp_path / "daemon.log"
@@ -131,6 +141,7 @@ def test_a_second_evaluation_while_the_daemons_tick_sends_sends_nothing_and_each
             wait_for("the daemon's send", receiver.reached.is_set, log)
             second = _evaluate_here(instance)  # while the daemon's tick is held in its send
             receiver.release.set()
+            wait_for("the held send's answer", lambda: receiver.hung_up, log)
             run_demo(instance, 1, succeed_on=1)
             wait_for("the resolved", lambda: len(receiver.ids(key)) >= 2, log)
             ticks = len(alerts_ticks(instance))
@@ -138,6 +149,7 @@ def test_a_second_evaluation_while_the_daemons_tick_sends_sends_nothing_and_each
         finally:
             receiver.release.set()
             stop(daemon)
+    assert receiver.hung_up == [False], "the daemon's sink gave up on its held send before the test released it"
     assert "another evaluation of the sensor holds its lease" in second
     assert [m["state"] for m in receiver.received] == ["firing", "resolved"]
     counts = Counter(m["message_id"] for m in receiver.received)
