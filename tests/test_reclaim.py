@@ -30,6 +30,7 @@ from tests.reclaim_support import (
     items_by_id,
     plain_table_with_stale,
     race_reclaims_and_an_executor,
+    reexecute_reclaim,
     seed_mixed,
 )
 
@@ -440,6 +441,16 @@ def test_a_second_run_on_the_same_table_does_nothing(aws, status):
     assert summary["overlapping_run"] == older.run_id
     assert summary["reclaimed"] == 0
     assert not any(v.get("processingStateMessage") == "failed" for v in items_by_id(ddb).values())
+
+
+@pytest.mark.slow
+def test_a_re_execution_that_finds_the_older_run_still_going_is_a_dry_run_too(aws):
+    seed_mixed(aws.client("dynamodb"))
+    with dg.instance_for_test() as instance:
+        instance.create_run_for_job(_job(), run_config=BASE, status=dg.DagsterRunStatus.STARTED)
+        parent = _job().execute_in_process(run_config=BASE, instance=instance)  # steps aside: a dry run
+        child = reexecute_reclaim(instance, parent.run_id)  # steps aside too
+        assert instance.get_run_by_id(child.run_id).tags["groundskeeper/dry_run"] == "true"
 
 
 def _put(ddb, item_id: str, state: str, age_minutes: float, table: str = PROGRESS_TABLE, **extra) -> None:

@@ -21,9 +21,11 @@ def run_summary(
     text = ", ".join(f"{name}={value}" for name, value in counts.items())
     detail = ", ".join(filter(None, ("dry run" if dry_run else "", detail)))
     context.log.info(f"summary: {what}: {text}" + (f" ({detail})" if detail else ""))
-    own_outcome(context)  # a re-execution of the last steps only: its first step did not run
     run = context.instance.get_run_by_id(context.run_id)
     before = summary.run_counters(run.tags if run is not None else {})
+    if before and run.parent_run_id:  # a re-execution of its last steps only (no first step to reset them)
+        parent = context.instance.get_run_by_id(run.parent_run_id)
+        before = {} if parent is not None and summary.run_counters(parent.tags) == before else before
     context.instance.add_run_tags(
         context.run_id, summary.counts_tag({**before, **{n: v + before.get(n, 0) for n, v in counts.items()}})
     )
@@ -32,19 +34,17 @@ def run_summary(
 
 
 def own_outcome(context: Any, also: Mapping[str, str] | None = None) -> None:
-    """Called as a run's first step starts (and by :func:`run_summary`): a re-execution (the UI's, Dagster's run
-    retries) starts with its parent's tags, whose outcome is the parent's. Each outcome tag still as the parent
-    left it is reset: ``groundskeeper/counts`` to ``{}``, ``groundskeeper/dry_run`` to ``false``, the older
-    per-counter tags to ``0`` and ``also``'s to their values, so that they tell this run's work only, even if it
-    fails first."""
-    run = context.instance.get_run_by_id(context.run_id)  # as tagged now (``context.run``: as launched)
-    if run is None or run.parent_run_id is None or context.retry_number:  # a step's retry: its run's outcome so far
+    """Called as a run's first step starts: a re-execution (the UI's, Dagster's run retries) starts with its
+    parent's tags, whose outcome is the parent's. Those it inherited are reset: ``groundskeeper/counts`` to
+    ``{}``, ``groundskeeper/dry_run`` to ``false``, the older per-counter tags to ``0`` and ``also``'s to their
+    values, so that they tell this run's work only, even if it fails first (a re-execution of the last steps
+    only: :func:`run_summary` leaves out counts equal to the parent's)."""
+    if context.run.parent_run_id is None or context.retry_number:  # a step's retry: its run's outcome so far
         return
-    parent = context.instance.get_run_by_id(run.parent_run_id)
-    counters = {key: "0" for key in run.tags if key.startswith(summary.COUNT_TAG_PREFIX)}
+    tags = context.run.tags  # as launched: the parent's
+    counters = {key: "0" for key in tags if key.startswith(summary.COUNT_TAG_PREFIX)}
     none_yet = {**summary.counts_tag({}), summary.DRY_RUN_TAG: "false", **counters, **(also or {})}
-    inherited = {key for key, value in run.tags.items() if parent is not None and parent.tags.get(key) == value}
-    if reset := {key: value for key, value in none_yet.items() if key in inherited and run.tags[key] != value}:
+    if reset := {key: value for key, value in none_yet.items() if key in tags and tags[key] != value}:
         context.instance.add_run_tags(context.run_id, reset)
 
 
