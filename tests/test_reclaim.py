@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import dagster as dg
 import pytest
+from botocore.exceptions import ClientError, ReadTimeoutError
 
 from pipelines.common import to_item
 from pipelines.common.targets import Target
@@ -295,6 +296,80 @@ def test_an_operation_progress_update_dynamodb_refuses_is_one_error_and_the_pass
     assert (counts.reclaimed, counts.errors, counts.operations_failed) == (3, 1, 2)
     (line,) = [m for m in log.messages if "OperationProgress" in m]
     assert "'agendaProgressId': 'big', 'operationId': 'op-1'" in line
+
+
+def _failing_operation_calls(ddb, operation: str, agenda_id: str, times: int, error: Exception) -> None:
+    """The first ``times`` OperationProgress calls of ``operation`` for ``agenda_id`` raise ``error`` unsent."""
+    calls = []
+
+    def hook(params, **_):
+        about = params.get("Key", {}).get("agendaProgressId") or params["ExpressionAttributeValues"].get(":id")
+        if params["TableName"] == "POP-OperationProgress-test" and about == {"S": agenda_id}:
+            calls.append(operation)
+            if len(calls) <= times:
+                raise error
+
+    ddb.meta.events.register(f"provide-client-params.dynamodb.{operation}", hook)
+
+
+THROTTLED_QUERY = ClientError({"Error": {"Code": "ProvisionedThroughputExceededException"}}, "Query")
+
+
+def _agendas_with_operations(ddb) -> list[str]:
+    _operation_table(ddb)
+    now = int(time.time() * 1000)
+    for n, item_id in enumerate(("a-0", "a-1", "a-2")):
+        ddb.put_item(TableName=PROGRESS_TABLE, Item=to_item(agenda(item_id, "EXECUTING", 4 * DAY_MS - n, now=now)))
+        row = {"agendaProgressId": item_id, "operationId": "op-1", "processingState": "EXECUTING"}
+        ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(row))
+    return ["a-0", "a-1", "a-2"]
+
+
+def _operation_states(ddb) -> dict[str, str]:
+    items = ddb.scan(TableName="POP-OperationProgress-test")["Items"]
+    return {i["agendaProgressId"]["S"]: i["processingState"]["S"] for i in items}
+
+
+def test_an_operation_progress_query_throttled_once_is_retried_and_the_operations_are_failed(aws):
+    ddb = aws.client("dynamodb")
+    ids = _agendas_with_operations(ddb)
+    _failing_operation_calls(ddb, "Query", "a-1", 1, THROTTLED_QUERY)
+    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
+    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
+    assert counts.reclaimed == 3
+    assert counts.operations_failed == 3
+    assert counts.errors == 0
+    assert _operation_states(ddb) == dict.fromkeys(ids, "COMPLETE")
+
+
+def test_an_operation_progress_query_that_keeps_failing_is_that_agendas_error_and_the_pass_goes_on(aws):
+    ddb = aws.client("dynamodb")
+    _agendas_with_operations(ddb)
+    _failing_operation_calls(ddb, "Query", "a-1", 100, THROTTLED_QUERY)
+    log = LogLines()
+    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
+    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"), log=log)
+    assert counts.reclaimed == 3
+    assert counts.operations_failed == 2
+    assert counts.errors == 1
+    (line,) = [m for m in log.messages if "OperationProgress" in m]
+    assert line.startswith("a-1: ")
+    assert "left EXECUTING" in line
+    assert _operation_states(ddb) == {"a-0": "COMPLETE", "a-1": "EXECUTING", "a-2": "COMPLETE"}
+
+
+def test_an_operation_progress_update_that_times_out_is_that_items_error_and_the_pass_goes_on(aws):
+    ddb = aws.client("dynamodb")
+    _agendas_with_operations(ddb)
+    _failing_operation_calls(ddb, "UpdateItem", "a-1", 100, ReadTimeoutError(endpoint_url="http://dynamodb"))
+    log = LogLines()
+    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
+    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"), log=log)
+    assert counts.reclaimed == 3
+    assert counts.operations_failed == 2
+    assert counts.errors == 1
+    (line,) = [m for m in log.messages if "OperationProgress" in m]
+    assert "'agendaProgressId': 'a-1', 'operationId': 'op-1'" in line
 
 
 def test_missing_table_error_names_it(aws):

@@ -146,7 +146,12 @@ def reclaim_pass(
                 else:
                     setattr(counts, DONE_COUNTER[d.kind], getattr(counts, DONE_COUNTER[d.kind]) + 1)
                     if operations is not None and d.kind == FAIL and d.event:
-                        failed, refused = operations.fail_executing(c.id, d.event, now)
+                        try:
+                            failed, refused = operations.fail_executing(c.id, d.event, now)
+                        except Exception as exc:
+                            counts.errors += 1
+                            log.error(f"{c.id}: its OperationProgress items were left EXECUTING: {exc}")
+                            continue
                         counts.operations_failed += failed
                         counts.errors += len(refused)
                         for exc in refused:

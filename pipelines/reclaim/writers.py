@@ -10,7 +10,7 @@ from typing import Any, Self
 from botocore.exceptions import ClientError
 
 from pipelines.common import from_item, to_item
-from pipelines.common.aws_batches import _cancellation_codes, conditional_write, error_code
+from pipelines.common.aws_batches import CALL_POLICY, _cancellation_codes, conditional_write, error_code, retry_note
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, NOT_RETRYABLE_MESSAGE, QUEUE, RETRY, Decision
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.source import (
@@ -393,7 +393,8 @@ class OperationProgressWriter:
 
     def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, list[ItemError]]:
         """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left), and an
-        error for each update DynamoDB refused (the others are still written)."""
+        error for each update that failed (the others are still written); each call is retried by ``CALL_POLICY``,
+        and a Query that still fails raises."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#link = :id",
@@ -403,17 +404,20 @@ class OperationProgressWriter:
             **({"IndexName": self.index} if self.index else {}),
         }
         failed, refused = 0, []
-        for page in self.dynamodb.get_paginator("query").paginate(**kwargs):
+        while True:
+            page = retry_call(lambda: self.dynamodb.query(**kwargs), CALL_POLICY, on_retry=retry_note("Query"))
             for item in page.get("Items", []):
                 events = item_events(item.get("diagnosticEvents")) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
                 u.when("#s = :executing", executing={"S": EXECUTING})
                 key = {k: item[k] for k in self.keys}
                 request = u.request(self.table, key)
+                update = lambda: conditional_write(lambda: self.dynamodb.update_item(**request))  # noqa: B023, E731
                 try:
-                    if conditional_write(lambda: self.dynamodb.update_item(**request)) is not None:  # noqa: B023 (called at once)
+                    if retry_call(update, CALL_POLICY, on_retry=retry_note("UpdateItem")) is not None:
                         failed += 1
-                except ClientError as exc:
-                    message = exc.response["Error"].get("Message", "")
-                    refused.append(ItemError(f"{self.table} item {from_item(key)}: {error_code(exc)}: {message}"))
-        return failed, refused
+                except Exception as exc:  # refused, or still failing after the call policy
+                    refused.append(ItemError(f"{self.table} item {from_item(key)}: {exc}"))
+            if "LastEvaluatedKey" not in page:
+                return failed, refused
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
