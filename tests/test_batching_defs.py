@@ -8,6 +8,7 @@ import uuid
 
 import dagster as dg
 import pytest
+from botocore.exceptions import ClientError
 
 from pipelines.batching import decider, store
 from pipelines.batching.batcher import RunReport
@@ -23,7 +24,7 @@ from pipelines.batching.defs import (
 from pipelines.batching.params import ReceiverBatchesParams
 from pipelines.common.params import ParamsError, parse_params
 from pipelines.definitions import ROOT_DIR, build_definitions
-from resources import resources_for
+from resources import clients, resources_for
 from tests.batching_helpers import decider_tick, outbox, pending_ids, put_items, put_receiver, put_records, record
 from tests.conftest import LogLines
 
@@ -102,6 +103,32 @@ def test_a_tick_that_reads_a_backlog_up_to_its_bound_says_its_counts_are_lower_b
     [line] = [line for line in capfd.readouterr().err.splitlines() if "batch time(s) due" in line]
     assert "at least 3 record(s) pending, at least 2 file(s) expected" in line
     assert "more pending records than the 3 a tick reads: acme" in line
+
+
+@pytest.mark.slow
+def test_a_receiver_whose_pending_read_fails_is_due_and_the_others_still_get_their_run(aws, monkeypatch, capfd):
+    for name in ("acme", "beta", "gamma"):
+        put_receiver(aws, name, number_per_day=24)
+        put_records(aws, name, [T10 - dt.timedelta(minutes=5)])
+
+    def throttle_beta(params, **_):
+        if params["ExpressionAttributeValues"].get(":r") == {"S": "beta"}:
+            raise ClientError({"Error": {"Code": "ThrottlingException", "Message": "Rate exceeded"}}, "Query")
+
+    shared = clients._shared_client
+
+    def hooked(service_name, configuration):
+        client = shared(service_name, configuration)
+        client.meta.events.register("provide-client-params.dynamodb.Query", throttle_beta)
+        return client
+
+    monkeypatch.setattr(clients, "_shared_client", hooked)
+    with dg.instance_for_test() as instance:
+        context = dg.build_schedule_context(instance=instance, scheduled_execution_time=T10, resources=_resources())
+        request = decider_tick(context)
+    assert sorted(request.run_config["partitions"]) == ["2026-11-20|acme", "2026-11-20|beta", "2026-11-20|gamma"]
+    [line] = [line for line in capfd.readouterr().err.splitlines() if "batch time(s) due" in line]
+    assert "pending not read: beta (" in line
 
 
 def _decider_ticks(instance):

@@ -10,6 +10,7 @@ from typing import Any
 
 from pipelines.batching import schedule, store
 from pipelines.batching.batcher import record_problem
+from pipelines.common import first_line
 from pipelines.common.looks import Look
 
 LOOK_READS = 10
@@ -40,6 +41,7 @@ class Decision:
     receivers: int = 0
     invalid_pending: dict[str, int] = field(default_factory=dict)  # receiver -> pending records no run batches
     backlog: set[str] = field(default_factory=set)  # receivers with more pending records than a tick reads
+    unread: dict[str, str] = field(default_factory=dict)  # receiver -> why its pending records were not read
 
 
 def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Decision:
@@ -65,11 +67,16 @@ def decide(dynamodb, tables, tick: dt.datetime, window_seconds: int = 60) -> Dec
         # What is pending, read once for the window's batch times and compared as times: the index sorts
         # created_at as text, where one with an offset falls on the wrong side of a UTC batch time.
         created, invalid = [], 0
-        for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver, PENDING_READ_LIMIT):
-            if record_problem(cfg.receiver, record, tick) is None:
-                created.append(schedule.parse_created_at(record["created_at"]))
-            else:
-                invalid += 1
+        try:
+            for record in store.pending_keys(dynamodb, tables.records_table, cfg.receiver, PENDING_READ_LIMIT):
+                if record_problem(cfg.receiver, record, tick) is None:
+                    created.append(schedule.parse_created_at(record["created_at"]))
+                else:
+                    invalid += 1
+        except Exception as exc:  # its receiver only: due, as its run reads what is pending itself
+            decision.unread[name] = first_line(exc)
+            decision.due.extend(DueBatch(cfg.receiver, moment, 0, 0) for moment in due)
+            continue
         if invalid:
             decision.invalid_pending[name] = invalid
         if len(created) + invalid >= PENDING_READ_LIMIT:

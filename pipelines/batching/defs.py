@@ -419,7 +419,7 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
         gap = 60
     window = gap if 60 < gap <= MAX_WINDOW_SECONDS else 60
     decision = decider.decide(context.resources.dynamodb.get_client(), context.resources.batching, tick, window)
-    invalid, least = list(decision.invalid_pending.items()), "at least " if decision.backlog else ""
+    invalid, least = list(decision.invalid_pending.items()), "at least " if decision.backlog or decision.unread else ""
     left = "; invalid pending records that no run batches (left pending): " if invalid else ""
     left += ", ".join(f"{name} {'at least ' * (name in decision.backlog)}{n}" for name, n in invalid[:20])
     if not decision.due:
@@ -430,6 +430,9 @@ def minute_request(context: dg.ScheduleEvaluationContext) -> dg.RunRequest | dg.
     if decision.backlog:  # due at each batch time of the window; their runs batch exactly
         left += f"; more pending records than the {decider.PENDING_READ_LIMIT} a tick reads: "
         left += ", ".join(sorted(decision.backlog)[:20])
+    if decision.unread:  # due at each batch time of the window
+        left += "; pending not read: " + ", ".join(f"{n} ({why})" for n, why in list(decision.unread.items())[:20])
+        left += "; its run reads exactly"
     context.log.info(
         f"{len(decision.due)} batch time(s) due for {len(due)} partition(s): "
         f"{least}{sum(d.pending for d in decision.due)} record(s) pending, "
