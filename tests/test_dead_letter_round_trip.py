@@ -9,6 +9,7 @@ import pytest
 from pipelines.common import to_item
 from pipelines.common.sqs import queue_name
 from pipelines.fleet import calls as fleet_calls
+from pipelines.fleet import dead_letter_redrive
 from pipelines.fleet.dead_letter_redrive import RedriveSettings, redrive_dead_letters
 from pipelines.fleet.messages import fingerprint
 from pipelines.retry import fixed
@@ -187,3 +188,18 @@ def test_a_dead_letter_its_queue_refuses_stays_a_dead_letter_with_one_line_namin
     assert out["send_failed"] == 1
     assert fs.depth(aws, DLQ) == 1
     assert any(f"{sent['MessageId']} not sent back" in r.getMessage() for r in caplog.records)
+
+
+def test_a_dead_letter_its_queue_refused_max_redrives_times_is_redriven_once_the_queue_takes_it(aws, monkeypatch):
+    job = fs.start_jobs(aws, 1)[0]
+    aws.client("sqs").send_message(QueueUrl=aws.env[DLQ], MessageBody=fs.termination_body(job))
+    # visible again at once: each run sees it (a run still receives it once, by message id)
+    receive = dead_letter_redrive.receive
+    monkeypatch.setattr(dead_letter_redrive, "receive", lambda *a, **k: receive(*a, **{**k, "visibility": 0}))
+    run = fs.redrive_run(aws)
+    with fs.refused(run.sqs, "SendMessageBatch", "KMS.AccessDeniedException", "no key", lambda params: True):
+        for _ in range(3):
+            redrive_dead_letters(run, None, RedriveSettings(rate_per_second=100))
+    out = redrive_dead_letters(run, None, RedriveSettings(rate_per_second=100))
+    assert out["redriven"] == 1, out
+    assert out.get("quarantined", 0) == 0, out

@@ -244,8 +244,9 @@ def redrive_dead_letters(run: TaskRun, _request: None, settings: RedriveSettings
             ledger.record(fp, count + 1, _reason(message))
         errors = send_entries(sqs, source_url, [entry for *_, entry in to_send])
         sent = [m for (m, *_), error in zip(to_send, errors, strict=True) if error is None]
-        for (message, *_), error in zip(to_send, errors, strict=True):
-            if error is not None:
+        for (message, fp, count, _), error in zip(to_send, errors, strict=True):
+            if error is not None:  # not a redrive: its count goes back
+                ledger.record(fp, count, _reason(message))
                 log.warning(f"{message['MessageId']} not sent back ({error}): it stays a dead letter")
         counts["redriven"] += len(sent)
         counts["send_failed"] += len(to_send) - len(sent)
