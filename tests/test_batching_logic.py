@@ -14,7 +14,7 @@ import pytest
 from boto3.dynamodb.types import Binary
 from botocore.exceptions import ClientError
 
-from pipelines.batching import decider, store
+from pipelines.batching import decider, minute, store
 from pipelines.batching.batcher import record_problem
 from pipelines.batching.decider import decide, look_at_receivers, malformed_pending, orphaned_pending
 from pipelines.common import iso, to_item
@@ -850,3 +850,36 @@ def test_a_run_whose_lease_lapsed_at_its_upload_leaves_the_new_owners_ledger_ent
 def test_a_pending_records_problem_shows_a_long_value_cut_short(field):
     item = {"record_id": "r1", "receiver": "acme.elr", "created_at": "2026-11-20T09:00:00Z", field: "x" * 100_000}
     assert len(record_problem("acme.elr", item, T10)) < 200
+
+
+def _throttle_release(one, times: int):
+    """The lease release (the UpdateItem that REMOVEs ``batch_lease_owner``) throttled its first ``times`` calls."""
+    calls = []
+
+    def when(params) -> bool:
+        if "REMOVE batch_lease_owner" not in params.get("UpdateExpression", ""):
+            return False
+        calls.append(params)
+        return len(calls) <= times
+
+    return fs.refused(one.dynamodb, "UpdateItem", "ThrottlingException", "Rate exceeded", when)
+
+
+def test_a_lease_release_that_keeps_failing_leaves_the_batch_done_with_one_line(aws):
+    put_receiver(aws, "acme")
+    put_records(aws, "acme", [T10 - dt.timedelta(minutes=m + 1) for m in range(5)])
+    one = batcher(aws)
+    with _throttle_release(one, times=100):
+        outcome = minute.batch_one(one, minute.Due("acme", DAY), T10)
+    assert outcome.error is None
+    assert len(outcome.report.files) == 1
+    assert len([line for line in outcome.lines if "lease on acme was not released" in line]) == 1
+
+
+def test_a_lease_release_throttled_once_is_released(aws):
+    put_receiver(aws, "acme")
+    one = batcher(aws)
+    with _throttle_release(one, times=1):
+        minute.batch_one(one, minute.Due("acme", DAY), T10)
+    item = aws.client("dynamodb").get_item(TableName=aws.env["RECEIVERS_TABLE"], Key={"receiver": {"S": "acme"}})
+    assert "batch_lease_owner" not in item["Item"]

@@ -11,8 +11,9 @@ from typing import Any
 
 from pipelines.batching import schedule, store
 from pipelines.batching.schedule import ReceiverConfig, format_batch_time
-from pipelines.common import iso
-from pipelines.common.aws_batches import chunks, object_exists
+from pipelines.common import first_line, iso
+from pipelines.common.aws_batches import CALL_POLICY, chunks, object_exists, retry_note
+from pipelines.retry import retry_call
 
 
 @dataclass
@@ -146,8 +147,21 @@ class ReceiverBatcher:
                 report.oldest_pending_age_seconds = max(0.0, (now - min(r.created for r in left)).total_seconds())
         finally:
             if not dry_run:
-                store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner)
+                self._release(receiver)
         return report
+
+    def _release(self, receiver: str) -> None:
+        """Give the lease back; one that cannot be is a line, never the run's outcome or its error."""
+        s = self.settings
+        try:
+            retry_call(
+                lambda: store.release_lease(self.dynamodb, s.receivers_table, receiver, self.owner),
+                CALL_POLICY,
+                on_retry=retry_note("UpdateItem (lease release)"),
+            )
+        except Exception as exc:  # noqa: BLE001 - the lease expires on its own
+            left = max(0, round(s.lease_seconds - (self.clock() - self._lease_taken)))
+            self.log(f"the lease on {receiver} was not released ({first_line(exc)}): it expires in {left} s")
 
     def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> list[_Record]:
         """Batch the day's batch times; returns the records left pending."""
