@@ -27,6 +27,7 @@ import xml.etree.ElementTree as ET
 import dagster as dg
 import pandas as pd
 import pytest
+from botocore.exceptions import ClientError
 
 from pipelines.common import to_item
 from pipelines.common.aws_batches import put_metrics
@@ -42,6 +43,7 @@ from pipelines.fleet.pool_audit.checks import CHECK_DESIRED_IDLE, CHECK_IDLE_COS
 from pipelines.fleet.pool_audit.compute import PriceList, audit_pools, daily_report, load_price_list, snapshot_weights
 from pipelines.fleet.pool_audit.render import INLINE_MARKDOWN_LIMIT, cost_chart_svg, cost_chart_text
 from resources import resources_for
+from tests import fleet_support as fs
 
 AMI = "ami-12c6146b"
 pool_audit = pool_audit_asset()  # production's: no check notes
@@ -481,6 +483,37 @@ def test_audit_against_moto_matches_hand_computed_values_and_writes_metrics_and_
         assert [d["Maximum"] for d in stats] == [pytest.approx(expected)], (metric, pool)
     names = {m["MetricName"] for m in cw.list_metrics(Namespace="RunsFleet")["Metrics"]}
     assert names == {"PoolComputeCost", "PoolIdleCost", "PoolUtilization"}
+
+
+def test_a_snapshot_put_that_fails_once_publishes_the_metrics_once(aws):
+    _seed_fleet(aws)
+    now = dt.datetime(2026, 11, 22, 1, 30, tzinfo=dt.UTC)
+    ctx = _audit_ctx(aws)
+    puts = []
+
+    def first(params) -> bool:
+        puts.append(params)
+        return len(puts) == 1
+
+    with fs.refused(ctx.s3, "PutObject", "SlowDown", "Please reduce your request rate.", first):
+        for _ in range(2):  # as the step: tried again once if it fails
+            try:
+                run_pool_audit(ctx, prices=PRICES, now=now)
+                break
+            except ClientError:
+                continue
+    stats = aws.client("cloudwatch").get_metric_statistics(
+        Namespace="RunsFleet",
+        MetricName="PoolIdleCost",
+        Dimensions=[{"Name": "PoolName", "Value": "small"}],
+        StartTime=now - dt.timedelta(minutes=5),
+        EndTime=now + dt.timedelta(minutes=5),
+        Period=600,
+        Statistics=["SampleCount"],
+    )["Datapoints"]
+    assert [d["SampleCount"] for d in stats] == [1]
+    listed = ctx.s3.list_objects_v2(Bucket=ctx.archive_bucket, Prefix="pool-audit/snapshots/")
+    assert len(listed["Contents"]) == 1
 
 
 def test_instances_with_running_jobs_are_the_managed_instances_it_describes(aws):

@@ -23,6 +23,7 @@ from pipelines.common.aws_batches import datum, error_code, put_metrics
 from pipelines.common.looks import Look
 from pipelines.common.params import ParamsError, param
 from pipelines.common.task import Task
+from pipelines.fleet.calls import put_object
 from pipelines.fleet.context import FleetContext
 from pipelines.fleet.messages import HousekeepingRequest
 from pipelines.fleet.pool_audit.compute import (
@@ -219,12 +220,13 @@ def run_pool_audit(
     run.metric_datums = len(datums)
     if dry_run:
         return run
-    run.metric_calls = put_metrics(ctx.cloudwatch, ctx.namespace, datums)
     t = taken_at.astimezone(dt.UTC)  # <YYYYMMDDTHHMMSSmmmZ>.csv: the keys sort by time
     run.snapshot_key = f"{PREFIX}/snapshots/{t:%Y-%m-%d}/{t:%Y%m%dT%H%M%S}{t.microsecond // 1000:03d}Z.csv"
     snapshot = audit.table.assign(snapshot_at=pd.Timestamp(taken_at).tz_convert("UTC"))
     csv = snapshot[["snapshot_at", *audit.table.columns]].to_csv(index=False)
-    ctx.s3.put_object(Bucket=ctx.archive_bucket, Key=run.snapshot_key, Body=csv.encode(), ContentType="text/csv")
+    # the snapshot first: a step retried after it failed publishes the metrics once
+    put_object(ctx.s3, ctx.archive_bucket, run.snapshot_key, csv.encode(), what="PutObject", ContentType="text/csv")
+    run.metric_calls = put_metrics(ctx.cloudwatch, ctx.namespace, datums)
     return run
 
 
