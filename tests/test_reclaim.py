@@ -353,9 +353,27 @@ def test_an_operation_progress_query_that_keeps_failing_is_that_agendas_error_an
     assert counts.operations_failed == 2
     assert counts.errors == 1
     (line,) = [m for m in log.messages if "OperationProgress" in m]
-    assert line.startswith("a-1: ")
-    assert "left EXECUTING" in line
+    assert line.startswith("could not fail an OperationProgress item of a-1: a POP-OperationProgress-test Query failed")
     assert _operation_states(ddb) == {"a-0": "COMPLETE", "a-1": "EXECUTING", "a-2": "COMPLETE"}
+
+
+def test_an_operation_progress_page_that_keeps_failing_keeps_what_the_pages_before_it_failed(aws):
+    ddb = aws.client("dynamodb")
+    _agendas_with_operations(ddb)
+    row = {"agendaProgressId": "a-1", "operationId": "op-2", "processingState": "EXECUTING"}
+    ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item(row))
+
+    def one_item_a_page(params, **_):  # a-1's second page never answers
+        if params["TableName"] == "POP-OperationProgress-test":
+            params["Limit"] = 1
+            if "ExclusiveStartKey" in params and params["ExpressionAttributeValues"][":id"] == {"S": "a-1"}:
+                raise THROTTLED_QUERY
+
+    ddb.meta.events.register("provide-client-params.dynamodb.Query", one_item_a_page)
+    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
+    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
+    assert counts.operations_failed == 3  # a-0's, a-2's and the one on a-1's first page
+    assert counts.errors == 1
 
 
 def test_an_operation_progress_update_that_times_out_is_that_items_error_and_the_pass_goes_on(aws):

@@ -394,7 +394,7 @@ class OperationProgressWriter:
     def fail_executing(self, progress_id: str, event: dict[str, Any], now: int) -> tuple[int, list[ItemError]]:
         """How many EXECUTING operations of one agenda were failed (one that moved on meanwhile is left), and an
         error for each update that failed (the others are still written); each call is retried by ``CALL_POLICY``,
-        and a Query that still fails raises."""
+        and a Query page that still fails is one more error (the items of its pages and after it left EXECUTING)."""
         kwargs: dict[str, Any] = {
             "TableName": self.table,
             "KeyConditionExpression": "#link = :id",
@@ -405,7 +405,11 @@ class OperationProgressWriter:
         }
         failed, refused = 0, []
         while True:
-            page = retry_call(lambda: self.dynamodb.query(**kwargs), CALL_POLICY, on_retry=retry_note("Query"))
+            try:
+                page = retry_call(lambda: self.dynamodb.query(**kwargs), CALL_POLICY, on_retry=retry_note("Query"))
+            except Exception as exc:  # still failing: what its earlier pages failed stays counted
+                refused.append(ItemError(f"a {self.table} Query failed, its items from there left EXECUTING: {exc}"))
+                return failed, refused
             for item in page.get("Items", []):
                 events = item_events(item.get("diagnosticEvents")) + [event]
                 u = _Update("updatedTime").fail(now, json.dumps(events, separators=(",", ":"), default=str))
