@@ -876,6 +876,14 @@ def test_a_lease_release_that_keeps_failing_leaves_the_batch_done_with_one_line(
     assert len([line for line in outcome.lines if "lease on acme was not released" in line]) == 1
 
 
+def test_a_lease_not_given_back_is_shown_in_a_minute_run_even_for_a_partition_batched_before(aws):
+    put_receiver(aws, "acme")
+    one = batcher(aws)
+    with _throttle_release(one, times=100):
+        outcome = minute.batch_one(one, minute.Due("acme", DAY), T10)
+    assert minute.worth_showing(outcome.report)
+
+
 def test_a_lease_release_throttled_once_is_released(aws):
     put_receiver(aws, "acme")
     one = batcher(aws)

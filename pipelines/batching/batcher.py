@@ -147,11 +147,12 @@ class ReceiverBatcher:
                 report.oldest_pending_age_seconds = max(0.0, (now - min(r.created for r in left)).total_seconds())
         finally:
             if not dry_run:
-                self._release(receiver)
+                self._release(receiver, report)
         return report
 
-    def _release(self, receiver: str) -> None:
-        """Give the lease back; one that cannot be is a line, never the run's outcome or its error."""
+    def _release(self, receiver: str, report: RunReport) -> None:
+        """Give the lease back; one that cannot be is a line (in ``report.errors`` too: worth an operator's eye),
+        never the run's outcome or its error."""
         s = self.settings
         try:
             retry_call(
@@ -161,7 +162,8 @@ class ReceiverBatcher:
             )
         except Exception as exc:  # noqa: BLE001 - the lease expires on its own
             left = max(0, round(s.lease_seconds - (self.clock() - self._lease_taken)))
-            self.log(f"the lease on {receiver} was not released ({first_line(exc)}): it expires in {left} s")
+            report.errors.append(f"the lease on {receiver} was not released ({first_line(exc)}): expires in {left} s")
+            self.log(report.errors[-1])
 
     def _run_locked(self, item: dict[str, Any], report: RunReport, now: dt.datetime) -> list[_Record]:
         """Batch the day's batch times; returns the records left pending."""

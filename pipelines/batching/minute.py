@@ -48,6 +48,7 @@ def worth_showing(report: RunReport) -> bool:
         report.dry_run
         or report.status != "ok"
         or bool(report.recovered)
+        or bool(report.errors)  # a lease not given back
         or bool(report.invalid_records)
         or any(f.invalid_payloads for f in report.files)
     )
