@@ -291,8 +291,7 @@ def test_an_operation_progress_update_dynamodb_refuses_is_one_error_and_the_pass
     big = {"agendaProgressId": "big", "operationId": "op-1", "processingState": "EXECUTING"}
     ddb.put_item(TableName="POP-OperationProgress-test", Item=to_item({**big, "diagnosticEvents": near_the_limit}))
     log = LogLines()
-    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
-    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"), log=log)
+    counts = _pass_failing_operations(ddb, log)
     assert (counts.reclaimed, counts.errors, counts.operations_failed) == (3, 1, 2)
     (line,) = [m for m in log.messages if "OperationProgress" in m]
     assert "'agendaProgressId': 'big', 'operationId': 'op-1'" in line
@@ -325,6 +324,13 @@ def _agendas_with_operations(ddb) -> list[str]:
     return ["a-0", "a-1", "a-2"]
 
 
+def _pass_failing_operations(ddb, log=None):
+    """A pass failing stale agendas one a batch, and their EXECUTING operations in POP-OperationProgress-test."""
+    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
+    operations = OperationProgressWriter(ddb, "POP-OperationProgress-test")
+    return _pass(ddb, params, operations=operations, log=log)
+
+
 def _operation_states(ddb) -> dict[str, str]:
     items = ddb.scan(TableName="POP-OperationProgress-test")["Items"]
     return {i["agendaProgressId"]["S"]: i["processingState"]["S"] for i in items}
@@ -334,8 +340,7 @@ def test_an_operation_progress_query_throttled_once_is_retried_and_the_operation
     ddb = aws.client("dynamodb")
     ids = _agendas_with_operations(ddb)
     _failing_operation_calls(ddb, "Query", "a-1", 1, THROTTLED_QUERY)
-    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
-    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
+    counts = _pass_failing_operations(ddb)
     assert counts.reclaimed == 3
     assert counts.operations_failed == 3
     assert counts.errors == 0
@@ -347,8 +352,7 @@ def test_an_operation_progress_query_that_keeps_failing_is_that_agendas_error_an
     _agendas_with_operations(ddb)
     _failing_operation_calls(ddb, "Query", "a-1", 100, THROTTLED_QUERY)
     log = LogLines()
-    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
-    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"), log=log)
+    counts = _pass_failing_operations(ddb, log)
     assert counts.reclaimed == 3
     assert counts.operations_failed == 2
     assert counts.errors == 1
@@ -370,8 +374,7 @@ def test_an_operation_progress_page_that_keeps_failing_keeps_what_the_pages_befo
                 raise THROTTLED_QUERY
 
     ddb.meta.events.register("provide-client-params.dynamodb.Query", one_item_a_page)
-    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
-    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"))
+    counts = _pass_failing_operations(ddb)
     assert counts.operations_failed == 3  # a-0's, a-2's and the one on a-1's first page
     assert counts.errors == 1
 
@@ -381,8 +384,7 @@ def test_an_operation_progress_update_that_times_out_is_that_items_error_and_the
     _agendas_with_operations(ddb)
     _failing_operation_calls(ddb, "UpdateItem", "a-1", 100, ReadTimeoutError(endpoint_url="http://dynamodb"))
     log = LogLines()
-    params = _params(operationProgressTableName="POP-OperationProgress-test", targetBatchSize=1)
-    counts = _pass(ddb, params, operations=OperationProgressWriter(ddb, "POP-OperationProgress-test"), log=log)
+    counts = _pass_failing_operations(ddb, log)
     assert counts.reclaimed == 3
     assert counts.operations_failed == 2
     assert counts.errors == 1
