@@ -1323,21 +1323,26 @@ def test_a_redrive_dry_run_does_not_resolve_a_failed_redrive_of_the_same_asset(a
     assert open_keys == ["run_failure:redrive_failed_partitions@receiver_batches:failure"]
 
 
+RECLAIM_CONFIG = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime"}
+
+
+def _table_errors_open(aws, instance, res) -> dg.JobDefinition:
+    """The deployed table seeded, its reclaim_errors incident open: the real reclaim_agendas job."""
+    seed_mixed(aws.client("dynamodb"))
+    tick(instance, res)
+    _reclaim_with_item_errors(instance)
+    tick(instance, res)
+    return build_definitions("local").resolve_job_def("reclaim_agendas")
+
+
 def test_a_reclaim_run_that_does_nothing_while_another_holds_its_table_resolves_nothing(aws):
     """A run launched by hand while an older one still works on the table does nothing: its success says
     nothing of the table's items."""
-    from pipelines.definitions import build_definitions
-
     res = resources(aws)
-    seed_mixed(aws.client("dynamodb"))
-    job = build_definitions("local").resolve_job_def("reclaim_agendas")
-    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime"}
     with dg.instance_for_test() as instance:
-        tick(instance, res)
-        _reclaim_with_item_errors(instance)
-        tick(instance, res)
-        instance.create_run_for_job(job, run_config=config, status=dg.DagsterRunStatus.STARTED)  # holds the table
-        job.execute_in_process(run_config=config, instance=instance)
+        job = _table_errors_open(aws, instance, res)
+        instance.create_run_for_job(job, run_config=RECLAIM_CONFIG, status=dg.DagsterRunStatus.STARTED)  # holds it
+        job.execute_in_process(run_config=RECLAIM_CONFIG, instance=instance)
         tick(instance, res)
         open_keys = [i["alert_key"] for i in load_book(instance).open_incidents()]
     assert open_keys == [f"reclaim_errors:reclaim_agendas@{PROGRESS_TABLE}"]
@@ -1345,19 +1350,12 @@ def test_a_reclaim_run_that_does_nothing_while_another_holds_its_table_resolves_
 
 def test_a_re_execution_of_a_reclaim_run_that_did_nothing_resolves_what_it_did_once_the_table_is_free(aws):
     """The re-execution starts with its parent's tags, a dry run's among them: the work it did is its own."""
-    from pipelines.definitions import build_definitions
-
     inbox = Inbox(aws)
     res = resources(aws)
-    seed_mixed(aws.client("dynamodb"))
-    job = build_definitions("local").resolve_job_def("reclaim_agendas")
-    config = {"tableName": PROGRESS_TABLE, "idFieldName": "id", "timeFieldName": "updatedTime"}
     with dg.instance_for_test() as instance:
-        tick(instance, res)
-        _reclaim_with_item_errors(instance)
-        tick(instance, res)
-        older = instance.create_run_for_job(job, run_config=config, status=dg.DagsterRunStatus.STARTED)
-        parent = job.execute_in_process(run_config=config, instance=instance)  # does nothing: the table is held
+        job = _table_errors_open(aws, instance, res)
+        older = instance.create_run_for_job(job, run_config=RECLAIM_CONFIG, status=dg.DagsterRunStatus.STARTED)
+        parent = job.execute_in_process(run_config=RECLAIM_CONFIG, instance=instance)  # does nothing: table held
         instance.report_run_canceled(older)  # the table is free
         child = reexecute_reclaim(instance, parent.run_id).run_id
         tick(instance, res)
