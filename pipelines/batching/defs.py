@@ -101,7 +101,7 @@ def receiver_batches(
     keys = batch_partitions.get_partition_key_from_str(str(context.partition_key)).keys_by_dimension
     receiver, day = keys["receiver"], keys["day"]
     settings = params.settings(batching)
-    owner = f"run-{context.run_id}:{context.partition_key}"  # as a minute run's batcher of the partition
+    owner = store.lease_owner(context.run_id, str(context.partition_key))  # as a minute run's batcher of it
     batcher = ReceiverBatcher(dynamodb.get_client(), s3.get_client(), settings, owner=owner, log=context.log.info)
     try:
         report = batcher.run(receiver, day, dt.datetime.now(dt.UTC), dry_run=params.dry_run)
@@ -247,8 +247,7 @@ def _batch_share(
         )
 
     outcomes = minute.batch_share(
-        # an owner a partition: two partitions of one receiver (a window across midnight) wait for each other
-        lambda d: ReceiverBatcher(ddb, s3_client, settings, owner=f"run-{context.run_id}:{d.partition}"),
+        lambda d: ReceiverBatcher(ddb, s3_client, settings, owner=store.lease_owner(context.run_id, d.partition)),
         due,
         dt.datetime.now(dt.UTC),
         report,

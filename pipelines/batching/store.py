@@ -80,6 +80,12 @@ def update_receiver(dynamodb, table: str, receiver: str, update: str, condition:
     )
 
 
+def lease_owner(run_id: str, partition: str) -> str:
+    """The lease owner of a run's batcher of one (day, receiver) partition: two partitions of one receiver in one
+    run (a window across midnight) take the lease in turn."""
+    return f"run-{run_id}:{partition}"
+
+
 def _set_lease(dynamodb, table: str, receiver: str, owner: str, until_ms: int, condition: str, values=None) -> Any:
     """The receiver item after setting this run's lease until ``until_ms``, or None when ``condition`` failed."""
     update = "SET batch_lease_owner = :o, batch_lease_until = :u"

@@ -83,7 +83,7 @@ class Transacted(Generic[T]):
 _SETTLED_LATER = frozenset({"", "None", *TRANSIENT_ITEM_CODES})  # a reason that is no verdict on the item
 
 
-def _cancellation_codes(exc: BaseException) -> list[str] | None:
+def cancellation_codes(exc: BaseException) -> list[str] | None:
     """The per-action codes of a cancelled transaction, or None when ``exc`` is not one."""
     if not isinstance(exc, ClientError) or error_code(exc) != "TransactionCanceledException":
         return None
@@ -92,7 +92,7 @@ def _cancellation_codes(exc: BaseException) -> list[str] | None:
 
 def _worth_retrying(exc: BaseException) -> bool:
     """A transaction cancelled by a conflict (no action's own verdict), or a transient AWS error."""
-    codes = _cancellation_codes(exc)
+    codes = cancellation_codes(exc)
     return is_transient(exc) if codes is None else all(code in _SETTLED_LATER for code in codes)
 
 
@@ -128,7 +128,7 @@ def _transact(dynamodb, todo: list[T], action, fence, policy: RetryPolicy, what:
                 actions = [action(item) for item in todo] + ([fence] if fence else [])
                 dynamodb.transact_write_items(TransactItems=actions)
             except ClientError as exc:
-                codes = _cancellation_codes(exc)
+                codes = cancellation_codes(exc)
                 if codes is None or len(codes) != len(todo) + (1 if fence else 0):
                     raise
                 if fence and codes[-1] == "ConditionalCheckFailed":

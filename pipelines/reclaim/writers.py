@@ -10,7 +10,7 @@ from typing import Any, Self
 from botocore.exceptions import ClientError
 
 from pipelines.common import from_item, to_item
-from pipelines.common.aws_batches import CALL_POLICY, _cancellation_codes, conditional_write, error_code, retry_note
+from pipelines.common.aws_batches import CALL_POLICY, cancellation_codes, conditional_write, error_code, retry_note
 from pipelines.reclaim.decide import CLOSE, FAIL, HOLD, NOT_RETRYABLE_MESSAGE, QUEUE, RETRY, Decision
 from pipelines.reclaim.params import ReclaimParams
 from pipelines.reclaim.source import (
@@ -321,7 +321,7 @@ class DynamoWriter:
 def _cancelled(c: Candidate, exc: ClientError) -> str:
     """A cancelled retry transaction: ``raced`` when a condition failed (the progress moved on, or this
     attempt was queued already); otherwise (throttled, a conflict, an item DynamoDB refuses) an error of the item."""
-    codes = _cancellation_codes(exc) or []
+    codes = cancellation_codes(exc) or []
     if "ConditionalCheckFailed" in codes:
         return RACED
     reasons = exc.response.get("CancellationReasons") or []
