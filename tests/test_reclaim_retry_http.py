@@ -630,8 +630,8 @@ def test_http_login_errors_are_one_line_and_never_show_secrets(aws, endpoint):
     assert "s3cret" not in str(Secret("s3cret"))
 
 
-@pytest.mark.parametrize("token", ["eyJhbGciOi.SECRET-BEARER.sig\r\n", "SECRET BEARER", "SECRET\u00e9"])
-def test_a_login_answering_a_token_no_header_can_carry_fails_in_one_line_without_it(token):
+def _login_answering(body: bytes) -> tuple[EndpointError, str]:
+    """A login against an identity endpoint that answers ``body`` (HTTP 200): its error, and the endpoint's base."""
     from infra.local_server import LocalServer
     from pipelines.reclaim.http import login
 
@@ -640,33 +640,6 @@ def test_a_login_answering_a_token_no_header_can_carry_fails_in_one_line_without
             pass
 
         def do_POST(self) -> None:  # noqa: N802
-            body = json.dumps({"token": token}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    identity = LocalServer()
-    identity._serve(Handler, 0)
-    with identity:
-        with pytest.raises(EndpointError) as info:
-            login(f"{identity.base}/login", "reclaimer", Secret("pw"))
-    message = str(info.value)
-    assert message.splitlines() == [message]
-    assert "SECRET" not in message
-    assert "not a bearer token" in message
-
-
-def test_a_login_answering_json_nested_deeper_than_the_parser_goes_fails_in_one_line():
-    from infra.local_server import LocalServer
-    from pipelines.reclaim.http import login
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:
-            pass
-
-        def do_POST(self) -> None:  # noqa: N802
-            body = b"[" * 50000 + b"]" * 50000
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -676,7 +649,21 @@ def test_a_login_answering_json_nested_deeper_than_the_parser_goes_fails_in_one_
     identity._serve(Handler, 0)
     with identity, pytest.raises(EndpointError) as info:
         login(f"{identity.base}/login", "reclaimer", Secret("pw"))
-    assert str(info.value) == f"identity login at {identity.base}/login as 'reclaimer' failed (HTTP 200)"
+    return info.value, identity.base
+
+
+@pytest.mark.parametrize("token", ["eyJhbGciOi.SECRET-BEARER.sig\r\n", "SECRET BEARER", "SECRET\u00e9"])
+def test_a_login_answering_a_token_no_header_can_carry_fails_in_one_line_without_it(token):
+    error, _ = _login_answering(json.dumps({"token": token}).encode())
+    message = str(error)
+    assert message.splitlines() == [message]
+    assert "SECRET" not in message
+    assert "not a bearer token" in message
+
+
+def test_a_login_answering_json_nested_deeper_than_the_parser_goes_fails_in_one_line():
+    error, base = _login_answering(b"[" * 50000 + b"]" * 50000)
+    assert str(error) == f"identity login at {base}/login as 'reclaimer' failed (HTTP 200)"
 
 
 def test_a_retry_policy_naming_an_unregistered_function_fails_the_run_with_one_line(aws_shared):
