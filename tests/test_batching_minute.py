@@ -219,12 +219,18 @@ def test_a_minute_runs_console_shows_its_lines_without_the_engines_debug_events(
 
 
 @pytest.mark.slow
-def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws):
+def _minute_with_globex_broken(aws, instance):
+    """The T10 minute run of the due receivers, globex's settings broken after the decider's look: (its request,
+    its result)."""
     _put_due(aws)
+    request = _tick(instance, T10)
+    put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")
+    return request, _run_minute(instance, request)
+
+
+def test_a_failing_receiver_fails_only_its_own_partition_through_the_handoff(aws):
     with dg.instance_for_test() as instance:
-        request = _tick(instance, T10)
-        put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")  # broken after the decider's look
-        minute = _run_minute(instance, request)
+        _, minute = _minute_with_globex_broken(aws, instance)
         assert minute.success  # its neighbours are batched; the failure is globex's own
         errors = [e.message for e in instance.all_logs(minute.run_id) if e.level >= 40]
         assert [m for m in errors if "globex" in m] == [m for m in errors]
@@ -273,11 +279,8 @@ def _minute_job():
 
 @pytest.mark.slow
 def test_a_re_execution_of_a_minute_run_that_batches_its_failed_receiver_hands_nothing_off(aws):
-    _put_due(aws)
     with dg.instance_for_test() as instance:
-        request = _tick(instance, T10)
-        put_receiver(aws, "globex", number_per_day=24, initial_time="25:00")  # broken after the decider's look
-        minute = _run_minute(instance, request)
+        request, minute = _minute_with_globex_broken(aws, instance)
         handed = _handoff(instance)
         put_receiver(aws, "globex", number_per_day=24, max_batch_size=3)  # repaired; the UI's re-execution
         tags = {k: v for k, v in instance.get_run_by_id(minute.run_id).tags.items() if not k.startswith("dagster/")}
