@@ -547,19 +547,26 @@ def test_a_run_tag_whose_delay_function_would_exit_leaves_the_sensor_running(ins
     assert json.loads(data.cursor)["pending"] == {}
 
 
-@pytest.mark.parametrize(
-    "bad", [{"kind": []}, {"kind": {}}, {"kind": "exponential", "initial": 5, "maxAttempts": 5, "jitter": {}}]
-)
-def test_a_run_tag_of_the_wrong_json_type_leaves_the_sensor_retrying_other_runs(instance, tmp_path, bad):
+def _a_bad_failure_and_a_good_one(instance, tmp_path, policy: dict):
+    """A failed run tagged ``policy`` and one tagged a policy that retries it: (sensor, defs, the first, the
+    second)."""
     (tmp_path / "bad").mkdir()
     (tmp_path / "good").mkdir()
-    sensor, defs, _ = _first_failure(instance, tmp_path / "bad", bad, failures=9)
+    sensor, defs, bad = _first_failure(instance, tmp_path / "bad", policy, failures=9)
     good = flaky_job.execute_in_process(
         run_config=_config(tmp_path / "good", failures=9),
         tags={POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})},
         instance=instance,
         raise_on_error=False,
     )
+    return sensor, defs, bad, good
+
+
+@pytest.mark.parametrize(
+    "bad", [{"kind": []}, {"kind": {}}, {"kind": "exponential", "initial": 5, "maxAttempts": 5, "jitter": {}}]
+)
+def test_a_run_tag_of_the_wrong_json_type_leaves_the_sensor_retrying_other_runs(instance, tmp_path, bad):
+    sensor, defs, _, good = _a_bad_failure_and_a_good_one(instance, tmp_path, bad)
     data, cursor = _tick(sensor, instance, defs, None)
     assert [r.run_key for r in data.run_requests] == [good.run_id]
     assert json.loads(cursor)["pending"] == {}
@@ -738,15 +745,7 @@ def test_a_run_tag_naming_a_registered_packages_command_line_leaves_the_sensor_r
     monkeypatch.setenv("GROUNDSKEEPER_RETRY_FUNCTIONS", f"tests.retry_delay_functions,{CLI_PACKAGE}")
     monkeypatch.delitem(sys.modules, f"{CLI_PACKAGE}.__main__", raising=False)
     cli = {"kind": "function", "path": f"{CLI_PACKAGE}.__main__:main", "maxAttempts": 3}
-    (tmp_path / "bad").mkdir()
-    (tmp_path / "good").mkdir()
-    sensor, defs, bad = _first_failure(instance, tmp_path / "bad", cli, failures=9)
-    good = flaky_job.execute_in_process(
-        run_config=_config(tmp_path / "good", failures=9),
-        tags={POLICY_TAG: json.dumps({"kind": "fixed", "delay": 0, "maxAttempts": 3})},
-        instance=instance,
-        raise_on_error=False,
-    )
+    sensor, defs, bad, good = _a_bad_failure_and_a_good_one(instance, tmp_path, cli)
     for tick in range(2):  # and on the next tick too
         data, _ = _tick(sensor, instance, defs, None)
         assert [r.run_key for r in data.run_requests] == [good.run_id], f"tick {tick}"
